@@ -1,0 +1,1 @@
+//! Wire types for gpu-attest, generated from the `.proto` files beside this one.

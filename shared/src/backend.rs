@@ -1,0 +1,113 @@
+//! The `Backend` trait: what a compute backend (CPU, CUDA, ...) provides to the engine.
+//!
+//! A backend runs whole chains, not single GEMMs, so that a GPU backend can keep A, B and X on
+//! the device, fuse `mix` into its epilogue and hash on the device. The engine decides which
+//! chains each device runs (the canonical partition) and assembles the commitment; a backend
+//! only has to produce the right checkpoint hashes.
+
+use crate::chain::ChainResult;
+use crate::matrix::Matrix;
+use crate::params::Work;
+use std::ops::Range;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use thiserror::Error;
+
+/// Shared flag that stops long work between GEMM steps: set it when the validator disconnects,
+/// the deadline passes, or the daemon shuts down.
+#[derive(Clone, Debug, Default)]
+pub struct CancelToken(Arc<AtomicBool>);
+
+impl CancelToken {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    pub fn cancel(&self) {
+        self.0.store(true, Ordering::Relaxed);
+    }
+
+    pub fn is_cancelled(&self) -> bool {
+        self.0.load(Ordering::Relaxed)
+    }
+
+    /// `Err(Cancelled)` once cancelled, for `?` between steps.
+    pub fn check(&self) -> Result<(), BackendError> {
+        if self.is_cancelled() {
+            Err(BackendError::Cancelled)
+        } else {
+            Ok(())
+        }
+    }
+}
+
+#[derive(Debug, Error, Clone, PartialEq, Eq)]
+pub enum BackendError {
+    #[error("the work was cancelled")]
+    Cancelled,
+    #[error("device {device} has no memory for this work: {detail}")]
+    OutOfMemory { device: u32, detail: String },
+    #[error("device {device} failed: {detail}")]
+    Device { device: u32, detail: String },
+    #[error("device {device} does not exist; this backend has {count}")]
+    NoSuchDevice { device: u32, count: u32 },
+    #[error("matrix of size {got} given for a challenge of size {want}")]
+    WrongMatrixSize { got: usize, want: usize },
+    #[error("steps {first}..{end} lie outside the chain's {iterations} iterations")]
+    StepsOutOfRange { first: u32, end: u64, iterations: u32 },
+}
+
+/// How a backend reports per-chain progress: called from the device's thread after each chain.
+pub type ChainProgress<'a> = &'a (dyn Fn(u64) + Sync);
+
+/// One way of computing the work function. Implementations must be bit-identical to the naive
+/// definition in PROTOCOL.md; the engine never looks inside.
+pub trait Backend: Send + Sync {
+    /// Human-readable name with the kernel, e.g. `cpu (avx512-vnni, 2 threads)`.
+    fn describe(&self) -> String;
+
+    /// How many devices the engine splits chains over (GPUs; the CPU backend presents one by default).
+    fn device_count(&self) -> u32;
+
+    /// Checkpoint hashes of the chains `chains` (global indices), computed on `device`, in index
+    /// order. `progress` is told the number of chains finished so far.
+    fn run_chains(
+        &self,
+        device: u32,
+        work: &Work,
+        chains: Range<u64>,
+        progress: ChainProgress<'_>,
+        cancel: &CancelToken,
+    ) -> Result<Vec<ChainResult>, BackendError>;
+
+    /// `X_{first + steps}` of chain `chain`, given `start = X_first`. Used to open a chain for
+    /// the validator and to check an opened segment.
+    fn advance(
+        &self,
+        work: &Work,
+        chain: u64,
+        start: Matrix,
+        first: u32,
+        steps: u32,
+        cancel: &CancelToken,
+    ) -> Result<Matrix, BackendError>;
+}
+
+/// Checks `advance`'s arguments against the challenge; every backend calls it first.
+pub fn check_advance(work: &Work, start: &Matrix, first: u32, steps: u32) -> Result<(), BackendError> {
+    if start.n() != work.n() {
+        return Err(BackendError::WrongMatrixSize {
+            got: start.n(),
+            want: work.n(),
+        });
+    }
+    let end = u64::from(first) + u64::from(steps);
+    if end > u64::from(work.iterations()) {
+        return Err(BackendError::StepsOutOfRange {
+            first,
+            end,
+            iterations: work.iterations(),
+        });
+    }
+    Ok(())
+}

@@ -1,0 +1,130 @@
+//! The CPU backend: always available, exact, multi-threaded; what validators without GPUs run.
+
+use crate::backend::{Backend, BackendError, CancelToken, ChainProgress, check_advance};
+use crate::chain::ChainResult;
+use crate::gemm::{CpuGemm, GemmError, KernelKind, PackedB};
+use crate::matrix::{Matrix, generate_a, generate_b};
+use crate::params::Work;
+use rayon::prelude::*;
+use std::ops::Range;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Below this n a single GEMM has too few tiles to keep every thread busy, so chains run side by
+/// side instead (each chain then holds only 4 n^2 bytes = 256 KiB at n = 256).
+const CHAIN_PARALLEL_MAX_N: usize = 256;
+
+pub struct CpuBackend {
+    gemm: CpuGemm,
+    devices: u32,
+}
+
+impl CpuBackend {
+    /// `threads = 0`: all cores. `kernel = None`: the fastest this CPU supports.
+    pub fn new(threads: usize, kernel: Option<KernelKind>) -> Result<Self, GemmError> {
+        Ok(CpuBackend {
+            gemm: CpuGemm::new(threads, kernel)?,
+            devices: 1,
+        })
+    }
+
+    /// Presents the CPU as `devices` devices sharing one thread pool. Results are the same for
+    /// any count; tests use it to exercise the multi-device partition without GPUs.
+    pub fn with_logical_devices(mut self, devices: u32) -> Self {
+        self.devices = devices.max(1);
+        self
+    }
+
+    pub fn kernel(&self) -> KernelKind {
+        self.gemm.kernel()
+    }
+
+    /// Runs `steps` steps of chain from `x` (holding X_first), checking `cancel` between steps and
+    /// calling `checkpoint` after every step whose number (1-based) is a multiple of c.
+    fn run_steps(
+        &self,
+        work: &Work,
+        b: &PackedB,
+        mut x: Matrix,
+        first: u32,
+        steps: u32,
+        cancel: &CancelToken,
+        mut checkpoint: impl FnMut(&Matrix),
+    ) -> Result<Matrix, BackendError> {
+        let mut next = Matrix::zeros(work.n());
+        for step in first..first + steps {
+            cancel.check()?;
+            self.gemm.step(&x, b, step, &mut next);
+            std::mem::swap(&mut x, &mut next);
+            if (step + 1) % work.checkpoint_every() == 0 {
+                checkpoint(&x);
+            }
+        }
+        Ok(x)
+    }
+
+    fn run_chain(&self, work: &Work, chain: u64, cancel: &CancelToken) -> Result<ChainResult, BackendError> {
+        let a = generate_a(work.key(), chain, work.n());
+        let b = PackedB::new(&generate_b(work.key(), chain, work.n()));
+        let mut checkpoints = Vec::with_capacity(work.checkpoints_per_chain());
+        checkpoints.push(a.digest());
+        self.run_steps(work, &b, a, 0, work.iterations(), cancel, |x| {
+            checkpoints.push(x.digest())
+        })?;
+        Ok(ChainResult {
+            index: chain,
+            checkpoints,
+        })
+    }
+}
+
+impl Backend for CpuBackend {
+    fn describe(&self) -> String {
+        format!("cpu ({} kernel, {} threads)", self.gemm.kernel(), self.gemm.threads())
+    }
+
+    fn device_count(&self) -> u32 {
+        self.devices
+    }
+
+    fn run_chains(
+        &self,
+        device: u32,
+        work: &Work,
+        chains: Range<u64>,
+        progress: ChainProgress<'_>,
+        cancel: &CancelToken,
+    ) -> Result<Vec<ChainResult>, BackendError> {
+        if device >= self.devices {
+            return Err(BackendError::NoSuchDevice {
+                device,
+                count: self.devices,
+            });
+        }
+        let done = AtomicU64::new(0);
+        let one = |chain| {
+            let result = self.run_chain(work, chain, cancel)?;
+            progress(done.fetch_add(1, Ordering::Relaxed) + 1);
+            Ok(result)
+        };
+        if work.n() <= CHAIN_PARALLEL_MAX_N {
+            // collect() keeps index order whatever order the threads finish in.
+            self.gemm.install(|| chains.into_par_iter().map(one).collect())
+        } else {
+            chains.map(one).collect()
+        }
+    }
+
+    fn advance(
+        &self,
+        work: &Work,
+        chain: u64,
+        start: Matrix,
+        first: u32,
+        steps: u32,
+        cancel: &CancelToken,
+    ) -> Result<Matrix, BackendError> {
+        check_advance(work, &start, first, steps)?;
+        let b = PackedB::new(&generate_b(work.key(), chain, work.n()));
+        self.run_steps(work, &b, start, first, steps, cancel, |_| {})
+    }
+}

@@ -1,0 +1,29 @@
+//! The gpu-attest engine: the v1 work function and everything that commits to it and checks it.
+//!
+//! PROTOCOL.md is the normative definition; this crate is its reference implementation. It knows
+//! nothing of gRPC, databases or command lines: the miner and validator daemons build on it.
+//!
+//! - [`params`]: challenge parameters, limits, the matrix key.
+//! - [`matrix`], [`mix`], [`gemm`]: the matrices, the non-linear step, exact int8 products.
+//! - [`chain`], [`merkle`], [`partition`], [`commitment`]: what a miner commits to.
+//! - [`backend`], [`cpu`], [`engine`]: who computes it, and how devices split the work.
+//! - [`opening`], [`verify`]: sampled openings and the validator's checks.
+
+pub mod backend;
+pub mod chain;
+pub mod commitment;
+pub mod cpu;
+pub mod digest;
+pub mod engine;
+pub mod gemm;
+pub mod matrix;
+pub mod merkle;
+pub mod mix;
+pub mod opening;
+pub mod params;
+pub mod partition;
+pub mod verify;
+
+pub use backend::{Backend, BackendError, CancelToken};
+pub use digest::Digest;
+pub use params::{ChallengeParams, Work};

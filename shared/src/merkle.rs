@@ -1,0 +1,193 @@
+//! The binary BLAKE3 Merkle tree over one device's chain leaves (PROTOCOL.md "Device root").
+//!
+//! Leaf node `blake3(0x00 || leaf)`, inner node `blake3(0x01 || left || right)`: the prefixes
+//! keep a leaf from ever being read as an inner node. A level with an odd count promotes its last
+//! node unchanged, so a proof skips that level and its shape depends on (index, count) alone.
+
+use crate::digest::Digest;
+use thiserror::Error;
+
+const EMPTY_CONTEXT: &[u8] = b"gpu-attest v1 empty";
+
+/// The root of a device that was given no chains.
+pub fn empty_root() -> Digest {
+    Digest::hash(EMPTY_CONTEXT)
+}
+
+pub fn leaf_node(leaf: &Digest) -> Digest {
+    let mut h = blake3::Hasher::new();
+    h.update(&[0x00]);
+    h.update(leaf.as_bytes());
+    h.finalize().into()
+}
+
+pub fn inner_node(left: &Digest, right: &Digest) -> Digest {
+    let mut h = blake3::Hasher::new();
+    h.update(&[0x01]);
+    h.update(left.as_bytes());
+    h.update(right.as_bytes());
+    h.finalize().into()
+}
+
+/// A whole tree, every level kept so that proofs can be cut from it.
+#[derive(Clone, Debug)]
+pub struct MerkleTree {
+    /// levels[0] are the leaf nodes; the last level holds the root alone.
+    levels: Vec<Vec<Digest>>,
+}
+
+/// The siblings from a leaf up to the root, bottom first, skipping promoted levels.
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub struct MerkleProof {
+    pub siblings: Vec<Digest>,
+}
+
+#[derive(Debug, Error, Clone, PartialEq, Eq)]
+pub enum ProofError {
+    #[error("leaf index {index} is outside a tree of {count} leaves")]
+    IndexOutOfRange { index: u64, count: u64 },
+    #[error("proof has {got} siblings, a tree of {count} leaves needs {want} at index {index}")]
+    WrongLength {
+        index: u64,
+        count: u64,
+        got: usize,
+        want: usize,
+    },
+    #[error("proof does not lead to the committed root")]
+    RootMismatch,
+}
+
+impl MerkleTree {
+    pub fn new(leaves: &[Digest]) -> Self {
+        let mut levels = vec![leaves.iter().map(leaf_node).collect::<Vec<_>>()];
+        while levels.last().is_some_and(|l| l.len() > 1) {
+            let below = levels.last().expect("non-empty");
+            let above = below
+                .chunks(2)
+                .map(|pair| match pair {
+                    [l, r] => inner_node(l, r),
+                    [only] => *only,
+                    _ => unreachable!("chunks(2)"),
+                })
+                .collect();
+            levels.push(above);
+        }
+        MerkleTree { levels }
+    }
+
+    pub fn leaf_count(&self) -> u64 {
+        self.levels[0].len() as u64
+    }
+
+    pub fn root(&self) -> Digest {
+        match self.levels.last().and_then(|l| l.first()) {
+            Some(root) => *root,
+            None => empty_root(),
+        }
+    }
+
+    /// The proof for the leaf at `index`; `None` if there is no such leaf.
+    pub fn proof(&self, index: u64) -> Option<MerkleProof> {
+        if index >= self.leaf_count() {
+            return None;
+        }
+        let mut pos = index as usize;
+        let mut siblings = Vec::new();
+        for level in &self.levels[..self.levels.len() - 1] {
+            let sibling = pos ^ 1;
+            if sibling < level.len() {
+                siblings.push(level[sibling]);
+            }
+            pos /= 2;
+        }
+        Some(MerkleProof { siblings })
+    }
+}
+
+/// The root over `leaves`, without keeping the tree.
+pub fn root_of(leaves: &[Digest]) -> Digest {
+    MerkleTree::new(leaves).root()
+}
+
+/// Checks that `leaf` sits at `index` of a tree of `count` leaves whose root is `root`.
+pub fn verify_proof(
+    root: &Digest,
+    leaf: &Digest,
+    index: u64,
+    count: u64,
+    proof: &MerkleProof,
+) -> Result<(), ProofError> {
+    if index >= count {
+        return Err(ProofError::IndexOutOfRange { index, count });
+    }
+    let want = proof_len(index, count);
+    if proof.siblings.len() != want {
+        return Err(ProofError::WrongLength {
+            index,
+            count,
+            got: proof.siblings.len(),
+            want,
+        });
+    }
+    let mut node = leaf_node(leaf);
+    let mut siblings = proof.siblings.iter();
+    let (mut pos, mut len) = (index, count);
+    while len > 1 {
+        if pos ^ 1 < len {
+            let sibling = siblings.next().expect("length checked");
+            node = if pos % 2 == 0 {
+                inner_node(&node, sibling)
+            } else {
+                inner_node(sibling, &node)
+            };
+        }
+        pos /= 2;
+        len = len.div_ceil(2);
+    }
+    if node == *root {
+        Ok(())
+    } else {
+        Err(ProofError::RootMismatch)
+    }
+}
+
+/// How many siblings the proof of `index` in a tree of `count` leaves has.
+fn proof_len(index: u64, count: u64) -> usize {
+    let (mut pos, mut len, mut siblings) = (index, count, 0);
+    while len > 1 {
+        if pos ^ 1 < len {
+            siblings += 1;
+        }
+        pos /= 2;
+        len = len.div_ceil(2);
+    }
+    siblings
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn leaves(count: usize) -> Vec<Digest> {
+        (0..count).map(|i| Digest::hash(&(i as u64).to_le_bytes())).collect()
+    }
+
+    #[test]
+    fn small_trees_by_hand() {
+        let l = leaves(3);
+        let (n0, n1, n2) = (leaf_node(&l[0]), leaf_node(&l[1]), leaf_node(&l[2]));
+        assert_eq!(root_of(&l[..1]), n0);
+        assert_eq!(root_of(&l[..2]), inner_node(&n0, &n1));
+        // Three leaves: the third is promoted past level one.
+        assert_eq!(root_of(&l), inner_node(&inner_node(&n0, &n1), &n2));
+        assert_eq!(root_of(&[]), empty_root());
+    }
+
+    #[test]
+    fn promoted_leaf_has_shorter_proof() {
+        let tree = MerkleTree::new(&leaves(5));
+        assert_eq!(tree.proof(4).unwrap().siblings.len(), 1);
+        assert_eq!(tree.proof(0).unwrap().siblings.len(), 3);
+        assert!(tree.proof(5).is_none());
+    }
+}

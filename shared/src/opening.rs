@@ -1,0 +1,119 @@
+//! Sampled openings: the validator picks (chain, segment) pairs after the commitment, the miner
+//! reveals the chain's checkpoints, its Merkle path and the matrix at the segment's start.
+
+use crate::backend::{Backend, BackendError, CancelToken};
+use crate::commitment::DeviceTree;
+use crate::digest::Digest;
+use crate::matrix::{Matrix, generate_a};
+use crate::merkle::MerkleProof;
+use crate::params::Work;
+use rand_core::Rng;
+use thiserror::Error;
+
+/// What the validator asks for: segment `segment` of chain `chain` (steps `segment*c ..
+/// (segment+1)*c`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct SampleRequest {
+    pub chain: u64,
+    pub segment: u32,
+}
+
+/// The miner's answer to one [`SampleRequest`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ChainOpening {
+    pub chain: u64,
+    pub segment: u32,
+    /// All K/c + 1 checkpoint hashes of the chain.
+    pub checkpoints: Vec<Digest>,
+    /// Path from the chain's leaf to its device root.
+    pub proof: MerkleProof,
+    /// `X_{segment * c}`.
+    pub start: Matrix,
+}
+
+#[derive(Debug, Error, Clone, PartialEq, Eq)]
+pub enum OpenError {
+    #[error("chain {chain} does not exist; the challenge has {chains}")]
+    NoSuchChain { chain: u64, chains: u64 },
+    #[error("segment {segment} does not exist; chains have {segments}")]
+    NoSuchSegment { segment: u32, segments: u32 },
+    #[error("no checkpoints were kept for chain {0}")]
+    NotComputed(u64),
+    #[error(transparent)]
+    Backend(#[from] BackendError),
+}
+
+/// Draws `count` requests from the validator's CSPRNG: distinct chains while there are enough,
+/// each with a uniformly chosen segment.
+pub fn draw_samples(rng: &mut impl Rng, work: &Work, count: u32) -> Vec<SampleRequest> {
+    let chains = work.num_chains();
+    let segments = work.segments();
+    let mut picked: Vec<SampleRequest> = Vec::with_capacity(count as usize);
+    while picked.len() < count as usize {
+        let chain = uniform(rng, chains);
+        if (picked.len() as u64) < chains && picked.iter().any(|s| s.chain == chain) {
+            continue;
+        }
+        let segment = uniform(rng, u64::from(segments)) as u32;
+        picked.push(SampleRequest { chain, segment });
+    }
+    picked
+}
+
+/// Unbiased draw from 0..bound (rejection sampling on the top of the u64 range).
+fn uniform(rng: &mut impl Rng, bound: u64) -> u64 {
+    assert!(bound > 0);
+    let zone = u64::MAX - (u64::MAX % bound);
+    loop {
+        let v = rng.next_u64();
+        if v < zone {
+            return v % bound;
+        }
+    }
+}
+
+/// Builds the opening for `request` from what the miner kept after executing.
+pub fn open_chain(
+    backend: &dyn Backend,
+    work: &Work,
+    checkpoints: &[Digest],
+    trees: &[DeviceTree],
+    request: SampleRequest,
+    cancel: &CancelToken,
+) -> Result<ChainOpening, OpenError> {
+    let SampleRequest { chain, segment } = request;
+    if chain >= work.num_chains() {
+        return Err(OpenError::NoSuchChain {
+            chain,
+            chains: work.num_chains(),
+        });
+    }
+    if segment >= work.segments() {
+        return Err(OpenError::NoSuchSegment {
+            segment,
+            segments: work.segments(),
+        });
+    }
+    let tree = trees
+        .iter()
+        .find(|t| t.slice.contains(chain))
+        .ok_or(OpenError::NotComputed(chain))?;
+    let proof = tree
+        .tree
+        .proof(chain - tree.slice.offset)
+        .ok_or(OpenError::NotComputed(chain))?;
+    let steps = segment * work.checkpoint_every();
+    let a = generate_a(work.key(), chain, work.n());
+    let start = if steps == 0 {
+        a
+    } else {
+        backend.advance(work, chain, a, 0, steps, cancel)?
+    };
+    Ok(ChainOpening {
+        chain,
+        segment,
+        checkpoints: checkpoints.to_vec(),
+        proof,
+        start,
+    })
+}
