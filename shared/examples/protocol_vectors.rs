@@ -1,0 +1,73 @@
+//! Prints the known-answer test vectors of PROTOCOL.md, computed with the naive oracle only
+//! (no fast GEMM), so the vectors stand on the definition itself.
+//!
+//! `cargo run -p gpu-attest-shared --example protocol_vectors`
+
+use gpu_attest_shared::chain::{ChainResult, leaf_hash};
+use gpu_attest_shared::commitment::{DeviceRoot, global_checksum};
+use gpu_attest_shared::gemm::naive;
+use gpu_attest_shared::matrix::{generate_a, generate_b};
+use gpu_attest_shared::merkle::{empty_root, root_of};
+use gpu_attest_shared::mix::mix;
+use gpu_attest_shared::partition::canonical_partition;
+use gpu_attest_shared::{ChallengeParams, Work};
+
+fn main() {
+    let params = vector_params();
+    let work = Work::new(params).expect("valid");
+    let n = work.n();
+    println!("key            {}", hex::encode(work.key()));
+    let (a0, b0, a4) = (generate_a(work.key(), 0, n), generate_b(work.key(), 0, n), generate_a(work.key(), 4, n));
+    println!("A_0[0..16]     {}", hex::encode(&a0.as_bytes()[..16]));
+    println!("B_0[0..16]     {}", hex::encode(&b0.as_bytes()[..16]));
+    println!("A_4[0..16]     {}", hex::encode(&a4.as_bytes()[..16]));
+    for (y, k) in [(0i32, 0u32), (1, 0), (-1, 7), (123_456_789, 3), (i32::MIN, u32::MAX)] {
+        println!("mix({y}, {k}) = {}", mix(y, k));
+    }
+    let chains: Vec<ChainResult> = (0..work.num_chains()).map(|i| naive_chain(&work, i)).collect();
+    for (j, h) in chains[0].checkpoints.iter().enumerate() {
+        println!("h_0,{j}          {h}");
+    }
+    let leaves: Vec<_> = chains.iter().map(|c| leaf_hash(c.index, &c.checkpoints)).collect();
+    for (i, leaf) in leaves.iter().enumerate() {
+        println!("leaf_{i}         {leaf}");
+    }
+    println!("empty root     {}", empty_root());
+    for d in [1u32, 2, 3, 8] {
+        let devices: Vec<DeviceRoot> = canonical_partition(work.num_chains(), d)
+            .unwrap()
+            .into_iter()
+            .map(|slice| DeviceRoot { slice, root: root_of(&leaves[slice.offset as usize..(slice.offset + slice.count) as usize]) })
+            .collect();
+        for dev in &devices {
+            println!("d={d} device {} offset {} count {} root {}", dev.slice.index, dev.slice.offset, dev.slice.count, dev.root);
+        }
+        println!("d={d} G        {}", global_checksum(&params.nonce, &devices));
+    }
+}
+
+/// The vector challenge: nonce 00..1f, seed 20..3f, miner key 40..5f, n 64, M 5, K 4, c 2.
+fn vector_params() -> ChallengeParams {
+    ChallengeParams {
+        nonce: std::array::from_fn(|i| i as u8),
+        seed: std::array::from_fn(|i| 0x20 + i as u8),
+        miner_key: std::array::from_fn(|i| 0x40 + i as u8),
+        n: 64,
+        num_chains: 5,
+        iterations: 4,
+        checkpoint_every: 2,
+    }
+}
+
+fn naive_chain(work: &Work, index: u64) -> ChainResult {
+    let mut x = generate_a(work.key(), index, work.n());
+    let b = generate_b(work.key(), index, work.n());
+    let mut checkpoints = vec![x.digest()];
+    for k in 0..work.iterations() {
+        x = naive::step(&x, &b, k);
+        if (k + 1) % work.checkpoint_every() == 0 {
+            checkpoints.push(x.digest());
+        }
+    }
+    ChainResult { index, checkpoints }
+}

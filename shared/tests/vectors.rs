@@ -1,0 +1,109 @@
+//! Known-answer vectors (PROTOCOL.md section 12), computed by the fast engine on every CPU kernel
+//! and device count, and checked to appear verbatim in PROTOCOL.md.
+
+use gpu_attest_shared::cpu::CpuBackend;
+use gpu_attest_shared::engine;
+use gpu_attest_shared::gemm::KernelKind;
+use gpu_attest_shared::matrix::{generate_a, generate_b};
+use gpu_attest_shared::merkle::empty_root;
+use gpu_attest_shared::mix::mix;
+use gpu_attest_shared::{CancelToken, ChallengeParams, Work};
+
+const KEY: &str = "a71536a24a879fe95e09d580e7547ace15ba2ae8c1710d4b078abcceb30a4e36";
+const A0_PREFIX: &str = "d6871ea5cae741e2bd086274e10518fb";
+const B0_PREFIX: &str = "a80c344530341c939963c5744824eedf";
+const A4_PREFIX: &str = "6dec128db9a05a5cf098a40c4990f0ef";
+const CHAIN0_CHECKPOINTS: [&str; 3] = [
+    "394add245fd191a8bd07581fdeded2d8a0c5e17a278aba05d6dad807e47b69a6",
+    "bacab74374bb9461cae419b21a3dab412afa764b2e8b66e564316b0cc4807e81",
+    "d8b182a2ec00b8e6ecd7ede79dad75049c30c8d32cce48411001018795cbe538",
+];
+const LEAVES: [&str; 5] = [
+    "7666e6d5617f5633ef386bbd4129cd871b49fe4473332f2add1217b54f6b1e23",
+    "957ce61c569e6ab81a6c5e738881bc93a0ebad3f3943a97821a1dd7973e81a26",
+    "8d7ff5d9610d780f66805e986abb71bad331d78bd38c804365109b7cbdb9fe58",
+    "2a5e647066e6da0b6c35171c926bf1e8170c9914de75ef7b1af7edd425fb9cda",
+    "3336b22e71808c4a9cb9808b0b2c2cc0782bd2bd430331f5df075822467bba7d",
+];
+const EMPTY_ROOT: &str = "eb621929841d54d735e41bbdba1d8a377c7c734aec92ed68580c7873848f10fc";
+/// (devices, device roots, G)
+const COMMITMENTS: [(u32, &[&str], &str); 4] = [
+    (
+        1,
+        &["6e43d2692aef4594623fc6714ab8da09ac6a322825727460469d6938b31a96ae"],
+        "9881864a1c7668a790aa7541f274b0a3c077d9c798fd17eb7398a3f9b2e5161b",
+    ),
+    (
+        2,
+        &[
+            "8412b3510411ebfdd6d15a7e2523448d9ff6dcdd102ddf95741500437b53d22d",
+            "187f5cda2c92a8e855082b8c364ea6fac0a9a9875368f0c6adfaed69314e4ea6",
+        ],
+        "76547bb75d6d4ec35fc0bd58662be50656f1caf04a4a4b0dfb5c171d109c4c06",
+    ),
+    (3, &[], "90b9dd70843ad1d92bf32acd3f9a671587be8dc3f30738d84cf5a083c71d5a6f"),
+    (8, &[], "abe21e9be55b604772829088f62b6fb71da839e9070ded0407947b607c3f14ee"),
+];
+const MIX: [(i32, u32, i8); 5] = [(0, 0, 0), (1, 0, 127), (-1, 7, -85), (123_456_789, 3, -81), (i32::MIN, u32::MAX, 46)];
+
+fn params() -> ChallengeParams {
+    ChallengeParams {
+        nonce: std::array::from_fn(|i| i as u8),
+        seed: std::array::from_fn(|i| 0x20 + i as u8),
+        miner_key: std::array::from_fn(|i| 0x40 + i as u8),
+        n: 64,
+        num_chains: 5,
+        iterations: 4,
+        checkpoint_every: 2,
+    }
+}
+
+#[test]
+fn key_and_matrices() {
+    let work = Work::new(params()).unwrap();
+    assert_eq!(hex::encode(work.key()), KEY);
+    assert_eq!(hex::encode(&generate_a(work.key(), 0, 64).as_bytes()[..16]), A0_PREFIX);
+    assert_eq!(hex::encode(&generate_b(work.key(), 0, 64).as_bytes()[..16]), B0_PREFIX);
+    assert_eq!(hex::encode(&generate_a(work.key(), 4, 64).as_bytes()[..16]), A4_PREFIX);
+    assert_eq!(empty_root().to_hex(), EMPTY_ROOT);
+    for (y, k, want) in MIX {
+        assert_eq!(mix(y, k), want, "mix({y}, {k})");
+    }
+}
+
+#[test]
+fn chains_and_commitments_on_every_kernel_and_device_count() {
+    let work = Work::new(params()).unwrap();
+    for kernel in KernelKind::ALL.into_iter().filter(|k| k.is_available()) {
+        for (devices, roots, global) in COMMITMENTS {
+            let backend = CpuBackend::new(2, Some(kernel)).unwrap().with_logical_devices(devices);
+            let exec = engine::execute(&backend, &work, &|_| {}, &CancelToken::new()).unwrap();
+            let checkpoints: Vec<String> = exec.chains[0].checkpoints.iter().map(|h| h.to_hex()).collect();
+            assert_eq!(checkpoints, CHAIN0_CHECKPOINTS, "{kernel}");
+            let leaves: Vec<String> = exec.chains.iter().map(|c| c.leaf().to_hex()).collect();
+            assert_eq!(leaves, LEAVES, "{kernel}, d={devices}");
+            for (device, root) in exec.commitment.devices.iter().zip(roots) {
+                assert_eq!(device.root.to_hex(), *root, "{kernel}, d={devices}, device {}", device.slice.index);
+            }
+            assert_eq!(exec.commitment.global.to_hex(), global, "{kernel}, d={devices}");
+        }
+    }
+}
+
+#[test]
+fn protocol_md_quotes_the_same_vectors() {
+    let doc = include_str!("../../PROTOCOL.md");
+    let mut quoted = vec![KEY, A0_PREFIX, B0_PREFIX, A4_PREFIX, EMPTY_ROOT];
+    quoted.extend(CHAIN0_CHECKPOINTS);
+    quoted.extend(LEAVES);
+    for (_, roots, global) in COMMITMENTS {
+        quoted.extend(roots.iter().copied());
+        quoted.push(global);
+    }
+    for hex in quoted {
+        assert!(doc.contains(hex), "PROTOCOL.md does not quote {hex}");
+    }
+    for (y, k, want) in MIX {
+        assert!(doc.contains(&format!("mix({y}, {k}) = {want}")), "PROTOCOL.md lacks mix({y}, {k})");
+    }
+}
