@@ -17,7 +17,11 @@ fn main() {
     let work = Work::new(params).expect("valid");
     let n = work.n();
     println!("key            {}", hex::encode(work.key()));
-    let (a0, b0, a4) = (generate_a(work.key(), 0, n), generate_b(work.key(), 0, n), generate_a(work.key(), 4, n));
+    let (a0, b0, a4) = (
+        generate_a(work.key(), 0, n),
+        generate_b(work.key(), 0, n),
+        generate_a(work.key(), 4, n),
+    );
     println!("A_0[0..16]     {}", hex::encode(&a0.as_bytes()[..16]));
     println!("B_0[0..16]     {}", hex::encode(&b0.as_bytes()[..16]));
     println!("A_4[0..16]     {}", hex::encode(&a4.as_bytes()[..16]));
@@ -37,10 +41,16 @@ fn main() {
         let devices: Vec<DeviceRoot> = canonical_partition(work.num_chains(), d)
             .unwrap()
             .into_iter()
-            .map(|slice| DeviceRoot { slice, root: root_of(&leaves[slice.offset as usize..(slice.offset + slice.count) as usize]) })
+            .map(|slice| DeviceRoot {
+                slice,
+                root: root_of(&leaves[slice.offset as usize..(slice.offset + slice.count) as usize]),
+            })
             .collect();
         for dev in &devices {
-            println!("d={d} device {} offset {} count {} root {}", dev.slice.index, dev.slice.offset, dev.slice.count, dev.root);
+            println!(
+                "d={d} device {} offset {} count {} root {}",
+                dev.slice.index, dev.slice.offset, dev.slice.count, dev.root
+            );
         }
         println!("d={d} G        {}", global_checksum(&params.nonce, &devices));
     }

@@ -8,6 +8,7 @@
 //! - [`chain`], [`merkle`], [`partition`], [`commitment`]: what a miner commits to.
 //! - [`backend`], [`cpu`], [`engine`]: who computes it, and how devices split the work.
 //! - [`opening`], [`verify`]: sampled openings and the validator's checks.
+//! - [`identity`], [`statement`]: ed25519 keys and the canonical encodings they sign.
 
 pub mod backend;
 pub mod chain;
@@ -16,12 +17,14 @@ pub mod cpu;
 pub mod digest;
 pub mod engine;
 pub mod gemm;
+pub mod identity;
 pub mod matrix;
 pub mod merkle;
 pub mod mix;
 pub mod opening;
 pub mod params;
 pub mod partition;
+pub mod statement;
 pub mod verify;
 
 pub use backend::{Backend, BackendError, CancelToken};

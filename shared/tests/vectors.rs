@@ -41,10 +41,24 @@ const COMMITMENTS: [(u32, &[&str], &str); 4] = [
         ],
         "76547bb75d6d4ec35fc0bd58662be50656f1caf04a4a4b0dfb5c171d109c4c06",
     ),
-    (3, &[], "90b9dd70843ad1d92bf32acd3f9a671587be8dc3f30738d84cf5a083c71d5a6f"),
-    (8, &[], "abe21e9be55b604772829088f62b6fb71da839e9070ded0407947b607c3f14ee"),
+    (
+        3,
+        &[],
+        "90b9dd70843ad1d92bf32acd3f9a671587be8dc3f30738d84cf5a083c71d5a6f",
+    ),
+    (
+        8,
+        &[],
+        "abe21e9be55b604772829088f62b6fb71da839e9070ded0407947b607c3f14ee",
+    ),
 ];
-const MIX: [(i32, u32, i8); 5] = [(0, 0, 0), (1, 0, 127), (-1, 7, -85), (123_456_789, 3, -81), (i32::MIN, u32::MAX, 46)];
+const MIX: [(i32, u32, i8); 5] = [
+    (0, 0, 0),
+    (1, 0, 127),
+    (-1, 7, -85),
+    (123_456_789, 3, -81),
+    (i32::MIN, u32::MAX, 46),
+];
 
 fn params() -> ChallengeParams {
     ChallengeParams {
@@ -83,7 +97,12 @@ fn chains_and_commitments_on_every_kernel_and_device_count() {
             let leaves: Vec<String> = exec.chains.iter().map(|c| c.leaf().to_hex()).collect();
             assert_eq!(leaves, LEAVES, "{kernel}, d={devices}");
             for (device, root) in exec.commitment.devices.iter().zip(roots) {
-                assert_eq!(device.root.to_hex(), *root, "{kernel}, d={devices}, device {}", device.slice.index);
+                assert_eq!(
+                    device.root.to_hex(),
+                    *root,
+                    "{kernel}, d={devices}, device {}",
+                    device.slice.index
+                );
             }
             assert_eq!(exec.commitment.global.to_hex(), global, "{kernel}, d={devices}");
         }
@@ -104,6 +123,9 @@ fn protocol_md_quotes_the_same_vectors() {
         assert!(doc.contains(hex), "PROTOCOL.md does not quote {hex}");
     }
     for (y, k, want) in MIX {
-        assert!(doc.contains(&format!("mix({y}, {k}) = {want}")), "PROTOCOL.md lacks mix({y}, {k})");
+        assert!(
+            doc.contains(&format!("mix({y}, {k}) = {want}")),
+            "PROTOCOL.md lacks mix({y}, {k})"
+        );
     }
 }

@@ -1,0 +1,285 @@
+//! Conversions between wire messages and engine types. Each `*_from_wire` checks every length
+//! and count before allocating or indexing.
+
+use crate::v1;
+use gpu_attest_shared::commitment::{DeviceRoot, WorkCommitment};
+use gpu_attest_shared::digest::Digest;
+use gpu_attest_shared::identity::PublicKey;
+use gpu_attest_shared::matrix::Matrix;
+use gpu_attest_shared::merkle::MerkleProof;
+use gpu_attest_shared::opening::{ChainOpening, SampleRequest};
+use gpu_attest_shared::params::{ChallengeParams, MAX_SEGMENTS};
+use gpu_attest_shared::partition::{DeviceSlice, MAX_DEVICES};
+use gpu_attest_shared::statement::{Challenge, Commitment, DeviceInfo};
+use thiserror::Error;
+
+/// A wire message that cannot be a valid protocol message, with the field at fault.
+#[derive(Debug, Error, Clone, PartialEq, Eq)]
+#[error("field `{field}`: {problem}")]
+pub struct WireError {
+    pub field: &'static str,
+    pub problem: String,
+}
+
+fn wire_err(field: &'static str, problem: impl Into<String>) -> WireError {
+    WireError {
+        field,
+        problem: problem.into(),
+    }
+}
+
+fn bytes32(field: &'static str, bytes: &[u8]) -> Result<[u8; 32], WireError> {
+    bytes
+        .try_into()
+        .map_err(|_| wire_err(field, format!("must be 32 bytes, got {}", bytes.len())))
+}
+
+fn signature(field: &'static str, bytes: &[u8]) -> Result<[u8; 64], WireError> {
+    bytes
+        .try_into()
+        .map_err(|_| wire_err(field, format!("must be a 64-byte signature, got {} bytes", bytes.len())))
+}
+
+fn digests(field: &'static str, list: &[Vec<u8>], max: usize) -> Result<Vec<Digest>, WireError> {
+    if list.len() > max {
+        return Err(wire_err(
+            field,
+            format!("{} entries, at most {max} allowed", list.len()),
+        ));
+    }
+    list.iter().map(|b| bytes32(field, b).map(Digest)).collect()
+}
+
+pub fn params_to_wire(p: &ChallengeParams) -> v1::ChallengeParams {
+    v1::ChallengeParams {
+        nonce: p.nonce.to_vec(),
+        seed: p.seed.to_vec(),
+        miner_key: p.miner_key.to_vec(),
+        n: p.n,
+        num_chains: p.num_chains,
+        iterations: p.iterations,
+        checkpoint_every: p.checkpoint_every,
+    }
+}
+
+/// Lengths only; the protocol limits are checked by `Work::new`.
+pub fn params_from_wire(p: &v1::ChallengeParams) -> Result<ChallengeParams, WireError> {
+    Ok(ChallengeParams {
+        nonce: bytes32("params.nonce", &p.nonce)?,
+        seed: bytes32("params.seed", &p.seed)?,
+        miner_key: bytes32("params.miner_key", &p.miner_key)?,
+        n: p.n,
+        num_chains: p.num_chains,
+        iterations: p.iterations,
+        checkpoint_every: p.checkpoint_every,
+    })
+}
+
+pub fn challenge_to_wire(c: &Challenge, sig: &[u8; 64]) -> v1::Challenge {
+    v1::Challenge {
+        params: Some(params_to_wire(&c.params)),
+        issued_at_unix_ms: c.issued_at_ms,
+        deadline_unix_ms: c.deadline_ms,
+        validator_key: c.validator_key.0.to_vec(),
+        signature: sig.to_vec(),
+    }
+}
+
+pub fn challenge_from_wire(c: &v1::Challenge) -> Result<(Challenge, [u8; 64]), WireError> {
+    let params = c.params.as_ref().ok_or_else(|| wire_err("params", "missing"))?;
+    let challenge = Challenge {
+        params: params_from_wire(params)?,
+        issued_at_ms: c.issued_at_unix_ms,
+        deadline_ms: c.deadline_unix_ms,
+        validator_key: PublicKey(bytes32("validator_key", &c.validator_key)?),
+    };
+    Ok((challenge, signature("signature", &c.signature)?))
+}
+
+pub fn device_to_wire(d: &DeviceInfo) -> v1::DeviceInfo {
+    v1::DeviceInfo {
+        index: d.index,
+        name: d.name.clone(),
+        uuid: d.uuid.clone(),
+        memory_bytes: d.memory_bytes,
+        sm_count: d.sm_count,
+        compute_capability_major: d.compute_capability.0,
+        compute_capability_minor: d.compute_capability.1,
+        pci_bus_id: d.pci_bus_id.clone(),
+        driver_version: d.driver_version.clone(),
+    }
+}
+
+pub fn device_from_wire(d: &v1::DeviceInfo) -> DeviceInfo {
+    DeviceInfo {
+        index: d.index,
+        name: d.name.clone(),
+        uuid: d.uuid.clone(),
+        memory_bytes: d.memory_bytes,
+        sm_count: d.sm_count,
+        compute_capability: (d.compute_capability_major, d.compute_capability_minor),
+        pci_bus_id: d.pci_bus_id.clone(),
+        driver_version: d.driver_version.clone(),
+    }
+}
+
+pub fn commitment_to_wire(c: &Commitment, sig: &[u8; 64]) -> v1::Commitment {
+    v1::Commitment {
+        nonce: c.work.nonce.to_vec(),
+        miner_key: c.miner_key.0.to_vec(),
+        validator_key: c.validator_key.0.to_vec(),
+        devices: c
+            .work
+            .devices
+            .iter()
+            .map(|d| v1::DeviceRoot {
+                index: d.slice.index,
+                offset: d.slice.offset,
+                count: d.slice.count,
+                root: d.root.0.to_vec(),
+            })
+            .collect(),
+        global_checksum: c.work.global.0.to_vec(),
+        inventory: c.inventory.iter().map(device_to_wire).collect(),
+        backend: c.backend.clone(),
+        kernel: c.kernel.clone(),
+        compute_ms: c.compute_ms,
+        signature: sig.to_vec(),
+    }
+}
+
+pub fn commitment_from_wire(c: &v1::Commitment) -> Result<(Commitment, [u8; 64]), WireError> {
+    if c.devices.len() > MAX_DEVICES as usize || c.inventory.len() > MAX_DEVICES as usize {
+        return Err(wire_err("devices", format!("more than {MAX_DEVICES} devices")));
+    }
+    let devices = c
+        .devices
+        .iter()
+        .map(|d| {
+            Ok(DeviceRoot {
+                slice: DeviceSlice {
+                    index: d.index,
+                    offset: d.offset,
+                    count: d.count,
+                },
+                root: Digest(bytes32("devices.root", &d.root)?),
+            })
+        })
+        .collect::<Result<Vec<_>, WireError>>()?;
+    let commitment = Commitment {
+        work: WorkCommitment {
+            nonce: bytes32("nonce", &c.nonce)?,
+            devices,
+            global: Digest(bytes32("global_checksum", &c.global_checksum)?),
+        },
+        miner_key: PublicKey(bytes32("miner_key", &c.miner_key)?),
+        validator_key: PublicKey(bytes32("validator_key", &c.validator_key)?),
+        inventory: c.inventory.iter().map(device_from_wire).collect(),
+        backend: c.backend.clone(),
+        kernel: c.kernel.clone(),
+        compute_ms: c.compute_ms,
+    };
+    Ok((commitment, signature("signature", &c.signature)?))
+}
+
+pub fn sample_to_wire(s: &SampleRequest) -> v1::SampleRequest {
+    v1::SampleRequest {
+        chain: s.chain,
+        segment: s.segment,
+    }
+}
+
+pub fn sample_from_wire(s: &v1::SampleRequest) -> SampleRequest {
+    SampleRequest {
+        chain: s.chain,
+        segment: s.segment,
+    }
+}
+
+pub fn opening_to_wire(nonce: &[u8; 32], o: &ChainOpening, sig: &[u8; 64]) -> v1::ChainOpening {
+    v1::ChainOpening {
+        nonce: nonce.to_vec(),
+        chain: o.chain,
+        segment: o.segment,
+        checkpoints: o.checkpoints.iter().map(|d| d.0.to_vec()).collect(),
+        proof: o.proof.siblings.iter().map(|d| d.0.to_vec()).collect(),
+        start_matrix: o.start.as_bytes().to_vec(),
+        signature: sig.to_vec(),
+    }
+}
+
+/// `n` is the challenge's matrix size: the opened matrix must be exactly n*n bytes.
+pub fn opening_from_wire(o: &v1::ChainOpening, n: usize) -> Result<([u8; 32], ChainOpening, [u8; 64]), WireError> {
+    let start = Matrix::from_bytes(n, &o.start_matrix).ok_or_else(|| {
+        wire_err(
+            "start_matrix",
+            format!("must be {n}x{n} = {} bytes, got {}", n * n, o.start_matrix.len()),
+        )
+    })?;
+    let opening = ChainOpening {
+        chain: o.chain,
+        segment: o.segment,
+        checkpoints: digests("checkpoints", &o.checkpoints, MAX_SEGMENTS as usize + 1)?,
+        // A tree over at most 2^20 chains has at most 20 levels.
+        proof: MerkleProof {
+            siblings: digests("proof", &o.proof, 64)?,
+        },
+        start,
+    };
+    Ok((
+        bytes32("nonce", &o.nonce)?,
+        opening,
+        signature("signature", &o.signature)?,
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn short_fields_are_named_errors() {
+        let mut wire = v1::Challenge {
+            params: Some(v1::ChallengeParams::default()),
+            ..Default::default()
+        };
+        assert_eq!(challenge_from_wire(&wire).unwrap_err().field, "params.nonce");
+        wire.params = None;
+        assert_eq!(challenge_from_wire(&wire).unwrap_err().field, "params");
+        let opening = v1::ChainOpening {
+            start_matrix: vec![0; 10],
+            ..Default::default()
+        };
+        assert_eq!(opening_from_wire(&opening, 64).unwrap_err().field, "start_matrix");
+    }
+
+    #[test]
+    fn commitment_round_trips() {
+        let c = Commitment {
+            work: WorkCommitment {
+                nonce: [1; 32],
+                devices: vec![DeviceRoot {
+                    slice: DeviceSlice {
+                        index: 0,
+                        offset: 0,
+                        count: 3,
+                    },
+                    root: Digest([2; 32]),
+                }],
+                global: Digest([3; 32]),
+            },
+            miner_key: PublicKey([4; 32]),
+            validator_key: PublicKey([5; 32]),
+            inventory: vec![DeviceInfo {
+                name: "cpu".into(),
+                ..Default::default()
+            }],
+            backend: "cpu".into(),
+            kernel: "portable".into(),
+            compute_ms: 12,
+        };
+        let (back, sig) = commitment_from_wire(&commitment_to_wire(&c, &[6; 64])).unwrap();
+        assert_eq!(back, c);
+        assert_eq!(sig, [6; 64]);
+    }
+}

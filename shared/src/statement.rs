@@ -1,0 +1,215 @@
+//! The signed messages of the exchange and their canonical encodings (PROTOCOL.md section 13).
+//!
+//! Signatures cover these byte strings, never a serialisation library's output, so that any
+//! implementation can reproduce them and a re-encoding cannot change what was signed. Each starts
+//! with its own domain string, so a signature of one kind can never be passed off as another.
+
+use crate::commitment::{DeviceRoot, WorkCommitment};
+use crate::digest::Digest;
+use crate::identity::{Identity, PublicKey, SignatureError};
+use crate::opening::{ChainOpening, SampleRequest};
+use crate::params::ChallengeParams;
+
+const CHALLENGE_DOMAIN: &[u8] = b"gpu-attest v1 challenge";
+const COMMITMENT_DOMAIN: &[u8] = b"gpu-attest v1 commitment statement";
+const OPEN_REQUEST_DOMAIN: &[u8] = b"gpu-attest v1 open request";
+const OPENING_DOMAIN: &[u8] = b"gpu-attest v1 opening";
+
+/// What the validator signs when it issues work.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Challenge {
+    pub params: ChallengeParams,
+    /// Validator's clock, Unix milliseconds.
+    pub issued_at_ms: u64,
+    /// Validator's clock, Unix milliseconds; the commitment must arrive before it.
+    pub deadline_ms: u64,
+    pub validator_key: PublicKey,
+}
+
+impl Challenge {
+    pub fn signing_bytes(&self) -> Vec<u8> {
+        let mut out = CHALLENGE_DOMAIN.to_vec();
+        out.extend(self.params.key_material());
+        out.extend(self.issued_at_ms.to_le_bytes());
+        out.extend(self.deadline_ms.to_le_bytes());
+        out.extend(self.validator_key.0);
+        out
+    }
+
+    pub fn sign(&self, validator: &Identity) -> [u8; 64] {
+        validator.sign(&self.signing_bytes())
+    }
+
+    pub fn verify(&self, signature: &[u8]) -> Result<(), SignatureError> {
+        self.validator_key.verify(&self.signing_bytes(), signature)
+    }
+}
+
+/// One device as the miner reports it. Informational: signed, never inside G.
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub struct DeviceInfo {
+    pub index: u32,
+    pub name: String,
+    pub uuid: String,
+    pub memory_bytes: u64,
+    pub sm_count: u32,
+    pub compute_capability: (u32, u32),
+    pub pci_bus_id: String,
+    pub driver_version: String,
+}
+
+/// What the miner signs when it commits: the work commitment, who it is for, and what it ran on.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Commitment {
+    pub work: WorkCommitment,
+    pub miner_key: PublicKey,
+    /// The validator whose challenge this answers.
+    pub validator_key: PublicKey,
+    pub inventory: Vec<DeviceInfo>,
+    pub backend: String,
+    pub kernel: String,
+    /// The miner's own measurement of the work; the validator measures the deadline itself.
+    pub compute_ms: u64,
+}
+
+impl Commitment {
+    pub fn signing_bytes(&self) -> Vec<u8> {
+        let mut out = COMMITMENT_DOMAIN.to_vec();
+        out.extend(self.work.nonce);
+        out.extend(self.miner_key.0);
+        out.extend(self.validator_key.0);
+        out.extend(self.work.global.0);
+        put_devices(&mut out, &self.work.devices);
+        put_u32(&mut out, self.inventory.len());
+        for d in &self.inventory {
+            out.extend(d.index.to_le_bytes());
+            put_str(&mut out, &d.name);
+            put_str(&mut out, &d.uuid);
+            out.extend(d.memory_bytes.to_le_bytes());
+            out.extend(d.sm_count.to_le_bytes());
+            out.extend(d.compute_capability.0.to_le_bytes());
+            out.extend(d.compute_capability.1.to_le_bytes());
+            put_str(&mut out, &d.pci_bus_id);
+            put_str(&mut out, &d.driver_version);
+        }
+        put_str(&mut out, &self.backend);
+        put_str(&mut out, &self.kernel);
+        out.extend(self.compute_ms.to_le_bytes());
+        out
+    }
+
+    pub fn sign(&self, miner: &Identity) -> [u8; 64] {
+        miner.sign(&self.signing_bytes())
+    }
+
+    pub fn verify(&self, signature: &[u8]) -> Result<(), SignatureError> {
+        self.miner_key.verify(&self.signing_bytes(), signature)
+    }
+}
+
+/// The validator's signed request for openings: only the challenge's issuer may make the miner
+/// recompute.
+pub fn open_request_bytes(nonce: &[u8; 32], samples: &[SampleRequest]) -> Vec<u8> {
+    let mut out = OPEN_REQUEST_DOMAIN.to_vec();
+    out.extend(nonce);
+    put_u32(&mut out, samples.len());
+    for s in samples {
+        out.extend(s.chain.to_le_bytes());
+        out.extend(s.segment.to_le_bytes());
+    }
+    out
+}
+
+/// The miner's signed answer for one opening. The opened matrix enters as its BLAKE3 hash.
+pub fn opening_bytes(nonce: &[u8; 32], opening: &ChainOpening) -> Vec<u8> {
+    let mut out = OPENING_DOMAIN.to_vec();
+    out.extend(nonce);
+    out.extend(opening.chain.to_le_bytes());
+    out.extend(opening.segment.to_le_bytes());
+    put_digests(&mut out, &opening.checkpoints);
+    put_digests(&mut out, &opening.proof.siblings);
+    out.extend(opening.start.digest().0);
+    out
+}
+
+fn put_u32(out: &mut Vec<u8>, len: usize) {
+    out.extend(
+        u32::try_from(len)
+            .expect("lengths in a statement fit in u32")
+            .to_le_bytes(),
+    );
+}
+
+fn put_str(out: &mut Vec<u8>, s: &str) {
+    put_u32(out, s.len());
+    out.extend(s.as_bytes());
+}
+
+fn put_digests(out: &mut Vec<u8>, digests: &[Digest]) {
+    put_u32(out, digests.len());
+    for d in digests {
+        out.extend(d.0);
+    }
+}
+
+fn put_devices(out: &mut Vec<u8>, devices: &[DeviceRoot]) {
+    put_u32(out, devices.len());
+    for d in devices {
+        out.extend(d.slice.index.to_le_bytes());
+        out.extend(d.slice.offset.to_le_bytes());
+        out.extend(d.slice.count.to_le_bytes());
+        out.extend(d.root.0);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn challenge(validator: &Identity) -> Challenge {
+        Challenge {
+            params: ChallengeParams {
+                nonce: [1; 32],
+                seed: [2; 32],
+                miner_key: [3; 32],
+                n: 64,
+                num_chains: 2,
+                iterations: 2,
+                checkpoint_every: 1,
+            },
+            issued_at_ms: 1000,
+            deadline_ms: 2000,
+            validator_key: validator.public_key(),
+        }
+    }
+
+    #[test]
+    fn challenge_signature_covers_every_field() {
+        let v = Identity::from_seed([9; 32]);
+        let c = challenge(&v);
+        let sig = c.sign(&v);
+        c.verify(&sig).unwrap();
+        let mut later = c.clone();
+        later.deadline_ms += 1;
+        assert_eq!(later.verify(&sig), Err(SignatureError::Invalid));
+        let mut other_miner = c.clone();
+        other_miner.params.miner_key = [4; 32];
+        assert_eq!(other_miner.verify(&sig), Err(SignatureError::Invalid));
+        let mut other_validator = c;
+        other_validator.validator_key = Identity::from_seed([8; 32]).public_key();
+        assert_eq!(other_validator.verify(&sig), Err(SignatureError::Invalid));
+    }
+
+    #[test]
+    fn domains_separate_kinds_of_statement() {
+        let v = Identity::from_seed([9; 32]);
+        let c = challenge(&v);
+        let sig = c.sign(&v);
+        // The same signature never verifies as an open request over the same nonce.
+        assert!(
+            v.public_key()
+                .verify(&open_request_bytes(&c.params.nonce, &[]), &sig)
+                .is_err()
+        );
+    }
+}
