@@ -1,0 +1,109 @@
+//! The `miner` command line. Every `serve` flag also reads an environment variable, and overrides
+//! the config file, which overrides the defaults.
+
+use crate::config::{BackendChoice, GpuKernelChoice, MinerConfig};
+use clap::{Args, Parser, Subcommand};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+#[derive(Debug, Parser)]
+#[command(name = "miner", version, about = "gpu-attest miner: proves this host's GPUs by running signed matrix challenges")]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Serve challenges over gRPC until SIGINT or SIGTERM.
+    Serve(ServeArgs),
+    /// Print the inventory this host would report to a validator.
+    Info {
+        #[command(flatten)]
+        settings: Settings,
+        /// Machine-readable output.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Measure GEMM throughput per backend, kernel and device.
+    Bench {
+        #[command(flatten)]
+        settings: Settings,
+        /// Matrix sizes to time.
+        #[arg(long, value_delimiter = ',', default_value = "256,1024,2048")]
+        sizes: Vec<usize>,
+        /// Seconds to spend on each size and kernel.
+        #[arg(long, default_value_t = 3.0)]
+        seconds: f64,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Create this miner's ed25519 key file (owner-only; never overwrites).
+    Keygen {
+        #[arg(long, env = "GPU_ATTEST_MINER_KEY_FILE", default_value = "miner.key")]
+        key_file: PathBuf,
+    },
+}
+
+/// Settings shared by the commands that choose a backend.
+#[derive(Debug, Args)]
+pub struct Settings {
+    /// TOML config file; flags and environment override it.
+    #[arg(long, env = "GPU_ATTEST_MINER_CONFIG")]
+    pub config: Option<PathBuf>,
+    #[arg(long, env = "GPU_ATTEST_MINER_BACKEND", value_enum)]
+    pub backend: Option<BackendChoice>,
+    #[arg(long, env = "GPU_ATTEST_MINER_GPU_KERNEL", value_enum)]
+    pub gpu_kernel: Option<GpuKernelChoice>,
+    /// CPU backend threads (0: every core).
+    #[arg(long, env = "GPU_ATTEST_MINER_CPU_THREADS")]
+    pub cpu_threads: Option<usize>,
+}
+
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    #[command(flatten)]
+    pub settings: Settings,
+    /// Listen address, e.g. 127.0.0.1:7070 (port 0 picks a free port and prints it).
+    #[arg(long, env = "GPU_ATTEST_MINER_LISTEN")]
+    pub listen: Option<SocketAddr>,
+    #[arg(long, env = "GPU_ATTEST_MINER_KEY_FILE")]
+    pub key_file: Option<PathBuf>,
+    /// Hex public key of a validator allowed to challenge this miner; repeat for several.
+    #[arg(long = "allow-validator", env = "GPU_ATTEST_MINER_ALLOW_VALIDATORS", value_delimiter = ',')]
+    pub allow_validators: Vec<String>,
+    /// Print the effective configuration as TOML and exit.
+    #[arg(long)]
+    pub print_config: bool,
+}
+
+impl Settings {
+    /// Loads the config file and applies these flags.
+    pub fn resolve(&self) -> Result<MinerConfig, crate::config::ConfigError> {
+        let mut config = MinerConfig::load(self.config.as_deref())?;
+        if let Some(b) = self.backend {
+            config.backend = b;
+        }
+        if let Some(k) = self.gpu_kernel {
+            config.gpu_kernel = k;
+        }
+        if let Some(t) = self.cpu_threads {
+            config.cpu_threads = t;
+        }
+        Ok(config)
+    }
+}
+
+impl ServeArgs {
+    pub fn resolve(&self) -> Result<MinerConfig, crate::config::ConfigError> {
+        let mut config = self.settings.resolve()?;
+        if let Some(l) = self.listen {
+            config.listen = l;
+        }
+        if let Some(k) = &self.key_file {
+            config.key_file = k.clone();
+        }
+        config.allowed_validators.extend(self.allow_validators.iter().cloned());
+        Ok(config)
+    }
+}

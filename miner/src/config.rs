@@ -1,0 +1,117 @@
+//! Miner configuration: built-in defaults, then a TOML file, then flags and environment.
+
+use serde::{Deserialize, Serialize};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum BackendChoice {
+    /// CUDA when a usable GPU is found, the CPU otherwise.
+    Auto,
+    Cpu,
+    Cuda,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum GpuKernelChoice {
+    /// Chosen from the GPU's compute capability.
+    Auto,
+    /// CUDA cores, dp4a, shared-memory tiles (sm_61 and later).
+    Tiled,
+    /// int8 tensor cores, mma.sync (sm_80 and later).
+    Tensor,
+}
+
+/// What this miner agrees to run. A challenge beyond any limit is refused before work starts.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Limits {
+    pub max_n: u32,
+    pub max_chains: u64,
+    pub max_iterations: u32,
+    /// Longest deadline window (deadline minus now) accepted, in seconds.
+    pub max_duration_secs: u64,
+    /// Most openings one OpenChains request may ask for.
+    pub max_samples: u32,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits { max_n: 8192, max_chains: 1 << 16, max_iterations: 1 << 16, max_duration_secs: 3600, max_samples: 64 }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct MinerConfig {
+    /// gRPC listen address. Loopback by default: expose it deliberately.
+    pub listen: SocketAddr,
+    /// This miner's ed25519 key file (`miner keygen` writes one).
+    pub key_file: PathBuf,
+    /// Hex public keys of the validators whose challenges this miner runs.
+    pub allowed_validators: Vec<String>,
+    pub backend: BackendChoice,
+    pub gpu_kernel: GpuKernelChoice,
+    /// CPU backend threads; 0 uses every core.
+    pub cpu_threads: usize,
+    /// How long a commitment stays openable, in seconds.
+    pub keep_commitments_secs: u64,
+    pub limits: Limits,
+}
+
+impl Default for MinerConfig {
+    fn default() -> Self {
+        MinerConfig {
+            listen: "127.0.0.1:7070".parse().expect("literal address"),
+            key_file: PathBuf::from("miner.key"),
+            allowed_validators: Vec::new(),
+            backend: BackendChoice::Auto,
+            gpu_kernel: GpuKernelChoice::Auto,
+            cpu_threads: 0,
+            keep_commitments_secs: 600,
+            limits: Limits::default(),
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read config file {path}: {source}")]
+    Read { path: String, source: std::io::Error },
+    #[error("config file {path} is not valid: {source}")]
+    Parse { path: String, source: toml::de::Error },
+}
+
+impl MinerConfig {
+    /// Defaults overlaid with `path`'s TOML, if given.
+    pub fn load(path: Option<&std::path::Path>) -> Result<Self, ConfigError> {
+        let Some(path) = path else { return Ok(Self::default()) };
+        let shown = path.display().to_string();
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read { path: shown.clone(), source })?;
+        toml::from_str(&text).map_err(|source| ConfigError::Parse { path: shown, source })
+    }
+
+    pub fn to_toml(&self) -> String {
+        toml::to_string_pretty(self).expect("config serialises")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn printed_config_parses_back() {
+        let mut c = MinerConfig::default();
+        c.allowed_validators.push("ab".repeat(32));
+        c.limits.max_n = 1024;
+        assert_eq!(toml::from_str::<MinerConfig>(&c.to_toml()).unwrap(), c);
+    }
+
+    #[test]
+    fn unknown_keys_are_refused() {
+        assert!(toml::from_str::<MinerConfig>("lisen = \"0.0.0.0:1\"").is_err());
+    }
+}

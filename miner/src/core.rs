@@ -1,0 +1,273 @@
+//! The miner's protocol logic, free of gRPC plumbing: accept a challenge, run it, sign the
+//! commitment, answer openings. The service calls these in order; tests that play a dishonest
+//! miner call them too and change one thing.
+
+use crate::backends::SelectedBackend;
+use crate::config::Limits;
+use crate::error::MinerError;
+use gpu_attest_proto::convert::{
+    challenge_from_wire, commitment_to_wire, device_to_wire, opening_to_wire, sample_from_wire,
+};
+use gpu_attest_proto::v1;
+use gpu_attest_shared::engine::{self, DeviceProgress, Execution};
+use gpu_attest_shared::identity::{Identity, PublicKey};
+use gpu_attest_shared::opening::{SampleRequest, open_chain};
+use gpu_attest_shared::params::PROTOCOL_VERSION;
+use gpu_attest_shared::statement::{Challenge, Commitment, open_request_bytes, opening_bytes};
+use gpu_attest_shared::{CancelToken, Work};
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use tokio::sync::OwnedMutexGuard;
+
+/// Commitments kept for openings at once; older ones are dropped first.
+const MAX_RECENT_COMMITMENTS: usize = 4;
+
+pub fn now_ms() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
+}
+
+/// A challenge that passed every check, holding the devices until it is dropped.
+pub struct AcceptedChallenge {
+    pub challenge: Challenge,
+    pub work: Work,
+    _devices: OwnedMutexGuard<()>,
+}
+
+impl AcceptedChallenge {
+    /// Time left until the deadline by this machine's clock.
+    pub fn time_left(&self) -> Duration {
+        Duration::from_millis(self.challenge.deadline_ms.saturating_sub(now_ms()))
+    }
+}
+
+/// What the miner keeps after committing, to answer the validator's openings.
+pub struct RecentCommitment {
+    pub nonce: [u8; 32],
+    pub validator_key: PublicKey,
+    pub work: Work,
+    pub execution: Execution,
+    stored_at: Instant,
+}
+
+pub struct MinerCore {
+    identity: Identity,
+    allowed: HashSet<PublicKey>,
+    limits: Limits,
+    selected: SelectedBackend,
+    devices: Arc<tokio::sync::Mutex<()>>,
+    /// Accepted nonces with their deadlines; a nonce past its deadline cannot come back (the
+    /// deadline check refuses it), so it can be forgotten then.
+    seen_nonces: Mutex<HashMap<[u8; 32], u64>>,
+    recent: Mutex<VecDeque<Arc<RecentCommitment>>>,
+    keep_commitments: Duration,
+}
+
+impl MinerCore {
+    pub fn new(
+        identity: Identity,
+        allowed: HashSet<PublicKey>,
+        limits: Limits,
+        selected: SelectedBackend,
+        keep_commitments: Duration,
+    ) -> Self {
+        MinerCore {
+            identity,
+            allowed,
+            limits,
+            selected,
+            devices: Arc::new(tokio::sync::Mutex::new(())),
+            seen_nonces: Mutex::new(HashMap::new()),
+            recent: Mutex::new(VecDeque::new()),
+            keep_commitments,
+        }
+    }
+
+    pub fn public_key(&self) -> PublicKey {
+        self.identity.public_key()
+    }
+
+    pub fn backend(&self) -> &SelectedBackend {
+        &self.selected
+    }
+
+    pub fn inventory(&self) -> v1::Inventory {
+        v1::Inventory {
+            miner_key: self.public_key().0.to_vec(),
+            backend: self.selected.name.clone(),
+            kernel: self.selected.kernel.clone(),
+            devices: self.selected.devices.iter().map(device_to_wire).collect(),
+            protocol_version: PROTOCOL_VERSION,
+            software_version: env!("CARGO_PKG_VERSION").to_string(),
+            limits: Some(v1::MinerLimits {
+                max_n: self.limits.max_n,
+                max_chains: self.limits.max_chains,
+                max_iterations: self.limits.max_iterations,
+                max_duration_ms: self.limits.max_duration_secs * 1000,
+                max_samples: self.limits.max_samples,
+            }),
+        }
+    }
+
+    /// Every check of PROTOCOL.md section 14, cheapest first; the nonce is recorded only once
+    /// the challenge is accepted and the devices are ours.
+    pub fn accept(&self, wire: &v1::Challenge, now_ms: u64) -> Result<AcceptedChallenge, MinerError> {
+        let (challenge, signature) = challenge_from_wire(wire)?;
+        if !self.allowed.contains(&challenge.validator_key) {
+            return Err(MinerError::ValidatorNotAllowed(challenge.validator_key));
+        }
+        challenge.verify(&signature).map_err(|_| MinerError::BadSignature(challenge.validator_key))?;
+        let bound = PublicKey(challenge.params.miner_key);
+        if bound != self.public_key() {
+            return Err(MinerError::WrongMiner { bound, ours: self.public_key() });
+        }
+        if challenge.deadline_ms <= now_ms {
+            return Err(MinerError::DeadlinePassed { late_ms: now_ms - challenge.deadline_ms });
+        }
+        let work = Work::new(challenge.params)?;
+        self.check_limits(&challenge, &work, now_ms)?;
+        let devices = self.devices.clone().try_lock_owned().map_err(|_| MinerError::Busy)?;
+        let mut seen = self.seen_nonces.lock().expect("nonce set poisoned");
+        seen.retain(|_, deadline| *deadline > now_ms);
+        if seen.contains_key(&challenge.params.nonce) {
+            return Err(MinerError::NonceReused(hex::encode(challenge.params.nonce)));
+        }
+        seen.insert(challenge.params.nonce, challenge.deadline_ms);
+        Ok(AcceptedChallenge { challenge, work, _devices: devices })
+    }
+
+    fn check_limits(&self, challenge: &Challenge, work: &Work, now_ms: u64) -> Result<(), MinerError> {
+        let l = &self.limits;
+        let over = |what: String| Err(MinerError::OverLimit(what));
+        if work.params().n > l.max_n {
+            return over(format!("n={} > max_n={}", work.params().n, l.max_n));
+        }
+        if work.num_chains() > l.max_chains {
+            return over(format!("{} chains > max_chains={}", work.num_chains(), l.max_chains));
+        }
+        if work.iterations() > l.max_iterations {
+            return over(format!("{} iterations > max_iterations={}", work.iterations(), l.max_iterations));
+        }
+        let window = challenge.deadline_ms - now_ms;
+        if window > l.max_duration_secs * 1000 {
+            return over(format!("deadline {window} ms away > max_duration_secs={}", l.max_duration_secs));
+        }
+        Ok(())
+    }
+
+    /// Runs the accepted work on every device (blocking: call it from a blocking thread).
+    pub fn execute(
+        &self,
+        accepted: &AcceptedChallenge,
+        progress: &(dyn Fn(DeviceProgress) + Sync),
+        cancel: &CancelToken,
+    ) -> Result<Execution, MinerError> {
+        Ok(engine::execute(self.selected.backend.as_ref(), &accepted.work, progress, cancel)?)
+    }
+
+    /// The commitment statement for an execution, before signing.
+    pub fn statement(&self, accepted: &AcceptedChallenge, execution: &Execution, compute_ms: u64) -> Commitment {
+        Commitment {
+            work: execution.commitment.clone(),
+            miner_key: self.public_key(),
+            validator_key: accepted.challenge.validator_key,
+            inventory: self.selected.devices.clone(),
+            backend: self.selected.name.clone(),
+            kernel: self.selected.kernel.clone(),
+            compute_ms,
+        }
+    }
+
+    pub fn sign_commitment(&self, statement: &Commitment) -> v1::Commitment {
+        commitment_to_wire(statement, &statement.sign(&self.identity))
+    }
+
+    /// Keeps an execution openable by the challenge's validator, and releases the devices.
+    pub fn remember(&self, accepted: AcceptedChallenge, execution: Execution) {
+        let entry = Arc::new(RecentCommitment {
+            nonce: accepted.challenge.params.nonce,
+            validator_key: accepted.challenge.validator_key,
+            work: accepted.work,
+            execution,
+            stored_at: Instant::now(),
+        });
+        let mut recent = self.recent.lock().expect("recent commitments poisoned");
+        recent.retain(|r| r.stored_at.elapsed() < self.keep_commitments);
+        while recent.len() >= MAX_RECENT_COMMITMENTS {
+            recent.pop_front();
+        }
+        recent.push_back(entry);
+    }
+
+    /// Signs, remembers and returns the commitment for an honest execution.
+    pub fn commit(&self, accepted: AcceptedChallenge, execution: Execution, compute_ms: u64) -> v1::Commitment {
+        let signed = self.sign_commitment(&self.statement(&accepted, &execution, compute_ms));
+        self.remember(accepted, execution);
+        signed
+    }
+
+    /// Checks an open request: a recent commitment of ours, asked for by its own validator,
+    /// correctly signed, within the sample limit and the challenge's ranges.
+    pub fn check_open_request(
+        &self,
+        request: &v1::OpenChainsRequest,
+    ) -> Result<(Arc<RecentCommitment>, Vec<SampleRequest>), MinerError> {
+        let nonce: [u8; 32] = request.nonce.as_slice().try_into().map_err(|_| gpu_attest_proto::WireError {
+            field: "nonce",
+            problem: format!("must be 32 bytes, got {}", request.nonce.len()),
+        })?;
+        if request.samples.len() > self.limits.max_samples as usize {
+            return Err(MinerError::TooManySamples { requested: request.samples.len(), max: self.limits.max_samples });
+        }
+        let recent = {
+            let recent = self.recent.lock().expect("recent commitments poisoned");
+            recent
+                .iter()
+                .find(|r| r.nonce == nonce && r.stored_at.elapsed() < self.keep_commitments)
+                .cloned()
+                .ok_or_else(|| MinerError::UnknownCommitment(hex::encode(nonce)))?
+        };
+        if request.validator_key != recent.validator_key.0 {
+            return Err(MinerError::OpenNotAllowed);
+        }
+        let samples: Vec<SampleRequest> = request.samples.iter().map(sample_from_wire).collect();
+        recent
+            .validator_key
+            .verify(&open_request_bytes(&nonce, &samples), &request.signature)
+            .map_err(|_| MinerError::BadOpenSignature)?;
+        Ok((recent, samples))
+    }
+
+    /// Builds and signs one opening (blocking: recomputes up to K steps).
+    pub fn open(
+        &self,
+        recent: &RecentCommitment,
+        sample: SampleRequest,
+        cancel: &CancelToken,
+    ) -> Result<v1::ChainOpening, MinerError> {
+        let checkpoints = recent
+            .execution
+            .chains
+            .get(sample.chain as usize)
+            .map(|c| c.checkpoints.as_slice())
+            .unwrap_or_default();
+        let opening = open_chain(
+            self.selected.backend.as_ref(),
+            &recent.work,
+            checkpoints,
+            &recent.execution.trees,
+            sample,
+            cancel,
+        )?;
+        Ok(self.sign_opening(&recent.nonce, &opening))
+    }
+
+    pub fn sign_opening(&self, nonce: &[u8; 32], opening: &gpu_attest_shared::opening::ChainOpening) -> v1::ChainOpening {
+        opening_to_wire(nonce, opening, &self.identity.sign(&opening_bytes(nonce, opening)))
+    }
+
+    /// Waits for the devices (openings queue behind a running challenge instead of failing).
+    pub async fn lock_devices(&self) -> OwnedMutexGuard<()> {
+        self.devices.clone().lock_owned().await
+    }
+}

@@ -1,0 +1,79 @@
+//! Every way a miner refuses or fails a request, and the one place each becomes a gRPC status.
+
+use gpu_attest_proto::WireError;
+use gpu_attest_shared::BackendError;
+use gpu_attest_shared::engine::EngineError;
+use gpu_attest_shared::identity::PublicKey;
+use gpu_attest_shared::opening::OpenError;
+use gpu_attest_shared::params::ParamsError;
+use tonic::{Code, Status};
+
+#[derive(Debug, thiserror::Error)]
+pub enum MinerError {
+    #[error("malformed request: {0}")]
+    Wire(#[from] WireError),
+    #[error("validator {0} is not on this miner's allow-list; add its key to allowed_validators")]
+    ValidatorNotAllowed(PublicKey),
+    #[error("challenge signature does not verify for validator {0}")]
+    BadSignature(PublicKey),
+    #[error("challenge is bound to miner key {bound}, but this miner's key is {ours}")]
+    WrongMiner { bound: PublicKey, ours: PublicKey },
+    #[error("nonce {0} was already used; every challenge needs a fresh nonce")]
+    NonceReused(String),
+    #[error("challenge deadline passed {late_ms} ms ago by this miner's clock")]
+    DeadlinePassed { late_ms: u64 },
+    #[error("invalid challenge parameters: {0}")]
+    Params(#[from] ParamsError),
+    #[error("challenge exceeds this miner's limit: {0}")]
+    OverLimit(String),
+    #[error("miner is busy with another challenge; one runs at a time, retry when it has finished")]
+    Busy,
+    #[error("work stopped: {0}")]
+    Engine(#[from] EngineError),
+    #[error("no recent commitment for nonce {0}; commitments stay openable for a limited time")]
+    UnknownCommitment(String),
+    #[error("only the validator that issued the challenge may open its chains")]
+    OpenNotAllowed,
+    #[error("open request signature does not verify")]
+    BadOpenSignature,
+    #[error("{requested} openings asked for, this miner answers at most {max} per request")]
+    TooManySamples { requested: usize, max: u32 },
+    #[error("cannot open: {0}")]
+    Open(#[from] OpenError),
+}
+
+impl From<MinerError> for Status {
+    fn from(e: MinerError) -> Status {
+        let code = match &e {
+            MinerError::Wire(_) | MinerError::Params(_) => Code::InvalidArgument,
+            MinerError::ValidatorNotAllowed(_) | MinerError::OpenNotAllowed => Code::PermissionDenied,
+            MinerError::BadSignature(_) | MinerError::BadOpenSignature => Code::Unauthenticated,
+            MinerError::WrongMiner { .. } => Code::FailedPrecondition,
+            MinerError::NonceReused(_) => Code::AlreadyExists,
+            MinerError::DeadlinePassed { .. } => Code::DeadlineExceeded,
+            MinerError::OverLimit(_) | MinerError::Busy | MinerError::TooManySamples { .. } => Code::ResourceExhausted,
+            MinerError::UnknownCommitment(_) => Code::NotFound,
+            MinerError::Engine(e) => engine_code(e),
+            MinerError::Open(OpenError::Backend(b)) => backend_code(b),
+            MinerError::Open(OpenError::NotComputed(_)) => Code::Internal,
+            MinerError::Open(_) => Code::OutOfRange,
+        };
+        Status::new(code, e.to_string())
+    }
+}
+
+fn engine_code(e: &EngineError) -> Code {
+    match e {
+        EngineError::Backend(b) => backend_code(b),
+        _ => Code::Internal,
+    }
+}
+
+fn backend_code(e: &BackendError) -> Code {
+    match e {
+        BackendError::Cancelled => Code::Cancelled,
+        BackendError::OutOfMemory { .. } => Code::ResourceExhausted,
+        BackendError::Device { .. } | BackendError::NoSuchDevice { .. } => Code::Unavailable,
+        BackendError::WrongMatrixSize { .. } | BackendError::StepsOutOfRange { .. } => Code::Internal,
+    }
+}

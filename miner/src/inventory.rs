@@ -1,0 +1,26 @@
+//! What this host reports about the devices it computes on.
+
+use gpu_attest_shared::statement::DeviceInfo;
+
+/// The CPU as one device: model name, logical cores as `sm_count`, total memory.
+pub fn cpu_device() -> DeviceInfo {
+    let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    let model = cpuinfo
+        .lines()
+        .find_map(|l| l.strip_prefix("model name").and_then(|r| r.split_once(':')).map(|(_, v)| v.trim().to_string()))
+        .unwrap_or_else(|| std::env::consts::ARCH.to_string());
+    let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
+    let memory_kib: u64 = meminfo
+        .lines()
+        .find_map(|l| l.strip_prefix("MemTotal:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or(0);
+    let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+    DeviceInfo {
+        index: 0,
+        name: format!("cpu: {model}"),
+        memory_bytes: memory_kib * 1024,
+        sm_count: cores as u32,
+        ..DeviceInfo::default()
+    }
+}

@@ -1,0 +1,15 @@
+//! The gpu-attest miner daemon as a library: the `miner` binary is a thin command line over it,
+//! and the integration tests run the same server in-process on port-0 listeners.
+
+pub mod backends;
+pub mod bench;
+pub mod cli;
+pub mod config;
+pub mod core;
+pub mod error;
+pub mod inventory;
+pub mod server;
+pub mod service;
+
+pub use crate::core::MinerCore;
+pub use config::MinerConfig;

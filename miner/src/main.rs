@@ -1,0 +1,168 @@
+//! `miner`: the thin binary over the gpu-attest-miner library.
+
+use anyhow::{Context, Result, bail};
+use clap::Parser;
+use gpu_attest_miner::backends;
+use gpu_attest_miner::cli::{Cli, Command, ServeArgs};
+use gpu_attest_miner::{MinerCore, bench, server};
+use gpu_attest_shared::identity::{Identity, PublicKey};
+use std::collections::HashSet;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+use tracing::{info, warn};
+
+/// Errors end the process with one line on stderr, whatever RUST_BACKTRACE says.
+fn main() -> ExitCode {
+    match run(Cli::parse()) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(cli: Cli) -> Result<()> {
+    match cli.command {
+        Command::Keygen { key_file } => {
+            let identity = Identity::create_file(&key_file)?;
+            println!("wrote {} (owner-only)", key_file.display());
+            println!("public key: {}", identity.public_key());
+            Ok(())
+        }
+        Command::Info { settings, json } => {
+            let config = settings.resolve()?;
+            let selected = backends::select(&config)?;
+            if json {
+                let devices: Vec<_> = selected.devices.iter().map(gpu_attest_proto::convert::device_to_wire).collect();
+                let value = serde_json::json!({
+                    "backend": selected.name,
+                    "kernel": selected.kernel,
+                    "note": selected.note,
+                    "gpus": 0,
+                    "devices": devices.iter().map(|d| serde_json::json!({
+                        "index": d.index, "name": d.name, "memory_bytes": d.memory_bytes, "cores": d.sm_count,
+                    })).collect::<Vec<_>>(),
+                });
+                println!("{}", serde_json::to_string_pretty(&value)?);
+            } else {
+                println!("GPUs: none usable (this build has no CUDA backend)");
+                println!("backend: {} ({} kernel)", selected.name, selected.kernel);
+                if let Some(note) = &selected.note {
+                    println!("note: {note}");
+                }
+                for d in &selected.devices {
+                    println!(
+                        "device {}: {}, {} logical cores, {:.1} GiB memory",
+                        d.index,
+                        d.name,
+                        d.sm_count,
+                        d.memory_bytes as f64 / (1u64 << 30) as f64
+                    );
+                }
+            }
+            Ok(())
+        }
+        Command::Bench { settings, sizes, seconds, json } => {
+            let config = settings.resolve()?;
+            let selected = backends::select(&config)?;
+            if let Some(bad) = sizes.iter().find(|&&n| n == 0 || n % 64 != 0 || n > 8192) {
+                bail!("size {bad} is not a valid challenge size (a multiple of 64 in 64..=8192)");
+            }
+            let device = selected.devices.first().map(|d| d.name.clone()).unwrap_or_default();
+            let rows = bench::cpu(&sizes, config.cpu_threads, Duration::from_secs_f64(seconds), &device);
+            if json {
+                println!("{}", serde_json::to_string_pretty(&rows)?);
+            } else {
+                println!("{:<6} {:<12} {:>6} {:>12} {:>10}  device", "backend", "kernel", "n", "ms/step", "TOPS");
+                for r in rows {
+                    println!(
+                        "{:<6} {:<12} {:>6} {:>12.3} {:>10.3}  {}",
+                        r.backend,
+                        r.kernel,
+                        r.n,
+                        r.seconds * 1e3,
+                        r.tops,
+                        r.device
+                    );
+                }
+            }
+            Ok(())
+        }
+        Command::Serve(args) => serve(args),
+    }
+}
+
+fn serve(args: ServeArgs) -> Result<()> {
+    let config = args.resolve()?;
+    if args.print_config {
+        print!("{}", config.to_toml());
+        return Ok(());
+    }
+    let selected = backends::select(&config)?;
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("GPU_ATTEST_LOG").unwrap_or_else(|_| "info".into()))
+        .with_writer(std::io::stderr)
+        .init();
+    let identity = Identity::load_file(&config.key_file)
+        .with_context(|| format!("run `miner keygen --key-file {}` first", config.key_file.display()))?;
+    let mut allowed = HashSet::new();
+    for key in &config.allowed_validators {
+        let parsed = PublicKey::from_hex(key).with_context(|| format!("allowed validator {key:?} is not a 64-hex-digit key"))?;
+        allowed.insert(parsed);
+    }
+    if allowed.is_empty() {
+        warn!("no validator is allowed (allowed_validators is empty): every challenge will be refused");
+    }
+    if let Some(note) = &selected.note {
+        info!("{note}");
+    }
+    let runtime = tokio::runtime::Runtime::new()?;
+    runtime.block_on(async move {
+        let listener = tokio::net::TcpListener::bind(config.listen)
+            .await
+            .with_context(|| format!("cannot listen on {}", config.listen))?;
+        let address = listener.local_addr()?;
+        info!(
+            %address,
+            miner_key = %identity.public_key(),
+            backend = %selected.name,
+            kernel = %selected.kernel,
+            validators = allowed.len(),
+            "miner listening"
+        );
+        // Scripts read this line to learn a port-0 address.
+        println!("listening on {address}");
+        let core = Arc::new(MinerCore::new(
+            identity,
+            allowed,
+            config.limits.clone(),
+            selected,
+            Duration::from_secs(config.keep_commitments_secs),
+        ));
+        server::serve(core, listener, shutdown_signal()).await?;
+        info!("miner stopped");
+        Ok(())
+    })
+}
+
+/// Completes on SIGINT or SIGTERM.
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! { _ = ctrl_c => {}, _ = term => {} }
+    info!("shutdown signal received; finishing in-flight calls");
+}

@@ -1,0 +1,152 @@
+//! The `Miner` gRPC service: a thin async shell around [`MinerCore`].
+
+use crate::core::{AcceptedChallenge, MinerCore, now_ms};
+use crate::error::MinerError;
+use gpu_attest_proto::v1::{self, challenge_event::Event, miner_server::Miner};
+use gpu_attest_shared::engine::EngineError;
+use gpu_attest_shared::{BackendError, CancelToken};
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Instant;
+use tokio::sync::mpsc;
+use tokio_stream::Stream;
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::{Request, Response, Status};
+use tracing::{info, warn};
+
+type EventStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send>>;
+
+/// Progress events buffered per stream; when the validator reads slower, extra ones are dropped
+/// (progress is informational) rather than slowing the devices.
+const EVENT_BUFFER: usize = 256;
+
+#[derive(Clone)]
+pub struct MinerService {
+    core: Arc<MinerCore>,
+}
+
+impl MinerService {
+    pub fn new(core: Arc<MinerCore>) -> Self {
+        MinerService { core }
+    }
+}
+
+fn peer(request: &Request<impl Sized>) -> String {
+    request.remote_addr().map(|a| a.to_string()).unwrap_or_else(|| "unknown peer".into())
+}
+
+#[tonic::async_trait]
+impl Miner for MinerService {
+    type RunChallengeStream = EventStream<v1::ChallengeEvent>;
+    type OpenChainsStream = EventStream<v1::ChainOpening>;
+
+    async fn get_inventory(&self, _: Request<v1::GetInventoryRequest>) -> Result<Response<v1::Inventory>, Status> {
+        Ok(Response::new(self.core.inventory()))
+    }
+
+    async fn run_challenge(&self, request: Request<v1::Challenge>) -> Result<Response<Self::RunChallengeStream>, Status> {
+        let peer = peer(&request);
+        let accepted = self.core.accept(request.get_ref(), now_ms()).inspect_err(|e| {
+            warn!(%peer, error = %e, "challenge refused");
+        })?;
+        info!(
+            %peer,
+            nonce = %hex::encode(accepted.challenge.params.nonce),
+            n = accepted.work.n(),
+            chains = accepted.work.num_chains(),
+            iterations = accepted.work.iterations(),
+            "challenge accepted"
+        );
+        let (tx, rx) = mpsc::channel(EVENT_BUFFER);
+        tokio::spawn(run_accepted(self.core.clone(), accepted, tx));
+        Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
+    }
+
+    async fn open_chains(&self, request: Request<v1::OpenChainsRequest>) -> Result<Response<Self::OpenChainsStream>, Status> {
+        let peer = peer(&request);
+        let (recent, samples) = self.core.check_open_request(request.get_ref()).inspect_err(|e| {
+            warn!(%peer, error = %e, "open request refused");
+        })?;
+        let (tx, rx) = mpsc::channel(2);
+        let core = self.core.clone();
+        tokio::spawn(async move {
+            let _devices = core.lock_devices().await;
+            let cancel = CancelToken::new();
+            for sample in samples {
+                let (core2, recent2, cancel2) = (core.clone(), recent.clone(), cancel.clone());
+                let opened = tokio::task::spawn_blocking(move || core2.open(&recent2, sample, &cancel2)).await;
+                let item = match opened {
+                    Ok(result) => result.map_err(Status::from),
+                    Err(join) => Err(Status::internal(format!("opening worker failed: {join}"))),
+                };
+                let failed = item.is_err();
+                if tx.send(item).await.is_err() || failed {
+                    break; // validator gone, or the stream ends with the error it was sent
+                }
+            }
+        });
+        Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
+    }
+}
+
+/// Runs an accepted challenge to its commitment, cancelling on disconnect or deadline.
+async fn run_accepted(core: Arc<MinerCore>, accepted: AcceptedChallenge, tx: mpsc::Sender<Result<v1::ChallengeEvent, Status>>) {
+    let nonce = hex::encode(accepted.challenge.params.nonce);
+    let event = |e| Ok(v1::ChallengeEvent { event: Some(e) });
+    let devices = core.backend().backend.device_count();
+    let _ = tx.send(event(Event::Accepted(v1::Accepted { devices, backend: core.backend().name.clone() }))).await;
+
+    let cancel = CancelToken::new();
+    let watcher = {
+        let (tx, cancel, time_left) = (tx.clone(), cancel.clone(), accepted.time_left());
+        tokio::spawn(async move {
+            tokio::select! {
+                _ = tx.closed() => {}
+                _ = tokio::time::sleep(time_left) => {}
+            }
+            cancel.cancel();
+        })
+    };
+    let started = Instant::now();
+    let progress_tx = tx.clone();
+    let worker_core = core.clone();
+    let worker_cancel = cancel.clone();
+    let joined = tokio::task::spawn_blocking(move || {
+        let progress = |p: gpu_attest_shared::engine::DeviceProgress| {
+            let _ = progress_tx.try_send(event(Event::Progress(v1::Progress { device: p.device, done: p.done, total: p.total })));
+        };
+        let result = worker_core.execute(&accepted, &progress, &worker_cancel);
+        (accepted, result)
+    })
+    .await;
+    watcher.abort();
+    let (accepted, result) = match joined {
+        Ok(pair) => pair,
+        Err(join) => {
+            let _ = tx.send(Err(Status::internal(format!("challenge worker failed: {join}")))).await;
+            return;
+        }
+    };
+    let compute_ms = started.elapsed().as_millis() as u64;
+    match result {
+        Ok(execution) => {
+            let commitment = core.commit(accepted, execution, compute_ms);
+            info!(%nonce, compute_ms, "commitment sent");
+            let _ = tx.send(event(Event::Commitment(commitment))).await;
+        }
+        Err(MinerError::Engine(EngineError::Backend(BackendError::Cancelled))) => {
+            drop(accepted); // frees the devices now
+            if tx.is_closed() {
+                info!(%nonce, "validator disconnected; challenge cancelled");
+            } else {
+                warn!(%nonce, compute_ms, "deadline passed; challenge cancelled");
+                let _ = tx.send(Err(MinerError::DeadlinePassed { late_ms: 0 }.into())).await;
+            }
+        }
+        Err(e) => {
+            drop(accepted);
+            warn!(%nonce, error = %e, "challenge failed");
+            let _ = tx.send(Err(e.into())).await;
+        }
+    }
+}
