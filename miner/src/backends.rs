@@ -33,9 +33,10 @@ pub fn select(config: &MinerConfig) -> Result<SelectedBackend, BackendSelectErro
     match config.backend {
         BackendChoice::Cuda => Err(BackendSelectError::CudaUnavailable),
         BackendChoice::Cpu => cpu(config, None),
-        BackendChoice::Auto => {
-            cpu(config, Some("no GPU backend in this build, so auto selected the CPU backend".to_string()))
-        }
+        BackendChoice::Auto => cpu(
+            config,
+            Some("no GPU backend in this build, so auto selected the CPU backend".to_string()),
+        ),
     }
 }
 

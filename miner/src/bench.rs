@@ -20,7 +20,9 @@ pub struct BenchRow {
 pub fn cpu(sizes: &[usize], threads: usize, budget: Duration, device: &str) -> Vec<BenchRow> {
     let mut rows = Vec::new();
     for kernel in KernelKind::ALL.into_iter().filter(|k| k.is_available()) {
-        let Ok(gemm) = CpuGemm::new(threads, Some(kernel)) else { continue };
+        let Ok(gemm) = CpuGemm::new(threads, Some(kernel)) else {
+            continue;
+        };
         for &n in sizes {
             let (x, b) = (generate(&[1; 32], 0, n), PackedB::new(&generate(&[1; 32], 1, n)));
             let mut out = Matrix::zeros(n);

@@ -7,7 +7,11 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 
 #[derive(Debug, Parser)]
-#[command(name = "miner", version, about = "gpu-attest miner: proves this host's GPUs by running signed matrix challenges")]
+#[command(
+    name = "miner",
+    version,
+    about = "gpu-attest miner: proves this host's GPUs by running signed matrix challenges"
+)]
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
@@ -70,7 +74,11 @@ pub struct ServeArgs {
     #[arg(long, env = "GPU_ATTEST_MINER_KEY_FILE")]
     pub key_file: Option<PathBuf>,
     /// Hex public key of a validator allowed to challenge this miner; repeat for several.
-    #[arg(long = "allow-validator", env = "GPU_ATTEST_MINER_ALLOW_VALIDATORS", value_delimiter = ',')]
+    #[arg(
+        long = "allow-validator",
+        env = "GPU_ATTEST_MINER_ALLOW_VALIDATORS",
+        value_delimiter = ','
+    )]
     pub allow_validators: Vec<String>,
     /// Print the effective configuration as TOML and exit.
     #[arg(long)]

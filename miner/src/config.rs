@@ -39,7 +39,13 @@ pub struct Limits {
 
 impl Default for Limits {
     fn default() -> Self {
-        Limits { max_n: 8192, max_chains: 1 << 16, max_iterations: 1 << 16, max_duration_secs: 3600, max_samples: 64 }
+        Limits {
+            max_n: 8192,
+            max_chains: 1 << 16,
+            max_iterations: 1 << 16,
+            max_duration_secs: 3600,
+            max_samples: 64,
+        }
     }
 }
 
@@ -89,7 +95,10 @@ impl MinerConfig {
     pub fn load(path: Option<&std::path::Path>) -> Result<Self, ConfigError> {
         let Some(path) = path else { return Ok(Self::default()) };
         let shown = path.display().to_string();
-        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read { path: shown.clone(), source })?;
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: shown.clone(),
+            source,
+        })?;
         toml::from_str(&text).map_err(|source| ConfigError::Parse { path: shown, source })
     }
 

@@ -24,7 +24,10 @@ use tokio::sync::OwnedMutexGuard;
 const MAX_RECENT_COMMITMENTS: usize = 4;
 
 pub fn now_ms() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
 }
 
 /// A challenge that passed every check, holding the devices until it is dropped.
@@ -116,13 +119,20 @@ impl MinerCore {
         if !self.allowed.contains(&challenge.validator_key) {
             return Err(MinerError::ValidatorNotAllowed(challenge.validator_key));
         }
-        challenge.verify(&signature).map_err(|_| MinerError::BadSignature(challenge.validator_key))?;
+        challenge
+            .verify(&signature)
+            .map_err(|_| MinerError::BadSignature(challenge.validator_key))?;
         let bound = PublicKey(challenge.params.miner_key);
         if bound != self.public_key() {
-            return Err(MinerError::WrongMiner { bound, ours: self.public_key() });
+            return Err(MinerError::WrongMiner {
+                bound,
+                ours: self.public_key(),
+            });
         }
         if challenge.deadline_ms <= now_ms {
-            return Err(MinerError::DeadlinePassed { late_ms: now_ms - challenge.deadline_ms });
+            return Err(MinerError::DeadlinePassed {
+                late_ms: now_ms - challenge.deadline_ms,
+            });
         }
         let work = Work::new(challenge.params)?;
         self.check_limits(&challenge, &work, now_ms)?;
@@ -133,7 +143,11 @@ impl MinerCore {
             return Err(MinerError::NonceReused(hex::encode(challenge.params.nonce)));
         }
         seen.insert(challenge.params.nonce, challenge.deadline_ms);
-        Ok(AcceptedChallenge { challenge, work, _devices: devices })
+        Ok(AcceptedChallenge {
+            challenge,
+            work,
+            _devices: devices,
+        })
     }
 
     fn check_limits(&self, challenge: &Challenge, work: &Work, now_ms: u64) -> Result<(), MinerError> {
@@ -146,11 +160,18 @@ impl MinerCore {
             return over(format!("{} chains > max_chains={}", work.num_chains(), l.max_chains));
         }
         if work.iterations() > l.max_iterations {
-            return over(format!("{} iterations > max_iterations={}", work.iterations(), l.max_iterations));
+            return over(format!(
+                "{} iterations > max_iterations={}",
+                work.iterations(),
+                l.max_iterations
+            ));
         }
         let window = challenge.deadline_ms - now_ms;
         if window > l.max_duration_secs * 1000 {
-            return over(format!("deadline {window} ms away > max_duration_secs={}", l.max_duration_secs));
+            return over(format!(
+                "deadline {window} ms away > max_duration_secs={}",
+                l.max_duration_secs
+            ));
         }
         Ok(())
     }
@@ -162,7 +183,12 @@ impl MinerCore {
         progress: &(dyn Fn(DeviceProgress) + Sync),
         cancel: &CancelToken,
     ) -> Result<Execution, MinerError> {
-        Ok(engine::execute(self.selected.backend.as_ref(), &accepted.work, progress, cancel)?)
+        Ok(engine::execute(
+            self.selected.backend.as_ref(),
+            &accepted.work,
+            progress,
+            cancel,
+        )?)
     }
 
     /// The commitment statement for an execution, before signing.
@@ -212,12 +238,19 @@ impl MinerCore {
         &self,
         request: &v1::OpenChainsRequest,
     ) -> Result<(Arc<RecentCommitment>, Vec<SampleRequest>), MinerError> {
-        let nonce: [u8; 32] = request.nonce.as_slice().try_into().map_err(|_| gpu_attest_proto::WireError {
-            field: "nonce",
-            problem: format!("must be 32 bytes, got {}", request.nonce.len()),
-        })?;
+        let nonce: [u8; 32] = request
+            .nonce
+            .as_slice()
+            .try_into()
+            .map_err(|_| gpu_attest_proto::WireError {
+                field: "nonce",
+                problem: format!("must be 32 bytes, got {}", request.nonce.len()),
+            })?;
         if request.samples.len() > self.limits.max_samples as usize {
-            return Err(MinerError::TooManySamples { requested: request.samples.len(), max: self.limits.max_samples });
+            return Err(MinerError::TooManySamples {
+                requested: request.samples.len(),
+                max: self.limits.max_samples,
+            });
         }
         let recent = {
             let recent = self.recent.lock().expect("recent commitments poisoned");
@@ -262,7 +295,11 @@ impl MinerCore {
         Ok(self.sign_opening(&recent.nonce, &opening))
     }
 
-    pub fn sign_opening(&self, nonce: &[u8; 32], opening: &gpu_attest_shared::opening::ChainOpening) -> v1::ChainOpening {
+    pub fn sign_opening(
+        &self,
+        nonce: &[u8; 32],
+        opening: &gpu_attest_shared::opening::ChainOpening,
+    ) -> v1::ChainOpening {
         opening_to_wire(nonce, opening, &self.identity.sign(&opening_bytes(nonce, opening)))
     }
 

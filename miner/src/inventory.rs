@@ -7,7 +7,11 @@ pub fn cpu_device() -> DeviceInfo {
     let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
     let model = cpuinfo
         .lines()
-        .find_map(|l| l.strip_prefix("model name").and_then(|r| r.split_once(':')).map(|(_, v)| v.trim().to_string()))
+        .find_map(|l| {
+            l.strip_prefix("model name")
+                .and_then(|r| r.split_once(':'))
+                .map(|(_, v)| v.trim().to_string())
+        })
         .unwrap_or_else(|| std::env::consts::ARCH.to_string());
     let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
     let memory_kib: u64 = meminfo

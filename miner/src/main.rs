@@ -35,7 +35,11 @@ fn run(cli: Cli) -> Result<()> {
             let config = settings.resolve()?;
             let selected = backends::select(&config)?;
             if json {
-                let devices: Vec<_> = selected.devices.iter().map(gpu_attest_proto::convert::device_to_wire).collect();
+                let devices: Vec<_> = selected
+                    .devices
+                    .iter()
+                    .map(gpu_attest_proto::convert::device_to_wire)
+                    .collect();
                 let value = serde_json::json!({
                     "backend": selected.name,
                     "kernel": selected.kernel,
@@ -64,7 +68,12 @@ fn run(cli: Cli) -> Result<()> {
             }
             Ok(())
         }
-        Command::Bench { settings, sizes, seconds, json } => {
+        Command::Bench {
+            settings,
+            sizes,
+            seconds,
+            json,
+        } => {
             let config = settings.resolve()?;
             let selected = backends::select(&config)?;
             if let Some(bad) = sizes.iter().find(|&&n| n == 0 || n % 64 != 0 || n > 8192) {
@@ -75,7 +84,10 @@ fn run(cli: Cli) -> Result<()> {
             if json {
                 println!("{}", serde_json::to_string_pretty(&rows)?);
             } else {
-                println!("{:<6} {:<12} {:>6} {:>12} {:>10}  device", "backend", "kernel", "n", "ms/step", "TOPS");
+                println!(
+                    "{:<6} {:<12} {:>6} {:>12} {:>10}  device",
+                    "backend", "kernel", "n", "ms/step", "TOPS"
+                );
                 for r in rows {
                     println!(
                         "{:<6} {:<12} {:>6} {:>12.3} {:>10.3}  {}",
@@ -102,14 +114,17 @@ fn serve(args: ServeArgs) -> Result<()> {
     }
     let selected = backends::select(&config)?;
     tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("GPU_ATTEST_LOG").unwrap_or_else(|_| "info".into()))
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("GPU_ATTEST_LOG").unwrap_or_else(|_| "info".into()),
+        )
         .with_writer(std::io::stderr)
         .init();
     let identity = Identity::load_file(&config.key_file)
         .with_context(|| format!("run `miner keygen --key-file {}` first", config.key_file.display()))?;
     let mut allowed = HashSet::new();
     for key in &config.allowed_validators {
-        let parsed = PublicKey::from_hex(key).with_context(|| format!("allowed validator {key:?} is not a 64-hex-digit key"))?;
+        let parsed =
+            PublicKey::from_hex(key).with_context(|| format!("allowed validator {key:?} is not a 64-hex-digit key"))?;
         allowed.insert(parsed);
     }
     if allowed.is_empty() {

@@ -32,7 +32,10 @@ impl MinerService {
 }
 
 fn peer(request: &Request<impl Sized>) -> String {
-    request.remote_addr().map(|a| a.to_string()).unwrap_or_else(|| "unknown peer".into())
+    request
+        .remote_addr()
+        .map(|a| a.to_string())
+        .unwrap_or_else(|| "unknown peer".into())
 }
 
 #[tonic::async_trait]
@@ -44,7 +47,10 @@ impl Miner for MinerService {
         Ok(Response::new(self.core.inventory()))
     }
 
-    async fn run_challenge(&self, request: Request<v1::Challenge>) -> Result<Response<Self::RunChallengeStream>, Status> {
+    async fn run_challenge(
+        &self,
+        request: Request<v1::Challenge>,
+    ) -> Result<Response<Self::RunChallengeStream>, Status> {
         let peer = peer(&request);
         let accepted = self.core.accept(request.get_ref(), now_ms()).inspect_err(|e| {
             warn!(%peer, error = %e, "challenge refused");
@@ -62,7 +68,10 @@ impl Miner for MinerService {
         Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
     }
 
-    async fn open_chains(&self, request: Request<v1::OpenChainsRequest>) -> Result<Response<Self::OpenChainsStream>, Status> {
+    async fn open_chains(
+        &self,
+        request: Request<v1::OpenChainsRequest>,
+    ) -> Result<Response<Self::OpenChainsStream>, Status> {
         let peer = peer(&request);
         let (recent, samples) = self.core.check_open_request(request.get_ref()).inspect_err(|e| {
             warn!(%peer, error = %e, "open request refused");
@@ -90,11 +99,20 @@ impl Miner for MinerService {
 }
 
 /// Runs an accepted challenge to its commitment, cancelling on disconnect or deadline.
-async fn run_accepted(core: Arc<MinerCore>, accepted: AcceptedChallenge, tx: mpsc::Sender<Result<v1::ChallengeEvent, Status>>) {
+async fn run_accepted(
+    core: Arc<MinerCore>,
+    accepted: AcceptedChallenge,
+    tx: mpsc::Sender<Result<v1::ChallengeEvent, Status>>,
+) {
     let nonce = hex::encode(accepted.challenge.params.nonce);
     let event = |e| Ok(v1::ChallengeEvent { event: Some(e) });
     let devices = core.backend().backend.device_count();
-    let _ = tx.send(event(Event::Accepted(v1::Accepted { devices, backend: core.backend().name.clone() }))).await;
+    let _ = tx
+        .send(event(Event::Accepted(v1::Accepted {
+            devices,
+            backend: core.backend().name.clone(),
+        })))
+        .await;
 
     let cancel = CancelToken::new();
     let watcher = {
@@ -113,7 +131,11 @@ async fn run_accepted(core: Arc<MinerCore>, accepted: AcceptedChallenge, tx: mps
     let worker_cancel = cancel.clone();
     let joined = tokio::task::spawn_blocking(move || {
         let progress = |p: gpu_attest_shared::engine::DeviceProgress| {
-            let _ = progress_tx.try_send(event(Event::Progress(v1::Progress { device: p.device, done: p.done, total: p.total })));
+            let _ = progress_tx.try_send(event(Event::Progress(v1::Progress {
+                device: p.device,
+                done: p.done,
+                total: p.total,
+            })));
         };
         let result = worker_core.execute(&accepted, &progress, &worker_cancel);
         (accepted, result)
@@ -123,7 +145,9 @@ async fn run_accepted(core: Arc<MinerCore>, accepted: AcceptedChallenge, tx: mps
     let (accepted, result) = match joined {
         Ok(pair) => pair,
         Err(join) => {
-            let _ = tx.send(Err(Status::internal(format!("challenge worker failed: {join}")))).await;
+            let _ = tx
+                .send(Err(Status::internal(format!("challenge worker failed: {join}"))))
+                .await;
             return;
         }
     };

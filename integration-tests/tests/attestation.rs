@@ -1,0 +1,139 @@
+//! End to end over real sockets: a real miner server and the validator's attestation flow, CPU
+//! backend, small challenges. The honest miner passes under both policies; each cheating miner
+//! fails with the reason that names its cheat.
+
+mod common;
+
+use common::cheats::{Cheat, spawn_cheater};
+use common::*;
+use gpu_attest_validator::config::Policy;
+use gpu_attest_validator::store::{Verdict, VerdictFilter};
+
+async fn attest(url: &str, policy: Policy) -> (Verdict, TempDir) {
+    let dir = TempDir::new("attest");
+    let attestor = attestor(&validator_config(&dir, policy));
+    let verdict = attestor
+        .attest(url, &|_| {})
+        .await
+        .expect("attestation runs to a verdict");
+    // What was reported is what was stored.
+    let stored = attestor
+        .store()
+        .verdicts(&VerdictFilter {
+            limit: 10,
+            ..Default::default()
+        })
+        .unwrap();
+    assert_eq!(stored, vec![verdict.clone()]);
+    (verdict, dir)
+}
+
+fn assert_failed_with(verdict: &Verdict, needle: &str) {
+    assert!(!verdict.passed, "a cheating miner passed: {verdict:?}");
+    assert!(
+        verdict.reasons.iter().any(|r| r.contains(needle)),
+        "no reason mentions {needle:?}; reasons: {:?}",
+        verdict.reasons
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn honest_miner_passes_sampled_verification() {
+    let miner = spawn_miner(miner_core(1, &[validator_key()], 1)).await;
+    let (verdict, _dir) = attest(&miner.url(), Policy::Sampled).await;
+    assert!(verdict.passed, "{:?}", verdict.reasons);
+    assert_eq!(verdict.policy, "sampled");
+    assert_eq!(verdict.samples, 8);
+    assert_eq!(verdict.params.n, 64);
+    assert!(verdict.measured_ms <= verdict.deadline_ms);
+    assert_eq!(verdict.inventory.len(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn honest_multi_device_miner_passes_full_reexecution() {
+    // Three devices on the miner, one on the validator: G must still match.
+    let miner = spawn_miner(miner_core(2, &[validator_key()], 3)).await;
+    let (verdict, _dir) = attest(&miner.url(), Policy::Full).await;
+    assert!(verdict.passed, "{:?}", verdict.reasons);
+    assert_eq!(verdict.policy, "full");
+    assert_eq!(verdict.inventory.len(), 3);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn wrong_global_checksum_fails() {
+    let miner = spawn_cheater(miner_core(3, &[validator_key()], 1), Cheat::WrongGlobalChecksum).await;
+    let (verdict, _dir) = attest(&miner.url(), Policy::Sampled).await;
+    assert_failed_with(&verdict, "global checksum");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn skipped_chains_are_caught_by_sampling() {
+    let miner = spawn_cheater(miner_core(4, &[validator_key()], 1), Cheat::SkipChains).await;
+    let (verdict, _dir) = attest(&miner.url(), Policy::Sampled).await;
+    assert!(!verdict.passed);
+    // Every garbage chain is opened (8 samples cover all ~5 chains); each fails on a segment.
+    assert!(
+        verdict
+            .reasons
+            .iter()
+            .all(|r| r.contains("segment") || r.contains("checkpoint")),
+        "{:?}",
+        verdict.reasons
+    );
+    // Exactly the skipped chains (the second half) fail, each of them.
+    let m = verdict.params.num_chains;
+    let mut failing: Vec<u64> = verdict
+        .reasons
+        .iter()
+        .map(|r| {
+            r.strip_prefix("chain ")
+                .and_then(|r| r.split(':').next())
+                .and_then(|c| c.parse().ok())
+                .expect(r)
+        })
+        .collect();
+    failing.sort();
+    failing.dedup();
+    assert_eq!(failing, (m / 2..m).collect::<Vec<_>>(), "{:?}", verdict.reasons);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn skipped_chains_are_caught_by_full_reexecution() {
+    let miner = spawn_cheater(miner_core(5, &[validator_key()], 1), Cheat::SkipChains).await;
+    let (verdict, _dir) = attest(&miner.url(), Policy::Full).await;
+    assert_failed_with(&verdict, "re-execution gives global checksum");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn leaf_changed_after_commitment_fails() {
+    let miner = spawn_cheater(miner_core(6, &[validator_key()], 1), Cheat::LeafChangedAfterCommit).await;
+    let (verdict, _dir) = attest(&miner.url(), Policy::Sampled).await;
+    assert_failed_with(&verdict, "leaf is not in the committed device root");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn wrong_partition_fails() {
+    let miner = spawn_cheater(miner_core(7, &[validator_key()], 2), Cheat::WrongPartition).await;
+    let (verdict, _dir) = attest(&miner.url(), Policy::Sampled).await;
+    assert_failed_with(&verdict, "partition is not the canonical one");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn replayed_commitment_from_earlier_nonce_fails() {
+    let miner = spawn_cheater(miner_core(8, &[validator_key()], 1), Cheat::ReplayFirstCommitment).await;
+    let dir = TempDir::new("replay");
+    let attestor = attestor(&validator_config(&dir, Policy::Sampled));
+    let first = attestor.attest(&miner.url(), &|_| {}).await.unwrap();
+    assert!(first.passed, "{:?}", first.reasons);
+    let second = attestor.attest(&miner.url(), &|_| {}).await.unwrap();
+    assert_ne!(first.nonce, second.nonce, "a nonce was reused");
+    assert_failed_with(&second, "commitment echoes nonce");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn answering_after_the_deadline_fails() {
+    let miner = spawn_cheater(miner_core(9, &[validator_key()], 1), Cheat::Slow).await;
+    let (verdict, _dir) = attest(&miner.url(), Policy::Sampled).await;
+    assert_failed_with(&verdict, "the deadline was");
+    assert!(verdict.measured_ms > verdict.deadline_ms);
+}

@@ -1,0 +1,182 @@
+//! Dishonest miners for the tests: the real `MinerCore` with one step of the honest flow changed.
+//! They exist only here, never in the miner itself.
+
+use super::Running;
+use gpu_attest_miner::MinerCore;
+use gpu_attest_proto::v1::{self, challenge_event::Event, miner_server::Miner, miner_server::MinerServer};
+use gpu_attest_shared::CancelToken;
+use gpu_attest_shared::chain::ChainResult;
+use gpu_attest_shared::commitment::{WorkCommitment, device_trees};
+use gpu_attest_shared::digest::Digest;
+use gpu_attest_shared::engine::{self, Execution};
+use gpu_attest_shared::partition::DeviceSlice;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio_stream::Stream;
+use tonic::{Request, Response, Status};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Cheat {
+    /// Commits a global checksum that is not the one its device roots give.
+    WrongGlobalChecksum,
+    /// Computes only the first half of the chains and commits garbage checkpoints for the rest,
+    /// consistently (leaves, roots and G all cover the garbage).
+    SkipChains,
+    /// Commits honestly, then opens chains with checkpoint hashes other than the committed ones.
+    LeafChangedAfterCommit,
+    /// Splits the chains over its devices in a non-canonical way.
+    WrongPartition,
+    /// Answers every challenge after the first with the first one's (validly signed) commitment.
+    ReplayFirstCommitment,
+    /// Computes honestly but sends the commitment after the deadline.
+    Slow,
+}
+
+pub struct CheatingMiner {
+    core: Arc<MinerCore>,
+    cheat: Cheat,
+    first: Mutex<Option<v1::Commitment>>,
+}
+
+type Events<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send>>;
+
+pub async fn spawn_cheater(core: Arc<MinerCore>, cheat: Cheat) -> Running {
+    let (listener, address) = super::listener().await;
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let service = CheatingMiner {
+        core,
+        cheat,
+        first: Mutex::new(None),
+    };
+    tokio::spawn(
+        tonic::transport::Server::builder()
+            .add_service(MinerServer::new(service).max_encoding_message_size(72 << 20))
+            .serve_with_incoming_shutdown(tokio_stream::wrappers::TcpListenerStream::new(listener), async {
+                let _ = stopped.await;
+            }),
+    );
+    Running {
+        address,
+        stop: Some(stop),
+    }
+}
+
+fn garbage(chains: &mut [ChainResult]) {
+    for chain in chains {
+        for h in chain.checkpoints.iter_mut().skip(1) {
+            *h = Digest::hash(&h.0);
+        }
+    }
+}
+
+#[tonic::async_trait]
+impl Miner for CheatingMiner {
+    type RunChallengeStream = Events<v1::ChallengeEvent>;
+    type OpenChainsStream = Events<v1::ChainOpening>;
+
+    async fn get_inventory(&self, _: Request<v1::GetInventoryRequest>) -> Result<Response<v1::Inventory>, Status> {
+        Ok(Response::new(self.core.inventory()))
+    }
+
+    async fn run_challenge(
+        &self,
+        request: Request<v1::Challenge>,
+    ) -> Result<Response<Self::RunChallengeStream>, Status> {
+        let accepted = self.core.accept(request.get_ref(), gpu_attest_miner::core::now_ms())?;
+        let deadline_ms = accepted.challenge.deadline_ms;
+        let (core, work) = (self.core.clone(), accepted.work.clone());
+        let (accepted, honest) = tokio::task::spawn_blocking(move || {
+            let result = core.execute(&accepted, &|_| {}, &CancelToken::new());
+            (accepted, result)
+        })
+        .await
+        .unwrap();
+        let honest = honest?;
+        let devices = self.core.backend().backend.device_count();
+        let (committed, kept): (Execution, Execution) = match self.cheat {
+            Cheat::SkipChains => {
+                let mut chains = honest.chains.clone();
+                let half = chains.len() / 2;
+                garbage(&mut chains[half..]);
+                let cheat = engine::commit(&work, devices, chains).unwrap();
+                (cheat.clone(), cheat)
+            }
+            Cheat::LeafChangedAfterCommit => {
+                let mut changed = honest.clone();
+                garbage(&mut changed.chains);
+                (honest, changed)
+            }
+            Cheat::WrongPartition => {
+                let m = work.num_chains();
+                let partition = [
+                    DeviceSlice {
+                        index: 0,
+                        offset: 0,
+                        count: m - 1,
+                    },
+                    DeviceSlice {
+                        index: 1,
+                        offset: m - 1,
+                        count: 1,
+                    },
+                ];
+                let trees = device_trees(&partition, &honest.chains).unwrap();
+                let commitment = WorkCommitment::from_trees(work.params().nonce, &trees);
+                let cheat = Execution {
+                    commitment,
+                    trees,
+                    chains: honest.chains,
+                };
+                (cheat.clone(), cheat)
+            }
+            _ => (honest.clone(), honest),
+        };
+        let mut statement = self.core.statement(&accepted, &committed, 1);
+        if self.cheat == Cheat::WrongGlobalChecksum {
+            statement.work.global.0[0] ^= 1;
+        }
+        let mut commitment = self.core.sign_commitment(&statement);
+        if self.cheat == Cheat::ReplayFirstCommitment {
+            let mut first = self.first.lock().unwrap();
+            match &*first {
+                Some(earlier) => commitment = earlier.clone(),
+                None => *first = Some(commitment.clone()),
+            }
+        }
+        self.core.remember(accepted, kept);
+        if self.cheat == Cheat::Slow {
+            let late = deadline_ms.saturating_sub(gpu_attest_miner::core::now_ms()) + 300;
+            tokio::time::sleep(Duration::from_millis(late)).await;
+        }
+        let events = vec![
+            Ok(v1::ChallengeEvent {
+                event: Some(Event::Accepted(v1::Accepted {
+                    devices,
+                    backend: "cpu".into(),
+                })),
+            }),
+            Ok(v1::ChallengeEvent {
+                event: Some(Event::Commitment(commitment)),
+            }),
+        ];
+        Ok(Response::new(Box::pin(tokio_stream::iter(events))))
+    }
+
+    async fn open_chains(
+        &self,
+        request: Request<v1::OpenChainsRequest>,
+    ) -> Result<Response<Self::OpenChainsStream>, Status> {
+        let (recent, samples) = self.core.check_open_request(request.get_ref())?;
+        let core = self.core.clone();
+        let openings = tokio::task::spawn_blocking(move || {
+            samples
+                .into_iter()
+                .map(|s| core.open(&recent, s, &CancelToken::new()).map_err(Status::from))
+                .collect::<Vec<_>>()
+        })
+        .await
+        .unwrap();
+        Ok(Response::new(Box::pin(tokio_stream::iter(openings))))
+    }
+}

@@ -1,0 +1,173 @@
+//! Shared set-up: real servers on port-0 loopback listeners, shut down when the test ends.
+
+#![allow(dead_code)]
+
+pub mod cheats;
+
+use gpu_attest_miner::MinerCore;
+use gpu_attest_miner::backends::SelectedBackend;
+use gpu_attest_miner::config::Limits;
+use gpu_attest_miner::inventory::cpu_device;
+use gpu_attest_shared::cpu::CpuBackend;
+use gpu_attest_shared::identity::{Identity, PublicKey};
+use gpu_attest_validator::Attestor;
+use gpu_attest_validator::config::{ChallengeConfig, DeadlineConfig, Policy, RateEntry, ValidatorConfig};
+use gpu_attest_validator::store::Store;
+use std::collections::HashSet;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::net::TcpListener;
+use tokio::sync::oneshot;
+
+/// A server task that stops when this is dropped.
+pub struct Running {
+    pub address: SocketAddr,
+    stop: Option<oneshot::Sender<()>>,
+}
+
+impl Running {
+    pub fn url(&self) -> String {
+        format!("http://{}", self.address)
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+    }
+}
+
+pub async fn listener() -> (TcpListener, SocketAddr) {
+    let listener = TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind a port-0 loopback listener");
+    let address = listener.local_addr().unwrap();
+    (listener, address)
+}
+
+/// `n` devices of the CPU backend, each presented as a device in the inventory.
+pub fn cpu_backend(devices: u32) -> SelectedBackend {
+    let backend = CpuBackend::new(2, None).unwrap().with_logical_devices(devices);
+    SelectedBackend {
+        kernel: backend.kernel().to_string(),
+        backend: Arc::new(backend),
+        name: "cpu".into(),
+        devices: (0..devices)
+            .map(|i| gpu_attest_shared::statement::DeviceInfo {
+                index: i,
+                ..cpu_device()
+            })
+            .collect(),
+        note: None,
+    }
+}
+
+pub fn miner_core(seed: u8, allowed: &[PublicKey], devices: u32) -> Arc<MinerCore> {
+    Arc::new(MinerCore::new(
+        Identity::from_seed([seed; 32]),
+        allowed.iter().copied().collect::<HashSet<_>>(),
+        Limits::default(),
+        cpu_backend(devices),
+        Duration::from_secs(60),
+    ))
+}
+
+/// The real miner server around `core`.
+pub async fn spawn_miner(core: Arc<MinerCore>) -> Running {
+    let (listener, address) = listener().await;
+    let (stop, stopped) = oneshot::channel::<()>();
+    tokio::spawn(gpu_attest_miner::server::serve(core, listener, async {
+        let _ = stopped.await;
+    }));
+    Running {
+        address,
+        stop: Some(stop),
+    }
+}
+
+/// A temporary directory removed when dropped.
+pub struct TempDir(pub PathBuf);
+
+impl TempDir {
+    pub fn new(tag: &str) -> Self {
+        static COUNTER: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let n = COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let dir = std::env::temp_dir().join(format!("gpu-attest-{tag}-{}-{n}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        TempDir(dir)
+    }
+
+    pub fn path(&self, name: &str) -> PathBuf {
+        self.0.join(name)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+pub const VALIDATOR_SEED: u8 = 0xee;
+
+pub fn validator_key() -> PublicKey {
+    Identity::from_seed([VALIDATOR_SEED; 32]).public_key()
+}
+
+/// Small challenges: n = 64, 4 steps, a checkpoint every 2, about 5 chains (the rate table
+/// makes a CPU do 1e8 ops/s, so 0.1 s of target work is 5 chains of 2.1e6 ops), and 8 samples,
+/// so sampling opens every chain. Deadlines are at least 1.5 s.
+pub fn validator_config(dir: &TempDir, policy: Policy) -> ValidatorConfig {
+    ValidatorConfig {
+        database: dir.path("validator.db"),
+        policy,
+        samples: 8,
+        cpu_threads: 2,
+        challenge: ChallengeConfig {
+            gpu_n: 64,
+            cpu_n: 64,
+            iterations: 4,
+            checkpoint_every: 2,
+            target_seconds: 0.1,
+        },
+        deadline: DeadlineConfig {
+            slack: 2.0,
+            min_ms: 1_500,
+        },
+        rates: vec![RateEntry {
+            pattern: "cpu".into(),
+            ops_per_sec: 1.0e8,
+        }],
+        ..ValidatorConfig::default()
+    }
+}
+
+pub fn attestor(config: &ValidatorConfig) -> Arc<Attestor> {
+    let store = Store::open(&config.database).unwrap();
+    let backend = CpuBackend::new(2, None).unwrap();
+    Arc::new(Attestor::new(
+        Identity::from_seed([VALIDATOR_SEED; 32]),
+        config.clone(),
+        Arc::new(backend),
+        false,
+        Arc::new(store),
+    ))
+}
+
+/// The real validator server around `attestor`, without the scheduler.
+pub async fn spawn_validator(attestor: Arc<Attestor>) -> Running {
+    let (listener, address) = listener().await;
+    let (stop, stopped) = oneshot::channel::<()>();
+    tokio::spawn(gpu_attest_validator::server::serve(attestor, listener, None, async {
+        let _ = stopped.await;
+    }));
+    Running {
+        address,
+        stop: Some(stop),
+    }
+}

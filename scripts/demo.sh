@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# One attestation on this machine: builds the binaries, starts a miner on a free loopback port
+# (CPU backend when there is no GPU), attests it with a one-shot validator, prints the verdict.
+# Exit code: the validator's (0 pass, 1 fail, 2 could not attest).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+profile=${PROFILE:-release}
+flag=$([ "$profile" = release ] && echo --release || true)
+echo "== building miner and validator ($profile)" >&2
+cargo build $flag --locked -q -p gpu-attest-miner -p gpu-attest-validator
+bin=target/$profile
+
+work=$(mktemp -d)
+miner_pid=
+cleanup() {
+  [ -n "$miner_pid" ] && kill "$miner_pid" 2>/dev/null && wait "$miner_pid" 2>/dev/null
+  rm -rf "$work"
+}
+trap cleanup EXIT
+
+"$bin/miner" keygen --key-file "$work/miner.key" >/dev/null
+validator_key=$("$bin/validator" keygen --key-file "$work/validator.key" | sed -n 's/^public key: //p')
+
+echo "== starting miner" >&2
+"$bin/miner" serve --listen 127.0.0.1:0 --key-file "$work/miner.key" \
+  --allow-validator "$validator_key" >"$work/miner.out" 2>"$work/miner.log" &
+miner_pid=$!
+for _ in $(seq 100); do
+  address=$(sed -n 's/^listening on //p' "$work/miner.out")
+  [ -n "$address" ] && break
+  kill -0 "$miner_pid" 2>/dev/null || { cat "$work/miner.log" >&2; exit 2; }
+  sleep 0.1
+done
+[ -n "$address" ] || { echo "miner did not start" >&2; cat "$work/miner.log" >&2; exit 2; }
+
+echo "== attesting miner at $address" >&2
+status=0
+"$bin/validator" attest --miner "http://$address" --key-file "$work/validator.key" \
+  --database "$work/validator.db" --target-seconds "${TARGET_SECONDS:-10}" "$@" || status=$?
+exit $status

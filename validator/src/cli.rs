@@ -1,0 +1,114 @@
+//! The `validator` command line. Flags read environment variables too, and override the config
+//! file, which overrides the defaults.
+
+use crate::config::{Policy, ValidatorConfig};
+use clap::{Args, Parser, Subcommand};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "validator",
+    version,
+    about = "gpu-attest validator: challenges miners and verifies their GPU work"
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Serve the validator API and attest registered miners on a schedule until SIGINT or SIGTERM.
+    Serve {
+        #[command(flatten)]
+        settings: Settings,
+        #[arg(long, env = "GPU_ATTEST_VALIDATOR_LISTEN")]
+        listen: Option<SocketAddr>,
+        /// Serve the API only; do not attest registered miners on a schedule.
+        #[arg(long)]
+        no_schedule: bool,
+        /// Print the effective configuration as TOML and exit.
+        #[arg(long)]
+        print_config: bool,
+    },
+    /// Attest one miner now, print the verdict and store it. Exit code: 0 pass, 1 fail, 2 error.
+    Attest {
+        #[command(flatten)]
+        settings: Settings,
+        /// The miner's gRPC address, e.g. http://127.0.0.1:7070.
+        #[arg(long)]
+        miner: String,
+        /// Print the verdict as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// List stored verdicts, newest first.
+    Verdicts {
+        #[arg(long, env = "GPU_ATTEST_VALIDATOR_DATABASE", default_value = "validator.db")]
+        database: PathBuf,
+        /// Only this miner's verdicts.
+        #[arg(long)]
+        miner: Option<String>,
+        #[arg(long, conflicts_with = "failed")]
+        passed: bool,
+        #[arg(long)]
+        failed: bool,
+        #[arg(long, default_value_t = 20)]
+        limit: u32,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Create this validator's ed25519 key file (owner-only; never overwrites).
+    Keygen {
+        #[arg(long, env = "GPU_ATTEST_VALIDATOR_KEY_FILE", default_value = "validator.key")]
+        key_file: PathBuf,
+    },
+}
+
+#[derive(Debug, Args)]
+pub struct Settings {
+    /// TOML config file; flags and environment override it.
+    #[arg(long, env = "GPU_ATTEST_VALIDATOR_CONFIG")]
+    pub config: Option<PathBuf>,
+    #[arg(long, env = "GPU_ATTEST_VALIDATOR_KEY_FILE")]
+    pub key_file: Option<PathBuf>,
+    /// SQLite database file.
+    #[arg(long, env = "GPU_ATTEST_VALIDATOR_DATABASE")]
+    pub database: Option<PathBuf>,
+    #[arg(long, env = "GPU_ATTEST_VALIDATOR_POLICY", value_enum)]
+    pub policy: Option<Policy>,
+    /// Openings per sampled verification.
+    #[arg(long, env = "GPU_ATTEST_VALIDATOR_SAMPLES")]
+    pub samples: Option<u32>,
+    /// Target seconds of miner work per challenge.
+    #[arg(long, env = "GPU_ATTEST_VALIDATOR_TARGET_SECONDS")]
+    pub target_seconds: Option<f64>,
+    #[arg(long, env = "GPU_ATTEST_VALIDATOR_CPU_THREADS")]
+    pub cpu_threads: Option<usize>,
+}
+
+impl Settings {
+    pub fn resolve(&self) -> Result<ValidatorConfig, crate::config::ConfigError> {
+        let mut c = ValidatorConfig::load(self.config.as_deref())?;
+        if let Some(v) = &self.key_file {
+            c.key_file = v.clone();
+        }
+        if let Some(v) = &self.database {
+            c.database = v.clone();
+        }
+        if let Some(v) = self.policy {
+            c.policy = v;
+        }
+        if let Some(v) = self.samples {
+            c.samples = v;
+        }
+        if let Some(v) = self.target_seconds {
+            c.challenge.target_seconds = v;
+        }
+        if let Some(v) = self.cpu_threads {
+            c.cpu_threads = v;
+        }
+        Ok(c)
+    }
+}

@@ -1,0 +1,185 @@
+//! Validator configuration: built-in defaults, then a TOML file, then flags and environment.
+
+use serde::{Deserialize, Serialize};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum Policy {
+    /// Full re-execution when this validator computes on a GPU, sampling otherwise.
+    Auto,
+    /// Open a random sample of chain segments after the commitment (PROTOCOL.md section 9).
+    Sampled,
+    /// Recompute every chain and compare the global checksum (section 10).
+    Full,
+}
+
+/// Throughput an honest miner reaches on a device, used to size challenges and set deadlines.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RateEntry {
+    /// Matched, case-insensitively, against "backend kernel device-name"; the first match wins.
+    pub pattern: String,
+    /// Integer operations per second (2 n^3 per GEMM step) that the miner software sustains.
+    pub ops_per_sec: f64,
+}
+
+/// Conservative figures for the software as it stands: the CPU figures were measured with
+/// `miner bench` on a 2-core AVX-512 machine (BENCHMARKS.md); the GPU figures are placeholders
+/// until the CUDA backend's own measurements replace them. Override them in the config file.
+pub fn default_rates() -> Vec<RateEntry> {
+    let rate = |pattern: &str, ops_per_sec: f64| RateEntry {
+        pattern: pattern.into(),
+        ops_per_sec,
+    };
+    vec![
+        rate("H200", 5.0e14),
+        rate("H100", 5.0e14),
+        rate("A100", 2.5e14),
+        rate("L40S", 2.0e14),
+        rate("RTX 4090", 2.0e14),
+        rate("cuda", 5.0e13),
+        rate("avx512-vnni", 1.0e11),
+        rate("cpu", 2.0e9),
+    ]
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ChallengeConfig {
+    /// Matrix size for GPU miners.
+    pub gpu_n: u32,
+    /// Matrix size for CPU miners (small, so a CPU validator can check samples quickly).
+    pub cpu_n: u32,
+    pub iterations: u32,
+    pub checkpoint_every: u32,
+    /// How long an honest miner should compute, in seconds; the chain count follows from it.
+    pub target_seconds: f64,
+}
+
+impl Default for ChallengeConfig {
+    fn default() -> Self {
+        ChallengeConfig {
+            gpu_n: 2048,
+            cpu_n: 256,
+            iterations: 16,
+            checkpoint_every: 4,
+            target_seconds: 30.0,
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct DeadlineConfig {
+    /// Deadline = expected time x slack ...
+    pub slack: f64,
+    /// ... but never less than this (network and start-up), in milliseconds.
+    pub min_ms: u64,
+}
+
+impl Default for DeadlineConfig {
+    fn default() -> Self {
+        DeadlineConfig {
+            slack: 2.0,
+            min_ms: 5_000,
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ScheduleConfig {
+    pub enabled: bool,
+    /// Seconds between attestations of each registered miner.
+    pub interval_secs: u64,
+}
+
+impl Default for ScheduleConfig {
+    fn default() -> Self {
+        ScheduleConfig {
+            enabled: true,
+            interval_secs: 600,
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ValidatorConfig {
+    /// gRPC API listen address. Loopback by default: the API has no authentication of its own.
+    pub listen: SocketAddr,
+    pub key_file: PathBuf,
+    /// SQLite database file (WAL mode).
+    pub database: PathBuf,
+    pub policy: Policy,
+    /// Openings per sampled verification.
+    pub samples: u32,
+    /// Threads for verification on the CPU; 0 uses every core.
+    pub cpu_threads: usize,
+    pub challenge: ChallengeConfig,
+    pub deadline: DeadlineConfig,
+    pub schedule: ScheduleConfig,
+    pub rates: Vec<RateEntry>,
+}
+
+impl Default for ValidatorConfig {
+    fn default() -> Self {
+        ValidatorConfig {
+            listen: "127.0.0.1:7071".parse().expect("literal address"),
+            key_file: PathBuf::from("validator.key"),
+            database: PathBuf::from("validator.db"),
+            policy: Policy::Auto,
+            samples: 16,
+            cpu_threads: 0,
+            challenge: ChallengeConfig::default(),
+            deadline: DeadlineConfig::default(),
+            schedule: ScheduleConfig::default(),
+            rates: default_rates(),
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read config file {path}: {source}")]
+    Read { path: String, source: std::io::Error },
+    #[error("config file {path} is not valid: {source}")]
+    Parse { path: String, source: toml::de::Error },
+}
+
+impl ValidatorConfig {
+    pub fn load(path: Option<&std::path::Path>) -> Result<Self, ConfigError> {
+        let Some(path) = path else { return Ok(Self::default()) };
+        let shown = path.display().to_string();
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: shown.clone(),
+            source,
+        })?;
+        toml::from_str(&text).map_err(|source| ConfigError::Parse { path: shown, source })
+    }
+
+    pub fn to_toml(&self) -> String {
+        toml::to_string_pretty(self).expect("config serialises")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn printed_config_parses_back() {
+        let c = ValidatorConfig::default();
+        assert_eq!(toml::from_str::<ValidatorConfig>(&c.to_toml()).unwrap(), c);
+    }
+
+    #[test]
+    fn partial_file_keeps_other_defaults() {
+        let c: ValidatorConfig = toml::from_str("samples = 4\n[challenge]\ncpu_n = 128\n").unwrap();
+        assert_eq!(c.samples, 4);
+        assert_eq!(c.challenge.cpu_n, 128);
+        assert_eq!(c.challenge.iterations, ChallengeConfig::default().iterations);
+    }
+}

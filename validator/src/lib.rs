@@ -1,0 +1,14 @@
+//! The gpu-attest validator daemon as a library: the `validator` binary is a thin command line
+//! over it, and the integration tests run the same server in-process on port-0 listeners.
+
+pub mod attest;
+pub mod cli;
+pub mod config;
+pub mod planner;
+pub mod scheduler;
+pub mod server;
+pub mod service;
+pub mod store;
+
+pub use attest::Attestor;
+pub use config::ValidatorConfig;

@@ -1,0 +1,231 @@
+//! `validator`: the thin binary over the gpu-attest-validator library.
+
+use anyhow::{Context, Result, bail};
+use clap::Parser;
+use gpu_attest_shared::cpu::CpuBackend;
+use gpu_attest_shared::identity::Identity;
+use gpu_attest_validator::attest::{AttestEvent, Attestor};
+use gpu_attest_validator::cli::{Cli, Command, Settings};
+use gpu_attest_validator::store::{Store, Verdict, VerdictFilter};
+use gpu_attest_validator::{ValidatorConfig, server};
+use indicatif::{ProgressBar, ProgressStyle};
+use std::io::IsTerminal;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+use tracing::info;
+
+/// `attest` exit codes: 0 pass, 1 fail verdict, 2 could not attest.
+const EXIT_FAIL: u8 = 1;
+const EXIT_ERROR: u8 = 2;
+
+fn main() -> ExitCode {
+    match run(Cli::parse()) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::from(EXIT_ERROR)
+        }
+    }
+}
+
+fn run(cli: Cli) -> Result<ExitCode> {
+    match cli.command {
+        Command::Keygen { key_file } => {
+            let identity = Identity::create_file(&key_file)?;
+            println!("wrote {} (owner-only)", key_file.display());
+            println!("public key: {}", identity.public_key());
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Verdicts {
+            database,
+            miner,
+            passed,
+            failed,
+            limit,
+            json,
+        } => {
+            if !database.exists() {
+                bail!(
+                    "no database at {}; run `validator attest` or `validator serve` first",
+                    database.display()
+                );
+            }
+            let store = Store::open(&database)?;
+            let filter = VerdictFilter {
+                miner_url: miner.map(|m| gpu_attest_validator::attest::normalise_url(&m)),
+                passed: if passed {
+                    Some(true)
+                } else if failed {
+                    Some(false)
+                } else {
+                    None
+                },
+                limit,
+                ..VerdictFilter::default()
+            };
+            let verdicts = store.verdicts(&filter)?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&verdicts)?);
+            } else if verdicts.is_empty() {
+                println!("no verdicts");
+            } else {
+                for v in &verdicts {
+                    println!(
+                        "#{:<5} {}  {}  {} ms (deadline {} ms)  {}",
+                        v.id,
+                        if v.passed { "PASS" } else { "FAIL" },
+                        v.miner_url,
+                        v.measured_ms,
+                        v.deadline_ms,
+                        v.reasons.join("; ")
+                    );
+                }
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Attest { settings, miner, json } => attest(&settings, &miner, json),
+        Command::Serve {
+            settings,
+            listen,
+            no_schedule,
+            print_config,
+        } => {
+            let mut config = settings.resolve()?;
+            if let Some(l) = listen {
+                config.listen = l;
+            }
+            if no_schedule {
+                config.schedule.enabled = false;
+            }
+            if print_config {
+                print!("{}", config.to_toml());
+                return Ok(ExitCode::SUCCESS);
+            }
+            serve(config)?;
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}
+
+fn attestor(config: &ValidatorConfig) -> Result<Attestor> {
+    let identity = Identity::load_file(&config.key_file)
+        .with_context(|| format!("run `validator keygen --key-file {}` first", config.key_file.display()))?;
+    let store = Store::open(&config.database)?;
+    let backend = CpuBackend::new(config.cpu_threads, None).context("cannot start the CPU verification backend")?;
+    Ok(Attestor::new(
+        identity,
+        config.clone(),
+        Arc::new(backend),
+        false,
+        Arc::new(store),
+    ))
+}
+
+fn attest(settings: &Settings, miner: &str, json: bool) -> Result<ExitCode> {
+    let config = settings.resolve()?;
+    let attestor = attestor(&config)?;
+    let bar = std::io::stderr().is_terminal().then(|| {
+        let bar = ProgressBar::new(0);
+        bar.set_style(ProgressStyle::with_template("{spinner} {msg} [{bar:30}] {pos}/{len} chains").expect("template"));
+        bar.enable_steady_tick(Duration::from_millis(120));
+        bar
+    });
+    let on_event = |e: AttestEvent| match (&bar, e) {
+        (Some(bar), AttestEvent::Phase { name, detail }) => bar.set_message(format!("{name}: {detail}")),
+        (Some(bar), AttestEvent::Progress(p)) => {
+            bar.set_length(p.total);
+            bar.set_position(p.done);
+        }
+        (None, AttestEvent::Phase { name, detail }) if !json => eprintln!("{name}: {detail}"),
+        (None, _) => {}
+    };
+    let runtime = tokio::runtime::Runtime::new()?;
+    let verdict = runtime.block_on(attestor.attest(miner, &on_event));
+    if let Some(bar) = &bar {
+        bar.finish_and_clear();
+    }
+    let verdict = verdict?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&verdict)?);
+    } else {
+        print_verdict(&verdict, &config);
+    }
+    Ok(if verdict.passed {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(EXIT_FAIL)
+    })
+}
+
+fn print_verdict(v: &Verdict, config: &ValidatorConfig) {
+    println!(
+        "{}  miner {} (key {})",
+        if v.passed { "PASS" } else { "FAIL" },
+        v.miner_url,
+        v.miner_key
+    );
+    let samples = if v.policy == "full" {
+        String::new()
+    } else {
+        format!(", {} samples", v.samples)
+    };
+    println!(
+        "  challenge n={} chains={} iterations={} checkpoint every {}; policy {}{}",
+        v.params.n, v.params.num_chains, v.params.iterations, v.params.checkpoint_every, v.policy, samples
+    );
+    println!(
+        "  answered in {} ms (expected {} ms, deadline {} ms)",
+        v.measured_ms, v.expected_ms, v.deadline_ms
+    );
+    println!("  backend {} ({} kernel)", v.backend, v.kernel);
+    for d in &v.inventory {
+        println!("  device {}: {}", d.index, d.name);
+    }
+    for r in &v.reasons {
+        println!("  reason: {r}");
+    }
+    println!("  verdict #{} stored in {}", v.id, config.database.display());
+}
+
+fn serve(config: ValidatorConfig) -> Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("GPU_ATTEST_LOG").unwrap_or_else(|_| "info".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let attestor = Arc::new(attestor(&config)?);
+    let runtime = tokio::runtime::Runtime::new()?;
+    runtime.block_on(async move {
+        let listener = tokio::net::TcpListener::bind(config.listen)
+            .await
+            .with_context(|| format!("cannot listen on {}", config.listen))?;
+        let address = listener.local_addr()?;
+        info!(%address, validator_key = %attestor.public_key(), database = %config.database.display(), "validator listening");
+        println!("listening on {address}");
+        let schedule = config.schedule.enabled.then(|| Duration::from_secs(config.schedule.interval_secs.max(1)));
+        server::serve(attestor, listener, schedule, shutdown_signal()).await?;
+        info!("validator stopped");
+        Ok(())
+    })
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! { _ = ctrl_c => {}, _ = term => {} }
+    info!("shutdown signal received; finishing in-flight calls");
+}

@@ -1,0 +1,214 @@
+//! The `Validator` gRPC API. Errors become statuses here and only here.
+
+use crate::attest::{AttestError, AttestEvent, Attestor, normalise_url, now_ms};
+use crate::store::{MinerRecord, StoreError, Verdict, VerdictFilter};
+use gpu_attest_proto::convert::device_to_wire;
+use gpu_attest_proto::v1::{self, attest_event::Event, validator_server::Validator};
+use gpu_attest_shared::identity::PublicKey;
+use std::pin::Pin;
+use std::sync::Arc;
+use tokio::sync::mpsc;
+use tokio_stream::Stream;
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::{Code, Request, Response, Status};
+use tracing::{info, warn};
+
+const DEFAULT_PAGE: u32 = 50;
+const MAX_PAGE: u32 = 500;
+
+#[derive(Clone)]
+pub struct ValidatorService {
+    attestor: Arc<Attestor>,
+}
+
+impl ValidatorService {
+    pub fn new(attestor: Arc<Attestor>) -> Self {
+        ValidatorService { attestor }
+    }
+}
+
+impl From<AttestError> for Status {
+    fn from(e: AttestError) -> Status {
+        let code = match &e {
+            AttestError::BadUrl { .. } | AttestError::Plan { .. } => Code::InvalidArgument,
+            AttestError::Unreachable { .. } => Code::Unavailable,
+            AttestError::NotAMiner { .. } | AttestError::Refused { .. } | AttestError::KeyChanged { .. } => {
+                Code::FailedPrecondition
+            }
+            AttestError::Store(StoreError::KeyChanged { .. }) => Code::FailedPrecondition,
+            AttestError::Verify(_) | AttestError::Store(_) | AttestError::Random(_) => Code::Internal,
+        };
+        Status::new(code, e.to_string())
+    }
+}
+
+impl From<StoreError> for Status {
+    fn from(e: StoreError) -> Status {
+        AttestError::Store(e).into()
+    }
+}
+
+pub fn verdict_to_wire(v: &Verdict) -> v1::Verdict {
+    let hex32 = |s: &str| hex::decode(s).unwrap_or_default();
+    v1::Verdict {
+        id: v.id,
+        miner_url: v.miner_url.clone(),
+        miner_key: hex32(&v.miner_key),
+        nonce: hex32(&v.nonce),
+        passed: v.passed,
+        reasons: v.reasons.clone(),
+        policy: v.policy.clone(),
+        samples: v.samples,
+        params: Some(v1::ChallengeParams {
+            nonce: hex32(&v.params.nonce),
+            seed: hex32(&v.params.seed),
+            miner_key: hex32(&v.params.miner_key),
+            n: v.params.n,
+            num_chains: v.params.num_chains,
+            iterations: v.params.iterations,
+            checkpoint_every: v.params.checkpoint_every,
+        }),
+        measured_ms: v.measured_ms,
+        expected_ms: v.expected_ms,
+        deadline_ms: v.deadline_ms,
+        inventory: v.inventory.iter().map(|d| device_to_wire(&d.into())).collect(),
+        backend: v.backend.clone(),
+        kernel: v.kernel.clone(),
+        global_checksum: hex32(&v.global_checksum),
+        created_at_unix_ms: v.created_at_ms,
+    }
+}
+
+fn miner_to_wire(m: &MinerRecord) -> v1::MinerRecord {
+    v1::MinerRecord {
+        url: m.url.clone(),
+        name: m.name.clone(),
+        miner_key: m.miner_key.0.to_vec(),
+        registered_at_unix_ms: m.registered_at_ms,
+    }
+}
+
+type EventStream = Pin<Box<dyn Stream<Item = Result<v1::AttestEvent, Status>> + Send>>;
+
+#[tonic::async_trait]
+impl Validator for ValidatorService {
+    type AttestMinerStream = EventStream;
+
+    async fn register_miner(
+        &self,
+        request: Request<v1::RegisterMinerRequest>,
+    ) -> Result<Response<v1::MinerRecord>, Status> {
+        let request = request.into_inner();
+        if request.url.is_empty() {
+            return Err(Status::invalid_argument("url is required"));
+        }
+        let url = normalise_url(&request.url);
+        let inventory = self.attestor.inventory(&url).await?;
+        let key =
+            PublicKey::from_slice(&inventory.miner_key).map_err(|e| Status::failed_precondition(e.to_string()))?;
+        let name = if request.name.is_empty() {
+            url.clone()
+        } else {
+            request.name
+        };
+        let record = self.attestor.store().register_miner(&url, &name, key, now_ms())?;
+        info!(%url, miner_key = %key, "miner registered");
+        Ok(Response::new(miner_to_wire(&record)))
+    }
+
+    async fn list_miners(&self, _: Request<v1::ListMinersRequest>) -> Result<Response<v1::ListMinersResponse>, Status> {
+        let miners = self.attestor.store().miners()?;
+        Ok(Response::new(v1::ListMinersResponse {
+            miners: miners.iter().map(miner_to_wire).collect(),
+        }))
+    }
+
+    async fn remove_miner(
+        &self,
+        request: Request<v1::RemoveMinerRequest>,
+    ) -> Result<Response<v1::RemoveMinerResponse>, Status> {
+        let url = normalise_url(&request.into_inner().url);
+        let removed = self.attestor.store().remove_miner(&url)?;
+        Ok(Response::new(v1::RemoveMinerResponse { removed }))
+    }
+
+    async fn attest_miner(
+        &self,
+        request: Request<v1::AttestMinerRequest>,
+    ) -> Result<Response<Self::AttestMinerStream>, Status> {
+        let url = request.into_inner().url;
+        if url.is_empty() {
+            return Err(Status::invalid_argument("url is required"));
+        }
+        let (tx, rx) = mpsc::channel(256);
+        let attestor = self.attestor.clone();
+        // The attestation runs to its stored verdict even if the caller goes away.
+        tokio::spawn(async move {
+            let events = tx.clone();
+            let forward = move |e: AttestEvent| {
+                let event = match e {
+                    AttestEvent::Phase { name, detail } => Event::Phase(v1::Phase {
+                        name: name.into(),
+                        detail,
+                    }),
+                    AttestEvent::Progress(p) => Event::Progress(v1::Progress {
+                        device: p.device,
+                        done: p.done,
+                        total: p.total,
+                    }),
+                };
+                let _ = events.try_send(Ok(v1::AttestEvent { event: Some(event) }));
+            };
+            let result = attestor.attest(&url, &forward).await;
+            let last = match result {
+                Ok(verdict) => Ok(v1::AttestEvent {
+                    event: Some(Event::Verdict(verdict_to_wire(&verdict))),
+                }),
+                Err(e) => {
+                    warn!(%url, error = %e, "attestation failed");
+                    Err(Status::from(e))
+                }
+            };
+            let _ = tx.send(last).await;
+        });
+        Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
+    }
+
+    async fn list_verdicts(
+        &self,
+        request: Request<v1::ListVerdictsRequest>,
+    ) -> Result<Response<v1::ListVerdictsResponse>, Status> {
+        let r = request.into_inner();
+        let before_id = if r.page_token.is_empty() {
+            None
+        } else {
+            Some(
+                r.page_token
+                    .parse::<u64>()
+                    .map_err(|_| Status::invalid_argument("page_token is not one this server issued"))?,
+            )
+        };
+        let page = match r.page_size {
+            0 => DEFAULT_PAGE,
+            n => n.min(MAX_PAGE),
+        };
+        let filter = VerdictFilter {
+            miner_url: (!r.miner_url.is_empty()).then(|| normalise_url(&r.miner_url)),
+            passed: r.passed,
+            since_ms: r.since_unix_ms,
+            before_id,
+            limit: page + 1,
+        };
+        let mut verdicts = self.attestor.store().verdicts(&filter)?;
+        let next_page_token = if verdicts.len() > page as usize {
+            verdicts.truncate(page as usize);
+            verdicts.last().map(|v| v.id.to_string()).unwrap_or_default()
+        } else {
+            String::new()
+        };
+        Ok(Response::new(v1::ListVerdictsResponse {
+            verdicts: verdicts.iter().map(verdict_to_wire).collect(),
+            next_page_token,
+        }))
+    }
+}

@@ -1,0 +1,414 @@
+//! The validator's SQLite database: registered miners, every nonce ever issued, and verdicts.
+//!
+//! WAL mode with `synchronous = FULL`: a verdict that was reported is on disk. Each verdict is
+//! one INSERT in its own transaction, so a crash leaves it either whole or absent. A nonce is
+//! recorded (PRIMARY KEY) before its challenge is sent, so it is never issued twice, even across
+//! restarts.
+
+use gpu_attest_shared::identity::PublicKey;
+use gpu_attest_shared::params::ChallengeParams;
+use gpu_attest_shared::statement::DeviceInfo;
+use rusqlite::{Connection, OptionalExtension, params};
+use serde::{Deserialize, Serialize};
+use std::path::Path;
+use std::sync::Mutex;
+
+const SCHEMA_VERSION: i64 = 1;
+
+const SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS miners (
+    url              TEXT PRIMARY KEY,
+    name             TEXT NOT NULL,
+    miner_key        BLOB NOT NULL CHECK (length(miner_key) = 32),
+    registered_at_ms INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS nonces (
+    nonce        BLOB PRIMARY KEY CHECK (length(nonce) = 32),
+    miner_url    TEXT NOT NULL,
+    issued_at_ms INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS verdicts (
+    id              INTEGER PRIMARY KEY AUTOINCREMENT,
+    miner_url       TEXT NOT NULL,
+    miner_key       BLOB NOT NULL,
+    nonce           BLOB NOT NULL UNIQUE REFERENCES nonces(nonce),
+    passed          INTEGER NOT NULL CHECK (passed IN (0, 1)),
+    reasons         TEXT NOT NULL,
+    policy          TEXT NOT NULL,
+    samples         INTEGER NOT NULL,
+    params          TEXT NOT NULL,
+    measured_ms     INTEGER NOT NULL,
+    expected_ms     INTEGER NOT NULL,
+    deadline_ms     INTEGER NOT NULL,
+    inventory       TEXT NOT NULL,
+    backend         TEXT NOT NULL,
+    kernel          TEXT NOT NULL,
+    global_checksum BLOB NOT NULL,
+    created_at_ms   INTEGER NOT NULL
+);
+CREATE INDEX IF NOT EXISTS verdicts_by_miner ON verdicts (miner_url, id);
+";
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("database {path}: {source}")]
+    Open { path: String, source: rusqlite::Error },
+    #[error("database {path} has schema version {found}; this validator knows version {SCHEMA_VERSION}")]
+    SchemaVersion { path: String, found: i64 },
+    #[error("database error: {0}")]
+    Sql(#[from] rusqlite::Error),
+    #[error("stored record is corrupt: {0}")]
+    Corrupt(String),
+    #[error(
+        "miner {url} is registered with key {registered}; it now presents {presented}. Remove it and register again to accept the new key"
+    )]
+    KeyChanged {
+        url: String,
+        registered: PublicKey,
+        presented: PublicKey,
+    },
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MinerRecord {
+    pub url: String,
+    pub name: String,
+    pub miner_key: PublicKey,
+    pub registered_at_ms: u64,
+}
+
+/// Challenge parameters as stored (JSON with hex bytes).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StoredParams {
+    pub nonce: String,
+    pub seed: String,
+    pub miner_key: String,
+    pub n: u32,
+    pub num_chains: u64,
+    pub iterations: u32,
+    pub checkpoint_every: u32,
+}
+
+impl From<&ChallengeParams> for StoredParams {
+    fn from(p: &ChallengeParams) -> Self {
+        StoredParams {
+            nonce: hex::encode(p.nonce),
+            seed: hex::encode(p.seed),
+            miner_key: hex::encode(p.miner_key),
+            n: p.n,
+            num_chains: p.num_chains,
+            iterations: p.iterations,
+            checkpoint_every: p.checkpoint_every,
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StoredDevice {
+    pub index: u32,
+    pub name: String,
+    pub uuid: String,
+    pub memory_bytes: u64,
+    pub sm_count: u32,
+    pub compute_capability: (u32, u32),
+    pub pci_bus_id: String,
+    pub driver_version: String,
+}
+
+impl From<&DeviceInfo> for StoredDevice {
+    fn from(d: &DeviceInfo) -> Self {
+        StoredDevice {
+            index: d.index,
+            name: d.name.clone(),
+            uuid: d.uuid.clone(),
+            memory_bytes: d.memory_bytes,
+            sm_count: d.sm_count,
+            compute_capability: d.compute_capability,
+            pci_bus_id: d.pci_bus_id.clone(),
+            driver_version: d.driver_version.clone(),
+        }
+    }
+}
+
+impl From<&StoredDevice> for DeviceInfo {
+    fn from(d: &StoredDevice) -> Self {
+        DeviceInfo {
+            index: d.index,
+            name: d.name.clone(),
+            uuid: d.uuid.clone(),
+            memory_bytes: d.memory_bytes,
+            sm_count: d.sm_count,
+            compute_capability: d.compute_capability,
+            pci_bus_id: d.pci_bus_id.clone(),
+            driver_version: d.driver_version.clone(),
+        }
+    }
+}
+
+/// One attestation's outcome, as stored and served.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Verdict {
+    /// Assigned by the store; 0 before it is stored.
+    pub id: u64,
+    pub miner_url: String,
+    pub miner_key: String,
+    pub nonce: String,
+    pub passed: bool,
+    pub reasons: Vec<String>,
+    pub policy: String,
+    pub samples: u32,
+    pub params: StoredParams,
+    pub measured_ms: u64,
+    pub expected_ms: u64,
+    pub deadline_ms: u64,
+    pub inventory: Vec<StoredDevice>,
+    pub backend: String,
+    pub kernel: String,
+    pub global_checksum: String,
+    pub created_at_ms: u64,
+}
+
+#[derive(Clone, Debug, Default)]
+pub struct VerdictFilter {
+    pub miner_url: Option<String>,
+    pub passed: Option<bool>,
+    pub since_ms: u64,
+    /// Only verdicts with id below this (the previous page's last id).
+    pub before_id: Option<u64>,
+    pub limit: u32,
+}
+
+pub struct Store {
+    conn: Mutex<Connection>,
+}
+
+impl Store {
+    /// Opens (creating if needed) the database file and brings its schema up to date.
+    pub fn open(path: &Path) -> Result<Self, StoreError> {
+        let shown = path.display().to_string();
+        let open_err = |source| StoreError::Open {
+            path: shown.clone(),
+            source,
+        };
+        let conn = Connection::open(path).map_err(open_err)?;
+        conn.pragma_update(None, "journal_mode", "WAL").map_err(open_err)?;
+        conn.pragma_update(None, "synchronous", "FULL").map_err(open_err)?;
+        conn.pragma_update(None, "foreign_keys", true).map_err(open_err)?;
+        conn.busy_timeout(std::time::Duration::from_secs(5)).map_err(open_err)?;
+        let version: i64 = conn
+            .pragma_query_value(None, "user_version", |r| r.get(0))
+            .map_err(open_err)?;
+        if version > SCHEMA_VERSION {
+            return Err(StoreError::SchemaVersion {
+                path: shown,
+                found: version,
+            });
+        }
+        conn.execute_batch(SCHEMA).map_err(open_err)?;
+        conn.pragma_update(None, "user_version", SCHEMA_VERSION)
+            .map_err(open_err)?;
+        Ok(Store { conn: Mutex::new(conn) })
+    }
+
+    fn conn(&self) -> std::sync::MutexGuard<'_, Connection> {
+        self.conn.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Records a nonce as issued; `false` if it was issued before (then it must not be used).
+    pub fn claim_nonce(&self, nonce: &[u8; 32], miner_url: &str, now_ms: u64) -> Result<bool, StoreError> {
+        let inserted = self.conn().execute(
+            "INSERT OR IGNORE INTO nonces (nonce, miner_url, issued_at_ms) VALUES (?1, ?2, ?3)",
+            params![nonce.as_slice(), miner_url, now_ms as i64],
+        )?;
+        Ok(inserted == 1)
+    }
+
+    pub fn nonce_count(&self) -> Result<u64, StoreError> {
+        Ok(self
+            .conn()
+            .query_row("SELECT count(*) FROM nonces", [], |r| r.get::<_, i64>(0))? as u64)
+    }
+
+    /// Stores a verdict and returns its id.
+    pub fn insert_verdict(&self, v: &Verdict) -> Result<u64, StoreError> {
+        let json = |value: serde_json::Result<String>| value.map_err(|e| StoreError::Corrupt(e.to_string()));
+        let nonce = hex::decode(&v.nonce).map_err(|e| StoreError::Corrupt(format!("nonce: {e}")))?;
+        let miner_key = hex::decode(&v.miner_key).map_err(|e| StoreError::Corrupt(format!("miner key: {e}")))?;
+        let global = hex::decode(&v.global_checksum).map_err(|e| StoreError::Corrupt(format!("checksum: {e}")))?;
+        let conn = self.conn();
+        conn.execute(
+            "INSERT INTO verdicts (miner_url, miner_key, nonce, passed, reasons, policy, samples, params, measured_ms,
+                                   expected_ms, deadline_ms, inventory, backend, kernel, global_checksum, created_at_ms)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)",
+            params![
+                v.miner_url,
+                miner_key,
+                nonce,
+                v.passed,
+                json(serde_json::to_string(&v.reasons))?,
+                v.policy,
+                v.samples,
+                json(serde_json::to_string(&v.params))?,
+                v.measured_ms as i64,
+                v.expected_ms as i64,
+                v.deadline_ms as i64,
+                json(serde_json::to_string(&v.inventory))?,
+                v.backend,
+                v.kernel,
+                global,
+                v.created_at_ms as i64,
+            ],
+        )?;
+        Ok(conn.last_insert_rowid() as u64)
+    }
+
+    /// Newest first.
+    pub fn verdicts(&self, filter: &VerdictFilter) -> Result<Vec<Verdict>, StoreError> {
+        let conn = self.conn();
+        let mut stmt = conn.prepare(
+            "SELECT id, miner_url, miner_key, nonce, passed, reasons, policy, samples, params, measured_ms,
+                    expected_ms, deadline_ms, inventory, backend, kernel, global_checksum, created_at_ms
+             FROM verdicts
+             WHERE (?1 IS NULL OR miner_url = ?1) AND (?2 IS NULL OR passed = ?2)
+               AND created_at_ms >= ?3 AND (?4 IS NULL OR id < ?4)
+             ORDER BY id DESC LIMIT ?5",
+        )?;
+        let rows = stmt.query_map(
+            params![
+                filter.miner_url,
+                filter.passed,
+                filter.since_ms as i64,
+                filter.before_id.map(|i| i as i64),
+                filter.limit
+            ],
+            |r| {
+                Ok((
+                    r.get::<_, i64>(0)?,
+                    r.get::<_, String>(1)?,
+                    r.get::<_, Vec<u8>>(2)?,
+                    r.get::<_, Vec<u8>>(3)?,
+                    r.get::<_, bool>(4)?,
+                    r.get::<_, String>(5)?,
+                    r.get::<_, String>(6)?,
+                    r.get::<_, u32>(7)?,
+                    r.get::<_, String>(8)?,
+                    [
+                        r.get::<_, i64>(9)?,
+                        r.get::<_, i64>(10)?,
+                        r.get::<_, i64>(11)?,
+                        r.get::<_, i64>(16)?,
+                    ],
+                    r.get::<_, String>(12)?,
+                    r.get::<_, String>(13)?,
+                    r.get::<_, String>(14)?,
+                    r.get::<_, Vec<u8>>(15)?,
+                ))
+            },
+        )?;
+        let corrupt = |what: &str, e: serde_json::Error| StoreError::Corrupt(format!("{what}: {e}"));
+        rows.map(|row| {
+            let (
+                id,
+                miner_url,
+                key,
+                nonce,
+                passed,
+                reasons,
+                policy,
+                samples,
+                params,
+                times,
+                inventory,
+                backend,
+                kernel,
+                global,
+            ) = row?;
+            Ok(Verdict {
+                id: id as u64,
+                miner_url,
+                miner_key: hex::encode(key),
+                nonce: hex::encode(nonce),
+                passed,
+                reasons: serde_json::from_str(&reasons).map_err(|e| corrupt("reasons", e))?,
+                policy,
+                samples,
+                params: serde_json::from_str(&params).map_err(|e| corrupt("params", e))?,
+                measured_ms: times[0] as u64,
+                expected_ms: times[1] as u64,
+                deadline_ms: times[2] as u64,
+                inventory: serde_json::from_str(&inventory).map_err(|e| corrupt("inventory", e))?,
+                backend,
+                kernel,
+                global_checksum: hex::encode(global),
+                created_at_ms: times[3] as u64,
+            })
+        })
+        .collect()
+    }
+
+    /// Registers a miner at `url` bound to `key`. Re-registering with the same key updates the
+    /// name; a different key is refused until the operator removes the miner first.
+    pub fn register_miner(
+        &self,
+        url: &str,
+        name: &str,
+        key: PublicKey,
+        now_ms: u64,
+    ) -> Result<MinerRecord, StoreError> {
+        let conn = self.conn();
+        let existing: Option<Vec<u8>> = conn
+            .query_row("SELECT miner_key FROM miners WHERE url = ?1", [url], |r| r.get(0))
+            .optional()?;
+        if let Some(existing) = existing {
+            let registered = PublicKey::from_slice(&existing).map_err(|e| StoreError::Corrupt(e.to_string()))?;
+            if registered != key {
+                return Err(StoreError::KeyChanged {
+                    url: url.into(),
+                    registered,
+                    presented: key,
+                });
+            }
+            conn.execute("UPDATE miners SET name = ?2 WHERE url = ?1", params![url, name])?;
+        } else {
+            conn.execute(
+                "INSERT INTO miners (url, name, miner_key, registered_at_ms) VALUES (?1, ?2, ?3, ?4)",
+                params![url, name, key.0.as_slice(), now_ms as i64],
+            )?;
+        }
+        drop(conn);
+        self.miner(url)?
+            .ok_or_else(|| StoreError::Corrupt(format!("miner {url} vanished after registration")))
+    }
+
+    pub fn miner(&self, url: &str) -> Result<Option<MinerRecord>, StoreError> {
+        Ok(self.miners()?.into_iter().find(|m| m.url == url))
+    }
+
+    pub fn miners(&self) -> Result<Vec<MinerRecord>, StoreError> {
+        let conn = self.conn();
+        let mut stmt = conn.prepare("SELECT url, name, miner_key, registered_at_ms FROM miners ORDER BY url")?;
+        let rows = stmt.query_map([], |r| {
+            Ok((
+                r.get::<_, String>(0)?,
+                r.get::<_, String>(1)?,
+                r.get::<_, Vec<u8>>(2)?,
+                r.get::<_, i64>(3)?,
+            ))
+        })?;
+        rows.map(|row| {
+            let (url, name, key, at) = row?;
+            let miner_key = PublicKey::from_slice(&key).map_err(|e| StoreError::Corrupt(e.to_string()))?;
+            Ok(MinerRecord {
+                url,
+                name,
+                miner_key,
+                registered_at_ms: at as u64,
+            })
+        })
+        .collect()
+    }
+
+    pub fn remove_miner(&self, url: &str) -> Result<bool, StoreError> {
+        Ok(self.conn().execute("DELETE FROM miners WHERE url = ?1", [url])? == 1)
+    }
+}
