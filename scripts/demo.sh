@@ -11,16 +11,19 @@ echo "== building miner and validator ($profile)" >&2
 cargo build $flag --locked -q -p gpu-attest-miner -p gpu-attest-validator
 bin=target/$profile
 
-work=$(mktemp -d)
+# Keys and the verdict database persist here between runs: `validator verdicts --database
+# target/demo/validator.db` lists every demo verdict.
+work=target/demo
+mkdir -p "$work"
 miner_pid=
 cleanup() {
-  [ -n "$miner_pid" ] && kill "$miner_pid" 2>/dev/null && wait "$miner_pid" 2>/dev/null
-  rm -rf "$work"
+  if [ -n "$miner_pid" ]; then kill "$miner_pid" 2>/dev/null; wait "$miner_pid" 2>/dev/null || true; fi
 }
 trap cleanup EXIT
 
-"$bin/miner" keygen --key-file "$work/miner.key" >/dev/null
-validator_key=$("$bin/validator" keygen --key-file "$work/validator.key" | sed -n 's/^public key: //p')
+[ -f "$work/miner.key" ] || "$bin/miner" keygen --key-file "$work/miner.key" >/dev/null
+[ -f "$work/validator.key" ] || "$bin/validator" keygen --key-file "$work/validator.key" >/dev/null
+validator_key=$("$bin/validator" public-key --key-file "$work/validator.key")
 
 echo "== starting miner" >&2
 "$bin/miner" serve --listen 127.0.0.1:0 --key-file "$work/miner.key" \

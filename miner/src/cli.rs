@@ -42,6 +42,11 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Print the public key of an existing key file (for allow-lists and registration).
+    PublicKey {
+        #[arg(long, env = "GPU_ATTEST_MINER_KEY_FILE", default_value = "miner.key")]
+        key_file: PathBuf,
+    },
     /// Create this miner's ed25519 key file (owner-only; never overwrites).
     Keygen {
         #[arg(long, env = "GPU_ATTEST_MINER_KEY_FILE", default_value = "miner.key")]

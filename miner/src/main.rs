@@ -25,6 +25,10 @@ fn main() -> ExitCode {
 
 fn run(cli: Cli) -> Result<()> {
     match cli.command {
+        Command::PublicKey { key_file } => {
+            println!("{}", Identity::load_file(&key_file)?.public_key());
+            Ok(())
+        }
         Command::Keygen { key_file } => {
             let identity = Identity::create_file(&key_file)?;
             println!("wrote {} (owner-only)", key_file.display());

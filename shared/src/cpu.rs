@@ -38,20 +38,19 @@ impl CpuBackend {
         self.gemm.kernel()
     }
 
-    /// Runs `steps` steps of chain from `x` (holding X_first), checking `cancel` between steps and
+    /// Runs the chain's `steps` from `x` (holding X_{steps.start}), checking `cancel` between steps and
     /// calling `checkpoint` after every step whose number (1-based) is a multiple of c.
     fn run_steps(
         &self,
         work: &Work,
         b: &PackedB,
         mut x: Matrix,
-        first: u32,
-        steps: u32,
+        steps: Range<u32>,
         cancel: &CancelToken,
         mut checkpoint: impl FnMut(&Matrix),
     ) -> Result<Matrix, BackendError> {
         let mut next = Matrix::zeros(work.n());
-        for step in first..first + steps {
+        for step in steps {
             cancel.check()?;
             self.gemm.step(&x, b, step, &mut next);
             std::mem::swap(&mut x, &mut next);
@@ -67,7 +66,7 @@ impl CpuBackend {
         let b = PackedB::new(&generate_b(work.key(), chain, work.n()));
         let mut checkpoints = Vec::with_capacity(work.checkpoints_per_chain());
         checkpoints.push(a.digest());
-        self.run_steps(work, &b, a, 0, work.iterations(), cancel, |x| {
+        self.run_steps(work, &b, a, 0..work.iterations(), cancel, |x| {
             checkpoints.push(x.digest())
         })?;
         Ok(ChainResult {
@@ -125,6 +124,6 @@ impl Backend for CpuBackend {
     ) -> Result<Matrix, BackendError> {
         check_advance(work, &start, first, steps)?;
         let b = PackedB::new(&generate_b(work.key(), chain, work.n()));
-        self.run_steps(work, &b, start, first, steps, cancel, |_| {})
+        self.run_steps(work, &b, start, first..first + steps, cancel, |_| {})
     }
 }

@@ -69,7 +69,7 @@ impl ChallengeParams {
         if !(MIN_N..=MAX_N).contains(&self.n) {
             return Err(ParamsError::SizeOutOfRange(self.n));
         }
-        if self.n % N_MULTIPLE != 0 {
+        if !self.n.is_multiple_of(N_MULTIPLE) {
             return Err(ParamsError::SizeNotAligned(self.n));
         }
         if !(1..=MAX_CHAINS).contains(&self.num_chains) {

@@ -176,14 +176,14 @@ impl Attestor {
         let phase = |name, detail: String| on_event(AttestEvent::Phase { name, detail });
         let inventory = self.inventory(&url).await?;
         let miner_key = PublicKey::from_slice(&inventory.miner_key).expect("checked by inventory()");
-        if let Some(registered) = self.store.miner(&url)? {
-            if registered.miner_key != miner_key {
-                return Err(AttestError::KeyChanged {
-                    url,
-                    registered: registered.miner_key,
-                    presented: miner_key,
-                });
-            }
+        if let Some(registered) = self.store.miner(&url)?
+            && registered.miner_key != miner_key
+        {
+            return Err(AttestError::KeyChanged {
+                url,
+                registered: registered.miner_key,
+                presented: miner_key,
+            });
         }
         let nonce = loop {
             let candidate = random32()?;
@@ -327,25 +327,42 @@ impl Attestor {
     ) -> Result<(), AttestError> {
         let (commitment, signature) = match commitment_from_wire(wire) {
             Ok(pair) => pair,
-            Err(e) => return Ok(outcome.fail(format!("malformed commitment: {e}"))),
+            Err(e) => {
+                return {
+                    outcome.fail(format!("malformed commitment: {e}"));
+                    Ok(())
+                };
+            }
         };
         outcome.record_commitment(&commitment);
         let expected_miner = PublicKey(challenge.params.miner_key);
         if commitment.miner_key != expected_miner {
-            return Ok(outcome.fail(format!(
-                "commitment is from key {}, the challenge was for {expected_miner}",
-                commitment.miner_key
-            )));
+            return {
+                outcome.fail(format!(
+                    "commitment is from key {}, the challenge was for {expected_miner}",
+                    commitment.miner_key
+                ));
+                Ok(())
+            };
         }
         if commitment.verify(&signature).is_err() {
-            return Ok(outcome.fail("commitment signature does not verify with the miner's key".into()));
+            return {
+                outcome.fail("commitment signature does not verify with the miner's key".into());
+                Ok(())
+            };
         }
         if commitment.validator_key != self.public_key() {
-            return Ok(outcome.fail("commitment answers another validator's challenge".into()));
+            return {
+                outcome.fail("commitment answers another validator's challenge".into());
+                Ok(())
+            };
         }
         let work = Work::new(challenge.params).expect("planned parameters are valid");
         if let Err(rejection) = check_commitment(&work, &commitment.work) {
-            return Ok(outcome.fail(rejection.to_string()));
+            return {
+                outcome.fail(rejection.to_string());
+                Ok(())
+            };
         }
         if commitment.work.devices.len() != commitment.inventory.len() {
             outcome.fail(format!(
@@ -393,7 +410,10 @@ impl Attestor {
         };
         match result.map_err(|e| AttestError::Verify(e.to_string()))? {
             Ok(()) => Ok(()),
-            Err(VerifyError::Rejected(r)) => Ok(outcome.fail(r.to_string())),
+            Err(VerifyError::Rejected(r)) => {
+                outcome.fail(r.to_string());
+                Ok(())
+            }
             Err(e) => Err(AttestError::Verify(e.to_string())),
         }
     }
@@ -417,29 +437,38 @@ impl Attestor {
         let mut stream = match client.open_chains(request).await {
             Ok(r) => r.into_inner(),
             Err(s) => {
-                return Ok(outcome.fail(format!(
-                    "miner refused to open chains ({:?}): {}",
-                    s.code(),
-                    s.message()
-                )));
+                return {
+                    outcome.fail(format!(
+                        "miner refused to open chains ({:?}): {}",
+                        s.code(),
+                        s.message()
+                    ));
+                    Ok(())
+                };
             }
         };
         for sample in samples {
             let wire = match stream.message().await {
                 Ok(Some(w)) => w,
                 Ok(None) => {
-                    return Ok(outcome.fail(format!(
-                        "miner sent no opening for chain {} segment {}",
-                        sample.chain, sample.segment
-                    )));
+                    return {
+                        outcome.fail(format!(
+                            "miner sent no opening for chain {} segment {}",
+                            sample.chain, sample.segment
+                        ));
+                        Ok(())
+                    };
                 }
                 Err(s) => {
-                    return Ok(outcome.fail(format!(
-                        "opening chain {} failed ({:?}): {}",
-                        sample.chain,
-                        s.code(),
-                        s.message()
-                    )));
+                    return {
+                        outcome.fail(format!(
+                            "opening chain {} failed ({:?}): {}",
+                            sample.chain,
+                            s.code(),
+                            s.message()
+                        ));
+                        Ok(())
+                    };
                 }
             };
             if let Some(reason) = self.check_opening(work, commitment, sample, &wire).await? {

@@ -59,6 +59,11 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Print the public key of an existing key file (for allow-lists and registration).
+    PublicKey {
+        #[arg(long, env = "GPU_ATTEST_VALIDATOR_KEY_FILE", default_value = "validator.key")]
+        key_file: PathBuf,
+    },
     /// Create this validator's ed25519 key file (owner-only; never overwrites).
     Keygen {
         #[arg(long, env = "GPU_ATTEST_VALIDATOR_KEY_FILE", default_value = "validator.key")]

@@ -48,7 +48,7 @@ pub fn plan(
     if devices == 0 {
         return Err(PlanError::NoDevices);
     }
-    let limits = inventory.limits.clone().unwrap_or_default();
+    let limits = inventory.limits.unwrap_or_default();
     let n = if inventory.backend == "cpu" {
         config.cpu_n
     } else {

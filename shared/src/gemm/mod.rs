@@ -98,7 +98,7 @@ impl CpuGemm {
         let n = a.n();
         assert_eq!(b.n(), n, "A and B differ in size");
         assert!(
-            n % TILE_COLS == 0 && n % TILE_ROWS == 0,
+            n.is_multiple_of(TILE_COLS) && n.is_multiple_of(TILE_ROWS),
             "n={n} is not a multiple of 32"
         );
         assert_eq!(out.len(), n * n);

@@ -17,7 +17,10 @@ pub struct PackedB {
 impl PackedB {
     pub fn new(b: &Matrix) -> Self {
         let n = b.n();
-        assert!(n % TILE_COLS == 0 && n % 4 == 0, "n={n} cannot be packed");
+        assert!(
+            n.is_multiple_of(TILE_COLS) && n.is_multiple_of(4),
+            "n={n} cannot be packed"
+        );
         let src = b.as_bytes();
         let mut panels = vec![0u8; n * n];
         for (p, panel) in panels.chunks_exact_mut(TILE_COLS * n).enumerate() {

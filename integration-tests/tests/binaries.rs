@@ -1,0 +1,201 @@
+//! The real `miner` and `validator` binaries, as a user runs them: keys, a miner on a port-0
+//! listener, one-shot attestation with a verdict, the three ways an attestation cannot happen
+//! (each one line on stderr, exit 2, nothing written to the database), and graceful shutdown.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::OnceLock;
+
+/// The directory holding `miner` and `validator`. `cargo test --workspace` has built them
+/// beside this test's own directory; otherwise they are built into a separate target directory,
+/// since this cargo invocation holds the lock on the usual one.
+fn bin_dir() -> &'static Path {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| {
+        let exe = std::env::current_exe().unwrap();
+        let profile_dir = exe.parent().and_then(Path::parent).unwrap().to_path_buf();
+        if profile_dir.join("miner").exists() && profile_dir.join("validator").exists() {
+            return profile_dir;
+        }
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
+        let target = root.join("target").join("e2e-binaries");
+        println!(
+            "miner/validator binaries not built yet; building them into {}",
+            target.display()
+        );
+        let status = Command::new(env!("CARGO"))
+            .args([
+                "build",
+                "-q",
+                "-p",
+                "gpu-attest-miner",
+                "-p",
+                "gpu-attest-validator",
+                "--bins",
+            ])
+            .env("CARGO_TARGET_DIR", &target)
+            .current_dir(root)
+            .status()
+            .unwrap();
+        assert!(status.success(), "building the binaries failed");
+        target.join("debug")
+    })
+}
+
+fn cmd(name: &str) -> Command {
+    Command::new(bin_dir().join(name))
+}
+
+struct Dir(PathBuf);
+impl Drop for Dir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// A child process killed when dropped.
+struct Daemon(Child);
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Starts `serve` and returns it with the address it printed.
+fn start(mut command: Command) -> (Daemon, String) {
+    let mut child = command.stdout(Stdio::piped()).stderr(Stdio::null()).spawn().unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let address = line
+        .trim()
+        .strip_prefix("listening on ")
+        .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
+        .to_string();
+    (Daemon(child), format!("http://{address}"))
+}
+
+fn keygen(bin: &str, path: &Path) -> String {
+    let out = cmd(bin).args(["keygen", "--key-file"]).arg(path).output().unwrap();
+    assert!(out.status.success());
+    String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .find_map(|l| l.strip_prefix("public key: "))
+        .unwrap()
+        .to_string()
+}
+
+fn attest(dir: &Path, url: &str) -> Output {
+    cmd("validator")
+        .args(["attest", "--json", "--miner", url, "--config"])
+        .arg(dir.join("validator.toml"))
+        .output()
+        .unwrap()
+}
+
+fn verdict_count(dir: &Path) -> usize {
+    let out = cmd("validator")
+        .args(["verdicts", "--json", "--database"])
+        .arg(dir.join("v.db"))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    serde_json::from_slice::<Vec<serde_json::Value>>(&out.stdout)
+        .unwrap()
+        .len()
+}
+
+fn assert_one_line_error(out: &Output, needle: &str) {
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "stdout {}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(stderr.starts_with("error: ") && stderr.contains(needle), "{stderr}");
+}
+
+#[test]
+fn attest_a_real_miner_then_fail_cleanly_on_bad_targets() {
+    let dir = Dir(std::env::temp_dir().join(format!("gpu-attest-binaries-{}", std::process::id())));
+    let _ = std::fs::remove_dir_all(&dir.0);
+    std::fs::create_dir_all(&dir.0).unwrap();
+    let d = &dir.0;
+    let validator_key = keygen("validator", &d.join("v.key"));
+    keygen("miner", &d.join("m.key"));
+    std::fs::write(
+        d.join("validator.toml"),
+        format!(
+            "key_file = {:?}\ndatabase = {:?}\nsamples = 4\ncpu_threads = 1\n\
+             [challenge]\ncpu_n = 64\niterations = 4\ncheckpoint_every = 2\ntarget_seconds = 0.5\n\
+             [deadline]\nmin_ms = 5000\n",
+            d.join("v.key"),
+            d.join("v.db")
+        ),
+    )
+    .unwrap();
+
+    let mut serve = cmd("miner");
+    serve
+        .args([
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--cpu-threads",
+            "1",
+            "--allow-validator",
+            &validator_key,
+            "--key-file",
+        ])
+        .arg(d.join("m.key"));
+    let (mut miner, miner_url) = start(serve);
+
+    let out = attest(d, &miner_url);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "stderr: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let verdict: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(verdict["passed"], true, "{verdict}");
+    assert_eq!(verdict["miner_url"], miner_url.as_str());
+    assert_eq!(verdict_count(d), 1);
+
+    // A miner that is down.
+    assert_one_line_error(&attest(d, "http://127.0.0.1:1"), "cannot reach miner");
+    // Something that is not a miner: a validator's API.
+    let mut serve_validator = cmd("validator");
+    serve_validator
+        .args(["serve", "--listen", "127.0.0.1:0", "--no-schedule", "--key-file"])
+        .arg(d.join("v.key"))
+        .arg("--database")
+        .arg(d.join("other.db"));
+    let (_validator, validator_url) = start(serve_validator);
+    assert_one_line_error(&attest(d, &validator_url), "not a gpu-attest miner");
+    // A miner that refuses this validator.
+    keygen("miner", &d.join("m2.key"));
+    let mut strict = cmd("miner");
+    strict
+        .args(["serve", "--listen", "127.0.0.1:0", "--key-file"])
+        .arg(d.join("m2.key"));
+    let (_strict, strict_url) = start(strict);
+    assert_one_line_error(&attest(d, &strict_url), "refused the challenge");
+    // None of them left anything in the database.
+    assert_eq!(verdict_count(d), 1);
+
+    // SIGTERM: the miner finishes in-flight calls and exits cleanly.
+    #[cfg(unix)]
+    {
+        let pid = miner.0.id().to_string();
+        assert!(Command::new("kill").args(["-TERM", &pid]).status().unwrap().success());
+        let status = miner.0.wait().unwrap();
+        assert!(status.success(), "miner exited with {status} on SIGTERM");
+    }
+}

@@ -1,0 +1,204 @@
+//! The miner's gRPC service against a real client: every refusal is its own status code, one
+//! challenge at a time, and a disconnect frees the devices.
+
+mod common;
+
+use common::*;
+use gpu_attest_proto::convert::challenge_to_wire;
+use gpu_attest_proto::v1::{self, miner_client::MinerClient};
+use gpu_attest_shared::identity::{Identity, PublicKey};
+use gpu_attest_shared::params::ChallengeParams;
+use gpu_attest_shared::statement::Challenge;
+use std::time::Duration;
+use tonic::Code;
+
+fn now() -> u64 {
+    gpu_attest_miner::core::now_ms()
+}
+
+fn challenge(miner: PublicKey, nonce: u8, n: u32, chains: u64, iterations: u32, deadline_in_ms: i64) -> Challenge {
+    Challenge {
+        params: ChallengeParams {
+            nonce: [nonce; 32],
+            seed: [1; 32],
+            miner_key: miner.0,
+            n,
+            num_chains: chains,
+            iterations,
+            checkpoint_every: 1,
+        },
+        issued_at_ms: now(),
+        deadline_ms: (now() as i64 + deadline_in_ms) as u64,
+        validator_key: validator_key(),
+    }
+}
+
+fn signed(c: &Challenge) -> v1::Challenge {
+    challenge_to_wire(c, &c.sign(&Identity::from_seed([VALIDATOR_SEED; 32])))
+}
+
+async fn connect(miner: &Running) -> MinerClient<tonic::transport::Channel> {
+    MinerClient::connect(miner.url()).await.unwrap()
+}
+
+async fn code_of(client: &mut MinerClient<tonic::transport::Channel>, c: v1::Challenge) -> Code {
+    match client.run_challenge(c).await {
+        Ok(_) => Code::Ok,
+        Err(s) => s.code(),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn each_refusal_has_its_own_status() {
+    let core = miner_core(31, &[validator_key()], 1);
+    let key = core.public_key();
+    let miner = spawn_miner(core).await;
+    let mut client = connect(&miner).await;
+
+    let good = challenge(key, 1, 64, 1, 1, 10_000);
+    let mut forged = signed(&good);
+    forged.signature[0] ^= 1;
+    assert_eq!(code_of(&mut client, forged).await, Code::Unauthenticated);
+
+    let stranger = Identity::from_seed([0x77; 32]);
+    let mut foreign = good.clone();
+    foreign.validator_key = stranger.public_key();
+    let wire = challenge_to_wire(&foreign, &foreign.sign(&stranger));
+    assert_eq!(code_of(&mut client, wire).await, Code::PermissionDenied);
+
+    let other_miner = challenge(PublicKey([9; 32]), 2, 64, 1, 1, 10_000);
+    assert_eq!(
+        code_of(&mut client, signed(&other_miner)).await,
+        Code::FailedPrecondition
+    );
+
+    let expired = challenge(key, 3, 64, 1, 1, -1);
+    assert_eq!(code_of(&mut client, signed(&expired)).await, Code::DeadlineExceeded);
+
+    let bad_size = challenge(key, 4, 100, 1, 1, 10_000);
+    assert_eq!(code_of(&mut client, signed(&bad_size)).await, Code::InvalidArgument);
+
+    let too_long = challenge(key, 5, 64, 1, 1, 10 * 3600 * 1000);
+    assert_eq!(code_of(&mut client, signed(&too_long)).await, Code::ResourceExhausted);
+
+    let mut garbage = signed(&good);
+    garbage.validator_key.truncate(3);
+    assert_eq!(code_of(&mut client, garbage).await, Code::InvalidArgument);
+
+    // Accepted once, then the same nonce again.
+    let mut stream = client.run_challenge(signed(&good)).await.unwrap().into_inner();
+    while stream.message().await.unwrap().is_some() {}
+    assert_eq!(code_of(&mut client, signed(&good)).await, Code::AlreadyExists);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn second_challenge_is_refused_while_busy_and_disconnect_frees_the_devices() {
+    let core = miner_core(32, &[validator_key()], 1);
+    let key = core.public_key();
+    let miner = spawn_miner(core).await;
+    let mut client = connect(&miner).await;
+
+    // Minutes of work at n = 1024 on two cores.
+    let long = challenge(key, 1, 1024, 64, 1024, 600_000);
+    let mut stream = client.run_challenge(signed(&long)).await.unwrap().into_inner();
+    let first = stream.message().await.unwrap().unwrap();
+    assert!(matches!(first.event, Some(v1::challenge_event::Event::Accepted(_))));
+
+    let status = client
+        .run_challenge(signed(&challenge(key, 2, 64, 1, 1, 10_000)))
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), Code::ResourceExhausted);
+    assert!(status.message().contains("busy"), "{}", status.message());
+
+    // The validator goes away: the work is cancelled between steps and the devices come free.
+    drop(stream);
+    let quick = signed(&challenge(key, 3, 64, 1, 1, 10_000));
+    let mut accepted = false;
+    for _ in 0..100 {
+        match client.run_challenge(quick.clone()).await {
+            Ok(_) => {
+                accepted = true;
+                break;
+            }
+            Err(s) if s.code() == Code::ResourceExhausted => tokio::time::sleep(Duration::from_millis(50)).await,
+            Err(s) => panic!("unexpected refusal: {s}"),
+        }
+    }
+    assert!(accepted, "devices still busy 5 s after the validator disconnected");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn work_past_its_deadline_is_cancelled_with_deadline_exceeded() {
+    let core = miner_core(33, &[validator_key()], 1);
+    let key = core.public_key();
+    let miner = spawn_miner(core).await;
+    let mut client = connect(&miner).await;
+    let doomed = challenge(key, 1, 1024, 64, 1024, 300);
+    let mut stream = client.run_challenge(signed(&doomed)).await.unwrap().into_inner();
+    let status = loop {
+        match stream.message().await {
+            Ok(Some(_)) => continue,
+            Ok(None) => panic!("stream ended without the deadline error"),
+            Err(s) => break s,
+        }
+    };
+    assert_eq!(status.code(), Code::DeadlineExceeded);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn openings_only_for_the_issuing_validator_and_known_commitments() {
+    let core = miner_core(34, &[validator_key()], 1);
+    let key = core.public_key();
+    let miner = spawn_miner(core).await;
+    let mut client = connect(&miner).await;
+    let c = challenge(key, 1, 64, 2, 2, 10_000);
+    let mut stream = client.run_challenge(signed(&c)).await.unwrap().into_inner();
+    while stream.message().await.unwrap().is_some() {}
+
+    let validator = Identity::from_seed([VALIDATOR_SEED; 32]);
+    let samples = vec![gpu_attest_shared::opening::SampleRequest { chain: 1, segment: 1 }];
+    let request = |nonce: [u8; 32], signer: &Identity, samples: &[gpu_attest_shared::opening::SampleRequest]| {
+        v1::OpenChainsRequest {
+            nonce: nonce.to_vec(),
+            samples: samples.iter().map(gpu_attest_proto::convert::sample_to_wire).collect(),
+            validator_key: signer.public_key().0.to_vec(),
+            signature: signer
+                .sign(&gpu_attest_shared::statement::open_request_bytes(&nonce, samples))
+                .to_vec(),
+        }
+    };
+    let mut ok = client
+        .open_chains(request(c.params.nonce, &validator, &samples))
+        .await
+        .unwrap()
+        .into_inner();
+    let opening = ok.message().await.unwrap().unwrap();
+    assert_eq!((opening.chain, opening.segment), (1, 1));
+    assert_eq!(opening.start_matrix.len(), 64 * 64);
+
+    let stranger = Identity::from_seed([0x55; 32]);
+    let err = client
+        .open_chains(request(c.params.nonce, &stranger, &samples))
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::PermissionDenied);
+    let err = client
+        .open_chains(request([0xab; 32], &validator, &samples))
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::NotFound);
+    let too_many = vec![samples[0]; 65];
+    let err = client
+        .open_chains(request(c.params.nonce, &validator, &too_many))
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::ResourceExhausted);
+    let out_of_range = [gpu_attest_shared::opening::SampleRequest { chain: 9, segment: 0 }];
+    let mut stream = client
+        .open_chains(request(c.params.nonce, &validator, &out_of_range))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(stream.message().await.unwrap_err().code(), Code::OutOfRange);
+}

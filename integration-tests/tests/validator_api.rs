@@ -1,0 +1,267 @@
+//! The validator's gRPC API over a real socket: registration and key binding, attestation as a
+//! stream, verdict listing with filters and paging, persistence across a restart, health.
+
+mod common;
+
+use common::*;
+use gpu_attest_proto::v1::{self, attest_event::Event, validator_client::ValidatorClient};
+use gpu_attest_validator::config::Policy;
+use tonic::Code;
+use tonic_health::pb::{HealthCheckRequest, health_check_response::ServingStatus, health_client::HealthClient};
+
+async fn client(validator: &Running) -> ValidatorClient<tonic::transport::Channel> {
+    ValidatorClient::connect(validator.url())
+        .await
+        .expect("validator reachable")
+}
+
+/// Runs AttestMiner to its end: (phases seen, progress events, verdict or final status).
+async fn attest_via_api(
+    client: &mut ValidatorClient<tonic::transport::Channel>,
+    url: &str,
+) -> (Vec<String>, usize, Result<v1::Verdict, tonic::Status>) {
+    let mut stream = match client.attest_miner(v1::AttestMinerRequest { url: url.into() }).await {
+        Ok(r) => r.into_inner(),
+        Err(s) => return (vec![], 0, Err(s)),
+    };
+    let (mut phases, mut progress) = (vec![], 0);
+    loop {
+        match stream.message().await {
+            Ok(Some(v1::AttestEvent {
+                event: Some(Event::Phase(p)),
+            })) => phases.push(p.name),
+            Ok(Some(v1::AttestEvent {
+                event: Some(Event::Progress(_)),
+            })) => progress += 1,
+            Ok(Some(v1::AttestEvent {
+                event: Some(Event::Verdict(v)),
+            })) => return (phases, progress, Ok(v)),
+            Ok(_) => {
+                return (
+                    phases,
+                    progress,
+                    Err(tonic::Status::internal("stream ended without a verdict")),
+                );
+            }
+            Err(s) => return (phases, progress, Err(s)),
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn register_attest_list_and_page() {
+    let dir = TempDir::new("api");
+    let validator = spawn_validator(attestor(&validator_config(&dir, Policy::Sampled))).await;
+    let miner = spawn_miner(miner_core(21, &[validator_key()], 1)).await;
+    let mut api = client(&validator).await;
+
+    let record = api
+        .register_miner(v1::RegisterMinerRequest {
+            url: miner.url(),
+            name: "rig-1".into(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(record.name, "rig-1");
+    assert_eq!(record.miner_key, miner_core(21, &[], 1).public_key().0.to_vec());
+    let miners = api
+        .list_miners(v1::ListMinersRequest {})
+        .await
+        .unwrap()
+        .into_inner()
+        .miners;
+    assert_eq!(miners.len(), 1);
+
+    for _ in 0..3 {
+        let (phases, progress, verdict) = attest_via_api(&mut api, &miner.url()).await;
+        let verdict = verdict.unwrap();
+        assert!(verdict.passed, "{:?}", verdict.reasons);
+        assert_eq!(phases.first().map(String::as_str), Some("challenge-sent"));
+        assert!(phases.iter().any(|p| p == "verifying"), "{phases:?}");
+        assert!(progress > 0, "no progress events");
+    }
+
+    // Two per page: 3 verdicts, newest first, over two pages.
+    let page = |token: String| v1::ListVerdictsRequest {
+        page_size: 2,
+        page_token: token,
+        ..Default::default()
+    };
+    let first = api.list_verdicts(page(String::new())).await.unwrap().into_inner();
+    assert_eq!(first.verdicts.len(), 2);
+    assert!(first.verdicts[0].id > first.verdicts[1].id);
+    assert!(!first.next_page_token.is_empty());
+    let second = api
+        .list_verdicts(page(first.next_page_token))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(second.verdicts.len(), 1);
+    assert!(second.next_page_token.is_empty());
+    let failed = v1::ListVerdictsRequest {
+        passed: Some(false),
+        ..Default::default()
+    };
+    assert!(
+        api.list_verdicts(failed)
+            .await
+            .unwrap()
+            .into_inner()
+            .verdicts
+            .is_empty()
+    );
+    let other = v1::ListVerdictsRequest {
+        miner_url: "http://127.0.0.1:1".into(),
+        ..Default::default()
+    };
+    assert!(api.list_verdicts(other).await.unwrap().into_inner().verdicts.is_empty());
+    let bad_token = v1::ListVerdictsRequest {
+        page_token: "not-a-token".into(),
+        ..Default::default()
+    };
+    assert_eq!(
+        api.list_verdicts(bad_token).await.unwrap_err().code(),
+        Code::InvalidArgument
+    );
+
+    let removed = api
+        .remove_miner(v1::RemoveMinerRequest { url: miner.url() })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(removed.removed);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn verdicts_and_nonces_survive_a_restart() {
+    let dir = TempDir::new("restart");
+    let config = validator_config(&dir, Policy::Sampled);
+    let miner = spawn_miner(miner_core(22, &[validator_key()], 1)).await;
+    let first = {
+        let validator = spawn_validator(attestor(&config)).await;
+        attest_via_api(&mut client(&validator).await, &miner.url())
+            .await
+            .2
+            .unwrap()
+    };
+    // A new validator process on the same database file.
+    let attestor = attestor(&config);
+    let validator = spawn_validator(attestor.clone()).await;
+    let listed = client(&validator)
+        .await
+        .list_verdicts(v1::ListVerdictsRequest::default())
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(listed.verdicts.len(), 1);
+    assert_eq!(listed.verdicts[0].nonce, first.nonce);
+    assert_eq!(listed.verdicts[0].reasons, first.reasons);
+    assert_eq!(attestor.store().nonce_count().unwrap(), 1);
+    let nonce: [u8; 32] = first.nonce.as_slice().try_into().unwrap();
+    assert!(
+        !attestor.store().claim_nonce(&nonce, "any", 0).unwrap(),
+        "an issued nonce could be issued again"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_registered_miner_that_changes_key_is_refused() {
+    let dir = TempDir::new("rekey");
+    let attestor = attestor(&validator_config(&dir, Policy::Sampled));
+    let validator = spawn_validator(attestor.clone()).await;
+    let mut api = client(&validator).await;
+    let url = {
+        let miner = spawn_miner(miner_core(23, &[validator_key()], 1)).await;
+        api.register_miner(v1::RegisterMinerRequest {
+            url: miner.url(),
+            name: String::new(),
+        })
+        .await
+        .unwrap();
+        miner.url()
+    };
+    // Same address, another key.
+    let address: std::net::SocketAddr = url.trim_start_matches("http://").parse().unwrap();
+    let listener = loop {
+        match tokio::net::TcpListener::bind(address).await {
+            Ok(l) => break l,
+            Err(_) => tokio::time::sleep(std::time::Duration::from_millis(50)).await,
+        }
+    };
+    let core = miner_core(24, &[validator_key()], 1);
+    tokio::spawn(gpu_attest_miner::server::serve(core, listener, std::future::pending()));
+    let err = api
+        .register_miner(v1::RegisterMinerRequest {
+            url: url.clone(),
+            name: String::new(),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::FailedPrecondition);
+    assert!(
+        err.message().contains("Remove it and register again"),
+        "{}",
+        err.message()
+    );
+    let (_, _, attested) = attest_via_api(&mut api, &url).await;
+    assert_eq!(attested.unwrap_err().code(), Code::FailedPrecondition);
+    assert_eq!(
+        attestor.store().nonce_count().unwrap(),
+        0,
+        "a challenge was issued to a re-keyed miner"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn unreachable_and_refusing_miners_store_no_verdict() {
+    let dir = TempDir::new("refuse");
+    let attestor = attestor(&validator_config(&dir, Policy::Sampled));
+    let validator = spawn_validator(attestor.clone()).await;
+    let mut api = client(&validator).await;
+
+    let (_, _, down) = attest_via_api(&mut api, "http://127.0.0.1:1").await;
+    assert_eq!(down.unwrap_err().code(), Code::Unavailable);
+
+    let (_, _, not_miner) = attest_via_api(&mut api, &validator.url()).await;
+    let err = not_miner.unwrap_err();
+    assert_eq!(err.code(), Code::FailedPrecondition);
+    assert!(err.message().contains("not a gpu-attest miner"), "{}", err.message());
+
+    // A miner that does not allow this validator.
+    let miner = spawn_miner(miner_core(25, &[], 1)).await;
+    let (_, _, refused) = attest_via_api(&mut api, &miner.url()).await;
+    let err = refused.unwrap_err();
+    assert!(err.message().contains("allow-list"), "{}", err.message());
+
+    let all = api
+        .list_verdicts(v1::ListVerdictsRequest::default())
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(all.verdicts.is_empty(), "an error left a verdict behind");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn both_daemons_serve_the_standard_health_service() {
+    let dir = TempDir::new("health");
+    let validator = spawn_validator(attestor(&validator_config(&dir, Policy::Sampled))).await;
+    let miner = spawn_miner(miner_core(26, &[], 1)).await;
+    for (server, service) in [(&miner, "gpu_attest.v1.Miner"), (&validator, "gpu_attest.v1.Validator")] {
+        let channel = tonic::transport::Endpoint::from_shared(server.url())
+            .unwrap()
+            .connect()
+            .await
+            .unwrap();
+        let mut health = HealthClient::new(channel);
+        let status = health
+            .check(HealthCheckRequest {
+                service: service.into(),
+            })
+            .await
+            .unwrap()
+            .into_inner()
+            .status;
+        assert_eq!(status, ServingStatus::Serving as i32, "{service}");
+    }
+}

@@ -1,0 +1,108 @@
+//! The real `miner` binary: clear one-line errors, no GPU handled as a plain statement.
+
+use std::process::Command;
+
+fn miner() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_miner"))
+}
+
+fn temp_dir(tag: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("gpu-attest-miner-cli-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+#[test]
+fn info_says_plainly_there_is_no_gpu() {
+    let out = miner().args(["info"]).output().unwrap();
+    assert!(out.status.success());
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(text.contains("GPUs: none"), "{text}");
+    assert!(text.contains("backend: cpu"), "{text}");
+    let json = miner().args(["info", "--json"]).output().unwrap();
+    let value: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap();
+    assert_eq!(value["backend"], "cpu");
+    assert_eq!(value["gpus"], 0);
+}
+
+#[test]
+fn serve_with_cuda_backend_exits_with_one_clear_line() {
+    let dir = temp_dir("cuda");
+    let key = dir.join("m.key");
+    assert!(
+        miner()
+            .args(["keygen", "--key-file"])
+            .arg(&key)
+            .output()
+            .unwrap()
+            .status
+            .success()
+    );
+    // RUST_BACKTRACE must not turn the error into a backtrace.
+    let out = miner()
+        .args(["serve", "--backend", "cuda", "--key-file"])
+        .arg(&key)
+        .env("RUST_BACKTRACE", "1")
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(
+        stderr.starts_with("error: the cuda backend is not available"),
+        "{stderr}"
+    );
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
+#[test]
+fn keygen_refuses_to_overwrite_and_serve_refuses_open_key_files() {
+    let dir = temp_dir("keys");
+    let key = dir.join("m.key");
+    assert!(
+        miner()
+            .args(["keygen", "--key-file"])
+            .arg(&key)
+            .output()
+            .unwrap()
+            .status
+            .success()
+    );
+    let again = miner().args(["keygen", "--key-file"]).arg(&key).output().unwrap();
+    assert!(!again.status.success());
+    assert!(String::from_utf8_lossy(&again.stderr).contains("already exists"));
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o644)).unwrap();
+        let out = miner()
+            .args(["serve", "--listen", "127.0.0.1:0", "--key-file"])
+            .arg(&key)
+            .output()
+            .unwrap();
+        assert!(!out.status.success());
+        assert!(String::from_utf8_lossy(&out.stderr).contains("chmod 600"));
+    }
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
+#[test]
+fn print_config_shows_flags_over_file_over_defaults() {
+    let dir = temp_dir("config");
+    let file = dir.join("miner.toml");
+    std::fs::write(&file, "cpu_threads = 3\n[limits]\nmax_n = 1024\n").unwrap();
+    let out = miner()
+        .args(["serve", "--print-config", "--config"])
+        .arg(&file)
+        .args(["--cpu-threads", "1"])
+        .env("GPU_ATTEST_MINER_LISTEN", "127.0.0.1:9999")
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(text.contains("cpu_threads = 1"), "{text}");
+    assert!(text.contains("max_n = 1024"), "{text}");
+    assert!(text.contains("127.0.0.1:9999"), "{text}");
+    std::fs::remove_dir_all(dir).unwrap();
+}
