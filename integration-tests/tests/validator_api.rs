@@ -265,3 +265,53 @@ async fn both_daemons_serve_the_standard_health_service() {
         assert_eq!(status, ServingStatus::Serving as i32, "{service}");
     }
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn scheduler_attests_registered_miners_on_its_interval() {
+    let dir = TempDir::new("schedule");
+    let attestor = attestor(&validator_config(&dir, Policy::Sampled));
+    let miner = spawn_miner(miner_core(27, &[validator_key()], 1)).await;
+    let (listener, address) = listener().await;
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn(gpu_attest_validator::server::serve(
+        attestor.clone(),
+        listener,
+        Some(std::time::Duration::from_millis(200)),
+        async {
+            let _ = stopped.await;
+        },
+    ));
+    let mut api = ValidatorClient::connect(format!("http://{address}")).await.unwrap();
+    api.register_miner(v1::RegisterMinerRequest {
+        url: miner.url(),
+        name: "scheduled".into(),
+    })
+    .await
+    .unwrap();
+    let mut verdicts = Vec::new();
+    for _ in 0..100 {
+        verdicts = api
+            .list_verdicts(v1::ListVerdictsRequest::default())
+            .await
+            .unwrap()
+            .into_inner()
+            .verdicts;
+        if verdicts.len() >= 2 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    assert!(
+        verdicts.len() >= 2,
+        "scheduler made {} attestations in 10 s",
+        verdicts.len()
+    );
+    assert!(verdicts.iter().all(|v| v.passed && v.miner_url == miner.url()));
+    // Shutdown stops the scheduler too: the server task ends.
+    stop.send(()).unwrap();
+    tokio::time::timeout(std::time::Duration::from_secs(10), server)
+        .await
+        .expect("server stops")
+        .unwrap()
+        .unwrap();
+}
