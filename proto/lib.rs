@@ -3,6 +3,7 @@
 //! ranges and returns a [`WireError`] naming the field, never panics: wire input is hostile.
 
 pub mod convert;
+pub mod transport;
 
 #[allow(clippy::all, missing_docs)]
 pub mod v1 {

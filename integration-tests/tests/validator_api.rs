@@ -59,6 +59,7 @@ async fn register_attest_list_and_page() {
         .register_miner(v1::RegisterMinerRequest {
             url: miner.url(),
             name: "rig-1".into(),
+            replace_key: false,
         })
         .await
         .unwrap()
@@ -176,6 +177,7 @@ async fn a_registered_miner_that_changes_key_is_refused() {
         api.register_miner(v1::RegisterMinerRequest {
             url: miner.url(),
             name: String::new(),
+            replace_key: false,
         })
         .await
         .unwrap();
@@ -190,26 +192,72 @@ async fn a_registered_miner_that_changes_key_is_refused() {
         }
     };
     let core = miner_core(24, &[validator_key()], 1);
-    tokio::spawn(gpu_attest_miner::server::serve(core, listener, std::future::pending()));
+    tokio::spawn(gpu_attest_miner::server::serve(
+        core,
+        listener,
+        miner_options(),
+        std::future::pending(),
+    ));
     let err = api
         .register_miner(v1::RegisterMinerRequest {
             url: url.clone(),
             name: String::new(),
+            replace_key: false,
         })
         .await
         .unwrap_err();
     assert_eq!(err.code(), Code::FailedPrecondition);
-    assert!(
-        err.message().contains("Remove it and register again"),
-        "{}",
-        err.message()
-    );
+    assert!(err.message().contains("replace_key"), "{}", err.message());
     let (_, _, attested) = attest_via_api(&mut api, &url).await;
     assert_eq!(attested.unwrap_err().code(), Code::FailedPrecondition);
     assert_eq!(
         attestor.store().nonce_count().unwrap(),
         0,
         "a challenge was issued to a re-keyed miner"
+    );
+
+    // The operator accepts the rotation explicitly; then attestation works again.
+    let rotate = v1::RegisterMinerRequest {
+        url: url.clone(),
+        name: String::new(),
+        replace_key: true,
+    };
+    let rotated = api.register_miner(rotate).await.unwrap().into_inner();
+    assert_eq!(rotated.miner_key, miner_core(24, &[], 1).public_key().0.to_vec());
+    let (_, _, attested) = attest_via_api(&mut api, &url).await;
+    assert!(attested.unwrap().passed);
+
+    // A revoked key is never challenged again, whatever the operator registers.
+    let revoke = v1::RevokeMinerKeyRequest {
+        miner_key: rotated.miner_key.clone(),
+        reason: "key leaked".into(),
+    };
+    assert!(
+        api.revoke_miner_key(revoke.clone())
+            .await
+            .unwrap()
+            .into_inner()
+            .newly_revoked
+    );
+    assert!(!api.revoke_miner_key(revoke).await.unwrap().into_inner().newly_revoked);
+    let nonces_before = attestor.store().nonce_count().unwrap();
+    let (_, _, attested) = attest_via_api(&mut api, &url).await;
+    let err = attested.unwrap_err();
+    assert_eq!(err.code(), Code::FailedPrecondition);
+    assert!(err.message().contains("revoked"), "{}", err.message());
+    assert_eq!(
+        attestor.store().nonce_count().unwrap(),
+        nonces_before,
+        "a revoked key was challenged"
+    );
+    let again = v1::RegisterMinerRequest {
+        url,
+        name: String::new(),
+        replace_key: true,
+    };
+    assert_eq!(
+        api.register_miner(again).await.unwrap_err().code(),
+        Code::FailedPrecondition
     );
 }
 
@@ -277,6 +325,7 @@ async fn scheduler_attests_registered_miners_on_its_interval() {
         attestor.clone(),
         listener,
         Some(std::time::Duration::from_millis(200)),
+        validator_options(),
         async {
             let _ = stopped.await;
         },
@@ -285,6 +334,7 @@ async fn scheduler_attests_registered_miners_on_its_interval() {
     api.register_miner(v1::RegisterMinerRequest {
         url: miner.url(),
         name: "scheduled".into(),
+        replace_key: false,
     })
     .await
     .unwrap();

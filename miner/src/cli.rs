@@ -55,7 +55,7 @@ pub enum Command {
 }
 
 /// Settings shared by the commands that choose a backend.
-#[derive(Debug, Args)]
+#[derive(Clone, Debug, Args)]
 pub struct Settings {
     /// TOML config file; flags and environment override it.
     #[arg(long, env = "GPU_ATTEST_MINER_CONFIG")]
@@ -69,7 +69,7 @@ pub struct Settings {
     pub cpu_threads: Option<usize>,
 }
 
-#[derive(Debug, Args)]
+#[derive(Clone, Debug, Args)]
 pub struct ServeArgs {
     #[command(flatten)]
     pub settings: Settings,

@@ -1,5 +1,6 @@
 //! Miner configuration: built-in defaults, then a TOML file, then flags and environment.
 
+use gpu_attest_proto::transport::TlsFiles;
 use serde::{Deserialize, Serialize};
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -35,6 +36,11 @@ pub struct Limits {
     pub max_duration_secs: u64,
     /// Most openings one OpenChains request may ask for.
     pub max_samples: u32,
+    /// Requests a minute one address may make (on average), and the burst it may use at once.
+    pub requests_per_minute: u32,
+    pub request_burst: u32,
+    /// Concurrent gRPC streams per connection.
+    pub max_concurrent_streams: u32,
 }
 
 impl Default for Limits {
@@ -45,6 +51,9 @@ impl Default for Limits {
             max_iterations: 1 << 16,
             max_duration_secs: 3600,
             max_samples: 64,
+            requests_per_minute: 120,
+            request_burst: 30,
+            max_concurrent_streams: 16,
         }
     }
 }
@@ -64,6 +73,12 @@ pub struct MinerConfig {
     pub cpu_threads: usize,
     /// How long a commitment stays openable, in seconds.
     pub keep_commitments_secs: u64,
+    /// Accepted nonces, kept on disk until their deadlines so a restart cannot enable a replay.
+    pub nonce_file: PathBuf,
+    /// TLS for the gRPC server; `ca` set requires validators to present client certificates.
+    pub tls: TlsFiles,
+    /// Serve plaintext on a non-loopback address (a warning is logged). Loopback is always allowed.
+    pub allow_plaintext: bool,
     pub limits: Limits,
 }
 
@@ -77,6 +92,9 @@ impl Default for MinerConfig {
             gpu_kernel: GpuKernelChoice::Auto,
             cpu_threads: 0,
             keep_commitments_secs: 600,
+            nonce_file: PathBuf::from("miner-nonces.log"),
+            tls: TlsFiles::default(),
+            allow_plaintext: false,
             limits: Limits::default(),
         }
     }

@@ -5,6 +5,7 @@
 use crate::backends::SelectedBackend;
 use crate::config::Limits;
 use crate::error::MinerError;
+use crate::nonces::NonceLog;
 use gpu_attest_proto::convert::{
     challenge_from_wire, commitment_to_wire, device_to_wire, opening_to_wire, sample_from_wire,
 };
@@ -15,8 +16,8 @@ use gpu_attest_shared::opening::{SampleRequest, open_chain};
 use gpu_attest_shared::params::PROTOCOL_VERSION;
 use gpu_attest_shared::statement::{Challenge, Commitment, open_request_bytes, opening_bytes};
 use gpu_attest_shared::{CancelToken, Work};
-use std::collections::{HashMap, HashSet, VecDeque};
-use std::sync::{Arc, Mutex};
+use std::collections::{HashSet, VecDeque};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use tokio::sync::OwnedMutexGuard;
 
@@ -55,13 +56,15 @@ pub struct RecentCommitment {
 
 pub struct MinerCore {
     identity: Identity,
-    allowed: HashSet<PublicKey>,
+    /// Replaced whole on reload (SIGHUP): removing a key revokes that validator at once, for
+    /// new challenges and for openings alike.
+    allowed: RwLock<HashSet<PublicKey>>,
     limits: Limits,
     selected: SelectedBackend,
     devices: Arc<tokio::sync::Mutex<()>>,
     /// Accepted nonces with their deadlines; a nonce past its deadline cannot come back (the
     /// deadline check refuses it), so it can be forgotten then.
-    seen_nonces: Mutex<HashMap<[u8; 32], u64>>,
+    nonces: Mutex<NonceLog>,
     recent: Mutex<VecDeque<Arc<RecentCommitment>>>,
     keep_commitments: Duration,
 }
@@ -73,14 +76,15 @@ impl MinerCore {
         limits: Limits,
         selected: SelectedBackend,
         keep_commitments: Duration,
+        nonces: NonceLog,
     ) -> Self {
         MinerCore {
             identity,
-            allowed,
+            allowed: RwLock::new(allowed),
             limits,
             selected,
             devices: Arc::new(tokio::sync::Mutex::new(())),
-            seen_nonces: Mutex::new(HashMap::new()),
+            nonces: Mutex::new(nonces),
             recent: Mutex::new(VecDeque::new()),
             keep_commitments,
         }
@@ -88,6 +92,17 @@ impl MinerCore {
 
     pub fn public_key(&self) -> PublicKey {
         self.identity.public_key()
+    }
+
+    /// Replaces the allow-list (config reload); returns how many validators it now holds.
+    pub fn set_allowed(&self, allowed: HashSet<PublicKey>) -> usize {
+        let mut current = self.allowed.write().unwrap_or_else(|p| p.into_inner());
+        *current = allowed;
+        current.len()
+    }
+
+    fn is_allowed(&self, key: &PublicKey) -> bool {
+        self.allowed.read().unwrap_or_else(|p| p.into_inner()).contains(key)
     }
 
     pub fn backend(&self) -> &SelectedBackend {
@@ -116,7 +131,7 @@ impl MinerCore {
     /// the challenge is accepted and the devices are ours.
     pub fn accept(&self, wire: &v1::Challenge, now_ms: u64) -> Result<AcceptedChallenge, MinerError> {
         let (challenge, signature) = challenge_from_wire(wire)?;
-        if !self.allowed.contains(&challenge.validator_key) {
+        if !self.is_allowed(&challenge.validator_key) {
             return Err(MinerError::ValidatorNotAllowed(challenge.validator_key));
         }
         challenge
@@ -137,12 +152,14 @@ impl MinerCore {
         let work = Work::new(challenge.params)?;
         self.check_limits(&challenge, &work, now_ms)?;
         let devices = self.devices.clone().try_lock_owned().map_err(|_| MinerError::Busy)?;
-        let mut seen = self.seen_nonces.lock().expect("nonce set poisoned");
-        seen.retain(|_, deadline| *deadline > now_ms);
-        if seen.contains_key(&challenge.params.nonce) {
+        let fresh = self.nonces.lock().unwrap_or_else(|p| p.into_inner()).claim(
+            challenge.params.nonce,
+            challenge.deadline_ms,
+            now_ms,
+        )?;
+        if !fresh {
             return Err(MinerError::NonceReused(hex::encode(challenge.params.nonce)));
         }
-        seen.insert(challenge.params.nonce, challenge.deadline_ms);
         Ok(AcceptedChallenge {
             challenge,
             work,
@@ -260,7 +277,7 @@ impl MinerCore {
                 .cloned()
                 .ok_or_else(|| MinerError::UnknownCommitment(hex::encode(nonce)))?
         };
-        if request.validator_key != recent.validator_key.0 {
+        if request.validator_key != recent.validator_key.0 || !self.is_allowed(&recent.validator_key) {
             return Err(MinerError::OpenNotAllowed);
         }
         let samples: Vec<SampleRequest> = request.samples.iter().map(sample_from_wire).collect();

@@ -32,7 +32,7 @@ pub enum MinerError {
     Engine(#[from] EngineError),
     #[error("no recent commitment for nonce {0}; commitments stay openable for a limited time")]
     UnknownCommitment(String),
-    #[error("only the validator that issued the challenge may open its chains")]
+    #[error("only the validator that issued the challenge, while still allowed, may open its chains")]
     OpenNotAllowed,
     #[error("open request signature does not verify")]
     BadOpenSignature,
@@ -40,6 +40,8 @@ pub enum MinerError {
     TooManySamples { requested: usize, max: u32 },
     #[error("cannot open: {0}")]
     Open(#[from] OpenError),
+    #[error("cannot record the nonce, so the challenge is refused: {0}")]
+    NonceLog(#[from] crate::nonces::NonceLogError),
 }
 
 impl From<MinerError> for Status {
@@ -53,6 +55,7 @@ impl From<MinerError> for Status {
             MinerError::DeadlinePassed { .. } => Code::DeadlineExceeded,
             MinerError::OverLimit(_) | MinerError::Busy | MinerError::TooManySamples { .. } => Code::ResourceExhausted,
             MinerError::UnknownCommitment(_) => Code::NotFound,
+            MinerError::NonceLog(_) => Code::Unavailable,
             MinerError::Engine(e) => engine_code(e),
             MinerError::Open(OpenError::Backend(b)) => backend_code(b),
             MinerError::Open(OpenError::NotComputed(_)) => Code::Internal,

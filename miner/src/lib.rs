@@ -8,6 +8,7 @@ pub mod config;
 pub mod core;
 pub mod error;
 pub mod inventory;
+pub mod nonces;
 pub mod server;
 pub mod service;
 

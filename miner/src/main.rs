@@ -4,7 +4,10 @@ use anyhow::{Context, Result, bail};
 use clap::Parser;
 use gpu_attest_miner::backends;
 use gpu_attest_miner::cli::{Cli, Command, ServeArgs};
+use gpu_attest_miner::nonces::NonceLog;
+use gpu_attest_miner::server::ServeOptions;
 use gpu_attest_miner::{MinerCore, bench, server};
+use gpu_attest_proto::transport;
 use gpu_attest_shared::identity::{Identity, PublicKey};
 use std::collections::HashSet;
 use std::process::ExitCode;
@@ -117,26 +120,31 @@ fn serve(args: ServeArgs) -> Result<()> {
         return Ok(());
     }
     let selected = backends::select(&config)?;
+    let tls = config.tls.server_config()?;
+    let plaintext_warning = transport::check_plaintext_server(config.listen, tls.is_some(), config.allow_plaintext)?;
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("GPU_ATTEST_LOG").unwrap_or_else(|_| "info".into()),
         )
         .with_writer(std::io::stderr)
         .init();
+    if let Some(warning) = plaintext_warning {
+        warn!("{warning}");
+    }
     let identity = Identity::load_file(&config.key_file)
         .with_context(|| format!("run `miner keygen --key-file {}` first", config.key_file.display()))?;
-    let mut allowed = HashSet::new();
-    for key in &config.allowed_validators {
-        let parsed =
-            PublicKey::from_hex(key).with_context(|| format!("allowed validator {key:?} is not a 64-hex-digit key"))?;
-        allowed.insert(parsed);
-    }
+    let allowed = parse_allowed(&config.allowed_validators)?;
     if allowed.is_empty() {
         warn!("no validator is allowed (allowed_validators is empty): every challenge will be refused");
     }
     if let Some(note) = &selected.note {
         info!("{note}");
     }
+    let nonces = NonceLog::open(&config.nonce_file, gpu_attest_miner::core::now_ms())?;
+    let options = ServeOptions {
+        tls,
+        ..ServeOptions::plaintext(&config.limits)
+    };
     let runtime = tokio::runtime::Runtime::new()?;
     runtime.block_on(async move {
         let listener = tokio::net::TcpListener::bind(config.listen)
@@ -149,6 +157,7 @@ fn serve(args: ServeArgs) -> Result<()> {
             backend = %selected.name,
             kernel = %selected.kernel,
             validators = allowed.len(),
+            tls = options.tls.is_some(),
             "miner listening"
         );
         // Scripts read this line to learn a port-0 address.
@@ -159,11 +168,44 @@ fn serve(args: ServeArgs) -> Result<()> {
             config.limits.clone(),
             selected,
             Duration::from_secs(config.keep_commitments_secs),
+            nonces,
         ));
-        server::serve(core, listener, shutdown_signal()).await?;
+        tokio::spawn(reload_on_hangup(core.clone(), args));
+        server::serve(core, listener, options, shutdown_signal()).await?;
         info!("miner stopped");
         Ok(())
     })
+}
+
+fn parse_allowed(keys: &[String]) -> Result<HashSet<PublicKey>> {
+    keys.iter()
+        .map(|key| {
+            PublicKey::from_hex(key).with_context(|| format!("allowed validator {key:?} is not a 64-hex-digit key"))
+        })
+        .collect()
+}
+
+/// SIGHUP re-reads the configuration's allow-list: adding or revoking a validator needs no
+/// restart, and a revoked validator can no longer open its earlier commitments either.
+async fn reload_on_hangup(core: Arc<MinerCore>, args: ServeArgs) {
+    #[cfg(unix)]
+    {
+        let Ok(mut hangups) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()) else {
+            return;
+        };
+        while hangups.recv().await.is_some() {
+            match args
+                .resolve()
+                .map_err(anyhow::Error::from)
+                .and_then(|c| parse_allowed(&c.allowed_validators))
+            {
+                Ok(allowed) => info!(validators = core.set_allowed(allowed), "allow-list reloaded"),
+                Err(e) => warn!(error = %format!("{e:#}"), "allow-list not reloaded; keeping the current one"),
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = (core, args);
 }
 
 /// Completes on SIGINT or SIGTERM.

@@ -1,23 +1,47 @@
 //! The miner's gRPC server: the Miner service and the standard health service on one listener.
 
+use crate::config::Limits;
 use crate::core::MinerCore;
 use crate::service::MinerService;
+use gpu_attest_proto::transport::PeerRateLimiter;
 use gpu_attest_proto::v1::miner_server::MinerServer;
 use std::future::Future;
 use std::sync::Arc;
+use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio_stream::wrappers::TcpListenerStream;
-use tonic::transport::Server;
+use tonic::service::interceptor::InterceptedService;
+use tonic::transport::{Server, ServerTlsConfig};
 
 /// Largest request a miner decodes: challenges and open requests are small.
 pub const MAX_REQUEST_BYTES: usize = 1 << 20;
 /// Largest message a miner sends: one opening carries an n*n matrix (64 MiB at n = 8192).
 pub const MAX_RESPONSE_BYTES: usize = 72 << 20;
 
+/// How the server meets the network: TLS (or none), request rate, concurrency.
+#[derive(Clone)]
+pub struct ServeOptions {
+    pub tls: Option<ServerTlsConfig>,
+    pub limiter: PeerRateLimiter,
+    pub max_concurrent_streams: u32,
+}
+
+impl ServeOptions {
+    /// Plaintext with the default limits: for loopback and tests.
+    pub fn plaintext(limits: &Limits) -> Self {
+        ServeOptions {
+            tls: None,
+            limiter: PeerRateLimiter::new(limits.requests_per_minute, limits.request_burst),
+            max_concurrent_streams: limits.max_concurrent_streams,
+        }
+    }
+}
+
 /// Serves until `shutdown` completes, then lets in-flight calls finish.
 pub async fn serve(
     core: Arc<MinerCore>,
     listener: TcpListener,
+    options: ServeOptions,
     shutdown: impl Future<Output = ()> + Send,
 ) -> Result<(), tonic::transport::Error> {
     let (health, health_service) = tonic_health::server::health_reporter();
@@ -25,7 +49,15 @@ pub async fn serve(
     let miner = MinerServer::new(MinerService::new(core))
         .max_decoding_message_size(MAX_REQUEST_BYTES)
         .max_encoding_message_size(MAX_RESPONSE_BYTES);
-    Server::builder()
+    let limiter = options.limiter.clone();
+    let miner = InterceptedService::new(miner, move |request| limiter.intercept(request));
+    let mut builder = Server::builder()
+        .max_concurrent_streams(options.max_concurrent_streams)
+        .http2_keepalive_interval(Some(Duration::from_secs(30)));
+    if let Some(tls) = options.tls {
+        builder = builder.tls_config(tls)?;
+    }
+    builder
         .add_service(health_service)
         .add_service(miner)
         .serve_with_incoming_shutdown(TcpListenerStream::new(listener), shutdown)

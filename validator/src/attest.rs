@@ -9,6 +9,7 @@ use crate::config::{Policy, ValidatorConfig};
 use crate::planner::{Plan, PlanError, plan};
 use crate::store::{Store, StoreError, StoredDevice, StoredParams, Verdict};
 use gpu_attest_proto::convert::{challenge_to_wire, commitment_from_wire, opening_from_wire, sample_to_wire};
+use gpu_attest_proto::transport::check_plaintext_client;
 use gpu_attest_proto::v1::{self, challenge_event::Event, miner_client::MinerClient};
 use gpu_attest_shared::engine::DeviceProgress;
 use gpu_attest_shared::identity::{Identity, PublicKey};
@@ -55,7 +56,7 @@ pub enum AttestError {
     #[error("miner at {url} refused the challenge ({code:?}): {message}")]
     Refused { url: String, code: Code, message: String },
     #[error(
-        "miner at {url} presents key {presented}, but it is registered with {registered}; remove and re-register it to accept a new key"
+        "miner at {url} presents key {presented}, but it is registered with {registered}; register it again with replace_key to accept the new key"
     )]
     KeyChanged {
         url: String,
@@ -64,6 +65,8 @@ pub enum AttestError {
     },
     #[error("this validator could not verify: {0}")]
     Verify(String),
+    #[error(transparent)]
+    Transport(#[from] gpu_attest_proto::transport::TransportError),
     #[error(transparent)]
     Store(#[from] StoreError),
     #[error("no randomness from the operating system: {0}")]
@@ -127,12 +130,22 @@ impl Attestor {
     }
 
     async fn connect(&self, url: &str) -> Result<MinerClient<Channel>, AttestError> {
-        let endpoint = Endpoint::from_shared(url.to_string())
+        let mut endpoint = Endpoint::from_shared(url.to_string())
             .map_err(|e| AttestError::BadUrl {
                 url: url.into(),
                 detail: e.to_string(),
             })?
             .connect_timeout(CONNECT_TIMEOUT);
+        if url.starts_with("https://") {
+            endpoint = endpoint
+                .tls_config(self.config.miner_tls.client_config(url)?)
+                .map_err(|e| AttestError::BadUrl {
+                    url: url.into(),
+                    detail: error_chain(&e),
+                })?;
+        } else if let Some(warning) = check_plaintext_client(url, self.config.allow_plaintext_miners)? {
+            tracing::warn!("{warning}");
+        }
         let channel = endpoint.connect().await.map_err(|e| AttestError::Unreachable {
             url: url.into(),
             detail: error_chain(&e),
@@ -176,6 +189,7 @@ impl Attestor {
         let phase = |name, detail: String| on_event(AttestEvent::Phase { name, detail });
         let inventory = self.inventory(&url).await?;
         let miner_key = PublicKey::from_slice(&inventory.miner_key).expect("checked by inventory()");
+        self.store.check_not_revoked(&miner_key)?;
         if let Some(registered) = self.store.miner(&url)?
             && registered.miner_key != miner_key
         {

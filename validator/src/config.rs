@@ -1,5 +1,6 @@
 //! Validator configuration: built-in defaults, then a TOML file, then flags and environment.
 
+use gpu_attest_proto::transport::TlsFiles;
 use serde::{Deserialize, Serialize};
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -121,6 +122,18 @@ pub struct ValidatorConfig {
     pub challenge: ChallengeConfig,
     pub deadline: DeadlineConfig,
     pub schedule: ScheduleConfig,
+    /// TLS for the validator's own API; `ca` set requires client certificates (mutual TLS).
+    pub tls: TlsFiles,
+    /// Serve the API in plaintext on a non-loopback address (logged as a warning).
+    pub allow_plaintext: bool,
+    /// TLS towards miners at https:// URLs: `ca` the miners' CA; `cert`/`key` this validator's
+    /// client certificate for miners that require mutual TLS.
+    pub miner_tls: TlsFiles,
+    /// Talk plaintext (http://) to miners that are not on loopback.
+    pub allow_plaintext_miners: bool,
+    /// API requests a minute per address, and the burst allowed at once.
+    pub requests_per_minute: u32,
+    pub request_burst: u32,
     pub rates: Vec<RateEntry>,
 }
 
@@ -136,6 +149,12 @@ impl Default for ValidatorConfig {
             challenge: ChallengeConfig::default(),
             deadline: DeadlineConfig::default(),
             schedule: ScheduleConfig::default(),
+            tls: TlsFiles::default(),
+            allow_plaintext: false,
+            miner_tls: TlsFiles::default(),
+            allow_plaintext_miners: false,
+            requests_per_minute: 600,
+            request_burst: 60,
             rates: default_rates(),
         }
     }

@@ -193,13 +193,23 @@ fn print_verdict(v: &Verdict, config: &ValidatorConfig) {
 }
 
 fn serve(config: ValidatorConfig) -> Result<()> {
+    let tls = config.tls.server_config()?;
+    let plaintext_warning =
+        gpu_attest_proto::transport::check_plaintext_server(config.listen, tls.is_some(), config.allow_plaintext)?;
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("GPU_ATTEST_LOG").unwrap_or_else(|_| "info".into()),
         )
         .with_writer(std::io::stderr)
         .init();
+    if let Some(warning) = plaintext_warning {
+        tracing::warn!("{warning}");
+    }
     let attestor = Arc::new(attestor(&config)?);
+    let options = server::ServeOptions {
+        tls,
+        ..server::ServeOptions::plaintext(&config)
+    };
     let runtime = tokio::runtime::Runtime::new()?;
     runtime.block_on(async move {
         let listener = tokio::net::TcpListener::bind(config.listen)
@@ -209,7 +219,7 @@ fn serve(config: ValidatorConfig) -> Result<()> {
         info!(%address, validator_key = %attestor.public_key(), database = %config.database.display(), "validator listening");
         println!("listening on {address}");
         let schedule = config.schedule.enabled.then(|| Duration::from_secs(config.schedule.interval_secs.max(1)));
-        server::serve(attestor, listener, schedule, shutdown_signal()).await?;
+        server::serve(attestor, listener, schedule, options, shutdown_signal()).await?;
         info!("validator stopped");
         Ok(())
     })

@@ -35,7 +35,8 @@ impl From<AttestError> for Status {
             AttestError::NotAMiner { .. } | AttestError::Refused { .. } | AttestError::KeyChanged { .. } => {
                 Code::FailedPrecondition
             }
-            AttestError::Store(StoreError::KeyChanged { .. }) => Code::FailedPrecondition,
+            AttestError::Store(StoreError::KeyChanged { .. } | StoreError::Revoked(..)) => Code::FailedPrecondition,
+            AttestError::Transport(_) => Code::FailedPrecondition,
             AttestError::Verify(_) | AttestError::Store(_) | AttestError::Random(_) => Code::Internal,
         };
         Status::new(code, e.to_string())
@@ -111,8 +112,11 @@ impl Validator for ValidatorService {
         } else {
             request.name
         };
-        let record = self.attestor.store().register_miner(&url, &name, key, now_ms())?;
-        info!(%url, miner_key = %key, "miner registered");
+        let record = self
+            .attestor
+            .store()
+            .register_miner(&url, &name, key, request.replace_key, now_ms())?;
+        info!(%url, miner_key = %key, replace_key = request.replace_key, "miner registered");
         Ok(Response::new(miner_to_wire(&record)))
     }
 
@@ -130,6 +134,21 @@ impl Validator for ValidatorService {
         let url = normalise_url(&request.into_inner().url);
         let removed = self.attestor.store().remove_miner(&url)?;
         Ok(Response::new(v1::RemoveMinerResponse { removed }))
+    }
+
+    async fn revoke_miner_key(
+        &self,
+        request: Request<v1::RevokeMinerKeyRequest>,
+    ) -> Result<Response<v1::RevokeMinerKeyResponse>, Status> {
+        let request = request.into_inner();
+        let key = PublicKey::from_slice(&request.miner_key)
+            .map_err(|_| Status::invalid_argument("miner_key must be 32 bytes"))?;
+        if request.reason.trim().is_empty() {
+            return Err(Status::invalid_argument("a reason is required, for the record"));
+        }
+        let newly_revoked = self.attestor.store().revoke_key(&key, &request.reason, now_ms())?;
+        warn!(miner_key = %key, reason = %request.reason, "miner key revoked");
+        Ok(Response::new(v1::RevokeMinerKeyResponse { newly_revoked }))
     }
 
     async fn attest_miner(

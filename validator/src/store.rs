@@ -47,6 +47,11 @@ CREATE TABLE IF NOT EXISTS verdicts (
     created_at_ms   INTEGER NOT NULL
 );
 CREATE INDEX IF NOT EXISTS verdicts_by_miner ON verdicts (miner_url, id);
+CREATE TABLE IF NOT EXISTS revoked_keys (
+    miner_key     BLOB PRIMARY KEY CHECK (length(miner_key) = 32),
+    reason        TEXT NOT NULL,
+    revoked_at_ms INTEGER NOT NULL
+);
 ";
 
 #[derive(Debug, thiserror::Error)]
@@ -60,13 +65,15 @@ pub enum StoreError {
     #[error("stored record is corrupt: {0}")]
     Corrupt(String),
     #[error(
-        "miner {url} is registered with key {registered}; it now presents {presented}. Remove it and register again to accept the new key"
+        "miner {url} is registered with key {registered}; it now presents {presented}. Register it again with replace_key set to accept the new key"
     )]
     KeyChanged {
         url: String,
         registered: PublicKey,
         presented: PublicKey,
     },
+    #[error("miner key {0} is revoked ({1})")]
+    Revoked(PublicKey, String),
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -347,28 +354,34 @@ impl Store {
     }
 
     /// Registers a miner at `url` bound to `key`. Re-registering with the same key updates the
-    /// name; a different key is refused until the operator removes the miner first.
+    /// name; a different key is refused unless `replace_key` (the operator's explicit action).
+    /// A revoked key is refused always.
     pub fn register_miner(
         &self,
         url: &str,
         name: &str,
         key: PublicKey,
+        replace_key: bool,
         now_ms: u64,
     ) -> Result<MinerRecord, StoreError> {
+        self.check_not_revoked(&key)?;
         let conn = self.conn();
         let existing: Option<Vec<u8>> = conn
             .query_row("SELECT miner_key FROM miners WHERE url = ?1", [url], |r| r.get(0))
             .optional()?;
         if let Some(existing) = existing {
             let registered = PublicKey::from_slice(&existing).map_err(|e| StoreError::Corrupt(e.to_string()))?;
-            if registered != key {
+            if registered != key && !replace_key {
                 return Err(StoreError::KeyChanged {
                     url: url.into(),
                     registered,
                     presented: key,
                 });
             }
-            conn.execute("UPDATE miners SET name = ?2 WHERE url = ?1", params![url, name])?;
+            conn.execute(
+                "UPDATE miners SET name = ?2, miner_key = ?3 WHERE url = ?1",
+                params![url, name, key.0.as_slice()],
+            )?;
         } else {
             conn.execute(
                 "INSERT INTO miners (url, name, miner_key, registered_at_ms) VALUES (?1, ?2, ?3, ?4)",
@@ -406,6 +419,30 @@ impl Store {
             })
         })
         .collect()
+    }
+
+    /// Revokes `key` for good; `false` if it already was.
+    pub fn revoke_key(&self, key: &PublicKey, reason: &str, now_ms: u64) -> Result<bool, StoreError> {
+        let inserted = self.conn().execute(
+            "INSERT OR IGNORE INTO revoked_keys (miner_key, reason, revoked_at_ms) VALUES (?1, ?2, ?3)",
+            params![key.0.as_slice(), reason, now_ms as i64],
+        )?;
+        Ok(inserted == 1)
+    }
+
+    pub fn check_not_revoked(&self, key: &PublicKey) -> Result<(), StoreError> {
+        let reason: Option<String> = self
+            .conn()
+            .query_row(
+                "SELECT reason FROM revoked_keys WHERE miner_key = ?1",
+                [key.0.as_slice()],
+                |r| r.get(0),
+            )
+            .optional()?;
+        match reason {
+            Some(reason) => Err(StoreError::Revoked(*key, reason)),
+            None => Ok(()),
+        }
     }
 
     pub fn remove_miner(&self, url: &str) -> Result<bool, StoreError> {

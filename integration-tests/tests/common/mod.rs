@@ -8,6 +8,9 @@ use gpu_attest_miner::MinerCore;
 use gpu_attest_miner::backends::SelectedBackend;
 use gpu_attest_miner::config::Limits;
 use gpu_attest_miner::inventory::cpu_device;
+use gpu_attest_miner::nonces::NonceLog;
+use gpu_attest_miner::server::ServeOptions;
+use gpu_attest_proto::transport::PeerRateLimiter;
 use gpu_attest_shared::cpu::CpuBackend;
 use gpu_attest_shared::identity::{Identity, PublicKey};
 use gpu_attest_validator::Attestor;
@@ -73,14 +76,31 @@ pub fn miner_core(seed: u8, allowed: &[PublicKey], devices: u32) -> Arc<MinerCor
         Limits::default(),
         cpu_backend(devices),
         Duration::from_secs(60),
+        NonceLog::in_memory(),
     ))
 }
 
-/// The real miner server around `core`.
+/// Limits loose enough that only the tests about limits meet them.
+pub fn generous_limiter() -> PeerRateLimiter {
+    PeerRateLimiter::new(1_000_000, 10_000)
+}
+
+pub fn miner_options() -> ServeOptions {
+    ServeOptions {
+        limiter: generous_limiter(),
+        ..ServeOptions::plaintext(&Limits::default())
+    }
+}
+
+/// The real miner server around `core`, plaintext on loopback.
 pub async fn spawn_miner(core: Arc<MinerCore>) -> Running {
+    spawn_miner_with(core, miner_options()).await
+}
+
+pub async fn spawn_miner_with(core: Arc<MinerCore>, options: ServeOptions) -> Running {
     let (listener, address) = listener().await;
     let (stop, stopped) = oneshot::channel::<()>();
-    tokio::spawn(gpu_attest_miner::server::serve(core, listener, async {
+    tokio::spawn(gpu_attest_miner::server::serve(core, listener, options, async {
         let _ = stopped.await;
     }));
     Running {
@@ -159,13 +179,26 @@ pub fn attestor(config: &ValidatorConfig) -> Arc<Attestor> {
     ))
 }
 
+pub fn validator_options() -> gpu_attest_validator::server::ServeOptions {
+    gpu_attest_validator::server::ServeOptions {
+        tls: None,
+        limiter: generous_limiter(),
+    }
+}
+
 /// The real validator server around `attestor`, without the scheduler.
 pub async fn spawn_validator(attestor: Arc<Attestor>) -> Running {
     let (listener, address) = listener().await;
     let (stop, stopped) = oneshot::channel::<()>();
-    tokio::spawn(gpu_attest_validator::server::serve(attestor, listener, None, async {
-        let _ = stopped.await;
-    }));
+    tokio::spawn(gpu_attest_validator::server::serve(
+        attestor,
+        listener,
+        None,
+        validator_options(),
+        async {
+            let _ = stopped.await;
+        },
+    ));
     Running {
         address,
         stop: Some(stop),
