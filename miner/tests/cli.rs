@@ -106,3 +106,31 @@ fn print_config_shows_flags_over_file_over_defaults() {
     assert!(text.contains("127.0.0.1:9999"), "{text}");
     std::fs::remove_dir_all(dir).unwrap();
 }
+
+#[test]
+fn plaintext_on_a_public_address_is_refused_with_one_line() {
+    let dir = temp_dir("plaintext");
+    let key = dir.join("m.key");
+    assert!(
+        miner()
+            .args(["keygen", "--key-file"])
+            .arg(&key)
+            .output()
+            .unwrap()
+            .status
+            .success()
+    );
+    let out = miner()
+        .args(["serve", "--listen", "0.0.0.0:0", "--key-file"])
+        .arg(&key)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(
+        stderr.contains("refusing to serve plaintext") && stderr.contains("allow_plaintext"),
+        "{stderr}"
+    );
+    std::fs::remove_dir_all(dir).unwrap();
+}

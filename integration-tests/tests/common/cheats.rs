@@ -31,6 +31,10 @@ pub enum Cheat {
     ReplayFirstCommitment,
     /// Computes honestly but sends the commitment after the deadline.
     Slow,
+    /// Has another miner's key sign the commitment and claims to be that miner.
+    ForeignKey,
+    /// Answers openings with signatures that do not verify.
+    BadOpeningSignatures,
 }
 
 pub struct CheatingMiner {
@@ -137,6 +141,11 @@ impl Miner for CheatingMiner {
             statement.work.global.0[0] ^= 1;
         }
         let mut commitment = self.core.sign_commitment(&statement);
+        if self.cheat == Cheat::ForeignKey {
+            let other = gpu_attest_shared::identity::Identity::from_seed([0xf0; 32]);
+            statement.miner_key = other.public_key();
+            commitment = gpu_attest_proto::convert::commitment_to_wire(&statement, &statement.sign(&other));
+        }
         if self.cheat == Cheat::ReplayFirstCommitment {
             let mut first = self.first.lock().unwrap();
             match &*first {
@@ -177,6 +186,17 @@ impl Miner for CheatingMiner {
         })
         .await
         .unwrap();
-        Ok(Response::new(Box::pin(tokio_stream::iter(openings))))
+        let bad = self.cheat == Cheat::BadOpeningSignatures;
+        let openings = openings.into_iter().map(move |o| {
+            o.map(|mut o| {
+                if bad {
+                    o.signature[0] ^= 1;
+                }
+                o
+            })
+        });
+        Ok(Response::new(Box::pin(tokio_stream::iter(
+            openings.collect::<Vec<_>>(),
+        ))))
     }
 }

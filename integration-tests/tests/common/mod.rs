@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod cheats;
+pub mod pki;
 
 use gpu_attest_miner::MinerCore;
 use gpu_attest_miner::backends::SelectedBackend;

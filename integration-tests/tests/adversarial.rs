@@ -1,0 +1,435 @@
+//! Hostile peers against real daemons: forged, unsigned, expired, replayed and oversized
+//! challenges; foreign validators and revoked ones; commitments under another key; openings that
+//! do not verify; raw garbage on the socket; request floods. Each is refused with its reason, and
+//! the same daemons still serve an honest attestation afterwards.
+
+mod common;
+
+use common::cheats::{Cheat, spawn_cheater};
+use common::pki::Pki;
+use common::*;
+use gpu_attest_miner::nonces::NonceLog;
+use gpu_attest_miner::server::ServeOptions;
+use gpu_attest_proto::convert::challenge_to_wire;
+use gpu_attest_proto::transport::PeerRateLimiter;
+use gpu_attest_proto::v1::{self, miner_client::MinerClient};
+use gpu_attest_shared::identity::{Identity, PublicKey};
+use gpu_attest_shared::params::ChallengeParams;
+use gpu_attest_shared::statement::Challenge;
+use gpu_attest_validator::attest::AttestError;
+use gpu_attest_validator::config::Policy;
+use std::time::Duration;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tonic::Code;
+
+fn now() -> u64 {
+    gpu_attest_miner::core::now_ms()
+}
+
+fn challenge_for(miner: PublicKey, nonce: u8) -> Challenge {
+    Challenge {
+        params: ChallengeParams {
+            nonce: [nonce; 32],
+            seed: [3; 32],
+            miner_key: miner.0,
+            n: 64,
+            num_chains: 1,
+            iterations: 1,
+            checkpoint_every: 1,
+        },
+        issued_at_ms: now(),
+        deadline_ms: now() + 10_000,
+        validator_key: validator_key(),
+    }
+}
+
+fn signed(c: &Challenge) -> v1::Challenge {
+    challenge_to_wire(c, &c.sign(&Identity::from_seed([VALIDATOR_SEED; 32])))
+}
+
+/// An honest attestation against `url` with a fresh validator database.
+async fn honest_attestation_passes(url: &str) {
+    let dir = TempDir::new("still-serving");
+    let verdict = attestor(&validator_config(&dir, Policy::Sampled))
+        .attest(url, &|_| {})
+        .await
+        .unwrap();
+    assert!(
+        verdict.passed,
+        "honest attestation failed after hostile traffic: {:?}",
+        verdict.reasons
+    );
+}
+
+/// Sends `body` as the request message of `path`, bypassing protobuf encoding.
+async fn raw_call(url: &str, path: &'static str, body: Vec<u8>) -> tonic::Status {
+    use tonic::codec::{Codec, DecodeBuf, Decoder, EncodeBuf, Encoder};
+    struct Raw;
+    struct RawEnc;
+    struct RawDec;
+    impl Encoder for RawEnc {
+        type Item = Vec<u8>;
+        type Error = tonic::Status;
+        fn encode(&mut self, item: Vec<u8>, dst: &mut EncodeBuf<'_>) -> Result<(), tonic::Status> {
+            bytes::BufMut::put_slice(dst, &item);
+            Ok(())
+        }
+    }
+    impl Decoder for RawDec {
+        type Item = Vec<u8>;
+        type Error = tonic::Status;
+        fn decode(&mut self, src: &mut DecodeBuf<'_>) -> Result<Option<Vec<u8>>, tonic::Status> {
+            let n = bytes::Buf::remaining(src);
+            Ok(Some(bytes::Buf::copy_to_bytes(src, n).to_vec()))
+        }
+    }
+    impl Codec for Raw {
+        type Encode = Vec<u8>;
+        type Decode = Vec<u8>;
+        type Encoder = RawEnc;
+        type Decoder = RawDec;
+        fn encoder(&mut self) -> RawEnc {
+            RawEnc
+        }
+        fn decoder(&mut self) -> RawDec {
+            RawDec
+        }
+    }
+    let channel = tonic::transport::Endpoint::from_shared(url.to_string())
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let mut grpc = tonic::client::Grpc::new(channel).max_encoding_message_size(64 << 20);
+    grpc.ready().await.unwrap();
+    let path = tonic::codegen::http::uri::PathAndQuery::from_static(path);
+    match grpc.server_streaming(tonic::Request::new(body), path, Raw).await {
+        Ok(response) => {
+            let mut stream = response.into_inner();
+            loop {
+                match stream.message().await {
+                    Ok(Some(_)) => continue,
+                    Ok(None) => return tonic::Status::ok("stream ended"),
+                    Err(status) => return status,
+                }
+            }
+        }
+        Err(status) => status,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn hostile_challenges_are_refused_and_the_miner_keeps_serving() {
+    let core = miner_core(41, &[validator_key()], 1);
+    let key = core.public_key();
+    let miner = spawn_miner(core).await;
+    let mut client = MinerClient::connect(miner.url()).await.unwrap();
+    let code = |r: Result<tonic::Response<tonic::Streaming<v1::ChallengeEvent>>, tonic::Status>| match r {
+        Ok(_) => Code::Ok,
+        Err(s) => s.code(),
+    };
+
+    // Unsigned.
+    let mut unsigned = signed(&challenge_for(key, 1));
+    unsigned.signature.clear();
+    assert_eq!(code(client.run_challenge(unsigned).await), Code::InvalidArgument);
+    // Signed by a key other than the one it names.
+    let c = challenge_for(key, 2);
+    let forged = challenge_to_wire(&c, &c.sign(&Identity::from_seed([0x12; 32])));
+    assert_eq!(code(client.run_challenge(forged).await), Code::Unauthenticated);
+    // Expired.
+    let mut expired = challenge_for(key, 3);
+    expired.deadline_ms = now() - 1;
+    assert_eq!(
+        code(client.run_challenge(signed(&expired)).await),
+        Code::DeadlineExceeded
+    );
+    // Work beyond every protocol limit.
+    let mut huge = challenge_for(key, 4);
+    huge.params.n = 1 << 20;
+    huge.params.num_chains = u64::MAX;
+    assert_eq!(code(client.run_challenge(signed(&huge)).await), Code::InvalidArgument);
+    // Oversized message (3 MiB against a 1 MiB limit).
+    let mut oversized = signed(&challenge_for(key, 5));
+    oversized.validator_key = vec![7; 3 << 20];
+    let status = client.run_challenge(oversized).await.unwrap_err();
+    assert!(
+        matches!(status.code(), Code::OutOfRange | Code::ResourceExhausted),
+        "{status:?}"
+    );
+    // Garbage and truncated protobuf bodies.
+    let garbage = raw_call(&miner.url(), "/gpu_attest.v1.Miner/RunChallenge", vec![0xff; 100]).await;
+    assert_ne!(garbage.code(), Code::Ok, "{garbage:?}");
+    let mut bytes = prost::Message::encode_to_vec(&signed(&challenge_for(key, 6)));
+    bytes.truncate(bytes.len() / 2);
+    let truncated = raw_call(&miner.url(), "/gpu_attest.v1.Miner/RunChallenge", bytes).await;
+    assert_ne!(truncated.code(), Code::Ok, "{truncated:?}");
+    // Not HTTP/2 at all, and an HTTP/2 preface followed by nonsense.
+    for junk in [
+        b"GET / HTTP/1.1\r\n\r\n".to_vec(),
+        [b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".as_slice(), &[0xde; 64]].concat(),
+    ] {
+        let mut socket = tokio::net::TcpStream::connect(miner.address).await.unwrap();
+        socket.write_all(&junk).await.unwrap();
+        let mut sink = Vec::new();
+        let _ = tokio::time::timeout(Duration::from_secs(2), socket.read_to_end(&mut sink)).await;
+    }
+    // Replayed: accepted once, refused the second time.
+    let once = signed(&challenge_for(key, 7));
+    let mut stream = client.run_challenge(once.clone()).await.unwrap().into_inner();
+    while stream.message().await.unwrap().is_some() {}
+    assert_eq!(code(client.run_challenge(once).await), Code::AlreadyExists);
+
+    honest_attestation_passes(&miner.url()).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn replay_is_refused_across_a_miner_restart() {
+    let dir = TempDir::new("nonce-restart");
+    let log = dir.path("nonces.log");
+    let make = || {
+        gpu_attest_miner::MinerCore::new(
+            Identity::from_seed([42; 32]),
+            [validator_key()].into_iter().collect(),
+            gpu_attest_miner::config::Limits::default(),
+            cpu_backend(1),
+            Duration::from_secs(60),
+            NonceLog::open(&log, now()).unwrap(),
+        )
+    };
+    let challenge = signed(&challenge_for(Identity::from_seed([42; 32]).public_key(), 9));
+    drop(make().accept(&challenge, now()).unwrap());
+    // A new process on the same state file.
+    let err = make()
+        .accept(&challenge, now())
+        .err()
+        .expect("replay accepted after restart");
+    assert_eq!(tonic::Status::from(err).code(), Code::AlreadyExists);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_revoked_validator_can_neither_challenge_nor_open() {
+    let core = miner_core(43, &[validator_key()], 1);
+    let miner = spawn_miner(core.clone()).await;
+    let dir = TempDir::new("revoked");
+    let attestor = attestor(&validator_config(&dir, Policy::Sampled));
+    assert!(attestor.attest(&miner.url(), &|_| {}).await.unwrap().passed);
+    // The operator removes the validator from the allow-list (what SIGHUP reload does).
+    core.set_allowed(Default::default());
+    match attestor.attest(&miner.url(), &|_| {}).await {
+        Err(AttestError::Refused {
+            code: Code::PermissionDenied,
+            ..
+        }) => {}
+        other => panic!("revoked validator was served: {other:?}"),
+    }
+    // Openings of its earlier (passed) commitment, which the miner still keeps, are refused too.
+    let verdicts = attestor
+        .store()
+        .verdicts(&gpu_attest_validator::store::VerdictFilter {
+            limit: 1,
+            ..Default::default()
+        })
+        .unwrap();
+    let nonce: [u8; 32] = hex::decode(&verdicts[0].nonce).unwrap().try_into().unwrap();
+    let validator = Identity::from_seed([VALIDATOR_SEED; 32]);
+    let samples = [gpu_attest_shared::opening::SampleRequest { chain: 0, segment: 0 }];
+    let request = v1::OpenChainsRequest {
+        nonce: nonce.to_vec(),
+        samples: samples.iter().map(gpu_attest_proto::convert::sample_to_wire).collect(),
+        validator_key: validator.public_key().0.to_vec(),
+        signature: validator
+            .sign(&gpu_attest_shared::statement::open_request_bytes(&nonce, &samples))
+            .to_vec(),
+    };
+    let mut client = MinerClient::connect(miner.url()).await.unwrap();
+    let status = client.open_chains(request.clone()).await.unwrap_err();
+    assert_eq!(status.code(), Code::PermissionDenied, "{status:?}");
+    // Allowed again, the same request is answered: the refusal was the revocation.
+    core.set_allowed([validator_key()].into_iter().collect());
+    client
+        .open_chains(request)
+        .await
+        .expect("re-allowed validator may open");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn commitment_under_another_miners_key_fails() {
+    let miner = spawn_cheater(miner_core(44, &[validator_key()], 1), Cheat::ForeignKey).await;
+    let dir = TempDir::new("foreign");
+    let verdict = attestor(&validator_config(&dir, Policy::Sampled))
+        .attest(&miner.url(), &|_| {})
+        .await
+        .unwrap();
+    assert!(!verdict.passed);
+    assert!(
+        verdict.reasons.iter().any(|r| r.contains("the challenge was for")),
+        "{:?}",
+        verdict.reasons
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn openings_with_bad_signatures_fail() {
+    let miner = spawn_cheater(miner_core(45, &[validator_key()], 1), Cheat::BadOpeningSignatures).await;
+    let dir = TempDir::new("badsig");
+    let verdict = attestor(&validator_config(&dir, Policy::Sampled))
+        .attest(&miner.url(), &|_| {})
+        .await
+        .unwrap();
+    assert!(!verdict.passed);
+    assert!(
+        verdict.reasons.iter().all(|r| r.contains("not signed by the miner")),
+        "{:?}",
+        verdict.reasons
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_flooding_peer_is_limited_while_others_are_served() {
+    let core = miner_core(46, &[validator_key()], 1);
+    let options = ServeOptions {
+        limiter: PeerRateLimiter::new(60, 5),
+        ..ServeOptions::plaintext(&gpu_attest_miner::config::Limits::default())
+    };
+    let miner = spawn_miner_with(core, options).await;
+    let connect_from = |ip: &str| {
+        let endpoint = tonic::transport::Endpoint::from_shared(miner.url())
+            .unwrap()
+            .local_address(Some(ip.parse().unwrap()));
+        async move { MinerClient::new(endpoint.connect().await.unwrap()) }
+    };
+    let mut flooder = connect_from("127.0.0.1").await;
+    let mut refused = 0;
+    for _ in 0..20 {
+        if let Err(s) = flooder.get_inventory(v1::GetInventoryRequest {}).await {
+            assert_eq!(s.code(), Code::ResourceExhausted);
+            assert!(s.message().contains("rate limit"), "{}", s.message());
+            refused += 1;
+        }
+    }
+    assert_eq!(refused, 15, "burst of 5 then refusals");
+    // Another address is unaffected.
+    let mut other = connect_from("127.0.0.2").await;
+    other
+        .get_inventory(v1::GetInventoryRequest {})
+        .await
+        .expect("second peer served");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn honest_attestation_passes_over_tls_and_mutual_tls() {
+    let pki = Pki::new();
+    for mutual in [false, true] {
+        let core = miner_core(47, &[validator_key()], 1);
+        let tls = pki.server(mutual).server_config().unwrap();
+        let options = ServeOptions { tls, ..miner_options() };
+        let miner = spawn_miner_with(core, options).await;
+        let url = format!("https://localhost:{}", miner.address.port());
+        let dir = TempDir::new("tls");
+        let mut config = validator_config(&dir, Policy::Sampled);
+        config.miner_tls = pki.client(true);
+        let verdict = attestor(&config).attest(&url, &|_| {}).await.unwrap();
+        assert!(verdict.passed, "over TLS (mutual: {mutual}): {:?}", verdict.reasons);
+
+        // Without a client certificate, a mutual-TLS miner does not even answer.
+        config.miner_tls = pki.client(false);
+        config.database = dir.path("second.db");
+        let result = attestor(&config).attest(&url, &|_| {}).await;
+        if mutual {
+            assert!(
+                matches!(
+                    result,
+                    Err(AttestError::Unreachable { .. } | AttestError::NotAMiner { .. })
+                ),
+                "{result:?}"
+            );
+        } else {
+            assert!(result.unwrap().passed);
+        }
+    }
+    // Plain http:// to a TLS miner fails to connect; no verdict.
+    let core = miner_core(48, &[validator_key()], 1);
+    let miner = spawn_miner_with(
+        core,
+        ServeOptions {
+            tls: pki.server(false).server_config().unwrap(),
+            ..miner_options()
+        },
+    )
+    .await;
+    let dir = TempDir::new("tls-plain");
+    let attestor = attestor(&validator_config(&dir, Policy::Sampled));
+    assert!(attestor.attest(&miner.url(), &|_| {}).await.is_err());
+    assert!(attestor.store().verdicts(&Default::default()).unwrap().is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn validator_refuses_plaintext_to_remote_miners_unless_allowed() {
+    let dir = TempDir::new("plaintext");
+    let config = validator_config(&dir, Policy::Sampled);
+    // .invalid never resolves: the refusal comes before any connection is attempted.
+    let err = attestor(&config)
+        .attest("http://gpu-host.invalid:7070", &|_| {})
+        .await
+        .unwrap_err();
+    assert!(matches!(err, AttestError::Transport(_)), "{err:?}");
+    assert!(err.to_string().contains("allow_plaintext_miners"), "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn validator_api_over_mutual_tls_survives_garbage() {
+    let pki = Pki::new();
+    let dir = TempDir::new("api-tls");
+    let attestor = attestor(&validator_config(&dir, Policy::Sampled));
+    let (listener, address) = listener().await;
+    let options = gpu_attest_validator::server::ServeOptions {
+        tls: pki.server(true).server_config().unwrap(),
+        ..validator_options()
+    };
+    let (_stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    tokio::spawn(gpu_attest_validator::server::serve(
+        attestor,
+        listener,
+        None,
+        options,
+        async {
+            let _ = stopped.await;
+        },
+    ));
+    // Garbage first: plaintext HTTP/1 and random bytes on the TLS port.
+    for junk in [
+        b"GET / HTTP/1.1\r\n\r\n".to_vec(),
+        vec![0x16, 0x03, 0x01, 0xff, 0xff, 0x00],
+    ] {
+        let mut socket = tokio::net::TcpStream::connect(address).await.unwrap();
+        socket.write_all(&junk).await.unwrap();
+        let mut sink = Vec::new();
+        let _ = tokio::time::timeout(Duration::from_secs(2), socket.read_to_end(&mut sink)).await;
+    }
+    let url = format!("https://localhost:{}", address.port());
+    let connect = |with_cert: bool| {
+        let tls = pki.client(with_cert).client_config(&url).unwrap();
+        let endpoint = tonic::transport::Endpoint::from_shared(url.clone())
+            .unwrap()
+            .tls_config(tls)
+            .unwrap();
+        async move { endpoint.connect().await }
+    };
+    // Without a client certificate the call fails; with one it is served.
+    let refused = match connect(false).await {
+        Err(_) => true,
+        Ok(channel) => v1::validator_client::ValidatorClient::new(channel)
+            .list_verdicts(v1::ListVerdictsRequest::default())
+            .await
+            .is_err(),
+    };
+    assert!(refused, "a client without a certificate was served");
+    let mut api = v1::validator_client::ValidatorClient::new(connect(true).await.unwrap());
+    let listed = api
+        .list_verdicts(v1::ListVerdictsRequest::default())
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(listed.verdicts.is_empty());
+}

@@ -1,0 +1,155 @@
+//! Fuzzing with proptest: arbitrary and mutated wire messages through every decoder and
+//! verifier. Nothing may panic, and nothing altered may pass. CI runs the default case count;
+//! a longer run: `PROPTEST_CASES=200000 cargo test --release -p gpu-attest-integration-tests
+//! --test hostile_inputs`.
+
+mod common;
+
+use common::*;
+use gpu_attest_proto::convert::{challenge_from_wire, challenge_to_wire, commitment_from_wire, opening_from_wire};
+use gpu_attest_proto::v1;
+use gpu_attest_shared::commitment::{DeviceRoot, WorkCommitment};
+use gpu_attest_shared::cpu::CpuBackend;
+use gpu_attest_shared::digest::Digest;
+use gpu_attest_shared::engine::{self, Execution};
+use gpu_attest_shared::identity::Identity;
+use gpu_attest_shared::opening::{ChainOpening, SampleRequest, open_chain};
+use gpu_attest_shared::partition::DeviceSlice;
+use gpu_attest_shared::statement::Challenge;
+use gpu_attest_shared::verify::{check_commitment, verify_opening};
+use gpu_attest_shared::{CancelToken, ChallengeParams, Work};
+use proptest::prelude::*;
+use prost::Message;
+use std::sync::OnceLock;
+
+fn params() -> ChallengeParams {
+    ChallengeParams {
+        nonce: [1; 32],
+        seed: [2; 32],
+        miner_key: Identity::from_seed([50; 32]).public_key().0,
+        n: 64,
+        num_chains: 5,
+        iterations: 4,
+        checkpoint_every: 2,
+    }
+}
+
+fn backend() -> &'static CpuBackend {
+    static B: OnceLock<CpuBackend> = OnceLock::new();
+    B.get_or_init(|| CpuBackend::new(1, None).unwrap().with_logical_devices(2))
+}
+
+/// One honest execution and a genuine opening, computed once.
+fn honest() -> &'static (Work, Execution, ChainOpening) {
+    static H: OnceLock<(Work, Execution, ChainOpening)> = OnceLock::new();
+    H.get_or_init(|| {
+        let work = Work::new(params()).unwrap();
+        let exec = engine::execute(backend(), &work, &|_| {}, &CancelToken::new()).unwrap();
+        let request = SampleRequest { chain: 3, segment: 1 };
+        let opening = open_chain(
+            backend(),
+            &work,
+            &exec.chains[3].checkpoints,
+            &exec.trees,
+            request,
+            &CancelToken::new(),
+        )
+        .unwrap();
+        (work, exec, opening)
+    })
+}
+
+fn any_digest() -> impl Strategy<Value = Digest> {
+    any::<[u8; 32]>().prop_map(Digest)
+}
+
+proptest! {
+    /// Any bytes: decoding and conversion never panic.
+    #[test]
+    fn arbitrary_bytes_never_panic_the_decoders(bytes in proptest::collection::vec(any::<u8>(), 0..2048)) {
+        if let Ok(c) = v1::Challenge::decode(bytes.as_slice())
+            && let Ok((challenge, sig)) = challenge_from_wire(&c)
+        {
+            let _ = challenge.verify(&sig);
+            let _ = Work::new(challenge.params);
+        }
+        if let Ok(c) = v1::Commitment::decode(bytes.as_slice())
+            && let Ok((commitment, sig)) = commitment_from_wire(&c)
+        {
+            let _ = commitment.verify(&sig);
+            let _ = check_commitment(&honest().0, &commitment.work);
+        }
+        if let Ok(o) = v1::ChainOpening::decode(bytes.as_slice()) {
+            let _ = opening_from_wire(&o, 64);
+        }
+        let _ = v1::OpenChainsRequest::decode(bytes.as_slice());
+    }
+
+    /// Challenges with arbitrary fields reach the miner's acceptance checks and are refused
+    /// without panicking; none passes without the validator's signature.
+    #[test]
+    fn arbitrary_challenges_are_refused(
+        nonce in any::<[u8; 32]>(), n in any::<u32>(), chains in any::<u64>(), iterations in any::<u32>(),
+        every in any::<u32>(), deadline in any::<u64>(), sig in proptest::collection::vec(any::<u8>(), 0..80),
+    ) {
+        let core = miner_core(50, &[validator_key()], 1);
+        let challenge = Challenge {
+            params: ChallengeParams { nonce, seed: [0; 32], miner_key: core.public_key().0, n, num_chains: chains, iterations, checkpoint_every: every },
+            issued_at_ms: 0,
+            deadline_ms: deadline,
+            validator_key: validator_key(),
+        };
+        let mut wire = challenge_to_wire(&challenge, &[0; 64]);
+        wire.signature = sig;
+        prop_assert!(core.accept(&wire, gpu_attest_miner::core::now_ms()).is_err());
+    }
+
+    /// Random commitments (device counts past the limit, random slices and roots) are rejected.
+    #[test]
+    fn arbitrary_commitments_are_rejected(
+        slices in proptest::collection::vec((any::<u32>(), any::<u64>(), any::<u64>(), any::<[u8; 32]>()), 0..70),
+        global in any_digest(),
+    ) {
+        let devices = slices.into_iter().map(|(index, offset, count, root)| DeviceRoot {
+            slice: DeviceSlice { index, offset, count }, root: Digest(root),
+        }).collect();
+        let commitment = WorkCommitment { nonce: params().nonce, devices, global };
+        prop_assert!(check_commitment(&honest().0, &commitment).is_err());
+    }
+
+    /// A genuine opening with one thing changed never verifies, and never panics the verifier.
+    #[test]
+    fn mutated_openings_never_verify(
+        field in 0usize..7, index in any::<usize>(), byte in any::<u8>(), chain in any::<u64>(), segment in any::<u32>(),
+        extra in any_digest(),
+    ) {
+        let (work, exec, genuine) = honest();
+        let request = SampleRequest { chain: genuine.chain, segment: genuine.segment };
+        let mut o = genuine.clone();
+        match field {
+            0 => { let i = index % o.checkpoints.len(); o.checkpoints[i].0[index % 32] ^= byte | 1; }
+            1 => { let i = index % o.proof.siblings.len(); o.proof.siblings[i].0[index % 32] ^= byte | 1; }
+            2 => { let i = index % o.start.as_slice().len(); o.start.as_mut_slice()[i] ^= (byte | 1) as i8; }
+            3 => { o.checkpoints.truncate(index % o.checkpoints.len()); }
+            4 => { o.proof.siblings.push(extra); }
+            5 => { o.chain = if chain == genuine.chain { chain ^ 1 } else { chain }; }
+            _ => { o.segment = if segment == genuine.segment { segment ^ 1 } else { segment }; }
+        }
+        let result = verify_opening(backend(), work, &exec.commitment, request, &o, &CancelToken::new());
+        prop_assert!(result.is_err(), "mutation {field} passed");
+    }
+}
+
+#[test]
+fn the_genuine_opening_verifies() {
+    let (work, exec, genuine) = honest();
+    let request = SampleRequest {
+        chain: genuine.chain,
+        segment: genuine.segment,
+    };
+    verify_opening(backend(), work, &exec.commitment, request, genuine, &CancelToken::new()).unwrap();
+    // And its wire form survives the round trip.
+    let wire = gpu_attest_proto::convert::opening_to_wire(&params().nonce, genuine, &[0; 64]);
+    let (_, back, _) = opening_from_wire(&wire, 64).unwrap();
+    assert_eq!(&back, genuine);
+}
