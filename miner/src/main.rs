@@ -122,12 +122,7 @@ fn serve(args: ServeArgs) -> Result<()> {
     let selected = backends::select(&config)?;
     let tls = config.tls.server_config()?;
     let plaintext_warning = transport::check_plaintext_server(config.listen, tls.is_some(), config.allow_plaintext)?;
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("GPU_ATTEST_LOG").unwrap_or_else(|_| "info".into()),
-        )
-        .with_writer(std::io::stderr)
-        .init();
+    gpu_attest_proto::daemon::init_logging();
     if let Some(warning) = plaintext_warning {
         warn!("{warning}");
     }
@@ -171,7 +166,7 @@ fn serve(args: ServeArgs) -> Result<()> {
             nonces,
         ));
         tokio::spawn(reload_on_hangup(core.clone(), args));
-        server::serve(core, listener, options, shutdown_signal()).await?;
+        server::serve(core, listener, options, gpu_attest_proto::daemon::shutdown_signal()).await?;
         info!("miner stopped");
         Ok(())
     })
@@ -206,24 +201,4 @@ async fn reload_on_hangup(core: Arc<MinerCore>, args: ServeArgs) {
     }
     #[cfg(not(unix))]
     let _ = (core, args);
-}
-
-/// Completes on SIGINT or SIGTERM.
-async fn shutdown_signal() {
-    let ctrl_c = async {
-        let _ = tokio::signal::ctrl_c().await;
-    };
-    #[cfg(unix)]
-    let term = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut s) => {
-                s.recv().await;
-            }
-            Err(_) => std::future::pending::<()>().await,
-        }
-    };
-    #[cfg(not(unix))]
-    let term = std::future::pending::<()>();
-    tokio::select! { _ = ctrl_c => {}, _ = term => {} }
-    info!("shutdown signal received; finishing in-flight calls");
 }

@@ -1,5 +1,7 @@
 //! Validator configuration: built-in defaults, then a TOML file, then flags and environment.
 
+pub use gpu_attest_proto::daemon::ConfigError;
+use gpu_attest_proto::daemon::{config_to_toml, load_config};
 use gpu_attest_proto::transport::TlsFiles;
 use serde::{Deserialize, Serialize};
 use std::net::SocketAddr;
@@ -160,27 +162,14 @@ impl Default for ValidatorConfig {
     }
 }
 
-#[derive(Debug, thiserror::Error)]
-pub enum ConfigError {
-    #[error("cannot read config file {path}: {source}")]
-    Read { path: String, source: std::io::Error },
-    #[error("config file {path} is not valid: {source}")]
-    Parse { path: String, source: toml::de::Error },
-}
-
 impl ValidatorConfig {
+    /// Defaults overlaid with `path`'s TOML, if given.
     pub fn load(path: Option<&std::path::Path>) -> Result<Self, ConfigError> {
-        let Some(path) = path else { return Ok(Self::default()) };
-        let shown = path.display().to_string();
-        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
-            path: shown.clone(),
-            source,
-        })?;
-        toml::from_str(&text).map_err(|source| ConfigError::Parse { path: shown, source })
+        load_config(path)
     }
 
     pub fn to_toml(&self) -> String {
-        toml::to_string_pretty(self).expect("config serialises")
+        config_to_toml(self)
     }
 }
 

@@ -196,12 +196,7 @@ fn serve(config: ValidatorConfig) -> Result<()> {
     let tls = config.tls.server_config()?;
     let plaintext_warning =
         gpu_attest_proto::transport::check_plaintext_server(config.listen, tls.is_some(), config.allow_plaintext)?;
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("GPU_ATTEST_LOG").unwrap_or_else(|_| "info".into()),
-        )
-        .with_writer(std::io::stderr)
-        .init();
+    gpu_attest_proto::daemon::init_logging();
     if let Some(warning) = plaintext_warning {
         tracing::warn!("{warning}");
     }
@@ -219,27 +214,8 @@ fn serve(config: ValidatorConfig) -> Result<()> {
         info!(%address, validator_key = %attestor.public_key(), database = %config.database.display(), "validator listening");
         println!("listening on {address}");
         let schedule = config.schedule.enabled.then(|| Duration::from_secs(config.schedule.interval_secs.max(1)));
-        server::serve(attestor, listener, schedule, options, shutdown_signal()).await?;
+        server::serve(attestor, listener, schedule, options, gpu_attest_proto::daemon::shutdown_signal()).await?;
         info!("validator stopped");
         Ok(())
     })
-}
-
-async fn shutdown_signal() {
-    let ctrl_c = async {
-        let _ = tokio::signal::ctrl_c().await;
-    };
-    #[cfg(unix)]
-    let term = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut s) => {
-                s.recv().await;
-            }
-            Err(_) => std::future::pending::<()>().await,
-        }
-    };
-    #[cfg(not(unix))]
-    let term = std::future::pending::<()>();
-    tokio::select! { _ = ctrl_c => {}, _ = term => {} }
-    info!("shutdown signal received; finishing in-flight calls");
 }

@@ -1,0 +1,62 @@
+//! Plumbing both daemons share: their TOML config files, their logs, and the signals that
+//! stop them.
+
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use std::path::Path;
+use thiserror::Error;
+
+#[derive(Debug, Error)]
+pub enum ConfigError {
+    #[error("cannot read config file {path}: {source}")]
+    Read { path: String, source: std::io::Error },
+    #[error("config file {path} is not valid: {source}")]
+    Parse { path: String, source: toml::de::Error },
+}
+
+/// The defaults overlaid with `path`'s TOML, if a path is given. Keys the file leaves out keep
+/// their defaults (configs use `#[serde(default)]`); unknown keys are an error.
+pub fn load_config<T: DeserializeOwned + Default>(path: Option<&Path>) -> Result<T, ConfigError> {
+    let Some(path) = path else { return Ok(T::default()) };
+    let shown = path.display().to_string();
+    let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+        path: shown.clone(),
+        source,
+    })?;
+    toml::from_str(&text).map_err(|source| ConfigError::Parse { path: shown, source })
+}
+
+/// A config as TOML: what `--print-config` shows, and a complete file to start from.
+pub fn config_to_toml<T: Serialize>(config: &T) -> String {
+    toml::to_string_pretty(config).expect("configs serialise to TOML")
+}
+
+/// Structured logs to stderr; the level comes from `GPU_ATTEST_LOG` (default `info`).
+pub fn init_logging() {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("GPU_ATTEST_LOG").unwrap_or_else(|_| "info".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+}
+
+/// Completes on SIGINT or SIGTERM, for a graceful shutdown.
+pub async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! { _ = ctrl_c => {}, _ = term => {} }
+    tracing::info!("shutdown signal received; finishing in-flight calls");
+}
