@@ -286,6 +286,30 @@ async fn openings_with_bad_signatures_fail() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn a_miner_that_stalls_its_openings_fails_within_a_bound() {
+    let miner = spawn_cheater(miner_core(49, &[validator_key()], 1), Cheat::StallOpenings).await;
+    let dir = TempDir::new("stall");
+    let started = std::time::Instant::now();
+    let verdict = attestor(&validator_config(&dir, Policy::Sampled))
+        .attest(&miner.url(), &|_| {})
+        .await
+        .unwrap();
+    assert!(!verdict.passed);
+    assert!(
+        verdict.reasons.iter().any(|r| r.contains("did not send all openings")),
+        "{:?}",
+        verdict.reasons
+    );
+    // The opening budget is twice the deadline with a 10 s floor; the challenge itself takes well
+    // under a second here. Without the budget this would wait forever.
+    assert!(
+        started.elapsed() < Duration::from_secs(15),
+        "stalled for {:?}",
+        started.elapsed()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn a_flooding_peer_is_limited_while_others_are_served() {
     let core = miner_core(46, &[validator_key()], 1);
     let options = ServeOptions {

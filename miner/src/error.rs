@@ -22,6 +22,8 @@ pub enum MinerError {
     NonceReused(String),
     #[error("challenge deadline passed {late_ms} ms ago by this miner's clock")]
     DeadlinePassed { late_ms: u64 },
+    #[error("the deadline arrived before the work finished; the work was stopped and the devices freed")]
+    DeadlineReached,
     #[error("invalid challenge parameters: {0}")]
     Params(#[from] ParamsError),
     #[error("challenge exceeds this miner's limit: {0}")]
@@ -52,7 +54,7 @@ impl From<MinerError> for Status {
             MinerError::BadSignature(_) | MinerError::BadOpenSignature => Code::Unauthenticated,
             MinerError::WrongMiner { .. } => Code::FailedPrecondition,
             MinerError::NonceReused(_) => Code::AlreadyExists,
-            MinerError::DeadlinePassed { .. } => Code::DeadlineExceeded,
+            MinerError::DeadlinePassed { .. } | MinerError::DeadlineReached => Code::DeadlineExceeded,
             MinerError::OverLimit(_) | MinerError::Busy | MinerError::TooManySamples { .. } => Code::ResourceExhausted,
             MinerError::UnknownCommitment(_) => Code::NotFound,
             MinerError::NonceLog(_) => Code::Unavailable,

@@ -164,7 +164,7 @@ async fn run_accepted(
                 info!(%nonce, "validator disconnected; challenge cancelled");
             } else {
                 warn!(%nonce, compute_ms, "deadline passed; challenge cancelled");
-                let _ = tx.send(Err(MinerError::DeadlinePassed { late_ms: 0 }.into())).await;
+                let _ = tx.send(Err(MinerError::DeadlineReached.into())).await;
             }
         }
         Err(e) => {

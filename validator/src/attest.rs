@@ -448,41 +448,60 @@ impl Attestor {
             validator_key: self.public_key().0.to_vec(),
             signature: self.identity.sign(&open_request_bytes(&nonce, &samples)).to_vec(),
         };
-        let mut stream = match client.open_chains(request).await {
-            Ok(r) => r.into_inner(),
-            Err(s) => {
-                return {
-                    outcome.fail(format!(
-                        "miner refused to open chains ({:?}): {}",
-                        s.code(),
-                        s.message()
-                    ));
-                    Ok(())
-                };
+        // A miner that stalls must not hold this validator (its scheduler attests one miner at a
+        // time): all openings must arrive within twice the challenge's deadline, counting only
+        // the time spent waiting for the miner, not this validator's own recomputation.
+        let budget = Duration::from_millis(outcome.deadline_ms.max(5_000) * 2);
+        let mut waited = Duration::ZERO;
+        let started = Instant::now();
+        let opened = tokio::time::timeout(budget, client.open_chains(request)).await;
+        waited += started.elapsed();
+        let mut stream = match opened {
+            Ok(Ok(response)) => response.into_inner(),
+            Ok(Err(s)) => {
+                outcome.fail(format!(
+                    "miner refused to open chains ({:?}): {}",
+                    s.code(),
+                    s.message()
+                ));
+                return Ok(());
+            }
+            Err(_) => {
+                outcome.fail(format!(
+                    "miner did not answer the open request within {} ms",
+                    budget.as_millis()
+                ));
+                return Ok(());
             }
         };
         for sample in samples {
-            let wire = match stream.message().await {
-                Ok(Some(w)) => w,
-                Ok(None) => {
-                    return {
-                        outcome.fail(format!(
-                            "miner sent no opening for chain {} segment {}",
-                            sample.chain, sample.segment
-                        ));
-                        Ok(())
-                    };
+            let started = Instant::now();
+            let next = tokio::time::timeout(budget.saturating_sub(waited), stream.message()).await;
+            waited += started.elapsed();
+            let wire = match next {
+                Ok(Ok(Some(wire))) => wire,
+                Ok(Ok(None)) => {
+                    outcome.fail(format!(
+                        "miner sent no opening for chain {} segment {}",
+                        sample.chain, sample.segment
+                    ));
+                    return Ok(());
                 }
-                Err(s) => {
-                    return {
-                        outcome.fail(format!(
-                            "opening chain {} failed ({:?}): {}",
-                            sample.chain,
-                            s.code(),
-                            s.message()
-                        ));
-                        Ok(())
-                    };
+                Ok(Err(s)) => {
+                    outcome.fail(format!(
+                        "opening chain {} failed ({:?}): {}",
+                        sample.chain,
+                        s.code(),
+                        s.message()
+                    ));
+                    return Ok(());
+                }
+                Err(_) => {
+                    outcome.fail(format!(
+                        "miner did not send all openings within {} ms",
+                        budget.as_millis()
+                    ));
+                    return Ok(());
                 }
             };
             if let Some(reason) = self.check_opening(work, commitment, sample, &wire).await? {

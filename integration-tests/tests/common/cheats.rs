@@ -35,6 +35,8 @@ pub enum Cheat {
     ForeignKey,
     /// Answers openings with signatures that do not verify.
     BadOpeningSignatures,
+    /// Accepts the open request and then never sends an opening.
+    StallOpenings,
 }
 
 pub struct CheatingMiner {
@@ -177,6 +179,9 @@ impl Miner for CheatingMiner {
         request: Request<v1::OpenChainsRequest>,
     ) -> Result<Response<Self::OpenChainsStream>, Status> {
         let (recent, samples) = self.core.check_open_request(request.get_ref())?;
+        if self.cheat == Cheat::StallOpenings {
+            return Ok(Response::new(Box::pin(tokio_stream::pending())));
+        }
         let core = self.core.clone();
         let openings = tokio::task::spawn_blocking(move || {
             samples
