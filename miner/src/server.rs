@@ -3,7 +3,7 @@
 use crate::config::Limits;
 use crate::core::MinerCore;
 use crate::service::MinerService;
-use gpu_attest_proto::transport::PeerRateLimiter;
+use gpu_attest_proto::transport::{PeerRateLimiter, RefusalLogLayer};
 use gpu_attest_proto::v1::miner_server::MinerServer;
 use std::future::Future;
 use std::sync::Arc;
@@ -52,6 +52,7 @@ pub async fn serve(
     let limiter = options.limiter.clone();
     let miner = InterceptedService::new(miner, move |request| limiter.intercept(request));
     let mut builder = Server::builder()
+        .layer(RefusalLogLayer)
         .max_concurrent_streams(options.max_concurrent_streams)
         .http2_keepalive_interval(Some(Duration::from_secs(30)));
     if let Some(tls) = options.tls {

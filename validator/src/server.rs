@@ -4,7 +4,7 @@ use crate::attest::Attestor;
 use crate::config::ValidatorConfig;
 use crate::scheduler;
 use crate::service::ValidatorService;
-use gpu_attest_proto::transport::PeerRateLimiter;
+use gpu_attest_proto::transport::{PeerRateLimiter, RefusalLogLayer};
 use gpu_attest_proto::v1::validator_server::ValidatorServer;
 use std::future::Future;
 use std::sync::Arc;
@@ -48,7 +48,7 @@ pub async fn serve(
     let api = ValidatorServer::new(ValidatorService::new(attestor)).max_decoding_message_size(MAX_REQUEST_BYTES);
     let limiter = options.limiter.clone();
     let api = InterceptedService::new(api, move |request| limiter.intercept(request));
-    let mut builder = Server::builder().max_concurrent_streams(64);
+    let mut builder = Server::builder().layer(RefusalLogLayer).max_concurrent_streams(64);
     if let Some(tls) = options.tls {
         builder = builder.tls_config(tls)?;
     }
