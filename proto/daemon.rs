@@ -12,6 +12,8 @@ pub enum ConfigError {
     Read { path: String, source: std::io::Error },
     #[error("config file {path} is not valid: {source}")]
     Parse { path: String, source: toml::de::Error },
+    #[error("invalid configuration: {0}")]
+    Invalid(String),
 }
 
 /// The defaults overlaid with `path`'s TOML, if a path is given. Keys the file leaves out keep

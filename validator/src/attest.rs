@@ -371,7 +371,11 @@ impl Attestor {
                 Ok(())
             };
         }
-        let work = Work::new(challenge.params).expect("planned parameters are valid");
+        // The planner validated these parameters before the challenge was sent.
+        let work = Work::new(challenge.params).map_err(|e| AttestError::Plan {
+            url: outcome.url.clone(),
+            source: PlanError::Params(e),
+        })?;
         if let Err(rejection) = check_commitment(&work, &commitment.work) {
             return {
                 outcome.fail(rejection.to_string());

@@ -114,6 +114,7 @@ impl Settings {
         if let Some(v) = self.cpu_threads {
             c.cpu_threads = v;
         }
+        c.validate()?;
         Ok(c)
     }
 }

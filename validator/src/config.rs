@@ -168,6 +168,48 @@ impl ValidatorConfig {
         load_config(path)
     }
 
+    /// Refuses settings that would make verification meaningless or challenges invalid.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let invalid = |what: String| Err(ConfigError::Invalid(what));
+        if self.policy != Policy::Full && !(1..=1024).contains(&self.samples) {
+            return invalid(format!(
+                "samples = {} must be in 1..=1024 (0 would check no work at all)",
+                self.samples
+            ));
+        }
+        if self.deadline.slack.is_nan() || self.deadline.slack < 1.0 {
+            return invalid(format!("deadline.slack = {} must be at least 1.0", self.deadline.slack));
+        }
+        if self.challenge.target_seconds.is_nan() || self.challenge.target_seconds < 0.0 {
+            return invalid(format!(
+                "challenge.target_seconds = {} must be >= 0",
+                self.challenge.target_seconds
+            ));
+        }
+        if let Some(r) = self
+            .rates
+            .iter()
+            .find(|r| r.ops_per_sec.is_nan() || r.ops_per_sec <= 0.0)
+        {
+            return invalid(format!("rate for {:?} must be positive", r.pattern));
+        }
+        for n in [self.challenge.gpu_n, self.challenge.cpu_n] {
+            let probe = gpu_attest_shared::ChallengeParams {
+                nonce: [0; 32],
+                seed: [0; 32],
+                miner_key: [0; 32],
+                n,
+                num_chains: 1,
+                iterations: self.challenge.iterations,
+                checkpoint_every: self.challenge.checkpoint_every,
+            };
+            probe
+                .validate()
+                .map_err(|e| ConfigError::Invalid(format!("[challenge]: {e}")))?;
+        }
+        Ok(())
+    }
+
     pub fn to_toml(&self) -> String {
         config_to_toml(self)
     }
@@ -181,6 +223,31 @@ mod tests {
     fn printed_config_parses_back() {
         let c = ValidatorConfig::default();
         assert_eq!(toml::from_str::<ValidatorConfig>(&c.to_toml()).unwrap(), c);
+    }
+
+    #[test]
+    fn settings_that_would_check_nothing_are_refused() {
+        ValidatorConfig::default().validate().unwrap();
+        let no_samples = ValidatorConfig {
+            samples: 0,
+            ..ValidatorConfig::default()
+        };
+        assert!(no_samples.validate().unwrap_err().to_string().contains("samples"));
+        let mut bad_chain = ValidatorConfig::default();
+        bad_chain.challenge.checkpoint_every = 3;
+        assert!(
+            bad_chain
+                .validate()
+                .unwrap_err()
+                .to_string()
+                .contains("does not divide")
+        );
+        let mut bad_n = ValidatorConfig::default();
+        bad_n.challenge.cpu_n = 100;
+        assert!(bad_n.validate().is_err());
+        let mut loose = ValidatorConfig::default();
+        loose.deadline.slack = 0.5;
+        assert!(loose.validate().is_err());
     }
 
     #[test]

@@ -23,6 +23,8 @@ pub enum PlanError {
     SizeOverLimit { n: u32, max_n: u32 },
     #[error("miner's limits (max iterations {max}) are below the configured {iterations}")]
     IterationsOverLimit { iterations: u32, max: u32 },
+    #[error("the planned challenge is invalid: {0}")]
+    Params(#[from] gpu_attest_shared::params::ParamsError),
 }
 
 /// Rate of one device: the first table entry whose pattern occurs in "backend kernel name".
@@ -80,16 +82,18 @@ pub fn plan(
     let num_chains = wanted.clamp(devices.min(max_chains), max_chains);
     let expected_ms = (ops_per_chain * num_chains as f64 / rate * 1000.0).ceil() as u64;
     let deadline_ms = ((expected_ms as f64 * deadline.slack) as u64).max(deadline.min_ms);
+    let params = ChallengeParams {
+        nonce,
+        seed,
+        miner_key,
+        n,
+        num_chains,
+        iterations,
+        checkpoint_every: config.checkpoint_every,
+    };
+    params.validate()?;
     Ok(Plan {
-        params: ChallengeParams {
-            nonce,
-            seed,
-            miner_key,
-            n,
-            num_chains,
-            iterations,
-            checkpoint_every: config.checkpoint_every,
-        },
+        params,
         expected_ops_per_sec: rate,
         expected_ms,
         deadline_ms,
@@ -132,37 +136,37 @@ mod tests {
 
     #[test]
     fn chain_count_follows_target_and_device_count() {
-        let inv = inventory("cuda", "tensor", &["NVIDIA H100", "NVIDIA H100"]);
+        let mut inv = inventory("cuda", "tensor", &["NVIDIA H100", "NVIDIA H100"]);
+        inv.limits.as_mut().unwrap().max_chains = 1 << 20;
         let cfg = ChallengeConfig::default();
-        let p = plan(
-            &inv,
-            &cfg,
-            &DeadlineConfig::default(),
-            &default_rates(),
-            [0; 32],
-            [0; 32],
-            [0; 32],
-        )
-        .unwrap();
-        let ops = 2.0 * 2048f64.powi(3) * 16.0 * p.params.num_chains as f64;
-        let seconds = ops / 1.0e15;
-        assert!((seconds - 30.0).abs() < 0.1, "{seconds}");
+        let plan_for = |inv: &v1::Inventory, cfg: &ChallengeConfig| {
+            plan(
+                inv,
+                cfg,
+                &DeadlineConfig::default(),
+                &default_rates(),
+                [0; 32],
+                [0; 32],
+                [0; 32],
+            )
+            .unwrap()
+        };
+        let seconds = |p: &Plan| 2.0 * f64::from(p.params.n).powi(3) * 16.0 * p.params.num_chains as f64 / 1.0e15;
+        // Two H100s at 5e14 each: 30 s of work is about 109 000 chains of n = 2048, K = 16.
+        let p = plan_for(&inv, &cfg);
+        assert!((seconds(&p) - 30.0).abs() < 0.1, "{}", seconds(&p));
         assert_eq!(p.deadline_ms, p.expected_ms * 2);
+        // The miner's own limit caps the chain count (and so the work) below the target.
+        inv.limits.as_mut().unwrap().max_chains = 1 << 16;
+        let capped = plan_for(&inv, &cfg);
+        assert_eq!(capped.params.num_chains, 1 << 16);
+        assert!(seconds(&capped) < 30.0);
         // Tiny targets still give every device a chain, and the deadline floor applies.
         let tiny = ChallengeConfig {
             target_seconds: 0.0,
             ..cfg
         };
-        let p = plan(
-            &inv,
-            &tiny,
-            &DeadlineConfig::default(),
-            &default_rates(),
-            [0; 32],
-            [0; 32],
-            [0; 32],
-        )
-        .unwrap();
+        let p = plan_for(&inv, &tiny);
         assert_eq!(p.params.num_chains, 2);
         assert_eq!(p.deadline_ms, 5_000);
     }
