@@ -45,8 +45,9 @@ impl Challenge {
     }
 }
 
-/// One device as the miner reports it. Informational: signed, never inside G.
-#[derive(Clone, Debug, PartialEq, Eq, Default)]
+/// One device as the miner reports it. Informational: signed, never inside G. Serialisable so
+/// that a validator can store it as it arrived.
+#[derive(Clone, Debug, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
 pub struct DeviceInfo {
     pub index: u32,
     pub name: String,

@@ -7,14 +7,14 @@
 
 use crate::config::{Policy, ValidatorConfig};
 use crate::planner::{Plan, PlanError, plan};
-use crate::store::{Store, StoreError, StoredDevice, StoredParams, Verdict};
+use crate::store::{Store, StoreError, StoredParams, Verdict};
 use gpu_attest_proto::convert::{challenge_to_wire, commitment_from_wire, opening_from_wire, sample_to_wire};
 use gpu_attest_proto::transport::check_plaintext_client;
 use gpu_attest_proto::v1::{self, challenge_event::Event, miner_client::MinerClient};
 use gpu_attest_shared::engine::DeviceProgress;
 use gpu_attest_shared::identity::{Identity, PublicKey};
 use gpu_attest_shared::opening::{SampleRequest, draw_samples};
-use gpu_attest_shared::statement::{Challenge, Commitment, open_request_bytes, opening_bytes};
+use gpu_attest_shared::statement::{Challenge, Commitment, DeviceInfo, open_request_bytes, opening_bytes};
 use gpu_attest_shared::verify::{VerifyError, check_commitment, verify_full, verify_opening};
 use gpu_attest_shared::{Backend, CancelToken, Work};
 use rand_chacha::ChaCha20Rng;
@@ -604,7 +604,7 @@ struct Outcome {
     measured_ms: u64,
     expected_ms: u64,
     deadline_ms: u64,
-    inventory: Vec<StoredDevice>,
+    inventory: Vec<DeviceInfo>,
     backend: String,
     kernel: String,
     global: String,
@@ -624,7 +624,7 @@ impl Outcome {
             inventory: inventory
                 .devices
                 .iter()
-                .map(|d| StoredDevice::from(&gpu_attest_proto::convert::device_from_wire(d)))
+                .map(gpu_attest_proto::convert::device_from_wire)
                 .collect(),
             backend: inventory.backend.clone(),
             kernel: inventory.kernel.clone(),
@@ -644,7 +644,7 @@ impl Outcome {
 
     /// The commitment's own account of what it ran on replaces the earlier inventory.
     fn record_commitment(&mut self, c: &Commitment) {
-        self.inventory = c.inventory.iter().map(StoredDevice::from).collect();
+        self.inventory = c.inventory.clone();
         self.backend = c.backend.clone();
         self.kernel = c.kernel.clone();
         self.global = c.work.global.to_hex();

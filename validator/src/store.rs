@@ -110,48 +110,6 @@ impl From<&ChallengeParams> for StoredParams {
     }
 }
 
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct StoredDevice {
-    pub index: u32,
-    pub name: String,
-    pub uuid: String,
-    pub memory_bytes: u64,
-    pub sm_count: u32,
-    pub compute_capability: (u32, u32),
-    pub pci_bus_id: String,
-    pub driver_version: String,
-}
-
-impl From<&DeviceInfo> for StoredDevice {
-    fn from(d: &DeviceInfo) -> Self {
-        StoredDevice {
-            index: d.index,
-            name: d.name.clone(),
-            uuid: d.uuid.clone(),
-            memory_bytes: d.memory_bytes,
-            sm_count: d.sm_count,
-            compute_capability: d.compute_capability,
-            pci_bus_id: d.pci_bus_id.clone(),
-            driver_version: d.driver_version.clone(),
-        }
-    }
-}
-
-impl From<&StoredDevice> for DeviceInfo {
-    fn from(d: &StoredDevice) -> Self {
-        DeviceInfo {
-            index: d.index,
-            name: d.name.clone(),
-            uuid: d.uuid.clone(),
-            memory_bytes: d.memory_bytes,
-            sm_count: d.sm_count,
-            compute_capability: d.compute_capability,
-            pci_bus_id: d.pci_bus_id.clone(),
-            driver_version: d.driver_version.clone(),
-        }
-    }
-}
-
 /// One attestation's outcome, as stored and served.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Verdict {
@@ -168,7 +126,8 @@ pub struct Verdict {
     pub measured_ms: u64,
     pub expected_ms: u64,
     pub deadline_ms: u64,
-    pub inventory: Vec<StoredDevice>,
+    /// Stored as JSON with `DeviceInfo`'s own field names.
+    pub inventory: Vec<DeviceInfo>,
     pub backend: String,
     pub kernel: String,
     pub global_checksum: String,
