@@ -14,6 +14,7 @@ pub mod backend;
 pub mod chain;
 pub mod commitment;
 pub mod cpu;
+pub mod cuda;
 pub mod digest;
 pub mod engine;
 pub mod gemm;

@@ -1,0 +1,436 @@
+//! The CUDA backend: every chain of a device's share runs on that device, in batches sized from
+//! its free memory; checkpoints are copied to the host and hashed there with the blake3 crate.
+
+use super::detect::{self, GpuDetectError, GpuInfo};
+use super::device::{DeviceInitError, DeviceRuntime};
+use super::kernels::GpuKernel;
+use super::plan;
+use crate::backend::{Backend, BackendError, CancelToken, ChainProgress, check_advance};
+use crate::chain::ChainResult;
+use crate::digest::Digest;
+use crate::matrix::{Matrix, a_stream, b_stream};
+use crate::params::Work;
+use crate::statement::DeviceInfo;
+use cudarc::driver::CudaSlice;
+use rayon::prelude::*;
+use std::ops::Range;
+use std::path::PathBuf;
+use std::sync::{Mutex, MutexGuard};
+use thiserror::Error;
+
+/// Steps queued on a device before the host waits for them: bounds how long a cancelled
+/// challenge keeps the GPU busy, without a round trip per step.
+const STEPS_IN_FLIGHT: u32 = 8;
+
+/// What to run on: which CUDA ordinals, which kernel, where to cache compiled kernels.
+#[derive(Clone, Debug, Default)]
+pub struct CudaOptions {
+    /// CUDA ordinals (after CUDA_VISIBLE_DEVICES) to use, in this order; `None`: all of them.
+    pub ordinals: Option<Vec<u32>>,
+    /// `None`: the fastest kernel every selected device supports.
+    pub kernel: Option<GpuKernel>,
+    /// Disk cache for compiled kernels; `None`: memory only.
+    pub cache_dir: Option<PathBuf>,
+}
+
+#[derive(Debug, Error, Clone, PartialEq, Eq)]
+pub enum CudaInitError {
+    #[error(transparent)]
+    Detect(#[from] GpuDetectError),
+    #[error("CUDA device {ordinal} was asked for, but only {count} are visible")]
+    NoSuchOrdinal { ordinal: u32, count: u32 },
+    #[error("CUDA device {0} was listed twice")]
+    DuplicateOrdinal(u32),
+    #[error("no CUDA device was selected")]
+    NoneSelected,
+    #[error(
+        "device {ordinal} ({name}) has compute capability {}.{}; the {kernel} kernel needs {}.{} or later",
+        .compute_capability.0, .compute_capability.1, .kernel.min_compute_capability().0, .kernel.min_compute_capability().1
+    )]
+    KernelUnsupported {
+        ordinal: u32,
+        name: String,
+        compute_capability: (u32, u32),
+        kernel: GpuKernel,
+    },
+    #[error(transparent)]
+    Device(#[from] DeviceInitError),
+}
+
+pub struct CudaBackend {
+    devices: Vec<Mutex<DeviceRuntime>>,
+    kernel: GpuKernel,
+    gpus: Vec<GpuInfo>,
+}
+
+/// The GPUs `options` selects from `detected`, in partition order.
+pub fn select_gpus(detected: &[GpuInfo], ordinals: Option<&[u32]>) -> Result<Vec<GpuInfo>, CudaInitError> {
+    let Some(ordinals) = ordinals else {
+        return Ok(detected.to_vec());
+    };
+    let mut chosen: Vec<GpuInfo> = Vec::with_capacity(ordinals.len());
+    for &ordinal in ordinals {
+        let gpu = detected
+            .iter()
+            .find(|g| g.ordinal == ordinal)
+            .ok_or(CudaInitError::NoSuchOrdinal {
+                ordinal,
+                count: detected.len() as u32,
+            })?;
+        if chosen.iter().any(|g| g.ordinal == ordinal) {
+            return Err(CudaInitError::DuplicateOrdinal(ordinal));
+        }
+        chosen.push(gpu.clone());
+    }
+    if chosen.is_empty() {
+        return Err(CudaInitError::NoneSelected);
+    }
+    Ok(chosen)
+}
+
+/// The kernel all of `gpus` run: the one asked for, or the best the oldest of them supports.
+pub fn choose_kernel(gpus: &[GpuInfo], wanted: Option<GpuKernel>) -> Result<GpuKernel, CudaInitError> {
+    let oldest = gpus
+        .iter()
+        .min_by_key(|g| g.compute_capability)
+        .ok_or(CudaInitError::NoneSelected)?;
+    let kernel = wanted
+        .or_else(|| GpuKernel::best_for(oldest.compute_capability))
+        .unwrap_or(GpuKernel::Tiled);
+    match gpus.iter().find(|g| !kernel.supports(g.compute_capability)) {
+        Some(g) => Err(CudaInitError::KernelUnsupported {
+            ordinal: g.ordinal,
+            name: g.name.clone(),
+            compute_capability: g.compute_capability,
+            kernel,
+        }),
+        None => Ok(kernel),
+    }
+}
+
+impl CudaBackend {
+    /// Detects the GPUs, opens each selected one and loads its kernels.
+    pub fn new(options: &CudaOptions) -> Result<Self, CudaInitError> {
+        let detection = detect::detect()?;
+        Self::with_gpus(detection.gpus, options)
+    }
+
+    /// As [`CudaBackend::new`], from an earlier detection.
+    pub fn with_gpus(detected: Vec<GpuInfo>, options: &CudaOptions) -> Result<Self, CudaInitError> {
+        let gpus = select_gpus(&detected, options.ordinals.as_deref())?;
+        let kernel = choose_kernel(&gpus, options.kernel)?;
+        let devices = gpus
+            .iter()
+            .enumerate()
+            .map(|(index, gpu)| {
+                DeviceRuntime::new(index as u32, gpu.clone(), kernel, options.cache_dir.as_deref()).map(Mutex::new)
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(CudaBackend { devices, kernel, gpus })
+    }
+
+    pub fn kernel(&self) -> GpuKernel {
+        self.kernel
+    }
+
+    pub fn gpus(&self) -> &[GpuInfo] {
+        &self.gpus
+    }
+
+    /// What each device reports in a commitment, in partition order.
+    pub fn inventory(&self) -> Vec<DeviceInfo> {
+        self.gpus
+            .iter()
+            .enumerate()
+            .map(|(i, g)| g.device_info(i as u32))
+            .collect()
+    }
+
+    /// How each device got its kernels (memory, disk cache or NVRTC) and any cache warning.
+    pub fn module_notes(&self) -> Vec<String> {
+        self.devices
+            .iter()
+            .map(|d| {
+                let d = lock(d);
+                let mut note = format!(
+                    "device {} ({}): {} kernel for {} ({:?})",
+                    d.index, d.gpu.name, d.kernel, d.module.arch, d.module.origin
+                );
+                if let Some(w) = &d.module.cache_warning {
+                    note.push_str("; ");
+                    note.push_str(w);
+                }
+                note
+            })
+            .collect()
+    }
+
+    pub(crate) fn device(&self, device: u32) -> Result<MutexGuard<'_, DeviceRuntime>, BackendError> {
+        self.devices
+            .get(device as usize)
+            .map(lock)
+            .ok_or(BackendError::NoSuchDevice {
+                device,
+                count: self.devices.len() as u32,
+            })
+    }
+}
+
+fn lock(m: &Mutex<DeviceRuntime>) -> MutexGuard<'_, DeviceRuntime> {
+    // A panic while holding a device leaves nothing half-written that a later run relies on:
+    // every run allocates and fills its own buffers.
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// The matrix key as the eight little-endian words ChaCha's state takes.
+pub fn key_words(key: &[u8; 32]) -> [u32; 8] {
+    core::array::from_fn(|i| u32::from_le_bytes(key[4 * i..4 * i + 4].try_into().unwrap()))
+}
+
+/// blake3 of each n x n matrix in `host`, in order.
+fn hash_matrices(host: &[i8], nn: usize) -> Vec<Digest> {
+    host.par_chunks(nn)
+        .map(|m| Digest::hash(bytemuck::cast_slice(m)))
+        .collect()
+}
+
+/// The device buffers of one batch: X, the next X, and B transposed.
+struct BatchBuffers {
+    x: CudaSlice<i8>,
+    next: CudaSlice<i8>,
+    bt: CudaSlice<i8>,
+    host: Vec<i8>,
+    /// `host` holds a checkpoint that is not hashed yet.
+    hash_pending: bool,
+}
+
+impl DeviceRuntime {
+    fn buffers(&self, chains: usize, n: usize) -> Result<BatchBuffers, BackendError> {
+        let len = chains * n * n;
+        Ok(BatchBuffers {
+            x: self.alloc(len)?,
+            next: self.alloc(len)?,
+            bt: self.alloc(len)?,
+            host: vec![0; len],
+            hash_pending: false,
+        })
+    }
+
+    /// Runs steps `steps` on the `count` chains in `buf` (X in `buf.x`, B^T in `buf.bt`), calling
+    /// `checkpoint` with the host copy of X after every step whose number is a multiple of c (and
+    /// first with the copy already in `buf.host`, if one is pending). Each checkpoint's hashing
+    /// overlaps the next step's GEMM on the device.
+    fn run_steps(
+        &self,
+        work: &Work,
+        buf: &mut BatchBuffers,
+        count: usize,
+        steps: Range<u32>,
+        cancel: &CancelToken,
+        mut checkpoint: impl FnMut(&[i8]),
+    ) -> Result<(), BackendError> {
+        let n = work.n();
+        let c = work.checkpoint_every();
+        for step in steps {
+            if step % STEPS_IN_FLIGHT == 0 {
+                cancel.check()?;
+            }
+            self.gemm_mix(&buf.x, &buf.bt, &mut buf.next, count, n, step)?;
+            std::mem::swap(&mut buf.x, &mut buf.next);
+            if buf.hash_pending {
+                checkpoint(&buf.host[..count * n * n]);
+                buf.hash_pending = false;
+            }
+            if (step + 1) % c == 0 {
+                self.download(&buf.x, &mut buf.host[..count * n * n])?;
+                buf.hash_pending = true;
+            } else if (step + 1) % STEPS_IN_FLIGHT == 0 {
+                self.synchronize()?;
+            }
+        }
+        if buf.hash_pending {
+            checkpoint(&buf.host[..count * n * n]);
+            buf.hash_pending = false;
+        }
+        self.synchronize()
+    }
+
+    /// Chains `first..first + count`, from generation to the last checkpoint.
+    fn run_batch(
+        &self,
+        work: &Work,
+        first: u64,
+        count: usize,
+        buf: &mut BatchBuffers,
+        cancel: &CancelToken,
+    ) -> Result<Vec<ChainResult>, BackendError> {
+        let n = work.n();
+        let nn = n * n;
+        let key = key_words(work.key());
+        self.generate(&mut buf.x, &key, a_stream(first), count, n)?;
+        // B is generated into `next` (free until the first step) and transposed into place.
+        self.generate(&mut buf.next, &key, b_stream(first), count, n)?;
+        self.transpose(&buf.next, &mut buf.bt, count, n)?;
+        self.download(&buf.x, &mut buf.host[..count * nn])?;
+        buf.hash_pending = true;
+        let mut checkpoints: Vec<Vec<Digest>> = (0..count)
+            .map(|_| Vec::with_capacity(work.checkpoints_per_chain()))
+            .collect();
+        let mut record = |host: &[i8]| {
+            for (chain, digest) in checkpoints.iter_mut().zip(hash_matrices(host, nn)) {
+                chain.push(digest);
+            }
+        };
+        // h_0 = blake3(A_i) is hashed while the first step runs.
+        self.run_steps(work, buf, count, 0..work.iterations(), cancel, &mut record)?;
+        Ok(checkpoints
+            .into_iter()
+            .enumerate()
+            .map(|(i, checkpoints)| ChainResult {
+                index: first + i as u64,
+                checkpoints,
+            })
+            .collect())
+    }
+
+    pub(crate) fn run_chains(
+        &self,
+        work: &Work,
+        chains: Range<u64>,
+        progress: ChainProgress<'_>,
+        cancel: &CancelToken,
+    ) -> Result<Vec<ChainResult>, BackendError> {
+        let total = chains.end.saturating_sub(chains.start);
+        if total == 0 {
+            return Ok(Vec::new());
+        }
+        let batch = plan::batch_size(self.index, work.n(), total, self.free_memory()?)?;
+        let mut buf = self.buffers(batch as usize, work.n())?;
+        let mut results = Vec::with_capacity(total as usize);
+        let mut first = chains.start;
+        while first < chains.end {
+            let count = batch.min(chains.end - first) as usize;
+            results.extend(self.run_batch(work, first, count, &mut buf, cancel)?);
+            first += count as u64;
+            progress(first - chains.start);
+        }
+        Ok(results)
+    }
+
+    fn advance(
+        &self,
+        work: &Work,
+        chain: u64,
+        start: &Matrix,
+        first: u32,
+        steps: u32,
+        cancel: &CancelToken,
+    ) -> Result<Matrix, BackendError> {
+        let n = work.n();
+        let mut buf = self.buffers(1, n)?;
+        self.upload(start.as_slice(), &mut buf.x)?;
+        self.generate(&mut buf.next, &key_words(work.key()), b_stream(chain), 1, n)?;
+        self.transpose(&buf.next, &mut buf.bt, 1, n)?;
+        self.run_steps(work, &mut buf, 1, first..first + steps, cancel, |_| {})?;
+        // run_steps copies X only at checkpoints; the segment's end may not be one.
+        self.download(&buf.x, &mut buf.host)?;
+        Ok(Matrix::from_vec(n, buf.host).expect("a buffer of n * n bytes"))
+    }
+}
+
+impl Backend for CudaBackend {
+    fn describe(&self) -> String {
+        let mut names: Vec<&str> = self.gpus.iter().map(|g| g.name.as_str()).collect();
+        names.dedup();
+        format!(
+            "cuda ({} kernel, {} x {})",
+            self.kernel,
+            self.gpus.len(),
+            names.join(" + ")
+        )
+    }
+
+    fn device_count(&self) -> u32 {
+        self.devices.len() as u32
+    }
+
+    fn run_chains(
+        &self,
+        device: u32,
+        work: &Work,
+        chains: Range<u64>,
+        progress: ChainProgress<'_>,
+        cancel: &CancelToken,
+    ) -> Result<Vec<ChainResult>, BackendError> {
+        self.device(device)?.run_chains(work, chains, progress, cancel)
+    }
+
+    fn advance(
+        &self,
+        work: &Work,
+        chain: u64,
+        start: Matrix,
+        first: u32,
+        steps: u32,
+        cancel: &CancelToken,
+    ) -> Result<Matrix, BackendError> {
+        check_advance(work, &start, first, steps)?;
+        self.device(0)?.advance(work, chain, &start, first, steps, cancel)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn gpu(ordinal: u32, cc: (u32, u32)) -> GpuInfo {
+        GpuInfo {
+            ordinal,
+            name: format!("gpu{ordinal}"),
+            uuid: format!("GPU-{ordinal}"),
+            memory_bytes: 80 << 30,
+            sm_count: 132,
+            compute_capability: cc,
+            pci_bus_id: format!("0000:{ordinal:02x}:00.0"),
+            driver_version: "test".into(),
+            nvml: None,
+        }
+    }
+
+    #[test]
+    fn key_words_are_little_endian() {
+        let key: [u8; 32] = core::array::from_fn(|i| i as u8);
+        let words = key_words(&key);
+        assert_eq!(words[0], 0x0302_0100);
+        assert_eq!(words[7], 0x1f1e_1d1c);
+    }
+
+    #[test]
+    fn selection_keeps_the_order_asked_for_and_refuses_bad_lists() {
+        let detected = [gpu(0, (9, 0)), gpu(1, (9, 0)), gpu(2, (9, 0))];
+        let chosen = select_gpus(&detected, Some(&[2, 0])).unwrap();
+        assert_eq!(chosen.iter().map(|g| g.ordinal).collect::<Vec<_>>(), [2, 0]);
+        assert_eq!(select_gpus(&detected, None).unwrap().len(), 3);
+        assert_eq!(
+            select_gpus(&detected, Some(&[3])),
+            Err(CudaInitError::NoSuchOrdinal { ordinal: 3, count: 3 })
+        );
+        assert_eq!(
+            select_gpus(&detected, Some(&[1, 1])),
+            Err(CudaInitError::DuplicateOrdinal(1))
+        );
+        assert_eq!(select_gpus(&detected, Some(&[])), Err(CudaInitError::NoneSelected));
+    }
+
+    #[test]
+    fn kernel_choice_suits_the_oldest_device() {
+        let hopper = [gpu(0, (9, 0)), gpu(1, (9, 0))];
+        assert_eq!(choose_kernel(&hopper, None), Ok(GpuKernel::Tensor));
+        assert_eq!(choose_kernel(&hopper, Some(GpuKernel::Tiled)), Ok(GpuKernel::Tiled));
+        let mixed = [gpu(0, (9, 0)), gpu(1, (7, 5))];
+        assert_eq!(choose_kernel(&mixed, None), Ok(GpuKernel::Tiled));
+        let err = choose_kernel(&mixed, Some(GpuKernel::Tensor)).unwrap_err();
+        assert!(err.to_string().contains("compute capability 7.5"), "{err}");
+        assert!(err.to_string().contains("needs 8.0"), "{err}");
+    }
+}

@@ -1,0 +1,317 @@
+//! GPU measurements for `miner bench`: the fused kernels, a cuBLASLt int8 GEMM followed by a
+//! separate mix pass (the baseline the fused kernels must beat), and a whole challenge against
+//! its GEMM-only time. Timed with CUDA events on the device's stream.
+
+use super::backend::CudaBackend;
+use super::device::DeviceRuntime;
+use crate::backend::{BackendError, CancelToken};
+use crate::params::{ChallengeParams, Work};
+use cudarc::cublaslt::{result as lt, sys as lt_sys};
+use cudarc::driver::{CudaSlice, DevicePtr, DevicePtrMut, LaunchConfig, PushKernelArg};
+use std::time::{Duration, Instant};
+
+/// Dense int8 tensor-core peaks, TOPS, from NVIDIA's data sheets; matched on the device name.
+const INT8_PEAKS: [(&str, f64); 8] = [
+    ("H200", 1979.0),
+    ("H100 SXM", 1979.0),
+    ("H100 80GB HBM3", 1979.0),
+    ("H100 NVL", 1671.0),
+    ("H100 PCIe", 1513.0),
+    ("A100", 624.0),
+    ("L40S", 733.0),
+    ("L4", 242.5),
+];
+
+/// Copy bandwidth, bytes/s, for the floor's memory term (DESIGN.md's reference figures).
+const BANDWIDTHS: [(&str, f64); 4] = [
+    ("H200", 4.3e12),
+    ("H100 SXM", 3.0e12),
+    ("H100 80GB HBM3", 3.0e12),
+    ("A100", 1.6e12),
+];
+
+fn lookup(table: &[(&str, f64)], name: &str) -> Option<f64> {
+    table.iter().find(|(key, _)| name.contains(key)).map(|&(_, v)| v)
+}
+
+/// The device's dense int8 peak in TOPS, when it is in the table.
+pub fn int8_peak_tops(name: &str) -> Option<f64> {
+    lookup(&INT8_PEAKS, name)
+}
+
+/// DESIGN.md's floor for one GEMM step: max(2 n^3 / peak, 3 n^2 / bandwidth), in seconds.
+pub fn step_floor_seconds(name: &str, n: usize) -> Option<f64> {
+    let n = n as f64;
+    let compute = 2.0 * n * n * n / (int8_peak_tops(name)? * 1e12);
+    let memory = lookup(&BANDWIDTHS, name).map_or(0.0, |bw| 3.0 * n * n / bw);
+    Some(compute.max(memory))
+}
+
+/// Chains per launch for a benchmark at size n: enough work per launch (about 2^37 operations)
+/// that launch overhead does not hide the kernel, as the miner's own batches do.
+pub fn bench_batch(n: usize) -> usize {
+    let ops = 2 * (n as u64).pow(3);
+    ((1u64 << 37) / ops).clamp(1, 256) as usize
+}
+
+/// Seconds per launch of `run`, timed with events over at least `budget` after a warm-up.
+fn time_launches(
+    rt: &DeviceRuntime,
+    budget: Duration,
+    mut run: impl FnMut(u32) -> Result<(), BackendError>,
+) -> Result<f64, BackendError> {
+    for step in 0..3 {
+        run(step)?;
+    }
+    rt.synchronize()?;
+    let start = rt.ctx.new_event(None).map_err(|e| rt.err(e))?;
+    let end = rt.ctx.new_event(None).map_err(|e| rt.err(e))?;
+    let wall = Instant::now();
+    let mut launches = 0u32;
+    start.record(&rt.stream).map_err(|e| rt.err(e))?;
+    while launches < 5 || (wall.elapsed() < budget && launches < 2000) {
+        run(launches)?;
+        launches += 1;
+        if launches.is_multiple_of(16) {
+            rt.synchronize()?;
+        }
+    }
+    end.record(&rt.stream).map_err(|e| rt.err(e))?;
+    end.synchronize().map_err(|e| rt.err(e))?;
+    let ms = start.elapsed_ms(&end).map_err(|e| rt.err(e))?;
+    Ok(f64::from(ms) / 1e3 / f64::from(launches))
+}
+
+/// Seconds per fused GEMM+mix launch over `batch` chains of size n.
+pub fn fused_step_seconds(rt: &DeviceRuntime, n: usize, batch: usize, budget: Duration) -> Result<f64, BackendError> {
+    let len = batch * n * n;
+    let (mut x, mut next, mut bt) = (rt.alloc(len)?, rt.alloc(len)?, rt.alloc(len)?);
+    let key = [0x5eed_u32; 8];
+    rt.generate(&mut x, &key, 0, batch, n)?;
+    rt.generate(&mut next, &key, 1, batch, n)?;
+    rt.transpose(&next, &mut bt, batch, n)?;
+    time_launches(rt, budget, |step| {
+        rt.gemm_mix(&x, &bt, &mut next, batch, n, step)?;
+        std::mem::swap(&mut x, &mut next);
+        Ok(())
+    })
+}
+
+/// cuBLASLt's int8 GEMM (int32 out), then the separate mix pass: what a miner without fused
+/// kernels would run per step. Err with a reason when cuBLASLt is missing or refuses the shape.
+pub fn cublaslt_mix_seconds(rt: &DeviceRuntime, n: usize, batch: usize, budget: Duration) -> Result<f64, String> {
+    // SAFETY: only tries to dlopen the library.
+    if !unsafe { lt_sys::is_culib_present() } {
+        return Err("cuBLASLt (libcublasLt) not found".into());
+    }
+    let len = batch * n * n;
+    let e = |e: BackendError| e.to_string();
+    let (mut x, mut next, mut bt) = (
+        rt.alloc(len).map_err(e)?,
+        rt.alloc(len).map_err(e)?,
+        rt.alloc(len).map_err(e)?,
+    );
+    // SAFETY: written by the GEMM before the mix reads it.
+    let mut y: CudaSlice<i32> = unsafe { rt.stream.alloc::<i32>(len) }.map_err(|err| rt.err(err).to_string())?;
+    let key = [0x5eed_u32; 8];
+    rt.generate(&mut x, &key, 0, batch, n).map_err(e)?;
+    rt.generate(&mut next, &key, 1, batch, n).map_err(e)?;
+    rt.transpose(&next, &mut bt, batch, n).map_err(e)?;
+    let gemm = LtInt8Gemm::new(n, batch)?;
+    let count = len as u64;
+    let cfg = LaunchConfig::for_num_elems(len as u32);
+    time_launches(rt, budget, |step| {
+        gemm.run(rt, &bt, &x, &mut y).map_err(|detail| BackendError::Device {
+            device: rt.index,
+            detail,
+        })?;
+        let mut launch = rt.stream.launch_builder(&rt.mix);
+        launch.arg(&y).arg(&mut next).arg(&count).arg(&step);
+        // SAFETY: matches mix_i32(const int*, i8*, u64, u32); both buffers hold `len` elements.
+        unsafe { launch.launch(cfg) }.map_err(|err| rt.err(err))?;
+        std::mem::swap(&mut x, &mut next);
+        Ok(())
+    })
+    .map_err(e)
+}
+
+/// A batched int8 GEMM through cuBLASLt computing Y = X * B (row-major) as the column-major
+/// product Y^T = B^T X^T: `bt` (B^T row-major) read as column-major is B, taken transposed;
+/// `x` (row-major) read as column-major is X^T, taken as is. "TN" is the int8 layout cuBLASLt
+/// supports without reordering.
+struct LtInt8Gemm {
+    handle: lt_sys::cublasLtHandle_t,
+    desc: lt_sys::cublasLtMatmulDesc_t,
+    a: lt_sys::cublasLtMatrixLayout_t,
+    b: lt_sys::cublasLtMatrixLayout_t,
+    c: lt_sys::cublasLtMatrixLayout_t,
+    algo: lt_sys::cublasLtMatmulAlgo_t,
+}
+
+impl LtInt8Gemm {
+    fn new(n: usize, batch: usize) -> Result<Self, String> {
+        use lt_sys::cudaDataType::{CUDA_R_8I, CUDA_R_32I};
+        let fail = |what: &str, e: lt::CublasError| format!("cuBLASLt {what}: {e:?}");
+        let handle = lt::create_handle().map_err(|e| fail("create", e))?;
+        let desc = lt::create_matmul_desc(lt_sys::cublasComputeType_t::CUBLAS_COMPUTE_32I, CUDA_R_32I)
+            .map_err(|e| fail("matmul desc", e))?;
+        // cublasOperation_t is an int32 in the attribute; CUBLAS_OP_T is 1.
+        let op_t: i32 = 1;
+        // SAFETY: desc is live; the attribute takes an int32.
+        unsafe {
+            lt::set_matmul_desc_attribute(
+                desc,
+                lt_sys::cublasLtMatmulDescAttributes_t::CUBLASLT_MATMUL_DESC_TRANSA,
+                (&op_t as *const i32).cast(),
+                std::mem::size_of_val(&op_t),
+            )
+        }
+        .map_err(|e| fail("transa", e))?;
+        let (rows, ld) = (n as u64, n as i64);
+        let layout = |ty| -> Result<_, String> {
+            let l = lt::create_matrix_layout(ty, rows, rows, ld).map_err(|e| fail("layout", e))?;
+            let count = batch as i32;
+            let stride = (n * n) as i64;
+            // SAFETY: l is live; the attributes take an int32 and an int64.
+            unsafe {
+                lt::set_matrix_layout_attribute(
+                    l,
+                    lt_sys::cublasLtMatrixLayoutAttribute_t::CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT,
+                    (&count as *const i32).cast(),
+                    4,
+                )
+                .and_then(|_| {
+                    lt::set_matrix_layout_attribute(
+                        l,
+                        lt_sys::cublasLtMatrixLayoutAttribute_t::CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET,
+                        (&stride as *const i64).cast(),
+                        8,
+                    )
+                })
+            }
+            .map_err(|e| fail("batch layout", e))?;
+            Ok(l)
+        };
+        let (a, b, c) = (layout(CUDA_R_8I)?, layout(CUDA_R_8I)?, layout(CUDA_R_32I)?);
+        let pref = lt::create_matmul_pref().map_err(|e| fail("preference", e))?;
+        // SAFETY: all descriptors are live; no workspace is offered (max bytes default 0).
+        let heuristic = unsafe { lt::get_matmul_algo_heuristic(handle, desc, a, b, c, c, pref) };
+        // SAFETY: pref is live and no longer needed.
+        unsafe { lt::destroy_matmul_pref(pref) }.ok();
+        let heuristic = heuristic.map_err(|e| fail("has no int8 algorithm for this shape", e))?;
+        Ok(LtInt8Gemm {
+            handle,
+            desc,
+            a,
+            b,
+            c,
+            algo: heuristic.algo,
+        })
+    }
+
+    fn run(
+        &self,
+        rt: &DeviceRuntime,
+        bt: &CudaSlice<i8>,
+        x: &CudaSlice<i8>,
+        y: &mut CudaSlice<i32>,
+    ) -> Result<(), String> {
+        let (alpha, beta) = (1i32, 0i32);
+        let (a_ptr, _ra) = bt.device_ptr(&rt.stream);
+        let (b_ptr, _rb) = x.device_ptr(&rt.stream);
+        let (y_ptr, _ry) = y.device_ptr_mut(&rt.stream);
+        // SAFETY: pointers are live device buffers of the sizes the layouts describe; the stream
+        // is this device's.
+        unsafe {
+            lt::matmul(
+                self.handle,
+                self.desc,
+                (&alpha as *const i32).cast(),
+                (&beta as *const i32).cast(),
+                a_ptr as *const _,
+                self.a,
+                b_ptr as *const _,
+                self.b,
+                y_ptr as *const _,
+                self.c,
+                y_ptr as *mut _,
+                self.c,
+                &self.algo,
+                std::ptr::null_mut(),
+                0,
+                rt.stream.cu_stream() as lt_sys::cudaStream_t,
+            )
+        }
+        .map_err(|e| format!("cuBLASLt matmul: {e:?}"))
+    }
+}
+
+impl Drop for LtInt8Gemm {
+    fn drop(&mut self) {
+        // SAFETY: each handle was created in `new` and is destroyed once.
+        unsafe {
+            lt::destroy_matrix_layout(self.a).ok();
+            lt::destroy_matrix_layout(self.b).ok();
+            lt::destroy_matrix_layout(self.c).ok();
+            lt::destroy_matmul_desc(self.desc).ok();
+            lt::destroy_handle(self.handle).ok();
+        }
+    }
+}
+
+/// One device's figures at one size.
+#[derive(Clone, Debug)]
+pub struct GpuBench {
+    pub device: u32,
+    pub name: String,
+    pub n: usize,
+    pub batch: usize,
+    /// Seconds per chain step (one GEMM+mix of one chain), fused kernel.
+    pub fused_step: f64,
+    /// Seconds per chain step, cuBLASLt int8 then mix; Err: why it could not run.
+    pub cublaslt_step: Result<f64, String>,
+    /// A whole challenge (generation, K steps, checkpoints, copies, hashing) over the
+    /// GEMM-only time of its K steps.
+    pub challenge_over_gemm: f64,
+}
+
+impl CudaBackend {
+    /// Measures device `device` at size `n` for about `budget` per figure.
+    pub fn bench(&self, device: u32, n: usize, budget: Duration) -> Result<GpuBench, BackendError> {
+        let batch = bench_batch(n);
+        let (fused, cublaslt, name) = {
+            let rt = self.device(device)?;
+            let fused = fused_step_seconds(&rt, n, batch, budget)?;
+            let cublaslt = cublaslt_mix_seconds(&rt, n, batch, budget);
+            (fused, cublaslt, rt.gpu.name.clone())
+        };
+        // A challenge of `batch` chains on this device alone, checkpointing every 8 steps.
+        let iterations = 32u32;
+        let params = ChallengeParams {
+            n: n as u32,
+            num_chains: batch as u64,
+            iterations,
+            checkpoint_every: 8,
+            nonce: [1; 32],
+            seed: [2; 32],
+            miner_key: [3; 32],
+        };
+        let work = Work::new(params).map_err(|e| BackendError::Device {
+            device,
+            detail: e.to_string(),
+        })?;
+        let started = Instant::now();
+        self.device(device)?
+            .run_chains(&work, 0..batch as u64, &|_| {}, &CancelToken::new())?;
+        let challenge = started.elapsed().as_secs_f64();
+        Ok(GpuBench {
+            device,
+            name,
+            n,
+            batch,
+            fused_step: fused / batch as f64,
+            cublaslt_step: cublaslt.map(|s| s / batch as f64),
+            challenge_over_gemm: challenge / (fused * f64::from(iterations)),
+        })
+    }
+}

@@ -1,0 +1,193 @@
+//! One GPU as the backend drives it: its context, stream, loaded kernels and the launches.
+//!
+//! Every method runs on the calling thread with this device's context made current by cudarc;
+//! the backend holds each `DeviceRuntime` behind a mutex, so one thread drives a device at a time.
+
+use super::compile::{self, CompiledModule, KernelBuildError};
+use super::detect::{GpuInfo, driver_error_text};
+use super::kernels::{GENERATE_FN, GpuKernel, MIX_FN, TRANSPOSE_FN};
+use crate::backend::BackendError;
+use cudarc::driver::{CudaContext, CudaFunction, CudaSlice, CudaStream, DriverError, LaunchConfig, PushKernelArg, sys};
+use cudarc::nvrtc::Ptx;
+use std::path::Path;
+use std::sync::Arc;
+
+pub struct DeviceRuntime {
+    /// Position in the backend's device list: the partition's device index.
+    pub index: u32,
+    pub gpu: GpuInfo,
+    pub kernel: GpuKernel,
+    pub module: CompiledModule,
+    pub(crate) ctx: Arc<CudaContext>,
+    pub(crate) stream: Arc<CudaStream>,
+    generate: CudaFunction,
+    transpose: CudaFunction,
+    gemm: CudaFunction,
+    pub(crate) mix: CudaFunction,
+}
+
+#[derive(Debug, thiserror::Error, Clone, PartialEq, Eq)]
+pub enum DeviceInitError {
+    #[error(transparent)]
+    Build(#[from] KernelBuildError),
+    #[error("CUDA device {ordinal}: {detail}")]
+    Driver { ordinal: u32, detail: String },
+}
+
+/// A driver error on device `index` as the engine reports it: out of memory is its own case.
+pub fn backend_error(index: u32, e: DriverError) -> BackendError {
+    if e.0 == sys::CUresult::CUDA_ERROR_OUT_OF_MEMORY {
+        BackendError::OutOfMemory {
+            device: index,
+            detail: driver_error_text(&e),
+        }
+    } else {
+        BackendError::Device {
+            device: index,
+            detail: driver_error_text(&e),
+        }
+    }
+}
+
+impl DeviceRuntime {
+    /// Opens the device's context and loads `kernel`'s module, compiled or from the cache.
+    pub fn new(index: u32, gpu: GpuInfo, kernel: GpuKernel, cache_dir: Option<&Path>) -> Result<Self, DeviceInitError> {
+        let ordinal = gpu.ordinal;
+        let driver = |e: DriverError| DeviceInitError::Driver {
+            ordinal,
+            detail: driver_error_text(&e),
+        };
+        let ctx = CudaContext::new(ordinal as usize).map_err(driver)?;
+        let stream = ctx.new_stream().map_err(driver)?;
+        let mut module = compile::load_or_compile(kernel, gpu.compute_capability, cache_dir)?;
+        let loaded = match ctx.load_module(Ptx::from_src(module.ptx.to_string())) {
+            Ok(m) => m,
+            Err(_) if module.origin != compile::ModuleOrigin::Compiled => {
+                // A cached build the driver rejects (another driver, a damaged file): rebuild once.
+                compile::forget(&module, cache_dir);
+                module = compile::load_or_compile(kernel, gpu.compute_capability, cache_dir)?;
+                ctx.load_module(Ptx::from_src(module.ptx.to_string())).map_err(driver)?
+            }
+            Err(e) => return Err(driver(e)),
+        };
+        let function = |name: &str| loaded.load_function(name).map_err(driver);
+        Ok(DeviceRuntime {
+            index,
+            kernel,
+            generate: function(GENERATE_FN)?,
+            transpose: function(TRANSPOSE_FN)?,
+            gemm: function(kernel.gemm_fn())?,
+            mix: function(MIX_FN)?,
+            module,
+            gpu,
+            ctx,
+            stream,
+        })
+    }
+
+    pub(crate) fn err(&self, e: DriverError) -> BackendError {
+        backend_error(self.index, e)
+    }
+
+    /// Free device memory in bytes.
+    pub fn free_memory(&self) -> Result<u64, BackendError> {
+        self.ctx
+            .mem_get_info()
+            .map(|(free, _)| free as u64)
+            .map_err(|e| self.err(e))
+    }
+
+    /// A device buffer of `len` bytes, contents undefined (every kernel writes before it reads).
+    pub fn alloc(&self, len: usize) -> Result<CudaSlice<i8>, BackendError> {
+        // SAFETY: the buffer is written by a kernel or a copy before anything reads it.
+        unsafe { self.stream.alloc::<i8>(len) }.map_err(|e| self.err(e))
+    }
+
+    /// Fills `count` matrices of `out` with ChaCha8 output: matrix z is stream
+    /// `first_stream + 2 z` (the A or the B matrices of consecutive chains).
+    pub fn generate(
+        &self,
+        out: &mut CudaSlice<i8>,
+        key: &[u32; 8],
+        first_stream: u64,
+        count: usize,
+        n: usize,
+    ) -> Result<(), BackendError> {
+        let blocks_per_matrix = (n * n / 64) as u64;
+        let stride = 2u64;
+        let cfg = LaunchConfig {
+            grid_dim: (blocks_per_matrix.div_ceil(256) as u32, count as u32, 1),
+            block_dim: (256, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        let mut launch = self.stream.launch_builder(&self.generate);
+        launch
+            .arg(out)
+            .arg(key)
+            .arg(&first_stream)
+            .arg(&stride)
+            .arg(&blocks_per_matrix);
+        // SAFETY: the arguments match chacha8_generate's signature; `out` holds count * n * n bytes.
+        unsafe { launch.launch(cfg) }.map(|_| ()).map_err(|e| self.err(e))
+    }
+
+    /// `out[z] = input[z]^T` for `count` matrices.
+    pub fn transpose(
+        &self,
+        input: &CudaSlice<i8>,
+        out: &mut CudaSlice<i8>,
+        count: usize,
+        n: usize,
+    ) -> Result<(), BackendError> {
+        let n_arg = n as i32;
+        let cfg = LaunchConfig {
+            grid_dim: ((n / 32) as u32, (n / 32) as u32, count as u32),
+            block_dim: (32, 8, 1),
+            shared_mem_bytes: 0,
+        };
+        let mut launch = self.stream.launch_builder(&self.transpose);
+        launch.arg(input).arg(out).arg(&n_arg);
+        // SAFETY: matches transpose_i8(const i8*, i8*, int); both buffers hold count * n * n bytes.
+        unsafe { launch.launch(cfg) }.map(|_| ()).map_err(|e| self.err(e))
+    }
+
+    /// One chain step for `count` chains: `out[z] = mix(x[z] * B[z], step)`, with `bt[z] = B[z]^T`.
+    pub fn gemm_mix(
+        &self,
+        x: &CudaSlice<i8>,
+        bt: &CudaSlice<i8>,
+        out: &mut CudaSlice<i8>,
+        count: usize,
+        n: usize,
+        step: u32,
+    ) -> Result<(), BackendError> {
+        let tiles = (n as u32).div_ceil(self.kernel.block_tile());
+        let n_arg = n as i32;
+        let cfg = LaunchConfig {
+            grid_dim: (tiles, tiles, count as u32),
+            block_dim: (256, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        let mut launch = self.stream.launch_builder(&self.gemm);
+        launch.arg(x).arg(bt).arg(out).arg(&n_arg).arg(&step);
+        // SAFETY: matches gemm_mix_*(const i8*, const i8*, i8*, int, u32); all three buffers hold
+        // count * n * n bytes.
+        unsafe { launch.launch(cfg) }.map(|_| ()).map_err(|e| self.err(e))
+    }
+
+    /// Copies the first `count` matrices of `src` into `host` and waits for the copy.
+    pub fn download(&self, src: &CudaSlice<i8>, host: &mut [i8]) -> Result<(), BackendError> {
+        let view = src.slice(0..host.len());
+        self.stream.memcpy_dtoh(&view, host).map_err(|e| self.err(e))?;
+        self.synchronize()
+    }
+
+    pub fn upload(&self, host: &[i8], dst: &mut CudaSlice<i8>) -> Result<(), BackendError> {
+        self.stream.memcpy_htod(host, dst).map_err(|e| self.err(e))
+    }
+
+    /// Waits for everything queued on this device's stream; reports a kernel fault here.
+    pub fn synchronize(&self) -> Result<(), BackendError> {
+        self.stream.synchronize().map_err(|e| self.err(e))
+    }
+}

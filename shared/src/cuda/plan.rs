@@ -1,0 +1,74 @@
+//! How many chains a device runs at once, from its free memory.
+//!
+//! A chain resident on the device holds three n x n int8 matrices: X, the next X, and B
+//! transposed. Chains of a batch advance together, one launch per step for the whole batch, so
+//! small matrices still fill the GPU. The host keeps one batch's checkpoint to hash.
+
+use crate::backend::BackendError;
+
+/// Left free for the context, the module and the driver's own allocations.
+pub const RESERVE_BYTES: u64 = 512 << 20;
+/// Matrices a chain keeps on the device.
+pub const MATRICES_PER_CHAIN: u64 = 3;
+/// The most chains in one launch (the grid's z extent is at most 65535).
+pub const MAX_BATCH: u64 = 4096;
+/// Host memory for one batch's checkpoint copy.
+pub const MAX_HOST_STAGING_BYTES: u64 = 1 << 30;
+
+/// Chains per batch on a device with `free_bytes` free, for `chains` chains of size `n`.
+pub fn batch_size(device: u32, n: usize, chains: u64, free_bytes: u64) -> Result<u64, BackendError> {
+    let matrix = (n as u64) * (n as u64);
+    let per_chain = MATRICES_PER_CHAIN * matrix;
+    let usable = free_bytes.saturating_sub(RESERVE_BYTES);
+    let fit = usable / per_chain;
+    if fit == 0 {
+        return Err(BackendError::OutOfMemory {
+            device,
+            detail: format!(
+                "one chain of n = {n} needs {} MiB and {} MiB are kept in reserve, but only {} MiB are free",
+                per_chain >> 20,
+                RESERVE_BYTES >> 20,
+                free_bytes >> 20
+            ),
+        });
+    }
+    Ok(fit
+        .min(MAX_BATCH)
+        .min(MAX_HOST_STAGING_BYTES / matrix)
+        .min(chains)
+        .max(1))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const GIB: u64 = 1 << 30;
+
+    #[test]
+    fn batch_fills_free_memory_without_exceeding_it() {
+        // 80 GiB free, n = 8192: 192 MiB a chain, so (80 GiB - reserve) / 192 MiB chains fit,
+        // and the host staging bound (1 GiB = 16 matrices) is the tighter one.
+        assert_eq!(batch_size(0, 8192, 1000, 80 * GIB).unwrap(), 16);
+        // n = 2048: 12 MiB a chain; staging allows 256.
+        assert_eq!(batch_size(0, 2048, 1000, 80 * GIB).unwrap(), 256);
+        // Small n: the launch bound.
+        assert_eq!(batch_size(0, 64, 1 << 20, 80 * GIB).unwrap(), MAX_BATCH);
+        // Never more than there are chains.
+        assert_eq!(batch_size(0, 64, 3, 80 * GIB).unwrap(), 3);
+        // A nearly full device still runs, a chain at a time.
+        assert_eq!(batch_size(0, 8192, 10, RESERVE_BYTES + 200 * (1 << 20)).unwrap(), 1);
+    }
+
+    #[test]
+    fn no_room_for_one_chain_is_out_of_memory_with_the_numbers() {
+        let err = batch_size(3, 8192, 10, RESERVE_BYTES + (100 << 20)).unwrap_err();
+        match &err {
+            BackendError::OutOfMemory { device: 3, detail } => {
+                assert!(detail.contains("192 MiB"), "{detail}");
+                assert!(detail.contains("612 MiB are free"), "{detail}");
+            }
+            other => panic!("expected OutOfMemory, got {other:?}"),
+        }
+    }
+}

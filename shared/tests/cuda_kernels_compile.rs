@@ -1,0 +1,98 @@
+//! Compile-checks every kernel with NVRTC for every architecture it targets, and assembles the
+//! PTX with ptxas when one is given, so kernel source errors show up without a GPU.
+//!
+//! Needs libnvrtc on the library path and, for the ptxas step, `GPU_ATTEST_PTXAS` naming a
+//! ptxas binary; `scripts/kernel-check.sh` installs both from the Python package registry and
+//! runs this test. Without NVRTC it says it was skipped.
+
+use gpu_attest_shared::cuda::GpuKernel;
+use gpu_attest_shared::cuda::compile::{compile_ptx, nvrtc_present, nvrtc_version, supported_archs};
+use std::path::PathBuf;
+use std::process::Command;
+
+/// The architectures the miner is meant for: Turing (tiled only), Ampere, Ada, Hopper.
+const ARCHS: [u32; 5] = [75, 80, 86, 89, 90];
+
+#[test]
+fn every_kernel_compiles_for_every_target_architecture() {
+    if !nvrtc_present() {
+        skipped("libnvrtc not found; run scripts/kernel-check.sh to compile-check the kernels");
+        return;
+    }
+    let version = nvrtc_version().unwrap();
+    let supported = supported_archs().unwrap();
+    let ptxas = std::env::var_os("GPU_ATTEST_PTXAS").map(PathBuf::from);
+    println!("NVRTC {}.{}; ptxas: {:?}", version.0, version.1, ptxas);
+    let mut checked = 0;
+    for kernel in GpuKernel::ALL {
+        for arch in ARCHS {
+            let cc = (arch / 10, arch % 10);
+            if !kernel.supports(cc) || !supported.contains(&arch) {
+                continue;
+            }
+            let ptx = compile_ptx(kernel, arch).unwrap_or_else(|e| panic!("{e}"));
+            for entry in ["chacha8_generate", "transpose_i8", "mix_i32", kernel.gemm_fn()] {
+                assert!(
+                    ptx.contains(&format!(".entry {entry}(")),
+                    "{kernel} for compute_{arch} lacks {entry}"
+                );
+            }
+            if kernel == GpuKernel::Tensor {
+                assert!(ptx.contains("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32"));
+                assert!(ptx.contains("cp.async.cg.shared.global"));
+            } else {
+                assert!(ptx.contains("dp4a.s32.s32"), "the tiled kernel must use dp4a");
+            }
+            if let Some(ptxas) = &ptxas {
+                assemble(ptxas, kernel, arch, &ptx);
+            }
+            checked += 1;
+        }
+    }
+    assert!(checked >= 5, "only {checked} kernel/architecture pairs were checkable");
+}
+
+/// Assembles `ptx` for sm_`arch` and fails on errors or on register spills in the GEMM kernel.
+fn assemble(ptxas: &PathBuf, kernel: GpuKernel, arch: u32, ptx: &str) {
+    let dir = std::env::temp_dir().join(format!("gpu-attest-ptxas-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let input = dir.join(format!("{kernel}-{arch}.ptx"));
+    std::fs::write(&input, ptx).unwrap();
+    let out = Command::new(ptxas)
+        .arg(format!("-arch=sm_{arch}"))
+        .arg("-v")
+        .arg("-o")
+        .arg(dir.join(format!("{kernel}-{arch}.cubin")))
+        .arg(&input)
+        .output()
+        .expect("running ptxas");
+    let log = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "ptxas failed for {kernel} on sm_{arch}:\n{log}");
+    // ptxas -v prints, per function, "Compiling entry function 'name'" then its usage lines.
+    let gemm_usage: Vec<&str> = log
+        .split("Compiling entry function")
+        .filter(|section| section.contains(kernel.gemm_fn()))
+        .flat_map(|section| section.lines())
+        .filter(|l| l.contains("registers") || l.contains("spill"))
+        .collect();
+    println!(
+        "sm_{arch} {kernel}: {}",
+        gemm_usage.join(" | ").replace("ptxas info    : ", "")
+    );
+    for line in &gemm_usage {
+        if line.contains("spill") {
+            assert!(
+                line.contains("0 bytes spill stores") && line.contains("0 bytes spill loads"),
+                "{kernel} spills on sm_{arch}: {line}"
+            );
+        }
+    }
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+/// Says so on the terminal even when the test harness captures output: a skipped GPU check must
+/// never read as a pass.
+fn skipped(why: &str) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr(), "SKIPPED: {why}");
+}
