@@ -1,9 +1,11 @@
 //! Chooses the compute backend from the configuration and the hardware present.
 
-use crate::config::{BackendChoice, MinerConfig};
+use crate::config::{BackendChoice, GpuKernelChoice, MinerConfig};
 use crate::inventory::cpu_device;
 use gpu_attest_shared::Backend;
 use gpu_attest_shared::cpu::CpuBackend;
+use gpu_attest_shared::cuda::compile::default_cache_dir;
+use gpu_attest_shared::cuda::{CudaBackend, CudaInitError, CudaOptions, GpuKernel};
 use gpu_attest_shared::statement::DeviceInfo;
 use std::sync::Arc;
 
@@ -15,38 +17,68 @@ pub struct SelectedBackend {
     pub name: String,
     pub kernel: String,
     pub devices: Vec<DeviceInfo>,
-    /// Why `auto` chose what it chose, for the log and `miner info`.
-    pub note: Option<String>,
+    /// Why `auto` chose what it chose, and how the GPU kernels were built, for the log and
+    /// `miner info`.
+    pub notes: Vec<String>,
+    /// Set when the CUDA backend runs: `miner bench` measures it directly.
+    pub cuda: Option<Arc<CudaBackend>>,
 }
 
 #[derive(Debug, thiserror::Error)]
 pub enum BackendSelectError {
-    #[error(
-        "the cuda backend is not available: this build of the miner has no CUDA support yet; run with --backend cpu or --backend auto"
-    )]
-    CudaUnavailable,
+    /// Not a `source`: the message already carries it, and `{:#}` would print it twice.
+    #[error("the cuda backend cannot start: {0}")]
+    Cuda(CudaInitError),
     #[error("cannot start the cpu backend: {0}")]
     Cpu(String),
 }
 
-pub fn select(config: &MinerConfig) -> Result<SelectedBackend, BackendSelectError> {
-    match config.backend {
-        BackendChoice::Cuda => Err(BackendSelectError::CudaUnavailable),
-        BackendChoice::Cpu => cpu(config, None),
-        BackendChoice::Auto => cpu(
-            config,
-            Some("no GPU backend in this build, so auto selected the CPU backend".to_string()),
-        ),
+/// The CUDA options a configuration asks for.
+pub fn cuda_options(config: &MinerConfig) -> CudaOptions {
+    CudaOptions {
+        ordinals: (!config.gpu_devices.is_empty()).then(|| config.gpu_devices.clone()),
+        kernel: match config.gpu_kernel {
+            GpuKernelChoice::Auto => None,
+            GpuKernelChoice::Tiled => Some(GpuKernel::Tiled),
+            GpuKernelChoice::Tensor => Some(GpuKernel::Tensor),
+        },
+        cache_dir: config.kernel_cache_dir.clone().or_else(default_cache_dir),
     }
 }
 
-fn cpu(config: &MinerConfig, note: Option<String>) -> Result<SelectedBackend, BackendSelectError> {
+pub fn select(config: &MinerConfig) -> Result<SelectedBackend, BackendSelectError> {
+    match config.backend {
+        BackendChoice::Cuda => cuda(config).map_err(BackendSelectError::Cuda),
+        BackendChoice::Cpu => cpu(config, Vec::new()),
+        BackendChoice::Auto => cuda(config).or_else(|e| {
+            cpu(
+                config,
+                vec![format!("no usable GPU ({e}), so auto selected the CPU backend")],
+            )
+        }),
+    }
+}
+
+fn cuda(config: &MinerConfig) -> Result<SelectedBackend, CudaInitError> {
+    let backend = Arc::new(CudaBackend::new(&cuda_options(config))?);
+    Ok(SelectedBackend {
+        name: "cuda".to_string(),
+        kernel: backend.kernel().to_string(),
+        devices: backend.inventory(),
+        notes: backend.module_notes(),
+        backend: backend.clone(),
+        cuda: Some(backend),
+    })
+}
+
+fn cpu(config: &MinerConfig, notes: Vec<String>) -> Result<SelectedBackend, BackendSelectError> {
     let backend = CpuBackend::new(config.cpu_threads, None).map_err(|e| BackendSelectError::Cpu(e.to_string()))?;
     Ok(SelectedBackend {
         name: "cpu".to_string(),
         kernel: backend.kernel().to_string(),
         backend: Arc::new(backend),
         devices: vec![cpu_device()],
-        note,
+        notes,
+        cuda: None,
     })
 }

@@ -64,6 +64,9 @@ pub struct Settings {
     pub backend: Option<BackendChoice>,
     #[arg(long, env = "GPU_ATTEST_MINER_GPU_KERNEL", value_enum)]
     pub gpu_kernel: Option<GpuKernelChoice>,
+    /// CUDA ordinals to mine on, comma-separated (default: every visible GPU).
+    #[arg(long, env = "GPU_ATTEST_MINER_GPU_DEVICES", value_delimiter = ',')]
+    pub gpu_devices: Vec<u32>,
     /// CPU backend threads (0: every core).
     #[arg(long, env = "GPU_ATTEST_MINER_CPU_THREADS")]
     pub cpu_threads: Option<usize>,
@@ -99,6 +102,9 @@ impl Settings {
         }
         if let Some(k) = self.gpu_kernel {
             config.gpu_kernel = k;
+        }
+        if !self.gpu_devices.is_empty() {
+            config.gpu_devices = self.gpu_devices.clone();
         }
         if let Some(t) = self.cpu_threads {
             config.cpu_threads = t;

@@ -71,6 +71,11 @@ pub struct MinerConfig {
     pub allowed_validators: Vec<String>,
     pub backend: BackendChoice,
     pub gpu_kernel: GpuKernelChoice,
+    /// CUDA ordinals (after CUDA_VISIBLE_DEVICES) to mine on, in partition order; empty: all.
+    pub gpu_devices: Vec<u32>,
+    /// Where compiled kernels are cached; unset: `$XDG_CACHE_HOME/gpu-attest/kernels` or
+    /// `~/.cache/gpu-attest/kernels`.
+    pub kernel_cache_dir: Option<PathBuf>,
     /// CPU backend threads; 0 uses every core.
     pub cpu_threads: usize,
     /// How long a commitment stays openable, in seconds.
@@ -92,6 +97,8 @@ impl Default for MinerConfig {
             allowed_validators: Vec::new(),
             backend: BackendChoice::Auto,
             gpu_kernel: GpuKernelChoice::Auto,
+            gpu_devices: Vec::new(),
+            kernel_cache_dir: None,
             cpu_threads: 0,
             keep_commitments_secs: 600,
             nonce_file: PathBuf::from("miner-nonces.log"),

@@ -152,6 +152,10 @@ impl MinerCore {
         let work = Work::new(challenge.params)?;
         self.check_limits(&challenge, &work, now_ms)?;
         let devices = self.devices.clone().try_lock_owned().map_err(|_| MinerError::Busy)?;
+        self.selected
+            .backend
+            .check_capacity(&work)
+            .map_err(MinerError::NoRoom)?;
         let fresh = self.nonces.lock().unwrap_or_else(|p| p.into_inner()).claim(
             challenge.params.nonce,
             challenge.deadline_ms,

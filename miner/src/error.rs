@@ -28,6 +28,8 @@ pub enum MinerError {
     Params(#[from] ParamsError),
     #[error("challenge exceeds this miner's limit: {0}")]
     OverLimit(String),
+    #[error("this miner's devices cannot hold the challenge: {0}")]
+    NoRoom(BackendError),
     #[error("miner is busy with another challenge; one runs at a time, retry when it has finished")]
     Busy,
     #[error("work stopped: {0}")]
@@ -58,6 +60,7 @@ impl From<MinerError> for Status {
             MinerError::OverLimit(_) | MinerError::Busy | MinerError::TooManySamples { .. } => Code::ResourceExhausted,
             MinerError::UnknownCommitment(_) => Code::NotFound,
             MinerError::NonceLog(_) => Code::Unavailable,
+            MinerError::NoRoom(b) => backend_code(b),
             MinerError::Engine(e) => engine_code(e),
             MinerError::Open(OpenError::Backend(b)) => backend_code(b),
             MinerError::Open(OpenError::NotComputed(_)) => Code::Internal,

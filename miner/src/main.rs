@@ -8,6 +8,7 @@ use gpu_attest_miner::nonces::NonceLog;
 use gpu_attest_miner::server::ServeOptions;
 use gpu_attest_miner::{MinerCore, bench, server};
 use gpu_attest_proto::transport;
+use gpu_attest_shared::cuda::detect::{Detection, GpuDetectError, detect};
 use gpu_attest_shared::identity::{Identity, PublicKey};
 use std::collections::HashSet;
 use std::process::ExitCode;
@@ -40,38 +41,12 @@ fn run(cli: Cli) -> Result<()> {
         }
         Command::Info { settings, json } => {
             let config = settings.resolve()?;
+            let detection = detect();
             let selected = backends::select(&config)?;
             if json {
-                let devices: Vec<_> = selected
-                    .devices
-                    .iter()
-                    .map(gpu_attest_proto::convert::device_to_wire)
-                    .collect();
-                let value = serde_json::json!({
-                    "backend": selected.name,
-                    "kernel": selected.kernel,
-                    "note": selected.note,
-                    "gpus": 0,
-                    "devices": devices.iter().map(|d| serde_json::json!({
-                        "index": d.index, "name": d.name, "memory_bytes": d.memory_bytes, "cores": d.sm_count,
-                    })).collect::<Vec<_>>(),
-                });
-                println!("{}", serde_json::to_string_pretty(&value)?);
+                println!("{}", serde_json::to_string_pretty(&info_json(&selected, &detection))?);
             } else {
-                println!("GPUs: none usable (this build has no CUDA backend)");
-                println!("backend: {} ({} kernel)", selected.name, selected.kernel);
-                if let Some(note) = &selected.note {
-                    println!("note: {note}");
-                }
-                for d in &selected.devices {
-                    println!(
-                        "device {}: {}, {} logical cores, {:.1} GiB memory",
-                        d.index,
-                        d.name,
-                        d.sm_count,
-                        d.memory_bytes as f64 / (1u64 << 30) as f64
-                    );
-                }
+                print_info(&selected, &detection);
             }
             Ok(())
         }
@@ -86,8 +61,12 @@ fn run(cli: Cli) -> Result<()> {
             if let Some(bad) = sizes.iter().find(|&&n| n == 0 || n % 64 != 0 || n > 8192) {
                 bail!("size {bad} is not a valid challenge size (a multiple of 64 in 64..=8192)");
             }
+            let budget = Duration::from_secs_f64(seconds);
+            if selected.cuda.is_some() {
+                return bench_gpus(&config, &sizes, budget, json);
+            }
             let device = selected.devices.first().map(|d| d.name.clone()).unwrap_or_default();
-            let rows = bench::cpu(&sizes, config.cpu_threads, Duration::from_secs_f64(seconds), &device);
+            let rows = bench::cpu(&sizes, config.cpu_threads, budget, &device);
             if json {
                 println!("{}", serde_json::to_string_pretty(&rows)?);
             } else {
@@ -132,7 +111,7 @@ fn serve(args: ServeArgs) -> Result<()> {
     if allowed.is_empty() {
         warn!("no validator is allowed (allowed_validators is empty): every challenge will be refused");
     }
-    if let Some(note) = &selected.note {
+    for note in &selected.notes {
         info!("{note}");
     }
     let nonces = NonceLog::open(&config.nonce_file, gpu_attest_miner::core::now_ms())?;
@@ -201,4 +180,129 @@ async fn reload_on_hangup(core: Arc<MinerCore>, args: ServeArgs) {
     }
     #[cfg(not(unix))]
     let _ = (core, args);
+}
+
+fn print_info(selected: &backends::SelectedBackend, detection: &Result<Detection, GpuDetectError>) {
+    match detection {
+        Ok(d) => {
+            println!("GPUs: {}", d.gpus.len());
+            if let Some(visible) = &d.visible_devices {
+                println!("CUDA_VISIBLE_DEVICES: {visible}");
+            }
+            for g in &d.gpus {
+                println!(
+                    "gpu {}: {}, compute capability {}.{}, {} SMs, {:.1} GiB, PCI {}, {}, driver {}",
+                    g.ordinal,
+                    g.name,
+                    g.compute_capability.0,
+                    g.compute_capability.1,
+                    g.sm_count,
+                    g.memory_bytes as f64 / (1u64 << 30) as f64,
+                    g.pci_bus_id,
+                    g.uuid,
+                    g.driver_version
+                );
+                if let Some(nvml) = &g.nvml {
+                    println!(
+                        "  free {:.1} GiB, power limit {} W, max clocks {} MHz SM / {} MHz memory",
+                        nvml.memory_free as f64 / (1u64 << 30) as f64,
+                        nvml.power_limit_mw.map_or("?".into(), |mw| (mw / 1000).to_string()),
+                        nvml.max_sm_clock_mhz.map_or("?".into(), |v| v.to_string()),
+                        nvml.max_memory_clock_mhz.map_or("?".into(), |v| v.to_string()),
+                    );
+                }
+            }
+            if let Some(note) = &d.nvml_note {
+                println!("note: {note}");
+            }
+        }
+        Err(e) => println!("GPUs: none usable ({e})"),
+    }
+    println!("backend: {} ({} kernel)", selected.name, selected.kernel);
+    for note in &selected.notes {
+        println!("note: {note}");
+    }
+    for d in &selected.devices {
+        println!(
+            "device {}: {}, {:.1} GiB memory",
+            d.index,
+            d.name,
+            d.memory_bytes as f64 / (1u64 << 30) as f64
+        );
+    }
+}
+
+fn info_json(selected: &backends::SelectedBackend, detection: &Result<Detection, GpuDetectError>) -> serde_json::Value {
+    let gpus: Vec<_> = detection
+        .as_ref()
+        .map(|d| {
+            d.gpus
+                .iter()
+                .map(|g| {
+                    serde_json::json!({
+                        "ordinal": g.ordinal, "name": g.name, "uuid": g.uuid, "memory_bytes": g.memory_bytes,
+                        "sm_count": g.sm_count, "compute_capability": [g.compute_capability.0, g.compute_capability.1],
+                        "pci_bus_id": g.pci_bus_id, "driver_version": g.driver_version,
+                        "power_limit_mw": g.nvml.as_ref().and_then(|n| n.power_limit_mw),
+                        "max_sm_clock_mhz": g.nvml.as_ref().and_then(|n| n.max_sm_clock_mhz),
+                    })
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    serde_json::json!({
+        "backend": selected.name,
+        "kernel": selected.kernel,
+        "notes": selected.notes,
+        "gpus": gpus.len(),
+        "gpu_devices": gpus,
+        "gpu_error": detection.as_ref().err().map(|e| e.to_string()),
+        "devices": selected.devices,
+    })
+}
+
+/// `miner bench` on GPUs: one row per kernel, device and size, printed as each is measured.
+fn bench_gpus(
+    config: &gpu_attest_miner::config::MinerConfig,
+    sizes: &[usize],
+    budget: Duration,
+    json: bool,
+) -> Result<()> {
+    let options = backends::cuda_options(config);
+    if !json {
+        println!(
+            "{:<7} {:>3} {:>5} {:>5} {:>10} {:>8} {:>7} {:>9} {:>10} {:>9} {:>9}  device",
+            "kernel", "dev", "n", "batch", "us/step", "TOPS", "%peak", "%floor", "cuBLASLt", "vs lt+mix", "chal/gemm"
+        );
+    }
+    let pct = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{:.1}", v * 100.0));
+    let rows = bench::gpu(&options, sizes, budget, |r| {
+        if json {
+            return;
+        }
+        println!(
+            "{:<7} {:>3} {:>5} {:>5} {:>10.2} {:>8.1} {:>7} {:>9} {:>10} {:>9} {:>9.3}  {}",
+            r.kernel,
+            r.device,
+            r.n,
+            r.batch,
+            r.seconds * 1e6,
+            r.tops,
+            pct(r.peak_tops.map(|p| r.tops / p)),
+            pct(r.share_of_floor),
+            r.cublaslt_tops.map_or("-".to_string(), |t| format!("{t:.1}")),
+            r.cublaslt_seconds
+                .map_or("-".to_string(), |s| format!("{:.2}x", s / r.seconds)),
+            r.challenge_over_gemm,
+            r.name
+        );
+        if let Some(e) = &r.cublaslt_error {
+            println!("        cuBLASLt baseline did not run: {e}");
+        }
+    })
+    .map_err(anyhow::Error::msg)?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&rows)?);
+    }
+    Ok(())
 }

@@ -80,6 +80,12 @@ pub trait Backend: Send + Sync {
         cancel: &CancelToken,
     ) -> Result<Vec<ChainResult>, BackendError>;
 
+    /// Refuses work the devices cannot hold, before a challenge is accepted (a GPU checks its
+    /// free memory). Backends without such a limit accept everything.
+    fn check_capacity(&self, _work: &Work) -> Result<(), BackendError> {
+        Ok(())
+    }
+
     /// `X_{first + steps}` of chain `chain`, given `start = X_first`. Used to open a chain for
     /// the validator and to check an opened segment.
     fn advance(

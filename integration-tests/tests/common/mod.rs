@@ -66,7 +66,8 @@ pub fn cpu_backend(devices: u32) -> SelectedBackend {
                 ..cpu_device()
             })
             .collect(),
-        note: None,
+        notes: Vec::new(),
+        cuda: None,
     }
 }
 

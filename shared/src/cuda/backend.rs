@@ -365,6 +365,21 @@ impl Backend for CudaBackend {
         self.device(device)?.run_chains(work, chains, progress, cancel)
     }
 
+    /// Every device that gets chains must hold at least one chain besides its reserve.
+    fn check_capacity(&self, work: &Work) -> Result<(), BackendError> {
+        let partition = crate::partition::canonical_partition(work.num_chains(), self.device_count()).map_err(|e| {
+            BackendError::Device {
+                device: 0,
+                detail: e.to_string(),
+            }
+        })?;
+        for slice in partition.iter().filter(|s| s.count > 0) {
+            let device = self.device(slice.index)?;
+            plan::batch_size(slice.index, work.n(), slice.count, device.free_memory()?)?;
+        }
+        Ok(())
+    }
+
     fn advance(
         &self,
         work: &Work,
