@@ -3,7 +3,8 @@
 //!
 //! Needs libnvrtc on the library path and, for the ptxas step, `GPU_ATTEST_PTXAS` naming a
 //! ptxas binary; `scripts/kernel-check.sh` installs both from the Python package registry and
-//! runs this test. Without NVRTC it says it was skipped.
+//! runs this test. Without NVRTC it says it was skipped, unless `GPU_ATTEST_REQUIRE_NVRTC` is
+//! set (as that script sets it), when it fails.
 
 use gpu_attest_shared::cuda::GpuKernel;
 use gpu_attest_shared::cuda::compile::{compile_ptx, nvrtc_present, nvrtc_version, supported_archs};
@@ -16,6 +17,10 @@ const ARCHS: [u32; 5] = [75, 80, 86, 89, 90];
 #[test]
 fn every_kernel_compiles_for_every_target_architecture() {
     if !nvrtc_present() {
+        assert!(
+            std::env::var_os("GPU_ATTEST_REQUIRE_NVRTC").is_none(),
+            "GPU_ATTEST_REQUIRE_NVRTC is set but libnvrtc cannot be loaded; check LD_LIBRARY_PATH"
+        );
         skipped("libnvrtc not found; run scripts/kernel-check.sh to compile-check the kernels");
         return;
     }

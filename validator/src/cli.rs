@@ -1,7 +1,7 @@
 //! The `validator` command line. Flags read environment variables too, and override the config
 //! file, which overrides the defaults.
 
-use crate::config::{Policy, ValidatorConfig};
+use crate::config::{Policy, ValidatorConfig, VerifyBackend};
 use clap::{Args, Parser, Subcommand};
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -91,6 +91,9 @@ pub struct Settings {
     pub target_seconds: Option<f64>,
     #[arg(long, env = "GPU_ATTEST_VALIDATOR_CPU_THREADS")]
     pub cpu_threads: Option<usize>,
+    /// Verify on the CPU (default) or on this host's GPUs.
+    #[arg(long, env = "GPU_ATTEST_VALIDATOR_BACKEND", value_enum)]
+    pub backend: Option<VerifyBackend>,
 }
 
 impl Settings {
@@ -113,6 +116,9 @@ impl Settings {
         }
         if let Some(v) = self.cpu_threads {
             c.cpu_threads = v;
+        }
+        if let Some(v) = self.backend {
+            c.backend = v;
         }
         c.validate()?;
         Ok(c)

@@ -18,6 +18,16 @@ pub enum Policy {
     Full,
 }
 
+/// What the validator re-executes on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum VerifyBackend {
+    /// The CPU: always there; checks samples of GPU-sized challenges.
+    Cpu,
+    /// This host's GPUs; with `policy = auto` that means full re-execution.
+    Cuda,
+}
+
 /// Throughput an honest miner reaches on a device, used to size challenges and set deadlines.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -119,6 +129,8 @@ pub struct ValidatorConfig {
     pub policy: Policy,
     /// Openings per sampled verification.
     pub samples: u32,
+    /// Where verification runs.
+    pub backend: VerifyBackend,
     /// Threads for verification on the CPU; 0 uses every core.
     pub cpu_threads: usize,
     pub challenge: ChallengeConfig,
@@ -147,6 +159,7 @@ impl Default for ValidatorConfig {
             database: PathBuf::from("validator.db"),
             policy: Policy::Auto,
             samples: 16,
+            backend: VerifyBackend::Cpu,
             cpu_threads: 0,
             challenge: ChallengeConfig::default(),
             deadline: DeadlineConfig::default(),

@@ -2,10 +2,14 @@
 
 use anyhow::{Context, Result, bail};
 use clap::Parser;
+use gpu_attest_shared::Backend;
 use gpu_attest_shared::cpu::CpuBackend;
+use gpu_attest_shared::cuda::compile::default_cache_dir;
+use gpu_attest_shared::cuda::{CudaBackend, CudaOptions};
 use gpu_attest_shared::identity::Identity;
 use gpu_attest_validator::attest::{AttestEvent, Attestor};
 use gpu_attest_validator::cli::{Cli, Command, Settings};
+use gpu_attest_validator::config::VerifyBackend;
 use gpu_attest_validator::store::{Store, Verdict, VerdictFilter};
 use gpu_attest_validator::{ValidatorConfig, server};
 use indicatif::{ProgressBar, ProgressStyle};
@@ -115,13 +119,28 @@ fn run(cli: Cli) -> Result<ExitCode> {
 fn attestor(config: &ValidatorConfig) -> Result<Attestor> {
     let identity = Identity::load_file(&config.key_file)
         .with_context(|| format!("run `validator keygen --key-file {}` first", config.key_file.display()))?;
+    let (backend, on_gpu): (Arc<dyn Backend>, bool) = match config.backend {
+        VerifyBackend::Cpu => (
+            Arc::new(CpuBackend::new(config.cpu_threads, None).context("cannot start the CPU verification backend")?),
+            false,
+        ),
+        VerifyBackend::Cuda => {
+            let options = CudaOptions {
+                cache_dir: default_cache_dir(),
+                ..CudaOptions::default()
+            };
+            let cuda = CudaBackend::new(&options)
+                .map_err(|e| anyhow::anyhow!("cannot verify on GPUs: {e}; use --backend cpu"))?;
+            (Arc::new(cuda), true)
+        }
+    };
+    // Opened last, so that a validator that cannot start leaves no database behind.
     let store = Store::open(&config.database)?;
-    let backend = CpuBackend::new(config.cpu_threads, None).context("cannot start the CPU verification backend")?;
     Ok(Attestor::new(
         identity,
         config.clone(),
-        Arc::new(backend),
-        false,
+        backend,
+        on_gpu,
         Arc::new(store),
     ))
 }

@@ -55,7 +55,7 @@ pub struct Detection {
 
 #[derive(Debug, Error, Clone, PartialEq, Eq)]
 pub enum GpuDetectError {
-    #[error("no NVIDIA driver: libcuda could not be loaded (install the NVIDIA driver to mine on GPUs)")]
+    #[error("no NVIDIA driver: libcuda could not be loaded (install the NVIDIA driver to use GPUs)")]
     NoDriver,
     #[error("no GPU visible to CUDA{}", visible_hint(.visible_devices))]
     NoDevices { visible_devices: Option<String> },

@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# The GPU check, on a GPU host, with the binaries scripts/gpu-bundle.sh built:
+#   1. the GPU tests: every kernel bit-exact against the CPU backend, multi-GPU split, openings;
+#   2. the kernel compile check with the host's NVRTC and ptxas;
+#   3. `miner bench` on CUDA (sizes 1024, 2048, 4096), against cuBLASLt int8 plus mix;
+#   4. one full attestation: miner on the GPUs, validator on the CPU, sampled verification.
+# Prints a summary and exits non-zero if any step failed. Logs go to $OUT (or target/gpu-check).
+#   usage: gpu-check.sh [BIN_DIR]      (default: the folder this script is in)
+set -uo pipefail
+bin=$(cd "${1:-$(dirname "$0")}" && pwd)
+out=${OUT:-target/gpu-check}
+mkdir -p "$out"
+out=$(cd "$out" && pwd)
+cuda_home=${CUDA_HOME:-/usr/local/cuda}
+export LD_LIBRARY_PATH="$cuda_home/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+export GPU_ATTEST_KERNEL_CACHE="$out/kernel-cache"
+summary=()
+failed=0
+
+record() { # name status
+  if [ "$2" -eq 0 ]; then summary+=("PASS  $1"); else summary+=("FAIL  $1 (log: $out/$1.log)"); failed=1; fi
+}
+
+echo "== devices" | tee "$out/info.log"
+nvidia-smi -L 2>&1 | tee -a "$out/info.log"
+"$bin/miner" info 2>&1 | tee -a "$out/info.log"
+
+echo "== GPU tests"
+"$bin/gpu-tests" --test-threads=1 --nocapture >"$out/gpu-tests.log" 2>&1
+status=$?
+# On a GPU host a skipped GPU test is a failure: it proves nothing.
+if grep -q SKIPPED "$out/gpu-tests.log"; then status=1; fi
+grep -E "^ok:|SKIPPED|panicked|test result" "$out/gpu-tests.log"
+record gpu-tests $status
+
+echo "== kernel compile check (NVRTC + ptxas)"
+GPU_ATTEST_REQUIRE_NVRTC=1 GPU_ATTEST_PTXAS=$(command -v ptxas || echo "$cuda_home/bin/ptxas") \
+  "$bin/kernel-compile-tests" --nocapture >"$out/kernel-compile.log" 2>&1
+status=$?
+grep -E "^sm_|test result" "$out/kernel-compile.log"
+record kernel-compile $status
+
+echo "== miner bench (cuda)"
+"$bin/miner" bench --backend cuda --sizes "${BENCH_SIZES:-1024,2048,4096}" --seconds "${BENCH_SECONDS:-2}" \
+  2>&1 | tee "$out/bench.log"
+record bench "${PIPESTATUS[0]}"
+"$bin/miner" bench --backend cuda --sizes "${BENCH_SIZES:-1024,2048,4096}" --seconds 1 --json \
+  >"$out/bench.json" 2>/dev/null || true
+
+echo "== attestation: miner on GPU, validator on CPU"
+work="$out/attest"
+mkdir -p "$work"
+"$bin/miner" keygen --key-file "$work/miner.key" >/dev/null 2>&1 || true
+"$bin/validator" keygen --key-file "$work/validator.key" >/dev/null 2>&1 || true
+validator_key=$("$bin/validator" public-key --key-file "$work/validator.key")
+"$bin/miner" serve --backend cuda --listen 127.0.0.1:0 --key-file "$work/miner.key" \
+  --allow-validator "$validator_key" >"$work/miner.out" 2>"$out/miner.log" &
+miner_pid=$!
+address=
+for _ in $(seq 600); do
+  address=$(sed -n 's/^listening on //p' "$work/miner.out")
+  [ -n "$address" ] && break
+  kill -0 "$miner_pid" 2>/dev/null || break
+  sleep 0.1
+done
+if [ -n "$address" ]; then
+  "$bin/validator" attest --miner "http://$address" --key-file "$work/validator.key" \
+    --database "$work/validator.db" --backend cpu --policy sampled --target-seconds "${TARGET_SECONDS:-10}" \
+    >"$out/attestation.log" 2>&1
+  status=$?
+  cat "$out/attestation.log"
+else
+  echo "the miner did not start:"; cat "$out/miner.log"
+  status=2
+fi
+kill "$miner_pid" 2>/dev/null; wait "$miner_pid" 2>/dev/null
+record attestation $status
+
+echo
+echo "== summary ($(date -u +%FT%TZ))"
+printf '%s\n' "${summary[@]}" | tee "$out/summary.txt"
+exit $failed
