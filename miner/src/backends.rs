@@ -43,6 +43,7 @@ pub fn cuda_options(config: &MinerConfig) -> CudaOptions {
             GpuKernelChoice::Tensor => Some(GpuKernel::Tensor),
         },
         cache_dir: config.kernel_cache_dir.clone().or_else(default_cache_dir),
+        host_hashing: config.gpu_hash_on_host,
     }
 }
 

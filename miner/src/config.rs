@@ -73,6 +73,8 @@ pub struct MinerConfig {
     pub gpu_kernel: GpuKernelChoice,
     /// CUDA ordinals (after CUDA_VISIBLE_DEVICES) to mine on, in partition order; empty: all.
     pub gpu_devices: Vec<u32>,
+    /// Hash checkpoints on the host instead of the GPU (slower; a fallback).
+    pub gpu_hash_on_host: bool,
     /// Where compiled kernels are cached; unset: `$XDG_CACHE_HOME/gpu-attest/kernels` or
     /// `~/.cache/gpu-attest/kernels`.
     pub kernel_cache_dir: Option<PathBuf>,
@@ -98,6 +100,7 @@ impl Default for MinerConfig {
             backend: BackendChoice::Auto,
             gpu_kernel: GpuKernelChoice::Auto,
             gpu_devices: Vec::new(),
+            gpu_hash_on_host: false,
             kernel_cache_dir: None,
             cpu_threads: 0,
             keep_commitments_secs: 600,

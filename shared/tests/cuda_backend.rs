@@ -65,7 +65,7 @@ fn every_kernel_matches_the_cpu_on_every_device() {
             let options = CudaOptions {
                 ordinals: Some(vec![gpu.ordinal]),
                 kernel: Some(kernel),
-                cache_dir: None,
+                ..CudaOptions::default()
             };
             let cuda = CudaBackend::new(&options).unwrap();
             for (tag, &(n, m, k, c)) in SHAPES.iter().enumerate() {
@@ -111,6 +111,29 @@ fn multi_gpu_split_commits_like_the_cpu_with_as_many_devices() {
             println!("ok: devices {ordinals:?} M={m}: G = {}", got.commitment.global);
         }
     }
+}
+
+/// Checkpoints hashed on the host (the fallback) and on the device agree with the CPU.
+#[test]
+fn host_and_device_hashing_agree() {
+    let Some(_) = gpus_or_skip("host_and_device_hashing_agree") else {
+        return;
+    };
+    let cancel = CancelToken::new();
+    let cpu = CpuBackend::new(0, None).unwrap();
+    let on_host = CudaBackend::new(&CudaOptions {
+        ordinals: Some(vec![0]),
+        host_hashing: true,
+        ..CudaOptions::default()
+    })
+    .unwrap();
+    for (n, m, k, c) in [(64u32, 9u64, 4u32, 2u32), (192, 2, 2, 1), (1024, 3, 2, 2)] {
+        let work = work(n, m, k, c, 60);
+        let want = execute(&cpu, &work, &|_| {}, &cancel).unwrap();
+        let got = execute(&on_host, &work, &|_| {}, &cancel).unwrap();
+        assert_eq!(got.chains, want.chains, "host hashing, n={n} M={m} K={k} c={c}");
+    }
+    println!("ok: host hashing on {}", on_host.describe());
 }
 
 #[test]

@@ -36,7 +36,14 @@ fn every_kernel_compiles_for_every_target_architecture() {
                 continue;
             }
             let ptx = compile_ptx(kernel, arch).unwrap_or_else(|e| panic!("{e}"));
-            for entry in ["chacha8_generate", "transpose_i8", "mix_i32", kernel.gemm_fn()] {
+            for entry in [
+                "chacha8_generate",
+                "transpose_i8",
+                "mix_i32",
+                "blake3_chunks",
+                "blake3_parents",
+                kernel.gemm_fn(),
+            ] {
                 assert!(
                     ptx.contains(&format!(".entry {entry}(")),
                     "{kernel} for compute_{arch} lacks {entry}"

@@ -1,8 +1,9 @@
 //! The CUDA backend: every chain of a device's share runs on that device, in batches sized from
-//! its free memory; checkpoints are copied to the host and hashed there with the blake3 crate.
+//! its free memory; checkpoints are hashed on the device (or, as a fallback, copied to the host
+//! and hashed there with the blake3 crate).
 
 use super::detect::{self, GpuDetectError, GpuInfo};
-use super::device::{DeviceInitError, DeviceRuntime};
+use super::device::{DeviceInitError, DeviceRuntime, hash_scratch_words};
 use super::kernels::GpuKernel;
 use super::plan;
 use crate::backend::{Backend, BackendError, CancelToken, ChainProgress, check_advance};
@@ -31,6 +32,9 @@ pub struct CudaOptions {
     pub kernel: Option<GpuKernel>,
     /// Disk cache for compiled kernels; `None`: memory only.
     pub cache_dir: Option<PathBuf>,
+    /// Hash checkpoints on the host (copying each X back) instead of on the device. Slower; a
+    /// fallback, and a cross-check in the GPU tests.
+    pub host_hashing: bool,
 }
 
 #[derive(Debug, Error, Clone, PartialEq, Eq)]
@@ -123,9 +127,11 @@ impl CudaBackend {
             .iter()
             .enumerate()
             .map(|(index, gpu)| {
-                DeviceRuntime::new(index as u32, gpu.clone(), kernel, options.cache_dir.as_deref()).map(Mutex::new)
+                let mut device = DeviceRuntime::new(index as u32, gpu.clone(), kernel, options.cache_dir.as_deref())?;
+                device.host_hashing = options.host_hashing;
+                Ok(Mutex::new(device))
             })
-            .collect::<Result<Vec<_>, _>>()?;
+            .collect::<Result<Vec<_>, CudaInitError>>()?;
         Ok(CudaBackend { devices, kernel, gpus })
     }
 
@@ -194,32 +200,64 @@ fn hash_matrices(host: &[i8], nn: usize) -> Vec<Digest> {
         .collect()
 }
 
-/// The device buffers of one batch: X, the next X, and B transposed.
+/// The device buffers of one batch: X, the next X, B transposed, and hashing scratch.
 struct BatchBuffers {
     x: CudaSlice<i8>,
     next: CudaSlice<i8>,
     bt: CudaSlice<i8>,
+    hash_a: CudaSlice<u32>,
+    hash_b: CudaSlice<u32>,
+    /// Host copy of X, for hashing on the host (and for `advance`'s result).
     host: Vec<i8>,
     /// `host` holds a checkpoint that is not hashed yet.
     hash_pending: bool,
 }
 
+/// Where a batch's checkpoint digests go: one call per checkpoint, one digest per chain.
+type Record<'a> = &'a mut dyn FnMut(Vec<Digest>);
+
 impl DeviceRuntime {
-    fn buffers(&self, chains: usize, n: usize) -> Result<BatchBuffers, BackendError> {
+    fn buffers(&self, chains: usize, n: usize, host_copy: bool) -> Result<BatchBuffers, BackendError> {
         let len = chains * n * n;
+        let words = chains * hash_scratch_words(n);
         Ok(BatchBuffers {
             x: self.alloc(len)?,
             next: self.alloc(len)?,
             bt: self.alloc(len)?,
-            host: vec![0; len],
+            hash_a: self.alloc_words(words)?,
+            hash_b: self.alloc_words(words)?,
+            host: if host_copy { vec![0; len] } else { Vec::new() },
             hash_pending: false,
         })
     }
 
-    /// Runs steps `steps` on the `count` chains in `buf` (X in `buf.x`, B^T in `buf.bt`), calling
-    /// `checkpoint` with the host copy of X after every step whose number is a multiple of c (and
-    /// first with the copy already in `buf.host`, if one is pending). Each checkpoint's hashing
-    /// overlaps the next step's GEMM on the device.
+    /// Takes the checkpoint of X in `buf.x`: hashed on the device, or copied to the host to be
+    /// hashed while the next step runs (see `flush_host_hash`).
+    fn checkpoint(
+        &self,
+        buf: &mut BatchBuffers,
+        count: usize,
+        n: usize,
+        record: Record<'_>,
+    ) -> Result<(), BackendError> {
+        if self.host_hashing {
+            self.download(&buf.x, &mut buf.host[..count * n * n])?;
+            buf.hash_pending = true;
+        } else {
+            record(self.blake3(&buf.x, count, n, &mut buf.hash_a, &mut buf.hash_b)?);
+        }
+        Ok(())
+    }
+
+    fn flush_host_hash(buf: &mut BatchBuffers, count: usize, n: usize, record: Record<'_>) {
+        if buf.hash_pending {
+            record(hash_matrices(&buf.host[..count * n * n], n * n));
+            buf.hash_pending = false;
+        }
+    }
+
+    /// Runs steps `steps` on the `count` chains in `buf` (X in `buf.x`, B^T in `buf.bt`). With
+    /// `record`, takes a checkpoint after every step whose number is a multiple of c.
     fn run_steps(
         &self,
         work: &Work,
@@ -227,30 +265,30 @@ impl DeviceRuntime {
         count: usize,
         steps: Range<u32>,
         cancel: &CancelToken,
-        mut checkpoint: impl FnMut(&[i8]),
+        mut record: Option<Record<'_>>,
     ) -> Result<(), BackendError> {
         let n = work.n();
         let c = work.checkpoint_every();
         for step in steps {
-            if step % STEPS_IN_FLIGHT == 0 {
+            if step.is_multiple_of(STEPS_IN_FLIGHT) {
                 cancel.check()?;
             }
             self.gemm_mix(&buf.x, &buf.bt, &mut buf.next, count, n, step)?;
             std::mem::swap(&mut buf.x, &mut buf.next);
-            if buf.hash_pending {
-                checkpoint(&buf.host[..count * n * n]);
-                buf.hash_pending = false;
+            if let Some(record) = record.as_mut() {
+                // The host hashes the previous checkpoint while the device runs this step.
+                Self::flush_host_hash(buf, count, n, *record);
+                if (step + 1).is_multiple_of(c) {
+                    self.checkpoint(buf, count, n, *record)?;
+                    continue;
+                }
             }
-            if (step + 1) % c == 0 {
-                self.download(&buf.x, &mut buf.host[..count * n * n])?;
-                buf.hash_pending = true;
-            } else if (step + 1) % STEPS_IN_FLIGHT == 0 {
+            if (step + 1).is_multiple_of(STEPS_IN_FLIGHT) {
                 self.synchronize()?;
             }
         }
-        if buf.hash_pending {
-            checkpoint(&buf.host[..count * n * n]);
-            buf.hash_pending = false;
+        if let Some(record) = record {
+            Self::flush_host_hash(buf, count, n, record);
         }
         self.synchronize()
     }
@@ -265,24 +303,22 @@ impl DeviceRuntime {
         cancel: &CancelToken,
     ) -> Result<Vec<ChainResult>, BackendError> {
         let n = work.n();
-        let nn = n * n;
         let key = key_words(work.key());
         self.generate(&mut buf.x, &key, a_stream(first), count, n)?;
         // B is generated into `next` (free until the first step) and transposed into place.
         self.generate(&mut buf.next, &key, b_stream(first), count, n)?;
         self.transpose(&buf.next, &mut buf.bt, count, n)?;
-        self.download(&buf.x, &mut buf.host[..count * nn])?;
-        buf.hash_pending = true;
         let mut checkpoints: Vec<Vec<Digest>> = (0..count)
             .map(|_| Vec::with_capacity(work.checkpoints_per_chain()))
             .collect();
-        let mut record = |host: &[i8]| {
-            for (chain, digest) in checkpoints.iter_mut().zip(hash_matrices(host, nn)) {
+        let mut record = |digests: Vec<Digest>| {
+            for (chain, digest) in checkpoints.iter_mut().zip(digests) {
                 chain.push(digest);
             }
         };
-        // h_0 = blake3(A_i) is hashed while the first step runs.
-        self.run_steps(work, buf, count, 0..work.iterations(), cancel, &mut record)?;
+        // h_0 = blake3(A_i).
+        self.checkpoint(buf, count, n, &mut record)?;
+        self.run_steps(work, buf, count, 0..work.iterations(), cancel, Some(&mut record))?;
         Ok(checkpoints
             .into_iter()
             .enumerate()
@@ -305,7 +341,7 @@ impl DeviceRuntime {
             return Ok(Vec::new());
         }
         let batch = plan::batch_size(self.index, work.n(), total, self.free_memory()?)?;
-        let mut buf = self.buffers(batch as usize, work.n())?;
+        let mut buf = self.buffers(batch as usize, work.n(), self.host_hashing)?;
         let mut results = Vec::with_capacity(total as usize);
         let mut first = chains.start;
         while first < chains.end {
@@ -327,12 +363,11 @@ impl DeviceRuntime {
         cancel: &CancelToken,
     ) -> Result<Matrix, BackendError> {
         let n = work.n();
-        let mut buf = self.buffers(1, n)?;
+        let mut buf = self.buffers(1, n, true)?;
         self.upload(start.as_slice(), &mut buf.x)?;
         self.generate(&mut buf.next, &key_words(work.key()), b_stream(chain), 1, n)?;
         self.transpose(&buf.next, &mut buf.bt, 1, n)?;
-        self.run_steps(work, &mut buf, 1, first..first + steps, cancel, |_| {})?;
-        // run_steps copies X only at checkpoints; the segment's end may not be one.
+        self.run_steps(work, &mut buf, 1, first..first + steps, cancel, None)?;
         self.download(&buf.x, &mut buf.host)?;
         Ok(Matrix::from_vec(n, buf.host).expect("a buffer of n * n bytes"))
     }

@@ -5,8 +5,9 @@
 
 use super::compile::{self, CompiledModule, KernelBuildError};
 use super::detect::{GpuInfo, driver_error_text};
-use super::kernels::{GENERATE_FN, GpuKernel, MIX_FN, TRANSPOSE_FN};
+use super::kernels::{BLAKE3_CHUNKS_FN, BLAKE3_PARENTS_FN, GENERATE_FN, GpuKernel, MIX_FN, TRANSPOSE_FN};
 use crate::backend::BackendError;
+use crate::digest::Digest;
 use cudarc::driver::{CudaContext, CudaFunction, CudaSlice, CudaStream, DriverError, LaunchConfig, PushKernelArg, sys};
 use cudarc::nvrtc::Ptx;
 use std::path::Path;
@@ -24,6 +25,18 @@ pub struct DeviceRuntime {
     transpose: CudaFunction,
     gemm: CudaFunction,
     pub(crate) mix: CudaFunction,
+    blake3_chunks: CudaFunction,
+    blake3_parents: CudaFunction,
+    /// Hash checkpoints on the host instead of the device (`CudaOptions::host_hashing`).
+    pub host_hashing: bool,
+}
+
+/// Threads per block of the hashing kernels.
+const HASH_THREADS: u32 = 128;
+
+/// 32-bit words of scratch the device hash of one n x n matrix needs per buffer (two buffers).
+pub fn hash_scratch_words(n: usize) -> usize {
+    n * n / 1024 * 8
 }
 
 #[derive(Debug, thiserror::Error, Clone, PartialEq, Eq)]
@@ -78,6 +91,9 @@ impl DeviceRuntime {
             transpose: function(TRANSPOSE_FN)?,
             gemm: function(kernel.gemm_fn())?,
             mix: function(MIX_FN)?,
+            blake3_chunks: function(BLAKE3_CHUNKS_FN)?,
+            blake3_parents: function(BLAKE3_PARENTS_FN)?,
+            host_hashing: false,
             module,
             gpu,
             ctx,
@@ -101,6 +117,12 @@ impl DeviceRuntime {
     pub fn alloc(&self, len: usize) -> Result<CudaSlice<i8>, BackendError> {
         // SAFETY: the buffer is written by a kernel or a copy before anything reads it.
         unsafe { self.stream.alloc::<i8>(len) }.map_err(|e| self.err(e))
+    }
+
+    /// Scratch words for device hashing, contents undefined (written before read).
+    pub fn alloc_words(&self, len: usize) -> Result<CudaSlice<u32>, BackendError> {
+        // SAFETY: every word is written by a hashing kernel before it is read.
+        unsafe { self.stream.alloc::<u32>(len) }.map_err(|e| self.err(e))
     }
 
     /// Fills `count` matrices of `out` with ChaCha8 output: matrix z is stream
@@ -173,6 +195,55 @@ impl DeviceRuntime {
         // SAFETY: matches gemm_mix_*(const i8*, const i8*, i8*, int, u32); all three buffers hold
         // count * n * n bytes.
         unsafe { launch.launch(cfg) }.map(|_| ()).map_err(|e| self.err(e))
+    }
+
+    /// blake3 of each of the first `count` n x n matrices of `data`, hashed on the device; only
+    /// the 32-byte digests cross to the host. `scratch_a` and `scratch_b` each hold at least
+    /// `count * hash_scratch_words(n)` words.
+    pub fn blake3(
+        &self,
+        data: &CudaSlice<i8>,
+        count: usize,
+        n: usize,
+        scratch_a: &mut CudaSlice<u32>,
+        scratch_b: &mut CudaSlice<u32>,
+    ) -> Result<Vec<Digest>, BackendError> {
+        // n >= 64 gives at least four chunks, so the root is a parent node (blake3.cu).
+        let bytes = (n * n) as u64;
+        let chunks = bytes / 1024;
+        let grid = |nodes: u64| LaunchConfig {
+            grid_dim: (nodes.div_ceil(u64::from(HASH_THREADS)) as u32, count as u32, 1),
+            block_dim: (HASH_THREADS, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        let mut launch = self.stream.launch_builder(&self.blake3_chunks);
+        launch.arg(data).arg(&bytes).arg(&mut *scratch_a);
+        // SAFETY: matches blake3_chunks(const u8*, u64, u32*); scratch_a holds count * chunks * 8 words.
+        unsafe { launch.launch(grid(chunks)) }.map_err(|e| self.err(e))?;
+        let (mut level, mut next_level) = (scratch_a, scratch_b);
+        let mut nodes = chunks;
+        while nodes > 1 {
+            let root = u32::from(nodes == 2);
+            let mut launch = self.stream.launch_builder(&self.blake3_parents);
+            launch.arg(&*level).arg(&mut *next_level).arg(&nodes).arg(&root);
+            // SAFETY: matches blake3_parents(const u32*, u32*, u64, u32); both buffers hold
+            // count * nodes * 8 words.
+            unsafe { launch.launch(grid(nodes.div_ceil(2))) }.map_err(|e| self.err(e))?;
+            std::mem::swap(&mut level, &mut next_level);
+            nodes = nodes.div_ceil(2);
+        }
+        let mut words = vec![0u32; count * 8];
+        self.stream
+            .memcpy_dtoh(&level.slice(0..count * 8), &mut words)
+            .map_err(|e| self.err(e))?;
+        self.synchronize()?;
+        Ok(words
+            .chunks(8)
+            .map(|w| {
+                let bytes: Vec<u8> = w.iter().flat_map(|v| v.to_le_bytes()).collect();
+                Digest::from_slice(&bytes).expect("32 bytes")
+            })
+            .collect())
     }
 
     /// Copies the first `count` matrices of `src` into `host` and waits for the copy.

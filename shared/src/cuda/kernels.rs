@@ -1,7 +1,8 @@
 //! The CUDA kernel sources (`kernels/*.cu`, embedded at build time) and which GEMM kernel a
 //! device runs.
 //!
-//! Each module NVRTC compiles is `common.cuh`, the generator, the transpose and one GEMM kernel,
+//! Each module NVRTC compiles is `common.cuh`, the generator, the transpose, the mix pass, BLAKE3
+//! and one GEMM kernel,
 //! concatenated: NVRTC has no file system to resolve `#include` from, and one module per kernel
 //! kind keeps the launch code the same for both.
 
@@ -13,12 +14,16 @@ const TRANSPOSE: &str = include_str!("../../../kernels/transpose.cu");
 const GEMM_TILED: &str = include_str!("../../../kernels/gemm_tiled.cu");
 const GEMM_TENSOR: &str = include_str!("../../../kernels/gemm_tensor.cu");
 const MIX: &str = include_str!("../../../kernels/mix.cu");
+const BLAKE3: &str = include_str!("../../../kernels/blake3.cu");
 
 /// Entry points every module exports.
 pub const GENERATE_FN: &str = "chacha8_generate";
 pub const TRANSPOSE_FN: &str = "transpose_i8";
 /// A standalone mix pass, for the benchmark's cuBLASLt baseline.
 pub const MIX_FN: &str = "mix_i32";
+/// Checkpoint hashing on the device: chunk chaining values, then one tree level per launch.
+pub const BLAKE3_CHUNKS_FN: &str = "blake3_chunks";
+pub const BLAKE3_PARENTS_FN: &str = "blake3_parents";
 
 /// The GEMM+mix kernels. Both are exact; they differ only in speed and in the GPUs they run on.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -73,7 +78,7 @@ impl GpuKernel {
             GpuKernel::Tiled => GEMM_TILED,
             GpuKernel::Tensor => GEMM_TENSOR,
         };
-        [COMMON, CHACHA8, TRANSPOSE, MIX, gemm].join("\n")
+        [COMMON, CHACHA8, TRANSPOSE, MIX, BLAKE3, gemm].join("\n")
     }
 }
 
@@ -116,7 +121,14 @@ mod tests {
     fn every_module_exports_the_entry_points_it_is_launched_by() {
         for kernel in GpuKernel::ALL {
             let src = kernel.module_source();
-            for name in [GENERATE_FN, TRANSPOSE_FN, MIX_FN, kernel.gemm_fn()] {
+            for name in [
+                GENERATE_FN,
+                TRANSPOSE_FN,
+                MIX_FN,
+                BLAKE3_CHUNKS_FN,
+                BLAKE3_PARENTS_FN,
+                kernel.gemm_fn(),
+            ] {
                 assert!(
                     src.contains(&format!("extern \"C\" __global__ void {name}("))
                         || src.contains(&format!("{name}(const i8* x")),
