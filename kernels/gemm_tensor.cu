@@ -24,6 +24,10 @@
 #define TC_LDS 80
 #define TC_THREADS 256
 
+// The PTX helpers. A host build (shared/tests/cuda_kernels_on_host.rs) defines
+// GA_HOST_EMULATION and supplies equivalents: a synchronous copy for cp.async, and an mma that
+// gathers the warp's fragments by the PTX ISA's layout tables.
+#ifndef GA_HOST_EMULATION
 __device__ __forceinline__ u32 tc_smem_addr(const void* p) {
     u64 a;
     asm("cvta.to.shared.u64 %0, %1;" : "=l"(a) : "l"(p));
@@ -52,6 +56,7 @@ __device__ __forceinline__ void tc_mma(int* c, int a0, int a1, int a2, int a3, i
         : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
         : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
+#endif  // GA_HOST_EMULATION
 
 // Loads the 128 x 64-byte tiles of X (rows row0..) and Bt (rows col0..) at k0 into one stage.
 __device__ __forceinline__ void tc_load_stage(i8 (*as)[TC_LDS], i8 (*bs)[TC_LDS], const i8* xm, const i8* bm,

@@ -1,12 +1,16 @@
-//! Runs the CUDA kernels that use no shared memory and no barriers (ChaCha8 generation, BLAKE3
-//! hashing, the mix pass) on the CPU: the exact `.cu` sources, compiled as C++ behind a small
-//! shim, one emulated thread at a time, against rand_chacha, the blake3 crate and `mix.rs`.
-//! That checks those kernels' logic bit for bit without a GPU. The GEMM kernels use shared
-//! memory, barriers and PTX, so only a GPU checks them (tests/cuda_backend.rs).
+//! Runs the CUDA kernels on the CPU: the exact `.cu` sources, compiled as C++ behind a shim,
+//! against rand_chacha, the blake3 crate, `mix.rs` and the naive GEMM. Kernels without barriers
+//! (ChaCha8, BLAKE3, mix) run one emulated thread at a time; the transpose and both GEMM kernels
+//! run each block's threads as OS threads, with `__syncthreads` a barrier, cp.async a plain copy
+//! and `mma.sync` emulated from the PTX ISA's fragment tables. That checks every kernel's
+//! indexing, tiling, bounds and fragment layouts bit for bit without a GPU; what it cannot check
+//! is the hardware itself (asynchronous copies, the real mma unit), which the GPU tests do
+//! (tests/cuda_backend.rs).
 //!
 //! Needs a C++ compiler (`c++`, or `CXX`); without one it says it was skipped.
 
-use gpu_attest_shared::matrix::generate;
+use gpu_attest_shared::gemm::naive;
+use gpu_attest_shared::matrix::{Matrix, generate};
 use gpu_attest_shared::mix::mix;
 use rand_chacha::ChaCha8Rng;
 use rand_chacha::rand_core::{Rng, SeedableRng};
@@ -16,22 +20,104 @@ use std::process::{Command, Stdio};
 use std::sync::OnceLock;
 
 const SHIM: &str = r#"
+#define GA_HOST_EMULATION 1
+#include <barrier>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 #define __device__
 #define __global__
 #define __forceinline__ inline
+#define __launch_bounds__(x)
+#define __shared__ static
+#define __align__(x) __attribute__((aligned(x)))
 struct ga_dim3 { unsigned x, y, z; };
-static ga_dim3 blockIdx, threadIdx, blockDim;
+static thread_local ga_dim3 blockIdx, threadIdx, blockDim;
 struct uint4 { unsigned x, y, z, w; };
 static inline uint4 make_uint4(unsigned a, unsigned b, unsigned c, unsigned d) { return uint4{a, b, c, d}; }
+struct char2 { signed char x, y; };
+static inline char2 make_char2(signed char a, signed char b) { return char2{a, b}; }
+
+// A block's threads are OS threads; __syncthreads is a barrier over them.
+static std::barrier<>* ga_block_barrier;
+static inline void __syncthreads() { ga_block_barrier->arrive_and_wait(); }
+
+static inline int __dp4a(int a, int b, int c) {
+    for (int i = 0; i < 4; ++i) c += (int)(signed char)(a >> (8 * i)) * (int)(signed char)(b >> (8 * i));
+    return c;
+}
+
+// cp.async as a plain copy: the kernel's own barriers order it.
+static inline void tc_cp_async16(void* smem, const void* gmem, int src_bytes) {
+    if (src_bytes) memcpy(smem, gmem, 16); else memset(smem, 0, 16);
+}
+static inline void tc_cp_async_commit() {}
+static inline void tc_cp_async_wait_one() {}
+
+// mma.sync.m16n8k32.row.col.s32.s8.s8.s32 for one warp: every lane posts its fragments, then
+// each lane computes its four outputs from the whole warp's, locating every element of A (16x32)
+// and B (32x8) by the PTX ISA's fragment tables (lane = 4 * groupID + threadID_in_group):
+//   A[row][k]: lane (row % 8) * 4 + (k % 16) / 4, register (row / 8) + 2 * (k / 16), byte k % 4
+//   B[k][col]: lane col * 4 + (k % 16) / 4,       register k / 16,                  byte k % 4
+//   C: register e of lane (g, t) is row g + 8 * (e / 2), column 2 * t + e % 2
+struct ga_warp_fragments { int a[32][4]; int b[32][2]; };
+static ga_warp_fragments ga_warps[32];
+static std::vector<std::unique_ptr<std::barrier<>>>* ga_warp_barriers;
+static inline signed char ga_byte(int reg, int byte) { return (signed char)(reg >> (8 * byte)); }
+static inline void tc_mma(int* c, int a0, int a1, int a2, int a3, int b0, int b1) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    ga_warp_fragments& w = ga_warps[warp];
+    w.a[lane][0] = a0; w.a[lane][1] = a1; w.a[lane][2] = a2; w.a[lane][3] = a3;
+    w.b[lane][0] = b0; w.b[lane][1] = b1;
+    (*ga_warp_barriers)[warp]->arrive_and_wait();
+    const int g = lane >> 2, t = lane & 3;
+    int out[4];
+    for (int e = 0; e < 4; ++e) {
+        const int row = g + 8 * (e / 2), col = 2 * t + e % 2;
+        int sum = c[e];
+        for (int k = 0; k < 32; ++k) {
+            const int a = ga_byte(w.a[(row % 8) * 4 + (k % 16) / 4][(row / 8) + 2 * (k / 16)], k % 4);
+            const int b = ga_byte(w.b[col * 4 + (k % 16) / 4][k / 16], k % 4);
+            sum += a * b;
+        }
+        out[e] = sum;
+    }
+    (*ga_warp_barriers)[warp]->arrive_and_wait();
+    for (int e = 0; e < 4; ++e) c[e] = out[e];
+}
 "#;
 
 const HARNESS: &str = r#"
-// Every thread of a grid (gx, gy) of blocks of bx threads, one after another.
+// Every block of a grid in turn, its bx * by threads running together as OS threads.
+template <class F>
+static void launch_threads(unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, F f) {
+    const unsigned threads = bx * by;
+    for (unsigned z = 0; z < gz; ++z)
+        for (unsigned y = 0; y < gy; ++y)
+            for (unsigned x = 0; x < gx; ++x) {
+                std::barrier<> block(threads);
+                std::vector<std::unique_ptr<std::barrier<>>> warps;
+                for (unsigned w = 0; w < (threads + 31) / 32; ++w) warps.push_back(std::make_unique<std::barrier<>>(32));
+                ga_block_barrier = &block;
+                ga_warp_barriers = &warps;
+                std::vector<std::thread> pool;
+                for (unsigned t = 0; t < threads; ++t)
+                    pool.emplace_back([=, &f] {
+                        blockDim = {bx, by, 1};
+                        blockIdx = {x, y, z};
+                        threadIdx = {t % bx, t / bx, 0};
+                        f();
+                    });
+                for (auto& th : pool) th.join();
+            }
+}
+
+// Every thread of a grid (gx, gy) of blocks of bx threads, one after another (kernels without
+// barriers).
 template <class F> static void launch(unsigned gx, unsigned gy, unsigned bx, F f) {
     blockDim = {bx, 1, 1};
     for (unsigned y = 0; y < gy; ++y)
@@ -76,6 +162,24 @@ int main(int argc, char** argv) {
             nodes = next;
         }
         fwrite(a.data(), 4, count * 8, stdout);
+    } else if (mode == "gemm") {  // gemm tiled|tensor N COUNT STEP < X matrices, then B matrices
+        std::string kind = argv[2];
+        unsigned n = (unsigned)strtoul(argv[3], 0, 10), count = (unsigned)strtoul(argv[4], 0, 10);
+        u32 step = (u32)strtoul(argv[5], 0, 10);
+        const size_t nn = (size_t)n * n;
+        const i8* x = (const i8*)in.data();
+        const i8* b = x + count * nn;
+        std::vector<i8> bt(count * nn), out(count * nn);
+        launch_threads(n / 32, n / 32, count, 32, 8, [&] { transpose_i8(b, bt.data(), (int)n); });
+        if (kind == "tiled") {
+            launch_threads(n / 64, n / 64, count, 256, 1,
+                           [&] { gemm_mix_tiled(x, bt.data(), out.data(), (int)n, step); });
+        } else {
+            const unsigned tiles = (n + 127) / 128;
+            launch_threads(tiles, tiles, count, 256, 1,
+                           [&] { gemm_mix_tensor(x, bt.data(), out.data(), (int)n, step); });
+        }
+        fwrite(out.data(), 1, out.size(), stdout);
     } else if (mode == "mix") {  // mix STEP < int32 values
         u32 step = (u32)strtoul(argv[2], 0, 10);
         u64 count = in.size() / 4;
@@ -99,8 +203,11 @@ fn harness() -> Option<&'static Path> {
                 SHIM.to_string(),
                 read("common.cuh"),
                 read("chacha8.cu"),
+                read("transpose.cu"),
                 read("blake3.cu"),
                 read("mix.cu"),
+                read("gemm_tiled.cu"),
+                read("gemm_tensor.cu"),
                 HARNESS.to_string(),
             ]
             .join("\n");
@@ -109,7 +216,7 @@ fn harness() -> Option<&'static Path> {
             std::fs::write(dir.join("harness.cpp"), source).unwrap();
             let cxx = std::env::var("CXX").unwrap_or_else(|_| "c++".into());
             let built = Command::new(&cxx)
-                .args(["-O2", "-std=c++17", "-o"])
+                .args(["-O2", "-std=c++20", "-pthread", "-o"])
                 .arg(dir.join("harness"))
                 .arg(dir.join("harness.cpp"))
                 .output();
@@ -198,5 +305,40 @@ fn device_mix_pass_matches_mix_rs() {
         let got = run(&["mix", &step.to_string()], bytemuck::cast_slice(&values));
         let want: Vec<u8> = values.iter().map(|&y| mix(y, step) as u8).collect();
         assert_eq!(got, want, "step {step}");
+    }
+}
+
+#[test]
+fn device_gemm_kernels_match_the_naive_step() {
+    if harness().is_none() {
+        return;
+    }
+    let mut rng = ChaCha8Rng::from_seed([21; 32]);
+    // 64: one tile of each; 192: the tensor kernel's partial 128-tiles; 256: several k stages.
+    for n in [64usize, 128, 192, 256] {
+        let count = 2;
+        let mut input = vec![0u8; 2 * count * n * n];
+        rng.fill_bytes(&mut input);
+        // Extremes in the first matrix pair: all -128 against all -128 reaches the largest sums.
+        input[..n * n].fill(0x80);
+        input[count * n * n..count * n * n + n * n].fill(0x80);
+        for kind in ["tiled", "tensor"] {
+            let step = 5u32;
+            let got = run(
+                &["gemm", kind, &n.to_string(), &count.to_string(), &step.to_string()],
+                &input,
+            );
+            for z in 0..count {
+                let x = Matrix::from_bytes(n, &input[z * n * n..(z + 1) * n * n]).unwrap();
+                let b_at = (count + z) * n * n;
+                let b = Matrix::from_bytes(n, &input[b_at..b_at + n * n]).unwrap();
+                let want = naive::step(&x, &b, step);
+                assert_eq!(
+                    &got[z * n * n..(z + 1) * n * n],
+                    want.as_bytes(),
+                    "{kind} kernel, n={n}, matrix {z}"
+                );
+            }
+        }
     }
 }
