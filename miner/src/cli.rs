@@ -33,8 +33,8 @@ pub enum Command {
     Bench {
         #[command(flatten)]
         settings: Settings,
-        /// Matrix sizes to time.
-        #[arg(long, value_delimiter = ',', default_value = "256,1024,2048")]
+        /// Matrix sizes to time [default: 1024,2048,4096 on GPUs, 256,1024,2048 on the CPU].
+        #[arg(long, value_delimiter = ',')]
         sizes: Vec<usize>,
         /// Seconds to spend on each size and kernel.
         #[arg(long, default_value_t = 3.0)]

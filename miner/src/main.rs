@@ -58,6 +58,11 @@ fn run(cli: Cli) -> Result<()> {
         } => {
             let config = settings.resolve()?;
             let selected = backends::select(&config)?;
+            let sizes = match (sizes.is_empty(), selected.cuda.is_some()) {
+                (false, _) => sizes,
+                (true, true) => vec![1024, 2048, 4096],
+                (true, false) => vec![256, 1024, 2048],
+            };
             if let Some(bad) = sizes.iter().find(|&&n| n == 0 || n % 64 != 0 || n > 8192) {
                 bail!("size {bad} is not a valid challenge size (a multiple of 64 in 64..=8192)");
             }
