@@ -9,7 +9,7 @@ use super::plan;
 use crate::backend::{Backend, BackendError, CancelToken, ChainProgress, check_advance};
 use crate::chain::ChainResult;
 use crate::digest::Digest;
-use crate::matrix::{Matrix, a_stream, b_stream};
+use crate::matrix::Matrix;
 use crate::params::Work;
 use crate::statement::DeviceInfo;
 use cudarc::driver::CudaSlice;
@@ -303,11 +303,16 @@ impl DeviceRuntime {
         cancel: &CancelToken,
     ) -> Result<Vec<ChainResult>, BackendError> {
         let n = work.n();
-        let key = key_words(work.key());
-        self.generate(&mut buf.x, &key, a_stream(first), count, n)?;
-        // B is generated into `next` (free until the first step) and transposed into place.
-        self.generate(&mut buf.next, &key, b_stream(first), count, n)?;
-        self.transpose(&buf.next, &mut buf.bt, count, n)?;
+        // B passes through `next`, which is free until the first step.
+        let chains = first..first + count as u64;
+        self.load_chains(
+            &key_words(work.key()),
+            chains,
+            n,
+            &mut buf.x,
+            &mut buf.next,
+            &mut buf.bt,
+        )?;
         let mut checkpoints: Vec<Vec<Digest>> = (0..count)
             .map(|_| Vec::with_capacity(work.checkpoints_per_chain()))
             .collect();
@@ -365,8 +370,7 @@ impl DeviceRuntime {
         let n = work.n();
         let mut buf = self.buffers(1, n, true)?;
         self.upload(start.as_slice(), &mut buf.x)?;
-        self.generate(&mut buf.next, &key_words(work.key()), b_stream(chain), 1, n)?;
-        self.transpose(&buf.next, &mut buf.bt, 1, n)?;
+        self.load_transposed_b(&key_words(work.key()), chain..chain + 1, n, &mut buf.next, &mut buf.bt)?;
         self.run_steps(work, &mut buf, 1, first..first + steps, cancel, None)?;
         self.download(&buf.x, &mut buf.host)?;
         Ok(Matrix::from_vec(n, buf.host).expect("a buffer of n * n bytes"))

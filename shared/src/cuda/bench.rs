@@ -82,14 +82,19 @@ fn time_launches(
     Ok(f64::from(ms) / 1e3 / f64::from(launches))
 }
 
+/// The first `batch` chains of a fixed key, as the miner starts them: (X_0, free scratch, B^T).
+fn operands(rt: &DeviceRuntime, n: usize, batch: usize) -> Result<BenchOperands, BackendError> {
+    let len = batch * n * n;
+    let (mut x, mut scratch, mut bt) = (rt.alloc(len)?, rt.alloc(len)?, rt.alloc(len)?);
+    rt.load_chains(&[0x5eed_u32; 8], 0..batch as u64, n, &mut x, &mut scratch, &mut bt)?;
+    Ok((x, scratch, bt))
+}
+
+type BenchOperands = (CudaSlice<i8>, CudaSlice<i8>, CudaSlice<i8>);
+
 /// Seconds per fused GEMM+mix launch over `batch` chains of size n.
 pub fn fused_step_seconds(rt: &DeviceRuntime, n: usize, batch: usize, budget: Duration) -> Result<f64, BackendError> {
-    let len = batch * n * n;
-    let (mut x, mut next, mut bt) = (rt.alloc(len)?, rt.alloc(len)?, rt.alloc(len)?);
-    let key = [0x5eed_u32; 8];
-    rt.generate(&mut x, &key, 0, batch, n)?;
-    rt.generate(&mut next, &key, 1, batch, n)?;
-    rt.transpose(&next, &mut bt, batch, n)?;
+    let (mut x, mut next, bt) = operands(rt, n, batch)?;
     time_launches(rt, budget, |step| {
         rt.gemm_mix(&x, &bt, &mut next, batch, n, step)?;
         std::mem::swap(&mut x, &mut next);
@@ -106,17 +111,9 @@ pub fn cublaslt_mix_seconds(rt: &DeviceRuntime, n: usize, batch: usize, budget: 
     }
     let len = batch * n * n;
     let e = |e: BackendError| e.to_string();
-    let (mut x, mut next, mut bt) = (
-        rt.alloc(len).map_err(e)?,
-        rt.alloc(len).map_err(e)?,
-        rt.alloc(len).map_err(e)?,
-    );
+    let (mut x, mut next, bt) = operands(rt, n, batch).map_err(e)?;
     // SAFETY: written by the GEMM before the mix reads it.
     let mut y: CudaSlice<i32> = unsafe { rt.stream.alloc::<i32>(len) }.map_err(|err| rt.err(err).to_string())?;
-    let key = [0x5eed_u32; 8];
-    rt.generate(&mut x, &key, 0, batch, n).map_err(e)?;
-    rt.generate(&mut next, &key, 1, batch, n).map_err(e)?;
-    rt.transpose(&next, &mut bt, batch, n).map_err(e)?;
     let gemm = LtInt8Gemm::new(n, batch)?;
     let count = len as u64;
     let cfg = LaunchConfig::for_num_elems(len as u32);

@@ -8,8 +8,10 @@ use super::detect::{GpuInfo, driver_error_text};
 use super::kernels::{BLAKE3_CHUNKS_FN, BLAKE3_PARENTS_FN, GENERATE_FN, GpuKernel, MIX_FN, TRANSPOSE_FN};
 use crate::backend::BackendError;
 use crate::digest::Digest;
+use crate::matrix::{a_stream, b_stream};
 use cudarc::driver::{CudaContext, CudaFunction, CudaSlice, CudaStream, DriverError, LaunchConfig, PushKernelArg, sys};
 use cudarc::nvrtc::Ptx;
+use std::ops::Range;
 use std::path::Path;
 use std::sync::Arc;
 
@@ -153,6 +155,37 @@ impl DeviceRuntime {
         unsafe { launch.launch(cfg) }.map(|_| ()).map_err(|e| self.err(e))
     }
 
+    /// B_i transposed, for `chains`, into `bt`; `scratch` receives B on the way and is free
+    /// again afterwards.
+    pub fn load_transposed_b(
+        &self,
+        key: &[u32; 8],
+        chains: Range<u64>,
+        n: usize,
+        scratch: &mut CudaSlice<i8>,
+        bt: &mut CudaSlice<i8>,
+    ) -> Result<(), BackendError> {
+        let count = (chains.end - chains.start) as usize;
+        self.generate(scratch, key, b_stream(chains.start), count, n)?;
+        self.transpose(scratch, bt, count, n)
+    }
+
+    /// The start of `chains` on the device: X_0 = A_i into `x`, and B_i transposed into `bt`
+    /// (through `scratch`).
+    pub fn load_chains(
+        &self,
+        key: &[u32; 8],
+        chains: Range<u64>,
+        n: usize,
+        x: &mut CudaSlice<i8>,
+        scratch: &mut CudaSlice<i8>,
+        bt: &mut CudaSlice<i8>,
+    ) -> Result<(), BackendError> {
+        let count = (chains.end - chains.start) as usize;
+        self.generate(x, key, a_stream(chains.start), count, n)?;
+        self.load_transposed_b(key, chains, n, scratch, bt)
+    }
+
     /// `out[z] = input[z]^T` for `count` matrices.
     pub fn transpose(
         &self,
@@ -237,16 +270,14 @@ impl DeviceRuntime {
             .memcpy_dtoh(&level.slice(0..count * 8), &mut words)
             .map_err(|e| self.err(e))?;
         self.synchronize()?;
-        Ok(words
-            .chunks(8)
-            .map(|w| {
-                let bytes: Vec<u8> = w.iter().flat_map(|v| v.to_le_bytes()).collect();
-                Digest::from_slice(&bytes).expect("32 bytes")
-            })
+        let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
+        Ok(bytes
+            .chunks(32)
+            .map(|d| Digest::from_slice(d).expect("32 bytes"))
             .collect())
     }
 
-    /// Copies the first `count` matrices of `src` into `host` and waits for the copy.
+    /// Copies the first `host.len()` bytes of `src` into `host` and waits for the copy.
     pub fn download(&self, src: &CudaSlice<i8>, host: &mut [i8]) -> Result<(), BackendError> {
         let view = src.slice(0..host.len());
         self.stream.memcpy_dtoh(&view, host).map_err(|e| self.err(e))?;
