@@ -256,27 +256,14 @@ async fn a_revoked_validator_can_neither_challenge_nor_open() {
 #[tokio::test(flavor = "multi_thread")]
 async fn commitment_under_another_miners_key_fails() {
     let miner = spawn_cheater(miner_core(44, &[validator_key()], 1), Cheat::ForeignKey).await;
-    let dir = TempDir::new("foreign");
-    let verdict = attestor(&validator_config(&dir, Policy::Sampled))
-        .attest(&miner.url(), &|_| {})
-        .await
-        .unwrap();
-    assert!(!verdict.passed);
-    assert!(
-        verdict.reasons.iter().any(|r| r.contains("the challenge was for")),
-        "{:?}",
-        verdict.reasons
-    );
+    let (verdict, _dir) = attest(&miner.url(), Policy::Sampled).await;
+    assert_failed_with(&verdict, "the challenge was for");
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn openings_with_bad_signatures_fail() {
     let miner = spawn_cheater(miner_core(45, &[validator_key()], 1), Cheat::BadOpeningSignatures).await;
-    let dir = TempDir::new("badsig");
-    let verdict = attestor(&validator_config(&dir, Policy::Sampled))
-        .attest(&miner.url(), &|_| {})
-        .await
-        .unwrap();
+    let (verdict, _dir) = attest(&miner.url(), Policy::Sampled).await;
     assert!(!verdict.passed);
     assert!(
         verdict.reasons.iter().all(|r| r.contains("not signed by the miner")),
@@ -288,18 +275,9 @@ async fn openings_with_bad_signatures_fail() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_miner_that_stalls_its_openings_fails_within_a_bound() {
     let miner = spawn_cheater(miner_core(49, &[validator_key()], 1), Cheat::StallOpenings).await;
-    let dir = TempDir::new("stall");
     let started = std::time::Instant::now();
-    let verdict = attestor(&validator_config(&dir, Policy::Sampled))
-        .attest(&miner.url(), &|_| {})
-        .await
-        .unwrap();
-    assert!(!verdict.passed);
-    assert!(
-        verdict.reasons.iter().any(|r| r.contains("did not send all openings")),
-        "{:?}",
-        verdict.reasons
-    );
+    let (verdict, _dir) = attest(&miner.url(), Policy::Sampled).await;
+    assert_failed_with(&verdict, "did not send all openings");
     // The opening budget is twice the deadline with a 10 s floor; the challenge itself takes well
     // under a second here. Without the budget this would wait forever.
     assert!(

@@ -7,35 +7,6 @@ mod common;
 use common::cheats::{Cheat, spawn_cheater};
 use common::*;
 use gpu_attest_validator::config::Policy;
-use gpu_attest_validator::store::{Verdict, VerdictFilter};
-
-async fn attest(url: &str, policy: Policy) -> (Verdict, TempDir) {
-    let dir = TempDir::new("attest");
-    let attestor = attestor(&validator_config(&dir, policy));
-    let verdict = attestor
-        .attest(url, &|_| {})
-        .await
-        .expect("attestation runs to a verdict");
-    // What was reported is what was stored.
-    let stored = attestor
-        .store()
-        .verdicts(&VerdictFilter {
-            limit: 10,
-            ..Default::default()
-        })
-        .unwrap();
-    assert_eq!(stored, vec![verdict.clone()]);
-    (verdict, dir)
-}
-
-fn assert_failed_with(verdict: &Verdict, needle: &str) {
-    assert!(!verdict.passed, "a cheating miner passed: {verdict:?}");
-    assert!(
-        verdict.reasons.iter().any(|r| r.contains(needle)),
-        "no reason mentions {needle:?}; reasons: {:?}",
-        verdict.reasons
-    );
-}
 
 #[tokio::test(flavor = "multi_thread")]
 async fn honest_miner_passes_sampled_verification() {

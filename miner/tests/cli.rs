@@ -24,6 +24,14 @@ fn skip_on_gpu_host(test: &str) -> bool {
     has_driver
 }
 
+/// A fresh miner key `m.key` in `dir`, made by the real `miner keygen`.
+fn keygen(dir: &std::path::Path) -> std::path::PathBuf {
+    let key = dir.join("m.key");
+    let made = miner().args(["keygen", "--key-file"]).arg(&key).output().unwrap();
+    assert!(made.status.success(), "{}", String::from_utf8_lossy(&made.stderr));
+    key
+}
+
 #[test]
 fn info_says_plainly_there_is_no_gpu() {
     if skip_on_gpu_host("info_says_plainly_there_is_no_gpu") {
@@ -51,16 +59,7 @@ fn serve_with_cuda_backend_exits_with_one_clear_line() {
         return;
     }
     let dir = temp_dir("cuda");
-    let key = dir.join("m.key");
-    assert!(
-        miner()
-            .args(["keygen", "--key-file"])
-            .arg(&key)
-            .output()
-            .unwrap()
-            .status
-            .success()
-    );
+    let key = keygen(&dir);
     // RUST_BACKTRACE must not turn the error into a backtrace.
     let out = miner()
         .args(["serve", "--backend", "cuda", "--key-file"])
@@ -81,16 +80,7 @@ fn serve_with_cuda_backend_exits_with_one_clear_line() {
 #[test]
 fn keygen_refuses_to_overwrite_and_serve_refuses_open_key_files() {
     let dir = temp_dir("keys");
-    let key = dir.join("m.key");
-    assert!(
-        miner()
-            .args(["keygen", "--key-file"])
-            .arg(&key)
-            .output()
-            .unwrap()
-            .status
-            .success()
-    );
+    let key = keygen(&dir);
     let again = miner().args(["keygen", "--key-file"]).arg(&key).output().unwrap();
     assert!(!again.status.success());
     assert!(String::from_utf8_lossy(&again.stderr).contains("already exists"));
@@ -132,16 +122,7 @@ fn print_config_shows_flags_over_file_over_defaults() {
 #[test]
 fn plaintext_on_a_public_address_is_refused_with_one_line() {
     let dir = temp_dir("plaintext");
-    let key = dir.join("m.key");
-    assert!(
-        miner()
-            .args(["keygen", "--key-file"])
-            .arg(&key)
-            .output()
-            .unwrap()
-            .status
-            .success()
-    );
+    let key = keygen(&dir);
     let out = miner()
         .args(["serve", "--listen", "0.0.0.0:0", "--key-file"])
         .arg(&key)

@@ -4,6 +4,9 @@
 //! Needs a CUDA GPU. Without one every test says it was skipped and passes: CI has no GPU, and
 //! these run on a GPU host through `scripts/gpu-check.sh`.
 
+mod common;
+
+use common::skipped;
 use gpu_attest_shared::backend::{Backend, CancelToken};
 use gpu_attest_shared::cpu::CpuBackend;
 use gpu_attest_shared::cuda::detect::detect;
@@ -169,11 +172,4 @@ fn cancellation_stops_a_gpu_challenge() {
     // The devices stay usable afterwards.
     let again = execute(&cuda, &work(64, 2, 2, 1, 10), &|_| {}, &CancelToken::new());
     assert!(again.is_ok(), "{again:?}");
-}
-
-/// Says so on the terminal even when the test harness captures output: a skipped GPU check must
-/// never read as a pass.
-fn skipped(why: &str) {
-    use std::io::Write;
-    let _ = writeln!(std::io::stderr(), "SKIPPED: {why}");
 }

@@ -6,6 +6,9 @@
 //! runs this test. Without NVRTC it says it was skipped, unless `GPU_ATTEST_REQUIRE_NVRTC` is
 //! set (as that script sets it), when it fails.
 
+mod common;
+
+use common::skipped;
 use gpu_attest_shared::cuda::GpuKernel;
 use gpu_attest_shared::cuda::compile::{compile_ptx, nvrtc_present, nvrtc_version, supported_archs};
 use std::path::PathBuf;
@@ -100,11 +103,4 @@ fn assemble(ptxas: &PathBuf, kernel: GpuKernel, arch: u32, ptx: &str) {
         }
     }
     std::fs::remove_dir_all(&dir).ok();
-}
-
-/// Says so on the terminal even when the test harness captures output: a skipped GPU check must
-/// never read as a pass.
-fn skipped(why: &str) {
-    use std::io::Write;
-    let _ = writeln!(std::io::stderr(), "SKIPPED: {why}");
 }

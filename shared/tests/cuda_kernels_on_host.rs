@@ -9,6 +9,8 @@
 //!
 //! Needs a C++ compiler (`c++`, or `CXX`); without one it says it was skipped.
 
+mod common;
+
 use gpu_attest_shared::gemm::naive;
 use gpu_attest_shared::matrix::{Matrix, generate};
 use gpu_attest_shared::mix::mix;
@@ -227,7 +229,7 @@ fn harness() -> Option<&'static Path> {
                     String::from_utf8_lossy(&out.stderr)
                 ),
                 Err(e) => {
-                    let _ = writeln!(std::io::stderr(), "SKIPPED: no C++ compiler ({cxx}: {e})");
+                    common::skipped(&format!("no C++ compiler ({cxx}: {e})"));
                     None
                 }
             }

@@ -16,7 +16,7 @@ use gpu_attest_shared::cpu::CpuBackend;
 use gpu_attest_shared::identity::{Identity, PublicKey};
 use gpu_attest_validator::Attestor;
 use gpu_attest_validator::config::{ChallengeConfig, DeadlineConfig, Policy, RateEntry, ValidatorConfig};
-use gpu_attest_validator::store::Store;
+use gpu_attest_validator::store::{Store, Verdict, VerdictFilter};
 use std::collections::HashSet;
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -179,6 +179,37 @@ pub fn attestor(config: &ValidatorConfig) -> Arc<Attestor> {
         false,
         Arc::new(store),
     ))
+}
+
+/// One attestation of the miner at `url` by a fresh validator, checking that the verdict it
+/// reports is the one it stored. The directory holds the validator's database.
+pub async fn attest(url: &str, policy: Policy) -> (Verdict, TempDir) {
+    let dir = TempDir::new("attest");
+    let attestor = attestor(&validator_config(&dir, policy));
+    let verdict = attestor
+        .attest(url, &|_| {})
+        .await
+        .expect("attestation runs to a verdict");
+    // What was reported is what was stored.
+    let stored = attestor
+        .store()
+        .verdicts(&VerdictFilter {
+            limit: 10,
+            ..Default::default()
+        })
+        .unwrap();
+    assert_eq!(stored, vec![verdict.clone()]);
+    (verdict, dir)
+}
+
+/// The verdict failed, and one of its reasons names the cheat.
+pub fn assert_failed_with(verdict: &Verdict, needle: &str) {
+    assert!(!verdict.passed, "a cheating miner passed: {verdict:?}");
+    assert!(
+        verdict.reasons.iter().any(|r| r.contains(needle)),
+        "no reason mentions {needle:?}; reasons: {:?}",
+        verdict.reasons
+    );
 }
 
 pub fn validator_options() -> gpu_attest_validator::server::ServeOptions {
