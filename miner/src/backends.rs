@@ -5,6 +5,7 @@ use crate::inventory::cpu_device;
 use gpu_attest_shared::Backend;
 use gpu_attest_shared::cpu::CpuBackend;
 use gpu_attest_shared::cuda::compile::default_cache_dir;
+use gpu_attest_shared::cuda::detect::{Detection, GpuDetectError, detect};
 use gpu_attest_shared::cuda::{CudaBackend, CudaInitError, CudaOptions, GpuKernel};
 use gpu_attest_shared::statement::DeviceInfo;
 use std::sync::Arc;
@@ -49,9 +50,28 @@ pub fn cuda_options(config: &MinerConfig) -> CudaOptions {
 
 pub fn select(config: &MinerConfig) -> Result<SelectedBackend, BackendSelectError> {
     match config.backend {
-        BackendChoice::Cuda => cuda(config).map_err(BackendSelectError::Cuda),
         BackendChoice::Cpu => cpu(config, Vec::new()),
-        BackendChoice::Auto => cuda(config).or_else(|e| {
+        _ => select_detected(config, &detect()),
+    }
+}
+
+/// As [`select`], from a detection the caller already made (`miner info` prints it too).
+pub fn select_detected(
+    config: &MinerConfig,
+    detection: &Result<Detection, GpuDetectError>,
+) -> Result<SelectedBackend, BackendSelectError> {
+    let start_cuda = || -> Result<SelectedBackend, CudaInitError> {
+        let gpus = detection
+            .as_ref()
+            .map_err(|e| CudaInitError::Detect(e.clone()))?
+            .gpus
+            .clone();
+        Ok(cuda_selection(CudaBackend::with_gpus(gpus, &cuda_options(config))?))
+    };
+    match config.backend {
+        BackendChoice::Cuda => start_cuda().map_err(BackendSelectError::Cuda),
+        BackendChoice::Cpu => cpu(config, Vec::new()),
+        BackendChoice::Auto => start_cuda().or_else(|e| {
             cpu(
                 config,
                 vec![format!("no usable GPU ({e}), so auto selected the CPU backend")],
@@ -60,16 +80,16 @@ pub fn select(config: &MinerConfig) -> Result<SelectedBackend, BackendSelectErro
     }
 }
 
-fn cuda(config: &MinerConfig) -> Result<SelectedBackend, CudaInitError> {
-    let backend = Arc::new(CudaBackend::new(&cuda_options(config))?);
-    Ok(SelectedBackend {
+fn cuda_selection(backend: CudaBackend) -> SelectedBackend {
+    let backend = Arc::new(backend);
+    SelectedBackend {
         name: "cuda".to_string(),
         kernel: backend.kernel().to_string(),
         devices: backend.inventory(),
         notes: backend.module_notes(),
         backend: backend.clone(),
         cuda: Some(backend),
-    })
+    }
 }
 
 fn cpu(config: &MinerConfig, notes: Vec<String>) -> Result<SelectedBackend, BackendSelectError> {

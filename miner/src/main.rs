@@ -42,7 +42,7 @@ fn run(cli: Cli) -> Result<()> {
         Command::Info { settings, json } => {
             let config = settings.resolve()?;
             let detection = detect();
-            let selected = backends::select(&config)?;
+            let selected = backends::select_detected(&config, &detection)?;
             if json {
                 println!("{}", serde_json::to_string_pretty(&info_json(&selected, &detection))?);
             } else {
