@@ -126,6 +126,19 @@ mod tests {
         }
     }
 
+    /// A plan with the default deadline policy and rates, and zero nonce, seed and key.
+    fn plan_for(inv: &v1::Inventory, cfg: &ChallengeConfig) -> Result<Plan, PlanError> {
+        plan(
+            inv,
+            cfg,
+            &DeadlineConfig::default(),
+            &default_rates(),
+            [0; 32],
+            [0; 32],
+            [0; 32],
+        )
+    }
+
     #[test]
     fn rates_match_first_pattern_case_insensitively() {
         let rates = default_rates();
@@ -139,26 +152,14 @@ mod tests {
         let mut inv = inventory("cuda", "tensor", &["NVIDIA H100", "NVIDIA H100"]);
         inv.limits.as_mut().unwrap().max_chains = 1 << 20;
         let cfg = ChallengeConfig::default();
-        let plan_for = |inv: &v1::Inventory, cfg: &ChallengeConfig| {
-            plan(
-                inv,
-                cfg,
-                &DeadlineConfig::default(),
-                &default_rates(),
-                [0; 32],
-                [0; 32],
-                [0; 32],
-            )
-            .unwrap()
-        };
         let seconds = |p: &Plan| 2.0 * f64::from(p.params.n).powi(3) * 16.0 * p.params.num_chains as f64 / 1.0e15;
         // Two H100s at 5e14 each: 30 s of work is about 109 000 chains of n = 2048, K = 16.
-        let p = plan_for(&inv, &cfg);
+        let p = plan_for(&inv, &cfg).unwrap();
         assert!((seconds(&p) - 30.0).abs() < 0.1, "{}", seconds(&p));
         assert_eq!(p.deadline_ms, p.expected_ms * 2);
         // The miner's own limit caps the chain count (and so the work) below the target.
         inv.limits.as_mut().unwrap().max_chains = 1 << 16;
-        let capped = plan_for(&inv, &cfg);
+        let capped = plan_for(&inv, &cfg).unwrap();
         assert_eq!(capped.params.num_chains, 1 << 16);
         assert!(seconds(&capped) < 30.0);
         // Tiny targets still give every device a chain, and the deadline floor applies.
@@ -166,7 +167,7 @@ mod tests {
             target_seconds: 0.0,
             ..cfg
         };
-        let p = plan_for(&inv, &tiny);
+        let p = plan_for(&inv, &tiny).unwrap();
         assert_eq!(p.params.num_chains, 2);
         assert_eq!(p.deadline_ms, 5_000);
     }
@@ -175,26 +176,10 @@ mod tests {
     fn refuses_what_the_miner_cannot_take() {
         let mut inv = inventory("cpu", "portable", &["cpu"]);
         inv.limits.as_mut().unwrap().max_n = 128;
-        let err = plan(
-            &inv,
-            &ChallengeConfig::default(),
-            &DeadlineConfig::default(),
-            &default_rates(),
-            [0; 32],
-            [0; 32],
-            [0; 32],
-        );
+        let err = plan_for(&inv, &ChallengeConfig::default());
         assert_eq!(err.unwrap_err(), PlanError::SizeOverLimit { n: 256, max_n: 128 });
         inv.devices.clear();
-        let err = plan(
-            &inv,
-            &ChallengeConfig::default(),
-            &DeadlineConfig::default(),
-            &default_rates(),
-            [0; 32],
-            [0; 32],
-            [0; 32],
-        );
+        let err = plan_for(&inv, &ChallengeConfig::default());
         assert_eq!(err.unwrap_err(), PlanError::NoDevices);
     }
 }
