@@ -142,7 +142,9 @@ fn attest_a_real_miner_then_fail_cleanly_on_bad_targets() {
     .unwrap();
 
     let mut serve = cmd("miner");
+    // The miner keeps its nonce log in its working directory by default: keep it in the test's.
     serve
+        .current_dir(d)
         .args([
             "serve",
             "--listen",
@@ -183,6 +185,7 @@ fn attest_a_real_miner_then_fail_cleanly_on_bad_targets() {
     keygen("miner", &d.join("m2.key"));
     let mut strict = cmd("miner");
     strict
+        .current_dir(d)
         .args(["serve", "--listen", "127.0.0.1:0", "--key-file"])
         .arg(d.join("m2.key"));
     let (_strict, strict_url) = start(strict);
