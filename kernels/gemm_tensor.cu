@@ -5,28 +5,41 @@
 // int32 accumulation is exact (|sum| <= 2^27 for n <= 8192), so the result is bit-identical to
 // every other backend. The int32 product never leaves registers: mix is the epilogue.
 //
-// A block of 256 threads (8 warps, 2 x 4) computes a 128x128 output tile; each warp a 64x32
-// tile as 4 x 4 mma tiles of 16x8. k advances 64 bytes per stage; stages are double-buffered
-// with cp.async so the next tile loads while this one multiplies. Rows and columns past n (n is
-// a multiple of 64, not always of 128) are zero-filled on load and skipped on store.
+// Shape, and why:
+// - A block of 128 threads (4 warps, 2 x 2) computes a 128x128 output tile; each warp a 64x64
+//   tile as 4 x 8 mma tiles of 16x8. A 64x64 warp tile reads 4 KiB of fragments from shared
+//   memory per 32 mma, half the bytes per mma of a 64x32 tile: shared-memory bandwidth, not the
+//   tensor cores, is what limits mma.sync kernels with small warp tiles.
+// - Fragments come from shared memory with ldmatrix.x4: one instruction per 16x32 A fragment or
+//   per pair of 8x32 B fragments, instead of four 32-bit loads each.
+// - k advances 64 bytes per stage, three stages deep (cp.async): two tiles are in flight while
+//   the third is multiplied. 3 x 16 KiB = 48 KiB, the static shared-memory limit, so two blocks
+//   (8 warps) share an SM.
+// - Rows are stored unpadded (64 bytes) with their four 16-byte chunks XOR-swizzled by
+//   (row / 2) % 4, so the eight rows one ldmatrix phase reads land on eight distinct 16-byte bank
+//   groups: no bank conflicts, and no padding to waste the 48 KiB.
+// - Rows and columns past n (n is a multiple of 64, not always of 128) are zero-filled on load
+//   and skipped on store.
 //
 // Fragment layouts (PTX ISA, "Matrix Fragments for mma.m16n8k32"), lane = 4 * g + t:
 //   A (16x32, row): reg0 = row g,   k 4t..4t+3;  reg1 = row g+8, k 4t..;
 //                   reg2 = row g,   k 16+4t..;   reg3 = row g+8, k 16+4t..
 //   B (32x8, col):  reg0 = col g,   k 4t..4t+3;  reg1 = col g,   k 16+4t..
 //   C (16x8):       c0, c1 = row g, cols 2t, 2t+1;  c2, c3 = row g+8, cols 2t, 2t+1
+// ldmatrix.x4 gives lane 4 * g + t, for each of its four 8-row x 16-byte matrices, bytes
+// 4t..4t+3 of row g; lanes 8j..8j+7 supply the row addresses of matrix j. So an A fragment is
+// matrices (rows 0-7, k 0-15), (rows 8-15, k 0-15), (rows 0-7, k 16-31), (rows 8-15, k 16-31),
+// and a B pair is (cols 0-7, k 0-15), (cols 0-7, k 16-31), (cols 8-15, k 0-15), (cols 8-15, k 16-31).
 
 #define TC_BM 128
 #define TC_BN 128
 #define TC_BK 64
-// Row stride in shared memory: 64 bytes of data plus 16 of padding. 80 bytes = 20 words puts
-// the 8 rows a fragment load touches on distinct banks, and keeps 16-byte cp.async alignment.
-#define TC_LDS 80
-#define TC_THREADS 256
+#define TC_STAGES 3
+#define TC_THREADS 128
 
 // The PTX helpers. A host build (shared/tests/cuda_kernels_on_host.rs) defines
-// GA_HOST_EMULATION and supplies equivalents: a synchronous copy for cp.async, and an mma that
-// gathers the warp's fragments by the PTX ISA's layout tables.
+// GA_HOST_EMULATION and supplies equivalents: cp.async as copies deferred to the matching
+// wait_group, and ldmatrix and mma as warp exchanges following the PTX ISA's layout tables.
 #ifndef GA_HOST_EMULATION
 __device__ __forceinline__ u32 tc_smem_addr(const void* p) {
     u64 a;
@@ -44,9 +57,16 @@ __device__ __forceinline__ void tc_cp_async_commit() {
     asm volatile("cp.async.commit_group;\n" ::);
 }
 
-// Waits until at most one committed group is still in flight.
-__device__ __forceinline__ void tc_cp_async_wait_one() {
-    asm volatile("cp.async.wait_group 1;\n" ::);
+// Waits until at most `Pending` committed groups are still in flight.
+template <int Pending>
+__device__ __forceinline__ void tc_cp_async_wait() {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(Pending));
+}
+
+__device__ __forceinline__ void tc_ldmatrix_x4(int* r, const void* row_addr) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(tc_smem_addr(row_addr)));
 }
 
 __device__ __forceinline__ void tc_mma(int* c, int a0, int a1, int a2, int a3, int b0, int b1) {
@@ -58,29 +78,37 @@ __device__ __forceinline__ void tc_mma(int* c, int a0, int a1, int a2, int a3, i
 }
 #endif  // GA_HOST_EMULATION
 
+// One stage of one operand: 128 rows of 64 bytes, chunks swizzled (see above).
+typedef i8 tc_tile[TC_BM][TC_BK];
+
+// Byte offset within a row of logical 16-byte chunk `chunk` (0..3) of row `row`.
+__device__ __forceinline__ int tc_swizzle(int row, int chunk) {
+    return ((chunk ^ (row >> 1)) & 3) * 16;
+}
+
 // Loads the 128 x 64-byte tiles of X (rows row0..) and Bt (rows col0..) at k0 into one stage.
-__device__ __forceinline__ void tc_load_stage(i8 (*as)[TC_LDS], i8 (*bs)[TC_LDS], const i8* xm, const i8* bm,
-                                              int n, int row0, int col0, int k0, int tid) {
-    // 128 rows x 4 chunks of 16 bytes = 512 chunks per operand: two per thread.
+__device__ __forceinline__ void tc_load_stage(tc_tile& as, tc_tile& bs, const i8* xm, const i8* bm, int n,
+                                              int row0, int col0, int k0, int tid) {
+    // 128 rows x 4 chunks of 16 bytes = 512 chunks per operand: four per thread.
 #pragma unroll
-    for (int r = 0; r < 2; ++r) {
-        const int chunk = tid + r * TC_THREADS;
-        const int row = chunk >> 2;
-        const int col = (chunk & 3) * 16;
+    for (int r = 0; r < 4; ++r) {
+        const int q = tid + r * TC_THREADS;
+        const int row = q >> 2;
+        const int chunk = q & 3;
         const bool a_in = row0 + row < n;
         const bool b_in = col0 + row < n;
         // Out-of-range rows read nothing (src_bytes 0) from a valid address.
-        const i8* a_src = a_in ? xm + (u64)(row0 + row) * n + k0 + col : xm;
-        const i8* b_src = b_in ? bm + (u64)(col0 + row) * n + k0 + col : bm;
-        tc_cp_async16(&as[row][col], a_src, a_in ? 16 : 0);
-        tc_cp_async16(&bs[row][col], b_src, b_in ? 16 : 0);
+        const i8* a_src = a_in ? xm + (u64)(row0 + row) * n + k0 + chunk * 16 : xm;
+        const i8* b_src = b_in ? bm + (u64)(col0 + row) * n + k0 + chunk * 16 : bm;
+        tc_cp_async16(&as[row][tc_swizzle(row, chunk)], a_src, a_in ? 16 : 0);
+        tc_cp_async16(&bs[row][tc_swizzle(row, chunk)], b_src, b_in ? 16 : 0);
     }
 }
 
-extern "C" __global__ void __launch_bounds__(TC_THREADS)
+extern "C" __global__ void __launch_bounds__(TC_THREADS, 2)
 gemm_mix_tensor(const i8* x, const i8* bt, i8* out, int n, u32 step) {
-    __shared__ __align__(16) i8 As[2][TC_BM][TC_LDS];
-    __shared__ __align__(16) i8 Bs[2][TC_BN][TC_LDS];
+    __shared__ __align__(128) tc_tile As[TC_STAGES];
+    __shared__ __align__(128) tc_tile Bs[TC_STAGES];
 
     const u64 matrix = (u64)blockIdx.z * (u64)n * (u64)n;
     const i8* xm = x + matrix;
@@ -90,64 +118,78 @@ gemm_mix_tensor(const i8* x, const i8* bt, i8* out, int n, u32 step) {
     const int tid = threadIdx.x;
     const int lane = tid & 31;
     const int warp = tid >> 5;
-    const int warp_row = (warp >> 2) * 64;  // 2 warps down
-    const int warp_col = (warp & 3) * 32;   // 4 warps across
-    const int g = lane >> 2;
-    const int t = lane & 3;
+    const int warp_row = (warp >> 1) * 64;
+    const int warp_col = (warp & 1) * 64;
+    // This lane's ldmatrix row within a 16-row A fragment or a 16-column B pair, and which 16-byte
+    // half of the fragment's 32 k it addresses (see the layouts above).
+    const int a_ld_row = (lane & 7) + ((lane >> 3) & 1) * 8;
+    const int a_ld_half = lane >> 4;
+    const int b_ld_col = (lane & 7) + (lane >> 4) * 8;
+    const int b_ld_half = (lane >> 3) & 1;
 
-    int acc[4][4][4];
+    int acc[4][8][4];
 #pragma unroll
     for (int mi = 0; mi < 4; ++mi)
 #pragma unroll
-        for (int ni = 0; ni < 4; ++ni)
+        for (int ni = 0; ni < 8; ++ni)
 #pragma unroll
             for (int e = 0; e < 4; ++e) acc[mi][ni][e] = 0;
 
     const int ktiles = n / TC_BK;
-    tc_load_stage(As[0], Bs[0], xm, bm, n, row0, col0, 0, tid);
-    tc_cp_async_commit();
-    for (int kt = 0; kt < ktiles; ++kt) {
-        const int stage = kt & 1;
-        if (kt + 1 < ktiles) {
-            tc_load_stage(As[stage ^ 1], Bs[stage ^ 1], xm, bm, n, row0, col0, (kt + 1) * TC_BK, tid);
-        }
-        // Commit even when nothing was issued, so "all but one group" always means "stage kt".
-        tc_cp_async_commit();
-        tc_cp_async_wait_one();
-        __syncthreads();
+    // Prologue: the first TC_STAGES - 1 tiles in flight, one commit group each (empty past the end,
+    // so that group kt is always tile kt).
 #pragma unroll
-        for (int ks = 0; ks < TC_BK; ks += 32) {
-            int a[4][4];
-            int b[4][2];
+    for (int s = 0; s < TC_STAGES - 1; ++s) {
+        if (s < ktiles) {
+            tc_load_stage(As[s], Bs[s], xm, bm, n, row0, col0, s * TC_BK, tid);
+        }
+        tc_cp_async_commit();
+    }
+    for (int kt = 0; kt < ktiles; ++kt) {
+        // Tile kt has landed once at most TC_STAGES - 2 younger groups are pending; the barrier
+        // makes every thread's copies visible, and proves every warp is done with tile kt - 1,
+        // whose stage the load below refills.
+        tc_cp_async_wait<TC_STAGES - 2>();
+        __syncthreads();
+        const int next = kt + TC_STAGES - 1;
+        if (next < ktiles) {
+            const int s = next % TC_STAGES;
+            tc_load_stage(As[s], Bs[s], xm, bm, n, row0, col0, next * TC_BK, tid);
+        }
+        tc_cp_async_commit();
+
+        const int stage = kt % TC_STAGES;
+#pragma unroll
+        for (int ks = 0; ks < TC_BK / 32; ++ks) {
+            int b[8][2];
+#pragma unroll
+            for (int nj = 0; nj < 4; ++nj) {
+                const int c = warp_col + nj * 16 + b_ld_col;
+                int r[4];
+                tc_ldmatrix_x4(r, &Bs[stage][c][tc_swizzle(c, ks * 2 + b_ld_half)]);
+                b[2 * nj][0] = r[0];
+                b[2 * nj][1] = r[1];
+                b[2 * nj + 1][0] = r[2];
+                b[2 * nj + 1][1] = r[3];
+            }
 #pragma unroll
             for (int mi = 0; mi < 4; ++mi) {
-                const int r = warp_row + mi * 16 + g;
-                a[mi][0] = *(const int*)&As[stage][r][ks + 4 * t];
-                a[mi][1] = *(const int*)&As[stage][r + 8][ks + 4 * t];
-                a[mi][2] = *(const int*)&As[stage][r][ks + 16 + 4 * t];
-                a[mi][3] = *(const int*)&As[stage][r + 8][ks + 16 + 4 * t];
+                const int row = warp_row + mi * 16 + a_ld_row;
+                int a[4];
+                tc_ldmatrix_x4(a, &As[stage][row][tc_swizzle(row, ks * 2 + a_ld_half)]);
+#pragma unroll
+                for (int ni = 0; ni < 8; ++ni) tc_mma(acc[mi][ni], a[0], a[1], a[2], a[3], b[ni][0], b[ni][1]);
             }
-#pragma unroll
-            for (int ni = 0; ni < 4; ++ni) {
-                const int c = warp_col + ni * 8 + g;
-                b[ni][0] = *(const int*)&Bs[stage][c][ks + 4 * t];
-                b[ni][1] = *(const int*)&Bs[stage][c][ks + 16 + 4 * t];
-            }
-#pragma unroll
-            for (int mi = 0; mi < 4; ++mi)
-#pragma unroll
-                for (int ni = 0; ni < 4; ++ni)
-                    tc_mma(acc[mi][ni], a[mi][0], a[mi][1], a[mi][2], a[mi][3], b[ni][0], b[ni][1]);
         }
-        // Everyone is done reading this stage before the next iteration refills it.
-        __syncthreads();
     }
 
     i8* om = out + matrix;
+    const int g = lane >> 2;
+    const int t = lane & 3;
 #pragma unroll
     for (int mi = 0; mi < 4; ++mi) {
 #pragma unroll
-        for (int ni = 0; ni < 4; ++ni) {
+        for (int ni = 0; ni < 8; ++ni) {
             const int row = row0 + warp_row + mi * 16 + g;
             const int col = col0 + warp_col + ni * 8 + 2 * t;
             if (col >= n) {

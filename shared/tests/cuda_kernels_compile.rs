@@ -55,6 +55,7 @@ fn every_kernel_compiles_for_every_target_architecture() {
             if kernel == GpuKernel::Tensor {
                 assert!(ptx.contains("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32"));
                 assert!(ptx.contains("cp.async.cg.shared.global"));
+                assert!(ptx.contains("ldmatrix.sync.aligned.m8n8.x4.shared.b16"));
             } else {
                 assert!(ptx.contains("dp4a.s32.s32"), "the tiled kernel must use dp4a");
             }

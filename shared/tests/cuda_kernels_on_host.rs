@@ -1,11 +1,11 @@
 //! Runs the CUDA kernels on the CPU: the exact `.cu` sources, compiled as C++ behind a shim,
 //! against rand_chacha, the blake3 crate, `mix.rs` and the naive GEMM. Kernels without barriers
 //! (ChaCha8, BLAKE3, mix) run one emulated thread at a time; the transpose and both GEMM kernels
-//! run each block's threads as OS threads, with `__syncthreads` a barrier, cp.async a plain copy
-//! and `mma.sync` emulated from the PTX ISA's fragment tables. That checks every kernel's
-//! indexing, tiling, bounds and fragment layouts bit for bit without a GPU; what it cannot check
-//! is the hardware itself (asynchronous copies, the real mma unit), which the GPU tests do
-//! (tests/cuda_backend.rs).
+//! run each block's threads as OS threads, with `__syncthreads` a barrier, cp.async a copy that
+//! lands only when its commit group is waited for, and `ldmatrix` and `mma.sync` emulated from
+//! the PTX ISA's layout tables. That checks every kernel's indexing, tiling, swizzling, pipeline
+//! order, bounds and fragment layouts bit for bit without a GPU; what it cannot check is the
+//! hardware itself (the real mma unit, timing), which the GPU tests do (tests/cuda_backend.rs).
 //!
 //! Needs a C++ compiler (`c++`, or `CXX`); without one it says it was skipped.
 
@@ -27,6 +27,7 @@ const SHIM: &str = r#"
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
 #include <memory>
 #include <string>
 #include <thread>
@@ -34,7 +35,7 @@ const SHIM: &str = r#"
 #define __device__
 #define __global__
 #define __forceinline__ inline
-#define __launch_bounds__(x)
+#define __launch_bounds__(...)
 #define __shared__ static
 #define __align__(x) __attribute__((aligned(x)))
 struct ga_dim3 { unsigned x, y, z; };
@@ -53,12 +54,39 @@ static inline int __dp4a(int a, int b, int c) {
     return c;
 }
 
-// cp.async as a plain copy: the kernel's own barriers order it.
+// cp.async as the PTX ISA promises it, no more: a thread's copies land only when a wait_group
+// retires their commit group. A pipeline that reads a stage before waiting for it (or waits for
+// too few groups) reads stale shared memory here, as it could on the hardware.
+struct ga_copy { void* dst; const void* src; int bytes; };
+static thread_local std::vector<ga_copy> ga_open_group;
+static thread_local std::deque<std::vector<ga_copy>> ga_committed_groups;
 static inline void tc_cp_async16(void* smem, const void* gmem, int src_bytes) {
-    if (src_bytes) memcpy(smem, gmem, 16); else memset(smem, 0, 16);
+    ga_open_group.push_back(ga_copy{smem, gmem, src_bytes});
 }
-static inline void tc_cp_async_commit() {}
-static inline void tc_cp_async_wait_one() {}
+static inline void tc_cp_async_commit() {
+    ga_committed_groups.push_back(std::move(ga_open_group));
+    ga_open_group.clear();
+}
+template <int Pending> static inline void tc_cp_async_wait() {
+    while (ga_committed_groups.size() > (size_t)Pending) {
+        for (const ga_copy& c : ga_committed_groups.front()) {
+            if (c.bytes) memcpy(c.dst, c.src, 16); else memset(c.dst, 0, 16);
+        }
+        ga_committed_groups.pop_front();
+    }
+}
+
+// ldmatrix.sync.aligned.m8n8.x4.shared.b16 for one warp: lanes 8j..8j+7 post the row addresses
+// of matrix j; lane 4g + t receives, from each matrix j, bytes 4t..4t+3 of its row g.
+static const void* ga_ldmatrix_rows[32][32];
+static std::vector<std::unique_ptr<std::barrier<>>>* ga_warp_barriers;
+static inline void tc_ldmatrix_x4(int* r, const void* row_addr) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    ga_ldmatrix_rows[warp][lane] = row_addr;
+    (*ga_warp_barriers)[warp]->arrive_and_wait();
+    for (int j = 0; j < 4; ++j) memcpy(&r[j], (const char*)ga_ldmatrix_rows[warp][8 * j + lane / 4] + 4 * (lane % 4), 4);
+    (*ga_warp_barriers)[warp]->arrive_and_wait();
+}
 
 // mma.sync.m16n8k32.row.col.s32.s8.s8.s32 for one warp: every lane posts its fragments, then
 // each lane computes its four outputs from the whole warp's, locating every element of A (16x32)
@@ -68,7 +96,6 @@ static inline void tc_cp_async_wait_one() {}
 //   C: register e of lane (g, t) is row g + 8 * (e / 2), column 2 * t + e % 2
 struct ga_warp_fragments { int a[32][4]; int b[32][2]; };
 static ga_warp_fragments ga_warps[32];
-static std::vector<std::unique_ptr<std::barrier<>>>* ga_warp_barriers;
 static inline signed char ga_byte(int reg, int byte) { return (signed char)(reg >> (8 * byte)); }
 static inline void tc_mma(int* c, int a0, int a1, int a2, int a3, int b0, int b1) {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -178,7 +205,7 @@ int main(int argc, char** argv) {
                            [&] { gemm_mix_tiled(x, bt.data(), out.data(), (int)n, step); });
         } else {
             const unsigned tiles = (n + 127) / 128;
-            launch_threads(tiles, tiles, count, 256, 1,
+            launch_threads(tiles, tiles, count, TC_THREADS, 1,
                            [&] { gemm_mix_tensor(x, bt.data(), out.data(), (int)n, step); });
         }
         fwrite(out.data(), 1, out.size(), stdout);
@@ -316,8 +343,9 @@ fn device_gemm_kernels_match_the_naive_step() {
         return;
     }
     let mut rng = ChaCha8Rng::from_seed([21; 32]);
-    // 64: one tile of each; 192: the tensor kernel's partial 128-tiles; 256: several k stages.
-    for n in [64usize, 128, 192, 256] {
+    // 64: one tile of each, and fewer k tiles than pipeline stages; 192: the tensor kernel's
+    // partial 128-tiles; 256: a full pipeline; 320: partial tiles and the pipeline wrapping round.
+    for n in [64usize, 128, 192, 256, 320] {
         let count = 2;
         let mut input = vec![0u8; 2 * count * n * n];
         rng.fill_bytes(&mut input);

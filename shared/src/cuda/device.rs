@@ -220,7 +220,7 @@ impl DeviceRuntime {
         let n_arg = n as i32;
         let cfg = LaunchConfig {
             grid_dim: (tiles, tiles, count as u32),
-            block_dim: (256, 1, 1),
+            block_dim: (self.kernel.block_threads(), 1, 1),
             shared_mem_bytes: 0,
         };
         let mut launch = self.stream.launch_builder(&self.gemm);

@@ -30,7 +30,8 @@ pub const BLAKE3_PARENTS_FN: &str = "blake3_parents";
 pub enum GpuKernel {
     /// CUDA cores: dp4a on shared-memory tiles. Any GPU from compute capability 6.1.
     Tiled,
-    /// int8 tensor cores through `mma.sync.m16n8k32`. Compute capability 8.0 and later.
+    /// int8 tensor cores through `mma.sync.m16n8k32`, fed by ldmatrix from a three-stage
+    /// cp.async pipeline. Compute capability 8.0 and later.
     Tensor,
 }
 
@@ -68,6 +69,14 @@ impl GpuKernel {
     pub fn block_tile(self) -> u32 {
         match self {
             GpuKernel::Tiled => 64,
+            GpuKernel::Tensor => 128,
+        }
+    }
+
+    /// Threads per block of the GEMM+mix entry point (its `__launch_bounds__`).
+    pub fn block_threads(self) -> u32 {
+        match self {
+            GpuKernel::Tiled => 256,
             GpuKernel::Tensor => 128,
         }
     }
