@@ -12,11 +12,13 @@ cargo build --release --locked -q -p gpu-attest-miner -p gpu-attest-validator
 cp target/release/miner target/release/validator "$dest/"
 
 echo "== building the GPU test binaries" >&2
-cargo test --release --locked -q -p gpu-attest-shared --test cuda_backend --test cuda_kernels_compile \
+cargo test --release --locked -q -p gpu-attest-shared --test cuda_backend --test cuda_fault_recovery \
+  --test cuda_kernels_compile \
   --no-run --message-format=json |
   python3 -c '
 import json, shutil, sys
-names = {"cuda_backend": "gpu-tests", "cuda_kernels_compile": "kernel-compile-tests"}
+names = {"cuda_backend": "gpu-tests", "cuda_fault_recovery": "gpu-fault-tests",
+         "cuda_kernels_compile": "kernel-compile-tests"}
 for line in sys.stdin:
     msg = json.loads(line)
     if msg.get("reason") == "compiler-artifact" and msg.get("executable") and msg["target"]["name"] in names:
@@ -25,7 +27,7 @@ for line in sys.stdin:
 cp scripts/gpu-check.sh "$dest/"
 # Without debug info the folder is about 20 MiB instead of 160, small enough to copy to a GPU host.
 if command -v strip >/dev/null; then
-  strip "$dest/miner" "$dest/validator" "$dest/gpu-tests" "$dest/kernel-compile-tests"
+  strip "$dest/miner" "$dest/validator" "$dest/gpu-tests" "$dest/gpu-fault-tests" "$dest/kernel-compile-tests"
 else
   echo "strip not found: the binaries keep their debug info" >&2
 fi

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The GPU check, on a GPU host, with the binaries scripts/gpu-bundle.sh built:
-#   1. the GPU tests: every kernel bit-exact against the CPU backend, multi-GPU split, openings;
+#   1. the GPU tests: every kernel bit-exact against the CPU backend, multi-GPU split, openings,
+#      recovery from a device fault;
 #   2. the kernel compile check with the host's NVRTC and ptxas;
 #   3. `miner bench` on CUDA (sizes 1024, 2048, 4096), against cuBLASLt int8 plus mix;
 #   4. one full attestation: miner on the GPUs, validator on the CPU, sampled verification.
@@ -28,6 +29,8 @@ nvidia-smi -L 2>&1 | tee -a "$out/info.log"
 echo "== GPU tests"
 "$bin/gpu-tests" --test-threads=1 --nocapture >"$out/gpu-tests.log" 2>&1
 status=$?
+# Fault recovery runs in a process of its own: a CUDA fault poisons the whole process's context.
+"$bin/gpu-fault-tests" --nocapture >>"$out/gpu-tests.log" 2>&1 || status=1
 # On a GPU host a skipped GPU test is a failure: it proves nothing.
 if grep -q SKIPPED "$out/gpu-tests.log"; then status=1; fi
 grep -E "^ok:|SKIPPED|panicked|test result" "$out/gpu-tests.log"

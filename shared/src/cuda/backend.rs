@@ -3,7 +3,7 @@
 //! and hashed there with the blake3 crate).
 
 use super::detect::{self, GpuDetectError, GpuInfo};
-use super::device::{DeviceInitError, DeviceRuntime, hash_scratch_words};
+use super::device::{DeviceInitError, DeviceRuntime, hash_scratch_words, reset_primary_context_if_active};
 use super::kernels::GpuKernel;
 use super::plan;
 use crate::backend::{Backend, BackendError, CancelToken, ChainProgress, check_advance};
@@ -14,7 +14,7 @@ use crate::params::Work;
 use crate::statement::DeviceInfo;
 use cudarc::driver::CudaSlice;
 use rayon::prelude::*;
-use std::ops::Range;
+use std::ops::{Deref, Range};
 use std::path::PathBuf;
 use std::sync::{Mutex, MutexGuard};
 use thiserror::Error;
@@ -62,9 +62,26 @@ pub enum CudaInitError {
 }
 
 pub struct CudaBackend {
-    devices: Vec<Mutex<DeviceRuntime>>,
+    /// One slot per device, in partition order. A slot is empty after a fault whose context
+    /// could not be reopened; the next use tries again.
+    devices: Vec<Mutex<Option<DeviceRuntime>>>,
     kernel: GpuKernel,
     gpus: Vec<GpuInfo>,
+    /// Kept to reopen a device after a fault, as it was first opened.
+    options: CudaOptions,
+}
+
+/// A locked device with an open runtime (see [`CudaBackend::device`]).
+pub(crate) struct DeviceGuard<'a>(MutexGuard<'a, Option<DeviceRuntime>>);
+
+impl Deref for DeviceGuard<'_> {
+    type Target = DeviceRuntime;
+
+    fn deref(&self) -> &DeviceRuntime {
+        self.0
+            .as_ref()
+            .expect("a DeviceGuard is only made for a slot holding a runtime")
+    }
 }
 
 /// The GPUs `options` selects from `detected`, in partition order.
@@ -126,13 +143,14 @@ impl CudaBackend {
         let devices = gpus
             .iter()
             .enumerate()
-            .map(|(index, gpu)| {
-                let mut device = DeviceRuntime::new(index as u32, gpu.clone(), kernel, options.cache_dir.as_deref())?;
-                device.host_hashing = options.host_hashing;
-                Ok(Mutex::new(device))
-            })
+            .map(|(index, gpu)| Ok(Mutex::new(Some(open_device(index as u32, gpu, kernel, options)?))))
             .collect::<Result<Vec<_>, CudaInitError>>()?;
-        Ok(CudaBackend { devices, kernel, gpus })
+        Ok(CudaBackend {
+            devices,
+            kernel,
+            gpus,
+            options: options.clone(),
+        })
     }
 
     pub fn kernel(&self) -> GpuKernel {
@@ -156,8 +174,12 @@ impl CudaBackend {
     pub fn module_notes(&self) -> Vec<String> {
         self.devices
             .iter()
-            .map(|d| {
-                let d = lock(d);
+            .enumerate()
+            .map(|(index, slot)| {
+                let slot = lock(slot);
+                let Some(d) = slot.as_ref() else {
+                    return format!("device {index}: not open (lost after a fault)");
+                };
                 let mut note = format!(
                     "device {} ({}): {} kernel for {} ({:?})",
                     d.index, d.gpu.name, d.kernel, d.module.arch, d.module.origin
@@ -171,18 +193,78 @@ impl CudaBackend {
             .collect()
     }
 
-    pub(crate) fn device(&self, device: u32) -> Result<MutexGuard<'_, DeviceRuntime>, BackendError> {
-        self.devices
-            .get(device as usize)
-            .map(lock)
-            .ok_or(BackendError::NoSuchDevice {
+    /// Device `device`, locked, reopened first if an earlier fault left it closed.
+    pub(crate) fn device(&self, device: u32) -> Result<DeviceGuard<'_>, BackendError> {
+        let slot = self.devices.get(device as usize).ok_or(BackendError::NoSuchDevice {
+            device,
+            count: self.devices.len() as u32,
+        })?;
+        let mut slot = lock(slot);
+        if slot.is_none() {
+            self.reopen(device, &mut slot).map_err(|detail| BackendError::Device {
                 device,
-                count: self.devices.len() as u32,
-            })
+                detail: format!("could not be reopened after an earlier fault ({detail}); if this persists, check the GPU (nvidia-smi) and restart the daemon"),
+            })?;
+        }
+        Ok(DeviceGuard(slot))
+    }
+
+    /// Runs `work` on device `device`. A device error that leaves the context unusable (an
+    /// illegal address, a lost device: CUDA faults are sticky) closes the runtime and opens a
+    /// fresh context, so the error ends this challenge only, and the device serves the next.
+    pub(crate) fn on_device<T>(
+        &self,
+        device: u32,
+        work: impl FnOnce(&DeviceRuntime) -> Result<T, BackendError>,
+    ) -> Result<T, BackendError> {
+        let mut guard = self.device(device)?;
+        let result = work(&guard);
+        match result {
+            Err(BackendError::Device { detail, .. }) if guard.faulted() => {
+                let outcome = match self.reopen(device, &mut guard.0) {
+                    Ok(()) => "the device was reset and is ready for the next challenge".to_string(),
+                    Err(e) => format!("the device could not be reset ({e}); the next challenge tries again"),
+                };
+                Err(BackendError::Device {
+                    device,
+                    detail: format!("{detail}; {outcome}"),
+                })
+            }
+            other => other,
+        }
+    }
+
+    /// Drops device `device`'s runtime (its context with it) and opens a fresh one. The driver
+    /// keeps a faulted primary context until its last holder lets go; if anything else in the
+    /// process still holds it, it is reset outright.
+    fn reopen(&self, device: u32, slot: &mut Option<DeviceRuntime>) -> Result<(), String> {
+        drop(slot.take());
+        let gpu = &self.gpus[device as usize];
+        reset_primary_context_if_active(gpu.ordinal).map_err(|e| e.to_string())?;
+        *slot = Some(open_device(device, gpu, self.kernel, &self.options).map_err(|e| e.to_string())?);
+        Ok(())
+    }
+
+    /// Makes device `device`'s context unusable, as a kernel fault would: the GPU tests use it
+    /// to check that a faulted device recovers. Not for production use.
+    #[doc(hidden)]
+    pub fn inject_fault(&self, device: u32) -> Result<(), BackendError> {
+        self.device(device)?.inject_fault()
     }
 }
 
-fn lock(m: &Mutex<DeviceRuntime>) -> MutexGuard<'_, DeviceRuntime> {
+fn open_device(
+    index: u32,
+    gpu: &GpuInfo,
+    kernel: GpuKernel,
+    options: &CudaOptions,
+) -> Result<DeviceRuntime, CudaInitError> {
+    let mut device = DeviceRuntime::new(index, gpu.clone(), kernel, options.cache_dir.as_deref())?;
+    device.host_hashing = options.host_hashing;
+    Ok(device)
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     // A panic while holding a device leaves nothing half-written that a later run relies on:
     // every run allocates and fills its own buffers.
     m.lock().unwrap_or_else(|p| p.into_inner())
@@ -401,7 +483,7 @@ impl Backend for CudaBackend {
         progress: ChainProgress<'_>,
         cancel: &CancelToken,
     ) -> Result<Vec<ChainResult>, BackendError> {
-        self.device(device)?.run_chains(work, chains, progress, cancel)
+        self.on_device(device, |d| d.run_chains(work, chains, progress, cancel))
     }
 
     /// Every device that gets chains must hold at least one chain besides its reserve.
@@ -413,8 +495,8 @@ impl Backend for CudaBackend {
             }
         })?;
         for slice in partition.iter().filter(|s| s.count > 0) {
-            let device = self.device(slice.index)?;
-            plan::batch_size(slice.index, work.n(), slice.count, device.free_memory()?)?;
+            let free = self.on_device(slice.index, |d| d.free_memory())?;
+            plan::batch_size(slice.index, work.n(), slice.count, free)?;
         }
         Ok(())
     }
@@ -429,7 +511,7 @@ impl Backend for CudaBackend {
         cancel: &CancelToken,
     ) -> Result<Matrix, BackendError> {
         check_advance(work, &start, first, steps)?;
-        self.device(0)?.advance(work, chain, &start, first, steps, cancel)
+        self.on_device(0, |d| d.advance(work, chain, &start, first, steps, cancel))
     }
 }
 

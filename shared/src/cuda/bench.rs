@@ -276,12 +276,11 @@ impl CudaBackend {
     /// Measures device `device` at size `n` for about `budget` per figure.
     pub fn bench(&self, device: u32, n: usize, budget: Duration) -> Result<GpuBench, BackendError> {
         let batch = bench_batch(n);
-        let (fused, cublaslt, name) = {
-            let rt = self.device(device)?;
-            let fused = fused_step_seconds(&rt, n, batch, budget)?;
-            let cublaslt = cublaslt_mix_seconds(&rt, n, batch, budget);
-            (fused, cublaslt, rt.gpu.name.clone())
-        };
+        let (fused, cublaslt, name) = self.on_device(device, |rt| {
+            let fused = fused_step_seconds(rt, n, batch, budget)?;
+            let cublaslt = cublaslt_mix_seconds(rt, n, batch, budget);
+            Ok((fused, cublaslt, rt.gpu.name.clone()))
+        })?;
         // A challenge of `batch` chains on this device alone, checkpointing every 8 steps.
         let iterations = 32u32;
         let params = ChallengeParams {
@@ -298,8 +297,9 @@ impl CudaBackend {
             detail: e.to_string(),
         })?;
         let started = Instant::now();
-        self.device(device)?
-            .run_chains(&work, 0..batch as u64, &|_| {}, &CancelToken::new())?;
+        self.on_device(device, |rt| {
+            rt.run_chains(&work, 0..batch as u64, &|_| {}, &CancelToken::new())
+        })?;
         let challenge = started.elapsed().as_secs_f64();
         Ok(GpuBench {
             device,

@@ -9,7 +9,9 @@ use super::kernels::{BLAKE3_CHUNKS_FN, BLAKE3_PARENTS_FN, GENERATE_FN, GpuKernel
 use crate::backend::BackendError;
 use crate::digest::Digest;
 use crate::matrix::{a_stream, b_stream};
-use cudarc::driver::{CudaContext, CudaFunction, CudaSlice, CudaStream, DriverError, LaunchConfig, PushKernelArg, sys};
+use cudarc::driver::{
+    CudaContext, CudaFunction, CudaSlice, CudaStream, DriverError, LaunchConfig, PushKernelArg, result, sys,
+};
 use cudarc::nvrtc::Ptx;
 use std::ops::Range;
 use std::path::Path;
@@ -62,6 +64,30 @@ pub fn backend_error(index: u32, e: DriverError) -> BackendError {
             detail: driver_error_text(&e),
         }
     }
+}
+
+/// Resets CUDA device `ordinal`'s primary context if the driver still has it active. Called
+/// after this process's runtime for the device is dropped: a primary context outlives its last
+/// release only when something else still holds it, and a faulted one is useless to them too.
+pub fn reset_primary_context_if_active(ordinal: u32) -> Result<(), DeviceInitError> {
+    let driver = |e: DriverError| DeviceInitError::Driver {
+        ordinal,
+        detail: driver_error_text(&e),
+    };
+    let device = result::device::get(ordinal as i32).map_err(driver)?;
+    let (mut flags, mut active) = (0u32, 0i32);
+    // SAFETY: `device` is a valid device handle; both out-pointers are live locals.
+    unsafe { sys::cuDevicePrimaryCtxGetState(device, &mut flags, &mut active) }
+        .result()
+        .map_err(driver)?;
+    if active != 0 {
+        // SAFETY: the backend's own runtime for this device is already dropped; whatever else
+        // holds the context shares its fault and gets an error, not undefined behaviour.
+        unsafe { sys::cuDevicePrimaryCtxReset_v2(device) }
+            .result()
+            .map_err(driver)?;
+    }
+    Ok(())
 }
 
 impl DeviceRuntime {
@@ -286,6 +312,30 @@ impl DeviceRuntime {
 
     pub fn upload(&self, host: &[i8], dst: &mut CudaSlice<i8>) -> Result<(), BackendError> {
         self.stream.memcpy_htod(host, dst).map_err(|e| self.err(e))
+    }
+
+    /// Whether the context is unusable: CUDA faults (an illegal address, a lost device) are
+    /// sticky, and every later call on the context fails with them.
+    pub fn faulted(&self) -> bool {
+        self.ctx.synchronize().is_err() || self.ctx.check_err().is_err()
+    }
+
+    /// Launches the GEMM kernel on an address no allocation holds: an illegal-address fault,
+    /// sticky like a real one. For the GPU tests of fault recovery only.
+    pub(crate) fn inject_fault(&self) -> Result<(), BackendError> {
+        const UNMAPPED: u64 = 0x10;
+        let (n, step) = (64i32, 0u32);
+        let cfg = LaunchConfig {
+            grid_dim: (1, 1, 1),
+            block_dim: (self.kernel.block_threads(), 1, 1),
+            shared_mem_bytes: 0,
+        };
+        let mut launch = self.stream.launch_builder(&self.gemm);
+        launch.arg(&UNMAPPED).arg(&UNMAPPED).arg(&UNMAPPED).arg(&n).arg(&step);
+        // SAFETY: deliberately unsound on the device (three unmapped pointers), which faults the
+        // context and nothing else: no host memory is involved, and the context is discarded.
+        unsafe { launch.launch(cfg) }.map_err(|e| self.err(e))?;
+        self.synchronize()
     }
 
     /// Waits for everything queued on this device's stream; reports a kernel fault here.
