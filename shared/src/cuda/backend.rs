@@ -12,15 +12,16 @@ use crate::digest::Digest;
 use crate::matrix::Matrix;
 use crate::params::Work;
 use crate::statement::DeviceInfo;
-use cudarc::driver::CudaSlice;
+use cudarc::driver::{CudaEvent, CudaSlice};
 use rayon::prelude::*;
 use std::ops::{Deref, Range};
 use std::path::PathBuf;
 use std::sync::{Mutex, MutexGuard};
 use thiserror::Error;
 
-/// Steps queued on a device before the host waits for them: bounds how long a cancelled
-/// challenge keeps the GPU busy, without a round trip per step.
+/// Steps per group the host queues on a device. The host keeps at most two groups queued:
+/// before queueing a group it waits for the one before the last, so the device never drains
+/// while the host waits, and a cancelled challenge keeps the GPU busy for at most two groups.
 const STEPS_IN_FLIGHT: u32 = 8;
 
 /// What to run on: which CUDA ordinals, which kernel, where to cache compiled kernels.
@@ -282,13 +283,32 @@ fn hash_matrices(host: &[i8], nn: usize) -> Vec<Digest> {
         .collect()
 }
 
-/// The device buffers of one batch: X, the next X, B transposed, and hashing scratch.
+/// Checkpoint digests in the order the device writes them: slots (see `plan::DIGEST_SLOTS`), each
+/// holding `count` 8-word digests (one per chain of the batch), one `Vec` per checkpoint.
+fn digests_by_checkpoint(words: &[u32], count: usize) -> Vec<Vec<Digest>> {
+    let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
+    bytes
+        .chunks(count * 32)
+        .map(|slot| {
+            slot.chunks(32)
+                .map(|d| Digest::from_slice(d).expect("32 bytes"))
+                .collect()
+        })
+        .collect()
+}
+
+/// The device buffers of one batch: X, the next X, B transposed, hashing scratch, and the
+/// checkpoint digests not yet copied to the host.
 struct BatchBuffers {
     x: CudaSlice<i8>,
     next: CudaSlice<i8>,
     bt: CudaSlice<i8>,
     hash_a: CudaSlice<u32>,
     hash_b: CudaSlice<u32>,
+    /// `plan::DIGEST_SLOTS` slots of one digest per chain.
+    digests: CudaSlice<u32>,
+    /// Slots of `digests` filled since the last copy to the host.
+    digests_pending: usize,
     /// Host copy of X, for hashing on the host (and for `advance`'s result).
     host: Vec<i8>,
     /// `host` holds a checkpoint that is not hashed yet.
@@ -308,13 +328,16 @@ impl DeviceRuntime {
             bt: self.alloc(len)?,
             hash_a: self.alloc_words(words)?,
             hash_b: self.alloc_words(words)?,
+            digests: self.alloc_words(chains * plan::DIGEST_SLOTS * 8)?,
+            digests_pending: 0,
             host: if host_copy { vec![0; len] } else { Vec::new() },
             hash_pending: false,
         })
     }
 
-    /// Takes the checkpoint of X in `buf.x`: hashed on the device, or copied to the host to be
-    /// hashed while the next step runs (see `flush_host_hash`).
+    /// Takes the checkpoint of X in `buf.x`: hashed on the device into the next digest slot
+    /// (copied to the host when the slots are full, see `flush_device_digests`), or copied to
+    /// the host to be hashed while the next step runs (see `flush_host_hash`).
     fn checkpoint(
         &self,
         buf: &mut BatchBuffers,
@@ -326,7 +349,39 @@ impl DeviceRuntime {
             self.download(&buf.x, &mut buf.host[..count * n * n])?;
             buf.hash_pending = true;
         } else {
-            record(self.blake3(&buf.x, count, n, &mut buf.hash_a, &mut buf.hash_b)?);
+            let slot = buf.digests_pending;
+            self.blake3_into(
+                &buf.x,
+                count,
+                n,
+                &mut buf.hash_a,
+                &mut buf.hash_b,
+                &mut buf.digests,
+                slot,
+            )?;
+            buf.digests_pending += 1;
+            if buf.digests_pending == plan::DIGEST_SLOTS {
+                self.flush_device_digests(buf, count, record)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Copies the digests waiting in `buf.digests` to the host and records them, in order.
+    fn flush_device_digests(
+        &self,
+        buf: &mut BatchBuffers,
+        count: usize,
+        record: Record<'_>,
+    ) -> Result<(), BackendError> {
+        if buf.digests_pending == 0 {
+            return Ok(());
+        }
+        let mut words = vec![0u32; buf.digests_pending * count * 8];
+        self.download_words(&buf.digests, &mut words)?;
+        buf.digests_pending = 0;
+        for checkpoint in digests_by_checkpoint(&words, count) {
+            record(checkpoint);
         }
         Ok(())
     }
@@ -351,9 +406,17 @@ impl DeviceRuntime {
     ) -> Result<(), BackendError> {
         let n = work.n();
         let c = work.checkpoint_every();
+        // A mark at the start of the group queued last, which is the end of the group before it.
+        let mut last_group: Option<CudaEvent> = None;
         for step in steps {
             if step.is_multiple_of(STEPS_IN_FLIGHT) {
                 cancel.check()?;
+                // Wait for the group before the last one: the last stays queued, so the device
+                // keeps working while this one is queued behind it.
+                if let Some(mark) = last_group.take() {
+                    self.wait_for(&mark)?;
+                }
+                last_group = Some(self.mark()?);
             }
             self.gemm_mix(&buf.x, &buf.bt, &mut buf.next, count, n, step)?;
             std::mem::swap(&mut buf.x, &mut buf.next);
@@ -362,15 +425,12 @@ impl DeviceRuntime {
                 Self::flush_host_hash(buf, count, n, *record);
                 if (step + 1).is_multiple_of(c) {
                     self.checkpoint(buf, count, n, *record)?;
-                    continue;
                 }
-            }
-            if (step + 1).is_multiple_of(STEPS_IN_FLIGHT) {
-                self.synchronize()?;
             }
         }
         if let Some(record) = record {
             Self::flush_host_hash(buf, count, n, record);
+            self.flush_device_digests(buf, count, record)?;
         }
         self.synchronize()
     }
@@ -404,6 +464,7 @@ impl DeviceRuntime {
             }
         };
         // h_0 = blake3(A_i).
+        buf.digests_pending = 0;
         self.checkpoint(buf, count, n, &mut record)?;
         self.run_steps(work, buf, count, 0..work.iterations(), cancel, Some(&mut record))?;
         Ok(checkpoints
@@ -531,6 +592,31 @@ mod tests {
             driver_version: "test".into(),
             nvml: None,
         }
+    }
+
+    #[test]
+    fn device_digest_slots_come_back_one_vec_per_checkpoint_in_chain_order() {
+        // Three checkpoints of a batch of two chains, as blake3_into lays them out: slot-major,
+        // then chain, 8 little-endian words per digest.
+        let (count, slots) = (2usize, 3usize);
+        let digest = |slot: usize, chain: usize| Digest::hash(&[slot as u8, chain as u8]);
+        let mut words = Vec::new();
+        for slot in 0..slots {
+            for chain in 0..count {
+                let bytes = digest(slot, chain);
+                words.extend(
+                    bytes
+                        .as_bytes()
+                        .chunks(4)
+                        .map(|w| u32::from_le_bytes(w.try_into().unwrap())),
+                );
+            }
+        }
+        let got = digests_by_checkpoint(&words, count);
+        let want: Vec<Vec<Digest>> = (0..slots)
+            .map(|slot| (0..count).map(|chain| digest(slot, chain)).collect())
+            .collect();
+        assert_eq!(got, want);
     }
 
     #[test]

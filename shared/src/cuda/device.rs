@@ -7,10 +7,9 @@ use super::compile::{self, CompiledModule, KernelBuildError};
 use super::detect::{GpuInfo, driver_error_text};
 use super::kernels::{BLAKE3_CHUNKS_FN, BLAKE3_PARENTS_FN, GENERATE_FN, GpuKernel, MIX_FN, TRANSPOSE_FN};
 use crate::backend::BackendError;
-use crate::digest::Digest;
 use crate::matrix::{a_stream, b_stream};
 use cudarc::driver::{
-    CudaContext, CudaFunction, CudaSlice, CudaStream, DriverError, LaunchConfig, PushKernelArg, result, sys,
+    CudaContext, CudaEvent, CudaFunction, CudaSlice, CudaStream, DriverError, LaunchConfig, PushKernelArg, result, sys,
 };
 use cudarc::nvrtc::Ptx;
 use std::ops::Range;
@@ -256,17 +255,22 @@ impl DeviceRuntime {
         unsafe { launch.launch(cfg) }.map(|_| ()).map_err(|e| self.err(e))
     }
 
-    /// blake3 of each of the first `count` n x n matrices of `data`, hashed on the device; only
-    /// the 32-byte digests cross to the host. `scratch_a` and `scratch_b` each hold at least
+    /// blake3 of each of the first `count` n x n matrices of `data`, hashed on the device: the
+    /// 8-word digests land in `digests` at slot `slot` (words `slot * count * 8..`, one digest per
+    /// matrix, in order), where they wait for [`DeviceRuntime::download_words`]. Nothing waits for
+    /// the device here. `scratch_a` and `scratch_b` each hold at least
     /// `count * hash_scratch_words(n)` words.
-    pub fn blake3(
+    #[allow(clippy::too_many_arguments)]
+    pub fn blake3_into(
         &self,
         data: &CudaSlice<i8>,
         count: usize,
         n: usize,
         scratch_a: &mut CudaSlice<u32>,
         scratch_b: &mut CudaSlice<u32>,
-    ) -> Result<Vec<Digest>, BackendError> {
+        digests: &mut CudaSlice<u32>,
+        slot: usize,
+    ) -> Result<(), BackendError> {
         // n >= 64 gives at least four chunks, so the root is a parent node (blake3.cu).
         let bytes = (n * n) as u64;
         let chunks = bytes / 1024;
@@ -291,16 +295,33 @@ impl DeviceRuntime {
             std::mem::swap(&mut level, &mut next_level);
             nodes = nodes.div_ceil(2);
         }
-        let mut words = vec![0u32; count * 8];
+        let words = count * 8;
         self.stream
-            .memcpy_dtoh(&level.slice(0..count * 8), &mut words)
+            .memcpy_dtod(
+                &level.slice(0..words),
+                &mut digests.slice_mut(slot * words..(slot + 1) * words),
+            )
+            .map_err(|e| self.err(e))
+    }
+
+    /// Copies the first `host.len()` words of `src` into `host` and waits for the copy.
+    pub fn download_words(&self, src: &CudaSlice<u32>, host: &mut [u32]) -> Result<(), BackendError> {
+        self.stream
+            .memcpy_dtoh(&src.slice(0..host.len()), host)
             .map_err(|e| self.err(e))?;
-        self.synchronize()?;
-        let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
-        Ok(bytes
-            .chunks(32)
-            .map(|d| Digest::from_slice(d).expect("32 bytes"))
-            .collect())
+        self.synchronize()
+    }
+
+    /// An event at the current end of this device's stream (see [`DeviceRuntime::wait_for`]).
+    pub fn mark(&self) -> Result<CudaEvent, BackendError> {
+        self.stream
+            .record_event(Some(sys::CUevent_flags::CU_EVENT_DISABLE_TIMING))
+            .map_err(|e| self.err(e))
+    }
+
+    /// Waits until the work queued before `mark` is done; reports a kernel fault here.
+    pub fn wait_for(&self, mark: &CudaEvent) -> Result<(), BackendError> {
+        mark.synchronize().map_err(|e| self.err(e))
     }
 
     /// Copies the first `host.len()` bytes of `src` into `host` and waits for the copy.

@@ -1,8 +1,9 @@
 //! How many chains a device runs at once, from its free memory.
 //!
 //! A chain resident on the device holds three n x n int8 matrices (X, the next X, and B
-//! transposed) and two hashing scratch buffers of n^2 / 32 bytes each. Chains of a batch advance together, one launch per step for the whole batch, so
-//! small matrices still fill the GPU. The host keeps one batch's checkpoint to hash.
+//! transposed), two hashing scratch buffers of n^2 / 32 bytes each, and `DIGEST_SLOTS`
+//! checkpoint digests waiting to be copied to the host. Chains of a batch advance together, one
+//! launch per step for the whole batch, so small matrices still fill the GPU.
 
 use crate::backend::BackendError;
 
@@ -12,13 +13,16 @@ pub const RESERVE_BYTES: u64 = 512 << 20;
 pub const MATRICES_PER_CHAIN: u64 = 3;
 /// The most chains in one launch (the grid's z extent is at most 65535).
 pub const MAX_BATCH: u64 = 4096;
-/// Host memory for one batch's checkpoint copy.
+/// Checkpoint digests a batch keeps on the device before one copy to the host brings them all
+/// back: a round trip per checkpoint would drain the device's queue each time.
+pub const DIGEST_SLOTS: usize = 32;
+/// Host memory for one batch's checkpoint copy (`gpu_hash_on_host`).
 pub const MAX_HOST_STAGING_BYTES: u64 = 1 << 30;
 
 /// Chains per batch on a device with `free_bytes` free, for `chains` chains of size `n`.
 pub fn batch_size(device: u32, n: usize, chains: u64, free_bytes: u64) -> Result<u64, BackendError> {
     let matrix = (n as u64) * (n as u64);
-    let per_chain = MATRICES_PER_CHAIN * matrix + matrix / 16;
+    let per_chain = MATRICES_PER_CHAIN * matrix + matrix / 16 + DIGEST_SLOTS as u64 * 32;
     let usable = free_bytes.saturating_sub(RESERVE_BYTES);
     let fit = usable / per_chain;
     if fit == 0 {
