@@ -42,6 +42,7 @@ pub fn cuda_options(config: &MinerConfig) -> CudaOptions {
             GpuKernelChoice::Auto => None,
             GpuKernelChoice::Tiled => Some(GpuKernel::Tiled),
             GpuKernelChoice::Tensor => Some(GpuKernel::Tensor),
+            GpuKernelChoice::Wgmma => Some(GpuKernel::Wgmma),
         },
         cache_dir: config.kernel_cache_dir.clone().or_else(default_cache_dir),
         host_hashing: config.gpu_hash_on_host,

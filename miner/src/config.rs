@@ -25,6 +25,9 @@ pub enum GpuKernelChoice {
     Tiled,
     /// int8 tensor cores, mma.sync (sm_80 and later).
     Tensor,
+    /// int8 warpgroup MMA, Hopper (compute capability 9.0) only; opt-in until it has been
+    /// checked on a Hopper GPU.
+    Wgmma,
 }
 
 /// What this miner agrees to run. A challenge beyond any limit is refused before work starts.

@@ -52,12 +52,18 @@ fn every_kernel_compiles_for_every_target_architecture() {
                     "{kernel} for compute_{arch} lacks {entry}"
                 );
             }
-            if kernel == GpuKernel::Tensor {
-                assert!(ptx.contains("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32"));
-                assert!(ptx.contains("cp.async.cg.shared.global"));
-                assert!(ptx.contains("ldmatrix.sync.aligned.m8n8.x4.shared.b16"));
-            } else {
-                assert!(ptx.contains("dp4a.s32.s32"), "the tiled kernel must use dp4a");
+            match kernel {
+                GpuKernel::Tensor => {
+                    assert!(ptx.contains("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32"));
+                    assert!(ptx.contains("cp.async.cg.shared.global"));
+                    assert!(ptx.contains("ldmatrix.sync.aligned.m8n8.x4.shared.b16"));
+                }
+                GpuKernel::Wgmma => {
+                    assert!(ptx.contains("wgmma.mma_async.sync.aligned.m64n256k32.s32.s8.s8"));
+                    assert!(ptx.contains("fence.proxy.async.shared::cta"));
+                    assert!(ptx.contains(".target sm_90a"), "wgmma needs the sm_90a target");
+                }
+                GpuKernel::Tiled => assert!(ptx.contains("dp4a.s32.s32"), "the tiled kernel must use dp4a"),
             }
             if let Some(ptxas) = &ptxas {
                 assemble(ptxas, kernel, arch, &ptx);
@@ -65,7 +71,7 @@ fn every_kernel_compiles_for_every_target_architecture() {
             checked += 1;
         }
     }
-    assert!(checked >= 5, "only {checked} kernel/architecture pairs were checkable");
+    assert!(checked >= 6, "only {checked} kernel/architecture pairs were checkable");
 }
 
 /// Assembles `ptx` for sm_`arch` and fails on errors or on register spills in the GEMM kernel.
@@ -75,7 +81,7 @@ fn assemble(ptxas: &PathBuf, kernel: GpuKernel, arch: u32, ptx: &str) {
     let input = dir.join(format!("{kernel}-{arch}.ptx"));
     std::fs::write(&input, ptx).unwrap();
     let out = Command::new(ptxas)
-        .arg(format!("-arch=sm_{arch}"))
+        .arg(format!("-arch=sm_{arch}{}", kernel.arch_suffix()))
         .arg("-v")
         .arg("-o")
         .arg(dir.join(format!("{kernel}-{arch}.cubin")))
@@ -95,6 +101,12 @@ fn assemble(ptxas: &PathBuf, kernel: GpuKernel, arch: u32, ptx: &str) {
         "sm_{arch} {kernel}: {}",
         gemm_usage.join(" | ").replace("ptxas info    : ", "")
     );
+    // ptxas warns when it has to serialize wgmma (a wrong fence, accumulators it cannot keep in
+    // registers): the kernel would still be exact, but at a fraction of its speed.
+    for warning in log.lines().filter(|l| l.contains("warning")) {
+        println!("sm_{arch} {kernel}: {warning}");
+        assert!(!warning.contains("wgmma"), "{kernel} on sm_{arch}: {warning}");
+    }
     for line in &gemm_usage {
         if line.contains("spill") {
             assert!(

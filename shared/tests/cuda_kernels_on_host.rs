@@ -1,11 +1,13 @@
 //! Runs the CUDA kernels on the CPU: the exact `.cu` sources, compiled as C++ behind a shim,
 //! against rand_chacha, the blake3 crate, `mix.rs` and the naive GEMM. Kernels without barriers
-//! (ChaCha8, BLAKE3, mix) run one emulated thread at a time; the transpose and both GEMM kernels
+//! (ChaCha8, BLAKE3, mix) run one emulated thread at a time; the transpose and the GEMM kernels
 //! run each block's threads as OS threads, with `__syncthreads` a barrier, cp.async a copy that
-//! lands only when its commit group is waited for, and `ldmatrix` and `mma.sync` emulated from
-//! the PTX ISA's layout tables. That checks every kernel's indexing, tiling, swizzling, pipeline
-//! order, bounds and fragment layouts bit for bit without a GPU; what it cannot check is the
-//! hardware itself (the real mma unit, timing), which the GPU tests do (tests/cuda_backend.rs).
+//! lands only when its commit group is waited for, and `ldmatrix`, `mma.sync` and `wgmma` (read
+//! through the kernel's own shared-memory descriptors) emulated from the PTX ISA's layout
+//! tables. That checks every kernel's indexing, tiling, swizzling, pipeline order, bounds and
+//! fragment layouts bit for bit without a GPU. What it cannot check is the hardware itself (the
+//! real tensor cores, a reading of the PTX ISA that both the kernel and this emulation share,
+//! timing), which the GPU tests do (tests/cuda_backend.rs).
 //!
 //! Needs a C++ compiler (`c++`, or `CXX`); without one it says it was skipped.
 
@@ -118,6 +120,43 @@ static inline void tc_mma(int* c, int a0, int a1, int a2, int a3, int b0, int b1
     (*ga_warp_barriers)[warp]->arrive_and_wait();
     for (int e = 0; e < 4; ++e) c[e] = out[e];
 }
+
+// wgmma (gemm_wgmma.cu). Dynamic shared memory is one 1024-aligned buffer, and a shared address
+// is an offset into it, so descriptors built by the kernel decode to host pointers here.
+static unsigned char* wg_smem_raw;
+static inline unsigned wg_smem_addr(const void* p) { return (unsigned)((const unsigned char*)p - wg_smem_raw); }
+static inline void wg_cp_async16(void* smem, const void* gmem, int src_bytes) { tc_cp_async16(smem, gmem, src_bytes); }
+static inline void wg_cp_async_commit() { tc_cp_async_commit(); }
+template <int Pending> static inline void wg_cp_async_wait() { tc_cp_async_wait<Pending>(); }
+static inline void wg_fence_proxy_async() {}
+static inline void wg_fence() {}
+static inline void wg_commit() {}
+static inline void wg_wait_all() {}
+
+// Byte (row, k) of a K-major operand as the hardware reads it through a descriptor with the
+// 128-byte swizzle: rows 128 bytes apart within groups of eight, groups `stride` bytes apart,
+// then address bits 4-6 XORed with bits 7-9 (which is why groups must be 1024-byte aligned).
+static inline int ga_desc_byte(unsigned long long desc, int row, int k) {
+    if ((desc >> 62) != 1) { fprintf(stderr, "wgmma descriptor without the 128-byte swizzle\n"); abort(); }
+    const unsigned start = (unsigned)(desc & 0x3FFF) << 4;
+    const unsigned stride = (unsigned)((desc >> 32) & 0x3FFF) << 4;
+    unsigned addr = start + (row / 8) * stride + (row % 8) * 128 + k;
+    addr ^= ((addr >> 7) & 7) << 4;
+    return (signed char)wg_smem_raw[addr];
+}
+
+// wgmma.mma_async.m64n256k32.s32.s8.s8 for one thread of a warpgroup: its 128 accumulators, by
+// the PTX ISA's D layout (register i of lane 4g + t in warp w: row 16w + g + 8((i/2)%2), column
+// 8(i/4) + 2t + i%2), each summed over the 32 k of A's row and B's row.
+static inline void wg_mma_m64n256k32(int (&d)[128], unsigned long long a_desc, unsigned long long b_desc) {
+    const int lane = threadIdx.x & 31, warp = (threadIdx.x >> 5) & 3, g = lane >> 2, t = lane & 3;
+    for (int i = 0; i < 128; ++i) {
+        const int row = 16 * warp + g + 8 * ((i / 2) % 2), col = 8 * (i / 4) + 2 * t + i % 2;
+        int sum = d[i];
+        for (int k = 0; k < 32; ++k) sum += ga_desc_byte(a_desc, row, k) * ga_desc_byte(b_desc, col, k);
+        d[i] = sum;
+    }
+}
 "#;
 
 const HARNESS: &str = r#"
@@ -191,7 +230,7 @@ int main(int argc, char** argv) {
             nodes = next;
         }
         fwrite(a.data(), 4, count * 8, stdout);
-    } else if (mode == "gemm") {  // gemm tiled|tensor N COUNT STEP < X matrices, then B matrices
+    } else if (mode == "gemm") {  // gemm tiled|tensor|wgmma N COUNT STEP < X matrices, then B matrices
         std::string kind = argv[2];
         unsigned n = (unsigned)strtoul(argv[3], 0, 10), count = (unsigned)strtoul(argv[4], 0, 10);
         u32 step = (u32)strtoul(argv[5], 0, 10);
@@ -203,10 +242,15 @@ int main(int argc, char** argv) {
         if (kind == "tiled") {
             launch_threads(n / 64, n / 64, count, 256, 1,
                            [&] { gemm_mix_tiled(x, bt.data(), out.data(), (int)n, step); });
-        } else {
+        } else if (kind == "tensor") {
             const unsigned tiles = (n + 127) / 128;
             launch_threads(tiles, tiles, count, TC_THREADS, 1,
                            [&] { gemm_mix_tensor(x, bt.data(), out.data(), (int)n, step); });
+        } else {
+            wg_smem_raw = (unsigned char*)aligned_alloc(1024, WG_SMEM_BYTES);
+            launch_threads((n + WG_BN - 1) / WG_BN, (n + WG_BM - 1) / WG_BM, count, WG_THREADS, 1,
+                           [&] { gemm_mix_wgmma(x, bt.data(), out.data(), (int)n, step); });
+            free(wg_smem_raw);
         }
         fwrite(out.data(), 1, out.size(), stdout);
     } else if (mode == "mix") {  // mix STEP < int32 values
@@ -237,6 +281,7 @@ fn harness() -> Option<&'static Path> {
                 read("mix.cu"),
                 read("gemm_tiled.cu"),
                 read("gemm_tensor.cu"),
+                read("gemm_wgmma.cu"),
                 HARNESS.to_string(),
             ]
             .join("\n");
@@ -352,7 +397,7 @@ fn device_gemm_kernels_match_the_naive_step() {
         // Extremes in the first matrix pair: all -128 against all -128 reaches the largest sums.
         input[..n * n].fill(0x80);
         input[count * n * n..count * n * n + n * n].fill(0x80);
-        for kind in ["tiled", "tensor"] {
+        for kind in ["tiled", "tensor", "wgmma"] {
             let step = 5u32;
             let got = run(
                 &["gemm", kind, &n.to_string(), &count.to_string(), &step.to_string()],

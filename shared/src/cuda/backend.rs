@@ -49,8 +49,8 @@ pub enum CudaInitError {
     #[error("no CUDA device was selected")]
     NoneSelected,
     #[error(
-        "device {ordinal} ({name}) has compute capability {}.{}; the {kernel} kernel needs {}.{} or later",
-        .compute_capability.0, .compute_capability.1, .kernel.min_compute_capability().0, .kernel.min_compute_capability().1
+        "device {ordinal} ({name}) has compute capability {}.{}; the {kernel} kernel needs {}",
+        .compute_capability.0, .compute_capability.1, .kernel.requirement()
     )]
     KernelUnsupported {
         ordinal: u32,
@@ -653,6 +653,18 @@ mod tests {
         assert_eq!(choose_kernel(&mixed, None), Ok(GpuKernel::Tiled));
         let err = choose_kernel(&mixed, Some(GpuKernel::Tensor)).unwrap_err();
         assert!(err.to_string().contains("compute capability 7.5"), "{err}");
-        assert!(err.to_string().contains("needs 8.0"), "{err}");
+        assert!(
+            err.to_string().contains("needs compute capability 8.0 or later"),
+            "{err}"
+        );
+        // wgmma is never chosen on its own, and refuses anything but Hopper.
+        assert_eq!(choose_kernel(&hopper, None), Ok(GpuKernel::Tensor));
+        assert_eq!(choose_kernel(&hopper, Some(GpuKernel::Wgmma)), Ok(GpuKernel::Wgmma));
+        let blackwell = [gpu(0, (10, 0))];
+        let err = choose_kernel(&blackwell, Some(GpuKernel::Wgmma)).unwrap_err();
+        assert!(
+            err.to_string().contains("needs compute capability 9.0 exactly"),
+            "{err}"
+        );
     }
 }

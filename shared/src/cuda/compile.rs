@@ -104,7 +104,7 @@ pub fn compile_ptx(kernel: GpuKernel, arch: u32) -> Result<String, KernelBuildEr
     if !nvrtc_present() {
         return Err(KernelBuildError::NvrtcMissing);
     }
-    let arch_name = format!("compute_{arch}");
+    let arch_name = format!("compute_{arch}{}", kernel.arch_suffix());
     let options = nvrtc::CompileOptions {
         options: vec![
             format!("--gpu-architecture={arch_name}"),
@@ -129,7 +129,8 @@ pub fn compile_ptx(kernel: GpuKernel, arch: u32) -> Result<String, KernelBuildEr
 pub fn cache_file_name(kernel: GpuKernel, arch: u32, nvrtc: (i32, i32), source: &str) -> String {
     let hash = blake3::hash(source.as_bytes()).to_hex();
     format!(
-        "{kernel}-compute_{arch}-nvrtc{}.{}-{}.ptx",
+        "{kernel}-compute_{arch}{}-nvrtc{}.{}-{}.ptx",
+        kernel.arch_suffix(),
         nvrtc.0,
         nvrtc.1,
         &hash[..32]
@@ -171,7 +172,7 @@ pub fn load_or_compile(
     let name = cache_file_name(kernel, arch, version, &kernel.module_source());
     let module = |ptx: Arc<str>, origin, cache_warning| CompiledModule {
         kernel,
-        arch: format!("compute_{arch}"),
+        arch: format!("compute_{arch}{}", kernel.arch_suffix()),
         ptx,
         origin,
         cache_warning,

@@ -111,12 +111,22 @@ impl DeviceRuntime {
             Err(e) => return Err(driver(e)),
         };
         let function = |name: &str| loaded.load_function(name).map_err(driver);
+        let gemm = function(kernel.gemm_fn())?;
+        let dynamic_shared = kernel.dynamic_shared_bytes();
+        if dynamic_shared > 0 {
+            // Above 48 KiB a function only gets the dynamic shared memory it opted into.
+            gemm.set_attribute(
+                sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                dynamic_shared as i32,
+            )
+            .map_err(driver)?;
+        }
         Ok(DeviceRuntime {
             index,
             kernel,
             generate: function(GENERATE_FN)?,
             transpose: function(TRANSPOSE_FN)?,
-            gemm: function(kernel.gemm_fn())?,
+            gemm,
             mix: function(MIX_FN)?,
             blake3_chunks: function(BLAKE3_CHUNKS_FN)?,
             blake3_parents: function(BLAKE3_PARENTS_FN)?,
@@ -241,12 +251,16 @@ impl DeviceRuntime {
         n: usize,
         step: u32,
     ) -> Result<(), BackendError> {
-        let tiles = (n as u32).div_ceil(self.kernel.block_tile());
+        let (tile_rows, tile_cols) = self.kernel.block_tile();
         let n_arg = n as i32;
         let cfg = LaunchConfig {
-            grid_dim: (tiles, tiles, count as u32),
+            grid_dim: (
+                (n as u32).div_ceil(tile_cols),
+                (n as u32).div_ceil(tile_rows),
+                count as u32,
+            ),
             block_dim: (self.kernel.block_threads(), 1, 1),
-            shared_mem_bytes: 0,
+            shared_mem_bytes: self.kernel.dynamic_shared_bytes(),
         };
         let mut launch = self.stream.launch_builder(&self.gemm);
         launch.arg(x).arg(bt).arg(out).arg(&n_arg).arg(&step);
@@ -349,7 +363,7 @@ impl DeviceRuntime {
         let cfg = LaunchConfig {
             grid_dim: (1, 1, 1),
             block_dim: (self.kernel.block_threads(), 1, 1),
-            shared_mem_bytes: 0,
+            shared_mem_bytes: self.kernel.dynamic_shared_bytes(),
         };
         let mut launch = self.stream.launch_builder(&self.gemm);
         launch.arg(&UNMAPPED).arg(&UNMAPPED).arg(&UNMAPPED).arg(&n).arg(&step);

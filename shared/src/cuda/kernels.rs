@@ -13,6 +13,7 @@ const CHACHA8: &str = include_str!("../../../kernels/chacha8.cu");
 const TRANSPOSE: &str = include_str!("../../../kernels/transpose.cu");
 const GEMM_TILED: &str = include_str!("../../../kernels/gemm_tiled.cu");
 const GEMM_TENSOR: &str = include_str!("../../../kernels/gemm_tensor.cu");
+const GEMM_WGMMA: &str = include_str!("../../../kernels/gemm_wgmma.cu");
 const MIX: &str = include_str!("../../../kernels/mix.cu");
 const BLAKE3: &str = include_str!("../../../kernels/blake3.cu");
 
@@ -33,21 +34,48 @@ pub enum GpuKernel {
     /// int8 tensor cores through `mma.sync.m16n8k32`, fed by ldmatrix from a three-stage
     /// cp.async pipeline. Compute capability 8.0 and later.
     Tensor,
+    /// Hopper's warpgroup MMA (`wgmma.m64n256k32`), operands read by the tensor cores straight
+    /// from swizzled shared memory. Compute capability 9.0 only (`sm_90a` code runs nowhere
+    /// else). Not chosen automatically until it has been checked on a Hopper GPU.
+    Wgmma,
 }
 
 impl GpuKernel {
-    pub const ALL: [GpuKernel; 2] = [GpuKernel::Tiled, GpuKernel::Tensor];
+    pub const ALL: [GpuKernel; 3] = [GpuKernel::Tiled, GpuKernel::Tensor, GpuKernel::Wgmma];
 
     /// The oldest compute capability the kernel's instructions exist on.
     pub fn min_compute_capability(self) -> (u32, u32) {
         match self {
             GpuKernel::Tiled => (6, 1),
             GpuKernel::Tensor => (8, 0),
+            GpuKernel::Wgmma => (9, 0),
         }
     }
 
     pub fn supports(self, compute_capability: (u32, u32)) -> bool {
-        compute_capability >= self.min_compute_capability()
+        match self {
+            // Architecture-specific (sm_90a) features exist on 9.0 alone, not on later GPUs.
+            GpuKernel::Wgmma => compute_capability == (9, 0),
+            _ => compute_capability >= self.min_compute_capability(),
+        }
+    }
+
+    /// The compute capabilities the kernel runs on, in words, for error messages.
+    pub fn requirement(self) -> String {
+        let (major, minor) = self.min_compute_capability();
+        match self {
+            GpuKernel::Wgmma => format!("compute capability {major}.{minor} exactly (Hopper)"),
+            _ => format!("compute capability {major}.{minor} or later"),
+        }
+    }
+
+    /// What NVRTC's target name needs after `compute_NN`: `a` for architecture-specific
+    /// instructions (wgmma), nothing for the portable ones.
+    pub fn arch_suffix(self) -> &'static str {
+        match self {
+            GpuKernel::Wgmma => "a",
+            _ => "",
+        }
     }
 
     /// The fastest kernel a device of this compute capability runs, if any.
@@ -62,14 +90,28 @@ impl GpuKernel {
         match self {
             GpuKernel::Tiled => "gemm_mix_tiled",
             GpuKernel::Tensor => "gemm_mix_tensor",
+            GpuKernel::Wgmma => "gemm_mix_wgmma",
         }
     }
 
-    /// Output tile edge of one thread block: the launch grid is ceil(n / tile) per dimension.
-    pub fn block_tile(self) -> u32 {
+    /// Output tile of one thread block, (rows, columns): the launch grid is
+    /// (ceil(n / columns), ceil(n / rows)).
+    pub fn block_tile(self) -> (u32, u32) {
         match self {
-            GpuKernel::Tiled => 64,
-            GpuKernel::Tensor => 128,
+            GpuKernel::Tiled => (64, 64),
+            GpuKernel::Tensor => (128, 128),
+            GpuKernel::Wgmma => (128, 256),
+        }
+    }
+
+    /// Dynamic shared memory the GEMM+mix entry point needs (beyond its static arrays); above
+    /// 48 KiB it must be opted into per function.
+    pub fn dynamic_shared_bytes(self) -> u32 {
+        match self {
+            GpuKernel::Tiled | GpuKernel::Tensor => 0,
+            // WG_SMEM_BYTES in gemm_wgmma.cu: four stages of (128 + 256) x 128 bytes, plus 1 KiB
+            // of alignment.
+            GpuKernel::Wgmma => 4 * (128 + 256) * 128 + 1024,
         }
     }
 
@@ -78,6 +120,7 @@ impl GpuKernel {
         match self {
             GpuKernel::Tiled => 256,
             GpuKernel::Tensor => 128,
+            GpuKernel::Wgmma => 256,
         }
     }
 
@@ -86,6 +129,7 @@ impl GpuKernel {
         let gemm = match self {
             GpuKernel::Tiled => GEMM_TILED,
             GpuKernel::Tensor => GEMM_TENSOR,
+            GpuKernel::Wgmma => GEMM_WGMMA,
         };
         [COMMON, CHACHA8, TRANSPOSE, MIX, BLAKE3, gemm].join("\n")
     }
@@ -96,6 +140,7 @@ impl fmt::Display for GpuKernel {
         f.write_str(match self {
             GpuKernel::Tiled => "tiled",
             GpuKernel::Tensor => "tensor",
+            GpuKernel::Wgmma => "wgmma",
         })
     }
 }
@@ -107,7 +152,8 @@ impl std::str::FromStr for GpuKernel {
         match s {
             "tiled" => Ok(GpuKernel::Tiled),
             "tensor" => Ok(GpuKernel::Tensor),
-            other => Err(format!("unknown GPU kernel {other:?}; expected tiled or tensor")),
+            "wgmma" => Ok(GpuKernel::Wgmma),
+            other => Err(format!("unknown GPU kernel {other:?}; expected tiled, tensor or wgmma")),
         }
     }
 }
@@ -124,6 +170,10 @@ mod tests {
         assert_eq!(GpuKernel::best_for((8, 0)), Some(GpuKernel::Tensor));
         assert_eq!(GpuKernel::best_for((9, 0)), Some(GpuKernel::Tensor));
         assert!(!GpuKernel::Tensor.supports((7, 5)));
+        // wgmma is opt-in, and exists on Hopper alone.
+        assert!(GpuKernel::Wgmma.supports((9, 0)));
+        assert!(!GpuKernel::Wgmma.supports((8, 9)));
+        assert!(!GpuKernel::Wgmma.supports((10, 0)));
     }
 
     #[test]
@@ -153,6 +203,6 @@ mod tests {
         for kernel in GpuKernel::ALL {
             assert_eq!(kernel.to_string().parse::<GpuKernel>(), Ok(kernel));
         }
-        assert!("wgmma".parse::<GpuKernel>().is_err());
+        assert!("wmma".parse::<GpuKernel>().is_err());
     }
 }

@@ -1,0 +1,216 @@
+// The Hopper kernel: int8 wgmma (warpgroup MMA, m64n256k32), sm_90a only.
+//
+// out = mix(X * B, step) for every matrix of a batch (blockIdx.z), with Bt = B^T, as in the
+// other GEMM kernels; int32 accumulation is exact, and mix is the epilogue.
+//
+// Shape, and why:
+// - 256 threads = two warpgroups; a block computes a 128x256 output tile, each warpgroup 64x256
+//   with one wgmma.m64n256k32 per 32 bytes of k (128 int32 accumulators per thread). Hopper's
+//   tensor cores reach their int8 rate only through wgmma, which reads both operands straight
+//   from shared memory: no fragment loads through registers as mma.sync needs.
+// - k advances 128 bytes per stage, four stages deep (cp.async, every thread loading): 48 KiB a
+//   stage, 193 KiB in all, dynamic shared memory.
+// - Both operands are K-major (X rows and Bt rows are k-contiguous) in the 128-byte swizzle
+//   wgmma's descriptors name: rows of 128 bytes, groups of eight rows 1024 bytes apart, 16-byte
+//   chunk c of row r stored at chunk c ^ (r % 8). That is also free of bank conflicts for the
+//   cp.async writes.
+// - Rows and k past n (n is a multiple of 64, not always of 128 or 256) are zero-filled on load
+//   and rows and columns past n skipped on store.
+//
+// Accumulator layout (PTX ISA, "wgmma .m64nNk32 register fragment D"): thread lane = 4g + t of
+// warp w of a warpgroup holds, in register i, row 16w + g + 8 * ((i / 2) % 2) and column
+// 8 * (i / 4) + 2t + (i % 2): the mma.sync C layout repeated across the 256 columns.
+
+#define WG_BM 128
+#define WG_BN 256
+#define WG_BK 128
+#define WG_STAGES 4
+#define WG_THREADS 256
+#define WG_STAGE_BYTES ((WG_BM + WG_BN) * WG_BK)
+// One extra KiB to align the stages to the 1024 bytes the swizzle pattern is anchored to.
+#define WG_SMEM_BYTES (WG_STAGES * WG_STAGE_BYTES + 1024)
+
+// The PTX helpers. A host build (shared/tests/cuda_kernels_on_host.rs) defines
+// GA_HOST_EMULATION and supplies equivalents (wgmma computed from the descriptors the kernel
+// builds, by the PTX ISA's layout tables), and the dynamic shared memory.
+#ifndef GA_HOST_EMULATION
+extern __shared__ __align__(16) u8 wg_smem_raw[];
+
+__device__ __forceinline__ u32 wg_smem_addr(const void* p) {
+    u64 a;
+    asm("cvta.to.shared.u64 %0, %1;" : "=l"(a) : "l"(p));
+    return (u32)a;
+}
+
+__device__ __forceinline__ void wg_cp_async16(void* smem, const void* gmem, int src_bytes) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(wg_smem_addr(smem)), "l"(gmem),
+                 "r"(src_bytes));
+}
+
+__device__ __forceinline__ void wg_cp_async_commit() {
+    asm volatile("cp.async.commit_group;\n" ::);
+}
+
+template <int Pending>
+__device__ __forceinline__ void wg_cp_async_wait() {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(Pending));
+}
+
+// Makes this thread's completed shared-memory writes visible to the async proxy wgmma reads
+// through.
+__device__ __forceinline__ void wg_fence_proxy_async() {
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+
+__device__ __forceinline__ void wg_fence() {
+    asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+}
+
+__device__ __forceinline__ void wg_commit() {
+    asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+}
+
+__device__ __forceinline__ void wg_wait_all() {
+    asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+}
+
+// d += A * B^T over 32 bytes of k, A (64 rows) and B (256 rows) K-major in shared memory.
+__device__ __forceinline__ void wg_mma_m64n256k32(int (&d)[128], u64 a_desc, u64 b_desc) {
+    asm volatile(
+        "{\n"
+        ".reg .pred accumulate;\n"
+        "setp.ne.b32 accumulate, %130, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n256k32.s32.s8.s8 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+        "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+        "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, "
+        "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, "
+        "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, "
+        "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, "
+        "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127}, "
+        "%128, %129, accumulate;\n"
+        "}\n"
+        : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3]), "+r"(d[4]), "+r"(d[5]), "+r"(d[6]), "+r"(d[7]),
+          "+r"(d[8]), "+r"(d[9]), "+r"(d[10]), "+r"(d[11]), "+r"(d[12]), "+r"(d[13]), "+r"(d[14]), "+r"(d[15]),
+          "+r"(d[16]), "+r"(d[17]), "+r"(d[18]), "+r"(d[19]), "+r"(d[20]), "+r"(d[21]), "+r"(d[22]), "+r"(d[23]),
+          "+r"(d[24]), "+r"(d[25]), "+r"(d[26]), "+r"(d[27]), "+r"(d[28]), "+r"(d[29]), "+r"(d[30]), "+r"(d[31]),
+          "+r"(d[32]), "+r"(d[33]), "+r"(d[34]), "+r"(d[35]), "+r"(d[36]), "+r"(d[37]), "+r"(d[38]), "+r"(d[39]),
+          "+r"(d[40]), "+r"(d[41]), "+r"(d[42]), "+r"(d[43]), "+r"(d[44]), "+r"(d[45]), "+r"(d[46]), "+r"(d[47]),
+          "+r"(d[48]), "+r"(d[49]), "+r"(d[50]), "+r"(d[51]), "+r"(d[52]), "+r"(d[53]), "+r"(d[54]), "+r"(d[55]),
+          "+r"(d[56]), "+r"(d[57]), "+r"(d[58]), "+r"(d[59]), "+r"(d[60]), "+r"(d[61]), "+r"(d[62]), "+r"(d[63]),
+          "+r"(d[64]), "+r"(d[65]), "+r"(d[66]), "+r"(d[67]), "+r"(d[68]), "+r"(d[69]), "+r"(d[70]), "+r"(d[71]),
+          "+r"(d[72]), "+r"(d[73]), "+r"(d[74]), "+r"(d[75]), "+r"(d[76]), "+r"(d[77]), "+r"(d[78]), "+r"(d[79]),
+          "+r"(d[80]), "+r"(d[81]), "+r"(d[82]), "+r"(d[83]), "+r"(d[84]), "+r"(d[85]), "+r"(d[86]), "+r"(d[87]),
+          "+r"(d[88]), "+r"(d[89]), "+r"(d[90]), "+r"(d[91]), "+r"(d[92]), "+r"(d[93]), "+r"(d[94]), "+r"(d[95]),
+          "+r"(d[96]), "+r"(d[97]), "+r"(d[98]), "+r"(d[99]), "+r"(d[100]), "+r"(d[101]), "+r"(d[102]),
+          "+r"(d[103]), "+r"(d[104]), "+r"(d[105]), "+r"(d[106]), "+r"(d[107]), "+r"(d[108]), "+r"(d[109]),
+          "+r"(d[110]), "+r"(d[111]), "+r"(d[112]), "+r"(d[113]), "+r"(d[114]), "+r"(d[115]), "+r"(d[116]),
+          "+r"(d[117]), "+r"(d[118]), "+r"(d[119]), "+r"(d[120]), "+r"(d[121]), "+r"(d[122]), "+r"(d[123]),
+          "+r"(d[124]), "+r"(d[125]), "+r"(d[126]), "+r"(d[127])
+        : "l"(a_desc), "l"(b_desc), "r"(1));
+}
+#endif  // GA_HOST_EMULATION
+
+// A shared-memory matrix descriptor for a K-major operand in the 128-byte swizzle: start
+// address / 16 in bits 0-13, leading byte offset (unused by swizzled K-major layouts; 1 by
+// convention) in bits 16-29, stride byte offset 1024 / 16 (eight 128-byte rows) in bits 32-45,
+// and swizzle mode 1 (128 bytes) in bits 62-63. A k step of 32 bytes inside the rows adds 32 to
+// the address; the swizzle is applied to address bits, so groups must be 1024-byte aligned.
+__device__ __forceinline__ u64 wg_descriptor(u32 smem_address) {
+    return (u64)((smem_address & 0x3FFFF) >> 4) | ((u64)1 << 16) | ((u64)(1024 >> 4) << 32) | ((u64)1 << 62);
+}
+
+// Byte offset of logical 16-byte chunk `chunk` (0..7) of row `row` in a swizzled tile.
+__device__ __forceinline__ int wg_swizzle(int row, int chunk) {
+    return row * WG_BK + ((chunk ^ (row & 7)) * 16);
+}
+
+// Loads the 128 rows of X (from row0) and 256 rows of Bt (from col0), 128 bytes of k from k0,
+// into one stage. 384 rows x 8 chunks = 3072 chunks: twelve per thread.
+__device__ __forceinline__ void wg_load_stage(u8* as, u8* bs, const i8* xm, const i8* bm, int n, int row0,
+                                              int col0, int k0, int tid) {
+#pragma unroll
+    for (int r = 0; r < (WG_BM + WG_BN) * (WG_BK / 16) / WG_THREADS; ++r) {
+        const int q = tid + r * WG_THREADS;
+        const int row_all = q >> 3;
+        const int chunk = q & 7;
+        const bool is_a = row_all < WG_BM;
+        const int row = is_a ? row_all : row_all - WG_BM;
+        const int src_row = (is_a ? row0 : col0) + row;
+        const int k = k0 + chunk * 16;
+        const bool in = src_row < n && k < n;
+        const i8* base = is_a ? xm : bm;
+        // Out-of-range chunks read nothing (src_bytes 0) from a valid address.
+        const i8* src = in ? base + (u64)src_row * n + k : base;
+        wg_cp_async16((is_a ? as : bs) + wg_swizzle(row, chunk), src, in ? 16 : 0);
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(WG_THREADS, 1)
+gemm_mix_wgmma(const i8* x, const i8* bt, i8* out, int n, u32 step) {
+    // The stages, aligned to 1024 bytes; A then B within each stage.
+    u8* smem = wg_smem_raw + ((1024 - (wg_smem_addr(wg_smem_raw) & 1023)) & 1023);
+
+    const u64 matrix = (u64)blockIdx.z * (u64)n * (u64)n;
+    const i8* xm = x + matrix;
+    const i8* bm = bt + matrix;
+    const int row0 = blockIdx.y * WG_BM;
+    const int col0 = blockIdx.x * WG_BN;
+    const int tid = threadIdx.x;
+    const int warpgroup = tid >> 7;
+
+    int acc[128];
+#pragma unroll
+    for (int i = 0; i < 128; ++i) acc[i] = 0;
+
+    const int ktiles = (n + WG_BK - 1) / WG_BK;
+#pragma unroll
+    for (int s = 0; s < WG_STAGES - 1; ++s) {
+        if (s < ktiles) {
+            u8* stage = smem + s * WG_STAGE_BYTES;
+            wg_load_stage(stage, stage + WG_BM * WG_BK, xm, bm, n, row0, col0, s * WG_BK, tid);
+        }
+        wg_cp_async_commit();
+    }
+    for (int kt = 0; kt < ktiles; ++kt) {
+        // Tile kt has landed once at most WG_STAGES - 2 younger groups are pending. Each thread
+        // hands its copies to the async proxy, and the barrier makes them everyone's; it also
+        // proves every warpgroup's wgmma on tile kt - 1 finished (each waits for its own below),
+        // so that stage may be refilled.
+        wg_cp_async_wait<WG_STAGES - 2>();
+        wg_fence_proxy_async();
+        __syncthreads();
+        const int next = kt + WG_STAGES - 1;
+        if (next < ktiles) {
+            u8* stage = smem + (next % WG_STAGES) * WG_STAGE_BYTES;
+            wg_load_stage(stage, stage + WG_BM * WG_BK, xm, bm, n, row0, col0, next * WG_BK, tid);
+        }
+        wg_cp_async_commit();
+
+        const u8* stage = smem + (kt % WG_STAGES) * WG_STAGE_BYTES;
+        const u32 a_addr = wg_smem_addr(stage + warpgroup * 64 * WG_BK);
+        const u32 b_addr = wg_smem_addr(stage + WG_BM * WG_BK);
+        wg_fence();
+#pragma unroll
+        for (int kk = 0; kk < WG_BK / 32; ++kk) {
+            wg_mma_m64n256k32(acc, wg_descriptor(a_addr + kk * 32), wg_descriptor(b_addr + kk * 32));
+        }
+        wg_commit();
+        wg_wait_all();
+    }
+
+    i8* om = out + matrix;
+    const int lane = tid & 31;
+    const int warp = (tid >> 5) & 3;
+    const int g = lane >> 2;
+    const int t = lane & 3;
+#pragma unroll
+    for (int i = 0; i < 128; i += 2) {
+        const int row = row0 + warpgroup * 64 + 16 * warp + g + 8 * ((i / 2) % 2);
+        const int col = col0 + 8 * (i / 4) + 2 * t;
+        if (row < n && col < n) {
+            *(char2*)(om + (u64)row * n + col) = make_char2(ga_mix(acc[i], step), ga_mix(acc[i + 1], step));
+        }
+    }
+}
