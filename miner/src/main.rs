@@ -126,10 +126,7 @@ fn serve(args: ServeArgs) -> Result<()> {
     };
     let runtime = tokio::runtime::Runtime::new()?;
     runtime.block_on(async move {
-        let listener = tokio::net::TcpListener::bind(config.listen)
-            .await
-            .with_context(|| format!("cannot listen on {}", config.listen))?;
-        let address = listener.local_addr()?;
+        let (listener, address) = gpu_attest_proto::daemon::bind(config.listen).await?;
         info!(
             %address,
             miner_key = %identity.public_key(),
@@ -139,8 +136,6 @@ fn serve(args: ServeArgs) -> Result<()> {
             tls = options.tls.is_some(),
             "miner listening"
         );
-        // Scripts read this line to learn a port-0 address.
-        println!("listening on {address}");
         let core = Arc::new(MinerCore::new(
             identity,
             allowed,

@@ -226,12 +226,8 @@ fn serve(config: ValidatorConfig) -> Result<()> {
     };
     let runtime = tokio::runtime::Runtime::new()?;
     runtime.block_on(async move {
-        let listener = tokio::net::TcpListener::bind(config.listen)
-            .await
-            .with_context(|| format!("cannot listen on {}", config.listen))?;
-        let address = listener.local_addr()?;
+        let (listener, address) = gpu_attest_proto::daemon::bind(config.listen).await?;
         info!(%address, validator_key = %attestor.public_key(), database = %config.database.display(), "validator listening");
-        println!("listening on {address}");
         let schedule = config.schedule.enabled.then(|| Duration::from_secs(config.schedule.interval_secs.max(1)));
         server::serve(attestor, listener, schedule, options, gpu_attest_proto::daemon::shutdown_signal()).await?;
         info!("validator stopped");
