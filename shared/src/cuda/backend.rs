@@ -14,6 +14,7 @@ use crate::params::Work;
 use crate::statement::DeviceInfo;
 use cudarc::driver::{CudaEvent, CudaSlice};
 use rayon::prelude::*;
+use std::collections::VecDeque;
 use std::ops::{Deref, Range};
 use std::path::PathBuf;
 use std::sync::{Mutex, MutexGuard};
@@ -297,6 +298,20 @@ fn digests_by_checkpoint(words: &[u32], count: usize) -> Vec<Vec<Digest>> {
         .collect()
 }
 
+/// The first step that writes over a checkpoint taken before step `next_step`: X and the next X
+/// swap every step, so `next_step` reads the checkpoint into the other buffer, and the step
+/// after it writes into the checkpoint's.
+fn overwriting_step(next_step: u32) -> u32 {
+    next_step + 1
+}
+
+/// Removes from `hashing` (in order) and returns the hashes that must be done before step
+/// `step` runs: those whose matrix that step overwrites, and any before them.
+fn due_before<E>(hashing: &mut VecDeque<(E, u32)>, step: u32) -> Vec<E> {
+    let due = hashing.iter().take_while(|(_, overwrite)| *overwrite <= step).count();
+    hashing.drain(..due).map(|(hash, _)| hash).collect()
+}
+
 /// The device buffers of one batch: X, the next X, B transposed, hashing scratch, and the
 /// checkpoint digests not yet copied to the host.
 struct BatchBuffers {
@@ -309,6 +324,9 @@ struct BatchBuffers {
     digests: CudaSlice<u32>,
     /// Slots of `digests` filled since the last copy to the host.
     digests_pending: usize,
+    /// Checkpoint hashes still running on the hash stream: the event that ends each, and the
+    /// first step whose GEMM overwrites the matrix it reads (the main stream waits there).
+    hashing: VecDeque<(CudaEvent, u32)>,
     /// Host copy of X, for hashing on the host (and for `advance`'s result).
     host: Vec<i8>,
     /// `host` holds a checkpoint that is not hashed yet.
@@ -330,6 +348,7 @@ impl DeviceRuntime {
             hash_b: self.alloc_words(words)?,
             digests: self.alloc_words(chains * plan::DIGEST_SLOTS * 8)?,
             digests_pending: 0,
+            hashing: VecDeque::new(),
             host: if host_copy { vec![0; len] } else { Vec::new() },
             hash_pending: false,
         })
@@ -338,11 +357,13 @@ impl DeviceRuntime {
     /// Takes the checkpoint of X in `buf.x`: hashed on the device into the next digest slot
     /// (copied to the host when the slots are full, see `flush_device_digests`), or copied to
     /// the host to be hashed while the next step runs (see `flush_host_hash`).
+    /// `next_step` is the step the chains run next.
     fn checkpoint(
         &self,
         buf: &mut BatchBuffers,
         count: usize,
         n: usize,
+        next_step: u32,
         record: Record<'_>,
     ) -> Result<(), BackendError> {
         if self.host_hashing {
@@ -350,7 +371,7 @@ impl DeviceRuntime {
             buf.hash_pending = true;
         } else {
             let slot = buf.digests_pending;
-            self.blake3_into(
+            let hashed = self.blake3_into(
                 &buf.x,
                 count,
                 n,
@@ -359,6 +380,7 @@ impl DeviceRuntime {
                 &mut buf.digests,
                 slot,
             )?;
+            buf.hashing.push_back((hashed, overwriting_step(next_step)));
             buf.digests_pending += 1;
             if buf.digests_pending == plan::DIGEST_SLOTS {
                 self.flush_device_digests(buf, count, record)?;
@@ -418,13 +440,17 @@ impl DeviceRuntime {
                 }
                 last_group = Some(self.mark()?);
             }
+            // A checkpoint hashed beside the steps must be read before this step overwrites it.
+            for hashed in due_before(&mut buf.hashing, step) {
+                self.after(&hashed)?;
+            }
             self.gemm_mix(&buf.x, &buf.bt, &mut buf.next, count, n, step)?;
             std::mem::swap(&mut buf.x, &mut buf.next);
             if let Some(record) = record.as_mut() {
                 // The host hashes the previous checkpoint while the device runs this step.
                 Self::flush_host_hash(buf, count, n, *record);
                 if (step + 1).is_multiple_of(c) {
-                    self.checkpoint(buf, count, n, *record)?;
+                    self.checkpoint(buf, count, n, step + 1, *record)?;
                 }
             }
         }
@@ -432,7 +458,9 @@ impl DeviceRuntime {
             Self::flush_host_hash(buf, count, n, record);
             self.flush_device_digests(buf, count, record)?;
         }
-        self.synchronize()
+        self.synchronize()?;
+        buf.hashing.clear();
+        Ok(())
     }
 
     /// Chains `first..first + count`, from generation to the last checkpoint.
@@ -465,7 +493,7 @@ impl DeviceRuntime {
         };
         // h_0 = blake3(A_i).
         buf.digests_pending = 0;
-        self.checkpoint(buf, count, n, &mut record)?;
+        self.checkpoint(buf, count, n, 0, &mut record)?;
         self.run_steps(work, buf, count, 0..work.iterations(), cancel, Some(&mut record))?;
         Ok(checkpoints
             .into_iter()
@@ -494,7 +522,16 @@ impl DeviceRuntime {
         let mut first = chains.start;
         while first < chains.end {
             let count = batch.min(chains.end - first) as usize;
-            results.extend(self.run_batch(work, first, count, &mut buf, cancel)?);
+            match self.run_batch(work, first, count, &mut buf, cancel) {
+                Ok(batch_results) => results.extend(batch_results),
+                Err(e) => {
+                    // The buffers are freed in the main stream's order; a hash still reading
+                    // them on the other stream must finish first. Its own error, if any, is
+                    // the one already in hand.
+                    let _ = self.synchronize();
+                    return Err(e);
+                }
+            }
             first += count as u64;
             progress(first - chains.start);
         }
@@ -617,6 +654,38 @@ mod tests {
             .map(|slot| (0..count).map(|chain| digest(slot, chain)).collect())
             .collect();
         assert_eq!(got, want);
+    }
+
+    /// The run_steps schedule on a model of its two buffers: each checkpoint's hash is waited for
+    /// before the step that overwrites its matrix, and not a step sooner (that step is the
+    /// overlap).
+    #[test]
+    fn checkpoint_hashes_are_waited_for_exactly_before_their_matrix_is_overwritten() {
+        for c in [1u32, 2, 3, 4] {
+            let (mut x, mut next) = (0usize, 1usize);
+            // (buffer hashed, step it was taken before) stands in for the hash's event.
+            let mut hashing: VecDeque<((usize, u32), u32)> = VecDeque::new();
+            let mut unfinished: Vec<(usize, u32)> = Vec::new();
+            let checkpoint = |x: usize, next_step: u32, hashing: &mut VecDeque<_>, unfinished: &mut Vec<_>| {
+                hashing.push_back(((x, next_step), overwriting_step(next_step)));
+                unfinished.push((x, next_step));
+            };
+            checkpoint(x, 0, &mut hashing, &mut unfinished);
+            for step in 0..12u32 {
+                for done in due_before(&mut hashing, step) {
+                    assert_ne!(done.1, step, "c={c}: the hash taken before step {step} blocks it");
+                    unfinished.retain(|&u| u != done);
+                }
+                assert!(
+                    unfinished.iter().all(|&(buffer, _)| buffer != next),
+                    "c={c}: step {step} overwrites a matrix still being hashed: {unfinished:?}"
+                );
+                std::mem::swap(&mut x, &mut next);
+                if (step + 1).is_multiple_of(c) {
+                    checkpoint(x, step + 1, &mut hashing, &mut unfinished);
+                }
+            }
+        }
     }
 
     #[test]

@@ -1,4 +1,9 @@
-//! One GPU as the backend drives it: its context, stream, loaded kernels and the launches.
+//! One GPU as the backend drives it: its context, streams, loaded kernels and the launches.
+//!
+//! Two streams: `stream` runs generation and the chain steps, `hash_stream` hashes checkpoints
+//! beside them. Work on one stream that depends on the other is ordered by explicit events
+//! (see `blake3_into` and the backend's `run_steps`), not by cudarc's per-buffer tracking: that
+//! keeps one read event per buffer, and a checkpoint is read on both streams at once.
 //!
 //! Every method runs on the calling thread with this device's context made current by cudarc;
 //! the backend holds each `DeviceRuntime` behind a mutex, so one thread drives a device at a time.
@@ -24,6 +29,8 @@ pub struct DeviceRuntime {
     pub module: CompiledModule,
     pub(crate) ctx: Arc<CudaContext>,
     pub(crate) stream: Arc<CudaStream>,
+    /// Checkpoint hashing, beside the chain steps on `stream`.
+    hash_stream: Arc<CudaStream>,
     generate: CudaFunction,
     transpose: CudaFunction,
     gemm: CudaFunction,
@@ -99,6 +106,7 @@ impl DeviceRuntime {
         };
         let ctx = CudaContext::new(ordinal as usize).map_err(driver)?;
         let stream = ctx.new_stream().map_err(driver)?;
+        let hash_stream = ctx.new_stream().map_err(driver)?;
         let mut module = compile::load_or_compile(kernel, gpu.compute_capability, cache_dir)?;
         let loaded = match ctx.load_module(Ptx::from_src(module.ptx.to_string())) {
             Ok(m) => m,
@@ -135,6 +143,7 @@ impl DeviceRuntime {
             gpu,
             ctx,
             stream,
+            hash_stream,
         })
     }
 
@@ -269,11 +278,13 @@ impl DeviceRuntime {
         unsafe { launch.launch(cfg) }.map(|_| ()).map_err(|e| self.err(e))
     }
 
-    /// blake3 of each of the first `count` n x n matrices of `data`, hashed on the device: the
+    /// blake3 of each of the first `count` n x n matrices of `data`, hashed on the device on the
+    /// hash stream, after everything queued so far on the main stream (which wrote `data`): the
     /// 8-word digests land in `digests` at slot `slot` (words `slot * count * 8..`, one digest per
     /// matrix, in order), where they wait for [`DeviceRuntime::download_words`]. Nothing waits for
-    /// the device here. `scratch_a` and `scratch_b` each hold at least
-    /// `count * hash_scratch_words(n)` words.
+    /// the device here. Returns an event marking the end of the hash: the main stream must wait
+    /// for it (`DeviceRuntime::after`) before it overwrites `data`. `scratch_a` and `scratch_b`
+    /// each hold at least `count * hash_scratch_words(n)` words.
     #[allow(clippy::too_many_arguments)]
     pub fn blake3_into(
         &self,
@@ -284,7 +295,9 @@ impl DeviceRuntime {
         scratch_b: &mut CudaSlice<u32>,
         digests: &mut CudaSlice<u32>,
         slot: usize,
-    ) -> Result<(), BackendError> {
+    ) -> Result<CudaEvent, BackendError> {
+        let written = self.mark()?;
+        self.hash_stream.wait(&written).map_err(|e| self.err(e))?;
         // n >= 64 gives at least four chunks, so the root is a parent node (blake3.cu).
         let bytes = (n * n) as u64;
         let chunks = bytes / 1024;
@@ -293,7 +306,7 @@ impl DeviceRuntime {
             block_dim: (HASH_THREADS, 1, 1),
             shared_mem_bytes: 0,
         };
-        let mut launch = self.stream.launch_builder(&self.blake3_chunks);
+        let mut launch = self.hash_stream.launch_builder(&self.blake3_chunks);
         launch.arg(data).arg(&bytes).arg(&mut *scratch_a);
         // SAFETY: matches blake3_chunks(const u8*, u64, u32*); scratch_a holds count * chunks * 8 words.
         unsafe { launch.launch(grid(chunks)) }.map_err(|e| self.err(e))?;
@@ -301,7 +314,7 @@ impl DeviceRuntime {
         let mut nodes = chunks;
         while nodes > 1 {
             let root = u32::from(nodes == 2);
-            let mut launch = self.stream.launch_builder(&self.blake3_parents);
+            let mut launch = self.hash_stream.launch_builder(&self.blake3_parents);
             launch.arg(&*level).arg(&mut *next_level).arg(&nodes).arg(&root);
             // SAFETY: matches blake3_parents(const u32*, u32*, u64, u32); both buffers hold
             // count * nodes * 8 words.
@@ -310,23 +323,32 @@ impl DeviceRuntime {
             nodes = nodes.div_ceil(2);
         }
         let words = count * 8;
-        self.stream
+        self.hash_stream
             .memcpy_dtod(
                 &level.slice(0..words),
                 &mut digests.slice_mut(slot * words..(slot + 1) * words),
             )
+            .map_err(|e| self.err(e))?;
+        self.hash_stream
+            .record_event(Some(sys::CUevent_flags::CU_EVENT_DISABLE_TIMING))
             .map_err(|e| self.err(e))
     }
 
-    /// Copies the first `host.len()` words of `src` into `host` and waits for the copy.
+    /// Copies the first `host.len()` digest words of `src` (written on the hash stream) into
+    /// `host` and waits for the copy.
     pub fn download_words(&self, src: &CudaSlice<u32>, host: &mut [u32]) -> Result<(), BackendError> {
-        self.stream
+        self.hash_stream
             .memcpy_dtoh(&src.slice(0..host.len()), host)
             .map_err(|e| self.err(e))?;
-        self.synchronize()
+        self.hash_stream.synchronize().map_err(|e| self.err(e))
     }
 
-    /// An event at the current end of this device's stream (see [`DeviceRuntime::wait_for`]).
+    /// Makes the main stream's later work wait for `event` (recorded on either stream).
+    pub fn after(&self, event: &CudaEvent) -> Result<(), BackendError> {
+        self.stream.wait(event).map_err(|e| self.err(e))
+    }
+
+    /// An event at the current end of this device's main stream (see [`DeviceRuntime::wait_for`]).
     pub fn mark(&self) -> Result<CudaEvent, BackendError> {
         self.stream
             .record_event(Some(sys::CUevent_flags::CU_EVENT_DISABLE_TIMING))
@@ -373,8 +395,9 @@ impl DeviceRuntime {
         self.synchronize()
     }
 
-    /// Waits for everything queued on this device's stream; reports a kernel fault here.
+    /// Waits for everything queued on this device's streams; reports a kernel fault here.
     pub fn synchronize(&self) -> Result<(), BackendError> {
-        self.stream.synchronize().map_err(|e| self.err(e))
+        self.stream.synchronize().map_err(|e| self.err(e))?;
+        self.hash_stream.synchronize().map_err(|e| self.err(e))
     }
 }
