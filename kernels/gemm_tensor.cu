@@ -37,36 +37,14 @@
 #define TC_STAGES 3
 #define TC_THREADS 128
 
-// The PTX helpers. A host build (shared/tests/cuda_kernels_on_host.rs) defines
-// GA_HOST_EMULATION and supplies equivalents: cp.async as copies deferred to the matching
-// wait_group, and ldmatrix and mma as warp exchanges following the PTX ISA's layout tables.
+// The PTX helpers (cp.async ones in cp_async.cuh). A host build
+// (shared/tests/cuda_kernels_on_host.rs) defines GA_HOST_EMULATION and supplies equivalents:
+// ldmatrix and mma as warp exchanges following the PTX ISA's layout tables.
 #ifndef GA_HOST_EMULATION
-__device__ __forceinline__ u32 tc_smem_addr(const void* p) {
-    u64 a;
-    asm("cvta.to.shared.u64 %0, %1;" : "=l"(a) : "l"(p));
-    return (u32)a;
-}
-
-// 16 bytes global -> shared, bypassing L1; src_bytes = 0 writes zeros (rows past n).
-__device__ __forceinline__ void tc_cp_async16(void* smem, const void* gmem, int src_bytes) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(tc_smem_addr(smem)), "l"(gmem),
-                 "r"(src_bytes));
-}
-
-__device__ __forceinline__ void tc_cp_async_commit() {
-    asm volatile("cp.async.commit_group;\n" ::);
-}
-
-// Waits until at most `Pending` committed groups are still in flight.
-template <int Pending>
-__device__ __forceinline__ void tc_cp_async_wait() {
-    asm volatile("cp.async.wait_group %0;\n" ::"n"(Pending));
-}
-
 __device__ __forceinline__ void tc_ldmatrix_x4(int* r, const void* row_addr) {
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
                  : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(tc_smem_addr(row_addr)));
+                 : "r"(ga_smem_addr(row_addr)));
 }
 
 __device__ __forceinline__ void tc_mma(int* c, int a0, int a1, int a2, int a3, int b0, int b1) {
@@ -100,8 +78,8 @@ __device__ __forceinline__ void tc_load_stage(tc_tile& as, tc_tile& bs, const i8
         // Out-of-range rows read nothing (src_bytes 0) from a valid address.
         const i8* a_src = a_in ? xm + (u64)(row0 + row) * n + k0 + chunk * 16 : xm;
         const i8* b_src = b_in ? bm + (u64)(col0 + row) * n + k0 + chunk * 16 : bm;
-        tc_cp_async16(&as[row][tc_swizzle(row, chunk)], a_src, a_in ? 16 : 0);
-        tc_cp_async16(&bs[row][tc_swizzle(row, chunk)], b_src, b_in ? 16 : 0);
+        ga_cp_async16(&as[row][tc_swizzle(row, chunk)], a_src, a_in ? 16 : 0);
+        ga_cp_async16(&bs[row][tc_swizzle(row, chunk)], b_src, b_in ? 16 : 0);
     }
 }
 
@@ -143,20 +121,20 @@ gemm_mix_tensor(const i8* x, const i8* bt, i8* out, int n, u32 step) {
         if (s < ktiles) {
             tc_load_stage(As[s], Bs[s], xm, bm, n, row0, col0, s * TC_BK, tid);
         }
-        tc_cp_async_commit();
+        ga_cp_async_commit();
     }
     for (int kt = 0; kt < ktiles; ++kt) {
         // Tile kt has landed once at most TC_STAGES - 2 younger groups are pending; the barrier
         // makes every thread's copies visible, and proves every warp is done with tile kt - 1,
         // whose stage the load below refills.
-        tc_cp_async_wait<TC_STAGES - 2>();
+        ga_cp_async_wait<TC_STAGES - 2>();
         __syncthreads();
         const int next = kt + TC_STAGES - 1;
         if (next < ktiles) {
             const int s = next % TC_STAGES;
             tc_load_stage(As[s], Bs[s], xm, bm, n, row0, col0, next * TC_BK, tid);
         }
-        tc_cp_async_commit();
+        ga_cp_async_commit();
 
         const int stage = kt % TC_STAGES;
 #pragma unroll

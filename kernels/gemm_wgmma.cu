@@ -30,31 +30,12 @@
 // One extra KiB to align the stages to the 1024 bytes the swizzle pattern is anchored to.
 #define WG_SMEM_BYTES (WG_STAGES * WG_STAGE_BYTES + 1024)
 
-// The PTX helpers. A host build (shared/tests/cuda_kernels_on_host.rs) defines
-// GA_HOST_EMULATION and supplies equivalents (wgmma computed from the descriptors the kernel
-// builds, by the PTX ISA's layout tables), and the dynamic shared memory.
+// The PTX helpers (cp.async ones in cp_async.cuh). A host build
+// (shared/tests/cuda_kernels_on_host.rs) defines GA_HOST_EMULATION and supplies equivalents
+// (wgmma computed from the descriptors the kernel builds, by the PTX ISA's layout tables), and
+// the dynamic shared memory.
 #ifndef GA_HOST_EMULATION
 extern __shared__ __align__(16) u8 wg_smem_raw[];
-
-__device__ __forceinline__ u32 wg_smem_addr(const void* p) {
-    u64 a;
-    asm("cvta.to.shared.u64 %0, %1;" : "=l"(a) : "l"(p));
-    return (u32)a;
-}
-
-__device__ __forceinline__ void wg_cp_async16(void* smem, const void* gmem, int src_bytes) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(wg_smem_addr(smem)), "l"(gmem),
-                 "r"(src_bytes));
-}
-
-__device__ __forceinline__ void wg_cp_async_commit() {
-    asm volatile("cp.async.commit_group;\n" ::);
-}
-
-template <int Pending>
-__device__ __forceinline__ void wg_cp_async_wait() {
-    asm volatile("cp.async.wait_group %0;\n" ::"n"(Pending));
-}
 
 // Makes this thread's completed shared-memory writes visible to the async proxy wgmma reads
 // through.
@@ -143,14 +124,14 @@ __device__ __forceinline__ void wg_load_stage(u8* as, u8* bs, const i8* xm, cons
         const i8* base = is_a ? xm : bm;
         // Out-of-range chunks read nothing (src_bytes 0) from a valid address.
         const i8* src = in ? base + (u64)src_row * n + k : base;
-        wg_cp_async16((is_a ? as : bs) + wg_swizzle(row, chunk), src, in ? 16 : 0);
+        ga_cp_async16((is_a ? as : bs) + wg_swizzle(row, chunk), src, in ? 16 : 0);
     }
 }
 
 extern "C" __global__ void __launch_bounds__(WG_THREADS, 1)
 gemm_mix_wgmma(const i8* x, const i8* bt, i8* out, int n, u32 step) {
     // The stages, aligned to 1024 bytes; A then B within each stage.
-    u8* smem = wg_smem_raw + ((1024 - (wg_smem_addr(wg_smem_raw) & 1023)) & 1023);
+    u8* smem = wg_smem_raw + ((1024 - (ga_smem_addr(wg_smem_raw) & 1023)) & 1023);
 
     const u64 matrix = (u64)blockIdx.z * (u64)n * (u64)n;
     const i8* xm = x + matrix;
@@ -171,14 +152,14 @@ gemm_mix_wgmma(const i8* x, const i8* bt, i8* out, int n, u32 step) {
             u8* stage = smem + s * WG_STAGE_BYTES;
             wg_load_stage(stage, stage + WG_BM * WG_BK, xm, bm, n, row0, col0, s * WG_BK, tid);
         }
-        wg_cp_async_commit();
+        ga_cp_async_commit();
     }
     for (int kt = 0; kt < ktiles; ++kt) {
         // Tile kt has landed once at most WG_STAGES - 2 younger groups are pending. Each thread
         // hands its copies to the async proxy, and the barrier makes them everyone's; it also
         // proves every warpgroup's wgmma on tile kt - 1 finished (each waits for its own below),
         // so that stage may be refilled.
-        wg_cp_async_wait<WG_STAGES - 2>();
+        ga_cp_async_wait<WG_STAGES - 2>();
         wg_fence_proxy_async();
         __syncthreads();
         const int next = kt + WG_STAGES - 1;
@@ -186,11 +167,11 @@ gemm_mix_wgmma(const i8* x, const i8* bt, i8* out, int n, u32 step) {
             u8* stage = smem + (next % WG_STAGES) * WG_STAGE_BYTES;
             wg_load_stage(stage, stage + WG_BM * WG_BK, xm, bm, n, row0, col0, next * WG_BK, tid);
         }
-        wg_cp_async_commit();
+        ga_cp_async_commit();
 
         const u8* stage = smem + (kt % WG_STAGES) * WG_STAGE_BYTES;
-        const u32 a_addr = wg_smem_addr(stage + warpgroup * 64 * WG_BK);
-        const u32 b_addr = wg_smem_addr(stage + WG_BM * WG_BK);
+        const u32 a_addr = ga_smem_addr(stage + warpgroup * 64 * WG_BK);
+        const u32 b_addr = ga_smem_addr(stage + WG_BM * WG_BK);
         wg_fence();
 #pragma unroll
         for (int kk = 0; kk < WG_BK / 32; ++kk) {

@@ -62,14 +62,14 @@ static inline int __dp4a(int a, int b, int c) {
 struct ga_copy { void* dst; const void* src; int bytes; };
 static thread_local std::vector<ga_copy> ga_open_group;
 static thread_local std::deque<std::vector<ga_copy>> ga_committed_groups;
-static inline void tc_cp_async16(void* smem, const void* gmem, int src_bytes) {
+static inline void ga_cp_async16(void* smem, const void* gmem, int src_bytes) {
     ga_open_group.push_back(ga_copy{smem, gmem, src_bytes});
 }
-static inline void tc_cp_async_commit() {
+static inline void ga_cp_async_commit() {
     ga_committed_groups.push_back(std::move(ga_open_group));
     ga_open_group.clear();
 }
-template <int Pending> static inline void tc_cp_async_wait() {
+template <int Pending> static inline void ga_cp_async_wait() {
     while (ga_committed_groups.size() > (size_t)Pending) {
         for (const ga_copy& c : ga_committed_groups.front()) {
             if (c.bytes) memcpy(c.dst, c.src, 16); else memset(c.dst, 0, 16);
@@ -124,10 +124,7 @@ static inline void tc_mma(int* c, int a0, int a1, int a2, int a3, int b0, int b1
 // wgmma (gemm_wgmma.cu). Dynamic shared memory is one 1024-aligned buffer, and a shared address
 // is an offset into it, so descriptors built by the kernel decode to host pointers here.
 static unsigned char* wg_smem_raw;
-static inline unsigned wg_smem_addr(const void* p) { return (unsigned)((const unsigned char*)p - wg_smem_raw); }
-static inline void wg_cp_async16(void* smem, const void* gmem, int src_bytes) { tc_cp_async16(smem, gmem, src_bytes); }
-static inline void wg_cp_async_commit() { tc_cp_async_commit(); }
-template <int Pending> static inline void wg_cp_async_wait() { tc_cp_async_wait<Pending>(); }
+static inline unsigned ga_smem_addr(const void* p) { return (unsigned)((const unsigned char*)p - wg_smem_raw); }
 static inline void wg_fence_proxy_async() {}
 static inline void wg_fence() {}
 static inline void wg_commit() {}
@@ -280,6 +277,7 @@ fn harness() -> Option<&'static Path> {
                 read("blake3.cu"),
                 read("mix.cu"),
                 read("gemm_tiled.cu"),
+                read("cp_async.cuh"),
                 read("gemm_tensor.cu"),
                 read("gemm_wgmma.cu"),
                 HARNESS.to_string(),

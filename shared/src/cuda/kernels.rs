@@ -2,15 +2,16 @@
 //! device runs.
 //!
 //! Each module NVRTC compiles is `common.cuh`, the generator, the transpose, the mix pass, BLAKE3
-//! and one GEMM kernel,
-//! concatenated: NVRTC has no file system to resolve `#include` from, and one module per kernel
-//! kind keeps the launch code the same for both.
+//! and one GEMM kernel (after `cp_async.cuh` for the tensor-core ones), concatenated: NVRTC has
+//! no file system to resolve `#include` from, and one module per kernel kind keeps the launch
+//! code the same for all of them.
 
 use std::fmt;
 
 const COMMON: &str = include_str!("../../../kernels/common.cuh");
 const CHACHA8: &str = include_str!("../../../kernels/chacha8.cu");
 const TRANSPOSE: &str = include_str!("../../../kernels/transpose.cu");
+const CP_ASYNC: &str = include_str!("../../../kernels/cp_async.cuh");
 const GEMM_TILED: &str = include_str!("../../../kernels/gemm_tiled.cu");
 const GEMM_TENSOR: &str = include_str!("../../../kernels/gemm_tensor.cu");
 const GEMM_WGMMA: &str = include_str!("../../../kernels/gemm_wgmma.cu");
@@ -126,12 +127,18 @@ impl GpuKernel {
 
     /// The complete CUDA source of this kernel's module.
     pub fn module_source(self) -> String {
-        let gemm = match self {
-            GpuKernel::Tiled => GEMM_TILED,
-            GpuKernel::Tensor => GEMM_TENSOR,
-            GpuKernel::Wgmma => GEMM_WGMMA,
+        // cp.async exists from sm_80, so only the modules of the kernels that use it carry it.
+        let gemm: &[&str] = match self {
+            GpuKernel::Tiled => &[GEMM_TILED],
+            GpuKernel::Tensor => &[CP_ASYNC, GEMM_TENSOR],
+            GpuKernel::Wgmma => &[CP_ASYNC, GEMM_WGMMA],
         };
-        [COMMON, CHACHA8, TRANSPOSE, MIX, BLAKE3, gemm].join("\n")
+        [COMMON, CHACHA8, TRANSPOSE, MIX, BLAKE3]
+            .iter()
+            .chain(gemm)
+            .copied()
+            .collect::<Vec<_>>()
+            .join("\n")
     }
 }
 
