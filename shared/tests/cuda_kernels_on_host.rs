@@ -13,6 +13,7 @@
 
 mod common;
 
+use gpu_attest_shared::cuda::GpuKernel;
 use gpu_attest_shared::gemm::naive;
 use gpu_attest_shared::matrix::{Matrix, generate};
 use gpu_attest_shared::mix::mix;
@@ -237,7 +238,7 @@ int main(int argc, char** argv) {
         std::vector<i8> bt(count * nn), out(count * nn);
         launch_threads(n / 32, n / 32, count, 32, 8, [&] { transpose_i8(b, bt.data(), (int)n); });
         if (kind == "tiled") {
-            launch_threads(n / 64, n / 64, count, 256, 1,
+            launch_threads(n / TILED_BN, n / TILED_BM, count, TILED_THREADS, 1,
                            [&] { gemm_mix_tiled(x, bt.data(), out.data(), (int)n, step); });
         } else if (kind == "tensor") {
             const unsigned tiles = (n + 127) / 128;
@@ -250,6 +251,10 @@ int main(int argc, char** argv) {
             free(wg_smem_raw);
         }
         fwrite(out.data(), 1, out.size(), stdout);
+    } else if (mode == "shapes") {  // each GEMM kernel's block: rows, columns, threads, dynamic smem
+        printf("tiled %d %d %d 0\n", TILED_BM, TILED_BN, TILED_THREADS);
+        printf("tensor %d %d %d 0\n", TC_BM, TC_BN, TC_THREADS);
+        printf("wgmma %d %d %d %d\n", WG_BM, WG_BN, WG_THREADS, WG_SMEM_BYTES);
     } else if (mode == "mix") {  // mix STEP < int32 values
         u32 step = (u32)strtoul(argv[2], 0, 10);
         u64 count = in.size() / 4;
@@ -343,6 +348,29 @@ fn device_chacha8_generation_matches_rand_chacha() {
                 first + 2 * z as u64
             );
         }
+    }
+}
+
+/// The launch shapes the Rust side hard-codes (`GpuKernel`) are the ones the kernels' macros
+/// define: a mismatch launches too few threads or too little shared memory.
+#[test]
+fn launch_shapes_match_the_kernels_own_definitions() {
+    if harness().is_none() {
+        return;
+    }
+    let shapes = String::from_utf8(run(&["shapes"], &[])).unwrap();
+    for kernel in GpuKernel::ALL {
+        let line = shapes
+            .lines()
+            .find(|l| l.split(' ').next() == Some(&kernel.to_string()))
+            .unwrap_or_else(|| panic!("the harness prints no shape for {kernel}"));
+        let (rows, columns) = kernel.block_tile();
+        let want = format!(
+            "{kernel} {rows} {columns} {} {}",
+            kernel.block_threads(),
+            kernel.dynamic_shared_bytes()
+        );
+        assert_eq!(line, want, "{kernel}: kernel macros vs GpuKernel");
     }
 }
 
