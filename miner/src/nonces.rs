@@ -4,6 +4,11 @@
 //! The file holds one `hex-nonce deadline-ms` line per accepted challenge, appended and synced
 //! before the challenge is accepted. At start expired lines are dropped and the file rewritten
 //! (to a temporary file, then renamed over it); a torn last line from a crash is skipped.
+//!
+//! Before each append the log checks that its path still names the file it holds open. If the
+//! file or its directory was removed or replaced while the miner ran, appending to the old handle
+//! would write to a file no restart will read, so the log is written anew at its path from the
+//! nonces in memory. Until that succeeds every claim fails, and so every challenge is refused.
 
 use std::collections::HashMap;
 use std::fs::{File, OpenOptions};
@@ -11,10 +16,13 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 
 #[derive(Debug, thiserror::Error)]
-#[error("nonce log {path}: {source}")]
-pub struct NonceLogError {
-    pub path: String,
-    pub source: std::io::Error,
+pub enum NonceLogError {
+    #[error("nonce log {path}: {source}")]
+    Io { path: String, source: std::io::Error },
+    #[error(
+        "nonce log {path} was removed or replaced while the miner ran, and it cannot be written again there ({source}); challenges are refused until that path is writable"
+    )]
+    Replaced { path: String, source: std::io::Error },
 }
 
 pub struct NonceLog {
@@ -32,7 +40,7 @@ impl NonceLog {
     }
 
     pub fn open(path: &Path, now_ms: u64) -> Result<Self, NonceLogError> {
-        let err = |source| NonceLogError {
+        let err = |source| NonceLogError::Io {
             path: path.display().to_string(),
             source,
         };
@@ -56,18 +64,31 @@ impl NonceLog {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
             Err(e) => return Err(err(e)),
         }
-        let temporary = path.with_extension("compacting");
-        let mut compacted = File::create(&temporary).map_err(err)?;
-        for (nonce, deadline) in &seen {
-            writeln!(compacted, "{} {deadline}", hex::encode(nonce)).map_err(err)?;
-        }
-        compacted.sync_all().map_err(err)?;
-        std::fs::rename(&temporary, path).map_err(err)?;
-        let file = OpenOptions::new().append(true).open(path).map_err(err)?;
+        let file = write_fresh(path, &seen).map_err(err)?;
         Ok(NonceLog {
             file: Some((path.to_path_buf(), file)),
             seen,
         })
+    }
+
+    /// The open file, written anew at its path first if the path no longer names it.
+    fn current_file(&mut self) -> Result<Option<&mut File>, NonceLogError> {
+        let Some((path, file)) = &mut self.file else {
+            return Ok(None);
+        };
+        if !still_at_path(path, file) {
+            let fresh = write_fresh(path, &self.seen).map_err(|source| NonceLogError::Replaced {
+                path: path.display().to_string(),
+                source,
+            })?;
+            tracing::warn!(
+                path = %path.display(),
+                nonces = self.seen.len(),
+                "nonce log was removed or replaced; wrote it again from memory"
+            );
+            *file = fresh;
+        }
+        Ok(Some(file))
     }
 
     /// Records `nonce` until `deadline_ms`; `Ok(false)` if it was already recorded.
@@ -76,17 +97,53 @@ impl NonceLog {
         if self.seen.contains_key(&nonce) {
             return Ok(false);
         }
-        if let Some((path, file)) = &mut self.file {
+        let shown = self.path_shown();
+        if let Some(file) = self.current_file()? {
             writeln!(file, "{} {deadline_ms}", hex::encode(nonce))
                 .and_then(|_| file.sync_data())
-                .map_err(|source| NonceLogError {
-                    path: path.display().to_string(),
-                    source,
-                })?;
+                .map_err(|source| NonceLogError::Io { path: shown, source })?;
         }
         self.seen.insert(nonce, deadline_ms);
         Ok(true)
     }
+
+    fn path_shown(&self) -> String {
+        self.file
+            .as_ref()
+            .map(|(p, _)| p.display().to_string())
+            .unwrap_or_default()
+    }
+}
+
+/// Writes `seen` to a temporary file beside `path`, renames it over `path` and syncs the
+/// directory, so the log is whole or absent after a crash; returns it opened for appending.
+fn write_fresh(path: &Path, seen: &HashMap<[u8; 32], u64>) -> std::io::Result<File> {
+    let temporary = path.with_extension("compacting");
+    let mut compacted = File::create(&temporary)?;
+    for (nonce, deadline) in seen {
+        writeln!(compacted, "{} {deadline}", hex::encode(nonce))?;
+    }
+    compacted.sync_all()?;
+    std::fs::rename(&temporary, path)?;
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        File::open(dir)?.sync_all()?;
+    }
+    OpenOptions::new().append(true).open(path)
+}
+
+/// Whether `path` still names the file `file` has open (same device and inode).
+#[cfg(unix)]
+fn still_at_path(path: &Path, file: &File) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    match (std::fs::metadata(path), file.metadata()) {
+        (Ok(at_path), Ok(open)) => at_path.dev() == open.dev() && at_path.ino() == open.ino(),
+        _ => false,
+    }
+}
+
+#[cfg(not(unix))]
+fn still_at_path(path: &Path, _file: &File) -> bool {
+    path.exists()
 }
 
 #[cfg(test)]
@@ -116,5 +173,31 @@ mod tests {
         assert!(!log.claim([1; 32], 5_000, 3_000).unwrap(), "replayed after restart");
         assert!(log.claim([2; 32], 9_000, 3_000).unwrap(), "expired nonce kept forever");
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_replaced_directory_is_noticed_and_the_log_written_again() {
+        let root = std::env::temp_dir().join(format!("gpu-attest-nonces-moved-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        let dir = root.join("state");
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("nonces.log");
+        let mut log = NonceLog::open(&path, 1_000).unwrap();
+        assert!(log.claim([1; 32], 9_000, 1_000).unwrap());
+        // The directory is moved away and a file stands where it was: nothing can be written.
+        std::fs::rename(&dir, root.join("moved")).unwrap();
+        std::fs::write(&dir, b"not a directory").unwrap();
+        let err = log.claim([2; 32], 9_000, 1_000).unwrap_err();
+        assert!(matches!(err, NonceLogError::Replaced { .. }), "{err}");
+        assert!(err.to_string().contains("refused until"), "{err}");
+        // Refused nonces were not recorded, so they stay claimable.
+        std::fs::remove_file(&dir).unwrap();
+        std::fs::create_dir(&dir).unwrap();
+        assert!(log.claim([2; 32], 9_000, 1_000).unwrap());
+        // The new file holds both nonces: a restart still refuses them.
+        let mut reopened = NonceLog::open(&path, 2_000).unwrap();
+        assert!(!reopened.claim([1; 32], 9_000, 2_000).unwrap());
+        assert!(!reopened.claim([2; 32], 9_000, 2_000).unwrap());
+        std::fs::remove_dir_all(&root).unwrap();
     }
 }
