@@ -5,6 +5,7 @@ use crate::v1;
 use gpu_attest_shared::commitment::{DeviceRoot, WorkCommitment};
 use gpu_attest_shared::digest::Digest;
 use gpu_attest_shared::identity::PublicKey;
+use gpu_attest_shared::inventory::{HardwareClaim, Inventory, MinerLimits};
 use gpu_attest_shared::matrix::Matrix;
 use gpu_attest_shared::merkle::MerkleProof;
 use gpu_attest_shared::opening::{ChainOpening, SampleRequest};
@@ -82,6 +83,7 @@ pub fn challenge_to_wire(c: &Challenge, sig: &[u8; 64]) -> v1::Challenge {
         deadline_unix_ms: c.deadline_ms,
         validator_key: c.validator_key.0.to_vec(),
         signature: sig.to_vec(),
+        inventory_digest: c.inventory_digest.0.to_vec(),
     }
 }
 
@@ -92,6 +94,7 @@ pub fn challenge_from_wire(c: &v1::Challenge) -> Result<(Challenge, [u8; 64]), W
         issued_at_ms: c.issued_at_unix_ms,
         deadline_ms: c.deadline_unix_ms,
         validator_key: PublicKey(bytes32("validator_key", &c.validator_key)?),
+        inventory_digest: Digest(bytes32("inventory_digest", &c.inventory_digest)?),
     };
     Ok((challenge, signature("signature", &c.signature)?))
 }
@@ -121,6 +124,55 @@ pub fn device_from_wire(d: &v1::DeviceInfo) -> DeviceInfo {
         pci_bus_id: d.pci_bus_id.clone(),
         driver_version: d.driver_version.clone(),
     }
+}
+
+pub fn limits_to_wire(l: &MinerLimits) -> v1::MinerLimits {
+    v1::MinerLimits {
+        max_n: l.max_n,
+        max_chains: l.max_chains,
+        max_iterations: l.max_iterations,
+        max_duration_ms: l.max_duration_ms,
+        max_samples: l.max_samples,
+    }
+}
+
+pub fn inventory_to_wire(i: &Inventory) -> v1::Inventory {
+    v1::Inventory {
+        miner_key: i.miner_key.0.to_vec(),
+        backend: i.claim.backend.clone(),
+        kernel: i.claim.kernel.clone(),
+        devices: i.claim.devices.iter().map(device_to_wire).collect(),
+        protocol_version: i.protocol_version,
+        software_version: i.software_version.clone(),
+        limits: Some(limits_to_wire(&i.limits)),
+    }
+}
+
+/// Shape only (key length, a bounded device list); what the protocol allows is
+/// [`Inventory::check`]'s job. Missing limits read as "not stated" (zeros).
+pub fn inventory_from_wire(i: &v1::Inventory) -> Result<Inventory, WireError> {
+    // The check names the count; a list far past the limit is not worth converting first.
+    if i.devices.len() > 4 * MAX_DEVICES as usize {
+        return Err(wire_err("devices", format!("{} devices", i.devices.len())));
+    }
+    let l = i.limits.unwrap_or_default();
+    Ok(Inventory {
+        miner_key: PublicKey(bytes32("miner_key", &i.miner_key)?),
+        claim: HardwareClaim {
+            backend: i.backend.clone(),
+            kernel: i.kernel.clone(),
+            devices: i.devices.iter().map(device_from_wire).collect(),
+        },
+        protocol_version: i.protocol_version,
+        software_version: i.software_version.clone(),
+        limits: MinerLimits {
+            max_n: l.max_n,
+            max_chains: l.max_chains,
+            max_iterations: l.max_iterations,
+            max_duration_ms: l.max_duration_ms,
+            max_samples: l.max_samples,
+        },
+    })
 }
 
 pub fn commitment_to_wire(c: &Commitment, sig: &[u8; 64]) -> v1::Commitment {

@@ -7,6 +7,7 @@ mod common;
 use common::cheats::{Cheat, spawn_cheater};
 use common::*;
 use gpu_attest_validator::config::Policy;
+use gpu_attest_validator::reason::ReasonCode;
 
 #[tokio::test(flavor = "multi_thread")]
 async fn honest_miner_passes_sampled_verification() {
@@ -34,7 +35,7 @@ async fn honest_multi_device_miner_passes_full_reexecution() {
 async fn wrong_global_checksum_fails() {
     let miner = spawn_cheater(miner_core(3, &[validator_key()], 1), Cheat::WrongGlobalChecksum).await;
     let (verdict, _dir) = attest(&miner.url(), Policy::Sampled).await;
-    assert_failed_with(&verdict, "global checksum");
+    assert_failed_with(&verdict, ReasonCode::GlobalChecksumMismatch);
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -42,12 +43,13 @@ async fn skipped_chains_are_caught_by_sampling() {
     let miner = spawn_cheater(miner_core(4, &[validator_key()], 1), Cheat::SkipChains).await;
     let (verdict, _dir) = attest(&miner.url(), Policy::Sampled).await;
     assert!(!verdict.passed);
-    // Every garbage chain is opened (8 samples cover all ~5 chains); each fails on a segment.
+    // Every garbage chain is opened (8 samples cover all ~5 chains); each fails on a segment:
+    // its recomputation misses the next checkpoint, or its opened matrix misses its own.
     assert!(
         verdict
             .reasons
             .iter()
-            .all(|r| r.contains("segment") || r.contains("checkpoint")),
+            .all(|r| matches!(r.code, ReasonCode::SegmentMismatch | ReasonCode::OpenedMatrixMismatch)),
         "{:?}",
         verdict.reasons
     );
@@ -57,10 +59,11 @@ async fn skipped_chains_are_caught_by_sampling() {
         .reasons
         .iter()
         .map(|r| {
-            r.strip_prefix("chain ")
+            r.message
+                .strip_prefix("chain ")
                 .and_then(|r| r.split(':').next())
                 .and_then(|c| c.parse().ok())
-                .expect(r)
+                .expect(&r.message)
         })
         .collect();
     failing.sort();
@@ -72,21 +75,21 @@ async fn skipped_chains_are_caught_by_sampling() {
 async fn skipped_chains_are_caught_by_full_reexecution() {
     let miner = spawn_cheater(miner_core(5, &[validator_key()], 1), Cheat::SkipChains).await;
     let (verdict, _dir) = attest(&miner.url(), Policy::Full).await;
-    assert_failed_with(&verdict, "re-execution gives global checksum");
+    assert_failed_with(&verdict, ReasonCode::ReexecutionMismatch);
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn leaf_changed_after_commitment_fails() {
     let miner = spawn_cheater(miner_core(6, &[validator_key()], 1), Cheat::LeafChangedAfterCommit).await;
     let (verdict, _dir) = attest(&miner.url(), Policy::Sampled).await;
-    assert_failed_with(&verdict, "leaf is not in the committed device root");
+    assert_failed_with(&verdict, ReasonCode::LeafNotCommitted);
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn wrong_partition_fails() {
     let miner = spawn_cheater(miner_core(7, &[validator_key()], 2), Cheat::WrongPartition).await;
     let (verdict, _dir) = attest(&miner.url(), Policy::Sampled).await;
-    assert_failed_with(&verdict, "partition is not the canonical one");
+    assert_failed_with(&verdict, ReasonCode::PartitionNotCanonical);
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -98,13 +101,13 @@ async fn replayed_commitment_from_earlier_nonce_fails() {
     assert!(first.passed, "{:?}", first.reasons);
     let second = attestor.attest(&miner.url(), &|_| {}).await.unwrap();
     assert_ne!(first.nonce, second.nonce, "a nonce was reused");
-    assert_failed_with(&second, "commitment echoes nonce");
+    assert_failed_with(&second, ReasonCode::NonceMismatch);
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn answering_after_the_deadline_fails() {
     let miner = spawn_cheater(miner_core(9, &[validator_key()], 1), Cheat::Slow).await;
     let (verdict, _dir) = attest(&miner.url(), Policy::Sampled).await;
-    assert_failed_with(&verdict, "the deadline was");
+    assert_failed_with(&verdict, ReasonCode::LateCommitment);
     assert!(verdict.measured_ms > verdict.deadline_ms);
 }

@@ -98,6 +98,7 @@ proptest! {
             issued_at_ms: 0,
             deadline_ms: deadline,
             validator_key: validator_key(),
+            inventory_digest: cpu_claim(1).digest(),
         };
         let mut wire = challenge_to_wire(&challenge, &[0; 64]);
         wire.signature = sig;

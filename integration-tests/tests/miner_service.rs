@@ -30,6 +30,7 @@ fn challenge(miner: PublicKey, nonce: u8, n: u32, chains: u64, iterations: u32, 
         issued_at_ms: now(),
         deadline_ms: (now() as i64 + deadline_in_ms) as u64,
         validator_key: validator_key(),
+        inventory_digest: cpu_claim(1).digest(),
     }
 }
 
@@ -80,6 +81,13 @@ async fn each_refusal_has_its_own_status() {
 
     let too_long = challenge(key, 5, 64, 1, 1, 10 * 3600 * 1000);
     assert_eq!(code_of(&mut client, signed(&too_long)).await, Code::ResourceExhausted);
+
+    // A challenge sized for hardware other than this miner's is refused before any work.
+    let mut other_hardware = good.clone();
+    other_hardware.inventory_digest = gpu_attest_shared::Digest([0x11; 32]);
+    let refused = client.run_challenge(signed(&other_hardware)).await.unwrap_err();
+    assert_eq!(refused.code(), Code::FailedPrecondition);
+    assert!(refused.message().contains("inventory"), "{}", refused.message());
 
     let mut garbage = signed(&good);
     garbage.validator_key.truncate(3);
@@ -195,10 +203,61 @@ async fn openings_only_for_the_issuing_validator_and_known_commitments() {
         .unwrap_err();
     assert_eq!(err.code(), Code::ResourceExhausted);
     let out_of_range = [gpu_attest_shared::opening::SampleRequest { chain: 9, segment: 0 }];
-    let mut stream = client
+    let err = client
         .open_chains(request(c.params.nonce, &validator, &out_of_range))
         .await
-        .unwrap()
-        .into_inner();
-    assert_eq!(stream.message().await.unwrap_err().code(), Code::OutOfRange);
+        .unwrap_err();
+    assert_eq!(err.code(), Code::OutOfRange);
+    let err = client
+        .open_chains(request(c.params.nonce, &validator, &[]))
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::InvalidArgument);
+    let mut forged = request(c.params.nonce, &validator, &samples);
+    forged.signature[0] ^= 1;
+    assert_eq!(
+        client.open_chains(forged).await.unwrap_err().code(),
+        Code::Unauthenticated
+    );
+}
+
+/// A captured open request cannot make the miner recompute again: the first request that
+/// passes every check uses up the commitment's one opening round, and the refusal of any later
+/// one has its own status.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_open_request_is_single_use() {
+    let core = miner_core(35, &[validator_key()], 1);
+    let key = core.public_key();
+    let miner = spawn_miner(core).await;
+    let mut client = connect(&miner).await;
+    let c = challenge(key, 1, 64, 2, 2, 10_000);
+    let mut stream = client.run_challenge(signed(&c)).await.unwrap().into_inner();
+    while stream.message().await.unwrap().is_some() {}
+
+    let validator = Identity::from_seed([VALIDATOR_SEED; 32]);
+    let signed_request = |samples: &[gpu_attest_shared::opening::SampleRequest]| v1::OpenChainsRequest {
+        nonce: c.params.nonce.to_vec(),
+        samples: samples.iter().map(gpu_attest_proto::convert::sample_to_wire).collect(),
+        validator_key: validator.public_key().0.to_vec(),
+        signature: validator
+            .sign(&gpu_attest_shared::statement::open_request_bytes(
+                &c.params.nonce,
+                samples,
+            ))
+            .to_vec(),
+    };
+    let samples = [gpu_attest_shared::opening::SampleRequest { chain: 0, segment: 1 }];
+    let captured = signed_request(&samples);
+    let mut first = client.open_chains(captured.clone()).await.unwrap().into_inner();
+    assert_eq!(first.message().await.unwrap().unwrap().chain, 0);
+    assert!(first.message().await.unwrap().is_none());
+
+    for replay in 0..3 {
+        let err = client.open_chains(captured.clone()).await.unwrap_err();
+        assert_eq!(err.code(), Code::AlreadyExists, "replay {replay}: {err:?}");
+        assert!(err.message().contains("single-use"), "{}", err.message());
+    }
+    // Not even the issuing validator gets a second round with other samples.
+    let other = signed_request(&[gpu_attest_shared::opening::SampleRequest { chain: 1, segment: 0 }]);
+    assert_eq!(client.open_chains(other).await.unwrap_err().code(), Code::AlreadyExists);
 }

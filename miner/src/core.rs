@@ -6,17 +6,17 @@ use crate::backends::SelectedBackend;
 use crate::config::Limits;
 use crate::error::MinerError;
 use crate::nonces::NonceLog;
-use gpu_attest_proto::convert::{
-    challenge_from_wire, commitment_to_wire, device_to_wire, opening_to_wire, sample_from_wire,
-};
+use gpu_attest_proto::convert::{challenge_from_wire, commitment_to_wire, opening_to_wire, sample_from_wire};
 use gpu_attest_proto::v1;
 use gpu_attest_shared::engine::{self, DeviceProgress, Execution};
 use gpu_attest_shared::identity::{Identity, PublicKey};
-use gpu_attest_shared::opening::{SampleRequest, open_chain};
+use gpu_attest_shared::inventory::{HardwareClaim, Inventory, MinerLimits};
+use gpu_attest_shared::opening::{SampleRequest, check_sample, open_chain};
 use gpu_attest_shared::params::PROTOCOL_VERSION;
 use gpu_attest_shared::statement::{Challenge, Commitment, open_request_bytes, opening_bytes};
 use gpu_attest_shared::{CancelToken, Work};
 use std::collections::{HashSet, VecDeque};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use tokio::sync::OwnedMutexGuard;
@@ -52,6 +52,9 @@ pub struct RecentCommitment {
     pub work: Work,
     pub execution: Execution,
     stored_at: Instant,
+    /// Set by the first open request that passes every check: an open request is single-use,
+    /// so a captured one cannot make this miner recompute again and again.
+    opened: AtomicBool,
 }
 
 pub struct MinerCore {
@@ -109,21 +112,28 @@ impl MinerCore {
         &self.selected
     }
 
-    pub fn inventory(&self) -> v1::Inventory {
-        v1::Inventory {
-            miner_key: self.public_key().0.to_vec(),
+    /// The hardware this miner computes on, as its inventory and commitments name it.
+    pub fn claim(&self) -> HardwareClaim {
+        HardwareClaim {
             backend: self.selected.name.clone(),
             kernel: self.selected.kernel.clone(),
-            devices: self.selected.devices.iter().map(device_to_wire).collect(),
+            devices: self.selected.devices.clone(),
+        }
+    }
+
+    pub fn inventory(&self) -> Inventory {
+        Inventory {
+            miner_key: self.public_key(),
+            claim: self.claim(),
             protocol_version: PROTOCOL_VERSION,
             software_version: env!("CARGO_PKG_VERSION").to_string(),
-            limits: Some(v1::MinerLimits {
+            limits: MinerLimits {
                 max_n: self.limits.max_n,
                 max_chains: self.limits.max_chains,
                 max_iterations: self.limits.max_iterations,
-                max_duration_ms: self.limits.max_duration_secs * 1000,
+                max_duration_ms: self.limits.max_duration_secs.saturating_mul(1000),
                 max_samples: self.limits.max_samples,
-            }),
+            },
         }
     }
 
@@ -142,6 +152,13 @@ impl MinerCore {
             return Err(MinerError::WrongMiner {
                 bound,
                 ours: self.public_key(),
+            });
+        }
+        let ours = self.claim().digest();
+        if challenge.inventory_digest != ours {
+            return Err(MinerError::InventoryChanged {
+                planned: challenge.inventory_digest,
+                ours,
             });
         }
         if challenge.deadline_ms <= now_ms {
@@ -237,6 +254,7 @@ impl MinerCore {
             work: accepted.work,
             execution,
             stored_at: Instant::now(),
+            opened: AtomicBool::new(false),
         });
         let mut recent = self.recent.lock().expect("recent commitments poisoned");
         recent.retain(|r| r.stored_at.elapsed() < self.keep_commitments);
@@ -253,8 +271,11 @@ impl MinerCore {
         signed
     }
 
-    /// Checks an open request: a recent commitment of ours, asked for by its own validator,
-    /// correctly signed, within the sample limit and the challenge's ranges.
+    /// Checks an open request in the order of PROTOCOL.md section 14.4: well-formed, not empty,
+    /// within the sample limit, for a recent commitment of ours, from that challenge's own
+    /// validator while it is still allowed, correctly signed, every sample in range, and the
+    /// first such request for this commitment. Only a request that passes all of it uses up the
+    /// commitment's one opening round.
     pub fn check_open_request(
         &self,
         request: &v1::OpenChainsRequest,
@@ -267,6 +288,9 @@ impl MinerCore {
                 field: "nonce",
                 problem: format!("must be 32 bytes, got {}", request.nonce.len()),
             })?;
+        if request.samples.is_empty() {
+            return Err(MinerError::NoSamples);
+        }
         if request.samples.len() > self.limits.max_samples as usize {
             return Err(MinerError::TooManySamples {
                 requested: request.samples.len(),
@@ -289,6 +313,12 @@ impl MinerCore {
             .validator_key
             .verify(&open_request_bytes(&nonce, &samples), &request.signature)
             .map_err(|_| MinerError::BadOpenSignature)?;
+        for &sample in &samples {
+            check_sample(&recent.work, sample)?;
+        }
+        if recent.opened.swap(true, Ordering::SeqCst) {
+            return Err(MinerError::AlreadyOpened(hex::encode(nonce)));
+        }
         Ok((recent, samples))
     }
 

@@ -1,11 +1,11 @@
 //! Every way a miner refuses or fails a request, and the one place each becomes a gRPC status.
 
 use gpu_attest_proto::WireError;
-use gpu_attest_shared::BackendError;
 use gpu_attest_shared::engine::EngineError;
 use gpu_attest_shared::identity::PublicKey;
 use gpu_attest_shared::opening::OpenError;
 use gpu_attest_shared::params::ParamsError;
+use gpu_attest_shared::{BackendError, Digest};
 use tonic::{Code, Status};
 
 #[derive(Debug, thiserror::Error)]
@@ -20,6 +20,10 @@ pub enum MinerError {
     WrongMiner { bound: PublicKey, ours: PublicKey },
     #[error("nonce {0} was already used; every challenge needs a fresh nonce")]
     NonceReused(String),
+    #[error(
+        "challenge was sized for hardware with inventory digest {planned}, but this miner's is {ours}; its devices, backend or kernel changed since GetInventory: fetch the inventory again"
+    )]
+    InventoryChanged { planned: Digest, ours: Digest },
     #[error("challenge deadline passed {late_ms} ms ago by this miner's clock")]
     DeadlinePassed { late_ms: u64 },
     #[error("the deadline arrived before the work finished; the work was stopped and the devices freed")]
@@ -40,6 +44,10 @@ pub enum MinerError {
     OpenNotAllowed,
     #[error("open request signature does not verify")]
     BadOpenSignature,
+    #[error("open request lists no samples; ask for at least one")]
+    NoSamples,
+    #[error("the chains of commitment {0} were already opened; an open request is single-use")]
+    AlreadyOpened(String),
     #[error("{requested} openings asked for, this miner answers at most {max} per request")]
     TooManySamples { requested: usize, max: u32 },
     #[error("cannot open: {0}")]
@@ -51,11 +59,11 @@ pub enum MinerError {
 impl From<MinerError> for Status {
     fn from(e: MinerError) -> Status {
         let code = match &e {
-            MinerError::Wire(_) | MinerError::Params(_) => Code::InvalidArgument,
+            MinerError::Wire(_) | MinerError::Params(_) | MinerError::NoSamples => Code::InvalidArgument,
             MinerError::ValidatorNotAllowed(_) | MinerError::OpenNotAllowed => Code::PermissionDenied,
             MinerError::BadSignature(_) | MinerError::BadOpenSignature => Code::Unauthenticated,
-            MinerError::WrongMiner { .. } => Code::FailedPrecondition,
-            MinerError::NonceReused(_) => Code::AlreadyExists,
+            MinerError::WrongMiner { .. } | MinerError::InventoryChanged { .. } => Code::FailedPrecondition,
+            MinerError::NonceReused(_) | MinerError::AlreadyOpened(_) => Code::AlreadyExists,
             MinerError::DeadlinePassed { .. } | MinerError::DeadlineReached => Code::DeadlineExceeded,
             MinerError::OverLimit(_) | MinerError::Busy | MinerError::TooManySamples { .. } => Code::ResourceExhausted,
             MinerError::UnknownCommitment(_) => Code::NotFound,

@@ -2,6 +2,7 @@
 
 use crate::core::{AcceptedChallenge, MinerCore, now_ms};
 use crate::error::MinerError;
+use gpu_attest_proto::convert::inventory_to_wire;
 use gpu_attest_proto::v1::{self, challenge_event::Event, miner_server::Miner};
 use gpu_attest_shared::engine::EngineError;
 use gpu_attest_shared::{BackendError, CancelToken};
@@ -44,7 +45,7 @@ impl Miner for MinerService {
     type OpenChainsStream = EventStream<v1::ChainOpening>;
 
     async fn get_inventory(&self, _: Request<v1::GetInventoryRequest>) -> Result<Response<v1::Inventory>, Status> {
-        Ok(Response::new(self.core.inventory()))
+        Ok(Response::new(inventory_to_wire(&self.core.inventory())))
     }
 
     async fn run_challenge(

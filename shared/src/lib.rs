@@ -9,6 +9,7 @@
 //! - [`backend`], [`cpu`], [`engine`]: who computes it, and how devices split the work.
 //! - [`opening`], [`verify`]: sampled openings and the validator's checks.
 //! - [`identity`], [`statement`]: ed25519 keys and the canonical encodings they sign.
+//! - [`inventory`]: the hardware a miner claims and the limits it sets.
 
 pub mod backend;
 pub mod chain;
@@ -19,6 +20,7 @@ pub mod digest;
 pub mod engine;
 pub mod gemm;
 pub mod identity;
+pub mod inventory;
 pub mod matrix;
 pub mod merkle;
 pub mod mix;

@@ -72,15 +72,8 @@ fn uniform(rng: &mut impl Rng, bound: u64) -> u64 {
     }
 }
 
-/// Builds the opening for `request` from what the miner kept after executing.
-pub fn open_chain(
-    backend: &dyn Backend,
-    work: &Work,
-    checkpoints: &[Digest],
-    trees: &[DeviceTree],
-    request: SampleRequest,
-    cancel: &CancelToken,
-) -> Result<ChainOpening, OpenError> {
+/// Whether `request` names a chain and segment that exist in `work`.
+pub fn check_sample(work: &Work, request: SampleRequest) -> Result<(), OpenError> {
     let SampleRequest { chain, segment } = request;
     if chain >= work.num_chains() {
         return Err(OpenError::NoSuchChain {
@@ -94,6 +87,20 @@ pub fn open_chain(
             segments: work.segments(),
         });
     }
+    Ok(())
+}
+
+/// Builds the opening for `request` from what the miner kept after executing.
+pub fn open_chain(
+    backend: &dyn Backend,
+    work: &Work,
+    checkpoints: &[Digest],
+    trees: &[DeviceTree],
+    request: SampleRequest,
+    cancel: &CancelToken,
+) -> Result<ChainOpening, OpenError> {
+    check_sample(work, request)?;
+    let SampleRequest { chain, segment } = request;
     let tree = trees
         .iter()
         .find(|t| t.slice.contains(chain))

@@ -7,6 +7,7 @@
 use crate::commitment::{DeviceRoot, WorkCommitment};
 use crate::digest::Digest;
 use crate::identity::{Identity, PublicKey, SignatureError};
+use crate::inventory::HardwareClaim;
 use crate::opening::{ChainOpening, SampleRequest};
 use crate::params::ChallengeParams;
 
@@ -14,6 +15,7 @@ const CHALLENGE_DOMAIN: &[u8] = b"gpu-attest v1 challenge";
 const COMMITMENT_DOMAIN: &[u8] = b"gpu-attest v1 commitment statement";
 const OPEN_REQUEST_DOMAIN: &[u8] = b"gpu-attest v1 open request";
 const OPENING_DOMAIN: &[u8] = b"gpu-attest v1 opening";
+const INVENTORY_DOMAIN: &[u8] = b"gpu-attest v1 inventory";
 
 /// What the validator signs when it issues work.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -24,6 +26,9 @@ pub struct Challenge {
     /// Validator's clock, Unix milliseconds; the commitment must arrive before it.
     pub deadline_ms: u64,
     pub validator_key: PublicKey,
+    /// Digest of the hardware the challenge was sized for ([`HardwareClaim::digest`]): the
+    /// commitment must name exactly that hardware.
+    pub inventory_digest: Digest,
 }
 
 impl Challenge {
@@ -33,6 +38,7 @@ impl Challenge {
         out.extend(self.issued_at_ms.to_le_bytes());
         out.extend(self.deadline_ms.to_le_bytes());
         out.extend(self.validator_key.0);
+        out.extend(self.inventory_digest.0);
         out
     }
 
@@ -81,18 +87,7 @@ impl Commitment {
         out.extend(self.validator_key.0);
         out.extend(self.work.global.0);
         put_devices(&mut out, &self.work.devices);
-        put_u32(&mut out, self.inventory.len());
-        for d in &self.inventory {
-            out.extend(d.index.to_le_bytes());
-            put_str(&mut out, &d.name);
-            put_str(&mut out, &d.uuid);
-            out.extend(d.memory_bytes.to_le_bytes());
-            out.extend(d.sm_count.to_le_bytes());
-            out.extend(d.compute_capability.0.to_le_bytes());
-            out.extend(d.compute_capability.1.to_le_bytes());
-            put_str(&mut out, &d.pci_bus_id);
-            put_str(&mut out, &d.driver_version);
-        }
+        put_inventory(&mut out, &self.inventory);
         put_str(&mut out, &self.backend);
         put_str(&mut out, &self.kernel);
         out.extend(self.compute_ms.to_le_bytes());
@@ -106,6 +101,24 @@ impl Commitment {
     pub fn verify(&self, signature: &[u8]) -> Result<(), SignatureError> {
         self.miner_key.verify(&self.signing_bytes(), signature)
     }
+
+    /// The hardware this commitment says it ran on.
+    pub fn claim(&self) -> HardwareClaim {
+        HardwareClaim {
+            backend: self.backend.clone(),
+            kernel: self.kernel.clone(),
+            devices: self.inventory.clone(),
+        }
+    }
+}
+
+/// The bytes an inventory digest hashes (PROTOCOL.md 13.5): backend, kernel, devices.
+pub fn claim_bytes(claim: &HardwareClaim) -> Vec<u8> {
+    let mut out = INVENTORY_DOMAIN.to_vec();
+    put_str(&mut out, &claim.backend);
+    put_str(&mut out, &claim.kernel);
+    put_inventory(&mut out, &claim.devices);
+    out
 }
 
 /// The validator's signed request for openings: only the challenge's issuer may make the miner
@@ -153,6 +166,21 @@ fn put_digests(out: &mut Vec<u8>, digests: &[Digest]) {
     }
 }
 
+fn put_inventory(out: &mut Vec<u8>, devices: &[DeviceInfo]) {
+    put_u32(out, devices.len());
+    for d in devices {
+        out.extend(d.index.to_le_bytes());
+        put_str(out, &d.name);
+        put_str(out, &d.uuid);
+        out.extend(d.memory_bytes.to_le_bytes());
+        out.extend(d.sm_count.to_le_bytes());
+        out.extend(d.compute_capability.0.to_le_bytes());
+        out.extend(d.compute_capability.1.to_le_bytes());
+        put_str(out, &d.pci_bus_id);
+        put_str(out, &d.driver_version);
+    }
+}
+
 fn put_devices(out: &mut Vec<u8>, devices: &[DeviceRoot]) {
     put_u32(out, devices.len());
     for d in devices {
@@ -181,6 +209,7 @@ mod tests {
             issued_at_ms: 1000,
             deadline_ms: 2000,
             validator_key: validator.public_key(),
+            inventory_digest: Digest([5; 32]),
         }
     }
 
@@ -196,6 +225,9 @@ mod tests {
         let mut other_miner = c.clone();
         other_miner.params.miner_key = [4; 32];
         assert_eq!(other_miner.verify(&sig), Err(SignatureError::Invalid));
+        let mut other_hardware = c.clone();
+        other_hardware.inventory_digest = Digest([6; 32]);
+        assert_eq!(other_hardware.verify(&sig), Err(SignatureError::Invalid));
         let mut other_validator = c;
         other_validator.validator_key = Identity::from_seed([8; 32]).public_key();
         assert_eq!(other_validator.verify(&sig), Err(SignatureError::Invalid));

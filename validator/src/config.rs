@@ -129,6 +129,10 @@ pub struct ValidatorConfig {
     pub policy: Policy,
     /// Openings per sampled verification.
     pub samples: u32,
+    /// Fewest openings accepted when a miner advertises a `max_samples` below `samples`: the
+    /// validator asks for fewer, down to this floor (or `samples`, if lower), and refuses to
+    /// attest a miner that allows fewer still.
+    pub min_samples: u32,
     /// Where verification runs.
     pub backend: VerifyBackend,
     /// Threads for verification on the CPU; 0 uses every core.
@@ -159,6 +163,7 @@ impl Default for ValidatorConfig {
             database: PathBuf::from("validator.db"),
             policy: Policy::Auto,
             samples: 16,
+            min_samples: 8,
             backend: VerifyBackend::Cpu,
             cpu_threads: 0,
             challenge: ChallengeConfig::default(),
@@ -189,6 +194,9 @@ impl ValidatorConfig {
                 "samples = {} must be in 1..=1024 (0 would check no work at all)",
                 self.samples
             ));
+        }
+        if self.policy != Policy::Full && self.min_samples == 0 {
+            return invalid("min_samples = 0 would let a miner be attested with no opening at all".into());
         }
         if self.deadline.slack.is_nan() || self.deadline.slack < 1.0 {
             return invalid(format!("deadline.slack = {} must be at least 1.0", self.deadline.slack));

@@ -5,6 +5,7 @@ pub mod attest;
 pub mod cli;
 pub mod config;
 pub mod planner;
+pub mod reason;
 pub mod scheduler;
 pub mod server;
 pub mod service;

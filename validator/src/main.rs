@@ -86,7 +86,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
                         v.miner_url,
                         v.measured_ms,
                         v.deadline_ms,
-                        v.reasons.join("; ")
+                        v.reasons.iter().map(|r| r.to_string()).collect::<Vec<_>>().join("; ")
                     );
                 }
             }

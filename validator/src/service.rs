@@ -30,7 +30,8 @@ impl ValidatorService {
 impl From<AttestError> for Status {
     fn from(e: AttestError) -> Status {
         let code = match &e {
-            AttestError::BadUrl { .. } | AttestError::Plan { .. } => Code::InvalidArgument,
+            AttestError::BadUrl { .. } => Code::InvalidArgument,
+            AttestError::Plan { .. } | AttestError::Inventory { .. } => Code::FailedPrecondition,
             AttestError::Unreachable { .. } => Code::Unavailable,
             AttestError::NotAMiner { .. } | AttestError::Refused { .. } | AttestError::KeyChanged { .. } => {
                 Code::FailedPrecondition
@@ -57,7 +58,15 @@ pub fn verdict_to_wire(v: &Verdict) -> v1::Verdict {
         miner_key: hex32(&v.miner_key),
         nonce: hex32(&v.nonce),
         passed: v.passed,
-        reasons: v.reasons.clone(),
+        reasons: v.reasons.iter().map(|r| r.message.clone()).collect(),
+        fail_reasons: v
+            .reasons
+            .iter()
+            .map(|r| v1::FailReason {
+                code: r.code.as_str().into(),
+                message: r.message.clone(),
+            })
+            .collect(),
         policy: v.policy.clone(),
         samples: v.samples,
         params: Some(v1::ChallengeParams {
@@ -105,8 +114,7 @@ impl Validator for ValidatorService {
         }
         let url = normalise_url(&request.url);
         let inventory = self.attestor.inventory(&url).await?;
-        let key =
-            PublicKey::from_slice(&inventory.miner_key).map_err(|e| Status::failed_precondition(e.to_string()))?;
+        let key = inventory.miner_key;
         let name = if request.name.is_empty() {
             url.clone()
         } else {

@@ -5,6 +5,7 @@
 //! recorded (PRIMARY KEY) before its challenge is sent, so it is never issued twice, even across
 //! restarts.
 
+use crate::reason::Reason;
 use gpu_attest_shared::identity::PublicKey;
 use gpu_attest_shared::params::ChallengeParams;
 use gpu_attest_shared::statement::DeviceInfo;
@@ -119,7 +120,7 @@ pub struct Verdict {
     pub miner_key: String,
     pub nonce: String,
     pub passed: bool,
-    pub reasons: Vec<String>,
+    pub reasons: Vec<Reason>,
     pub policy: String,
     pub samples: u32,
     pub params: StoredParams,

@@ -37,6 +37,31 @@ pub enum Cheat {
     BadOpeningSignatures,
     /// Accepts the open request and then never sends an opening.
     StallOpenings,
+    /// Shows one CPU in its inventory (and so gets a small challenge), then commits naming eight
+    /// H100s on the cuda backend, with the work split eight ways to match.
+    CommitsOtherHardware,
+    /// Reports progress for a device the challenge does not have, beyond any chain count.
+    ImpossibleProgress,
+    /// Shows 65 devices, one more than the protocol allows.
+    TooManyDevices,
+    /// Speaks protocol version 2.
+    ProtocolVersion2,
+}
+
+/// Eight H100s, as a miner that has none would describe them.
+pub fn claimed_h100s() -> Vec<gpu_attest_shared::statement::DeviceInfo> {
+    (0..8)
+        .map(|i| gpu_attest_shared::statement::DeviceInfo {
+            index: i,
+            name: "NVIDIA H100 80GB HBM3".into(),
+            uuid: format!("GPU-{i:08}"),
+            memory_bytes: 80 << 30,
+            sm_count: 132,
+            compute_capability: (9, 0),
+            pci_bus_id: format!("00000000:{:02X}:00.0", i + 0x18),
+            driver_version: "570.86.15".into(),
+        })
+        .collect()
 }
 
 pub struct CheatingMiner {
@@ -82,7 +107,16 @@ impl Miner for CheatingMiner {
     type OpenChainsStream = Events<v1::ChainOpening>;
 
     async fn get_inventory(&self, _: Request<v1::GetInventoryRequest>) -> Result<Response<v1::Inventory>, Status> {
-        Ok(Response::new(self.core.inventory()))
+        let mut inventory = gpu_attest_proto::convert::inventory_to_wire(&self.core.inventory());
+        match self.cheat {
+            Cheat::TooManyDevices => {
+                let device = inventory.devices[0].clone();
+                inventory.devices = vec![device; 65];
+            }
+            Cheat::ProtocolVersion2 => inventory.protocol_version = 2,
+            _ => {}
+        }
+        Ok(Response::new(inventory))
     }
 
     async fn run_challenge(
@@ -136,9 +170,18 @@ impl Miner for CheatingMiner {
                 };
                 (cheat.clone(), cheat)
             }
+            Cheat::CommitsOtherHardware => {
+                let eight_ways = engine::commit(&work, 8, honest.chains).unwrap();
+                (eight_ways.clone(), eight_ways)
+            }
             _ => (honest.clone(), honest),
         };
         let mut statement = self.core.statement(&accepted, &committed, 1);
+        if self.cheat == Cheat::CommitsOtherHardware {
+            statement.inventory = claimed_h100s();
+            statement.backend = "cuda".into();
+            statement.kernel = "tensor".into();
+        }
         if self.cheat == Cheat::WrongGlobalChecksum {
             statement.work.global.0[0] ^= 1;
         }
@@ -160,17 +203,24 @@ impl Miner for CheatingMiner {
             let late = deadline_ms.saturating_sub(gpu_attest_miner::core::now_ms()) + 300;
             tokio::time::sleep(Duration::from_millis(late)).await;
         }
-        let events = vec![
-            Ok(v1::ChallengeEvent {
-                event: Some(Event::Accepted(v1::Accepted {
-                    devices,
-                    backend: "cpu".into(),
+        let mut events = vec![Ok(v1::ChallengeEvent {
+            event: Some(Event::Accepted(v1::Accepted {
+                devices,
+                backend: "cpu".into(),
+            })),
+        })];
+        if self.cheat == Cheat::ImpossibleProgress {
+            events.push(Ok(v1::ChallengeEvent {
+                event: Some(Event::Progress(v1::Progress {
+                    device: devices + 4,
+                    done: work.num_chains() + 10,
+                    total: 0,
                 })),
-            }),
-            Ok(v1::ChallengeEvent {
-                event: Some(Event::Commitment(commitment)),
-            }),
-        ];
+            }));
+        }
+        events.push(Ok(v1::ChallengeEvent {
+            event: Some(Event::Commitment(commitment)),
+        }));
         Ok(Response::new(Box::pin(tokio_stream::iter(events))))
     }
 

@@ -14,8 +14,10 @@ use gpu_attest_miner::server::ServeOptions;
 use gpu_attest_proto::transport::PeerRateLimiter;
 use gpu_attest_shared::cpu::CpuBackend;
 use gpu_attest_shared::identity::{Identity, PublicKey};
+use gpu_attest_shared::inventory::HardwareClaim;
 use gpu_attest_validator::Attestor;
 use gpu_attest_validator::config::{ChallengeConfig, DeadlineConfig, Policy, RateEntry, ValidatorConfig};
+use gpu_attest_validator::reason::ReasonCode;
 use gpu_attest_validator::store::{Store, Verdict, VerdictFilter};
 use std::collections::HashSet;
 use std::net::SocketAddr;
@@ -72,14 +74,35 @@ pub fn cpu_backend(devices: u32) -> SelectedBackend {
 }
 
 pub fn miner_core(seed: u8, allowed: &[PublicKey], devices: u32) -> Arc<MinerCore> {
+    miner_core_with(seed, allowed, devices, Limits::default(), NonceLog::in_memory())
+}
+
+/// A miner with its own limits and nonce log.
+pub fn miner_core_with(
+    seed: u8,
+    allowed: &[PublicKey],
+    devices: u32,
+    limits: Limits,
+    nonces: NonceLog,
+) -> Arc<MinerCore> {
     Arc::new(MinerCore::new(
         Identity::from_seed([seed; 32]),
         allowed.iter().copied().collect::<HashSet<_>>(),
-        Limits::default(),
+        limits,
         cpu_backend(devices),
         Duration::from_secs(60),
-        NonceLog::in_memory(),
+        nonces,
     ))
+}
+
+/// The hardware `cpu_backend(devices)` claims: what a challenge to such a miner is sized for.
+pub fn cpu_claim(devices: u32) -> HardwareClaim {
+    let selected = cpu_backend(devices);
+    HardwareClaim {
+        backend: selected.name,
+        kernel: selected.kernel,
+        devices: selected.devices,
+    }
 }
 
 /// Limits loose enough that only the tests about limits meet them.
@@ -202,12 +225,12 @@ pub async fn attest(url: &str, policy: Policy) -> (Verdict, TempDir) {
     (verdict, dir)
 }
 
-/// The verdict failed, and one of its reasons names the cheat.
-pub fn assert_failed_with(verdict: &Verdict, needle: &str) {
+/// The verdict failed, and one of its reasons is `code`.
+pub fn assert_failed_with(verdict: &Verdict, code: ReasonCode) {
     assert!(!verdict.passed, "a cheating miner passed: {verdict:?}");
     assert!(
-        verdict.reasons.iter().any(|r| r.contains(needle)),
-        "no reason mentions {needle:?}; reasons: {:?}",
+        verdict.reasons.iter().any(|r| r.code == code),
+        "no reason is {code}; reasons: {:?}",
         verdict.reasons
     );
 }

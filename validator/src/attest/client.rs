@@ -1,0 +1,141 @@
+//! One connection to one miner, used for the whole attestation: inventory, challenge and
+//! openings go over the same channel, so the miner that was sized is the miner that answers.
+
+use super::AttestError;
+use crate::config::ValidatorConfig;
+use gpu_attest_proto::convert::{challenge_to_wire, inventory_from_wire};
+use gpu_attest_proto::transport::check_plaintext_client;
+use gpu_attest_proto::v1::{self, miner_client::MinerClient};
+use gpu_attest_shared::inventory::Inventory;
+use gpu_attest_shared::statement::Challenge;
+use std::time::Duration;
+use tonic::transport::{Channel, Endpoint};
+use tonic::{Code, Status, Streaming};
+
+/// Largest message accepted from a miner: an opening carries an n*n matrix (64 MiB at n = 8192).
+pub const MAX_MINER_MESSAGE_BYTES: usize = 72 << 20;
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+const INVENTORY_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Accepts `host:port` as shorthand for `http://host:port`.
+pub fn normalise_url(url: &str) -> String {
+    if url.contains("://") {
+        url.to_string()
+    } else {
+        format!("http://{url}")
+    }
+}
+
+pub struct MinerConnection {
+    url: String,
+    client: MinerClient<Channel>,
+}
+
+impl MinerConnection {
+    /// Connects to the miner at `url` (already normalised) with the validator's TLS settings.
+    pub async fn connect(url: &str, config: &ValidatorConfig) -> Result<Self, AttestError> {
+        let bad_url = |detail: String| AttestError::BadUrl {
+            url: url.into(),
+            detail,
+        };
+        let mut endpoint = Endpoint::from_shared(url.to_string())
+            .map_err(|e| bad_url(e.to_string()))?
+            .connect_timeout(CONNECT_TIMEOUT);
+        if url.starts_with("https://") {
+            endpoint = endpoint
+                .tls_config(config.miner_tls.client_config(url)?)
+                .map_err(|e| bad_url(error_chain(&e)))?;
+        } else if let Some(warning) = check_plaintext_client(url, config.allow_plaintext_miners)? {
+            tracing::warn!("{warning}");
+        }
+        let channel = endpoint.connect().await.map_err(|e| AttestError::Unreachable {
+            url: url.into(),
+            detail: error_chain(&e),
+        })?;
+        Ok(MinerConnection {
+            url: url.into(),
+            client: MinerClient::new(channel).max_decoding_message_size(MAX_MINER_MESSAGE_BYTES),
+        })
+    }
+
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// The miner's inventory, converted and checked (protocol version, device count).
+    pub async fn inventory(&mut self) -> Result<Inventory, AttestError> {
+        let mut request = tonic::Request::new(v1::GetInventoryRequest {});
+        request.set_timeout(INVENTORY_TIMEOUT);
+        let wire = self
+            .client
+            .get_inventory(request)
+            .await
+            .map_err(|s| match s.code() {
+                Code::Unavailable | Code::DeadlineExceeded => AttestError::Unreachable {
+                    url: self.url.clone(),
+                    detail: s.message().into(),
+                },
+                code => AttestError::NotAMiner {
+                    url: self.url.clone(),
+                    detail: format!("GetInventory answered {code:?}: {}", s.message()),
+                },
+            })?
+            .into_inner();
+        let inventory = inventory_from_wire(&wire).map_err(|e| AttestError::NotAMiner {
+            url: self.url.clone(),
+            detail: format!("malformed inventory: {e}"),
+        })?;
+        inventory.check().map_err(|source| AttestError::Inventory {
+            url: self.url.clone(),
+            source,
+        })?;
+        Ok(inventory)
+    }
+
+    /// Sends the signed challenge; a refusal before the stream starts is an error, not a verdict.
+    pub async fn run_challenge(
+        &mut self,
+        challenge: &Challenge,
+        signature: &[u8; 64],
+    ) -> Result<Streaming<v1::ChallengeEvent>, AttestError> {
+        match self.client.run_challenge(challenge_to_wire(challenge, signature)).await {
+            Ok(response) => Ok(response.into_inner()),
+            Err(status) => Err(refused(&self.url, status)),
+        }
+    }
+
+    pub async fn open_chains(&mut self, request: v1::OpenChainsRequest) -> Result<Streaming<v1::ChainOpening>, Status> {
+        Ok(self.client.open_chains(request).await?.into_inner())
+    }
+}
+
+/// A status the miner answered instead of working: what it means for the caller.
+pub fn refused(url: &str, status: Status) -> AttestError {
+    match status.code() {
+        Code::Unimplemented => AttestError::NotAMiner {
+            url: url.into(),
+            detail: format!("RunChallenge: {}", status.message()),
+        },
+        Code::Unavailable => AttestError::Unreachable {
+            url: url.into(),
+            detail: status.message().into(),
+        },
+        code => AttestError::Refused {
+            url: url.into(),
+            code,
+            message: status.message().into(),
+        },
+    }
+}
+
+/// The full cause chain of a transport error, which tonic otherwise hides behind "transport error".
+fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut parts = vec![e.to_string()];
+    let mut source = e.source();
+    while let Some(s) = source {
+        parts.push(s.to_string());
+        source = s.source();
+    }
+    parts.dedup();
+    parts.join(": ")
+}

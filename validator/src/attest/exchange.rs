@@ -1,0 +1,240 @@
+//! The challenge stream (PROTOCOL.md 14.2): `Accepted`, then `Progress`, then the signed
+//! `Commitment`. Every event is checked against the plan before anything is relayed, so an API
+//! client never sees a miner's impossible claims as if they were facts.
+
+use super::AttestEvent;
+use crate::planner::Plan;
+use crate::reason::{Reason, ReasonCode};
+use gpu_attest_proto::v1::{self, challenge_event::Event};
+use gpu_attest_shared::engine::DeviceProgress;
+use gpu_attest_shared::partition::{DeviceSlice, canonical_partition};
+use std::time::{Duration, Instant};
+use tonic::Streaming;
+
+/// What the stream may contain, given the plan: `Accepted` once and first, naming the planned
+/// device count and backend; progress only for devices of the canonical partition, with the
+/// device's own chain count as its total and never more done than that.
+pub struct StreamCheck {
+    backend: String,
+    partition: Vec<DeviceSlice>,
+    accepted: bool,
+}
+
+impl StreamCheck {
+    pub fn new(plan: &Plan) -> Self {
+        let devices = plan.claim.devices.len() as u32;
+        StreamCheck {
+            backend: plan.claim.backend.clone(),
+            // The planner guarantees 1..=64 devices, so the partition exists.
+            partition: canonical_partition(plan.params.num_chains, devices).unwrap_or_default(),
+            accepted: false,
+        }
+    }
+
+    pub fn accepted(&mut self, a: &v1::Accepted) -> Result<(), Reason> {
+        if self.accepted {
+            return Err(Reason::new(ReasonCode::StreamOutOfOrder, "miner sent Accepted twice"));
+        }
+        self.accepted = true;
+        let planned = self.partition.len();
+        if a.devices as usize != planned || a.backend != self.backend {
+            return Err(Reason::new(
+                ReasonCode::HardwareMismatch,
+                format!(
+                    "miner accepted on {} device(s) with the {:?} backend; the challenge was sized for {planned} with {:?}",
+                    a.devices, a.backend, self.backend
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    pub fn progress(&self, p: &v1::Progress) -> Result<DeviceProgress, Reason> {
+        if !self.accepted {
+            return Err(Reason::new(
+                ReasonCode::StreamOutOfOrder,
+                "miner sent progress before accepting the challenge",
+            ));
+        }
+        let impossible = |why: String| Err(Reason::new(ReasonCode::ImpossibleProgress, why));
+        let Some(slice) = self.partition.get(p.device as usize) else {
+            return impossible(format!(
+                "progress for device {}, but the challenge has devices 0..{}",
+                p.device,
+                self.partition.len()
+            ));
+        };
+        if p.total != slice.count {
+            return impossible(format!(
+                "device {} reports {} chains in all; its share of the partition is {}",
+                p.device, p.total, slice.count
+            ));
+        }
+        if p.done > p.total {
+            return impossible(format!(
+                "device {} reports {} of {} chains done",
+                p.device, p.done, p.total
+            ));
+        }
+        Ok(DeviceProgress {
+            device: p.device,
+            done: p.done,
+            total: p.total,
+        })
+    }
+}
+
+/// How the challenge stream ended, from the validator's side.
+pub enum Received {
+    Commitment(Box<v1::Commitment>),
+    /// The attestation has failed; the outcome says why.
+    Failed(Reason),
+}
+
+/// Reads the challenge stream until the commitment, relaying checked events. `Err` is a refusal
+/// before the miner accepted (no verdict); everything after acceptance is a [`Received`].
+pub async fn await_commitment(
+    url: &str,
+    stream: &mut Streaming<v1::ChallengeEvent>,
+    plan: &Plan,
+    wait_limit: Duration,
+    on_event: &(dyn Fn(AttestEvent) + Send + Sync),
+) -> Result<Received, super::AttestError> {
+    let mut check = StreamCheck::new(plan);
+    let started = Instant::now();
+    let read = async {
+        loop {
+            let event = match stream.message().await {
+                Ok(Some(v1::ChallengeEvent { event: Some(event) })) => event,
+                Ok(Some(v1::ChallengeEvent { event: None })) => continue,
+                Ok(None) => {
+                    return Ok(Received::Failed(Reason::new(
+                        ReasonCode::NoCommitment,
+                        "miner ended the stream without a commitment",
+                    )));
+                }
+                Err(status) if !check.accepted => return Err(super::client::refused(url, status)),
+                Err(status) => {
+                    return Ok(Received::Failed(Reason::new(
+                        ReasonCode::MinerFailed,
+                        format!(
+                            "miner failed after accepting the challenge ({:?}): {}",
+                            status.code(),
+                            status.message()
+                        ),
+                    )));
+                }
+            };
+            match event {
+                Event::Accepted(a) => {
+                    if let Err(reason) = check.accepted(&a) {
+                        return Ok(Received::Failed(reason));
+                    }
+                    on_event(AttestEvent::Phase {
+                        name: "computing",
+                        detail: format!("miner accepted: {} device(s), {} backend", a.devices, a.backend),
+                    });
+                }
+                Event::Progress(p) => match check.progress(&p) {
+                    Ok(progress) => on_event(AttestEvent::Progress(progress)),
+                    Err(reason) => return Ok(Received::Failed(reason)),
+                },
+                Event::Commitment(c) if check.accepted => return Ok(Received::Commitment(Box::new(c))),
+                Event::Commitment(_) => {
+                    return Ok(Received::Failed(Reason::new(
+                        ReasonCode::StreamOutOfOrder,
+                        "miner sent a commitment before accepting the challenge",
+                    )));
+                }
+            }
+        }
+    };
+    match tokio::time::timeout(wait_limit, read).await {
+        Ok(received) => received,
+        Err(_) => Ok(Received::Failed(Reason::new(
+            ReasonCode::CommitmentTimedOut,
+            format!(
+                "no commitment within {} ms (deadline {} ms)",
+                started.elapsed().as_millis(),
+                plan.deadline_ms
+            ),
+        ))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use gpu_attest_shared::ChallengeParams;
+    use gpu_attest_shared::inventory::HardwareClaim;
+    use gpu_attest_shared::statement::DeviceInfo;
+
+    /// 5 chains on 2 devices: device 0 has 3, device 1 has 2.
+    fn plan() -> Plan {
+        Plan {
+            params: ChallengeParams {
+                nonce: [0; 32],
+                seed: [0; 32],
+                miner_key: [0; 32],
+                n: 64,
+                num_chains: 5,
+                iterations: 2,
+                checkpoint_every: 1,
+            },
+            claim: HardwareClaim {
+                backend: "cpu".into(),
+                kernel: "portable".into(),
+                devices: vec![DeviceInfo::default(); 2],
+            },
+            expected_ops_per_sec: 1.0,
+            expected_ms: 1,
+            deadline_ms: 1,
+            samples: 1,
+        }
+    }
+
+    fn progress(device: u32, done: u64, total: u64) -> v1::Progress {
+        v1::Progress { device, done, total }
+    }
+
+    fn code<T>(r: Result<T, Reason>) -> Option<ReasonCode> {
+        r.err().map(|r| r.code)
+    }
+
+    #[test]
+    fn progress_must_fit_the_accepted_partition() {
+        let mut check = StreamCheck::new(&plan());
+        assert_eq!(
+            code(check.progress(&progress(0, 1, 3))),
+            Some(ReasonCode::StreamOutOfOrder)
+        );
+        let accepted = v1::Accepted {
+            devices: 2,
+            backend: "cpu".into(),
+        };
+        check.accepted(&accepted).unwrap();
+        assert_eq!(check.progress(&progress(0, 3, 3)).unwrap().done, 3);
+        assert_eq!(check.progress(&progress(1, 0, 2)).unwrap().total, 2);
+        for (p, why) in [
+            (progress(2, 1, 2), "device past d"),
+            (progress(0, 4, 3), "done beyond the device's chains"),
+            (progress(0, 0, 0), "total of zero"),
+            (progress(1, 1, 3), "another device's total"),
+        ] {
+            assert_eq!(code(check.progress(&p)), Some(ReasonCode::ImpossibleProgress), "{why}");
+        }
+        assert_eq!(code(check.accepted(&accepted)), Some(ReasonCode::StreamOutOfOrder));
+    }
+
+    #[test]
+    fn accepted_must_name_the_planned_devices_and_backend() {
+        for (devices, backend) in [(8, "cpu"), (2, "cuda")] {
+            let mut check = StreamCheck::new(&plan());
+            let a = v1::Accepted {
+                devices,
+                backend: backend.into(),
+            };
+            assert_eq!(code(check.accepted(&a)), Some(ReasonCode::HardwareMismatch));
+        }
+    }
+}

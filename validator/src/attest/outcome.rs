@@ -1,0 +1,84 @@
+//! A verdict being assembled while an attestation runs.
+
+use crate::config::Policy;
+use crate::planner::Plan;
+use crate::reason::{Reason, ReasonCode};
+use crate::store::{StoredParams, Verdict};
+use gpu_attest_shared::Digest;
+use gpu_attest_shared::identity::PublicKey;
+use gpu_attest_shared::verify::Rejection;
+
+pub struct Outcome {
+    pub url: String,
+    pub policy: Policy,
+    pub plan: Plan,
+    pub reasons: Vec<Reason>,
+    pub measured_ms: u64,
+    global: Digest,
+}
+
+impl Outcome {
+    pub fn new(url: &str, plan: &Plan, policy: Policy) -> Self {
+        Outcome {
+            url: url.into(),
+            policy,
+            plan: plan.clone(),
+            reasons: Vec::new(),
+            measured_ms: 0,
+            global: Digest::default(),
+        }
+    }
+
+    pub fn fail(&mut self, code: ReasonCode, message: impl Into<String>) {
+        self.reasons.push(Reason::new(code, message));
+    }
+
+    pub fn reject(&mut self, rejection: &Rejection) {
+        self.reasons.push(rejection.into());
+    }
+
+    /// Records a failure only if nothing else explained the problem first.
+    pub fn fail_if_clean(&mut self, code: ReasonCode, message: impl Into<String>) {
+        if self.reasons.is_empty() {
+            self.fail(code, message);
+        }
+    }
+
+    pub fn is_clean(&self) -> bool {
+        self.reasons.is_empty()
+    }
+
+    /// The global checksum the miner committed to (stored with the verdict, pass or fail).
+    pub fn record_global(&mut self, global: Digest) {
+        self.global = global;
+    }
+
+    /// The verdict names what the challenge was sized for, never what the miner claimed later:
+    /// a commitment that named other hardware has already failed with `hardware-mismatch`.
+    pub fn into_verdict(self, created_at_ms: u64) -> Verdict {
+        let params = &self.plan.params;
+        Verdict {
+            id: 0,
+            miner_url: self.url,
+            miner_key: PublicKey(params.miner_key).to_string(),
+            nonce: hex::encode(params.nonce),
+            passed: self.reasons.is_empty(),
+            reasons: self.reasons,
+            policy: match self.policy {
+                Policy::Full => "full",
+                _ => "sampled",
+            }
+            .into(),
+            samples: self.plan.samples,
+            params: StoredParams::from(params),
+            measured_ms: self.measured_ms,
+            expected_ms: self.plan.expected_ms,
+            deadline_ms: self.plan.deadline_ms,
+            inventory: self.plan.claim.devices,
+            backend: self.plan.claim.backend,
+            kernel: self.plan.claim.kernel,
+            global_checksum: self.global.to_hex(),
+            created_at_ms,
+        }
+    }
+}

@@ -1,0 +1,275 @@
+//! What happens after the commitment arrives: its signature, bindings and structure, then the
+//! work itself, by sampled openings (PROTOCOL.md section 9) or full re-execution (section 10).
+
+use super::client::MinerConnection;
+use super::outcome::Outcome;
+use super::{AttestError, AttestEvent, random32};
+use crate::reason::ReasonCode;
+use gpu_attest_proto::convert::{commitment_from_wire, opening_from_wire, sample_to_wire};
+use gpu_attest_proto::v1;
+use gpu_attest_shared::identity::{Identity, PublicKey};
+use gpu_attest_shared::opening::{SampleRequest, draw_samples};
+use gpu_attest_shared::statement::{Challenge, Commitment, open_request_bytes, opening_bytes};
+use gpu_attest_shared::verify::{VerifyError, check_commitment, verify_full, verify_opening};
+use gpu_attest_shared::{Backend, CancelToken, Work};
+use rand_chacha::ChaCha20Rng;
+use rand_chacha::rand_core::SeedableRng;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Shortest time a miner gets to answer an open request, however small the challenge.
+const MIN_OPENING_BUDGET_MS: u64 = 5_000;
+
+/// The opening budget (PROTOCOL.md 14.4): twice the deadline, at least twice 5 s, counting
+/// only the time spent waiting for the miner.
+pub fn opening_budget(deadline_ms: u64) -> Duration {
+    Duration::from_millis(deadline_ms.max(MIN_OPENING_BUDGET_MS) * 2)
+}
+
+/// The commitment's own checks (PROTOCOL.md 14.3, in order). Returns the commitment when the
+/// work it names is worth verifying.
+pub fn check_statement(
+    challenge: &Challenge,
+    work: &Work,
+    wire: &v1::Commitment,
+    outcome: &mut Outcome,
+) -> Option<Commitment> {
+    let (commitment, signature) = match commitment_from_wire(wire) {
+        Ok(pair) => pair,
+        Err(e) => {
+            outcome.fail(ReasonCode::MalformedCommitment, format!("malformed commitment: {e}"));
+            return None;
+        }
+    };
+    outcome.record_global(commitment.work.global);
+    let expected_miner = PublicKey(challenge.params.miner_key);
+    if commitment.miner_key != expected_miner {
+        outcome.fail(
+            ReasonCode::CommitmentWrongMiner,
+            format!(
+                "commitment is from key {}, the challenge was for {expected_miner}",
+                commitment.miner_key
+            ),
+        );
+        return None;
+    }
+    if commitment.verify(&signature).is_err() {
+        outcome.fail(
+            ReasonCode::CommitmentSignature,
+            "commitment signature does not verify with the miner's key",
+        );
+        return None;
+    }
+    if commitment.validator_key != challenge.validator_key {
+        outcome.fail(
+            ReasonCode::CommitmentWrongValidator,
+            "commitment answers another validator's challenge",
+        );
+        return None;
+    }
+    if let Some(difference) = outcome.plan.claim.first_difference(&commitment.claim()) {
+        outcome.fail(
+            ReasonCode::HardwareMismatch,
+            format!("commitment names other hardware than the challenge was sized for: {difference}"),
+        );
+    }
+    if let Err(rejection) = check_commitment(work, &commitment.work) {
+        outcome.reject(&rejection);
+        return None;
+    }
+    let planned = outcome.plan.claim.devices.len();
+    if commitment.work.devices.len() != planned {
+        outcome.fail(
+            ReasonCode::HardwareMismatch,
+            format!(
+                "work is split over {} devices; the challenge was sized for {planned}",
+                commitment.work.devices.len()
+            ),
+        );
+    }
+    Some(commitment)
+}
+
+/// Symmetric re-execution on this validator's backend.
+pub async fn full(
+    backend: Arc<dyn Backend>,
+    work: &Work,
+    commitment: &Commitment,
+    outcome: &mut Outcome,
+    on_event: &(dyn Fn(AttestEvent) + Send + Sync),
+) -> Result<(), AttestError> {
+    let (work, committed) = (work.clone(), commitment.work.clone());
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let job = tokio::task::spawn_blocking(move || {
+        verify_full(
+            backend.as_ref(),
+            &work,
+            &committed,
+            &|p| {
+                let _ = tx.send(p);
+            },
+            &CancelToken::new(),
+        )
+    });
+    let mut job = std::pin::pin!(job);
+    let result = loop {
+        tokio::select! {
+            Some(p) = rx.recv() => on_event(AttestEvent::Progress(p)),
+            joined = &mut job => break joined,
+        }
+    };
+    match result.map_err(|e| AttestError::Verify(e.to_string()))? {
+        Ok(()) => Ok(()),
+        Err(VerifyError::Rejected(r)) => {
+            outcome.reject(&r);
+            Ok(())
+        }
+        Err(e) => Err(AttestError::Verify(e.to_string())),
+    }
+}
+
+/// Sampled verification: draw the samples now, after the commitment, ask for them over the same
+/// connection, and check each opening as it arrives.
+pub async fn sampled(
+    miner: &mut MinerConnection,
+    identity: &Identity,
+    backend: Arc<dyn Backend>,
+    work: &Work,
+    commitment: &Commitment,
+    outcome: &mut Outcome,
+) -> Result<(), AttestError> {
+    let mut rng = ChaCha20Rng::from_seed(random32()?);
+    let samples = draw_samples(&mut rng, work, outcome.plan.samples);
+    let nonce = work.params().nonce;
+    let request = v1::OpenChainsRequest {
+        nonce: nonce.to_vec(),
+        samples: samples.iter().map(sample_to_wire).collect(),
+        validator_key: identity.public_key().0.to_vec(),
+        signature: identity.sign(&open_request_bytes(&nonce, &samples)).to_vec(),
+    };
+    // A miner that stalls must not hold this validator: all openings must arrive within the
+    // budget, counting only the time spent waiting for the miner, not this validator's own
+    // recomputation.
+    let budget = opening_budget(outcome.plan.deadline_ms);
+    let timed_out = |outcome: &mut Outcome| {
+        outcome.fail(
+            ReasonCode::OpeningsTimedOut,
+            format!("miner did not send all openings within {} ms", budget.as_millis()),
+        )
+    };
+    let mut waited = Duration::ZERO;
+    let started = Instant::now();
+    let opened = tokio::time::timeout(budget, miner.open_chains(request)).await;
+    waited += started.elapsed();
+    let mut stream = match opened {
+        Ok(Ok(stream)) => stream,
+        Ok(Err(s)) => {
+            outcome.fail(
+                ReasonCode::OpenRefused,
+                format!("miner refused to open chains ({:?}): {}", s.code(), s.message()),
+            );
+            return Ok(());
+        }
+        Err(_) => {
+            timed_out(outcome);
+            return Ok(());
+        }
+    };
+    for sample in samples {
+        let started = Instant::now();
+        let next = tokio::time::timeout(budget.saturating_sub(waited), stream.message()).await;
+        waited += started.elapsed();
+        let wire = match next {
+            Ok(Ok(Some(wire))) => wire,
+            Ok(Ok(None)) => {
+                outcome.fail(
+                    ReasonCode::OpeningMissing,
+                    format!(
+                        "miner sent no opening for chain {} segment {}",
+                        sample.chain, sample.segment
+                    ),
+                );
+                return Ok(());
+            }
+            Ok(Err(s)) => {
+                outcome.fail(
+                    ReasonCode::OpeningFailed,
+                    format!(
+                        "opening chain {} failed ({:?}): {}",
+                        sample.chain,
+                        s.code(),
+                        s.message()
+                    ),
+                );
+                return Ok(());
+            }
+            Err(_) => {
+                timed_out(outcome);
+                return Ok(());
+            }
+        };
+        check_opening(backend.clone(), work, commitment, sample, &wire, outcome).await?;
+    }
+    Ok(())
+}
+
+/// Checks one opening, recording what is wrong with it; `Err` only when this validator cannot
+/// check at all (its own backend failed), which must not be blamed on the miner.
+async fn check_opening(
+    backend: Arc<dyn Backend>,
+    work: &Work,
+    commitment: &Commitment,
+    sample: SampleRequest,
+    wire: &v1::ChainOpening,
+    outcome: &mut Outcome,
+) -> Result<(), AttestError> {
+    let (nonce, opening, signature) = match opening_from_wire(wire, work.n()) {
+        Ok(t) => t,
+        Err(e) => {
+            outcome.fail(
+                ReasonCode::MalformedOpening,
+                format!("malformed opening of chain {}: {e}", sample.chain),
+            );
+            return Ok(());
+        }
+    };
+    if nonce != work.params().nonce {
+        outcome.fail(
+            ReasonCode::OpeningWrongChallenge,
+            format!("opening of chain {} is for another challenge", sample.chain),
+        );
+        return Ok(());
+    }
+    if commitment
+        .miner_key
+        .verify(&opening_bytes(&nonce, &opening), &signature)
+        .is_err()
+    {
+        outcome.fail(
+            ReasonCode::OpeningSignature,
+            format!("opening of chain {} is not signed by the miner", sample.chain),
+        );
+        return Ok(());
+    }
+    let (work, committed) = (work.clone(), commitment.work.clone());
+    let checked = tokio::task::spawn_blocking(move || {
+        verify_opening(
+            backend.as_ref(),
+            &work,
+            &committed,
+            sample,
+            &opening,
+            &CancelToken::new(),
+        )
+    })
+    .await
+    .map_err(|e| AttestError::Verify(e.to_string()))?;
+    match checked {
+        Ok(()) => Ok(()),
+        Err(VerifyError::Rejected(r)) => {
+            outcome.reject(&r);
+            Ok(())
+        }
+        Err(e) => Err(AttestError::Verify(e.to_string())),
+    }
+}

@@ -1,0 +1,205 @@
+//! Why a verdict failed: a stable code for programs and a sentence for people.
+//!
+//! Every reason a verdict can carry has its own [`ReasonCode`]. The engine's
+//! [`Rejection`]s map one to one onto codes, so a new rejection cannot reach a verdict without
+//! a code of its own (the match below stops compiling). Codes are stored and served as their
+//! kebab-case names; those names are part of the validator's API and never change meaning.
+
+use gpu_attest_shared::verify::Rejection;
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use std::fmt;
+
+macro_rules! reason_codes {
+    ($($(#[$doc:meta])* $variant:ident = $name:literal,)*) => {
+        /// The kind of a failure, one per distinct way a miner's answer can be wrong.
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+        pub enum ReasonCode {
+            $($(#[$doc])* $variant,)*
+        }
+
+        impl ReasonCode {
+            pub const ALL: &[ReasonCode] = &[$(ReasonCode::$variant,)*];
+
+            pub fn as_str(self) -> &'static str {
+                match self {
+                    $(ReasonCode::$variant => $name,)*
+                }
+            }
+
+            /// The code named `name`; a name this version does not know reads as `Unclassified`.
+            pub fn from_name(name: &str) -> Self {
+                match name {
+                    $($name => ReasonCode::$variant,)*
+                    _ => ReasonCode::Unclassified,
+                }
+            }
+        }
+    };
+}
+
+reason_codes! {
+    // Before the commitment.
+    /// The commitment (or `Accepted`) names hardware other than the challenge was sized for.
+    HardwareMismatch = "hardware-mismatch",
+    /// A progress event that cannot be true of the accepted partition.
+    ImpossibleProgress = "impossible-progress",
+    /// Events out of the order of PROTOCOL.md 14.2 (progress before `Accepted`, two `Accepted`).
+    StreamOutOfOrder = "stream-out-of-order",
+    /// The miner ended the challenge with an error after accepting it.
+    MinerFailed = "miner-failed",
+    /// The stream ended without a commitment.
+    NoCommitment = "no-commitment",
+    /// No commitment within the deadline plus the grace.
+    CommitmentTimedOut = "commitment-timed-out",
+    /// The commitment arrived, but after the deadline by the validator's clock.
+    LateCommitment = "late-commitment",
+    // The commitment itself.
+    MalformedCommitment = "malformed-commitment",
+    CommitmentWrongMiner = "commitment-wrong-miner",
+    CommitmentSignature = "commitment-signature",
+    CommitmentWrongValidator = "commitment-wrong-validator",
+    NonceMismatch = "nonce-mismatch",
+    DeviceCount = "device-count",
+    PartitionNotCanonical = "partition-not-canonical",
+    EmptyDeviceRoot = "empty-device-root",
+    GlobalChecksumMismatch = "global-checksum-mismatch",
+    // Full re-execution.
+    ReexecutionMismatch = "reexecution-mismatch",
+    // Sampled openings.
+    OpenRefused = "open-refused",
+    OpeningsTimedOut = "openings-timed-out",
+    OpeningMissing = "opening-missing",
+    OpeningFailed = "opening-failed",
+    MalformedOpening = "malformed-opening",
+    OpeningWrongChallenge = "opening-wrong-challenge",
+    OpeningSignature = "opening-signature",
+    OpeningForWrongRequest = "opening-for-wrong-request",
+    CheckpointCount = "checkpoint-count",
+    LeafNotCommitted = "leaf-not-committed",
+    StartMatrixMismatch = "start-matrix-mismatch",
+    OpenedMatrixSize = "opened-matrix-size",
+    OpenedMatrixMismatch = "opened-matrix-mismatch",
+    SegmentMismatch = "segment-mismatch",
+    /// A verdict stored before reasons had codes, or by a newer validator.
+    Unclassified = "unclassified",
+}
+
+impl From<&Rejection> for ReasonCode {
+    fn from(r: &Rejection) -> Self {
+        match r {
+            Rejection::NonceMismatch { .. } => ReasonCode::NonceMismatch,
+            Rejection::DeviceCount(_) => ReasonCode::DeviceCount,
+            Rejection::PartitionNotCanonical { .. } => ReasonCode::PartitionNotCanonical,
+            Rejection::EmptyDeviceRoot(_) => ReasonCode::EmptyDeviceRoot,
+            Rejection::GlobalChecksumMismatch { .. } => ReasonCode::GlobalChecksumMismatch,
+            Rejection::ReexecutionMismatch { .. } => ReasonCode::ReexecutionMismatch,
+            Rejection::OpeningForWrongRequest { .. } => ReasonCode::OpeningForWrongRequest,
+            Rejection::CheckpointCount { .. } => ReasonCode::CheckpointCount,
+            Rejection::StartMatrixMismatch { .. } => ReasonCode::StartMatrixMismatch,
+            Rejection::LeafNotCommitted { .. } => ReasonCode::LeafNotCommitted,
+            Rejection::OpenedMatrixSize { .. } => ReasonCode::OpenedMatrixSize,
+            Rejection::OpenedMatrixMismatch { .. } => ReasonCode::OpenedMatrixMismatch,
+            Rejection::SegmentMismatch { .. } => ReasonCode::SegmentMismatch,
+        }
+    }
+}
+
+impl fmt::Display for ReasonCode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl Serialize for ReasonCode {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
+    }
+}
+
+impl<'de> Deserialize<'de> for ReasonCode {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        Ok(ReasonCode::from_name(&String::deserialize(d)?))
+    }
+}
+
+/// One reason a verdict failed.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Reason {
+    pub code: ReasonCode,
+    pub message: String,
+}
+
+impl Reason {
+    pub fn new(code: ReasonCode, message: impl Into<String>) -> Self {
+        Reason {
+            code,
+            message: message.into(),
+        }
+    }
+}
+
+impl From<&Rejection> for Reason {
+    fn from(r: &Rejection) -> Self {
+        Reason::new(r.into(), r.to_string())
+    }
+}
+
+impl fmt::Display for Reason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} ({})", self.message, self.code)
+    }
+}
+
+/// Reads both what this version stores (`{"code", "message"}`) and the plain strings that
+/// verdicts stored before reasons had codes.
+impl<'de> Deserialize<'de> for Reason {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Stored {
+            Coded { code: ReasonCode, message: String },
+            Plain(String),
+        }
+        Ok(match Stored::deserialize(d)? {
+            Stored::Coded { code, message } => Reason { code, message },
+            Stored::Plain(message) => Reason {
+                code: ReasonCode::Unclassified,
+                message,
+            },
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_unique_and_round_trip() {
+        let mut seen = std::collections::HashSet::new();
+        for &code in ReasonCode::ALL {
+            assert!(seen.insert(code.as_str()), "{code} named twice");
+            assert_eq!(ReasonCode::from_name(code.as_str()), code);
+        }
+        assert_eq!(
+            ReasonCode::from_name("from-a-newer-validator"),
+            ReasonCode::Unclassified
+        );
+    }
+
+    #[test]
+    fn stored_reasons_old_and_new_both_read() {
+        let new = Reason::new(ReasonCode::HardwareMismatch, "device count: 1 vs 8");
+        let json = serde_json::to_string(&vec![new.clone()]).unwrap();
+        assert_eq!(
+            json,
+            r#"[{"code":"hardware-mismatch","message":"device count: 1 vs 8"}]"#
+        );
+        assert_eq!(serde_json::from_str::<Vec<Reason>>(&json).unwrap(), vec![new]);
+        let old: Vec<Reason> = serde_json::from_str(r#"["global checksum differs"]"#).unwrap();
+        assert_eq!(
+            old,
+            vec![Reason::new(ReasonCode::Unclassified, "global checksum differs")]
+        );
+    }
+}
