@@ -4,10 +4,13 @@
 use gpu_attest_shared::cpu::CpuBackend;
 use gpu_attest_shared::engine;
 use gpu_attest_shared::gemm::KernelKind;
+use gpu_attest_shared::identity::Identity;
+use gpu_attest_shared::inventory::HardwareClaim;
 use gpu_attest_shared::matrix::{generate_a, generate_b};
 use gpu_attest_shared::merkle::empty_root;
 use gpu_attest_shared::mix::mix;
-use gpu_attest_shared::{CancelToken, ChallengeParams, Work};
+use gpu_attest_shared::statement::{Challenge, DeviceInfo};
+use gpu_attest_shared::{CancelToken, ChallengeParams, Digest, Work};
 
 const KEY: &str = "a71536a24a879fe95e09d580e7547ace15ba2ae8c1710d4b078abcceb30a4e36";
 const A0_PREFIX: &str = "d6871ea5cae741e2bd086274e10518fb";
@@ -127,5 +130,64 @@ fn protocol_md_quotes_the_same_vectors() {
             doc.contains(&format!("mix({y}, {k}) = {want}")),
             "PROTOCOL.md lacks mix({y}, {k})"
         );
+    }
+}
+
+/// The hardware claim of the statement vectors (PROTOCOL.md 13.5).
+fn vector_claim() -> HardwareClaim {
+    HardwareClaim {
+        backend: "cuda".into(),
+        kernel: "tensor".into(),
+        devices: vec![DeviceInfo {
+            index: 0,
+            name: "NVIDIA H100 80GB HBM3".into(),
+            uuid: "GPU-00000000-0000-0000-0000-000000000000".into(),
+            memory_bytes: 80 << 30,
+            sm_count: 132,
+            compute_capability: (9, 0),
+            pci_bus_id: "00000000:18:00.0".into(),
+            driver_version: "570.86.15".into(),
+        }],
+    }
+}
+
+/// The challenge of the statement vectors, signed by the validator whose secret seed is
+/// `80 81 .. 9f`.
+fn vector_challenge() -> (Challenge, Identity) {
+    let validator = Identity::from_seed(std::array::from_fn(|i| 0x80 + i as u8));
+    let challenge = Challenge {
+        params: params(),
+        issued_at_ms: 1_700_000_000_000,
+        deadline_ms: 1_700_000_060_000,
+        validator_key: validator.public_key(),
+        inventory_digest: vector_claim().digest(),
+    };
+    (challenge, validator)
+}
+
+const INVENTORY_DIGEST: &str = "c6e4efd4e0ed888751e3fe6860c16176de081873b88b35816426f01e35e0deca";
+const VALIDATOR_KEY: &str = "cd14b37f956e953194ff7fb73b3d81dcc561d61a7538094b7c3e1a643ee5f3aa";
+const CHALLENGE_BYTES_HASH: &str = "90cccc85f47f17a969c2aad2b2a9139257dad48e45ad20e427434d34a21a631e";
+const CHALLENGE_SIGNATURE: &str = "d82e5512d1901aaec4b48273d362e999c3cfee7aabb8ab893ce5b8bfb1d1a58812d2cdc58a15cb6336c4136ed45b4c00e136173fc6351c851c54110d0770a60b";
+
+#[test]
+fn signed_statement_vectors() {
+    let (challenge, validator) = vector_challenge();
+    assert_eq!(vector_claim().digest().to_hex(), INVENTORY_DIGEST);
+    assert_eq!(validator.public_key().to_hex(), VALIDATOR_KEY);
+    let bytes = challenge.signing_bytes();
+    assert_eq!(bytes.len(), 231);
+    assert_eq!(Digest::hash(&bytes).to_hex(), CHALLENGE_BYTES_HASH);
+    let signature = challenge.sign(&validator);
+    assert_eq!(hex::encode(signature), CHALLENGE_SIGNATURE);
+    challenge.verify(&signature).unwrap();
+    let doc = include_str!("../../PROTOCOL.md");
+    for hex in [
+        INVENTORY_DIGEST,
+        VALIDATOR_KEY,
+        CHALLENGE_BYTES_HASH,
+        CHALLENGE_SIGNATURE,
+    ] {
+        assert!(doc.contains(hex), "PROTOCOL.md does not quote {hex}");
     }
 }

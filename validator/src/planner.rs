@@ -97,9 +97,12 @@ impl Timing {
         if self.deadline_ms(1) > window_ms {
             return None;
         }
-        // The closed form lands within a chain or two of the answer; the loop settles rounding.
+        // The closed form lands within a chain or two of the answer; the loops settle rounding.
         let estimate = (window_ms as f64 / self.slack / 1000.0 * self.rate / self.ops_per_chain).floor();
         let mut chains = (estimate.max(1.0) as u64).min(upper);
+        while chains < upper && self.deadline_ms(chains + 1) <= window_ms {
+            chains += 1;
+        }
         while chains > 1 && self.deadline_ms(chains) > window_ms {
             chains -= 1;
         }
@@ -340,6 +343,31 @@ mod tests {
         );
         // Full re-execution opens nothing, so the miner's sample limit does not matter.
         assert_eq!(plan(&inv, &cfg, false, [0; 32], [0; 32]).unwrap().samples, 0);
+    }
+
+    #[test]
+    fn the_fitted_chain_count_is_the_largest_that_fits() {
+        for (rate, slack, min_ms) in [(1.0e8, 2.0, 1_500), (3.3e9, 1.3, 0), (7.0e6, 1.0, 250)] {
+            let timing = Timing {
+                ops_per_chain: 2.0 * 64f64.powi(3) * 4.0,
+                rate,
+                slack,
+                min_ms,
+            };
+            for window in (0..200).map(|i| i * 137 + 11) {
+                match timing.chains_within(window, 1 << 20) {
+                    None => assert!(timing.deadline_ms(1) > window),
+                    Some(m) => {
+                        assert!(timing.deadline_ms(m) <= window, "{m} chains overrun {window} ms");
+                        assert!(
+                            timing.deadline_ms(m + 1) > window,
+                            "{} chains also fit {window} ms",
+                            m + 1
+                        );
+                    }
+                }
+            }
+        }
     }
 
     #[test]
