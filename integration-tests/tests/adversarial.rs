@@ -234,14 +234,7 @@ async fn a_revoked_validator_can_neither_challenge_nor_open() {
     let nonce: [u8; 32] = hex::decode(&verdicts[0].nonce).unwrap().try_into().unwrap();
     let validator = Identity::from_seed([VALIDATOR_SEED; 32]);
     let samples = [gpu_attest_shared::opening::SampleRequest { chain: 0, segment: 0 }];
-    let request = v1::OpenChainsRequest {
-        nonce: nonce.to_vec(),
-        samples: samples.iter().map(gpu_attest_proto::convert::sample_to_wire).collect(),
-        validator_key: validator.public_key().0.to_vec(),
-        signature: validator
-            .sign(&gpu_attest_shared::statement::open_request_bytes(&nonce, &samples))
-            .to_vec(),
-    };
+    let request = signed_open_request(nonce, &validator, &samples);
     let mut client = MinerClient::connect(miner.url()).await.unwrap();
     let status = client.open_chains(request.clone()).await.unwrap_err();
     assert_eq!(status.code(), Code::PermissionDenied, "{status:?}");

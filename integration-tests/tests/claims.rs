@@ -8,6 +8,7 @@ use common::cheats::{Cheat, claimed_h100s, spawn_cheater};
 use common::*;
 use gpu_attest_miner::config::Limits;
 use gpu_attest_miner::nonces::NonceLog;
+use gpu_attest_shared::engine::DeviceProgress;
 use gpu_attest_shared::inventory::InventoryError;
 use gpu_attest_validator::attest::{AttestError, AttestEvent};
 use gpu_attest_validator::config::Policy;
@@ -15,6 +16,42 @@ use gpu_attest_validator::planner::PlanError;
 use gpu_attest_validator::reason::ReasonCode;
 use gpu_attest_validator::store::VerdictFilter;
 use std::sync::Mutex;
+
+/// The plan error an attestation ended with; panics on any other outcome.
+fn plan_error(result: Result<gpu_attest_validator::store::Verdict, AttestError>) -> PlanError {
+    match result {
+        Err(AttestError::Plan { source, .. }) => source,
+        other => panic!("expected a refusal to plan, got {other:?}"),
+    }
+}
+
+/// A miner on the CPU backend with one device, these limits and no nonce file.
+async fn miner_with_limits(seed: u8, limits: Limits) -> Running {
+    spawn_miner(miner_core_with(
+        seed,
+        &[validator_key()],
+        1,
+        limits,
+        NonceLog::in_memory(),
+    ))
+    .await
+}
+
+/// Attests `url` with a fresh validator, returning the verdict and every progress event relayed.
+async fn attest_watching_progress(url: &str, tag: &str) -> (gpu_attest_validator::store::Verdict, Vec<DeviceProgress>) {
+    let dir = TempDir::new(tag);
+    let attestor = attestor(&validator_config(&dir, Policy::Sampled));
+    let relayed = Mutex::new(Vec::new());
+    let verdict = attestor
+        .attest(url, &|e| {
+            if let AttestEvent::Progress(p) = e {
+                relayed.lock().unwrap().push(p);
+            }
+        })
+        .await
+        .unwrap();
+    (verdict, relayed.into_inner().unwrap())
+}
 
 fn stored_verdicts(attestor: &gpu_attest_validator::Attestor) -> usize {
     attestor
@@ -119,19 +156,8 @@ async fn impossible_progress_fails_and_is_never_relayed() {
 #[tokio::test(flavor = "multi_thread")]
 async fn honest_progress_is_relayed() {
     let miner = spawn_miner(miner_core(75, &[validator_key()], 2)).await;
-    let dir = TempDir::new("honest-progress");
-    let attestor = attestor(&validator_config(&dir, Policy::Sampled));
-    let relayed = Mutex::new(Vec::new());
-    let verdict = attestor
-        .attest(&miner.url(), &|e| {
-            if let AttestEvent::Progress(p) = e {
-                relayed.lock().unwrap().push(p);
-            }
-        })
-        .await
-        .unwrap();
+    let (verdict, relayed) = attest_watching_progress(&miner.url(), "honest-progress").await;
     assert!(verdict.passed, "{:?}", verdict.reasons);
-    let relayed = relayed.into_inner().unwrap();
     assert!(!relayed.is_empty());
     assert!(relayed.iter().all(|p| p.device < 2 && p.done <= p.total && p.total > 0));
 }
@@ -142,14 +168,7 @@ async fn the_plan_takes_fewer_samples_when_the_miner_allows_fewer() {
         max_samples: 4,
         ..Limits::default()
     };
-    let miner = spawn_miner(miner_core_with(
-        76,
-        &[validator_key()],
-        1,
-        limits,
-        NonceLog::in_memory(),
-    ))
-    .await;
+    let miner = miner_with_limits(76, limits).await;
     let dir = TempDir::new("samples");
     // The validator wants 8 and accepts as few as 2: it asks for the miner's 4, and passes.
     let mut config = validator_config(&dir, Policy::Sampled);
@@ -160,19 +179,12 @@ async fn the_plan_takes_fewer_samples_when_the_miner_allows_fewer() {
     // Below its floor it refuses to plan: an error, never a FAIL for an honest miner.
     config.min_samples = 5;
     let strict = attestor(&config);
-    let err = strict.attest(&miner.url(), &|_| {}).await.unwrap_err();
-    assert!(
-        matches!(
-            err,
-            AttestError::Plan {
-                source: PlanError::TooFewSamples {
-                    max_samples: 4,
-                    floor: 5
-                },
-                ..
-            }
-        ),
-        "{err:?}"
+    assert_eq!(
+        plan_error(strict.attest(&miner.url(), &|_| {}).await),
+        PlanError::TooFewSamples {
+            max_samples: 4,
+            floor: 5
+        }
     );
     assert_eq!(stored_verdicts(&strict), 1, "only the passing verdict is stored");
 }
@@ -184,14 +196,7 @@ async fn the_plan_fits_the_miners_max_duration() {
         max_duration_secs: 4,
         ..Limits::default()
     };
-    let miner = spawn_miner(miner_core_with(
-        77,
-        &[validator_key()],
-        1,
-        limits,
-        NonceLog::in_memory(),
-    ))
-    .await;
+    let miner = miner_with_limits(77, limits).await;
     let dir = TempDir::new("duration");
     let mut config = validator_config(&dir, Policy::Sampled);
     config.challenge.target_seconds = 30.0;
@@ -203,17 +208,13 @@ async fn the_plan_fits_the_miners_max_duration() {
         max_duration_secs: 3,
         ..Limits::default()
     };
-    let miner = spawn_miner(miner_core_with(78, &[validator_key()], 1, tight, NonceLog::in_memory())).await;
-    let err = attestor(&config).attest(&miner.url(), &|_| {}).await.unwrap_err();
-    assert!(
-        matches!(
-            err,
-            AttestError::Plan {
-                source: PlanError::DurationOverLimit { .. },
-                ..
-            }
-        ),
-        "{err:?}"
+    let miner = miner_with_limits(78, tight).await;
+    assert_eq!(
+        plan_error(attestor(&config).attest(&miner.url(), &|_| {}).await),
+        PlanError::DurationOverLimit {
+            max_duration_ms: 3_000,
+            needed_ms: 1_500
+        }
     );
 }
 

@@ -154,28 +154,24 @@ async fn work_past_its_deadline_is_cancelled_with_deadline_exceeded() {
     assert_eq!(status.code(), Code::DeadlineExceeded);
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn openings_only_for_the_issuing_validator_and_known_commitments() {
-    let core = miner_core(34, &[validator_key()], 1);
+/// A miner that has run and committed to a small challenge (2 chains, 2 steps), with a client.
+async fn miner_that_committed(seed: u8) -> (Running, MinerClient<tonic::transport::Channel>, Challenge) {
+    let core = miner_core(seed, &[validator_key()], 1);
     let key = core.public_key();
     let miner = spawn_miner(core).await;
     let mut client = connect(&miner).await;
     let c = challenge(key, 1, 64, 2, 2, 10_000);
     let mut stream = client.run_challenge(signed(&c)).await.unwrap().into_inner();
     while stream.message().await.unwrap().is_some() {}
+    (miner, client, c)
+}
 
+#[tokio::test(flavor = "multi_thread")]
+async fn openings_only_for_the_issuing_validator_and_known_commitments() {
+    let (_miner, mut client, c) = miner_that_committed(34).await;
     let validator = Identity::from_seed([VALIDATOR_SEED; 32]);
     let samples = vec![gpu_attest_shared::opening::SampleRequest { chain: 1, segment: 1 }];
-    let request = |nonce: [u8; 32], signer: &Identity, samples: &[gpu_attest_shared::opening::SampleRequest]| {
-        v1::OpenChainsRequest {
-            nonce: nonce.to_vec(),
-            samples: samples.iter().map(gpu_attest_proto::convert::sample_to_wire).collect(),
-            validator_key: signer.public_key().0.to_vec(),
-            signature: signer
-                .sign(&gpu_attest_shared::statement::open_request_bytes(&nonce, samples))
-                .to_vec(),
-        }
-    };
+    let request = signed_open_request;
     let mut ok = client
         .open_chains(request(c.params.nonce, &validator, &samples))
         .await
@@ -226,26 +222,9 @@ async fn openings_only_for_the_issuing_validator_and_known_commitments() {
 /// one has its own status.
 #[tokio::test(flavor = "multi_thread")]
 async fn an_open_request_is_single_use() {
-    let core = miner_core(35, &[validator_key()], 1);
-    let key = core.public_key();
-    let miner = spawn_miner(core).await;
-    let mut client = connect(&miner).await;
-    let c = challenge(key, 1, 64, 2, 2, 10_000);
-    let mut stream = client.run_challenge(signed(&c)).await.unwrap().into_inner();
-    while stream.message().await.unwrap().is_some() {}
-
+    let (_miner, mut client, c) = miner_that_committed(35).await;
     let validator = Identity::from_seed([VALIDATOR_SEED; 32]);
-    let signed_request = |samples: &[gpu_attest_shared::opening::SampleRequest]| v1::OpenChainsRequest {
-        nonce: c.params.nonce.to_vec(),
-        samples: samples.iter().map(gpu_attest_proto::convert::sample_to_wire).collect(),
-        validator_key: validator.public_key().0.to_vec(),
-        signature: validator
-            .sign(&gpu_attest_shared::statement::open_request_bytes(
-                &c.params.nonce,
-                samples,
-            ))
-            .to_vec(),
-    };
+    let signed_request = |samples: &[_]| signed_open_request(c.params.nonce, &validator, samples);
     let samples = [gpu_attest_shared::opening::SampleRequest { chain: 0, segment: 1 }];
     let captured = signed_request(&samples);
     let mut first = client.open_chains(captured.clone()).await.unwrap().into_inner();

@@ -137,7 +137,7 @@ impl MinerCore {
         }
     }
 
-    /// Every check of PROTOCOL.md section 14, cheapest first; the nonce is recorded only once
+    /// Every check of PROTOCOL.md section 14.3, in its order; the nonce is recorded only once
     /// the challenge is accepted and the devices are ours.
     pub fn accept(&self, wire: &v1::Challenge, now_ms: u64) -> Result<AcceptedChallenge, MinerError> {
         let (challenge, signature) = challenge_from_wire(wire)?;
@@ -271,7 +271,7 @@ impl MinerCore {
         signed
     }
 
-    /// Checks an open request in the order of PROTOCOL.md section 14.4: well-formed, not empty,
+    /// Checks an open request in the order of PROTOCOL.md section 14.5: well-formed, not empty,
     /// within the sample limit, for a recent commitment of ours, from that challenge's own
     /// validator while it is still allowed, correctly signed, every sample in range, and the
     /// first such request for this commitment. Only a request that passes all of it uses up the

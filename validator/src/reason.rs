@@ -43,7 +43,7 @@ reason_codes! {
     HardwareMismatch = "hardware-mismatch",
     /// A progress event that cannot be true of the accepted partition.
     ImpossibleProgress = "impossible-progress",
-    /// Events out of the order of PROTOCOL.md 14.2 (progress before `Accepted`, two `Accepted`).
+    /// Events out of the order of PROTOCOL.md 14.3 (progress before `Accepted`, two `Accepted`).
     StreamOutOfOrder = "stream-out-of-order",
     /// The miner ended the challenge with an error after accepting it.
     MinerFailed = "miner-failed",

@@ -105,6 +105,22 @@ pub fn cpu_claim(devices: u32) -> HardwareClaim {
     }
 }
 
+/// An open request for `samples` of the commitment `nonce`, signed by `signer` (PROTOCOL.md 13.3).
+pub fn signed_open_request(
+    nonce: [u8; 32],
+    signer: &Identity,
+    samples: &[gpu_attest_shared::opening::SampleRequest],
+) -> gpu_attest_proto::v1::OpenChainsRequest {
+    gpu_attest_proto::v1::OpenChainsRequest {
+        nonce: nonce.to_vec(),
+        samples: samples.iter().map(gpu_attest_proto::convert::sample_to_wire).collect(),
+        validator_key: signer.public_key().0.to_vec(),
+        signature: signer
+            .sign(&gpu_attest_shared::statement::open_request_bytes(&nonce, samples))
+            .to_vec(),
+    }
+}
+
 /// Limits loose enough that only the tests about limits meet them.
 pub fn generous_limiter() -> PeerRateLimiter {
     PeerRateLimiter::new(1_000_000, 10_000)

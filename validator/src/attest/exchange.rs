@@ -1,13 +1,15 @@
-//! The challenge stream (PROTOCOL.md 14.2): `Accepted`, then `Progress`, then the signed
+//! The challenge stream (PROTOCOL.md 14.3): `Accepted`, then `Progress`, then the signed
 //! `Commitment`. Every event is checked against the plan before anything is relayed, so an API
 //! client never sees a miner's impossible claims as if they were facts.
 
 use super::AttestEvent;
 use crate::planner::Plan;
 use crate::reason::{Reason, ReasonCode};
+use gpu_attest_proto::convert::commitment_from_wire;
 use gpu_attest_proto::v1::{self, challenge_event::Event};
 use gpu_attest_shared::engine::DeviceProgress;
 use gpu_attest_shared::partition::{DeviceSlice, canonical_partition};
+use gpu_attest_shared::statement::Commitment;
 use std::time::{Duration, Instant};
 use tonic::Streaming;
 
@@ -86,7 +88,8 @@ impl StreamCheck {
 
 /// How the challenge stream ended, from the validator's side.
 pub enum Received {
-    Commitment(Box<v1::Commitment>),
+    /// The commitment, converted from the wire, and its signature (not yet checked).
+    Commitment(Box<Commitment>, [u8; 64]),
     /// The attestation has failed; the outcome says why.
     Failed(Reason),
 }
@@ -139,7 +142,15 @@ pub async fn await_commitment(
                     Ok(progress) => on_event(AttestEvent::Progress(progress)),
                     Err(reason) => return Ok(Received::Failed(reason)),
                 },
-                Event::Commitment(c) if check.accepted => return Ok(Received::Commitment(Box::new(c))),
+                Event::Commitment(c) if check.accepted => {
+                    return Ok(match commitment_from_wire(&c) {
+                        Ok((commitment, signature)) => Received::Commitment(Box::new(commitment), signature),
+                        Err(e) => Received::Failed(Reason::new(
+                            ReasonCode::MalformedCommitment,
+                            format!("malformed commitment: {e}"),
+                        )),
+                    });
+                }
                 Event::Commitment(_) => {
                     return Ok(Received::Failed(Reason::new(
                         ReasonCode::StreamOutOfOrder,

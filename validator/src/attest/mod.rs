@@ -25,7 +25,7 @@ use exchange::{Received, await_commitment};
 use gpu_attest_shared::engine::DeviceProgress;
 use gpu_attest_shared::identity::{Identity, PublicKey};
 use gpu_attest_shared::inventory::{Inventory, InventoryError};
-use gpu_attest_shared::statement::Challenge;
+use gpu_attest_shared::statement::{Challenge, Commitment};
 use gpu_attest_shared::{Backend, Work};
 use outcome::Outcome;
 use std::sync::Arc;
@@ -145,11 +145,11 @@ impl Attestor {
         let challenge = self.challenge(&plan);
         announce(&plan, on_event);
         let mut outcome = Outcome::new(&url, &plan, self.policy());
-        if let Some(commitment) = self
+        if let Some((commitment, signature)) = self
             .exchange(&mut miner, &challenge, &plan, &mut outcome, on_event)
             .await?
         {
-            self.verify(&mut miner, &challenge, &commitment, &mut outcome, on_event)
+            self.verify(&mut miner, &challenge, &commitment, &signature, &mut outcome, on_event)
                 .await?;
         }
         self.store_verdict(outcome, on_event)
@@ -203,7 +203,7 @@ impl Attestor {
         plan: &Plan,
         outcome: &mut Outcome,
         on_event: &(dyn Fn(AttestEvent) + Send + Sync),
-    ) -> Result<Option<gpu_attest_proto::v1::Commitment>, AttestError> {
+    ) -> Result<Option<(Commitment, [u8; 64])>, AttestError> {
         // The miner cancels at the deadline itself; the grace covers a miner that does not.
         let grace = Duration::from_millis(plan.deadline_ms / 10 + 2_000);
         let wait_limit = Duration::from_millis(plan.deadline_ms) + grace;
@@ -217,7 +217,7 @@ impl Attestor {
                 outcome.reasons.push(reason);
                 Ok(None)
             }
-            Received::Commitment(commitment) => {
+            Received::Commitment(commitment, signature) => {
                 let measured = outcome.measured_ms;
                 on_event(AttestEvent::Phase {
                     name: "commitment-received",
@@ -232,7 +232,7 @@ impl Attestor {
                         ),
                     );
                 }
-                Ok(Some(*commitment))
+                Ok(Some((*commitment, signature)))
             }
         }
     }
@@ -241,7 +241,8 @@ impl Attestor {
         &self,
         miner: &mut MinerConnection,
         challenge: &Challenge,
-        wire: &gpu_attest_proto::v1::Commitment,
+        commitment: &Commitment,
+        signature: &[u8; 64],
         outcome: &mut Outcome,
         on_event: &(dyn Fn(AttestEvent) + Send + Sync),
     ) -> Result<(), AttestError> {
@@ -250,17 +251,17 @@ impl Attestor {
             url: outcome.url.clone(),
             source: PlanError::Params(e),
         })?;
-        let Some(commitment) = verify::check_statement(challenge, &work, wire, outcome) else {
+        if !verify::check_statement(challenge, &work, commitment, signature, outcome) {
             return Ok(());
-        };
+        }
         on_event(AttestEvent::Phase {
             name: "verifying",
             detail: format!("{:?} policy", outcome.policy),
         });
         let backend = self.backend.clone();
         match outcome.policy {
-            Policy::Full => verify::full(backend, &work, &commitment, outcome, on_event).await,
-            _ => verify::sampled(miner, &self.identity, backend, &work, &commitment, outcome).await,
+            Policy::Full => verify::full(backend, &work, commitment, outcome, on_event).await,
+            _ => verify::sampled(miner, &self.identity, backend, &work, commitment, outcome).await,
         }
     }
 

@@ -5,7 +5,7 @@ use super::client::MinerConnection;
 use super::outcome::Outcome;
 use super::{AttestError, AttestEvent, random32};
 use crate::reason::ReasonCode;
-use gpu_attest_proto::convert::{commitment_from_wire, opening_from_wire, sample_to_wire};
+use gpu_attest_proto::convert::{opening_from_wire, sample_to_wire};
 use gpu_attest_proto::v1;
 use gpu_attest_shared::identity::{Identity, PublicKey};
 use gpu_attest_shared::opening::{SampleRequest, draw_samples};
@@ -20,27 +20,21 @@ use std::time::{Duration, Instant};
 /// Shortest time a miner gets to answer an open request, however small the challenge.
 const MIN_OPENING_BUDGET_MS: u64 = 5_000;
 
-/// The opening budget (PROTOCOL.md 14.4): twice the deadline, at least twice 5 s, counting
+/// The opening budget (PROTOCOL.md 14.5): twice the deadline, at least twice 5 s, counting
 /// only the time spent waiting for the miner.
 pub fn opening_budget(deadline_ms: u64) -> Duration {
     Duration::from_millis(deadline_ms.max(MIN_OPENING_BUDGET_MS) * 2)
 }
 
-/// The commitment's own checks (PROTOCOL.md 14.3, in order). Returns the commitment when the
+/// The commitment's own checks (PROTOCOL.md 14.4, steps 2 to 6, in order). `true` when the
 /// work it names is worth verifying.
 pub fn check_statement(
     challenge: &Challenge,
     work: &Work,
-    wire: &v1::Commitment,
+    commitment: &Commitment,
+    signature: &[u8; 64],
     outcome: &mut Outcome,
-) -> Option<Commitment> {
-    let (commitment, signature) = match commitment_from_wire(wire) {
-        Ok(pair) => pair,
-        Err(e) => {
-            outcome.fail(ReasonCode::MalformedCommitment, format!("malformed commitment: {e}"));
-            return None;
-        }
-    };
+) -> bool {
     outcome.record_global(commitment.work.global);
     let expected_miner = PublicKey(challenge.params.miner_key);
     if commitment.miner_key != expected_miner {
@@ -51,21 +45,21 @@ pub fn check_statement(
                 commitment.miner_key
             ),
         );
-        return None;
+        return false;
     }
-    if commitment.verify(&signature).is_err() {
+    if commitment.verify(signature).is_err() {
         outcome.fail(
             ReasonCode::CommitmentSignature,
             "commitment signature does not verify with the miner's key",
         );
-        return None;
+        return false;
     }
     if commitment.validator_key != challenge.validator_key {
         outcome.fail(
             ReasonCode::CommitmentWrongValidator,
             "commitment answers another validator's challenge",
         );
-        return None;
+        return false;
     }
     if let Some(difference) = outcome.plan.claim.first_difference(&commitment.claim()) {
         outcome.fail(
@@ -75,7 +69,7 @@ pub fn check_statement(
     }
     if let Err(rejection) = check_commitment(work, &commitment.work) {
         outcome.reject(&rejection);
-        return None;
+        return false;
     }
     let planned = outcome.plan.claim.devices.len();
     if commitment.work.devices.len() != planned {
@@ -87,7 +81,7 @@ pub fn check_statement(
             ),
         );
     }
-    Some(commitment)
+    true
 }
 
 /// Symmetric re-execution on this validator's backend.
