@@ -112,6 +112,10 @@ async fn inventories_outside_the_protocol_are_refused_without_a_verdict() {
             Cheat::ProtocolVersion2,
             InventoryError::ProtocolVersion { theirs: 2, ours: 1 },
         ),
+        (
+            Cheat::SameDeviceTwice,
+            InventoryError::DuplicateDevice("GPU-11111111".into()),
+        ),
     ] {
         let miner = spawn_cheater(miner_core(73, &[validator_key()], 1), cheat).await;
         let dir = TempDir::new("inventory");
@@ -250,4 +254,18 @@ async fn a_replaced_nonce_log_directory_stops_challenges_until_it_is_writable() 
             verdict.nonce
         );
     }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_open_request_stopped_by_a_rate_limit_is_asked_again() {
+    // One request a second, two at once: the inventory and the challenge use the burst, so the
+    // open request meets an empty bucket. It never reached the single-use check, so asking
+    // again a second later is safe, and the honest miner passes.
+    let options = gpu_attest_miner::server::ServeOptions {
+        limiter: gpu_attest_proto::transport::PeerRateLimiter::new(60, 2),
+        ..miner_options()
+    };
+    let miner = spawn_miner_with(miner_core(80, &[validator_key()], 1), options).await;
+    let (verdict, _dir) = attest(&miner.url(), Policy::Sampled).await;
+    assert!(verdict.passed, "{:?}", verdict.reasons);
 }

@@ -240,3 +240,36 @@ async fn an_open_request_is_single_use() {
     let other = signed_request(&[gpu_attest_shared::opening::SampleRequest { chain: 1, segment: 0 }]);
     assert_eq!(client.open_chains(other).await.unwrap_err().code(), Code::AlreadyExists);
 }
+
+/// Between a commitment and its validator's open request, another validator's challenge could
+/// take the devices and make those openings wait past their budget: an honest miner failed.
+/// So for a few seconds, until the commitment is opened, other validators are asked to retry.
+#[tokio::test(flavor = "multi_thread")]
+async fn another_validator_waits_while_a_fresh_commitment_is_unopened() {
+    let other = Identity::from_seed([0x66; 32]);
+    let core = miner_core(36, &[validator_key(), other.public_key()], 1);
+    let key = core.public_key();
+    let miner = spawn_miner(core).await;
+    let mut client = connect(&miner).await;
+    let c = challenge(key, 1, 64, 2, 2, 10_000);
+    let mut stream = client.run_challenge(signed(&c)).await.unwrap().into_inner();
+    while stream.message().await.unwrap().is_some() {}
+
+    let mut theirs = challenge(key, 2, 64, 1, 1, 10_000);
+    theirs.validator_key = other.public_key();
+    let wire = challenge_to_wire(&theirs, &theirs.sign(&other));
+    let refused = client.run_challenge(wire.clone()).await.unwrap_err();
+    assert_eq!(refused.code(), Code::ResourceExhausted);
+    assert!(refused.message().contains("not yet opened"), "{}", refused.message());
+
+    let validator = Identity::from_seed([VALIDATOR_SEED; 32]);
+    let samples = [gpu_attest_shared::opening::SampleRequest { chain: 0, segment: 0 }];
+    let mut opened = client
+        .open_chains(signed_open_request(c.params.nonce, &validator, &samples))
+        .await
+        .unwrap()
+        .into_inner();
+    while opened.message().await.unwrap().is_some() {}
+    let mut accepted = client.run_challenge(wire).await.unwrap().into_inner();
+    while accepted.message().await.unwrap().is_some() {}
+}

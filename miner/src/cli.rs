@@ -109,6 +109,7 @@ impl Settings {
         if let Some(t) = self.cpu_threads {
             config.cpu_threads = t;
         }
+        config.validate()?;
         Ok(config)
     }
 }

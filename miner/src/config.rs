@@ -121,6 +121,25 @@ impl MinerConfig {
         load_config(path)
     }
 
+    /// Refuses limits of zero: the inventory advertises these limits, and there zero means "not
+    /// stated" (PROTOCOL.md 14.2), which a miner that would refuse everything must not say.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let l = &self.limits;
+        let zero = [
+            ("max_n", l.max_n == 0),
+            ("max_chains", l.max_chains == 0),
+            ("max_iterations", l.max_iterations == 0),
+            ("max_duration_secs", l.max_duration_secs == 0),
+            ("max_samples", l.max_samples == 0),
+        ];
+        match zero.iter().find(|(_, is_zero)| *is_zero) {
+            Some((name, _)) => Err(ConfigError::Invalid(format!(
+                "[limits] {name} = 0 would refuse every challenge; set a positive limit or leave it out for the default"
+            ))),
+            None => Ok(()),
+        }
+    }
+
     pub fn to_toml(&self) -> String {
         config_to_toml(self)
     }
@@ -136,6 +155,14 @@ mod tests {
         c.allowed_validators.push("ab".repeat(32));
         c.limits.max_n = 1024;
         assert_eq!(toml::from_str::<MinerConfig>(&c.to_toml()).unwrap(), c);
+    }
+
+    #[test]
+    fn zero_limits_are_refused() {
+        MinerConfig::default().validate().unwrap();
+        let mut c = MinerConfig::default();
+        c.limits.max_samples = 0;
+        assert!(c.validate().unwrap_err().to_string().contains("max_samples = 0"));
     }
 
     #[test]

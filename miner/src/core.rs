@@ -24,6 +24,12 @@ use tokio::sync::OwnedMutexGuard;
 /// Commitments kept for openings at once; older ones are dropped first.
 const MAX_RECENT_COMMITMENTS: usize = 4;
 
+/// How long after a commitment the devices are kept from other validators' challenges while the
+/// committing validator has not opened it yet. Its open request follows the commitment within a
+/// round trip; without the hold, a long challenge from another validator taking the devices in
+/// between would make those openings wait, and time out, for an honest miner.
+pub const OPENING_HOLD: Duration = Duration::from_secs(5);
+
 pub fn now_ms() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -169,6 +175,9 @@ impl MinerCore {
         let work = Work::new(challenge.params)?;
         self.check_limits(&challenge, &work, now_ms)?;
         let devices = self.devices.clone().try_lock_owned().map_err(|_| MinerError::Busy)?;
+        if let Some(waiting) = self.awaiting_openings(&challenge.validator_key) {
+            return Err(MinerError::AwaitingOpenings(waiting));
+        }
         self.selected
             .backend
             .check_capacity(&work)
@@ -205,13 +214,24 @@ impl MinerCore {
             ));
         }
         let window = challenge.deadline_ms - now_ms;
-        if window > l.max_duration_secs * 1000 {
+        if window > l.max_duration_secs.saturating_mul(1000) {
             return over(format!(
                 "deadline {window} ms away > max_duration_secs={}",
                 l.max_duration_secs
             ));
         }
         Ok(())
+    }
+
+    /// Another validator whose fresh commitment has not been opened yet, if any.
+    fn awaiting_openings(&self, asking: &PublicKey) -> Option<PublicKey> {
+        let recent = self.recent.lock().unwrap_or_else(|p| p.into_inner());
+        recent
+            .iter()
+            .find(|r| {
+                r.validator_key != *asking && !r.opened.load(Ordering::SeqCst) && r.stored_at.elapsed() < OPENING_HOLD
+            })
+            .map(|r| r.validator_key)
     }
 
     /// Runs the accepted work on every device (blocking: call it from a blocking thread).
@@ -256,7 +276,7 @@ impl MinerCore {
             stored_at: Instant::now(),
             opened: AtomicBool::new(false),
         });
-        let mut recent = self.recent.lock().expect("recent commitments poisoned");
+        let mut recent = self.recent.lock().unwrap_or_else(|p| p.into_inner());
         recent.retain(|r| r.stored_at.elapsed() < self.keep_commitments);
         while recent.len() >= MAX_RECENT_COMMITMENTS {
             recent.pop_front();
@@ -298,7 +318,7 @@ impl MinerCore {
             });
         }
         let recent = {
-            let recent = self.recent.lock().expect("recent commitments poisoned");
+            let recent = self.recent.lock().unwrap_or_else(|p| p.into_inner());
             recent
                 .iter()
                 .find(|r| r.nonce == nonce && r.stored_at.elapsed() < self.keep_commitments)

@@ -36,6 +36,10 @@ pub enum MinerError {
     NoRoom(BackendError),
     #[error("miner is busy with another challenge; one runs at a time, retry when it has finished")]
     Busy,
+    #[error(
+        "miner holds its devices for validator {0}, which has not yet opened its fresh commitment; retry in a few seconds"
+    )]
+    AwaitingOpenings(PublicKey),
     #[error("work stopped: {0}")]
     Engine(#[from] EngineError),
     #[error("no recent commitment for nonce {0}; commitments stay openable for a limited time")]
@@ -65,7 +69,10 @@ impl From<MinerError> for Status {
             MinerError::WrongMiner { .. } | MinerError::InventoryChanged { .. } => Code::FailedPrecondition,
             MinerError::NonceReused(_) | MinerError::AlreadyOpened(_) => Code::AlreadyExists,
             MinerError::DeadlinePassed { .. } | MinerError::DeadlineReached => Code::DeadlineExceeded,
-            MinerError::OverLimit(_) | MinerError::Busy | MinerError::TooManySamples { .. } => Code::ResourceExhausted,
+            MinerError::OverLimit(_)
+            | MinerError::Busy
+            | MinerError::AwaitingOpenings(_)
+            | MinerError::TooManySamples { .. } => Code::ResourceExhausted,
             MinerError::UnknownCommitment(_) => Code::NotFound,
             MinerError::NonceLog(_) => Code::Unavailable,
             MinerError::NoRoom(b) => backend_code(b),

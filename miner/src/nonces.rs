@@ -5,10 +5,12 @@
 //! before the challenge is accepted. At start expired lines are dropped and the file rewritten
 //! (to a temporary file, then renamed over it); a torn last line from a crash is skipped.
 //!
-//! Before each append the log checks that its path still names the file it holds open. If the
-//! file or its directory was removed or replaced while the miner ran, appending to the old handle
-//! would write to a file no restart will read, so the log is written anew at its path from the
-//! nonces in memory. Until that succeeds every claim fails, and so every challenge is refused.
+//! Before each append the log checks that its path still names the file it holds open, at the
+//! length this process wrote. If the file or its directory was removed or replaced while the
+//! miner ran, appending to the old handle would write to a file no restart will read; if it was
+//! truncated in place, nonces already on disk are gone. Either way the log is written anew at its
+//! path from the nonces in memory. Until that succeeds every claim fails, and so every challenge
+//! is refused.
 
 use std::collections::HashMap;
 use std::fs::{File, OpenOptions};
@@ -26,8 +28,15 @@ pub enum NonceLogError {
 }
 
 pub struct NonceLog {
-    file: Option<(PathBuf, File)>,
+    file: Option<LogFile>,
     seen: HashMap<[u8; 32], u64>,
+}
+
+struct LogFile {
+    path: PathBuf,
+    file: File,
+    /// Bytes written through `file`; the file at `path` must be this long.
+    len: u64,
 }
 
 impl NonceLog {
@@ -64,31 +73,35 @@ impl NonceLog {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
             Err(e) => return Err(err(e)),
         }
-        let file = write_fresh(path, &seen).map_err(err)?;
+        let (file, len) = write_fresh(path, &seen).map_err(err)?;
         Ok(NonceLog {
-            file: Some((path.to_path_buf(), file)),
+            file: Some(LogFile {
+                path: path.to_path_buf(),
+                file,
+                len,
+            }),
             seen,
         })
     }
 
-    /// The open file, written anew at its path first if the path no longer names it.
-    fn current_file(&mut self) -> Result<Option<&mut File>, NonceLogError> {
-        let Some((path, file)) = &mut self.file else {
+    /// The open file, written anew at its path first if the path no longer names it whole.
+    fn current_file(&mut self) -> Result<Option<&mut LogFile>, NonceLogError> {
+        let Some(log) = &mut self.file else {
             return Ok(None);
         };
-        if !still_at_path(path, file) {
-            let fresh = write_fresh(path, &self.seen).map_err(|source| NonceLogError::Replaced {
-                path: path.display().to_string(),
+        if !still_at_path(log) {
+            let (file, len) = write_fresh(&log.path, &self.seen).map_err(|source| NonceLogError::Replaced {
+                path: log.path.display().to_string(),
                 source,
             })?;
             tracing::warn!(
-                path = %path.display(),
+                path = %log.path.display(),
                 nonces = self.seen.len(),
-                "nonce log was removed or replaced; wrote it again from memory"
+                "nonce log was removed, replaced or truncated; wrote it again from memory"
             );
-            *file = fresh;
+            (log.file, log.len) = (file, len);
         }
-        Ok(Some(file))
+        Ok(Some(log))
     }
 
     /// Records `nonce` until `deadline_ms`; `Ok(false)` if it was already recorded.
@@ -97,53 +110,62 @@ impl NonceLog {
         if self.seen.contains_key(&nonce) {
             return Ok(false);
         }
-        let shown = self.path_shown();
-        if let Some(file) = self.current_file()? {
-            writeln!(file, "{} {deadline_ms}", hex::encode(nonce))
-                .and_then(|_| file.sync_data())
-                .map_err(|source| NonceLogError::Io { path: shown, source })?;
+        if let Some(log) = self.current_file()? {
+            let line = format!("{} {deadline_ms}\n", hex::encode(nonce));
+            log.file
+                .write_all(line.as_bytes())
+                .and_then(|_| log.file.sync_data())
+                .map_err(|source| NonceLogError::Io {
+                    path: log.path.display().to_string(),
+                    source,
+                })?;
+            log.len += line.len() as u64;
         }
         self.seen.insert(nonce, deadline_ms);
         Ok(true)
     }
-
-    fn path_shown(&self) -> String {
-        self.file
-            .as_ref()
-            .map(|(p, _)| p.display().to_string())
-            .unwrap_or_default()
-    }
 }
 
 /// Writes `seen` to a temporary file beside `path`, renames it over `path` and syncs the
-/// directory, so the log is whole or absent after a crash; returns it opened for appending.
-fn write_fresh(path: &Path, seen: &HashMap<[u8; 32], u64>) -> std::io::Result<File> {
+/// directory, so the log is whole or absent after a crash; returns it opened for appending,
+/// with its length. The temporary file is created anew (`create_new` does not follow a link
+/// planted in its place), so the rewrite cannot be pointed at another file.
+fn write_fresh(path: &Path, seen: &HashMap<[u8; 32], u64>) -> std::io::Result<(File, u64)> {
     let temporary = path.with_extension("compacting");
-    let mut compacted = File::create(&temporary)?;
-    for (nonce, deadline) in seen {
-        writeln!(compacted, "{} {deadline}", hex::encode(nonce))?;
+    match std::fs::remove_file(&temporary) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
+        _ => {}
     }
+    let mut compacted = OpenOptions::new().write(true).create_new(true).open(&temporary)?;
+    let mut text = String::new();
+    for (nonce, deadline) in seen {
+        text.push_str(&format!("{} {deadline}\n", hex::encode(nonce)));
+    }
+    compacted.write_all(text.as_bytes())?;
     compacted.sync_all()?;
     std::fs::rename(&temporary, path)?;
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
         File::open(dir)?.sync_all()?;
     }
-    OpenOptions::new().append(true).open(path)
+    Ok((OpenOptions::new().append(true).open(path)?, text.len() as u64))
 }
 
-/// Whether `path` still names the file `file` has open (same device and inode).
+/// Whether the log's path still names the file it has open (same device and inode), as long as
+/// this process wrote it.
 #[cfg(unix)]
-fn still_at_path(path: &Path, file: &File) -> bool {
+fn still_at_path(log: &LogFile) -> bool {
     use std::os::unix::fs::MetadataExt;
-    match (std::fs::metadata(path), file.metadata()) {
-        (Ok(at_path), Ok(open)) => at_path.dev() == open.dev() && at_path.ino() == open.ino(),
+    match (std::fs::metadata(&log.path), log.file.metadata()) {
+        (Ok(at_path), Ok(open)) => {
+            at_path.dev() == open.dev() && at_path.ino() == open.ino() && at_path.len() == log.len
+        }
         _ => false,
     }
 }
 
 #[cfg(not(unix))]
-fn still_at_path(path: &Path, _file: &File) -> bool {
-    path.exists()
+fn still_at_path(log: &LogFile) -> bool {
+    std::fs::metadata(&log.path).is_ok_and(|m| m.len() == log.len)
 }
 
 #[cfg(test)]
@@ -199,5 +221,45 @@ mod tests {
         assert!(!reopened.claim([1; 32], 9_000, 2_000).unwrap());
         assert!(!reopened.claim([2; 32], 9_000, 2_000).unwrap());
         std::fs::remove_dir_all(&root).unwrap();
+    }
+
+    #[test]
+    fn a_log_truncated_in_place_is_written_again() {
+        let dir = std::env::temp_dir().join(format!("gpu-attest-nonces-truncated-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("nonces.log");
+        let mut log = NonceLog::open(&path, 1_000).unwrap();
+        assert!(log.claim([1; 32], 9_000, 1_000).unwrap());
+        // What a log rotation with copy-and-truncate does: same file, now empty.
+        OpenOptions::new().write(true).open(&path).unwrap().set_len(0).unwrap();
+        assert!(log.claim([2; 32], 9_000, 1_000).unwrap());
+        let mut reopened = NonceLog::open(&path, 2_000).unwrap();
+        assert!(
+            !reopened.claim([1; 32], 9_000, 2_000).unwrap(),
+            "nonce lost to the truncation"
+        );
+        assert!(!reopened.claim([2; 32], 9_000, 2_000).unwrap());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn the_rewrite_does_not_follow_a_planted_link() {
+        let dir = std::env::temp_dir().join(format!("gpu-attest-nonces-link-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("nonces.log");
+        let victim = dir.join("victim");
+        std::fs::write(&victim, b"precious").unwrap();
+        let mut log = NonceLog::open(&path, 1_000).unwrap();
+        assert!(log.claim([1; 32], 9_000, 1_000).unwrap());
+        std::fs::remove_file(&path).unwrap();
+        std::os::unix::fs::symlink(&victim, path.with_extension("compacting")).unwrap();
+        assert!(log.claim([2; 32], 9_000, 1_000).unwrap());
+        assert_eq!(std::fs::read(&victim).unwrap(), b"precious");
+        let mut reopened = NonceLog::open(&path, 2_000).unwrap();
+        assert!(!reopened.claim([1; 32], 9_000, 2_000).unwrap());
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

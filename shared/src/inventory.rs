@@ -122,6 +122,10 @@ pub enum InventoryError {
     NoDevices,
     #[error("miner reports {0} devices; the protocol allows 1..={MAX_DEVICES}")]
     TooManyDevices(usize),
+    #[error("device entry {position} has index {index}; entry j of the inventory must be device j")]
+    DeviceIndex { position: usize, index: u32 },
+    #[error("device uuid {0:?} is listed more than once: one device cannot be claimed twice")]
+    DuplicateDevice(String),
 }
 
 impl Inventory {
@@ -133,11 +137,25 @@ impl Inventory {
                 ours: PROTOCOL_VERSION,
             });
         }
-        match self.claim.devices.len() {
-            0 => Err(InventoryError::NoDevices),
-            d if d > MAX_DEVICES as usize => Err(InventoryError::TooManyDevices(d)),
-            _ => Ok(()),
+        let devices = &self.claim.devices;
+        match devices.len() {
+            0 => return Err(InventoryError::NoDevices),
+            d if d > MAX_DEVICES as usize => return Err(InventoryError::TooManyDevices(d)),
+            _ => {}
         }
+        if let Some((position, d)) = devices.iter().enumerate().find(|(j, d)| d.index as usize != *j) {
+            return Err(InventoryError::DeviceIndex {
+                position,
+                index: d.index,
+            });
+        }
+        // A device without a uuid (a CPU's logical devices) is not identified by one; every
+        // uuid that is given names one device. MIG instances share a PCI bus id, not a uuid.
+        let mut uuids = std::collections::HashSet::new();
+        if let Some(d) = devices.iter().find(|d| !d.uuid.is_empty() && !uuids.insert(&d.uuid)) {
+            return Err(InventoryError::DuplicateDevice(d.uuid.clone()));
+        }
+        Ok(())
     }
 }
 
@@ -210,12 +228,39 @@ mod tests {
         assert_eq!(err, InventoryError::ProtocolVersion { theirs: 2, ours: 1 });
         assert!(err.to_string().contains("version 2") && err.to_string().contains("version 1"));
         inventory.protocol_version = PROTOCOL_VERSION;
-        let device = inventory.claim.devices[0].clone();
-        inventory.claim.devices = vec![device; 65];
+        let device = |index| DeviceInfo {
+            index,
+            ..Default::default()
+        };
+        inventory.claim.devices = (0..65).map(device).collect();
         assert_eq!(inventory.check(), Err(InventoryError::TooManyDevices(65)));
         inventory.claim.devices.truncate(64);
         inventory.check().unwrap();
         inventory.claim.devices.clear();
         assert_eq!(inventory.check(), Err(InventoryError::NoDevices));
+    }
+
+    #[test]
+    fn one_device_cannot_be_claimed_twice() {
+        let mut inventory = Inventory {
+            miner_key: PublicKey([1; 32]),
+            claim: claim(),
+            protocol_version: PROTOCOL_VERSION,
+            software_version: "test".into(),
+            limits: MinerLimits::default(),
+        };
+        inventory.claim.devices[1].uuid = inventory.claim.devices[0].uuid.clone();
+        assert_eq!(inventory.check(), Err(InventoryError::DuplicateDevice("GPU-0".into())));
+        inventory.claim.devices[1] = inventory.claim.devices[0].clone();
+        assert_eq!(
+            inventory.check(),
+            Err(InventoryError::DeviceIndex { position: 1, index: 0 })
+        );
+        // Devices without a uuid (the CPU's logical devices) are told apart by index alone.
+        for (j, d) in inventory.claim.devices.iter_mut().enumerate() {
+            d.uuid.clear();
+            d.index = j as u32;
+        }
+        inventory.check().unwrap();
     }
 }

@@ -222,7 +222,9 @@ mod tests {
                 kernel: kernel.into(),
                 devices: names
                     .iter()
-                    .map(|n| DeviceInfo {
+                    .enumerate()
+                    .map(|(j, n)| DeviceInfo {
+                        index: j as u32,
                         name: n.to_string(),
                         ..Default::default()
                     })

@@ -46,6 +46,8 @@ pub enum Cheat {
     TooManyDevices,
     /// Speaks protocol version 2.
     ProtocolVersion2,
+    /// Lists one GPU twice, under two indexes.
+    SameDeviceTwice,
 }
 
 /// Eight H100s, as a miner that has none would describe them.
@@ -114,6 +116,15 @@ impl Miner for CheatingMiner {
                 inventory.devices = vec![device; 65];
             }
             Cheat::ProtocolVersion2 => inventory.protocol_version = 2,
+            Cheat::SameDeviceTwice => {
+                let mut first = inventory.devices[0].clone();
+                first.uuid = "GPU-11111111".into();
+                let second = v1::DeviceInfo {
+                    index: 1,
+                    ..first.clone()
+                };
+                inventory.devices = vec![first, second];
+            }
             _ => {}
         }
         Ok(Response::new(inventory))

@@ -109,16 +109,13 @@ impl MinerConnection {
     }
 }
 
-/// A status the miner answered instead of working: what it means for the caller.
+/// A status the miner answered instead of working: what it means for the caller. (A miner that
+/// cannot be reached at all fails at `connect`, before any status.)
 pub fn refused(url: &str, status: Status) -> AttestError {
     match status.code() {
         Code::Unimplemented => AttestError::NotAMiner {
             url: url.into(),
             detail: format!("RunChallenge: {}", status.message()),
-        },
-        Code::Unavailable => AttestError::Unreachable {
-            url: url.into(),
-            detail: status.message().into(),
         },
         code => AttestError::Refused {
             url: url.into(),

@@ -2,7 +2,7 @@
 //! `Commitment`. Every event is checked against the plan before anything is relayed, so an API
 //! client never sees a miner's impossible claims as if they were facts.
 
-use super::AttestEvent;
+use super::{AttestError, AttestEvent};
 use crate::planner::Plan;
 use crate::reason::{Reason, ReasonCode};
 use gpu_attest_proto::convert::commitment_from_wire;
@@ -10,7 +10,7 @@ use gpu_attest_proto::v1::{self, challenge_event::Event};
 use gpu_attest_shared::engine::DeviceProgress;
 use gpu_attest_shared::partition::{DeviceSlice, canonical_partition};
 use gpu_attest_shared::statement::Commitment;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 use tonic::Streaming;
 
 /// What the stream may contain, given the plan: `Accepted` once and first, naming the planned
@@ -94,29 +94,38 @@ pub enum Received {
     Failed(Reason),
 }
 
-/// Reads the challenge stream until the commitment, relaying checked events. `Err` is a refusal
-/// before the miner accepted (no verdict); everything after acceptance is a [`Received`].
+/// Reads the challenge stream until the commitment or `until`, relaying checked events. `Err`
+/// means the miner refused, or never answered with an event (no verdict); once it has sent an
+/// event, every outcome is a [`Received`].
 pub async fn await_commitment(
     url: &str,
     stream: &mut Streaming<v1::ChallengeEvent>,
     plan: &Plan,
-    wait_limit: Duration,
+    until: tokio::time::Instant,
     on_event: &(dyn Fn(AttestEvent) + Send + Sync),
-) -> Result<Received, super::AttestError> {
+) -> Result<Received, AttestError> {
     let mut check = StreamCheck::new(plan);
+    let mut answered = false;
     let started = Instant::now();
     let read = async {
         loop {
             let event = match stream.message().await {
                 Ok(Some(v1::ChallengeEvent { event: Some(event) })) => event,
+                // An empty event (a oneof this version does not know) says nothing: skipped.
                 Ok(Some(v1::ChallengeEvent { event: None })) => continue,
+                Ok(None) if !answered => {
+                    return Err(AttestError::NotAMiner {
+                        url: url.into(),
+                        detail: "it ended the challenge stream without accepting or refusing".into(),
+                    });
+                }
                 Ok(None) => {
                     return Ok(Received::Failed(Reason::new(
                         ReasonCode::NoCommitment,
                         "miner ended the stream without a commitment",
                     )));
                 }
-                Err(status) if !check.accepted => return Err(super::client::refused(url, status)),
+                Err(status) if !answered => return Err(super::client::refused(url, status)),
                 Err(status) => {
                     return Ok(Received::Failed(Reason::new(
                         ReasonCode::MinerFailed,
@@ -128,6 +137,7 @@ pub async fn await_commitment(
                     )));
                 }
             };
+            answered = true;
             match event {
                 Event::Accepted(a) => {
                     if let Err(reason) = check.accepted(&a) {
@@ -160,8 +170,12 @@ pub async fn await_commitment(
             }
         }
     };
-    match tokio::time::timeout(wait_limit, read).await {
+    match tokio::time::timeout_at(until, read).await {
         Ok(received) => received,
+        Err(_) if !answered => Err(AttestError::Unreachable {
+            url: url.into(),
+            detail: format!("no answer to the challenge within {} ms", started.elapsed().as_millis()),
+        }),
         Err(_) => Ok(Received::Failed(Reason::new(
             ReasonCode::CommitmentTimedOut,
             format!(

@@ -188,7 +188,7 @@ impl Attestor {
         Challenge {
             params: plan.params,
             issued_at_ms,
-            deadline_ms: issued_at_ms + plan.deadline_ms,
+            deadline_ms: issued_at_ms.saturating_add(plan.deadline_ms),
             validator_key: self.public_key(),
             inventory_digest: plan.claim.digest(),
         }
@@ -208,8 +208,15 @@ impl Attestor {
         let grace = Duration::from_millis(plan.deadline_ms / 10 + 2_000);
         let wait_limit = Duration::from_millis(plan.deadline_ms) + grace;
         let sent = Instant::now();
-        let mut stream = miner.run_challenge(challenge, &challenge.sign(&self.identity)).await?;
-        let received = await_commitment(miner.url(), &mut stream, plan, wait_limit, on_event).await?;
+        let until = tokio::time::Instant::now() + wait_limit;
+        let signature = challenge.sign(&self.identity);
+        let mut stream = tokio::time::timeout_at(until, miner.run_challenge(challenge, &signature))
+            .await
+            .map_err(|_| AttestError::Unreachable {
+                url: outcome.url.clone(),
+                detail: format!("no answer to the challenge within {} ms", wait_limit.as_millis()),
+            })??;
+        let received = await_commitment(miner.url(), &mut stream, plan, until, on_event).await?;
         outcome.measured_ms = sent.elapsed().as_millis() as u64;
         drop(stream); // a miner still computing is cancelled
         match received {

@@ -16,6 +16,7 @@ use rand_chacha::ChaCha20Rng;
 use rand_chacha::rand_core::SeedableRng;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use tonic::{Code, Status};
 
 /// Shortest time a miner gets to answer an open request, however small the challenge.
 const MIN_OPENING_BUDGET_MS: u64 = 5_000;
@@ -23,7 +24,7 @@ const MIN_OPENING_BUDGET_MS: u64 = 5_000;
 /// The opening budget (PROTOCOL.md 14.5): twice the deadline, at least twice 5 s, counting
 /// only the time spent waiting for the miner.
 pub fn opening_budget(deadline_ms: u64) -> Duration {
-    Duration::from_millis(deadline_ms.max(MIN_OPENING_BUDGET_MS) * 2)
+    Duration::from_millis(deadline_ms.max(MIN_OPENING_BUDGET_MS).saturating_mul(2))
 }
 
 /// The commitment's own checks (PROTOCOL.md 14.4, steps 2 to 6, in order). `true` when the
@@ -35,7 +36,6 @@ pub fn check_statement(
     signature: &[u8; 64],
     outcome: &mut Outcome,
 ) -> bool {
-    outcome.record_global(commitment.work.global);
     let expected_miner = PublicKey(challenge.params.miner_key);
     if commitment.miner_key != expected_miner {
         outcome.fail(
@@ -54,6 +54,8 @@ pub fn check_statement(
         );
         return false;
     }
+    // Only a checksum the miner signed is worth storing beside the verdict.
+    outcome.record_global(commitment.work.global);
     if commitment.validator_key != challenge.validator_key {
         outcome.fail(
             ReasonCode::CommitmentWrongValidator,
@@ -151,10 +153,9 @@ pub async fn sampled(
             format!("miner did not send all openings within {} ms", budget.as_millis()),
         )
     };
-    let mut waited = Duration::ZERO;
     let started = Instant::now();
-    let opened = tokio::time::timeout(budget, miner.open_chains(request)).await;
-    waited += started.elapsed();
+    let opened = tokio::time::timeout(budget, open_with_retries(miner, request)).await;
+    let mut waited = started.elapsed();
     let mut stream = match opened {
         Ok(Ok(stream)) => stream,
         Ok(Err(s)) => {
@@ -205,6 +206,31 @@ pub async fn sampled(
         check_opening(backend.clone(), work, commitment, sample, &wire, outcome).await?;
     }
     Ok(())
+}
+
+/// Refusals a later attempt may get past: a rate limit in front of the miner (which a peer
+/// sharing this validator's address can use up), or a miner briefly unavailable. A request
+/// refused there never reached the single-use check, so asking again is safe.
+const RETRYABLE: [Code; 2] = [Code::ResourceExhausted, Code::Unavailable];
+const OPEN_ATTEMPTS: u32 = 3;
+
+/// Sends the open request, again after a pause when it is refused for a reason that may pass
+/// (PROTOCOL.md 14.5). The caller bounds the whole with the opening budget.
+async fn open_with_retries(
+    miner: &mut MinerConnection,
+    request: v1::OpenChainsRequest,
+) -> Result<tonic::Streaming<v1::ChainOpening>, Status> {
+    let mut attempt = 1;
+    loop {
+        match miner.open_chains(request.clone()).await {
+            Err(s) if RETRYABLE.contains(&s.code()) && attempt < OPEN_ATTEMPTS => {
+                tracing::warn!(code = ?s.code(), message = s.message(), attempt, "open request refused; asking again");
+                tokio::time::sleep(Duration::from_secs(u64::from(attempt))).await;
+                attempt += 1;
+            }
+            result => return result,
+        }
+    }
 }
 
 /// Checks one opening, recording what is wrong with it; `Err` only when this validator cannot
