@@ -19,6 +19,13 @@ async fn honest_miner_passes_sampled_verification() {
     assert_eq!(verdict.params.n, 64);
     assert!(verdict.measured_ms <= verdict.deadline_ms);
     assert_eq!(verdict.inventory.len(), 1);
+    // Finishing within the measured time proves at least the required work over that time,
+    // and so at least that over the deadline.
+    let t = verdict.throughput;
+    let p = &verdict.params;
+    assert_eq!(t.operations, 2.0 * 64f64.powi(3) * p.num_chains as f64 * 4.0);
+    assert!(t.proven_ops_per_sec.unwrap() >= t.operations / (verdict.deadline_ms as f64 / 1000.0));
+    assert_eq!(t.expected_ops_per_sec, 1.0e8, "the test rate table's CPU row");
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -36,6 +43,10 @@ async fn wrong_global_checksum_fails() {
     let miner = spawn_cheater(miner_core(3, &[validator_key()], 1), Cheat::WrongGlobalChecksum).await;
     let (verdict, _dir) = attest(&miner.url(), Policy::Sampled).await;
     assert_failed_with(&verdict, ReasonCode::GlobalChecksumMismatch);
+    assert_eq!(
+        verdict.throughput.proven_ops_per_sec, None,
+        "a failed verdict proves nothing"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]

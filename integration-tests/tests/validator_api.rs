@@ -78,6 +78,15 @@ async fn register_attest_list_and_page() {
         let (phases, progress, verdict) = attest_via_api(&mut api, &miner.url()).await;
         let verdict = verdict.unwrap();
         assert!(verdict.passed, "{:?}", verdict.reasons);
+        // The API states what the pass proved: the required operations over the measured time.
+        let params = verdict.params.clone().unwrap();
+        let operations = 2.0 * f64::from(params.n).powi(3) * params.num_chains as f64 * f64::from(params.iterations);
+        assert_eq!(verdict.operations, operations);
+        let proven = operations / (verdict.measured_ms.max(1) as f64 / 1000.0);
+        assert!((verdict.proven_ops_per_sec - proven).abs() <= proven * 1e-12);
+        assert_eq!(verdict.proven_ops_per_sec_per_device, verdict.proven_ops_per_sec);
+        assert_eq!(verdict.expected_ops_per_sec, 1.0e8);
+        assert!((verdict.proven_to_expected - proven / 1.0e8).abs() < 1e-9);
         assert_eq!(phases.first().map(String::as_str), Some("challenge-sent"));
         assert!(phases.iter().any(|p| p == "verifying"), "{phases:?}");
         assert!(progress > 0, "no progress events");

@@ -10,6 +10,7 @@ pub mod scheduler;
 pub mod server;
 pub mod service;
 pub mod store;
+pub mod throughput;
 
 pub use attest::Attestor;
 pub use config::ValidatorConfig;

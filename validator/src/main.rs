@@ -86,7 +86,11 @@ fn run(cli: Cli) -> Result<ExitCode> {
                         v.miner_url,
                         v.measured_ms,
                         v.deadline_ms,
-                        v.reasons.iter().map(|r| r.to_string()).collect::<Vec<_>>().join("; ")
+                        if v.passed {
+                            v.throughput.to_string()
+                        } else {
+                            v.reasons.iter().map(|r| r.to_string()).collect::<Vec<_>>().join("; ")
+                        }
                     );
                 }
             }
@@ -201,6 +205,7 @@ fn print_verdict(v: &Verdict, config: &ValidatorConfig) {
         "  answered in {} ms (expected {} ms, deadline {} ms)",
         v.measured_ms, v.expected_ms, v.deadline_ms
     );
+    println!("  {}", v.throughput);
     println!("  backend {} ({} kernel)", v.backend, v.kernel);
     for d in &v.inventory {
         println!("  device {}: {}", d.index, d.name);

@@ -86,6 +86,11 @@ pub fn verdict_to_wire(v: &Verdict) -> v1::Verdict {
         kernel: v.kernel.clone(),
         global_checksum: hex32(&v.global_checksum),
         created_at_unix_ms: v.created_at_ms,
+        operations: v.throughput.operations,
+        proven_ops_per_sec: v.throughput.proven_ops_per_sec.unwrap_or(0.0),
+        proven_ops_per_sec_per_device: v.throughput.proven_ops_per_sec_per_device.unwrap_or(0.0),
+        expected_ops_per_sec: v.throughput.expected_ops_per_sec,
+        proven_to_expected: v.throughput.proven_to_expected.unwrap_or(0.0),
     }
 }
 

@@ -6,6 +6,7 @@
 //! restarts.
 
 use crate::reason::Reason;
+use crate::throughput::Throughput;
 use gpu_attest_shared::identity::PublicKey;
 use gpu_attest_shared::params::ChallengeParams;
 use gpu_attest_shared::statement::DeviceInfo;
@@ -14,7 +15,8 @@ use serde::{Deserialize, Serialize};
 use std::path::Path;
 use std::sync::Mutex;
 
-const SCHEMA_VERSION: i64 = 1;
+/// 2: verdicts keep the rate the planner expected (`expected_ops_per_sec`).
+const SCHEMA_VERSION: i64 = 2;
 
 const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS miners (
@@ -45,7 +47,8 @@ CREATE TABLE IF NOT EXISTS verdicts (
     backend         TEXT NOT NULL,
     kernel          TEXT NOT NULL,
     global_checksum BLOB NOT NULL,
-    created_at_ms   INTEGER NOT NULL
+    created_at_ms   INTEGER NOT NULL,
+    expected_ops_per_sec REAL NOT NULL DEFAULT 0
 );
 CREATE INDEX IF NOT EXISTS verdicts_by_miner ON verdicts (miner_url, id);
 CREATE TABLE IF NOT EXISTS revoked_keys (
@@ -112,7 +115,7 @@ impl From<&ChallengeParams> for StoredParams {
 }
 
 /// One attestation's outcome, as stored and served.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Verdict {
     /// Assigned by the store; 0 before it is stored.
     pub id: u64,
@@ -133,6 +136,9 @@ pub struct Verdict {
     pub kernel: String,
     pub global_checksum: String,
     pub created_at_ms: u64,
+    /// What the verdict proves about throughput; derived from the fields above and the
+    /// expected rate, which is stored.
+    pub throughput: Throughput,
 }
 
 #[derive(Clone, Debug, Default)]
@@ -172,6 +178,15 @@ impl Store {
             });
         }
         conn.execute_batch(SCHEMA).map_err(open_err)?;
+        if version == 1 {
+            // Rows from before keep 0: their expected rate is derived from expected_ms on read.
+            conn.execute_batch(
+                "BEGIN;
+                 ALTER TABLE verdicts ADD COLUMN expected_ops_per_sec REAL NOT NULL DEFAULT 0;
+                 COMMIT;",
+            )
+            .map_err(open_err)?;
+        }
         conn.pragma_update(None, "user_version", SCHEMA_VERSION)
             .map_err(open_err)?;
         Ok(Store { conn: Mutex::new(conn) })
@@ -205,8 +220,9 @@ impl Store {
         let conn = self.conn();
         conn.execute(
             "INSERT INTO verdicts (miner_url, miner_key, nonce, passed, reasons, policy, samples, params, measured_ms,
-                                   expected_ms, deadline_ms, inventory, backend, kernel, global_checksum, created_at_ms)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)",
+                                   expected_ms, deadline_ms, inventory, backend, kernel, global_checksum, created_at_ms,
+                                   expected_ops_per_sec)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17)",
             params![
                 v.miner_url,
                 miner_key,
@@ -224,6 +240,7 @@ impl Store {
                 v.kernel,
                 global,
                 v.created_at_ms as i64,
+                v.throughput.expected_ops_per_sec,
             ],
         )?;
         Ok(conn.last_insert_rowid() as u64)
@@ -234,7 +251,8 @@ impl Store {
         let conn = self.conn();
         let mut stmt = conn.prepare(
             "SELECT id, miner_url, miner_key, nonce, passed, reasons, policy, samples, params, measured_ms,
-                    expected_ms, deadline_ms, inventory, backend, kernel, global_checksum, created_at_ms
+                    expected_ms, deadline_ms, inventory, backend, kernel, global_checksum, created_at_ms,
+                    expected_ops_per_sec
              FROM verdicts
              WHERE (?1 IS NULL OR miner_url = ?1) AND (?2 IS NULL OR passed = ?2)
                AND created_at_ms >= ?3 AND (?4 IS NULL OR id < ?4)
@@ -269,6 +287,7 @@ impl Store {
                     r.get::<_, String>(13)?,
                     r.get::<_, String>(14)?,
                     r.get::<_, Vec<u8>>(15)?,
+                    r.get::<_, f64>(17)?,
                 ))
             },
         )?;
@@ -289,7 +308,19 @@ impl Store {
                 backend,
                 kernel,
                 global,
+                expected_ops_per_sec,
             ) = row?;
+            let params: StoredParams = serde_json::from_str(&params).map_err(|e| corrupt("params", e))?;
+            let inventory: Vec<DeviceInfo> = serde_json::from_str(&inventory).map_err(|e| corrupt("inventory", e))?;
+            let (measured_ms, expected_ms) = (times[0] as u64, times[1] as u64);
+            let expected_ops_per_sec = if expected_ops_per_sec > 0.0 {
+                expected_ops_per_sec
+            } else {
+                // Stored before the rate was: what the expected time implies (to within its
+                // rounding up to a whole millisecond).
+                crate::throughput::operations(&params) / (expected_ms.max(1) as f64 / 1000.0)
+            };
+            let throughput = Throughput::of(&params, inventory.len(), measured_ms, expected_ops_per_sec, passed);
             Ok(Verdict {
                 id: id as u64,
                 miner_url,
@@ -299,15 +330,16 @@ impl Store {
                 reasons: serde_json::from_str(&reasons).map_err(|e| corrupt("reasons", e))?,
                 policy,
                 samples,
-                params: serde_json::from_str(&params).map_err(|e| corrupt("params", e))?,
-                measured_ms: times[0] as u64,
-                expected_ms: times[1] as u64,
+                params,
+                measured_ms,
+                expected_ms,
                 deadline_ms: times[2] as u64,
-                inventory: serde_json::from_str(&inventory).map_err(|e| corrupt("inventory", e))?,
+                inventory,
                 backend,
                 kernel,
                 global_checksum: hex::encode(global),
                 created_at_ms: times[3] as u64,
+                throughput,
             })
         })
         .collect()
@@ -407,5 +439,78 @@ impl Store {
 
     pub fn remove_miner(&self, url: &str) -> Result<bool, StoreError> {
         Ok(self.conn().execute("DELETE FROM miners WHERE url = ?1", [url])? == 1)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The verdicts table as schema version 1 created it.
+    const VERDICTS_V1: &str = "
+        CREATE TABLE verdicts (
+            id INTEGER PRIMARY KEY AUTOINCREMENT, miner_url TEXT NOT NULL, miner_key BLOB NOT NULL,
+            nonce BLOB NOT NULL UNIQUE REFERENCES nonces(nonce),
+            passed INTEGER NOT NULL CHECK (passed IN (0, 1)), reasons TEXT NOT NULL, policy TEXT NOT NULL,
+            samples INTEGER NOT NULL, params TEXT NOT NULL, measured_ms INTEGER NOT NULL,
+            expected_ms INTEGER NOT NULL, deadline_ms INTEGER NOT NULL, inventory TEXT NOT NULL,
+            backend TEXT NOT NULL, kernel TEXT NOT NULL, global_checksum BLOB NOT NULL,
+            created_at_ms INTEGER NOT NULL
+        );";
+
+    #[test]
+    fn a_version_1_database_is_migrated_and_its_verdicts_read() {
+        let dir = std::env::temp_dir().join(format!("gpu-attest-store-v1-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("validator.db");
+        {
+            let conn = Connection::open(&path).unwrap();
+            conn.execute_batch(
+                "CREATE TABLE nonces (nonce BLOB PRIMARY KEY, miner_url TEXT NOT NULL, issued_at_ms INTEGER NOT NULL);",
+            )
+            .unwrap();
+            conn.execute_batch(VERDICTS_V1).unwrap();
+            conn.execute("INSERT INTO nonces VALUES (?1, 'http://m', 1)", [[1u8; 32].as_slice()])
+                .unwrap();
+            let params =
+                r#"{"nonce":"","seed":"","miner_key":"","n":64,"num_chains":5,"iterations":4,"checkpoint_every":2}"#;
+            conn.execute(
+                "INSERT INTO verdicts (miner_url, miner_key, nonce, passed, reasons, policy, samples, params,
+                     measured_ms, expected_ms, deadline_ms, inventory, backend, kernel, global_checksum, created_at_ms)
+                 VALUES ('http://m', ?1, ?2, 1, '[]', 'sampled', 8, ?3, 50, 100, 1500, '[{\"index\":0,\"name\":\"cpu\",\"uuid\":\"\",\"memory_bytes\":0,\"sm_count\":0,\"compute_capability\":[0,0],\"pci_bus_id\":\"\",\"driver_version\":\"\"}]', 'cpu', 'portable', ?4, 7)",
+                params![[2u8; 32].as_slice(), [1u8; 32].as_slice(), params, [3u8; 32].as_slice()],
+            )
+            .unwrap();
+            conn.pragma_update(None, "user_version", 1).unwrap();
+        }
+        let store = Store::open(&path).unwrap();
+        let verdicts = store.verdicts(&VerdictFilter {
+            limit: 10,
+            ..Default::default()
+        });
+        let verdicts = verdicts.unwrap();
+        assert_eq!(verdicts.len(), 1);
+        let t = verdicts[0].throughput;
+        let operations = 2.0 * 64f64.powi(3) * 5.0 * 4.0;
+        assert_eq!(t.operations, operations);
+        // The old row has no stored rate: the expected time gives it.
+        assert_eq!(t.expected_ops_per_sec, operations / 0.1);
+        assert_eq!(t.proven_ops_per_sec, Some(operations / 0.05));
+        // And the migrated table takes new verdicts with their rate.
+        let mut newer = verdicts[0].clone();
+        newer.nonce = hex::encode([4u8; 32]);
+        newer.throughput.expected_ops_per_sec = 123.0;
+        assert!(store.claim_nonce(&[4; 32], "http://m", 2).unwrap());
+        store.insert_verdict(&newer).unwrap();
+        let back = store.verdicts(&VerdictFilter {
+            limit: 1,
+            ..Default::default()
+        });
+        assert_eq!(back.unwrap()[0].throughput.expected_ops_per_sec, 123.0);
+        drop(store);
+        // Opened again, it is at the current version and stays readable.
+        Store::open(&path).unwrap();
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -4,6 +4,7 @@ use crate::config::Policy;
 use crate::planner::Plan;
 use crate::reason::{Reason, ReasonCode};
 use crate::store::{StoredParams, Verdict};
+use crate::throughput::Throughput;
 use gpu_attest_shared::Digest;
 use gpu_attest_shared::identity::PublicKey;
 use gpu_attest_shared::verify::Rejection;
@@ -57,12 +58,21 @@ impl Outcome {
     /// a commitment that named other hardware has already failed with `hardware-mismatch`.
     pub fn into_verdict(self, created_at_ms: u64) -> Verdict {
         let params = &self.plan.params;
+        let stored = StoredParams::from(params);
+        let passed = self.reasons.is_empty();
+        let throughput = Throughput::of(
+            &stored,
+            self.plan.claim.devices.len(),
+            self.measured_ms,
+            self.plan.expected_ops_per_sec,
+            passed,
+        );
         Verdict {
             id: 0,
             miner_url: self.url,
             miner_key: PublicKey(params.miner_key).to_string(),
             nonce: hex::encode(params.nonce),
-            passed: self.reasons.is_empty(),
+            passed,
             reasons: self.reasons,
             policy: match self.policy {
                 Policy::Full => "full",
@@ -70,7 +80,7 @@ impl Outcome {
             }
             .into(),
             samples: self.plan.samples,
-            params: StoredParams::from(params),
+            params: stored,
             measured_ms: self.measured_ms,
             expected_ms: self.plan.expected_ms,
             deadline_ms: self.plan.deadline_ms,
@@ -79,6 +89,7 @@ impl Outcome {
             kernel: self.plan.claim.kernel,
             global_checksum: self.global.to_hex(),
             created_at_ms,
+            throughput,
         }
     }
 }

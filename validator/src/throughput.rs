@@ -1,0 +1,122 @@
+//! What a verdict proves about throughput: the operations the challenge required, done within
+//! the time this validator measured, beside the rate the planner expected of the claimed
+//! hardware. The measured time, not the miner's report, is the evidence.
+
+use crate::store::StoredParams;
+use serde::{Deserialize, Serialize};
+
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Throughput {
+    /// Operations the challenge required: 2 n^3 M K.
+    pub operations: f64,
+    /// Operations per second the measured time proves, `operations / measured`; only for a
+    /// passing verdict (a failed one proves nothing).
+    pub proven_ops_per_sec: Option<f64>,
+    /// The proven rate spread over the devices the challenge was sized for.
+    pub proven_ops_per_sec_per_device: Option<f64>,
+    /// What the planner expected of the claimed hardware (the sum of its devices' rates).
+    pub expected_ops_per_sec: f64,
+    /// Proven over expected: below 1 the hardware did less than its class is expected to.
+    pub proven_to_expected: Option<f64>,
+}
+
+/// Operations a challenge with these parameters requires.
+pub fn operations(params: &StoredParams) -> f64 {
+    2.0 * f64::from(params.n).powi(3) * params.num_chains as f64 * f64::from(params.iterations)
+}
+
+impl Throughput {
+    pub fn of(
+        params: &StoredParams,
+        devices: usize,
+        measured_ms: u64,
+        expected_ops_per_sec: f64,
+        passed: bool,
+    ) -> Self {
+        let operations = operations(params);
+        // A commitment cannot arrive in less than a millisecond of measured time.
+        let proven = passed.then(|| operations / (measured_ms.max(1) as f64 / 1000.0));
+        Throughput {
+            operations,
+            proven_ops_per_sec: proven,
+            proven_ops_per_sec_per_device: proven.map(|p| p / devices.max(1) as f64),
+            expected_ops_per_sec,
+            proven_to_expected: proven
+                .filter(|_| expected_ops_per_sec > 0.0)
+                .map(|p| p / expected_ops_per_sec),
+        }
+    }
+}
+
+impl std::fmt::Display for Throughput {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let expected = show_rate(self.expected_ops_per_sec);
+        match (
+            self.proven_ops_per_sec,
+            self.proven_ops_per_sec_per_device,
+            self.proven_to_expected,
+        ) {
+            (Some(proven), Some(per_device), ratio) => {
+                write!(
+                    f,
+                    "proved {} ({} per device) over {:.3e} operations; expected {expected}",
+                    show_rate(proven),
+                    show_rate(per_device),
+                    self.operations
+                )?;
+                match ratio {
+                    Some(r) => write!(f, ", {r:.2}x"),
+                    None => Ok(()),
+                }
+            }
+            _ => write!(
+                f,
+                "nothing proven ({:.3e} operations required; expected {expected})",
+                self.operations
+            ),
+        }
+    }
+}
+
+/// A rate for people: `8.5e11 op/s`.
+pub fn show_rate(ops_per_sec: f64) -> String {
+    format!("{ops_per_sec:.2e} op/s")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn params(n: u32, chains: u64, iterations: u32) -> StoredParams {
+        StoredParams {
+            nonce: String::new(),
+            seed: String::new(),
+            miner_key: String::new(),
+            n,
+            num_chains: chains,
+            iterations,
+            checkpoint_every: 1,
+        }
+    }
+
+    #[test]
+    fn a_pass_proves_operations_over_the_measured_time() {
+        // 10 chains of n = 1024, K = 4: 8.59e10 operations, in 2 s on 2 devices.
+        let t = Throughput::of(&params(1024, 10, 4), 2, 2_000, 1.0e10, true);
+        assert_eq!(t.operations, 2.0 * 1024f64.powi(3) * 10.0 * 4.0);
+        let proven = t.proven_ops_per_sec.unwrap();
+        assert!((proven - t.operations / 2.0).abs() < 1.0);
+        assert!((t.proven_ops_per_sec_per_device.unwrap() - proven / 2.0).abs() < 1.0);
+        assert!((t.proven_to_expected.unwrap() - proven / 1.0e10).abs() < 1e-9);
+    }
+
+    #[test]
+    fn a_fail_proves_nothing() {
+        let t = Throughput::of(&params(64, 5, 4), 1, 100, 1.0e8, false);
+        assert!(t.operations > 0.0);
+        assert_eq!(t.proven_ops_per_sec, None);
+        assert_eq!(t.proven_ops_per_sec_per_device, None);
+        assert_eq!(t.proven_to_expected, None);
+        assert_eq!(t.expected_ops_per_sec, 1.0e8);
+    }
+}
