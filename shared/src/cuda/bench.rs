@@ -54,6 +54,11 @@ pub fn bench_batch(n: usize) -> usize {
     ((1u64 << 37) / ops).clamp(1, 256) as usize
 }
 
+/// Flags for the events that time launches. cudarc's `new_event(None)` means
+/// `CU_EVENT_DISABLE_TIMING`, and `elapsed_ms` between such events fails with an invalid-handle
+/// error: the first row of every GPU bench did, before this was spelled out.
+const TIMING_EVENT: cudarc::driver::sys::CUevent_flags = cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT;
+
 /// Seconds per launch of `run`, timed with events over at least `budget` after a warm-up.
 fn time_launches(
     rt: &DeviceRuntime,
@@ -64,8 +69,8 @@ fn time_launches(
         run(step)?;
     }
     rt.synchronize()?;
-    let start = rt.ctx.new_event(None).map_err(|e| rt.err(e))?;
-    let end = rt.ctx.new_event(None).map_err(|e| rt.err(e))?;
+    let start = rt.ctx.new_event(Some(TIMING_EVENT)).map_err(|e| rt.err(e))?;
+    let end = rt.ctx.new_event(Some(TIMING_EVENT)).map_err(|e| rt.err(e))?;
     let wall = Instant::now();
     let mut launches = 0u32;
     start.record(&rt.stream).map_err(|e| rt.err(e))?;
@@ -310,5 +315,16 @@ impl CudaBackend {
             cublaslt_step: cublaslt.map(|s| s / batch as f64),
             challenge_over_gemm: challenge / (fused * f64::from(iterations)),
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use cudarc::driver::sys::CUevent_flags;
+
+    #[test]
+    fn timing_events_keep_timing_enabled() {
+        assert_eq!(TIMING_EVENT as u32 & CUevent_flags::CU_EVENT_DISABLE_TIMING as u32, 0);
     }
 }
