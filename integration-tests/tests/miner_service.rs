@@ -154,9 +154,13 @@ async fn work_past_its_deadline_is_cancelled_with_deadline_exceeded() {
     assert_eq!(status.code(), Code::DeadlineExceeded);
 }
 
-/// A miner that has run and committed to a small challenge (2 chains, 2 steps), with a client.
-async fn miner_that_committed(seed: u8) -> (Running, MinerClient<tonic::transport::Channel>, Challenge) {
-    let core = miner_core(seed, &[validator_key()], 1);
+/// A miner that has run and committed to a small challenge (2 chains, 2 steps) for the test
+/// validator, with a client; `also_allowed` are further validators on its allow-list.
+async fn miner_that_committed(
+    seed: u8,
+    also_allowed: &[PublicKey],
+) -> (Running, MinerClient<tonic::transport::Channel>, Challenge) {
+    let core = miner_core(seed, &[&[validator_key()], also_allowed].concat(), 1);
     let key = core.public_key();
     let miner = spawn_miner(core).await;
     let mut client = connect(&miner).await;
@@ -168,7 +172,7 @@ async fn miner_that_committed(seed: u8) -> (Running, MinerClient<tonic::transpor
 
 #[tokio::test(flavor = "multi_thread")]
 async fn openings_only_for_the_issuing_validator_and_known_commitments() {
-    let (_miner, mut client, c) = miner_that_committed(34).await;
+    let (_miner, mut client, c) = miner_that_committed(34, &[]).await;
     let validator = Identity::from_seed([VALIDATOR_SEED; 32]);
     let samples = vec![gpu_attest_shared::opening::SampleRequest { chain: 1, segment: 1 }];
     let request = signed_open_request;
@@ -222,7 +226,7 @@ async fn openings_only_for_the_issuing_validator_and_known_commitments() {
 /// one has its own status.
 #[tokio::test(flavor = "multi_thread")]
 async fn an_open_request_is_single_use() {
-    let (_miner, mut client, c) = miner_that_committed(35).await;
+    let (_miner, mut client, c) = miner_that_committed(35, &[]).await;
     let validator = Identity::from_seed([VALIDATOR_SEED; 32]);
     let signed_request = |samples: &[_]| signed_open_request(c.params.nonce, &validator, samples);
     let samples = [gpu_attest_shared::opening::SampleRequest { chain: 0, segment: 1 }];
@@ -247,15 +251,8 @@ async fn an_open_request_is_single_use() {
 #[tokio::test(flavor = "multi_thread")]
 async fn another_validator_waits_while_a_fresh_commitment_is_unopened() {
     let other = Identity::from_seed([0x66; 32]);
-    let core = miner_core(36, &[validator_key(), other.public_key()], 1);
-    let key = core.public_key();
-    let miner = spawn_miner(core).await;
-    let mut client = connect(&miner).await;
-    let c = challenge(key, 1, 64, 2, 2, 10_000);
-    let mut stream = client.run_challenge(signed(&c)).await.unwrap().into_inner();
-    while stream.message().await.unwrap().is_some() {}
-
-    let mut theirs = challenge(key, 2, 64, 1, 1, 10_000);
+    let (_miner, mut client, c) = miner_that_committed(36, &[other.public_key()]).await;
+    let mut theirs = challenge(PublicKey(c.params.miner_key), 2, 64, 1, 1, 10_000);
     theirs.validator_key = other.public_key();
     let wire = challenge_to_wire(&theirs, &theirs.sign(&other));
     let refused = client.run_challenge(wire.clone()).await.unwrap_err();

@@ -59,34 +59,26 @@ impl HardwareClaim {
     }
 }
 
+/// Each fact of a device the claim binds, by name, in the order a mismatch is looked for.
+type Fact = (&'static str, fn(&DeviceInfo) -> String);
+const DEVICE_FACTS: [Fact; 8] = [
+    ("index", |d| d.index.to_string()),
+    ("name", |d| format!("{:?}", d.name)),
+    ("uuid", |d| format!("{:?}", d.uuid)),
+    ("memory_bytes", |d| d.memory_bytes.to_string()),
+    ("sm_count", |d| d.sm_count.to_string()),
+    ("compute capability", |d| {
+        format!("{}.{}", d.compute_capability.0, d.compute_capability.1)
+    }),
+    ("pci_bus_id", |d| format!("{:?}", d.pci_bus_id)),
+    ("driver_version", |d| format!("{:?}", d.driver_version)),
+];
+
 fn device_difference(want: &DeviceInfo, got: &DeviceInfo) -> Option<(&'static str, String, String)> {
-    let pair =
-        |field, w: &dyn std::fmt::Debug, g: &dyn std::fmt::Debug| Some((field, format!("{w:?}"), format!("{g:?}")));
-    if want.index != got.index {
-        return pair("index", &want.index, &got.index);
-    }
-    if want.name != got.name {
-        return pair("name", &want.name, &got.name);
-    }
-    if want.uuid != got.uuid {
-        return pair("uuid", &want.uuid, &got.uuid);
-    }
-    if want.memory_bytes != got.memory_bytes {
-        return pair("memory_bytes", &want.memory_bytes, &got.memory_bytes);
-    }
-    if want.sm_count != got.sm_count {
-        return pair("sm_count", &want.sm_count, &got.sm_count);
-    }
-    if want.compute_capability != got.compute_capability {
-        return pair("compute capability", &want.compute_capability, &got.compute_capability);
-    }
-    if want.pci_bus_id != got.pci_bus_id {
-        return pair("pci_bus_id", &want.pci_bus_id, &got.pci_bus_id);
-    }
-    if want.driver_version != got.driver_version {
-        return pair("driver_version", &want.driver_version, &got.driver_version);
-    }
-    None
+    DEVICE_FACTS.iter().find_map(|(field, fact)| {
+        let (w, g) = (fact(want), fact(got));
+        (w != g).then_some((*field, w, g))
+    })
 }
 
 /// The limits a miner advertises. Zero means "not stated": the protocol's own limit applies.
