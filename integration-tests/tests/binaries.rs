@@ -202,3 +202,86 @@ fn attest_a_real_miner_then_fail_cleanly_on_bad_targets() {
         assert!(status.success(), "miner exited with {status} on SIGTERM");
     }
 }
+
+/// `validator miners ...` against a running validator.
+fn miners(api: &str, args: &[&str]) -> Output {
+    cmd("validator")
+        .args(["miners", "--api", api])
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+fn stdout_of(out: &Output) -> String {
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "stderr: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout.clone()).unwrap()
+}
+
+#[test]
+fn an_operator_manages_the_miners_of_a_running_validator() {
+    let dir = Dir(std::env::temp_dir().join(format!("gpu-attest-operator-{}", std::process::id())));
+    let _ = std::fs::remove_dir_all(&dir.0);
+    std::fs::create_dir_all(&dir.0).unwrap();
+    let d = &dir.0;
+    let validator_key = keygen("validator", &d.join("v.key"));
+    let miner_key = keygen("miner", &d.join("m.key"));
+    let mut serve_miner = cmd("miner");
+    serve_miner
+        .current_dir(d)
+        .args([
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--allow-validator",
+            &validator_key,
+            "--key-file",
+        ])
+        .arg(d.join("m.key"));
+    let (_miner, miner_url) = start(serve_miner);
+    let mut serve_validator = cmd("validator");
+    serve_validator
+        .args(["serve", "--listen", "127.0.0.1:0", "--no-schedule", "--key-file"])
+        .arg(d.join("v.key"))
+        .arg("--database")
+        .arg(d.join("v.db"));
+    let (_validator, api) = start(serve_validator);
+
+    // Registered through the API: the validator fetched the miner's key itself.
+    let added: serde_json::Value = serde_json::from_str(&stdout_of(&miners(
+        &api,
+        &["add", &miner_url, "--name", "rig-1", "--json"],
+    )))
+    .unwrap();
+    assert_eq!(added["url"], miner_url.as_str());
+    assert_eq!(added["name"], "rig-1");
+    assert_eq!(added["miner_key"], miner_key.as_str());
+    let listed: Vec<serde_json::Value> = serde_json::from_str(&stdout_of(&miners(&api, &["list", "--json"]))).unwrap();
+    assert_eq!(listed.len(), 1);
+    assert_eq!(listed[0]["miner_key"], miner_key.as_str());
+    assert!(stdout_of(&miners(&api, &["list"])).contains("rig-1"));
+
+    // Revoked once, then told it already was; the key can no longer be registered.
+    let revoke = ["revoke", &miner_key, "--reason", "test"];
+    assert_eq!(stdout_of(&miners(&api, &revoke)).trim(), "revoked");
+    assert_eq!(stdout_of(&miners(&api, &revoke)).trim(), "was already revoked");
+    assert_one_line_error(&miners(&api, &["add", &miner_url]), "revoked");
+    // Removed: nothing is registered any more.
+    assert_eq!(stdout_of(&miners(&api, &["remove", &miner_url])).trim(), "removed");
+    assert_eq!(stdout_of(&miners(&api, &["list"])).trim(), "no miners registered");
+    assert_eq!(
+        stdout_of(&miners(&api, &["remove", &miner_url])).trim(),
+        "was not registered"
+    );
+
+    // Bad input and a validator that is not running: one line each, exit 2.
+    assert_one_line_error(&miners(&api, &["revoke", "abcd", "--reason", "x"]), "64 hex digits");
+    assert_one_line_error(
+        &miners("http://127.0.0.1:1", &["list"]),
+        "is `validator serve` running there?",
+    );
+}

@@ -59,6 +59,13 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Register, list, remove or revoke miners on a running validator, through its API.
+    Miners {
+        #[command(flatten)]
+        api: ApiArgs,
+        #[command(subcommand)]
+        action: MinersAction,
+    },
     /// Print the public key of an existing key file (for allow-lists and registration).
     PublicKey {
         #[arg(long, env = "GPU_ATTEST_VALIDATOR_KEY_FILE", default_value = "validator.key")]
@@ -68,6 +75,68 @@ pub enum Command {
     Keygen {
         #[arg(long, env = "GPU_ATTEST_VALIDATOR_KEY_FILE", default_value = "validator.key")]
         key_file: PathBuf,
+    },
+}
+
+/// How to reach a running validator's API.
+#[derive(Debug, Args)]
+pub struct ApiArgs {
+    /// The API's address (`validator serve --listen`).
+    #[arg(
+        long,
+        env = "GPU_ATTEST_VALIDATOR_API",
+        default_value = "http://127.0.0.1:7071",
+        global = true
+    )]
+    pub api: String,
+    /// CA certificate (PEM) the API's certificate is checked against, for an https:// address.
+    #[arg(long, env = "GPU_ATTEST_VALIDATOR_API_CA", global = true)]
+    pub api_ca: Option<PathBuf>,
+    /// Client certificate (PEM), for an API that requires mutual TLS.
+    #[arg(long, env = "GPU_ATTEST_VALIDATOR_API_CERT", global = true, requires = "api_key")]
+    pub api_cert: Option<PathBuf>,
+    /// The client certificate's private key (PEM).
+    #[arg(long, env = "GPU_ATTEST_VALIDATOR_API_KEY", global = true, requires = "api_cert")]
+    pub api_key: Option<PathBuf>,
+    /// Print JSON.
+    #[arg(long, global = true)]
+    pub json: bool,
+}
+
+impl ApiArgs {
+    pub fn tls(&self) -> gpu_attest_proto::transport::TlsFiles {
+        gpu_attest_proto::transport::TlsFiles {
+            cert: self.api_cert.clone(),
+            key: self.api_key.clone(),
+            ca: self.api_ca.clone(),
+        }
+    }
+}
+
+#[derive(Debug, Subcommand)]
+pub enum MinersAction {
+    /// Register a miner: the validator fetches its inventory and binds the URL to its key.
+    Add {
+        /// The miner's gRPC address, e.g. http://gpu-host:7070.
+        url: String,
+        /// A name for people; the URL when not given.
+        #[arg(long, default_value = "")]
+        name: String,
+        /// Accept a new key for an already registered URL (after a key rotation).
+        #[arg(long)]
+        replace_key: bool,
+    },
+    /// List the registered miners.
+    List,
+    /// Stop attesting a miner (its verdicts stay).
+    Remove { url: String },
+    /// Never challenge or register this miner key again, whatever its URL.
+    Revoke {
+        /// The miner's public key, 64 hex digits.
+        key: String,
+        /// Why, for the record.
+        #[arg(long)]
+        reason: String,
     },
 }
 

@@ -4,6 +4,7 @@
 pub mod attest;
 pub mod cli;
 pub mod config;
+pub mod operator;
 pub mod planner;
 pub mod reason;
 pub mod scheduler;

@@ -8,8 +8,9 @@ use gpu_attest_shared::cuda::compile::default_cache_dir;
 use gpu_attest_shared::cuda::{CudaBackend, CudaOptions};
 use gpu_attest_shared::identity::Identity;
 use gpu_attest_validator::attest::{AttestEvent, Attestor};
-use gpu_attest_validator::cli::{Cli, Command, Settings};
+use gpu_attest_validator::cli::{ApiArgs, Cli, Command, MinersAction, Settings};
 use gpu_attest_validator::config::VerifyBackend;
+use gpu_attest_validator::operator::Operator;
 use gpu_attest_validator::store::{Store, Verdict, VerdictFilter};
 use gpu_attest_validator::{ValidatorConfig, server};
 use indicatif::{ProgressBar, ProgressStyle};
@@ -97,6 +98,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Attest { settings, miner, json } => attest(&settings, &miner, json),
+        Command::Miners { api, action } => miners(&api, action),
         Command::Serve {
             settings,
             listen,
@@ -182,6 +184,61 @@ fn attest(settings: &Settings, miner: &str, json: bool) -> Result<ExitCode> {
         ExitCode::SUCCESS
     } else {
         ExitCode::from(EXIT_FAIL)
+    })
+}
+
+/// `validator miners ...`: one call to a running validator's API.
+fn miners(api: &ApiArgs, action: MinersAction) -> Result<ExitCode> {
+    let runtime = tokio::runtime::Runtime::new()?;
+    runtime.block_on(async {
+        let mut operator = Operator::connect(&api.api, &api.tls()).await?;
+        let json = |value: serde_json::Value| -> Result<ExitCode> {
+            println!("{}", serde_json::to_string_pretty(&value)?);
+            Ok(ExitCode::SUCCESS)
+        };
+        match action {
+            MinersAction::Add { url, name, replace_key } => {
+                let miner = operator.add(&url, &name, replace_key).await?;
+                if api.json {
+                    return json(serde_json::to_value(&miner)?);
+                }
+                println!("registered {} ({}) with key {}", miner.url, miner.name, miner.miner_key);
+            }
+            MinersAction::List => {
+                let miners = operator.list().await?;
+                if api.json {
+                    return json(serde_json::to_value(&miners)?);
+                }
+                if miners.is_empty() {
+                    println!("no miners registered");
+                }
+                for m in &miners {
+                    println!("{}  {}  key {}", m.url, m.name, m.miner_key);
+                }
+            }
+            MinersAction::Remove { url } => {
+                let removed = operator.remove(&url).await?;
+                if api.json {
+                    return json(serde_json::json!({ "url": url, "removed": removed }));
+                }
+                println!("{}", if removed { "removed" } else { "was not registered" });
+            }
+            MinersAction::Revoke { key, reason } => {
+                let newly_revoked = operator.revoke(&key, &reason).await?;
+                if api.json {
+                    return json(serde_json::json!({ "miner_key": key, "newly_revoked": newly_revoked }));
+                }
+                println!(
+                    "{}",
+                    if newly_revoked {
+                        "revoked"
+                    } else {
+                        "was already revoked"
+                    }
+                );
+            }
+        }
+        Ok(ExitCode::SUCCESS)
     })
 }
 

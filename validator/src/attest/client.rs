@@ -4,7 +4,7 @@
 use super::AttestError;
 use crate::config::ValidatorConfig;
 use gpu_attest_proto::convert::{challenge_to_wire, inventory_from_wire};
-use gpu_attest_proto::transport::check_plaintext_client;
+use gpu_attest_proto::transport::{check_plaintext_client, error_chain};
 use gpu_attest_proto::v1::{self, miner_client::MinerClient};
 use gpu_attest_shared::inventory::Inventory;
 use gpu_attest_shared::statement::Challenge;
@@ -123,16 +123,4 @@ pub fn refused(url: &str, status: Status) -> AttestError {
             message: status.message().into(),
         },
     }
-}
-
-/// The full cause chain of a transport error, which tonic otherwise hides behind "transport error".
-fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
-    let mut parts = vec![e.to_string()];
-    let mut source = e.source();
-    while let Some(s) = source {
-        parts.push(s.to_string());
-        source = s.source();
-    }
-    parts.dedup();
-    parts.join(": ")
 }

@@ -1,0 +1,126 @@
+//! The operator's client for a running validator's API: what `validator miners ...` does. It
+//! speaks the same gRPC API as any dashboard, so a running validator is managed without a
+//! hand-written client and without stopping it.
+
+use gpu_attest_proto::transport::{TlsFiles, TransportError, check_plaintext_client, error_chain};
+use gpu_attest_proto::v1::{self, validator_client::ValidatorClient};
+use gpu_attest_shared::identity::PublicKey;
+use serde::Serialize;
+use std::time::Duration;
+use tonic::transport::{Channel, Endpoint};
+
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// Registration fetches the miner's inventory, which has its own 15 s of timeouts.
+const CALL_TIMEOUT: Duration = Duration::from_secs(30);
+
+#[derive(Debug, thiserror::Error)]
+pub enum OperatorError {
+    #[error("invalid validator API address {url:?}: {detail}")]
+    BadUrl { url: String, detail: String },
+    #[error("cannot reach the validator API at {url} ({detail}); is `validator serve` running there?")]
+    Unreachable { url: String, detail: String },
+    #[error(
+        "refusing plaintext to the validator API at {0}: it has no accounts of its own, so reach it on loopback or over https:// with --api-ca"
+    )]
+    Plaintext(String),
+    #[error(transparent)]
+    Tls(TransportError),
+    #[error("the validator refused ({code:?}): {message}")]
+    Refused { code: tonic::Code, message: String },
+    #[error("miner key must be 64 hex digits: {0}")]
+    BadKey(String),
+}
+
+impl From<tonic::Status> for OperatorError {
+    fn from(s: tonic::Status) -> Self {
+        OperatorError::Refused {
+            code: s.code(),
+            message: s.message().into(),
+        }
+    }
+}
+
+/// A registered miner as the CLI prints it.
+#[derive(Debug, Serialize)]
+pub struct Miner {
+    pub url: String,
+    pub name: String,
+    pub miner_key: String,
+    pub registered_at_unix_ms: u64,
+}
+
+impl From<v1::MinerRecord> for Miner {
+    fn from(m: v1::MinerRecord) -> Self {
+        Miner {
+            url: m.url,
+            name: m.name,
+            miner_key: hex::encode(m.miner_key),
+            registered_at_unix_ms: m.registered_at_unix_ms,
+        }
+    }
+}
+
+pub struct Operator {
+    client: ValidatorClient<Channel>,
+}
+
+impl Operator {
+    /// Connects to the API at `url`; `tls` gives the CA (and a client identity for mutual TLS)
+    /// for an `https://` address.
+    pub async fn connect(url: &str, tls: &TlsFiles) -> Result<Self, OperatorError> {
+        let bad_url = |detail: String| OperatorError::BadUrl {
+            url: url.into(),
+            detail,
+        };
+        let mut endpoint = Endpoint::from_shared(url.to_string())
+            .map_err(|e| bad_url(e.to_string()))?
+            .connect_timeout(CONNECT_TIMEOUT)
+            .timeout(CALL_TIMEOUT);
+        if url.starts_with("https://") {
+            let config = tls.client_config(url).map_err(OperatorError::Tls)?;
+            endpoint = endpoint.tls_config(config).map_err(|e| bad_url(e.to_string()))?;
+        } else if check_plaintext_client(url, false).is_err() {
+            return Err(OperatorError::Plaintext(url.into()));
+        }
+        let channel = endpoint.connect().await.map_err(|e| OperatorError::Unreachable {
+            url: url.into(),
+            detail: error_chain(&e),
+        })?;
+        Ok(Operator {
+            client: ValidatorClient::new(channel),
+        })
+    }
+
+    pub async fn add(&mut self, url: &str, name: &str, replace_key: bool) -> Result<Miner, OperatorError> {
+        let request = v1::RegisterMinerRequest {
+            url: url.into(),
+            name: name.into(),
+            replace_key,
+        };
+        Ok(self.client.register_miner(request).await?.into_inner().into())
+    }
+
+    pub async fn list(&mut self) -> Result<Vec<Miner>, OperatorError> {
+        let miners = self.client.list_miners(v1::ListMinersRequest {}).await?.into_inner();
+        Ok(miners.miners.into_iter().map(Miner::from).collect())
+    }
+
+    /// `true` if the miner was registered.
+    pub async fn remove(&mut self, url: &str) -> Result<bool, OperatorError> {
+        let request = v1::RemoveMinerRequest { url: url.into() };
+        Ok(self.client.remove_miner(request).await?.into_inner().removed)
+    }
+
+    /// `true` if the key was not revoked before.
+    pub async fn revoke(&mut self, key_hex: &str, reason: &str) -> Result<bool, OperatorError> {
+        let key = hex::decode(key_hex)
+            .ok()
+            .and_then(|bytes| PublicKey::from_slice(&bytes).ok())
+            .ok_or_else(|| OperatorError::BadKey(key_hex.into()))?;
+        let request = v1::RevokeMinerKeyRequest {
+            miner_key: key.0.to_vec(),
+            reason: reason.into(),
+        };
+        Ok(self.client.revoke_miner_key(request).await?.into_inner().newly_revoked)
+    }
+}
