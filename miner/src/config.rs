@@ -74,7 +74,8 @@ pub struct MinerConfig {
     pub allowed_validators: Vec<String>,
     pub backend: BackendChoice,
     pub gpu_kernel: GpuKernelChoice,
-    /// CUDA ordinals (after CUDA_VISIBLE_DEVICES) to mine on, in partition order; empty: all.
+    /// CUDA ordinals (after CUDA_VISIBLE_DEVICES) to mine on; empty: all. The partition takes
+    /// them in ascending ordinal order (PROTOCOL.md section 6), whatever the order here.
     pub gpu_devices: Vec<u32>,
     /// Hash checkpoints on the host instead of the GPU (slower; a fallback).
     pub gpu_hash_on_host: bool,

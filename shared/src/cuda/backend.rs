@@ -28,7 +28,8 @@ const STEPS_IN_FLIGHT: u32 = 8;
 /// What to run on: which CUDA ordinals, which kernel, where to cache compiled kernels.
 #[derive(Clone, Debug, Default)]
 pub struct CudaOptions {
-    /// CUDA ordinals (after CUDA_VISIBLE_DEVICES) to use, in this order; `None`: all of them.
+    /// CUDA ordinals (after CUDA_VISIBLE_DEVICES) to use; `None`: all of them. The partition
+    /// takes them in ascending ordinal order whatever order they are listed in.
     pub ordinals: Option<Vec<u32>>,
     /// `None`: the fastest kernel every selected device supports.
     pub kernel: Option<GpuKernel>,
@@ -86,7 +87,8 @@ impl Deref for DeviceGuard<'_> {
     }
 }
 
-/// The GPUs `options` selects from `detected`, in partition order.
+/// The GPUs `options` selects from `detected`, in partition order: ascending CUDA ordinal
+/// (PROTOCOL.md section 6), whatever order `ordinals` lists them in.
 pub fn select_gpus(detected: &[GpuInfo], ordinals: Option<&[u32]>) -> Result<Vec<GpuInfo>, CudaInitError> {
     let Some(ordinals) = ordinals else {
         return Ok(detected.to_vec());
@@ -108,6 +110,7 @@ pub fn select_gpus(detected: &[GpuInfo], ordinals: Option<&[u32]>) -> Result<Vec
     if chosen.is_empty() {
         return Err(CudaInitError::NoneSelected);
     }
+    chosen.sort_by_key(|g| g.ordinal);
     Ok(chosen)
 }
 
@@ -697,10 +700,10 @@ mod tests {
     }
 
     #[test]
-    fn selection_keeps_the_order_asked_for_and_refuses_bad_lists() {
+    fn selection_is_in_ascending_ordinal_order_and_refuses_bad_lists() {
         let detected = [gpu(0, (9, 0)), gpu(1, (9, 0)), gpu(2, (9, 0))];
         let chosen = select_gpus(&detected, Some(&[2, 0])).unwrap();
-        assert_eq!(chosen.iter().map(|g| g.ordinal).collect::<Vec<_>>(), [2, 0]);
+        assert_eq!(chosen.iter().map(|g| g.ordinal).collect::<Vec<_>>(), [0, 2]);
         assert_eq!(select_gpus(&detected, None).unwrap().len(), 3);
         assert_eq!(
             select_gpus(&detected, Some(&[3])),
