@@ -7,6 +7,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         println!("cargo:rerun-if-changed={path}");
     }
     let descriptors = protox::compile(protos, ["proto"])?;
+    // The descriptors, encoded, for gRPC server reflection (generic clients such as grpcurl).
+    let out_dir = std::path::PathBuf::from(std::env::var("OUT_DIR")?);
+    std::fs::write(
+        out_dir.join("gpu_attest_descriptor.bin"),
+        prost::Message::encode_to_vec(&descriptors),
+    )?;
     tonic_prost_build::configure()
         .build_server(true)
         .build_client(true)

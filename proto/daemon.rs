@@ -1,5 +1,5 @@
 //! Plumbing both daemons share: their TOML config files, their logs, their listening socket,
-//! and the signals that stop them.
+//! the signals that stop them, and gRPC server reflection.
 
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -81,6 +81,26 @@ pub async fn shutdown_signal() {
     let term = std::future::pending::<()>();
     tokio::select! { _ = ctrl_c => {}, _ = term => {} }
     tracing::info!("shutdown signal received; finishing in-flight calls");
+}
+
+/// gRPC server reflection over this project's services and the health service, in both
+/// versions (v1, and the v1alpha that many clients, grpcurl among them, still ask for), so that
+/// generic clients work without the .proto files.
+pub fn reflection_services() -> Result<
+    (
+        tonic_reflection::server::v1::ServerReflectionServer<impl tonic_reflection::server::v1::ServerReflection>,
+        tonic_reflection::server::v1alpha::ServerReflectionServer<
+            impl tonic_reflection::server::v1alpha::ServerReflection,
+        >,
+    ),
+    tonic_reflection::server::Error,
+> {
+    let builder = || {
+        tonic_reflection::server::Builder::configure()
+            .register_encoded_file_descriptor_set(crate::v1::FILE_DESCRIPTOR_SET)
+            .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+    };
+    Ok((builder().build_v1()?, builder().build_v1alpha()?))
 }
 
 #[cfg(test)]

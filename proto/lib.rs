@@ -10,6 +10,9 @@ pub mod transport;
 #[allow(clippy::all, missing_docs)]
 pub mod v1 {
     tonic::include_proto!("gpu_attest.v1");
+
+    /// The encoded descriptors of every message and service here, for gRPC server reflection.
+    pub const FILE_DESCRIPTOR_SET: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/gpu_attest_descriptor.bin"));
 }
 
 pub use convert::WireError;

@@ -323,6 +323,58 @@ async fn both_daemons_serve_the_standard_health_service() {
     }
 }
 
+/// The services a daemon lists through gRPC server reflection of one version (`v1`, `v1alpha`):
+/// the two versions' messages are the same but live in separate modules.
+macro_rules! reflected_services {
+    ($version:ident, $url:expr) => {{
+        use tonic_reflection::pb::$version::{
+            ServerReflectionRequest, server_reflection_client::ServerReflectionClient,
+            server_reflection_request::MessageRequest, server_reflection_response::MessageResponse,
+        };
+        let channel = tonic::transport::Endpoint::from_shared($url)
+            .unwrap()
+            .connect()
+            .await
+            .unwrap();
+        let request = ServerReflectionRequest {
+            host: String::new(),
+            message_request: Some(MessageRequest::ListServices(String::new())),
+        };
+        let mut answers = ServerReflectionClient::new(channel)
+            .server_reflection_info(tokio_stream::iter([request]))
+            .await
+            .unwrap()
+            .into_inner();
+        match answers.message().await.unwrap().unwrap().message_response {
+            Some(MessageResponse::ListServicesResponse(list)) => {
+                list.service.into_iter().map(|s| s.name).collect::<Vec<String>>()
+            }
+            other => panic!("unexpected reflection answer {other:?}"),
+        }
+    }};
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn both_daemons_list_their_services_through_reflection() {
+    let dir = TempDir::new("reflection");
+    let validator = spawn_validator(attestor(&validator_config(&dir, Policy::Sampled))).await;
+    let miner = spawn_miner(miner_core(28, &[], 1)).await;
+    for (server, service) in [(&miner, "gpu_attest.v1.Miner"), (&validator, "gpu_attest.v1.Validator")] {
+        let listed = [
+            ("v1", reflected_services!(v1, server.url())),
+            ("v1alpha", reflected_services!(v1alpha, server.url())),
+        ];
+        for (version, services) in listed {
+            for expected in [service, "grpc.health.v1.Health"] {
+                assert!(
+                    services.iter().any(|s| s == expected),
+                    "{version}: {expected} not in {services:?}"
+                );
+            }
+        }
+    }
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn scheduler_attests_registered_miners_on_its_interval() {
     let dir = TempDir::new("schedule");

@@ -52,9 +52,19 @@ pub async fn serve(
     if let Some(tls) = options.tls {
         builder = builder.tls_config(tls)?;
     }
+    // Built from descriptors embedded at compile time; should that ever fail, serve without it.
+    let (reflection_v1, reflection_v1alpha) = match gpu_attest_proto::daemon::reflection_services() {
+        Ok((v1, v1alpha)) => (Some(v1), Some(v1alpha)),
+        Err(e) => {
+            tracing::error!(error = %e, "gRPC reflection is not served");
+            (None, None)
+        }
+    };
     let result = builder
         .add_service(health_service)
         .add_service(api)
+        .add_optional_service(reflection_v1)
+        .add_optional_service(reflection_v1alpha)
         .serve_with_incoming_shutdown(TcpListenerStream::new(listener), shutdown)
         .await;
     let _ = stop_tx.send(true);
