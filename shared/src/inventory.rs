@@ -205,15 +205,20 @@ mod tests {
         assert_eq!(base.first_difference(&base.clone()), None);
     }
 
-    #[test]
-    fn inventory_checks_name_both_versions_and_the_device_limit() {
-        let mut inventory = Inventory {
+    /// A version-1 inventory of the two GPUs of [`claim`].
+    fn inventory() -> Inventory {
+        Inventory {
             miner_key: PublicKey([1; 32]),
             claim: claim(),
             protocol_version: PROTOCOL_VERSION,
             software_version: "test".into(),
             limits: MinerLimits::default(),
-        };
+        }
+    }
+
+    #[test]
+    fn inventory_checks_name_both_versions_and_the_device_limit() {
+        let mut inventory = inventory();
         inventory.check().unwrap();
         inventory.protocol_version = 2;
         let err = inventory.check().unwrap_err();
@@ -234,13 +239,7 @@ mod tests {
 
     #[test]
     fn one_device_cannot_be_claimed_twice() {
-        let mut inventory = Inventory {
-            miner_key: PublicKey([1; 32]),
-            claim: claim(),
-            protocol_version: PROTOCOL_VERSION,
-            software_version: "test".into(),
-            limits: MinerLimits::default(),
-        };
+        let mut inventory = inventory();
         inventory.claim.devices[1].uuid = inventory.claim.devices[0].uuid.clone();
         assert_eq!(inventory.check(), Err(InventoryError::DuplicateDevice("GPU-0".into())));
         inventory.claim.devices[1] = inventory.claim.devices[0].clone();
