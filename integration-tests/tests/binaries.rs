@@ -89,6 +89,21 @@ fn keygen(bin: &str, path: &Path) -> String {
         .to_string()
 }
 
+/// `validator.toml` in `dir`: its key `v.key`, its database `v.db`, small CPU challenges.
+fn write_small_validator_config(dir: &Path) {
+    std::fs::write(
+        dir.join("validator.toml"),
+        format!(
+            "key_file = {:?}\ndatabase = {:?}\nsamples = 4\ncpu_threads = 1\n\
+             [challenge]\ncpu_n = 64\niterations = 4\ncheckpoint_every = 2\ntarget_seconds = 0.5\n\
+             [deadline]\nmin_ms = 5000\n",
+            dir.join("v.key"),
+            dir.join("v.db")
+        ),
+    )
+    .unwrap();
+}
+
 fn attest(dir: &Path, url: &str) -> Output {
     cmd("validator")
         .args(["attest", "--json", "--miner", url, "--config"])
@@ -129,17 +144,7 @@ fn attest_a_real_miner_then_fail_cleanly_on_bad_targets() {
     let d = &dir.0;
     let validator_key = keygen("validator", &d.join("v.key"));
     keygen("miner", &d.join("m.key"));
-    std::fs::write(
-        d.join("validator.toml"),
-        format!(
-            "key_file = {:?}\ndatabase = {:?}\nsamples = 4\ncpu_threads = 1\n\
-             [challenge]\ncpu_n = 64\niterations = 4\ncheckpoint_every = 2\ntarget_seconds = 0.5\n\
-             [deadline]\nmin_ms = 5000\n",
-            d.join("v.key"),
-            d.join("v.db")
-        ),
-    )
-    .unwrap();
+    write_small_validator_config(d);
 
     let mut serve = cmd("miner");
     // The miner keeps its nonce log in its working directory by default: keep it in the test's.
@@ -264,6 +269,20 @@ fn an_operator_manages_the_miners_of_a_running_validator() {
     assert_eq!(listed.len(), 1);
     assert_eq!(listed[0]["miner_key"], miner_key.as_str());
     assert!(stdout_of(&miners(&api, &["list"])).contains("rig-1"));
+
+    // A verdict stored in the running validator's database is listed through its API.
+    write_small_validator_config(d);
+    assert_eq!(attest(d, &miner_url).status.code(), Some(0));
+    let listed: Vec<serde_json::Value> =
+        serde_json::from_str(&stdout_of(&miners(&api, &["verdicts", "--json"]))).unwrap();
+    assert_eq!(listed.len(), 1);
+    assert_eq!(listed[0]["passed"], true);
+    assert!(listed[0]["proven_ops_per_sec"].as_f64().unwrap() > 0.0, "{}", listed[0]);
+    assert_eq!(
+        stdout_of(&miners(&api, &["verdicts", "--failed"])).trim(),
+        "no verdicts"
+    );
+    assert!(stdout_of(&miners(&api, &["verdicts", "--miner", &miner_url])).contains("PASS"));
 
     // Revoked once, then told it already was; the key can no longer be registered.
     let revoke = ["revoke", &miner_key, "--reason", "test"];

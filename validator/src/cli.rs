@@ -130,6 +130,18 @@ pub enum MinersAction {
     List,
     /// Stop attesting a miner (its verdicts stay).
     Remove { url: String },
+    /// Stored verdicts, newest first (`validator verdicts` reads the database file instead).
+    Verdicts {
+        /// Only this miner's verdicts.
+        #[arg(long)]
+        miner: Option<String>,
+        #[arg(long, conflicts_with = "failed")]
+        passed: bool,
+        #[arg(long)]
+        failed: bool,
+        #[arg(long, default_value_t = 20)]
+        limit: u32,
+    },
     /// Never challenge or register this miner key again, whatever its URL.
     Revoke {
         /// The miner's public key, 64 hex digits.

@@ -10,7 +10,7 @@ use gpu_attest_shared::identity::Identity;
 use gpu_attest_validator::attest::{AttestEvent, Attestor};
 use gpu_attest_validator::cli::{ApiArgs, Cli, Command, MinersAction, Settings};
 use gpu_attest_validator::config::VerifyBackend;
-use gpu_attest_validator::operator::Operator;
+use gpu_attest_validator::operator::{Operator, VerdictQuery};
 use gpu_attest_validator::store::{Store, Verdict, VerdictFilter};
 use gpu_attest_validator::{ValidatorConfig, server};
 use indicatif::{ProgressBar, ProgressStyle};
@@ -222,6 +222,48 @@ fn miners(api: &ApiArgs, action: MinersAction) -> Result<ExitCode> {
                     return json(serde_json::json!({ "url": url, "removed": removed }));
                 }
                 println!("{}", if removed { "removed" } else { "was not registered" });
+            }
+            MinersAction::Verdicts {
+                miner,
+                passed,
+                failed,
+                limit,
+            } => {
+                let query = VerdictQuery {
+                    miner_url: miner.map(|m| gpu_attest_validator::attest::normalise_url(&m)),
+                    passed: (passed || failed).then_some(passed),
+                    limit,
+                };
+                let verdicts = operator.verdicts(&query).await?;
+                if api.json {
+                    return json(serde_json::to_value(&verdicts)?);
+                }
+                if verdicts.is_empty() {
+                    println!("no verdicts");
+                }
+                for v in &verdicts {
+                    let detail = if v.passed {
+                        format!(
+                            "proved {:.2e} op/s, expected {:.2e}",
+                            v.proven_ops_per_sec, v.expected_ops_per_sec
+                        )
+                    } else {
+                        let reasons: Vec<String> = v
+                            .reasons
+                            .iter()
+                            .map(|r| format!("{} ({})", r.message, r.code))
+                            .collect();
+                        reasons.join("; ")
+                    };
+                    println!(
+                        "#{:<5} {}  {}  {} ms (deadline {} ms)  {detail}",
+                        v.id,
+                        if v.passed { "PASS" } else { "FAIL" },
+                        v.miner_url,
+                        v.measured_ms,
+                        v.deadline_ms
+                    );
+                }
             }
             MinersAction::Revoke { key, reason } => {
                 let newly_revoked = operator.revoke(&key, &reason).await?;

@@ -60,6 +60,58 @@ impl From<v1::MinerRecord> for Miner {
     }
 }
 
+/// A stored verdict as the CLI prints it.
+#[derive(Debug, Serialize)]
+pub struct VerdictSummary {
+    pub id: u64,
+    pub miner_url: String,
+    pub passed: bool,
+    pub reasons: Vec<ReasonSummary>,
+    pub measured_ms: u64,
+    pub deadline_ms: u64,
+    /// 0 for a failed verdict, which proves nothing.
+    pub proven_ops_per_sec: f64,
+    pub expected_ops_per_sec: f64,
+    pub created_at_unix_ms: u64,
+}
+
+#[derive(Debug, Serialize)]
+pub struct ReasonSummary {
+    pub code: String,
+    pub message: String,
+}
+
+impl From<v1::Verdict> for VerdictSummary {
+    fn from(v: v1::Verdict) -> Self {
+        VerdictSummary {
+            id: v.id,
+            miner_url: v.miner_url,
+            passed: v.passed,
+            reasons: v
+                .fail_reasons
+                .into_iter()
+                .map(|r| ReasonSummary {
+                    code: r.code,
+                    message: r.message,
+                })
+                .collect(),
+            measured_ms: v.measured_ms,
+            deadline_ms: v.deadline_ms,
+            proven_ops_per_sec: v.proven_ops_per_sec,
+            expected_ops_per_sec: v.expected_ops_per_sec,
+            created_at_unix_ms: v.created_at_unix_ms,
+        }
+    }
+}
+
+/// Which verdicts to list.
+#[derive(Debug, Default)]
+pub struct VerdictQuery {
+    pub miner_url: Option<String>,
+    pub passed: Option<bool>,
+    pub limit: u32,
+}
+
 pub struct Operator {
     client: ValidatorClient<Channel>,
 }
@@ -109,6 +161,29 @@ impl Operator {
     pub async fn remove(&mut self, url: &str) -> Result<bool, OperatorError> {
         let request = v1::RemoveMinerRequest { url: url.into() };
         Ok(self.client.remove_miner(request).await?.into_inner().removed)
+    }
+
+    /// Stored verdicts, newest first, following the API's pages up to `query.limit`.
+    pub async fn verdicts(&mut self, query: &VerdictQuery) -> Result<Vec<VerdictSummary>, OperatorError> {
+        let mut out = Vec::new();
+        let mut page_token = String::new();
+        while (out.len() as u32) < query.limit {
+            let request = v1::ListVerdictsRequest {
+                miner_url: query.miner_url.clone().unwrap_or_default(),
+                passed: query.passed,
+                since_unix_ms: 0,
+                page_size: (query.limit - out.len() as u32).min(500),
+                page_token,
+            };
+            let page = self.client.list_verdicts(request).await?.into_inner();
+            out.extend(page.verdicts.into_iter().map(VerdictSummary::from));
+            if page.next_page_token.is_empty() {
+                break;
+            }
+            page_token = page.next_page_token;
+        }
+        out.truncate(query.limit as usize);
+        Ok(out)
     }
 
     /// `true` if the key was not revoked before.
