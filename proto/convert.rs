@@ -136,6 +136,16 @@ pub fn limits_to_wire(l: &MinerLimits) -> v1::MinerLimits {
     }
 }
 
+pub fn limits_from_wire(l: &v1::MinerLimits) -> MinerLimits {
+    MinerLimits {
+        max_n: l.max_n,
+        max_chains: l.max_chains,
+        max_iterations: l.max_iterations,
+        max_duration_ms: l.max_duration_ms,
+        max_samples: l.max_samples,
+    }
+}
+
 pub fn inventory_to_wire(i: &Inventory) -> v1::Inventory {
     v1::Inventory {
         miner_key: i.miner_key.0.to_vec(),
@@ -155,7 +165,6 @@ pub fn inventory_from_wire(i: &v1::Inventory) -> Result<Inventory, WireError> {
     if i.devices.len() > 4 * MAX_DEVICES as usize {
         return Err(wire_err("devices", format!("{} devices", i.devices.len())));
     }
-    let l = i.limits.unwrap_or_default();
     Ok(Inventory {
         miner_key: PublicKey(bytes32("miner_key", &i.miner_key)?),
         claim: HardwareClaim {
@@ -165,13 +174,7 @@ pub fn inventory_from_wire(i: &v1::Inventory) -> Result<Inventory, WireError> {
         },
         protocol_version: i.protocol_version,
         software_version: i.software_version.clone(),
-        limits: MinerLimits {
-            max_n: l.max_n,
-            max_chains: l.max_chains,
-            max_iterations: l.max_iterations,
-            max_duration_ms: l.max_duration_ms,
-            max_samples: l.max_samples,
-        },
+        limits: limits_from_wire(&i.limits.unwrap_or_default()),
     })
 }
 

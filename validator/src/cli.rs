@@ -47,15 +47,8 @@ pub enum Command {
     Verdicts {
         #[arg(long, env = "GPU_ATTEST_VALIDATOR_DATABASE", default_value = "validator.db")]
         database: PathBuf,
-        /// Only this miner's verdicts.
-        #[arg(long)]
-        miner: Option<String>,
-        #[arg(long, conflicts_with = "failed")]
-        passed: bool,
-        #[arg(long)]
-        failed: bool,
-        #[arg(long, default_value_t = 20)]
-        limit: u32,
+        #[command(flatten)]
+        filter: VerdictFilterArgs,
         #[arg(long)]
         json: bool,
     },
@@ -76,6 +69,31 @@ pub enum Command {
         #[arg(long, env = "GPU_ATTEST_VALIDATOR_KEY_FILE", default_value = "validator.key")]
         key_file: PathBuf,
     },
+}
+
+/// Which stored verdicts to list, from the database or over the API alike.
+#[derive(Debug, Args)]
+pub struct VerdictFilterArgs {
+    /// Only this miner's verdicts.
+    #[arg(long)]
+    pub miner: Option<String>,
+    #[arg(long, conflicts_with = "failed")]
+    pub passed: bool,
+    #[arg(long)]
+    pub failed: bool,
+    #[arg(long, default_value_t = 20)]
+    pub limit: u32,
+}
+
+impl VerdictFilterArgs {
+    pub fn filter(&self) -> crate::store::VerdictFilter {
+        crate::store::VerdictFilter {
+            miner_url: self.miner.as_deref().map(crate::attest::normalise_url),
+            passed: (self.passed || self.failed).then_some(self.passed),
+            limit: self.limit,
+            ..Default::default()
+        }
+    }
 }
 
 /// How to reach a running validator's API.
@@ -132,15 +150,8 @@ pub enum MinersAction {
     Remove { url: String },
     /// Stored verdicts, newest first (`validator verdicts` reads the database file instead).
     Verdicts {
-        /// Only this miner's verdicts.
-        #[arg(long)]
-        miner: Option<String>,
-        #[arg(long, conflicts_with = "failed")]
-        passed: bool,
-        #[arg(long)]
-        failed: bool,
-        #[arg(long, default_value_t = 20)]
-        limit: u32,
+        #[command(flatten)]
+        filter: VerdictFilterArgs,
     },
     /// Never challenge or register this miner key again, whatever its URL.
     Revoke {

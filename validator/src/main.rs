@@ -10,8 +10,8 @@ use gpu_attest_shared::identity::Identity;
 use gpu_attest_validator::attest::{AttestEvent, Attestor};
 use gpu_attest_validator::cli::{ApiArgs, Cli, Command, MinersAction, Settings};
 use gpu_attest_validator::config::VerifyBackend;
-use gpu_attest_validator::operator::{Operator, VerdictQuery};
-use gpu_attest_validator::store::{Store, Verdict, VerdictFilter};
+use gpu_attest_validator::operator::Operator;
+use gpu_attest_validator::store::{Store, Verdict};
 use gpu_attest_validator::{ValidatorConfig, server};
 use indicatif::{ProgressBar, ProgressStyle};
 use std::io::IsTerminal;
@@ -46,14 +46,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
             println!("public key: {}", identity.public_key());
             Ok(ExitCode::SUCCESS)
         }
-        Command::Verdicts {
-            database,
-            miner,
-            passed,
-            failed,
-            limit,
-            json,
-        } => {
+        Command::Verdicts { database, filter, json } => {
             if !database.exists() {
                 bail!(
                     "no database at {}; run `validator attest` or `validator serve` first",
@@ -61,19 +54,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 );
             }
             let store = Store::open(&database)?;
-            let filter = VerdictFilter {
-                miner_url: miner.map(|m| gpu_attest_validator::attest::normalise_url(&m)),
-                passed: if passed {
-                    Some(true)
-                } else if failed {
-                    Some(false)
-                } else {
-                    None
-                },
-                limit,
-                ..VerdictFilter::default()
-            };
-            let verdicts = store.verdicts(&filter)?;
+            let verdicts = store.verdicts(&filter.filter())?;
             if json {
                 println!("{}", serde_json::to_string_pretty(&verdicts)?);
             } else if verdicts.is_empty() {
@@ -223,18 +204,8 @@ fn miners(api: &ApiArgs, action: MinersAction) -> Result<ExitCode> {
                 }
                 println!("{}", if removed { "removed" } else { "was not registered" });
             }
-            MinersAction::Verdicts {
-                miner,
-                passed,
-                failed,
-                limit,
-            } => {
-                let query = VerdictQuery {
-                    miner_url: miner.map(|m| gpu_attest_validator::attest::normalise_url(&m)),
-                    passed: (passed || failed).then_some(passed),
-                    limit,
-                };
-                let verdicts = operator.verdicts(&query).await?;
+            MinersAction::Verdicts { filter } => {
+                let verdicts = operator.verdicts(&filter.filter()).await?;
                 if api.json {
                     return json(serde_json::to_value(&verdicts)?);
                 }

@@ -2,6 +2,7 @@
 //! speaks the same gRPC API as any dashboard, so a running validator is managed without a
 //! hand-written client and without stopping it.
 
+use crate::store::VerdictFilter;
 use gpu_attest_proto::transport::{TlsFiles, TransportError, check_plaintext_client, error_chain};
 use gpu_attest_proto::v1::{self, validator_client::ValidatorClient};
 use gpu_attest_shared::identity::PublicKey;
@@ -104,14 +105,6 @@ impl From<v1::Verdict> for VerdictSummary {
     }
 }
 
-/// Which verdicts to list.
-#[derive(Debug, Default)]
-pub struct VerdictQuery {
-    pub miner_url: Option<String>,
-    pub passed: Option<bool>,
-    pub limit: u32,
-}
-
 pub struct Operator {
     client: ValidatorClient<Channel>,
 }
@@ -163,15 +156,16 @@ impl Operator {
         Ok(self.client.remove_miner(request).await?.into_inner().removed)
     }
 
-    /// Stored verdicts, newest first, following the API's pages up to `query.limit`.
-    pub async fn verdicts(&mut self, query: &VerdictQuery) -> Result<Vec<VerdictSummary>, OperatorError> {
+    /// Stored verdicts, newest first, following the API's pages up to `query.limit`. The API
+    /// pages by its own tokens, so `query.before_id` is not used.
+    pub async fn verdicts(&mut self, query: &VerdictFilter) -> Result<Vec<VerdictSummary>, OperatorError> {
         let mut out = Vec::new();
         let mut page_token = String::new();
         while (out.len() as u32) < query.limit {
             let request = v1::ListVerdictsRequest {
                 miner_url: query.miner_url.clone().unwrap_or_default(),
                 passed: query.passed,
-                since_unix_ms: 0,
+                since_unix_ms: query.since_ms,
                 page_size: (query.limit - out.len() as u32).min(500),
                 page_token,
             };
