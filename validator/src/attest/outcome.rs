@@ -38,18 +38,8 @@ impl Outcome {
         self.reasons.push(rejection.into());
     }
 
-    /// Records a failure only if nothing else explained the problem first.
-    pub fn fail_if_clean(&mut self, code: ReasonCode, message: impl Into<String>) {
-        if self.reasons.is_empty() {
-            self.fail(code, message);
-        }
-    }
-
-    pub fn is_clean(&self) -> bool {
-        self.reasons.is_empty()
-    }
-
-    /// The global checksum the miner committed to (stored with the verdict, pass or fail).
+    /// The global checksum of a commitment whose signature verified (stored with the verdict,
+    /// pass or fail).
     pub fn record_global(&mut self, global: Digest) {
         self.global = global;
     }
