@@ -7,6 +7,7 @@ mod common;
 use common::cheats::{Cheat, spawn_cheater};
 use common::*;
 use gpu_attest_validator::config::Policy;
+use gpu_attest_validator::rates::RateSource;
 use gpu_attest_validator::reason::ReasonCode;
 
 #[tokio::test(flavor = "multi_thread")]
@@ -25,7 +26,12 @@ async fn honest_miner_passes_sampled_verification() {
     let p = &verdict.params;
     assert_eq!(t.operations, 2.0 * 64f64.powi(3) * p.num_chains as f64 * 4.0);
     assert!(t.proven_ops_per_sec.unwrap() >= t.operations / (verdict.deadline_ms as f64 / 1000.0));
-    assert_eq!(t.expected_ops_per_sec, 1.0e8, "the test rate table's CPU row");
+    // The test rate table's CPU row, per core, times the 2 cores the miner states; at first
+    // contact, with the first-contact slack.
+    assert_eq!(t.expected_ops_per_sec, 2.0 * TEST_CPU_RATE_PER_CORE);
+    assert_eq!(t.rate_source, Some(RateSource::Shipped));
+    assert_eq!((t.rate_miners, t.slack), (0, 2.0));
+    assert_eq!(verdict.deadline_ms, (verdict.expected_ms as f64 * 2.0).ceil() as u64);
 }
 
 #[tokio::test(flavor = "multi_thread")]

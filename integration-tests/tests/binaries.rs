@@ -96,7 +96,8 @@ fn write_small_validator_config(dir: &Path) {
         format!(
             "key_file = {:?}\ndatabase = {:?}\nsamples = 4\ncpu_threads = 1\n\
              [challenge]\ncpu_n = 64\niterations = 4\ncheckpoint_every = 2\ntarget_seconds = 0.5\n\
-             [deadline]\nmin_ms = 5000\n",
+             [deadline]\nmin_ms = 2000\n\
+             [[rates]]\nbackend = \"cpu\"\nops_per_sec = 2e9\n",
             dir.join("v.key"),
             dir.join("v.db")
         ),
@@ -242,6 +243,8 @@ fn an_operator_manages_the_miners_of_a_running_validator() {
             "serve",
             "--listen",
             "127.0.0.1:0",
+            "--cpu-threads",
+            "1",
             "--allow-validator",
             &validator_key,
             "--key-file",

@@ -95,11 +95,12 @@ fn cuda_selection(backend: CudaBackend) -> SelectedBackend {
 
 fn cpu(config: &MinerConfig, notes: Vec<String>) -> Result<SelectedBackend, BackendSelectError> {
     let backend = CpuBackend::new(config.cpu_threads, None).map_err(|e| BackendSelectError::Cpu(e.to_string()))?;
+    let device = cpu_device(backend.threads());
     Ok(SelectedBackend {
         name: "cpu".to_string(),
         kernel: backend.kernel().to_string(),
         backend: Arc::new(backend),
-        devices: vec![cpu_device()],
+        devices: vec![device],
         notes,
         cuda: None,
     })

@@ -2,8 +2,9 @@
 
 use gpu_attest_shared::statement::DeviceInfo;
 
-/// The CPU as one device: model name, logical cores as `sm_count`, total memory.
-pub fn cpu_device() -> DeviceInfo {
+/// The CPU as one device: model name, the threads the miner computes on as `sm_count` (its
+/// cores: validators expect a CPU's rate per core), total memory.
+pub fn cpu_device(threads: usize) -> DeviceInfo {
     let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
     let model = cpuinfo
         .lines()
@@ -19,12 +20,11 @@ pub fn cpu_device() -> DeviceInfo {
         .find_map(|l| l.strip_prefix("MemTotal:"))
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
         .unwrap_or(0);
-    let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
     DeviceInfo {
         index: 0,
         name: format!("cpu: {model}"),
         memory_bytes: memory_kib * 1024,
-        sm_count: cores as u32,
+        sm_count: threads.max(1) as u32,
         ..DeviceInfo::default()
     }
 }

@@ -38,6 +38,11 @@ impl CpuBackend {
         self.gemm.kernel()
     }
 
+    /// The threads it computes on: what a CPU miner states as its cores.
+    pub fn threads(&self) -> usize {
+        self.gemm.threads()
+    }
+
     /// Runs the chain's `steps` from `x` (holding X_{steps.start}), checking `cancel` between steps and
     /// calling `checkpoint` after every step whose number (1-based) is a multiple of c.
     fn run_steps(

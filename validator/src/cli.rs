@@ -59,6 +59,17 @@ pub enum Command {
         #[command(subcommand)]
         action: MinersAction,
     },
+    /// The expected rate of each hardware class: learned from passing verdicts, imported, or
+    /// shipped. Export it as TOML for other validators, or import theirs.
+    Rates {
+        /// TOML config file (its [[rates]] table and [calibration] settings).
+        #[arg(long, env = "GPU_ATTEST_VALIDATOR_CONFIG")]
+        config: Option<PathBuf>,
+        #[arg(long, env = "GPU_ATTEST_VALIDATOR_DATABASE", default_value = "validator.db")]
+        database: PathBuf,
+        #[command(subcommand)]
+        action: Option<RatesAction>,
+    },
     /// Print the public key of an existing key file (for allow-lists and registration).
     PublicKey {
         #[arg(long, env = "GPU_ATTEST_VALIDATOR_KEY_FILE", default_value = "validator.key")]
@@ -69,6 +80,23 @@ pub enum Command {
         #[arg(long, env = "GPU_ATTEST_VALIDATOR_KEY_FILE", default_value = "validator.key")]
         key_file: PathBuf,
     },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum RatesAction {
+    /// Print the table (the default).
+    Show {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Write the observed rates as a TOML rate file (standard output unless --output).
+    Export {
+        #[arg(long)]
+        output: Option<PathBuf>,
+    },
+    /// Import another validator's rate file; its rows are used where this validator has not
+    /// calibrated a class itself.
+    Import { file: PathBuf },
 }
 
 /// Which stored verdicts to list, from the database or over the API alike.

@@ -1,5 +1,7 @@
 //! Validator configuration: built-in defaults, then a TOML file, then flags and environment.
 
+pub use crate::rates::calibration::CalibrationConfig;
+pub use crate::rates::shipped::{RateEntry, shipped_rates};
 pub use gpu_attest_proto::daemon::ConfigError;
 use gpu_attest_proto::daemon::{config_to_toml, load_config};
 use gpu_attest_proto::transport::TlsFiles;
@@ -26,36 +28,6 @@ pub enum VerifyBackend {
     Cpu,
     /// This host's GPUs; with `policy = auto` that means full re-execution.
     Cuda,
-}
-
-/// Throughput an honest miner reaches on a device, used to size challenges and set deadlines.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct RateEntry {
-    /// Matched, case-insensitively, against "backend kernel device-name"; the first match wins.
-    pub pattern: String,
-    /// Integer operations per second (2 n^3 per GEMM step) that the miner software sustains.
-    pub ops_per_sec: f64,
-}
-
-/// Conservative figures for the software as it stands: the CPU figures were measured with
-/// `miner bench` on a 2-core AVX-512 machine (BENCHMARKS.md); the GPU figures are placeholders
-/// until the CUDA backend's own measurements replace them. Override them in the config file.
-pub fn default_rates() -> Vec<RateEntry> {
-    let rate = |pattern: &str, ops_per_sec: f64| RateEntry {
-        pattern: pattern.into(),
-        ops_per_sec,
-    };
-    vec![
-        rate("H200", 5.0e14),
-        rate("H100", 5.0e14),
-        rate("A100", 2.5e14),
-        rate("L40S", 2.0e14),
-        rate("RTX 4090", 2.0e14),
-        rate("cuda", 5.0e13),
-        rate("avx512-vnni", 1.0e11),
-        rate("cpu", 2.0e9),
-    ]
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -86,17 +58,25 @@ impl Default for ChallengeConfig {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct DeadlineConfig {
-    /// Deadline = expected time x slack ...
+    /// Deadline = expected time x slack, for classes whose rate was observed (calibrated here
+    /// or imported): tight, so that hardware slower than claimed misses it. BENCHMARKS.md has
+    /// the measurements this default was chosen from.
     pub slack: f64,
-    /// ... but never less than this (network and start-up), in milliseconds.
+    /// The slack for a class at first contact, timed by the shipped table's guess: wide, so an
+    /// honest miner passes while the validator learns its class. The verdict says which applied.
+    pub first_contact_slack: f64,
+    /// The shortest deadline set, in milliseconds: a shorter one would time the network rather
+    /// than the work. The planner gives a challenge enough chains to reach it, so the deadline
+    /// is always the slack times the expected time, never a floor that loosens it.
     pub min_ms: u64,
 }
 
 impl Default for DeadlineConfig {
     fn default() -> Self {
         DeadlineConfig {
-            slack: 2.0,
-            min_ms: 5_000,
+            slack: 1.5,
+            first_contact_slack: 3.0,
+            min_ms: 2_000,
         }
     }
 }
@@ -152,7 +132,10 @@ pub struct ValidatorConfig {
     /// API requests a minute per address, and the burst allowed at once.
     pub requests_per_minute: u32,
     pub request_burst: u32,
+    /// The shipped rate table (per device on GPUs, per core on CPUs), for classes this
+    /// validator has not yet calibrated.
     pub rates: Vec<RateEntry>,
+    pub calibration: CalibrationConfig,
 }
 
 impl Default for ValidatorConfig {
@@ -175,7 +158,8 @@ impl Default for ValidatorConfig {
             allow_plaintext_miners: false,
             requests_per_minute: 600,
             request_burst: 60,
-            rates: default_rates(),
+            rates: shipped_rates(),
+            calibration: CalibrationConfig::default(),
         }
     }
 }
@@ -198,8 +182,18 @@ impl ValidatorConfig {
         if self.policy != Policy::Full && self.min_samples == 0 {
             return invalid("min_samples = 0 would let a miner be attested with no opening at all".into());
         }
-        if self.deadline.slack.is_nan() || self.deadline.slack < 1.0 {
-            return invalid(format!("deadline.slack = {} must be at least 1.0", self.deadline.slack));
+        for (name, slack) in [
+            ("slack", self.deadline.slack),
+            ("first_contact_slack", self.deadline.first_contact_slack),
+        ] {
+            if !(slack.is_finite() && slack >= 1.0) {
+                return invalid(format!("deadline.{name} = {slack} must be at least 1.0"));
+            }
+        }
+        if self.calibration.min_miners == 0 {
+            return invalid(
+                "calibration.min_miners = 0 would learn a rate from no miner at all; 1 trusts a single miner".into(),
+            );
         }
         if self.challenge.target_seconds.is_nan() || self.challenge.target_seconds < 0.0 {
             return invalid(format!(
@@ -207,12 +201,17 @@ impl ValidatorConfig {
                 self.challenge.target_seconds
             ));
         }
-        if let Some(r) = self
-            .rates
-            .iter()
-            .find(|r| r.ops_per_sec.is_nan() || r.ops_per_sec <= 0.0)
-        {
-            return invalid(format!("rate for {:?} must be positive", r.pattern));
+        let sane = |r: &RateEntry| {
+            r.ops_per_sec.is_finite()
+                && r.ops_per_sec > 0.0
+                && r.peak_ops_per_sec.is_finite()
+                && r.peak_ops_per_sec >= 0.0
+        };
+        if let Some(r) = self.rates.iter().find(|r| !sane(r)) {
+            return invalid(format!(
+                "[[rates]] row for backend {:?} model {:?}: ops_per_sec must be positive and peak_ops_per_sec positive or 0",
+                r.backend, r.model
+            ));
         }
         for n in [self.challenge.gpu_n, self.challenge.cpu_n] {
             let probe = gpu_attest_shared::ChallengeParams {

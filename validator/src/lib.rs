@@ -6,6 +6,7 @@ pub mod cli;
 pub mod config;
 pub mod operator;
 pub mod planner;
+pub mod rates;
 pub mod reason;
 pub mod scheduler;
 pub mod server;

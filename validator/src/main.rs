@@ -8,10 +8,12 @@ use gpu_attest_shared::cuda::compile::default_cache_dir;
 use gpu_attest_shared::cuda::{CudaBackend, CudaOptions};
 use gpu_attest_shared::identity::Identity;
 use gpu_attest_validator::attest::{AttestEvent, Attestor};
-use gpu_attest_validator::cli::{ApiArgs, Cli, Command, MinersAction, Settings};
+use gpu_attest_validator::cli::{ApiArgs, Cli, Command, MinersAction, RatesAction, Settings};
 use gpu_attest_validator::config::VerifyBackend;
 use gpu_attest_validator::operator::Operator;
+use gpu_attest_validator::rates::report;
 use gpu_attest_validator::store::{Store, Verdict};
+use gpu_attest_validator::throughput::show_rate;
 use gpu_attest_validator::{ValidatorConfig, server};
 use indicatif::{ProgressBar, ProgressStyle};
 use std::io::IsTerminal;
@@ -79,6 +81,15 @@ fn run(cli: Cli) -> Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Attest { settings, miner, json } => attest(&settings, &miner, json),
+        Command::Rates {
+            config,
+            database,
+            action,
+        } => rates(
+            config.as_deref(),
+            &database,
+            action.unwrap_or(RatesAction::Show { json: false }),
+        ),
         Command::Miners { api, action } => miners(&api, action),
         Command::Serve {
             settings,
@@ -215,8 +226,8 @@ fn miners(api: &ApiArgs, action: MinersAction) -> Result<ExitCode> {
                 for v in &verdicts {
                     let detail = if v.passed {
                         format!(
-                            "proved {:.2e} op/s, expected {:.2e}",
-                            v.proven_ops_per_sec, v.expected_ops_per_sec
+                            "proved {:.2e} op/s, expected {:.2e} ({}, slack {:.2})",
+                            v.proven_ops_per_sec, v.expected_ops_per_sec, v.rate_source, v.slack
                         )
                     } else {
                         let reasons: Vec<String> = v
@@ -308,4 +319,78 @@ fn serve(config: ValidatorConfig) -> Result<()> {
         info!("validator stopped");
         Ok(())
     })
+}
+
+/// `validator rates`: works on the database file, like `verdicts`, so it runs beside a serving
+/// validator (SQLite's WAL lets both open it).
+fn rates(config: Option<&std::path::Path>, database: &std::path::Path, action: RatesAction) -> Result<ExitCode> {
+    let config = ValidatorConfig::load(config)?;
+    config.validate()?;
+    let store = Store::open(database)?;
+    let now = gpu_attest_validator::attest::now_ms();
+    match action {
+        RatesAction::Show { json } => {
+            let table = report::table(&store, &config, now)?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&table)?);
+                return Ok(ExitCode::SUCCESS);
+            }
+            println!(
+                "observed classes (a class is calibrated once {} distinct miners have passed):",
+                config.calibration.min_miners
+            );
+            if table.classes.is_empty() {
+                println!("  none yet");
+            }
+            for c in &table.classes {
+                println!(
+                    "  {:<10} {}/{}  {} per {}  {} miners, {} observations{}  (ceiling {})",
+                    c.source,
+                    c.class,
+                    c.unit,
+                    show_rate(c.ops_per_sec),
+                    c.unit,
+                    c.miners,
+                    c.observations,
+                    if c.capped { ", capped at the ceiling" } else { "" },
+                    show_rate(c.ceiling)
+                );
+            }
+            println!("shipped table (first contact; first matching row wins):");
+            for r in &table.shipped {
+                let kernel = if r.kernel.is_empty() { "*" } else { &r.kernel };
+                let model = if r.model.is_empty() { "*" } else { &r.model };
+                println!(
+                    "  {:<5} {:<12} {:<10} {:>14}  ceiling {:>14}  {}",
+                    r.backend,
+                    kernel,
+                    model,
+                    show_rate(r.ops_per_sec),
+                    if r.peak_ops_per_sec > 0.0 {
+                        show_rate(r.peak_ops_per_sec)
+                    } else {
+                        "backend's".into()
+                    },
+                    r.source
+                );
+            }
+        }
+        RatesAction::Export { output } => {
+            let file = report::export(&store, &config, now)?;
+            let text = file.to_toml();
+            match output {
+                Some(path) => {
+                    std::fs::write(&path, text).with_context(|| format!("writing {}", path.display()))?;
+                    eprintln!("wrote {} classes to {}", file.classes.len(), path.display());
+                }
+                None => print!("{text}"),
+            }
+        }
+        RatesAction::Import { file } => {
+            let text = std::fs::read_to_string(&file).with_context(|| format!("reading {}", file.display()))?;
+            let count = report::import(&store, &text, now).with_context(|| format!("importing {}", file.display()))?;
+            println!("imported {count} classes from {}", file.display());
+        }
+    }
+    Ok(ExitCode::SUCCESS)
 }

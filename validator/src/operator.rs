@@ -73,6 +73,10 @@ pub struct VerdictSummary {
     /// 0 for a failed verdict, which proves nothing.
     pub proven_ops_per_sec: f64,
     pub expected_ops_per_sec: f64,
+    /// "calibrated", "shared" or "shipped" (first contact); empty if not recorded.
+    pub rate_source: String,
+    pub rate_miners: u32,
+    pub slack: f64,
     pub created_at_unix_ms: u64,
 }
 
@@ -100,6 +104,9 @@ impl From<v1::Verdict> for VerdictSummary {
             deadline_ms: v.deadline_ms,
             proven_ops_per_sec: v.proven_ops_per_sec,
             expected_ops_per_sec: v.expected_ops_per_sec,
+            rate_source: v.rate_source,
+            rate_miners: v.rate_miners,
+            slack: v.slack,
             created_at_unix_ms: v.created_at_unix_ms,
         }
     }

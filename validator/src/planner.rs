@@ -1,15 +1,16 @@
 //! Sizes a challenge from one miner inventory (PROTOCOL.md section 15): expected throughput
-//! from the rate table, chain count from the target duration, deadline from the expected time
-//! and the slack, samples from the policy. Every limit the miner advertises is honoured: the
+//! from the rate book (calibrated, shared or shipped rates per hardware class), chain count from
+//! the target duration, deadline from the expected time and the slack that the rates' source
+//! earns, samples from the policy. Every limit the miner advertises is honoured: the
 //! plan adapts where it can (fewer chains, fewer samples) and is refused where it cannot, so an
 //! honest miner is never sent a challenge it must refuse or fail.
 
-use crate::config::{ChallengeConfig, RateEntry, ValidatorConfig};
+use crate::config::{ChallengeConfig, ValidatorConfig};
+use crate::rates::class::units;
+use crate::rates::{RateBook, RateClass, RateSource};
+use crate::throughput::Expectation;
 use gpu_attest_shared::inventory::{HardwareClaim, Inventory, InventoryError};
 use gpu_attest_shared::params::{ChallengeParams, MAX_CHAINS, MAX_SEGMENTS, MAX_TOTAL_CHECKPOINTS};
-
-/// Rate assumed for a device no table entry matches.
-pub const FALLBACK_OPS_PER_SEC: f64 = 1.0e9;
 
 /// Kept off a miner's `max_duration_ms`: the miner measures the deadline window on its own
 /// clock, after the challenge has travelled, so a deadline planned right at the limit would be
@@ -21,8 +22,8 @@ pub struct Plan {
     pub params: ChallengeParams,
     /// The hardware the challenge was sized for; the signed challenge carries its digest.
     pub claim: HardwareClaim,
-    /// Operations per second the miner's devices should sustain together.
-    pub expected_ops_per_sec: f64,
+    /// Operations per second the miner's devices should sustain together, and on what evidence.
+    pub expectation: Expectation,
     pub expected_ms: u64,
     /// Time allowed from sending the challenge to receiving the commitment.
     pub deadline_ms: u64,
@@ -43,6 +44,10 @@ pub enum PlanError {
     )]
     ChainsBelowDevices { max_chains: u64, devices: u64 },
     #[error(
+        "at most {max_chains} chains fit this miner's limits and the protocol's, but {needed} are needed for a deadline of at least {min_ms} ms (deadline.min_ms); a shorter challenge would time the network rather than the hardware: raise the miner's max_chains"
+    )]
+    TooLittleWork { max_chains: u64, needed: u64, min_ms: u64 },
+    #[error(
         "miner accepts deadlines up to {max_duration_ms} ms, but even one chain per device needs a deadline of {needed_ms} ms (plus {MINER_CLOCK_ALLOWANCE_MS} ms for clock differences); raise the miner's max_duration_secs or lower the validator's deadline.min_ms or challenge size"
     )]
     DurationOverLimit { max_duration_ms: u64, needed_ms: u64 },
@@ -54,15 +59,43 @@ pub enum PlanError {
     Params(#[from] gpu_attest_shared::params::ParamsError),
 }
 
-/// Rate of one device: the first table entry whose pattern occurs in "backend kernel name"
-/// (compared in lower case), else [`FALLBACK_OPS_PER_SEC`].
-pub fn device_rate(rates: &[RateEntry], backend: &str, kernel: &str, device_name: &str) -> f64 {
-    let subject = format!("{backend} {kernel} {device_name}").to_lowercase();
-    rates
-        .iter()
-        .find(|r| subject.contains(&r.pattern.to_lowercase()))
-        .map(|r| r.ops_per_sec)
-        .unwrap_or(FALLBACK_OPS_PER_SEC)
+/// The hardware classes of a claim's devices, at the size the planner gives it.
+pub fn classes(claim: &HardwareClaim, config: &ChallengeConfig) -> Vec<RateClass> {
+    let n = matrix_size(config, claim);
+    claim.devices.iter().map(|d| RateClass::of(claim, d, n)).collect()
+}
+
+/// What the claimed devices should sustain together: the sum of their classes' rates times
+/// their units. The source is the weakest among the classes, so one first-contact device puts
+/// the whole challenge on the first-contact slack.
+pub fn expectation(claim: &HardwareClaim, n: u32, rates: &RateBook, config: &ValidatorConfig) -> Expectation {
+    let trust = |source: RateSource| match source {
+        RateSource::Shipped => 0,
+        RateSource::Shared => 1,
+        RateSource::Calibrated => 2,
+    };
+    let mut ops_per_sec = 0.0;
+    let mut miners = u32::MAX;
+    let mut weakest = RateSource::Calibrated;
+    for device in &claim.devices {
+        let e = rates.expected(&RateClass::of(claim, device, n));
+        ops_per_sec += e.ops_per_unit * units(&claim.backend, device);
+        miners = miners.min(e.miners);
+        if trust(e.source) < trust(weakest) {
+            weakest = e.source;
+        }
+    }
+    let observed = weakest.is_observed();
+    Expectation {
+        ops_per_sec,
+        source: Some(weakest),
+        miners: if observed { miners } else { 0 },
+        slack: if observed {
+            config.deadline.slack
+        } else {
+            config.deadline.first_contact_slack
+        },
+    }
 }
 
 /// The matrix size for a claim: CPU miners get the smaller one, so that a CPU validator can
@@ -75,12 +108,12 @@ pub fn matrix_size(config: &ChallengeConfig, claim: &HardwareClaim) -> u32 {
     }
 }
 
-/// Times for `chains` chains at `rate`: (expected, deadline), both in milliseconds.
+/// Times for a number of chains at `rate`, in milliseconds. The deadline is always the expected
+/// time times the slack: the planner meets `min_ms` with more work, never with a looser deadline.
 struct Timing {
     ops_per_chain: f64,
     rate: f64,
     slack: f64,
-    min_ms: u64,
 }
 
 impl Timing {
@@ -89,31 +122,51 @@ impl Timing {
     }
 
     fn deadline_ms(&self, chains: u64) -> u64 {
-        ((self.expected_ms(chains) as f64 * self.slack) as u64).max(self.min_ms)
+        (self.expected_ms(chains) as f64 * self.slack).ceil() as u64
     }
 
-    /// The most chains (at most `upper`) whose deadline fits `window_ms`, if any.
-    fn chains_within(&self, window_ms: u64, upper: u64) -> Option<u64> {
-        if self.deadline_ms(1) > window_ms {
+    /// The chain count (at least 1, at most `upper`) nearest `estimate` from below for which
+    /// `fits` holds, if any, given that `fits` holds for all counts up to some bound.
+    fn largest(&self, estimate: f64, upper: u64, fits: impl Fn(u64) -> bool) -> Option<u64> {
+        if upper == 0 || !fits(1) {
             return None;
         }
         // The closed form lands within a chain or two of the answer; the loops settle rounding.
-        let estimate = (window_ms as f64 / self.slack / 1000.0 * self.rate / self.ops_per_chain).floor();
-        let mut chains = (estimate.max(1.0) as u64).min(upper);
-        while chains < upper && self.deadline_ms(chains + 1) <= window_ms {
+        let mut chains = (estimate.max(1.0) as u64).clamp(1, upper);
+        while chains < upper && fits(chains + 1) {
             chains += 1;
         }
-        while chains > 1 && self.deadline_ms(chains) > window_ms {
+        while chains > 1 && !fits(chains) {
             chains -= 1;
         }
         Some(chains)
     }
+
+    /// The most chains (at most `upper`) whose deadline fits `window_ms`, if any.
+    fn chains_within(&self, window_ms: u64, upper: u64) -> Option<u64> {
+        let estimate = (window_ms as f64 / self.slack / 1000.0 * self.rate / self.ops_per_chain).floor();
+        self.largest(estimate, upper, |c| self.deadline_ms(c) <= window_ms)
+    }
+
+    /// The fewest chains whose deadline reaches `min_ms` (1 if any does); `upper + 1` if even
+    /// `upper` chains fall short.
+    fn fewest_reaching(&self, min_ms: u64, upper: u64) -> u64 {
+        if self.deadline_ms(1) >= min_ms {
+            return 1;
+        }
+        // The largest count that still falls short, plus one.
+        let estimate = (min_ms as f64 / self.slack / 1000.0 * self.rate / self.ops_per_chain).floor();
+        self.largest(estimate, upper, |c| self.deadline_ms(c) < min_ms)
+            .map_or(1, |short| short + 1)
+    }
 }
 
-/// Plans a challenge for `inventory` under `config`; `sampled` is the policy in force.
+/// Plans a challenge for `inventory` under `config` with the rates in `rates`; `sampled` is the
+/// policy in force.
 pub fn plan(
     inventory: &Inventory,
     config: &ValidatorConfig,
+    rates: &RateBook,
     sampled: bool,
     nonce: [u8; 32],
     seed: [u8; 32],
@@ -136,16 +189,12 @@ pub fn plan(
         });
     }
 
-    let rate: f64 = claim
-        .devices
-        .iter()
-        .map(|d| device_rate(&config.rates, &claim.backend, &claim.kernel, &d.name))
-        .sum();
+    let expectation = expectation(claim, n, rates, config);
+    let rate = expectation.ops_per_sec;
     let timing = Timing {
         ops_per_chain: 2.0 * f64::from(n).powi(3) * f64::from(iterations),
         rate,
-        slack: config.deadline.slack,
-        min_ms: config.deadline.min_ms,
+        slack: expectation.slack,
     };
 
     let segments = u64::from(iterations / challenge.checkpoint_every.max(1)).clamp(1, u64::from(MAX_SEGMENTS));
@@ -156,15 +205,27 @@ pub fn plan(
     if max_chains < devices {
         return Err(PlanError::ChainsBelowDevices { max_chains, devices });
     }
-    // At least one chain per device, so every device the miner claims has to work.
+    // At least one chain per device, so every device the miner claims has to work, and enough
+    // work that the deadline reaches the floor.
+    // Searched without the cap, so that a refusal can say how many chains the floor needs.
+    let fewest = timing
+        .fewest_reaching(config.deadline.min_ms, u64::MAX / 2)
+        .max(devices);
+    if fewest > max_chains {
+        return Err(PlanError::TooLittleWork {
+            max_chains,
+            needed: fewest,
+            min_ms: config.deadline.min_ms,
+        });
+    }
     let wanted = (rate * challenge.target_seconds / timing.ops_per_chain).ceil() as u64;
-    let mut num_chains = wanted.clamp(devices, max_chains);
+    let mut num_chains = wanted.clamp(fewest, max_chains);
     if limits.max_duration_ms != 0 {
         let window = limits.max_duration_ms.saturating_sub(MINER_CLOCK_ALLOWANCE_MS);
-        let fitting = timing.chains_within(window, num_chains).filter(|&c| c >= devices);
+        let fitting = timing.chains_within(window, num_chains).filter(|&c| c >= fewest);
         num_chains = fitting.ok_or(PlanError::DurationOverLimit {
             max_duration_ms: limits.max_duration_ms,
-            needed_ms: timing.deadline_ms(devices),
+            needed_ms: timing.deadline_ms(fewest),
         })?;
     }
 
@@ -198,7 +259,7 @@ pub fn plan(
     Ok(Plan {
         params,
         claim: claim.clone(),
-        expected_ops_per_sec: rate,
+        expectation,
         expected_ms: timing.expected_ms(num_chains),
         deadline_ms: timing.deadline_ms(num_chains),
         samples,
@@ -208,11 +269,17 @@ pub fn plan(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::default_rates;
+    use crate::rates::calibration::{CalibrationConfig, Observation};
+    use crate::rates::shipped::shipped_rates;
     use gpu_attest_shared::identity::PublicKey;
     use gpu_attest_shared::inventory::MinerLimits;
     use gpu_attest_shared::params::PROTOCOL_VERSION;
     use gpu_attest_shared::statement::DeviceInfo;
+
+    const H100: &str = "NVIDIA H100 80GB HBM3";
+    /// The shipped expected rate of one H100: half its dense int8 figure.
+    const H100_RATE: f64 = 1.979e15 / 2.0;
+    const OPS_PER_CHAIN: f64 = 2.0 * 2048.0 * 2048.0 * 2048.0 * 16.0;
 
     fn inventory(backend: &str, kernel: &str, names: &[&str]) -> Inventory {
         Inventory {
@@ -226,6 +293,7 @@ mod tests {
                     .map(|(j, n)| DeviceInfo {
                         index: j as u32,
                         name: n.to_string(),
+                        sm_count: 4,
                         ..Default::default()
                     })
                     .collect(),
@@ -249,30 +317,66 @@ mod tests {
         }
     }
 
-    /// A sampled plan with the default deadline policy and rates, and zero nonce and seed.
+    fn shipped_book() -> RateBook {
+        RateBook::shipped(shipped_rates(), CalibrationConfig::default())
+    }
+
+    /// A sampled plan with the default deadline policy and shipped rates, and zero nonce and seed.
     fn plan_for(inv: &Inventory, cfg: &ChallengeConfig) -> Result<Plan, PlanError> {
-        plan(inv, &config(cfg.clone()), true, [0; 32], [0; 32])
+        plan(inv, &config(cfg.clone()), &shipped_book(), true, [0; 32], [0; 32])
+    }
+
+    fn seconds(p: &Plan) -> f64 {
+        OPS_PER_CHAIN * p.params.num_chains as f64 / p.expectation.ops_per_sec
     }
 
     #[test]
-    fn rates_match_first_pattern_case_insensitively() {
-        let rates = default_rates();
-        assert_eq!(device_rate(&rates, "cuda", "tensor", "NVIDIA H100 80GB HBM3"), 5.0e14);
-        assert_eq!(device_rate(&rates, "cpu", "avx512-vnni", "cpu: Xeon"), 1.0e11);
-        assert_eq!(device_rate(&rates, "cpu", "portable", "cpu: Ryzen"), 2.0e9);
-        assert_eq!(device_rate(&[], "cpu", "portable", "cpu"), FALLBACK_OPS_PER_SEC);
+    fn expected_rate_is_per_device_on_gpus_and_per_core_on_cpus() {
+        let cfg = ValidatorConfig::default();
+        let book = shipped_book();
+        let gpus = inventory("cuda", "tensor", &[H100, H100]);
+        let e = expectation(&gpus.claim, 2048, &book, &cfg);
+        assert_eq!(e.ops_per_sec, 2.0 * H100_RATE);
+        assert_eq!((e.source, e.miners, e.slack), (Some(RateSource::Shipped), 0, 3.0));
+        // Four cores of avx512-vnni at the shipped 1.4e11 per core.
+        let cpu = inventory("cpu", "avx512-vnni", &["cpu: Xeon"]);
+        assert_eq!(expectation(&cpu.claim, 256, &book, &cfg).ops_per_sec, 4.0 * 1.4e11);
+    }
+
+    #[test]
+    fn observed_rates_earn_the_tight_slack_only_for_every_device() {
+        let cfg = ValidatorConfig::default();
+        let mut book = shipped_book();
+        let votes: Vec<Observation> = (1..=3)
+            .map(|m| Observation {
+                miner_key: [m; 32],
+                ops_per_unit: 7.0e14,
+            })
+            .collect();
+        let claim = inventory("cuda", "tensor", &[H100]).claim;
+        book.learn(RateClass::of(&claim, &claim.devices[0], 2048), &votes);
+        let e = expectation(&claim, 2048, &book, &cfg);
+        assert_eq!(
+            (e.ops_per_sec, e.source, e.miners),
+            (7.0e14, Some(RateSource::Calibrated), 3)
+        );
+        assert_eq!(e.slack, cfg.deadline.slack);
+        // One device of an unobserved class puts the whole challenge at first contact.
+        let mixed = inventory("cuda", "tensor", &[H100, "NVIDIA A100"]).claim;
+        let e = expectation(&mixed, 2048, &book, &cfg);
+        assert_eq!((e.source, e.miners), (Some(RateSource::Shipped), 0));
+        assert_eq!(e.slack, cfg.deadline.first_contact_slack);
+        assert_eq!(e.ops_per_sec, 7.0e14 + 6.24e14 / 2.0);
     }
 
     #[test]
     fn chain_count_follows_target_and_device_count() {
-        let mut inv = inventory("cuda", "tensor", &["NVIDIA H100", "NVIDIA H100"]);
+        let mut inv = inventory("cuda", "tensor", &[H100, H100]);
         inv.limits.max_chains = 1 << 20;
         let cfg = ChallengeConfig::default();
-        let seconds = |p: &Plan| 2.0 * f64::from(p.params.n).powi(3) * 16.0 * p.params.num_chains as f64 / 1.0e15;
-        // Two H100s at 5e14 each: 30 s of work is about 109 000 chains of n = 2048, K = 16.
         let p = plan_for(&inv, &cfg).unwrap();
         assert!((seconds(&p) - 30.0).abs() < 0.1, "{}", seconds(&p));
-        assert_eq!(p.deadline_ms, p.expected_ms * 2);
+        assert_eq!(p.deadline_ms, (p.expected_ms as f64 * 3.0).ceil() as u64);
         assert_eq!(p.claim, inv.claim);
         assert_eq!(p.params.miner_key, [7; 32]);
         // The miner's own limit caps the chain count (and so the work) below the target.
@@ -280,14 +384,35 @@ mod tests {
         let capped = plan_for(&inv, &cfg).unwrap();
         assert_eq!(capped.params.num_chains, 1 << 16);
         assert!(seconds(&capped) < 30.0);
-        // Tiny targets still give every device a chain, and the deadline floor applies.
+    }
+
+    #[test]
+    fn the_deadline_floor_is_met_with_work_never_with_slack() {
+        let inv = inventory("cuda", "tensor", &[H100, H100]);
         let tiny = ChallengeConfig {
             target_seconds: 0.0,
-            ..cfg
+            ..ChallengeConfig::default()
         };
         let p = plan_for(&inv, &tiny).unwrap();
-        assert_eq!(p.params.num_chains, 2);
-        assert_eq!(p.deadline_ms, 5_000);
+        assert_eq!(p.deadline_ms, (p.expected_ms as f64 * 3.0).ceil() as u64);
+        assert!(p.deadline_ms >= 2_000, "{}", p.deadline_ms);
+        let one_less = Timing {
+            ops_per_chain: OPS_PER_CHAIN,
+            rate: p.expectation.ops_per_sec,
+            slack: 3.0,
+        };
+        assert!(one_less.deadline_ms(p.params.num_chains - 1) < 2_000);
+        // A miner whose limits allow less work than the floor needs is refused, not timed loosely.
+        let mut small = inv.clone();
+        small.limits.max_chains = 100;
+        match plan_for(&small, &tiny) {
+            Err(PlanError::TooLittleWork {
+                max_chains: 100,
+                needed,
+                min_ms: 2_000,
+            }) => assert_eq!(needed, p.params.num_chains),
+            other => panic!("{other:?}"),
+        }
     }
 
     #[test]
@@ -329,7 +454,8 @@ mod tests {
             min_samples: 8,
             ..ValidatorConfig::default()
         };
-        let samples = |inv: &Inventory| plan(inv, &cfg, true, [0; 32], [0; 32]).map(|p| p.samples);
+        let book = shipped_book();
+        let samples = |inv: &Inventory| plan(inv, &cfg, &book, true, [0; 32], [0; 32]).map(|p| p.samples);
         assert_eq!(samples(&inv), Ok(32));
         inv.limits.max_samples = 12;
         assert_eq!(samples(&inv), Ok(12));
@@ -344,17 +470,16 @@ mod tests {
             })
         );
         // Full re-execution opens nothing, so the miner's sample limit does not matter.
-        assert_eq!(plan(&inv, &cfg, false, [0; 32], [0; 32]).unwrap().samples, 0);
+        assert_eq!(plan(&inv, &cfg, &book, false, [0; 32], [0; 32]).unwrap().samples, 0);
     }
 
     #[test]
-    fn the_fitted_chain_count_is_the_largest_that_fits() {
-        for (rate, slack, min_ms) in [(1.0e8, 2.0, 1_500), (3.3e9, 1.3, 0), (7.0e6, 1.0, 250)] {
+    fn the_fitted_chain_counts_are_exact() {
+        for (rate, slack) in [(1.0e8, 2.0), (3.3e9, 1.3), (7.0e6, 1.0), (1.0e12, 3.0)] {
             let timing = Timing {
                 ops_per_chain: 2.0 * 64f64.powi(3) * 4.0,
                 rate,
                 slack,
-                min_ms,
             };
             for window in (0..200).map(|i| i * 137 + 11) {
                 match timing.chains_within(window, 1 << 20) {
@@ -362,23 +487,33 @@ mod tests {
                     Some(m) => {
                         assert!(timing.deadline_ms(m) <= window, "{m} chains overrun {window} ms");
                         assert!(
-                            timing.deadline_ms(m + 1) > window,
+                            m == 1 << 20 || timing.deadline_ms(m + 1) > window,
                             "{} chains also fit {window} ms",
                             m + 1
                         );
                     }
                 }
+                let fewest = timing.fewest_reaching(window, u64::MAX / 2);
+                assert!(
+                    timing.deadline_ms(fewest) >= window,
+                    "{fewest} chains fall short of {window} ms"
+                );
+                assert!(
+                    fewest == 1 || timing.deadline_ms(fewest - 1) < window,
+                    "{} chains also reach {window} ms",
+                    fewest - 1
+                );
             }
         }
     }
 
     #[test]
     fn deadlines_fit_the_miners_max_duration() {
-        let mut inv = inventory("cuda", "tensor", &["NVIDIA H100"]);
+        let mut inv = inventory("cuda", "tensor", &[H100]);
         inv.limits.max_chains = 1 << 20;
-        let cfg = ChallengeConfig::default(); // 30 s of work, slack 2: a 60 s deadline
+        let cfg = ChallengeConfig::default(); // 30 s of work, first-contact slack 3: a 90 s deadline
         let unlimited = plan_for(&inv, &cfg).unwrap();
-        assert!(unlimited.deadline_ms > 50_000, "{}", unlimited.deadline_ms);
+        assert!(unlimited.deadline_ms > 80_000, "{}", unlimited.deadline_ms);
         // A 20 s limit: fewer chains, and the deadline plus the clock allowance fits.
         inv.limits.max_duration_ms = 20_000;
         let fitted = plan_for(&inv, &cfg).unwrap();
@@ -390,21 +525,20 @@ mod tests {
         assert!(fitted.params.num_chains < unlimited.params.num_chains);
         // One more chain would not have fitted.
         let one_more = Timing {
-            ops_per_chain: 2.0 * 2048f64.powi(3) * 16.0,
-            rate: fitted.expected_ops_per_sec,
-            slack: 2.0,
-            min_ms: 5_000,
+            ops_per_chain: OPS_PER_CHAIN,
+            rate: fitted.expectation.ops_per_sec,
+            slack: 3.0,
         }
         .deadline_ms(fitted.params.num_chains + 1);
         assert!(one_more > 20_000 - MINER_CLOCK_ALLOWANCE_MS, "{one_more}");
         // Below the deadline floor nothing fits: refused, never sent to be refused or failed.
-        inv.limits.max_duration_ms = 6_000;
-        assert_eq!(
-            plan_for(&inv, &cfg).unwrap_err(),
-            PlanError::DurationOverLimit {
-                max_duration_ms: 6_000,
-                needed_ms: 5_000
-            }
-        );
+        inv.limits.max_duration_ms = 3_500;
+        match plan_for(&inv, &cfg) {
+            Err(PlanError::DurationOverLimit {
+                max_duration_ms: 3_500,
+                needed_ms,
+            }) => assert!((2_000..2_010).contains(&needed_ms), "{needed_ms}"),
+            other => panic!("{other:?}"),
+        }
     }
 }

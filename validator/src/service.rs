@@ -91,6 +91,13 @@ pub fn verdict_to_wire(v: &Verdict) -> v1::Verdict {
         proven_ops_per_sec_per_device: v.throughput.proven_ops_per_sec_per_device.unwrap_or(0.0),
         expected_ops_per_sec: v.throughput.expected_ops_per_sec,
         proven_to_expected: v.throughput.proven_to_expected.unwrap_or(0.0),
+        rate_source: v
+            .throughput
+            .rate_source
+            .map(|r| r.as_str().to_string())
+            .unwrap_or_default(),
+        rate_miners: v.throughput.rate_miners,
+        slack: v.throughput.slack,
     }
 }
 

@@ -5,8 +5,10 @@
 //! recorded (PRIMARY KEY) before its challenge is sent, so it is never issued twice, even across
 //! restarts.
 
+use crate::rates::calibration::Observation;
+use crate::rates::{RateClass, RateSource, SharedRate};
 use crate::reason::Reason;
-use crate::throughput::Throughput;
+use crate::throughput::{Expectation, Throughput};
 use gpu_attest_shared::identity::PublicKey;
 use gpu_attest_shared::params::ChallengeParams;
 use gpu_attest_shared::statement::DeviceInfo;
@@ -16,7 +18,9 @@ use std::path::Path;
 use std::sync::Mutex;
 
 /// 2: verdicts keep the rate the planner expected (`expected_ops_per_sec`).
-const SCHEMA_VERSION: i64 = 2;
+/// 3: verdicts keep where that rate came from and the slack; passing verdicts leave rate
+///    observations; imported (shared) rates.
+const SCHEMA_VERSION: i64 = 3;
 
 const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS miners (
@@ -48,9 +52,35 @@ CREATE TABLE IF NOT EXISTS verdicts (
     kernel          TEXT NOT NULL,
     global_checksum BLOB NOT NULL,
     created_at_ms   INTEGER NOT NULL,
-    expected_ops_per_sec REAL NOT NULL DEFAULT 0
+    expected_ops_per_sec REAL NOT NULL DEFAULT 0,
+    rate_source     TEXT NOT NULL DEFAULT '',
+    rate_miners     INTEGER NOT NULL DEFAULT 0,
+    slack           REAL NOT NULL DEFAULT 0
 );
 CREATE INDEX IF NOT EXISTS verdicts_by_miner ON verdicts (miner_url, id);
+CREATE TABLE IF NOT EXISTS rate_observations (
+    id            INTEGER PRIMARY KEY AUTOINCREMENT,
+    backend       TEXT NOT NULL,
+    kernel        TEXT NOT NULL,
+    model         TEXT NOT NULL,
+    n             INTEGER NOT NULL,
+    miner_key     BLOB NOT NULL CHECK (length(miner_key) = 32),
+    ops_per_unit  REAL NOT NULL CHECK (ops_per_unit > 0),
+    verdict_id    INTEGER NOT NULL UNIQUE REFERENCES verdicts(id),
+    created_at_ms INTEGER NOT NULL
+);
+CREATE INDEX IF NOT EXISTS observations_by_class ON rate_observations (backend, kernel, model, n, id);
+CREATE TABLE IF NOT EXISTS shared_rates (
+    backend        TEXT NOT NULL,
+    kernel         TEXT NOT NULL,
+    model          TEXT NOT NULL,
+    n              INTEGER NOT NULL,
+    ops_per_unit   REAL NOT NULL CHECK (ops_per_unit > 0),
+    miners         INTEGER NOT NULL,
+    observations   INTEGER NOT NULL,
+    imported_at_ms INTEGER NOT NULL,
+    PRIMARY KEY (backend, kernel, model, n)
+);
 CREATE TABLE IF NOT EXISTS revoked_keys (
     miner_key     BLOB PRIMARY KEY CHECK (length(miner_key) = 32),
     reason        TEXT NOT NULL,
@@ -78,6 +108,18 @@ pub enum StoreError {
     },
     #[error("miner key {0} is revoked ({1})")]
     Revoked(PublicKey, String),
+}
+
+/// Observations read per class at most: far more than any `per_miner` x miners in use, and a
+/// bound on the work one planning step does.
+const MAX_OBSERVATIONS_READ: i64 = 100_000;
+
+/// The rate a passing verdict proved, per unit of its class.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ClassObservation {
+    pub class: RateClass,
+    pub miner_key: [u8; 32],
+    pub ops_per_unit: f64,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -178,14 +220,21 @@ impl Store {
             });
         }
         conn.execute_batch(SCHEMA).map_err(open_err)?;
-        if version == 1 {
-            // Rows from before keep 0: their expected rate is derived from expected_ms on read.
-            conn.execute_batch(
-                "BEGIN;
-                 ALTER TABLE verdicts ADD COLUMN expected_ops_per_sec REAL NOT NULL DEFAULT 0;
-                 COMMIT;",
-            )
-            .map_err(open_err)?;
+        // Columns added to `verdicts` since version 1. A fresh table has them from SCHEMA;
+        // an older one gets them here, one transaction per version.
+        const ADDED_COLUMNS: [&str; 2] = [
+            // 2. Rows from before keep 0: their expected rate is derived from expected_ms on read.
+            "ALTER TABLE verdicts ADD COLUMN expected_ops_per_sec REAL NOT NULL DEFAULT 0;",
+            // 3. Rows from before read as 'unrecorded'.
+            "ALTER TABLE verdicts ADD COLUMN rate_source TEXT NOT NULL DEFAULT '';
+             ALTER TABLE verdicts ADD COLUMN rate_miners INTEGER NOT NULL DEFAULT 0;
+             ALTER TABLE verdicts ADD COLUMN slack REAL NOT NULL DEFAULT 0;",
+        ];
+        if version >= 1 {
+            for step in &ADDED_COLUMNS[(version as usize - 1).min(ADDED_COLUMNS.len())..] {
+                conn.execute_batch(&format!("BEGIN; {step} COMMIT;"))
+                    .map_err(open_err)?;
+            }
         }
         conn.pragma_update(None, "user_version", SCHEMA_VERSION)
             .map_err(open_err)?;
@@ -213,16 +262,24 @@ impl Store {
 
     /// Stores a verdict and returns its id.
     pub fn insert_verdict(&self, v: &Verdict) -> Result<u64, StoreError> {
+        self.record_verdict(v, None)
+    }
+
+    /// Stores a verdict and, for a passing one, the rate it proved for its class, in one
+    /// transaction: a crash leaves both or neither.
+    pub fn record_verdict(&self, v: &Verdict, observation: Option<&ClassObservation>) -> Result<u64, StoreError> {
         let json = |value: serde_json::Result<String>| value.map_err(|e| StoreError::Corrupt(e.to_string()));
         let nonce = hex::decode(&v.nonce).map_err(|e| StoreError::Corrupt(format!("nonce: {e}")))?;
         let miner_key = hex::decode(&v.miner_key).map_err(|e| StoreError::Corrupt(format!("miner key: {e}")))?;
         let global = hex::decode(&v.global_checksum).map_err(|e| StoreError::Corrupt(format!("checksum: {e}")))?;
-        let conn = self.conn();
-        conn.execute(
+        let t = &v.throughput;
+        let mut conn = self.conn();
+        let tx = conn.transaction()?;
+        tx.execute(
             "INSERT INTO verdicts (miner_url, miner_key, nonce, passed, reasons, policy, samples, params, measured_ms,
                                    expected_ms, deadline_ms, inventory, backend, kernel, global_checksum, created_at_ms,
-                                   expected_ops_per_sec)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17)",
+                                   expected_ops_per_sec, rate_source, rate_miners, slack)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20)",
             params![
                 v.miner_url,
                 miner_key,
@@ -240,10 +297,125 @@ impl Store {
                 v.kernel,
                 global,
                 v.created_at_ms as i64,
-                v.throughput.expected_ops_per_sec,
+                t.expected_ops_per_sec,
+                t.rate_source.map(|r| r.as_str()).unwrap_or(""),
+                t.rate_miners,
+                t.slack,
             ],
         )?;
-        Ok(conn.last_insert_rowid() as u64)
+        let id = tx.last_insert_rowid();
+        if let Some(o) = observation.filter(|o| o.ops_per_unit.is_finite() && o.ops_per_unit > 0.0) {
+            tx.execute(
+                "INSERT INTO rate_observations (backend, kernel, model, n, miner_key, ops_per_unit, verdict_id, created_at_ms)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+                params![
+                    o.class.backend,
+                    o.class.kernel,
+                    o.class.model,
+                    o.class.n,
+                    o.miner_key.as_slice(),
+                    o.ops_per_unit,
+                    id,
+                    v.created_at_ms as i64
+                ],
+            )?;
+        }
+        tx.commit()?;
+        Ok(id as u64)
+    }
+
+    /// A class's rate observations since `since_ms`, newest first.
+    pub fn observations(&self, class: &RateClass, since_ms: u64) -> Result<Vec<Observation>, StoreError> {
+        let conn = self.conn();
+        let mut stmt = conn.prepare(
+            "SELECT miner_key, ops_per_unit FROM rate_observations
+             WHERE backend = ?1 AND kernel = ?2 AND model = ?3 AND n = ?4 AND created_at_ms >= ?5
+             ORDER BY id DESC LIMIT ?6",
+        )?;
+        let rows = stmt.query_map(
+            params![
+                class.backend,
+                class.kernel,
+                class.model,
+                class.n,
+                since_ms as i64,
+                MAX_OBSERVATIONS_READ
+            ],
+            |r| Ok((r.get::<_, Vec<u8>>(0)?, r.get::<_, f64>(1)?)),
+        )?;
+        rows.map(|row| {
+            let (key, ops_per_unit) = row?;
+            let miner_key = key
+                .try_into()
+                .map_err(|_| StoreError::Corrupt("observation with a miner key that is not 32 bytes".into()))?;
+            Ok(Observation {
+                miner_key,
+                ops_per_unit,
+            })
+        })
+        .collect()
+    }
+
+    /// Every class with an observation or an imported rate.
+    pub fn rate_classes(&self) -> Result<Vec<RateClass>, StoreError> {
+        let conn = self.conn();
+        let mut stmt = conn.prepare(
+            "SELECT backend, kernel, model, n FROM rate_observations
+             UNION SELECT backend, kernel, model, n FROM shared_rates
+             ORDER BY 1, 2, 3, 4",
+        )?;
+        let rows = stmt.query_map([], |r| {
+            Ok(RateClass {
+                backend: r.get(0)?,
+                kernel: r.get(1)?,
+                model: r.get(2)?,
+                n: r.get(3)?,
+            })
+        })?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
+    pub fn shared_rate(&self, class: &RateClass) -> Result<Option<SharedRate>, StoreError> {
+        Ok(self
+            .conn()
+            .query_row(
+                "SELECT ops_per_unit, miners, observations FROM shared_rates
+                 WHERE backend = ?1 AND kernel = ?2 AND model = ?3 AND n = ?4",
+                params![class.backend, class.kernel, class.model, class.n],
+                |r| {
+                    Ok(SharedRate {
+                        ops_per_unit: r.get(0)?,
+                        miners: r.get(1)?,
+                        observations: r.get(2)?,
+                    })
+                },
+            )
+            .optional()?)
+    }
+
+    /// Imports shared rates, replacing those of the same classes, all in one transaction.
+    pub fn import_shared_rates(&self, rows: &[(RateClass, SharedRate)], now_ms: u64) -> Result<(), StoreError> {
+        let mut conn = self.conn();
+        let tx = conn.transaction()?;
+        for (class, rate) in rows {
+            tx.execute(
+                "INSERT OR REPLACE INTO shared_rates
+                     (backend, kernel, model, n, ops_per_unit, miners, observations, imported_at_ms)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+                params![
+                    class.backend,
+                    class.kernel,
+                    class.model,
+                    class.n,
+                    rate.ops_per_unit,
+                    rate.miners,
+                    rate.observations,
+                    now_ms as i64
+                ],
+            )?;
+        }
+        tx.commit()?;
+        Ok(())
     }
 
     /// Newest first.
@@ -252,7 +424,7 @@ impl Store {
         let mut stmt = conn.prepare(
             "SELECT id, miner_url, miner_key, nonce, passed, reasons, policy, samples, params, measured_ms,
                     expected_ms, deadline_ms, inventory, backend, kernel, global_checksum, created_at_ms,
-                    expected_ops_per_sec
+                    expected_ops_per_sec, rate_source, rate_miners, slack
              FROM verdicts
              WHERE (?1 IS NULL OR miner_url = ?1) AND (?2 IS NULL OR passed = ?2)
                AND created_at_ms >= ?3 AND (?4 IS NULL OR id < ?4)
@@ -288,6 +460,7 @@ impl Store {
                     r.get::<_, String>(14)?,
                     r.get::<_, Vec<u8>>(15)?,
                     r.get::<_, f64>(17)?,
+                    (r.get::<_, String>(18)?, r.get::<_, u32>(19)?, r.get::<_, f64>(20)?),
                 ))
             },
         )?;
@@ -309,6 +482,7 @@ impl Store {
                 kernel,
                 global,
                 expected_ops_per_sec,
+                (rate_source, rate_miners, slack),
             ) = row?;
             let params: StoredParams = serde_json::from_str(&params).map_err(|e| corrupt("params", e))?;
             let inventory: Vec<DeviceInfo> = serde_json::from_str(&inventory).map_err(|e| corrupt("inventory", e))?;
@@ -320,7 +494,14 @@ impl Store {
                 // rounding up to a whole millisecond).
                 crate::throughput::operations(&params) / (expected_ms.max(1) as f64 / 1000.0)
             };
-            let throughput = Throughput::of(&params, inventory.len(), measured_ms, expected_ops_per_sec, passed);
+            let expectation = Expectation {
+                ops_per_sec: expected_ops_per_sec,
+                // Empty for verdicts stored before the source was recorded.
+                source: RateSource::parse(&rate_source),
+                miners: rate_miners,
+                slack,
+            };
+            let throughput = Throughput::of(&params, inventory.len(), measured_ms, &expectation, passed);
             Ok(Verdict {
                 id: id as u64,
                 miner_url,
@@ -511,6 +692,116 @@ mod tests {
         drop(store);
         // Opened again, it is at the current version and stays readable.
         Store::open(&path).unwrap();
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+    fn temp_store(tag: &str) -> (Store, std::path::PathBuf) {
+        let dir = std::env::temp_dir().join(format!("gpu-attest-store-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        (Store::open(&dir.join("validator.db")).unwrap(), dir)
+    }
+
+    fn passing_verdict(nonce: [u8; 32]) -> Verdict {
+        let params = StoredParams {
+            nonce: hex::encode(nonce),
+            seed: hex::encode([0u8; 32]),
+            miner_key: hex::encode([2u8; 32]),
+            n: 64,
+            num_chains: 5,
+            iterations: 4,
+            checkpoint_every: 2,
+        };
+        let expectation = Expectation {
+            ops_per_sec: 1.0e9,
+            source: Some(RateSource::Shipped),
+            miners: 0,
+            slack: 3.0,
+        };
+        Verdict {
+            id: 0,
+            miner_url: "http://m".into(),
+            miner_key: hex::encode([2u8; 32]),
+            nonce: hex::encode(nonce),
+            passed: true,
+            reasons: Vec::new(),
+            policy: "sampled".into(),
+            samples: 8,
+            throughput: Throughput::of(&params, 1, 50, &expectation, true),
+            params,
+            measured_ms: 50,
+            expected_ms: 100,
+            deadline_ms: 300,
+            inventory: vec![DeviceInfo::default()],
+            backend: "cpu".into(),
+            kernel: "portable".into(),
+            global_checksum: hex::encode([3u8; 32]),
+            created_at_ms: 1_000,
+        }
+    }
+
+    fn class() -> RateClass {
+        RateClass {
+            backend: "cpu".into(),
+            kernel: "portable".into(),
+            model: "cpu: test".into(),
+            n: 64,
+        }
+    }
+
+    #[test]
+    fn a_verdict_and_the_rate_it_proved_are_stored_together_or_not_at_all() {
+        let (store, dir) = temp_store("observations");
+        let observation = ClassObservation {
+            class: class(),
+            miner_key: [2; 32],
+            ops_per_unit: 4.0e9,
+        };
+        assert!(store.claim_nonce(&[1; 32], "http://m", 1).unwrap());
+        let stored = passing_verdict([1; 32]);
+        let id = store.record_verdict(&stored, Some(&observation)).unwrap();
+        let read = store
+            .verdicts(&VerdictFilter {
+                limit: 1,
+                ..Default::default()
+            })
+            .unwrap();
+        assert_eq!(
+            read[0].throughput, stored.throughput,
+            "the rate source and slack round-trip"
+        );
+        assert_eq!(read[0].id, id);
+        let seen = store.observations(&class(), 0).unwrap();
+        assert_eq!(
+            seen,
+            vec![Observation {
+                miner_key: [2; 32],
+                ops_per_unit: 4.0e9
+            }]
+        );
+        assert!(
+            store.observations(&class(), 1_001).unwrap().is_empty(),
+            "older than the window"
+        );
+        // A verdict that cannot be stored (its nonce was never issued) leaves no observation.
+        assert!(
+            store
+                .record_verdict(&passing_verdict([9; 32]), Some(&observation))
+                .is_err()
+        );
+        assert_eq!(store.observations(&class(), 0).unwrap().len(), 1);
+        // Imported rates are listed beside observed classes and replace their own class's row.
+        let other = RateClass { n: 128, ..class() };
+        let rate = |ops_per_unit| SharedRate {
+            ops_per_unit,
+            miners: 4,
+            observations: 12,
+        };
+        store.import_shared_rates(&[(other.clone(), rate(1.0e9))], 5).unwrap();
+        store.import_shared_rates(&[(other.clone(), rate(2.0e9))], 6).unwrap();
+        assert_eq!(store.shared_rate(&other).unwrap(), Some(rate(2.0e9)));
+        assert_eq!(store.shared_rate(&class()).unwrap(), None);
+        assert_eq!(store.rate_classes().unwrap(), vec![class(), other]);
+        drop(store);
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -2,8 +2,24 @@
 //! the time this validator measured, beside the rate the planner expected of the claimed
 //! hardware. The measured time, not the miner's report, is the evidence.
 
+use crate::rates::RateSource;
 use crate::store::StoredParams;
 use serde::{Deserialize, Serialize};
+
+/// What the planner expected of the claimed hardware, and on what evidence.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Expectation {
+    /// The sum of the claimed devices' rates.
+    pub ops_per_sec: f64,
+    /// The weakest source among the devices' classes; `None` for verdicts stored before it was
+    /// recorded.
+    pub source: Option<RateSource>,
+    /// The fewest distinct miners behind an observed rate among the classes; 0 if shipped.
+    pub miners: u32,
+    /// Deadline over expected time: the tight slack for observed rates, the first-contact slack
+    /// for shipped ones (0 when not recorded).
+    pub slack: f64,
+}
 
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Throughput {
@@ -18,6 +34,12 @@ pub struct Throughput {
     pub expected_ops_per_sec: f64,
     /// Proven over expected: below 1 the hardware did less than its class is expected to.
     pub proven_to_expected: Option<f64>,
+    /// Where the expected rate came from: `calibrated`, `shared` or `shipped` (first contact).
+    pub rate_source: Option<RateSource>,
+    /// Distinct miners behind an observed rate.
+    pub rate_miners: u32,
+    /// The slack the deadline was set with.
+    pub slack: f64,
 }
 
 /// Operations a challenge with these parameters requires.
@@ -26,13 +48,8 @@ pub fn operations(params: &StoredParams) -> f64 {
 }
 
 impl Throughput {
-    pub fn of(
-        params: &StoredParams,
-        devices: usize,
-        measured_ms: u64,
-        expected_ops_per_sec: f64,
-        passed: bool,
-    ) -> Self {
+    pub fn of(params: &StoredParams, devices: usize, measured_ms: u64, expected: &Expectation, passed: bool) -> Self {
+        let expected_ops_per_sec = expected.ops_per_sec;
         let operations = operations(params);
         // A commitment cannot arrive in less than a millisecond of measured time.
         let proven = passed.then(|| operations / (measured_ms.max(1) as f64 / 1000.0));
@@ -44,13 +61,20 @@ impl Throughput {
             proven_to_expected: proven
                 .filter(|_| expected_ops_per_sec > 0.0)
                 .map(|p| p / expected_ops_per_sec),
+            rate_source: expected.source,
+            rate_miners: expected.miners,
+            slack: expected.slack,
         }
     }
 }
 
 impl std::fmt::Display for Throughput {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let expected = show_rate(self.expected_ops_per_sec);
+        let expected = format!(
+            "{} ({})",
+            show_rate(self.expected_ops_per_sec),
+            self.expectation().basis()
+        );
         match (
             self.proven_ops_per_sec,
             self.proven_ops_per_sec_per_device,
@@ -78,6 +102,34 @@ impl std::fmt::Display for Throughput {
     }
 }
 
+impl Expectation {
+    /// Where the expected rate came from, for people: "calibrated from 3 miners, slack 1.50".
+    pub fn basis(&self) -> String {
+        let slack = if self.slack > 0.0 {
+            format!(", slack {:.2}", self.slack)
+        } else {
+            String::new()
+        };
+        match self.source {
+            Some(RateSource::Calibrated) => format!("calibrated from {} miners{slack}", self.miners),
+            Some(RateSource::Shared) => format!("shared table from {} miners{slack}", self.miners),
+            Some(RateSource::Shipped) => format!("shipped table: first contact{slack}"),
+            None => "rate source not recorded".into(),
+        }
+    }
+}
+
+impl Throughput {
+    pub fn expectation(&self) -> Expectation {
+        Expectation {
+            ops_per_sec: self.expected_ops_per_sec,
+            source: self.rate_source,
+            miners: self.rate_miners,
+            slack: self.slack,
+        }
+    }
+}
+
 /// A rate for people: `8.5e11 op/s`.
 pub fn show_rate(ops_per_sec: f64) -> String {
     format!("{ops_per_sec:.2e} op/s")
@@ -99,20 +151,35 @@ mod tests {
         }
     }
 
+    fn expected(ops_per_sec: f64) -> Expectation {
+        Expectation {
+            ops_per_sec,
+            source: Some(RateSource::Calibrated),
+            miners: 3,
+            slack: 1.5,
+        }
+    }
+
     #[test]
     fn a_pass_proves_operations_over_the_measured_time() {
         // 10 chains of n = 1024, K = 4: 8.59e10 operations, in 2 s on 2 devices.
-        let t = Throughput::of(&params(1024, 10, 4), 2, 2_000, 1.0e10, true);
+        let t = Throughput::of(&params(1024, 10, 4), 2, 2_000, &expected(1.0e10), true);
         assert_eq!(t.operations, 2.0 * 1024f64.powi(3) * 10.0 * 4.0);
         let proven = t.proven_ops_per_sec.unwrap();
         assert!((proven - t.operations / 2.0).abs() < 1.0);
         assert!((t.proven_ops_per_sec_per_device.unwrap() - proven / 2.0).abs() < 1.0);
         assert!((t.proven_to_expected.unwrap() - proven / 1.0e10).abs() < 1e-9);
+        assert_eq!(
+            (t.rate_source, t.rate_miners, t.slack),
+            (Some(RateSource::Calibrated), 3, 1.5)
+        );
+        let shown = t.to_string();
+        assert!(shown.contains("calibrated from 3 miners, slack 1.50"), "{shown}");
     }
 
     #[test]
     fn a_fail_proves_nothing() {
-        let t = Throughput::of(&params(64, 5, 4), 1, 100, 1.0e8, false);
+        let t = Throughput::of(&params(64, 5, 4), 1, 100, &expected(1.0e8), false);
         assert!(t.operations > 0.0);
         assert_eq!(t.proven_ops_per_sec, None);
         assert_eq!(t.proven_ops_per_sec_per_device, None);

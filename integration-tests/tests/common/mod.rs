@@ -65,7 +65,7 @@ pub fn cpu_backend(devices: u32) -> SelectedBackend {
         devices: (0..devices)
             .map(|i| gpu_attest_shared::statement::DeviceInfo {
                 index: i,
-                ..cpu_device()
+                ..cpu_device(2)
             })
             .collect(),
         notes: Vec::new(),
@@ -180,9 +180,14 @@ pub fn validator_key() -> PublicKey {
     Identity::from_seed([VALIDATOR_SEED; 32]).public_key()
 }
 
-/// Small challenges: n = 64, 4 steps, a checkpoint every 2, about 5 chains (the rate table
-/// makes a CPU do 1e8 ops/s, so 0.1 s of target work is 5 chains of 2.1e6 ops), and 8 samples,
-/// so sampling opens every chain. Deadlines are at least 1.5 s.
+/// The test rate table's CPU rate, per core: test miners state 2 cores, so 1.3e7 ops/s each.
+pub const TEST_CPU_RATE_PER_CORE: f64 = 6.5e6;
+
+/// Small challenges: n = 64, 4 steps, a checkpoint every 2, and 8 samples. At the test rate a
+/// chain is expected to take 161 ms, so a one-device miner gets 5 chains (0.75 s of target work)
+/// and sampling opens every chain. The deadline is twice the expected time, 1.6 s, above the
+/// 1.5 s floor; far more than the real work needs (a few milliseconds), so that a loaded test
+/// machine never fails an honest miner.
 pub fn validator_config(dir: &TempDir, policy: Policy) -> ValidatorConfig {
     ValidatorConfig {
         database: dir.path("validator.db"),
@@ -194,15 +199,20 @@ pub fn validator_config(dir: &TempDir, policy: Policy) -> ValidatorConfig {
             cpu_n: 64,
             iterations: 4,
             checkpoint_every: 2,
-            target_seconds: 0.1,
+            target_seconds: 0.75,
         },
         deadline: DeadlineConfig {
             slack: 2.0,
+            first_contact_slack: 2.0,
             min_ms: 1_500,
         },
         rates: vec![RateEntry {
-            pattern: "cpu".into(),
-            ops_per_sec: 1.0e8,
+            backend: "cpu".into(),
+            kernel: String::new(),
+            model: String::new(),
+            ops_per_sec: TEST_CPU_RATE_PER_CORE,
+            peak_ops_per_sec: 0.0,
+            source: "integration tests".into(),
         }],
         ..ValidatorConfig::default()
     }

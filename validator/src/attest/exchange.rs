@@ -211,7 +211,12 @@ mod tests {
                 kernel: "portable".into(),
                 devices: vec![DeviceInfo::default(); 2],
             },
-            expected_ops_per_sec: 1.0,
+            expectation: crate::throughput::Expectation {
+                ops_per_sec: 1.0,
+                source: Some(crate::rates::RateSource::Shipped),
+                miners: 0,
+                slack: 2.0,
+            },
             expected_ms: 1,
             deadline_ms: 1,
             samples: 1,

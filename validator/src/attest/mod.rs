@@ -18,13 +18,15 @@ pub mod verify;
 pub use client::{MAX_MINER_MESSAGE_BYTES, normalise_url};
 
 use crate::config::{Policy, ValidatorConfig};
-use crate::planner::{Plan, PlanError, plan};
-use crate::store::{Store, StoreError, Verdict};
+use crate::planner::{Plan, PlanError, classes, plan};
+use crate::rates::RateBook;
+use crate::rates::class::homogeneous;
+use crate::store::{ClassObservation, Store, StoreError, Verdict};
 use client::MinerConnection;
 use exchange::{Received, await_commitment};
 use gpu_attest_shared::engine::DeviceProgress;
 use gpu_attest_shared::identity::{Identity, PublicKey};
-use gpu_attest_shared::inventory::{Inventory, InventoryError};
+use gpu_attest_shared::inventory::{HardwareClaim, Inventory, InventoryError};
 use gpu_attest_shared::statement::{Challenge, Commitment};
 use gpu_attest_shared::{Backend, Work};
 use outcome::Outcome;
@@ -177,7 +179,14 @@ impl Attestor {
             }
         };
         let sampled = self.policy() != Policy::Full;
-        plan(inventory, &self.config, sampled, nonce, random32()?).map_err(|source| AttestError::Plan {
+        let rates = RateBook::load(
+            &self.store,
+            self.config.rates.clone(),
+            self.config.calibration.clone(),
+            classes(&inventory.claim, &self.config.challenge),
+            now_ms(),
+        )?;
+        plan(inventory, &self.config, &rates, sampled, nonce, random32()?).map_err(|source| AttestError::Plan {
             url: url.into(),
             source,
         })
@@ -277,8 +286,10 @@ impl Attestor {
         outcome: Outcome,
         on_event: &(dyn Fn(AttestEvent) + Send + Sync),
     ) -> Result<Verdict, AttestError> {
+        let (claim, miner_key) = (outcome.plan.claim.clone(), outcome.plan.params.miner_key);
         let mut verdict = outcome.into_verdict(now_ms());
-        verdict.id = self.store.insert_verdict(&verdict)?;
+        let observation = learned_from(&verdict, &claim, miner_key);
+        verdict.id = self.store.record_verdict(&verdict, observation.as_ref())?;
         let summary = if verdict.passed {
             "pass".into()
         } else {
@@ -297,18 +308,33 @@ impl Attestor {
     }
 }
 
+/// What a passing verdict teaches about its hardware class: the proven rate per unit. Only a
+/// claim of one class teaches anything, since a mixed claim's rate cannot be split between its
+/// classes; a failed verdict proves no rate at all.
+fn learned_from(verdict: &Verdict, claim: &HardwareClaim, miner_key: [u8; 32]) -> Option<ClassObservation> {
+    let proven = verdict.throughput.proven_ops_per_sec?;
+    let (class, units) = homogeneous(claim, verdict.params.n)?;
+    Some(ClassObservation {
+        class,
+        miner_key,
+        ops_per_unit: proven / units,
+    })
+}
+
 fn announce(plan: &Plan, on_event: &(dyn Fn(AttestEvent) + Send + Sync)) {
     let p = &plan.params;
     on_event(AttestEvent::Phase {
         name: "challenge-sent",
         detail: format!(
-            "n={} chains={} iterations={} checkpoint every {} on {} device(s); expected {} ms, deadline {} ms",
+            "n={} chains={} iterations={} checkpoint every {} on {} device(s); expected {} ms at {} ({}), deadline {} ms",
             p.n,
             p.num_chains,
             p.iterations,
             p.checkpoint_every,
             plan.claim.devices.len(),
             plan.expected_ms,
+            crate::throughput::show_rate(plan.expectation.ops_per_sec),
+            plan.expectation.basis(),
             plan.deadline_ms
         ),
     });

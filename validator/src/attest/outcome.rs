@@ -54,7 +54,7 @@ impl Outcome {
             &stored,
             self.plan.claim.devices.len(),
             self.measured_ms,
-            self.plan.expected_ops_per_sec,
+            &self.plan.expectation,
             passed,
         );
         Verdict {

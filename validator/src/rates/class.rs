@@ -1,0 +1,118 @@
+//! Hardware classes: what a rate is learned and looked up for.
+
+use gpu_attest_shared::inventory::HardwareClaim;
+use gpu_attest_shared::statement::DeviceInfo;
+use serde::{Deserialize, Serialize};
+
+/// Devices that compute alike: the same backend, kernel and device model, on the same matrix
+/// size. The rate of a class is per unit: per device on GPUs, per core on the CPU backend (a CPU
+/// miner states the threads it computes on as its device's `sm_count`), so CPUs of one model
+/// with different core counts share a class.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct RateClass {
+    pub backend: String,
+    pub kernel: String,
+    /// The device name as the miner reports it.
+    pub model: String,
+    /// Matrix size: rates depend strongly on it, and the planner fixes it per backend.
+    pub n: u32,
+}
+
+/// What one unit of a class's rate is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Unit {
+    Device,
+    Core,
+}
+
+impl Unit {
+    pub fn of_backend(backend: &str) -> Unit {
+        if backend == "cpu" { Unit::Core } else { Unit::Device }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Unit::Device => "device",
+            Unit::Core => "core",
+        }
+    }
+}
+
+impl RateClass {
+    pub fn of(claim: &HardwareClaim, device: &DeviceInfo, n: u32) -> RateClass {
+        RateClass {
+            backend: claim.backend.clone(),
+            kernel: claim.kernel.clone(),
+            model: device.name.clone(),
+            n,
+        }
+    }
+
+    pub fn unit(&self) -> Unit {
+        Unit::of_backend(&self.backend)
+    }
+}
+
+impl std::fmt::Display for RateClass {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} {} \"{}\" n={}", self.backend, self.kernel, self.model, self.n)
+    }
+}
+
+/// Units one device contributes: 1 for a GPU; its cores for a CPU (at least 1, so a CPU that
+/// states no cores is still held to one core's rate).
+pub fn units(backend: &str, device: &DeviceInfo) -> f64 {
+    match Unit::of_backend(backend) {
+        Unit::Device => 1.0,
+        Unit::Core => f64::from(device.sm_count.max(1)),
+    }
+}
+
+/// The one class of a claim whose devices are all alike, with its total units; `None` for a
+/// mixed claim, whose proven rate cannot be split between its classes.
+pub fn homogeneous(claim: &HardwareClaim, n: u32) -> Option<(RateClass, f64)> {
+    let first = claim.devices.first()?;
+    let class = RateClass::of(claim, first, n);
+    if claim.devices.iter().any(|d| d.name != first.name) {
+        return None;
+    }
+    let total = claim.devices.iter().map(|d| units(&claim.backend, d)).sum();
+    Some((class, total))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn device(name: &str, cores: u32) -> DeviceInfo {
+        DeviceInfo {
+            name: name.into(),
+            sm_count: cores,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn cpu_units_are_cores_and_gpu_units_devices() {
+        assert_eq!(units("cpu", &device("cpu: Xeon", 8)), 8.0);
+        assert_eq!(units("cpu", &device("cpu: Xeon", 0)), 1.0);
+        assert_eq!(units("cuda", &device("NVIDIA H100", 132)), 1.0);
+    }
+
+    #[test]
+    fn only_claims_of_one_model_form_a_class() {
+        let mut claim = HardwareClaim {
+            backend: "cuda".into(),
+            kernel: "tensor".into(),
+            devices: vec![device("NVIDIA H100", 132), device("NVIDIA H100", 132)],
+        };
+        let (class, total) = homogeneous(&claim, 2048).unwrap();
+        assert_eq!(class.model, "NVIDIA H100");
+        assert_eq!(total, 2.0);
+        claim.devices.push(device("NVIDIA A100", 108));
+        assert_eq!(homogeneous(&claim, 2048), None);
+        claim.devices.clear();
+        assert_eq!(homogeneous(&claim, 2048), None);
+    }
+}

@@ -1,0 +1,227 @@
+//! The shipped rate table: what a class is expected to do before this validator has observed
+//! it, and the physical ceiling no learned rate may pass. Operators may replace it with
+//! `[[rates]]` rows in the config file.
+
+use super::class::{RateClass, Unit};
+use serde::{Deserialize, Serialize};
+
+/// One row. A class matches when the backend is equal, the kernel is equal (or the row's is
+/// empty) and the row's model occurs in the device name, case-insensitively (or is empty). The
+/// first matching row gives the expected rate; the first matching row with a peak gives the
+/// ceiling.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RateEntry {
+    pub backend: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub kernel: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub model: String,
+    /// Integer operations per second (2 n^3 per GEMM step) per unit: per device on GPUs, per
+    /// core on the CPU backend.
+    pub ops_per_sec: f64,
+    /// The hardware's physical ceiling per unit; 0 leaves it to a later row or the backend's.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub peak_ops_per_sec: f64,
+    /// Where the figures come from.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub source: String,
+}
+
+fn is_zero(x: &f64) -> bool {
+    *x == 0.0
+}
+
+/// Rate assumed for a class no row matches: deliberately low, so that the challenge is small and
+/// the first verdict teaches the validator the real rate.
+pub const FALLBACK_OPS_PER_SEC: f64 = 1.0e9;
+
+/// The ceiling for a class no row gives a peak: the fastest hardware of its kind that this table
+/// knows, per unit (B200 dense int8 per device; AMX-INT8 at 5 GHz per core).
+pub fn backend_ceiling(unit: Unit) -> f64 {
+    match unit {
+        Unit::Device => 4.5e15,
+        Unit::Core => AMX_PEAK_PER_CORE,
+    }
+}
+
+/// Per-core ceilings are the instruction set's int8 throughput per cycle at 5 GHz, above any
+/// shipping server clock: AMX `tdpbssd` 2048 ops/cycle; AVX-512 `vpdpbusd` on two ports 256;
+/// 256-bit `vpdpbusd` 128; AVX2 `vpmaddwd` 64 (also the bound for the portable kernel, which
+/// compilers vectorise at most that wide).
+const AMX_PEAK_PER_CORE: f64 = 2048.0 * 5.0e9;
+
+impl RateEntry {
+    pub fn matches(&self, class: &RateClass) -> bool {
+        self.backend == class.backend
+            && (self.kernel.is_empty() || self.kernel == class.kernel)
+            && (self.model.is_empty() || class.model.to_lowercase().contains(&self.model.to_lowercase()))
+    }
+}
+
+/// The shipped row for a class, if any matches.
+pub fn row_for<'a>(rates: &'a [RateEntry], class: &RateClass) -> Option<&'a RateEntry> {
+    rates.iter().find(|r| r.matches(class))
+}
+
+/// The physical ceiling per unit for a class.
+pub fn peak_for(rates: &[RateEntry], class: &RateClass) -> f64 {
+    rates
+        .iter()
+        .find(|r| r.peak_ops_per_sec > 0.0 && r.matches(class))
+        .map(|r| r.peak_ops_per_sec)
+        .unwrap_or_else(|| backend_ceiling(class.unit()))
+}
+
+/// GPU rows: the ceiling is the datasheet's dense int8 tensor-core figure (half the figure
+/// NVIDIA prints "with sparsity"); the expected rate is half the ceiling, until this project
+/// has measured its own kernels on the model (BENCHMARKS.md). More specific names come first.
+const GPU_ROWS: &[(&str, f64, &str)] = &[
+    (
+        "B200",
+        4.5e15,
+        "NVIDIA HGX B200 datasheet: 72 POPS int8 with sparsity per 8 GPUs",
+    ),
+    (
+        "H200 NVL",
+        1.671e15,
+        "NVIDIA H200 datasheet: 3,341 TOPS int8 with sparsity (NVL)",
+    ),
+    (
+        "H200",
+        1.979e15,
+        "NVIDIA H200 datasheet: 3,958 TOPS int8 with sparsity (SXM)",
+    ),
+    (
+        "H100 PCIe",
+        1.513e15,
+        "NVIDIA H100 datasheet: 3,026 TOPS int8 with sparsity (PCIe)",
+    ),
+    (
+        "H100 NVL",
+        1.671e15,
+        "NVIDIA H100 datasheet: 3,341 TOPS int8 with sparsity (NVL)",
+    ),
+    (
+        "H100",
+        1.979e15,
+        "NVIDIA H100 datasheet: 3,958 TOPS int8 with sparsity (SXM5)",
+    ),
+    ("A100", 6.24e14, "NVIDIA A100 datasheet: 1,248 TOPS int8 with sparsity"),
+    ("A10", 2.5e14, "NVIDIA A10 datasheet: 500 TOPS int8 with sparsity"),
+    ("L40S", 7.33e14, "NVIDIA L40S datasheet: 1,466 TOPS int8 with sparsity"),
+    ("L40", 3.62e14, "NVIDIA L40 datasheet: 724 TOPS int8 with sparsity"),
+    ("L4", 2.425e14, "NVIDIA L4 datasheet: 485 TOPS int8 with sparsity"),
+    (
+        "RTX 4090",
+        6.606e14,
+        "NVIDIA Ada Lovelace whitepaper: RTX 4090, 1,321.2 TOPS int8 with sparsity",
+    ),
+];
+
+/// This project's portable kernel, n = 256, per core (`miner bench`, BENCHMARKS.md): the rate
+/// assumed for CPU kernels not yet measured, which are all at least as fast.
+const PORTABLE: f64 = 3.5e9;
+const UNMEASURED_CPU: &str =
+    "ceiling: the instruction set at 5 GHz; expected: the portable kernel's rate, until observed";
+
+/// The table the validator ships with.
+pub fn shipped_rates() -> Vec<RateEntry> {
+    let unmeasured = "expected rate: half the ceiling, not yet measured by this project";
+    let mut rows: Vec<RateEntry> = GPU_ROWS
+        .iter()
+        .map(|&(model, dense_peak, source)| RateEntry {
+            backend: "cuda".into(),
+            kernel: String::new(),
+            model: model.into(),
+            ops_per_sec: dense_peak / 2.0,
+            peak_ops_per_sec: dense_peak,
+            source: format!("{source}; ceiling: the dense half; {unmeasured}"),
+        })
+        .collect();
+    rows.push(RateEntry {
+        backend: "cuda".into(),
+        kernel: String::new(),
+        model: String::new(),
+        ops_per_sec: 5.0e13,
+        peak_ops_per_sec: 0.0,
+        source: "any other CUDA GPU: a low guess, so the first verdict measures it".into(),
+    });
+    let cpu = |kernel: &str, ops_per_sec: f64, ops_per_cycle: f64, source: &str| RateEntry {
+        backend: "cpu".into(),
+        kernel: kernel.into(),
+        model: String::new(),
+        ops_per_sec,
+        peak_ops_per_sec: ops_per_cycle * 5.0e9,
+        source: source.into(),
+    };
+    rows.extend([
+        cpu(
+            "avx512-vnni",
+            1.4e11,
+            256.0,
+            "this project's avx512-vnni kernel, n = 256, per core (miner bench, BENCHMARKS.md)",
+        ),
+        cpu("avx-vnni", PORTABLE, 128.0, UNMEASURED_CPU),
+        cpu("avx2", PORTABLE, 64.0, UNMEASURED_CPU),
+        cpu("amx", PORTABLE, 2048.0, UNMEASURED_CPU),
+        cpu(
+            "portable",
+            PORTABLE,
+            64.0,
+            "this project's portable kernel, n = 256, per core (miner bench, BENCHMARKS.md)",
+        ),
+        cpu("", PORTABLE, 0.0, UNMEASURED_CPU),
+    ]);
+    rows
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn class(backend: &str, kernel: &str, model: &str) -> RateClass {
+        RateClass {
+            backend: backend.into(),
+            kernel: kernel.into(),
+            model: model.into(),
+            n: 2048,
+        }
+    }
+
+    #[test]
+    fn specific_models_win_over_their_prefixes() {
+        let rates = shipped_rates();
+        let peak = |model: &str| peak_for(&rates, &class("cuda", "tensor", model));
+        assert_eq!(peak("NVIDIA H100 80GB HBM3"), 1.979e15);
+        assert_eq!(peak("NVIDIA H100 PCIe"), 1.513e15);
+        assert_eq!(peak("NVIDIA H200 NVL"), 1.671e15);
+        assert_eq!(peak("NVIDIA A100-SXM4-80GB"), 6.24e14);
+        assert_eq!(peak("NVIDIA A10"), 2.5e14);
+        assert_eq!(peak("NVIDIA L40S"), 7.33e14);
+        assert_eq!(peak("NVIDIA L4"), 2.425e14);
+        assert_eq!(peak("Some Future GPU"), backend_ceiling(Unit::Device));
+        let expected = row_for(&rates, &class("cuda", "tensor", "NVIDIA H100 80GB HBM3")).unwrap();
+        assert_eq!(expected.ops_per_sec, 1.979e15 / 2.0);
+    }
+
+    #[test]
+    fn a_cpu_named_like_a_gpu_gets_cpu_rates() {
+        // The backend decides first: a CPU miner cannot borrow a GPU row by its device name.
+        let rates = shipped_rates();
+        let fake = class("cpu", "portable", "NVIDIA H100");
+        assert_eq!(row_for(&rates, &fake).unwrap().ops_per_sec, 3.5e9);
+        assert_eq!(peak_for(&rates, &fake), 64.0 * 5.0e9);
+    }
+
+    #[test]
+    fn every_row_has_a_source_and_a_positive_rate_below_its_ceiling() {
+        let rates = shipped_rates();
+        for row in &rates {
+            assert!(!row.source.is_empty(), "{row:?}");
+            assert!(row.ops_per_sec > 0.0, "{row:?}");
+            let c = class(&row.backend, &row.kernel, &row.model);
+            assert!(row.ops_per_sec <= peak_for(&rates, &c), "{row:?}");
+        }
+    }
+}
