@@ -307,3 +307,69 @@ fn an_operator_manages_the_miners_of_a_running_validator() {
         "is `validator serve` running there?",
     );
 }
+
+fn rates(db: &Path, args: &[&str]) -> Output {
+    cmd("validator")
+        .args(["rates", "--database"])
+        .arg(db)
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+fn rate_table(db: &Path) -> serde_json::Value {
+    let out = rates(db, &["show", "--json"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+#[test]
+fn a_rate_table_is_imported_shown_and_exported() {
+    let dir = Dir(std::env::temp_dir().join(format!("gpu-attest-rates-{}", std::process::id())));
+    let _ = std::fs::remove_dir_all(&dir.0);
+    std::fs::create_dir_all(&dir.0).unwrap();
+    let db = dir.0.join("v.db");
+    assert_one_line_error(&rates(&db, &[]), "no database");
+
+    // Another validator's export: one observed class.
+    let file = dir.0.join("fleet.toml");
+    let row = |unit: &str| {
+        format!(
+            "format = 1\n[[class]]\nbackend = \"cuda\"\nkernel = \"tensor\"\nmodel = \"NVIDIA H100 80GB HBM3\"\n\
+             n = 2048\nunit = \"{unit}\"\nops_per_sec = 1.1e15\nminers = 5\nobservations = 40\n"
+        )
+    };
+    std::fs::write(&file, row("device")).unwrap();
+    let out = rates(&db, &["import", file.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("imported 1 classes"));
+
+    let table = rate_table(&db);
+    let class = &table["classes"][0];
+    assert_eq!(class["source"], "shared");
+    assert_eq!(class["model"], "nvidia h100 80gb hbm3", "class names are normalised");
+    assert_eq!(class["ops_per_sec"], 1.1e15);
+    assert_eq!(class["miners"], 5);
+    let shipped = table["shipped"].as_array().unwrap();
+    assert!(
+        shipped
+            .iter()
+            .any(|r| r["model"] == "H100" && r["peak_ops_per_sec"] == 1.979e15)
+    );
+    let human = String::from_utf8_lossy(&rates(&db, &[]).stdout).to_string();
+    assert!(human.contains("shared") && human.contains("shipped table"), "{human}");
+
+    // Exported again, it is the same class, ready for the next validator.
+    let out = rates(&db, &["export"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let exported = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(
+        exported.contains("model = \"nvidia h100 80gb hbm3\"") && exported.contains("miners = 5"),
+        "{exported}"
+    );
+
+    // A file with a bad row is refused whole, in one line, and changes nothing.
+    std::fs::write(&file, row("core")).unwrap();
+    assert_one_line_error(&rates(&db, &["import", file.to_str().unwrap()]), "per device");
+    assert_eq!(rate_table(&db)["classes"][0]["ops_per_sec"], 1.1e15);
+}

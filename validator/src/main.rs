@@ -326,6 +326,13 @@ fn serve(config: ValidatorConfig) -> Result<()> {
 fn rates(config: Option<&std::path::Path>, database: &std::path::Path, action: RatesAction) -> Result<ExitCode> {
     let config = ValidatorConfig::load(config)?;
     config.validate()?;
+    // Importing may prepare a validator's database before its first run; reading needs one.
+    if !database.exists() && !matches!(action, RatesAction::Import { .. }) {
+        bail!(
+            "no database at {}; run `validator attest` or `validator serve` first",
+            database.display()
+        );
+    }
     let store = Store::open(database)?;
     let now = gpu_attest_validator::attest::now_ms();
     match action {

@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 pub struct RateClass {
     pub backend: String,
     pub kernel: String,
-    /// The device name as the miner reports it.
+    /// The device name as the miner reports it, normalised ([`model_of`]).
     pub model: String,
     /// Matrix size: rates depend strongly on it, and the planner fixes it per backend.
     pub n: u32,
@@ -44,7 +44,7 @@ impl RateClass {
         RateClass {
             backend: claim.backend.clone(),
             kernel: claim.kernel.clone(),
-            model: device.name.clone(),
+            model: model_of(&device.name),
             n,
         }
     }
@@ -58,6 +58,20 @@ impl std::fmt::Display for RateClass {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "{} {} \"{}\" n={}", self.backend, self.kernel, self.model, self.n)
     }
+}
+
+/// The class model of a device name: lower case, only letters, digits, ASCII punctuation and
+/// single spaces. Names are the miner's word, so without this a miner could open a class of its
+/// own (and stay at first contact, with its wide slack) by adding a space, changing case or
+/// slipping in an invisible character.
+pub fn model_of(name: &str) -> String {
+    name.chars()
+        .filter(|c| c.is_alphanumeric() || c.is_ascii_punctuation() || c.is_whitespace())
+        .collect::<String>()
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ")
+        .to_lowercase()
 }
 
 /// Units one device contributes: 1 for a GPU; its cores for a CPU (at least 1, so a CPU that
@@ -74,7 +88,7 @@ pub fn units(backend: &str, device: &DeviceInfo) -> f64 {
 pub fn homogeneous(claim: &HardwareClaim, n: u32) -> Option<(RateClass, f64)> {
     let first = claim.devices.first()?;
     let class = RateClass::of(claim, first, n);
-    if claim.devices.iter().any(|d| d.name != first.name) {
+    if claim.devices.iter().any(|d| model_of(&d.name) != class.model) {
         return None;
     }
     let total = claim.devices.iter().map(|d| units(&claim.backend, d)).sum();
@@ -101,6 +115,14 @@ mod tests {
     }
 
     #[test]
+    fn spelling_variants_of_a_name_are_one_class() {
+        for variant in ["NVIDIA H100", " nvidia  H100 ", "NVIDIA\u{200b} H100", "NVIDIA\tH100\n"] {
+            assert_eq!(model_of(variant), "nvidia h100", "{variant:?}");
+        }
+        assert_ne!(model_of("NVIDIA H100 PCIe"), model_of("NVIDIA H100"));
+    }
+
+    #[test]
     fn only_claims_of_one_model_form_a_class() {
         let mut claim = HardwareClaim {
             backend: "cuda".into(),
@@ -108,7 +130,7 @@ mod tests {
             devices: vec![device("NVIDIA H100", 132), device("NVIDIA H100", 132)],
         };
         let (class, total) = homogeneous(&claim, 2048).unwrap();
-        assert_eq!(class.model, "NVIDIA H100");
+        assert_eq!(class.model, "nvidia h100");
         assert_eq!(total, 2.0);
         claim.devices.push(device("NVIDIA A100", 108));
         assert_eq!(homogeneous(&claim, 2048), None);

@@ -7,7 +7,7 @@
 //! [[class]]
 //! backend = "cuda"
 //! kernel = "tensor"
-//! model = "NVIDIA H100 80GB HBM3"
+//! model = "nvidia h100 80gb hbm3"
 //! n = 2048
 //! unit = "device"
 //! ops_per_sec = 1.1e15
@@ -15,7 +15,7 @@
 //! observations = 170
 //! ```
 
-use super::class::{RateClass, Unit};
+use super::class::{RateClass, Unit, model_of};
 use super::{Expected, SharedRate};
 use serde::{Deserialize, Serialize};
 
@@ -72,11 +72,12 @@ impl SharedClass {
         }
     }
 
+    /// The class this row is for, its model normalised as the validator names classes.
     pub fn class(&self) -> RateClass {
         RateClass {
             backend: self.backend.clone(),
             kernel: self.kernel.clone(),
-            model: self.model.clone(),
+            model: model_of(&self.model),
             n: self.n,
         }
     }
@@ -90,7 +91,7 @@ impl SharedClass {
     }
 
     fn problem(&self) -> Option<String> {
-        if self.backend.is_empty() || self.kernel.is_empty() || self.model.is_empty() {
+        if self.backend.is_empty() || self.kernel.is_empty() || model_of(&self.model).is_empty() {
             return Some("backend, kernel and model must all be named".into());
         }
         if !(1..=gpu_attest_shared::params::MAX_N).contains(&self.n) {
@@ -155,7 +156,7 @@ mod tests {
         SharedClass {
             backend: "cpu".into(),
             kernel: "avx512-vnni".into(),
-            model: "cpu: Intel(R) Xeon(R) Processor".into(),
+            model: "cpu: intel(r) xeon(r) processor".into(),
             n: 256,
             unit: Unit::Core,
             ops_per_sec: 1.3e11,
