@@ -45,11 +45,13 @@ reason_codes! {
     ImpossibleProgress = "impossible-progress",
     /// Events out of the order of PROTOCOL.md 14.3 (progress before `Accepted`, two `Accepted`).
     StreamOutOfOrder = "stream-out-of-order",
-    /// The miner ended the challenge with an error after accepting it.
+    /// The miner ended the challenge with an error after accepting it (other than reaching the
+    /// deadline: that is `commitment-timed-out`).
     MinerFailed = "miner-failed",
     /// The stream ended without a commitment.
     NoCommitment = "no-commitment",
-    /// No commitment within the deadline plus the grace.
+    /// No commitment by the deadline: the miner stopped at it (`DEADLINE_EXCEEDED`), or nothing
+    /// came within the deadline plus the grace.
     CommitmentTimedOut = "commitment-timed-out",
     /// The commitment arrived, but after the deadline by the validator's clock.
     LateCommitment = "late-commitment",

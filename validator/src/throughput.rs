@@ -110,9 +110,13 @@ impl Expectation {
         } else {
             String::new()
         };
+        let miners = match self.miners {
+            1 => "1 miner".to_string(),
+            m => format!("{m} miners"),
+        };
         match self.source {
-            Some(RateSource::Calibrated) => format!("calibrated from {} miners{slack}", self.miners),
-            Some(RateSource::Shared) => format!("shared table from {} miners{slack}", self.miners),
+            Some(RateSource::Calibrated) => format!("calibrated from {miners}{slack}"),
+            Some(RateSource::Shared) => format!("shared table from {miners}{slack}"),
             Some(RateSource::Shipped) => format!("shipped table: first contact{slack}"),
             None => "rate source not recorded".into(),
         }

@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod cheats;
+pub mod fleet;
 pub mod pki;
 
 use gpu_attest_miner::MinerCore;
@@ -55,9 +56,19 @@ pub async fn listener() -> (TcpListener, SocketAddr) {
     (listener, address)
 }
 
+/// Cores each test CPU device states; an honest test miner computes on this many threads.
+pub const TEST_CORES: u32 = 2;
+
 /// `n` devices of the CPU backend, each presented as a device in the inventory.
 pub fn cpu_backend(devices: u32) -> SelectedBackend {
-    let backend = CpuBackend::new(2, None).unwrap().with_logical_devices(devices);
+    cpu_backend_on(TEST_CORES as usize, devices)
+}
+
+/// `devices` devices that each state [`TEST_CORES`] cores, computed on `threads` threads in all:
+/// honest when `threads` is `TEST_CORES * devices` or more (tests share the cores), and
+/// under-provisioned below that.
+pub fn cpu_backend_on(threads: usize, devices: u32) -> SelectedBackend {
+    let backend = CpuBackend::new(threads, None).unwrap().with_logical_devices(devices);
     SelectedBackend {
         kernel: backend.kernel().to_string(),
         backend: Arc::new(backend),
@@ -65,7 +76,7 @@ pub fn cpu_backend(devices: u32) -> SelectedBackend {
         devices: (0..devices)
             .map(|i| gpu_attest_shared::statement::DeviceInfo {
                 index: i,
-                ..cpu_device(2)
+                ..cpu_device(TEST_CORES as usize)
             })
             .collect(),
         notes: Vec::new(),
@@ -85,11 +96,22 @@ pub fn miner_core_with(
     limits: Limits,
     nonces: NonceLog,
 ) -> Arc<MinerCore> {
+    miner_on(seed, allowed, cpu_backend(devices), limits, nonces)
+}
+
+/// A miner on the given backend.
+pub fn miner_on(
+    seed: u8,
+    allowed: &[PublicKey],
+    backend: SelectedBackend,
+    limits: Limits,
+    nonces: NonceLog,
+) -> Arc<MinerCore> {
     Arc::new(MinerCore::new(
         Identity::from_seed([seed; 32]),
         allowed.iter().copied().collect::<HashSet<_>>(),
         limits,
-        cpu_backend(devices),
+        backend,
         Duration::from_secs(60),
         nonces,
     ))

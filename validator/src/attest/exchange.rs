@@ -126,6 +126,19 @@ pub async fn await_commitment(
                     )));
                 }
                 Err(status) if !answered => return Err(super::client::refused(url, status)),
+                // The miner gave up at the deadline: it could not do the work in time, which
+                // is what the deadline tests. Named as such, not as a generic failure.
+                Err(status) if status.code() == tonic::Code::DeadlineExceeded => {
+                    return Ok(Received::Failed(Reason::new(
+                        ReasonCode::CommitmentTimedOut,
+                        format!(
+                            "no commitment by the deadline ({} ms): the miner stopped after {} ms ({})",
+                            plan.deadline_ms,
+                            started.elapsed().as_millis(),
+                            status.message()
+                        ),
+                    )));
+                }
                 Err(status) => {
                     return Ok(Received::Failed(Reason::new(
                         ReasonCode::MinerFailed,

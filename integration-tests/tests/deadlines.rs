@@ -1,0 +1,59 @@
+//! Deadlines from calibrated rates, with real miner servers on loopback and a real validator
+//! store: a miner that claims more compute than it has misses the deadline, honest ones pass.
+//!
+//! This file holds one test, so that its binary runs alone (test binaries run one after
+//! another): no other test competes for the CPU while it times the miners.
+
+mod common;
+
+use common::fleet::*;
+use common::*;
+use gpu_attest_validator::rates::RateSource;
+use gpu_attest_validator::reason::ReasonCode;
+
+#[tokio::test(flavor = "multi_thread")]
+async fn calibrated_deadlines_fail_an_under_provisioned_miner_and_pass_honest_ones() {
+    let dir = TempDir::new("deadlines");
+    let config = timing_config(&dir);
+    let attestor = attestor(&config);
+    let honest = honest_miners(1, CALIBRATING_MINERS).await;
+
+    // First contact: the shipped rate, the wide slack. Two rounds teach the class.
+    let learning = calibrate(&attestor, &honest, 2).await;
+    let first = &learning[0].throughput;
+    assert_eq!(first.rate_source, Some(RateSource::Shipped));
+    assert_eq!(first.slack, config.deadline.first_contact_slack);
+    let calibrated = &learning.last().unwrap().throughput;
+    assert_eq!(calibrated.rate_miners, u32::from(CALIBRATING_MINERS));
+    assert_eq!(calibrated.slack, config.deadline.slack);
+
+    // Claims 4 devices of 2 cores and computes on one thread: an eighth of the claimed compute
+    // at best. The challenge is sized for what it claims, so it cannot finish in time.
+    let cheat = under_provisioned_miner(40, 4, 1).await;
+    let verdict = attestor.attest(&cheat.url(), &|_| {}).await.expect("attestation runs");
+    assert_failed_with(&verdict, ReasonCode::CommitmentTimedOut);
+    assert_eq!(verdict.throughput.rate_source, Some(RateSource::Calibrated));
+    assert_eq!(
+        verdict.throughput.proven_ops_per_sec, None,
+        "a failed verdict proves no rate"
+    );
+    println!("under-provisioned miner: {:?}", verdict.reasons);
+
+    // The honest miners pass every time under the same calibrated deadlines, and the deadline
+    // is the tight slack times the expected time.
+    for verdict in calibrate(&attestor, &honest, 2).await {
+        let t = &verdict.throughput;
+        assert_eq!(
+            (t.rate_source, t.slack),
+            (Some(RateSource::Calibrated), config.deadline.slack)
+        );
+        assert_eq!(
+            verdict.deadline_ms,
+            (verdict.expected_ms as f64 * config.deadline.slack).ceil() as u64
+        );
+        println!(
+            "honest: {} ms of {} ms allowed; {t}",
+            verdict.measured_ms, verdict.deadline_ms
+        );
+    }
+}
