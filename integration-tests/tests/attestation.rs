@@ -128,3 +128,31 @@ async fn answering_after_the_deadline_fails() {
     assert_failed_with(&verdict, ReasonCode::LateCommitment);
     assert!(verdict.measured_ms > verdict.deadline_ms);
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn only_registered_unrevoked_miners_teach_their_class_rate() {
+    let miner = spawn_miner(miner_core(12, &[validator_key()], 1)).await;
+    let dir = TempDir::new("teach");
+    let attestor = attestor(&validator_config(&dir, Policy::Sampled));
+    let store = attestor.store();
+    // A one-shot attestation of an unregistered URL passes, and teaches nothing.
+    let verdict = attestor.attest(&miner.url(), &|_| {}).await.unwrap();
+    assert!(verdict.passed, "{:?}", verdict.reasons);
+    assert!(store.rate_classes().unwrap().is_empty());
+    // Registered, its pass records the rate it proved for its class, per core.
+    let key = attestor.inventory(&miner.url()).await.unwrap().miner_key;
+    let url = gpu_attest_validator::attest::normalise_url(&miner.url());
+    store.register_miner(&url, "rig", key, false, 0).unwrap();
+    let verdict = attestor.attest(&miner.url(), &|_| {}).await.unwrap();
+    assert!(verdict.passed, "{:?}", verdict.reasons);
+    let classes = store.rate_classes().unwrap();
+    assert_eq!(classes.len(), 1);
+    let seen = store.observations(&classes[0], 0).unwrap();
+    assert_eq!(seen.len(), 1);
+    assert_eq!(seen[0].miner_key, key.0);
+    let proven = verdict.throughput.proven_ops_per_sec.unwrap();
+    assert_eq!(seen[0].ops_per_unit, proven / f64::from(TEST_CORES));
+    // Revoked, its observations no longer count.
+    store.revoke_key(&key, "test", 1).unwrap();
+    assert!(store.observations(&classes[0], 0).unwrap().is_empty());
+}

@@ -359,12 +359,13 @@ fn a_rate_table_is_imported_shown_and_exported() {
     let human = String::from_utf8_lossy(&rates(&db, &[]).stdout).to_string();
     assert!(human.contains("shared") && human.contains("shipped table"), "{human}");
 
-    // Exported again, it is the same class, ready for the next validator.
+    // An export carries only the classes this validator calibrated itself: an imported row is
+    // another validator's word, for that validator to share.
     let out = rates(&db, &["export"]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let exported = String::from_utf8_lossy(&out.stdout).to_string();
     assert!(
-        exported.contains("model = \"nvidia h100 80gb hbm3\"") && exported.contains("miners = 5"),
+        exported.contains("format = 1") && !exported.contains("h100"),
         "{exported}"
     );
 

@@ -62,11 +62,12 @@ pub enum Command {
     /// The expected rate of each hardware class: learned from passing verdicts, imported, or
     /// shipped. Export it as TOML for other validators, or import theirs.
     Rates {
-        /// TOML config file (its [[rates]] table and [calibration] settings).
+        /// TOML config file (its database, [[rates]] rows and [calibration] settings).
         #[arg(long, env = "GPU_ATTEST_VALIDATOR_CONFIG")]
         config: Option<PathBuf>,
-        #[arg(long, env = "GPU_ATTEST_VALIDATOR_DATABASE", default_value = "validator.db")]
-        database: PathBuf,
+        /// SQLite database file; default: the config's `database`.
+        #[arg(long, env = "GPU_ATTEST_VALIDATOR_DATABASE")]
+        database: Option<PathBuf>,
         #[command(subcommand)]
         action: Option<RatesAction>,
     },

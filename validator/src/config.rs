@@ -132,8 +132,8 @@ pub struct ValidatorConfig {
     /// API requests a minute per address, and the burst allowed at once.
     pub requests_per_minute: u32,
     pub request_burst: u32,
-    /// The shipped rate table (per device on GPUs, per core on CPUs), for classes this
-    /// validator has not yet calibrated.
+    /// Rate rows of this validator's own (per device on GPUs, per core on CPUs), tried before the
+    /// shipped table for classes this validator has not yet calibrated.
     pub rates: Vec<RateEntry>,
     pub calibration: CalibrationConfig,
 }
@@ -158,7 +158,7 @@ impl Default for ValidatorConfig {
             allow_plaintext_miners: false,
             requests_per_minute: 600,
             request_burst: 60,
-            rates: shipped_rates(),
+            rates: Vec::new(),
             calibration: CalibrationConfig::default(),
         }
     }
@@ -228,6 +228,11 @@ impl ValidatorConfig {
                 .map_err(|e| ConfigError::Invalid(format!("[challenge]: {e}")))?;
         }
         Ok(())
+    }
+
+    /// The table first contact is timed by: this config's rows, then the shipped ones.
+    pub fn rate_table(&self) -> Vec<RateEntry> {
+        self.rates.iter().cloned().chain(shipped_rates()).collect()
     }
 
     pub fn to_toml(&self) -> String {

@@ -87,7 +87,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
             action,
         } => rates(
             config.as_deref(),
-            &database,
+            database,
             action.unwrap_or(RatesAction::Show { json: false }),
         ),
         Command::Miners { api, action } => miners(&api, action),
@@ -323,9 +323,17 @@ fn serve(config: ValidatorConfig) -> Result<()> {
 
 /// `validator rates`: works on the database file, like `verdicts`, so it runs beside a serving
 /// validator (SQLite's WAL lets both open it).
-fn rates(config: Option<&std::path::Path>, database: &std::path::Path, action: RatesAction) -> Result<ExitCode> {
-    let config = ValidatorConfig::load(config)?;
+fn rates(
+    config: Option<&std::path::Path>,
+    database: Option<std::path::PathBuf>,
+    action: RatesAction,
+) -> Result<ExitCode> {
+    let mut config = ValidatorConfig::load(config)?;
+    if let Some(database) = database {
+        config.database = database;
+    }
     config.validate()?;
+    let database = config.database.as_path();
     // Importing may prepare a validator's database before its first run; reading needs one.
     if !database.exists() && !matches!(action, RatesAction::Import { .. }) {
         bail!(
@@ -395,8 +403,17 @@ fn rates(config: Option<&std::path::Path>, database: &std::path::Path, action: R
         }
         RatesAction::Import { file } => {
             let text = std::fs::read_to_string(&file).with_context(|| format!("reading {}", file.display()))?;
-            let count = report::import(&store, &text, now).with_context(|| format!("importing {}", file.display()))?;
-            println!("imported {count} classes from {}", file.display());
+            let imported =
+                report::import(&store, &text, now).with_context(|| format!("importing {}", file.display()))?;
+            println!("imported {} classes from {}", imported.len(), file.display());
+            for class in imported.iter().filter(|c| c.miners < config.calibration.min_miners) {
+                println!(
+                    "  not used until it has {} miners behind it (calibration.min_miners): {} ({} miners)",
+                    config.calibration.min_miners,
+                    class.class(),
+                    class.miners
+                );
+            }
         }
     }
     Ok(ExitCode::SUCCESS)

@@ -69,11 +69,6 @@ pub fn classes(claim: &HardwareClaim, config: &ChallengeConfig) -> Vec<RateClass
 /// their units. The source is the weakest among the classes, so one first-contact device puts
 /// the whole challenge on the first-contact slack.
 pub fn expectation(claim: &HardwareClaim, n: u32, rates: &RateBook, config: &ValidatorConfig) -> Expectation {
-    let trust = |source: RateSource| match source {
-        RateSource::Shipped => 0,
-        RateSource::Shared => 1,
-        RateSource::Calibrated => 2,
-    };
     let mut ops_per_sec = 0.0;
     let mut miners = u32::MAX;
     let mut weakest = RateSource::Calibrated;
@@ -81,7 +76,7 @@ pub fn expectation(claim: &HardwareClaim, n: u32, rates: &RateBook, config: &Val
         let e = rates.expected(&RateClass::of(claim, device, n));
         ops_per_sec += e.ops_per_unit * units(&claim.backend, device);
         miners = miners.min(e.miners);
-        if trust(e.source) < trust(weakest) {
+        if e.source.trust() < weakest.trust() {
             weakest = e.source;
         }
     }
@@ -207,14 +202,14 @@ pub fn plan(
     }
     // At least one chain per device, so every device the miner claims has to work, and enough
     // work that the deadline reaches the floor.
-    // Searched without the cap, so that a refusal can say how many chains the floor needs.
-    let fewest = timing
-        .fewest_reaching(config.deadline.min_ms, u64::MAX / 2)
-        .max(devices);
+    // Searched within the cap: the search walks chain by chain across rounding plateaus, so an
+    // absurd claimed rate must not make it walk far. A refusal states the closed-form count.
+    let fewest = timing.fewest_reaching(config.deadline.min_ms, max_chains).max(devices);
     if fewest > max_chains {
+        let needed = (config.deadline.min_ms as f64 / timing.slack / 1000.0 * rate / timing.ops_per_chain).ceil();
         return Err(PlanError::TooLittleWork {
             max_chains,
-            needed: fewest,
+            needed: (needed as u64).max(max_chains + 1),
             min_ms: config.deadline.min_ms,
         });
     }
@@ -410,9 +405,22 @@ mod tests {
                 max_chains: 100,
                 needed,
                 min_ms: 2_000,
-            }) => assert_eq!(needed, p.params.num_chains),
+                // The refusal states the closed form, within rounding of the exact count.
+            }) => assert!(
+                needed.abs_diff(p.params.num_chains) <= p.params.num_chains / 100,
+                "{needed}"
+            ),
             other => panic!("{other:?}"),
         }
+        // An absurd claim (64 CPUs of 4 billion cores each) is refused at once, not searched.
+        let mut absurd = inventory("cpu", "portable", &["cpu"; 64]);
+        for d in &mut absurd.claim.devices {
+            d.sm_count = u32::MAX;
+        }
+        assert!(matches!(
+            plan_for(&absurd, &ChallengeConfig::default()),
+            Err(PlanError::TooLittleWork { .. })
+        ));
     }
 
     #[test]
@@ -493,7 +501,11 @@ mod tests {
                         );
                     }
                 }
-                let fewest = timing.fewest_reaching(window, u64::MAX / 2);
+                let fewest = timing.fewest_reaching(window, 1 << 20);
+                if fewest > 1 << 20 {
+                    assert!(timing.deadline_ms(1 << 20) < window);
+                    continue;
+                }
                 assert!(
                     timing.deadline_ms(fewest) >= window,
                     "{fewest} chains fall short of {window} ms"

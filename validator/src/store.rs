@@ -230,10 +230,15 @@ impl Store {
              ALTER TABLE verdicts ADD COLUMN rate_miners INTEGER NOT NULL DEFAULT 0;
              ALTER TABLE verdicts ADD COLUMN slack REAL NOT NULL DEFAULT 0;",
         ];
+        // Each step records its version in its own transaction, so a crash between steps leaves
+        // a database that the next open carries on from, never one that repeats a step.
         if version >= 1 {
-            for step in &ADDED_COLUMNS[(version as usize - 1).min(ADDED_COLUMNS.len())..] {
-                conn.execute_batch(&format!("BEGIN; {step} COMMIT;"))
-                    .map_err(open_err)?;
+            for (i, step) in ADDED_COLUMNS.iter().enumerate() {
+                let to = i as i64 + 2;
+                if version < to {
+                    conn.execute_batch(&format!("BEGIN; {step} PRAGMA user_version = {to}; COMMIT;"))
+                        .map_err(open_err)?;
+                }
             }
         }
         conn.pragma_update(None, "user_version", SCHEMA_VERSION)
@@ -324,12 +329,14 @@ impl Store {
         Ok(id as u64)
     }
 
-    /// A class's rate observations since `since_ms`, newest first.
+    /// A class's rate observations since `since_ms`, newest first; a revoked key's no longer
+    /// count.
     pub fn observations(&self, class: &RateClass, since_ms: u64) -> Result<Vec<Observation>, StoreError> {
         let conn = self.conn();
         let mut stmt = conn.prepare(
             "SELECT miner_key, ops_per_unit FROM rate_observations
              WHERE backend = ?1 AND kernel = ?2 AND model = ?3 AND n = ?4 AND created_at_ms >= ?5
+               AND miner_key NOT IN (SELECT miner_key FROM revoked_keys)
              ORDER BY id DESC LIMIT ?6",
         )?;
         let rows = stmt.query_map(
@@ -375,13 +382,15 @@ impl Store {
         Ok(rows.collect::<Result<_, _>>()?)
     }
 
-    pub fn shared_rate(&self, class: &RateClass) -> Result<Option<SharedRate>, StoreError> {
+    /// A class's imported rate, if it was imported since `since_ms` (imports age out like
+    /// observations, so a fleet file must be refreshed to stay in force).
+    pub fn shared_rate(&self, class: &RateClass, since_ms: u64) -> Result<Option<SharedRate>, StoreError> {
         Ok(self
             .conn()
             .query_row(
                 "SELECT ops_per_unit, miners, observations FROM shared_rates
-                 WHERE backend = ?1 AND kernel = ?2 AND model = ?3 AND n = ?4",
-                params![class.backend, class.kernel, class.model, class.n],
+                 WHERE backend = ?1 AND kernel = ?2 AND model = ?3 AND n = ?4 AND imported_at_ms >= ?5",
+                params![class.backend, class.kernel, class.model, class.n, since_ms as i64],
                 |r| {
                     Ok(SharedRate {
                         ops_per_unit: r.get(0)?,
@@ -798,8 +807,13 @@ mod tests {
         };
         store.import_shared_rates(&[(other.clone(), rate(1.0e9))], 5).unwrap();
         store.import_shared_rates(&[(other.clone(), rate(2.0e9))], 6).unwrap();
-        assert_eq!(store.shared_rate(&other).unwrap(), Some(rate(2.0e9)));
-        assert_eq!(store.shared_rate(&class()).unwrap(), None);
+        assert_eq!(store.shared_rate(&other, 0).unwrap(), Some(rate(2.0e9)));
+        assert_eq!(
+            store.shared_rate(&other, 7).unwrap(),
+            None,
+            "imported before the window"
+        );
+        assert_eq!(store.shared_rate(&class(), 0).unwrap(), None);
         assert_eq!(store.rate_classes().unwrap(), vec![class(), other]);
         drop(store);
         std::fs::remove_dir_all(&dir).unwrap();

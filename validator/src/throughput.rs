@@ -117,6 +117,7 @@ impl Expectation {
         match self.source {
             Some(RateSource::Calibrated) => format!("calibrated from {miners}{slack}"),
             Some(RateSource::Shared) => format!("shared table from {miners}{slack}"),
+            Some(RateSource::Related) => format!("calibrated for another name of this model, from {miners}{slack}"),
             Some(RateSource::Shipped) => format!("shipped table: first contact{slack}"),
             None => "rate source not recorded".into(),
         }

@@ -9,7 +9,7 @@ use gpu_attest_validator::rates::RateSource;
 pub const CALIBRATING_MINERS: u8 = 3;
 
 /// Challenges that take real time on a CPU, timed by the validator's own defaults: the shipped
-/// rate table (so first contact is sized about right, and calibration starts from runs of the
+/// rate table alone (so first contact is sized about right, and calibration starts from runs of the
 /// same size as later ones), its challenge shape, slacks, floor and calibration, with 3 s of
 /// target work instead of 30. The CPU size n = 256 is one where a second thread adds compute
 /// (at smaller n one thread does nearly as much as two, and a "core" would prove nothing).
@@ -23,7 +23,7 @@ pub fn timing_config(dir: &TempDir) -> ValidatorConfig {
     };
     config.deadline = DeadlineConfig::default();
     config.calibration = CalibrationConfig::default();
-    config.rates = gpu_attest_validator::config::shipped_rates();
+    config.rates = Vec::new();
     config
 }
 
@@ -39,6 +39,15 @@ pub async fn honest_miners(first_seed: u8, count: u8) -> Vec<Running> {
 /// Attests each miner `rounds` times, round by round; every verdict must pass (these miners are
 /// honest). Returns the verdicts in order.
 pub async fn calibrate(attestor: &Attestor, miners: &[Running], rounds: u32) -> Vec<Verdict> {
+    // Registered first: only the operator's registered miners teach the validator their class.
+    for miner in miners {
+        let key = attestor.inventory(&miner.url()).await.expect("inventory").miner_key;
+        let url = gpu_attest_validator::attest::normalise_url(&miner.url());
+        attestor
+            .store()
+            .register_miner(&url, "honest", key, false, 0)
+            .expect("register");
+    }
     let mut verdicts = Vec::new();
     for _ in 0..rounds {
         for miner in miners {

@@ -181,8 +181,7 @@ impl Attestor {
         let sampled = self.policy() != Policy::Full;
         let rates = RateBook::load(
             &self.store,
-            self.config.rates.clone(),
-            self.config.calibration.clone(),
+            &self.config,
             classes(&inventory.claim, &self.config.challenge),
             now_ms(),
         )?;
@@ -190,6 +189,15 @@ impl Attestor {
             url: url.into(),
             source,
         })
+    }
+
+    /// Whether this miner's passes count towards calibration
+    /// ([`CalibrationConfig::registered_only`](crate::rates::calibration::CalibrationConfig)).
+    fn teaches(&self, url: &str, key: [u8; 32]) -> Result<bool, StoreError> {
+        if !self.config.calibration.registered_only {
+            return Ok(true);
+        }
+        Ok(self.store.miner(url)?.is_some_and(|m| m.miner_key.0 == key))
     }
 
     fn challenge(&self, plan: &Plan) -> Challenge {
@@ -288,7 +296,10 @@ impl Attestor {
     ) -> Result<Verdict, AttestError> {
         let (claim, miner_key) = (outcome.plan.claim.clone(), outcome.plan.params.miner_key);
         let mut verdict = outcome.into_verdict(now_ms());
-        let observation = learned_from(&verdict, &claim, miner_key);
+        let observation = match learned_from(&verdict, &claim, miner_key) {
+            Some(o) if self.teaches(&verdict.miner_url, miner_key)? => Some(o),
+            _ => None,
+        };
         verdict.id = self.store.record_verdict(&verdict, observation.as_ref())?;
         let summary = if verdict.passed {
             "pass".into()

@@ -24,6 +24,10 @@ pub struct CalibrationConfig {
     /// Observations older than this are ignored, so the rate follows software and driver
     /// upgrades.
     pub max_age_days: u32,
+    /// Learn only from miners registered with this validator under the key they presented:
+    /// registration is the operator's act, so the votes are the operator's fleet. Off, every
+    /// passing attestation teaches, including one-shot `attest` runs against any URL.
+    pub registered_only: bool,
 }
 
 impl Default for CalibrationConfig {
@@ -32,6 +36,7 @@ impl Default for CalibrationConfig {
             min_miners: 3,
             per_miner: 16,
             max_age_days: 30,
+            registered_only: true,
         }
     }
 }

@@ -60,18 +60,19 @@ impl std::fmt::Display for RateClass {
     }
 }
 
-/// The class model of a device name: lower case, only letters, digits, ASCII punctuation and
-/// single spaces. Names are the miner's word, so without this a miner could open a class of its
+/// The class model of a device name: lower-cased, then only letters, digits, ASCII punctuation
+/// and single spaces kept (lower-casing first makes it idempotent: a character whose lower case
+/// adds a combining mark loses the mark). Names are the miner's word, so without this a miner could open a class of its
 /// own (and stay at first contact, with its wide slack) by adding a space, changing case or
 /// slipping in an invisible character.
 pub fn model_of(name: &str) -> String {
-    name.chars()
+    name.to_lowercase()
+        .chars()
         .filter(|c| c.is_alphanumeric() || c.is_ascii_punctuation() || c.is_whitespace())
         .collect::<String>()
         .split_whitespace()
         .collect::<Vec<_>>()
         .join(" ")
-        .to_lowercase()
 }
 
 /// Units one device contributes: 1 for a GPU; its cores for a CPU (at least 1, so a CPU that
@@ -118,6 +119,9 @@ mod tests {
     fn spelling_variants_of_a_name_are_one_class() {
         for variant in ["NVIDIA H100", " nvidia  H100 ", "NVIDIA\u{200b} H100", "NVIDIA\tH100\n"] {
             assert_eq!(model_of(variant), "nvidia h100", "{variant:?}");
+        }
+        for name in ["NVIDIA H100", "İstanbul GPU", "Ǆ x", "™ H100"] {
+            assert_eq!(model_of(&model_of(name)), model_of(name), "{name:?}");
         }
         assert_ne!(model_of("NVIDIA H100 PCIe"), model_of("NVIDIA H100"));
     }

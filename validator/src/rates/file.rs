@@ -90,6 +90,11 @@ impl SharedClass {
         }
     }
 
+    /// Whether [`RateFile::parse`] accepts this row.
+    pub fn is_importable(&self) -> bool {
+        self.problem().is_none()
+    }
+
     fn problem(&self) -> Option<String> {
         if self.backend.is_empty() || self.kernel.is_empty() || model_of(&self.model).is_empty() {
             return Some("backend, kernel and model must all be named".into());

@@ -5,10 +5,15 @@
 //!   ([`calibration`]), once enough distinct miners have voted;
 //! - **shared**: imported from another validator's export ([`file`]), so a fleet shares one
 //!   table;
+//! - **related**: for a class not observed itself, the slowest observed class that the same
+//!   model-specific shipped row names (another spelling or variant of the model), so that a
+//!   miner cannot escape to first contact by naming its device differently;
 //! - **shipped**: the built-in table ([`shipped`]), for first contact with a class.
 //!
-//! Every rate is capped at the class's physical ceiling. The planner times calibrated and shared
-//! classes with the tight slack and shipped ones with the first-contact slack.
+//! Every observed rate is capped at the class's physical ceiling, and floored at the shipped rate
+//! over the first-contact slack: the least a first-contact pass proves, so that miners who hold
+//! a class's votes cannot ratchet its rate down round after round. The planner times calibrated
+//! and shared classes with the tight slack and shipped ones with the first-contact slack.
 
 pub mod calibration;
 pub mod class;
@@ -16,6 +21,7 @@ pub mod file;
 pub mod report;
 pub mod shipped;
 
+use crate::config::ValidatorConfig;
 use crate::store::{Store, StoreError};
 use calibration::{CalibrationConfig, Learned, learn};
 pub use class::{RateClass, Unit};
@@ -28,6 +34,7 @@ use std::collections::HashMap;
 pub enum RateSource {
     Calibrated,
     Shared,
+    Related,
     Shipped,
 }
 
@@ -36,14 +43,30 @@ impl RateSource {
         match self {
             RateSource::Calibrated => "calibrated",
             RateSource::Shared => "shared",
+            RateSource::Related => "related",
             RateSource::Shipped => "shipped",
         }
     }
 
+    /// Calibrated beats shared beats related beats shipped.
+    pub fn trust(self) -> u8 {
+        match self {
+            RateSource::Shipped => 0,
+            RateSource::Related => 1,
+            RateSource::Shared => 2,
+            RateSource::Calibrated => 3,
+        }
+    }
+
     pub fn parse(s: &str) -> Option<RateSource> {
-        [RateSource::Calibrated, RateSource::Shared, RateSource::Shipped]
-            .into_iter()
-            .find(|r| r.as_str() == s)
+        [
+            RateSource::Calibrated,
+            RateSource::Shared,
+            RateSource::Related,
+            RateSource::Shipped,
+        ]
+        .into_iter()
+        .find(|r| r.as_str() == s)
     }
 
     /// Whether the rate was observed on real miners (tight slack) or is a first-contact guess.
@@ -87,40 +110,107 @@ pub struct RateBook {
     calibration: CalibrationConfig,
     learned: HashMap<RateClass, Learned>,
     shared: HashMap<RateClass, SharedRate>,
+    /// Observed rates are kept at or above the shipped rate over this (the first-contact slack).
+    floor_divisor: f64,
 }
 
 impl RateBook {
-    /// Only the shipped table: every class is at first contact.
+    /// Only the shipped table: every class is at first contact. Observed rates added later are
+    /// not floored until [`RateBook::with_floor`].
     pub fn shipped(shipped: Vec<RateEntry>, calibration: CalibrationConfig) -> Self {
         RateBook {
             shipped,
             calibration,
             learned: HashMap::new(),
             shared: HashMap::new(),
+            floor_divisor: f64::INFINITY,
         }
     }
 
-    /// The shipped table plus what `store` holds for `classes`.
+    /// Keeps observed rates at or above the shipped rate over `first_contact_slack`.
+    pub fn with_floor(mut self, first_contact_slack: f64) -> Self {
+        self.floor_divisor = first_contact_slack.max(1.0);
+        self
+    }
+
+    /// The tables `config` names plus what `store` holds for `classes`.
     pub fn load(
         store: &Store,
-        shipped: Vec<RateEntry>,
-        calibration: CalibrationConfig,
+        config: &ValidatorConfig,
         classes: impl IntoIterator<Item = RateClass>,
         now_ms: u64,
     ) -> Result<Self, StoreError> {
-        let mut book = RateBook::shipped(shipped, calibration);
+        let mut book = RateBook::shipped(config.rate_table(), config.calibration.clone())
+            .with_floor(config.deadline.first_contact_slack);
         let since_ms = now_ms.saturating_sub(u64::from(book.calibration.max_age_days) * 86_400_000);
-        for class in classes {
-            if book.learned.contains_key(&class) || book.shared.contains_key(&class) {
-                continue;
-            }
-            let observations = store.observations(&class, since_ms)?;
+        let classes: std::collections::BTreeSet<RateClass> = classes.into_iter().collect();
+        let load = |book: &mut RateBook, class: &RateClass| -> Result<(), StoreError> {
+            let observations = store.observations(class, since_ms)?;
             book.learn(class.clone(), &observations);
-            if let Some(shared) = store.shared_rate(&class)? {
-                book.shared.insert(class, shared);
+            if let Some(shared) = store.shared_rate(class, since_ms)? {
+                book.shared.insert(class.clone(), shared);
+            }
+            Ok(())
+        };
+        for class in &classes {
+            load(&mut book, class)?;
+        }
+        // Classes not observed themselves may borrow from their family (see `related`).
+        let families: std::collections::BTreeSet<_> = classes
+            .iter()
+            .filter(|c| book.observed(c).is_none())
+            .filter_map(|c| book.family(c).map(|row| (c.backend.clone(), c.n, row)))
+            .collect();
+        if !families.is_empty() {
+            for other in store.rate_classes()? {
+                let family = book.family(&other).map(|row| (other.backend.clone(), other.n, row));
+                if !classes.contains(&other) && family.is_some_and(|f| families.contains(&f)) {
+                    load(&mut book, &other)?;
+                }
             }
         }
         Ok(book)
+    }
+
+    /// The model-specific shipped row that names a class (its family), if any. Catch-all rows
+    /// (no model) name no family: their classes have nothing in common but the backend.
+    fn family(&self, class: &RateClass) -> Option<usize> {
+        self.shipped
+            .iter()
+            .position(|r| r.matches(class))
+            .filter(|&i| !self.shipped[i].model.is_empty())
+    }
+
+    /// The class's own observed rate: calibrated, else a shared row with enough miners.
+    fn observed(&self, class: &RateClass) -> Option<(f64, RateSource, u32, u32, bool)> {
+        if let Some(l) = self.learned.get(class) {
+            return Some((
+                l.ops_per_unit,
+                RateSource::Calibrated,
+                l.miners,
+                l.observations,
+                l.capped,
+            ));
+        }
+        self.shared
+            .get(class)
+            .filter(|s| s.miners >= self.calibration.min_miners && s.ops_per_unit > 0.0)
+            .map(|s| (s.ops_per_unit, RateSource::Shared, s.miners, s.observations, false))
+    }
+
+    /// The slowest observed class of the same family, backend and n: a device named so that no
+    /// class of its own was observed is still held to what its model does elsewhere. The slowest,
+    /// so that an honest variant of a model (a lower-clocked board) is not held to the fastest.
+    fn related(&self, class: &RateClass) -> Option<(f64, u32, u32)> {
+        let family = self.family(class)?;
+        self.learned
+            .keys()
+            .chain(self.shared.keys())
+            .filter(|other| *other != class && other.backend == class.backend && other.n == class.n)
+            .filter(|other| self.family(other) == Some(family))
+            .filter_map(|other| self.observed(other))
+            .map(|(rate, _, miners, observations, _)| (rate, miners, observations))
+            .min_by(|a, b| a.0.total_cmp(&b.0))
     }
 
     /// Learns `class` from `observations` (newest first), if enough miners voted.
@@ -139,43 +229,37 @@ impl RateBook {
         shipped::peak_for(&self.shipped, class)
     }
 
+    fn shipped_rate(&self, class: &RateClass) -> f64 {
+        shipped::row_for(&self.shipped, class)
+            .map(|r| r.ops_per_sec)
+            .unwrap_or(shipped::FALLBACK_OPS_PER_SEC)
+    }
+
+    /// The least an observed rate may be: what a first-contact pass proves at the least.
+    fn floor(&self, class: &RateClass) -> f64 {
+        (self.shipped_rate(class) / self.floor_divisor).min(self.ceiling(class))
+    }
+
     pub fn expected(&self, class: &RateClass) -> Expected {
         let ceiling = self.ceiling(class);
-        if let Some(l) = self.learned.get(class) {
-            return Expected {
-                ops_per_unit: l.ops_per_unit,
-                source: RateSource::Calibrated,
-                miners: l.miners,
-                observations: l.observations,
-                ceiling,
-                capped: l.capped,
-            };
-        }
-        // An imported row counts only with as much evidence as this validator would demand.
-        if let Some(s) = self
-            .shared
-            .get(class)
-            .filter(|s| s.miners >= self.calibration.min_miners && s.ops_per_unit > 0.0)
-        {
-            return Expected {
-                ops_per_unit: s.ops_per_unit.min(ceiling),
-                source: RateSource::Shared,
-                miners: s.miners,
-                observations: s.observations,
-                ceiling,
-                capped: s.ops_per_unit > ceiling,
-            };
-        }
-        let rate = shipped::row_for(&self.shipped, class)
-            .map(|r| r.ops_per_sec)
-            .unwrap_or(shipped::FALLBACK_OPS_PER_SEC);
+        let floor = self.floor(class);
+        let (rate, source, miners, observations) = match self.observed(class) {
+            Some((rate, source, miners, observations, _)) => (rate, source, miners, observations),
+            None => match self.related(class) {
+                Some((rate, miners, observations)) => (rate, RateSource::Related, miners, observations),
+                None => (self.shipped_rate(class), RateSource::Shipped, 0, 0),
+            },
+        };
+        let capped = rate > ceiling || self.learned.get(class).is_some_and(|l| l.capped);
+        let rate = rate.min(ceiling);
         Expected {
-            ops_per_unit: rate.min(ceiling),
-            source: RateSource::Shipped,
-            miners: 0,
-            observations: 0,
+            // Observed rates are kept at or above the floor; shipped ones are what they are.
+            ops_per_unit: if source.is_observed() { rate.max(floor) } else { rate },
+            source,
+            miners,
+            observations,
             ceiling,
-            capped: false,
+            capped,
         }
     }
 }
@@ -236,6 +320,37 @@ mod tests {
         let a100 = class("NVIDIA A100");
         book.learn(a100.clone(), &votes(3.0e14, 2));
         assert_eq!(book.expected(&a100).source, RateSource::Shipped);
+    }
+
+    #[test]
+    fn a_new_spelling_of_an_observed_model_is_held_to_that_model() {
+        let mut book = RateBook::shipped(shipped::shipped_rates(), CalibrationConfig::default());
+        book.learn(class("nvidia h100 80gb hbm3"), &votes(1.1e15, 3));
+        book.learn(class("nvidia h100 80gb hbm3 oc"), &votes(1.3e15, 3));
+        // Not observed itself, but the shipped H100 row names it: the slowest H100 class.
+        let renamed = book.expected(&class("nvidia h100 80gb hbm3 (rev b)"));
+        assert_eq!(
+            (renamed.source, renamed.ops_per_unit, renamed.miners),
+            (RateSource::Related, 1.1e15, 3)
+        );
+        assert!(renamed.source.is_observed(), "timed with the tight slack");
+        // Another row's model, another size or backend, or a catch-all row borrows nothing.
+        assert_eq!(book.expected(&class("NVIDIA H100 PCIe")).source, RateSource::Shipped);
+        let other_n = RateClass {
+            n: 4096,
+            ..class("nvidia h100 80gb hbm3 (rev b)")
+        };
+        assert_eq!(book.expected(&other_n).source, RateSource::Shipped);
+        assert_eq!(book.expected(&class("some future gpu")).source, RateSource::Shipped);
+    }
+
+    #[test]
+    fn observed_rates_never_fall_below_what_first_contact_proves() {
+        let h100 = class("NVIDIA H100 80GB HBM3");
+        let mut book = RateBook::shipped(shipped::shipped_rates(), CalibrationConfig::default()).with_floor(3.0);
+        // Miners holding the class's votes have ratcheted it down to a crawl.
+        book.learn(h100.clone(), &votes(1.0e12, 3));
+        assert_eq!(book.expected(&h100).ops_per_unit, 1.979e15 / 2.0 / 3.0);
     }
 
     #[test]

@@ -1,7 +1,7 @@
 //! `validator rates`: the table as this validator sees it, and its export and import.
 
 use super::file::{FORMAT, RateFile, RateFileError, SharedClass};
-use super::{Expected, RateBook, RateClass, RateEntry};
+use super::{Expected, RateBook, RateClass, RateEntry, RateSource};
 use crate::config::ValidatorConfig;
 use crate::store::{Store, StoreError};
 use serde::Serialize;
@@ -37,13 +37,7 @@ pub enum RatesError {
 
 fn book(store: &Store, config: &ValidatorConfig, now_ms: u64) -> Result<(Vec<RateClass>, RateBook), StoreError> {
     let classes = store.rate_classes()?;
-    let book = RateBook::load(
-        store,
-        config.rates.clone(),
-        config.calibration.clone(),
-        classes.clone(),
-        now_ms,
-    )?;
+    let book = RateBook::load(store, config, classes.clone(), now_ms)?;
     Ok((classes, book))
 }
 
@@ -70,12 +64,13 @@ pub fn table(store: &Store, config: &ValidatorConfig, now_ms: u64) -> Result<Rat
                 row(c, e)
             })
             .collect(),
-        shipped: config.rates.clone(),
+        shipped: config.rate_table(),
     })
 }
 
-/// The observed rates (calibrated here or imported), as a rate file; shipped guesses are left
-/// out, since every validator has them.
+/// The rates this validator calibrated itself, as a rate file. Shipped guesses are left out
+/// (every validator has them), and so are imported rows (they are another validator's word, to
+/// be shared by that validator), and any row another validator would refuse.
 pub fn export(store: &Store, config: &ValidatorConfig, now_ms: u64) -> Result<RateFile, StoreError> {
     let (classes, book) = book(store, config, now_ms)?;
     Ok(RateFile {
@@ -84,16 +79,17 @@ pub fn export(store: &Store, config: &ValidatorConfig, now_ms: u64) -> Result<Ra
             .iter()
             .filter_map(|c| {
                 let e = book.expected(c);
-                e.source.is_observed().then(|| SharedClass::new(c, &e))
+                let row = SharedClass::new(c, &e);
+                (e.source == RateSource::Calibrated && row.is_importable()).then_some(row)
             })
             .collect(),
     })
 }
 
 /// Imports a rate file's rows as shared rates; all or nothing. Returns the rows imported.
-pub fn import(store: &Store, text: &str, now_ms: u64) -> Result<usize, RatesError> {
+pub fn import(store: &Store, text: &str, now_ms: u64) -> Result<Vec<SharedClass>, RatesError> {
     let file = RateFile::parse(text)?;
     let rows: Vec<_> = file.classes.iter().map(|c| (c.class(), c.rate())).collect();
     store.import_shared_rates(&rows, now_ms)?;
-    Ok(rows.len())
+    Ok(file.classes)
 }

@@ -128,17 +128,24 @@ const UNMEASURED_CPU: &str =
 /// The table the validator ships with.
 pub fn shipped_rates() -> Vec<RateEntry> {
     let unmeasured = "expected rate: half the ceiling, not yet measured by this project";
-    let mut rows: Vec<RateEntry> = GPU_ROWS
-        .iter()
-        .map(|&(model, dense_peak, source)| RateEntry {
-            backend: "cuda".into(),
-            kernel: String::new(),
-            model: model.into(),
-            ops_per_sec: dense_peak / 2.0,
-            peak_ops_per_sec: dense_peak,
-            source: format!("{source}; ceiling: the dense half; {unmeasured}"),
-        })
-        .collect();
+    // A MIG instance is named after its GPU, so this row comes first: a slice is not the
+    // whole GPU. Expected as the smallest slice (1g, a seventh) of an H100; ceiling a whole one.
+    let mut rows = vec![RateEntry {
+        backend: "cuda".into(),
+        kernel: String::new(),
+        model: "MIG".into(),
+        ops_per_sec: 1.979e15 / 2.0 / 7.0,
+        peak_ops_per_sec: 1.979e15,
+        source: "a MIG instance of any GPU: expected as an H100's 1g slice (a seventh of the H100 row); ceiling: a whole H100".into(),
+    }];
+    rows.extend(GPU_ROWS.iter().map(|&(model, dense_peak, source)| RateEntry {
+        backend: "cuda".into(),
+        kernel: String::new(),
+        model: model.into(),
+        ops_per_sec: dense_peak / 2.0,
+        peak_ops_per_sec: dense_peak,
+        source: format!("{source}; ceiling: the dense half; {unmeasured}"),
+    }));
     rows.push(RateEntry {
         backend: "cuda".into(),
         kernel: String::new(),
@@ -200,6 +207,8 @@ mod tests {
         assert_eq!(peak("NVIDIA A10"), 2.5e14);
         assert_eq!(peak("NVIDIA L40S"), 7.33e14);
         assert_eq!(peak("NVIDIA L4"), 2.425e14);
+        let mig = row_for(&rates, &class("cuda", "tensor", "nvidia h100 80gb hbm3 mig 1g.10gb")).unwrap();
+        assert_eq!(mig.model, "MIG", "a slice is not held to the whole GPU");
         assert_eq!(peak("Some Future GPU"), backend_ceiling(Unit::Device));
         let expected = row_for(&rates, &class("cuda", "tensor", "NVIDIA H100 80GB HBM3")).unwrap();
         assert_eq!(expected.ops_per_sec, 1.979e15 / 2.0);
