@@ -66,30 +66,43 @@ pub fn classes(claim: &HardwareClaim, config: &ChallengeConfig) -> Vec<RateClass
 }
 
 /// What the claimed devices should sustain together: the sum of their classes' rates times
-/// their units. The source is the weakest among the classes, so one first-contact device puts
-/// the whole challenge on the first-contact slack.
+/// their units. The source reported is the weakest among the classes. The slack is each
+/// device's own (tight for an observed rate, wide at first contact), combined so that the
+/// deadline demands the sum of the devices' least acceptable rates, `r_j / S_j`: one odd device
+/// at first contact loosens the deadline by its own share, not the whole claim's.
 pub fn expectation(claim: &HardwareClaim, n: u32, rates: &RateBook, config: &ValidatorConfig) -> Expectation {
     let mut ops_per_sec = 0.0;
+    let mut least_ops_per_sec = 0.0;
+    let mut slacks = Vec::with_capacity(claim.devices.len());
     let mut miners = u32::MAX;
     let mut weakest = RateSource::Calibrated;
     for device in &claim.devices {
         let e = rates.expected(&RateClass::of(claim, device, n));
-        ops_per_sec += e.ops_per_unit * units(&claim.backend, device);
+        let rate = e.ops_per_unit * units(&claim.backend, device);
+        let slack = if e.source.is_observed() {
+            config.deadline.slack
+        } else {
+            config.deadline.first_contact_slack
+        };
+        ops_per_sec += rate;
+        least_ops_per_sec += rate / slack;
+        slacks.push(slack);
         miners = miners.min(e.miners);
         if e.source.trust() < weakest.trust() {
             weakest = e.source;
         }
     }
-    let observed = weakest.is_observed();
+    // One slack for all devices is used as it is, free of rounding.
+    let slack = match slacks.first() {
+        Some(&first) if slacks.iter().all(|&s| s == first) => first,
+        _ if least_ops_per_sec > 0.0 => ops_per_sec / least_ops_per_sec,
+        _ => config.deadline.first_contact_slack,
+    };
     Expectation {
         ops_per_sec,
         source: Some(weakest),
-        miners: if observed { miners } else { 0 },
-        slack: if observed {
-            config.deadline.slack
-        } else {
-            config.deadline.first_contact_slack
-        },
+        miners: if weakest.is_observed() { miners } else { 0 },
+        slack,
     }
 }
 
@@ -356,12 +369,19 @@ mod tests {
             (7.0e14, Some(RateSource::Calibrated), 3)
         );
         assert_eq!(e.slack, cfg.deadline.slack);
-        // One device of an unobserved class puts the whole challenge at first contact.
+        // One device of an unobserved class is at first contact, and the verdict says so; but
+        // it loosens the deadline only by its own share: 8 calibrated H100s and one odd device
+        // must still show 8 H100s' worth within the tight slack.
         let mixed = inventory("cuda", "tensor", &[H100, "NVIDIA A100"]).claim;
         let e = expectation(&mixed, 2048, &book, &cfg);
         assert_eq!((e.source, e.miners), (Some(RateSource::Shipped), 0));
-        assert_eq!(e.slack, cfg.deadline.first_contact_slack);
         assert_eq!(e.ops_per_sec, 7.0e14 + 6.24e14 / 2.0);
+        let least = 7.0e14 / cfg.deadline.slack + 6.24e14 / 2.0 / cfg.deadline.first_contact_slack;
+        assert!((e.slack - e.ops_per_sec / least).abs() < 1e-12);
+        let mut names = vec![H100; 8];
+        names.push("Odd GPU");
+        let padded = expectation(&inventory("cuda", "tensor", &names).claim, 2048, &book, &cfg);
+        assert!(padded.slack < 1.06 * cfg.deadline.slack, "{}", padded.slack);
     }
 
     #[test]
