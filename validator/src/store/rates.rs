@@ -1,0 +1,243 @@
+//! Rate observations (what passing verdicts proved, per class) and imported (shared) rates.
+
+use super::{Store, StoreError};
+use crate::rates::calibration::Observation;
+use crate::rates::{RateClass, SharedRate};
+use rusqlite::{OptionalExtension, params};
+
+/// Observations read per class at most: far more than any `per_miner` x miners in use, and a
+/// bound on the work one planning step does.
+const MAX_OBSERVATIONS_READ: i64 = 100_000;
+
+/// The rate a passing verdict proved, per unit of its class.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ClassObservation {
+    pub class: RateClass,
+    pub miner_key: [u8; 32],
+    pub ops_per_unit: f64,
+}
+
+impl Store {
+    /// A class's rate observations since `since_ms`, newest first; a revoked key's no longer
+    /// count.
+    pub fn observations(&self, class: &RateClass, since_ms: u64) -> Result<Vec<Observation>, StoreError> {
+        let conn = self.conn();
+        let mut stmt = conn.prepare(
+            "SELECT miner_key, ops_per_unit FROM rate_observations
+             WHERE backend = ?1 AND kernel = ?2 AND model = ?3 AND n = ?4 AND created_at_ms >= ?5
+               AND miner_key NOT IN (SELECT miner_key FROM revoked_keys)
+             ORDER BY id DESC LIMIT ?6",
+        )?;
+        let rows = stmt.query_map(
+            params![
+                class.backend,
+                class.kernel,
+                class.model,
+                class.n,
+                since_ms as i64,
+                MAX_OBSERVATIONS_READ
+            ],
+            |r| Ok((r.get::<_, Vec<u8>>(0)?, r.get::<_, f64>(1)?)),
+        )?;
+        rows.map(|row| {
+            let (key, ops_per_unit) = row?;
+            let miner_key = key
+                .try_into()
+                .map_err(|_| StoreError::Corrupt("observation with a miner key that is not 32 bytes".into()))?;
+            Ok(Observation {
+                miner_key,
+                ops_per_unit,
+            })
+        })
+        .collect()
+    }
+
+    /// Every class with an observation or an imported rate.
+    pub fn rate_classes(&self) -> Result<Vec<RateClass>, StoreError> {
+        let conn = self.conn();
+        let mut stmt = conn.prepare(
+            "SELECT backend, kernel, model, n FROM rate_observations
+             UNION SELECT backend, kernel, model, n FROM shared_rates
+             ORDER BY 1, 2, 3, 4",
+        )?;
+        let rows = stmt.query_map([], |r| {
+            Ok(RateClass {
+                backend: r.get(0)?,
+                kernel: r.get(1)?,
+                model: r.get(2)?,
+                n: r.get(3)?,
+            })
+        })?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
+    /// A class's imported rate, if it was imported since `since_ms` (imports age out like
+    /// observations, so a fleet file must be refreshed to stay in force).
+    pub fn shared_rate(&self, class: &RateClass, since_ms: u64) -> Result<Option<SharedRate>, StoreError> {
+        Ok(self
+            .conn()
+            .query_row(
+                "SELECT ops_per_unit, miners, observations FROM shared_rates
+                 WHERE backend = ?1 AND kernel = ?2 AND model = ?3 AND n = ?4 AND imported_at_ms >= ?5",
+                params![class.backend, class.kernel, class.model, class.n, since_ms as i64],
+                |r| {
+                    Ok(SharedRate {
+                        ops_per_unit: r.get(0)?,
+                        miners: r.get(1)?,
+                        observations: r.get(2)?,
+                    })
+                },
+            )
+            .optional()?)
+    }
+
+    /// Imports shared rates, replacing those of the same classes, all in one transaction.
+    pub fn import_shared_rates(&self, rows: &[(RateClass, SharedRate)], now_ms: u64) -> Result<(), StoreError> {
+        let mut conn = self.conn();
+        let tx = conn.transaction()?;
+        for (class, rate) in rows {
+            tx.execute(
+                "INSERT OR REPLACE INTO shared_rates
+                     (backend, kernel, model, n, ops_per_unit, miners, observations, imported_at_ms)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+                params![
+                    class.backend,
+                    class.kernel,
+                    class.model,
+                    class.n,
+                    rate.ops_per_unit,
+                    rate.miners,
+                    rate.observations,
+                    now_ms as i64
+                ],
+            )?;
+        }
+        tx.commit()?;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::rates::RateSource;
+    use crate::store::{StoredParams, Verdict, VerdictFilter};
+    use crate::throughput::{Expectation, Throughput};
+    use gpu_attest_shared::statement::DeviceInfo;
+
+    fn temp_store(tag: &str) -> (Store, std::path::PathBuf) {
+        let dir = std::env::temp_dir().join(format!("gpu-attest-store-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        (Store::open(&dir.join("validator.db")).unwrap(), dir)
+    }
+
+    fn passing_verdict(nonce: [u8; 32]) -> Verdict {
+        let params = StoredParams {
+            nonce: hex::encode(nonce),
+            seed: hex::encode([0u8; 32]),
+            miner_key: hex::encode([2u8; 32]),
+            n: 64,
+            num_chains: 5,
+            iterations: 4,
+            checkpoint_every: 2,
+        };
+        let expectation = Expectation {
+            ops_per_sec: 1.0e9,
+            source: Some(RateSource::Shipped),
+            miners: 0,
+            slack: 3.0,
+        };
+        Verdict {
+            id: 0,
+            miner_url: "http://m".into(),
+            miner_key: hex::encode([2u8; 32]),
+            nonce: hex::encode(nonce),
+            passed: true,
+            reasons: Vec::new(),
+            policy: "sampled".into(),
+            samples: 8,
+            throughput: Throughput::of(&params, 1, 50, &expectation, true),
+            params,
+            measured_ms: 50,
+            expected_ms: 100,
+            deadline_ms: 300,
+            inventory: vec![DeviceInfo::default()],
+            backend: "cpu".into(),
+            kernel: "portable".into(),
+            global_checksum: hex::encode([3u8; 32]),
+            created_at_ms: 1_000,
+        }
+    }
+
+    fn class() -> RateClass {
+        RateClass {
+            backend: "cpu".into(),
+            kernel: "portable".into(),
+            model: "cpu: test".into(),
+            n: 64,
+        }
+    }
+
+    #[test]
+    fn a_verdict_and_the_rate_it_proved_are_stored_together_or_not_at_all() {
+        let (store, dir) = temp_store("observations");
+        let observation = ClassObservation {
+            class: class(),
+            miner_key: [2; 32],
+            ops_per_unit: 4.0e9,
+        };
+        assert!(store.claim_nonce(&[1; 32], "http://m", 1).unwrap());
+        let stored = passing_verdict([1; 32]);
+        let id = store.record_verdict(&stored, Some(&observation)).unwrap();
+        let read = store
+            .verdicts(&VerdictFilter {
+                limit: 1,
+                ..Default::default()
+            })
+            .unwrap();
+        assert_eq!(
+            read[0].throughput, stored.throughput,
+            "the rate source and slack round-trip"
+        );
+        assert_eq!(read[0].id, id);
+        let seen = store.observations(&class(), 0).unwrap();
+        assert_eq!(
+            seen,
+            vec![Observation {
+                miner_key: [2; 32],
+                ops_per_unit: 4.0e9
+            }]
+        );
+        assert!(
+            store.observations(&class(), 1_001).unwrap().is_empty(),
+            "older than the window"
+        );
+        // A verdict that cannot be stored (its nonce was never issued) leaves no observation.
+        assert!(
+            store
+                .record_verdict(&passing_verdict([9; 32]), Some(&observation))
+                .is_err()
+        );
+        assert_eq!(store.observations(&class(), 0).unwrap().len(), 1);
+        // Imported rates are listed beside observed classes and replace their own class's row.
+        let other = RateClass { n: 128, ..class() };
+        let rate = |ops_per_unit| SharedRate {
+            ops_per_unit,
+            miners: 4,
+            observations: 12,
+        };
+        store.import_shared_rates(&[(other.clone(), rate(1.0e9))], 5).unwrap();
+        store.import_shared_rates(&[(other.clone(), rate(2.0e9))], 6).unwrap();
+        assert_eq!(store.shared_rate(&other, 0).unwrap(), Some(rate(2.0e9)));
+        assert_eq!(
+            store.shared_rate(&other, 7).unwrap(),
+            None,
+            "imported before the window"
+        );
+        assert_eq!(store.shared_rate(&class(), 0).unwrap(), None);
+        assert_eq!(store.rate_classes().unwrap(), vec![class(), other]);
+        drop(store);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
