@@ -48,6 +48,15 @@ fn cmd(name: &str) -> Command {
 }
 
 struct Dir(PathBuf);
+impl Dir {
+    /// An empty directory of this test's own, removed when dropped.
+    fn fresh(tag: &str) -> Dir {
+        let dir = Dir(std::env::temp_dir().join(format!("gpu-attest-{tag}-{}", std::process::id())));
+        let _ = std::fs::remove_dir_all(&dir.0);
+        std::fs::create_dir_all(&dir.0).unwrap();
+        dir
+    }
+}
 impl Drop for Dir {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.0);
@@ -61,6 +70,26 @@ impl Drop for Daemon {
         let _ = self.0.kill();
         let _ = self.0.wait();
     }
+}
+
+/// `miner serve` on one thread, keyed by `m.key` in `d` and allowing `validator_key`. The
+/// miner keeps its nonce log in its working directory by default: `d`, the test's.
+fn serve_miner(d: &Path, validator_key: &str) -> Command {
+    let mut serve = cmd("miner");
+    serve
+        .current_dir(d)
+        .args([
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--cpu-threads",
+            "1",
+            "--allow-validator",
+            validator_key,
+            "--key-file",
+        ])
+        .arg(d.join("m.key"));
+    serve
 }
 
 /// Starts `serve` and returns it with the address it printed.
@@ -139,30 +168,13 @@ fn assert_one_line_error(out: &Output, needle: &str) {
 
 #[test]
 fn attest_a_real_miner_then_fail_cleanly_on_bad_targets() {
-    let dir = Dir(std::env::temp_dir().join(format!("gpu-attest-binaries-{}", std::process::id())));
-    let _ = std::fs::remove_dir_all(&dir.0);
-    std::fs::create_dir_all(&dir.0).unwrap();
+    let dir = Dir::fresh("binaries");
     let d = &dir.0;
     let validator_key = keygen("validator", &d.join("v.key"));
     keygen("miner", &d.join("m.key"));
     write_small_validator_config(d);
 
-    let mut serve = cmd("miner");
-    // The miner keeps its nonce log in its working directory by default: keep it in the test's.
-    serve
-        .current_dir(d)
-        .args([
-            "serve",
-            "--listen",
-            "127.0.0.1:0",
-            "--cpu-threads",
-            "1",
-            "--allow-validator",
-            &validator_key,
-            "--key-file",
-        ])
-        .arg(d.join("m.key"));
-    let (mut miner, miner_url) = start(serve);
+    let (mut miner, miner_url) = start(serve_miner(d, &validator_key));
 
     let out = attest(d, &miner_url);
     assert_eq!(
@@ -230,27 +242,11 @@ fn stdout_of(out: &Output) -> String {
 
 #[test]
 fn an_operator_manages_the_miners_of_a_running_validator() {
-    let dir = Dir(std::env::temp_dir().join(format!("gpu-attest-operator-{}", std::process::id())));
-    let _ = std::fs::remove_dir_all(&dir.0);
-    std::fs::create_dir_all(&dir.0).unwrap();
+    let dir = Dir::fresh("operator");
     let d = &dir.0;
     let validator_key = keygen("validator", &d.join("v.key"));
     let miner_key = keygen("miner", &d.join("m.key"));
-    let mut serve_miner = cmd("miner");
-    serve_miner
-        .current_dir(d)
-        .args([
-            "serve",
-            "--listen",
-            "127.0.0.1:0",
-            "--cpu-threads",
-            "1",
-            "--allow-validator",
-            &validator_key,
-            "--key-file",
-        ])
-        .arg(d.join("m.key"));
-    let (_miner, miner_url) = start(serve_miner);
+    let (_miner, miner_url) = start(serve_miner(d, &validator_key));
     let mut serve_validator = cmd("validator");
     serve_validator
         .args(["serve", "--listen", "127.0.0.1:0", "--no-schedule", "--key-file"])
@@ -325,9 +321,7 @@ fn rate_table(db: &Path) -> serde_json::Value {
 
 #[test]
 fn a_rate_table_is_imported_shown_and_exported() {
-    let dir = Dir(std::env::temp_dir().join(format!("gpu-attest-rates-{}", std::process::id())));
-    let _ = std::fs::remove_dir_all(&dir.0);
-    std::fs::create_dir_all(&dir.0).unwrap();
+    let dir = Dir::fresh("rates");
     let db = dir.0.join("v.db");
     assert_one_line_error(&rates(&db, &[]), "no database");
 

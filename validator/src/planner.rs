@@ -71,32 +71,36 @@ pub fn classes(claim: &HardwareClaim, config: &ChallengeConfig) -> Vec<RateClass
 /// deadline demands the sum of the devices' least acceptable rates, `r_j / S_j`: one odd device
 /// at first contact loosens the deadline by its own share, not the whole claim's.
 pub fn expectation(claim: &HardwareClaim, n: u32, rates: &RateBook, config: &ValidatorConfig) -> Expectation {
-    let mut ops_per_sec = 0.0;
-    let mut least_ops_per_sec = 0.0;
-    let mut slacks = Vec::with_capacity(claim.devices.len());
-    let mut miners = u32::MAX;
-    let mut weakest = RateSource::Calibrated;
-    for device in &claim.devices {
-        let e = rates.expected(&RateClass::of(claim, device, n));
-        let rate = e.ops_per_unit * units(&claim.backend, device);
-        let slack = if e.source.is_observed() {
+    let slack_of = |source: RateSource| {
+        if source.is_observed() {
             config.deadline.slack
         } else {
             config.deadline.first_contact_slack
-        };
+        }
+    };
+    let mut ops_per_sec = 0.0;
+    let mut least_ops_per_sec = 0.0;
+    let mut miners = u32::MAX;
+    let mut weakest = RateSource::Calibrated;
+    let mut strongest = RateSource::Shipped;
+    for device in &claim.devices {
+        let e = rates.expected(&RateClass::of(claim, device, n));
+        let rate = e.ops_per_unit * units(&claim.backend, device);
         ops_per_sec += rate;
-        least_ops_per_sec += rate / slack;
-        slacks.push(slack);
+        least_ops_per_sec += rate / slack_of(e.source);
         miners = miners.min(e.miners);
         if e.source.trust() < weakest.trust() {
             weakest = e.source;
         }
+        if e.source.trust() > strongest.trust() {
+            strongest = e.source;
+        }
     }
-    // One slack for all devices is used as it is, free of rounding.
-    let slack = match slacks.first() {
-        Some(&first) if slacks.iter().all(|&s| s == first) => first,
-        _ if least_ops_per_sec > 0.0 => ops_per_sec / least_ops_per_sec,
-        _ => config.deadline.first_contact_slack,
+    // Devices that all share one slack get it as it is, free of rounding.
+    let slack = if slack_of(weakest) == slack_of(strongest) || least_ops_per_sec <= 0.0 {
+        slack_of(weakest)
+    } else {
+        ops_per_sec / least_ops_per_sec
     };
     Expectation {
         ops_per_sec,
@@ -133,6 +137,11 @@ impl Timing {
         (self.expected_ms(chains) as f64 * self.slack).ceil() as u64
     }
 
+    /// The chains whose deadline is `deadline_ms`, in closed form before rounding.
+    fn chains_for_deadline(&self, deadline_ms: u64) -> f64 {
+        deadline_ms as f64 / self.slack / 1000.0 * self.rate / self.ops_per_chain
+    }
+
     /// The chain count (at least 1, at most `upper`) nearest `estimate` from below for which
     /// `fits` holds, if any, given that `fits` holds for all counts up to some bound.
     fn largest(&self, estimate: f64, upper: u64, fits: impl Fn(u64) -> bool) -> Option<u64> {
@@ -152,7 +161,7 @@ impl Timing {
 
     /// The most chains (at most `upper`) whose deadline fits `window_ms`, if any.
     fn chains_within(&self, window_ms: u64, upper: u64) -> Option<u64> {
-        let estimate = (window_ms as f64 / self.slack / 1000.0 * self.rate / self.ops_per_chain).floor();
+        let estimate = self.chains_for_deadline(window_ms).floor();
         self.largest(estimate, upper, |c| self.deadline_ms(c) <= window_ms)
     }
 
@@ -163,7 +172,7 @@ impl Timing {
             return 1;
         }
         // The largest count that still falls short, plus one.
-        let estimate = (min_ms as f64 / self.slack / 1000.0 * self.rate / self.ops_per_chain).floor();
+        let estimate = self.chains_for_deadline(min_ms).floor();
         self.largest(estimate, upper, |c| self.deadline_ms(c) < min_ms)
             .map_or(1, |short| short + 1)
     }
@@ -219,7 +228,7 @@ pub fn plan(
     // absurd claimed rate must not make it walk far. A refusal states the closed-form count.
     let fewest = timing.fewest_reaching(config.deadline.min_ms, max_chains).max(devices);
     if fewest > max_chains {
-        let needed = (config.deadline.min_ms as f64 / timing.slack / 1000.0 * rate / timing.ops_per_chain).ceil();
+        let needed = timing.chains_for_deadline(config.deadline.min_ms).ceil();
         return Err(PlanError::TooLittleWork {
             max_chains,
             needed: (needed as u64).max(max_chains + 1),

@@ -53,14 +53,22 @@ impl Store {
             .ok_or_else(|| StoreError::Corrupt(format!("miner {url} vanished after registration")))
     }
 
+    /// The miner registered at `url`: one indexed lookup (it runs twice per attestation).
     pub fn miner(&self, url: &str) -> Result<Option<MinerRecord>, StoreError> {
-        Ok(self.miners()?.into_iter().find(|m| m.url == url))
+        Ok(self.select_miners(Some(url))?.pop())
     }
 
     pub fn miners(&self) -> Result<Vec<MinerRecord>, StoreError> {
+        self.select_miners(None)
+    }
+
+    /// Every registered miner, or only the one at `url`.
+    fn select_miners(&self, url: Option<&str>) -> Result<Vec<MinerRecord>, StoreError> {
         let conn = self.conn();
-        let mut stmt = conn.prepare("SELECT url, name, miner_key, registered_at_ms FROM miners ORDER BY url")?;
-        let rows = stmt.query_map([], |r| {
+        let mut stmt = conn.prepare(
+            "SELECT url, name, miner_key, registered_at_ms FROM miners WHERE (?1 IS NULL OR url = ?1) ORDER BY url",
+        )?;
+        let rows = stmt.query_map([url], |r| {
             Ok((
                 r.get::<_, String>(0)?,
                 r.get::<_, String>(1)?,
