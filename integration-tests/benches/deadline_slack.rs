@@ -51,7 +51,7 @@ async fn main() {
         "deadline slack study: n = {}, target {} s, default slack {} (first contact {})",
         config.challenge.cpu_n,
         config.challenge.target_seconds,
-        config.deadline.slack,
+        config.deadline.observed_slack("cpu"),
         config.deadline.first_contact_slack
     );
 
@@ -87,6 +87,7 @@ async fn main() {
     let mut loose_config = config.clone();
     loose_config.deadline = DeadlineConfig {
         slack: 10.0,
+        cpu_slack: 10.0,
         ..config.deadline.clone()
     };
     let loose = common::attestor(&loose_config);

@@ -25,7 +25,8 @@ async fn calibrated_deadlines_fail_an_under_provisioned_miner_and_pass_honest_on
     assert_eq!(first.slack, config.deadline.first_contact_slack);
     let calibrated = &learning.last().unwrap().throughput;
     assert_eq!(calibrated.rate_miners, u32::from(CALIBRATING_MINERS));
-    assert_eq!(calibrated.slack, config.deadline.slack);
+    let slack = config.deadline.observed_slack("cpu");
+    assert_eq!(calibrated.slack, slack);
 
     // Claims 4 devices of 2 cores and computes on one thread: an eighth of the claimed compute
     // at best. The challenge is sized for what it claims, so it cannot finish in time.
@@ -40,17 +41,11 @@ async fn calibrated_deadlines_fail_an_under_provisioned_miner_and_pass_honest_on
     println!("under-provisioned miner: {:?}", verdict.reasons);
 
     // The honest miners pass every time under the same calibrated deadlines, and the deadline
-    // is the tight slack times the expected time.
+    // is the tight (CPU) slack times the expected time.
     for verdict in calibrate(&attestor, &honest, 2).await {
         let t = &verdict.throughput;
-        assert_eq!(
-            (t.rate_source, t.slack),
-            (Some(RateSource::Calibrated), config.deadline.slack)
-        );
-        assert_eq!(
-            verdict.deadline_ms,
-            (verdict.expected_ms as f64 * config.deadline.slack).ceil() as u64
-        );
+        assert_eq!((t.rate_source, t.slack), (Some(RateSource::Calibrated), slack));
+        assert_eq!(verdict.deadline_ms, (verdict.expected_ms as f64 * slack).ceil() as u64);
         println!(
             "honest: {} ms of {} ms allowed; {t}",
             verdict.measured_ms, verdict.deadline_ms

@@ -62,6 +62,9 @@ pub struct DeadlineConfig {
     /// or imported): tight, so that hardware slower than claimed misses it. BENCHMARKS.md has
     /// the measurements this default was chosen from.
     pub slack: f64,
+    /// The same for the CPU backend: CPUs on shared machines time far less steadily than
+    /// dedicated GPUs (BENCHMARKS.md, "Deadline slack").
+    pub cpu_slack: f64,
     /// The slack for a class at first contact, timed by the shipped table's guess: wide, so an
     /// honest miner passes while the validator learns its class. The verdict says which applied.
     pub first_contact_slack: f64,
@@ -71,10 +74,18 @@ pub struct DeadlineConfig {
     pub min_ms: u64,
 }
 
+impl DeadlineConfig {
+    /// The tight slack for an observed rate on `backend`.
+    pub fn observed_slack(&self, backend: &str) -> f64 {
+        if backend == "cpu" { self.cpu_slack } else { self.slack }
+    }
+}
+
 impl Default for DeadlineConfig {
     fn default() -> Self {
         DeadlineConfig {
             slack: 1.5,
+            cpu_slack: 1.75,
             first_contact_slack: 3.0,
             min_ms: 2_000,
         }
@@ -184,6 +195,7 @@ impl ValidatorConfig {
         }
         for (name, slack) in [
             ("slack", self.deadline.slack),
+            ("cpu_slack", self.deadline.cpu_slack),
             ("first_contact_slack", self.deadline.first_contact_slack),
         ] {
             if !(slack.is_finite() && slack >= 1.0) {

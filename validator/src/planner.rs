@@ -73,7 +73,7 @@ pub fn classes(claim: &HardwareClaim, config: &ChallengeConfig) -> Vec<RateClass
 pub fn expectation(claim: &HardwareClaim, n: u32, rates: &RateBook, config: &ValidatorConfig) -> Expectation {
     let slack_of = |source: RateSource| {
         if source.is_observed() {
-            config.deadline.slack
+            config.deadline.observed_slack(&claim.backend)
         } else {
             config.deadline.first_contact_slack
         }

@@ -225,6 +225,7 @@ pub fn validator_config(dir: &TempDir, policy: Policy) -> ValidatorConfig {
         },
         deadline: DeadlineConfig {
             slack: 2.0,
+            cpu_slack: 2.0,
             first_contact_slack: 2.0,
             min_ms: 1_500,
         },
