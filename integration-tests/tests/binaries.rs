@@ -368,3 +368,81 @@ fn a_rate_table_is_imported_shown_and_exported() {
     assert_one_line_error(&rates(&db, &["import", file.to_str().unwrap()]), "per device");
     assert_eq!(rate_table(&db)["classes"][0]["ops_per_sec"], 1.1e15);
 }
+
+fn miner_json(args: &[&str], env: &[(&str, &str)]) -> serde_json::Value {
+    let out = cmd("miner").args(args).envs(env.iter().copied()).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+#[test]
+fn the_cpu_kernel_is_chosen_by_setting_or_environment_and_reported() {
+    // `miner info` names every kernel and whether it runs here; the one selected runs here.
+    let info = miner_json(&["info", "--backend", "cpu", "--json"], &[]);
+    let kernels = info["cpu_kernels"].as_array().unwrap();
+    let names: Vec<&str> = kernels.iter().map(|k| k["name"].as_str().unwrap()).collect();
+    assert_eq!(names, ["amx", "avx512-vnni", "avx-vnni", "avx2", "portable"]);
+    let runs_here = |name: &str| kernels.iter().any(|k| k["name"] == name && k["available"] == true);
+    let selected = info["kernel"].as_str().unwrap();
+    assert!(
+        runs_here(selected),
+        "selected {selected}, which does not run here: {info}"
+    );
+    let fastest = names.iter().find(|&&k| runs_here(k)).unwrap();
+    assert_eq!(selected, *fastest, "the default is the fastest kernel that runs here");
+
+    // The environment variable forces a kernel for every command, bench included.
+    let forced = miner_json(
+        &["info", "--backend", "cpu", "--json"],
+        &[("GPU_ATTEST_CPU_KERNEL", "portable")],
+    );
+    assert_eq!(forced["kernel"], "portable");
+    let bench = miner_json(
+        &[
+            "bench",
+            "--backend",
+            "cpu",
+            "--sizes",
+            "64",
+            "--seconds",
+            "0.05",
+            "--json",
+        ],
+        &[("GPU_ATTEST_CPU_KERNEL", "portable")],
+    );
+    let rows = bench["rows"].as_array().unwrap();
+    assert_eq!(rows.len(), 1, "{bench}");
+    assert_eq!(rows[0]["kernel"], "portable");
+    assert!(rows[0]["tops"].as_f64().unwrap() > 0.0);
+
+    // A name that is no kernel, from the environment or a config file, is one line naming it
+    // and the kernels there are.
+    let out = cmd("miner")
+        .args(["info", "--backend", "cpu"])
+        .env("GPU_ATTEST_CPU_KERNEL", "sse9")
+        .output()
+        .unwrap();
+    assert_one_line_error(&out, "sse9");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("avx2"));
+    let dir = Dir::fresh("cpu-kernel-config");
+    let config = dir.0.join("miner.toml");
+    std::fs::write(&config, "cpu_kernel = \"neon9\"\n").unwrap();
+    let out = cmd("miner")
+        .args(["info", "--backend", "cpu", "--config"])
+        .arg(&config)
+        .output()
+        .unwrap();
+    assert_one_line_error(&out, "neon9");
+
+    // A kernel this CPU lacks is refused with the reason, never run.
+    if let Some(missing) = kernels.iter().find(|k| k["available"] == false) {
+        let name = missing["name"].as_str().unwrap();
+        let out = cmd("miner")
+            .args(["info", "--backend", "cpu", "--cpu-kernel", name])
+            .output()
+            .unwrap();
+        assert_one_line_error(&out, &format!("the {name} CPU kernel is not available on this machine"));
+    } else {
+        println!("every CPU kernel runs on this machine: the refusal of a missing one is not exercised here");
+    }
+}

@@ -94,7 +94,11 @@ fn cuda_selection(backend: CudaBackend) -> SelectedBackend {
 }
 
 fn cpu(config: &MinerConfig, notes: Vec<String>) -> Result<SelectedBackend, BackendSelectError> {
-    let backend = CpuBackend::new(config.cpu_threads, None).map_err(|e| BackendSelectError::Cpu(e.to_string()))?;
+    let kernel = config
+        .cpu_kernel
+        .resolve()
+        .map_err(|e| BackendSelectError::Cpu(e.to_string()))?;
+    let backend = CpuBackend::new(config.cpu_threads, kernel).map_err(|e| BackendSelectError::Cpu(e.to_string()))?;
     let device = cpu_device(backend.threads());
     Ok(SelectedBackend {
         name: "cpu".to_string(),

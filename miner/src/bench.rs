@@ -2,12 +2,75 @@
 //! cuBLASLt int8 plus a mix pass, and a whole challenge against its GEMM-only time.
 
 use gpu_attest_shared::Backend;
+use gpu_attest_shared::backend::CancelToken;
+use gpu_attest_shared::cpu::CpuBackend;
 use gpu_attest_shared::cuda::bench::{int8_peak_tops, step_floor_seconds};
 use gpu_attest_shared::cuda::{CudaBackend, CudaInitError, CudaOptions, GpuKernel};
 use gpu_attest_shared::gemm::{CpuGemm, KernelKind, PackedB};
-use gpu_attest_shared::matrix::{Matrix, generate};
+use gpu_attest_shared::matrix::{Matrix, generate, generate_a};
+use gpu_attest_shared::params::{ChallengeParams, Work};
 use serde::Serialize;
 use std::time::{Duration, Instant};
+
+/// `miner bench` on the CPU: the kernels' rows, the AMX ceiling where there is AMX, and the
+/// sampled verification when asked for.
+#[derive(Debug, Serialize)]
+pub struct CpuReport {
+    pub rows: Vec<BenchRow>,
+    pub amx_peak_tops: Option<f64>,
+    pub sampled_verify: Option<SampledVerify>,
+}
+
+/// The CPU work of verifying openings: per sampled chain, regenerate A_i and hash it, hash the
+/// opened matrix, recompute `steps` steps from it and hash the result. Signatures and Merkle
+/// proofs cost microseconds and are left out.
+#[derive(Debug, Serialize)]
+pub struct SampledVerify {
+    pub n: usize,
+    pub samples: u64,
+    pub steps: u32,
+    pub kernel: String,
+    pub seconds: f64,
+}
+
+/// Times the sampled verification of an n = 2048 challenge, 32 samples of 4 steps (the
+/// validator's default checkpoint spacing), one after another as the validator checks them.
+pub fn sampled_verify(kernel: Option<KernelKind>, threads: usize) -> Result<SampledVerify, String> {
+    const N: u32 = 2048;
+    const SAMPLES: u64 = 32;
+    const STEPS: u32 = 4;
+    let backend = CpuBackend::new(threads, kernel).map_err(|e| e.to_string())?;
+    let work = Work::new(ChallengeParams {
+        nonce: [7; 32],
+        seed: [9; 32],
+        miner_key: [3; 32],
+        n: N,
+        num_chains: SAMPLES,
+        iterations: 4 * STEPS,
+        checkpoint_every: STEPS,
+    })
+    .map_err(|e| e.to_string())?;
+    let cancel = CancelToken::new();
+    let start = Instant::now();
+    for chain in 0..SAMPLES {
+        let opened = generate_a(work.key(), chain, work.n());
+        // As the validator does: A_i regenerated for checkpoint 0, the opened matrix hashed.
+        if generate_a(work.key(), chain, work.n()).digest() != opened.digest() {
+            return Err(format!("chain {chain}: A_i was not reproducible"));
+        }
+        let end = backend
+            .advance(&work, chain, opened, 0, STEPS, &cancel)
+            .map_err(|e| e.to_string())?;
+        std::hint::black_box(end.digest());
+    }
+    Ok(SampledVerify {
+        n: N as usize,
+        samples: SAMPLES,
+        steps: STEPS,
+        kernel: backend.kernel().to_string(),
+        seconds: start.elapsed().as_secs_f64(),
+    })
+}
 
 #[derive(Debug, Serialize)]
 pub struct BenchRow {
@@ -20,10 +83,10 @@ pub struct BenchRow {
     pub tops: f64,
 }
 
-/// Times the fused step on every available CPU kernel; each size runs for about `budget`.
-pub fn cpu(sizes: &[usize], threads: usize, budget: Duration, device: &str) -> Vec<BenchRow> {
+/// Times the fused step on each of `kernels` this CPU runs; each size runs for about `budget`.
+pub fn cpu(sizes: &[usize], kernels: &[KernelKind], threads: usize, budget: Duration, device: &str) -> Vec<BenchRow> {
     let mut rows = Vec::new();
-    for kernel in KernelKind::ALL.into_iter().filter(|k| k.is_available()) {
+    for &kernel in kernels {
         let Ok(gemm) = CpuGemm::new(threads, Some(kernel)) else {
             continue;
         };

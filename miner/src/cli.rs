@@ -3,6 +3,7 @@
 
 use crate::config::{BackendChoice, GpuKernelChoice, MinerConfig};
 use clap::{Args, Parser, Subcommand};
+use gpu_attest_shared::gemm::KernelChoice;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
@@ -39,6 +40,10 @@ pub enum Command {
         /// Seconds to spend on each size and kernel.
         #[arg(long, default_value_t = 3.0)]
         seconds: f64,
+        /// CPU only: also time what a validator does to check an n = 2048 challenge by 32
+        /// samples of 4 steps each (the default sampling), on the chosen kernel.
+        #[arg(long)]
+        sampled_verify: bool,
         #[arg(long)]
         json: bool,
     },
@@ -70,6 +75,9 @@ pub struct Settings {
     /// CPU backend threads (0: every core).
     #[arg(long, env = "GPU_ATTEST_MINER_CPU_THREADS")]
     pub cpu_threads: Option<usize>,
+    /// CPU GEMM kernel: auto, amx, avx512-vnni, avx-vnni, avx2 or portable.
+    #[arg(long, env = "GPU_ATTEST_CPU_KERNEL")]
+    pub cpu_kernel: Option<KernelChoice>,
 }
 
 #[derive(Clone, Debug, Args)]
@@ -108,6 +116,9 @@ impl Settings {
         }
         if let Some(t) = self.cpu_threads {
             config.cpu_threads = t;
+        }
+        if let Some(k) = self.cpu_kernel {
+            config.cpu_kernel = k;
         }
         config.validate()?;
         Ok(config)

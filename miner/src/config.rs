@@ -3,6 +3,7 @@
 pub use gpu_attest_proto::daemon::ConfigError;
 use gpu_attest_proto::daemon::{config_to_toml, load_config};
 use gpu_attest_proto::transport::TlsFiles;
+use gpu_attest_shared::gemm::KernelChoice;
 use serde::{Deserialize, Serialize};
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -84,6 +85,9 @@ pub struct MinerConfig {
     pub kernel_cache_dir: Option<PathBuf>,
     /// CPU backend threads; 0 uses every core.
     pub cpu_threads: usize,
+    /// CPU GEMM kernel: "auto" (the fastest this CPU runs) or one of amx, avx512-vnni,
+    /// avx-vnni, avx2, portable. The GPU_ATTEST_CPU_KERNEL environment variable overrides it.
+    pub cpu_kernel: KernelChoice,
     /// How long a commitment stays openable, in seconds.
     pub keep_commitments_secs: u64,
     /// Accepted nonces, kept on disk until their deadlines so a restart cannot enable a replay.
@@ -107,6 +111,7 @@ impl Default for MinerConfig {
             gpu_hash_on_host: false,
             kernel_cache_dir: None,
             cpu_threads: 0,
+            cpu_kernel: KernelChoice::Auto,
             keep_commitments_secs: 600,
             nonce_file: PathBuf::from("miner-nonces.log"),
             tls: TlsFiles::default(),

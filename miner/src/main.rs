@@ -9,6 +9,7 @@ use gpu_attest_miner::server::ServeOptions;
 use gpu_attest_miner::{MinerCore, bench, server};
 use gpu_attest_proto::transport;
 use gpu_attest_shared::cuda::detect::{Detection, GpuDetectError, detect};
+use gpu_attest_shared::gemm::{KernelKind, amx_register_peak};
 use gpu_attest_shared::identity::{Identity, PublicKey};
 use std::collections::HashSet;
 use std::process::ExitCode;
@@ -54,6 +55,7 @@ fn run(cli: Cli) -> Result<()> {
             settings,
             sizes,
             seconds,
+            sampled_verify,
             json,
         } => {
             let config = settings.resolve()?;
@@ -71,25 +73,24 @@ fn run(cli: Cli) -> Result<()> {
                 return bench_gpus(&config, &sizes, budget, json);
             }
             let device = selected.devices.first().map(|d| d.name.clone()).unwrap_or_default();
-            let rows = bench::cpu(&sizes, config.cpu_threads, budget, &device);
+            // Every kernel this CPU runs, unless one was chosen.
+            let chosen = config.cpu_kernel.resolve()?;
+            let kernels = match chosen {
+                Some(k) => vec![k],
+                None => KernelKind::ALL.into_iter().filter(|k| k.is_available()).collect(),
+            };
+            let report = bench::CpuReport {
+                rows: bench::cpu(&sizes, &kernels, config.cpu_threads, budget, &device),
+                amx_peak_tops: amx_register_peak(config.cpu_threads, 0.25).map(|ops| ops / 1e12),
+                sampled_verify: sampled_verify
+                    .then(|| bench::sampled_verify(chosen, config.cpu_threads))
+                    .transpose()
+                    .map_err(anyhow::Error::msg)?,
+            };
             if json {
-                println!("{}", serde_json::to_string_pretty(&rows)?);
+                println!("{}", serde_json::to_string_pretty(&report)?);
             } else {
-                println!(
-                    "{:<6} {:<12} {:>6} {:>12} {:>10}  device",
-                    "backend", "kernel", "n", "ms/step", "TOPS"
-                );
-                for r in rows {
-                    println!(
-                        "{:<6} {:<12} {:>6} {:>12.3} {:>10.3}  {}",
-                        r.backend,
-                        r.kernel,
-                        r.n,
-                        r.seconds * 1e3,
-                        r.tops,
-                        r.device
-                    );
-                }
+                print_cpu_report(&report);
             }
             Ok(())
         }
@@ -230,6 +231,41 @@ fn print_info(selected: &backends::SelectedBackend, detection: &Result<Detection
             d.memory_bytes as f64 / (1u64 << 30) as f64
         );
     }
+    for kernel in KernelKind::ALL {
+        match kernel.unavailable_reason() {
+            None => println!("cpu kernel {kernel}: runs here"),
+            Some(why) => println!("cpu kernel {kernel}: not here (it {why})"),
+        }
+    }
+}
+
+fn print_cpu_report(report: &bench::CpuReport) {
+    println!(
+        "{:<6} {:<12} {:>6} {:>12} {:>10}  device",
+        "backend", "kernel", "n", "ms/step", "TOPS"
+    );
+    for r in &report.rows {
+        println!(
+            "{:<6} {:<12} {:>6} {:>12.3} {:>10.3}  {}",
+            r.backend,
+            r.kernel,
+            r.n,
+            r.seconds * 1e3,
+            r.tops,
+            r.device
+        );
+    }
+    if let Some(peak) = report.amx_peak_tops {
+        println!(
+            "AMX register-only ceiling on these threads: {peak:.2} TOPS (tdpbssd on tiles that never touch memory)"
+        );
+    }
+    if let Some(s) = &report.sampled_verify {
+        println!(
+            "sampled verification, n={}, {} samples of {} steps: {:.2} s on the {} kernel",
+            s.n, s.samples, s.steps, s.seconds, s.kernel
+        );
+    }
 }
 
 fn info_json(selected: &backends::SelectedBackend, detection: &Result<Detection, GpuDetectError>) -> serde_json::Value {
@@ -258,6 +294,9 @@ fn info_json(selected: &backends::SelectedBackend, detection: &Result<Detection,
         "gpu_devices": gpus,
         "gpu_error": detection.as_ref().err().map(|e| e.to_string()),
         "devices": selected.devices,
+        "cpu_kernels": KernelKind::ALL.map(|k| serde_json::json!({
+            "name": k.name(), "available": k.is_available(), "unavailable_reason": k.unavailable_reason(),
+        })),
     })
 }
 

@@ -11,6 +11,7 @@
 //! - [`identity`], [`statement`]: ed25519 keys and the canonical encodings they sign.
 //! - [`inventory`]: the hardware a miner claims and the limits it sets.
 
+pub mod aligned;
 pub mod backend;
 pub mod chain;
 pub mod commitment;

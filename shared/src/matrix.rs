@@ -1,34 +1,36 @@
 //! Square int8 matrices and their generation from the challenge key.
 
+use crate::aligned::AlignedBytes;
 use crate::digest::Digest;
 use rand_chacha::ChaCha8Rng;
 use rand_chacha::rand_core::{Rng, SeedableRng};
 
-/// An n x n matrix of int8, row-major.
+/// An n x n matrix of int8, row-major, starting on a cache line (the CPU kernels read it in
+/// 64-byte rows).
 #[derive(Clone, PartialEq, Eq)]
 pub struct Matrix {
     n: usize,
-    data: Vec<i8>,
+    data: AlignedBytes,
 }
 
 impl Matrix {
     pub fn zeros(n: usize) -> Self {
         Matrix {
             n,
-            data: vec![0; n * n],
+            data: AlignedBytes::zeroed(n * n),
         }
     }
 
-    /// Wraps row-major bytes; `None` unless there are exactly n*n of them.
+    /// Copies row-major bytes; `None` unless there are exactly n*n of them.
     pub fn from_bytes(n: usize, bytes: &[u8]) -> Option<Self> {
         (bytes.len() == n.checked_mul(n)?).then(|| Matrix {
             n,
-            data: bytemuck::cast_slice(bytes).to_vec(),
+            data: AlignedBytes::from_slice(bytes),
         })
     }
 
     pub fn from_vec(n: usize, data: Vec<i8>) -> Option<Self> {
-        (data.len() == n.checked_mul(n)?).then_some(Matrix { n, data })
+        Self::from_bytes(n, bytemuck::cast_slice(&data))
     }
 
     pub fn n(&self) -> usize {
@@ -36,16 +38,20 @@ impl Matrix {
     }
 
     pub fn as_slice(&self) -> &[i8] {
-        &self.data
+        bytemuck::cast_slice(self.data.as_slice())
     }
 
     pub fn as_mut_slice(&mut self) -> &mut [i8] {
-        &mut self.data
+        bytemuck::cast_slice_mut(self.data.as_mut_slice())
     }
 
     /// The row-major bytes, two's complement: what checkpoints hash and openings carry.
     pub fn as_bytes(&self) -> &[u8] {
-        bytemuck::cast_slice(&self.data)
+        self.data.as_slice()
+    }
+
+    pub fn as_bytes_mut(&mut self) -> &mut [u8] {
+        self.data.as_mut_slice()
     }
 
     /// `h = blake3(X)`, a checkpoint hash.
@@ -74,9 +80,9 @@ pub fn b_stream(chain: u64) -> u64 {
 pub fn generate(key: &[u8; 32], stream: u64, n: usize) -> Matrix {
     let mut rng = ChaCha8Rng::from_seed(*key);
     rng.set_stream(stream);
-    let mut data = vec![0i8; n * n];
-    rng.fill_bytes(bytemuck::cast_slice_mut(&mut data));
-    Matrix { n, data }
+    let mut m = Matrix::zeros(n);
+    rng.fill_bytes(m.as_bytes_mut());
+    m
 }
 
 /// A_i of the challenge.

@@ -3,6 +3,7 @@
 
 use crate::config::{Policy, ValidatorConfig, VerifyBackend};
 use clap::{Args, Parser, Subcommand};
+use gpu_attest_shared::gemm::KernelChoice;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
@@ -212,6 +213,9 @@ pub struct Settings {
     pub target_seconds: Option<f64>,
     #[arg(long, env = "GPU_ATTEST_VALIDATOR_CPU_THREADS")]
     pub cpu_threads: Option<usize>,
+    /// CPU GEMM kernel for verification: auto, amx, avx512-vnni, avx-vnni, avx2 or portable.
+    #[arg(long, env = "GPU_ATTEST_CPU_KERNEL")]
+    pub cpu_kernel: Option<KernelChoice>,
     /// Verify on the CPU (default) or on this host's GPUs.
     #[arg(long, env = "GPU_ATTEST_VALIDATOR_BACKEND", value_enum)]
     pub backend: Option<VerifyBackend>,
@@ -237,6 +241,9 @@ impl Settings {
         }
         if let Some(v) = self.cpu_threads {
             c.cpu_threads = v;
+        }
+        if let Some(v) = self.cpu_kernel {
+            c.cpu_kernel = v;
         }
         if let Some(v) = self.backend {
             c.backend = v;

@@ -5,6 +5,7 @@ pub use crate::rates::shipped::{RateEntry, shipped_rates};
 pub use gpu_attest_proto::daemon::ConfigError;
 use gpu_attest_proto::daemon::{config_to_toml, load_config};
 use gpu_attest_proto::transport::TlsFiles;
+use gpu_attest_shared::gemm::KernelChoice;
 use serde::{Deserialize, Serialize};
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -128,6 +129,9 @@ pub struct ValidatorConfig {
     pub backend: VerifyBackend,
     /// Threads for verification on the CPU; 0 uses every core.
     pub cpu_threads: usize,
+    /// CPU GEMM kernel for verification: "auto" (the fastest this CPU runs) or one of amx,
+    /// avx512-vnni, avx-vnni, avx2, portable. GPU_ATTEST_CPU_KERNEL overrides it.
+    pub cpu_kernel: KernelChoice,
     pub challenge: ChallengeConfig,
     pub deadline: DeadlineConfig,
     pub schedule: ScheduleConfig,
@@ -160,6 +164,7 @@ impl Default for ValidatorConfig {
             min_samples: 8,
             backend: VerifyBackend::Cpu,
             cpu_threads: 0,
+            cpu_kernel: KernelChoice::Auto,
             challenge: ChallengeConfig::default(),
             deadline: DeadlineConfig::default(),
             schedule: ScheduleConfig::default(),

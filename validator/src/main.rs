@@ -118,10 +118,13 @@ fn attestor(config: &ValidatorConfig) -> Result<Attestor> {
     let identity = Identity::load_file(&config.key_file)
         .with_context(|| format!("run `validator keygen --key-file {}` first", config.key_file.display()))?;
     let (backend, on_gpu): (Arc<dyn Backend>, bool) = match config.backend {
-        VerifyBackend::Cpu => (
-            Arc::new(CpuBackend::new(config.cpu_threads, None).context("cannot start the CPU verification backend")?),
-            false,
-        ),
+        VerifyBackend::Cpu => {
+            let kernel = config.cpu_kernel.resolve()?;
+            let cpu =
+                CpuBackend::new(config.cpu_threads, kernel).context("cannot start the CPU verification backend")?;
+            tracing::info!(kernel = %cpu.kernel(), threads = cpu.threads(), "verifying on the CPU");
+            (Arc::new(cpu), false)
+        }
         VerifyBackend::Cuda => {
             let options = CudaOptions {
                 cache_dir: default_cache_dir(),

@@ -1,36 +1,37 @@
 //! Exact int8 x int8 -> int32 matrix products on the CPU, with the chain's `mix` fused in.
 //!
-//! The fast path is a packed, register-tiled GEMM (8 rows x 32 columns per tile, the whole k
-//! range accumulated in registers) parallelised over row blocks with rayon. Its inner product
-//! uses `vpdpbusd` (AVX-512 VNNI) where the CPU has it, and a portable loop over the same packed
-//! layout elsewhere. `vpdpbusd` multiplies *unsigned* by signed bytes, so A is biased to
-//! `a + 128` (XOR 0x80) and the product corrected by `128 * column_sum(B)`: every intermediate
-//! is an exact integer modulo 2^32 and the final value fits in i32 (|sum| <= 128*128*8192 =
-//! 2^27), so the result is exact. PROTOCOL.md "Exactness" states the argument.
+//! B is packed once per chain into 32-column panels ([`PackedB`]). A kernel ([`KernelKind`])
+//! computes one register tile, a few rows of A against one panel over the whole k range; the
+//! driver here walks the tiles, parallel over blocks of whole output rows with rayon, and hands
+//! each finished row to the epilogue (bias correction, then `mix` or a plain copy).
 //!
-//! [`naive`] is the plain triple loop, kept as the oracle the tests compare against.
+//! Kernels, fastest first: AMX-INT8 `tdpbssd`, AVX-512 VNNI and AVX-VNNI `vpdpbusd`, AVX2
+//! `vpmaddwd` on widened bytes, and a portable loop. All are exact: PROTOCOL.md "Exactness"
+//! gives the argument, and `tests/gemm_oracle.rs` checks each against [`naive`].
 
-mod kernel;
+mod epilogue;
+mod kernels;
 pub mod naive;
 mod packed;
 
-pub use kernel::KernelKind;
+pub use kernels::{KERNEL_ENV, KernelChoice, KernelKind, UnknownKernel};
 pub use packed::PackedB;
 
 use crate::matrix::Matrix;
-use crate::mix::mix;
 use rayon::prelude::*;
 use thiserror::Error;
 
-/// Rows per register tile.
-const TILE_ROWS: usize = 8;
 /// Columns per register tile (and per packed panel of B).
 const TILE_COLS: usize = 32;
+/// The most rows any kernel's tile has (AMX's).
+const MAX_TILE_ROWS: usize = 32;
 
 #[derive(Debug, Error)]
 pub enum GemmError {
-    #[error("the {0} kernel needs CPU features this machine lacks")]
-    KernelUnavailable(KernelKind),
+    #[error("the {kernel} CPU kernel is not available on this machine: it {reason}")]
+    KernelUnavailable { kernel: KernelKind, reason: &'static str },
+    #[error("{KERNEL_ENV}: {0}")]
+    UnknownKernel(#[from] UnknownKernel),
     #[error("could not start the CPU thread pool: {0}")]
     ThreadPool(String),
 }
@@ -42,13 +43,16 @@ pub struct CpuGemm {
 }
 
 impl CpuGemm {
-    /// `threads = 0` uses every core; `kernel = None` picks the fastest this CPU supports.
+    /// `threads = 0` uses every core. `kernel = None` takes the kernel named by
+    /// [`KERNEL_ENV`] if set, else the fastest this CPU supports; `Some(k)` takes exactly k.
     pub fn new(threads: usize, kernel: Option<KernelKind>) -> Result<Self, GemmError> {
         let kernel = match kernel {
-            Some(k) if !k.is_available() => return Err(GemmError::KernelUnavailable(k)),
             Some(k) => k,
-            None => KernelKind::best_available(),
+            None => KernelKind::from_env()?.unwrap_or_else(KernelKind::best_available),
         };
+        if let Some(reason) = kernel.unavailable_reason() {
+            return Err(GemmError::KernelUnavailable { kernel, reason });
+        }
         let pool = rayon::ThreadPoolBuilder::new()
             .num_threads(threads)
             .thread_name(|i| format!("cpu-gemm-{i}"))
@@ -73,70 +77,112 @@ impl CpuGemm {
 
     /// The exact product `a * b` as int32, row-major.
     pub fn product(&self, a: &Matrix, b: &PackedB) -> Vec<i32> {
-        let mut out = vec![0i32; a.n() * a.n()];
-        self.run(a, b, &mut out, |exact, dst| dst.copy_from_slice(exact));
+        let n = a.n();
+        let mut out = vec![0i32; n * n];
+        self.run(a, b, &mut out, |tile, out, first| {
+            for (i, row) in tile.iter().enumerate() {
+                out[first + i * n..first + i * n + TILE_COLS].copy_from_slice(row);
+            }
+        });
         out
     }
 
     /// One chain step: `out = mix(x * b, step)` element-wise; the int32 product is never stored.
     pub fn step(&self, x: &Matrix, b: &PackedB, step: u32, out: &mut Matrix) {
         assert_eq!(out.n(), x.n(), "output matrix has the wrong size");
-        self.run(x, b, out.as_mut_slice(), |exact, dst| {
-            for (d, &y) in dst.iter_mut().zip(exact) {
-                *d = mix(y, step);
-            }
+        let (n, mix_tile) = (x.n(), epilogue::mix_tile());
+        self.run(x, b, out.as_mut_slice(), |tile, out, first| {
+            mix_tile(tile, step, out, first, n)
         });
     }
 
     /// Drives the tiles: each rayon task owns a block of whole output rows; inside it, panels of
     /// B are the outer loop so one panel (32n bytes) stays in L2 while the block's rows stream by.
+    /// `epilogue(tile, block, first)` writes a finished tile's row i at `block[first + i*n..]`.
     fn run<T, F>(&self, a: &Matrix, b: &PackedB, out: &mut [T], epilogue: F)
     where
         T: Send,
-        F: Fn(&[i32; TILE_COLS], &mut [T]) + Sync,
+        F: Fn(&[[i32; TILE_COLS]], &mut [T], usize) + Sync,
     {
         let n = a.n();
+        let kernel = self.kernel;
+        let tile_rows = kernel.tile_rows();
         assert_eq!(b.n(), n, "A and B differ in size");
         assert!(
-            n.is_multiple_of(TILE_COLS) && n.is_multiple_of(TILE_ROWS),
-            "n={n} is not a multiple of 32"
+            n.is_multiple_of(TILE_COLS) && n.is_multiple_of(tile_rows),
+            "n={n} is not a multiple of the {kernel} kernel's {tile_rows}x{TILE_COLS} tile"
         );
         assert_eq!(out.len(), n * n);
-        let biased: Vec<u8> = a.as_bytes().iter().map(|v| v ^ 0x80).collect();
-        let rows_per_task = rows_per_task(n, self.threads());
-        let kernel = self.kernel;
+        let biased = kernel.wants_biased_a();
+        let prepared = kernel.prepare_a(a.as_bytes(), n);
+        let a = prepared.as_slice();
+        let rows_per_task = rows_per_task(n, self.threads(), tile_rows);
         self.pool.install(|| {
             out.par_chunks_mut(rows_per_task * n)
                 .enumerate()
                 .for_each(|(task, block)| {
                     let first_row = task * rows_per_task;
                     let block_rows = block.len() / n;
-                    let mut tile = [[0i32; TILE_COLS]; TILE_ROWS];
+                    // Two tile buffers: the epilogue of one tile runs while the kernel's next
+                    // tile is in flight (AMX computes in its own unit, so the core's vector
+                    // units are free to mix the previous tile meanwhile).
+                    let mut tiles = [[[0i32; TILE_COLS]; MAX_TILE_ROWS]; 2];
+                    let mut pending: Option<(usize, usize)> = None;
+                    let mut current = 0;
+                    let thread = kernel.begin();
                     for panel in 0..n / TILE_COLS {
                         let col0 = panel * TILE_COLS;
                         let col_sums = b.col_sums(panel);
-                        for r in (0..block_rows).step_by(TILE_ROWS) {
-                            let rows = &biased[(first_row + r) * n..(first_row + r + TILE_ROWS) * n];
-                            kernel.tile(rows, n, b.panel(panel), &mut tile);
-                            for (i, acc) in tile.iter_mut().enumerate() {
-                                // Undo the +128 bias: sum((a+128)*b) - 128*sum(b) = sum(a*b).
-                                for (v, &s) in acc.iter_mut().zip(col_sums) {
-                                    *v = v.wrapping_sub(s.wrapping_mul(128));
-                                }
-                                let start = (r + i) * n + col0;
-                                epilogue(acc, &mut block[start..start + TILE_COLS]);
+                        for r in (0..block_rows).step_by(tile_rows) {
+                            let rows = &a[(first_row + r) * n..(first_row + r + tile_rows) * n];
+                            let [t0, t1] = &mut tiles;
+                            let (tile, other) = if current == 0 { (t0, t1) } else { (t1, t0) };
+                            let tile = &mut tile[..tile_rows];
+                            kernel.tile(&thread, rows, n, b.panel(panel), tile);
+                            if biased {
+                                tile.iter_mut().for_each(|row| epilogue::undo_bias(row, col_sums));
                             }
+                            if let Some((_, first)) = pending {
+                                epilogue(&other[..tile_rows], block, first);
+                            }
+                            pending = Some((current, r * n + col0));
+                            current ^= 1;
                         }
+                    }
+                    if let Some((which, first)) = pending {
+                        epilogue(&tiles[which][..tile_rows], block, first);
                     }
                 });
         });
     }
 }
 
-/// Enough tasks for rayon to balance (four per thread), each a whole number of tiles.
-fn rows_per_task(n: usize, threads: usize) -> usize {
-    let tasks = (threads * 4).max(1);
-    n.div_ceil(tasks).next_multiple_of(TILE_ROWS).clamp(TILE_ROWS, n)
+/// The AMX register-only ceiling on `threads` threads at once (0: every core), in operations per
+/// second: each thread runs `tdpbssd` on tiles of pseudo-random bytes that never touch memory,
+/// for about `seconds`. None when this CPU has no AMX. `miner bench` reports it, so that the
+/// kernels' speed can be read as a share of what the hardware does.
+pub fn amx_register_peak(threads: usize, seconds: f64) -> Option<f64> {
+    let threads = match threads {
+        0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
+        t => t,
+    };
+    // One round of four tdpbssd is about 64 cycles: some 5e7 rounds per second at 3 GHz.
+    let iterations = (seconds * 5e7) as u64;
+    std::thread::scope(|s| {
+        let handles: Vec<_> = (0..threads)
+            .map(|_| s.spawn(move || kernels::amx_register_peak(iterations)))
+            .collect();
+        handles.into_iter().map(|h| h.join().ok().flatten()).sum()
+    })
+}
+
+/// Enough tasks for rayon to balance (four per thread; one per thread for small products, where
+/// each task's fixed cost, scheduling and the AMX tile configuration, would show), each a whole
+/// number of tiles.
+fn rows_per_task(n: usize, threads: usize, tile_rows: usize) -> usize {
+    let per_thread = if n <= 512 { 1 } else { 4 };
+    let tasks = (threads * per_thread).max(1);
+    n.div_ceil(tasks).next_multiple_of(tile_rows).clamp(tile_rows, n)
 }
 
 #[cfg(test)]
@@ -147,9 +193,11 @@ mod tests {
     fn row_split_is_whole_tiles() {
         for n in (64..=8192).step_by(64) {
             for threads in 1..=16 {
-                let rows = rows_per_task(n, threads);
-                assert_eq!(rows % TILE_ROWS, 0);
-                assert!(rows >= TILE_ROWS && rows <= n);
+                for tile_rows in [8, 32] {
+                    let rows = rows_per_task(n, threads, tile_rows);
+                    assert_eq!(rows % tile_rows, 0);
+                    assert!(rows >= tile_rows && rows <= n);
+                }
             }
         }
     }

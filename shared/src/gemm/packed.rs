@@ -2,14 +2,16 @@
 //! bytes of every column side by side, so one 64-byte load feeds sixteen columns' dot products.
 
 use super::TILE_COLS;
+use crate::aligned::AlignedBytes;
 use crate::matrix::Matrix;
 
 /// B packed once per chain (B is the same for all K steps) and reused by every product.
 pub struct PackedB {
     n: usize,
     /// Panel p occupies `[p*32n, (p+1)*32n)`; inside it, k-quad q holds 128 bytes:
-    /// `[q*128 + lane*4 + t] = B[4q + t][32p + lane]`.
-    panels: Vec<u8>,
+    /// `[q*128 + lane*4 + t] = B[4q + t][32p + lane]`. Cache-line aligned, so that each
+    /// 16-column half of a k-quad (an AMX tile row, a zmm load) is one line.
+    panels: AlignedBytes,
     /// `sum_k B[k][j]`, to undo the bias on A.
     col_sums: Vec<i32>,
 }
@@ -22,8 +24,8 @@ impl PackedB {
             "n={n} cannot be packed"
         );
         let src = b.as_bytes();
-        let mut panels = vec![0u8; n * n];
-        for (p, panel) in panels.chunks_exact_mut(TILE_COLS * n).enumerate() {
+        let mut panels = AlignedBytes::zeroed(n * n);
+        for (p, panel) in panels.as_mut_slice().chunks_exact_mut(TILE_COLS * n).enumerate() {
             for (q, quad) in panel.chunks_exact_mut(4 * TILE_COLS).enumerate() {
                 for lane in 0..TILE_COLS {
                     for t in 0..4 {
@@ -46,7 +48,7 @@ impl PackedB {
     }
 
     pub(super) fn panel(&self, p: usize) -> &[u8] {
-        &self.panels[p * TILE_COLS * self.n..(p + 1) * TILE_COLS * self.n]
+        &self.panels.as_slice()[p * TILE_COLS * self.n..(p + 1) * TILE_COLS * self.n]
     }
 
     pub(super) fn col_sums(&self, p: usize) -> &[i32; TILE_COLS] {

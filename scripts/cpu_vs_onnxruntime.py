@@ -1,0 +1,138 @@
+"""Driver for scripts/cpu-vs-onnxruntime.sh: ONNX Runtime MatMulInteger against `miner bench`.
+
+Each round times ONNX Runtime on every size in this process, then the engine on every size
+with one `miner bench --json` call; the best of all rounds is kept for each, so a moment of
+contention on a shared machine penalises neither side alone.
+"""
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import time
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+from onnx import TensorProto, helper
+
+
+def cpu_name():
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown CPU"
+
+
+def matmul_integer_session(threads):
+    """A graph of one MatMulInteger(A u8, B s8, a_zero_point = 128) -> int32."""
+    graph = helper.make_graph(
+        [helper.make_node("MatMulInteger", ["A", "B", "a_zero"], ["Y"])],
+        "matmul_integer",
+        [
+            helper.make_tensor_value_info("A", TensorProto.UINT8, ["n", "n"]),
+            helper.make_tensor_value_info("B", TensorProto.INT8, ["n", "n"]),
+        ],
+        [helper.make_tensor_value_info("Y", TensorProto.INT32, ["n", "n"])],
+        initializer=[helper.make_tensor("a_zero", TensorProto.UINT8, [], [128])],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = threads
+    options.inter_op_num_threads = 1
+    return ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+
+
+def time_ort(session, n, seconds):
+    rng = np.random.default_rng(n)
+    a = rng.integers(-128, 128, size=(n, n), dtype=np.int16)
+    b = rng.integers(-128, 128, size=(n, n), dtype=np.int16)
+    feeds = {"A": (a + 128).astype(np.uint8), "B": b.astype(np.int8)}
+    # Exactness first: the mapping must give the true s8 x s8 product.
+    y = session.run(None, feeds)[0]
+    want = a[:8].astype(np.int64) @ b.astype(np.int64)
+    assert (y[:8] == want).all(), f"MatMulInteger is not the exact product at n={n}"
+    best, start, runs = float("inf"), time.perf_counter(), 0
+    while runs < 3 or (time.perf_counter() - start < seconds and runs < 200):
+        t = time.perf_counter()
+        session.run(None, feeds)
+        best = min(best, time.perf_counter() - t)
+        runs += 1
+    return best
+
+
+def miner_bench(miner, args, extra):
+    cmd = [miner, "bench", "--backend", "cpu", "--json", "--cpu-threads", str(args.threads)] + extra
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+    return json.loads(out)
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--miner", required=True)
+    p.add_argument("--sizes", default="256,1024,2048,4096")
+    p.add_argument("--threads", type=int, default=os.cpu_count())
+    p.add_argument("--rounds", type=int, default=5)
+    p.add_argument("--seconds", type=float, default=1.0, help="per size, side and round")
+    p.add_argument("--kernel", default="auto")
+    args = p.parse_args()
+    sizes = [int(s) for s in args.sizes.split(",")]
+    if args.kernel == "auto":
+        info = subprocess.run([args.miner, "info", "--backend", "cpu", "--json"], check=True, capture_output=True, text=True)
+        args.kernel = json.loads(info.stdout)["kernel"]
+    session = matmul_integer_session(args.threads)
+    print(f"CPU: {cpu_name()}, {args.threads} threads, onnxruntime {ort.__version__}, {args.rounds} rounds")
+
+    ort_best = {n: float("inf") for n in sizes}
+    eng_best = {n: float("inf") for n in sizes}
+    kernel = None
+    peak = []
+    for r in range(args.rounds):
+        for n in sizes:
+            ort_best[n] = min(ort_best[n], time_ort(session, n, args.seconds))
+        extra = ["--sizes", ",".join(map(str, sizes)), "--seconds", str(args.seconds), "--cpu-kernel", args.kernel]
+        report = miner_bench(args.miner, args, extra)
+        for row in report["rows"]:
+            kernel = row["kernel"]
+            eng_best[row["n"]] = min(eng_best[row["n"]], row["seconds"])
+        if report.get("amx_peak_tops"):
+            peak.append(report["amx_peak_tops"])
+        print(f"  round {r + 1}/{args.rounds} done", flush=True)
+
+    limit = max(peak) if peak else None
+    print()
+    header = f"{'n':>6} {'ORT TOPS':>9} {'engine (' + kernel + ') TOPS':>24} {'engine/ORT':>11}"
+    if limit:
+        header += f" {'ORT % of AMX':>13} {'engine % of AMX':>16}"
+    print(header)
+    for n in sizes:
+        ops = 2 * n**3
+        o, e = ops / ort_best[n] / 1e12, ops / eng_best[n] / 1e12
+        line = f"{n:>6} {o:>9.3f} {e:>24.3f} {e / o:>10.2f}x"
+        if limit:
+            line += f" {100 * o / limit:>12.0f}% {100 * e / limit:>15.0f}%"
+        print(line)
+    if limit:
+        print(f"AMX register-only limit (tdpbssd on resident tiles, {args.threads} threads, best round): {limit:.2f} TOPS")
+
+    # AVX2 against portable, at one size, where both kernels run.
+    rows = miner_bench(args.miner, args, ["--sizes", "512", "--seconds", "2", "--cpu-kernel", "avx2"])["rows"]
+    rows += miner_bench(args.miner, args, ["--sizes", "512", "--seconds", "2", "--cpu-kernel", "portable"])["rows"]
+    by = {row["kernel"]: row["tops"] for row in rows}
+    if "avx2" in by and "portable" in by:
+        print(f"n=512: avx2 {by['avx2']:.3f} TOPS, portable {by['portable']:.4f} TOPS: {by['avx2'] / by['portable']:.1f}x")
+
+    sampled = miner_bench(args.miner, args, ["--sizes", "256", "--seconds", "0.1", "--sampled-verify", "--cpu-kernel", args.kernel])
+    if sampled.get("sampled_verify"):
+        s = sampled["sampled_verify"]
+        print(f"sampled verification, n={s['n']}, {s['samples']} samples of {s['steps']} steps: {s['seconds']:.2f} s ({s['kernel']})")
+
+
+if __name__ == "__main__":
+    main()

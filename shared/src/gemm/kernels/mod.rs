@@ -1,0 +1,351 @@
+//! The CPU kernels: each computes one register tile, `tile[r][c] = sum_k a[r][k] * b[k][c]` over
+//! the whole k range, for `tile_rows()` rows of A and one 32-column packed panel of B.
+//!
+//! Every kernel is exact (bit-identical to the naive oracle); they differ only in speed and in
+//! which CPUs run them. [`KernelKind::ALL`] lists them fastest first, and the default is the
+//! first one this CPU (and operating system) runs.
+
+#[cfg(target_arch = "x86_64")]
+mod amx;
+#[cfg(target_arch = "x86_64")]
+mod avx2;
+#[cfg(target_arch = "x86_64")]
+mod avx512_vnni;
+#[cfg(target_arch = "x86_64")]
+mod avx_vnni;
+mod portable;
+
+use super::TILE_COLS;
+use crate::aligned::AlignedBytes;
+use std::fmt;
+use std::str::FromStr;
+use thiserror::Error;
+
+/// The environment variable that forces a kernel by name, over any configuration: tests and
+/// operators use it to run a whole daemon on one kernel.
+pub const KERNEL_ENV: &str = "GPU_ATTEST_CPU_KERNEL";
+
+/// Which inner loop computes the tiles.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum KernelKind {
+    /// AMX-INT8 `tdpbssd`: 16x16x64 tiles, signed x signed.
+    Amx,
+    /// `vpdpbusd` on 512-bit registers: 64 multiply-adds per instruction.
+    Avx512Vnni,
+    /// `vpdpbusd` on 256-bit registers (VEX-encoded AVX-VNNI).
+    AvxVnni,
+    /// `vpmaddwd` on bytes widened to 16 bits: exact without VNNI.
+    Avx2,
+    /// Plain Rust over the same packed layout; the compiler vectorises what it can.
+    Portable,
+}
+
+impl fmt::Display for KernelKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+#[derive(Debug, Error, Clone, PartialEq, Eq)]
+#[error("unknown CPU kernel {given:?}; the kernels are {}", KernelKind::names())]
+pub struct UnknownKernel {
+    pub given: String,
+}
+
+impl FromStr for KernelKind {
+    type Err = UnknownKernel;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let wanted = s.trim().to_ascii_lowercase().replace('_', "-");
+        KernelKind::ALL
+            .into_iter()
+            .find(|k| k.name() == wanted)
+            .ok_or_else(|| UnknownKernel { given: s.to_string() })
+    }
+}
+
+impl KernelKind {
+    /// Fastest first.
+    pub const ALL: [KernelKind; 5] = [
+        KernelKind::Amx,
+        KernelKind::Avx512Vnni,
+        KernelKind::AvxVnni,
+        KernelKind::Avx2,
+        KernelKind::Portable,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            KernelKind::Amx => "amx",
+            KernelKind::Avx512Vnni => "avx512-vnni",
+            KernelKind::AvxVnni => "avx-vnni",
+            KernelKind::Avx2 => "avx2",
+            KernelKind::Portable => "portable",
+        }
+    }
+
+    /// "amx, avx512-vnni, ...", for messages.
+    pub fn names() -> String {
+        KernelKind::ALL.map(KernelKind::name).join(", ")
+    }
+
+    /// Whether this CPU and operating system run the kernel. For AMX this also asks Linux for
+    /// the tile state and runs a small self-test, once per process.
+    pub fn is_available(self) -> bool {
+        match self {
+            KernelKind::Portable => true,
+            #[cfg(target_arch = "x86_64")]
+            KernelKind::Amx => amx::is_available(),
+            #[cfg(target_arch = "x86_64")]
+            KernelKind::Avx512Vnni => avx512_vnni::is_available(),
+            #[cfg(target_arch = "x86_64")]
+            KernelKind::AvxVnni => avx_vnni::is_available(),
+            #[cfg(target_arch = "x86_64")]
+            KernelKind::Avx2 => avx2::is_available(),
+            #[cfg(not(target_arch = "x86_64"))]
+            _ => false,
+        }
+    }
+
+    /// Why the kernel is not offered here, in words; None when it is.
+    pub fn unavailable_reason(self) -> Option<&'static str> {
+        if self.is_available() {
+            return None;
+        }
+        Some(match self {
+            KernelKind::Amx => {
+                "needs AMX-TILE and AMX-INT8, and Linux granting the tile state (arch_prctl ARCH_REQ_XCOMP_PERM)"
+            }
+            KernelKind::Avx512Vnni => "needs AVX-512 F, BW and VNNI",
+            KernelKind::AvxVnni => "needs AVX2 and AVX-VNNI",
+            KernelKind::Avx2 => "needs AVX2",
+            KernelKind::Portable => "always available",
+        })
+    }
+
+    pub fn best_available() -> Self {
+        Self::ALL
+            .into_iter()
+            .find(|k| k.is_available())
+            .unwrap_or(KernelKind::Portable)
+    }
+
+    /// The kernel named by [`KERNEL_ENV`], if that variable is set and not empty or "auto".
+    pub fn from_env() -> Result<Option<KernelKind>, UnknownKernel> {
+        match std::env::var(KERNEL_ENV) {
+            Ok(v) if !v.trim().is_empty() && !v.trim().eq_ignore_ascii_case("auto") => v.parse().map(Some),
+            _ => Ok(None),
+        }
+    }
+
+    /// Rows of A per tile.
+    pub(super) fn tile_rows(self) -> usize {
+        match self {
+            KernelKind::Portable => portable::TILE_ROWS,
+            #[cfg(target_arch = "x86_64")]
+            KernelKind::Amx => amx::TILE_ROWS,
+            #[cfg(target_arch = "x86_64")]
+            KernelKind::Avx512Vnni => avx512_vnni::TILE_ROWS,
+            #[cfg(target_arch = "x86_64")]
+            KernelKind::AvxVnni => avx_vnni::TILE_ROWS,
+            #[cfg(target_arch = "x86_64")]
+            KernelKind::Avx2 => avx2::TILE_ROWS,
+            #[cfg(not(target_arch = "x86_64"))]
+            _ => portable::TILE_ROWS,
+        }
+    }
+
+    /// A in the layout this kernel reads: row-major as it is, row-major biased by +128 for the
+    /// `vpdpbusd` kernels, or in AMX strips. Either way, the rows of tile t start at byte
+    /// `t * tile_rows() * n`.
+    pub(super) fn prepare_a<'a>(self, a: &'a [u8], n: usize) -> PreparedA<'a> {
+        match self {
+            KernelKind::Avx512Vnni | KernelKind::AvxVnni => {
+                assert!(
+                    a.len().is_multiple_of(64),
+                    "A is whole cache lines (n is a multiple of 64)"
+                );
+                PreparedA::Owned(AlignedBytes::from_lines(a.len() / 64, |l| {
+                    std::array::from_fn(|t| a[l * 64 + t] ^ 0x80)
+                }))
+            }
+            #[cfg(target_arch = "x86_64")]
+            KernelKind::Amx => PreparedA::Owned(amx::pack_a(a, n)),
+            _ => PreparedA::Borrowed(a),
+        }
+    }
+
+    /// Whether the kernel multiplies *unsigned* A (`vpdpbusd`): then A is fed biased by +128
+    /// and the tile must be corrected by `128 * column_sum(B)`.
+    pub(super) fn wants_biased_a(self) -> bool {
+        matches!(self, KernelKind::Avx512Vnni | KernelKind::AvxVnni)
+    }
+
+    /// What a thread must hold while it computes tiles with this kernel (AMX's tile
+    /// configuration); start one per block of tiles, on the thread that computes them.
+    pub(super) fn begin(self) -> KernelThread {
+        KernelThread {
+            #[cfg(target_arch = "x86_64")]
+            amx: (self == KernelKind::Amx).then(amx::TileSession::start),
+        }
+    }
+
+    /// Computes one tile. `rows` holds `tile_rows()` rows of A in the layout of
+    /// [`prepare_a`](Self::prepare_a); `panel` one packed panel of B; `thread` comes from
+    /// [`begin`](Self::begin) on this thread.
+    pub(super) fn tile(self, thread: &KernelThread, rows: &[u8], n: usize, panel: &[u8], out: &mut [[i32; TILE_COLS]]) {
+        let tile_rows = self.tile_rows();
+        assert_eq!(rows.len(), tile_rows * n);
+        assert_eq!(panel.len(), TILE_COLS * n);
+        assert_eq!(out.len(), tile_rows);
+        // Safety of every unsafe arm below: the kernel's CPU features were checked (the check
+        // is cached, so this costs an atomic load), and the slice lengths asserted above are
+        // exactly what the kernels read and write.
+        assert!(
+            self.is_available(),
+            "the {self} kernel was selected on a CPU without it"
+        );
+        match self {
+            KernelKind::Portable => portable::tile(rows, n, panel, out),
+            #[cfg(target_arch = "x86_64")]
+            KernelKind::Amx => {
+                let session = thread.amx.as_ref().expect("begin() runs before the AMX kernel's tiles");
+                amx::tile(session, rows, n, panel, out)
+            }
+            #[cfg(target_arch = "x86_64")]
+            KernelKind::Avx512Vnni => unsafe { avx512_vnni::tile(rows, n, panel, out) },
+            #[cfg(target_arch = "x86_64")]
+            KernelKind::AvxVnni => unsafe { avx_vnni::tile(rows, n, panel, out) },
+            #[cfg(target_arch = "x86_64")]
+            KernelKind::Avx2 => unsafe { avx2::tile(rows, n, panel, out) },
+            #[cfg(not(target_arch = "x86_64"))]
+            _ => unreachable!("only the portable kernel is available off x86_64"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_round_trip_and_unknown_names_list_the_kernels() {
+        for k in KernelKind::ALL {
+            assert_eq!(k.name().parse::<KernelKind>().unwrap(), k);
+        }
+        assert_eq!("AVX512_VNNI".parse::<KernelKind>().unwrap(), KernelKind::Avx512Vnni);
+        assert_eq!("auto".parse::<KernelChoice>().unwrap(), KernelChoice::Auto);
+        assert_eq!(
+            "amx".parse::<KernelChoice>().unwrap(),
+            KernelChoice::Named(KernelKind::Amx)
+        );
+        let err = "sse9".parse::<KernelKind>().unwrap_err().to_string();
+        assert!(
+            err.contains("sse9") && err.contains("amx") && err.contains("portable"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn the_default_is_the_first_available_in_speed_order() {
+        let best = KernelKind::best_available();
+        assert!(best.is_available());
+        let first = KernelKind::ALL.into_iter().position(|k| k == best).unwrap();
+        assert!(KernelKind::ALL[..first].iter().all(|k| !k.is_available()));
+    }
+
+    #[test]
+    fn tiles_divide_every_supported_n() {
+        for k in KernelKind::ALL {
+            assert_eq!(crate::params::N_MULTIPLE as usize % k.tile_rows(), 0, "{k}");
+        }
+    }
+}
+
+/// The AMX register-only rate of this thread (see `amx::register_peak`); None without AMX.
+pub(super) fn amx_register_peak(iterations: u64) -> Option<f64> {
+    #[cfg(target_arch = "x86_64")]
+    {
+        amx::register_peak(iterations)
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = iterations;
+        None
+    }
+}
+
+/// Per-thread kernel state, from [`KernelKind::begin`].
+pub(super) struct KernelThread {
+    #[cfg(target_arch = "x86_64")]
+    amx: Option<amx::TileSession>,
+}
+
+/// A as a kernel reads it: borrowed when the kernel takes row-major A as it is.
+pub(super) enum PreparedA<'a> {
+    Borrowed(&'a [u8]),
+    Owned(AlignedBytes),
+}
+
+impl PreparedA<'_> {
+    pub(super) fn as_slice(&self) -> &[u8] {
+        match self {
+            PreparedA::Borrowed(a) => a,
+            PreparedA::Owned(a) => a.as_slice(),
+        }
+    }
+}
+
+/// The `cpu_kernel` setting of both daemons: `auto` (the fastest this CPU runs) or a kernel's
+/// name. [`KERNEL_ENV`] overrides it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum KernelChoice {
+    #[default]
+    Auto,
+    Named(KernelKind),
+}
+
+impl KernelChoice {
+    /// The kernel to ask [`CpuGemm`](super::CpuGemm) for: [`KERNEL_ENV`] if set, else this
+    /// setting; `None` means the fastest available.
+    pub fn resolve(self) -> Result<Option<KernelKind>, UnknownKernel> {
+        Ok(KernelKind::from_env()?.or(match self {
+            KernelChoice::Auto => None,
+            KernelChoice::Named(k) => Some(k),
+        }))
+    }
+}
+
+impl FromStr for KernelChoice {
+    type Err = UnknownKernel;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        if s.trim().eq_ignore_ascii_case("auto") {
+            Ok(KernelChoice::Auto)
+        } else {
+            s.parse().map(KernelChoice::Named)
+        }
+    }
+}
+
+impl fmt::Display for KernelChoice {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            KernelChoice::Auto => f.write_str("auto"),
+            KernelChoice::Named(k) => k.fmt(f),
+        }
+    }
+}
+
+impl serde::Serialize for KernelChoice {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for KernelChoice {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        s.parse().map_err(serde::de::Error::custom)
+    }
+}

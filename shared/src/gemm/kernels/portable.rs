@@ -1,0 +1,24 @@
+//! Plain Rust over the packed layout: runs anywhere, and is the fallback when no vector kernel
+//! fits the CPU. A is signed here (no bias), so the tile is the exact product directly.
+
+use crate::gemm::TILE_COLS;
+
+/// Rows of A per tile.
+pub(super) const TILE_ROWS: usize = 8;
+
+pub(super) fn tile(rows: &[u8], n: usize, panel: &[u8], out: &mut [[i32; TILE_COLS]]) {
+    out.fill([0; TILE_COLS]);
+    for (q, quad) in panel.chunks_exact(4 * TILE_COLS).enumerate() {
+        for (r, acc) in out.iter_mut().enumerate() {
+            let a: [u8; 4] = rows[r * n + 4 * q..r * n + 4 * q + 4].try_into().expect("4 bytes");
+            let a = a.map(|v| i32::from(v as i8));
+            for (lane, b) in acc.iter_mut().zip(quad.chunks_exact(4)) {
+                let dot = a[0] * i32::from(b[0] as i8)
+                    + a[1] * i32::from(b[1] as i8)
+                    + a[2] * i32::from(b[2] as i8)
+                    + a[3] * i32::from(b[3] as i8);
+                *lane = lane.wrapping_add(dot);
+            }
+        }
+    }
+}
