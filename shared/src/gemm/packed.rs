@@ -24,16 +24,16 @@ impl PackedB {
             "n={n} cannot be packed"
         );
         let src = b.as_bytes();
-        let mut panels = AlignedBytes::zeroed(n * n);
-        for (p, panel) in panels.as_mut_slice().chunks_exact_mut(TILE_COLS * n).enumerate() {
-            for (q, quad) in panel.chunks_exact_mut(4 * TILE_COLS).enumerate() {
-                for lane in 0..TILE_COLS {
-                    for t in 0..4 {
-                        quad[lane * 4 + t] = src[(4 * q + t) * n + p * TILE_COLS + lane];
-                    }
-                }
-            }
-        }
+        // Line l holds half h of k-quad q of panel p: 16 columns x 4 k, built in place (a
+        // validator packs a fresh B for every sampled chain, so this is on its critical path).
+        let lines_per_panel = TILE_COLS * n / 64;
+        let panels = AlignedBytes::from_lines(n * n / 64, |l| {
+            let (p, within) = (l / lines_per_panel, l % lines_per_panel);
+            let (q, half) = (within / 2, within % 2);
+            let col0 = p * TILE_COLS + half * 16;
+            let rows: [&[u8]; 4] = std::array::from_fn(|t| &src[(4 * q + t) * n + col0..][..16]);
+            std::array::from_fn(|i| rows[i % 4][i / 4])
+        });
         let mut col_sums = vec![0i32; n];
         for row in b.as_slice().chunks_exact(n) {
             for (sum, &v) in col_sums.iter_mut().zip(row) {
