@@ -1,14 +1,15 @@
 """Driver for scripts/cpu-vs-onnxruntime.sh: ONNX Runtime MatMulInteger against `miner bench`.
 
-Each round times ONNX Runtime on every size in this process, then the engine on every size
-with one `miner bench --json` call; the best of all rounds is kept for each, so a moment of
-contention on a shared machine penalises neither side alone.
+Each round times, for every size, ONNX Runtime in this process and then the engine with one
+`miner bench --json` call, back to back. The table reports the median over rounds of each
+pair's ratio, and the best speed each side reached.
 """
 
 import argparse
 import json
 import os
 import platform
+import statistics
 import subprocess
 import time
 
@@ -91,35 +92,40 @@ def main():
 
     ort_best = {n: float("inf") for n in sizes}
     eng_best = {n: float("inf") for n in sizes}
-    kernel = None
+    ratios = {n: [] for n in sizes}
     peak = []
     for r in range(args.rounds):
+        # Each size's two measurements are taken back to back, and the ratio is kept per pair:
+        # on a shared machine whose speed drifts by 2x over minutes, the paired ratio is the
+        # stable figure, and its median over rounds is what the table reports.
         for n in sizes:
-            ort_best[n] = min(ort_best[n], time_ort(session, n, args.seconds))
-        extra = ["--sizes", ",".join(map(str, sizes)), "--seconds", str(args.seconds), "--cpu-kernel", args.kernel]
-        report = miner_bench(args.miner, args, extra)
-        for row in report["rows"]:
-            kernel = row["kernel"]
-            eng_best[row["n"]] = min(eng_best[row["n"]], row["seconds"])
-        if report.get("amx_peak_tops"):
-            peak.append(report["amx_peak_tops"])
+            t_ort = time_ort(session, n, args.seconds)
+            report = miner_bench(args.miner, args, ["--sizes", str(n), "--seconds", str(args.seconds), "--cpu-kernel", args.kernel])
+            t_eng = report["rows"][0]["seconds"]
+            ort_best[n] = min(ort_best[n], t_ort)
+            eng_best[n] = min(eng_best[n], t_eng)
+            ratios[n].append(t_ort / t_eng)
+            if report.get("amx_peak_tops"):
+                peak.append(report["amx_peak_tops"])
         print(f"  round {r + 1}/{args.rounds} done", flush=True)
 
     limit = max(peak) if peak else None
     print()
-    header = f"{'n':>6} {'ORT TOPS':>9} {'engine (' + kernel + ') TOPS':>24} {'engine/ORT':>11}"
+    header = f"{'n':>6} {'ORT TOPS':>9} {'engine (' + args.kernel + ') TOPS':>24} {'engine/ORT median':>18} {'(min-max)':>12}"
     if limit:
         header += f" {'ORT % of AMX':>13} {'engine % of AMX':>16}"
     print(header)
     for n in sizes:
         ops = 2 * n**3
         o, e = ops / ort_best[n] / 1e12, ops / eng_best[n] / 1e12
-        line = f"{n:>6} {o:>9.3f} {e:>24.3f} {e / o:>10.2f}x"
+        rs = sorted(ratios[n])
+        line = f"{n:>6} {o:>9.3f} {e:>24.3f} {statistics.median(rs):>17.2f}x {rs[0]:>5.2f}-{rs[-1]:<5.2f}"
         if limit:
             line += f" {100 * o / limit:>12.0f}% {100 * e / limit:>15.0f}%"
         print(line)
+    print("TOPS columns: the best of all rounds for each side.")
     if limit:
-        print(f"AMX register-only limit (tdpbssd on resident tiles, {args.threads} threads, best round): {limit:.2f} TOPS")
+        print(f"AMX register-only limit (tdpbssd on resident tiles of random bytes, {args.threads} threads, best round): {limit:.2f} TOPS")
 
     # AVX2 against portable, at one size, where both kernels run.
     rows = miner_bench(args.miner, args, ["--sizes", "512", "--seconds", "2", "--cpu-kernel", "avx2"])["rows"]

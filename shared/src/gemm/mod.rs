@@ -123,9 +123,9 @@ impl CpuGemm {
                 .for_each(|(task, block)| {
                     let first_row = task * rows_per_task;
                     let block_rows = block.len() / n;
-                    // Two tile buffers: the epilogue of one tile runs while the kernel's next
-                    // tile is in flight (AMX computes in its own unit, so the core's vector
-                    // units are free to mix the previous tile meanwhile).
+                    // Two tile buffers: while the kernel computes one tile, the epilogue of the
+                    // previous one runs in the slots the kernel offers (`between`), a few rows
+                    // at a time: AMX's tile unit leaves the vector units free meanwhile.
                     let mut tiles = [[[0i32; TILE_COLS]; MAX_TILE_ROWS]; 2];
                     let mut pending: Option<(usize, usize)> = None;
                     let mut current = 0;
@@ -136,14 +136,22 @@ impl CpuGemm {
                         for r in (0..block_rows).step_by(tile_rows) {
                             let rows = &a[(first_row + r) * n..(first_row + r + tile_rows) * n];
                             let [t0, t1] = &mut tiles;
-                            let (tile, other) = if current == 0 { (t0, t1) } else { (t1, t0) };
+                            let (tile, previous) = if current == 0 { (t0, t1) } else { (t1, t0) };
                             let tile = &mut tile[..tile_rows];
-                            kernel.tile(&thread, rows, n, b.panel(panel), tile);
+                            let previous = &previous[..tile_rows];
+                            let mut between = |slot: usize, slots: usize| {
+                                if let Some((_, first)) = pending {
+                                    let per_slot = tile_rows.div_ceil(slots);
+                                    let from = (slot * per_slot).min(tile_rows);
+                                    let to = ((slot + 1) * per_slot).min(tile_rows);
+                                    if from < to {
+                                        epilogue(&previous[from..to], &mut *block, first + from * n);
+                                    }
+                                }
+                            };
+                            kernel.tile(&thread, rows, n, b.panel(panel), tile, &mut between);
                             if biased {
                                 tile.iter_mut().for_each(|row| epilogue::undo_bias(row, col_sums));
-                            }
-                            if let Some((_, first)) = pending {
-                                epilogue(&other[..tile_rows], block, first);
                             }
                             pending = Some((current, r * n + col0));
                             current ^= 1;

@@ -193,7 +193,19 @@ impl KernelKind {
     /// Computes one tile. `rows` holds `tile_rows()` rows of A in the layout of
     /// [`prepare_a`](Self::prepare_a); `panel` one packed panel of B; `thread` comes from
     /// [`begin`](Self::begin) on this thread.
-    pub(super) fn tile(self, thread: &KernelThread, rows: &[u8], n: usize, panel: &[u8], out: &mut [[i32; TILE_COLS]]) {
+    ///
+    /// `between(i, count)` is called for i = 0..count, at points where side work (the previous
+    /// tile's epilogue) costs least: between AMX's k-steps, whose tile unit leaves the vector
+    /// units idle; once after the tile for the vector kernels, which keep them busy.
+    pub(super) fn tile(
+        self,
+        thread: &KernelThread,
+        rows: &[u8],
+        n: usize,
+        panel: &[u8],
+        out: &mut [[i32; TILE_COLS]],
+        between: &mut dyn FnMut(usize, usize),
+    ) {
         let tile_rows = self.tile_rows();
         assert_eq!(rows.len(), tile_rows * n);
         assert_eq!(panel.len(), TILE_COLS * n);
@@ -206,12 +218,12 @@ impl KernelKind {
             "the {self} kernel was selected on a CPU without it"
         );
         match self {
-            KernelKind::Portable => portable::tile(rows, n, panel, out),
             #[cfg(target_arch = "x86_64")]
             KernelKind::Amx => {
                 let session = thread.amx.as_ref().expect("begin() runs before the AMX kernel's tiles");
-                amx::tile(session, rows, n, panel, out)
+                return amx::tile(session, rows, n, panel, out, between);
             }
+            KernelKind::Portable => portable::tile(rows, n, panel, out),
             #[cfg(target_arch = "x86_64")]
             KernelKind::Avx512Vnni => unsafe { avx512_vnni::tile(rows, n, panel, out) },
             #[cfg(target_arch = "x86_64")]
@@ -221,6 +233,7 @@ impl KernelKind {
             #[cfg(not(target_arch = "x86_64"))]
             _ => unreachable!("only the portable kernel is available off x86_64"),
         }
+        between(0, 1);
     }
 }
 
