@@ -12,8 +12,14 @@ use tokio::net::TcpListener;
 pub enum ConfigError {
     #[error("cannot read config file {path}: {source}")]
     Read { path: String, source: std::io::Error },
-    #[error("config file {path} is not valid: {source}")]
-    Parse { path: String, source: toml::de::Error },
+    /// One line: where in the file, and what is wrong there. (The TOML error's own text spans
+    /// several lines with a snippet; the daemons print errors as one line.)
+    #[error("config file {path} is not valid: {location}{message}")]
+    Parse {
+        path: String,
+        location: String,
+        message: String,
+    },
     #[error("invalid configuration: {0}")]
     Invalid(String),
 }
@@ -27,7 +33,16 @@ pub fn load_config<T: DeserializeOwned + Default>(path: Option<&Path>) -> Result
         path: shown.clone(),
         source,
     })?;
-    toml::from_str(&text).map_err(|source| ConfigError::Parse { path: shown, source })
+    toml::from_str(&text).map_err(|e: toml::de::Error| ConfigError::Parse {
+        path: shown,
+        location: e.span().map_or_else(String::new, |span| {
+            let before = &text[..span.start.min(text.len())];
+            let line = before.matches('\n').count() + 1;
+            let column = before.len() - before.rfind('\n').map_or(0, |i| i + 1) + 1;
+            format!("line {line}, column {column}: ")
+        }),
+        message: e.message().trim().replace('\n', "; "),
+    })
 }
 
 /// A config as TOML: what `--print-config` shows, and a complete file to start from.
