@@ -62,12 +62,11 @@ pub fn select_detected(
     detection: &Result<Detection, GpuDetectError>,
 ) -> Result<SelectedBackend, BackendSelectError> {
     let start_cuda = || -> Result<SelectedBackend, CudaInitError> {
-        let gpus = detection
-            .as_ref()
-            .map_err(|e| CudaInitError::Detect(e.clone()))?
-            .gpus
-            .clone();
-        Ok(cuda_selection(CudaBackend::with_gpus(gpus, &cuda_options(config))?))
+        let detection = detection.as_ref().map_err(|e| CudaInitError::Detect(e.clone()))?;
+        Ok(cuda_selection(CudaBackend::from_detection(
+            detection,
+            &cuda_options(config),
+        )?))
     };
     match config.backend {
         BackendChoice::Cuda => start_cuda().map_err(BackendSelectError::Cuda),

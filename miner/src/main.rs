@@ -186,6 +186,7 @@ async fn reload_on_hangup(core: Arc<MinerCore>, args: ServeArgs) {
 fn print_info(selected: &backends::SelectedBackend, detection: &Result<Detection, GpuDetectError>) {
     match detection {
         Ok(d) => {
+            println!("CUDA driver: supports CUDA {}", d.driver);
             println!("GPUs: {}", d.gpus.len());
             if let Some(visible) = &d.visible_devices {
                 println!("CUDA_VISIBLE_DEVICES: {visible}");
@@ -293,6 +294,7 @@ fn info_json(selected: &backends::SelectedBackend, detection: &Result<Detection,
         "gpus": gpus.len(),
         "gpu_devices": gpus,
         "gpu_error": detection.as_ref().err().map(|e| e.to_string()),
+        "cuda_driver": detection.as_ref().ok().map(|d| d.driver.to_string()),
         "devices": selected.devices,
         "cpu_kernels": KernelKind::ALL.map(|k| serde_json::json!({
             "name": k.name(), "available": k.is_available(), "unavailable_reason": k.unavailable_reason(),

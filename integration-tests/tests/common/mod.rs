@@ -3,8 +3,10 @@
 #![allow(dead_code)]
 
 pub mod cheats;
+pub mod fake_driver;
 pub mod fleet;
 pub mod pki;
+pub mod process;
 
 use gpu_attest_miner::MinerCore;
 use gpu_attest_miner::backends::SelectedBackend;

@@ -2,7 +2,8 @@
 //! its free memory; checkpoints are hashed on the device (or, as a fallback, copied to the host
 //! and hashed there with the blake3 crate).
 
-use super::detect::{self, GpuDetectError, GpuInfo};
+use super::compile::{self, KernelBuildError};
+use super::detect::{self, Detection, GpuDetectError, GpuInfo};
 use super::device::{DeviceInitError, DeviceRuntime, hash_scratch_words, reset_primary_context_if_active};
 use super::kernels::GpuKernel;
 use super::plan;
@@ -60,6 +61,8 @@ pub enum CudaInitError {
         compute_capability: (u32, u32),
         kernel: GpuKernel,
     },
+    #[error(transparent)]
+    Build(#[from] KernelBuildError),
     #[error(transparent)]
     Device(#[from] DeviceInitError),
 }
@@ -137,14 +140,14 @@ pub fn choose_kernel(gpus: &[GpuInfo], wanted: Option<GpuKernel>) -> Result<GpuK
 impl CudaBackend {
     /// Detects the GPUs, opens each selected one and loads its kernels.
     pub fn new(options: &CudaOptions) -> Result<Self, CudaInitError> {
-        let detection = detect::detect()?;
-        Self::with_gpus(detection.gpus, options)
+        Self::from_detection(&detect::detect()?, options)
     }
 
     /// As [`CudaBackend::new`], from an earlier detection.
-    pub fn with_gpus(detected: Vec<GpuInfo>, options: &CudaOptions) -> Result<Self, CudaInitError> {
-        let gpus = select_gpus(&detected, options.ordinals.as_deref())?;
+    pub fn from_detection(detection: &Detection, options: &CudaOptions) -> Result<Self, CudaInitError> {
+        let gpus = select_gpus(&detection.gpus, options.ordinals.as_deref())?;
         let kernel = choose_kernel(&gpus, options.kernel)?;
+        compile::check_against_driver(detection.driver)?;
         let devices = gpus
             .iter()
             .enumerate()

@@ -4,6 +4,7 @@
 
 use super::backend::CudaBackend;
 use super::device::DeviceRuntime;
+use super::driver;
 use crate::backend::{BackendError, CancelToken};
 use crate::params::{ChallengeParams, Work};
 use cudarc::cublaslt::{result as lt, sys as lt_sys};
@@ -59,7 +60,11 @@ pub fn bench_batch(n: usize) -> usize {
 /// error: the first row of every GPU bench did, before this was spelled out.
 const TIMING_EVENT: cudarc::driver::sys::CUevent_flags = cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT;
 
-/// Seconds per launch of `run`, timed with events over at least `budget` after a warm-up.
+/// Seconds per launch of `run`, timed with events over at least `budget` after a warm-up. On a
+/// driver without event timing under cudarc's bindings (before CUDA 12.8, see
+/// [`driver::EVENT_TIMING_SYMBOL`]) the host clock times the same launches between two
+/// synchronisations instead: over a second or more of work the difference is the launch latency
+/// of one synchronisation.
 fn time_launches(
     rt: &DeviceRuntime,
     budget: Duration,
@@ -69,11 +74,16 @@ fn time_launches(
         run(step)?;
     }
     rt.synchronize()?;
-    let start = rt.ctx.new_event(Some(TIMING_EVENT)).map_err(|e| rt.err(e))?;
-    let end = rt.ctx.new_event(Some(TIMING_EVENT)).map_err(|e| rt.err(e))?;
+    let events = if driver::exports(driver::EVENT_TIMING_SYMBOL) {
+        let start = rt.ctx.new_event(Some(TIMING_EVENT)).map_err(|e| rt.err(e))?;
+        let end = rt.ctx.new_event(Some(TIMING_EVENT)).map_err(|e| rt.err(e))?;
+        start.record(&rt.stream).map_err(|e| rt.err(e))?;
+        Some((start, end))
+    } else {
+        None
+    };
     let wall = Instant::now();
     let mut launches = 0u32;
-    start.record(&rt.stream).map_err(|e| rt.err(e))?;
     while launches < 5 || (wall.elapsed() < budget && launches < 2000) {
         run(launches)?;
         launches += 1;
@@ -81,10 +91,18 @@ fn time_launches(
             rt.synchronize()?;
         }
     }
-    end.record(&rt.stream).map_err(|e| rt.err(e))?;
-    end.synchronize().map_err(|e| rt.err(e))?;
-    let ms = start.elapsed_ms(&end).map_err(|e| rt.err(e))?;
-    Ok(f64::from(ms) / 1e3 / f64::from(launches))
+    let seconds = match events {
+        Some((start, end)) => {
+            end.record(&rt.stream).map_err(|e| rt.err(e))?;
+            end.synchronize().map_err(|e| rt.err(e))?;
+            f64::from(start.elapsed_ms(&end).map_err(|e| rt.err(e))?) / 1e3
+        }
+        None => {
+            rt.synchronize()?;
+            wall.elapsed().as_secs_f64()
+        }
+    };
+    Ok(seconds / f64::from(launches))
 }
 
 /// The first `batch` chains of a fixed key, as the miner starts them: (X_0, free scratch, B^T).

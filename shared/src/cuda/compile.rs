@@ -7,6 +7,7 @@
 //! not look like this kernel's PTX is ignored and rebuilt, and one the driver rejects is removed
 //! by [`forget`].
 
+use super::driver::{self, CudaVersion};
 use super::kernels::GpuKernel;
 use cudarc::nvrtc;
 use std::collections::HashMap;
@@ -48,6 +49,8 @@ pub enum KernelBuildError {
         arch: String,
         log: String,
     },
+    #[error("{0}")]
+    NvrtcNewerThanDriver(String),
     #[error("NVRTC failed: {0}")]
     Nvrtc(String),
 }
@@ -70,6 +73,15 @@ pub fn nvrtc_version() -> Result<(i32, i32), KernelBuildError> {
         .result()
         .map_err(|e| KernelBuildError::Nvrtc(format!("{e:?}")))?;
     Ok((major, minor))
+}
+
+/// Whether the PTX this NVRTC writes loads on a driver for CUDA `driver` (see
+/// [`driver::check_nvrtc`]). Asked before the first compile, so a CUDA 12 driver with NVRTC 13
+/// is one clear line, not a module-load error per device.
+pub fn check_against_driver(driver: CudaVersion) -> Result<(), KernelBuildError> {
+    let (major, minor) = nvrtc_version()?;
+    let nvrtc = CudaVersion::new(major.max(0) as u32, minor.max(0) as u32);
+    driver::check_nvrtc(nvrtc, driver).map_err(KernelBuildError::NvrtcNewerThanDriver)
 }
 
 /// The architectures this NVRTC can target, as 10 * major + minor (75, 80, 90, ...).

@@ -6,6 +6,7 @@
 //! machine, so NVML's facts are matched to CUDA devices by UUID, or by PCI bus id when a UUID is
 //! missing, never by index. NVML is optional: without it the driver's facts are reported alone.
 
+use super::driver::{self, CudaVersion, MIN_DRIVER};
 use crate::statement::DeviceInfo;
 use cudarc::driver::{result, sys};
 use thiserror::Error;
@@ -47,6 +48,8 @@ pub struct NvmlFacts {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Detection {
     pub gpus: Vec<GpuInfo>,
+    /// The CUDA version the driver supports.
+    pub driver: CudaVersion,
     /// CUDA_VISIBLE_DEVICES as this process saw it.
     pub visible_devices: Option<String>,
     /// Why NVML's facts are missing, if they are.
@@ -57,6 +60,24 @@ pub struct Detection {
 pub enum GpuDetectError {
     #[error("no NVIDIA driver: libcuda could not be loaded (install the NVIDIA driver to use GPUs)")]
     NoDriver,
+    #[error(
+        "NVML sees {gpus} GPU{} (driver {driver}), but the driver's CUDA library (libcuda.so.1) could not be loaded: \
+         the driver install is incomplete, or this is a container started without the NVIDIA runtime's compute \
+         capability (NVIDIA_DRIVER_CAPABILITIES=compute,utility)",
+        if *.gpus == 1 { "" } else { "s" }
+    )]
+    NvmlWithoutCuda { driver: String, gpus: u32 },
+    #[error("the NVIDIA driver could not be used: {0}")]
+    DriverVersion(String),
+    #[error("the NVIDIA driver here supports CUDA {found}; the miner needs {}", .needed.needed())]
+    DriverTooOld { found: CudaVersion, needed: CudaVersion },
+    #[error(
+        "the NVIDIA driver here (CUDA {driver}) lacks {} that the miner calls: {}; install a driver for {}",
+        if .symbols.len() == 1 { "an entry point" } else { "entry points" },
+        .symbols.join(", "),
+        MIN_DRIVER.needed()
+    )]
+    MissingEntryPoints { driver: CudaVersion, symbols: Vec<String> },
     #[error("no GPU visible to CUDA{}", visible_hint(.visible_devices))]
     NoDevices { visible_devices: Option<String> },
     #[error("the CUDA driver failed to start: {0}")]
@@ -93,7 +114,25 @@ pub fn driver_present() -> bool {
 pub fn detect() -> Result<Detection, GpuDetectError> {
     let visible_devices = std::env::var("CUDA_VISIBLE_DEVICES").ok();
     if !driver_present() {
-        return Err(GpuDetectError::NoDriver);
+        return Err(match nvml_summary() {
+            Some((driver, gpus)) if gpus > 0 => GpuDetectError::NvmlWithoutCuda { driver, gpus },
+            _ => GpuDetectError::NoDriver,
+        });
+    }
+    // Before any call that could panic on a missing entry point: what the driver is and has.
+    let driver = driver::version().map_err(GpuDetectError::DriverVersion)?;
+    if driver < MIN_DRIVER {
+        return Err(GpuDetectError::DriverTooOld {
+            found: driver,
+            needed: MIN_DRIVER,
+        });
+    }
+    let missing = driver::missing_symbols();
+    if !missing.is_empty() {
+        return Err(GpuDetectError::MissingEntryPoints {
+            driver,
+            symbols: missing.into_iter().map(String::from).collect(),
+        });
     }
     result::init().map_err(|e| match e.0 {
         sys::CUresult::CUDA_ERROR_NO_DEVICE => GpuDetectError::NoDevices {
@@ -105,7 +144,7 @@ pub fn detect() -> Result<Detection, GpuDetectError> {
     if count <= 0 {
         return Err(GpuDetectError::NoDevices { visible_devices });
     }
-    let cuda_version = cuda_driver_version();
+    let cuda_version = format!("CUDA {driver}");
     let (nvml, nvml_note) = match nvml_facts() {
         Ok(facts) => (facts, None),
         Err(note) => (Vec::new(), Some(note)),
@@ -123,18 +162,10 @@ pub fn detect() -> Result<Detection, GpuDetectError> {
     }
     Ok(Detection {
         gpus,
+        driver,
         visible_devices,
         nvml_note,
     })
-}
-
-fn cuda_driver_version() -> String {
-    let mut version = 0;
-    // SAFETY: version is valid for the call.
-    match unsafe { sys::cuDriverGetVersion(&mut version) }.result() {
-        Ok(()) => format!("CUDA {}.{}", version / 1000, (version % 1000) / 10),
-        Err(_) => String::new(),
-    }
 }
 
 fn cuda_device(ordinal: u32, driver_version: &str) -> Result<GpuInfo, GpuDetectError> {
@@ -172,6 +203,14 @@ fn cuda_device(ordinal: u32, driver_version: &str) -> Result<GpuInfo, GpuDetectE
         driver_version: driver_version.to_string(),
         nvml: None,
     })
+}
+
+/// NVML's driver version and GPU count, when NVML starts: on a host whose libcuda is missing,
+/// this tells a broken install from a host without GPUs.
+fn nvml_summary() -> Option<(String, u32)> {
+    let nvml = nvml_wrapper::Nvml::init().ok()?;
+    let gpus = nvml.device_count().ok()?;
+    Some((nvml.sys_driver_version().unwrap_or_else(|_| "unknown".into()), gpus))
 }
 
 /// Every GPU NVML sees (all of the machine's, whatever CUDA_VISIBLE_DEVICES says), or why not.

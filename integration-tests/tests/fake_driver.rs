@@ -1,0 +1,148 @@
+//! The real `miner` binary against stand-ins for the NVIDIA libraries (see `fake-driver/`): a
+//! CUDA 12 driver with NVRTC 13, a driver with no GPU, NVML without libcuda, and the other ways
+//! a GPU host can be wrong. Each must give one line that names what was found and what is
+//! needed, fall back to the CPU under `auto`, and never panic. These run without a GPU: the
+//! libraries are fakes built by the test, which is why this is not a GPU test.
+#![cfg(target_os = "linux")]
+
+mod common;
+
+use common::fake_driver::{FakeLib, build, library_path};
+use common::process::{Dir, assert_one_line_failure, cmd};
+use std::path::Path;
+use std::process::Output;
+
+/// `miner` with `args`, loading the libraries in `libs` first, with the `FAKE_*` answers in `env`.
+fn miner(libs: &Path, args: &[&str], env: &[(&str, &str)]) -> Output {
+    cmd("miner")
+        .args(args)
+        .env("LD_LIBRARY_PATH", library_path(libs))
+        .env("GPU_ATTEST_KERNEL_CACHE", libs.join("kernel-cache"))
+        .env_remove("CUDA_VISIBLE_DEVICES")
+        .envs(env.iter().copied())
+        .output()
+        .unwrap()
+}
+
+/// Under `--backend cuda`, every command that needs the backend refuses in one line containing
+/// each of `needles`; under `auto`, `miner info` runs on the CPU and says why.
+fn assert_refused_then_cpu(libs: &Path, env: &[(&str, &str)], needles: &[&str]) -> serde_json::Value {
+    for args in [
+        &["info", "--backend", "cuda"][..],
+        &["bench", "--backend", "cuda", "--sizes", "64", "--seconds", "0.01"],
+        &["serve", "--backend", "cuda", "--listen", "127.0.0.1:0"],
+    ] {
+        let out = miner(libs, args, env);
+        assert_eq!(
+            out.status.code(),
+            Some(1),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        for needle in needles {
+            assert_one_line_failure(&out, needle);
+        }
+        assert!(
+            String::from_utf8_lossy(&out.stderr).contains("the cuda backend cannot start"),
+            "{args:?}"
+        );
+    }
+    let out = miner(libs, &["info", "--json"], env);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let info: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(info["backend"], "cpu", "{info}");
+    let note = info["notes"][0].as_str().unwrap_or_default();
+    assert!(note.starts_with("no usable GPU ("), "{info}");
+    for needle in needles {
+        assert!(note.contains(needle), "{needle:?} not in {note:?}");
+    }
+    info
+}
+
+#[test]
+fn a_cuda_12_driver_with_nvrtc_13_is_refused_naming_both() {
+    let dir = Dir::fresh("fake-cuda12-nvrtc13");
+    let libs = build(&dir.0, &[FakeLib::Cuda, FakeLib::Nvrtc, FakeLib::Nvml]);
+    let env = [("FAKE_CUDA_VERSION", "12040"), ("FAKE_NVRTC_VERSION", "13.0")];
+    let info = assert_refused_then_cpu(
+        &libs,
+        &env,
+        &[
+            "supports CUDA 12.4",
+            "NVRTC found is 13.0",
+            "R580",
+            "nvidia-cuda-nvrtc-cu12",
+        ],
+    );
+    // What was found is still reported: the driver, and the GPU behind it.
+    assert_eq!(info["cuda_driver"], "12.4", "{info}");
+    assert_eq!(info["gpus"], 1, "{info}");
+    assert_eq!(info["gpu_devices"][0]["compute_capability"], serde_json::json!([9, 0]));
+}
+
+/// NVRTC no newer than the driver passes the version check; the fake driver then refuses to
+/// open a context, which must be an error line too, not a panic.
+#[test]
+fn a_cuda_12_driver_with_nvrtc_12_gets_past_the_version_check() {
+    let dir = Dir::fresh("fake-cuda12-nvrtc12");
+    let libs = build(&dir.0, &[FakeLib::Cuda, FakeLib::Nvrtc, FakeLib::Nvml]);
+    let env = [("FAKE_CUDA_VERSION", "12040"), ("FAKE_NVRTC_VERSION", "12.4")];
+    let out = miner(&libs, &["info", "--backend", "cuda"], &env);
+    assert_one_line_failure(&out, "CUDA device 0: CUDA_ERROR_NOT_SUPPORTED");
+    assert!(!String::from_utf8_lossy(&out.stderr).contains("NVRTC found"));
+}
+
+#[test]
+fn a_driver_older_than_cuda_12_is_refused_with_the_branch_needed() {
+    let dir = Dir::fresh("fake-cuda11");
+    let libs = build(&dir.0, &[FakeLib::Cuda, FakeLib::Nvrtc, FakeLib::Nvml]);
+    assert_refused_then_cpu(
+        &libs,
+        &[("FAKE_CUDA_VERSION", "11080")],
+        &["supports CUDA 11.8; the miner needs CUDA 12.0 or newer (driver R525 or newer)"],
+    );
+}
+
+#[test]
+fn a_driver_with_no_gpu_says_so() {
+    let dir = Dir::fresh("fake-no-gpu");
+    let libs = build(&dir.0, &[FakeLib::Cuda, FakeLib::Nvrtc, FakeLib::Nvml]);
+    let info = assert_refused_then_cpu(&libs, &[("FAKE_CUDA_DEVICES", "0")], &["no GPU visible to CUDA"]);
+    assert_eq!(info["gpus"], 0, "{info}");
+}
+
+/// cudarc panics when it calls an entry point the library lacks; the miner checks them all
+/// before its first call into the driver.
+#[test]
+fn a_driver_library_missing_an_entry_point_is_named_not_called() {
+    let dir = Dir::fresh("fake-no-launch");
+    let libs = build(&dir.0, &[FakeLib::CudaWithoutLaunch, FakeLib::Nvrtc, FakeLib::Nvml]);
+    assert_refused_then_cpu(
+        &libs,
+        &[],
+        &["lacks an entry point that the miner calls: cuLaunchKernel"],
+    );
+}
+
+/// NVML answers but libcuda cannot be loaded: a broken install or a container without the
+/// compute capability, which is not the same as a host without GPUs.
+#[test]
+fn nvml_without_libcuda_is_a_broken_install_not_no_gpu() {
+    // The real driver library, where there is one, is found whatever LD_LIBRARY_PATH says.
+    // SAFETY: only tries to load the library.
+    if gpu_attest_shared::cuda::detect::driver_present() {
+        println!("not staged: this host has a real libcuda, so its absence cannot be faked here");
+        return;
+    }
+    let dir = Dir::fresh("fake-nvml-only");
+    let libs = build(&dir.0, &[FakeLib::Nvml]);
+    assert_refused_then_cpu(
+        &libs,
+        &[("FAKE_NVML_DEVICES", "2")],
+        &[
+            "NVML sees 2 GPUs (driver 550.54.15)",
+            "libcuda.so.1",
+            "NVIDIA_DRIVER_CAPABILITIES",
+        ],
+    );
+}
