@@ -42,6 +42,21 @@ pub struct NvmlFacts {
     pub max_sm_clock_mhz: Option<u32>,
     pub max_memory_clock_mhz: Option<u32>,
     pub driver_version: String,
+    /// Where this entry sits in MIG (Multi-Instance GPU) partitioning.
+    pub mig: MigRole,
+}
+
+/// A GPU split by MIG shows CUDA its instances, never the whole GPU: the instances share the
+/// parent's PCI bus id and have UUIDs of their own (`MIG-...`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum MigRole {
+    /// An ordinary GPU.
+    #[default]
+    None,
+    /// A GPU in MIG mode: what CUDA sees at its PCI bus id are instances, not this GPU.
+    Parent,
+    /// One MIG instance, with its own memory and name (`... MIG 1g.10gb`).
+    Instance,
 }
 
 /// The result of looking for GPUs.
@@ -151,14 +166,7 @@ pub fn detect() -> Result<Detection, GpuDetectError> {
     };
     let mut gpus = Vec::with_capacity(count as usize);
     for ordinal in 0..count as u32 {
-        let mut gpu = cuda_device(ordinal, &cuda_version)?;
-        if let Some(facts) = match_nvml(&gpu.uuid, &gpu.pci_bus_id, &nvml) {
-            if !facts.driver_version.is_empty() {
-                gpu.driver_version = facts.driver_version.clone();
-            }
-            gpu.nvml = Some(facts.clone());
-        }
-        gpus.push(gpu);
+        gpus.push(apply_nvml(cuda_device(ordinal, &cuda_version)?, &nvml));
     }
     Ok(Detection {
         gpus,
@@ -228,6 +236,10 @@ fn nvml_facts() -> Result<Vec<NvmlFacts>, String> {
             continue;
         };
         let memory = device.memory_info().ok();
+        let in_mig_mode = device.mig_mode().is_ok_and(|m| m.current == 1);
+        if in_mig_mode {
+            all.extend(mig_instances(&device, &driver_version));
+        }
         all.push(NvmlFacts {
             uuid: device.uuid().unwrap_or_default(),
             pci_bus_id: device
@@ -243,21 +255,101 @@ fn nvml_facts() -> Result<Vec<NvmlFacts>, String> {
             max_sm_clock_mhz: device.max_clock_info(Clock::SM).ok(),
             max_memory_clock_mhz: device.max_clock_info(Clock::Memory).ok(),
             driver_version: driver_version.clone(),
+            mig: if in_mig_mode { MigRole::Parent } else { MigRole::None },
         });
     }
     Ok(all)
 }
 
+/// The MIG instances of a GPU in MIG mode, each with its own UUID, name and memory.
+fn mig_instances(parent: &nvml_wrapper::Device<'_>, driver_version: &str) -> Vec<NvmlFacts> {
+    let pci_bus_id = parent
+        .pci_info()
+        .ok()
+        .and_then(|p| parse_pci_bus_id(&p.bus_id))
+        .map(|(d, b, dev, f)| format_pci_bus_id(d, b, dev, f))
+        .unwrap_or_default();
+    let slots = parent.mig_device_count().unwrap_or(0);
+    (0..slots)
+        .filter_map(|i| parent.mig_device_by_index(i).ok())
+        .map(|mig| {
+            let memory = mig.memory_info().ok();
+            NvmlFacts {
+                uuid: mig.uuid().unwrap_or_default(),
+                pci_bus_id: pci_bus_id.clone(),
+                name: mig.name().unwrap_or_default(),
+                memory_total: memory.as_ref().map_or(0, |m| m.total),
+                memory_free: memory.as_ref().map_or(0, |m| m.free),
+                power_limit_mw: None,
+                max_sm_clock_mhz: None,
+                max_memory_clock_mhz: None,
+                driver_version: driver_version.to_string(),
+                mig: MigRole::Instance,
+            }
+        })
+        .collect()
+}
+
 /// NVML's entry for a CUDA device: same UUID, else same PCI bus id. Never by position: NVML's
-/// numbering ignores CUDA_VISIBLE_DEVICES.
+/// numbering ignores CUDA_VISIBLE_DEVICES. UUIDs compare without their `GPU-`/`MIG-` prefix (the
+/// driver's bytes carry none). The PCI fallback never takes a GPU in MIG mode or one of its
+/// instances: several CUDA devices share that bus id, and the parent's facts are not theirs.
 pub fn match_nvml<'a>(uuid: &str, pci_bus_id: &str, nvml: &'a [NvmlFacts]) -> Option<&'a NvmlFacts> {
+    let bare = uuid_body(uuid);
     let by_uuid = nvml
         .iter()
-        .find(|f| !uuid.is_empty() && f.uuid.eq_ignore_ascii_case(uuid));
+        .find(|f| !bare.is_empty() && uuid_body(&f.uuid).eq_ignore_ascii_case(bare));
     by_uuid.or_else(|| {
         let want = parse_pci_bus_id(pci_bus_id)?;
-        nvml.iter().find(|f| parse_pci_bus_id(&f.pci_bus_id) == Some(want))
+        nvml.iter()
+            .find(|f| parse_pci_bus_id(&f.pci_bus_id) == Some(want))
+            .filter(|f| f.mig == MigRole::None)
     })
+}
+
+/// A UUID without its `GPU-` or `MIG-` prefix.
+fn uuid_body(uuid: &str) -> &str {
+    uuid.strip_prefix("GPU-")
+        .or_else(|| uuid.strip_prefix("MIG-"))
+        .unwrap_or(uuid)
+}
+
+/// Whether a CUDA device at `pci_bus_id` is a MIG instance: NVML has that GPU in MIG mode.
+fn on_mig_parent(pci_bus_id: &str, nvml: &[NvmlFacts]) -> bool {
+    let want = parse_pci_bus_id(pci_bus_id);
+    want.is_some()
+        && nvml
+            .iter()
+            .any(|f| f.mig == MigRole::Parent && parse_pci_bus_id(&f.pci_bus_id) == want)
+}
+
+/// `gpu` with what NVML says about it. A MIG instance is reported as itself: its `MIG-` UUID,
+/// its name with the profile (`... MIG 1g.10gb`), and the memory and SMs CUDA gives the
+/// instance, never its parent's. An instance NVML could not describe still gets the `MIG-`
+/// prefix and `MIG` in its name, so no one takes it for the whole GPU.
+pub fn apply_nvml(mut gpu: GpuInfo, nvml: &[NvmlFacts]) -> GpuInfo {
+    let is_mig = on_mig_parent(&gpu.pci_bus_id, nvml);
+    if let Some(facts) = match_nvml(&gpu.uuid, &gpu.pci_bus_id, nvml) {
+        if !facts.driver_version.is_empty() {
+            gpu.driver_version = facts.driver_version.clone();
+        }
+        if facts.mig == MigRole::Instance {
+            gpu.uuid = facts.uuid.clone();
+            if !facts.name.is_empty() {
+                gpu.name = facts.name.clone();
+            }
+        }
+        gpu.nvml = Some(facts.clone());
+    }
+    if is_mig {
+        if let Some(body) = gpu.uuid.strip_prefix("GPU-") {
+            gpu.uuid = format!("MIG-{body}");
+        }
+        if !gpu.name.contains("MIG") {
+            gpu.name.push_str(" MIG");
+        }
+    }
+    gpu
 }
 
 /// `GPU-` and the 16 bytes grouped 4-2-2-2-6 in hex, as nvidia-smi and NVML print UUIDs.
@@ -315,6 +407,75 @@ mod tests {
             name: name.into(),
             ..NvmlFacts::default()
         }
+    }
+
+    fn cuda_gpu(uuid: &str, pci: &str) -> GpuInfo {
+        GpuInfo {
+            ordinal: 0,
+            name: "NVIDIA H100 80GB HBM3".into(),
+            uuid: uuid.into(),
+            memory_bytes: 10 << 30,
+            sm_count: 16,
+            compute_capability: (9, 0),
+            pci_bus_id: pci.into(),
+            driver_version: "CUDA 12.4".into(),
+            nvml: None,
+        }
+    }
+
+    /// Under MIG, CUDA sees an instance: its own UUID, a seventh of the SMs and memory. It must
+    /// be reported as that instance, never with its parent's facts found by PCI bus id.
+    #[test]
+    fn a_mig_instance_is_reported_as_itself_not_its_parent() {
+        let parent = NvmlFacts {
+            mig: MigRole::Parent,
+            memory_total: 80 << 30,
+            ..facts(
+                "GPU-aaaa0000-0000-0000-0000-000000000000",
+                "00000000:19:00.0",
+                "NVIDIA H100 80GB HBM3",
+            )
+        };
+        let instance = NvmlFacts {
+            mig: MigRole::Instance,
+            memory_total: 10 << 30,
+            ..facts(
+                "MIG-bbbb0000-0000-0000-0000-000000000000",
+                "00000000:19:00.0",
+                "NVIDIA H100 80GB HBM3 MIG 1g.10gb",
+            )
+        };
+        let nvml = [instance.clone(), parent.clone()];
+        // The driver's bytes of the instance's UUID, formatted the one way the driver knows.
+        let gpu = apply_nvml(
+            cuda_gpu("GPU-bbbb0000-0000-0000-0000-000000000000", "0000:19:00.0"),
+            &nvml,
+        );
+        assert_eq!(gpu.uuid, "MIG-bbbb0000-0000-0000-0000-000000000000");
+        assert_eq!(gpu.name, "NVIDIA H100 80GB HBM3 MIG 1g.10gb");
+        assert_eq!(gpu.nvml.as_ref().unwrap().memory_total, 10 << 30);
+        assert_eq!(
+            (gpu.memory_bytes, gpu.sm_count),
+            (10 << 30, 16),
+            "CUDA's own figures stay"
+        );
+
+        // An instance NVML did not list: no parent's facts, and still marked as MIG.
+        let gpu = apply_nvml(
+            cuda_gpu("GPU-cccc0000-0000-0000-0000-000000000000", "0000:19:00.0"),
+            &[parent],
+        );
+        assert_eq!(gpu.nvml, None, "the parent's facts are not the instance's");
+        assert_eq!(gpu.uuid, "MIG-cccc0000-0000-0000-0000-000000000000");
+        assert_eq!(gpu.name, "NVIDIA H100 80GB HBM3 MIG");
+
+        // A GPU not in MIG mode keeps its UUID and name, and NVML's facts by PCI bus id.
+        let plain = facts("GPU-dddd", "00000000:2a:00.0", "NVIDIA A100");
+        let gpu = apply_nvml(cuda_gpu("GPU-zzzz", "0000:2a:00.0"), &[plain]);
+        assert_eq!(
+            (gpu.uuid.as_str(), gpu.nvml.unwrap().name.as_str()),
+            ("GPU-zzzz", "NVIDIA A100")
+        );
     }
 
     #[test]
