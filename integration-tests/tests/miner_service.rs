@@ -9,6 +9,7 @@ use gpu_attest_proto::v1::{self, miner_client::MinerClient};
 use gpu_attest_shared::identity::{Identity, PublicKey};
 use gpu_attest_shared::params::ChallengeParams;
 use gpu_attest_shared::statement::Challenge;
+use std::sync::Arc;
 use std::time::Duration;
 use tonic::Code;
 
@@ -269,4 +270,119 @@ async fn another_validator_waits_while_a_fresh_commitment_is_unopened() {
     while opened.message().await.unwrap().is_some() {}
     let mut accepted = client.run_challenge(wire).await.unwrap().into_inner();
     while accepted.message().await.unwrap().is_some() {}
+}
+
+/// The CPU backend with a switch that takes device 0 out of service, as the CUDA backend does
+/// with a GPU that faulted and could not be reset (that state machine is unit-tested in the
+/// CUDA backend's `slots`; a real fault needs a GPU). The miner's side is what is tested here.
+struct BreakableBackend {
+    cpu: gpu_attest_shared::cpu::CpuBackend,
+    broken: std::sync::atomic::AtomicBool,
+}
+
+impl gpu_attest_shared::Backend for BreakableBackend {
+    fn describe(&self) -> String {
+        self.cpu.describe()
+    }
+    fn device_count(&self) -> u32 {
+        self.cpu.device_count()
+    }
+    fn run_chains(
+        &self,
+        device: u32,
+        work: &gpu_attest_shared::params::Work,
+        chains: std::ops::Range<u64>,
+        progress: gpu_attest_shared::backend::ChainProgress<'_>,
+        cancel: &gpu_attest_shared::backend::CancelToken,
+    ) -> Result<Vec<gpu_attest_shared::chain::ChainResult>, gpu_attest_shared::BackendError> {
+        self.cpu.run_chains(device, work, chains, progress, cancel)
+    }
+    fn advance(
+        &self,
+        work: &gpu_attest_shared::params::Work,
+        chain: u64,
+        start: gpu_attest_shared::matrix::Matrix,
+        first: u32,
+        steps: u32,
+        cancel: &gpu_attest_shared::backend::CancelToken,
+    ) -> Result<gpu_attest_shared::matrix::Matrix, gpu_attest_shared::BackendError> {
+        self.cpu.advance(work, chain, start, first, steps, cancel)
+    }
+    fn out_of_service(&self) -> Vec<(u32, String)> {
+        if self.broken.load(std::sync::atomic::Ordering::SeqCst) {
+            vec![(0, "CUDA_ERROR_ILLEGAL_ADDRESS, and the reset failed".into())]
+        } else {
+            Vec::new()
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_device_out_of_service_makes_the_miner_not_serving_and_refuse_work() {
+    use tonic_health::pb::{HealthCheckRequest, health_check_response::ServingStatus, health_client::HealthClient};
+    let backend = Arc::new(BreakableBackend {
+        cpu: gpu_attest_shared::cpu::CpuBackend::new(TEST_CORES as usize, None).unwrap(),
+        broken: false.into(),
+    });
+    let mut selected = cpu_backend(1);
+    selected.backend = backend.clone();
+    let core = miner_on(
+        41,
+        &[validator_key()],
+        selected,
+        gpu_attest_miner::config::Limits::default(),
+        gpu_attest_miner::nonces::NonceLog::in_memory(),
+    );
+    let key = core.public_key();
+    let miner = spawn_miner(core).await;
+    let mut client = connect(&miner).await;
+    let mut health = HealthClient::new(
+        tonic::transport::Endpoint::from_shared(miner.url())
+            .unwrap()
+            .connect()
+            .await
+            .unwrap(),
+    );
+    let status = |health: &mut HealthClient<tonic::transport::Channel>| {
+        let mut health = health.clone();
+        async move {
+            health
+                .check(HealthCheckRequest {
+                    service: "gpu_attest.v1.Miner".into(),
+                })
+                .await
+                .unwrap()
+                .into_inner()
+                .status
+        }
+    };
+    assert_eq!(status(&mut health).await, ServingStatus::Serving as i32);
+    assert_eq!(
+        code_of(&mut client, signed(&challenge(key, 1, 64, 1, 1, 10_000))).await,
+        Code::Ok
+    );
+
+    backend.broken.store(true, std::sync::atomic::Ordering::SeqCst);
+    let refused = client
+        .run_challenge(signed(&challenge(key, 2, 64, 1, 1, 10_000)))
+        .await
+        .unwrap_err();
+    assert_eq!(refused.code(), Code::Unavailable, "{refused:?}");
+    assert!(
+        refused
+            .message()
+            .contains("device 0 is out of service (CUDA_ERROR_ILLEGAL_ADDRESS")
+            && refused.message().contains("restart the miner"),
+        "{}",
+        refused.message()
+    );
+    // Health follows within the watcher's interval.
+    let deadline = std::time::Instant::now() + Duration::from_secs(15);
+    while status(&mut health).await != ServingStatus::NotServing as i32 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "health still SERVING with a device out of service"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
 }

@@ -173,6 +173,10 @@ impl MinerCore {
             });
         }
         let work = Work::new(challenge.params)?;
+        let out_of_service = self.selected.backend.out_of_service();
+        if !out_of_service.is_empty() {
+            return Err(MinerError::OutOfService(out_of_service));
+        }
         self.check_limits(&challenge, &work, now_ms)?;
         let devices = self.devices.clone().try_lock_owned().map_err(|_| MinerError::Busy)?;
         if let Some(waiting) = self.awaiting_openings(&challenge.validator_key) {

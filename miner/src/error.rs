@@ -34,6 +34,11 @@ pub enum MinerError {
     OverLimit(String),
     #[error("this miner's devices cannot hold the challenge: {0}")]
     NoRoom(BackendError),
+    #[error(
+        "this miner takes no work: {}; its operator must check the GPU (nvidia-smi) and restart the miner",
+        .0.iter().map(|(d, why)| format!("device {d} is out of service ({why})")).collect::<Vec<_>>().join("; ")
+    )]
+    OutOfService(Vec<(u32, String)>),
     #[error("miner is busy with another challenge; one runs at a time, retry when it has finished")]
     Busy,
     #[error(
@@ -74,7 +79,7 @@ impl From<MinerError> for Status {
             | MinerError::AwaitingOpenings(_)
             | MinerError::TooManySamples { .. } => Code::ResourceExhausted,
             MinerError::UnknownCommitment(_) => Code::NotFound,
-            MinerError::NonceLog(_) => Code::Unavailable,
+            MinerError::NonceLog(_) | MinerError::OutOfService(_) => Code::Unavailable,
             MinerError::NoRoom(b) => backend_code(b),
             MinerError::Engine(e) => engine_code(e),
             MinerError::Open(OpenError::Backend(b)) => backend_code(b),
@@ -96,7 +101,9 @@ fn backend_code(e: &BackendError) -> Code {
     match e {
         BackendError::Cancelled => Code::Cancelled,
         BackendError::OutOfMemory { .. } => Code::ResourceExhausted,
-        BackendError::Device { .. } | BackendError::NoSuchDevice { .. } => Code::Unavailable,
+        BackendError::Device { .. } | BackendError::NoSuchDevice { .. } | BackendError::OutOfService { .. } => {
+            Code::Unavailable
+        }
         BackendError::WrongMatrixSize { .. } | BackendError::StepsOutOfRange { .. } => Code::Internal,
     }
 }

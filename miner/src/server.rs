@@ -46,6 +46,7 @@ pub async fn serve(
 ) -> Result<(), tonic::transport::Error> {
     let (health, health_service) = tonic_health::server::health_reporter();
     health.set_serving::<MinerServer<MinerService>>().await;
+    let watch = tokio::spawn(watch_devices(core.clone(), health));
     let miner = MinerServer::new(MinerService::new(core))
         .max_decoding_message_size(MAX_REQUEST_BYTES)
         .max_encoding_message_size(MAX_RESPONSE_BYTES);
@@ -66,11 +67,34 @@ pub async fn serve(
             (None, None)
         }
     };
-    builder
+    let served = builder
         .add_service(health_service)
         .add_service(miner)
         .add_optional_service(reflection_v1)
         .add_optional_service(reflection_v1alpha)
         .serve_with_incoming_shutdown(TcpListenerStream::new(listener), shutdown)
-        .await
+        .await;
+    watch.abort();
+    served
+}
+
+/// How often the health service looks for devices out of service.
+const DEVICE_WATCH_INTERVAL: Duration = Duration::from_secs(2);
+
+/// Sets the Miner service NOT_SERVING, with one error line, once a device goes out of service
+/// (it faulted and could not be reset; see the CUDA backend). Challenges are refused from then
+/// on with the reason; health tells load balancers and operators without sending one.
+async fn watch_devices(core: Arc<MinerCore>, health: tonic_health::server::HealthReporter) {
+    let mut ticks = tokio::time::interval(DEVICE_WATCH_INTERVAL);
+    loop {
+        ticks.tick().await;
+        let out_of_service = core.backend().backend.out_of_service();
+        if !out_of_service.is_empty() {
+            for (device, reason) in &out_of_service {
+                tracing::error!(device, %reason, "device out of service: the miner takes no more challenges until it is restarted");
+            }
+            health.set_not_serving::<MinerServer<MinerService>>().await;
+            return;
+        }
+    }
 }

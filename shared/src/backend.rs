@@ -49,6 +49,8 @@ pub enum BackendError {
     OutOfMemory { device: u32, detail: String },
     #[error("device {device} failed: {detail}")]
     Device { device: u32, detail: String },
+    #[error("device {device} is out of service: {detail}")]
+    OutOfService { device: u32, detail: String },
     #[error("device {device} does not exist; this backend has {count}")]
     NoSuchDevice { device: u32, count: u32 },
     #[error("matrix of size {got} given for a challenge of size {want}")]
@@ -79,6 +81,13 @@ pub trait Backend: Send + Sync {
         progress: ChainProgress<'_>,
         cancel: &CancelToken,
     ) -> Result<Vec<ChainResult>, BackendError>;
+
+    /// Devices that can no longer run work (a GPU that faulted and could not be reset), each
+    /// with the reason, in device order. Work is refused while any is listed: the partition
+    /// gives every device a share.
+    fn out_of_service(&self) -> Vec<(u32, String)> {
+        Vec::new()
+    }
 
     /// Refuses work the devices cannot hold, before a challenge is accepted (a GPU checks its
     /// free memory). Backends without such a limit accept everything.

@@ -9,7 +9,10 @@
 //! - [`kernels`]: the `.cu` sources and the choice between the tiled and tensor-core kernels.
 //! - [`compile`]: NVRTC, with a memory and a disk cache.
 //! - [`plan`]: chains per batch from free memory.
-//! - [`device`], [`backend`]: launches on one GPU; the backend over all of them.
+//! - [`options`]: what to run on: the selected GPUs, in partition order, and their kernel.
+//! - [`device`]: one GPU's context, streams, kernels and launches; `pipeline` runs batches of
+//!   chains on it; `slots` resets a faulted device or takes it out of service.
+//! - [`backend`]: the [`Backend`](crate::Backend) over all of them.
 
 pub mod backend;
 pub mod bench;
@@ -18,8 +21,12 @@ pub mod detect;
 pub mod device;
 pub mod driver;
 pub mod kernels;
+pub mod options;
+mod pipeline;
 pub mod plan;
+mod slots;
 
-pub use backend::{CudaBackend, CudaInitError, CudaOptions};
+pub use backend::CudaBackend;
 pub use detect::{Detection, GpuDetectError, GpuInfo};
 pub use kernels::GpuKernel;
+pub use options::{CudaInitError, CudaOptions};
