@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
 # The GPU check, on a GPU host, with the binaries scripts/gpu-bundle.sh built:
+#   0. `miner selftest --fresh`: every kernel on every GPU against the CPU, one line each;
 #   1. the GPU tests: every kernel bit-exact against the CPU backend, multi-GPU split, openings,
 #      recovery from a device fault;
 #   2. the kernel compile check with the host's NVRTC and ptxas;
 #   3. `miner bench` on CUDA (sizes 1024, 2048, 4096), against cuBLASLt int8 plus mix;
 #   4. one full attestation: miner on the GPUs, validator on the CPU, sampled verification.
-# Prints a summary and exits non-zero if any step failed. Logs go to $OUT (or target/gpu-check).
+# Prints a summary and exits non-zero if any step failed. Logs go to $OUT (or target/gpu-check),
+# and everything a bug report needs is gathered into one file there, report.txt. On a machine
+# without a usable GPU it says so in one line and exits 2.
 #   usage: gpu-check.sh [BIN_DIR]      (default: the folder this script is in)
 set -uo pipefail
 bin=$(cd "${1:-$(dirname "$0")}" && pwd)
@@ -24,7 +27,15 @@ record() { # name status
 
 echo "== devices" | tee "$out/info.log"
 nvidia-smi -L 2>&1 | tee -a "$out/info.log"
+if ! "$bin/miner" info --backend cuda >>"$out/info.log" 2>&1; then
+  echo "gpu-check: no usable GPU here: $(tail -n 1 "$out/info.log")"
+  exit 2
+fi
 "$bin/miner" info 2>&1 | tee -a "$out/info.log"
+
+echo "== self-check: every kernel on every GPU against the CPU"
+"$bin/miner" selftest --fresh 2>&1 | tee "$out/selftest.log"
+record selftest "${PIPESTATUS[0]}"
 
 echo "== GPU tests"
 "$bin/gpu-tests" --ignored --test-threads=1 --nocapture >"$out/gpu-tests.log" 2>&1
@@ -82,4 +93,8 @@ record attestation $status
 echo
 echo "== summary ($(date -u +%FT%TZ))"
 printf '%s\n' "${summary[@]}" | tee "$out/summary.txt"
+for part in summary.txt info.log selftest.log kernel-compile.log bench.log attestation.log; do
+  [ -f "$out/$part" ] && { echo "== $part"; cat "$out/$part"; echo; }
+done >"$out/report.txt"
+echo "report: $out/report.txt"
 exit $failed

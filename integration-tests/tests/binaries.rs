@@ -389,3 +389,24 @@ fn the_cpu_kernel_is_chosen_by_setting_or_environment_and_reported() {
         println!("every CPU kernel runs on this machine: the refusal of a missing one is not exercised here");
     }
 }
+
+/// On a machine without a GPU, `miner selftest` checks every CPU kernel against PROTOCOL.md's
+/// vector and a mid-sized challenge, says why there is no GPU, and passes.
+#[test]
+fn selftest_without_a_gpu_checks_the_cpu_kernels_and_says_so() {
+    if gpu_attest_shared::cuda::detect::detect().is_ok() {
+        println!("not staged: this host has a GPU, so `selftest` checks it (see the GPU tests)");
+        return;
+    }
+    let out = cmd("miner").args(["selftest", "--mid-n", "128"]).output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}{}", String::from_utf8_lossy(&out.stderr));
+    assert!(stdout.lines().next().unwrap().starts_with("no GPU: "), "{stdout}");
+    assert!(stdout.contains("cpu kernel portable: passed"), "{stdout}");
+    assert!(
+        stdout.contains("vector (n = 64, 5 chains, 4 steps) and mid-sized (n = 128, 2 chains, 4 steps)"),
+        "{stdout}"
+    );
+    let out = cmd("miner").args(["selftest", "--mid-n", "100"]).output().unwrap();
+    assert_one_line_failure(&out, "--mid-n 100 is not a valid challenge size");
+}

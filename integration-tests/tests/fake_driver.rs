@@ -146,3 +146,55 @@ fn nvml_without_libcuda_is_a_broken_install_not_no_gpu() {
         ],
     );
 }
+
+/// `miner selftest` on a GPU whose every kernel fails (here: the fake driver opens no context)
+/// names each kernel and device with the reason, still checks the CPU kernels, and exits 1.
+/// Under `auto`, `miner info` then runs on the CPU and says that no GPU kernel passed.
+#[test]
+fn selftest_reports_each_failing_gpu_kernel_and_auto_falls_back() {
+    let dir = Dir::fresh("fake-selftest");
+    let libs = build(&dir.0, &[FakeLib::Cuda, FakeLib::Nvrtc, FakeLib::Nvml]);
+    let env = [("FAKE_CUDA_VERSION", "12040"), ("FAKE_NVRTC_VERSION", "12.4")];
+    let out = miner(&libs, &["selftest", "--mid-n", "128", "--json"], &env);
+    assert_eq!(out.status.code(), Some(1), "{}", String::from_utf8_lossy(&out.stderr));
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let checks = report["checks"].as_array().unwrap();
+    let gpu: Vec<&serde_json::Value> = checks.iter().filter(|c| c["backend"] == "cuda").collect();
+    let kernels: Vec<&str> = gpu.iter().map(|c| c["kernel"].as_str().unwrap()).collect();
+    assert_eq!(
+        kernels,
+        ["tiled", "tensor", "wgmma"],
+        "every kernel a compute capability 9.0 GPU supports"
+    );
+    for c in &gpu {
+        assert_eq!(c["outcome"]["result"], "failed", "{c}");
+        assert!(
+            c["outcome"]["reason"]
+                .as_str()
+                .unwrap()
+                .contains("CUDA_ERROR_NOT_SUPPORTED"),
+            "{c}"
+        );
+        assert!(c["device"].as_str().unwrap().starts_with("gpu 0 (NVIDIA H100"), "{c}");
+    }
+    assert!(
+        checks
+            .iter()
+            .any(|c| c["backend"] == "cpu" && c["outcome"]["result"] == "passed"),
+        "{report}"
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("3 of ") && stderr.contains("kernels failed their self-check"),
+        "{stderr}"
+    );
+
+    let out = miner(&libs, &["info", "--json"], &env);
+    let info: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(info["backend"], "cpu", "{info}");
+    let note = info["notes"][0].as_str().unwrap();
+    assert!(
+        note.contains("no GPU kernel passed its self-check (tensor on gpu 0"),
+        "{note}"
+    );
+}

@@ -2,6 +2,7 @@
 
 use crate::config::{BackendChoice, GpuKernelChoice, MinerConfig};
 use crate::inventory::cpu_device;
+use crate::selftest;
 use gpu_attest_shared::Backend;
 use gpu_attest_shared::cpu::CpuBackend;
 use gpu_attest_shared::cuda::compile::default_cache_dir;
@@ -30,6 +31,8 @@ pub enum BackendSelectError {
     /// Not a `source`: the message already carries it, and `{:#}` would print it twice.
     #[error("the cuda backend cannot start: {0}")]
     Cuda(CudaInitError),
+    #[error("the cuda backend cannot start: {0}")]
+    GpuSelftest(String),
     #[error("cannot start the cpu backend: {0}")]
     Cpu(String),
 }
@@ -61,23 +64,54 @@ pub fn select_detected(
     config: &MinerConfig,
     detection: &Result<Detection, GpuDetectError>,
 ) -> Result<SelectedBackend, BackendSelectError> {
-    let start_cuda = || -> Result<SelectedBackend, CudaInitError> {
-        let detection = detection.as_ref().map_err(|e| CudaInitError::Detect(e.clone()))?;
-        Ok(cuda_selection(CudaBackend::from_detection(
-            detection,
-            &cuda_options(config),
-        )?))
+    let start_cuda = || -> Result<SelectedBackend, BackendSelectError> {
+        let detection = detection
+            .as_ref()
+            .map_err(|e| BackendSelectError::Cuda(CudaInitError::Detect(e.clone())))?;
+        start_checked_cuda(config, detection)
     };
     match config.backend {
-        BackendChoice::Cuda => start_cuda().map_err(BackendSelectError::Cuda),
+        BackendChoice::Cuda => start_cuda(),
         BackendChoice::Cpu => cpu(config, Vec::new()),
         BackendChoice::Auto => start_cuda().or_else(|e| {
+            let reason = match e {
+                BackendSelectError::Cuda(e) => e.to_string(),
+                other => other.to_string(),
+            };
             cpu(
                 config,
-                vec![format!("no usable GPU ({e}), so auto selected the CPU backend")],
+                vec![format!("no usable GPU ({reason}), so auto selected the CPU backend")],
             )
         }),
     }
+}
+
+/// The CUDA backend on a kernel that passed its self-check on every selected GPU (see
+/// [`selftest`]): the configured kernel, or under `auto` the fastest of `tiled` and `tensor`
+/// (`wgmma` stays opt-in). What every check found goes into the notes.
+fn start_checked_cuda(config: &MinerConfig, detection: &Detection) -> Result<SelectedBackend, BackendSelectError> {
+    let options = cuda_options(config);
+    // What does not depend on the kernel's results is refused once, before any check runs.
+    CudaBackend::precheck(detection, &options).map_err(BackendSelectError::Cuda)?;
+    let candidates: Vec<GpuKernel> = match options.kernel {
+        Some(kernel) => vec![kernel],
+        None => vec![GpuKernel::Tensor, GpuKernel::Tiled],
+    };
+    let mut suite = selftest::LazySuite::new(selftest::DEFAULT_MID_N, config.cpu_threads);
+    let checks = selftest::gpu_kernels(&mut suite, detection, &options, &candidates, false)
+        .map_err(BackendSelectError::GpuSelftest)?;
+    let kernel = selftest::choose_gpu_kernel(&checks, &candidates).map_err(BackendSelectError::GpuSelftest)?;
+    let backend = CudaBackend::from_detection(
+        detection,
+        &CudaOptions {
+            kernel: Some(kernel),
+            ..options
+        },
+    )
+    .map_err(BackendSelectError::Cuda)?;
+    let mut selected = cuda_selection(backend);
+    selected.notes.extend(checks.iter().map(|c| format!("self-check: {c}")));
+    Ok(selected)
 }
 
 fn cuda_selection(backend: CudaBackend) -> SelectedBackend {

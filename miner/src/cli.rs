@@ -47,6 +47,21 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Check every kernel on every device against the CPU: PROTOCOL.md's vector challenge and a
+    /// mid-sized one, checkpoint by checkpoint. GPU results are cached per device, driver and
+    /// kernel source; `miner serve` runs the GPU part itself before it serves.
+    Selftest {
+        #[command(flatten)]
+        settings: Settings,
+        /// Size of the mid-sized challenge (a multiple of 64).
+        #[arg(long, default_value_t = crate::selftest::DEFAULT_MID_N)]
+        mid_n: u32,
+        /// Run the GPU checks again even where the cache has an answer.
+        #[arg(long)]
+        fresh: bool,
+        #[arg(long)]
+        json: bool,
+    },
     /// Print the public key of an existing key file (for allow-lists and registration).
     PublicKey {
         #[arg(long, env = "GPU_ATTEST_MINER_KEY_FILE", default_value = "miner.key")]

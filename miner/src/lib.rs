@@ -9,6 +9,7 @@ pub mod core;
 pub mod error;
 pub mod inventory;
 pub mod nonces;
+pub mod selftest;
 pub mod server;
 pub mod service;
 

@@ -6,7 +6,7 @@ use gpu_attest_miner::backends;
 use gpu_attest_miner::cli::{Cli, Command, ServeArgs};
 use gpu_attest_miner::nonces::NonceLog;
 use gpu_attest_miner::server::ServeOptions;
-use gpu_attest_miner::{MinerCore, bench, server};
+use gpu_attest_miner::{MinerCore, bench, selftest, server};
 use gpu_attest_proto::transport;
 use gpu_attest_shared::cuda::detect::{Detection, GpuDetectError, detect};
 use gpu_attest_shared::gemm::{KernelKind, amx_register_peak};
@@ -91,6 +91,42 @@ fn run(cli: Cli) -> Result<()> {
                 println!("{}", serde_json::to_string_pretty(&report)?);
             } else {
                 print_cpu_report(&report);
+            }
+            Ok(())
+        }
+        Command::Selftest {
+            settings,
+            mid_n,
+            fresh,
+            json,
+        } => {
+            let config = settings.resolve()?;
+            if mid_n == 0 || mid_n % 64 != 0 || mid_n > 8192 {
+                bail!("--mid-n {mid_n} is not a valid challenge size (a multiple of 64 in 64..=8192)");
+            }
+            let detection = detect();
+            if let Err(e) = &detection
+                && !json
+                && config.backend != gpu_attest_miner::config::BackendChoice::Cpu
+            {
+                println!("no GPU: {e}");
+            }
+            let report = selftest::run(&config, &detection, mid_n, fresh, |check| {
+                if !json {
+                    println!("{check}");
+                }
+            });
+            let failed = report.checks.iter().filter(|c| !c.outcome.passed()).count();
+            if json {
+                println!("{}", serde_json::to_string_pretty(&report)?);
+            } else {
+                if let Some(note) = report.gpu_note.as_ref().filter(|_| detection.is_ok()) {
+                    println!("{note}");
+                }
+                println!("checked against the portable CPU kernel: {}", report.cases);
+            }
+            if failed > 0 {
+                bail!("{failed} of {} kernels failed their self-check", report.checks.len());
             }
             Ok(())
         }

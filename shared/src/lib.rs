@@ -28,6 +28,7 @@ pub mod mix;
 pub mod opening;
 pub mod params;
 pub mod partition;
+pub mod selftest;
 pub mod statement;
 pub mod verify;
 

@@ -37,11 +37,19 @@ impl CudaBackend {
         Self::from_detection(&detect::detect()?, options)
     }
 
-    /// As [`CudaBackend::new`], from an earlier detection.
-    pub fn from_detection(detection: &Detection, options: &CudaOptions) -> Result<Self, CudaInitError> {
+    /// Everything [`CudaBackend::from_detection`] checks before it opens a device: the GPUs
+    /// selected, a kernel they all support, NVRTC against the driver. Returns the GPUs and the
+    /// kernel `options` would run.
+    pub fn precheck(detection: &Detection, options: &CudaOptions) -> Result<(Vec<GpuInfo>, GpuKernel), CudaInitError> {
         let gpus = select_gpus(&detection.gpus, options.ordinals.as_deref())?;
         let kernel = choose_kernel(&gpus, options.kernel)?;
         compile::check_against_driver(detection.driver)?;
+        Ok((gpus, kernel))
+    }
+
+    /// As [`CudaBackend::new`], from an earlier detection.
+    pub fn from_detection(detection: &Detection, options: &CudaOptions) -> Result<Self, CudaInitError> {
+        let (gpus, kernel) = Self::precheck(detection, options)?;
         let runtimes = gpus
             .iter()
             .enumerate()

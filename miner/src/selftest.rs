@@ -1,0 +1,413 @@
+//! The miner's self-check (`miner selftest`, and the GPU check at the start of `miner serve`):
+//! every kernel on every selected device runs the checks of
+//! [`gpu_attest_shared::selftest`] and is compared, checkpoint by checkpoint, with the CPU.
+//!
+//! A GPU kernel that differs or faults is not used: `auto` takes the fastest kernel that passed
+//! on every selected GPU, and falls back to the CPU with the reason when none did; a kernel
+//! forced by the configuration that failed stops the miner. A GPU's results are cached on disk
+//! per device UUID, driver, kernel source and miner version, so a restart does not pay again.
+//! What the check found is information for operators; a validator never trusts it.
+
+use crate::config::MinerConfig;
+use gpu_attest_shared::cpu::CpuBackend;
+use gpu_attest_shared::cuda::detect::{Detection, GpuInfo};
+use gpu_attest_shared::cuda::options::select_gpus;
+use gpu_attest_shared::cuda::{CudaBackend, CudaOptions, GpuKernel};
+use gpu_attest_shared::gemm::KernelKind;
+use gpu_attest_shared::selftest::{MID_N, SelftestError, Suite};
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
+
+/// What one kernel on one device showed.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "result", rename_all = "snake_case")]
+pub enum Outcome {
+    /// Every checkpoint matched; the mid-sized case ran at this rate.
+    Passed { ops_per_sec: f64 },
+    /// The first difference, or the fault, in one line.
+    Failed { reason: String },
+}
+
+impl Outcome {
+    pub fn passed(&self) -> bool {
+        matches!(self, Outcome::Passed { .. })
+    }
+}
+
+/// One kernel on one device.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct KernelCheck {
+    /// `cpu` or `cuda`.
+    pub backend: String,
+    /// `cpu`, or `gpu <ordinal> (<name>, <uuid>)`.
+    pub device: String,
+    pub kernel: String,
+    pub outcome: Outcome,
+    /// Taken from the cache of an earlier run.
+    pub cached: bool,
+}
+
+impl std::fmt::Display for KernelCheck {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let cached = if self.cached { " (cached)" } else { "" };
+        match &self.outcome {
+            Outcome::Passed { ops_per_sec } => write!(
+                f,
+                "{} kernel {}: passed, {:.3} TOPS over the mid-sized case{cached}",
+                self.device,
+                self.kernel,
+                ops_per_sec / 1e12
+            ),
+            Outcome::Failed { reason } => {
+                write!(f, "{} kernel {}: FAILED: {reason}{cached}", self.device, self.kernel)
+            }
+        }
+    }
+}
+
+/// The checks' reference results, computed once, when first needed: the mid-sized reference
+/// takes seconds on the CPU, and a fully cached GPU check needs none.
+pub struct LazySuite {
+    mid_n: u32,
+    threads: usize,
+    suite: Option<Result<Suite, String>>,
+}
+
+impl LazySuite {
+    pub fn new(mid_n: u32, threads: usize) -> Self {
+        LazySuite {
+            mid_n,
+            threads,
+            suite: None,
+        }
+    }
+
+    fn get(&mut self) -> Result<&Suite, String> {
+        let (mid_n, threads) = (self.mid_n, self.threads);
+        self.suite
+            .get_or_insert_with(|| Suite::new(mid_n, threads).map_err(|e| e.to_string()))
+            .as_ref()
+            .map_err(Clone::clone)
+    }
+
+    /// The outcome, and whether it may be cached: a pass or a wrong result is a property of the
+    /// device, driver and kernel; a fault or a failure to start may be of the moment.
+    fn check(&mut self, backend: &dyn gpu_attest_shared::Backend) -> (Outcome, bool) {
+        match self.get().map(|suite| suite.check(backend)) {
+            Ok(Ok(p)) => (
+                Outcome::Passed {
+                    ops_per_sec: p.ops_per_sec,
+                },
+                true,
+            ),
+            Ok(Err(e)) => {
+                let lasting = matches!(e, SelftestError::Differs { .. } | SelftestError::ChainCount { .. });
+                (Outcome::Failed { reason: e.to_string() }, lasting)
+            }
+            Err(e) => (Outcome::Failed { reason: e }, false),
+        }
+    }
+}
+
+/// Every CPU kernel this CPU runs, on `threads` threads.
+pub fn cpu_kernels(suite: &mut LazySuite, threads: usize) -> Vec<KernelCheck> {
+    KernelKind::ALL
+        .into_iter()
+        .filter(|k| k.is_available())
+        .map(|kernel| {
+            let outcome = match CpuBackend::new(threads, Some(kernel)) {
+                Ok(backend) => suite.check(&backend).0,
+                Err(e) => Outcome::Failed { reason: e.to_string() },
+            };
+            KernelCheck {
+                backend: "cpu".into(),
+                device: "cpu".into(),
+                kernel: kernel.to_string(),
+                outcome,
+                cached: false,
+            }
+        })
+        .collect()
+}
+
+/// Of `kernels`, those `gpu` supports.
+fn kernels_for(gpu: &GpuInfo, kernels: &[GpuKernel]) -> Vec<GpuKernel> {
+    kernels
+        .iter()
+        .copied()
+        .filter(|k| k.supports(gpu.compute_capability))
+        .collect()
+}
+
+fn describe_gpu(gpu: &GpuInfo) -> String {
+    format!("gpu {} ({}, {})", gpu.ordinal, gpu.name, gpu.uuid)
+}
+
+/// Each of `kernels` on every GPU `options` selects that supports it, from the cache where it
+/// has the answer and `fresh` is false. Passes and wrong results are written to the cache.
+pub fn gpu_kernels(
+    suite: &mut LazySuite,
+    detection: &Detection,
+    options: &CudaOptions,
+    kernels: &[GpuKernel],
+    fresh: bool,
+) -> Result<Vec<KernelCheck>, String> {
+    let gpus = select_gpus(&detection.gpus, options.ordinals.as_deref()).map_err(|e| e.to_string())?;
+    let cache = options.cache_dir.as_ref().map(|d| d.join("selftest"));
+    let mut checks = Vec::new();
+    for gpu in &gpus {
+        for kernel in kernels_for(gpu, kernels) {
+            let key = cache_key(gpu, kernel, suite.mid_n);
+            let cached = if fresh {
+                None
+            } else {
+                cache.as_deref().and_then(|d| read_cached(d, &key))
+            };
+            let (outcome, was_cached) = match cached {
+                Some(outcome) => (outcome, true),
+                None => {
+                    let one = CudaOptions {
+                        ordinals: Some(vec![gpu.ordinal]),
+                        kernel: Some(kernel),
+                        ..options.clone()
+                    };
+                    let (outcome, lasting) = match CudaBackend::from_detection(detection, &one) {
+                        Ok(backend) => suite.check(&backend),
+                        Err(e) => (Outcome::Failed { reason: e.to_string() }, false),
+                    };
+                    if let Some(dir) = cache.as_deref().filter(|_| lasting) {
+                        // A cache that cannot be written costs a rerun next time, nothing more.
+                        let _ = write_cached(dir, &key, &outcome);
+                    }
+                    (outcome, false)
+                }
+            };
+            checks.push(KernelCheck {
+                backend: "cuda".into(),
+                device: describe_gpu(gpu),
+                kernel: kernel.to_string(),
+                outcome,
+                cached: was_cached,
+            });
+        }
+    }
+    Ok(checks)
+}
+
+/// Everything a GPU result depends on: the device, its driver, the kernel's source, this
+/// miner's code and the size checked.
+pub fn cache_key(gpu: &GpuInfo, kernel: GpuKernel, mid_n: u32) -> String {
+    let source = blake3::hash(kernel.module_source().as_bytes()).to_hex();
+    format!(
+        "{}|{}|{kernel}|{}|{}|n{mid_n}",
+        gpu.uuid,
+        gpu.driver_version,
+        &source[..32],
+        env!("CARGO_PKG_VERSION")
+    )
+}
+
+#[derive(Serialize, Deserialize)]
+struct CachedCheck {
+    key: String,
+    outcome: Outcome,
+}
+
+fn cache_file(dir: &Path, key: &str) -> PathBuf {
+    dir.join(format!("{}.json", &blake3::hash(key.as_bytes()).to_hex()[..32]))
+}
+
+/// The cached outcome for `key`; `None` for a missing, damaged or foreign file.
+pub fn read_cached(dir: &Path, key: &str) -> Option<Outcome> {
+    let text = std::fs::read_to_string(cache_file(dir, key)).ok()?;
+    let cached: CachedCheck = serde_json::from_str(&text).ok()?;
+    (cached.key == key).then_some(cached.outcome)
+}
+
+/// Writes `outcome` under `key`, whole or not at all (a temporary file, then a rename).
+pub fn write_cached(dir: &Path, key: &str, outcome: &Outcome) -> std::io::Result<()> {
+    std::fs::create_dir_all(dir)?;
+    let path = cache_file(dir, key);
+    let tmp = path.with_extension(format!("{}.tmp", std::process::id()));
+    let text = serde_json::to_string(&CachedCheck {
+        key: key.to_string(),
+        outcome: outcome.clone(),
+    })
+    .map_err(std::io::Error::other)?;
+    std::fs::write(&tmp, text)?;
+    std::fs::rename(&tmp, &path).inspect_err(|_| {
+        let _ = std::fs::remove_file(&tmp);
+    })
+}
+
+/// The kernel `auto` runs on the GPUs: of `candidates`, those that passed on every device in
+/// `checks`, the one whose slowest device is fastest. Err: why none can run.
+pub fn choose_gpu_kernel(checks: &[KernelCheck], candidates: &[GpuKernel]) -> Result<GpuKernel, String> {
+    let mut best: Option<(GpuKernel, f64)> = None;
+    let mut failures = Vec::new();
+    for &kernel in candidates {
+        let name = kernel.to_string();
+        let mine: Vec<&KernelCheck> = checks.iter().filter(|c| c.kernel == name).collect();
+        if mine.is_empty() {
+            continue;
+        }
+        let mut slowest = f64::INFINITY;
+        for check in &mine {
+            match &check.outcome {
+                Outcome::Passed { ops_per_sec } => slowest = slowest.min(*ops_per_sec),
+                Outcome::Failed { reason } => {
+                    failures.push(format!("{kernel} on {}: {reason}", check.device));
+                    slowest = f64::NAN;
+                }
+            }
+        }
+        if !slowest.is_nan() && best.is_none_or(|(_, rate)| slowest > rate) {
+            best = Some((kernel, slowest));
+        }
+    }
+    match best {
+        Some((kernel, _)) => Ok(kernel),
+        None if failures.is_empty() => Err("no GPU kernel was checked".into()),
+        None => Err(format!("no GPU kernel passed its self-check ({})", failures.join("; "))),
+    }
+}
+
+/// What `miner selftest` found, for the JSON output.
+#[derive(Serialize)]
+pub struct Report {
+    pub cases: String,
+    /// Why there are no GPU checks, when there are none.
+    pub gpu_note: Option<String>,
+    pub checks: Vec<KernelCheck>,
+}
+
+/// `miner selftest`: the CPU kernels, then every GPU kernel, or the reason there is no GPU.
+pub fn run(
+    config: &MinerConfig,
+    detection: &Result<Detection, gpu_attest_shared::cuda::GpuDetectError>,
+    mid_n: u32,
+    fresh: bool,
+    report: impl Fn(&KernelCheck),
+) -> Report {
+    let mut suite = LazySuite::new(mid_n, config.cpu_threads);
+    let mut checks = Vec::new();
+    let mut gpu_note = None;
+    if config.backend != crate::config::BackendChoice::Cpu {
+        match detection {
+            Ok(d) => match gpu_kernels(
+                &mut suite,
+                d,
+                &crate::backends::cuda_options(config),
+                &GpuKernel::ALL,
+                fresh,
+            ) {
+                Ok(gpu) => checks.extend(gpu),
+                Err(e) => gpu_note = Some(e),
+            },
+            Err(e) => gpu_note = Some(format!("no GPU: {e}")),
+        }
+        checks.iter().for_each(&report);
+    }
+    let cpu = cpu_kernels(&mut suite, config.cpu_threads);
+    cpu.iter().for_each(&report);
+    checks.extend(cpu);
+    let cases = suite.get().map(|s| s.describe()).unwrap_or_else(|e| e);
+    Report {
+        cases,
+        gpu_note,
+        checks,
+    }
+}
+
+/// The default mid-sized case.
+pub const DEFAULT_MID_N: u32 = MID_N;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn check(kernel: &str, device: &str, outcome: Outcome) -> KernelCheck {
+        KernelCheck {
+            backend: "cuda".into(),
+            device: device.into(),
+            kernel: kernel.into(),
+            outcome,
+            cached: false,
+        }
+    }
+
+    fn passed(tops: f64) -> Outcome {
+        Outcome::Passed {
+            ops_per_sec: tops * 1e12,
+        }
+    }
+
+    #[test]
+    fn auto_takes_the_fastest_kernel_that_passed_everywhere() {
+        let both = [GpuKernel::Tiled, GpuKernel::Tensor];
+        let checks = [
+            check("tiled", "gpu 0", passed(50.0)),
+            check("tiled", "gpu 1", passed(50.0)),
+            check("tensor", "gpu 0", passed(400.0)),
+            check("tensor", "gpu 1", passed(300.0)),
+        ];
+        assert_eq!(choose_gpu_kernel(&checks, &both), Ok(GpuKernel::Tensor));
+
+        // A kernel that differs on one device is out, however fast it is elsewhere.
+        let mut one_bad = checks.clone();
+        one_bad[3].outcome = Outcome::Failed {
+            reason: "the mid-sized case differs at chain 1, checkpoint 2".into(),
+        };
+        assert_eq!(choose_gpu_kernel(&one_bad, &both), Ok(GpuKernel::Tiled));
+
+        // None passed: the reason names each kernel, device and difference.
+        let none: Vec<KernelCheck> = one_bad
+            .iter()
+            .cloned()
+            .map(|mut c| {
+                c.outcome = Outcome::Failed {
+                    reason: "CUDA_ERROR_ILLEGAL_ADDRESS".into(),
+                };
+                c
+            })
+            .collect();
+        let err = choose_gpu_kernel(&none, &both).unwrap_err();
+        assert!(
+            err.starts_with("no GPU kernel passed its self-check (tiled on gpu 0: CUDA_ERROR_ILLEGAL_ADDRESS"),
+            "{err}"
+        );
+        // Kernels not among the candidates (wgmma under auto) are never chosen.
+        let wgmma = [check("wgmma", "gpu 0", passed(900.0))];
+        assert!(choose_gpu_kernel(&wgmma, &both).is_err());
+    }
+
+    #[test]
+    fn the_cache_answers_only_for_its_own_key() {
+        let dir = std::env::temp_dir().join(format!("gpu-attest-selftest-cache-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let outcome = passed(123.0);
+        write_cached(&dir, "GPU-1|550|tensor|abc|0.1.0|n1024", &outcome).unwrap();
+        assert_eq!(read_cached(&dir, "GPU-1|550|tensor|abc|0.1.0|n1024"), Some(outcome));
+        assert_eq!(
+            read_cached(&dir, "GPU-1|555|tensor|abc|0.1.0|n1024"),
+            None,
+            "another driver"
+        );
+        // A damaged file is a miss, not an error.
+        let file = cache_file(&dir, "GPU-1|550|tensor|abc|0.1.0|n1024");
+        std::fs::write(&file, "{\"key\":").unwrap();
+        assert_eq!(read_cached(&dir, "GPU-1|550|tensor|abc|0.1.0|n1024"), None);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn every_cpu_kernel_here_passes_its_self_check() {
+        let mut suite = LazySuite::new(128, 0);
+        let checks = cpu_kernels(&mut suite, 0);
+        assert!(!checks.is_empty());
+        for c in &checks {
+            assert!(c.outcome.passed(), "{c}");
+        }
+        assert!(checks.iter().any(|c| c.kernel == "portable"));
+    }
+}
