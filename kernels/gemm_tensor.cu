@@ -64,22 +64,43 @@ __device__ __forceinline__ int tc_swizzle(int row, int chunk) {
     return ((chunk ^ (row >> 1)) & 3) * 16;
 }
 
-// Loads the 128 x 64-byte tiles of X (rows row0..) and Bt (rows col0..) at k0 into one stage.
-__device__ __forceinline__ void tc_load_stage(tc_tile& as, tc_tile& bs, const i8* xm, const i8* bm, int n,
-                                              int row0, int col0, int k0, int tid) {
-    // 128 rows x 4 chunks of 16 bytes = 512 chunks per operand: four per thread.
+// What one thread copies into every stage: 16-byte chunk tid % 4 of rows tid / 4 + 32 r
+// (r = 0..3) of each operand. Everything but k is fixed for the whole kernel, so it is worked
+// out once, not per k-tile: each row's source (a row past n reads nothing, src_bytes 0, from the
+// matrix's first row, a valid address) and the destination. The swizzle of row tid / 4 + 32 r is
+// ((tid / 4 + 32 r) / 2) % 4 = (tid / 8) % 4 for every r, so one shared offset serves all four,
+// 2 KiB apart.
+struct tc_copy_plan {
+    const i8* a[4];  // X at row row0 + tid / 4 + 32 r, byte 16 * (tid % 4)
+    const i8* b[4];  // Bt at row col0 + tid / 4 + 32 r, same byte
+    int a_bytes[4];  // 16, or 0 past n
+    int b_bytes[4];
+    int dst;  // byte offset of row tid / 4, chunk tid % 4, in a stage tile
+};
+
+__device__ __forceinline__ tc_copy_plan tc_plan_copies(const i8* xm, const i8* bm, int n, int row0, int col0, int tid) {
+    const int row = tid >> 2;
+    const int chunk = tid & 3;
+    tc_copy_plan p;
 #pragma unroll
     for (int r = 0; r < 4; ++r) {
-        const int q = tid + r * TC_THREADS;
-        const int row = q >> 2;
-        const int chunk = q & 3;
-        const bool a_in = row0 + row < n;
-        const bool b_in = col0 + row < n;
-        // Out-of-range rows read nothing (src_bytes 0) from a valid address.
-        const i8* a_src = a_in ? xm + (u64)(row0 + row) * n + k0 + chunk * 16 : xm;
-        const i8* b_src = b_in ? bm + (u64)(col0 + row) * n + k0 + chunk * 16 : bm;
-        ga_cp_async16(&as[row][tc_swizzle(row, chunk)], a_src, a_in ? 16 : 0);
-        ga_cp_async16(&bs[row][tc_swizzle(row, chunk)], b_src, b_in ? 16 : 0);
+        const bool a_in = row0 + row + 32 * r < n;
+        const bool b_in = col0 + row + 32 * r < n;
+        p.a[r] = a_in ? xm + (u64)(row0 + row + 32 * r) * n + chunk * 16 : xm;
+        p.b[r] = b_in ? bm + (u64)(col0 + row + 32 * r) * n + chunk * 16 : bm;
+        p.a_bytes[r] = a_in ? 16 : 0;
+        p.b_bytes[r] = b_in ? 16 : 0;
+    }
+    p.dst = row * TC_BK + tc_swizzle(row, chunk);
+    return p;
+}
+
+// Loads the 128 x 64-byte tiles of X and Bt at k0 into one stage.
+__device__ __forceinline__ void tc_load_stage(tc_tile& as, tc_tile& bs, const tc_copy_plan& p, int k0) {
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+        ga_cp_async16(&as[0][0] + p.dst + r * 32 * TC_BK, p.a[r] + k0, p.a_bytes[r]);
+        ga_cp_async16(&bs[0][0] + p.dst + r * 32 * TC_BK, p.b[r] + k0, p.b_bytes[r]);
     }
 }
 
@@ -104,6 +125,17 @@ gemm_mix_tensor(const i8* x, const i8* bt, i8* out, int n, u32 step) {
     const int a_ld_half = lane >> 4;
     const int b_ld_col = (lane & 7) + (lane >> 4) * 8;
     const int b_ld_half = (lane >> 3) & 1;
+    // This lane's ldmatrix address in a stage tile, per 32-byte k step ks, for fragment mi = 0
+    // (A) or pair nj = 0 (B); fragment mi adds 1 KiB (16 rows), as pair nj does. The swizzle
+    // does not change with mi, nj or the warp: ((warp_row + 16 mi + a_ld_row) / 2) % 4 is
+    // (a_ld_row / 2) % 4, warp_row and 16 mi being multiples of 8 (the same for B).
+    int a_frag[TC_BK / 32], b_frag[TC_BK / 32];
+#pragma unroll
+    for (int ks = 0; ks < TC_BK / 32; ++ks) {
+        a_frag[ks] = (warp_row + a_ld_row) * TC_BK + tc_swizzle(a_ld_row, ks * 2 + a_ld_half);
+        b_frag[ks] = (warp_col + b_ld_col) * TC_BK + tc_swizzle(b_ld_col, ks * 2 + b_ld_half);
+    }
+    const tc_copy_plan copies = tc_plan_copies(xm, bm, n, row0, col0, tid);
 
     int acc[4][8][4];
 #pragma unroll
@@ -119,10 +151,14 @@ gemm_mix_tensor(const i8* x, const i8* bt, i8* out, int n, u32 step) {
 #pragma unroll
     for (int s = 0; s < TC_STAGES - 1; ++s) {
         if (s < ktiles) {
-            tc_load_stage(As[s], Bs[s], xm, bm, n, row0, col0, s * TC_BK, tid);
+            tc_load_stage(As[s], Bs[s], copies, s * TC_BK);
         }
         ga_cp_async_commit();
     }
+    // The stage tile kt is in, and the one tile kt + TC_STAGES - 1 goes to: counters that wrap,
+    // not a division by 3 per k-tile.
+    int stage = 0;
+    int refill = TC_STAGES - 1;
     for (int kt = 0; kt < ktiles; ++kt) {
         // Tile kt has landed once at most TC_STAGES - 2 younger groups are pending; the barrier
         // makes every thread's copies visible, and proves every warp is done with tile kt - 1,
@@ -131,20 +167,21 @@ gemm_mix_tensor(const i8* x, const i8* bt, i8* out, int n, u32 step) {
         __syncthreads();
         const int next = kt + TC_STAGES - 1;
         if (next < ktiles) {
-            const int s = next % TC_STAGES;
-            tc_load_stage(As[s], Bs[s], xm, bm, n, row0, col0, next * TC_BK, tid);
+            tc_load_stage(As[refill], Bs[refill], copies, next * TC_BK);
         }
         ga_cp_async_commit();
+        refill = refill == TC_STAGES - 1 ? 0 : refill + 1;
 
-        const int stage = kt % TC_STAGES;
+        const i8* a_tile = &As[stage][0][0];
+        const i8* b_tile = &Bs[stage][0][0];
+        stage = stage == TC_STAGES - 1 ? 0 : stage + 1;
 #pragma unroll
         for (int ks = 0; ks < TC_BK / 32; ++ks) {
             int b[8][2];
 #pragma unroll
             for (int nj = 0; nj < 4; ++nj) {
-                const int c = warp_col + nj * 16 + b_ld_col;
                 int r[4];
-                tc_ldmatrix_x4(r, &Bs[stage][c][tc_swizzle(c, ks * 2 + b_ld_half)]);
+                tc_ldmatrix_x4(r, b_tile + b_frag[ks] + nj * 16 * TC_BK);
                 b[2 * nj][0] = r[0];
                 b[2 * nj][1] = r[1];
                 b[2 * nj + 1][0] = r[2];
@@ -152,9 +189,8 @@ gemm_mix_tensor(const i8* x, const i8* bt, i8* out, int n, u32 step) {
             }
 #pragma unroll
             for (int mi = 0; mi < 4; ++mi) {
-                const int row = warp_row + mi * 16 + a_ld_row;
                 int a[4];
-                tc_ldmatrix_x4(a, &As[stage][row][tc_swizzle(row, ks * 2 + a_ld_half)]);
+                tc_ldmatrix_x4(a, a_tile + a_frag[ks] + mi * 16 * TC_BK);
 #pragma unroll
                 for (int ni = 0; ni < 8; ++ni) tc_mma(acc[mi][ni], a[0], a[1], a[2], a[3], b[ni][0], b[ni][1]);
             }

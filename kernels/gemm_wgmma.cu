@@ -8,8 +8,10 @@
 //   with one wgmma.m64n256k32 per 32 bytes of k (128 int32 accumulators per thread). Hopper's
 //   tensor cores reach their int8 rate only through wgmma, which reads both operands straight
 //   from shared memory: no fragment loads through registers as mma.sync needs.
-// - k advances 128 bytes per stage, four stages deep (cp.async, every thread loading): 48 KiB a
-//   stage, 193 KiB in all, dynamic shared memory.
+// - k advances 128 bytes per stage, four stages (cp.async, every thread loading): 48 KiB a
+//   stage, 193 KiB in all, dynamic shared memory. Two tiles are loading while one is multiplied
+//   and the wgmma of the one before it still runs: a warpgroup waits for its wgmma one k-tile
+//   late (wgmma.wait_group 1), so the tensor cores are not idle while the next tile is issued.
 // - Both operands are K-major (X rows and Bt rows are k-contiguous) in the 128-byte swizzle
 //   wgmma's descriptors name: rows of 128 bytes, groups of eight rows 1024 bytes apart, 16-byte
 //   chunk c of row r stored at chunk c ^ (r % 8). That is also free of bank conflicts for the
@@ -51,8 +53,10 @@ __device__ __forceinline__ void wg_commit() {
     asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
 }
 
-__device__ __forceinline__ void wg_wait_all() {
-    asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+// Waits until at most `Pending` committed wgmma groups of this warpgroup are still running.
+template <int Pending>
+__device__ __forceinline__ void wg_wait() {
+    asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(Pending) : "memory");
 }
 
 // d += A * B^T over 32 bytes of k, A (64 rows) and B (256 rows) K-major in shared memory.
@@ -107,24 +111,48 @@ __device__ __forceinline__ int wg_swizzle(int row, int chunk) {
     return row * WG_BK + ((chunk ^ (row & 7)) * 16);
 }
 
-// Loads the 128 rows of X (from row0) and 256 rows of Bt (from col0), 128 bytes of k from k0,
-// into one stage. 384 rows x 8 chunks = 3072 chunks: twelve per thread.
-__device__ __forceinline__ void wg_load_stage(u8* as, u8* bs, const i8* xm, const i8* bm, int n, int row0,
-                                              int col0, int k0, int tid) {
+// What one thread copies into every stage: 16-byte chunk tid % 8 of rows tid / 8 + 32 r,
+// r = 0..11, of the stage's 384 rows (128 of X from row0, then 256 of Bt from col0). All but k
+// is fixed for the kernel, so it is worked out once, not per k-tile: each row's source (a row
+// past n reads nothing, src_bytes 0, from the matrix's first row, a valid address) and the
+// destination. Rows 32 apart have the same (row % 8), hence the same swizzle, and B's rows
+// follow A's in a stage, so one offset serves all twelve copies, 4 KiB apart.
+#define WG_COPIES ((WG_BM + WG_BN) * (WG_BK / 16) / WG_THREADS)
+struct wg_copy_plan {
+    const i8* src[WG_COPIES];
+    int bytes[WG_COPIES];  // 16, or 0 past n
+    int dst;               // byte offset of row tid / 8, chunk tid % 8, in a stage
+    int chunk_k;           // 16 * (tid % 8): this thread's k within a k-tile
+};
+
+__device__ __forceinline__ wg_copy_plan wg_plan_copies(const i8* xm, const i8* bm, int n, int row0, int col0,
+                                                       int tid) {
+    const int row = tid >> 3;
+    const int chunk = tid & 7;
+    wg_copy_plan p;
 #pragma unroll
-    for (int r = 0; r < (WG_BM + WG_BN) * (WG_BK / 16) / WG_THREADS; ++r) {
-        const int q = tid + r * WG_THREADS;
-        const int row_all = q >> 3;
-        const int chunk = q & 7;
-        const bool is_a = row_all < WG_BM;
-        const int row = is_a ? row_all : row_all - WG_BM;
-        const int src_row = (is_a ? row0 : col0) + row;
-        const int k = k0 + chunk * 16;
-        const bool in = src_row < n && k < n;
+    for (int r = 0; r < WG_COPIES; ++r) {
+        const bool is_a = r < WG_BM / 32;
+        const int src_row = (is_a ? row0 + 32 * r : col0 + 32 * (r - WG_BM / 32)) + row;
         const i8* base = is_a ? xm : bm;
-        // Out-of-range chunks read nothing (src_bytes 0) from a valid address.
-        const i8* src = in ? base + (u64)src_row * n + k : base;
-        ga_cp_async16((is_a ? as : bs) + wg_swizzle(row, chunk), src, in ? 16 : 0);
+        const bool in = src_row < n;
+        p.src[r] = in ? base + (u64)src_row * n + chunk * 16 : base;
+        p.bytes[r] = in ? 16 : 0;
+    }
+    p.dst = wg_swizzle(row, chunk);
+    p.chunk_k = chunk * 16;
+    return p;
+}
+
+// Loads 128 bytes of k from k0 of the stage's rows into `stage`. k past n (the last k-tile when
+// n is an odd multiple of 64) reads nothing, from the row's start.
+__device__ __forceinline__ void wg_load_stage(u8* stage, const wg_copy_plan& p, int n, int k0) {
+    const bool k_in = k0 + p.chunk_k < n;
+    const int k = k_in ? k0 : 0;
+    const int k_bytes = k_in ? 16 : 0;
+#pragma unroll
+    for (int r = 0; r < WG_COPIES; ++r) {
+        ga_cp_async16(stage + p.dst + r * 32 * WG_BK, p.src[r] + k, p.bytes[r] & k_bytes);
     }
 }
 
@@ -146,40 +174,50 @@ gemm_mix_wgmma(const i8* x, const i8* bt, i8* out, int n, u32 step) {
     for (int i = 0; i < 128; ++i) acc[i] = 0;
 
     const int ktiles = (n + WG_BK - 1) / WG_BK;
+    const wg_copy_plan copies = wg_plan_copies(xm, bm, n, row0, col0, tid);
+    // Tiles are loaded WG_STAGES - 2 ahead, not WG_STAGES - 1: one stage is left to the wgmma
+    // group still running from the previous k-tile, so the tensor cores multiply tile kt - 1
+    // while tile kt is issued (see the wait at the end of the loop).
 #pragma unroll
-    for (int s = 0; s < WG_STAGES - 1; ++s) {
+    for (int s = 0; s < WG_STAGES - 2; ++s) {
         if (s < ktiles) {
-            u8* stage = smem + s * WG_STAGE_BYTES;
-            wg_load_stage(stage, stage + WG_BM * WG_BK, xm, bm, n, row0, col0, s * WG_BK, tid);
+            wg_load_stage(smem + s * WG_STAGE_BYTES, copies, n, s * WG_BK);
         }
         ga_cp_async_commit();
     }
+    // The stage tile kt is in, and the one tile kt + WG_STAGES - 2 goes to: counters that wrap.
+    int stage = 0;
+    int refill = WG_STAGES - 2;
     for (int kt = 0; kt < ktiles; ++kt) {
-        // Tile kt has landed once at most WG_STAGES - 2 younger groups are pending. Each thread
-        // hands its copies to the async proxy, and the barrier makes them everyone's; it also
-        // proves every warpgroup's wgmma on tile kt - 1 finished (each waits for its own below),
-        // so that stage may be refilled.
-        ga_cp_async_wait<WG_STAGES - 2>();
+        // Tile kt has landed once at most WG_STAGES - 3 younger groups are pending. Each thread
+        // hands its copies to the async proxy, and the barrier makes them everyone's. The
+        // barrier also proves that every warpgroup's wgmma on tile kt - 2 has finished (each
+        // leaves at most one group, tile kt - 1's, running at the end of an iteration), so tile
+        // kt - 2's stage, the one refilled below, is free; tile kt - 1's is not touched.
+        ga_cp_async_wait<WG_STAGES - 3>();
         wg_fence_proxy_async();
         __syncthreads();
-        const int next = kt + WG_STAGES - 1;
+        const int next = kt + WG_STAGES - 2;
         if (next < ktiles) {
-            u8* stage = smem + (next % WG_STAGES) * WG_STAGE_BYTES;
-            wg_load_stage(stage, stage + WG_BM * WG_BK, xm, bm, n, row0, col0, next * WG_BK, tid);
+            wg_load_stage(smem + refill * WG_STAGE_BYTES, copies, n, next * WG_BK);
         }
         ga_cp_async_commit();
+        refill = refill == WG_STAGES - 1 ? 0 : refill + 1;
 
-        const u8* stage = smem + (kt % WG_STAGES) * WG_STAGE_BYTES;
-        const u32 a_addr = ga_smem_addr(stage + warpgroup * 64 * WG_BK);
-        const u32 b_addr = ga_smem_addr(stage + WG_BM * WG_BK);
+        const u8* tile = smem + stage * WG_STAGE_BYTES;
+        stage = stage == WG_STAGES - 1 ? 0 : stage + 1;
+        const u32 a_addr = ga_smem_addr(tile + warpgroup * 64 * WG_BK);
+        const u32 b_addr = ga_smem_addr(tile + WG_BM * WG_BK);
         wg_fence();
 #pragma unroll
         for (int kk = 0; kk < WG_BK / 32; ++kk) {
             wg_mma_m64n256k32(acc, wg_descriptor(a_addr + kk * 32), wg_descriptor(b_addr + kk * 32));
         }
         wg_commit();
-        wg_wait_all();
+        // Tile kt's wgmma keeps running into the next iteration; tile kt - 1's must be done.
+        wg_wait<1>();
     }
+    wg_wait<0>();
 
     i8* om = out + matrix;
     const int lane = tid & 31;

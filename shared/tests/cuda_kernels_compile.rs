@@ -3,7 +3,8 @@
 //!
 //! Needs libnvrtc on the library path and, for the ptxas step, `GPU_ATTEST_PTXAS` naming a
 //! ptxas binary; `scripts/kernel-check.sh` installs both from the Python package registry and
-//! runs this test. Without NVRTC it says it was skipped, unless `GPU_ATTEST_REQUIRE_NVRTC` is
+//! runs this test. With `GPU_ATTEST_CUBIN_DIR` set, the assembled cubins are kept there for the
+//! script's SASS counts. Without NVRTC it says it was skipped, unless `GPU_ATTEST_REQUIRE_NVRTC` is
 //! set (as that script sets it), when it fails.
 
 mod common;
@@ -90,6 +91,15 @@ fn assemble(ptxas: &PathBuf, kernel: GpuKernel, arch: u32, ptx: &str) {
         .expect("running ptxas");
     let log = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "ptxas failed for {kernel} on sm_{arch}:\n{log}");
+    // For the SASS instruction counts of scripts/kernel-check.sh.
+    if let Some(keep) = std::env::var_os("GPU_ATTEST_CUBIN_DIR") {
+        std::fs::create_dir_all(&keep).unwrap();
+        std::fs::copy(
+            dir.join(format!("{kernel}-{arch}.cubin")),
+            PathBuf::from(keep).join(format!("{kernel}-{arch}.cubin")),
+        )
+        .unwrap();
+    }
     // ptxas -v prints, per function, "Compiling entry function 'name'" then its usage lines.
     let gemm_usage: Vec<&str> = log
         .split("Compiling entry function")

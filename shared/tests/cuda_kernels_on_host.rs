@@ -58,12 +58,15 @@ static inline int __dp4a(int a, int b, int c) {
 }
 
 // cp.async as the PTX ISA promises it, no more: a thread's copies land only when a wait_group
-// retires their commit group. A pipeline that reads a stage before waiting for it (or waits for
-// too few groups) reads stale shared memory here, as it could on the hardware.
+// retires their commit group, and until then the destination holds garbage (the hardware may
+// write it at any moment after the issue). A pipeline that reads a stage before waiting for it
+// (or waits for too few groups) reads garbage here, and so does one that refills a stage still
+// being read (by another warp, or by a wgmma that has not been retired).
 struct ga_copy { void* dst; const void* src; int bytes; };
 static thread_local std::vector<ga_copy> ga_open_group;
 static thread_local std::deque<std::vector<ga_copy>> ga_committed_groups;
 static inline void ga_cp_async16(void* smem, const void* gmem, int src_bytes) {
+    memset(smem, 0xa5, 16);
     ga_open_group.push_back(ga_copy{smem, gmem, src_bytes});
 }
 static inline void ga_cp_async_commit() {
@@ -128,8 +131,6 @@ static unsigned char* wg_smem_raw;
 static inline unsigned ga_smem_addr(const void* p) { return (unsigned)((const unsigned char*)p - wg_smem_raw); }
 static inline void wg_fence_proxy_async() {}
 static inline void wg_fence() {}
-static inline void wg_commit() {}
-static inline void wg_wait_all() {}
 
 // Byte (row, k) of a K-major operand as the hardware reads it through a descriptor with the
 // 128-byte swizzle: rows 128 bytes apart within groups of eight, groups `stride` bytes apart,
@@ -146,13 +147,35 @@ static inline int ga_desc_byte(unsigned long long desc, int row, int k) {
 // wgmma.mma_async.m64n256k32.s32.s8.s8 for one thread of a warpgroup: its 128 accumulators, by
 // the PTX ISA's D layout (register i of lane 4g + t in warp w: row 16w + g + 8((i/2)%2), column
 // 8(i/4) + 2t + i%2), each summed over the 32 k of A's row and B's row.
-static inline void wg_mma_m64n256k32(int (&d)[128], unsigned long long a_desc, unsigned long long b_desc) {
+static inline void ga_wgmma_now(int* d, unsigned long long a_desc, unsigned long long b_desc) {
     const int lane = threadIdx.x & 31, warp = (threadIdx.x >> 5) & 3, g = lane >> 2, t = lane & 3;
     for (int i = 0; i < 128; ++i) {
         const int row = 16 * warp + g + 8 * ((i / 2) % 2), col = 8 * (i / 4) + 2 * t + i % 2;
         int sum = d[i];
         for (int k = 0; k < 32; ++k) sum += ga_desc_byte(a_desc, row, k) * ga_desc_byte(b_desc, col, k);
         d[i] = sum;
+    }
+}
+
+// wgmma is asynchronous: the hardware may read shared memory and write the accumulators at any
+// time until the wait_group that retires its group. Like cp.async above, the emulation does it
+// at the latest moment the PTX ISA allows, when the group is retired, so a kernel that refills a
+// stage or reads the accumulators too early gets wrong results here.
+struct ga_wgmma_op { int* d; unsigned long long a, b; };
+static thread_local std::vector<ga_wgmma_op> ga_wgmma_open;
+static thread_local std::deque<std::vector<ga_wgmma_op>> ga_wgmma_groups;
+static inline void wg_mma_m64n256k32(int (&d)[128], unsigned long long a_desc, unsigned long long b_desc) {
+    ga_wgmma_open.push_back(ga_wgmma_op{d, a_desc, b_desc});
+}
+static inline void wg_commit() {
+    ga_wgmma_groups.push_back(std::move(ga_wgmma_open));
+    ga_wgmma_open.clear();
+}
+template <int Pending>
+static inline void wg_wait() {
+    while (ga_wgmma_groups.size() > (size_t)Pending) {
+        for (const ga_wgmma_op& op : ga_wgmma_groups.front()) ga_wgmma_now(op.d, op.a, op.b);
+        ga_wgmma_groups.pop_front();
     }
 }
 "#;
@@ -416,14 +439,24 @@ fn device_gemm_kernels_match_the_naive_step() {
     let mut rng = ChaCha8Rng::from_seed([21; 32]);
     // 64: one tile of each, and fewer k tiles than pipeline stages; 192: the tensor kernel's
     // partial 128-tiles; 256: a full pipeline; 320: partial tiles and the pipeline wrapping round.
-    for n in [64usize, 128, 192, 256, 320] {
-        let count = 2;
+    // 576 for wgmma alone: five 128-byte k-tiles (the last one half) through four stages, so
+    // stages are refilled while the previous tile's wgmma may still run.
+    let all = ["tiled", "tensor", "wgmma"];
+    for (n, kinds) in [
+        (64usize, &all[..]),
+        (128, &all),
+        (192, &all),
+        (256, &all),
+        (320, &all),
+        (576, &["wgmma"]),
+    ] {
+        let count = if n > 320 { 1 } else { 2 };
         let mut input = vec![0u8; 2 * count * n * n];
         rng.fill_bytes(&mut input);
         // Extremes in the first matrix pair: all -128 against all -128 reaches the largest sums.
         input[..n * n].fill(0x80);
         input[count * n * n..count * n * n + n * n].fill(0x80);
-        for kind in ["tiled", "tensor", "wgmma"] {
+        for &kind in kinds {
             let step = 5u32;
             let got = run(
                 &["gemm", kind, &n.to_string(), &count.to_string(), &step.to_string()],

@@ -1,0 +1,89 @@
+#!/usr/bin/env python3
+"""Instruction counts of each GEMM kernel's main loop, from nvdisasm's SASS.
+
+    sass_main_loop.py NVDISASM CUBIN_DIR
+
+For every `<kernel>-<arch>.cubin` in CUBIN_DIR (written by the kernel compile test), this
+disassembles the GEMM function and finds its main loop: of the loops (a label and a branch back
+to it), the one holding the most MMA instructions (IMMA, IGMMA/HGMMA; IDP.4A for the tiled
+kernel). It prints, per kernel and architecture, the loop's instructions per iteration, split
+into MMA and the rest (shared-memory loads, async copies, barriers and waits, and everything
+else: address arithmetic, predicates, loop control). The "other" column is the overhead to cut.
+"""
+import pathlib
+import re
+import subprocess
+import sys
+
+GEMM_FN = {"tiled": "gemm_mix_tiled", "tensor": "gemm_mix_tensor", "wgmma": "gemm_mix_wgmma"}
+# Bytes of k one iteration of the main loop covers (the kernels' BK): one k-tile per iteration.
+K_PER_ITERATION = {"tiled": 32, "tensor": 64, "wgmma": 128}
+INSTR = re.compile(r"/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)([^;]*);")
+LABEL = re.compile(r"^\s*(\.L_x_\d+):")
+TARGET = re.compile(r"`\((\.L_x_\d+)\)")
+
+
+def classify(op):
+    base = op.split(".")[0]
+    if base in ("IMMA", "HMMA", "IGMMA", "HGMMA", "QGMMA") or op.startswith("IDP.4A"):
+        return "mma"
+    if base in ("LDS", "LDSM"):
+        return "smem load"
+    if base in ("LDGSTS", "LDG", "UTMALDG"):
+        return "global/async copy"
+    if base in ("BAR", "DEPBAR", "WARPGROUP", "WARPSYNC", "ARRIVES", "SYNCS"):
+        return "barrier/wait"
+    return "other"
+
+
+def function_lines(sass, name):
+    lines, inside = [], False
+    for line in sass.splitlines():
+        if line.lstrip().startswith(".section") and ".text." in line:
+            inside = f".text.{name}," in line
+            continue
+        if inside:
+            lines.append(line)
+    return lines
+
+
+def main_loop(lines):
+    """(instructions of the loop body, as opcodes) of the loop with the most MMAs."""
+    labels, body, best = {}, [], None
+    for line in lines:
+        m = LABEL.match(line)
+        if m:
+            labels[m.group(1)] = len(body)
+            continue
+        m = INSTR.search(line)
+        # `@!PT` never executes: padding the scheduler inserts, not work.
+        if not m or "@!PT" in line:
+            continue
+        op = m.group(1)
+        body.append(op)
+        if op.startswith("BRA"):
+            t = TARGET.search(line)
+            if t and t.group(1) in labels:
+                loop = body[labels[t.group(1)]:]
+                key = (sum(classify(o) == "mma" for o in loop), len(loop))
+                if best is None or key > best[0]:
+                    best = (key, loop)
+    return best[1] if best else []
+
+
+def main():
+    nvdisasm, cubins = sys.argv[1], pathlib.Path(sys.argv[2])
+    columns = ["mma", "smem load", "global/async copy", "barrier/wait", "other"]
+    print("per thread, per iteration of the main loop (one k-tile of the bytes of k shown):")
+    print(f"{'kernel':<8} {'arch':<8} {'k':>4} {'loop':>5} " + " ".join(f"{c:>17}" for c in columns) + "  other/mma")
+    for cubin in sorted(cubins.glob("*.cubin")):
+        kernel, arch = cubin.stem.split("-", 1)
+        sass = subprocess.run([nvdisasm, "-c", str(cubin)], capture_output=True, text=True, check=True).stdout
+        loop = main_loop(function_lines(sass, GEMM_FN[kernel]))
+        counts = {c: sum(classify(o) == c for o in loop) for c in columns}
+        ratio = counts["other"] / counts["mma"] if counts["mma"] else float("nan")
+        print(f"{kernel:<8} sm_{arch:<5} {K_PER_ITERATION[kernel]:>4} {len(loop):>5} " + " ".join(f"{counts[c]:>17}" for c in columns) + f"  {ratio:9.2f}")
+
+
+if __name__ == "__main__":
+    main()
