@@ -155,6 +155,8 @@ pub fn inventory_to_wire(i: &Inventory) -> v1::Inventory {
         protocol_version: i.protocol_version,
         software_version: i.software_version.clone(),
         limits: Some(limits_to_wire(&i.limits)),
+        // Filled by the miner service from its self-check; never part of the inventory's claim.
+        self_checks: Vec::new(),
     }
 }
 

@@ -386,3 +386,66 @@ async fn a_device_out_of_service_makes_the_miner_not_serving_and_refuse_work() {
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
+
+/// GetInventory carries what the self-check found, for operators, outside the hardware claim:
+/// the claim a validator plans against is the same with or without it.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_inventory_reports_the_self_check_outside_the_claim() {
+    use gpu_attest_miner::selftest::{KernelCheck, Outcome};
+    let mut selected = cpu_backend(1);
+    selected.self_checks = vec![
+        KernelCheck {
+            backend: "cuda".into(),
+            index: 0,
+            device: "gpu 0 (a GPU)".into(),
+            kernel: "tensor".into(),
+            outcome: Outcome::Passed { ops_per_sec: 4.0e14 },
+            cached: true,
+        },
+        KernelCheck {
+            backend: "cuda".into(),
+            index: 0,
+            device: "gpu 0 (a GPU)".into(),
+            kernel: "wgmma".into(),
+            outcome: Outcome::Failed {
+                reason: "the mid-sized case differs at chain 1, checkpoint 2".into(),
+            },
+            cached: false,
+        },
+    ];
+    let core = miner_on(
+        42,
+        &[validator_key()],
+        selected,
+        gpu_attest_miner::config::Limits::default(),
+        gpu_attest_miner::nonces::NonceLog::in_memory(),
+    );
+    let claim = core.claim().digest();
+    let miner = spawn_miner(core).await;
+    let wire = connect(&miner)
+        .await
+        .get_inventory(v1::GetInventoryRequest {})
+        .await
+        .unwrap()
+        .into_inner();
+    let checks: Vec<(&str, bool, f64, &str)> = wire
+        .self_checks
+        .iter()
+        .map(|c| (c.kernel.as_str(), c.passed, c.ops_per_sec, c.detail.as_str()))
+        .collect();
+    assert_eq!(
+        checks,
+        [
+            ("tensor", true, 4.0e14, ""),
+            (
+                "wgmma",
+                false,
+                0.0,
+                "the mid-sized case differs at chain 1, checkpoint 2"
+            )
+        ]
+    );
+    let parsed = gpu_attest_proto::convert::inventory_from_wire(&wire).unwrap();
+    assert_eq!(parsed.claim.digest(), claim, "the self-check is not part of the claim");
+    assert_eq!(claim, cpu_claim(1).digest());
+}

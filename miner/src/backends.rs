@@ -24,6 +24,9 @@ pub struct SelectedBackend {
     pub notes: Vec<String>,
     /// Set when the CUDA backend runs: `miner bench` measures it directly.
     pub cuda: Option<Arc<CudaBackend>>,
+    /// What the self-check found on the selected devices (the GPU kernels checked before the
+    /// CUDA backend started; empty on the CPU), for `miner info` and GetInventory.
+    pub self_checks: Vec<selftest::KernelCheck>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -111,6 +114,7 @@ fn start_checked_cuda(config: &MinerConfig, detection: &Detection) -> Result<Sel
     .map_err(BackendSelectError::Cuda)?;
     let mut selected = cuda_selection(backend);
     selected.notes.extend(checks.iter().map(|c| format!("self-check: {c}")));
+    selected.self_checks = checks;
     Ok(selected)
 }
 
@@ -123,6 +127,7 @@ fn cuda_selection(backend: CudaBackend) -> SelectedBackend {
         notes: backend.module_notes(),
         backend: backend.clone(),
         cuda: Some(backend),
+        self_checks: Vec::new(),
     }
 }
 
@@ -140,5 +145,6 @@ fn cpu(config: &MinerConfig, notes: Vec<String>) -> Result<SelectedBackend, Back
         devices: vec![device],
         notes,
         cuda: None,
+        self_checks: Vec::new(),
     })
 }

@@ -39,6 +39,8 @@ impl Outcome {
 pub struct KernelCheck {
     /// `cpu` or `cuda`.
     pub backend: String,
+    /// The device's index among those checked (the partition's, when all of them are).
+    pub index: u32,
     /// `cpu`, or `gpu <ordinal> (<name>, <uuid>)`.
     pub device: String,
     pub kernel: String,
@@ -121,6 +123,7 @@ pub fn cpu_kernels(suite: &mut LazySuite, threads: usize) -> Vec<KernelCheck> {
             };
             KernelCheck {
                 backend: "cpu".into(),
+                index: 0,
                 device: "cpu".into(),
                 kernel: kernel.to_string(),
                 outcome,
@@ -155,7 +158,7 @@ pub fn gpu_kernels(
     let gpus = select_gpus(&detection.gpus, options.ordinals.as_deref()).map_err(|e| e.to_string())?;
     let cache = options.cache_dir.as_ref().map(|d| d.join("selftest"));
     let mut checks = Vec::new();
-    for gpu in &gpus {
+    for (index, gpu) in gpus.iter().enumerate() {
         for kernel in kernels_for(gpu, kernels) {
             let key = cache_key(gpu, kernel, suite.mid_n);
             let cached = if fresh {
@@ -184,6 +187,7 @@ pub fn gpu_kernels(
             };
             checks.push(KernelCheck {
                 backend: "cuda".into(),
+                index: index as u32,
                 device: describe_gpu(gpu),
                 kernel: kernel.to_string(),
                 outcome,
@@ -272,6 +276,26 @@ pub fn choose_gpu_kernel(checks: &[KernelCheck], candidates: &[GpuKernel]) -> Re
     }
 }
 
+/// The self-check as GetInventory reports it: information for operators, under no signature.
+pub fn to_wire(checks: &[KernelCheck]) -> Vec<gpu_attest_proto::v1::SelfCheck> {
+    checks
+        .iter()
+        .map(|c| gpu_attest_proto::v1::SelfCheck {
+            device: c.index,
+            kernel: c.kernel.clone(),
+            passed: c.outcome.passed(),
+            ops_per_sec: match c.outcome {
+                Outcome::Passed { ops_per_sec } => ops_per_sec,
+                Outcome::Failed { .. } => 0.0,
+            },
+            detail: match &c.outcome {
+                Outcome::Passed { .. } => String::new(),
+                Outcome::Failed { reason } => reason.clone(),
+            },
+        })
+        .collect()
+}
+
 /// What `miner selftest` found, for the JSON output.
 #[derive(Serialize)]
 pub struct Report {
@@ -329,6 +353,7 @@ mod tests {
     fn check(kernel: &str, device: &str, outcome: Outcome) -> KernelCheck {
         KernelCheck {
             backend: "cuda".into(),
+            index: 0,
             device: device.into(),
             kernel: kernel.into(),
             outcome,

@@ -45,7 +45,9 @@ impl Miner for MinerService {
     type OpenChainsStream = EventStream<v1::ChainOpening>;
 
     async fn get_inventory(&self, _: Request<v1::GetInventoryRequest>) -> Result<Response<v1::Inventory>, Status> {
-        Ok(Response::new(inventory_to_wire(&self.core.inventory())))
+        let mut inventory = inventory_to_wire(&self.core.inventory());
+        inventory.self_checks = crate::selftest::to_wire(&self.core.backend().self_checks);
+        Ok(Response::new(inventory))
     }
 
     async fn run_challenge(

@@ -83,6 +83,7 @@ pub fn cpu_backend_on(threads: usize, devices: u32) -> SelectedBackend {
             .collect(),
         notes: Vec::new(),
         cuda: None,
+        self_checks: Vec::new(),
     }
 }
 
