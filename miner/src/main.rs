@@ -331,6 +331,7 @@ fn info_json(selected: &backends::SelectedBackend, detection: &Result<Detection,
         "gpu_devices": gpus,
         "gpu_error": detection.as_ref().err().map(|e| e.to_string()),
         "cuda_driver": detection.as_ref().ok().map(|d| d.driver.to_string()),
+        "self_checks": selected.self_checks,
         "devices": selected.devices,
         "cpu_kernels": KernelKind::ALL.map(|k| serde_json::json!({
             "name": k.name(), "available": k.is_available(), "unavailable_reason": k.unavailable_reason(),
