@@ -53,6 +53,14 @@ __device__ __forceinline__ void wg_commit() {
     asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
 }
 
+// Tells the compiler the accumulators may change here, so it neither reads them before a wait
+// that retires the wgmma writing them nor moves or copies them while a group runs (CUTLASS's
+// warpgroup_fence_operand).
+__device__ __forceinline__ void wg_fence_operand(int (&d)[128]) {
+#pragma unroll
+    for (int i = 0; i < 128; ++i) asm volatile("" : "+r"(d[i])::"memory");
+}
+
 // Waits until at most `Pending` committed wgmma groups of this warpgroup are still running.
 template <int Pending>
 __device__ __forceinline__ void wg_wait() {
@@ -119,7 +127,7 @@ __device__ __forceinline__ int wg_swizzle(int row, int chunk) {
 // follow A's in a stage, so one offset serves all twelve copies, 4 KiB apart.
 #define WG_COPIES ((WG_BM + WG_BN) * (WG_BK / 16) / WG_THREADS)
 struct wg_copy_plan {
-    const i8* src[WG_COPIES];
+    const i8* src[WG_COPIES];  // the row's start (the matrix's first row, past n)
     int bytes[WG_COPIES];  // 16, or 0 past n
     int dst;               // byte offset of row tid / 8, chunk tid % 8, in a stage
     int chunk_k;           // 16 * (tid % 8): this thread's k within a k-tile
@@ -136,7 +144,7 @@ __device__ __forceinline__ wg_copy_plan wg_plan_copies(const i8* xm, const i8* b
         const int src_row = (is_a ? row0 + 32 * r : col0 + 32 * (r - WG_BM / 32)) + row;
         const i8* base = is_a ? xm : bm;
         const bool in = src_row < n;
-        p.src[r] = in ? base + (u64)src_row * n + chunk * 16 : base;
+        p.src[r] = in ? base + (u64)src_row * n : base;
         p.bytes[r] = in ? 16 : 0;
     }
     p.dst = wg_swizzle(row, chunk);
@@ -145,10 +153,11 @@ __device__ __forceinline__ wg_copy_plan wg_plan_copies(const i8* xm, const i8* b
 }
 
 // Loads 128 bytes of k from k0 of the stage's rows into `stage`. k past n (the last k-tile when
-// n is an odd multiple of 64) reads nothing, from the row's start.
+// n is an odd multiple of 64) reads nothing, from the row's start: an address inside the matrix
+// even for its last row.
 __device__ __forceinline__ void wg_load_stage(u8* stage, const wg_copy_plan& p, int n, int k0) {
     const bool k_in = k0 + p.chunk_k < n;
-    const int k = k_in ? k0 : 0;
+    const int k = k_in ? k0 + p.chunk_k : 0;
     const int k_bytes = k_in ? 16 : 0;
 #pragma unroll
     for (int r = 0; r < WG_COPIES; ++r) {
@@ -208,6 +217,7 @@ gemm_mix_wgmma(const i8* x, const i8* bt, i8* out, int n, u32 step) {
         stage = stage == WG_STAGES - 1 ? 0 : stage + 1;
         const u32 a_addr = ga_smem_addr(tile + warpgroup * 64 * WG_BK);
         const u32 b_addr = ga_smem_addr(tile + WG_BM * WG_BK);
+        wg_fence_operand(acc);
         wg_fence();
 #pragma unroll
         for (int kk = 0; kk < WG_BK / 32; ++kk) {
@@ -216,8 +226,10 @@ gemm_mix_wgmma(const i8* x, const i8* bt, i8* out, int n, u32 step) {
         wg_commit();
         // Tile kt's wgmma keeps running into the next iteration; tile kt - 1's must be done.
         wg_wait<1>();
+        wg_fence_operand(acc);
     }
     wg_wait<0>();
+    wg_fence_operand(acc);
 
     i8* om = out + matrix;
     const int lane = tid & 31;

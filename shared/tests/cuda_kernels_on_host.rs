@@ -131,6 +131,7 @@ static unsigned char* wg_smem_raw;
 static inline unsigned ga_smem_addr(const void* p) { return (unsigned)((const unsigned char*)p - wg_smem_raw); }
 static inline void wg_fence_proxy_async() {}
 static inline void wg_fence() {}
+static inline void wg_fence_operand(int (&)[128]) {}
 
 // Byte (row, k) of a K-major operand as the hardware reads it through a descriptor with the
 // 128-byte swizzle: rows 128 bytes apart within groups of eight, groups `stride` bytes apart,
