@@ -132,6 +132,18 @@ fn attestor(config: &ValidatorConfig) -> Result<Attestor> {
             };
             let cuda = CudaBackend::new(&options)
                 .map_err(|e| anyhow::anyhow!("cannot verify on GPUs: {e}; use --backend cpu"))?;
+            // A verifier that computes wrong results fails honest miners: its GPUs must reproduce
+            // the CPU's checkpoints (PROTOCOL.md's vector and a mid-sized challenge) first.
+            let suite = gpu_attest_shared::selftest::Suite::new(gpu_attest_shared::selftest::MID_N, config.cpu_threads)
+                .map_err(|e| anyhow::anyhow!("cannot check the GPUs: {e}"))?;
+            let passed = suite.check(&cuda).map_err(|e| {
+                anyhow::anyhow!("the GPUs failed their self-check ({e}); verify with --backend cpu until this is fixed")
+            })?;
+            tracing::info!(
+                kernel = %cuda.kernel(),
+                tops = passed.ops_per_sec / 1e12,
+                "verifying on the GPUs: they reproduced the CPU's checkpoints"
+            );
             (Arc::new(cuda), true)
         }
     };
