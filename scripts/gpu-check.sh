@@ -25,13 +25,13 @@ record() { # name status
   if [ "$2" -eq 0 ]; then summary+=("PASS  $1"); else summary+=("FAIL  $1 (log: $out/$1.log)"); failed=1; fi
 }
 
-echo "== devices" | tee "$out/info.log"
-nvidia-smi -L 2>&1 | tee -a "$out/info.log"
+nvidia-smi -L >"$out/info.log" 2>&1
 if ! "$bin/miner" info --backend cuda >>"$out/info.log" 2>&1; then
-  echo "gpu-check: no usable GPU here: $(tail -n 1 "$out/info.log")"
+  echo "gpu-check: no usable GPU here ($(tail -n 1 "$out/info.log"))"
   exit 2
 fi
-"$bin/miner" info 2>&1 | tee -a "$out/info.log"
+echo "== devices"
+cat "$out/info.log"
 
 echo "== self-check: every kernel on every GPU against the CPU"
 "$bin/miner" selftest --fresh 2>&1 | tee "$out/selftest.log"
@@ -93,7 +93,7 @@ record attestation $status
 echo
 echo "== summary ($(date -u +%FT%TZ))"
 printf '%s\n' "${summary[@]}" | tee "$out/summary.txt"
-for part in summary.txt info.log selftest.log kernel-compile.log bench.log attestation.log; do
+for part in summary.txt info.log selftest.log gpu-tests.log kernel-compile.log bench.log attestation.log; do
   [ -f "$out/$part" ] && { echo "== $part"; cat "$out/$part"; echo; }
 done >"$out/report.txt"
 echo "report: $out/report.txt"
