@@ -410,3 +410,36 @@ fn selftest_without_a_gpu_checks_the_cpu_kernels_and_says_so() {
     let out = cmd("miner").args(["selftest", "--mid-n", "100"]).output().unwrap();
     assert_one_line_failure(&out, "--mid-n 100 is not a valid challenge size");
 }
+
+/// The example configs the systemd units point at (scripts/systemd/) are ones the daemons load.
+#[test]
+fn the_service_example_configs_load() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap()
+        .join("scripts/systemd");
+    for (bin, file, key) in [
+        ("miner", "miner.example.toml", "/var/lib/gpu-attest-miner/miner.key"),
+        (
+            "validator",
+            "validator.example.toml",
+            "/var/lib/gpu-attest-validator/validator.db",
+        ),
+    ] {
+        let out = cmd(bin)
+            .args(["serve", "--print-config", "--config"])
+            .arg(root.join(file))
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{file}: {}", String::from_utf8_lossy(&out.stderr));
+        assert!(String::from_utf8_lossy(&out.stdout).contains(key), "{file}");
+        let unit = std::fs::read_to_string(root.join(format!("gpu-attest-{bin}.service"))).unwrap();
+        assert!(
+            unit.contains(&format!(
+                "GPU_ATTEST_{}_CONFIG=/etc/gpu-attest/{bin}.toml",
+                bin.to_uppercase()
+            )),
+            "the {bin} unit names its config"
+        );
+    }
+}
