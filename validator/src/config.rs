@@ -99,6 +99,15 @@ pub struct ScheduleConfig {
     pub enabled: bool,
     /// Seconds between attestations of each registered miner.
     pub interval_secs: u64,
+    /// Attestations running at once.
+    pub concurrency: usize,
+    /// Each wait moves randomly by up to this fraction of it, so miners are not challenged in
+    /// step (0 to below 1).
+    pub jitter: f64,
+    /// After a miner could not be attested (unreachable, refusing): the first retry delay,
+    /// doubling on each failure in a row up to `backoff_max_secs`.
+    pub backoff_initial_secs: u64,
+    pub backoff_max_secs: u64,
 }
 
 impl Default for ScheduleConfig {
@@ -106,6 +115,10 @@ impl Default for ScheduleConfig {
         ScheduleConfig {
             enabled: true,
             interval_secs: 600,
+            concurrency: 4,
+            jitter: 0.1,
+            backoff_initial_secs: 30,
+            backoff_max_secs: 3600,
         }
     }
 }
@@ -206,6 +219,23 @@ impl ValidatorConfig {
             if !(slack.is_finite() && slack >= 1.0) {
                 return invalid(format!("deadline.{name} = {slack} must be at least 1.0"));
             }
+        }
+        if self.schedule.concurrency == 0 {
+            return invalid("schedule.concurrency = 0 would attest no miner at all".into());
+        }
+        if !(0.0..1.0).contains(&self.schedule.jitter) {
+            return invalid(format!(
+                "schedule.jitter = {} must be at least 0 and below 1",
+                self.schedule.jitter
+            ));
+        }
+        if self.schedule.backoff_initial_secs == 0
+            || self.schedule.backoff_max_secs < self.schedule.backoff_initial_secs
+        {
+            return invalid(format!(
+                "schedule.backoff_initial_secs = {} must be at least 1 and at most backoff_max_secs = {}",
+                self.schedule.backoff_initial_secs, self.schedule.backoff_max_secs
+            ));
         }
         if self.calibration.min_miners == 0 {
             return invalid(

@@ -329,7 +329,10 @@ fn serve(config: ValidatorConfig) -> Result<()> {
     runtime.block_on(async move {
         let (listener, address) = gpu_attest_proto::daemon::bind(config.listen).await?;
         info!(%address, validator_key = %attestor.public_key(), database = %config.database.display(), "validator listening");
-        let schedule = config.schedule.enabled.then(|| Duration::from_secs(config.schedule.interval_secs.max(1)));
+        let schedule = config
+            .schedule
+            .enabled
+            .then(|| gpu_attest_validator::scheduler::Schedule::from_config(&config.schedule));
         server::serve(attestor, listener, schedule, options, gpu_attest_proto::daemon::shutdown_signal()).await?;
         info!("validator stopped");
         Ok(())

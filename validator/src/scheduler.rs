@@ -1,41 +1,331 @@
-//! Attests every registered miner on an interval, one at a time, until shutdown.
+//! Attests every registered miner on an interval until shutdown, at scale:
+//!
+//! - **Bounded concurrency**: at most `concurrency` attestations run at once.
+//! - **Jitter**: a miner's first attestation falls at a random point of the first interval, and
+//!   each later one `interval` ± `jitter` after the last, so miners registered together are not
+//!   challenged together, and do not drift back into step.
+//! - **Backoff**: a miner that could not be attested (unreachable, refusing, not a miner) is
+//!   tried again after `backoff_initial`, doubling on each failure in a row up to
+//!   `backoff_max`. A verdict, passing or failing, is not a failure of the schedule: a miner that
+//!   fails its attestation is attested again on the normal interval (unreachable is not the
+//!   same as cheating).
+//!
+//! The runner is generic over the attestation and the list of miners, so its timing is tested
+//! on tokio's paused clock.
 
-use crate::attest::Attestor;
+use crate::attest::{AttestEvent, Attestor};
+use crate::config::ScheduleConfig;
+use rand_chacha::ChaCha8Rng;
+use rand_core::{Rng, SeedableRng};
+use std::collections::{HashMap, HashSet};
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::watch;
+use tokio::task::JoinSet;
+use tokio::time::Instant;
 use tracing::{info, warn};
 
-pub async fn run(attestor: Arc<Attestor>, interval: Duration, mut shutdown: watch::Receiver<bool>) {
-    let mut ticker = tokio::time::interval(interval);
-    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        tokio::select! {
-            _ = ticker.tick() => {}
-            _ = shutdown.changed() => break,
-        }
-        let miners = match attestor.store().miners() {
-            Ok(m) => m,
-            Err(e) => {
-                warn!(error = %e, "scheduler cannot read registered miners");
-                continue;
-            }
-        };
-        for miner in miners {
-            if *shutdown.borrow() {
-                break;
-            }
-            let attest = attestor.attest(&miner.url, &|_| {});
-            let result = tokio::select! {
-                r = attest => r,
-                _ = shutdown.changed() => break,
-            };
-            match result {
-                Ok(v) if v.passed => info!(url = %miner.url, verdict = v.id, "scheduled attestation passed"),
-                Ok(v) => warn!(url = %miner.url, verdict = v.id, reasons = ?v.reasons, "scheduled attestation failed"),
-                Err(e) => warn!(url = %miner.url, error = %e, "scheduled attestation could not run"),
-            }
+/// How the scheduler paces attestations.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Schedule {
+    pub interval: Duration,
+    pub concurrency: usize,
+    /// Fraction of the interval (and of a backoff delay) each wait is randomly moved by, 0..1.
+    pub jitter: f64,
+    pub backoff_initial: Duration,
+    pub backoff_max: Duration,
+}
+
+impl Schedule {
+    pub fn from_config(config: &ScheduleConfig) -> Self {
+        Schedule {
+            interval: Duration::from_secs(config.interval_secs.max(1)),
+            concurrency: config.concurrency.max(1),
+            jitter: config.jitter.clamp(0.0, 0.99),
+            backoff_initial: Duration::from_secs(config.backoff_initial_secs.max(1)),
+            backoff_max: Duration::from_secs(config.backoff_max_secs.max(config.backoff_initial_secs).max(1)),
         }
     }
+
+    /// When a newly seen miner is first attested: at `unit` (0..1) of the first interval.
+    pub fn first_delay(&self, unit: f64) -> Duration {
+        self.interval.mul_f64(unit.clamp(0.0, 1.0))
+    }
+
+    /// How long after an attempt the next one is due, `errors` being the failures in a row so
+    /// far (0 after a verdict), `unit` (0..1) the random draw for the jitter.
+    pub fn next_delay(&self, errors: u32, unit: f64) -> Duration {
+        let base = if errors == 0 {
+            self.interval
+        } else {
+            let doubled = self
+                .backoff_initial
+                .saturating_mul(1u32.checked_shl(errors - 1).unwrap_or(u32::MAX));
+            doubled.min(self.backoff_max)
+        };
+        base.mul_f64(1.0 - self.jitter + 2.0 * self.jitter * unit.clamp(0.0, 1.0))
+    }
+}
+
+/// What one scheduled attestation came to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Attempt {
+    /// A verdict was stored, passing or failing.
+    Verdict,
+    /// No verdict: the miner could not be attested this time.
+    Error,
+}
+
+/// One miner's place in the schedule.
+struct Slot {
+    due: Instant,
+    /// Failures in a row.
+    errors: u32,
+}
+
+/// How often the list of registered miners is read again when nothing else wakes the runner.
+const REFRESH: Duration = Duration::from_secs(5);
+
+/// Runs `attest` for every miner `miners()` lists, paced by `schedule`, until `shutdown` turns
+/// true. Attestations still running then are dropped (their challenges cancelled).
+pub async fn run_with<M, A, F>(
+    schedule: Schedule,
+    miners: M,
+    attest: A,
+    mut rng: ChaCha8Rng,
+    mut shutdown: watch::Receiver<bool>,
+) where
+    M: Fn() -> Result<Vec<String>, String>,
+    A: Fn(String) -> F,
+    F: Future<Output = Attempt> + Send + 'static,
+{
+    let mut slots: HashMap<String, Slot> = HashMap::new();
+    let mut running: HashSet<String> = HashSet::new();
+    let mut tasks: JoinSet<(String, Attempt)> = JoinSet::new();
+    let mut unit = move || (rng.next_u64() >> 11) as f64 / (1u64 << 53) as f64;
+    let mut next_refresh = Instant::now();
+    loop {
+        if *shutdown.borrow() {
+            break;
+        }
+        let now = Instant::now();
+        if now >= next_refresh {
+            match miners() {
+                Ok(urls) => {
+                    let listed: HashSet<&String> = urls.iter().collect();
+                    slots.retain(|url, _| listed.contains(url) || running.contains(url));
+                    for url in &urls {
+                        slots.entry(url.clone()).or_insert_with(|| Slot {
+                            due: now + schedule.first_delay(unit()),
+                            errors: 0,
+                        });
+                    }
+                }
+                Err(e) => warn!(error = %e, "scheduler cannot read registered miners"),
+            }
+            next_refresh = now + REFRESH;
+        }
+        // Start what is due, earliest first, up to the concurrency bound.
+        let mut due: Vec<(&String, Instant)> = slots
+            .iter()
+            .filter(|(url, slot)| slot.due <= now && !running.contains(*url))
+            .map(|(url, slot)| (url, slot.due))
+            .collect();
+        due.sort_by_key(|&(_, at)| at);
+        let free = schedule.concurrency.saturating_sub(running.len());
+        let starting: Vec<String> = due.into_iter().take(free).map(|(url, _)| url.clone()).collect();
+        for url in starting {
+            running.insert(url.clone());
+            let attempt = attest(url.clone());
+            tasks.spawn(async move { (url, attempt.await) });
+        }
+        // Sleep until the next miner is due (or the list is read again), a task ends, or shutdown.
+        // Miners already due are waiting for a free slot: only a task ending wakes them.
+        let wake = slots
+            .iter()
+            .filter(|(url, slot)| !running.contains(*url) && slot.due > now)
+            .map(|(_, slot)| slot.due)
+            .min()
+            .unwrap_or(next_refresh)
+            .min(next_refresh);
+        tokio::select! {
+            Some(joined) = tasks.join_next(), if !tasks.is_empty() => {
+                let Ok((url, attempt)) = joined else { continue };
+                running.remove(&url);
+                let Some(slot) = slots.get_mut(&url) else { continue };
+                slot.errors = match attempt {
+                    Attempt::Verdict => 0,
+                    Attempt::Error => slot.errors.saturating_add(1),
+                };
+                let (errors, delay) = (slot.errors, schedule.next_delay(slot.errors, unit()));
+                slot.due = Instant::now() + delay;
+                if errors > 0 {
+                    let in_backoff = slots.values().filter(|s| s.errors > 0).count();
+                    warn!(
+                        %url,
+                        failures_in_a_row = errors,
+                        retry_in_secs = delay.as_secs(),
+                        miners_in_backoff = in_backoff,
+                        "miner could not be attested; backing off"
+                    );
+                }
+            }
+            _ = tokio::time::sleep_until(wake) => {}
+            _ = shutdown.changed() => {}
+        }
+    }
+    tasks.abort_all();
     info!("scheduler stopped");
+}
+
+fn quiet(_: AttestEvent) {}
+
+/// The scheduler over `attestor`'s registered miners.
+pub async fn run(attestor: Arc<Attestor>, schedule: Schedule, shutdown: watch::Receiver<bool>) {
+    // The draw only spreads attestations in time; nothing depends on it being secret, so a fixed
+    // seed is an acceptable fallback (nonces, which must be unpredictable, fail loudly instead).
+    let seed: [u8; 32] = crate::attest::random32().unwrap_or([0x5c; 32]);
+    let store = attestor.clone();
+    let miners = move || {
+        store
+            .store()
+            .miners()
+            .map(|m| m.into_iter().map(|m| m.url).collect())
+            .map_err(|e| e.to_string())
+    };
+    let attest = move |url: String| {
+        let attestor = attestor.clone();
+        async move {
+            match attestor.attest(&url, &quiet).await {
+                Ok(v) if v.passed => {
+                    info!(%url, verdict = v.id, "scheduled attestation passed");
+                    Attempt::Verdict
+                }
+                Ok(v) => {
+                    warn!(%url, verdict = v.id, reasons = ?v.reasons, "scheduled attestation failed");
+                    Attempt::Verdict
+                }
+                Err(e) => {
+                    warn!(%url, error = %e, "scheduled attestation could not run");
+                    Attempt::Error
+                }
+            }
+        }
+    };
+    run_with(schedule, miners, attest, ChaCha8Rng::from_seed(seed), shutdown).await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Mutex;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    fn schedule() -> Schedule {
+        Schedule {
+            interval: Duration::from_secs(600),
+            concurrency: 2,
+            jitter: 0.1,
+            backoff_initial: Duration::from_secs(30),
+            backoff_max: Duration::from_secs(3600),
+        }
+    }
+
+    #[test]
+    fn verdicts_keep_the_interval_and_errors_back_off_doubling_to_the_cap() {
+        let s = schedule();
+        assert_eq!(s.next_delay(0, 0.5), Duration::from_secs(600));
+        assert_eq!(
+            s.next_delay(0, 0.0),
+            Duration::from_secs(540),
+            "jitter moves it down 10%"
+        );
+        assert_eq!(s.next_delay(0, 1.0), Duration::from_secs(660), "and up 10%");
+        let backoff: Vec<u64> = (1..=9).map(|e| s.next_delay(e, 0.5).as_secs()).collect();
+        assert_eq!(backoff, [30, 60, 120, 240, 480, 960, 1920, 3600, 3600]);
+        assert_eq!(s.next_delay(200, 0.5), Duration::from_secs(3600), "no overflow");
+        assert!(s.first_delay(0.999) < s.interval);
+    }
+
+    /// Four miners, one of them unreachable, concurrency 2, on tokio's paused clock: never more
+    /// than two at once; every miner attested within the first interval; the reachable ones
+    /// every interval ± jitter; the unreachable one after 30, 60, 120 ... seconds.
+    #[tokio::test(start_paused = true)]
+    async fn attestations_are_bounded_spread_and_back_off() {
+        let s = schedule();
+        let started = Instant::now();
+        let calls: Arc<Mutex<Vec<(String, Duration)>>> = Arc::default();
+        let now_running = Arc::new(AtomicUsize::new(0));
+        let most_running = Arc::new(AtomicUsize::new(0));
+        let (stop, stopped) = watch::channel(false);
+        let miners = || Ok(["a", "b", "c", "down"].map(String::from).to_vec());
+        let attest = {
+            let (calls, now_running, most_running) = (calls.clone(), now_running.clone(), most_running.clone());
+            move |url: String| {
+                let (calls, now_running, most_running) = (calls.clone(), now_running.clone(), most_running.clone());
+                async move {
+                    calls.lock().unwrap().push((url.clone(), started.elapsed()));
+                    let n = now_running.fetch_add(1, Ordering::SeqCst) + 1;
+                    most_running.fetch_max(n, Ordering::SeqCst);
+                    // An attestation takes 100 s here: long enough for the bound to matter.
+                    tokio::time::sleep(Duration::from_secs(100)).await;
+                    now_running.fetch_sub(1, Ordering::SeqCst);
+                    if url == "down" {
+                        Attempt::Error
+                    } else {
+                        Attempt::Verdict
+                    }
+                }
+            }
+        };
+        let runner = tokio::spawn(run_with(
+            s.clone(),
+            miners,
+            attest,
+            ChaCha8Rng::from_seed([3; 32]),
+            stopped,
+        ));
+        tokio::time::sleep(Duration::from_secs(3000)).await;
+        stop.send(true).unwrap();
+        runner.await.unwrap();
+
+        assert_eq!(
+            most_running.load(Ordering::SeqCst),
+            2,
+            "at most `concurrency` at once, and it was reached"
+        );
+        let calls = calls.lock().unwrap();
+        let times = |url: &str| -> Vec<u64> {
+            calls
+                .iter()
+                .filter(|(u, _)| u == url)
+                .map(|(_, t)| t.as_secs())
+                .collect()
+        };
+        for url in ["a", "b", "c"] {
+            let t = times(url);
+            assert!(
+                t[0] < 600 + 200,
+                "{url} first attested at {t:?}: within the first interval (plus the queue)"
+            );
+            for pair in t.windows(2) {
+                let gap = pair[1] - pair[0];
+                // From end to next start: interval ± 10%, plus the 100 s the attestation took.
+                assert!((640..=760 + 200).contains(&gap), "{url}: gap {gap} in {t:?}");
+            }
+            assert!(t.len() >= 4, "{url}: {t:?}");
+        }
+        let down = times("down");
+        let gaps: Vec<u64> = down.windows(2).map(|p| p[1] - p[0] - 100).collect();
+        assert!(gaps.len() >= 4, "{down:?}");
+        for (i, gap) in gaps.iter().take(5).enumerate() {
+            let want = 30u64 << i;
+            // ± 10% jitter, and up to 100 s waiting for a free slot.
+            assert!(
+                *gap as f64 >= want as f64 * 0.9 - 1.0 && (*gap as f64) <= want as f64 * 1.1 + 101.0,
+                "backoff {i}: {gap} s, want about {want} s ({down:?})"
+            );
+        }
+    }
 }

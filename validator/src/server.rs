@@ -8,7 +8,6 @@ use gpu_attest_proto::transport::{PeerRateLimiter, RefusalLogLayer};
 use gpu_attest_proto::v1::validator_server::ValidatorServer;
 use std::future::Future;
 use std::sync::Arc;
-use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio_stream::wrappers::TcpListenerStream;
@@ -37,12 +36,12 @@ impl ServeOptions {
 pub async fn serve(
     attestor: Arc<Attestor>,
     listener: TcpListener,
-    schedule: Option<Duration>,
+    schedule: Option<scheduler::Schedule>,
     options: ServeOptions,
     shutdown: impl Future<Output = ()> + Send,
 ) -> Result<(), tonic::transport::Error> {
     let (stop_tx, stop_rx) = watch::channel(false);
-    let scheduler = schedule.map(|interval| tokio::spawn(scheduler::run(attestor.clone(), interval, stop_rx)));
+    let scheduler = schedule.map(|schedule| tokio::spawn(scheduler::run(attestor.clone(), schedule, stop_rx)));
     let (health, health_service) = tonic_health::server::health_reporter();
     health.set_serving::<ValidatorServer<ValidatorService>>().await;
     let api = ValidatorServer::new(ValidatorService::new(attestor)).max_decoding_message_size(MAX_REQUEST_BYTES);

@@ -88,7 +88,7 @@ pub struct Attestor {
     store: Arc<Store>,
 }
 
-fn random32() -> Result<[u8; 32], AttestError> {
+pub(crate) fn random32() -> Result<[u8; 32], AttestError> {
     let mut out = [0u8; 32];
     getrandom::fill(&mut out).map_err(|e| AttestError::Random(e.to_string()))?;
     Ok(out)
