@@ -389,7 +389,13 @@ async fn scheduler_attests_registered_miners_on_its_interval() {
     let server = tokio::spawn(gpu_attest_validator::server::serve(
         attestor.clone(),
         listener,
-        Some(std::time::Duration::from_millis(200)),
+        Some(gpu_attest_validator::scheduler::Schedule {
+            interval: std::time::Duration::from_millis(200),
+            concurrency: 2,
+            jitter: 0.1,
+            backoff_initial: std::time::Duration::from_secs(1),
+            backoff_max: std::time::Duration::from_secs(2),
+        }),
         validator_options(),
         async {
             let _ = stopped.await;

@@ -84,7 +84,8 @@ struct Slot {
     errors: u32,
 }
 
-/// How often the list of registered miners is read again when nothing else wakes the runner.
+/// How often the list of registered miners is read again (or every interval, if shorter), so a
+/// new registration is picked up soon.
 const REFRESH: Duration = Duration::from_secs(5);
 
 /// Runs `attest` for every miner `miners()` lists, paced by `schedule`, until `shutdown` turns
@@ -124,7 +125,7 @@ pub async fn run_with<M, A, F>(
                 }
                 Err(e) => warn!(error = %e, "scheduler cannot read registered miners"),
             }
-            next_refresh = now + REFRESH;
+            next_refresh = now + REFRESH.min(schedule.interval);
         }
         // Start what is due, earliest first, up to the concurrency bound.
         let mut due: Vec<(&String, Instant)> = slots
