@@ -95,10 +95,15 @@ pub fn select_detected(
 fn start_checked_cuda(config: &MinerConfig, detection: &Detection) -> Result<SelectedBackend, BackendSelectError> {
     let options = cuda_options(config);
     // What does not depend on the kernel's results is refused once, before any check runs.
-    CudaBackend::precheck(detection, &options).map_err(BackendSelectError::Cuda)?;
+    let (gpus, _) = CudaBackend::precheck(detection, &options).map_err(BackendSelectError::Cuda)?;
+    // Under auto, only kernels every selected GPU runs: on a host mixing generations, a kernel
+    // that passed on the newer GPUs alone cannot run the partition.
     let candidates: Vec<GpuKernel> = match options.kernel {
         Some(kernel) => vec![kernel],
-        None => vec![GpuKernel::Tensor, GpuKernel::Tiled],
+        None => [GpuKernel::Tensor, GpuKernel::Tiled]
+            .into_iter()
+            .filter(|k| gpus.iter().all(|g| k.supports(g.compute_capability)))
+            .collect(),
     };
     let mut suite = selftest::LazySuite::new(selftest::DEFAULT_MID_N, config.cpu_threads);
     let checks = selftest::gpu_kernels(&mut suite, detection, &options, &candidates, false)
