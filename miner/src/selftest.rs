@@ -10,6 +10,7 @@
 
 use crate::config::MinerConfig;
 use gpu_attest_shared::cpu::CpuBackend;
+use gpu_attest_shared::cuda::compile::write_atomically;
 use gpu_attest_shared::cuda::detect::{Detection, GpuInfo};
 use gpu_attest_shared::cuda::options::select_gpus;
 use gpu_attest_shared::cuda::{CudaBackend, CudaOptions, GpuKernel};
@@ -217,8 +218,12 @@ struct CachedCheck {
     outcome: Outcome,
 }
 
+fn cache_file_name(key: &str) -> String {
+    format!("{}.json", &blake3::hash(key.as_bytes()).to_hex()[..32])
+}
+
 fn cache_file(dir: &Path, key: &str) -> PathBuf {
-    dir.join(format!("{}.json", &blake3::hash(key.as_bytes()).to_hex()[..32]))
+    dir.join(cache_file_name(key))
 }
 
 /// The cached outcome for `key`; `None` for a missing, damaged or foreign file.
@@ -228,20 +233,14 @@ pub fn read_cached(dir: &Path, key: &str) -> Option<Outcome> {
     (cached.key == key).then_some(cached.outcome)
 }
 
-/// Writes `outcome` under `key`, whole or not at all (a temporary file, then a rename).
+/// Writes `outcome` under `key`, whole or not at all.
 pub fn write_cached(dir: &Path, key: &str, outcome: &Outcome) -> std::io::Result<()> {
-    std::fs::create_dir_all(dir)?;
-    let path = cache_file(dir, key);
-    let tmp = path.with_extension(format!("{}.tmp", std::process::id()));
     let text = serde_json::to_string(&CachedCheck {
         key: key.to_string(),
         outcome: outcome.clone(),
     })
     .map_err(std::io::Error::other)?;
-    std::fs::write(&tmp, text)?;
-    std::fs::rename(&tmp, &path).inspect_err(|_| {
-        let _ = std::fs::remove_file(&tmp);
-    })
+    write_atomically(dir, &cache_file_name(key), &text)
 }
 
 /// The kernel `auto` runs on the GPUs: of `candidates`, those that passed on every device in

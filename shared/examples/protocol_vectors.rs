@@ -3,6 +3,7 @@
 //!
 //! `cargo run -p gpu-attest-shared --example protocol_vectors`
 
+use gpu_attest_shared::Work;
 use gpu_attest_shared::chain::{ChainResult, leaf_hash};
 use gpu_attest_shared::commitment::{DeviceRoot, global_checksum};
 use gpu_attest_shared::gemm::naive;
@@ -10,7 +11,7 @@ use gpu_attest_shared::matrix::{generate_a, generate_b};
 use gpu_attest_shared::merkle::{empty_root, root_of};
 use gpu_attest_shared::mix::mix;
 use gpu_attest_shared::partition::canonical_partition;
-use gpu_attest_shared::{ChallengeParams, Work};
+use gpu_attest_shared::selftest::vector_params;
 
 fn main() {
     let params = vector_params();
@@ -53,19 +54,6 @@ fn main() {
             );
         }
         println!("d={d} G        {}", global_checksum(&params.nonce, &devices));
-    }
-}
-
-/// The vector challenge: nonce 00..1f, seed 20..3f, miner key 40..5f, n 64, M 5, K 4, c 2.
-fn vector_params() -> ChallengeParams {
-    ChallengeParams {
-        nonce: std::array::from_fn(|i| i as u8),
-        seed: std::array::from_fn(|i| 0x20 + i as u8),
-        miner_key: std::array::from_fn(|i| 0x40 + i as u8),
-        n: 64,
-        num_chains: 5,
-        iterations: 4,
-        checkpoint_every: 2,
     }
 }
 

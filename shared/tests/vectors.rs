@@ -9,6 +9,7 @@ use gpu_attest_shared::inventory::HardwareClaim;
 use gpu_attest_shared::matrix::{generate_a, generate_b};
 use gpu_attest_shared::merkle::empty_root;
 use gpu_attest_shared::mix::mix;
+use gpu_attest_shared::selftest;
 use gpu_attest_shared::statement::{Challenge, DeviceInfo};
 use gpu_attest_shared::{CancelToken, ChallengeParams, Digest, Work};
 
@@ -16,11 +17,9 @@ const KEY: &str = "a71536a24a879fe95e09d580e7547ace15ba2ae8c1710d4b078abcceb30a4
 const A0_PREFIX: &str = "d6871ea5cae741e2bd086274e10518fb";
 const B0_PREFIX: &str = "a80c344530341c939963c5744824eedf";
 const A4_PREFIX: &str = "6dec128db9a05a5cf098a40c4990f0ef";
-const CHAIN0_CHECKPOINTS: [&str; 3] = [
-    "394add245fd191a8bd07581fdeded2d8a0c5e17a278aba05d6dad807e47b69a6",
-    "bacab74374bb9461cae419b21a3dab412afa764b2e8b66e564316b0cc4807e81",
-    "d8b182a2ec00b8e6ecd7ede79dad75049c30c8d32cce48411001018795cbe538",
-];
+/// The vector's chain-0 checkpoints: the constant `miner selftest` checks its reference against,
+/// so this test also proves that constant is PROTOCOL.md's and what every kernel computes.
+const CHAIN0_CHECKPOINTS: [&str; 3] = selftest::VECTOR_CHAIN0_CHECKPOINTS;
 const LEAVES: [&str; 5] = [
     "7666e6d5617f5633ef386bbd4129cd871b49fe4473332f2add1217b54f6b1e23",
     "957ce61c569e6ab81a6c5e738881bc93a0ebad3f3943a97821a1dd7973e81a26",
@@ -63,16 +62,9 @@ const MIX: [(i32, u32, i8); 5] = [
     (i32::MIN, u32::MAX, 46),
 ];
 
+/// PROTOCOL.md section 12's challenge, as `miner selftest` runs it.
 fn params() -> ChallengeParams {
-    ChallengeParams {
-        nonce: std::array::from_fn(|i| i as u8),
-        seed: std::array::from_fn(|i| 0x20 + i as u8),
-        miner_key: std::array::from_fn(|i| 0x40 + i as u8),
-        n: 64,
-        num_chains: 5,
-        iterations: 4,
-        checkpoint_every: 2,
-    }
+    selftest::vector_params()
 }
 
 #[test]

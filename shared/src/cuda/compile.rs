@@ -227,7 +227,9 @@ pub fn forget(module: &CompiledModule, cache_dir: Option<&Path>) {
     }
 }
 
-fn write_atomically(dir: &Path, name: &str, contents: &str) -> std::io::Result<()> {
+/// Writes `contents` to `dir/name` whole or not at all: a temporary file, then a rename, so a
+/// crash never leaves half a file under the real name. Creates `dir` if needed.
+pub fn write_atomically(dir: &Path, name: &str, contents: &str) -> std::io::Result<()> {
     std::fs::create_dir_all(dir)?;
     let tmp = dir.join(format!(".{name}.{}.tmp", std::process::id()));
     std::fs::write(&tmp, contents)?;

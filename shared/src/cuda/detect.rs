@@ -242,12 +242,7 @@ fn nvml_facts() -> Result<Vec<NvmlFacts>, String> {
         }
         all.push(NvmlFacts {
             uuid: device.uuid().unwrap_or_default(),
-            pci_bus_id: device
-                .pci_info()
-                .ok()
-                .and_then(|p| parse_pci_bus_id(&p.bus_id))
-                .map(|(d, b, dev, f)| format_pci_bus_id(d, b, dev, f))
-                .unwrap_or_default(),
+            pci_bus_id: nvml_pci_bus_id(&device),
             name: device.name().unwrap_or_default(),
             memory_total: memory.as_ref().map_or(0, |m| m.total),
             memory_free: memory.as_ref().map_or(0, |m| m.free),
@@ -261,14 +256,19 @@ fn nvml_facts() -> Result<Vec<NvmlFacts>, String> {
     Ok(all)
 }
 
-/// The MIG instances of a GPU in MIG mode, each with its own UUID, name and memory.
-fn mig_instances(parent: &nvml_wrapper::Device<'_>, driver_version: &str) -> Vec<NvmlFacts> {
-    let pci_bus_id = parent
+/// NVML's PCI bus id of `device` in this module's `dddd:bb:dd.f` form; empty when unknown.
+fn nvml_pci_bus_id(device: &nvml_wrapper::Device<'_>) -> String {
+    device
         .pci_info()
         .ok()
         .and_then(|p| parse_pci_bus_id(&p.bus_id))
         .map(|(d, b, dev, f)| format_pci_bus_id(d, b, dev, f))
-        .unwrap_or_default();
+        .unwrap_or_default()
+}
+
+/// The MIG instances of a GPU in MIG mode, each with its own UUID, name and memory.
+fn mig_instances(parent: &nvml_wrapper::Device<'_>, driver_version: &str) -> Vec<NvmlFacts> {
+    let pci_bus_id = nvml_pci_bus_id(parent);
     let slots = parent.mig_device_count().unwrap_or(0);
     (0..slots)
         .filter_map(|i| parent.mig_device_by_index(i).ok())
