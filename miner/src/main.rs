@@ -105,24 +105,15 @@ fn run(cli: Cli) -> Result<()> {
                 bail!("--mid-n {mid_n} is not a valid challenge size (a multiple of 64 in 64..=8192)");
             }
             let detection = detect();
-            if let Err(e) = &detection
-                && !json
-                && config.backend != gpu_attest_miner::config::BackendChoice::Cpu
-            {
-                println!("no GPU: {e}");
-            }
-            let report = selftest::run(&config, &detection, mid_n, fresh, |check| {
+            let report = selftest::run(&config, &detection, mid_n, fresh, |line| {
                 if !json {
-                    println!("{check}");
+                    println!("{line}");
                 }
             });
             let failed = report.checks.iter().filter(|c| !c.outcome.passed()).count();
             if json {
                 println!("{}", serde_json::to_string_pretty(&report)?);
             } else {
-                if let Some(note) = report.gpu_note.as_ref().filter(|_| detection.is_ok()) {
-                    println!("{note}");
-                }
                 println!("checked against the portable CPU kernel: {}", report.cases);
             }
             if failed > 0 {

@@ -304,35 +304,35 @@ pub struct Report {
     pub checks: Vec<KernelCheck>,
 }
 
-/// `miner selftest`: the CPU kernels, then every GPU kernel, or the reason there is no GPU.
+/// `miner selftest`: every GPU kernel (or the reason there is none), then the CPU kernels.
+/// `say` receives each line as it is known, for a person watching.
 pub fn run(
     config: &MinerConfig,
     detection: &Result<Detection, gpu_attest_shared::cuda::GpuDetectError>,
     mid_n: u32,
     fresh: bool,
-    report: impl Fn(&KernelCheck),
+    say: impl Fn(&str),
 ) -> Report {
     let mut suite = LazySuite::new(mid_n, config.cpu_threads);
     let mut checks = Vec::new();
     let mut gpu_note = None;
     if config.backend != crate::config::BackendChoice::Cpu {
-        match detection {
-            Ok(d) => match gpu_kernels(
-                &mut suite,
-                d,
-                &crate::backends::cuda_options(config),
-                &GpuKernel::ALL,
-                fresh,
-            ) {
-                Ok(gpu) => checks.extend(gpu),
-                Err(e) => gpu_note = Some(e),
-            },
-            Err(e) => gpu_note = Some(format!("no GPU: {e}")),
+        let options = crate::backends::cuda_options(config);
+        let gpu = match detection {
+            Ok(d) => gpu_kernels(&mut suite, d, &options, &GpuKernel::ALL, fresh),
+            Err(e) => Err(format!("no GPU: {e}")),
+        };
+        match gpu {
+            Ok(gpu) => checks.extend(gpu),
+            Err(note) => {
+                say(&note);
+                gpu_note = Some(note);
+            }
         }
-        checks.iter().for_each(&report);
+        checks.iter().for_each(|c| say(&c.to_string()));
     }
     let cpu = cpu_kernels(&mut suite, config.cpu_threads);
-    cpu.iter().for_each(&report);
+    cpu.iter().for_each(|c| say(&c.to_string()));
     checks.extend(cpu);
     let cases = suite.get().map(|s| s.describe()).unwrap_or_else(|e| e);
     Report {
