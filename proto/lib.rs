@@ -1,11 +1,10 @@
-//! Wire types for gpu-attest, generated from the `.proto` files beside this one, their
-//! conversions to and from the engine's types, and what both daemons share on the network side
-//! (`transport`: TLS, plaintext policy, rate limits; `daemon`: config files, logs, signals). Every conversion from the wire checks lengths and
-//! ranges and returns a [`WireError`] naming the field, never panics: wire input is hostile.
+//! Wire types for gpu-attest, generated from the `.proto` files beside this one, and their
+//! conversions to and from the engine's types: all a peer needs to speak the protocol. (What the
+//! daemons share beyond the wire lives in `gpu-attest-daemon`.) Every conversion from the wire
+//! checks lengths and ranges and returns a [`WireError`] naming the field, never panics: wire
+//! input is hostile.
 
 pub mod convert;
-pub mod daemon;
-pub mod transport;
 
 #[allow(clippy::all, missing_docs)]
 pub mod v1 {

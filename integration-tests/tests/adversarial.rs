@@ -8,10 +8,10 @@ mod common;
 use common::cheats::{Cheat, spawn_cheater};
 use common::pki::Pki;
 use common::*;
+use gpu_attest_daemon::PeerRateLimiter;
 use gpu_attest_miner::nonces::NonceLog;
 use gpu_attest_miner::server::ServeOptions;
 use gpu_attest_proto::convert::challenge_to_wire;
-use gpu_attest_proto::transport::PeerRateLimiter;
 use gpu_attest_proto::v1::{self, miner_client::MinerClient};
 use gpu_attest_shared::identity::{Identity, PublicKey};
 use gpu_attest_shared::params::ChallengeParams;
@@ -22,6 +22,8 @@ use gpu_attest_validator::reason::ReasonCode;
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tonic::Code;
+use tonic_health::pb::HealthCheckRequest;
+use tonic_health::pb::health_client::HealthClient;
 
 fn now() -> u64 {
     gpu_attest_miner::core::now_ms()
@@ -285,7 +287,7 @@ async fn a_flooding_peer_is_limited_while_others_are_served() {
     let core = miner_core(46, &[validator_key()], 1);
     let options = ServeOptions {
         limiter: PeerRateLimiter::new(60, 5),
-        ..ServeOptions::plaintext(&gpu_attest_miner::config::Limits::default())
+        ..gpu_attest_miner::server::plaintext_options(&gpu_attest_miner::config::Limits::default())
     };
     let miner = spawn_miner_with(core, options).await;
     let connect_from = |ip: &str| {
@@ -304,6 +306,19 @@ async fn a_flooding_peer_is_limited_while_others_are_served() {
         }
     }
     assert_eq!(refused, 15, "burst of 5 then refusals");
+    // The limit is one layer over every service: health and reflection cost the same budget,
+    // so a flood of cheap health checks cannot get around it.
+    let health_channel = tonic::transport::Endpoint::from_shared(miner.url())
+        .unwrap()
+        .local_address(Some("127.0.0.1".parse().unwrap()))
+        .connect()
+        .await
+        .unwrap();
+    let check = HealthClient::new(health_channel)
+        .check(HealthCheckRequest { service: String::new() })
+        .await
+        .expect_err("the flooding address has spent its budget on the Miner service");
+    assert_eq!(check.code(), Code::ResourceExhausted, "{check:?}");
     // Another address is unaffected.
     let mut other = connect_from("127.0.0.2").await;
     other

@@ -264,7 +264,7 @@ async fn an_open_request_stopped_by_a_rate_limit_is_asked_again() {
     // open request meets an empty bucket. It never reached the single-use check, so asking
     // again a second later is safe, and the honest miner passes.
     let options = gpu_attest_miner::server::ServeOptions {
-        limiter: gpu_attest_proto::transport::PeerRateLimiter::new(60, 2),
+        limiter: gpu_attest_daemon::PeerRateLimiter::new(60, 2),
         ..miner_options()
     };
     let miner = spawn_miner_with(miner_core(80, &[validator_key()], 1), options).await;

@@ -1,8 +1,8 @@
 //! Miner configuration: built-in defaults, then a TOML file, then flags and environment.
 
-pub use gpu_attest_proto::daemon::ConfigError;
-use gpu_attest_proto::daemon::{config_to_toml, load_config};
-use gpu_attest_proto::transport::TlsFiles;
+pub use gpu_attest_daemon::config::ConfigError;
+use gpu_attest_daemon::config::{config_to_toml, load_config};
+use gpu_attest_daemon::tls::TlsFiles;
 use gpu_attest_shared::gemm::KernelChoice;
 use serde::{Deserialize, Serialize};
 use std::net::SocketAddr;

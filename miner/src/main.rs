@@ -2,12 +2,12 @@
 
 use anyhow::{Context, Result, bail};
 use clap::Parser;
+use gpu_attest_daemon::tls as transport;
 use gpu_attest_miner::backends;
 use gpu_attest_miner::cli::{Cli, Command, ServeArgs};
 use gpu_attest_miner::nonces::NonceLog;
 use gpu_attest_miner::server::ServeOptions;
 use gpu_attest_miner::{MinerCore, bench, selftest, server};
-use gpu_attest_proto::transport;
 use gpu_attest_shared::cuda::detect::{Detection, GpuDetectError, detect};
 use gpu_attest_shared::gemm::{KernelKind, amx_register_peak};
 use gpu_attest_shared::identity::{Identity, PublicKey};
@@ -134,7 +134,7 @@ fn serve(args: ServeArgs) -> Result<()> {
     let selected = backends::select(&config)?;
     let tls = config.tls.server_config()?;
     let plaintext_warning = transport::check_plaintext_server(config.listen, tls.is_some(), config.allow_plaintext)?;
-    gpu_attest_proto::daemon::init_logging();
+    gpu_attest_daemon::logging::init_logging();
     if let Some(warning) = plaintext_warning {
         warn!("{warning}");
     }
@@ -150,11 +150,11 @@ fn serve(args: ServeArgs) -> Result<()> {
     let nonces = NonceLog::open(&config.nonce_file, gpu_attest_miner::core::now_ms())?;
     let options = ServeOptions {
         tls,
-        ..ServeOptions::plaintext(&config.limits)
+        ..server::plaintext_options(&config.limits)
     };
     let runtime = tokio::runtime::Runtime::new()?;
     runtime.block_on(async move {
-        let (listener, address) = gpu_attest_proto::daemon::bind(config.listen).await?;
+        let (listener, address) = gpu_attest_daemon::listen::bind(config.listen).await?;
         info!(
             %address,
             miner_key = %identity.public_key(),
@@ -173,7 +173,7 @@ fn serve(args: ServeArgs) -> Result<()> {
             nonces,
         ));
         tokio::spawn(reload_on_hangup(core.clone(), args));
-        server::serve(core, listener, options, gpu_attest_proto::daemon::shutdown_signal()).await?;
+        server::serve(core, listener, options, gpu_attest_daemon::signals::shutdown_signal()).await?;
         info!("miner stopped");
         Ok(())
     })

@@ -3,38 +3,27 @@
 use crate::config::Limits;
 use crate::core::MinerCore;
 use crate::service::MinerService;
-use gpu_attest_proto::transport::{PeerRateLimiter, RefusalLogLayer};
+use gpu_attest_daemon::{PeerRateLimiter, stack};
 use gpu_attest_proto::v1::miner_server::MinerServer;
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::net::TcpListener;
-use tokio_stream::wrappers::TcpListenerStream;
-use tonic::service::interceptor::InterceptedService;
-use tonic::transport::{Server, ServerTlsConfig};
+use tonic::service::Routes;
+
+pub use gpu_attest_daemon::ServeOptions;
 
 /// Largest request a miner decodes: challenges and open requests are small.
 pub const MAX_REQUEST_BYTES: usize = 1 << 20;
 /// Largest message a miner sends: one opening carries an n*n matrix (64 MiB at n = 8192).
 pub const MAX_RESPONSE_BYTES: usize = 72 << 20;
 
-/// How the server meets the network: TLS (or none), request rate, concurrency.
-#[derive(Clone)]
-pub struct ServeOptions {
-    pub tls: Option<ServerTlsConfig>,
-    pub limiter: PeerRateLimiter,
-    pub max_concurrent_streams: u32,
-}
-
-impl ServeOptions {
-    /// Plaintext with the default limits: for loopback and tests.
-    pub fn plaintext(limits: &Limits) -> Self {
-        ServeOptions {
-            tls: None,
-            limiter: PeerRateLimiter::new(limits.requests_per_minute, limits.request_burst),
-            max_concurrent_streams: limits.max_concurrent_streams,
-        }
-    }
+/// Plaintext with `limits`' rate and concurrency: for loopback and tests.
+pub fn plaintext_options(limits: &Limits) -> ServeOptions {
+    ServeOptions::plaintext(
+        PeerRateLimiter::new(limits.requests_per_minute, limits.request_burst),
+        limits.max_concurrent_streams,
+    )
 }
 
 /// Serves until `shutdown` completes, then lets in-flight calls finish.
@@ -50,30 +39,7 @@ pub async fn serve(
     let miner = MinerServer::new(MinerService::new(core))
         .max_decoding_message_size(MAX_REQUEST_BYTES)
         .max_encoding_message_size(MAX_RESPONSE_BYTES);
-    let limiter = options.limiter.clone();
-    let miner = InterceptedService::new(miner, move |request| limiter.intercept(request));
-    let mut builder = Server::builder()
-        .layer(RefusalLogLayer)
-        .max_concurrent_streams(options.max_concurrent_streams)
-        .http2_keepalive_interval(Some(Duration::from_secs(30)));
-    if let Some(tls) = options.tls {
-        builder = builder.tls_config(tls)?;
-    }
-    // Built from descriptors embedded at compile time; should that ever fail, serve without it.
-    let (reflection_v1, reflection_v1alpha) = match gpu_attest_proto::daemon::reflection_services() {
-        Ok((v1, v1alpha)) => (Some(v1), Some(v1alpha)),
-        Err(e) => {
-            tracing::error!(error = %e, "gRPC reflection is not served");
-            (None, None)
-        }
-    };
-    let served = builder
-        .add_service(health_service)
-        .add_service(miner)
-        .add_optional_service(reflection_v1)
-        .add_optional_service(reflection_v1alpha)
-        .serve_with_incoming_shutdown(TcpListenerStream::new(listener), shutdown)
-        .await;
+    let served = stack::serve(options, health_service, Routes::new(miner), listener, shutdown).await;
     watch.abort();
     served
 }

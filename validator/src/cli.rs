@@ -152,8 +152,8 @@ pub struct ApiArgs {
 }
 
 impl ApiArgs {
-    pub fn tls(&self) -> gpu_attest_proto::transport::TlsFiles {
-        gpu_attest_proto::transport::TlsFiles {
+    pub fn tls(&self) -> gpu_attest_daemon::tls::TlsFiles {
+        gpu_attest_daemon::tls::TlsFiles {
             cert: self.api_cert.clone(),
             key: self.api_key.clone(),
             ca: self.api_ca.clone(),

@@ -315,25 +315,25 @@ fn print_verdict(v: &Verdict, config: &ValidatorConfig) {
 fn serve(config: ValidatorConfig) -> Result<()> {
     let tls = config.tls.server_config()?;
     let plaintext_warning =
-        gpu_attest_proto::transport::check_plaintext_server(config.listen, tls.is_some(), config.allow_plaintext)?;
-    gpu_attest_proto::daemon::init_logging();
+        gpu_attest_daemon::tls::check_plaintext_server(config.listen, tls.is_some(), config.allow_plaintext)?;
+    gpu_attest_daemon::logging::init_logging();
     if let Some(warning) = plaintext_warning {
         tracing::warn!("{warning}");
     }
     let attestor = Arc::new(attestor(&config)?);
     let options = server::ServeOptions {
         tls,
-        ..server::ServeOptions::plaintext(&config)
+        ..server::plaintext_options(&config)
     };
     let runtime = tokio::runtime::Runtime::new()?;
     runtime.block_on(async move {
-        let (listener, address) = gpu_attest_proto::daemon::bind(config.listen).await?;
+        let (listener, address) = gpu_attest_daemon::listen::bind(config.listen).await?;
         info!(%address, validator_key = %attestor.public_key(), database = %config.database.display(), "validator listening");
         let schedule = config
             .schedule
             .enabled
             .then(|| gpu_attest_validator::scheduler::Schedule::from_config(&config.schedule));
-        server::serve(attestor, listener, schedule, options, gpu_attest_proto::daemon::shutdown_signal()).await?;
+        server::serve(attestor, listener, schedule, options, gpu_attest_daemon::signals::shutdown_signal()).await?;
         info!("validator stopped");
         Ok(())
     })

@@ -8,13 +8,13 @@ pub mod fleet;
 pub mod pki;
 pub mod process;
 
+use gpu_attest_daemon::PeerRateLimiter;
 use gpu_attest_miner::MinerCore;
 use gpu_attest_miner::backends::SelectedBackend;
 use gpu_attest_miner::config::Limits;
 use gpu_attest_miner::inventory::cpu_device;
 use gpu_attest_miner::nonces::NonceLog;
 use gpu_attest_miner::server::ServeOptions;
-use gpu_attest_proto::transport::PeerRateLimiter;
 use gpu_attest_shared::cpu::CpuBackend;
 use gpu_attest_shared::identity::{Identity, PublicKey};
 use gpu_attest_shared::inventory::HardwareClaim;
@@ -154,7 +154,7 @@ pub fn generous_limiter() -> PeerRateLimiter {
 pub fn miner_options() -> ServeOptions {
     ServeOptions {
         limiter: generous_limiter(),
-        ..ServeOptions::plaintext(&Limits::default())
+        ..gpu_attest_miner::server::plaintext_options(&Limits::default())
     }
 }
 
@@ -289,8 +289,8 @@ pub fn assert_failed_with(verdict: &Verdict, code: ReasonCode) {
 
 pub fn validator_options() -> gpu_attest_validator::server::ServeOptions {
     gpu_attest_validator::server::ServeOptions {
-        tls: None,
         limiter: generous_limiter(),
+        ..gpu_attest_validator::server::plaintext_options(&gpu_attest_validator::ValidatorConfig::default())
     }
 }
 

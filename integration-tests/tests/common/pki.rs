@@ -2,7 +2,7 @@
 //! certificate, written as PEM files.
 
 use super::TempDir;
-use gpu_attest_proto::transport::TlsFiles;
+use gpu_attest_daemon::tls::TlsFiles;
 use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, ExtendedKeyUsagePurpose, IsCa, KeyPair};
 
 pub struct Pki {

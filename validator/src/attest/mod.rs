@@ -73,7 +73,7 @@ pub enum AttestError {
     #[error("this validator could not verify: {0}")]
     Verify(String),
     #[error(transparent)]
-    Transport(#[from] gpu_attest_proto::transport::TransportError),
+    Transport(#[from] gpu_attest_daemon::tls::TransportError),
     #[error(transparent)]
     Store(#[from] StoreError),
     #[error("no randomness from the operating system: {0}")]

@@ -1,0 +1,18 @@
+//! What the gpu-attest miner and validator daemons share, so that both behave alike on the
+//! network and on the host: one gRPC server stack (`stack`), the transport policy (`tls`,
+//! `rate_limit`), the refusal log, config files, logs, the listening socket, signals and the
+//! Prometheus metrics endpoint. The wire types live apart, in `gpu-attest-proto`, for peers that
+//! want only those.
+
+pub mod config;
+pub mod listen;
+pub mod logging;
+pub mod metrics;
+pub mod rate_limit;
+pub mod refusal_log;
+pub mod signals;
+pub mod stack;
+pub mod tls;
+
+pub use rate_limit::PeerRateLimiter;
+pub use stack::{ServeOptions, serve};

@@ -1,0 +1,86 @@
+//! The one gRPC server stack both daemons run: their services, the standard health service and
+//! server reflection on one listener, behind the same layers (refusal log, then the per-peer
+//! rate limit over every service) with the same TLS and connection limits.
+
+use crate::rate_limit::PeerRateLimiter;
+use crate::refusal_log::RefusalLogLayer;
+use std::future::Future;
+use std::time::Duration;
+use tokio::net::TcpListener;
+use tokio_stream::wrappers::TcpListenerStream;
+use tonic::service::Routes;
+use tonic::transport::{Server, ServerTlsConfig};
+use tonic_health::pb::health_server::{Health, HealthServer};
+
+/// How a daemon meets the network: TLS (or none), request rate per address, concurrency.
+#[derive(Clone)]
+pub struct ServeOptions {
+    pub tls: Option<ServerTlsConfig>,
+    pub limiter: PeerRateLimiter,
+    /// HTTP/2 streams (calls) one connection may have open at once.
+    pub max_concurrent_streams: u32,
+}
+
+impl ServeOptions {
+    /// Plaintext, for loopback and tests.
+    pub fn plaintext(limiter: PeerRateLimiter, max_concurrent_streams: u32) -> Self {
+        ServeOptions {
+            tls: None,
+            limiter,
+            max_concurrent_streams,
+        }
+    }
+}
+
+/// Idle connections are pinged this often, so that a peer that vanished without closing its
+/// connection (a host powered off, a cable pulled) is noticed and its streams released.
+const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(30);
+
+/// Serves `api` and `health` (and reflection over both) on `listener` until `shutdown`
+/// completes, then lets in-flight calls finish.
+pub async fn serve<H: Health>(
+    options: ServeOptions,
+    health: HealthServer<H>,
+    api: Routes,
+    listener: TcpListener,
+    shutdown: impl Future<Output = ()> + Send,
+) -> Result<(), tonic::transport::Error> {
+    let mut server = Server::builder()
+        .max_concurrent_streams(options.max_concurrent_streams)
+        .http2_keepalive_interval(Some(KEEPALIVE_INTERVAL));
+    if let Some(tls) = options.tls {
+        server = server.tls_config(tls)?;
+    }
+    // Outermost first: the refusal log also sees the calls the rate limit refuses.
+    let mut server = server.layer(RefusalLogLayer).layer(options.limiter);
+    let mut routes = api.add_service(health);
+    // Built from descriptors embedded at compile time; should that ever fail, serve without it.
+    match reflection_services() {
+        Ok((v1, v1alpha)) => routes = routes.add_service(v1).add_service(v1alpha),
+        Err(e) => tracing::error!(error = %e, "gRPC reflection is not served"),
+    }
+    server
+        .add_routes(routes)
+        .serve_with_incoming_shutdown(TcpListenerStream::new(listener), shutdown)
+        .await
+}
+
+/// gRPC server reflection over this project's services and the health service, in both
+/// versions (v1, and the v1alpha that many clients, grpcurl among them, still ask for), so that
+/// generic clients work without the .proto files.
+fn reflection_services() -> Result<
+    (
+        tonic_reflection::server::v1::ServerReflectionServer<impl tonic_reflection::server::v1::ServerReflection>,
+        tonic_reflection::server::v1alpha::ServerReflectionServer<
+            impl tonic_reflection::server::v1alpha::ServerReflection,
+        >,
+    ),
+    tonic_reflection::server::Error,
+> {
+    let builder = || {
+        tonic_reflection::server::Builder::configure()
+            .register_encoded_file_descriptor_set(gpu_attest_proto::v1::FILE_DESCRIPTOR_SET)
+            .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+    };
+    Ok((builder().build_v1()?, builder().build_v1alpha()?))
+}

@@ -1,0 +1,159 @@
+//! Transport policy: TLS and mutual TLS from PEM files, and plaintext only where it cannot leave
+//! the machine (or when explicitly allowed). Servers and clients (the validator dialling miners,
+//! the operator's CLI dialling a validator) follow the same rule.
+
+use serde::{Deserialize, Serialize};
+use std::net::{IpAddr, SocketAddr};
+use std::path::{Path, PathBuf};
+use thiserror::Error;
+use tonic::transport::{Certificate, ClientTlsConfig, Identity, ServerTlsConfig};
+
+/// PEM files for one side of a TLS connection.
+///
+/// As a server: `cert` + `key` turn TLS on; `ca` additionally requires clients to present a
+/// certificate signed by it (mutual TLS). As a client: `ca` is the root the server's certificate
+/// must chain to; `cert` + `key` are presented to servers that require client certificates.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct TlsFiles {
+    pub cert: Option<PathBuf>,
+    pub key: Option<PathBuf>,
+    pub ca: Option<PathBuf>,
+}
+
+#[derive(Debug, Error)]
+pub enum TransportError {
+    #[error("cannot read {what} {path}: {source}")]
+    Read {
+        what: &'static str,
+        path: String,
+        source: std::io::Error,
+    },
+    #[error("tls: `cert` and `key` must be given together")]
+    HalfIdentity,
+    #[error(
+        "refusing to serve plaintext on {0}: configure [tls] cert and key, or set allow_plaintext = true to accept the risk"
+    )]
+    PlaintextServer(SocketAddr),
+    #[error(
+        "refusing plaintext to {0}: use an https:// URL with a CA configured, or set allow_plaintext_miners = true to accept the risk"
+    )]
+    PlaintextClient(String),
+    #[error("https:// URL {0} needs a CA certificate to check the server against (miner_tls.ca)")]
+    NoCa(String),
+}
+
+fn read(what: &'static str, path: &Path) -> Result<Vec<u8>, TransportError> {
+    std::fs::read(path).map_err(|source| TransportError::Read {
+        what,
+        path: path.display().to_string(),
+        source,
+    })
+}
+
+impl TlsFiles {
+    fn identity(&self) -> Result<Option<Identity>, TransportError> {
+        match (&self.cert, &self.key) {
+            (Some(cert), Some(key)) => Ok(Some(Identity::from_pem(read("certificate", cert)?, read("key", key)?))),
+            (None, None) => Ok(None),
+            _ => Err(TransportError::HalfIdentity),
+        }
+    }
+
+    /// The server TLS config, or `None` for plaintext.
+    pub fn server_config(&self) -> Result<Option<ServerTlsConfig>, TransportError> {
+        let Some(identity) = self.identity()? else {
+            return Ok(None);
+        };
+        let mut config = ServerTlsConfig::new().identity(identity);
+        if let Some(ca) = &self.ca {
+            config = config.client_ca_root(Certificate::from_pem(read("client CA", ca)?));
+        }
+        Ok(Some(config))
+    }
+
+    /// The client TLS config for `https://` URLs.
+    pub fn client_config(&self, url: &str) -> Result<ClientTlsConfig, TransportError> {
+        let ca = self.ca.as_ref().ok_or_else(|| TransportError::NoCa(url.to_string()))?;
+        let mut config = ClientTlsConfig::new().ca_certificate(Certificate::from_pem(read("CA", ca)?));
+        if let Some(identity) = self.identity()? {
+            config = config.identity(identity);
+        }
+        Ok(config)
+    }
+}
+
+/// Whether a server may listen without TLS: always on loopback, elsewhere only when allowed
+/// (then `Ok(Some(warning))`).
+pub fn check_plaintext_server(addr: SocketAddr, tls: bool, allow: bool) -> Result<Option<String>, TransportError> {
+    if tls || addr.ip().is_loopback() {
+        Ok(None)
+    } else if allow {
+        Ok(Some(format!(
+            "serving PLAINTEXT on {addr}: challenges, keys' signatures and verdicts travel unencrypted"
+        )))
+    } else {
+        Err(TransportError::PlaintextServer(addr))
+    }
+}
+
+/// The full cause chain of an error, which tonic otherwise hides behind "transport error".
+pub fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut parts = vec![e.to_string()];
+    let mut source = e.source();
+    while let Some(s) = source {
+        parts.push(s.to_string());
+        source = s.source();
+    }
+    parts.dedup();
+    parts.join(": ")
+}
+
+/// Whether a client may connect to `url` without TLS; same rule as servers.
+pub fn check_plaintext_client(url: &str, allow: bool) -> Result<Option<String>, TransportError> {
+    let Some(rest) = url.strip_prefix("http://") else {
+        return Ok(None);
+    };
+    let authority = rest.split('/').next().unwrap_or_default();
+    let host = match authority.rsplit_once(':') {
+        Some((host, port)) if port.chars().all(|c| c.is_ascii_digit()) => host,
+        _ => authority,
+    };
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    let loopback = host.eq_ignore_ascii_case("localhost") || host.parse::<IpAddr>().is_ok_and(|ip| ip.is_loopback());
+    if loopback {
+        Ok(None)
+    } else if allow {
+        Ok(Some(format!("connecting to {url} in PLAINTEXT")))
+    } else {
+        Err(TransportError::PlaintextClient(url.to_string()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn plaintext_only_on_loopback_unless_allowed() {
+        let lo: SocketAddr = "127.0.0.1:1".parse().unwrap();
+        let any: SocketAddr = "0.0.0.0:1".parse().unwrap();
+        assert!(check_plaintext_server(lo, false, false).unwrap().is_none());
+        assert!(check_plaintext_server(any, true, false).unwrap().is_none());
+        assert!(matches!(
+            check_plaintext_server(any, false, false),
+            Err(TransportError::PlaintextServer(_))
+        ));
+        assert!(check_plaintext_server(any, false, true).unwrap().is_some());
+        for ok in [
+            "http://127.0.0.1:7070",
+            "http://localhost:1",
+            "http://[::1]:7070/x",
+            "https://gpu-host:7070",
+        ] {
+            assert!(check_plaintext_client(ok, false).unwrap().is_none(), "{ok}");
+        }
+        assert!(check_plaintext_client("http://gpu-host:7070", false).is_err());
+        assert!(check_plaintext_client("http://10.0.0.8:7070", true).unwrap().is_some());
+    }
+}
