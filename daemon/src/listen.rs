@@ -18,8 +18,17 @@ pub async fn bind(address: SocketAddr) -> Result<(TcpListener, SocketAddr), Bind
     let bind_error = |source| BindError { address, source };
     let listener = TcpListener::bind(address).await.map_err(bind_error)?;
     let bound = listener.local_addr().map_err(bind_error)?;
-    println!("listening on {bound}");
+    say(&format!("listening on {bound}"));
     Ok((listener, bound))
+}
+
+/// One line on stdout for scripts and tests to read. A reader that has gone away (a pipe
+/// closed after reading the address) must not bring the daemon down, so errors are ignored.
+pub fn say(line: &str) {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(out, "{line}");
+    let _ = out.flush();
 }
 
 #[cfg(test)]

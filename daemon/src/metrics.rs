@@ -3,7 +3,11 @@
 //! figures never travel on the port miners and validators talk on. Being plaintext, it listens
 //! on loopback unless the operator allows another address.
 
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
+use serde::{Deserialize, Serialize};
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -12,10 +16,21 @@ use tokio::net::TcpListener;
 
 pub use prometheus_client;
 
+/// Where the metrics are served. The daemons' `[metrics]` table.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct MetricsConfig {
+    /// Serve Prometheus metrics (`GET /metrics`, plain HTTP) on this address; unset: not
+    /// served. Port 0 picks a free port and prints it.
+    pub listen: Option<SocketAddr>,
+    /// Allow a non-loopback `listen` address (anyone who reaches it reads the figures).
+    pub allow_remote: bool,
+}
+
 #[derive(Debug, Error)]
 pub enum MetricsError {
     #[error(
-        "refusing to serve metrics in plaintext on {0}: use a loopback address, or set metrics_allow_remote = true to accept that anyone who reaches it reads them"
+        "refusing to serve metrics in plaintext on {0}: use a loopback address, or set [metrics] allow_remote = true to accept that anyone who reaches it reads them"
     )]
     NotLoopback(SocketAddr),
     #[error("cannot listen for metrics on {address}: {source}")]
@@ -62,7 +77,7 @@ pub async fn bind(address: SocketAddr, allow_remote: bool) -> Result<(TcpListene
     let bind_error = |source| MetricsError::Bind { address, source };
     let listener = TcpListener::bind(address).await.map_err(bind_error)?;
     let bound = listener.local_addr().map_err(bind_error)?;
-    println!("metrics on http://{bound}/metrics");
+    crate::listen::say(&format!("metrics on http://{bound}/metrics"));
     Ok((listener, bound))
 }
 
@@ -94,10 +109,22 @@ pub async fn serve(
 /// One label set: `[("outcome", "pass")]`.
 pub type Labels = Vec<(&'static str, String)>;
 
-/// Buckets for durations from 10 ms to about 3 hours, doubling.
-pub fn duration_buckets() -> impl Iterator<Item = f64> {
-    prometheus_client::metrics::histogram::exponential_buckets(0.01, 2.0, 21)
+/// A histogram of durations in seconds, from 10 ms to about 3 hours in doubling buckets.
+pub fn duration_histogram() -> Histogram {
+    Histogram::new(prometheus_client::metrics::histogram::exponential_buckets(
+        0.01, 2.0, 21,
+    ))
 }
+
+/// Duration histograms by label set.
+pub type DurationFamily = Family<Labels, Histogram, fn() -> Histogram>;
+
+pub fn duration_family() -> DurationFamily {
+    Family::new_with_constructor(duration_histogram)
+}
+
+/// A gauge that holds a real number (a rate, a temperature, a load).
+pub type RealGauge = Gauge<f64, std::sync::atomic::AtomicU64>;
 
 #[cfg(test)]
 mod tests {

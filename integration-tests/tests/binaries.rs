@@ -4,92 +4,11 @@
 
 mod common;
 
-use common::process::{Daemon, Dir, assert_one_line_failure, cmd};
-use std::io::{BufRead, BufReader};
+use common::process::{
+    Dir, assert_one_line_failure, attest, cmd, keygen, serve_miner, start, verdict_count, write_small_validator_config,
+};
 use std::path::Path;
-use std::process::{Command, Output, Stdio};
-
-/// `miner serve` on one thread, keyed by `m.key` in `d` and allowing `validator_key`. The
-/// miner keeps its nonce log in its working directory by default: `d`, the test's.
-fn serve_miner(d: &Path, validator_key: &str) -> Command {
-    let mut serve = cmd("miner");
-    serve
-        .current_dir(d)
-        .args([
-            "serve",
-            "--listen",
-            "127.0.0.1:0",
-            "--cpu-threads",
-            "1",
-            "--allow-validator",
-            validator_key,
-            "--key-file",
-        ])
-        .arg(d.join("m.key"));
-    serve
-}
-
-/// Starts `serve` and returns it with the address it printed.
-fn start(mut command: Command) -> (Daemon, String) {
-    let mut child = command.stdout(Stdio::piped()).stderr(Stdio::null()).spawn().unwrap();
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let address = line
-        .trim()
-        .strip_prefix("listening on ")
-        .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
-        .to_string();
-    (Daemon(child), format!("http://{address}"))
-}
-
-fn keygen(bin: &str, path: &Path) -> String {
-    let out = cmd(bin).args(["keygen", "--key-file"]).arg(path).output().unwrap();
-    assert!(out.status.success());
-    String::from_utf8(out.stdout)
-        .unwrap()
-        .lines()
-        .find_map(|l| l.strip_prefix("public key: "))
-        .unwrap()
-        .to_string()
-}
-
-/// `validator.toml` in `dir`: its key `v.key`, its database `v.db`, small CPU challenges.
-fn write_small_validator_config(dir: &Path) {
-    std::fs::write(
-        dir.join("validator.toml"),
-        format!(
-            "key_file = {:?}\ndatabase = {:?}\nsamples = 4\ncpu_threads = 1\n\
-             [challenge]\ncpu_n = 64\niterations = 4\ncheckpoint_every = 2\ntarget_seconds = 0.5\n\
-             [deadline]\nmin_ms = 2000\n\
-             [[rates]]\nbackend = \"cpu\"\nops_per_sec = 2e9\n",
-            dir.join("v.key"),
-            dir.join("v.db")
-        ),
-    )
-    .unwrap();
-}
-
-fn attest(dir: &Path, url: &str) -> Output {
-    cmd("validator")
-        .args(["attest", "--json", "--miner", url, "--config"])
-        .arg(dir.join("validator.toml"))
-        .output()
-        .unwrap()
-}
-
-fn verdict_count(dir: &Path) -> usize {
-    let out = cmd("validator")
-        .args(["verdicts", "--json", "--database"])
-        .arg(dir.join("v.db"))
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    serde_json::from_slice::<Vec<serde_json::Value>>(&out.stdout)
-        .unwrap()
-        .len()
-}
+use std::process::{Command, Output};
 
 fn assert_one_line_error(out: &Output, needle: &str) {
     assert_eq!(

@@ -111,6 +111,9 @@ pub struct ServeArgs {
         value_delimiter = ','
     )]
     pub allow_validators: Vec<String>,
+    /// Serve Prometheus metrics on this address (loopback unless the config allows another).
+    #[arg(long, env = "GPU_ATTEST_MINER_METRICS_LISTEN")]
+    pub metrics_listen: Option<SocketAddr>,
     /// Print the effective configuration as TOML and exit.
     #[arg(long)]
     pub print_config: bool,
@@ -150,6 +153,9 @@ impl ServeArgs {
             config.key_file = k.clone();
         }
         config.allowed_validators.extend(self.allow_validators.iter().cloned());
+        if let Some(m) = self.metrics_listen {
+            config.metrics.listen = Some(m);
+        }
         Ok(config)
     }
 }

@@ -2,6 +2,7 @@
 
 pub use gpu_attest_daemon::config::ConfigError;
 use gpu_attest_daemon::config::{config_to_toml, load_config};
+use gpu_attest_daemon::metrics::MetricsConfig;
 use gpu_attest_daemon::tls::TlsFiles;
 use gpu_attest_shared::gemm::KernelChoice;
 use serde::{Deserialize, Serialize};
@@ -97,6 +98,8 @@ pub struct MinerConfig {
     /// Serve plaintext on a non-loopback address (a warning is logged). Loopback is always allowed.
     pub allow_plaintext: bool,
     pub limits: Limits,
+    /// Prometheus metrics on their own loopback HTTP listener; off unless `listen` is set.
+    pub metrics: MetricsConfig,
 }
 
 impl Default for MinerConfig {
@@ -117,6 +120,7 @@ impl Default for MinerConfig {
             tls: TlsFiles::default(),
             allow_plaintext: false,
             limits: Limits::default(),
+            metrics: MetricsConfig::default(),
         }
     }
 }

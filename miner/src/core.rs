@@ -5,6 +5,7 @@
 use crate::backends::SelectedBackend;
 use crate::config::Limits;
 use crate::error::MinerError;
+use crate::metrics::MinerMetrics;
 use crate::nonces::NonceLog;
 use gpu_attest_proto::convert::{challenge_from_wire, commitment_to_wire, opening_to_wire, sample_from_wire};
 use gpu_attest_proto::v1;
@@ -76,6 +77,7 @@ pub struct MinerCore {
     nonces: Mutex<NonceLog>,
     recent: Mutex<VecDeque<Arc<RecentCommitment>>>,
     keep_commitments: Duration,
+    metrics: MinerMetrics,
 }
 
 impl MinerCore {
@@ -96,7 +98,12 @@ impl MinerCore {
             nonces: Mutex::new(nonces),
             recent: Mutex::new(VecDeque::new()),
             keep_commitments,
+            metrics: MinerMetrics::default(),
         }
+    }
+
+    pub fn metrics(&self) -> &MinerMetrics {
+        &self.metrics
     }
 
     pub fn public_key(&self) -> PublicKey {

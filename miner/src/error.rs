@@ -65,9 +65,10 @@ pub enum MinerError {
     NonceLog(#[from] crate::nonces::NonceLogError),
 }
 
-impl From<MinerError> for Status {
-    fn from(e: MinerError) -> Status {
-        let code = match &e {
+impl MinerError {
+    /// The gRPC status code this error is answered with.
+    pub fn code(&self) -> Code {
+        match self {
             MinerError::Wire(_) | MinerError::Params(_) | MinerError::NoSamples => Code::InvalidArgument,
             MinerError::ValidatorNotAllowed(_) | MinerError::OpenNotAllowed => Code::PermissionDenied,
             MinerError::BadSignature(_) | MinerError::BadOpenSignature => Code::Unauthenticated,
@@ -85,8 +86,13 @@ impl From<MinerError> for Status {
             MinerError::Open(OpenError::Backend(b)) => backend_code(b),
             MinerError::Open(OpenError::NotComputed(_)) => Code::Internal,
             MinerError::Open(_) => Code::OutOfRange,
-        };
-        Status::new(code, e.to_string())
+        }
+    }
+}
+
+impl From<MinerError> for Status {
+    fn from(e: MinerError) -> Status {
+        Status::new(e.code(), e.to_string())
     }
 }
 

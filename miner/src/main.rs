@@ -1,21 +1,15 @@
 //! `miner`: the thin binary over the gpu-attest-miner library.
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Result, bail};
 use clap::Parser;
-use gpu_attest_daemon::tls as transport;
 use gpu_attest_miner::backends;
 use gpu_attest_miner::cli::{Cli, Command, ServeArgs};
-use gpu_attest_miner::nonces::NonceLog;
-use gpu_attest_miner::server::ServeOptions;
-use gpu_attest_miner::{MinerCore, bench, selftest, server};
+use gpu_attest_miner::{bench, daemon, selftest};
 use gpu_attest_shared::cuda::detect::{Detection, GpuDetectError, detect};
 use gpu_attest_shared::gemm::{KernelKind, amx_register_peak};
-use gpu_attest_shared::identity::{Identity, PublicKey};
-use std::collections::HashSet;
+use gpu_attest_shared::identity::Identity;
 use std::process::ExitCode;
-use std::sync::Arc;
 use std::time::Duration;
-use tracing::{info, warn};
 
 /// Errors end the process with one line on stderr, whatever RUST_BACKTRACE says.
 fn main() -> ExitCode {
@@ -131,83 +125,14 @@ fn serve(args: ServeArgs) -> Result<()> {
         print!("{}", config.to_toml());
         return Ok(());
     }
-    let selected = backends::select(&config)?;
-    let tls = config.tls.server_config()?;
-    let plaintext_warning = transport::check_plaintext_server(config.listen, tls.is_some(), config.allow_plaintext)?;
     gpu_attest_daemon::logging::init_logging();
-    if let Some(warning) = plaintext_warning {
-        warn!("{warning}");
-    }
-    let identity = Identity::load_file(&config.key_file)
-        .with_context(|| format!("run `miner keygen --key-file {}` first", config.key_file.display()))?;
-    let allowed = parse_allowed(&config.allowed_validators)?;
-    if allowed.is_empty() {
-        warn!("no validator is allowed (allowed_validators is empty): every challenge will be refused");
-    }
-    for note in &selected.notes {
-        info!("{note}");
-    }
-    let nonces = NonceLog::open(&config.nonce_file, gpu_attest_miner::core::now_ms())?;
-    let options = ServeOptions {
-        tls,
-        ..server::plaintext_options(&config.limits)
-    };
     let runtime = tokio::runtime::Runtime::new()?;
-    runtime.block_on(async move {
-        let (listener, address) = gpu_attest_daemon::listen::bind(config.listen).await?;
-        info!(
-            %address,
-            miner_key = %identity.public_key(),
-            backend = %selected.name,
-            kernel = %selected.kernel,
-            validators = allowed.len(),
-            tls = options.tls.is_some(),
-            "miner listening"
-        );
-        let core = Arc::new(MinerCore::new(
-            identity,
-            allowed,
-            config.limits.clone(),
-            selected,
-            Duration::from_secs(config.keep_commitments_secs),
-            nonces,
-        ));
-        tokio::spawn(reload_on_hangup(core.clone(), args));
-        server::serve(core, listener, options, gpu_attest_daemon::signals::shutdown_signal()).await?;
-        info!("miner stopped");
-        Ok(())
-    })
-}
-
-fn parse_allowed(keys: &[String]) -> Result<HashSet<PublicKey>> {
-    keys.iter()
-        .map(|key| {
-            PublicKey::from_hex(key).with_context(|| format!("allowed validator {key:?} is not a 64-hex-digit key"))
-        })
-        .collect()
-}
-
-/// SIGHUP re-reads the configuration's allow-list: adding or revoking a validator needs no
-/// restart, and a revoked validator can no longer open its earlier commitments either.
-async fn reload_on_hangup(core: Arc<MinerCore>, args: ServeArgs) {
-    #[cfg(unix)]
-    {
-        let Ok(mut hangups) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()) else {
-            return;
-        };
-        while hangups.recv().await.is_some() {
-            match args
-                .resolve()
-                .map_err(anyhow::Error::from)
-                .and_then(|c| parse_allowed(&c.allowed_validators))
-            {
-                Ok(allowed) => info!(validators = core.set_allowed(allowed), "allow-list reloaded"),
-                Err(e) => warn!(error = %format!("{e:#}"), "allow-list not reloaded; keeping the current one"),
-            }
-        }
-    }
-    #[cfg(not(unix))]
-    let _ = (core, args);
+    runtime.block_on(daemon::run(
+        config,
+        move || args.resolve(),
+        gpu_attest_daemon::signals::shutdown_signal(),
+    ))?;
+    Ok(())
 }
 
 fn print_info(selected: &backends::SelectedBackend, detection: &Result<Detection, GpuDetectError>) {

@@ -2,6 +2,7 @@
 
 use crate::core::{AcceptedChallenge, MinerCore, now_ms};
 use crate::error::MinerError;
+use crate::metrics::ChallengeOutcome;
 use gpu_attest_proto::convert::inventory_to_wire;
 use gpu_attest_proto::v1::{self, challenge_event::Event, miner_server::Miner};
 use gpu_attest_shared::engine::EngineError;
@@ -57,6 +58,7 @@ impl Miner for MinerService {
         let peer = peer(&request);
         let accepted = self.core.accept(request.get_ref(), now_ms()).inspect_err(|e| {
             warn!(%peer, error = %e, "challenge refused");
+            self.core.metrics().challenge(ChallengeOutcome::Refused, Some(e.code()));
         })?;
         info!(
             %peer,
@@ -78,6 +80,7 @@ impl Miner for MinerService {
         let peer = peer(&request);
         let (recent, samples) = self.core.check_open_request(request.get_ref()).inspect_err(|e| {
             warn!(%peer, error = %e, "open request refused");
+            self.core.metrics().opening(false);
         })?;
         let (tx, rx) = mpsc::channel(2);
         let core = self.core.clone();
@@ -92,6 +95,7 @@ impl Miner for MinerService {
                     Err(join) => Err(Status::internal(format!("opening worker failed: {join}"))),
                 };
                 let failed = item.is_err();
+                core.metrics().opening(!failed);
                 if tx.send(item).await.is_err() || failed {
                     break; // validator gone, or the stream ends with the error it was sent
                 }
@@ -108,6 +112,7 @@ async fn run_accepted(
     tx: mpsc::Sender<Result<v1::ChallengeEvent, Status>>,
 ) {
     let nonce = hex::encode(accepted.challenge.params.nonce);
+    let chains = accepted.challenge.params.num_chains;
     let event = |e| Ok(v1::ChallengeEvent { event: Some(e) });
     let devices = core.backend().backend.device_count();
     let _ = tx
@@ -148,6 +153,7 @@ async fn run_accepted(
     let (accepted, result) = match joined {
         Ok(pair) => pair,
         Err(join) => {
+            core.metrics().challenge(ChallengeOutcome::Failed, None);
             let _ = tx
                 .send(Err(Status::internal(format!("challenge worker failed: {join}"))))
                 .await;
@@ -158,6 +164,8 @@ async fn run_accepted(
     match result {
         Ok(execution) => {
             let commitment = core.commit(accepted, execution, compute_ms);
+            core.metrics().computed(chains, started.elapsed());
+            core.metrics().challenge(ChallengeOutcome::Committed, None);
             info!(%nonce, compute_ms, "commitment sent");
             let _ = tx.send(event(Event::Commitment(commitment))).await;
         }
@@ -165,14 +173,17 @@ async fn run_accepted(
             drop(accepted); // frees the devices now
             if tx.is_closed() {
                 info!(%nonce, "validator disconnected; challenge cancelled");
+                core.metrics().challenge(ChallengeOutcome::Cancelled, None);
             } else {
                 warn!(%nonce, compute_ms, "deadline passed; challenge cancelled");
+                core.metrics().challenge(ChallengeOutcome::DeadlineReached, None);
                 let _ = tx.send(Err(MinerError::DeadlineReached.into())).await;
             }
         }
         Err(e) => {
             drop(accepted);
             warn!(%nonce, error = %e, "challenge failed");
+            core.metrics().challenge(ChallengeOutcome::Failed, Some(e.code()));
             let _ = tx.send(Err(e.into())).await;
         }
     }

@@ -29,6 +29,9 @@ pub enum Command {
         /// Serve the API only; do not attest registered miners on a schedule.
         #[arg(long)]
         no_schedule: bool,
+        /// Serve Prometheus metrics on this address (loopback unless the config allows another).
+        #[arg(long, env = "GPU_ATTEST_VALIDATOR_METRICS_LISTEN")]
+        metrics_listen: Option<SocketAddr>,
         /// Print the effective configuration as TOML and exit.
         #[arg(long)]
         print_config: bool,

@@ -4,6 +4,7 @@ pub use crate::rates::calibration::CalibrationConfig;
 pub use crate::rates::shipped::{RateEntry, shipped_rates};
 pub use gpu_attest_daemon::config::ConfigError;
 use gpu_attest_daemon::config::{config_to_toml, load_config};
+use gpu_attest_daemon::metrics::MetricsConfig;
 use gpu_attest_daemon::tls::TlsFiles;
 use gpu_attest_shared::gemm::KernelChoice;
 use serde::{Deserialize, Serialize};
@@ -164,6 +165,8 @@ pub struct ValidatorConfig {
     /// shipped table for classes this validator has not yet calibrated.
     pub rates: Vec<RateEntry>,
     pub calibration: CalibrationConfig,
+    /// Prometheus metrics on their own loopback HTTP listener; off unless `listen` is set.
+    pub metrics: MetricsConfig,
 }
 
 impl Default for ValidatorConfig {
@@ -189,6 +192,7 @@ impl Default for ValidatorConfig {
             request_burst: 60,
             rates: Vec::new(),
             calibration: CalibrationConfig::default(),
+            metrics: MetricsConfig::default(),
         }
     }
 }

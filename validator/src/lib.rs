@@ -4,6 +4,8 @@
 pub mod attest;
 pub mod cli;
 pub mod config;
+pub mod daemon;
+pub mod metrics;
 pub mod operator;
 pub mod planner;
 pub mod rates;

@@ -2,25 +2,18 @@
 
 use anyhow::{Context, Result, bail};
 use clap::Parser;
-use gpu_attest_shared::Backend;
-use gpu_attest_shared::cpu::CpuBackend;
-use gpu_attest_shared::cuda::compile::default_cache_dir;
-use gpu_attest_shared::cuda::{CudaBackend, CudaOptions};
 use gpu_attest_shared::identity::Identity;
-use gpu_attest_validator::attest::{AttestEvent, Attestor};
+use gpu_attest_validator::attest::AttestEvent;
 use gpu_attest_validator::cli::{ApiArgs, Cli, Command, MinersAction, RatesAction, Settings};
-use gpu_attest_validator::config::VerifyBackend;
 use gpu_attest_validator::operator::Operator;
 use gpu_attest_validator::rates::report;
 use gpu_attest_validator::store::{Store, Verdict};
 use gpu_attest_validator::throughput::show_rate;
-use gpu_attest_validator::{ValidatorConfig, server};
+use gpu_attest_validator::{ValidatorConfig, daemon};
 use indicatif::{ProgressBar, ProgressStyle};
 use std::io::IsTerminal;
 use std::process::ExitCode;
-use std::sync::Arc;
 use std::time::Duration;
-use tracing::info;
 
 /// `attest` exit codes: 0 pass, 1 fail verdict, 2 could not attest.
 const EXIT_FAIL: u8 = 1;
@@ -95,6 +88,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
             settings,
             listen,
             no_schedule,
+            metrics_listen,
             print_config,
         } => {
             let mut config = settings.resolve()?;
@@ -103,6 +97,9 @@ fn run(cli: Cli) -> Result<ExitCode> {
             }
             if no_schedule {
                 config.schedule.enabled = false;
+            }
+            if let Some(m) = metrics_listen {
+                config.metrics.listen = Some(m);
             }
             if print_config {
                 print!("{}", config.to_toml());
@@ -114,53 +111,9 @@ fn run(cli: Cli) -> Result<ExitCode> {
     }
 }
 
-fn attestor(config: &ValidatorConfig) -> Result<Attestor> {
-    let identity = Identity::load_file(&config.key_file)
-        .with_context(|| format!("run `validator keygen --key-file {}` first", config.key_file.display()))?;
-    let (backend, on_gpu): (Arc<dyn Backend>, bool) = match config.backend {
-        VerifyBackend::Cpu => {
-            let kernel = config.cpu_kernel.resolve()?;
-            let cpu =
-                CpuBackend::new(config.cpu_threads, kernel).context("cannot start the CPU verification backend")?;
-            tracing::info!(kernel = %cpu.kernel(), threads = cpu.threads(), "verifying on the CPU");
-            (Arc::new(cpu), false)
-        }
-        VerifyBackend::Cuda => {
-            let options = CudaOptions {
-                cache_dir: default_cache_dir(),
-                ..CudaOptions::default()
-            };
-            let cuda = CudaBackend::new(&options)
-                .map_err(|e| anyhow::anyhow!("cannot verify on GPUs: {e}; use --backend cpu"))?;
-            // A verifier that computes wrong results fails honest miners: its GPUs must reproduce
-            // the CPU's checkpoints (PROTOCOL.md's vector and a mid-sized challenge) first.
-            let suite = gpu_attest_shared::selftest::Suite::new(gpu_attest_shared::selftest::MID_N, config.cpu_threads)
-                .map_err(|e| anyhow::anyhow!("cannot check the GPUs: {e}"))?;
-            let passed = suite.check(&cuda).map_err(|e| {
-                anyhow::anyhow!("the GPUs failed their self-check ({e}); verify with --backend cpu until this is fixed")
-            })?;
-            tracing::info!(
-                kernel = %cuda.kernel(),
-                tops = passed.ops_per_sec / 1e12,
-                "verifying on the GPUs: they reproduced the CPU's checkpoints"
-            );
-            (Arc::new(cuda), true)
-        }
-    };
-    // Opened last, so that a validator that cannot start leaves no database behind.
-    let store = Store::open(&config.database)?;
-    Ok(Attestor::new(
-        identity,
-        config.clone(),
-        backend,
-        on_gpu,
-        Arc::new(store),
-    ))
-}
-
 fn attest(settings: &Settings, miner: &str, json: bool) -> Result<ExitCode> {
     let config = settings.resolve()?;
-    let attestor = attestor(&config)?;
+    let attestor = daemon::attestor(&config)?;
     let bar = std::io::stderr().is_terminal().then(|| {
         let bar = ProgressBar::new(0);
         bar.set_style(ProgressStyle::with_template("{spinner} {msg} [{bar:30}] {pos}/{len} chains").expect("template"));
@@ -313,30 +266,10 @@ fn print_verdict(v: &Verdict, config: &ValidatorConfig) {
 }
 
 fn serve(config: ValidatorConfig) -> Result<()> {
-    let tls = config.tls.server_config()?;
-    let plaintext_warning =
-        gpu_attest_daemon::tls::check_plaintext_server(config.listen, tls.is_some(), config.allow_plaintext)?;
     gpu_attest_daemon::logging::init_logging();
-    if let Some(warning) = plaintext_warning {
-        tracing::warn!("{warning}");
-    }
-    let attestor = Arc::new(attestor(&config)?);
-    let options = server::ServeOptions {
-        tls,
-        ..server::plaintext_options(&config)
-    };
     let runtime = tokio::runtime::Runtime::new()?;
-    runtime.block_on(async move {
-        let (listener, address) = gpu_attest_daemon::listen::bind(config.listen).await?;
-        info!(%address, validator_key = %attestor.public_key(), database = %config.database.display(), "validator listening");
-        let schedule = config
-            .schedule
-            .enabled
-            .then(|| gpu_attest_validator::scheduler::Schedule::from_config(&config.schedule));
-        server::serve(attestor, listener, schedule, options, gpu_attest_daemon::signals::shutdown_signal()).await?;
-        info!("validator stopped");
-        Ok(())
-    })
+    runtime.block_on(daemon::run(config, gpu_attest_daemon::signals::shutdown_signal()))?;
+    Ok(())
 }
 
 /// `validator rates`: works on the database file, like `verdicts`, so it runs beside a serving

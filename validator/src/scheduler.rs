@@ -84,21 +84,34 @@ struct Slot {
     errors: u32,
 }
 
+/// The scheduler's state, reported after every change (for metrics).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SchedulerState {
+    /// Miners due and waiting for a free slot.
+    pub queued: usize,
+    /// Miners whose latest attempt could not attest them.
+    pub in_backoff: usize,
+    /// Attestations running now.
+    pub running: usize,
+}
+
 /// How often the list of registered miners is read again (or every interval, if shorter), so a
 /// new registration is picked up soon.
 const REFRESH: Duration = Duration::from_secs(5);
 
 /// Runs `attest` for every miner `miners()` lists, paced by `schedule`, until `shutdown` turns
 /// true. Attestations still running then are dropped (their challenges cancelled).
-pub async fn run_with<M, A, F>(
+pub async fn run_with<M, A, F, R>(
     schedule: Schedule,
     miners: M,
     attest: A,
+    report: R,
     mut rng: ChaCha8Rng,
     mut shutdown: watch::Receiver<bool>,
 ) where
     M: Fn() -> Result<Vec<String>, String>,
     A: Fn(String) -> F,
+    R: Fn(SchedulerState),
     F: Future<Output = Attempt> + Send + 'static,
 {
     let mut slots: HashMap<String, Slot> = HashMap::new();
@@ -135,12 +148,18 @@ pub async fn run_with<M, A, F>(
             .collect();
         due.sort_by_key(|&(_, at)| at);
         let free = schedule.concurrency.saturating_sub(running.len());
-        let starting: Vec<String> = due.into_iter().take(free).map(|(url, _)| url.clone()).collect();
+        let starting: Vec<String> = due.iter().take(free).map(|&(url, _)| url.clone()).collect();
+        let queued = due.len() - starting.len();
         for url in starting {
             running.insert(url.clone());
             let attempt = attest(url.clone());
             tasks.spawn(async move { (url, attempt.await) });
         }
+        report(SchedulerState {
+            queued,
+            in_backoff: slots.values().filter(|s| s.errors > 0).count(),
+            running: running.len(),
+        });
         // Sleep until the next miner is due (or the list is read again), a task ends, or shutdown.
         // Miners already due are waiting for a free slot: only a task ending wakes them.
         let wake = slots
@@ -187,6 +206,7 @@ pub async fn run(attestor: Arc<Attestor>, schedule: Schedule, shutdown: watch::R
     // The draw only spreads attestations in time; nothing depends on it being secret, so a fixed
     // seed is an acceptable fallback (nonces, which must be unpredictable, fail loudly instead).
     let seed: [u8; 32] = crate::attest::random32().unwrap_or([0x5c; 32]);
+    let metrics = attestor.metrics().clone();
     let store = attestor.clone();
     let miners = move || {
         store
@@ -214,7 +234,9 @@ pub async fn run(attestor: Arc<Attestor>, schedule: Schedule, shutdown: watch::R
             }
         }
     };
-    run_with(schedule, miners, attest, ChaCha8Rng::from_seed(seed), shutdown).await;
+    let metrics = metrics.clone();
+    let report = move |state: SchedulerState| metrics.scheduler(state.queued, state.in_backoff, state.running);
+    run_with(schedule, miners, attest, report, ChaCha8Rng::from_seed(seed), shutdown).await;
 }
 
 #[cfg(test)]
@@ -280,10 +302,16 @@ mod tests {
                 }
             }
         };
+        let states: Arc<Mutex<Vec<SchedulerState>>> = Arc::default();
+        let report = {
+            let states = states.clone();
+            move |state| states.lock().unwrap().push(state)
+        };
         let runner = tokio::spawn(run_with(
             s.clone(),
             miners,
             attest,
+            report,
             ChaCha8Rng::from_seed([3; 32]),
             stopped,
         ));
@@ -295,6 +323,16 @@ mod tests {
             most_running.load(Ordering::SeqCst),
             2,
             "at most `concurrency` at once, and it was reached"
+        );
+        let states = states.lock().unwrap();
+        assert!(states.iter().all(|s| s.running <= 2 && s.in_backoff <= 1), "{states:?}");
+        assert!(
+            states.iter().any(|s| s.in_backoff == 1),
+            "the unreachable miner is reported in backoff"
+        );
+        assert!(
+            states.iter().any(|s| s.running == 2),
+            "running attestations are reported"
         );
         let calls = calls.lock().unwrap();
         let times = |url: &str| -> Vec<u64> {

@@ -25,6 +25,7 @@ pub mod options;
 mod pipeline;
 pub mod plan;
 mod slots;
+pub mod telemetry;
 
 pub use backend::CudaBackend;
 pub use detect::{Detection, GpuDetectError, GpuInfo};

@@ -18,6 +18,7 @@ pub mod verify;
 pub use client::{MAX_MINER_MESSAGE_BYTES, normalise_url};
 
 use crate::config::{Policy, ValidatorConfig};
+use crate::metrics::{Phase, ValidatorMetrics};
 use crate::planner::{Plan, PlanError, classes, plan};
 use crate::rates::RateBook;
 use crate::rates::class::homogeneous;
@@ -80,12 +81,32 @@ pub enum AttestError {
     Random(String),
 }
 
+impl AttestError {
+    /// A short name for the kind of failure, for metrics and logs.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            AttestError::BadUrl { .. } => "bad-url",
+            AttestError::Unreachable { .. } => "unreachable",
+            AttestError::NotAMiner { .. } => "not-a-miner",
+            AttestError::Inventory { .. } => "inventory",
+            AttestError::Plan { .. } => "plan",
+            AttestError::Refused { .. } => "refused",
+            AttestError::KeyChanged { .. } => "key-changed",
+            AttestError::Verify(_) => "verify",
+            AttestError::Transport(_) => "transport",
+            AttestError::Store(_) => "store",
+            AttestError::Random(_) => "random",
+        }
+    }
+}
+
 pub struct Attestor {
     identity: Identity,
     config: ValidatorConfig,
     backend: Arc<dyn Backend>,
     backend_is_gpu: bool,
     store: Arc<Store>,
+    metrics: ValidatorMetrics,
 }
 
 pub(crate) fn random32() -> Result<[u8; 32], AttestError> {
@@ -108,7 +129,12 @@ impl Attestor {
             backend,
             backend_is_gpu,
             store,
+            metrics: ValidatorMetrics::default(),
         }
+    }
+
+    pub fn metrics(&self) -> &ValidatorMetrics {
+        &self.metrics
     }
 
     pub fn public_key(&self) -> PublicKey {
@@ -139,7 +165,23 @@ impl Attestor {
         url: &str,
         on_event: &(dyn Fn(AttestEvent) + Send + Sync),
     ) -> Result<Verdict, AttestError> {
+        let result = self.attest_timed(url, on_event).await;
+        self.metrics.attested(&result);
+        result
+    }
+
+    async fn attest_timed(
+        &self,
+        url: &str,
+        on_event: &(dyn Fn(AttestEvent) + Send + Sync),
+    ) -> Result<Verdict, AttestError> {
         let url = normalise_url(url);
+        let mut clock = Instant::now();
+        let mut lap = |phase: Phase| {
+            let now = Instant::now();
+            self.metrics.phase(phase, now - clock);
+            clock = now;
+        };
         let mut miner = MinerConnection::connect(&url, &self.config).await?;
         let inventory = miner.inventory().await?;
         self.check_known_key(&url, inventory.miner_key)?;
@@ -147,14 +189,19 @@ impl Attestor {
         let challenge = self.challenge(&plan);
         announce(&plan, on_event);
         let mut outcome = Outcome::new(&url, &plan, self.policy());
-        if let Some((commitment, signature)) = self
+        lap(Phase::Prepare);
+        let committed = self
             .exchange(&mut miner, &challenge, &plan, &mut outcome, on_event)
-            .await?
-        {
+            .await?;
+        lap(Phase::Challenge);
+        if let Some((commitment, signature)) = committed {
             self.verify(&mut miner, &challenge, &commitment, &signature, &mut outcome, on_event)
                 .await?;
+            lap(Phase::Verify);
         }
-        self.store_verdict(outcome, on_event)
+        let verdict = self.store_verdict(outcome, on_event);
+        lap(Phase::Store);
+        verdict
     }
 
     /// A revoked key is never attested, and a registered URL must present its registered key.
@@ -300,7 +347,20 @@ impl Attestor {
             Some(o) if self.teaches(&verdict.miner_url, miner_key)? => Some(o),
             _ => None,
         };
-        verdict.id = self.store.record_verdict(&verdict, observation.as_ref())?;
+        verdict.id = self
+            .store
+            .record_verdict(&verdict, observation.as_ref())
+            .inspect_err(|e| {
+                // The verdict would be lost with the error: the log keeps what it said.
+                tracing::error!(
+                    miner = %verdict.miner_url,
+                    nonce = %verdict.nonce,
+                    passed = verdict.passed,
+                    reasons = ?verdict.reasons.iter().map(|r| r.code.as_str()).collect::<Vec<_>>(),
+                    error = %e,
+                    "verdict could not be stored"
+                );
+            })?;
         let summary = if verdict.passed {
             "pass".into()
         } else {

@@ -102,7 +102,11 @@ pub enum StoreError {
     #[error("database {path} has schema version {found}; this validator knows version {SCHEMA_VERSION}")]
     SchemaVersion { path: String, found: i64 },
     #[error("database error: {0}")]
-    Sql(#[from] rusqlite::Error),
+    Sql(rusqlite::Error),
+    /// The disk is full, or the file or its file system is read-only: the operator's to fix,
+    /// and the validator serves on meanwhile (what it could not store, it logged).
+    #[error("the database cannot be written ({0}): free disk space or make it writable again; nothing was stored")]
+    Unwritable(rusqlite::Error),
     #[error("stored record is corrupt: {0}")]
     Corrupt(String),
     #[error(
@@ -115,6 +119,25 @@ pub enum StoreError {
     },
     #[error("miner key {0} is revoked ({1})")]
     Revoked(PublicKey, String),
+}
+
+impl From<rusqlite::Error> for StoreError {
+    fn from(e: rusqlite::Error) -> Self {
+        use rusqlite::ErrorCode::{DiskFull, ReadOnly, SystemIoFailure};
+        match e.sqlite_error_code() {
+            // A write that cannot extend the file reports an I/O error on some systems.
+            Some(DiskFull | ReadOnly | SystemIoFailure) => StoreError::Unwritable(e),
+            _ => StoreError::Sql(e),
+        }
+    }
+}
+
+impl StoreError {
+    /// Whether the store could not write (disk full, read-only), as opposed to a bad request
+    /// or a bug: callers may retry once the operator has fixed it.
+    pub fn is_unwritable(&self) -> bool {
+        matches!(self, StoreError::Unwritable(_))
+    }
 }
 
 pub struct Store {

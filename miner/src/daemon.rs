@@ -1,0 +1,150 @@
+//! `miner serve` as a library: the core built from a config (backend, key, allow-list, nonce
+//! log), then the gRPC server and the metrics endpoint until shutdown, with SIGHUP reloading
+//! the allow-list. The binary calls [`run`]; tests call the same builders.
+
+use crate::backends::{self, BackendSelectError};
+use crate::config::{ConfigError, MinerConfig};
+use crate::core::MinerCore;
+use crate::nonces::{NonceLog, NonceLogError};
+use crate::server;
+use gpu_attest_daemon::listen::BindError;
+use gpu_attest_daemon::metrics::MetricsError;
+use gpu_attest_daemon::tls::TransportError;
+use gpu_attest_shared::identity::{Identity, KeyError, PublicKey};
+use std::collections::HashSet;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+use thiserror::Error;
+use tracing::{info, warn};
+
+/// Why a miner could not start or stopped serving.
+#[derive(Debug, Error)]
+pub enum DaemonError {
+    #[error("{source}; run `miner keygen --key-file {path}` first")]
+    Key { path: String, source: KeyError },
+    #[error("allowed validator {0:?} is not a 64-hex-digit key")]
+    AllowedKey(String),
+    #[error(transparent)]
+    Backend(#[from] BackendSelectError),
+    #[error(transparent)]
+    Nonces(#[from] NonceLogError),
+    #[error(transparent)]
+    Transport(#[from] TransportError),
+    #[error(transparent)]
+    Bind(#[from] BindError),
+    #[error(transparent)]
+    Metrics(#[from] MetricsError),
+    #[error("the gRPC server stopped: {0}")]
+    Server(String),
+}
+
+/// The validators' keys in `keys`, each checked.
+pub fn parse_allowed(keys: &[String]) -> Result<HashSet<PublicKey>, DaemonError> {
+    keys.iter()
+        .map(|key| PublicKey::from_hex(key).ok_or_else(|| DaemonError::AllowedKey(key.clone())))
+        .collect()
+}
+
+/// The miner `config` describes, its backend selected and checked.
+pub fn core(config: &MinerConfig) -> Result<MinerCore, DaemonError> {
+    let selected = backends::select(config)?;
+    let identity = Identity::load_file(&config.key_file).map_err(|source| DaemonError::Key {
+        path: config.key_file.display().to_string(),
+        source,
+    })?;
+    let allowed = parse_allowed(&config.allowed_validators)?;
+    if allowed.is_empty() {
+        warn!("no validator is allowed (allowed_validators is empty): every challenge will be refused");
+    }
+    for note in &selected.notes {
+        info!("{note}");
+    }
+    let nonces = NonceLog::open(&config.nonce_file, crate::core::now_ms())?;
+    Ok(MinerCore::new(
+        identity,
+        allowed,
+        config.limits.clone(),
+        selected,
+        Duration::from_secs(config.keep_commitments_secs),
+        nonces,
+    ))
+}
+
+/// Serves `config`'s miner until `shutdown` completes: gRPC on `config.listen`, metrics when
+/// `[metrics] listen` is set. On SIGHUP, `reload` gives the configuration again and its
+/// allow-list replaces the current one. Logging must be set up by the caller.
+pub async fn run(
+    config: MinerConfig,
+    reload: impl Fn() -> Result<MinerConfig, ConfigError> + Send + 'static,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), DaemonError> {
+    let tls = config.tls.server_config()?;
+    if let Some(warning) =
+        gpu_attest_daemon::tls::check_plaintext_server(config.listen, tls.is_some(), config.allow_plaintext)?
+    {
+        warn!("{warning}");
+    }
+    let core = Arc::new(core(&config)?);
+    let options = server::ServeOptions {
+        tls,
+        ..server::plaintext_options(&config.limits)
+    };
+    let (listener, address) = gpu_attest_daemon::listen::bind(config.listen).await?;
+    let selected = core.backend();
+    info!(
+        %address,
+        miner_key = %core.public_key(),
+        backend = %selected.name,
+        kernel = %selected.kernel,
+        tls = options.tls.is_some(),
+        "miner listening"
+    );
+    let (stop_metrics, metrics_stopped) = tokio::sync::oneshot::channel::<()>();
+    let metrics = match config.metrics.listen {
+        Some(address) => {
+            let (listener, bound) = gpu_attest_daemon::metrics::bind(address, config.metrics.allow_remote).await?;
+            info!(address = %bound, "metrics served at /metrics");
+            Some(tokio::spawn(gpu_attest_daemon::metrics::serve(
+                core.metrics().exposition(),
+                listener,
+                async {
+                    let _ = metrics_stopped.await;
+                },
+            )))
+        }
+        None => None,
+    };
+    let reloader = tokio::spawn(reload_on_hangup(core.clone(), reload));
+    let served = server::serve(core, listener, options, shutdown).await;
+    reloader.abort();
+    let _ = stop_metrics.send(());
+    if let Some(task) = metrics {
+        let _ = task.await;
+    }
+    served.map_err(|e| DaemonError::Server(gpu_attest_daemon::tls::error_chain(&e)))?;
+    info!("miner stopped");
+    Ok(())
+}
+
+/// SIGHUP re-reads the configuration's allow-list: adding or revoking a validator needs no
+/// restart, and a revoked validator can no longer open its earlier commitments either.
+async fn reload_on_hangup(core: Arc<MinerCore>, reload: impl Fn() -> Result<MinerConfig, ConfigError>) {
+    #[cfg(unix)]
+    {
+        let Ok(mut hangups) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()) else {
+            return;
+        };
+        while hangups.recv().await.is_some() {
+            let allowed = reload()
+                .map_err(|e| e.to_string())
+                .and_then(|c| parse_allowed(&c.allowed_validators).map_err(|e| e.to_string()));
+            match allowed {
+                Ok(allowed) => info!(validators = core.set_allowed(allowed), "allow-list reloaded"),
+                Err(e) => warn!(error = %e, "allow-list not reloaded; keeping the current one"),
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = (core, reload);
+}

@@ -1,0 +1,138 @@
+//! `validator serve` as a library: the attestor built from a config (verification backend,
+//! key, store), then the API, the scheduler and the metrics endpoint until shutdown. The binary
+//! calls [`run`]; tests call the same builders.
+
+use crate::attest::Attestor;
+use crate::config::{ValidatorConfig, VerifyBackend};
+use crate::scheduler::Schedule;
+use crate::server;
+use crate::store::{Store, StoreError};
+use gpu_attest_daemon::listen::BindError;
+use gpu_attest_daemon::metrics::MetricsError;
+use gpu_attest_daemon::tls::TransportError;
+use gpu_attest_shared::Backend;
+use gpu_attest_shared::cpu::CpuBackend;
+use gpu_attest_shared::cuda::compile::default_cache_dir;
+use gpu_attest_shared::cuda::{CudaBackend, CudaOptions};
+use gpu_attest_shared::gemm::GemmError;
+use gpu_attest_shared::gemm::UnknownKernel;
+use gpu_attest_shared::identity::{Identity, KeyError};
+use std::future::Future;
+use std::sync::Arc;
+use thiserror::Error;
+use tracing::info;
+
+/// Why a validator could not start or stopped serving.
+#[derive(Debug, Error)]
+pub enum DaemonError {
+    #[error("{source}; run `validator keygen --key-file {path}` first")]
+    Key { path: String, source: KeyError },
+    #[error(transparent)]
+    Kernel(#[from] UnknownKernel),
+    #[error("cannot start the CPU verification backend: {0}")]
+    Cpu(#[from] GemmError),
+    #[error("cannot verify on GPUs: {0}; use --backend cpu")]
+    Cuda(String),
+    #[error("the GPUs failed their self-check ({0}); verify with --backend cpu until this is fixed")]
+    SelfCheck(String),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error(transparent)]
+    Transport(#[from] TransportError),
+    #[error(transparent)]
+    Bind(#[from] BindError),
+    #[error(transparent)]
+    Metrics(#[from] MetricsError),
+    #[error("the gRPC server stopped: {0}")]
+    Server(String),
+}
+
+/// The attestor `config` describes: its key, its verification backend (GPUs only once they
+/// reproduce the CPU's checkpoints) and its store.
+pub fn attestor(config: &ValidatorConfig) -> Result<Attestor, DaemonError> {
+    let identity = Identity::load_file(&config.key_file).map_err(|source| DaemonError::Key {
+        path: config.key_file.display().to_string(),
+        source,
+    })?;
+    let (backend, on_gpu): (Arc<dyn Backend>, bool) = match config.backend {
+        VerifyBackend::Cpu => {
+            let cpu = CpuBackend::new(config.cpu_threads, config.cpu_kernel.resolve()?)?;
+            info!(kernel = %cpu.kernel(), threads = cpu.threads(), "verifying on the CPU");
+            (Arc::new(cpu), false)
+        }
+        VerifyBackend::Cuda => {
+            let options = CudaOptions {
+                cache_dir: default_cache_dir(),
+                ..CudaOptions::default()
+            };
+            let cuda = CudaBackend::new(&options).map_err(|e| DaemonError::Cuda(e.to_string()))?;
+            // A verifier that computes wrong results fails honest miners: its GPUs must reproduce
+            // the CPU's checkpoints (PROTOCOL.md's vector and a mid-sized challenge) first.
+            let suite = gpu_attest_shared::selftest::Suite::new(gpu_attest_shared::selftest::MID_N, config.cpu_threads)
+                .map_err(|e| DaemonError::SelfCheck(format!("cannot build the check: {e}")))?;
+            let passed = suite.check(&cuda).map_err(|e| DaemonError::SelfCheck(e.to_string()))?;
+            info!(
+                kernel = %cuda.kernel(),
+                tops = passed.ops_per_sec / 1e12,
+                "verifying on the GPUs: they reproduced the CPU's checkpoints"
+            );
+            (Arc::new(cuda), true)
+        }
+    };
+    // Opened last, so that a validator that cannot start leaves no database behind.
+    let store = Store::open(&config.database)?;
+    Ok(Attestor::new(
+        identity,
+        config.clone(),
+        backend,
+        on_gpu,
+        Arc::new(store),
+    ))
+}
+
+/// Serves `config`'s validator until `shutdown` completes: the API on `config.listen`, the
+/// scheduler when enabled, metrics when `[metrics] listen` is set. Logging must be set up by
+/// the caller. The listening lines go to stdout.
+pub async fn run(
+    config: ValidatorConfig,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), DaemonError> {
+    let tls = config.tls.server_config()?;
+    if let Some(warning) =
+        gpu_attest_daemon::tls::check_plaintext_server(config.listen, tls.is_some(), config.allow_plaintext)?
+    {
+        tracing::warn!("{warning}");
+    }
+    let attestor = Arc::new(attestor(&config)?);
+    let options = server::ServeOptions {
+        tls,
+        ..server::plaintext_options(&config)
+    };
+    let (listener, address) = gpu_attest_daemon::listen::bind(config.listen).await?;
+    info!(%address, validator_key = %attestor.public_key(), database = %config.database.display(), "validator listening");
+    let (stop_metrics, metrics_stopped) = tokio::sync::oneshot::channel::<()>();
+    let metrics = match config.metrics.listen {
+        Some(address) => {
+            let (listener, bound) = gpu_attest_daemon::metrics::bind(address, config.metrics.allow_remote).await?;
+            info!(address = %bound, "metrics served at /metrics");
+            let exposition = gpu_attest_daemon::metrics::Exposition::new(attestor.metrics().registry(), || {});
+            Some(tokio::spawn(gpu_attest_daemon::metrics::serve(
+                exposition,
+                listener,
+                async {
+                    let _ = metrics_stopped.await;
+                },
+            )))
+        }
+        None => None,
+    };
+    let schedule = config.schedule.enabled.then(|| Schedule::from_config(&config.schedule));
+    let served = server::serve(attestor, listener, schedule, options, shutdown).await;
+    let _ = stop_metrics.send(());
+    if let Some(task) = metrics {
+        let _ = task.await;
+    }
+    served.map_err(|e| DaemonError::Server(gpu_attest_daemon::tls::error_chain(&e)))?;
+    info!("validator stopped");
+    Ok(())
+}

@@ -1,0 +1,163 @@
+//! What the validator tells Prometheus: attestations by outcome and by fail reason, how long
+//! each phase takes, the rate each miner proved, verification time, and the scheduler's state.
+//! The handles are cheap clones over shared atomics; the registry is built once, for the
+//! endpoint, from clones of them.
+
+use crate::attest::AttestError;
+use crate::store::Verdict;
+use gpu_attest_daemon::metrics::prometheus_client::metrics::counter::Counter;
+use gpu_attest_daemon::metrics::prometheus_client::metrics::family::Family;
+use gpu_attest_daemon::metrics::prometheus_client::metrics::gauge::Gauge;
+use gpu_attest_daemon::metrics::prometheus_client::metrics::histogram::Histogram;
+use gpu_attest_daemon::metrics::prometheus_client::registry::Registry;
+use gpu_attest_daemon::metrics::{DurationFamily, Labels, RealGauge, duration_family, duration_histogram};
+use std::time::Duration;
+
+/// The steps of one attestation, timed separately.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Phase {
+    /// Connecting, reading the inventory and planning the challenge.
+    Prepare,
+    /// From sending the challenge to its commitment (the miner's compute).
+    Challenge,
+    /// Checking the commitment and re-executing the work, full or sampled.
+    Verify,
+    /// Writing the verdict.
+    Store,
+}
+
+impl Phase {
+    pub fn name(self) -> &'static str {
+        match self {
+            Phase::Prepare => "prepare",
+            Phase::Challenge => "challenge",
+            Phase::Verify => "verify",
+            Phase::Store => "store",
+        }
+    }
+}
+
+#[derive(Clone)]
+pub struct ValidatorMetrics {
+    attestations: Family<Labels, Counter>,
+    failures: Family<Labels, Counter>,
+    errors: Family<Labels, Counter>,
+    phases: DurationFamily,
+    verification: Histogram,
+    proven_rate: Family<Labels, RealGauge>,
+    queue_depth: Gauge,
+    in_backoff: Gauge,
+    running: Gauge,
+}
+
+impl Default for ValidatorMetrics {
+    fn default() -> Self {
+        ValidatorMetrics {
+            attestations: Family::default(),
+            failures: Family::default(),
+            errors: Family::default(),
+            phases: duration_family(),
+            verification: duration_histogram(),
+            proven_rate: Family::default(),
+            queue_depth: Gauge::default(),
+            in_backoff: Gauge::default(),
+            running: Gauge::default(),
+        }
+    }
+}
+
+impl ValidatorMetrics {
+    /// A registry over these metrics, for the endpoint.
+    pub fn registry(&self) -> Registry {
+        let mut r = Registry::with_prefix("gpu_attest_validator");
+        r.register(
+            "attestations",
+            "Attestations by outcome: pass and fail are stored verdicts, error is an attestation that could not run (no verdict)",
+            self.attestations.clone(),
+        );
+        r.register(
+            "attestation_failures",
+            "Reasons failed verdicts gave, by reason code (a verdict may give several)",
+            self.failures.clone(),
+        );
+        r.register(
+            "attestation_errors",
+            "Attestations that could not run, by kind (unreachable, refused, ...)",
+            self.errors.clone(),
+        );
+        r.register(
+            "phase_seconds",
+            "Time spent in each phase of an attestation",
+            self.phases.clone(),
+        );
+        r.register(
+            "verification_seconds",
+            "Time this validator spent verifying a commitment (re-execution, full or sampled)",
+            self.verification.clone(),
+        );
+        r.register(
+            "proven_ops_per_second",
+            "The rate each miner proved in its latest verdict (0 when it failed)",
+            self.proven_rate.clone(),
+        );
+        r.register(
+            "scheduler_queue_depth",
+            "Miners due for attestation and waiting for a free slot",
+            self.queue_depth.clone(),
+        );
+        r.register(
+            "scheduler_miners_in_backoff",
+            "Miners whose latest scheduled attempt could not attest them, waiting longer before the next",
+            self.in_backoff.clone(),
+        );
+        r.register(
+            "scheduler_running",
+            "Scheduled attestations running now",
+            self.running.clone(),
+        );
+        r
+    }
+
+    pub fn phase(&self, phase: Phase, took: Duration) {
+        self.phases
+            .get_or_create(&vec![("phase", phase.name().to_string())])
+            .observe(took.as_secs_f64());
+        if phase == Phase::Verify {
+            self.verification.observe(took.as_secs_f64());
+        }
+    }
+
+    /// Counts what one attestation came to.
+    pub fn attested(&self, result: &Result<Verdict, AttestError>) {
+        match result {
+            Ok(verdict) => {
+                let outcome = if verdict.passed { "pass" } else { "fail" };
+                self.attestations
+                    .get_or_create(&vec![("outcome", outcome.into())])
+                    .inc();
+                for reason in &verdict.reasons {
+                    self.failures
+                        .get_or_create(&vec![("reason", reason.code.as_str().to_string())])
+                        .inc();
+                }
+                self.proven_rate
+                    .get_or_create(&vec![("miner", verdict.miner_url.clone())])
+                    .set(verdict.throughput.proven_ops_per_sec.unwrap_or(0.0));
+            }
+            Err(e) => {
+                self.attestations
+                    .get_or_create(&vec![("outcome", "error".into())])
+                    .inc();
+                self.errors.get_or_create(&vec![("kind", e.kind().to_string())]).inc();
+            }
+        }
+    }
+
+    /// The scheduler's state after each change.
+    pub fn scheduler(&self, queued: usize, in_backoff: usize, running: usize) {
+        let as_gauge = |n: usize| i64::try_from(n).unwrap_or(i64::MAX);
+        self.queue_depth.set(as_gauge(queued));
+        self.in_backoff.set(as_gauge(in_backoff));
+        self.running.set(as_gauge(running));
+    }
+}
