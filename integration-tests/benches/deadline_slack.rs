@@ -45,7 +45,7 @@ async fn main() {
         .unwrap_or(DEFAULT_HONEST);
     let dir = TempDir::new("slack");
     let config = timing_config(&dir);
-    let attestor = attestor(&config);
+    let attestor = attestor(&config).await;
     let honest = honest_miners(1, CALIBRATING_MINERS).await;
     println!(
         "deadline slack study: n = {}, target {} s, default slack {} (first contact {})",
@@ -90,7 +90,7 @@ async fn main() {
         cpu_slack: 10.0,
         ..config.deadline.clone()
     };
-    let loose = common::attestor(&loose_config);
+    let loose = common::attestor(&loose_config).await;
     let cheats = [
         (
             "half the claimed compute (4 cores on 2)",

@@ -8,8 +8,11 @@
 //! miners in turn through the API for SECONDS, timing each attestation from request to verdict.
 //! Afterwards the database is read: every reported verdict must be there once, no nonce twice.
 //!
-//! `cargo bench -p gpu-attest-integration-tests --bench validator_load [-- MINERS SECONDS CONCURRENCY]`
-//! (defaults 200, 60, 16).
+//! With `postgres`, two validators share one PostgreSQL database (a fresh one on the server
+//! `GPU_ATTEST_TEST_POSTGRES` names) and the clients alternate between them.
+//!
+//! `cargo bench -p gpu-attest-integration-tests --bench validator_load [-- MINERS SECONDS CONCURRENCY] [postgres]`
+//! (defaults 200, 60, 16, SQLite).
 
 #[path = "../tests/common/mod.rs"]
 mod common;
@@ -42,7 +45,7 @@ struct Attested {
 /// Challenges of a few chains at n = 64 (the declared rate is far below what a core does, so an
 /// honest miner finishes well inside its deadline even while others compute on the same thread):
 /// the miners' work is small, and the validator's own cost per verdict is what is measured.
-fn write_config(dir: &Path) {
+fn write_config(dir: &Path, database: &str) {
     std::fs::write(
         dir.join("validator.toml"),
         format!(
@@ -52,7 +55,7 @@ fn write_config(dir: &Path) {
              [deadline]\nmin_ms = 100\n\
              [[rates]]\nbackend = \"cpu\"\nops_per_sec = 1e8\n",
             dir.join("v.key"),
-            dir.join("v.db")
+            database
         ),
     )
     .unwrap();
@@ -98,11 +101,19 @@ async fn main() {
     let miners = numbers.first().copied().unwrap_or(200) as usize;
     let seconds = numbers.get(1).copied().unwrap_or(60);
     let concurrency = numbers.get(2).copied().unwrap_or(16) as usize;
+    let postgres = std::env::args().any(|a| a == "postgres");
 
     let dir = Dir::fresh("load");
     let d = &dir.0;
     let validator_key = PublicKey::from_hex(&keygen("validator", &d.join("v.key"))).unwrap();
-    write_config(d);
+    let database = if postgres {
+        let admin = gpu_attest_validator::store::scratch::postgres_server("validator load")
+            .expect("`postgres` needs a server: set GPU_ATTEST_TEST_POSTGRES (scripts/test-postgres.sh starts one)");
+        gpu_attest_validator::store::scratch::postgres_database(&admin, "load").await
+    } else {
+        d.join("v.db").display().to_string()
+    };
+    write_config(d, &database);
 
     // The miners: one shared one-thread CPU backend, a key and a server each.
     let backend = cpu_backend_on(1, 1);
@@ -123,24 +134,34 @@ async fn main() {
     }
     let urls: Vec<String> = servers.iter().map(Running::url).collect();
 
-    let mut serve = cmd("validator");
-    serve
-        .args(["serve", "--listen", "127.0.0.1:0", "--no-schedule", "--config"])
-        .arg(d.join("validator.toml"))
-        .stdout(Stdio::piped())
-        .stderr(std::fs::File::create(d.join("validator.log")).unwrap());
-    let mut child = serve.spawn().unwrap();
-    let mut first = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut first)
-        .unwrap();
-    let pid = child.id();
-    let validator = Daemon(child);
-    let api = format!(
-        "http://{}",
-        first.trim().strip_prefix("listening on ").expect("listening line")
-    );
-    let rss_idle = peak_rss(pid).unwrap_or(0);
+    // Both validators use the same key: the miners allow one validator key here.
+    let validators: Vec<(Daemon, u32, String)> = (0..if postgres { 2 } else { 1 })
+        .map(|i| {
+            let mut child = cmd("validator")
+                .args(["serve", "--listen", "127.0.0.1:0", "--no-schedule", "--config"])
+                .arg(d.join("validator.toml"))
+                .stdout(Stdio::piped())
+                .stderr(std::fs::File::create(d.join(format!("validator-{i}.log"))).unwrap())
+                .spawn()
+                .unwrap();
+            let mut first = String::new();
+            BufReader::new(child.stdout.take().unwrap())
+                .read_line(&mut first)
+                .unwrap();
+            let pid = child.id();
+            let api = format!(
+                "http://{}",
+                first.trim().strip_prefix("listening on ").expect("listening line")
+            );
+            (Daemon(child), pid, api)
+        })
+        .collect();
+    let apis: Vec<String> = validators.iter().map(|(_, _, api)| api.clone()).collect();
+    let api = apis[0].clone();
+    let rss_idle: Vec<u64> = validators
+        .iter()
+        .map(|(_, pid, _)| peak_rss(*pid).unwrap_or(0))
+        .collect();
 
     let registering = Instant::now();
     let mut client = ValidatorClient::connect(api.clone()).await.unwrap();
@@ -160,8 +181,8 @@ async fn main() {
     let until = Instant::now() + Duration::from_secs(seconds);
     let started = Instant::now();
     let mut workers = tokio::task::JoinSet::new();
-    for _ in 0..concurrency {
-        let (api, urls, next) = (api.clone(), urls.clone(), next.clone());
+    for worker in 0..concurrency {
+        let (api, urls, next) = (apis[worker % apis.len()].clone(), urls.clone(), next.clone());
         workers.spawn(async move {
             let mut done = Vec::new();
             let mut errors = Vec::new();
@@ -190,16 +211,20 @@ async fn main() {
         errors.extend(failed);
     }
     let elapsed = started.elapsed();
-    let rss_peak = peak_rss(pid).unwrap_or(0);
-    drop(validator);
+    let rss_peak: Vec<u64> = validators
+        .iter()
+        .map(|(_, pid, _)| peak_rss(*pid).unwrap_or(0))
+        .collect();
+    drop(validators);
 
     // What the database holds, against what the API reported.
-    let store = Store::open(&d.join("v.db")).unwrap();
+    let store = Store::open(Path::new(&database)).await.unwrap();
     let stored = store
         .verdicts(&VerdictFilter {
             limit: u32::MAX,
             ..Default::default()
         })
+        .await
         .unwrap();
     let stored_ids: HashMap<u64, &str> = stored.iter().map(|v| (v.id, v.nonce.as_str())).collect();
     let lost = attested.iter().filter(|a| !stored_ids.contains_key(&a.id)).count();
@@ -215,7 +240,14 @@ async fn main() {
     let mut latencies: Vec<Duration> = attested.iter().map(|a| a.latency).collect();
     latencies.sort();
     let ms = |d: Duration| d.as_secs_f64() * 1e3;
-    println!("validator load: {miners} miners, {concurrency} concurrent API clients, {seconds} s, SQLite");
+    println!(
+        "validator load: {miners} miners, {concurrency} concurrent API clients, {seconds} s, {}",
+        if postgres {
+            "two validators sharing PostgreSQL"
+        } else {
+            "one validator on SQLite"
+        }
+    );
     println!(
         "  registered {miners} miners through the API in {:.2} s",
         registered_in.as_secs_f64()
@@ -237,10 +269,17 @@ async fn main() {
             ms(percentile(&latencies, 1.0))
         );
     }
+    let mib = |bytes: &[u64]| {
+        bytes
+            .iter()
+            .map(|b| format!("{:.1}", *b as f64 / (1 << 20) as f64))
+            .collect::<Vec<_>>()
+            .join(" / ")
+    };
     println!(
-        "  validator resident memory: {:.1} MiB after start, {:.1} MiB peak",
-        rss_idle as f64 / (1 << 20) as f64,
-        rss_peak as f64 / (1 << 20) as f64
+        "  validator resident memory (MiB): {} after start, {} peak",
+        mib(&rss_idle),
+        mib(&rss_peak)
     );
     println!(
         "  database: {} verdicts stored; lost {lost}, duplicated {duplicated}, nonce mismatches {mismatched}, stored but not reported {unreported}",

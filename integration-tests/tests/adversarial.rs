@@ -55,6 +55,7 @@ fn signed(c: &Challenge) -> v1::Challenge {
 async fn honest_attestation_passes(url: &str) {
     let dir = TempDir::new("still-serving");
     let verdict = attestor(&validator_config(&dir, Policy::Sampled))
+        .await
         .attest(url, &|_| {})
         .await
         .unwrap();
@@ -214,7 +215,7 @@ async fn a_revoked_validator_can_neither_challenge_nor_open() {
     let core = miner_core(43, &[validator_key()], 1);
     let miner = spawn_miner(core.clone()).await;
     let dir = TempDir::new("revoked");
-    let attestor = attestor(&validator_config(&dir, Policy::Sampled));
+    let attestor = attestor(&validator_config(&dir, Policy::Sampled)).await;
     assert!(attestor.attest(&miner.url(), &|_| {}).await.unwrap().passed);
     // The operator removes the validator from the allow-list (what SIGHUP reload does).
     core.set_allowed(Default::default());
@@ -232,6 +233,7 @@ async fn a_revoked_validator_can_neither_challenge_nor_open() {
             limit: 1,
             ..Default::default()
         })
+        .await
         .unwrap();
     let nonce: [u8; 32] = hex::decode(&verdicts[0].nonce).unwrap().try_into().unwrap();
     let validator = Identity::from_seed([VALIDATOR_SEED; 32]);
@@ -339,13 +341,13 @@ async fn honest_attestation_passes_over_tls_and_mutual_tls() {
         let dir = TempDir::new("tls");
         let mut config = validator_config(&dir, Policy::Sampled);
         config.miner_tls = pki.client(true);
-        let verdict = attestor(&config).attest(&url, &|_| {}).await.unwrap();
+        let verdict = attestor(&config).await.attest(&url, &|_| {}).await.unwrap();
         assert!(verdict.passed, "over TLS (mutual: {mutual}): {:?}", verdict.reasons);
 
         // Without a client certificate, a mutual-TLS miner does not even answer.
         config.miner_tls = pki.client(false);
         config.database = dir.path("second.db");
-        let result = attestor(&config).attest(&url, &|_| {}).await;
+        let result = attestor(&config).await.attest(&url, &|_| {}).await;
         if mutual {
             assert!(
                 matches!(
@@ -369,9 +371,9 @@ async fn honest_attestation_passes_over_tls_and_mutual_tls() {
     )
     .await;
     let dir = TempDir::new("tls-plain");
-    let attestor = attestor(&validator_config(&dir, Policy::Sampled));
+    let attestor = attestor(&validator_config(&dir, Policy::Sampled)).await;
     assert!(attestor.attest(&miner.url(), &|_| {}).await.is_err());
-    assert!(attestor.store().verdicts(&Default::default()).unwrap().is_empty());
+    assert!(attestor.store().verdicts(&Default::default()).await.unwrap().is_empty());
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -380,6 +382,7 @@ async fn validator_refuses_plaintext_to_remote_miners_unless_allowed() {
     let config = validator_config(&dir, Policy::Sampled);
     // .invalid never resolves: the refusal comes before any connection is attempted.
     let err = attestor(&config)
+        .await
         .attest("http://gpu-host.invalid:7070", &|_| {})
         .await
         .unwrap_err();
@@ -391,7 +394,7 @@ async fn validator_refuses_plaintext_to_remote_miners_unless_allowed() {
 async fn validator_api_over_mutual_tls_survives_garbage() {
     let pki = Pki::new();
     let dir = TempDir::new("api-tls");
-    let attestor = attestor(&validator_config(&dir, Policy::Sampled));
+    let attestor = attestor(&validator_config(&dir, Policy::Sampled)).await;
     let (listener, address) = listener().await;
     let options = gpu_attest_validator::server::ServeOptions {
         tls: pki.server(true).server_config().unwrap(),

@@ -113,7 +113,7 @@ async fn wrong_partition_fails() {
 async fn replayed_commitment_from_earlier_nonce_fails() {
     let miner = spawn_cheater(miner_core(8, &[validator_key()], 1), Cheat::ReplayFirstCommitment).await;
     let dir = TempDir::new("replay");
-    let attestor = attestor(&validator_config(&dir, Policy::Sampled));
+    let attestor = attestor(&validator_config(&dir, Policy::Sampled)).await;
     let first = attestor.attest(&miner.url(), &|_| {}).await.unwrap();
     assert!(first.passed, "{:?}", first.reasons);
     let second = attestor.attest(&miner.url(), &|_| {}).await.unwrap();
@@ -133,26 +133,26 @@ async fn answering_after_the_deadline_fails() {
 async fn only_registered_unrevoked_miners_teach_their_class_rate() {
     let miner = spawn_miner(miner_core(12, &[validator_key()], 1)).await;
     let dir = TempDir::new("teach");
-    let attestor = attestor(&validator_config(&dir, Policy::Sampled));
+    let attestor = attestor(&validator_config(&dir, Policy::Sampled)).await;
     let store = attestor.store();
     // A one-shot attestation of an unregistered URL passes, and teaches nothing.
     let verdict = attestor.attest(&miner.url(), &|_| {}).await.unwrap();
     assert!(verdict.passed, "{:?}", verdict.reasons);
-    assert!(store.rate_classes().unwrap().is_empty());
+    assert!(store.rate_classes().await.unwrap().is_empty());
     // Registered, its pass records the rate it proved for its class, per core.
     let key = attestor.inventory(&miner.url()).await.unwrap().miner_key;
     let url = gpu_attest_validator::attest::normalise_url(&miner.url());
-    store.register_miner(&url, "rig", key, false, 0).unwrap();
+    store.register_miner(&url, "rig", key, false, 0).await.unwrap();
     let verdict = attestor.attest(&miner.url(), &|_| {}).await.unwrap();
     assert!(verdict.passed, "{:?}", verdict.reasons);
-    let classes = store.rate_classes().unwrap();
+    let classes = store.rate_classes().await.unwrap();
     assert_eq!(classes.len(), 1);
-    let seen = store.observations(&classes[0], 0).unwrap();
+    let seen = store.observations(&classes[0], 0).await.unwrap();
     assert_eq!(seen.len(), 1);
     assert_eq!(seen[0].miner_key, key.0);
     let proven = verdict.throughput.proven_ops_per_sec.unwrap();
     assert_eq!(seen[0].ops_per_unit, proven / f64::from(TEST_CORES));
     // Revoked, its observations no longer count.
-    store.revoke_key(&key, "test", 1).unwrap();
-    assert!(store.observations(&classes[0], 0).unwrap().is_empty());
+    store.revoke_key(&key, "test", 1).await.unwrap();
+    assert!(store.observations(&classes[0], 0).await.unwrap().is_empty());
 }

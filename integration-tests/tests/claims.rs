@@ -40,7 +40,7 @@ async fn miner_with_limits(seed: u8, limits: Limits) -> Running {
 /// Attests `url` with a fresh validator, returning the verdict and every progress event relayed.
 async fn attest_watching_progress(url: &str, tag: &str) -> (gpu_attest_validator::store::Verdict, Vec<DeviceProgress>) {
     let dir = TempDir::new(tag);
-    let attestor = attestor(&validator_config(&dir, Policy::Sampled));
+    let attestor = attestor(&validator_config(&dir, Policy::Sampled)).await;
     let relayed = Mutex::new(Vec::new());
     let verdict = attestor
         .attest(url, &|e| {
@@ -53,13 +53,14 @@ async fn attest_watching_progress(url: &str, tag: &str) -> (gpu_attest_validator
     (verdict, relayed.into_inner().unwrap())
 }
 
-fn stored_verdicts(attestor: &gpu_attest_validator::Attestor) -> usize {
+async fn stored_verdicts(attestor: &gpu_attest_validator::Attestor) -> usize {
     attestor
         .store()
         .verdicts(&VerdictFilter {
             limit: 100,
             ..Default::default()
         })
+        .await
         .unwrap()
         .len()
 }
@@ -119,7 +120,7 @@ async fn inventories_outside_the_protocol_are_refused_without_a_verdict() {
     ] {
         let miner = spawn_cheater(miner_core(73, &[validator_key()], 1), cheat).await;
         let dir = TempDir::new("inventory");
-        let attestor = attestor(&validator_config(&dir, Policy::Sampled));
+        let attestor = attestor(&validator_config(&dir, Policy::Sampled)).await;
         let err = attestor.attest(&miner.url(), &|_| {}).await.unwrap_err();
         match &err {
             AttestError::Inventory { source, .. } => assert_eq!(source, &expected, "{cheat:?}"),
@@ -129,7 +130,7 @@ async fn inventories_outside_the_protocol_are_refused_without_a_verdict() {
             let text = err.to_string();
             assert!(text.contains("version 2") && text.contains("version 1"), "{text}");
         }
-        assert_eq!(stored_verdicts(&attestor), 0, "{cheat:?}");
+        assert_eq!(stored_verdicts(&attestor).await, 0, "{cheat:?}");
         // Registration refuses the same inventory.
         assert!(attestor.inventory(&miner.url()).await.is_err(), "{cheat:?}");
     }
@@ -139,7 +140,7 @@ async fn inventories_outside_the_protocol_are_refused_without_a_verdict() {
 async fn impossible_progress_fails_and_is_never_relayed() {
     let miner = spawn_cheater(miner_core(74, &[validator_key()], 1), Cheat::ImpossibleProgress).await;
     let dir = TempDir::new("progress");
-    let attestor = attestor(&validator_config(&dir, Policy::Sampled));
+    let attestor = attestor(&validator_config(&dir, Policy::Sampled)).await;
     let relayed = Mutex::new(Vec::new());
     let verdict = attestor
         .attest(&miner.url(), &|e| {
@@ -177,12 +178,12 @@ async fn the_plan_takes_fewer_samples_when_the_miner_allows_fewer() {
     // The validator wants 8 and accepts as few as 2: it asks for the miner's 4, and passes.
     let mut config = validator_config(&dir, Policy::Sampled);
     config.min_samples = 2;
-    let verdict = attestor(&config).attest(&miner.url(), &|_| {}).await.unwrap();
+    let verdict = attestor(&config).await.attest(&miner.url(), &|_| {}).await.unwrap();
     assert!(verdict.passed, "{:?}", verdict.reasons);
     assert_eq!(verdict.samples, 4);
     // Below its floor it refuses to plan: an error, never a FAIL for an honest miner.
     config.min_samples = 5;
-    let strict = attestor(&config);
+    let strict = attestor(&config).await;
     assert_eq!(
         plan_error(strict.attest(&miner.url(), &|_| {}).await),
         PlanError::TooFewSamples {
@@ -190,7 +191,7 @@ async fn the_plan_takes_fewer_samples_when_the_miner_allows_fewer() {
             floor: 5
         }
     );
-    assert_eq!(stored_verdicts(&strict), 1, "only the passing verdict is stored");
+    assert_eq!(stored_verdicts(&strict).await, 1, "only the passing verdict is stored");
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -204,7 +205,7 @@ async fn the_plan_fits_the_miners_max_duration() {
     let dir = TempDir::new("duration");
     let mut config = validator_config(&dir, Policy::Sampled);
     config.challenge.target_seconds = 30.0;
-    let verdict = attestor(&config).attest(&miner.url(), &|_| {}).await.unwrap();
+    let verdict = attestor(&config).await.attest(&miner.url(), &|_| {}).await.unwrap();
     assert!(verdict.passed, "{:?}", verdict.reasons);
     assert!(verdict.deadline_ms <= 2_000, "deadline {} ms", verdict.deadline_ms);
     // A miner whose window cannot hold even the deadline floor is not challenged at all: the
@@ -216,7 +217,7 @@ async fn the_plan_fits_the_miners_max_duration() {
     };
     let miner = miner_with_limits(78, tight).await;
     assert_eq!(
-        plan_error(attestor(&config).attest(&miner.url(), &|_| {}).await),
+        plan_error(attestor(&config).await.attest(&miner.url(), &|_| {}).await),
         PlanError::DurationOverLimit {
             max_duration_ms: 3_000,
             needed_ms: 1_614
@@ -233,7 +234,7 @@ async fn a_replaced_nonce_log_directory_stops_challenges_until_it_is_writable() 
     let nonces = NonceLog::open(&log_path, gpu_attest_miner::core::now_ms()).unwrap();
     let miner = spawn_miner(miner_core_with(79, &[validator_key()], 1, Limits::default(), nonces)).await;
     let dir = TempDir::new("nonce-validator");
-    let attestor = attestor(&validator_config(&dir, Policy::Sampled));
+    let attestor = attestor(&validator_config(&dir, Policy::Sampled)).await;
 
     let first = attestor.attest(&miner.url(), &|_| {}).await.unwrap();
     assert!(first.passed, "{:?}", first.reasons);

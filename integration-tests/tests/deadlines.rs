@@ -15,7 +15,7 @@ use gpu_attest_validator::reason::ReasonCode;
 async fn calibrated_deadlines_fail_an_under_provisioned_miner_and_pass_honest_ones() {
     let dir = TempDir::new("deadlines");
     let config = timing_config(&dir);
-    let attestor = attestor(&config);
+    let attestor = attestor(&config).await;
     let honest = honest_miners(1, CALIBRATING_MINERS).await;
 
     // First contact: the shipped rate, the wide slack. Two rounds teach the class.

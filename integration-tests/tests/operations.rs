@@ -340,17 +340,18 @@ async fn a_miner_that_stalls_its_stream_times_out_and_the_validator_serves_on() 
 }
 
 /// What the store says about `database`: verdict nonces, and how many nonces were issued.
-fn nonces_of(database: &Path) -> (Vec<String>, u64) {
-    let store = gpu_attest_validator::store::Store::open(database).unwrap();
+async fn nonces_of(database: &Path) -> (Vec<String>, u64) {
+    let store = gpu_attest_validator::store::Store::open(database).await.unwrap();
     let verdicts = store
         .verdicts(&gpu_attest_validator::store::VerdictFilter {
             limit: 1000,
             ..Default::default()
         })
+        .await
         .unwrap();
     (
         verdicts.into_iter().map(|v| v.nonce).collect(),
-        store.nonce_count().unwrap(),
+        store.nonce_count().await.unwrap(),
     )
 }
 
@@ -399,7 +400,7 @@ async fn a_validator_killed_mid_round_and_restarted_loses_no_verdict_and_reuses_
     assert!(last.passed, "{:?}", last.reasons);
     drop(validator);
 
-    let (verdict_nonces, issued) = nonces_of(&database);
+    let (verdict_nonces, issued) = nonces_of(&database).await;
     assert_eq!(verdict_nonces.len(), 2, "both reported verdicts are stored, once each");
     assert_eq!(
         verdict_nonces.iter().collect::<std::collections::HashSet<_>>().len(),

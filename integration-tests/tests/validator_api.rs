@@ -51,7 +51,7 @@ async fn attest_via_api(
 #[tokio::test(flavor = "multi_thread")]
 async fn register_attest_list_and_page() {
     let dir = TempDir::new("api");
-    let validator = spawn_validator(attestor(&validator_config(&dir, Policy::Sampled))).await;
+    let validator = spawn_validator(attestor(&validator_config(&dir, Policy::Sampled)).await).await;
     let miner = spawn_miner(miner_core(21, &[validator_key()], 1)).await;
     let mut api = client(&validator).await;
 
@@ -153,14 +153,14 @@ async fn verdicts_and_nonces_survive_a_restart() {
     let config = validator_config(&dir, Policy::Sampled);
     let miner = spawn_miner(miner_core(22, &[validator_key()], 1)).await;
     let first = {
-        let validator = spawn_validator(attestor(&config)).await;
+        let validator = spawn_validator(attestor(&config).await).await;
         attest_via_api(&mut client(&validator).await, &miner.url())
             .await
             .2
             .unwrap()
     };
     // A new validator process on the same database file.
-    let attestor = attestor(&config);
+    let attestor = attestor(&config).await;
     let validator = spawn_validator(attestor.clone()).await;
     let listed = client(&validator)
         .await
@@ -171,10 +171,10 @@ async fn verdicts_and_nonces_survive_a_restart() {
     assert_eq!(listed.verdicts.len(), 1);
     assert_eq!(listed.verdicts[0].nonce, first.nonce);
     assert_eq!(listed.verdicts[0].reasons, first.reasons);
-    assert_eq!(attestor.store().nonce_count().unwrap(), 1);
+    assert_eq!(attestor.store().nonce_count().await.unwrap(), 1);
     let nonce: [u8; 32] = first.nonce.as_slice().try_into().unwrap();
     assert!(
-        !attestor.store().claim_nonce(&nonce, "any", 0).unwrap(),
+        !attestor.store().claim_nonce(&nonce, "any", 0).await.unwrap(),
         "an issued nonce could be issued again"
     );
 }
@@ -182,7 +182,7 @@ async fn verdicts_and_nonces_survive_a_restart() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_registered_miner_that_changes_key_is_refused() {
     let dir = TempDir::new("rekey");
-    let attestor = attestor(&validator_config(&dir, Policy::Sampled));
+    let attestor = attestor(&validator_config(&dir, Policy::Sampled)).await;
     let validator = spawn_validator(attestor.clone()).await;
     let mut api = client(&validator).await;
     let url = {
@@ -224,7 +224,7 @@ async fn a_registered_miner_that_changes_key_is_refused() {
     let (_, _, attested) = attest_via_api(&mut api, &url).await;
     assert_eq!(attested.unwrap_err().code(), Code::FailedPrecondition);
     assert_eq!(
-        attestor.store().nonce_count().unwrap(),
+        attestor.store().nonce_count().await.unwrap(),
         0,
         "a challenge was issued to a re-keyed miner"
     );
@@ -253,13 +253,13 @@ async fn a_registered_miner_that_changes_key_is_refused() {
             .newly_revoked
     );
     assert!(!api.revoke_miner_key(revoke).await.unwrap().into_inner().newly_revoked);
-    let nonces_before = attestor.store().nonce_count().unwrap();
+    let nonces_before = attestor.store().nonce_count().await.unwrap();
     let (_, _, attested) = attest_via_api(&mut api, &url).await;
     let err = attested.unwrap_err();
     assert_eq!(err.code(), Code::FailedPrecondition);
     assert!(err.message().contains("revoked"), "{}", err.message());
     assert_eq!(
-        attestor.store().nonce_count().unwrap(),
+        attestor.store().nonce_count().await.unwrap(),
         nonces_before,
         "a revoked key was challenged"
     );
@@ -277,7 +277,7 @@ async fn a_registered_miner_that_changes_key_is_refused() {
 #[tokio::test(flavor = "multi_thread")]
 async fn unreachable_and_refusing_miners_store_no_verdict() {
     let dir = TempDir::new("refuse");
-    let attestor = attestor(&validator_config(&dir, Policy::Sampled));
+    let attestor = attestor(&validator_config(&dir, Policy::Sampled)).await;
     let validator = spawn_validator(attestor.clone()).await;
     let mut api = client(&validator).await;
 
@@ -306,7 +306,7 @@ async fn unreachable_and_refusing_miners_store_no_verdict() {
 #[tokio::test(flavor = "multi_thread")]
 async fn both_daemons_serve_the_standard_health_service() {
     let dir = TempDir::new("health");
-    let validator = spawn_validator(attestor(&validator_config(&dir, Policy::Sampled))).await;
+    let validator = spawn_validator(attestor(&validator_config(&dir, Policy::Sampled)).await).await;
     let miner = spawn_miner(miner_core(26, &[], 1)).await;
     for (server, service) in [(&miner, "gpu_attest.v1.Miner"), (&validator, "gpu_attest.v1.Validator")] {
         let channel = tonic::transport::Endpoint::from_shared(server.url())
@@ -361,7 +361,7 @@ macro_rules! reflected_services {
 #[tokio::test(flavor = "multi_thread")]
 async fn both_daemons_list_their_services_through_reflection() {
     let dir = TempDir::new("reflection");
-    let validator = spawn_validator(attestor(&validator_config(&dir, Policy::Sampled))).await;
+    let validator = spawn_validator(attestor(&validator_config(&dir, Policy::Sampled)).await).await;
     let miner = spawn_miner(miner_core(28, &[], 1)).await;
     for (server, service) in [(&miner, "gpu_attest.v1.Miner"), (&validator, "gpu_attest.v1.Validator")] {
         let listed = [
@@ -382,7 +382,7 @@ async fn both_daemons_list_their_services_through_reflection() {
 #[tokio::test(flavor = "multi_thread")]
 async fn scheduler_attests_registered_miners_on_its_interval() {
     let dir = TempDir::new("schedule");
-    let attestor = attestor(&validator_config(&dir, Policy::Sampled));
+    let attestor = attestor(&validator_config(&dir, Policy::Sampled)).await;
     let miner = spawn_miner(miner_core(27, &[validator_key()], 1)).await;
     let (listener, address) = listener().await;
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
@@ -395,6 +395,7 @@ async fn scheduler_attests_registered_miners_on_its_interval() {
             jitter: 0.1,
             backoff_initial: std::time::Duration::from_secs(1),
             backoff_max: std::time::Duration::from_secs(2),
+            lease: std::time::Duration::from_secs(10),
         }),
         validator_options(),
         async {

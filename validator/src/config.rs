@@ -109,6 +109,10 @@ pub struct ScheduleConfig {
     /// doubling on each failure in a row up to `backoff_max_secs`.
     pub backoff_initial_secs: u64,
     pub backoff_max_secs: u64,
+    /// How long a validator's claim on a miner it is attesting lasts without renewal (it renews
+    /// every third of this while it works). Validators sharing a PostgreSQL database split the
+    /// miners by these leases; one that dies mid-attestation loses its miners this long after.
+    pub lease_secs: u64,
 }
 
 impl Default for ScheduleConfig {
@@ -120,6 +124,7 @@ impl Default for ScheduleConfig {
             jitter: 0.1,
             backoff_initial_secs: 30,
             backoff_max_secs: 3600,
+            lease_secs: 60,
         }
     }
 }

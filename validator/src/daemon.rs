@@ -49,7 +49,7 @@ pub enum DaemonError {
 
 /// The attestor `config` describes: its key, its verification backend (GPUs only once they
 /// reproduce the CPU's checkpoints) and its store.
-pub fn attestor(config: &ValidatorConfig) -> Result<Attestor, DaemonError> {
+pub async fn attestor(config: &ValidatorConfig) -> Result<Attestor, DaemonError> {
     let identity = Identity::load_file(&config.key_file).map_err(|source| DaemonError::Key {
         path: config.key_file.display().to_string(),
         source,
@@ -80,7 +80,7 @@ pub fn attestor(config: &ValidatorConfig) -> Result<Attestor, DaemonError> {
         }
     };
     // Opened last, so that a validator that cannot start leaves no database behind.
-    let store = Store::open(&config.database)?;
+    let store = Store::open(&config.database).await?;
     Ok(Attestor::new(
         identity,
         config.clone(),
@@ -103,13 +103,13 @@ pub async fn run(
     {
         tracing::warn!("{warning}");
     }
-    let attestor = Arc::new(attestor(&config)?);
+    let attestor = Arc::new(attestor(&config).await?);
     let options = server::ServeOptions {
         tls,
         ..server::plaintext_options(&config)
     };
     let (listener, address) = gpu_attest_daemon::listen::bind(config.listen).await?;
-    info!(%address, validator_key = %attestor.public_key(), database = %config.database.display(), "validator listening");
+    info!(%address, validator_key = %attestor.public_key(), database = %attestor.store().location(), "validator listening");
     let (stop_metrics, metrics_stopped) = tokio::sync::oneshot::channel::<()>();
     let metrics = match config.metrics.listen {
         Some(address) => {

@@ -7,7 +7,7 @@ use gpu_attest_validator::attest::AttestEvent;
 use gpu_attest_validator::cli::{ApiArgs, Cli, Command, MinersAction, RatesAction, Settings};
 use gpu_attest_validator::operator::Operator;
 use gpu_attest_validator::rates::report;
-use gpu_attest_validator::store::{Store, Verdict};
+use gpu_attest_validator::store::{self, Store, Verdict};
 use gpu_attest_validator::throughput::show_rate;
 use gpu_attest_validator::{ValidatorConfig, daemon};
 use indicatif::{ProgressBar, ProgressStyle};
@@ -42,14 +42,19 @@ fn run(cli: Cli) -> Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Verdicts { database, filter, json } => {
-            if !database.exists() {
+            if !store::is_postgres(&database) && !database.exists() {
                 bail!(
                     "no database at {}; run `validator attest` or `validator serve` first",
                     database.display()
                 );
             }
-            let store = Store::open(&database)?;
-            let verdicts = store.verdicts(&filter.filter())?;
+            let runtime = tokio::runtime::Runtime::new()?;
+            let verdicts = runtime.block_on(async {
+                let store = Store::open(&database).await?;
+                let verdicts = store.verdicts(&filter.filter()).await;
+                store.close().await;
+                verdicts
+            })?;
             if json {
                 println!("{}", serde_json::to_string_pretty(&verdicts)?);
             } else if verdicts.is_empty() {
@@ -113,7 +118,8 @@ fn run(cli: Cli) -> Result<ExitCode> {
 
 fn attest(settings: &Settings, miner: &str, json: bool) -> Result<ExitCode> {
     let config = settings.resolve()?;
-    let attestor = daemon::attestor(&config)?;
+    let runtime = tokio::runtime::Runtime::new()?;
+    let attestor = runtime.block_on(daemon::attestor(&config))?;
     let bar = std::io::stderr().is_terminal().then(|| {
         let bar = ProgressBar::new(0);
         bar.set_style(ProgressStyle::with_template("{spinner} {msg} [{bar:30}] {pos}/{len} chains").expect("template"));
@@ -129,8 +135,11 @@ fn attest(settings: &Settings, miner: &str, json: bool) -> Result<ExitCode> {
         (None, AttestEvent::Phase { name, detail }) if !json => eprintln!("{name}: {detail}"),
         (None, _) => {}
     };
-    let runtime = tokio::runtime::Runtime::new()?;
-    let verdict = runtime.block_on(attestor.attest(miner, &on_event));
+    let verdict = runtime.block_on(async {
+        let verdict = attestor.attest(miner, &on_event).await;
+        attestor.store().close().await;
+        verdict
+    });
     if let Some(bar) = &bar {
         bar.finish_and_clear();
     }
@@ -138,7 +147,7 @@ fn attest(settings: &Settings, miner: &str, json: bool) -> Result<ExitCode> {
     if json {
         println!("{}", serde_json::to_string_pretty(&verdict)?);
     } else {
-        print_verdict(&verdict, &config);
+        print_verdict(&verdict, attestor.store().location());
     }
     Ok(if verdict.passed {
         ExitCode::SUCCESS
@@ -234,7 +243,7 @@ fn miners(api: &ApiArgs, action: MinersAction) -> Result<ExitCode> {
     })
 }
 
-fn print_verdict(v: &Verdict, config: &ValidatorConfig) {
+fn print_verdict(v: &Verdict, database: &str) {
     println!(
         "{}  miner {} (key {})",
         if v.passed { "PASS" } else { "FAIL" },
@@ -262,7 +271,7 @@ fn print_verdict(v: &Verdict, config: &ValidatorConfig) {
     for r in &v.reasons {
         println!("  reason: {r}");
     }
-    println!("  verdict #{} stored in {}", v.id, config.database.display());
+    println!("  verdict #{} stored in {database}", v.id);
 }
 
 fn serve(config: ValidatorConfig) -> Result<()> {
@@ -286,17 +295,18 @@ fn rates(
     config.validate()?;
     let database = config.database.as_path();
     // Importing may prepare a validator's database before its first run; reading needs one.
-    if !database.exists() && !matches!(action, RatesAction::Import { .. }) {
+    if !store::is_postgres(database) && !database.exists() && !matches!(action, RatesAction::Import { .. }) {
         bail!(
             "no database at {}; run `validator attest` or `validator serve` first",
             database.display()
         );
     }
-    let store = Store::open(database)?;
+    let runtime = tokio::runtime::Runtime::new()?;
+    let store = runtime.block_on(Store::open(database))?;
     let now = gpu_attest_validator::attest::now_ms();
     match action {
         RatesAction::Show { json } => {
-            let table = report::table(&store, &config, now)?;
+            let table = runtime.block_on(report::table(&store, &config, now))?;
             if json {
                 println!("{}", serde_json::to_string_pretty(&table)?);
                 return Ok(ExitCode::SUCCESS);
@@ -342,7 +352,7 @@ fn rates(
             }
         }
         RatesAction::Export { output } => {
-            let file = report::export(&store, &config, now)?;
+            let file = runtime.block_on(report::export(&store, &config, now))?;
             let text = file.to_toml();
             match output {
                 Some(path) => {
@@ -354,8 +364,9 @@ fn rates(
         }
         RatesAction::Import { file } => {
             let text = std::fs::read_to_string(&file).with_context(|| format!("reading {}", file.display()))?;
-            let imported =
-                report::import(&store, &text, now).with_context(|| format!("importing {}", file.display()))?;
+            let imported = runtime
+                .block_on(report::import(&store, &text, now))
+                .with_context(|| format!("importing {}", file.display()))?;
             println!("imported {} classes from {}", imported.len(), file.display());
             for class in imported.iter().filter(|c| c.miners < config.calibration.min_miners) {
                 println!(

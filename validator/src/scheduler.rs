@@ -35,6 +35,8 @@ pub struct Schedule {
     pub jitter: f64,
     pub backoff_initial: Duration,
     pub backoff_max: Duration,
+    /// How long a lease on a miner lasts without renewal.
+    pub lease: Duration,
 }
 
 impl Schedule {
@@ -45,6 +47,7 @@ impl Schedule {
             jitter: config.jitter.clamp(0.0, 0.99),
             backoff_initial: Duration::from_secs(config.backoff_initial_secs.max(1)),
             backoff_max: Duration::from_secs(config.backoff_max_secs.max(config.backoff_initial_secs).max(1)),
+            lease: Duration::from_secs(config.lease_secs.max(3)),
         }
     }
 
@@ -75,6 +78,8 @@ pub enum Attempt {
     Verdict,
     /// No verdict: the miner could not be attested this time.
     Error,
+    /// Another validator holds the miner, or attested it recently: look again after this.
+    Held(Duration),
 }
 
 /// One miner's place in the schedule.
@@ -101,7 +106,7 @@ const REFRESH: Duration = Duration::from_secs(5);
 
 /// Runs `attest` for every miner `miners()` lists, paced by `schedule`, until `shutdown` turns
 /// true. Attestations still running then are dropped (their challenges cancelled).
-pub async fn run_with<M, A, F, R>(
+pub async fn run_with<M, MF, A, F, R>(
     schedule: Schedule,
     miners: M,
     attest: A,
@@ -109,8 +114,9 @@ pub async fn run_with<M, A, F, R>(
     mut rng: ChaCha8Rng,
     mut shutdown: watch::Receiver<bool>,
 ) where
-    M: Fn() -> Result<Vec<String>, String>,
-    A: Fn(String) -> F,
+    M: Fn() -> MF,
+    MF: Future<Output = Result<Vec<String>, String>>,
+    A: Fn(String, u32) -> F,
     R: Fn(SchedulerState),
     F: Future<Output = Attempt> + Send + 'static,
 {
@@ -125,7 +131,7 @@ pub async fn run_with<M, A, F, R>(
         }
         let now = Instant::now();
         if now >= next_refresh {
-            match miners() {
+            match miners().await {
                 Ok(urls) => {
                     let listed: HashSet<&String> = urls.iter().collect();
                     slots.retain(|url, _| listed.contains(url) || running.contains(url));
@@ -152,7 +158,8 @@ pub async fn run_with<M, A, F, R>(
         let queued = due.len() - starting.len();
         for url in starting {
             running.insert(url.clone());
-            let attempt = attest(url.clone());
+            let errors = slots.get(&url).map_or(0, |s| s.errors);
+            let attempt = attest(url.clone(), errors);
             tasks.spawn(async move { (url, attempt.await) });
         }
         report(SchedulerState {
@@ -174,8 +181,13 @@ pub async fn run_with<M, A, F, R>(
                 let Ok((url, attempt)) = joined else { continue };
                 running.remove(&url);
                 let Some(slot) = slots.get_mut(&url) else { continue };
+                if let Attempt::Held(retry_in) = attempt {
+                    // Not ours this time; the holder keeps its own backoff.
+                    slot.due = Instant::now() + retry_in.mul_f64(1.0 + schedule.jitter * unit());
+                    continue;
+                }
                 slot.errors = match attempt {
-                    Attempt::Verdict => 0,
+                    Attempt::Verdict | Attempt::Held(_) => 0,
                     Attempt::Error => slot.errors.saturating_add(1),
                 };
                 let (errors, delay) = (slot.errors, schedule.next_delay(slot.errors, unit()));
@@ -201,42 +213,101 @@ pub async fn run_with<M, A, F, R>(
 
 fn quiet(_: AttestEvent) {}
 
-/// The scheduler over `attestor`'s registered miners.
+/// The scheduler over `attestor`'s registered miners, each attestation under a lease in the
+/// store (see `store::leases`), so that validators sharing a database split the miners.
 pub async fn run(attestor: Arc<Attestor>, schedule: Schedule, shutdown: watch::Receiver<bool>) {
     // The draw only spreads attestations in time; nothing depends on it being secret, so a fixed
     // seed is an acceptable fallback (nonces, which must be unpredictable, fail loudly instead).
     let seed: [u8; 32] = crate::attest::random32().unwrap_or([0x5c; 32]);
+    let holder = format!(
+        "{}-{}",
+        &attestor.public_key().to_string()[..16],
+        hex::encode(&crate::attest::random32().unwrap_or(seed)[..4])
+    );
+    info!(%holder, lease_secs = schedule.lease.as_secs(), "scheduler started");
     let metrics = attestor.metrics().clone();
     let store = attestor.clone();
     let miners = move || {
-        store
-            .store()
-            .miners()
-            .map(|m| m.into_iter().map(|m| m.url).collect())
-            .map_err(|e| e.to_string())
-    };
-    let attest = move |url: String| {
-        let attestor = attestor.clone();
+        let store = store.clone();
         async move {
-            match attestor.attest(&url, &quiet).await {
-                Ok(v) if v.passed => {
-                    info!(%url, verdict = v.id, "scheduled attestation passed");
-                    Attempt::Verdict
-                }
-                Ok(v) => {
-                    warn!(%url, verdict = v.id, reasons = ?v.reasons, "scheduled attestation failed");
-                    Attempt::Verdict
-                }
-                Err(e) => {
-                    warn!(%url, error = %e, "scheduled attestation could not run");
-                    Attempt::Error
-                }
-            }
+            store
+                .store()
+                .miners()
+                .await
+                .map(|m| m.into_iter().map(|m| m.url).collect())
+                .map_err(|e| e.to_string())
         }
     };
-    let metrics = metrics.clone();
+    let leased = schedule.clone();
+    let attest = move |url: String, errors: u32| {
+        let (attestor, holder, schedule) = (attestor.clone(), holder.clone(), leased.clone());
+        async move { attest_leased(&attestor, &url, &holder, &schedule, errors).await }
+    };
     let report = move |state: SchedulerState| metrics.scheduler(state.queued, state.in_backoff, state.running);
     run_with(schedule, miners, attest, report, ChaCha8Rng::from_seed(seed), shutdown).await;
+}
+
+/// One scheduled attestation: take the miner's lease (or learn when to look again), attest it
+/// while renewing the lease, then give the lease back with the earliest time any validator may
+/// attest the miner again (this one's next wait without its jitter).
+async fn attest_leased(attestor: &Attestor, url: &str, holder: &str, schedule: &Schedule, errors: u32) -> Attempt {
+    let store = attestor.store();
+    let now = crate::attest::now_ms();
+    let ttl_ms = schedule.lease.as_millis() as u64;
+    let lease = match store.take_lease(url, holder, now, ttl_ms).await {
+        Ok(Ok(lease)) => lease,
+        Ok(Err(held)) => {
+            let wait = held.retry_at_ms.saturating_sub(now).max(100);
+            return Attempt::Held(Duration::from_millis(wait));
+        }
+        Err(e) => {
+            warn!(%url, error = %e, "cannot take the miner's lease");
+            return Attempt::Error;
+        }
+    };
+    let renewing = {
+        let (store, lease) = (store.clone(), lease.clone());
+        tokio::spawn(async move {
+            let mut ticks = tokio::time::interval(Duration::from_millis((ttl_ms / 3).max(1)));
+            ticks.tick().await; // the first tick is immediate
+            loop {
+                ticks.tick().await;
+                match store.renew_lease(&lease, crate::attest::now_ms(), ttl_ms).await {
+                    Ok(true) => {}
+                    Ok(false) => {
+                        warn!(url = %lease.miner_url, "lease lost while attesting (it ran out): another validator may attest this miner too");
+                        return;
+                    }
+                    Err(e) => warn!(url = %lease.miner_url, error = %e, "cannot renew the miner's lease"),
+                }
+            }
+        })
+    };
+    let attempt = match attestor.attest(url, &quiet).await {
+        Ok(v) if v.passed => {
+            info!(%url, verdict = v.id, "scheduled attestation passed");
+            Attempt::Verdict
+        }
+        Ok(v) => {
+            warn!(%url, verdict = v.id, reasons = ?v.reasons, "scheduled attestation failed");
+            Attempt::Verdict
+        }
+        Err(e) => {
+            warn!(%url, error = %e, "scheduled attestation could not run");
+            Attempt::Error
+        }
+    };
+    renewing.abort();
+    let errors_after = match attempt {
+        Attempt::Error => errors.saturating_add(1),
+        _ => 0,
+    };
+    let next_due = crate::attest::now_ms() + schedule.next_delay(errors_after, 0.0).as_millis() as u64;
+    if let Err(e) = store.release_lease(&lease, next_due).await {
+        // It runs out by itself within the lease time.
+        warn!(%url, error = %e, "cannot release the miner's lease");
+    }
+    attempt
 }
 
 #[cfg(test)]
@@ -252,6 +323,7 @@ mod tests {
             jitter: 0.1,
             backoff_initial: Duration::from_secs(30),
             backoff_max: Duration::from_secs(3600),
+            lease: Duration::from_secs(60),
         }
     }
 
@@ -282,10 +354,10 @@ mod tests {
         let now_running = Arc::new(AtomicUsize::new(0));
         let most_running = Arc::new(AtomicUsize::new(0));
         let (stop, stopped) = watch::channel(false);
-        let miners = || Ok(["a", "b", "c", "down"].map(String::from).to_vec());
+        let miners = || async { Ok(["a", "b", "c", "down"].map(String::from).to_vec()) };
         let attest = {
             let (calls, now_running, most_running) = (calls.clone(), now_running.clone(), most_running.clone());
-            move |url: String| {
+            move |url: String, _errors: u32| {
                 let (calls, now_running, most_running) = (calls.clone(), now_running.clone(), most_running.clone());
                 async move {
                     calls.lock().unwrap().push((url.clone(), started.elapsed()));

@@ -136,13 +136,14 @@ impl Validator for ValidatorService {
         let record = self
             .attestor
             .store()
-            .register_miner(&url, &name, key, request.replace_key, now_ms())?;
+            .register_miner(&url, &name, key, request.replace_key, now_ms())
+            .await?;
         info!(%url, miner_key = %key, replace_key = request.replace_key, "miner registered");
         Ok(Response::new(miner_to_wire(&record)))
     }
 
     async fn list_miners(&self, _: Request<v1::ListMinersRequest>) -> Result<Response<v1::ListMinersResponse>, Status> {
-        let miners = self.attestor.store().miners()?;
+        let miners = self.attestor.store().miners().await?;
         Ok(Response::new(v1::ListMinersResponse {
             miners: miners.iter().map(miner_to_wire).collect(),
         }))
@@ -153,7 +154,7 @@ impl Validator for ValidatorService {
         request: Request<v1::RemoveMinerRequest>,
     ) -> Result<Response<v1::RemoveMinerResponse>, Status> {
         let url = normalise_url(&request.into_inner().url);
-        let removed = self.attestor.store().remove_miner(&url)?;
+        let removed = self.attestor.store().remove_miner(&url).await?;
         Ok(Response::new(v1::RemoveMinerResponse { removed }))
     }
 
@@ -167,7 +168,11 @@ impl Validator for ValidatorService {
         if request.reason.trim().is_empty() {
             return Err(Status::invalid_argument("a reason is required, for the record"));
         }
-        let newly_revoked = self.attestor.store().revoke_key(&key, &request.reason, now_ms())?;
+        let newly_revoked = self
+            .attestor
+            .store()
+            .revoke_key(&key, &request.reason, now_ms())
+            .await?;
         warn!(miner_key = %key, reason = %request.reason, "miner key revoked");
         Ok(Response::new(v1::RevokeMinerKeyResponse { newly_revoked }))
     }
@@ -239,7 +244,7 @@ impl Validator for ValidatorService {
             before_id,
             limit: page + 1,
         };
-        let mut verdicts = self.attestor.store().verdicts(&filter)?;
+        let mut verdicts = self.attestor.store().verdicts(&filter).await?;
         let next_page_token = if verdicts.len() > page as usize {
             verdicts.truncate(page as usize);
             verdicts.last().map(|v| v.id.to_string()).unwrap_or_default()

@@ -46,6 +46,7 @@ pub async fn calibrate(attestor: &Attestor, miners: &[Running], rounds: u32) -> 
         attestor
             .store()
             .register_miner(&url, "honest", key, false, 0)
+            .await
             .expect("register");
     }
     let mut verdicts = Vec::new();

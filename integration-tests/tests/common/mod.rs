@@ -244,8 +244,8 @@ pub fn validator_config(dir: &TempDir, policy: Policy) -> ValidatorConfig {
     }
 }
 
-pub fn attestor(config: &ValidatorConfig) -> Arc<Attestor> {
-    let store = Store::open(&config.database).unwrap();
+pub async fn attestor(config: &ValidatorConfig) -> Arc<Attestor> {
+    let store = Store::open(&config.database).await.unwrap();
     let backend = CpuBackend::new(2, None).unwrap();
     Arc::new(Attestor::new(
         Identity::from_seed([VALIDATOR_SEED; 32]),
@@ -260,7 +260,7 @@ pub fn attestor(config: &ValidatorConfig) -> Arc<Attestor> {
 /// reports is the one it stored. The directory holds the validator's database.
 pub async fn attest(url: &str, policy: Policy) -> (Verdict, TempDir) {
     let dir = TempDir::new("attest");
-    let attestor = attestor(&validator_config(&dir, policy));
+    let attestor = attestor(&validator_config(&dir, policy)).await;
     let verdict = attestor
         .attest(url, &|_| {})
         .await
@@ -272,6 +272,7 @@ pub async fn attest(url: &str, policy: Policy) -> (Verdict, TempDir) {
             limit: 10,
             ..Default::default()
         })
+        .await
         .unwrap();
     assert_eq!(stored, vec![verdict.clone()]);
     (verdict, dir)

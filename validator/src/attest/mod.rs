@@ -184,8 +184,8 @@ impl Attestor {
         };
         let mut miner = MinerConnection::connect(&url, &self.config).await?;
         let inventory = miner.inventory().await?;
-        self.check_known_key(&url, inventory.miner_key)?;
-        let plan = self.plan(&url, &inventory)?;
+        self.check_known_key(&url, inventory.miner_key).await?;
+        let plan = self.plan(&url, &inventory).await?;
         let challenge = self.challenge(&plan);
         announce(&plan, on_event);
         let mut outcome = Outcome::new(&url, &plan, self.policy());
@@ -199,15 +199,15 @@ impl Attestor {
                 .await?;
             lap(Phase::Verify);
         }
-        let verdict = self.store_verdict(outcome, on_event);
+        let verdict = self.store_verdict(outcome, on_event).await;
         lap(Phase::Store);
         verdict
     }
 
     /// A revoked key is never attested, and a registered URL must present its registered key.
-    fn check_known_key(&self, url: &str, presented: PublicKey) -> Result<(), AttestError> {
-        self.store.check_not_revoked(&presented)?;
-        match self.store.miner(url)? {
+    async fn check_known_key(&self, url: &str, presented: PublicKey) -> Result<(), AttestError> {
+        self.store.check_not_revoked(&presented).await?;
+        match self.store.miner(url).await? {
             Some(registered) if registered.miner_key != presented => Err(AttestError::KeyChanged {
                 url: url.into(),
                 registered: registered.miner_key,
@@ -218,10 +218,10 @@ impl Attestor {
     }
 
     /// Plans the challenge with a nonce recorded as issued first, so it is never used twice.
-    fn plan(&self, url: &str, inventory: &Inventory) -> Result<Plan, AttestError> {
+    async fn plan(&self, url: &str, inventory: &Inventory) -> Result<Plan, AttestError> {
         let nonce = loop {
             let candidate = random32()?;
-            if self.store.claim_nonce(&candidate, url, now_ms())? {
+            if self.store.claim_nonce(&candidate, url, now_ms()).await? {
                 break candidate;
             }
         };
@@ -231,7 +231,8 @@ impl Attestor {
             &self.config,
             classes(&inventory.claim, &self.config.challenge),
             now_ms(),
-        )?;
+        )
+        .await?;
         plan(inventory, &self.config, &rates, sampled, nonce, random32()?).map_err(|source| AttestError::Plan {
             url: url.into(),
             source,
@@ -240,11 +241,11 @@ impl Attestor {
 
     /// Whether this miner's passes count towards calibration
     /// ([`CalibrationConfig::registered_only`](crate::rates::calibration::CalibrationConfig)).
-    fn teaches(&self, url: &str, key: [u8; 32]) -> Result<bool, StoreError> {
+    async fn teaches(&self, url: &str, key: [u8; 32]) -> Result<bool, StoreError> {
         if !self.config.calibration.registered_only {
             return Ok(true);
         }
-        Ok(self.store.miner(url)?.is_some_and(|m| m.miner_key.0 == key))
+        Ok(self.store.miner(url).await?.is_some_and(|m| m.miner_key.0 == key))
     }
 
     fn challenge(&self, plan: &Plan) -> Challenge {
@@ -336,7 +337,7 @@ impl Attestor {
         }
     }
 
-    fn store_verdict(
+    async fn store_verdict(
         &self,
         outcome: Outcome,
         on_event: &(dyn Fn(AttestEvent) + Send + Sync),
@@ -344,12 +345,13 @@ impl Attestor {
         let (claim, miner_key) = (outcome.plan.claim.clone(), outcome.plan.params.miner_key);
         let mut verdict = outcome.into_verdict(now_ms());
         let observation = match learned_from(&verdict, &claim, miner_key) {
-            Some(o) if self.teaches(&verdict.miner_url, miner_key)? => Some(o),
+            Some(o) if self.teaches(&verdict.miner_url, miner_key).await? => Some(o),
             _ => None,
         };
         verdict.id = self
             .store
             .record_verdict(&verdict, observation.as_ref())
+            .await
             .inspect_err(|e| {
                 // The verdict would be lost with the error: the log keeps what it said.
                 tracing::error!(

@@ -134,7 +134,7 @@ impl RateBook {
     }
 
     /// The tables `config` names plus what `store` holds for `classes`.
-    pub fn load(
+    pub async fn load(
         store: &Store,
         config: &ValidatorConfig,
         classes: impl IntoIterator<Item = RateClass>,
@@ -144,16 +144,8 @@ impl RateBook {
             .with_floor(config.deadline.first_contact_slack);
         let since_ms = now_ms.saturating_sub(u64::from(book.calibration.max_age_days) * 86_400_000);
         let classes: std::collections::BTreeSet<RateClass> = classes.into_iter().collect();
-        let load = |book: &mut RateBook, class: &RateClass| -> Result<(), StoreError> {
-            let observations = store.observations(class, since_ms)?;
-            book.learn(class.clone(), &observations);
-            if let Some(shared) = store.shared_rate(class, since_ms)? {
-                book.shared.insert(class.clone(), shared);
-            }
-            Ok(())
-        };
         for class in &classes {
-            load(&mut book, class)?;
+            book.load_class(store, class, since_ms).await?;
         }
         // Classes not observed themselves may borrow from their family (see `related`).
         let families: std::collections::BTreeSet<_> = classes
@@ -162,14 +154,24 @@ impl RateBook {
             .filter_map(|c| book.family(c).map(|row| (c.backend.clone(), c.n, row)))
             .collect();
         if !families.is_empty() {
-            for other in store.rate_classes()? {
+            for other in store.rate_classes().await? {
                 let family = book.family(&other).map(|row| (other.backend.clone(), other.n, row));
                 if !classes.contains(&other) && family.is_some_and(|f| families.contains(&f)) {
-                    load(&mut book, &other)?;
+                    book.load_class(store, &other, since_ms).await?;
                 }
             }
         }
         Ok(book)
+    }
+
+    /// What `store` holds for `class` since `since_ms`: its observations and imported rate.
+    async fn load_class(&mut self, store: &Store, class: &RateClass, since_ms: u64) -> Result<(), StoreError> {
+        let observations = store.observations(class, since_ms).await?;
+        self.learn(class.clone(), &observations);
+        if let Some(shared) = store.shared_rate(class, since_ms).await? {
+            self.shared.insert(class.clone(), shared);
+        }
+        Ok(())
     }
 
     /// The model-specific shipped row that names a class (its family), if any. Catch-all rows

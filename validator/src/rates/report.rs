@@ -35,9 +35,9 @@ pub enum RatesError {
     File(#[from] RateFileError),
 }
 
-fn book(store: &Store, config: &ValidatorConfig, now_ms: u64) -> Result<(Vec<RateClass>, RateBook), StoreError> {
-    let classes = store.rate_classes()?;
-    let book = RateBook::load(store, config, classes.clone(), now_ms)?;
+async fn book(store: &Store, config: &ValidatorConfig, now_ms: u64) -> Result<(Vec<RateClass>, RateBook), StoreError> {
+    let classes = store.rate_classes().await?;
+    let book = RateBook::load(store, config, classes.clone(), now_ms).await?;
     Ok((classes, book))
 }
 
@@ -54,8 +54,8 @@ fn row(class: RateClass, e: Expected) -> ClassRow {
     }
 }
 
-pub fn table(store: &Store, config: &ValidatorConfig, now_ms: u64) -> Result<RateTable, StoreError> {
-    let (classes, book) = book(store, config, now_ms)?;
+pub async fn table(store: &Store, config: &ValidatorConfig, now_ms: u64) -> Result<RateTable, StoreError> {
+    let (classes, book) = book(store, config, now_ms).await?;
     Ok(RateTable {
         classes: classes
             .into_iter()
@@ -71,8 +71,8 @@ pub fn table(store: &Store, config: &ValidatorConfig, now_ms: u64) -> Result<Rat
 /// The rates this validator calibrated itself, as a rate file. Shipped guesses are left out
 /// (every validator has them), and so are imported rows (they are another validator's word, to
 /// be shared by that validator), and any row another validator would refuse.
-pub fn export(store: &Store, config: &ValidatorConfig, now_ms: u64) -> Result<RateFile, StoreError> {
-    let (classes, book) = book(store, config, now_ms)?;
+pub async fn export(store: &Store, config: &ValidatorConfig, now_ms: u64) -> Result<RateFile, StoreError> {
+    let (classes, book) = book(store, config, now_ms).await?;
     Ok(RateFile {
         format: FORMAT,
         classes: classes
@@ -87,9 +87,9 @@ pub fn export(store: &Store, config: &ValidatorConfig, now_ms: u64) -> Result<Ra
 }
 
 /// Imports a rate file's rows as shared rates; all or nothing. Returns the rows imported.
-pub fn import(store: &Store, text: &str, now_ms: u64) -> Result<Vec<SharedClass>, RatesError> {
+pub async fn import(store: &Store, text: &str, now_ms: u64) -> Result<Vec<SharedClass>, RatesError> {
     let file = RateFile::parse(text)?;
     let rows: Vec<_> = file.classes.iter().map(|c| (c.class(), c.rate())).collect();
-    store.import_shared_rates(&rows, now_ms)?;
+    store.import_shared_rates(&rows, now_ms).await?;
     Ok(file.classes)
 }

@@ -1,8 +1,7 @@
 //! Registered miners and revoked keys.
 
-use super::{Store, StoreError};
+use super::{Store, StoreError, as_i64, as_u64};
 use gpu_attest_shared::identity::PublicKey;
-use rusqlite::{OptionalExtension, params};
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct MinerRecord {
@@ -12,11 +11,15 @@ pub struct MinerRecord {
     pub registered_at_ms: u64,
 }
 
+fn key_from(bytes: &[u8]) -> Result<PublicKey, StoreError> {
+    PublicKey::from_slice(bytes).map_err(|e| StoreError::Corrupt(e.to_string()))
+}
+
 impl Store {
     /// Registers a miner at `url` bound to `key`. Re-registering with the same key updates the
     /// name; a different key is refused unless `replace_key` (the operator's explicit action).
     /// A revoked key is refused always.
-    pub fn register_miner(
+    pub async fn register_miner(
         &self,
         url: &str,
         name: &str,
@@ -24,13 +27,14 @@ impl Store {
         replace_key: bool,
         now_ms: u64,
     ) -> Result<MinerRecord, StoreError> {
-        self.check_not_revoked(&key)?;
-        let conn = self.conn();
-        let existing: Option<Vec<u8>> = conn
-            .query_row("SELECT miner_key FROM miners WHERE url = ?1", [url], |r| r.get(0))
-            .optional()?;
-        if let Some(existing) = existing {
-            let registered = PublicKey::from_slice(&existing).map_err(|e| StoreError::Corrupt(e.to_string()))?;
+        self.check_not_revoked(&key).await?;
+        let mut tx = self.pool.begin().await?;
+        let existing: Option<(Vec<u8>,)> = sqlx::query_as("SELECT miner_key FROM miners WHERE url = $1")
+            .bind(url)
+            .fetch_optional(&mut *tx)
+            .await?;
+        if let Some((existing,)) = existing {
+            let registered = key_from(&existing)?;
             if registered != key && !replace_key {
                 return Err(StoreError::KeyChanged {
                     url: url.into(),
@@ -38,82 +42,92 @@ impl Store {
                     presented: key,
                 });
             }
-            conn.execute(
-                "UPDATE miners SET name = ?2, miner_key = ?3 WHERE url = ?1",
-                params![url, name, key.0.as_slice()],
-            )?;
+            sqlx::query("UPDATE miners SET name = $2, miner_key = $3 WHERE url = $1")
+                .bind(url)
+                .bind(name)
+                .bind(key.0.to_vec())
+                .execute(&mut *tx)
+                .await?;
         } else {
-            conn.execute(
-                "INSERT INTO miners (url, name, miner_key, registered_at_ms) VALUES (?1, ?2, ?3, ?4)",
-                params![url, name, key.0.as_slice(), now_ms as i64],
-            )?;
+            sqlx::query("INSERT INTO miners (url, name, miner_key, registered_at_ms) VALUES ($1, $2, $3, $4)")
+                .bind(url)
+                .bind(name)
+                .bind(key.0.to_vec())
+                .bind(as_i64(now_ms))
+                .execute(&mut *tx)
+                .await?;
         }
-        drop(conn);
-        self.miner(url)?
+        tx.commit().await?;
+        self.miner(url)
+            .await?
             .ok_or_else(|| StoreError::Corrupt(format!("miner {url} vanished after registration")))
     }
 
     /// The miner registered at `url`: one indexed lookup (it runs twice per attestation).
-    pub fn miner(&self, url: &str) -> Result<Option<MinerRecord>, StoreError> {
-        Ok(self.select_miners(Some(url))?.pop())
+    pub async fn miner(&self, url: &str) -> Result<Option<MinerRecord>, StoreError> {
+        Ok(self.select_miners(Some(url)).await?.pop())
     }
 
-    pub fn miners(&self) -> Result<Vec<MinerRecord>, StoreError> {
-        self.select_miners(None)
+    pub async fn miners(&self) -> Result<Vec<MinerRecord>, StoreError> {
+        self.select_miners(None).await
     }
 
     /// Every registered miner, or only the one at `url`.
-    fn select_miners(&self, url: Option<&str>) -> Result<Vec<MinerRecord>, StoreError> {
-        let conn = self.conn();
-        let mut stmt = conn.prepare(
-            "SELECT url, name, miner_key, registered_at_ms FROM miners WHERE (?1 IS NULL OR url = ?1) ORDER BY url",
-        )?;
-        let rows = stmt.query_map([url], |r| {
-            Ok((
-                r.get::<_, String>(0)?,
-                r.get::<_, String>(1)?,
-                r.get::<_, Vec<u8>>(2)?,
-                r.get::<_, i64>(3)?,
-            ))
-        })?;
-        rows.map(|row| {
-            let (url, name, key, at) = row?;
-            let miner_key = PublicKey::from_slice(&key).map_err(|e| StoreError::Corrupt(e.to_string()))?;
-            Ok(MinerRecord {
-                url,
-                name,
-                miner_key,
-                registered_at_ms: at as u64,
+    async fn select_miners(&self, url: Option<&str>) -> Result<Vec<MinerRecord>, StoreError> {
+        let rows: Vec<(String, String, Vec<u8>, i64)> = match url {
+            Some(url) => {
+                sqlx::query_as("SELECT url, name, miner_key, registered_at_ms FROM miners WHERE url = $1")
+                    .bind(url)
+                    .fetch_all(&self.pool)
+                    .await?
+            }
+            None => {
+                sqlx::query_as("SELECT url, name, miner_key, registered_at_ms FROM miners ORDER BY url")
+                    .fetch_all(&self.pool)
+                    .await?
+            }
+        };
+        rows.into_iter()
+            .map(|(url, name, key, at)| {
+                Ok(MinerRecord {
+                    url,
+                    name,
+                    miner_key: key_from(&key)?,
+                    registered_at_ms: as_u64(at)?,
+                })
             })
-        })
-        .collect()
+            .collect()
     }
 
     /// Revokes `key` for good; `false` if it already was.
-    pub fn revoke_key(&self, key: &PublicKey, reason: &str, now_ms: u64) -> Result<bool, StoreError> {
-        let inserted = self.conn().execute(
-            "INSERT OR IGNORE INTO revoked_keys (miner_key, reason, revoked_at_ms) VALUES (?1, ?2, ?3)",
-            params![key.0.as_slice(), reason, now_ms as i64],
-        )?;
-        Ok(inserted == 1)
+    pub async fn revoke_key(&self, key: &PublicKey, reason: &str, now_ms: u64) -> Result<bool, StoreError> {
+        let inserted = sqlx::query(
+            "INSERT INTO revoked_keys (miner_key, reason, revoked_at_ms) VALUES ($1, $2, $3) ON CONFLICT DO NOTHING",
+        )
+        .bind(key.0.to_vec())
+        .bind(reason)
+        .bind(as_i64(now_ms))
+        .execute(&self.pool)
+        .await?;
+        Ok(inserted.rows_affected() == 1)
     }
 
-    pub fn check_not_revoked(&self, key: &PublicKey) -> Result<(), StoreError> {
-        let reason: Option<String> = self
-            .conn()
-            .query_row(
-                "SELECT reason FROM revoked_keys WHERE miner_key = ?1",
-                [key.0.as_slice()],
-                |r| r.get(0),
-            )
-            .optional()?;
+    pub async fn check_not_revoked(&self, key: &PublicKey) -> Result<(), StoreError> {
+        let reason: Option<(String,)> = sqlx::query_as("SELECT reason FROM revoked_keys WHERE miner_key = $1")
+            .bind(key.0.to_vec())
+            .fetch_optional(&self.pool)
+            .await?;
         match reason {
-            Some(reason) => Err(StoreError::Revoked(*key, reason)),
+            Some((reason,)) => Err(StoreError::Revoked(*key, reason)),
             None => Ok(()),
         }
     }
 
-    pub fn remove_miner(&self, url: &str) -> Result<bool, StoreError> {
-        Ok(self.conn().execute("DELETE FROM miners WHERE url = ?1", [url])? == 1)
+    pub async fn remove_miner(&self, url: &str) -> Result<bool, StoreError> {
+        let removed = sqlx::query("DELETE FROM miners WHERE url = $1")
+            .bind(url)
+            .execute(&self.pool)
+            .await?;
+        Ok(removed.rows_affected() == 1)
     }
 }

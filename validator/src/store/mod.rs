@@ -1,112 +1,67 @@
-//! The validator's SQLite database: registered miners, every nonce ever issued, verdicts, and
-//! the rates verdicts proved.
+//! The validator's database: registered miners, every nonce ever issued, verdicts, the rates
+//! verdicts proved, and the leases a fleet of validators shares miners by.
 //!
-//! WAL mode with `synchronous = FULL`: a verdict that was reported is on disk. Each verdict is
-//! written in its own transaction (with the rate observation a pass leaves), so a crash leaves
-//! it either whole or absent. A nonce is recorded (PRIMARY KEY) before its challenge is sent, so
-//! it is never issued twice, even across restarts.
+//! Two stores, one code path (sqlx's Any driver, the same SQL):
+//! - **SQLite** (the default): a file, in WAL mode with `synchronous = FULL`, so a verdict that
+//!   was reported is on disk.
+//! - **PostgreSQL** (`database = "postgres://..."`): several validators share one database and
+//!   split the registered miners between them by leases (`leases`).
 //!
-//! - this module: the file, its schema and migrations, and issued nonces;
+//! Each verdict is written in its own transaction (with the rate observation a pass leaves), so
+//! a crash leaves it either whole or absent. A nonce is recorded (PRIMARY KEY) before its
+//! challenge is sent, so it is never issued twice, even across restarts or validators.
+//!
+//! - this module: opening either store, and issued nonces;
+//! - `schema`: the tables, per dialect, and the migrations;
 //! - `verdicts`: verdicts, written with the rate they proved;
 //! - `miners`: registered miners and revoked keys;
-//! - `rates`: rate observations and imported (shared) rates.
+//! - `rates`: rate observations and imported (shared) rates;
+//! - `leases`: which validator attests which miner now.
 
+mod leases;
 mod miners;
 mod rates;
+mod schema;
 mod verdicts;
 
+pub use leases::{Lease, LeaseRefusal};
 pub use miners::MinerRecord;
 pub use rates::ClassObservation;
+pub use schema::SCHEMA_VERSION;
 pub use verdicts::{StoredParams, Verdict, VerdictFilter};
 
 use gpu_attest_shared::identity::PublicKey;
-use rusqlite::{Connection, params};
+use sqlx::any::{AnyConnectOptions, AnyPoolOptions};
+use sqlx::{AnyPool, AssertSqlSafe, Executor};
 use std::path::Path;
-use std::sync::Mutex;
+use std::str::FromStr;
+use std::time::Duration;
 
-/// 2: verdicts keep the rate the planner expected (`expected_ops_per_sec`).
-/// 3: verdicts keep where that rate came from and the slack; passing verdicts leave rate
-///    observations; imported (shared) rates.
-const SCHEMA_VERSION: i64 = 3;
+/// Whether `location` names a PostgreSQL database rather than a SQLite file.
+pub fn is_postgres(location: &Path) -> bool {
+    let text = location.to_string_lossy();
+    text.starts_with("postgres://") || text.starts_with("postgresql://")
+}
 
-const SCHEMA: &str = "
-CREATE TABLE IF NOT EXISTS miners (
-    url              TEXT PRIMARY KEY,
-    name             TEXT NOT NULL,
-    miner_key        BLOB NOT NULL CHECK (length(miner_key) = 32),
-    registered_at_ms INTEGER NOT NULL
-);
-CREATE TABLE IF NOT EXISTS nonces (
-    nonce        BLOB PRIMARY KEY CHECK (length(nonce) = 32),
-    miner_url    TEXT NOT NULL,
-    issued_at_ms INTEGER NOT NULL
-);
-CREATE TABLE IF NOT EXISTS verdicts (
-    id              INTEGER PRIMARY KEY AUTOINCREMENT,
-    miner_url       TEXT NOT NULL,
-    miner_key       BLOB NOT NULL,
-    nonce           BLOB NOT NULL UNIQUE REFERENCES nonces(nonce),
-    passed          INTEGER NOT NULL CHECK (passed IN (0, 1)),
-    reasons         TEXT NOT NULL,
-    policy          TEXT NOT NULL,
-    samples         INTEGER NOT NULL,
-    params          TEXT NOT NULL,
-    measured_ms     INTEGER NOT NULL,
-    expected_ms     INTEGER NOT NULL,
-    deadline_ms     INTEGER NOT NULL,
-    inventory       TEXT NOT NULL,
-    backend         TEXT NOT NULL,
-    kernel          TEXT NOT NULL,
-    global_checksum BLOB NOT NULL,
-    created_at_ms   INTEGER NOT NULL,
-    expected_ops_per_sec REAL NOT NULL DEFAULT 0,
-    rate_source     TEXT NOT NULL DEFAULT '',
-    rate_miners     INTEGER NOT NULL DEFAULT 0,
-    slack           REAL NOT NULL DEFAULT 0
-);
-CREATE INDEX IF NOT EXISTS verdicts_by_miner ON verdicts (miner_url, id);
-CREATE TABLE IF NOT EXISTS rate_observations (
-    id            INTEGER PRIMARY KEY AUTOINCREMENT,
-    backend       TEXT NOT NULL,
-    kernel        TEXT NOT NULL,
-    model         TEXT NOT NULL,
-    n             INTEGER NOT NULL,
-    miner_key     BLOB NOT NULL CHECK (length(miner_key) = 32),
-    ops_per_unit  REAL NOT NULL CHECK (ops_per_unit > 0),
-    verdict_id    INTEGER NOT NULL UNIQUE REFERENCES verdicts(id),
-    created_at_ms INTEGER NOT NULL
-);
-CREATE INDEX IF NOT EXISTS observations_by_class ON rate_observations (backend, kernel, model, n, id);
-CREATE TABLE IF NOT EXISTS shared_rates (
-    backend        TEXT NOT NULL,
-    kernel         TEXT NOT NULL,
-    model          TEXT NOT NULL,
-    n              INTEGER NOT NULL,
-    ops_per_unit   REAL NOT NULL CHECK (ops_per_unit > 0),
-    miners         INTEGER NOT NULL,
-    observations   INTEGER NOT NULL,
-    imported_at_ms INTEGER NOT NULL,
-    PRIMARY KEY (backend, kernel, model, n)
-);
-CREATE TABLE IF NOT EXISTS revoked_keys (
-    miner_key     BLOB PRIMARY KEY CHECK (length(miner_key) = 32),
-    reason        TEXT NOT NULL,
-    revoked_at_ms INTEGER NOT NULL
-);
-";
+/// Which database a store is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Dialect {
+    Sqlite,
+    Postgres,
+}
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
-    #[error("database {path}: {source}")]
-    Open { path: String, source: rusqlite::Error },
-    #[error("database {path} has schema version {found}; this validator knows version {SCHEMA_VERSION}")]
-    SchemaVersion { path: String, found: i64 },
+    #[error("database {location}: {source}")]
+    Open { location: String, source: sqlx::Error },
+    #[error("database {location} has schema version {found}; this validator knows version {SCHEMA_VERSION}")]
+    SchemaVersion { location: String, found: i64 },
     #[error("database error: {0}")]
-    Sql(rusqlite::Error),
+    Sql(sqlx::Error),
     /// The disk is full, or the file or its file system is read-only: the operator's to fix,
     /// and the validator serves on meanwhile (what it could not store, it logged).
     #[error("the database cannot be written ({0}): free disk space or make it writable again; nothing was stored")]
-    Unwritable(rusqlite::Error),
+    Unwritable(sqlx::Error),
     #[error("stored record is corrupt: {0}")]
     Corrupt(String),
     #[error(
@@ -121,14 +76,28 @@ pub enum StoreError {
     Revoked(PublicKey, String),
 }
 
-impl From<rusqlite::Error> for StoreError {
-    fn from(e: rusqlite::Error) -> Self {
-        use rusqlite::ErrorCode::{DiskFull, ReadOnly, SystemIoFailure};
-        match e.sqlite_error_code() {
-            // A write that cannot extend the file reports an I/O error on some systems.
-            Some(DiskFull | ReadOnly | SystemIoFailure) => StoreError::Unwritable(e),
-            _ => StoreError::Sql(e),
+impl From<sqlx::Error> for StoreError {
+    fn from(e: sqlx::Error) -> Self {
+        if is_unwritable(&e) {
+            StoreError::Unwritable(e)
+        } else {
+            StoreError::Sql(e)
         }
+    }
+}
+
+/// Disk full or read-only, in either store: SQLite's SQLITE_FULL (13), SQLITE_READONLY (8) and
+/// SQLITE_IOERR (10, what a write that cannot extend the file reports on some systems), with
+/// their extended codes; PostgreSQL's class 53 (insufficient resources: disk full, out of
+/// memory) and 25006 (read-only transaction: a standby).
+fn is_unwritable(e: &sqlx::Error) -> bool {
+    let Some(db) = e.as_database_error() else {
+        return false;
+    };
+    let Some(code) = db.code() else { return false };
+    match code.parse::<i64>() {
+        Ok(sqlite) => matches!(sqlite & 0xff, 8 | 10 | 13),
+        Err(_) => code.starts_with("53") || code == "25006",
     }
 }
 
@@ -140,82 +109,252 @@ impl StoreError {
     }
 }
 
+/// Connections a PostgreSQL store keeps; SQLite takes one writer at a time anyway, so it keeps
+/// one (as the file's single writer, it never waits on itself).
+const POSTGRES_CONNECTIONS: u32 = 8;
+
+/// How long a call waits for the database (a lock held by another validator or process).
+const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
+
 pub struct Store {
-    conn: Mutex<Connection>,
+    pool: AnyPool,
+    dialect: Dialect,
+    /// Where it is, for messages: the file, or the URL without its password.
+    location: String,
 }
 
 impl Store {
-    /// Opens (creating if needed) the database file and brings its schema up to date.
-    pub fn open(path: &Path) -> Result<Self, StoreError> {
-        let shown = path.display().to_string();
+    /// Opens (creating if needed) the database at `location`, a SQLite file path or a
+    /// `postgres://` URL, and brings its schema up to date.
+    pub async fn open(location: &Path) -> Result<Self, StoreError> {
+        sqlx::any::install_default_drivers();
+        let text = location.to_string_lossy();
+        let (dialect, url, shown) = if is_postgres(location) {
+            (Dialect::Postgres, text.to_string(), redact(&text))
+        } else {
+            (Dialect::Sqlite, sqlite_url(&text), text.to_string())
+        };
         let open_err = |source| StoreError::Open {
-            path: shown.clone(),
+            location: shown.clone(),
             source,
         };
-        let conn = Connection::open(path).map_err(open_err)?;
-        conn.pragma_update(None, "journal_mode", "WAL").map_err(open_err)?;
-        conn.pragma_update(None, "synchronous", "FULL").map_err(open_err)?;
-        conn.pragma_update(None, "foreign_keys", true).map_err(open_err)?;
-        conn.busy_timeout(std::time::Duration::from_secs(5)).map_err(open_err)?;
-        let version: i64 = conn
-            .pragma_query_value(None, "user_version", |r| r.get(0))
-            .map_err(open_err)?;
-        if version > SCHEMA_VERSION {
-            return Err(StoreError::SchemaVersion {
-                path: shown,
-                found: version,
-            });
-        }
-        conn.execute_batch(SCHEMA).map_err(open_err)?;
-        // Columns added to `verdicts` since version 1. A fresh table has them from SCHEMA;
-        // an older one gets them here, one transaction per version.
-        const ADDED_COLUMNS: [&str; 2] = [
-            // 2. Rows from before keep 0: their expected rate is derived from expected_ms on read.
-            "ALTER TABLE verdicts ADD COLUMN expected_ops_per_sec REAL NOT NULL DEFAULT 0;",
-            // 3. Rows from before read as 'unrecorded'.
-            "ALTER TABLE verdicts ADD COLUMN rate_source TEXT NOT NULL DEFAULT '';
-             ALTER TABLE verdicts ADD COLUMN rate_miners INTEGER NOT NULL DEFAULT 0;
-             ALTER TABLE verdicts ADD COLUMN slack REAL NOT NULL DEFAULT 0;",
-        ];
-        // Each step records its version in its own transaction, so a crash between steps leaves
-        // a database that the next open carries on from, never one that repeats a step.
-        if version >= 1 {
-            for (i, step) in ADDED_COLUMNS.iter().enumerate() {
-                let to = i as i64 + 2;
-                if version < to {
-                    conn.execute_batch(&format!("BEGIN; {step} PRAGMA user_version = {to}; COMMIT;"))
-                        .map_err(open_err)?;
-                }
+        let options = AnyConnectOptions::from_str(&url).map_err(open_err)?;
+        let pool = match dialect {
+            Dialect::Sqlite => {
+                AnyPoolOptions::new()
+                    .max_connections(1)
+                    .after_connect(|conn, _| {
+                        Box::pin(async move {
+                            conn.execute("PRAGMA journal_mode = WAL").await?;
+                            conn.execute("PRAGMA synchronous = FULL").await?;
+                            conn.execute("PRAGMA foreign_keys = ON").await?;
+                            sqlx::raw_sql(AssertSqlSafe(format!(
+                                "PRAGMA busy_timeout = {}",
+                                BUSY_TIMEOUT.as_millis()
+                            )))
+                            .execute(&mut *conn)
+                            .await?;
+                            Ok(())
+                        })
+                    })
+                    .connect_with(options)
+                    .await
+            }
+            Dialect::Postgres => {
+                AnyPoolOptions::new()
+                    .max_connections(POSTGRES_CONNECTIONS)
+                    .acquire_timeout(BUSY_TIMEOUT * 2)
+                    .connect_with(options)
+                    .await
             }
         }
-        conn.pragma_update(None, "user_version", SCHEMA_VERSION)
-            .map_err(open_err)?;
-        Ok(Store { conn: Mutex::new(conn) })
+        .map_err(open_err)?;
+        let store = Store {
+            pool,
+            dialect,
+            location: shown,
+        };
+        schema::migrate(&store).await?;
+        Ok(store)
     }
 
-    fn conn(&self) -> std::sync::MutexGuard<'_, Connection> {
-        self.conn.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    pub fn dialect(&self) -> Dialect {
+        self.dialect
+    }
+
+    /// The file, or the URL without its password.
+    pub fn location(&self) -> &str {
+        &self.location
     }
 
     /// Records a nonce as issued; `false` if it was issued before (then it must not be used).
-    pub fn claim_nonce(&self, nonce: &[u8; 32], miner_url: &str, now_ms: u64) -> Result<bool, StoreError> {
-        let inserted = self.conn().execute(
-            "INSERT OR IGNORE INTO nonces (nonce, miner_url, issued_at_ms) VALUES (?1, ?2, ?3)",
-            params![nonce.as_slice(), miner_url, now_ms as i64],
-        )?;
-        Ok(inserted == 1)
+    pub async fn claim_nonce(&self, nonce: &[u8; 32], miner_url: &str, now_ms: u64) -> Result<bool, StoreError> {
+        let inserted = sqlx::query(
+            "INSERT INTO nonces (nonce, miner_url, issued_at_ms) VALUES ($1, $2, $3) ON CONFLICT DO NOTHING",
+        )
+        .bind(nonce.to_vec())
+        .bind(miner_url)
+        .bind(as_i64(now_ms))
+        .execute(&self.pool)
+        .await?;
+        Ok(inserted.rows_affected() == 1)
     }
 
-    pub fn nonce_count(&self) -> Result<u64, StoreError> {
-        Ok(self
-            .conn()
-            .query_row("SELECT count(*) FROM nonces", [], |r| r.get::<_, i64>(0))? as u64)
+    pub async fn nonce_count(&self) -> Result<u64, StoreError> {
+        let (count,): (i64,) = sqlx::query_as("SELECT count(*) FROM nonces")
+            .fetch_one(&self.pool)
+            .await?;
+        Ok(count as u64)
+    }
+
+    /// Closes every connection (SQLite: checkpoints the WAL into the file).
+    pub async fn close(&self) {
+        self.pool.close().await;
+    }
+}
+
+/// A count or a time as SQL's 64-bit integer. Times in ms and counts stay far below 2^63.
+pub(crate) fn as_i64(value: u64) -> i64 {
+    i64::try_from(value).unwrap_or(i64::MAX)
+}
+
+/// A stored 64-bit integer back as the unsigned value it was written from.
+pub(crate) fn as_u64(value: i64) -> Result<u64, StoreError> {
+    u64::try_from(value).map_err(|_| StoreError::Corrupt(format!("negative count or time {value}")))
+}
+
+/// `path` as an sqlx SQLite URL that creates the file when missing. Every byte that the URL
+/// syntax would read as something else is percent-encoded (sqlx decodes the path).
+fn sqlite_url(path: &str) -> String {
+    let mut url = String::from("sqlite://");
+    for byte in path.bytes() {
+        if byte.is_ascii_alphanumeric() || b"/._-~".contains(&byte) {
+            url.push(byte as char);
+        } else {
+            url.push_str(&format!("%{byte:02X}"));
+        }
+    }
+    url.push_str("?mode=rwc");
+    url
+}
+
+/// A `postgres://user:password@host/db` URL with the password replaced, for logs and errors.
+fn redact(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_string();
+    };
+    let (authority, tail) = rest.split_once('/').map_or((rest, ""), |(a, t)| (a, t));
+    let shown_authority = match authority.rsplit_once('@') {
+        Some((credentials, host)) => match credentials.split_once(':') {
+            Some((user, _password)) => format!("{user}:***@{host}"),
+            None => format!("{credentials}@{host}"),
+        },
+        None => authority.to_string(),
+    };
+    let tail = tail.split_once('?').map_or(tail, |(path, _)| path);
+    format!("{scheme}://{shown_authority}/{tail}")
+}
+
+/// Throwaway databases for tests and benchmarks: a fresh database on the PostgreSQL server that
+/// [`POSTGRES_ENV`](scratch::POSTGRES_ENV) names, so that the same tests run on both stores
+/// where a server is at hand and on SQLite alone elsewhere.
+pub mod scratch {
+    use sqlx::{AnyConnection, Connection, Executor};
+
+    /// An admin URL (`postgres://user@host:port/postgres`) of a server the tests may create
+    /// databases on. `.ci/run` starts a throwaway cluster and sets it.
+    pub const POSTGRES_ENV: &str = "GPU_ATTEST_TEST_POSTGRES";
+
+    /// The server's admin URL, or `None` after saying in one line that PostgreSQL is skipped.
+    pub fn postgres_server(test: &str) -> Option<String> {
+        match std::env::var(POSTGRES_ENV) {
+            Ok(url) if !url.is_empty() => Some(url),
+            _ => {
+                println!("SKIPPED on PostgreSQL ({test}): {POSTGRES_ENV} is not set; ran on SQLite only");
+                None
+            }
+        }
+    }
+
+    /// A new, empty database on the server at `admin_url`; its URL. Panics when the server
+    /// cannot be reached: a test told to use it must not pass without it.
+    pub async fn postgres_database(admin_url: &str, tag: &str) -> String {
+        sqlx::any::install_default_drivers();
+        let mut random = [0u8; 6];
+        getrandom::fill(&mut random).expect("randomness for a database name");
+        let name = format!(
+            "gpu_attest_{}_{}",
+            tag.replace(|c: char| !c.is_ascii_alphanumeric(), "_"),
+            hex::encode(random)
+        );
+        let mut admin = AnyConnection::connect(admin_url)
+            .await
+            .unwrap_or_else(|e| panic!("{POSTGRES_ENV}={admin_url}: cannot connect: {e}"));
+        admin
+            .execute(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")))
+            .await
+            .unwrap_or_else(|e| panic!("cannot create database {name}: {e}"));
+        let _ = admin.close().await;
+        let (base, _) = admin_url.rsplit_once('/').expect("an admin URL names a database");
+        let query = admin_url
+            .split_once('?')
+            .map(|(_, q)| format!("?{q}"))
+            .unwrap_or_default();
+        format!("{base}/{name}{query}")
     }
 }
 
 #[cfg(test)]
+pub(crate) mod test_support {
+    use super::Store;
+
+    /// Removes a scratch SQLite directory when dropped.
+    pub struct ScratchDir(pub std::path::PathBuf);
+    impl Drop for ScratchDir {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+
+    /// Where a test store is (to open it again), and its directory, removed when dropped.
+    pub struct Scratch {
+        pub location: std::path::PathBuf,
+        _dir: Option<ScratchDir>,
+    }
+
+    /// A fresh SQLite store, and a fresh PostgreSQL one where a server is configured.
+    pub async fn test_stores(tag: &str) -> Vec<(Store, Scratch)> {
+        let dir = std::env::temp_dir().join(format!("gpu-attest-store-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("validator.db");
+        let mut stores = vec![(
+            Store::open(&file).await.unwrap(),
+            Scratch {
+                location: file,
+                _dir: Some(ScratchDir(dir)),
+            },
+        )];
+        if let Some(admin) = super::scratch::postgres_server(tag) {
+            let url = std::path::PathBuf::from(super::scratch::postgres_database(&admin, tag).await);
+            stores.push((
+                Store::open(&url).await.unwrap(),
+                Scratch {
+                    location: url,
+                    _dir: None,
+                },
+            ));
+        }
+        stores
+    }
+}
+#[cfg(test)]
+pub(crate) use test_support::test_stores;
+
+#[cfg(test)]
 mod tests {
     use super::*;
+    use sqlx::{AnyConnection, Connection};
 
     /// The verdicts table as schema version 1 created it.
     const VERDICTS_V1: &str = "
@@ -227,40 +366,54 @@ mod tests {
             expected_ms INTEGER NOT NULL, deadline_ms INTEGER NOT NULL, inventory TEXT NOT NULL,
             backend TEXT NOT NULL, kernel TEXT NOT NULL, global_checksum BLOB NOT NULL,
             created_at_ms INTEGER NOT NULL
-        );";
+        )";
 
-    #[test]
-    fn a_version_1_database_is_migrated_and_its_verdicts_read() {
-        let dir = std::env::temp_dir().join(format!("gpu-attest-store-v1-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        let path = dir.join("validator.db");
+    #[tokio::test]
+    async fn a_version_1_database_is_migrated_and_its_verdicts_read() {
+        sqlx::any::install_default_drivers();
+        let dir =
+            test_support::ScratchDir(std::env::temp_dir().join(format!("gpu-attest-store-v1-{}", std::process::id())));
+        let _ = std::fs::remove_dir_all(&dir.0);
+        std::fs::create_dir_all(&dir.0).unwrap();
+        let path = dir.0.join("validator db #1.db"); // a name the URL must encode
         {
-            let conn = Connection::open(&path).unwrap();
-            conn.execute_batch(
-                "CREATE TABLE nonces (nonce BLOB PRIMARY KEY, miner_url TEXT NOT NULL, issued_at_ms INTEGER NOT NULL);",
+            let mut conn = AnyConnection::connect(&sqlite_url(&path.to_string_lossy()))
+                .await
+                .unwrap();
+            conn.execute(
+                "CREATE TABLE nonces (nonce BLOB PRIMARY KEY, miner_url TEXT NOT NULL, issued_at_ms INTEGER NOT NULL)",
             )
+            .await
             .unwrap();
-            conn.execute_batch(VERDICTS_V1).unwrap();
-            conn.execute("INSERT INTO nonces VALUES (?1, 'http://m', 1)", [[1u8; 32].as_slice()])
+            conn.execute(VERDICTS_V1).await.unwrap();
+            sqlx::query("INSERT INTO nonces VALUES ($1, 'http://m', 1)")
+                .bind(vec![1u8; 32])
+                .execute(&mut conn)
+                .await
                 .unwrap();
             let params =
                 r#"{"nonce":"","seed":"","miner_key":"","n":64,"num_chains":5,"iterations":4,"checkpoint_every":2}"#;
-            conn.execute(
+            sqlx::query(
                 "INSERT INTO verdicts (miner_url, miner_key, nonce, passed, reasons, policy, samples, params,
                      measured_ms, expected_ms, deadline_ms, inventory, backend, kernel, global_checksum, created_at_ms)
-                 VALUES ('http://m', ?1, ?2, 1, '[]', 'sampled', 8, ?3, 50, 100, 1500, '[{\"index\":0,\"name\":\"cpu\",\"uuid\":\"\",\"memory_bytes\":0,\"sm_count\":0,\"compute_capability\":[0,0],\"pci_bus_id\":\"\",\"driver_version\":\"\"}]', 'cpu', 'portable', ?4, 7)",
-                params![[2u8; 32].as_slice(), [1u8; 32].as_slice(), params, [3u8; 32].as_slice()],
+                 VALUES ('http://m', $1, $2, 1, '[]', 'sampled', 8, $3, 50, 100, 1500, '[{\"index\":0,\"name\":\"cpu\",\"uuid\":\"\",\"memory_bytes\":0,\"sm_count\":0,\"compute_capability\":[0,0],\"pci_bus_id\":\"\",\"driver_version\":\"\"}]', 'cpu', 'portable', $4, 7)",
             )
+            .bind(vec![2u8; 32])
+            .bind(vec![1u8; 32])
+            .bind(params)
+            .bind(vec![3u8; 32])
+            .execute(&mut conn)
+            .await
             .unwrap();
-            conn.pragma_update(None, "user_version", 1).unwrap();
+            conn.execute("PRAGMA user_version = 1").await.unwrap();
+            conn.close().await.unwrap();
         }
-        let store = Store::open(&path).unwrap();
-        let verdicts = store.verdicts(&VerdictFilter {
+        let store = Store::open(&path).await.unwrap();
+        let all = VerdictFilter {
             limit: 10,
             ..Default::default()
-        });
-        let verdicts = verdicts.unwrap();
+        };
+        let verdicts = store.verdicts(&all).await.unwrap();
         assert_eq!(verdicts.len(), 1);
         let t = verdicts[0].throughput;
         let operations = 2.0 * 64f64.powi(3) * 5.0 * 4.0;
@@ -272,16 +425,103 @@ mod tests {
         let mut newer = verdicts[0].clone();
         newer.nonce = hex::encode([4u8; 32]);
         newer.throughput.expected_ops_per_sec = 123.0;
-        assert!(store.claim_nonce(&[4; 32], "http://m", 2).unwrap());
-        store.insert_verdict(&newer).unwrap();
-        let back = store.verdicts(&VerdictFilter {
-            limit: 1,
-            ..Default::default()
-        });
-        assert_eq!(back.unwrap()[0].throughput.expected_ops_per_sec, 123.0);
-        drop(store);
-        // Opened again, it is at the current version and stays readable.
-        Store::open(&path).unwrap();
-        std::fs::remove_dir_all(&dir).unwrap();
+        assert!(store.claim_nonce(&[4; 32], "http://m", 2).await.unwrap());
+        store.insert_verdict(&newer).await.unwrap();
+        let back = store.verdicts(&VerdictFilter { limit: 1, ..all }).await.unwrap();
+        assert_eq!(back[0].throughput.expected_ops_per_sec, 123.0);
+        store.close().await;
+        // Opened again, it is at the current version and stays readable, leases and all.
+        let again = Store::open(&path).await.unwrap();
+        assert!(again.take_lease("http://m", "v1", 10, 100).await.unwrap().is_ok());
+        let (version,): (i64,) = sqlx::query_as("PRAGMA user_version")
+            .fetch_one(&again.pool)
+            .await
+            .unwrap();
+        assert_eq!(version, SCHEMA_VERSION);
+    }
+
+    #[tokio::test]
+    async fn a_database_from_a_newer_validator_is_refused() {
+        for (store, scratch) in test_stores("newer").await {
+            let bump = match store.dialect() {
+                Dialect::Sqlite => format!("PRAGMA user_version = {}", SCHEMA_VERSION + 1),
+                Dialect::Postgres => format!("UPDATE schema_version SET version = {}", SCHEMA_VERSION + 1),
+            };
+            sqlx::raw_sql(AssertSqlSafe(bump)).execute(&store.pool).await.unwrap();
+            store.close().await;
+            let err = Store::open(&scratch.location)
+                .await
+                .err()
+                .expect("a newer schema is refused");
+            assert!(
+                matches!(err, StoreError::SchemaVersion { found, .. } if found == SCHEMA_VERSION + 1),
+                "{err}"
+            );
+        }
+    }
+
+    #[tokio::test]
+    async fn leases_give_each_miner_to_one_validator_at_a_time_and_expire() {
+        for (store, _scratch) in test_stores("leases").await {
+            let url = "http://miner:7070";
+            let a = store.take_lease(url, "validator-a", 1_000, 100).await.unwrap().unwrap();
+            // Held: another validator is told when to look again, and cannot renew or release it.
+            assert_eq!(
+                store.take_lease(url, "validator-b", 1_050, 100).await.unwrap(),
+                Err(LeaseRefusal { retry_at_ms: 1_100 })
+            );
+            assert!(store.renew_lease(&a, 1_090, 100).await.unwrap());
+            assert!(
+                store.take_lease(url, "validator-b", 1_150, 100).await.unwrap().is_err(),
+                "renewed to 1190"
+            );
+            let b_view = Lease {
+                miner_url: url.into(),
+                holder: "validator-b".into(),
+            };
+            assert!(!store.renew_lease(&b_view, 1_150, 100).await.unwrap());
+            // Released with the next due time: nobody takes it before then.
+            store.release_lease(&a, 5_000).await.unwrap();
+            assert_eq!(
+                store.take_lease(url, "validator-b", 1_200, 100).await.unwrap(),
+                Err(LeaseRefusal { retry_at_ms: 5_000 })
+            );
+            let b = store.take_lease(url, "validator-b", 5_000, 100).await.unwrap().unwrap();
+            // A holder that dies stops renewing: the lease runs out and the miner is taken again.
+            assert!(store.take_lease(url, "validator-a", 5_099, 100).await.unwrap().is_err());
+            let a_again = store.take_lease(url, "validator-a", 5_100, 100).await.unwrap().unwrap();
+            assert!(!store.renew_lease(&b, 5_101, 100).await.unwrap(), "b lost it");
+            assert_eq!(a_again.holder, "validator-a");
+        }
+    }
+
+    #[tokio::test]
+    async fn of_many_validators_taking_one_lease_at_once_exactly_one_gets_it() {
+        for (store, _scratch) in test_stores("lease-race").await {
+            let store = std::sync::Arc::new(store);
+            let mut takers = tokio::task::JoinSet::new();
+            for i in 0..16 {
+                let store = store.clone();
+                takers.spawn(async move { store.take_lease("http://m", &format!("v{i}"), 1_000, 60_000).await });
+            }
+            let mut won = 0;
+            while let Some(taken) = takers.join_next().await {
+                won += usize::from(taken.unwrap().unwrap().is_ok());
+            }
+            assert_eq!(won, 1);
+        }
+    }
+
+    #[test]
+    fn urls_are_shown_without_passwords_and_paths_encoded() {
+        assert_eq!(
+            redact("postgres://gpu:s3cret@db.internal:5432/attest?sslmode=require&password=x"),
+            "postgres://gpu:***@db.internal:5432/attest"
+        );
+        assert_eq!(redact("postgres://db/attest"), "postgres://db/attest");
+        assert_eq!(
+            sqlite_url("/var/lib/a b#?.db"),
+            "sqlite:///var/lib/a%20b%23%3F.db?mode=rwc"
+        );
     }
 }

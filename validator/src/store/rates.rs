@@ -1,9 +1,8 @@
 //! Rate observations (what passing verdicts proved, per class) and imported (shared) rates.
 
-use super::{Store, StoreError};
+use super::{Store, StoreError, as_i64};
 use crate::rates::calibration::Observation;
 use crate::rates::{RateClass, SharedRate};
-use rusqlite::{OptionalExtension, params};
 
 /// Observations read per class at most: far more than any `per_miner` x miners in use, and a
 /// bound on the work one planning step does.
@@ -20,101 +19,109 @@ pub struct ClassObservation {
 impl Store {
     /// A class's rate observations since `since_ms`, newest first; a revoked key's no longer
     /// count.
-    pub fn observations(&self, class: &RateClass, since_ms: u64) -> Result<Vec<Observation>, StoreError> {
-        let conn = self.conn();
-        let mut stmt = conn.prepare(
+    pub async fn observations(&self, class: &RateClass, since_ms: u64) -> Result<Vec<Observation>, StoreError> {
+        let rows: Vec<(Vec<u8>, f64)> = sqlx::query_as(
             "SELECT miner_key, ops_per_unit FROM rate_observations
-             WHERE backend = ?1 AND kernel = ?2 AND model = ?3 AND n = ?4 AND created_at_ms >= ?5
+             WHERE backend = $1 AND kernel = $2 AND model = $3 AND n = $4 AND created_at_ms >= $5
                AND miner_key NOT IN (SELECT miner_key FROM revoked_keys)
-             ORDER BY id DESC LIMIT ?6",
-        )?;
-        let rows = stmt.query_map(
-            params![
-                class.backend,
-                class.kernel,
-                class.model,
-                class.n,
-                since_ms as i64,
-                MAX_OBSERVATIONS_READ
-            ],
-            |r| Ok((r.get::<_, Vec<u8>>(0)?, r.get::<_, f64>(1)?)),
-        )?;
-        rows.map(|row| {
-            let (key, ops_per_unit) = row?;
-            let miner_key = key
-                .try_into()
-                .map_err(|_| StoreError::Corrupt("observation with a miner key that is not 32 bytes".into()))?;
-            Ok(Observation {
-                miner_key,
-                ops_per_unit,
+             ORDER BY id DESC LIMIT $6",
+        )
+        .bind(&class.backend)
+        .bind(&class.kernel)
+        .bind(&class.model)
+        .bind(i64::from(class.n))
+        .bind(as_i64(since_ms))
+        .bind(MAX_OBSERVATIONS_READ)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.into_iter()
+            .map(|(key, ops_per_unit)| {
+                let miner_key = key
+                    .try_into()
+                    .map_err(|_| StoreError::Corrupt("observation with a miner key that is not 32 bytes".into()))?;
+                Ok(Observation {
+                    miner_key,
+                    ops_per_unit,
+                })
             })
-        })
-        .collect()
+            .collect()
     }
 
     /// Every class with an observation or an imported rate.
-    pub fn rate_classes(&self) -> Result<Vec<RateClass>, StoreError> {
-        let conn = self.conn();
-        let mut stmt = conn.prepare(
+    pub async fn rate_classes(&self) -> Result<Vec<RateClass>, StoreError> {
+        let rows: Vec<(String, String, String, i64)> = sqlx::query_as(
             "SELECT backend, kernel, model, n FROM rate_observations
              UNION SELECT backend, kernel, model, n FROM shared_rates
              ORDER BY 1, 2, 3, 4",
-        )?;
-        let rows = stmt.query_map([], |r| {
-            Ok(RateClass {
-                backend: r.get(0)?,
-                kernel: r.get(1)?,
-                model: r.get(2)?,
-                n: r.get(3)?,
+        )
+        .fetch_all(&self.pool)
+        .await?;
+        rows.into_iter()
+            .map(|(backend, kernel, model, n)| {
+                Ok(RateClass {
+                    backend,
+                    kernel,
+                    model,
+                    n: small(n, "n")?,
+                })
             })
-        })?;
-        Ok(rows.collect::<Result<_, _>>()?)
+            .collect()
     }
 
     /// A class's imported rate, if it was imported since `since_ms` (imports age out like
     /// observations, so a fleet file must be refreshed to stay in force).
-    pub fn shared_rate(&self, class: &RateClass, since_ms: u64) -> Result<Option<SharedRate>, StoreError> {
-        Ok(self
-            .conn()
-            .query_row(
-                "SELECT ops_per_unit, miners, observations FROM shared_rates
-                 WHERE backend = ?1 AND kernel = ?2 AND model = ?3 AND n = ?4 AND imported_at_ms >= ?5",
-                params![class.backend, class.kernel, class.model, class.n, since_ms as i64],
-                |r| {
-                    Ok(SharedRate {
-                        ops_per_unit: r.get(0)?,
-                        miners: r.get(1)?,
-                        observations: r.get(2)?,
-                    })
-                },
-            )
-            .optional()?)
+    pub async fn shared_rate(&self, class: &RateClass, since_ms: u64) -> Result<Option<SharedRate>, StoreError> {
+        let row: Option<(f64, i64, i64)> = sqlx::query_as(
+            "SELECT ops_per_unit, miners, observations FROM shared_rates
+             WHERE backend = $1 AND kernel = $2 AND model = $3 AND n = $4 AND imported_at_ms >= $5",
+        )
+        .bind(&class.backend)
+        .bind(&class.kernel)
+        .bind(&class.model)
+        .bind(i64::from(class.n))
+        .bind(as_i64(since_ms))
+        .fetch_optional(&self.pool)
+        .await?;
+        row.map(|(ops_per_unit, miners, observations)| {
+            Ok(SharedRate {
+                ops_per_unit,
+                miners: small(miners, "miners")?,
+                observations: small(observations, "observations")?,
+            })
+        })
+        .transpose()
     }
 
     /// Imports shared rates, replacing those of the same classes, all in one transaction.
-    pub fn import_shared_rates(&self, rows: &[(RateClass, SharedRate)], now_ms: u64) -> Result<(), StoreError> {
-        let mut conn = self.conn();
-        let tx = conn.transaction()?;
+    pub async fn import_shared_rates(&self, rows: &[(RateClass, SharedRate)], now_ms: u64) -> Result<(), StoreError> {
+        let mut tx = self.pool.begin().await?;
         for (class, rate) in rows {
-            tx.execute(
-                "INSERT OR REPLACE INTO shared_rates
+            sqlx::query(
+                "INSERT INTO shared_rates
                      (backend, kernel, model, n, ops_per_unit, miners, observations, imported_at_ms)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
-                params![
-                    class.backend,
-                    class.kernel,
-                    class.model,
-                    class.n,
-                    rate.ops_per_unit,
-                    rate.miners,
-                    rate.observations,
-                    now_ms as i64
-                ],
-            )?;
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
+                 ON CONFLICT (backend, kernel, model, n) DO UPDATE SET
+                     ops_per_unit = excluded.ops_per_unit, miners = excluded.miners,
+                     observations = excluded.observations, imported_at_ms = excluded.imported_at_ms",
+            )
+            .bind(&class.backend)
+            .bind(&class.kernel)
+            .bind(&class.model)
+            .bind(i64::from(class.n))
+            .bind(rate.ops_per_unit)
+            .bind(i64::from(rate.miners))
+            .bind(i64::from(rate.observations))
+            .bind(as_i64(now_ms))
+            .execute(&mut *tx)
+            .await?;
         }
-        tx.commit()?;
+        tx.commit().await?;
         Ok(())
     }
+}
+
+fn small(value: i64, what: &str) -> Result<u32, StoreError> {
+    u32::try_from(value).map_err(|_| StoreError::Corrupt(format!("{what} {value} out of range")))
 }
 
 #[cfg(test)]
@@ -124,13 +131,6 @@ mod tests {
     use crate::store::{StoredParams, Verdict, VerdictFilter};
     use crate::throughput::{Expectation, Throughput};
     use gpu_attest_shared::statement::DeviceInfo;
-
-    fn temp_store(tag: &str) -> (Store, std::path::PathBuf) {
-        let dir = std::env::temp_dir().join(format!("gpu-attest-store-{tag}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        (Store::open(&dir.join("validator.db")).unwrap(), dir)
-    }
 
     fn passing_verdict(nonce: [u8; 32]) -> Verdict {
         let params = StoredParams {
@@ -179,29 +179,35 @@ mod tests {
         }
     }
 
-    #[test]
-    fn a_verdict_and_the_rate_it_proved_are_stored_together_or_not_at_all() {
-        let (store, dir) = temp_store("observations");
+    #[tokio::test]
+    async fn a_verdict_and_the_rate_it_proved_are_stored_together_or_not_at_all() {
+        for (store, _scratch) in crate::store::test_stores("observations").await {
+            together_or_not_at_all(&store).await;
+        }
+    }
+
+    async fn together_or_not_at_all(store: &Store) {
         let observation = ClassObservation {
             class: class(),
             miner_key: [2; 32],
             ops_per_unit: 4.0e9,
         };
-        assert!(store.claim_nonce(&[1; 32], "http://m", 1).unwrap());
+        assert!(store.claim_nonce(&[1; 32], "http://m", 1).await.unwrap());
         let stored = passing_verdict([1; 32]);
-        let id = store.record_verdict(&stored, Some(&observation)).unwrap();
+        let id = store.record_verdict(&stored, Some(&observation)).await.unwrap();
         let read = store
             .verdicts(&VerdictFilter {
                 limit: 1,
                 ..Default::default()
             })
+            .await
             .unwrap();
         assert_eq!(
             read[0].throughput, stored.throughput,
             "the rate source and slack round-trip"
         );
         assert_eq!(read[0].id, id);
-        let seen = store.observations(&class(), 0).unwrap();
+        let seen = store.observations(&class(), 0).await.unwrap();
         assert_eq!(
             seen,
             vec![Observation {
@@ -210,16 +216,17 @@ mod tests {
             }]
         );
         assert!(
-            store.observations(&class(), 1_001).unwrap().is_empty(),
+            store.observations(&class(), 1_001).await.unwrap().is_empty(),
             "older than the window"
         );
         // A verdict that cannot be stored (its nonce was never issued) leaves no observation.
         assert!(
             store
                 .record_verdict(&passing_verdict([9; 32]), Some(&observation))
+                .await
                 .is_err()
         );
-        assert_eq!(store.observations(&class(), 0).unwrap().len(), 1);
+        assert_eq!(store.observations(&class(), 0).await.unwrap().len(), 1);
         // Imported rates are listed beside observed classes and replace their own class's row.
         let other = RateClass { n: 128, ..class() };
         let rate = |ops_per_unit| SharedRate {
@@ -227,17 +234,21 @@ mod tests {
             miners: 4,
             observations: 12,
         };
-        store.import_shared_rates(&[(other.clone(), rate(1.0e9))], 5).unwrap();
-        store.import_shared_rates(&[(other.clone(), rate(2.0e9))], 6).unwrap();
-        assert_eq!(store.shared_rate(&other, 0).unwrap(), Some(rate(2.0e9)));
+        store
+            .import_shared_rates(&[(other.clone(), rate(1.0e9))], 5)
+            .await
+            .unwrap();
+        store
+            .import_shared_rates(&[(other.clone(), rate(2.0e9))], 6)
+            .await
+            .unwrap();
+        assert_eq!(store.shared_rate(&other, 0).await.unwrap(), Some(rate(2.0e9)));
         assert_eq!(
-            store.shared_rate(&other, 7).unwrap(),
+            store.shared_rate(&other, 7).await.unwrap(),
             None,
             "imported before the window"
         );
-        assert_eq!(store.shared_rate(&class(), 0).unwrap(), None);
-        assert_eq!(store.rate_classes().unwrap(), vec![class(), other]);
-        drop(store);
-        std::fs::remove_dir_all(&dir).unwrap();
+        assert_eq!(store.shared_rate(&class(), 0).await.unwrap(), None);
+        assert_eq!(store.rate_classes().await.unwrap(), vec![class(), other]);
     }
 }

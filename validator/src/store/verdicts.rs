@@ -1,13 +1,13 @@
 //! Verdicts: one row each, written in one transaction with the rate a pass proved.
 
-use super::{ClassObservation, Store, StoreError};
+use super::{ClassObservation, Store, StoreError, as_i64, as_u64};
 use crate::rates::RateSource;
 use crate::reason::Reason;
 use crate::throughput::{Expectation, Throughput};
 use gpu_attest_shared::params::ChallengeParams;
 use gpu_attest_shared::statement::DeviceInfo;
-use rusqlite::params;
 use serde::{Deserialize, Serialize};
+use sqlx::Row;
 
 /// Challenge parameters as stored (JSON with hex bytes).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -74,174 +74,135 @@ pub struct VerdictFilter {
 
 impl Store {
     /// Stores a verdict and returns its id.
-    pub fn insert_verdict(&self, v: &Verdict) -> Result<u64, StoreError> {
-        self.record_verdict(v, None)
+    pub async fn insert_verdict(&self, v: &Verdict) -> Result<u64, StoreError> {
+        self.record_verdict(v, None).await
     }
 
     /// Stores a verdict and, for a passing one, the rate it proved for its class, in one
     /// transaction: a crash leaves both or neither.
-    pub fn record_verdict(&self, v: &Verdict, observation: Option<&ClassObservation>) -> Result<u64, StoreError> {
+    pub async fn record_verdict(&self, v: &Verdict, observation: Option<&ClassObservation>) -> Result<u64, StoreError> {
         let json = |value: serde_json::Result<String>| value.map_err(|e| StoreError::Corrupt(e.to_string()));
         let nonce = hex::decode(&v.nonce).map_err(|e| StoreError::Corrupt(format!("nonce: {e}")))?;
         let miner_key = hex::decode(&v.miner_key).map_err(|e| StoreError::Corrupt(format!("miner key: {e}")))?;
         let global = hex::decode(&v.global_checksum).map_err(|e| StoreError::Corrupt(format!("checksum: {e}")))?;
         let t = &v.throughput;
-        let mut conn = self.conn();
-        let tx = conn.transaction()?;
-        tx.execute(
+        let mut tx = self.pool.begin().await?;
+        let (id,): (i64,) = sqlx::query_as(
             "INSERT INTO verdicts (miner_url, miner_key, nonce, passed, reasons, policy, samples, params, measured_ms,
                                    expected_ms, deadline_ms, inventory, backend, kernel, global_checksum, created_at_ms,
                                    expected_ops_per_sec, rate_source, rate_miners, slack)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20)",
-            params![
-                v.miner_url,
-                miner_key,
-                nonce,
-                v.passed,
-                json(serde_json::to_string(&v.reasons))?,
-                v.policy,
-                v.samples,
-                json(serde_json::to_string(&v.params))?,
-                v.measured_ms as i64,
-                v.expected_ms as i64,
-                v.deadline_ms as i64,
-                json(serde_json::to_string(&v.inventory))?,
-                v.backend,
-                v.kernel,
-                global,
-                v.created_at_ms as i64,
-                t.expected_ops_per_sec,
-                t.rate_source.map(|r| r.as_str()).unwrap_or(""),
-                t.rate_miners,
-                t.slack,
-            ],
-        )?;
-        let id = tx.last_insert_rowid();
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20)
+             RETURNING id",
+        )
+        .bind(&v.miner_url)
+        .bind(miner_key)
+        .bind(nonce)
+        .bind(i64::from(v.passed))
+        .bind(json(serde_json::to_string(&v.reasons))?)
+        .bind(&v.policy)
+        .bind(i64::from(v.samples))
+        .bind(json(serde_json::to_string(&v.params))?)
+        .bind(as_i64(v.measured_ms))
+        .bind(as_i64(v.expected_ms))
+        .bind(as_i64(v.deadline_ms))
+        .bind(json(serde_json::to_string(&v.inventory))?)
+        .bind(&v.backend)
+        .bind(&v.kernel)
+        .bind(global)
+        .bind(as_i64(v.created_at_ms))
+        .bind(t.expected_ops_per_sec)
+        .bind(t.rate_source.map(|r| r.as_str()).unwrap_or(""))
+        .bind(i64::from(t.rate_miners))
+        .bind(t.slack)
+        .fetch_one(&mut *tx)
+        .await?;
         if let Some(o) = observation.filter(|o| o.ops_per_unit.is_finite() && o.ops_per_unit > 0.0) {
-            tx.execute(
+            sqlx::query(
                 "INSERT INTO rate_observations (backend, kernel, model, n, miner_key, ops_per_unit, verdict_id, created_at_ms)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
-                params![
-                    o.class.backend,
-                    o.class.kernel,
-                    o.class.model,
-                    o.class.n,
-                    o.miner_key.as_slice(),
-                    o.ops_per_unit,
-                    id,
-                    v.created_at_ms as i64
-                ],
-            )?;
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
+            )
+            .bind(&o.class.backend)
+            .bind(&o.class.kernel)
+            .bind(&o.class.model)
+            .bind(i64::from(o.class.n))
+            .bind(o.miner_key.to_vec())
+            .bind(o.ops_per_unit)
+            .bind(id)
+            .bind(as_i64(v.created_at_ms))
+            .execute(&mut *tx)
+            .await?;
         }
-        tx.commit()?;
-        Ok(id as u64)
+        tx.commit().await?;
+        as_u64(id)
     }
 
     /// Newest first.
-    pub fn verdicts(&self, filter: &VerdictFilter) -> Result<Vec<Verdict>, StoreError> {
-        let conn = self.conn();
-        let mut stmt = conn.prepare(
+    pub async fn verdicts(&self, filter: &VerdictFilter) -> Result<Vec<Verdict>, StoreError> {
+        let rows = sqlx::query(
             "SELECT id, miner_url, miner_key, nonce, passed, reasons, policy, samples, params, measured_ms,
                     expected_ms, deadline_ms, inventory, backend, kernel, global_checksum, created_at_ms,
                     expected_ops_per_sec, rate_source, rate_miners, slack
              FROM verdicts
-             WHERE (?1 IS NULL OR miner_url = ?1) AND (?2 IS NULL OR passed = ?2)
-               AND created_at_ms >= ?3 AND (?4 IS NULL OR id < ?4)
-             ORDER BY id DESC LIMIT ?5",
-        )?;
-        let rows = stmt.query_map(
-            params![
-                filter.miner_url,
-                filter.passed,
-                filter.since_ms as i64,
-                filter.before_id.map(|i| i as i64),
-                filter.limit
-            ],
-            |r| {
-                Ok((
-                    r.get::<_, i64>(0)?,
-                    r.get::<_, String>(1)?,
-                    r.get::<_, Vec<u8>>(2)?,
-                    r.get::<_, Vec<u8>>(3)?,
-                    r.get::<_, bool>(4)?,
-                    r.get::<_, String>(5)?,
-                    r.get::<_, String>(6)?,
-                    r.get::<_, u32>(7)?,
-                    r.get::<_, String>(8)?,
-                    [
-                        r.get::<_, i64>(9)?,
-                        r.get::<_, i64>(10)?,
-                        r.get::<_, i64>(11)?,
-                        r.get::<_, i64>(16)?,
-                    ],
-                    r.get::<_, String>(12)?,
-                    r.get::<_, String>(13)?,
-                    r.get::<_, String>(14)?,
-                    r.get::<_, Vec<u8>>(15)?,
-                    r.get::<_, f64>(17)?,
-                    (r.get::<_, String>(18)?, r.get::<_, u32>(19)?, r.get::<_, f64>(20)?),
-                ))
-            },
-        )?;
-        let corrupt = |what: &str, e: serde_json::Error| StoreError::Corrupt(format!("{what}: {e}"));
-        rows.map(|row| {
-            let (
-                id,
-                miner_url,
-                key,
-                nonce,
-                passed,
-                reasons,
-                policy,
-                samples,
-                params,
-                times,
-                inventory,
-                backend,
-                kernel,
-                global,
-                expected_ops_per_sec,
-                (rate_source, rate_miners, slack),
-            ) = row?;
-            let params: StoredParams = serde_json::from_str(&params).map_err(|e| corrupt("params", e))?;
-            let inventory: Vec<DeviceInfo> = serde_json::from_str(&inventory).map_err(|e| corrupt("inventory", e))?;
-            let (measured_ms, expected_ms) = (times[0] as u64, times[1] as u64);
-            let expected_ops_per_sec = if expected_ops_per_sec > 0.0 {
-                expected_ops_per_sec
-            } else {
-                // Stored before the rate was: what the expected time implies (to within its
-                // rounding up to a whole millisecond).
-                crate::throughput::operations(&params) / (expected_ms.max(1) as f64 / 1000.0)
-            };
-            let expectation = Expectation {
-                ops_per_sec: expected_ops_per_sec,
-                // Empty for verdicts stored before the source was recorded.
-                source: RateSource::parse(&rate_source),
-                miners: rate_miners,
-                slack,
-            };
-            let throughput = Throughput::of(&params, inventory.len(), measured_ms, &expectation, passed);
-            Ok(Verdict {
-                id: id as u64,
-                miner_url,
-                miner_key: hex::encode(key),
-                nonce: hex::encode(nonce),
-                passed,
-                reasons: serde_json::from_str(&reasons).map_err(|e| corrupt("reasons", e))?,
-                policy,
-                samples,
-                params,
-                measured_ms,
-                expected_ms,
-                deadline_ms: times[2] as u64,
-                inventory,
-                backend,
-                kernel,
-                global_checksum: hex::encode(global),
-                created_at_ms: times[3] as u64,
-                throughput,
-            })
-        })
-        .collect()
+             WHERE ($1 IS NULL OR miner_url = $1) AND ($2 IS NULL OR passed = $2)
+               AND created_at_ms >= $3 AND ($4 IS NULL OR id < $4)
+             ORDER BY id DESC LIMIT $5",
+        )
+        .bind(filter.miner_url.clone())
+        .bind(filter.passed.map(i64::from))
+        .bind(as_i64(filter.since_ms))
+        .bind(filter.before_id.map(as_i64))
+        .bind(i64::from(filter.limit))
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter().map(verdict_from_row).collect()
     }
+}
+
+fn verdict_from_row(r: &sqlx::any::AnyRow) -> Result<Verdict, StoreError> {
+    let corrupt = |what: &str, e: serde_json::Error| StoreError::Corrupt(format!("{what}: {e}"));
+    let small = |value: i64, what: &str| {
+        u32::try_from(value).map_err(|_| StoreError::Corrupt(format!("{what} {value} out of range")))
+    };
+    let params: StoredParams = serde_json::from_str(&r.try_get::<String, _>(8)?).map_err(|e| corrupt("params", e))?;
+    let inventory: Vec<DeviceInfo> =
+        serde_json::from_str(&r.try_get::<String, _>(12)?).map_err(|e| corrupt("inventory", e))?;
+    let passed = r.try_get::<i64, _>(4)? != 0;
+    let measured_ms = as_u64(r.try_get(9)?)?;
+    let expected_ms = as_u64(r.try_get(10)?)?;
+    let stored_rate: f64 = r.try_get(17)?;
+    let expected_ops_per_sec = if stored_rate > 0.0 {
+        stored_rate
+    } else {
+        // Stored before the rate was: what the expected time implies (to within its rounding
+        // up to a whole millisecond).
+        crate::throughput::operations(&params) / (expected_ms.max(1) as f64 / 1000.0)
+    };
+    let expectation = Expectation {
+        ops_per_sec: expected_ops_per_sec,
+        // Empty for verdicts stored before the source was recorded.
+        source: RateSource::parse(&r.try_get::<String, _>(18)?),
+        miners: small(r.try_get(19)?, "rate_miners")?,
+        slack: r.try_get(20)?,
+    };
+    let throughput = Throughput::of(&params, inventory.len(), measured_ms, &expectation, passed);
+    Ok(Verdict {
+        id: as_u64(r.try_get(0)?)?,
+        miner_url: r.try_get(1)?,
+        miner_key: hex::encode(r.try_get::<Vec<u8>, _>(2)?),
+        nonce: hex::encode(r.try_get::<Vec<u8>, _>(3)?),
+        passed,
+        reasons: serde_json::from_str(&r.try_get::<String, _>(5)?).map_err(|e| corrupt("reasons", e))?,
+        policy: r.try_get(6)?,
+        samples: small(r.try_get(7)?, "samples")?,
+        params,
+        measured_ms,
+        expected_ms,
+        deadline_ms: as_u64(r.try_get(11)?)?,
+        inventory,
+        backend: r.try_get(13)?,
+        kernel: r.try_get(14)?,
+        global_checksum: hex::encode(r.try_get::<Vec<u8>, _>(15)?),
+        created_at_ms: as_u64(r.try_get(16)?)?,
+        throughput,
+    })
 }
