@@ -458,7 +458,8 @@ async fn a_full_database_disk_refuses_attestations_plainly_and_recovers_when_fre
     let disk = match Tmpfs::mount(&d.join("disk"), "4m") {
         Ok(disk) => disk,
         Err(why) => {
-            println!(
+            let _ = writeln!(
+                std::io::stderr(),
                 "SKIPPED: a full disk needs a small file system of the test's own, and mounting one failed: {why}"
             );
             return;

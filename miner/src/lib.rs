@@ -14,6 +14,7 @@ pub mod nonces;
 pub mod selftest;
 pub mod server;
 pub mod service;
+pub mod show;
 
 pub use crate::core::MinerCore;
 pub use config::MinerConfig;

@@ -4,8 +4,8 @@ use anyhow::{Result, bail};
 use clap::Parser;
 use gpu_attest_miner::backends;
 use gpu_attest_miner::cli::{Cli, Command, ServeArgs};
-use gpu_attest_miner::{bench, daemon, selftest};
-use gpu_attest_shared::cuda::detect::{Detection, GpuDetectError, detect};
+use gpu_attest_miner::{bench, daemon, selftest, show};
+use gpu_attest_shared::cuda::detect::detect;
 use gpu_attest_shared::gemm::{KernelKind, amx_register_peak};
 use gpu_attest_shared::identity::Identity;
 use std::process::ExitCode;
@@ -39,9 +39,12 @@ fn run(cli: Cli) -> Result<()> {
             let detection = detect();
             let selected = backends::select_detected(&config, &detection)?;
             if json {
-                println!("{}", serde_json::to_string_pretty(&info_json(&selected, &detection))?);
+                println!(
+                    "{}",
+                    serde_json::to_string_pretty(&show::info_json(&selected, &detection))?
+                );
             } else {
-                print_info(&selected, &detection);
+                show::print_info(&selected, &detection);
             }
             Ok(())
         }
@@ -64,7 +67,7 @@ fn run(cli: Cli) -> Result<()> {
             }
             let budget = Duration::from_secs_f64(seconds);
             if selected.cuda.is_some() {
-                return bench_gpus(&config, &sizes, budget, json);
+                return show::bench_gpus(&config, &sizes, budget, json).map_err(anyhow::Error::msg);
             }
             let device = selected.devices.first().map(|d| d.name.clone()).unwrap_or_default();
             // Every kernel this CPU runs, unless one was chosen.
@@ -84,7 +87,7 @@ fn run(cli: Cli) -> Result<()> {
             if json {
                 println!("{}", serde_json::to_string_pretty(&report)?);
             } else {
-                print_cpu_report(&report);
+                show::print_cpu_report(&report);
             }
             Ok(())
         }
@@ -132,171 +135,5 @@ fn serve(args: ServeArgs) -> Result<()> {
         move || args.resolve(),
         gpu_attest_daemon::signals::shutdown_signal(),
     ))?;
-    Ok(())
-}
-
-fn print_info(selected: &backends::SelectedBackend, detection: &Result<Detection, GpuDetectError>) {
-    match detection {
-        Ok(d) => {
-            println!("CUDA driver: supports CUDA {}", d.driver);
-            println!("GPUs: {}", d.gpus.len());
-            if let Some(visible) = &d.visible_devices {
-                println!("CUDA_VISIBLE_DEVICES: {visible}");
-            }
-            for g in &d.gpus {
-                println!(
-                    "gpu {}: {}, compute capability {}.{}, {} SMs, {:.1} GiB, PCI {}, {}, driver {}",
-                    g.ordinal,
-                    g.name,
-                    g.compute_capability.0,
-                    g.compute_capability.1,
-                    g.sm_count,
-                    g.memory_bytes as f64 / (1u64 << 30) as f64,
-                    g.pci_bus_id,
-                    g.uuid,
-                    g.driver_version
-                );
-                if let Some(nvml) = &g.nvml {
-                    println!(
-                        "  free {:.1} GiB, power limit {} W, max clocks {} MHz SM / {} MHz memory",
-                        nvml.memory_free as f64 / (1u64 << 30) as f64,
-                        nvml.power_limit_mw.map_or("?".into(), |mw| (mw / 1000).to_string()),
-                        nvml.max_sm_clock_mhz.map_or("?".into(), |v| v.to_string()),
-                        nvml.max_memory_clock_mhz.map_or("?".into(), |v| v.to_string()),
-                    );
-                }
-            }
-            if let Some(note) = &d.nvml_note {
-                println!("note: {note}");
-            }
-        }
-        Err(e) => println!("GPUs: none usable ({e})"),
-    }
-    println!("backend: {} ({} kernel)", selected.name, selected.kernel);
-    for note in &selected.notes {
-        println!("note: {note}");
-    }
-    for d in &selected.devices {
-        println!(
-            "device {}: {}, {:.1} GiB memory",
-            d.index,
-            d.name,
-            d.memory_bytes as f64 / (1u64 << 30) as f64
-        );
-    }
-    for kernel in KernelKind::ALL {
-        match kernel.unavailable_reason() {
-            None => println!("cpu kernel {kernel}: runs here"),
-            Some(why) => println!("cpu kernel {kernel}: not here (it {why})"),
-        }
-    }
-}
-
-fn print_cpu_report(report: &bench::CpuReport) {
-    println!(
-        "{:<6} {:<12} {:>6} {:>12} {:>10}  device",
-        "backend", "kernel", "n", "ms/step", "TOPS"
-    );
-    for r in &report.rows {
-        println!(
-            "{:<6} {:<12} {:>6} {:>12.3} {:>10.3}  {}",
-            r.backend,
-            r.kernel,
-            r.n,
-            r.seconds * 1e3,
-            r.tops,
-            r.device
-        );
-    }
-    if let Some(peak) = report.amx_peak_tops {
-        println!(
-            "AMX register-only ceiling on these threads: {peak:.2} TOPS (tdpbssd on tiles that never touch memory)"
-        );
-    }
-    if let Some(s) = &report.sampled_verify {
-        println!(
-            "sampled verification, n={}, {} samples of {} steps: {:.2} s on the {} kernel",
-            s.n, s.samples, s.steps, s.seconds, s.kernel
-        );
-    }
-}
-
-fn info_json(selected: &backends::SelectedBackend, detection: &Result<Detection, GpuDetectError>) -> serde_json::Value {
-    let gpus: Vec<_> = detection
-        .as_ref()
-        .map(|d| {
-            d.gpus
-                .iter()
-                .map(|g| {
-                    serde_json::json!({
-                        "ordinal": g.ordinal, "name": g.name, "uuid": g.uuid, "memory_bytes": g.memory_bytes,
-                        "sm_count": g.sm_count, "compute_capability": [g.compute_capability.0, g.compute_capability.1],
-                        "pci_bus_id": g.pci_bus_id, "driver_version": g.driver_version,
-                        "power_limit_mw": g.nvml.as_ref().and_then(|n| n.power_limit_mw),
-                        "max_sm_clock_mhz": g.nvml.as_ref().and_then(|n| n.max_sm_clock_mhz),
-                    })
-                })
-                .collect()
-        })
-        .unwrap_or_default();
-    serde_json::json!({
-        "backend": selected.name,
-        "kernel": selected.kernel,
-        "notes": selected.notes,
-        "gpus": gpus.len(),
-        "gpu_devices": gpus,
-        "gpu_error": detection.as_ref().err().map(|e| e.to_string()),
-        "cuda_driver": detection.as_ref().ok().map(|d| d.driver.to_string()),
-        "self_checks": selected.self_checks,
-        "devices": selected.devices,
-        "cpu_kernels": KernelKind::ALL.map(|k| serde_json::json!({
-            "name": k.name(), "available": k.is_available(), "unavailable_reason": k.unavailable_reason(),
-        })),
-    })
-}
-
-/// `miner bench` on GPUs: one row per kernel, device and size, printed as each is measured.
-fn bench_gpus(
-    config: &gpu_attest_miner::config::MinerConfig,
-    sizes: &[usize],
-    budget: Duration,
-    json: bool,
-) -> Result<()> {
-    let options = backends::cuda_options(config);
-    if !json {
-        println!(
-            "{:<7} {:>3} {:>5} {:>5} {:>10} {:>8} {:>7} {:>9} {:>10} {:>9} {:>9}  device",
-            "kernel", "dev", "n", "batch", "us/step", "TOPS", "%peak", "%floor", "cuBLASLt", "vs lt+mix", "chal/gemm"
-        );
-    }
-    let pct = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{:.1}", v * 100.0));
-    let rows = bench::gpu(&options, sizes, budget, |r| {
-        if json {
-            return;
-        }
-        println!(
-            "{:<7} {:>3} {:>5} {:>5} {:>10.2} {:>8.1} {:>7} {:>9} {:>10} {:>9} {:>9.3}  {}",
-            r.kernel,
-            r.device,
-            r.n,
-            r.batch,
-            r.seconds * 1e6,
-            r.tops,
-            pct(r.peak_tops.map(|p| r.tops / p)),
-            pct(r.share_of_floor),
-            r.cublaslt_tops.map_or("-".to_string(), |t| format!("{t:.1}")),
-            r.cublaslt_seconds
-                .map_or("-".to_string(), |s| format!("{:.2}x", s / r.seconds)),
-            r.challenge_over_gemm,
-            r.name
-        );
-        if let Some(e) = &r.cublaslt_error {
-            println!("        cuBLASLt baseline did not run: {e}");
-        }
-    })
-    .map_err(anyhow::Error::msg)?;
-    if json {
-        println!("{}", serde_json::to_string_pretty(&rows)?);
-    }
     Ok(())
 }

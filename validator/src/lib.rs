@@ -13,6 +13,7 @@ pub mod reason;
 pub mod scheduler;
 pub mod server;
 pub mod service;
+pub mod show;
 pub mod store;
 pub mod throughput;
 

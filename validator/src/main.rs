@@ -7,9 +7,8 @@ use gpu_attest_validator::attest::AttestEvent;
 use gpu_attest_validator::cli::{ApiArgs, Cli, Command, MinersAction, RatesAction, Settings};
 use gpu_attest_validator::operator::Operator;
 use gpu_attest_validator::rates::report;
-use gpu_attest_validator::store::{self, Store, Verdict};
-use gpu_attest_validator::throughput::show_rate;
-use gpu_attest_validator::{ValidatorConfig, daemon};
+use gpu_attest_validator::store::{self, Store};
+use gpu_attest_validator::{ValidatorConfig, daemon, show};
 use indicatif::{ProgressBar, ProgressStyle};
 use std::io::IsTerminal;
 use std::process::ExitCode;
@@ -57,24 +56,8 @@ fn run(cli: Cli) -> Result<ExitCode> {
             })?;
             if json {
                 println!("{}", serde_json::to_string_pretty(&verdicts)?);
-            } else if verdicts.is_empty() {
-                println!("no verdicts");
             } else {
-                for v in &verdicts {
-                    println!(
-                        "#{:<5} {}  {}  {} ms (deadline {} ms)  {}",
-                        v.id,
-                        if v.passed { "PASS" } else { "FAIL" },
-                        v.miner_url,
-                        v.measured_ms,
-                        v.deadline_ms,
-                        if v.passed {
-                            v.throughput.to_string()
-                        } else {
-                            v.reasons.iter().map(|r| r.to_string()).collect::<Vec<_>>().join("; ")
-                        }
-                    );
-                }
+                show::print_stored_verdicts(&verdicts);
             }
             Ok(ExitCode::SUCCESS)
         }
@@ -147,7 +130,7 @@ fn attest(settings: &Settings, miner: &str, json: bool) -> Result<ExitCode> {
     if json {
         println!("{}", serde_json::to_string_pretty(&verdict)?);
     } else {
-        print_verdict(&verdict, attestor.store().location());
+        show::print_verdict(&verdict, attestor.store().location());
     }
     Ok(if verdict.passed {
         ExitCode::SUCCESS
@@ -197,32 +180,7 @@ fn miners(api: &ApiArgs, action: MinersAction) -> Result<ExitCode> {
                 if api.json {
                     return json(serde_json::to_value(&verdicts)?);
                 }
-                if verdicts.is_empty() {
-                    println!("no verdicts");
-                }
-                for v in &verdicts {
-                    let detail = if v.passed {
-                        format!(
-                            "proved {:.2e} op/s, expected {:.2e} ({}, slack {:.2})",
-                            v.proven_ops_per_sec, v.expected_ops_per_sec, v.rate_source, v.slack
-                        )
-                    } else {
-                        let reasons: Vec<String> = v
-                            .reasons
-                            .iter()
-                            .map(|r| format!("{} ({})", r.message, r.code))
-                            .collect();
-                        reasons.join("; ")
-                    };
-                    println!(
-                        "#{:<5} {}  {}  {} ms (deadline {} ms)  {detail}",
-                        v.id,
-                        if v.passed { "PASS" } else { "FAIL" },
-                        v.miner_url,
-                        v.measured_ms,
-                        v.deadline_ms
-                    );
-                }
+                show::print_verdict_summaries(&verdicts);
             }
             MinersAction::Revoke { key, reason } => {
                 let newly_revoked = operator.revoke(&key, &reason).await?;
@@ -241,37 +199,6 @@ fn miners(api: &ApiArgs, action: MinersAction) -> Result<ExitCode> {
         }
         Ok(ExitCode::SUCCESS)
     })
-}
-
-fn print_verdict(v: &Verdict, database: &str) {
-    println!(
-        "{}  miner {} (key {})",
-        if v.passed { "PASS" } else { "FAIL" },
-        v.miner_url,
-        v.miner_key
-    );
-    let samples = if v.policy == "full" {
-        String::new()
-    } else {
-        format!(", {} samples", v.samples)
-    };
-    println!(
-        "  challenge n={} chains={} iterations={} checkpoint every {}; policy {}{}",
-        v.params.n, v.params.num_chains, v.params.iterations, v.params.checkpoint_every, v.policy, samples
-    );
-    println!(
-        "  answered in {} ms (expected {} ms, deadline {} ms)",
-        v.measured_ms, v.expected_ms, v.deadline_ms
-    );
-    println!("  {}", v.throughput);
-    println!("  backend {} ({} kernel)", v.backend, v.kernel);
-    for d in &v.inventory {
-        println!("  device {}: {}", d.index, d.name);
-    }
-    for r in &v.reasons {
-        println!("  reason: {r}");
-    }
-    println!("  verdict #{} stored in {database}", v.id);
 }
 
 fn serve(config: ValidatorConfig) -> Result<()> {
@@ -311,45 +238,7 @@ fn rates(
                 println!("{}", serde_json::to_string_pretty(&table)?);
                 return Ok(ExitCode::SUCCESS);
             }
-            println!(
-                "observed classes (a class is calibrated once {} distinct miners have passed):",
-                config.calibration.min_miners
-            );
-            if table.classes.is_empty() {
-                println!("  none yet");
-            }
-            for c in &table.classes {
-                println!(
-                    "  {:<10} {}/{}  {} per {}  {} miners, {} observations{}  (ceiling {})",
-                    c.source,
-                    c.class,
-                    c.unit,
-                    show_rate(c.ops_per_sec),
-                    c.unit,
-                    c.miners,
-                    c.observations,
-                    if c.capped { ", capped at the ceiling" } else { "" },
-                    show_rate(c.ceiling)
-                );
-            }
-            println!("shipped table (first contact; first matching row wins):");
-            for r in &table.shipped {
-                let kernel = if r.kernel.is_empty() { "*" } else { &r.kernel };
-                let model = if r.model.is_empty() { "*" } else { &r.model };
-                println!(
-                    "  {:<5} {:<12} {:<10} {:>14}  ceiling {:>14}  {}",
-                    r.backend,
-                    kernel,
-                    model,
-                    show_rate(r.ops_per_sec),
-                    if r.peak_ops_per_sec > 0.0 {
-                        show_rate(r.peak_ops_per_sec)
-                    } else {
-                        "backend's".into()
-                    },
-                    r.source
-                );
-            }
+            show::print_rate_table(&table, &config);
         }
         RatesAction::Export { output } => {
             let file = runtime.block_on(report::export(&store, &config, now))?;

@@ -270,7 +270,13 @@ pub mod scratch {
         match std::env::var(POSTGRES_ENV) {
             Ok(url) if !url.is_empty() => Some(url),
             _ => {
-                println!("SKIPPED on PostgreSQL ({test}): {POSTGRES_ENV} is not set; ran on SQLite only");
+                // Straight to stderr: the test harness captures print!, and this line is for
+                // whoever runs the tests.
+                use std::io::Write;
+                let _ = writeln!(
+                    std::io::stderr(),
+                    "SKIPPED on PostgreSQL ({test}): {POSTGRES_ENV} is not set; ran on SQLite only"
+                );
                 None
             }
         }
