@@ -198,3 +198,65 @@ fn selftest_reports_each_failing_gpu_kernel_and_auto_falls_back() {
         "{note}"
     );
 }
+
+/// The miner's metrics read every GPU from NVML at each scrape. The fake NVML answers fixed
+/// readings for two GPUs here (the miner itself computes on the CPU), and the endpoint shows
+/// each one under its NVML index and UUID, in the units the metric names say.
+#[test]
+fn the_metrics_read_every_gpu_from_nvml_at_each_scrape() {
+    use common::process::{Daemon, keygen, sample, scrape};
+    use std::io::{BufRead, BufReader};
+    let dir = Dir::fresh("fake-nvml-metrics");
+    let libs = build(&dir.0, &[FakeLib::Nvml]);
+    keygen("miner", &dir.0.join("m.key"));
+    let mut child = cmd("miner")
+        .current_dir(&dir.0)
+        .args([
+            "serve",
+            "--backend",
+            "cpu",
+            "--cpu-threads",
+            "1",
+            "--listen",
+            "127.0.0.1:0",
+        ])
+        .args(["--metrics-listen", "127.0.0.1:0", "--key-file"])
+        .arg(dir.0.join("m.key"))
+        .env("LD_LIBRARY_PATH", library_path(&libs))
+        .env("FAKE_NVML_DEVICES", "2")
+        .env("FAKE_NVML_TELEMETRY", "1")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let _daemon = Daemon(child);
+    let _listening = lines.next().unwrap().unwrap();
+    let metrics_line = lines.next().unwrap().unwrap();
+    let address = metrics_line
+        .strip_prefix("metrics on http://")
+        .and_then(|r| r.strip_suffix("/metrics"))
+        .unwrap_or_else(|| panic!("{metrics_line:?}"));
+    let text = scrape(address);
+    for (gpu, celsius) in [(0, 61.0), (1, 62.0)] {
+        let series = |name: &str| format!("gpu_attest_miner_{name}{{gpu=\"{gpu}\",uuid=\"GPU-fake-{gpu}\"}}");
+        assert_eq!(
+            sample(&text, &series("gpu_temperature_celsius")),
+            Some(celsius),
+            "{text}"
+        );
+        assert_eq!(sample(&text, &series("gpu_power_watts")), Some(312.5), "{text}");
+        assert_eq!(sample(&text, &series("gpu_utilization_ratio")), Some(0.87), "{text}");
+        assert_eq!(
+            sample(&text, &series("gpu_memory_used_bytes")),
+            Some((3u64 << 30) as f64),
+            "{text}"
+        );
+        assert_eq!(sample(&text, &series("gpu_sm_clock_hertz")), Some(1.98e9), "{text}");
+        assert_eq!(
+            sample(&text, &series("gpu_memory_clock_hertz")),
+            Some(2.619e9),
+            "{text}"
+        );
+    }
+}

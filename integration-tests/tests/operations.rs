@@ -5,11 +5,10 @@
 
 mod common;
 
-use common::process::{Daemon, Dir, cmd, keygen, serve_miner, write_small_validator_config};
+use common::process::{Daemon, Dir, cmd, keygen, sample, scrape, serve_miner, write_small_validator_config};
 use gpu_attest_proto::v1::{self, attest_event::Event, validator_client::ValidatorClient};
 use std::fs::File;
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::TcpStream;
+use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
@@ -77,27 +76,6 @@ fn validator_serve(dir: &Path, database: &Path) -> Command {
         .arg("--database")
         .arg(database);
     serve
-}
-
-/// `GET /metrics` over a bare HTTP/1.1 connection (what `curl` does), the body returned.
-fn scrape(address: &str) -> String {
-    let mut stream = TcpStream::connect(address).unwrap();
-    write!(
-        stream,
-        "GET /metrics HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\n\r\n"
-    )
-    .unwrap();
-    let mut response = String::new();
-    stream.read_to_string(&mut response).unwrap();
-    assert!(response.starts_with("HTTP/1.1 200"), "{response}");
-    response
-}
-
-/// The value of the sample `series` (name and labels, as exposed), if present.
-fn sample(text: &str, series: &str) -> Option<f64> {
-    text.lines()
-        .find_map(|line| line.strip_prefix(series)?.strip_prefix(' '))
-        .and_then(|value| value.split_whitespace().next()?.parse().ok())
 }
 
 /// Attests `miner` through the running validator's API: the verdict, or the status it gave.

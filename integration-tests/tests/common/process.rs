@@ -1,7 +1,8 @@
 //! The real binaries as a user runs them: where they are, scratch directories, daemons that
 //! are killed when a test ends, and the one-line failures every command promises.
 
-use std::io::{BufRead, BufReader};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::sync::OnceLock;
@@ -159,4 +160,25 @@ pub fn verdict_count(dir: &Path) -> usize {
     serde_json::from_slice::<Vec<serde_json::Value>>(&out.stdout)
         .unwrap()
         .len()
+}
+
+/// `GET /metrics` over a bare HTTP/1.1 connection (what `curl` does), the body returned.
+pub fn scrape(address: &str) -> String {
+    let mut stream = TcpStream::connect(address).unwrap();
+    write!(
+        stream,
+        "GET /metrics HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).unwrap();
+    assert!(response.starts_with("HTTP/1.1 200"), "{response}");
+    response
+}
+
+/// The value of the sample `series` (name and labels, as exposed), if present.
+pub fn sample(text: &str, series: &str) -> Option<f64> {
+    text.lines()
+        .find_map(|line| line.strip_prefix(series)?.strip_prefix(' '))
+        .and_then(|value| value.split_whitespace().next()?.parse().ok())
 }
