@@ -179,6 +179,12 @@ async fn the_metrics_move_during_an_attestation() {
         None
     );
 
+    // Registered, so that its proven rate gets a series of its own.
+    let added = cmd("validator")
+        .args(["miners", "--api", &validator.url, "add", &miner.url])
+        .output()
+        .unwrap();
+    assert!(added.status.success(), "{}", String::from_utf8_lossy(&added.stderr));
     let verdict = attest_via_api(&validator.url, &miner.url, || {}).await.unwrap();
     assert!(verdict.passed, "{:?}", verdict.reasons);
     let unreachable = attest_via_api(&validator.url, "http://127.0.0.1:1", || {}).await;

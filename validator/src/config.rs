@@ -246,6 +246,25 @@ impl ValidatorConfig {
                 self.schedule.backoff_initial_secs, self.schedule.backoff_max_secs
             ));
         }
+        // Bounded so that every time computed from them fits (and a lease always runs out).
+        const A_MONTH_SECS: u64 = 31 * 86_400;
+        for (name, secs) in [
+            ("interval_secs", self.schedule.interval_secs),
+            ("backoff_max_secs", self.schedule.backoff_max_secs),
+            ("lease_secs", self.schedule.lease_secs),
+        ] {
+            if secs > A_MONTH_SECS {
+                return invalid(format!(
+                    "schedule.{name} = {secs} is more than a month ({A_MONTH_SECS} s)"
+                ));
+            }
+        }
+        if self.schedule.lease_secs < 3 {
+            return invalid(format!(
+                "schedule.lease_secs = {} must be at least 3 (a lease is renewed every third of it)",
+                self.schedule.lease_secs
+            ));
+        }
         if self.calibration.min_miners == 0 {
             return invalid(
                 "calibration.min_miners = 0 would learn a rate from no miner at all; 1 trusts a single miner".into(),

@@ -127,8 +127,9 @@ impl ValidatorMetrics {
         }
     }
 
-    /// Counts what one attestation came to.
-    pub fn attested(&self, result: &Result<Verdict, AttestError>) {
+    /// Counts what one attestation came to; `registered`: whether its miner is registered (only
+    /// those have a proven-rate series).
+    pub fn attested(&self, result: &Result<Verdict, AttestError>, registered: bool) {
         match result {
             Ok(verdict) => {
                 let outcome = if verdict.passed { "pass" } else { "fail" };
@@ -140,9 +141,11 @@ impl ValidatorMetrics {
                         .get_or_create(&vec![("reason", reason.code.as_str().to_string())])
                         .inc();
                 }
-                self.proven_rate
-                    .get_or_create(&vec![("miner", verdict.miner_url.clone())])
-                    .set(verdict.throughput.proven_ops_per_sec.unwrap_or(0.0));
+                if registered {
+                    self.proven_rate
+                        .get_or_create(&vec![("miner", verdict.miner_url.clone())])
+                        .set(verdict.throughput.proven_ops_per_sec.unwrap_or(0.0));
+                }
             }
             Err(e) => {
                 self.attestations
@@ -151,6 +154,11 @@ impl ValidatorMetrics {
                 self.errors.get_or_create(&vec![("kind", e.kind().to_string())]).inc();
             }
         }
+    }
+
+    /// Drops a removed miner's series.
+    pub fn forget_miner(&self, url: &str) {
+        self.proven_rate.remove(&vec![("miner", url.to_string())]);
     }
 
     /// The scheduler's state after each change.

@@ -247,6 +247,15 @@ pub async fn run(attestor: Arc<Attestor>, schedule: Schedule, shutdown: watch::R
     run_with(schedule, miners, attest, report, ChaCha8Rng::from_seed(seed), shutdown).await;
 }
 
+/// A task aborted when this is dropped.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
 /// One scheduled attestation: take the miner's lease (or learn when to look again), attest it
 /// while renewing the lease, then give the lease back with the earliest time any validator may
 /// attest the miner again (this one's next wait without its jitter).
@@ -257,7 +266,10 @@ async fn attest_leased(attestor: &Attestor, url: &str, holder: &str, schedule: &
     let lease = match store.take_lease(url, holder, now, ttl_ms).await {
         Ok(Ok(lease)) => lease,
         Ok(Err(held)) => {
-            let wait = held.retry_at_ms.saturating_sub(now).max(100);
+            // Never longer than a full wait of our own: a time far ahead (another validator's
+            // clock running fast) must not make this one forget the miner.
+            let longest = (schedule.interval + schedule.backoff_max).as_millis() as u64;
+            let wait = held.retry_at_ms.saturating_sub(now).clamp(100, longest);
             return Attempt::Held(Duration::from_millis(wait));
         }
         Err(e) => {
@@ -265,7 +277,10 @@ async fn attest_leased(attestor: &Attestor, url: &str, holder: &str, schedule: &
             return Attempt::Error;
         }
     };
-    let renewing = {
+    // Aborted when dropped: also if this attestation is dropped (the scheduler stopping) or
+    // panics, so that a lease is never renewed for work nobody is doing.
+    let (lost_tx, lost) = tokio::sync::oneshot::channel::<()>();
+    let renewing = AbortOnDrop({
         let (store, lease) = (store.clone(), lease.clone());
         tokio::spawn(async move {
             let mut ticks = tokio::time::interval(Duration::from_millis((ttl_ms / 3).max(1)));
@@ -275,15 +290,24 @@ async fn attest_leased(attestor: &Attestor, url: &str, holder: &str, schedule: &
                 match store.renew_lease(&lease, crate::attest::now_ms(), ttl_ms).await {
                     Ok(true) => {}
                     Ok(false) => {
-                        warn!(url = %lease.miner_url, "lease lost while attesting (it ran out): another validator may attest this miner too");
+                        let _ = lost_tx.send(());
                         return;
                     }
                     Err(e) => warn!(url = %lease.miner_url, error = %e, "cannot renew the miner's lease"),
                 }
             }
         })
+    });
+    // A lease that ran out (the database out of reach for longer than the lease) may already be
+    // another validator's: this attestation stops rather than run beside that one.
+    let attested = tokio::select! {
+        attested = attestor.attest(url, &quiet) => attested,
+        Ok(()) = lost => {
+            warn!(%url, "lease lost while attesting (it ran out); attestation abandoned to the validator that holds it now");
+            return Attempt::Held(schedule.interval);
+        }
     };
-    let attempt = match attestor.attest(url, &quiet).await {
+    let attempt = match attested {
         Ok(v) if v.passed => {
             info!(%url, verdict = v.id, "scheduled attestation passed");
             Attempt::Verdict
@@ -297,7 +321,7 @@ async fn attest_leased(attestor: &Attestor, url: &str, holder: &str, schedule: &
             Attempt::Error
         }
     };
-    renewing.abort();
+    drop(renewing); // before the release, so that no renewal follows it
     let errors_after = match attempt {
         Attempt::Error => errors.saturating_add(1),
         _ => 0,

@@ -155,6 +155,7 @@ impl Validator for ValidatorService {
     ) -> Result<Response<v1::RemoveMinerResponse>, Status> {
         let url = normalise_url(&request.into_inner().url);
         let removed = self.attestor.store().remove_miner(&url).await?;
+        self.attestor.metrics().forget_miner(&url);
         Ok(Response::new(v1::RemoveMinerResponse { removed }))
     }
 

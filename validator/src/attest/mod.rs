@@ -166,7 +166,13 @@ impl Attestor {
         on_event: &(dyn Fn(AttestEvent) + Send + Sync),
     ) -> Result<Verdict, AttestError> {
         let result = self.attest_timed(url, on_event).await;
-        self.metrics.attested(&result);
+        // Only registered miners get a rate series of their own: a URL attested once through
+        // the API must not add one for good.
+        let registered = match &result {
+            Ok(v) => matches!(self.store.miner(&v.miner_url).await, Ok(Some(_))),
+            Err(_) => false,
+        };
+        self.metrics.attested(&result, registered);
         result
     }
 

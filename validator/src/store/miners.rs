@@ -123,11 +123,18 @@ impl Store {
         }
     }
 
+    /// Removes the miner and its lease (so that registering it again starts afresh).
     pub async fn remove_miner(&self, url: &str) -> Result<bool, StoreError> {
+        let mut tx = self.pool.begin().await?;
         let removed = sqlx::query("DELETE FROM miners WHERE url = $1")
             .bind(url)
-            .execute(&self.pool)
+            .execute(&mut *tx)
             .await?;
+        sqlx::query("DELETE FROM leases WHERE miner_url = $1")
+            .bind(url)
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
         Ok(removed.rows_affected() == 1)
     }
 }

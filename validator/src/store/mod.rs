@@ -39,7 +39,7 @@ use std::time::Duration;
 
 /// Whether `location` names a PostgreSQL database rather than a SQLite file.
 pub fn is_postgres(location: &Path) -> bool {
-    let text = location.to_string_lossy();
+    let text = location.to_string_lossy().to_ascii_lowercase();
     text.starts_with("postgres://") || text.starts_with("postgresql://")
 }
 
@@ -89,15 +89,18 @@ impl From<sqlx::Error> for StoreError {
 /// Disk full or read-only, in either store: SQLite's SQLITE_FULL (13), SQLITE_READONLY (8) and
 /// SQLITE_IOERR (10, what a write that cannot extend the file reports on some systems), with
 /// their extended codes; PostgreSQL's class 53 (insufficient resources: disk full, out of
-/// memory) and 25006 (read-only transaction: a standby).
+/// memory) and 25006 (read-only transaction: a standby). Told apart by the driver's error type:
+/// both kinds of code can be all digits.
 fn is_unwritable(e: &sqlx::Error) -> bool {
     let Some(db) = e.as_database_error() else {
         return false;
     };
     let Some(code) = db.code() else { return false };
-    match code.parse::<i64>() {
-        Ok(sqlite) => matches!(sqlite & 0xff, 8 | 10 | 13),
-        Err(_) => code.starts_with("53") || code == "25006",
+    if db.try_downcast_ref::<sqlx::postgres::PgDatabaseError>().is_some() {
+        code.starts_with("53") || code == "25006"
+    } else {
+        code.parse::<i64>()
+            .is_ok_and(|sqlite| matches!(sqlite & 0xff, 8 | 10 | 13))
     }
 }
 
@@ -132,7 +135,9 @@ impl Store {
         let (dialect, url, shown) = if is_postgres(location) {
             (Dialect::Postgres, text.to_string(), redact(&text))
         } else {
-            (Dialect::Sqlite, sqlite_url(&text), text.to_string())
+            // Absolute first: the URL parser would resolve `..` against nothing.
+            let file = std::path::absolute(location).unwrap_or_else(|_| location.to_path_buf());
+            (Dialect::Sqlite, sqlite_url(&file.to_string_lossy()), text.to_string())
         };
         let open_err = |source| StoreError::Open {
             location: shown.clone(),
@@ -238,21 +243,22 @@ fn sqlite_url(path: &str) -> String {
     url
 }
 
-/// A `postgres://user:password@host/db` URL with the password replaced, for logs and errors.
+/// A `postgres://user:password@host/db` URL with the password replaced and the query (which
+/// may carry one too) dropped, for logs and errors. The credentials end at the last `@`, so a
+/// password holding `/` or `:` unencoded is hidden whole.
 fn redact(url: &str) -> String {
     let Some((scheme, rest)) = url.split_once("://") else {
-        return url.to_string();
+        return "<a database URL that cannot be shown>".into();
     };
-    let (authority, tail) = rest.split_once('/').map_or((rest, ""), |(a, t)| (a, t));
-    let shown_authority = match authority.rsplit_once('@') {
-        Some((credentials, host)) => match credentials.split_once(':') {
-            Some((user, _password)) => format!("{user}:***@{host}"),
-            None => format!("{credentials}@{host}"),
-        },
-        None => authority.to_string(),
-    };
-    let tail = tail.split_once('?').map_or(tail, |(path, _)| path);
-    format!("{scheme}://{shown_authority}/{tail}")
+    let rest = rest.split_once('?').map_or(rest, |(before, _)| before);
+    match rest.rsplit_once('@') {
+        Some((credentials, place)) => {
+            let user = credentials.split_once(':').map_or(credentials, |(user, _)| user);
+            let hidden = if credentials.contains(':') { ":***" } else { "" };
+            format!("{scheme}://{user}{hidden}@{place}")
+        }
+        None => format!("{scheme}://{rest}"),
+    }
 }
 
 /// Throwaway databases for tests and benchmarks: a fresh database on the PostgreSQL server that
@@ -525,6 +531,8 @@ mod tests {
             "postgres://gpu:***@db.internal:5432/attest"
         );
         assert_eq!(redact("postgres://db/attest"), "postgres://db/attest");
+        assert_eq!(redact("postgres://u:ab/c@d:e@h:5432/db"), "postgres://u:***@h:5432/db");
+        assert!(is_postgres(Path::new("PostgreSQL://u:pw@h/db")));
         assert_eq!(
             sqlite_url("/var/lib/a b#?.db"),
             "sqlite:///var/lib/a%20b%23%3F.db?mode=rwc"

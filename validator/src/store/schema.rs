@@ -131,6 +131,9 @@ const SQLITE_ADDED_COLUMNS: [(i64, &[&str]); 2] = [
 /// of them creates or migrates the schema, so that two starting at once do not race.
 const MIGRATION_LOCK: i64 = 0x6770_7561_7474_6573;
 
+/// How long a validator waits for another's migration before it gives up with an error.
+const MIGRATION_WAIT_SECS: u64 = 60;
+
 pub(super) async fn migrate(store: &Store) -> Result<(), StoreError> {
     let open_err = |source| StoreError::Open {
         location: store.location.clone(),
@@ -174,48 +177,51 @@ pub(super) async fn migrate(store: &Store) -> Result<(), StoreError> {
                 .map_err(open_err)?;
         }
         Dialect::Postgres => {
-            // Wrapped in a count: the lock functions return `void`, a type rows cannot carry here.
-            sqlx::query("SELECT count(*) FROM (SELECT pg_advisory_lock($1)) AS locked")
+            // One transaction holding a transaction-level advisory lock: validators starting
+            // together migrate one at a time, PostgreSQL's DDL commits or rolls back whole, and
+            // the lock goes with the transaction whatever happens (a session lock could stay
+            // with a pooled connection). A validator waits at most MIGRATION_WAIT for it.
+            drop(conn);
+            let mut tx = store.pool.begin().await.map_err(open_err)?;
+            sqlx::raw_sql(AssertSqlSafe(format!(
+                "SET LOCAL lock_timeout = '{}s'",
+                MIGRATION_WAIT_SECS
+            )))
+            .execute(&mut *tx)
+            .await
+            .map_err(open_err)?;
+            // Wrapped in a count: the lock function returns `void`, a type rows cannot carry here.
+            sqlx::query("SELECT count(*) FROM (SELECT pg_advisory_xact_lock($1)) AS locked")
                 .bind(MIGRATION_LOCK)
-                .execute(&mut *conn)
+                .execute(&mut *tx)
                 .await
                 .map_err(open_err)?;
-            let migrated = async {
-                conn.execute("CREATE TABLE IF NOT EXISTS schema_version (version BIGINT NOT NULL)")
-                    .await?;
-                let found: Option<(i64,)> = sqlx::query_as("SELECT version FROM schema_version")
-                    .fetch_optional(&mut *conn)
-                    .await?;
-                Ok::<_, sqlx::Error>(found.map(|(v,)| v))
-            }
-            .await;
-            let result = async {
-                let found = migrated.map_err(open_err)?;
-                check_version(store, found.unwrap_or(0))?;
-                for statement in statements(Dialect::Postgres) {
-                    sqlx::raw_sql(AssertSqlSafe(statement))
-                        .execute(&mut *conn)
-                        .await
-                        .map_err(open_err)?;
-                }
-                let query = if found.is_some() {
-                    "UPDATE schema_version SET version = $1"
-                } else {
-                    "INSERT INTO schema_version (version) VALUES ($1)"
-                };
-                sqlx::query(query)
-                    .bind(SCHEMA_VERSION)
-                    .execute(&mut *conn)
+            tx.execute("CREATE TABLE IF NOT EXISTS schema_version (version BIGINT NOT NULL)")
+                .await
+                .map_err(open_err)?;
+            let found: Option<(i64,)> = sqlx::query_as("SELECT version FROM schema_version")
+                .fetch_optional(&mut *tx)
+                .await
+                .map_err(open_err)?;
+            let found = found.map(|(v,)| v);
+            check_version(store, found.unwrap_or(0))?;
+            for statement in statements(Dialect::Postgres) {
+                sqlx::raw_sql(AssertSqlSafe(statement))
+                    .execute(&mut *tx)
                     .await
                     .map_err(open_err)?;
-                Ok::<(), StoreError>(())
             }
-            .await;
-            let _ = sqlx::query("SELECT count(*) FROM (SELECT pg_advisory_unlock($1)) AS unlocked")
-                .bind(MIGRATION_LOCK)
-                .execute(&mut *conn)
-                .await;
-            result?;
+            let query = if found.is_some() {
+                "UPDATE schema_version SET version = $1"
+            } else {
+                "INSERT INTO schema_version (version) VALUES ($1)"
+            };
+            sqlx::query(query)
+                .bind(SCHEMA_VERSION)
+                .execute(&mut *tx)
+                .await
+                .map_err(open_err)?;
+            tx.commit().await.map_err(open_err)?;
         }
     }
     Ok(())
