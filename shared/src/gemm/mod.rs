@@ -116,6 +116,7 @@ impl CpuGemm {
         let biased = kernel.wants_biased_a();
         let prepared = kernel.prepare_a(a.as_bytes(), n);
         let a = prepared.as_slice();
+        let a_row_bytes = n * kernel.a_element_bytes();
         let rows_per_task = rows_per_task(n, self.threads(), tile_rows);
         self.pool.install(|| {
             out.par_chunks_mut(rows_per_task * n)
@@ -134,7 +135,7 @@ impl CpuGemm {
                         let col0 = panel * TILE_COLS;
                         let col_sums = b.col_sums(panel);
                         for r in (0..block_rows).step_by(tile_rows) {
-                            let rows = &a[(first_row + r) * n..(first_row + r + tile_rows) * n];
+                            let rows = &a[(first_row + r) * a_row_bytes..(first_row + r + tile_rows) * a_row_bytes];
                             let [t0, t1] = &mut tiles;
                             let (tile, previous) = if current == 0 { (t0, t1) } else { (t1, t0) };
                             let tile = &mut tile[..tile_rows];

@@ -155,9 +155,18 @@ impl KernelKind {
         }
     }
 
+    /// Bytes of prepared A per element of A: 2 where the kernel takes A widened to i16.
+    pub(super) fn a_element_bytes(self) -> usize {
+        match self {
+            #[cfg(target_arch = "x86_64")]
+            KernelKind::Avx2 => avx2::A_ELEMENT_BYTES,
+            _ => 1,
+        }
+    }
+
     /// A in the layout this kernel reads: row-major as it is, row-major biased by +128 for the
-    /// `vpdpbusd` kernels, or in AMX strips. Either way, the rows of tile t start at byte
-    /// `t * tile_rows() * n`.
+    /// `vpdpbusd` kernels, in AMX strips, or widened to i16 in strips for AVX2. Either way, the
+    /// rows of tile t start at byte `t * tile_rows() * n * a_element_bytes()`.
     pub(super) fn prepare_a<'a>(self, a: &'a [u8], n: usize) -> PreparedA<'a> {
         match self {
             KernelKind::Avx512Vnni | KernelKind::AvxVnni => {
@@ -171,6 +180,8 @@ impl KernelKind {
             }
             #[cfg(target_arch = "x86_64")]
             KernelKind::Amx => PreparedA::Owned(amx::pack_a(a, n)),
+            #[cfg(target_arch = "x86_64")]
+            KernelKind::Avx2 => PreparedA::Owned(avx2::pack_a(a, n)),
             _ => PreparedA::Borrowed(a),
         }
     }
@@ -191,7 +202,7 @@ impl KernelKind {
     }
 
     /// Computes one tile. `rows` holds `tile_rows()` rows of A in the layout of
-    /// [`prepare_a`](Self::prepare_a); `panel` one packed panel of B; `thread` comes from
+    /// [`prepare_a`](Self::prepare_a) (`tile_rows() * n * a_element_bytes()` bytes); `panel` one packed panel of B; `thread` comes from
     /// [`begin`](Self::begin) on this thread.
     ///
     /// `between(i, count)` is called for i = 0..count, at points where side work (the previous
@@ -207,7 +218,7 @@ impl KernelKind {
         between: &mut dyn FnMut(usize, usize),
     ) {
         let tile_rows = self.tile_rows();
-        assert_eq!(rows.len(), tile_rows * n);
+        assert_eq!(rows.len(), tile_rows * n * self.a_element_bytes());
         assert_eq!(panel.len(), TILE_COLS * n);
         assert_eq!(out.len(), tile_rows);
         // Safety of every unsafe arm below: the kernel's CPU features were checked (the check
