@@ -6,12 +6,15 @@
 # the engine's fused GEMM+mix step on the same n and thread count, interleaved round by round
 # so that both see the same machine, and prints the ratios. Our s8 x s8 product maps onto
 # MatMulInteger's u8 x s8 by biasing A by +128 with a zero point of 128, so both compute the same
-# exact int32 product.
+# exact int32 product. On CPUs without VNNI, MLAS's u8 x s8 path adds pairs of products with the
+# saturating vpmaddubsw and is not exact; the script checks, says so, and times the u8 x u8
+# mapping (B biased too, zero point 128), which is.
 #
 #   scripts/cpu-vs-onnxruntime.sh [--sizes 256,1024,2048,4096] [--threads 2] [--rounds 5]
 #                                 [--kernel auto|amx|avx512-vnni|avx-vnni|avx2|portable]
 #
-# Also printed: the AMX register-only ceiling (where the CPU has AMX), the AVX2 kernel against
+# Also printed: the register-only ceiling (AMX where the CPU has it, else AVX2 for the avx2
+# kernel) with each side's share of it, the AVX2 kernel against
 # the portable one, and the sampled verification of an n = 2048, 32-sample challenge.
 set -euo pipefail
 cd "$(dirname "$0")/.."

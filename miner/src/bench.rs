@@ -12,12 +12,15 @@ use gpu_attest_shared::params::{ChallengeParams, Work};
 use serde::Serialize;
 use std::time::{Duration, Instant};
 
-/// `miner bench` on the CPU: the kernels' rows, the AMX ceiling where there is AMX, and the
+/// `miner bench` on the CPU: the kernels' rows, the AMX and AVX2 ceilings where the CPU has them, and the
 /// sampled verification when asked for.
 #[derive(Debug, Serialize)]
 pub struct CpuReport {
     pub rows: Vec<BenchRow>,
+    /// `tdpbssd` on resident tiles, these threads; None without AMX.
     pub amx_peak_tops: Option<f64>,
+    /// `vpmaddwd` + `vpaddd` on registers, these threads; None without AVX2.
+    pub avx2_peak_tops: Option<f64>,
     pub sampled_verify: Option<SampledVerify>,
 }
 

@@ -86,6 +86,11 @@ pub fn print_cpu_report(report: &bench::CpuReport) {
             "AMX register-only ceiling on these threads: {peak:.2} TOPS (tdpbssd on tiles that never touch memory)"
         );
     }
+    if let Some(peak) = report.avx2_peak_tops {
+        println!(
+            "AVX2 register-only ceiling on these threads: {peak:.2} TOPS (vpmaddwd + vpaddd on registers; the avx2 kernel's limit)"
+        );
+    }
     if let Some(s) = &report.sampled_verify {
         println!(
             "sampled verification, n={}, {} samples of {} steps: {:.2} s on the {} kernel",

@@ -166,20 +166,27 @@ impl CpuGemm {
     }
 }
 
-/// The AMX register-only ceiling on `threads` threads at once (0: every core), in operations per
-/// second: each thread runs `tdpbssd` on tiles of pseudo-random bytes that never touch memory,
-/// for about `seconds`. None when this CPU has no AMX. `miner bench` reports it, so that the
-/// kernels' speed can be read as a share of what the hardware does.
-pub fn amx_register_peak(threads: usize, seconds: f64) -> Option<f64> {
+/// The register-only ceiling of `kernel`'s instructions on `threads` threads at once (0: every
+/// core), in operations per second: each thread runs the kernel's multiply-accumulate on operands
+/// that never touch memory, for about `seconds`. Measured for the AMX kernel (`tdpbssd` on
+/// tiles of pseudo-random bytes) and the AVX2 kernel (`vpmaddwd` + `vpaddd`); None for the others
+/// or when this CPU lacks the kernel. `miner bench` reports it, so that the kernels' speed can be
+/// read as a share of what the hardware does.
+pub fn register_peak(kernel: KernelKind, threads: usize, seconds: f64) -> Option<f64> {
     let threads = match threads {
         0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
         t => t,
     };
-    // One round of four tdpbssd is about 64 cycles: some 5e7 rounds per second at 3 GHz.
-    let iterations = (seconds * 5e7) as u64;
+    // Rounds per second, roughly, at 3 GHz: four tdpbssd take some 64 cycles; eight vpmaddwd +
+    // vpaddd pairs some 4 cycles.
+    let rounds_per_second = match kernel {
+        KernelKind::Amx => 5e7,
+        _ => 7e8,
+    };
+    let iterations = (seconds * rounds_per_second) as u64;
     std::thread::scope(|s| {
         let handles: Vec<_> = (0..threads)
-            .map(|_| s.spawn(move || kernels::amx_register_peak(iterations)))
+            .map(|_| s.spawn(move || kernels::register_peak(kernel, iterations)))
             .collect();
         handles.into_iter().map(|h| h.join().ok().flatten()).sum()
     })

@@ -286,16 +286,19 @@ mod tests {
     }
 }
 
-/// The AMX register-only rate of this thread (see `amx::register_peak`); None without AMX.
-pub(super) fn amx_register_peak(iterations: u64) -> Option<f64> {
-    #[cfg(target_arch = "x86_64")]
-    {
-        amx::register_peak(iterations)
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        let _ = iterations;
-        None
+/// The register-only rate of this thread on the kernel's own instructions (AMX `tdpbssd`, AVX2
+/// `vpmaddwd` + `vpaddd`), in operations per second; None for the other kernels or when this CPU
+/// lacks the kernel.
+pub(super) fn register_peak(kernel: KernelKind, iterations: u64) -> Option<f64> {
+    match kernel {
+        #[cfg(target_arch = "x86_64")]
+        KernelKind::Amx => amx::register_peak(iterations),
+        #[cfg(target_arch = "x86_64")]
+        KernelKind::Avx2 => avx2::register_peak(iterations),
+        _ => {
+            let _ = iterations;
+            None
+        }
     }
 }
 
