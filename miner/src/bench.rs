@@ -102,7 +102,9 @@ pub fn cpu(sizes: &[usize], kernels: &[KernelKind], threads: usize, budget: Dura
             gemm.step(&x, &b, 0, &mut out); // warm-up
             let mut times = Vec::new();
             let start = Instant::now();
-            while times.len() < 3 || (start.elapsed() < budget && times.len() < 50) {
+            // Small n takes well under a millisecond a step: enough steps that the median is not
+            // one scheduler hiccup, the time budget bounding the run.
+            while times.len() < 3 || (start.elapsed() < budget && times.len() < 5000) {
                 let t = Instant::now();
                 gemm.step(&x, &b, 0, &mut out);
                 times.push(t.elapsed().as_secs_f64());
