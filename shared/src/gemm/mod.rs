@@ -177,8 +177,8 @@ pub fn register_peak(kernel: KernelKind, threads: usize, seconds: f64) -> Option
         0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
         t => t,
     };
-    // Rounds per second, roughly, at 3 GHz: four tdpbssd take some 64 cycles; eight vpmaddwd +
-    // vpaddd pairs some 4 cycles.
+    // Rounds per second, roughly, so that the run lasts about `seconds`: four tdpbssd take some
+    // 64 cycles at 3 GHz; eight vpmaddwd + vpaddd pairs ran at 0.6-0.7e9 rounds/s on a Zen 3.
     let rounds_per_second = match kernel {
         KernelKind::Amx => 5e7,
         _ => 7e8,

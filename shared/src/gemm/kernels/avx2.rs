@@ -7,12 +7,14 @@
 //! is no bias to undo.
 //!
 //! Where the time goes: `vpmaddwd` has no accumulating form before AVX-VNNI, so every 16
-//! multiply-adds cost a `vpmaddwd` and a `vpaddd`, and that pair bounds the kernel (about 150
-//! GOPS per core on a Zen 3 at 3.5 GHz; `miner bench` prints what a run reached). Everything
-//! else in the inner loop has to stay off the vector ALUs:
+//! multiply-adds cost a `vpmaddwd` and a `vpaddd`, and that pair bounds the kernel (0.14-0.16
+//! TOPS per thread measured on a Zen 3; [`register_peak`] measures it, and `miner bench` prints
+//! it). The rest of the inner loop is kept as small as it can be:
 //! - A is widened to i16 once per product ([`pack_a`], O(n^2)) instead of once per tile and
 //!   column group (O(n^3 / 8)), and laid out so that one k-quad of a tile's eight rows is one
 //!   cache line: each row's four k come in as one 64-bit broadcast load.
+//! - B is still widened in the loop, two `vpmovsxbw` per eight pairs (B's packed layout is shared
+//!   with the byte kernels); that and the broadcasts are most of the distance to the limit.
 //! - k is walked in blocks of [`BLOCK_QUADS`] so that the block's B (8 KiB) and A (4 KiB) stay in
 //!   L1 while the eight 4-row x 8-column sub-tiles of the tile take their turns over it; the
 //!   partial sums wait in a small array between blocks.
@@ -49,6 +51,9 @@ pub(super) fn pack_a(a: &[u8], n: usize) -> AlignedBytes {
 
 /// Widens each row 16 bytes at a time and sends each of the resulting four k-quads (8 bytes) to
 /// its line of the strip, at the row's place in it.
+///
+/// # Safety
+/// The CPU must have AVX2; `packed` is `a.len() * 2` bytes and n a multiple of 16.
 #[target_feature(enable = "avx2")]
 unsafe fn pack_a_avx2(a: &[u8], n: usize, packed: &mut [u8]) {
     for (strip, dst) in packed.chunks_exact_mut(TILE_ROWS * n * A_ELEMENT_BYTES).enumerate() {
@@ -107,6 +112,7 @@ pub(super) unsafe fn tile(strip: &[u8], n: usize, panel: &[u8], out: &mut [[i32;
                     };
                     for (r, acc) in acc.iter_mut().enumerate() {
                         // (a0, a1, a2, a3) of this row, four times over, against (column, k 0..3).
+                        // SAFETY: within the strip, as said above.
                         let a4 = unsafe { a.add(q * 64 + (row_group * 4 + r) * 8).cast::<i64>().read_unaligned() };
                         let a4 = _mm256_set1_epi64x(a4);
                         acc[0] = _mm256_add_epi32(acc[0], _mm256_madd_epi16(a4, b0));
@@ -145,6 +151,8 @@ pub(super) fn register_peak(iterations: u64) -> Option<f64> {
     Some(iterations as f64 * 8.0 * 32.0 / seconds)
 }
 
+/// # Safety
+/// The CPU must have AVX2; `iterations` must not be 0 (`dec` would wrap and loop 2^64 times).
 #[target_feature(enable = "avx2")]
 unsafe fn register_loop(iterations: u64) {
     // SAFETY (caller): AVX2 is present. The operands' values do not matter to the timing.

@@ -202,8 +202,8 @@ impl KernelKind {
     }
 
     /// Computes one tile. `rows` holds `tile_rows()` rows of A in the layout of
-    /// [`prepare_a`](Self::prepare_a) (`tile_rows() * n * a_element_bytes()` bytes); `panel` one packed panel of B; `thread` comes from
-    /// [`begin`](Self::begin) on this thread.
+    /// [`prepare_a`](Self::prepare_a) (`tile_rows() * n * a_element_bytes()` bytes); `panel`
+    /// one packed panel of B; `thread` comes from [`begin`](Self::begin) on this thread.
     ///
     /// `between(i, count)` is called for i = 0..count, at points where side work (the previous
     /// tile's epilogue) costs least: between AMX's k-steps, whose tile unit leaves the vector
