@@ -90,8 +90,9 @@ pub fn select_detected(
 }
 
 /// The CUDA backend on a kernel that passed its self-check on every selected GPU (see
-/// [`selftest`]): the configured kernel, or under `auto` the fastest of `tiled` and `tensor`
-/// (`wgmma` stays opt-in). What every check found goes into the notes.
+/// [`selftest`]): the configured kernel, or under `auto` the first of
+/// [`GpuKernel::FASTEST_FIRST`] that every selected GPU runs and passed on. What every check
+/// found goes into the notes.
 fn start_checked_cuda(config: &MinerConfig, detection: &Detection) -> Result<SelectedBackend, BackendSelectError> {
     let options = cuda_options(config);
     // What does not depend on the kernel's results is refused once, before any check runs.
@@ -100,7 +101,7 @@ fn start_checked_cuda(config: &MinerConfig, detection: &Detection) -> Result<Sel
     // that passed on the newer GPUs alone cannot run the partition.
     let candidates: Vec<GpuKernel> = match options.kernel {
         Some(kernel) => vec![kernel],
-        None => [GpuKernel::Tensor, GpuKernel::Tiled]
+        None => GpuKernel::FASTEST_FIRST
             .into_iter()
             .filter(|k| gpus.iter().all(|g| k.supports(g.compute_capability)))
             .collect(),

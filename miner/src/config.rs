@@ -21,14 +21,14 @@ pub enum BackendChoice {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "lowercase")]
 pub enum GpuKernelChoice {
-    /// Chosen from the GPU's compute capability.
+    /// The fastest kernel every selected GPU runs and passed its self-check on: wgmma on
+    /// Hopper, else tensor, else tiled.
     Auto,
     /// CUDA cores, dp4a, shared-memory tiles (sm_61 and later).
     Tiled,
     /// int8 tensor cores, mma.sync (sm_80 and later).
     Tensor,
-    /// int8 warpgroup MMA, Hopper (compute capability 9.0) only; opt-in until it has been
-    /// checked on a Hopper GPU.
+    /// int8 warpgroup MMA, Hopper (compute capability 9.0) only.
     Wgmma,
 }
 

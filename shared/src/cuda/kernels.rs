@@ -37,12 +37,17 @@ pub enum GpuKernel {
     Tensor,
     /// Hopper's warpgroup MMA (`wgmma.m64n256k32`), operands read by the tensor cores straight
     /// from swizzled shared memory. Compute capability 9.0 only (`sm_90a` code runs nowhere
-    /// else). Not chosen automatically until it has been checked on a Hopper GPU.
+    /// else). Bit-exact against the CPU on an H100 (BENCHMARKS.md), and the fastest there.
     Wgmma,
 }
 
 impl GpuKernel {
     pub const ALL: [GpuKernel; 3] = [GpuKernel::Tiled, GpuKernel::Tensor, GpuKernel::Wgmma];
+
+    /// Every kernel, fastest first where a device runs several: on an H100 (`miner bench`,
+    /// BENCHMARKS.md) wgmma runs n = 2048 at 1.5x the tensor kernel's rate, and the tensor
+    /// kernel at 7x the tiled one's. `auto` takes the first that runs and passes its self-check.
+    pub const FASTEST_FIRST: [GpuKernel; 3] = [GpuKernel::Wgmma, GpuKernel::Tensor, GpuKernel::Tiled];
 
     /// The oldest compute capability the kernel's instructions exist on.
     pub fn min_compute_capability(self) -> (u32, u32) {
@@ -81,7 +86,7 @@ impl GpuKernel {
 
     /// The fastest kernel a device of this compute capability runs, if any.
     pub fn best_for(compute_capability: (u32, u32)) -> Option<GpuKernel> {
-        [GpuKernel::Tensor, GpuKernel::Tiled]
+        GpuKernel::FASTEST_FIRST
             .into_iter()
             .find(|k| k.supports(compute_capability))
     }
@@ -175,9 +180,11 @@ mod tests {
         assert_eq!(GpuKernel::best_for((6, 1)), Some(GpuKernel::Tiled));
         assert_eq!(GpuKernel::best_for((7, 5)), Some(GpuKernel::Tiled));
         assert_eq!(GpuKernel::best_for((8, 0)), Some(GpuKernel::Tensor));
-        assert_eq!(GpuKernel::best_for((9, 0)), Some(GpuKernel::Tensor));
+        assert_eq!(GpuKernel::best_for((8, 9)), Some(GpuKernel::Tensor));
+        assert_eq!(GpuKernel::best_for((9, 0)), Some(GpuKernel::Wgmma));
+        assert_eq!(GpuKernel::best_for((10, 0)), Some(GpuKernel::Tensor));
         assert!(!GpuKernel::Tensor.supports((7, 5)));
-        // wgmma is opt-in, and exists on Hopper alone.
+        // wgmma exists on Hopper alone: sm_90a code runs on no other architecture.
         assert!(GpuKernel::Wgmma.supports((9, 0)));
         assert!(!GpuKernel::Wgmma.supports((8, 9)));
         assert!(!GpuKernel::Wgmma.supports((10, 0)));

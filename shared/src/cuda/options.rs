@@ -76,14 +76,18 @@ pub fn select_gpus(detected: &[GpuInfo], ordinals: Option<&[u32]>) -> Result<Vec
     Ok(chosen)
 }
 
-/// The kernel all of `gpus` run: the one asked for, or the best the oldest of them supports.
+/// The kernel all of `gpus` run: the one asked for, or the fastest that every one of them
+/// supports (on a host mixing Hopper with other GPUs, not wgmma).
 pub fn choose_kernel(gpus: &[GpuInfo], wanted: Option<GpuKernel>) -> Result<GpuKernel, CudaInitError> {
-    let oldest = gpus
-        .iter()
-        .min_by_key(|g| g.compute_capability)
-        .ok_or(CudaInitError::NoneSelected)?;
+    if gpus.is_empty() {
+        return Err(CudaInitError::NoneSelected);
+    }
     let kernel = wanted
-        .or_else(|| GpuKernel::best_for(oldest.compute_capability))
+        .or_else(|| {
+            GpuKernel::FASTEST_FIRST
+                .into_iter()
+                .find(|k| gpus.iter().all(|g| k.supports(g.compute_capability)))
+        })
         .unwrap_or(GpuKernel::Tiled);
     match gpus.iter().find(|g| !kernel.supports(g.compute_capability)) {
         Some(g) => Err(CudaInitError::KernelUnsupported {
@@ -134,7 +138,7 @@ mod tests {
     #[test]
     fn kernel_choice_suits_the_oldest_device() {
         let hopper = [gpu(0, (9, 0)), gpu(1, (9, 0))];
-        assert_eq!(choose_kernel(&hopper, None), Ok(GpuKernel::Tensor));
+        assert_eq!(choose_kernel(&hopper, None), Ok(GpuKernel::Wgmma));
         assert_eq!(choose_kernel(&hopper, Some(GpuKernel::Tiled)), Ok(GpuKernel::Tiled));
         let mixed = [gpu(0, (9, 0)), gpu(1, (7, 5))];
         assert_eq!(choose_kernel(&mixed, None), Ok(GpuKernel::Tiled));
@@ -144,8 +148,10 @@ mod tests {
             err.to_string().contains("needs compute capability 8.0 or later"),
             "{err}"
         );
-        // wgmma is never chosen on its own, and refuses anything but Hopper.
-        assert_eq!(choose_kernel(&hopper, None), Ok(GpuKernel::Tensor));
+        // Hopper beside a newer GPU: wgmma is not for both, the tensor kernel is.
+        let hopper_and_blackwell = [gpu(0, (9, 0)), gpu(1, (10, 0))];
+        assert_eq!(choose_kernel(&hopper_and_blackwell, None), Ok(GpuKernel::Tensor));
+        // wgmma refuses anything but Hopper.
         assert_eq!(choose_kernel(&hopper, Some(GpuKernel::Wgmma)), Ok(GpuKernel::Wgmma));
         let blackwell = [gpu(0, (10, 0))];
         let err = choose_kernel(&blackwell, Some(GpuKernel::Wgmma)).unwrap_err();
