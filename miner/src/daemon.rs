@@ -37,6 +37,23 @@ pub enum DaemonError {
     Metrics(#[from] MetricsError),
     #[error("the gRPC server stopped: {0}")]
     Server(String),
+    #[error(
+        "stopped because {}; a CUDA fault cannot be cleared inside the process, so the miner exits for its supervisor to restart it (exit status {EXIT_DEVICE_FAULT})",
+        describe_out_of_service(.0)
+    )]
+    DevicesOutOfService(Vec<(u32, String)>),
+}
+
+/// The exit status of a miner stopped by a device fault (EX_TEMPFAIL): a restart is expected to
+/// fix it, and the systemd unit's `Restart=on-failure` does restart it.
+pub const EXIT_DEVICE_FAULT: u8 = 75;
+
+fn describe_out_of_service(devices: &[(u32, String)]) -> String {
+    devices
+        .iter()
+        .map(|(device, reason)| format!("device {device} is out of service ({reason})"))
+        .collect::<Vec<_>>()
+        .join("; ")
 }
 
 /// The validators' keys in `keys`, each checked.
@@ -116,13 +133,17 @@ pub async fn run(
         None => None,
     };
     let reloader = tokio::spawn(reload_on_hangup(core.clone(), reload));
-    let served = server::serve(core, listener, options, shutdown).await;
+    let served = server::serve(core.clone(), listener, options, shutdown).await;
     reloader.abort();
     let _ = stop_metrics.send(());
     if let Some(task) = metrics {
         let _ = task.await;
     }
     served.map_err(|e| DaemonError::Server(gpu_attest_daemon::tls::error_chain(&e)))?;
+    let out_of_service = core.backend().backend.out_of_service();
+    if !out_of_service.is_empty() {
+        return Err(DaemonError::DevicesOutOfService(out_of_service));
+    }
     info!("miner stopped");
     Ok(())
 }

@@ -11,13 +11,17 @@ use gpu_attest_shared::identity::Identity;
 use std::process::ExitCode;
 use std::time::Duration;
 
-/// Errors end the process with one line on stderr, whatever RUST_BACKTRACE says.
+/// Errors end the process with one line on stderr, whatever RUST_BACKTRACE says. A device
+/// fault has an exit status of its own, so that a supervisor can tell it from a bad config.
 fn main() -> ExitCode {
     match run(Cli::parse()) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: {e:#}");
-            ExitCode::FAILURE
+            match e.downcast_ref::<daemon::DaemonError>() {
+                Some(daemon::DaemonError::DevicesOutOfService(_)) => ExitCode::from(daemon::EXIT_DEVICE_FAULT),
+                _ => ExitCode::FAILURE,
+            }
         }
     }
 }

@@ -26,7 +26,9 @@ pub fn plaintext_options(limits: &Limits) -> ServeOptions {
     )
 }
 
-/// Serves until `shutdown` completes, then lets in-flight calls finish.
+/// Serves until `shutdown` completes or a device goes out of service, then lets in-flight
+/// calls finish. The caller tells the two apart by asking the backend for devices out of
+/// service (see [`crate::daemon::run`]).
 pub async fn serve(
     core: Arc<MinerCore>,
     listener: TcpListener,
@@ -35,11 +37,18 @@ pub async fn serve(
 ) -> Result<(), tonic::transport::Error> {
     let (health, health_service) = tonic_health::server::health_reporter();
     health.set_serving::<MinerServer<MinerService>>().await;
-    let watch = tokio::spawn(watch_devices(core.clone(), health));
+    let (device_lost, device_lost_rx) = tokio::sync::oneshot::channel();
+    let watch = tokio::spawn(watch_devices(core.clone(), health, device_lost));
     let miner = MinerServer::new(MinerService::new(core))
         .max_decoding_message_size(MAX_REQUEST_BYTES)
         .max_encoding_message_size(MAX_RESPONSE_BYTES);
-    let served = stack::serve(options, health_service, Routes::new(miner), listener, shutdown).await;
+    let stop = async move {
+        tokio::select! {
+            () = shutdown => {}
+            Ok(()) = device_lost_rx => {}
+        }
+    };
+    let served = stack::serve(options, health_service, Routes::new(miner), listener, stop).await;
     watch.abort();
     served
 }
@@ -47,19 +56,30 @@ pub async fn serve(
 /// How often the health service looks for devices out of service.
 const DEVICE_WATCH_INTERVAL: Duration = Duration::from_secs(2);
 
-/// Sets the Miner service NOT_SERVING, with one error line, once a device goes out of service
-/// (it faulted and could not be reset; see the CUDA backend). Challenges are refused from then
-/// on with the reason; health tells load balancers and operators without sending one.
-async fn watch_devices(core: Arc<MinerCore>, health: tonic_health::server::HealthReporter) {
+/// Once a device goes out of service (it faulted and could not be reset; see the CUDA
+/// backend): sets the Miner service NOT_SERVING, with one error line per device, and says so on
+/// `device_lost`, which stops the server. Challenges are refused from then on with the reason.
+///
+/// The server stops because only a new process gets the device back: on an H100 (driver 580)
+/// an illegal-address fault left every later context of the process on that device failing
+/// with the same error, a reset primary context and a fresh non-primary one alike, as the CUDA
+/// documentation warns. The daemon then exits with [`crate::daemon::EXIT_DEVICE_FAULT`], and a
+/// supervisor (the systemd unit's `Restart=on-failure`) starts a fresh one.
+async fn watch_devices(
+    core: Arc<MinerCore>,
+    health: tonic_health::server::HealthReporter,
+    device_lost: tokio::sync::oneshot::Sender<()>,
+) {
     let mut ticks = tokio::time::interval(DEVICE_WATCH_INTERVAL);
     loop {
         ticks.tick().await;
         let out_of_service = core.backend().backend.out_of_service();
         if !out_of_service.is_empty() {
             for (device, reason) in &out_of_service {
-                tracing::error!(device, %reason, "device out of service: the miner takes no more challenges until it is restarted");
+                tracing::error!(device, %reason, "device out of service: the miner stops so that a fresh process can use it");
             }
             health.set_not_serving::<MinerServer<MinerService>>().await;
+            let _ = device_lost.send(());
             return;
         }
     }

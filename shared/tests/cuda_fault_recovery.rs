@@ -1,16 +1,20 @@
-//! A faulted GPU recovers: after an illegal-address fault (sticky: every later call on the
-//! context fails with it), the challenge that hit it fails with the driver's reason, and the
-//! same backend runs the next challenge, bit-exact against the CPU.
+//! A faulted GPU: the challenge that hit an illegal-address fault (sticky: every later call on
+//! the context fails with it) fails with the driver's reason, and the device is back for the
+//! next challenge, in this process if the driver lets the backend reset it, else in a fresh
+//! process. On an H100 with driver 580 only the fresh process works: after the fault every new
+//! context of the process on that device failed with the same error, a reset primary context and
+//! a non-primary one alike (the miner exits for its supervisor to restart it; see the miner's
+//! server). The test accepts either outcome and checks what each promises.
 //!
-//! Its own test binary, so its own process: a CUDA fault poisons the device's primary context
-//! for everything in the process, and the other GPU tests must not share it. Needs a CUDA GPU,
-//! so it is ignored by default; `scripts/gpu-check.sh` runs it with `--ignored` on a GPU host.
+//! Its own test binary, so its own process: a CUDA fault poisons the device for everything in
+//! the process, and the other GPU tests must not share it. Needs a CUDA GPU, so it is ignored by
+//! default; `scripts/gpu-check.sh` runs it with `--ignored` on a GPU host.
 
 use gpu_attest_shared::backend::{Backend, BackendError, CancelToken};
 use gpu_attest_shared::cpu::CpuBackend;
 use gpu_attest_shared::cuda::detect::detect;
 use gpu_attest_shared::cuda::{CudaBackend, CudaOptions};
-use gpu_attest_shared::engine::execute;
+use gpu_attest_shared::engine::{EngineError, execute};
 use gpu_attest_shared::params::{ChallengeParams, Work};
 
 fn work(tag: u8) -> Work {
@@ -51,19 +55,68 @@ fn a_faulted_device_serves_the_next_challenge() {
     );
 
     // The first challenge after the fault finds the context dead (the fault did not go through
-    // the recovery path), fails with the driver's reason, and resets the device.
+    // the recovery path), fails with the driver's reason, and tries to reset the device.
     let failed = execute(&cuda, &work(2), &|_| {}, &cancel).unwrap_err().to_string();
     assert!(failed.contains(detail.as_str()), "{failed}");
-    assert!(failed.contains("reset and is ready"), "{failed}");
+    if failed.contains("reset and is ready") {
+        // The driver let the device be reset: the next challenge runs here, exactly as before.
+        assert!(cuda.out_of_service().is_empty());
+        let after = execute(&cuda, &work(1), &|_| {}, &cancel).unwrap();
+        assert_eq!(after.chains, before.chains);
+        let want = execute(&cpu, &work(3), &|_| {}, &cancel).unwrap();
+        let got = execute(&cuda, &work(3), &|_| {}, &cancel).unwrap();
+        assert_eq!(got.chains, want.chains);
+        println!("ok: device 0 was reset in-process after an illegal-address fault ({})", cuda.describe());
+        return;
+    }
+    assert!(failed.contains("could not be reset"), "{failed}");
+    // Out of service: said with the reason, and later work is refused at once.
+    let out = cuda.out_of_service();
+    assert_eq!(out.len(), 1, "{out:?}");
+    assert_eq!(out[0].0, 0);
+    assert!(out[0].1.contains(detail.as_str()) && out[0].1.contains("restart the miner"), "{out:?}");
+    let refused = execute(&cuda, &work(1), &|_| {}, &cancel).unwrap_err();
+    assert!(
+        matches!(refused, EngineError::Backend(BackendError::OutOfService { device: 0, .. })),
+        "{refused}"
+    );
+    // A fresh process gets the device back, bit-exact.
+    let child = std::process::Command::new(std::env::current_exe().unwrap())
+        .args(["--ignored", "--exact", "fresh_process_half_of_the_fault_test", "--nocapture"])
+        .env(FRESH_PROCESS_ENV, "1")
+        .output()
+        .unwrap();
+    let child_out = String::from_utf8_lossy(&child.stdout);
+    assert!(
+        child.status.success() && child_out.contains("ok: a fresh process"),
+        "the fresh process failed:\n{child_out}\n{}",
+        String::from_utf8_lossy(&child.stderr)
+    );
+    println!("ok: device 0 went out of service after an illegal-address fault ({detail}), and a fresh process ran bit-exact on it");
+}
 
-    // And the next one runs, exactly as before.
-    let after = execute(&cuda, &work(1), &|_| {}, &cancel).unwrap();
-    assert_eq!(after.chains, before.chains);
+/// Set by the fault test for the fresh process it starts.
+const FRESH_PROCESS_ENV: &str = "GPU_ATTEST_FRESH_PROCESS_HALF";
+
+/// The second half of the fault test, in a process of its own that the first half starts once
+/// its device is out of service: a challenge runs bit-exact against the CPU. Run any other way
+/// it does nothing (in the first half's process it would meet the fault).
+#[test]
+#[ignore = "needs a CUDA GPU: run with --ignored on a GPU host (scripts/gpu-check.sh does)"]
+fn fresh_process_half_of_the_fault_test() {
+    if std::env::var_os(FRESH_PROCESS_ENV).is_none() {
+        println!("(the second half of a_faulted_device_serves_the_next_challenge; runs only in the process that test starts)");
+        return;
+    }
+    let cancel = CancelToken::new();
+    let cpu = CpuBackend::new(0, None).unwrap();
+    let cuda = CudaBackend::new(&CudaOptions {
+        ordinals: Some(vec![0]),
+        ..CudaOptions::default()
+    })
+    .unwrap();
     let want = execute(&cpu, &work(3), &|_| {}, &cancel).unwrap();
     let got = execute(&cuda, &work(3), &|_| {}, &cancel).unwrap();
     assert_eq!(got.chains, want.chains);
-    println!(
-        "ok: device 0 recovered from an illegal-address fault ({})",
-        cuda.describe()
-    );
+    println!("ok: a fresh process ran bit-exact on {}", cuda.describe());
 }

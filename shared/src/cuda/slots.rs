@@ -1,11 +1,15 @@
 //! One slot per device, and what happens to a device after a fault.
 //!
 //! CUDA faults are sticky: after an illegal address or a lost device every later call on the
-//! context fails. The slot then drops its runtime (the context with it) and opens a fresh one,
-//! so the fault ends one challenge only. The driver documentation does not promise that this
-//! recovery works in-process; when it does not, the device is out of service: the failing
-//! challenge's error says so, with the reason; the slot refuses all later work on it at once (no challenge is started and
-//! failed on it), and [`DeviceSlots::out_of_service`] lets the server report NOT_SERVING.
+//! context fails. The slot then drops its runtime (the context with it) and tries to open a
+//! fresh one, so that where the driver allows it the fault ends one challenge only. The driver
+//! documentation does not promise that this works in-process, and on an H100 (driver 580) it
+//! did not: after an illegal-address fault every new context of the process on that device
+//! failed with the same error, a reset primary context and a non-primary one alike. The device
+//! is then out of service: the failing challenge's error says so, with the reason; the slot
+//! refuses all later work on it at once (no challenge is started and failed on it), and
+//! [`DeviceSlots::out_of_service`] lets the miner stop for its supervisor to restart it, which
+//! gives the device back.
 //!
 //! Generic over the runtime so that this state machine is tested without a GPU.
 
