@@ -6,6 +6,8 @@
 #   2. the kernel compile check with the host's NVRTC and ptxas;
 #   3. `miner bench` on CUDA (sizes 1024, 2048, 4096), against cuBLASLt int8 plus mix;
 #   4. one full attestation: miner on the GPUs, validator on the CPU, sampled verification.
+# Each step runs under a time limit (STEP_TIMEOUT seconds, default 900): a kernel that hangs on a
+# new GPU fails its step instead of hanging the check, and the steps after it still run.
 # Prints a summary and exits non-zero if any step failed. Logs go to $OUT (or target/gpu-check),
 # and everything a bug report needs is gathered into one file there, report.txt. On a machine
 # without a usable GPU it says so in one line and exits 2.
@@ -20,9 +22,15 @@ export LD_LIBRARY_PATH="$cuda_home/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export GPU_ATTEST_KERNEL_CACHE="$out/kernel-cache"
 summary=()
 failed=0
+step_timeout=${STEP_TIMEOUT:-900}
+# `limit CMD...`: CMD under the step time limit; exit status 124 when it ran out.
+limit() { timeout --kill-after=10 "$step_timeout" "$@"; }
 
 record() { # name status
-  if [ "$2" -eq 0 ]; then summary+=("PASS  $1"); else summary+=("FAIL  $1 (log: $out/$1.log)"); failed=1; fi
+  if [ "$2" -eq 0 ]; then summary+=("PASS  $1")
+  elif [ "$2" -eq 124 ] || [ "$2" -eq 137 ]; then
+    summary+=("FAIL  $1: no result within ${step_timeout}s (log: $out/$1.log)"); failed=1
+  else summary+=("FAIL  $1 (log: $out/$1.log)"); failed=1; fi
 }
 
 nvidia-smi -L >"$out/info.log" 2>&1
@@ -34,14 +42,14 @@ echo "== devices"
 cat "$out/info.log"
 
 echo "== self-check: every kernel on every GPU against the CPU"
-"$bin/miner" selftest --fresh 2>&1 | tee "$out/selftest.log"
+limit "$bin/miner" selftest --fresh 2>&1 | tee "$out/selftest.log"
 record selftest "${PIPESTATUS[0]}"
 
 echo "== GPU tests"
-"$bin/gpu-tests" --ignored --test-threads=1 --nocapture >"$out/gpu-tests.log" 2>&1
+limit "$bin/gpu-tests" --ignored --test-threads=1 --nocapture >"$out/gpu-tests.log" 2>&1
 status=$?
 # Fault recovery runs in a process of its own: a CUDA fault poisons the whole process's context.
-"$bin/gpu-fault-tests" --ignored --nocapture >>"$out/gpu-tests.log" 2>&1 || status=1
+limit "$bin/gpu-fault-tests" --ignored --nocapture >>"$out/gpu-tests.log" 2>&1 || status=1
 # On a GPU host a skipped GPU test is a failure: it proves nothing.
 if grep -q SKIPPED "$out/gpu-tests.log"; then status=1; fi
 grep -E "^ok:|SKIPPED|panicked|test result" "$out/gpu-tests.log"
@@ -49,16 +57,16 @@ record gpu-tests $status
 
 echo "== kernel compile check (NVRTC + ptxas)"
 GPU_ATTEST_REQUIRE_NVRTC=1 GPU_ATTEST_PTXAS=$(command -v ptxas || echo "$cuda_home/bin/ptxas") \
-  "$bin/kernel-compile-tests" --nocapture >"$out/kernel-compile.log" 2>&1
+  limit "$bin/kernel-compile-tests" --nocapture >"$out/kernel-compile.log" 2>&1
 status=$?
 grep -E "^sm_|test result" "$out/kernel-compile.log"
 record kernel-compile $status
 
 echo "== miner bench (cuda)"
-"$bin/miner" bench --backend cuda --sizes "${BENCH_SIZES:-1024,2048,4096}" --seconds "${BENCH_SECONDS:-2}" \
+limit "$bin/miner" bench --backend cuda --sizes "${BENCH_SIZES:-1024,2048,4096}" --seconds "${BENCH_SECONDS:-2}" \
   2>&1 | tee "$out/bench.log"
 record bench "${PIPESTATUS[0]}"
-"$bin/miner" bench --backend cuda --sizes "${BENCH_SIZES:-1024,2048,4096}" --seconds 1 --json \
+limit "$bin/miner" bench --backend cuda --sizes "${BENCH_SIZES:-1024,2048,4096}" --seconds 1 --json \
   >"$out/bench.json" 2>/dev/null || true
 
 echo "== attestation: miner on GPU, validator on CPU"
@@ -78,7 +86,7 @@ for _ in $(seq 600); do
   sleep 0.1
 done
 if [ -n "$address" ]; then
-  "$bin/validator" attest --miner "http://$address" --key-file "$work/validator.key" \
+  limit "$bin/validator" attest --miner "http://$address" --key-file "$work/validator.key" \
     --database "$work/validator.db" --backend cpu --policy sampled --target-seconds "${TARGET_SECONDS:-10}" \
     >"$out/attestation.log" 2>&1
   status=$?
