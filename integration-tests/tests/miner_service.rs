@@ -346,7 +346,13 @@ async fn a_device_out_of_service_refuses_work_and_stops_the_miner() {
         std::future::pending(),
     ));
     let mut client = MinerClient::connect(url.clone()).await.unwrap();
-    let mut health = HealthClient::new(tonic::transport::Endpoint::from_shared(url.clone()).unwrap().connect().await.unwrap());
+    let mut health = HealthClient::new(
+        tonic::transport::Endpoint::from_shared(url.clone())
+            .unwrap()
+            .connect()
+            .await
+            .unwrap(),
+    );
     let serving = health
         .check(HealthCheckRequest {
             service: "gpu_attest.v1.Miner".into(),

@@ -66,7 +66,10 @@ fn a_faulted_device_serves_the_next_challenge() {
         let want = execute(&cpu, &work(3), &|_| {}, &cancel).unwrap();
         let got = execute(&cuda, &work(3), &|_| {}, &cancel).unwrap();
         assert_eq!(got.chains, want.chains);
-        println!("ok: device 0 was reset in-process after an illegal-address fault ({})", cuda.describe());
+        println!(
+            "ok: device 0 was reset in-process after an illegal-address fault ({})",
+            cuda.describe()
+        );
         return;
     }
     assert!(failed.contains("could not be reset"), "{failed}");
@@ -74,15 +77,26 @@ fn a_faulted_device_serves_the_next_challenge() {
     let out = cuda.out_of_service();
     assert_eq!(out.len(), 1, "{out:?}");
     assert_eq!(out[0].0, 0);
-    assert!(out[0].1.contains(detail.as_str()) && out[0].1.contains("restart the miner"), "{out:?}");
+    assert!(
+        out[0].1.contains(detail.as_str()) && out[0].1.contains("restart the miner"),
+        "{out:?}"
+    );
     let refused = execute(&cuda, &work(1), &|_| {}, &cancel).unwrap_err();
     assert!(
-        matches!(refused, EngineError::Backend(BackendError::OutOfService { device: 0, .. })),
+        matches!(
+            refused,
+            EngineError::Backend(BackendError::OutOfService { device: 0, .. })
+        ),
         "{refused}"
     );
     // A fresh process gets the device back, bit-exact.
     let child = std::process::Command::new(std::env::current_exe().unwrap())
-        .args(["--ignored", "--exact", "fresh_process_half_of_the_fault_test", "--nocapture"])
+        .args([
+            "--ignored",
+            "--exact",
+            "fresh_process_half_of_the_fault_test",
+            "--nocapture",
+        ])
         .env(FRESH_PROCESS_ENV, "1")
         .output()
         .unwrap();
@@ -92,7 +106,9 @@ fn a_faulted_device_serves_the_next_challenge() {
         "the fresh process failed:\n{child_out}\n{}",
         String::from_utf8_lossy(&child.stderr)
     );
-    println!("ok: device 0 went out of service after an illegal-address fault ({detail}), and a fresh process ran bit-exact on it");
+    println!(
+        "ok: device 0 went out of service after an illegal-address fault ({detail}), and a fresh process ran bit-exact on it"
+    );
 }
 
 /// Set by the fault test for the fresh process it starts.
@@ -105,7 +121,9 @@ const FRESH_PROCESS_ENV: &str = "GPU_ATTEST_FRESH_PROCESS_HALF";
 #[ignore = "needs a CUDA GPU: run with --ignored on a GPU host (scripts/gpu-check.sh does)"]
 fn fresh_process_half_of_the_fault_test() {
     if std::env::var_os(FRESH_PROCESS_ENV).is_none() {
-        println!("(the second half of a_faulted_device_serves_the_next_challenge; runs only in the process that test starts)");
+        println!(
+            "(the second half of a_faulted_device_serves_the_next_challenge; runs only in the process that test starts)"
+        );
         return;
     }
     let cancel = CancelToken::new();

@@ -323,7 +323,9 @@ impl CudaBackend {
         let mut challenge = f64::INFINITY;
         for _ in 0..WHOLE_CHALLENGE_RUNS {
             let started = Instant::now();
-            self.on_device(device, |rt| rt.run_chains(&work, 0..chains, &|_| {}, &CancelToken::new()))?;
+            self.on_device(device, |rt| {
+                rt.run_chains(&work, 0..chains, &|_| {}, &CancelToken::new())
+            })?;
             challenge = challenge.min(started.elapsed().as_secs_f64());
         }
         let gemm_only = fused / batch as f64 * chains as f64 * f64::from(iterations);
@@ -350,7 +352,11 @@ const WHOLE_CHALLENGE_RUNS: usize = 2;
 fn whole_challenge_shape(batch: usize, launch_seconds: f64, budget: Duration) -> (u64, u32) {
     const ITERATIONS: u32 = 32;
     let launches = budget.as_secs_f64() / (launch_seconds * f64::from(ITERATIONS));
-    let batches = if launches.is_finite() { launches.clamp(1.0, 64.0) as u64 } else { 1 };
+    let batches = if launches.is_finite() {
+        launches.clamp(1.0, 64.0) as u64
+    } else {
+        1
+    };
     (batches * batch as u64, ITERATIONS)
 }
 
