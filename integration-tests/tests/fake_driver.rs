@@ -193,8 +193,11 @@ fn selftest_reports_each_failing_gpu_kernel_and_auto_falls_back() {
     let info: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(info["backend"], "cpu", "{info}");
     let note = info["notes"][0].as_str().unwrap();
+    // Every kernel named, in auto's order (fastest first).
     assert!(
-        note.contains("no GPU kernel passed its self-check (tensor on gpu 0"),
+        note.contains("no GPU kernel passed its self-check (wgmma on gpu 0")
+            && note.contains("; tensor on gpu 0")
+            && note.contains("; tiled on gpu 0"),
         "{note}"
     );
 }
