@@ -114,8 +114,7 @@ impl CpuGemm {
         );
         assert_eq!(out.len(), n * n);
         let biased = kernel.wants_biased_a();
-        let prepared = kernel.prepare_a(a.as_bytes(), n);
-        let a = prepared.as_slice();
+        let a_bytes = a.as_bytes();
         let a_row_bytes = n * kernel.a_element_bytes();
         let rows_per_task = rows_per_task(n, self.threads(), tile_rows);
         self.pool.install(|| {
@@ -124,6 +123,13 @@ impl CpuGemm {
                 .for_each(|(task, block)| {
                     let first_row = task * rows_per_task;
                     let block_rows = block.len() / n;
+                    // Each task lays out its own rows of A for the kernel: every layout is one of
+                    // whole strips of `tile_rows` rows, so a block of rows packs on its own. Done
+                    // in the task, the packing runs on every thread, and into this core's cache,
+                    // instead of on one thread before any tile starts (at n = 1024 on 16 threads
+                    // that serial pass was a large share of the step).
+                    let prepared = kernel.prepare_a(&a_bytes[first_row * n..(first_row + block_rows) * n], n);
+                    let a = prepared.as_slice();
                     // Two tile buffers: while the kernel computes one tile, the epilogue of the
                     // previous one runs in the slots the kernel offers (`between`), a few rows
                     // at a time: AMX's tile unit leaves the vector units free meanwhile.
@@ -135,7 +141,7 @@ impl CpuGemm {
                         let col0 = panel * TILE_COLS;
                         let col_sums = b.col_sums(panel);
                         for r in (0..block_rows).step_by(tile_rows) {
-                            let rows = &a[(first_row + r) * a_row_bytes..(first_row + r + tile_rows) * a_row_bytes];
+                            let rows = &a[r * a_row_bytes..(r + tile_rows) * a_row_bytes];
                             let [t0, t1] = &mut tiles;
                             let (tile, previous) = if current == 0 { (t0, t1) } else { (t1, t0) };
                             let tile = &mut tile[..tile_rows];
