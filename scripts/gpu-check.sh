@@ -5,7 +5,8 @@
 #      recovery from a device fault;
 #   2. the kernel compile check with the host's NVRTC and ptxas;
 #   3. `miner bench` on CUDA (sizes 1024, 2048, 4096), against cuBLASLt int8 plus mix;
-#   4. one full attestation: miner on the GPUs, validator on the CPU, sampled verification.
+#   4. one full attestation: miner on the GPUs, validator on the CPU, sampled verification;
+#   5. one more with the validator on the GPUs as well, recomputing every chain.
 # Each step runs under a time limit (STEP_TIMEOUT seconds, default 900): a kernel that hangs on a
 # new GPU fails its step instead of hanging the check, and the steps after it still run.
 # Prints a summary and exits non-zero if any step failed. Logs go to $OUT (or target/gpu-check),
@@ -91,17 +92,26 @@ if [ -n "$address" ]; then
     >"$out/attestation.log" 2>&1
   status=$?
   cat "$out/attestation.log"
+  echo "== attestation: validator on the GPU too, every chain recomputed"
+  limit "$bin/validator" attest --miner "http://$address" --key-file "$work/validator.key" \
+    --database "$work/validator.db" --backend cuda --policy full --target-seconds "${TARGET_SECONDS_FULL:-5}" \
+    >"$out/gpu-validator.log" 2>&1
+  gpu_validator=$?
+  cat "$out/gpu-validator.log"
 else
   echo "the miner did not start:"; cat "$out/miner.log"
   status=2
+  gpu_validator=2
 fi
 kill "$miner_pid" 2>/dev/null; wait "$miner_pid" 2>/dev/null
 record attestation $status
+record gpu-validator $gpu_validator
 
 echo
 echo "== summary ($(date -u +%FT%TZ))"
 printf '%s\n' "${summary[@]}" | tee "$out/summary.txt"
-for part in summary.txt info.log selftest.log gpu-tests.log kernel-compile.log bench.log attestation.log; do
+for part in summary.txt info.log selftest.log gpu-tests.log kernel-compile.log bench.log attestation.log \
+  gpu-validator.log; do
   [ -f "$out/$part" ] && { echo "== $part"; cat "$out/$part"; echo; }
 done >"$out/report.txt"
 echo "report: $out/report.txt"
