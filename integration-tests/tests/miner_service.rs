@@ -272,58 +272,13 @@ async fn another_validator_waits_while_a_fresh_commitment_is_unopened() {
     while accepted.message().await.unwrap().is_some() {}
 }
 
-/// The CPU backend with a switch that takes device 0 out of service, as the CUDA backend does
-/// with a GPU that faulted and could not be reset (that state machine is unit-tested in the
-/// CUDA backend's `slots`; a real fault needs a GPU). The miner's side is what is tested here.
-struct BreakableBackend {
-    cpu: gpu_attest_shared::cpu::CpuBackend,
-    broken: std::sync::atomic::AtomicBool,
-}
-
-impl gpu_attest_shared::Backend for BreakableBackend {
-    fn describe(&self) -> String {
-        self.cpu.describe()
-    }
-    fn device_count(&self) -> u32 {
-        self.cpu.device_count()
-    }
-    fn run_chains(
-        &self,
-        device: u32,
-        work: &gpu_attest_shared::params::Work,
-        chains: std::ops::Range<u64>,
-        progress: gpu_attest_shared::backend::ChainProgress<'_>,
-        cancel: &gpu_attest_shared::backend::CancelToken,
-    ) -> Result<Vec<gpu_attest_shared::chain::ChainResult>, gpu_attest_shared::BackendError> {
-        self.cpu.run_chains(device, work, chains, progress, cancel)
-    }
-    fn advance(
-        &self,
-        work: &gpu_attest_shared::params::Work,
-        chain: u64,
-        start: gpu_attest_shared::matrix::Matrix,
-        first: u32,
-        steps: u32,
-        cancel: &gpu_attest_shared::backend::CancelToken,
-    ) -> Result<gpu_attest_shared::matrix::Matrix, gpu_attest_shared::BackendError> {
-        self.cpu.advance(work, chain, start, first, steps, cancel)
-    }
-    fn out_of_service(&self) -> Vec<(u32, String)> {
-        if self.broken.load(std::sync::atomic::Ordering::SeqCst) {
-            vec![(0, "CUDA_ERROR_ILLEGAL_ADDRESS, and the reset failed".into())]
-        } else {
-            Vec::new()
-        }
-    }
-}
-
 /// A device out of service (it faulted and could not be reset): challenges are refused with
 /// the reason, and the server stops by itself, since only a fresh process gets the device back
 /// (the daemon then exits with its own status for the supervisor to restart it).
 #[tokio::test(flavor = "multi_thread")]
 async fn a_device_out_of_service_refuses_work_and_stops_the_miner() {
     use tonic_health::pb::{HealthCheckRequest, health_check_response::ServingStatus, health_client::HealthClient};
-    let backend = Arc::new(BreakableBackend {
+    let backend = Arc::new(breakable::BreakableBackend {
         cpu: gpu_attest_shared::cpu::CpuBackend::new(TEST_CORES as usize, None).unwrap(),
         broken: false.into(),
     });

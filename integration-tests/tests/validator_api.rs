@@ -6,6 +6,7 @@ mod common;
 use common::*;
 use gpu_attest_proto::v1::{self, attest_event::Event, validator_client::ValidatorClient};
 use gpu_attest_validator::config::Policy;
+use std::sync::Arc;
 use tonic::Code;
 use tonic_health::pb::{HealthCheckRequest, health_check_response::ServingStatus, health_client::HealthClient};
 
@@ -436,4 +437,66 @@ async fn scheduler_attests_registered_miners_on_its_interval() {
         .expect("server stops")
         .unwrap()
         .unwrap();
+}
+
+/// A verification device out of service (a GPU that faulted and could not be reset): the
+/// validator's server stops by itself, since no verification on it can succeed until a fresh
+/// process gets it back (the daemon then exits with its own status for the supervisor).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_verification_device_out_of_service_stops_the_validator() {
+    let dir = TempDir::new("device-lost");
+    let config = validator_config(&dir, Policy::Sampled);
+    let backend = Arc::new(breakable::BreakableBackend {
+        cpu: gpu_attest_shared::cpu::CpuBackend::new(2, None).unwrap(),
+        broken: false.into(),
+    });
+    let attestor = Arc::new(gpu_attest_validator::Attestor::new(
+        gpu_attest_shared::identity::Identity::from_seed([VALIDATOR_SEED; 32]),
+        config.clone(),
+        backend.clone(),
+        true,
+        Arc::new(
+            gpu_attest_validator::store::Store::open(&config.database)
+                .await
+                .unwrap(),
+        ),
+    ));
+    let (listener, address) = listener().await;
+    let url = format!("http://{address}");
+    let server = tokio::spawn(gpu_attest_validator::server::serve(
+        attestor.clone(),
+        listener,
+        None,
+        validator_options(),
+        std::future::pending(),
+    ));
+    let mut health = HealthClient::new(
+        tonic::transport::Endpoint::from_shared(url.clone())
+            .unwrap()
+            .connect()
+            .await
+            .unwrap(),
+    );
+    let serving = health
+        .check(HealthCheckRequest {
+            service: "gpu_attest.v1.Validator".into(),
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .status;
+    assert_eq!(serving, ServingStatus::Serving as i32);
+    assert!(attestor.out_of_service().is_empty());
+
+    backend.broken.store(true, std::sync::atomic::Ordering::SeqCst);
+    let stopped = tokio::time::timeout(std::time::Duration::from_secs(15), server)
+        .await
+        .expect("the validator still serves 15 s after its device went out of service")
+        .unwrap();
+    assert!(stopped.is_ok(), "{stopped:?}");
+    assert_eq!(attestor.out_of_service()[0].0, 0);
+    assert!(
+        ValidatorClient::connect(url).await.is_err(),
+        "the listener is still open"
+    );
 }

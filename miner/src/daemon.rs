@@ -7,6 +7,7 @@ use crate::config::{ConfigError, MinerConfig};
 use crate::core::MinerCore;
 use crate::nonces::{NonceLog, NonceLogError};
 use crate::server;
+use gpu_attest_daemon::devices::{self, EXIT_DEVICE_FAULT};
 use gpu_attest_daemon::listen::BindError;
 use gpu_attest_daemon::metrics::MetricsError;
 use gpu_attest_daemon::tls::TransportError;
@@ -39,21 +40,9 @@ pub enum DaemonError {
     Server(String),
     #[error(
         "stopped because {}; a CUDA fault cannot be cleared inside the process, so the miner exits for its supervisor to restart it (exit status {EXIT_DEVICE_FAULT})",
-        describe_out_of_service(.0)
+        devices::describe(.0)
     )]
     DevicesOutOfService(Vec<(u32, String)>),
-}
-
-/// The exit status of a miner stopped by a device fault (EX_TEMPFAIL): a restart is expected to
-/// fix it, and the systemd unit's `Restart=on-failure` does restart it.
-pub const EXIT_DEVICE_FAULT: u8 = 75;
-
-fn describe_out_of_service(devices: &[(u32, String)]) -> String {
-    devices
-        .iter()
-        .map(|(device, reason)| format!("device {device} is out of service ({reason})"))
-        .collect::<Vec<_>>()
-        .join("; ")
 }
 
 /// The validators' keys in `keys`, each checked.

@@ -19,7 +19,9 @@ fn main() -> ExitCode {
         Err(e) => {
             eprintln!("error: {e:#}");
             match e.downcast_ref::<daemon::DaemonError>() {
-                Some(daemon::DaemonError::DevicesOutOfService(_)) => ExitCode::from(daemon::EXIT_DEVICE_FAULT),
+                Some(daemon::DaemonError::DevicesOutOfService(_)) => {
+                    ExitCode::from(gpu_attest_daemon::devices::EXIT_DEVICE_FAULT)
+                }
                 _ => ExitCode::FAILURE,
             }
         }

@@ -3,11 +3,10 @@
 use crate::config::Limits;
 use crate::core::MinerCore;
 use crate::service::MinerService;
-use gpu_attest_daemon::{PeerRateLimiter, stack};
+use gpu_attest_daemon::{PeerRateLimiter, devices, stack};
 use gpu_attest_proto::v1::miner_server::MinerServer;
 use std::future::Future;
 use std::sync::Arc;
-use std::time::Duration;
 use tokio::net::TcpListener;
 use tonic::service::Routes;
 
@@ -53,34 +52,20 @@ pub async fn serve(
     served
 }
 
-/// How often the health service looks for devices out of service.
-const DEVICE_WATCH_INTERVAL: Duration = Duration::from_secs(2);
-
 /// Once a device goes out of service (it faulted and could not be reset; see the CUDA
 /// backend): sets the Miner service NOT_SERVING, with one error line per device, and says so on
 /// `device_lost`, which stops the server. Challenges are refused from then on with the reason.
-///
-/// The server stops because only a new process gets the device back: on an H100 (driver 580)
-/// an illegal-address fault left every later context of the process on that device failing
-/// with the same error, a reset primary context and a fresh non-primary one alike, as the CUDA
-/// documentation warns. The daemon then exits with [`crate::daemon::EXIT_DEVICE_FAULT`], and a
-/// supervisor (the systemd unit's `Restart=on-failure`) starts a fresh one.
+/// Only a fresh process gets the device back (see [`gpu_attest_daemon::devices`]); the daemon
+/// exits for its supervisor to start one.
 async fn watch_devices(
     core: Arc<MinerCore>,
     health: tonic_health::server::HealthReporter,
     device_lost: tokio::sync::oneshot::Sender<()>,
 ) {
-    let mut ticks = tokio::time::interval(DEVICE_WATCH_INTERVAL);
-    loop {
-        ticks.tick().await;
-        let out_of_service = core.backend().backend.out_of_service();
-        if !out_of_service.is_empty() {
-            for (device, reason) in &out_of_service {
-                tracing::error!(device, %reason, "device out of service: the miner stops so that a fresh process can use it");
-            }
-            health.set_not_serving::<MinerServer<MinerService>>().await;
-            let _ = device_lost.send(());
-            return;
-        }
+    let probe = || core.backend().backend.out_of_service();
+    for (device, reason) in devices::out_of_service(probe, devices::WATCH_INTERVAL).await {
+        tracing::error!(device, %reason, "device out of service: the miner stops so that a fresh process can use it");
     }
+    health.set_not_serving::<MinerServer<MinerService>>().await;
+    let _ = device_lost.send(());
 }

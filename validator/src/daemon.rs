@@ -45,6 +45,12 @@ pub enum DaemonError {
     Metrics(#[from] MetricsError),
     #[error("the gRPC server stopped: {0}")]
     Server(String),
+    #[error(
+        "stopped because {}; a CUDA fault cannot be cleared inside the process, so the validator exits for its supervisor to restart it (exit status {})",
+        gpu_attest_daemon::devices::describe(.0),
+        gpu_attest_daemon::devices::EXIT_DEVICE_FAULT
+    )]
+    DevicesOutOfService(Vec<(u32, String)>),
 }
 
 /// The attestor `config` describes: its key, its verification backend (GPUs only once they
@@ -127,12 +133,16 @@ pub async fn run(
         None => None,
     };
     let schedule = config.schedule.enabled.then(|| Schedule::from_config(&config.schedule));
-    let served = server::serve(attestor, listener, schedule, options, shutdown).await;
+    let served = server::serve(attestor.clone(), listener, schedule, options, shutdown).await;
     let _ = stop_metrics.send(());
     if let Some(task) = metrics {
         let _ = task.await;
     }
     served.map_err(|e| DaemonError::Server(gpu_attest_daemon::tls::error_chain(&e)))?;
+    let out_of_service = attestor.out_of_service();
+    if !out_of_service.is_empty() {
+        return Err(DaemonError::DevicesOutOfService(out_of_service));
+    }
     info!("validator stopped");
     Ok(())
 }

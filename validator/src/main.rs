@@ -23,7 +23,13 @@ fn main() -> ExitCode {
         Ok(code) => code,
         Err(e) => {
             eprintln!("error: {e:#}");
-            ExitCode::from(EXIT_ERROR)
+            // A device fault has a status of its own, so that a supervisor restarts the daemon.
+            match e.downcast_ref::<daemon::DaemonError>() {
+                Some(daemon::DaemonError::DevicesOutOfService(_)) => {
+                    ExitCode::from(gpu_attest_daemon::devices::EXIT_DEVICE_FAULT)
+                }
+                _ => ExitCode::from(EXIT_ERROR),
+            }
         }
     }
 }

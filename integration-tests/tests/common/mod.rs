@@ -2,6 +2,7 @@
 
 #![allow(dead_code)]
 
+pub mod breakable;
 pub mod cheats;
 pub mod fake_driver;
 pub mod fleet;

@@ -145,6 +145,12 @@ impl Attestor {
         &self.store
     }
 
+    /// The verification backend's devices that faulted and could not be reset, with the reason
+    /// of each: verifying on them is impossible until the process restarts.
+    pub fn out_of_service(&self) -> Vec<(u32, String)> {
+        self.backend.out_of_service()
+    }
+
     fn policy(&self) -> Policy {
         match self.config.policy {
             Policy::Auto if self.backend_is_gpu => Policy::Full,

@@ -1,0 +1,74 @@
+//! Devices out of service: how both daemons notice one and stop.
+//!
+//! A CUDA fault is sticky for the whole process: on an H100 (driver 580) an illegal-address
+//! fault left every later context of the process on that device failing with the same error, a
+//! reset primary context and a fresh non-primary one alike, as the CUDA documentation warns. A
+//! daemon whose device went out of service therefore stops serving and exits with
+//! [`EXIT_DEVICE_FAULT`], and its supervisor (the systemd units' `Restart=on-failure`) starts a
+//! fresh process, which gets the device back.
+
+use std::time::Duration;
+
+/// The exit status of a daemon stopped by a device fault (EX_TEMPFAIL): a restart is expected
+/// to fix it.
+pub const EXIT_DEVICE_FAULT: u8 = 75;
+
+/// How often a serving daemon asks its backend for devices out of service.
+pub const WATCH_INTERVAL: Duration = Duration::from_secs(2);
+
+/// Resolves, with each device and its reason, once `probe` (the backend's `out_of_service`)
+/// reports any; asks every `interval`, the first time at once.
+pub async fn out_of_service(probe: impl Fn() -> Vec<(u32, String)>, interval: Duration) -> Vec<(u32, String)> {
+    let mut ticks = tokio::time::interval(interval);
+    loop {
+        ticks.tick().await;
+        let devices = probe();
+        if !devices.is_empty() {
+            return devices;
+        }
+    }
+}
+
+/// "device 0 is out of service (reason); device 2 is ...", for errors and logs.
+pub fn describe(devices: &[(u32, String)]) -> String {
+    devices
+        .iter()
+        .map(|(device, reason)| format!("device {device} is out of service ({reason})"))
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicU32, Ordering};
+
+    #[tokio::test]
+    async fn resolves_once_the_backend_reports_a_device() {
+        let asked = AtomicU32::new(0);
+        let probe = || {
+            if asked.fetch_add(1, Ordering::SeqCst) < 3 {
+                Vec::new()
+            } else {
+                vec![(1, "CUDA_ERROR_ILLEGAL_ADDRESS".to_string())]
+            }
+        };
+        let devices = out_of_service(probe, Duration::from_millis(1)).await;
+        assert_eq!(devices, [(1, "CUDA_ERROR_ILLEGAL_ADDRESS".to_string())]);
+        assert_eq!(asked.load(Ordering::SeqCst), 4);
+        assert_eq!(
+            describe(&devices),
+            "device 1 is out of service (CUDA_ERROR_ILLEGAL_ADDRESS)"
+        );
+    }
+
+    #[tokio::test]
+    async fn waits_while_every_device_serves() {
+        let waited = tokio::time::timeout(
+            Duration::from_millis(50),
+            out_of_service(Vec::new, Duration::from_millis(1)),
+        )
+        .await;
+        assert!(waited.is_err(), "resolved with no device out of service");
+    }
+}
