@@ -19,7 +19,15 @@ pub struct ServeOptions {
     pub limiter: PeerRateLimiter,
     /// HTTP/2 streams (calls) one connection may have open at once.
     pub max_concurrent_streams: u32,
+    /// How long in-flight calls may run once shutdown begins; then the server stops anyway.
+    pub drain_limit: Duration,
 }
+
+/// The default [`ServeOptions::drain_limit`]: long enough for a challenge's commitment to go
+/// out, and shorter than the systemd units' `TimeoutStopSec=30`, so that the daemon stops on
+/// its own terms. Without a limit a peer holding a stream open (a health `Watch` never ends)
+/// would keep a daemon that must restart, after a device fault, from ever exiting.
+pub const DRAIN_LIMIT: Duration = Duration::from_secs(25);
 
 impl ServeOptions {
     /// Plaintext, for loopback and tests.
@@ -28,6 +36,7 @@ impl ServeOptions {
             tls: None,
             limiter,
             max_concurrent_streams,
+            drain_limit: DRAIN_LIMIT,
         }
     }
 }
@@ -37,7 +46,7 @@ impl ServeOptions {
 const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(30);
 
 /// Serves `api` and `health` (and reflection over both) on `listener` until `shutdown`
-/// completes, then lets in-flight calls finish.
+/// completes, then lets in-flight calls finish for up to `options.drain_limit`.
 pub async fn serve<H: Health>(
     options: ServeOptions,
     health: HealthServer<H>,
@@ -59,10 +68,32 @@ pub async fn serve<H: Health>(
         Ok((v1, v1alpha)) => routes = routes.add_service(v1).add_service(v1alpha),
         Err(e) => tracing::error!(error = %e, "gRPC reflection is not served"),
     }
-    server
+    let (draining, drain_started) = tokio::sync::oneshot::channel::<()>();
+    let shutdown = async move {
+        shutdown.await;
+        let _ = draining.send(());
+    };
+    let served = server
         .add_routes(routes)
-        .serve_with_incoming_shutdown(TcpListenerStream::new(listener), shutdown)
-        .await
+        .serve_with_incoming_shutdown(TcpListenerStream::new(listener), shutdown);
+    let drain_limit = options.drain_limit;
+    let drain_over = async move {
+        match drain_started.await {
+            Ok(()) => tokio::time::sleep(drain_limit).await,
+            // The server ended without a shutdown: the other branch has its result.
+            Err(_) => std::future::pending().await,
+        }
+    };
+    tokio::select! {
+        result = served => result,
+        () = drain_over => {
+            tracing::warn!(
+                seconds = drain_limit.as_secs_f64(),
+                "calls still open after the drain limit; stopping without them"
+            );
+            Ok(())
+        }
+    }
 }
 
 /// gRPC server reflection over this project's services and the health service, in both

@@ -407,3 +407,49 @@ async fn the_inventory_reports_the_self_check_outside_the_claim() {
     assert_eq!(parsed.claim.digest(), claim, "the self-check is not part of the claim");
     assert_eq!(claim, cpu_claim(1).digest());
 }
+
+/// Shutdown lets in-flight calls finish, but not forever: a peer holding a health `Watch`
+/// stream open (it never ends by itself) cannot keep a daemon that must stop, after a device
+/// fault say, from stopping once the drain limit has passed.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_open_stream_cannot_hold_a_stopping_miner_past_the_drain_limit() {
+    use tonic_health::pb::{HealthCheckRequest, health_client::HealthClient};
+    let core = miner_on(
+        42,
+        &[validator_key()],
+        cpu_backend(1),
+        gpu_attest_miner::config::Limits::default(),
+        gpu_attest_miner::nonces::NonceLog::in_memory(),
+    );
+    let (listener, address) = listener().await;
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let options = gpu_attest_miner::server::ServeOptions {
+        drain_limit: Duration::from_secs(1),
+        ..miner_options()
+    };
+    let server = tokio::spawn(gpu_attest_miner::server::serve(core, listener, options, async {
+        let _ = stopped.await;
+    }));
+    let mut health = HealthClient::new(
+        tonic::transport::Endpoint::from_shared(format!("http://{address}"))
+            .unwrap()
+            .connect()
+            .await
+            .unwrap(),
+    );
+    let mut watch = health
+        .watch(HealthCheckRequest {
+            service: "gpu_attest.v1.Miner".into(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(watch.message().await.unwrap().is_some(), "the first status arrives");
+
+    let _ = stop.send(());
+    let stopped = tokio::time::timeout(Duration::from_secs(10), server)
+        .await
+        .expect("an open Watch stream held the miner past its 1 s drain limit")
+        .unwrap();
+    assert!(stopped.is_ok(), "{stopped:?}");
+}

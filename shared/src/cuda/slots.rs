@@ -117,14 +117,24 @@ impl<R: Runtime> DeviceSlots<R> {
         }
     }
 
-    /// The devices out of service, with the reason of each, in device order.
+    /// The devices out of service, with the reason of each, in device order. Never waits: a
+    /// slot that is locked is running work (its runtime is open) or being reset, and is counted
+    /// as in service this time. A daemon asks this every few seconds from an async task, and
+    /// `with` holds a slot's lock for a whole challenge.
     pub(crate) fn out_of_service(&self) -> Vec<(u32, String)> {
         self.slots
             .iter()
             .enumerate()
-            .filter_map(|(i, slot)| match &*lock(slot) {
-                Slot::OutOfService(reason) => Some((i as u32, reason.clone())),
-                Slot::Open(_) => None,
+            .filter_map(|(i, slot)| {
+                let guard = match slot.try_lock() {
+                    Ok(guard) => guard,
+                    Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
+                    Err(std::sync::TryLockError::WouldBlock) => return None,
+                };
+                match &*guard {
+                    Slot::OutOfService(reason) => Some((i as u32, reason.clone())),
+                    Slot::Open(_) => None,
+                }
             })
             .collect()
     }
@@ -176,6 +186,15 @@ mod tests {
 
     fn generation(slots: &DeviceSlots<FakeRuntime>, device: u32) -> Result<u32, BackendError> {
         slots.with(device, |_| unreachable!(), |r| Ok(r.generation))
+    }
+
+    /// A device running a challenge holds its slot's lock throughout; asking for devices out
+    /// of service must not wait for it (a daemon asks from an async task every few seconds).
+    #[test]
+    fn asking_for_devices_out_of_service_never_waits_for_a_running_challenge() {
+        let slots = DeviceSlots::new(vec![fake(0)]);
+        let asked = slots.with(0, |_| unreachable!(), |_| Ok(slots.out_of_service()));
+        assert_eq!(asked.unwrap(), Vec::new(), "a busy device is in service");
     }
 
     #[test]
