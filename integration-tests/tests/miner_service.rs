@@ -359,6 +359,7 @@ async fn the_inventory_reports_the_self_check_outside_the_claim() {
             kernel: "tensor".into(),
             outcome: Outcome::Passed { ops_per_sec: 4.0e14 },
             cached: true,
+            faulted_device: false,
         },
         KernelCheck {
             backend: "cuda".into(),
@@ -369,6 +370,7 @@ async fn the_inventory_reports_the_self_check_outside_the_claim() {
                 reason: "the mid-sized case differs at chain 1, checkpoint 2".into(),
             },
             cached: false,
+            faulted_device: false,
         },
     ];
     let core = miner_on(

@@ -36,6 +36,13 @@ pub enum BackendSelectError {
     Cuda(CudaInitError),
     #[error("the cuda backend cannot start: {0}")]
     GpuSelftest(String),
+    /// A self-check faulted a GPU, which only a fresh process can use again; the fault is
+    /// cached, so the next start goes on to the next kernel. Never answered by falling back to
+    /// the CPU.
+    #[error(
+        "{0}: a CUDA fault cannot be cleared inside the process, so the miner must restart (the next start skips the kernel that faulted)"
+    )]
+    GpuFaulted(String),
     #[error("cannot start the cpu backend: {0}")]
     Cpu(String),
 }
@@ -77,6 +84,11 @@ pub fn select_detected(
         BackendChoice::Cuda => start_cuda(),
         BackendChoice::Cpu => cpu(config, Vec::new()),
         BackendChoice::Auto => start_cuda().or_else(|e| {
+            // A faulted GPU is usable again after a restart: mining on the CPU until someone
+            // restarts the miner would waste it.
+            if matches!(e, BackendSelectError::GpuFaulted(_)) {
+                return Err(e);
+            }
             let reason = match e {
                 BackendSelectError::Cuda(e) => e.to_string(),
                 other => other.to_string(),
@@ -109,6 +121,14 @@ fn start_checked_cuda(config: &MinerConfig, detection: &Detection) -> Result<Sel
     let mut suite = selftest::LazySuite::new(selftest::DEFAULT_MID_N, config.cpu_threads);
     let checks = selftest::gpu_kernels(&mut suite, detection, &options, &candidates, false)
         .map_err(BackendSelectError::GpuSelftest)?;
+    let faulted: Vec<String> = checks
+        .iter()
+        .filter(|c| c.faulted_device)
+        .map(|c| format!("the {} kernel faulted {} during its self-check", c.kernel, c.device))
+        .collect();
+    if !faulted.is_empty() {
+        return Err(BackendSelectError::GpuFaulted(faulted.join("; ")));
+    }
     let kernel = selftest::choose_gpu_kernel(&checks, &candidates).map_err(BackendSelectError::GpuSelftest)?;
     let backend = CudaBackend::from_detection(
         detection,

@@ -18,11 +18,18 @@ fn main() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: {e:#}");
-            match e.downcast_ref::<daemon::DaemonError>() {
-                Some(daemon::DaemonError::DevicesOutOfService(_)) => {
-                    ExitCode::from(gpu_attest_daemon::devices::EXIT_DEVICE_FAULT)
-                }
-                _ => ExitCode::FAILURE,
+            let device_fault = match e.downcast_ref::<daemon::DaemonError>() {
+                Some(daemon::DaemonError::DevicesOutOfService(_)) => true,
+                Some(daemon::DaemonError::Backend(backends::BackendSelectError::GpuFaulted(_))) => true,
+                _ => matches!(
+                    e.downcast_ref::<backends::BackendSelectError>(),
+                    Some(backends::BackendSelectError::GpuFaulted(_))
+                ),
+            };
+            if device_fault {
+                ExitCode::from(gpu_attest_daemon::devices::EXIT_DEVICE_FAULT)
+            } else {
+                ExitCode::FAILURE
             }
         }
     }

@@ -9,6 +9,7 @@
 //! What the check found is information for operators; a validator never trusts it.
 
 use crate::config::MinerConfig;
+use gpu_attest_shared::Backend;
 use gpu_attest_shared::cpu::CpuBackend;
 use gpu_attest_shared::cuda::compile::write_atomically;
 use gpu_attest_shared::cuda::detect::{Detection, GpuInfo};
@@ -48,6 +49,11 @@ pub struct KernelCheck {
     pub outcome: Outcome,
     /// Taken from the cache of an earlier run.
     pub cached: bool,
+    /// The check faulted its GPU and left it out of service for the rest of this process (a
+    /// CUDA fault cannot be cleared in-process on an H100): no later check or challenge on that
+    /// GPU can run until the miner restarts.
+    #[serde(skip)]
+    pub faulted_device: bool,
 }
 
 impl std::fmt::Display for KernelCheck {
@@ -129,6 +135,7 @@ pub fn cpu_kernels(suite: &mut LazySuite, threads: usize) -> Vec<KernelCheck> {
                 kernel: kernel.to_string(),
                 outcome,
                 cached: false,
+                faulted_device: false,
             }
         })
         .collect()
@@ -148,7 +155,10 @@ fn describe_gpu(gpu: &GpuInfo) -> String {
 }
 
 /// Each of `kernels` on every GPU `options` selects that supports it, from the cache where it
-/// has the answer and `fresh` is false. Passes and wrong results are written to the cache.
+/// has the answer and `fresh` is false. Passes, wrong results and faults that put the GPU out of
+/// service are written to the cache. After such a fault the GPU's remaining kernels are not
+/// checked in this process (each would fail with the same fault) and the check says so
+/// ([`KernelCheck::faulted_device`]): the miner must restart to use the GPU.
 pub fn gpu_kernels(
     suite: &mut LazySuite,
     detection: &Detection,
@@ -160,6 +170,8 @@ pub fn gpu_kernels(
     let cache = options.cache_dir.as_ref().map(|d| d.join("selftest"));
     let mut checks = Vec::new();
     for (index, gpu) in gpus.iter().enumerate() {
+        // The kernel that faulted this GPU earlier in this process, if one did.
+        let mut faulted_by: Option<GpuKernel> = None;
         for kernel in kernels_for(gpu, kernels) {
             let key = cache_key(gpu, kernel, suite.mid_n);
             let cached = if fresh {
@@ -167,18 +179,44 @@ pub fn gpu_kernels(
             } else {
                 cache.as_deref().and_then(|d| read_cached(d, &key))
             };
-            let (outcome, was_cached) = match cached {
-                Some(outcome) => (outcome, true),
-                None => {
+            let mut faulted_device = false;
+            let (outcome, was_cached) = match (cached, faulted_by) {
+                (Some(outcome), _) => (outcome, true),
+                // Every context of this process on the GPU fails now: checking would blame
+                // this kernel for the earlier one's fault. Not cached: a restart checks it.
+                (None, Some(culprit)) => (
+                    Outcome::Failed {
+                        reason: format!(
+                            "not checked: the {culprit} kernel faulted this GPU earlier in this process; a restart checks it"
+                        ),
+                    },
+                    false,
+                ),
+                (None, None) => {
                     let one = CudaOptions {
                         ordinals: Some(vec![gpu.ordinal]),
                         kernel: Some(kernel),
                         ..options.clone()
                     };
-                    let (outcome, lasting) = match CudaBackend::from_detection(detection, &one) {
-                        Ok(backend) => suite.check(&backend),
+                    let (mut outcome, mut lasting) = match CudaBackend::from_detection(detection, &one) {
+                        Ok(backend) => {
+                            let (outcome, lasting) = suite.check(&backend);
+                            faulted_device = !backend.out_of_service().is_empty();
+                            (outcome, lasting)
+                        }
                         Err(e) => (Outcome::Failed { reason: e.to_string() }, false),
                     };
+                    if faulted_device {
+                        // Cached, so that the restart this fault needs goes on to the next
+                        // kernel instead of faulting the GPU again.
+                        faulted_by = Some(kernel);
+                        lasting = true;
+                        if let Outcome::Failed { reason } = &mut outcome {
+                            reason.push_str(
+                                " (it faulted the GPU; remembered until the driver, the kernel or the miner changes, or `miner selftest --fresh`)",
+                            );
+                        }
+                    }
                     if let Some(dir) = cache.as_deref().filter(|_| lasting) {
                         // A cache that cannot be written costs a rerun next time, nothing more.
                         let _ = write_cached(dir, &key, &outcome);
@@ -193,6 +231,7 @@ pub fn gpu_kernels(
                 kernel: kernel.to_string(),
                 outcome,
                 cached: was_cached,
+                faulted_device,
             });
         }
     }
@@ -358,6 +397,7 @@ mod tests {
             kernel: kernel.into(),
             outcome,
             cached: false,
+            faulted_device: false,
         }
     }
 

@@ -13,7 +13,7 @@ use gpu_attest_daemon::tls::TransportError;
 use gpu_attest_shared::Backend;
 use gpu_attest_shared::cpu::CpuBackend;
 use gpu_attest_shared::cuda::compile::default_cache_dir;
-use gpu_attest_shared::cuda::{CudaBackend, CudaOptions};
+use gpu_attest_shared::cuda::{CudaBackend, CudaInitError, CudaOptions, GpuKernel};
 use gpu_attest_shared::gemm::GemmError;
 use gpu_attest_shared::gemm::UnknownKernel;
 use gpu_attest_shared::identity::{Identity, KeyError};
@@ -66,24 +66,7 @@ pub async fn attestor(config: &ValidatorConfig) -> Result<Attestor, DaemonError>
             info!(kernel = %cpu.kernel(), threads = cpu.threads(), "verifying on the CPU");
             (Arc::new(cpu), false)
         }
-        VerifyBackend::Cuda => {
-            let options = CudaOptions {
-                cache_dir: default_cache_dir(),
-                ..CudaOptions::default()
-            };
-            let cuda = CudaBackend::new(&options).map_err(|e| DaemonError::Cuda(e.to_string()))?;
-            // A verifier that computes wrong results fails honest miners: its GPUs must reproduce
-            // the CPU's checkpoints (PROTOCOL.md's vector and a mid-sized challenge) first.
-            let suite = gpu_attest_shared::selftest::Suite::new(gpu_attest_shared::selftest::MID_N, config.cpu_threads)
-                .map_err(|e| DaemonError::SelfCheck(format!("cannot build the check: {e}")))?;
-            let passed = suite.check(&cuda).map_err(|e| DaemonError::SelfCheck(e.to_string()))?;
-            info!(
-                kernel = %cuda.kernel(),
-                tops = passed.ops_per_sec / 1e12,
-                "verifying on the GPUs: they reproduced the CPU's checkpoints"
-            );
-            (Arc::new(cuda), true)
-        }
+        VerifyBackend::Cuda => (Arc::new(checked_gpus(config)?), true),
     };
     // Opened last, so that a validator that cannot start leaves no database behind.
     let store = Store::open(&config.database).await?;
@@ -94,6 +77,51 @@ pub async fn attestor(config: &ValidatorConfig) -> Result<Attestor, DaemonError>
         on_gpu,
         Arc::new(store),
     ))
+}
+
+/// The GPUs to verify on, on the fastest kernel all of them run that reproduces the CPU's
+/// checkpoints (PROTOCOL.md's vector and a mid-sized challenge): a verifier that computes wrong
+/// results fails honest miners. A kernel that differs is skipped for the next; one that faults
+/// a GPU stops the search, since no later context of this process can use that GPU.
+fn checked_gpus(config: &ValidatorConfig) -> Result<CudaBackend, DaemonError> {
+    let suite = gpu_attest_shared::selftest::Suite::new(gpu_attest_shared::selftest::MID_N, config.cpu_threads)
+        .map_err(|e| DaemonError::SelfCheck(format!("cannot build the check: {e}")))?;
+    let mut failures = Vec::new();
+    for kernel in GpuKernel::FASTEST_FIRST {
+        let options = CudaOptions {
+            cache_dir: default_cache_dir(),
+            kernel: Some(kernel),
+            ..CudaOptions::default()
+        };
+        let cuda = match CudaBackend::new(&options) {
+            Ok(cuda) => cuda,
+            Err(CudaInitError::KernelUnsupported { .. }) => continue,
+            Err(e) => return Err(DaemonError::Cuda(e.to_string())),
+        };
+        match suite.check(&cuda) {
+            Ok(passed) => {
+                info!(
+                    %kernel,
+                    tops = passed.ops_per_sec / 1e12,
+                    "verifying on the GPUs: they reproduced the CPU's checkpoints"
+                );
+                return Ok(cuda);
+            }
+            Err(e) if !cuda.out_of_service().is_empty() => {
+                failures.push(format!("{kernel}: {e} (it faulted the GPU)"));
+                break;
+            }
+            Err(e) => {
+                tracing::warn!(%kernel, error = %e, "this kernel failed the GPU self-check; trying the next");
+                failures.push(format!("{kernel}: {e}"));
+            }
+        }
+    }
+    Err(DaemonError::SelfCheck(if failures.is_empty() {
+        "no GPU kernel runs on every selected GPU".into()
+    } else {
+        failures.join("; ")
+    }))
 }
 
 /// Serves `config`'s validator until `shutdown` completes: the API on `config.listen`, the
