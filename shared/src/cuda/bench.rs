@@ -346,9 +346,14 @@ const WHOLE_CHALLENGE_RUNS: usize = 2;
 
 /// Chains and steps of the whole challenge `bench` times against its GEMM-only time: 32 steps
 /// per chain with a checkpoint every 8, as a validator's challenges are shaped, and enough
-/// chains (whole launches of `batch`) for about `budget` of GEMM work, so that the one-time
-/// costs (buffers, the first generation) weigh on it as they do on a challenge of seconds.
-/// `launch_seconds` is one fused step of `batch` chains.
+/// chains (whole launches of `batch`) for about `budget` of GEMM work, at most 64 launches'
+/// worth (on an H100 that is 0.3-0.5 s of work), so that the one-time costs (buffers, the
+/// first generation) weigh on it as they do on a longer challenge. `launch_seconds` is one
+/// fused step of `batch` chains.
+///
+/// The GEMM-only time it is compared with is the bench's own launches of `batch` chains; the
+/// challenge launches as many chains at once as free VRAM allows, which fill the GPU better, so
+/// the ratio can come out under 1.
 fn whole_challenge_shape(batch: usize, launch_seconds: f64, budget: Duration) -> (u64, u32) {
     const ITERATIONS: u32 = 32;
     let launches = budget.as_secs_f64() / (launch_seconds * f64::from(ITERATIONS));
