@@ -38,8 +38,8 @@ pub(super) fn is_available() -> bool {
 /// A widened to i16 in strips of TILE_ROWS rows: strip s, k-quad q is one 64-byte line holding
 /// `A[8s + r][4q + t]` at i16 index `r*4 + t`. Strip s starts at byte `s * TILE_ROWS * n * 2`.
 ///
-/// This runs before every product, on one thread, so it is vectorised too: at n = 256 a
-/// byte-by-byte rearrangement took a fifth of the step.
+/// This runs before every product (each task packs its own rows), so it is vectorised too: at
+/// n = 256 a byte-by-byte rearrangement took a fifth of the step.
 pub(super) fn pack_a(a: &[u8], n: usize) -> AlignedBytes {
     assert!(n.is_multiple_of(16) && a.len().is_multiple_of(TILE_ROWS * n));
     assert!(is_available(), "the AVX2 layout of A is only built on CPUs with AVX2");
