@@ -7,6 +7,7 @@
 //! [`EXIT_DEVICE_FAULT`], and its supervisor (the systemd units' `Restart=on-failure`) starts a
 //! fresh process, which gets the device back.
 
+use std::future::Future;
 use std::time::Duration;
 
 /// The exit status of a daemon stopped by a device fault (EX_TEMPFAIL): a restart is expected
@@ -25,6 +26,27 @@ pub async fn out_of_service(probe: impl Fn() -> Vec<(u32, String)>, interval: Du
         let devices = probe();
         if !devices.is_empty() {
             return devices;
+        }
+    }
+}
+
+/// Completes when `shutdown` does or, first, when `probe` (the backend's `out_of_service`)
+/// reports a device: then it logs each device, sets service `S` NOT_SERVING and completes, so
+/// that, given to the server as its shutdown, it stops the server. `daemon` names the daemon in
+/// the log line. The caller tells the two endings apart by asking the backend again.
+pub async fn shutdown_or_device_lost<S: tonic::server::NamedService>(
+    shutdown: impl Future<Output = ()>,
+    probe: impl Fn() -> Vec<(u32, String)>,
+    health: tonic_health::server::HealthReporter,
+    daemon: &'static str,
+) {
+    tokio::select! {
+        () = shutdown => {}
+        lost = out_of_service(probe, WATCH_INTERVAL) => {
+            for (device, reason) in lost {
+                tracing::error!(device, %reason, "device out of service: the {daemon} stops so that a fresh process can use it");
+            }
+            health.set_not_serving::<S>().await;
         }
     }
 }

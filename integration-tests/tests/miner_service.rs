@@ -277,7 +277,7 @@ async fn another_validator_waits_while_a_fresh_commitment_is_unopened() {
 /// (the daemon then exits with its own status for the supervisor to restart it).
 #[tokio::test(flavor = "multi_thread")]
 async fn a_device_out_of_service_refuses_work_and_stops_the_miner() {
-    use tonic_health::pb::{HealthCheckRequest, health_check_response::ServingStatus, health_client::HealthClient};
+    use tonic_health::pb::health_check_response::ServingStatus;
     let backend = Arc::new(breakable::BreakableBackend {
         cpu: gpu_attest_shared::cpu::CpuBackend::new(TEST_CORES as usize, None).unwrap(),
         broken: false.into(),
@@ -301,22 +301,10 @@ async fn a_device_out_of_service_refuses_work_and_stops_the_miner() {
         std::future::pending(),
     ));
     let mut client = MinerClient::connect(url.clone()).await.unwrap();
-    let mut health = HealthClient::new(
-        tonic::transport::Endpoint::from_shared(url.clone())
-            .unwrap()
-            .connect()
-            .await
-            .unwrap(),
+    assert_eq!(
+        health_status(&url, "gpu_attest.v1.Miner").await,
+        ServingStatus::Serving as i32
     );
-    let serving = health
-        .check(HealthCheckRequest {
-            service: "gpu_attest.v1.Miner".into(),
-        })
-        .await
-        .unwrap()
-        .into_inner()
-        .status;
-    assert_eq!(serving, ServingStatus::Serving as i32);
     assert_eq!(
         code_of(&mut client, signed(&challenge(key, 1, 64, 1, 1, 10_000))).await,
         Code::Ok

@@ -8,7 +8,7 @@ use gpu_attest_proto::v1::{self, attest_event::Event, validator_client::Validato
 use gpu_attest_validator::config::Policy;
 use std::sync::Arc;
 use tonic::Code;
-use tonic_health::pb::{HealthCheckRequest, health_check_response::ServingStatus, health_client::HealthClient};
+use tonic_health::pb::health_check_response::ServingStatus;
 
 async fn client(validator: &Running) -> ValidatorClient<tonic::transport::Channel> {
     ValidatorClient::connect(validator.url())
@@ -310,20 +310,7 @@ async fn both_daemons_serve_the_standard_health_service() {
     let validator = spawn_validator(attestor(&validator_config(&dir, Policy::Sampled)).await).await;
     let miner = spawn_miner(miner_core(26, &[], 1)).await;
     for (server, service) in [(&miner, "gpu_attest.v1.Miner"), (&validator, "gpu_attest.v1.Validator")] {
-        let channel = tonic::transport::Endpoint::from_shared(server.url())
-            .unwrap()
-            .connect()
-            .await
-            .unwrap();
-        let mut health = HealthClient::new(channel);
-        let status = health
-            .check(HealthCheckRequest {
-                service: service.into(),
-            })
-            .await
-            .unwrap()
-            .into_inner()
-            .status;
+        let status = health_status(&server.url(), service).await;
         assert_eq!(status, ServingStatus::Serving as i32, "{service}");
     }
 }
@@ -470,22 +457,10 @@ async fn a_verification_device_out_of_service_stops_the_validator() {
         validator_options(),
         std::future::pending(),
     ));
-    let mut health = HealthClient::new(
-        tonic::transport::Endpoint::from_shared(url.clone())
-            .unwrap()
-            .connect()
-            .await
-            .unwrap(),
+    assert_eq!(
+        health_status(&url, "gpu_attest.v1.Validator").await,
+        ServingStatus::Serving as i32
     );
-    let serving = health
-        .check(HealthCheckRequest {
-            service: "gpu_attest.v1.Validator".into(),
-        })
-        .await
-        .unwrap()
-        .into_inner()
-        .status;
-    assert_eq!(serving, ServingStatus::Serving as i32);
     assert!(attestor.out_of_service().is_empty());
 
     backend.broken.store(true, std::sync::atomic::Ordering::SeqCst);

@@ -36,36 +36,15 @@ pub async fn serve(
 ) -> Result<(), tonic::transport::Error> {
     let (health, health_service) = tonic_health::server::health_reporter();
     health.set_serving::<MinerServer<MinerService>>().await;
-    let (device_lost, device_lost_rx) = tokio::sync::oneshot::channel();
-    let watch = tokio::spawn(watch_devices(core.clone(), health, device_lost));
+    // Challenges are refused with the reason once a device is out of service; the server stops
+    // because only a fresh process gets the device back (see `gpu_attest_daemon::devices`).
+    let probe = {
+        let core = core.clone();
+        move || core.backend().backend.out_of_service()
+    };
+    let stop = devices::shutdown_or_device_lost::<MinerServer<MinerService>>(shutdown, probe, health, "miner");
     let miner = MinerServer::new(MinerService::new(core))
         .max_decoding_message_size(MAX_REQUEST_BYTES)
         .max_encoding_message_size(MAX_RESPONSE_BYTES);
-    let stop = async move {
-        tokio::select! {
-            () = shutdown => {}
-            Ok(()) = device_lost_rx => {}
-        }
-    };
-    let served = stack::serve(options, health_service, Routes::new(miner), listener, stop).await;
-    watch.abort();
-    served
-}
-
-/// Once a device goes out of service (it faulted and could not be reset; see the CUDA
-/// backend): sets the Miner service NOT_SERVING, with one error line per device, and says so on
-/// `device_lost`, which stops the server. Challenges are refused from then on with the reason.
-/// Only a fresh process gets the device back (see [`gpu_attest_daemon::devices`]); the daemon
-/// exits for its supervisor to start one.
-async fn watch_devices(
-    core: Arc<MinerCore>,
-    health: tonic_health::server::HealthReporter,
-    device_lost: tokio::sync::oneshot::Sender<()>,
-) {
-    let probe = || core.backend().backend.out_of_service();
-    for (device, reason) in devices::out_of_service(probe, devices::WATCH_INTERVAL).await {
-        tracing::error!(device, %reason, "device out of service: the miner stops so that a fresh process can use it");
-    }
-    health.set_not_serving::<MinerServer<MinerService>>().await;
-    let _ = device_lost.send(());
+    stack::serve(options, health_service, Routes::new(miner), listener, stop).await
 }

@@ -30,6 +30,15 @@ fn work(tag: u8) -> Work {
     .unwrap()
 }
 
+/// The CUDA backend on device 0 alone, on its default kernel.
+fn device_0() -> CudaBackend {
+    CudaBackend::new(&CudaOptions {
+        ordinals: Some(vec![0]),
+        ..CudaOptions::default()
+    })
+    .unwrap()
+}
+
 #[test]
 #[ignore = "needs a CUDA GPU: run with --ignored on a GPU host (scripts/gpu-check.sh does)"]
 fn a_faulted_device_serves_the_next_challenge() {
@@ -38,11 +47,7 @@ fn a_faulted_device_serves_the_next_challenge() {
     }
     let cancel = CancelToken::new();
     let cpu = CpuBackend::new(0, None).unwrap();
-    let cuda = CudaBackend::new(&CudaOptions {
-        ordinals: Some(vec![0]),
-        ..CudaOptions::default()
-    })
-    .unwrap();
+    let cuda = device_0();
     let before = execute(&cuda, &work(1), &|_| {}, &cancel).unwrap();
 
     let fault = cuda.inject_fault(0).unwrap_err();
@@ -128,11 +133,7 @@ fn fresh_process_half_of_the_fault_test() {
     }
     let cancel = CancelToken::new();
     let cpu = CpuBackend::new(0, None).unwrap();
-    let cuda = CudaBackend::new(&CudaOptions {
-        ordinals: Some(vec![0]),
-        ..CudaOptions::default()
-    })
-    .unwrap();
+    let cuda = device_0();
     let want = execute(&cpu, &work(3), &|_| {}, &cancel).unwrap();
     let got = execute(&cuda, &work(3), &|_| {}, &cancel).unwrap();
     assert_eq!(got.chains, want.chains);

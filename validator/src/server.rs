@@ -40,37 +40,19 @@ pub async fn serve(
     let scheduler = schedule.map(|schedule| tokio::spawn(scheduler::run(attestor.clone(), schedule, stop_rx)));
     let (health, health_service) = tonic_health::server::health_reporter();
     health.set_serving::<ValidatorServer<ValidatorService>>().await;
-    let (device_lost, device_lost_rx) = tokio::sync::oneshot::channel();
-    let watch_devices = tokio::spawn(watch_devices(attestor.clone(), health, device_lost));
-    let api = ValidatorServer::new(ValidatorService::new(attestor)).max_decoding_message_size(MAX_REQUEST_BYTES);
-    let stop = async move {
-        tokio::select! {
-            () = shutdown => {}
-            Ok(()) = device_lost_rx => {}
-        }
+    // Every verification on a device out of service would fail until a fresh process gets it
+    // back (see `gpu_attest_daemon::devices`), so the server stops.
+    let probe = {
+        let attestor = attestor.clone();
+        move || attestor.out_of_service()
     };
+    let stop =
+        devices::shutdown_or_device_lost::<ValidatorServer<ValidatorService>>(shutdown, probe, health, "validator");
+    let api = ValidatorServer::new(ValidatorService::new(attestor)).max_decoding_message_size(MAX_REQUEST_BYTES);
     let result = stack::serve(options, health_service, Routes::new(api), listener, stop).await;
-    watch_devices.abort();
     let _ = stop_tx.send(true);
     if let Some(task) = scheduler {
         let _ = task.await;
     }
     result
-}
-
-/// Once a device of the verification backend goes out of service (a GPU that faulted and could
-/// not be reset): sets the Validator service NOT_SERVING, logs each device, and says so on
-/// `device_lost`, which stops the server. Every verification on that device would fail until a
-/// fresh process gets it back (see [`gpu_attest_daemon::devices`]).
-async fn watch_devices(
-    attestor: Arc<Attestor>,
-    health: tonic_health::server::HealthReporter,
-    device_lost: tokio::sync::oneshot::Sender<()>,
-) {
-    let probe = || attestor.out_of_service();
-    for (device, reason) in devices::out_of_service(probe, devices::WATCH_INTERVAL).await {
-        tracing::error!(device, %reason, "verification device out of service: the validator stops so that a fresh process can use it");
-    }
-    health.set_not_serving::<ValidatorServer<ValidatorService>>().await;
-    let _ = device_lost.send(());
 }

@@ -176,6 +176,24 @@ pub async fn spawn_miner_with(core: Arc<MinerCore>, options: ServeOptions) -> Ru
     }
 }
 
+/// The standard health service's status for `service` at `url` (a `ServingStatus` as i32).
+pub async fn health_status(url: &str, service: &str) -> i32 {
+    use tonic_health::pb::{HealthCheckRequest, health_client::HealthClient};
+    let channel = tonic::transport::Endpoint::from_shared(url.to_string())
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    HealthClient::new(channel)
+        .check(HealthCheckRequest {
+            service: service.into(),
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .status
+}
+
 /// A temporary directory removed when dropped.
 pub struct TempDir(pub PathBuf);
 
