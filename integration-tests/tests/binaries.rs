@@ -270,6 +270,33 @@ fn the_cpu_kernel_is_chosen_by_setting_or_environment_and_reported() {
     assert_eq!(rows.len(), 1, "{bench}");
     assert_eq!(rows[0]["kernel"], "portable");
     assert!(rows[0]["tops"].as_f64().unwrap() > 0.0);
+    assert_eq!(rows[0]["k_block"], 64, "one pass over k at n = 64");
+
+    // The k-block knob reaches the engine and the report; a bad value is refused, not ignored.
+    let blocked = miner_json(
+        &[
+            "bench",
+            "--backend",
+            "cpu",
+            "--sizes",
+            "256",
+            "--seconds",
+            "0.05",
+            "--json",
+        ],
+        &[("GPU_ATTEST_CPU_KERNEL", "portable"), ("GPU_ATTEST_CPU_K_BLOCK", "128")],
+    );
+    assert_eq!(blocked["rows"][0]["k_block"], 128, "{blocked}");
+    let out = cmd("miner")
+        .args(["bench", "--backend", "cpu", "--sizes", "64", "--seconds", "0.05"])
+        .env("GPU_ATTEST_CPU_KERNEL", "portable")
+        .env("GPU_ATTEST_CPU_K_BLOCK", "100")
+        .output()
+        .unwrap();
+    assert_one_line_failure(
+        &out,
+        "GPU_ATTEST_CPU_K_BLOCK=\"100\": the k block is a positive multiple of 64",
+    );
 
     // A name that is no kernel, from the environment or a config file, is one line naming it
     // and the kernels there are.

@@ -6,7 +6,7 @@ use gpu_attest_shared::backend::CancelToken;
 use gpu_attest_shared::cpu::CpuBackend;
 use gpu_attest_shared::cuda::bench::{int8_peak_tops, step_floor_seconds};
 use gpu_attest_shared::cuda::{CudaBackend, CudaInitError, CudaOptions, GpuKernel};
-use gpu_attest_shared::gemm::{CpuGemm, KernelKind, PackedB};
+use gpu_attest_shared::gemm::{CpuGemm, GemmError, KernelKind, PackedB};
 use gpu_attest_shared::matrix::{Matrix, generate, generate_a};
 use gpu_attest_shared::params::{ChallengeParams, Work};
 use serde::Serialize;
@@ -84,18 +84,25 @@ pub struct BenchRow {
     pub kernel: String,
     pub device: String,
     pub n: usize,
+    /// How much of k one pass over a tile took (n: the whole of k).
+    pub k_block: usize,
     /// Median of the timed runs, seconds per fused GEMM+mix step.
     pub seconds: f64,
     pub tops: f64,
 }
 
-/// Times the fused step on each of `kernels` this CPU runs; each size runs for about `budget`.
-pub fn cpu(sizes: &[usize], kernels: &[KernelKind], threads: usize, budget: Duration, device: &str) -> Vec<BenchRow> {
+/// Times the fused step on each of `kernels`; each size runs for about `budget`. A kernel this
+/// CPU lacks, or a bad k-block setting, is an error rather than a missing row.
+pub fn cpu(
+    sizes: &[usize],
+    kernels: &[KernelKind],
+    threads: usize,
+    budget: Duration,
+    device: &str,
+) -> Result<Vec<BenchRow>, GemmError> {
     let mut rows = Vec::new();
     for &kernel in kernels {
-        let Ok(gemm) = CpuGemm::new(threads, Some(kernel)) else {
-            continue;
-        };
+        let gemm = CpuGemm::new(threads, Some(kernel))?;
         for &n in sizes {
             let (x, b) = (generate(&[1; 32], 0, n), PackedB::new(&generate(&[1; 32], 1, n)));
             let mut out = Matrix::zeros(n);
@@ -116,12 +123,13 @@ pub fn cpu(sizes: &[usize], kernels: &[KernelKind], threads: usize, budget: Dura
                 kernel: kernel.to_string(),
                 device: device.to_string(),
                 n,
+                k_block: gemm.k_block(n),
                 seconds,
                 tops: 2.0 * (n as f64).powi(3) / seconds / 1e12,
             });
         }
     }
-    rows
+    Ok(rows)
 }
 
 /// One GPU measurement: a kernel on a device at one size, against cuBLASLt int8 plus mix.

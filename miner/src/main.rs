@@ -90,7 +90,7 @@ fn run(cli: Cli) -> Result<()> {
                 None => KernelKind::ALL.into_iter().filter(|k| k.is_available()).collect(),
             };
             let report = bench::CpuReport {
-                rows: bench::cpu(&sizes, &kernels, config.cpu_threads, budget, &device),
+                rows: bench::cpu(&sizes, &kernels, config.cpu_threads, budget, &device)?,
                 amx_peak_tops: register_peak(KernelKind::Amx, config.cpu_threads, 0.25).map(|ops| ops / 1e12),
                 avx2_peak_tops: register_peak(KernelKind::Avx2, config.cpu_threads, 0.25).map(|ops| ops / 1e12),
                 sampled_verify: sampled_verify

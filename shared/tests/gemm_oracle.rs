@@ -154,6 +154,32 @@ fn fused_step(kernel: KernelKind) -> Result<(), Failed> {
     Ok(())
 }
 
+/// For the kernels that take k in blocks: k walked in small blocks, so that many blocks carry
+/// their sums into the next, including a last block shorter than the others (192 into 320 or
+/// 1088, 640 into 2048) and blocks of one k-step.
+fn blocked_k(kernel: KernelKind) -> Result<(), Failed> {
+    for k_block in [64, 192] {
+        for threads in [1, 3] {
+            let gemm = engine(kernel, threads)?.with_k_block(Some(k_block));
+            for n in [64, 128, 320, 512] {
+                check_full(&gemm, &random(n, 11), &random(n, 12))?;
+            }
+        }
+    }
+    let gemm = engine(kernel, 0)?.with_k_block(Some(640));
+    for n in [1088, 2048] {
+        check_sampled(&gemm, &random(n, 13), &random(n, 14))?;
+    }
+    let gemm = engine(kernel, 2)?.with_k_block(Some(128));
+    let (n, x, b) = (320, random(320, 15), random(320, 16));
+    let mut out = Matrix::zeros(n);
+    gemm.step(&x, &PackedB::new(&b), 5, &mut out);
+    if out != naive::step(&x, &b, 5) {
+        return Err(format!("{kernel} kernel, n={n}, k in blocks of 128: the fused step differs").into());
+    }
+    Ok(())
+}
+
 type Check = fn(KernelKind) -> Result<(), Failed>;
 
 const CHECKS: [(&str, Check); 4] = [
@@ -179,6 +205,15 @@ fn main() {
                     .with_ignored_flag(!kernel.is_available())
             })
         })
+        .chain(
+            KernelKind::ALL
+                .into_iter()
+                .filter(|k| k.takes_k_blocks())
+                .map(|kernel| {
+                    Trial::test(format!("{kernel}::blocked_k"), move || blocked_k(kernel))
+                        .with_ignored_flag(!kernel.is_available())
+                }),
+        )
         .collect();
     libtest_mimic::run(&args, trials).exit();
 }

@@ -1,9 +1,11 @@
 //! Exact int8 x int8 -> int32 matrix products on the CPU, with the chain's `mix` fused in.
 //!
 //! B is packed once per chain into 32-column panels ([`PackedB`]). A kernel ([`KernelKind`])
-//! computes one register tile, a few rows of A against one panel over the whole k range; the
-//! driver here walks the tiles, parallel over blocks of whole output rows with rayon, and hands
-//! each finished row to the epilogue (bias correction, then `mix` or a plain copy).
+//! computes one register tile, a few rows of A against one panel, over the whole k range or,
+//! for the kernels that take k in blocks, over one block of it with the sums carried from the
+//! block before. The driver here walks the tiles, parallel over blocks of whole output rows with
+//! rayon, and hands each finished row to the epilogue (bias correction, then `mix` or a plain
+//! copy).
 //!
 //! Kernels, fastest first: AMX-INT8 `tdpbssd`, AVX-512 VNNI and AVX-VNNI `vpdpbusd`, AVX2
 //! `vpmaddwd` on widened bytes, and a portable loop. All are exact: PROTOCOL.md "Exactness"
@@ -14,11 +16,13 @@ mod kernels;
 pub mod naive;
 mod packed;
 
-pub use kernels::{KERNEL_ENV, KernelChoice, KernelKind, UnknownKernel};
+pub use kernels::{K_BLOCK_ENV, KERNEL_ENV, KernelChoice, KernelKind, UnknownKernel};
 pub use packed::PackedB;
 
 use crate::matrix::Matrix;
+use kernels::Sums;
 use rayon::prelude::*;
+use std::ops::Range;
 use thiserror::Error;
 
 /// Columns per register tile (and per packed panel of B).
@@ -34,17 +38,23 @@ pub enum GemmError {
     UnknownKernel(#[from] UnknownKernel),
     #[error("could not start the CPU thread pool: {0}")]
     ThreadPool(String),
+    #[error("{K_BLOCK_ENV}={given:?}: the k block is a positive multiple of 64, or \"auto\"")]
+    BadKBlock { given: String },
 }
 
 /// A CPU GEMM engine: one kernel choice and one thread pool, reused for every product.
 pub struct CpuGemm {
     kernel: KernelKind,
     pool: rayon::ThreadPool,
+    /// How much of k one pass takes (a multiple of 64), for the kernels that take k in blocks;
+    /// None: the kernel's default.
+    k_block: Option<usize>,
 }
 
 impl CpuGemm {
     /// `threads = 0` uses every core. `kernel = None` takes the kernel named by
     /// [`KERNEL_ENV`] if set, else the fastest this CPU supports; `Some(k)` takes exactly k.
+    /// The k block is [`K_BLOCK_ENV`]'s if set, else the kernel's default.
     pub fn new(threads: usize, kernel: Option<KernelKind>) -> Result<Self, GemmError> {
         let kernel = match kernel {
             Some(k) => k,
@@ -53,12 +63,29 @@ impl CpuGemm {
         if let Some(reason) = kernel.unavailable_reason() {
             return Err(GemmError::KernelUnavailable { kernel, reason });
         }
+        let k_block = k_block_from_env()?;
         let pool = rayon::ThreadPoolBuilder::new()
             .num_threads(threads)
             .thread_name(|i| format!("cpu-gemm-{i}"))
             .build()
             .map_err(|e| GemmError::ThreadPool(e.to_string()))?;
-        Ok(CpuGemm { kernel, pool })
+        Ok(CpuGemm { kernel, pool, k_block })
+    }
+
+    /// The same engine taking `k_block` of k per pass (rounded up to a multiple of 64; None:
+    /// the kernel's default), for the kernels that take k in blocks. The result is the same
+    /// for every block size; tests use small blocks to walk many of them.
+    pub fn with_k_block(mut self, k_block: Option<usize>) -> Self {
+        self.k_block = k_block.map(|k| k.max(1).next_multiple_of(64));
+        self
+    }
+
+    /// How much of k one pass over a tile takes at size n.
+    pub fn k_block(&self, n: usize) -> usize {
+        if !self.kernel.takes_k_blocks() {
+            return n;
+        }
+        self.k_block.or(self.kernel.default_k_block()).map_or(n, |k| k.min(n))
     }
 
     pub fn kernel(&self) -> KernelKind {
@@ -97,7 +124,9 @@ impl CpuGemm {
     }
 
     /// Drives the tiles: each rayon task owns a block of whole output rows; inside it, panels of
-    /// B are the outer loop so one panel (32n bytes) stays in L2 while the block's rows stream by.
+    /// B are the outer loop so one panel (32n bytes) stays in L2 while the block's rows stream
+    /// by, and blocks of k the next, so that the panel's block of k stays in L1 while the
+    /// strips of rows pass over it. Between blocks of k each strip's sums wait in `partial`.
     /// `epilogue(tile, block, first)` writes a finished tile's row i at `block[first + i*n..]`.
     fn run<T, F>(&self, a: &Matrix, b: &PackedB, out: &mut [T], epilogue: F)
     where
@@ -109,10 +138,11 @@ impl CpuGemm {
         let tile_rows = kernel.tile_rows();
         assert_eq!(b.n(), n, "A and B differ in size");
         assert!(
-            n.is_multiple_of(TILE_COLS) && n.is_multiple_of(tile_rows),
-            "n={n} is not a multiple of the {kernel} kernel's {tile_rows}x{TILE_COLS} tile"
+            n.is_multiple_of(TILE_COLS) && n.is_multiple_of(tile_rows) && n.is_multiple_of(64),
+            "n={n} is not a multiple of 64 and of the {kernel} kernel's {tile_rows}x{TILE_COLS} tile"
         );
         assert_eq!(out.len(), n * n);
+        let k_spans = k_spans(n, self.k_block(n));
         let biased = kernel.wants_biased_a();
         let a_bytes = a.as_bytes();
         let a_row_bytes = n * kernel.a_element_bytes();
@@ -133,42 +163,106 @@ impl CpuGemm {
                     // Two tile buffers: while the kernel computes one tile, the epilogue of the
                     // previous one runs in the slots the kernel offers (`between`), a few rows
                     // at a time: AMX's tile unit leaves the vector units free meanwhile.
-                    let mut tiles = [[[0i32; TILE_COLS]; MAX_TILE_ROWS]; 2];
+                    let mut tiles = [SumRows::new(MAX_TILE_ROWS), SumRows::new(MAX_TILE_ROWS)];
+                    let mut partial = SumRows::new(if k_spans.len() > 1 { block_rows } else { 0 });
+                    let partial = partial.rows_mut();
                     let mut pending: Option<(usize, usize)> = None;
                     let mut current = 0;
                     let thread = kernel.begin();
                     for panel in 0..n / TILE_COLS {
                         let col0 = panel * TILE_COLS;
                         let col_sums = b.col_sums(panel);
-                        for r in (0..block_rows).step_by(tile_rows) {
-                            let rows = &a[r * a_row_bytes..(r + tile_rows) * a_row_bytes];
-                            let [t0, t1] = &mut tiles;
-                            let (tile, previous) = if current == 0 { (t0, t1) } else { (t1, t0) };
-                            let tile = &mut tile[..tile_rows];
-                            let previous = &previous[..tile_rows];
-                            let mut between = |slot: usize, slots: usize| {
-                                if let Some((_, first)) = pending {
-                                    let per_slot = tile_rows.div_ceil(slots);
-                                    let from = (slot * per_slot).min(tile_rows);
-                                    let to = ((slot + 1) * per_slot).min(tile_rows);
-                                    if from < to {
-                                        epilogue(&previous[from..to], &mut *block, first + from * n);
+                        for (block_of_k, k) in k_spans.iter().enumerate() {
+                            let (first_pass, last_pass) = (block_of_k == 0, block_of_k + 1 == k_spans.len());
+                            for r in (0..block_rows).step_by(tile_rows) {
+                                let rows = &a[r * a_row_bytes..(r + tile_rows) * a_row_bytes];
+                                let [t0, t1] = &mut tiles;
+                                let (tile, previous) = if current == 0 { (t0, t1) } else { (t1, t0) };
+                                let tile = &mut tile.rows_mut()[..tile_rows];
+                                let previous = &previous.rows_mut()[..tile_rows];
+                                let strip = r..r + tile_rows;
+                                let sums = match (first_pass, last_pass) {
+                                    (true, true) => Sums::Fresh(&mut *tile),
+                                    (true, false) => Sums::Fresh(&mut partial[strip]),
+                                    (false, false) => Sums::Add(&mut partial[strip]),
+                                    (false, true) => Sums::Carried {
+                                        carry: &partial[strip],
+                                        out: &mut *tile,
+                                    },
+                                };
+                                let mut between = |slot: usize, slots: usize| {
+                                    if let Some((_, first)) = pending {
+                                        let per_slot = tile_rows.div_ceil(slots);
+                                        let from = (slot * per_slot).min(tile_rows);
+                                        let to = ((slot + 1) * per_slot).min(tile_rows);
+                                        if from < to {
+                                            epilogue(&previous[from..to], &mut *block, first + from * n);
+                                        }
                                     }
+                                };
+                                kernel.tile(&thread, rows, n, b.panel(panel), k.clone(), sums, &mut between);
+                                // The previous tile's epilogue ran inside that call.
+                                pending = None;
+                                if last_pass {
+                                    if biased {
+                                        tile.iter_mut().for_each(|row| epilogue::undo_bias(row, col_sums));
+                                    }
+                                    pending = Some((current, r * n + col0));
+                                    current ^= 1;
                                 }
-                            };
-                            kernel.tile(&thread, rows, n, b.panel(panel), tile, &mut between);
-                            if biased {
-                                tile.iter_mut().for_each(|row| epilogue::undo_bias(row, col_sums));
                             }
-                            pending = Some((current, r * n + col0));
-                            current ^= 1;
                         }
                     }
                     if let Some((which, first)) = pending {
-                        epilogue(&tiles[which][..tile_rows], block, first);
+                        epilogue(&tiles[which].rows_mut()[..tile_rows], block, first);
                     }
                 });
         });
+    }
+}
+
+/// `0..n` cut into spans of `k_block` (the last may be shorter; all are multiples of 64).
+fn k_spans(n: usize, k_block: usize) -> Vec<Range<usize>> {
+    assert!(k_block > 0 && k_block.is_multiple_of(64) || k_block == n);
+    (0..n).step_by(k_block).map(|k0| k0..(k0 + k_block).min(n)).collect()
+}
+
+/// [`K_BLOCK_ENV`]: None when unset, empty or "auto".
+fn k_block_from_env() -> Result<Option<usize>, GemmError> {
+    std::env::var(K_BLOCK_ENV).map_or(Ok(None), |given| parse_k_block(&given))
+}
+
+fn parse_k_block(given: &str) -> Result<Option<usize>, GemmError> {
+    let value = given.trim();
+    if value.is_empty() || value.eq_ignore_ascii_case("auto") {
+        return Ok(None);
+    }
+    match value.parse::<usize>() {
+        Ok(k) if k > 0 && k.is_multiple_of(64) => Ok(Some(k)),
+        _ => Err(GemmError::BadKBlock {
+            given: given.to_string(),
+        }),
+    }
+}
+
+/// One row of a tile's int32 sums, on its own cache line pair: the AMX kernel loads and stores
+/// tile rows of 64 bytes, and a row split across two lines costs two.
+#[derive(Clone, Copy)]
+#[repr(C, align(64))]
+struct SumRow([i32; TILE_COLS]);
+
+/// Rows of sums, cache-line aligned.
+struct SumRows(Vec<SumRow>);
+
+impl SumRows {
+    fn new(rows: usize) -> Self {
+        SumRows(vec![SumRow([0; TILE_COLS]); rows])
+    }
+
+    fn rows_mut(&mut self) -> &mut [[i32; TILE_COLS]] {
+        // SAFETY: `SumRow` is `repr(C)` around one `[i32; 32]` of 128 bytes, a multiple of its
+        // alignment, so there is no padding and a slice of them is a slice of those arrays.
+        unsafe { std::slice::from_raw_parts_mut(self.0.as_mut_ptr().cast(), self.0.len()) }
     }
 }
 
@@ -210,6 +304,57 @@ fn rows_per_task(n: usize, threads: usize, tile_rows: usize) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn k_block_setting_takes_multiples_of_64_or_auto() {
+        assert_eq!(parse_k_block("auto").unwrap(), None);
+        assert_eq!(parse_k_block(" ").unwrap(), None);
+        assert_eq!(parse_k_block(" 512 ").unwrap(), Some(512));
+        for bad in ["0", "100", "-64", "1k"] {
+            let err = parse_k_block(bad).unwrap_err().to_string();
+            assert!(
+                err.contains(K_BLOCK_ENV) && err.contains(bad) && err.contains("multiple of 64"),
+                "{err}"
+            );
+        }
+    }
+
+    #[test]
+    fn k_spans_cover_k_once_in_order() {
+        for n in (64..=2048).step_by(64) {
+            for k_block in [64, 192, 1024, n] {
+                let spans = k_spans(n, k_block);
+                assert_eq!(spans.first().unwrap().start, 0);
+                assert_eq!(spans.last().unwrap().end, n);
+                assert!(spans.windows(2).all(|w| w[0].end == w[1].start));
+                assert!(
+                    spans
+                        .iter()
+                        .all(|s| s.len() <= k_block && s.len().is_multiple_of(64) && !s.is_empty())
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn only_the_blocking_kernels_block_k() {
+        let portable = CpuGemm::new(1, Some(KernelKind::Portable)).unwrap().with_k_block(None);
+        assert_eq!(
+            portable.k_block(2048),
+            2048,
+            "the portable kernel's default is the whole of k"
+        );
+        let portable = portable.with_k_block(Some(100));
+        assert_eq!(portable.k_block(2048), 128, "rounded up to a multiple of 64");
+        assert_eq!(portable.k_block(64), 64);
+        for kernel in KernelKind::ALL
+            .into_iter()
+            .filter(|k| k.is_available() && !k.takes_k_blocks())
+        {
+            let gemm = CpuGemm::new(1, Some(kernel)).unwrap().with_k_block(Some(64));
+            assert_eq!(gemm.k_block(1024), 1024, "{kernel}");
+        }
+    }
 
     #[test]
     fn row_split_is_whole_tiles() {

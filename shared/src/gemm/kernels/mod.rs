@@ -1,5 +1,7 @@
-//! The CPU kernels: each computes one register tile, `tile[r][c] = sum_k a[r][k] * b[k][c]` over
-//! the whole k range, for `tile_rows()` rows of A and one 32-column packed panel of B.
+//! The CPU kernels: each computes one register tile, `tile[r][c] = sum_k a[r][k] * b[k][c]`, for
+//! `tile_rows()` rows of A and one 32-column packed panel of B, over the whole k range or, for
+//! the kernels that take k in blocks ([`KernelKind::takes_k_blocks`]), over one span of it with
+//! the sums carried from the span before ([`Sums`]).
 //!
 //! Every kernel is exact (bit-identical to the naive oracle); they differ only in speed and in
 //! which CPUs run them. [`KernelKind::ALL`] lists them fastest first, and the default is the
@@ -18,12 +20,62 @@ mod portable;
 use super::TILE_COLS;
 use crate::aligned::AlignedBytes;
 use std::fmt;
+use std::ops::Range;
 use std::str::FromStr;
 use thiserror::Error;
 
 /// The environment variable that forces a kernel by name, over any configuration: tests and
 /// operators use it to run a whole daemon on one kernel.
 pub const KERNEL_ENV: &str = "GPU_ATTEST_CPU_KERNEL";
+
+/// The environment variable that sets how much of k the kernels that block k take per pass (a
+/// positive multiple of 64; "auto" or empty for the kernel's default). A tuning knob for
+/// benchmarks: every block size gives the same, exact, result.
+pub const K_BLOCK_ENV: &str = "GPU_ATTEST_CPU_K_BLOCK";
+
+/// Where a tile's sums start, and where they go. The driver walks k in blocks for the kernels
+/// that take them; each block's partial sums are carried into the next.
+pub(super) enum Sums<'a> {
+    /// `out = A * B` over the span: the first (or only) block.
+    Fresh(&'a mut [[i32; TILE_COLS]]),
+    /// `out += A * B` over the span, in place: a middle block.
+    Add(&'a mut [[i32; TILE_COLS]]),
+    /// `out = carry + A * B` over the span: the last block, whose finished tile goes to the
+    /// epilogue's buffer while the carried sums stay where they are.
+    Carried {
+        carry: &'a [[i32; TILE_COLS]],
+        out: &'a mut [[i32; TILE_COLS]],
+    },
+}
+
+impl<'a> Sums<'a> {
+    /// The rows the result goes to.
+    pub(super) fn out_rows(&self) -> usize {
+        match self {
+            Sums::Fresh(out) | Sums::Add(out) => out.len(),
+            Sums::Carried { carry, out } => {
+                assert_eq!(carry.len(), out.len(), "carried sums and output differ in rows");
+                out.len()
+            }
+        }
+    }
+
+    /// For a kernel that adds into memory: `out` holding the span's starting sums (zero, the
+    /// sums already there, or the carried ones), ready for the span's products to be added.
+    pub(super) fn start(self) -> &'a mut [[i32; TILE_COLS]] {
+        match self {
+            Sums::Fresh(out) => {
+                out.fill([0; TILE_COLS]);
+                out
+            }
+            Sums::Add(out) => out,
+            Sums::Carried { carry, out } => {
+                out.copy_from_slice(carry);
+                out
+            }
+        }
+    }
+}
 
 /// Which inner loop computes the tiles.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -192,6 +244,23 @@ impl KernelKind {
         matches!(self, KernelKind::Avx512Vnni | KernelKind::AvxVnni)
     }
 
+    /// Whether [`tile`](Self::tile) takes a span of k and carried sums. The others take the
+    /// whole of k at once: the `vpdpbusd` kernels read A in place, where a span of k is not one
+    /// piece of memory, and the AVX2 kernel blocks k inside its own loop.
+    pub fn takes_k_blocks(self) -> bool {
+        matches!(self, KernelKind::Amx | KernelKind::Portable)
+    }
+
+    /// How much of k a pass takes by default, for the kernels that take k in blocks; None for
+    /// the whole of k.
+    pub(super) fn default_k_block(self) -> Option<usize> {
+        match self {
+            #[cfg(target_arch = "x86_64")]
+            KernelKind::Amx => Some(amx::K_BLOCK),
+            _ => None,
+        }
+    }
+
     /// What a thread must hold while it computes tiles with this kernel (AMX's tile
     /// configuration); start one per block of tiles, on the thread that computes them.
     pub(super) fn begin(self) -> KernelThread {
@@ -201,26 +270,40 @@ impl KernelKind {
         }
     }
 
-    /// Computes one tile. `rows` holds `tile_rows()` rows of A in the layout of
-    /// [`prepare_a`](Self::prepare_a) (`tile_rows() * n * a_element_bytes()` bytes); `panel`
-    /// one packed panel of B; `thread` comes from [`begin`](Self::begin) on this thread.
+    /// Computes one tile over the span `k` of k (the whole `0..n` unless the kernel
+    /// [`takes_k_blocks`](Self::takes_k_blocks); a span is a multiple of 64 long and starts at
+    /// one). `rows` holds `tile_rows()` rows of A in the layout of
+    /// [`prepare_a`](Self::prepare_a) (`tile_rows() * n * a_element_bytes()` bytes), over the
+    /// whole of k; `panel` one packed panel of B, also whole; `sums` says where the sums start
+    /// and go; `thread` comes from [`begin`](Self::begin) on this thread.
     ///
     /// `between(i, count)` is called for i = 0..count, at points where side work (the previous
     /// tile's epilogue) costs least: between AMX's k-steps, whose tile unit leaves the vector
     /// units idle; once after the tile for the vector kernels, which keep them busy.
+    #[allow(clippy::too_many_arguments)] // each is one of the tile's operands
     pub(super) fn tile(
         self,
         thread: &KernelThread,
         rows: &[u8],
         n: usize,
         panel: &[u8],
-        out: &mut [[i32; TILE_COLS]],
+        k: Range<usize>,
+        sums: Sums<'_>,
         between: &mut dyn FnMut(usize, usize),
     ) {
         let tile_rows = self.tile_rows();
         assert_eq!(rows.len(), tile_rows * n * self.a_element_bytes());
         assert_eq!(panel.len(), TILE_COLS * n);
-        assert_eq!(out.len(), tile_rows);
+        assert_eq!(sums.out_rows(), tile_rows);
+        assert!(
+            k.start < k.end && k.end <= n && k.start.is_multiple_of(64) && k.end.is_multiple_of(64),
+            "k span {k:?} is not whole 64-blocks of 0..{n}"
+        );
+        let whole = k == (0..n) && matches!(sums, Sums::Fresh(_));
+        assert!(
+            whole || self.takes_k_blocks(),
+            "the {self} kernel takes the whole of k in one pass"
+        );
         // Safety of every unsafe arm below: the kernel's CPU features were checked (the check
         // is cached, so this costs an atomic load), and the slice lengths asserted above are
         // exactly what the kernels read and write.
@@ -228,21 +311,20 @@ impl KernelKind {
             self.is_available(),
             "the {self} kernel was selected on a CPU without it"
         );
-        match self {
+        match (self, sums) {
             #[cfg(target_arch = "x86_64")]
-            KernelKind::Amx => {
+            (KernelKind::Amx, sums) => {
                 let session = thread.amx.as_ref().expect("begin() runs before the AMX kernel's tiles");
-                return amx::tile(session, rows, n, panel, out, between);
+                return amx::tile(session, rows, n, panel, k, sums, between);
             }
-            KernelKind::Portable => portable::tile(rows, n, panel, out),
+            (KernelKind::Portable, sums) => portable::tile(rows, n, panel, k, sums.start()),
             #[cfg(target_arch = "x86_64")]
-            KernelKind::Avx512Vnni => unsafe { avx512_vnni::tile(rows, n, panel, out) },
+            (KernelKind::Avx512Vnni, Sums::Fresh(out)) => unsafe { avx512_vnni::tile(rows, n, panel, out) },
             #[cfg(target_arch = "x86_64")]
-            KernelKind::AvxVnni => unsafe { avx_vnni::tile(rows, n, panel, out) },
+            (KernelKind::AvxVnni, Sums::Fresh(out)) => unsafe { avx_vnni::tile(rows, n, panel, out) },
             #[cfg(target_arch = "x86_64")]
-            KernelKind::Avx2 => unsafe { avx2::tile(rows, n, panel, out) },
-            #[cfg(not(target_arch = "x86_64"))]
-            _ => unreachable!("only the portable kernel is available off x86_64"),
+            (KernelKind::Avx2, Sums::Fresh(out)) => unsafe { avx2::tile(rows, n, panel, out) },
+            _ => unreachable!("checked above: only the kernels that take k in blocks get carried sums"),
         }
         between(0, 1);
     }

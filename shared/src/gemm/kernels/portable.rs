@@ -1,14 +1,19 @@
 //! Plain Rust over the packed layout: runs anywhere, and is the fallback when no vector kernel
 //! fits the CPU. A is signed here (no bias), so the tile is the exact product directly.
+//!
+//! It takes k in blocks like the AMX kernel, which makes it the kernel that checks the driver's
+//! blocked walk on every CPU (`tests/gemm_oracle.rs` runs it with small blocks).
 
 use crate::gemm::TILE_COLS;
+use std::ops::Range;
 
 /// Rows of A per tile.
 pub(super) const TILE_ROWS: usize = 8;
 
-pub(super) fn tile(rows: &[u8], n: usize, panel: &[u8], out: &mut [[i32; TILE_COLS]]) {
-    out.fill([0; TILE_COLS]);
-    for (q, quad) in panel.chunks_exact(4 * TILE_COLS).enumerate() {
+/// Adds the product of `rows` (row-major, stride n) and `panel` over the span `k` of k to `out`.
+pub(super) fn tile(rows: &[u8], n: usize, panel: &[u8], k: Range<usize>, out: &mut [[i32; TILE_COLS]]) {
+    let quads = panel[k.start * TILE_COLS..k.end * TILE_COLS].chunks_exact(4 * TILE_COLS);
+    for (q, quad) in (k.start / 4..).zip(quads) {
         for (r, acc) in out.iter_mut().enumerate() {
             let a: [u8; 4] = rows[r * n + 4 * q..r * n + 4 * q + 4].try_into().expect("4 bytes");
             let a = a.map(|v| i32::from(v as i8));

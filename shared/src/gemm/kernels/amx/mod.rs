@@ -1,0 +1,291 @@
+//! AMX-INT8 (Intel Sapphire Rapids and later): `tdpbssd` multiplies 16x64 signed bytes of A by
+//! 16x64 signed bytes of B into a 16x16 int32 tile, 16384 multiply-adds per instruction.
+//!
+//! Signed x signed, so A needs no bias. Stable Rust has no AMX intrinsics, so each k-step is
+//! one small `asm!` block; the compiler never uses the tile registers itself, so nothing else
+//! can disturb them between blocks.
+//!
+//! Linux hands out the 8 KiB tile state only on request: a process must ask once with
+//! `arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA)` before any thread touches a tile, or
+//! the first tile instruction raises SIGILL. A CPU, kernel or hypervisor that refuses the
+//! request simply does not get this kernel.
+
+#[cfg(test)]
+mod emulated;
+mod peak;
+mod unit;
+
+pub(in crate::gemm) use peak::register_peak;
+pub(in crate::gemm) use unit::TileSession;
+
+use super::Sums;
+use crate::aligned::AlignedBytes;
+use crate::gemm::TILE_COLS;
+use std::ops::Range;
+use std::sync::OnceLock;
+use unit::{TileUnit, Tmm};
+
+/// Rows of A per tile: two 16-row AMX tiles.
+pub(super) const TILE_ROWS: usize = 32;
+
+/// A rearranged into strips of 32 rows, and inside each strip into k-blocks of 32 rows x 64
+/// bytes (2 KiB, one after the other): `[s*32n + kb*2048 + r*64 + t] = A[32s + r][64kb + t]`.
+///
+/// Read in place, a 16-row tile of A has a row stride of n bytes: at n = 2048 or 4096 its 16
+/// lines fall into one or two L1 sets and evict each other, and every row is a separate page
+/// at large n. Packed, each tile is 1 KiB of consecutive lines and the strip streams in order.
+/// Row strip s stays at byte offset s*32n, so the driver slices strips as it would rows.
+pub(super) fn pack_a(a: &[u8], n: usize) -> AlignedBytes {
+    assert!(n.is_multiple_of(64) && a.len().is_multiple_of(TILE_ROWS * n));
+    let lines_per_strip = TILE_ROWS * n / 64;
+    // Line l of the result: strip l / lines_per_strip, then k-block, then row within the strip.
+    AlignedBytes::from_lines(a.len() / 64, |l| {
+        let (strip, within) = (l / lines_per_strip, l % lines_per_strip);
+        let (kb, r) = (within / TILE_ROWS, within % TILE_ROWS);
+        let at = (strip * TILE_ROWS + r) * n + kb * 64;
+        a[at..at + 64].try_into().expect("64 bytes")
+    })
+}
+
+/// Whether this process may run the kernel: the CPU has AMX-TILE and AMX-INT8, the kernel
+/// granted the tile state, and a small product came out exact. Decided once per process.
+pub(super) fn is_available() -> bool {
+    static AVAILABLE: OnceLock<bool> = OnceLock::new();
+    *AVAILABLE.get_or_init(|| cpu_has_amx_int8() && request_tile_state() && self_test())
+}
+
+fn cpu_has_amx_int8() -> bool {
+    use std::arch::x86_64::{__cpuid_count, __get_cpuid_max};
+    #[allow(unused_unsafe)] // safe functions since Rust 1.87; unsafe before
+    let (max_leaf, _) = unsafe { __get_cpuid_max(0) };
+    if max_leaf < 7 {
+        return false;
+    }
+    #[allow(unused_unsafe)]
+    let leaf7 = unsafe { __cpuid_count(7, 0) };
+    let amx_tile = leaf7.edx & (1 << 24) != 0;
+    let amx_int8 = leaf7.edx & (1 << 25) != 0;
+    amx_tile && amx_int8
+}
+
+#[cfg(target_os = "linux")]
+fn request_tile_state() -> bool {
+    const ARCH_REQ_XCOMP_PERM: libc::c_long = 0x1023;
+    const XFEATURE_XTILEDATA: libc::c_long = 18;
+    // SAFETY: arch_prctl with these arguments only changes this process's permitted xsave
+    // features; it reads and writes no memory of ours.
+    unsafe { libc::syscall(libc::SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) == 0 }
+}
+
+/// Only Linux's permission protocol is implemented; elsewhere the kernel is not offered.
+#[cfg(not(target_os = "linux"))]
+fn request_tile_state() -> bool {
+    false
+}
+
+/// A 32x32 product with k = 192 against the plain dot product, with extreme values in it, so
+/// that an emulator or hypervisor that gets `tdpbssd` wrong turns the kernel off instead of
+/// producing wrong results. It walks k in three blocks of 64, so the three ways a block's sums
+/// start (zero, in place, carried) and the loads and stores of the sums are checked as well.
+fn self_test() -> bool {
+    // SAFETY: only called from `is_available` after the CPU check and the permission request
+    // succeeded (it cannot call `is_available` itself: that is still being decided).
+    let session = unsafe { TileSession::start_unchecked() };
+    let exact = self_test_on(&mut Tmm { _configured: &session });
+    drop(session);
+    exact
+}
+
+fn self_test_on(unit: &mut impl TileUnit) -> bool {
+    const K: usize = 192;
+    let a: Vec<u8> = (0..TILE_ROWS * K).map(|i| (i * 37 + 11) as u8).collect();
+    let b: Vec<i8> = (0..K * TILE_COLS)
+        .map(|i| if i % 7 == 0 { -128 } else { (i * 91 + 5) as u8 as i8 })
+        .collect();
+    let mut panel = vec![0u8; K * TILE_COLS];
+    for q in 0..K / 4 {
+        for lane in 0..TILE_COLS {
+            for t in 0..4 {
+                panel[q * 128 + lane * 4 + t] = b[(4 * q + t) * TILE_COLS + lane] as u8;
+            }
+        }
+    }
+    let packed = pack_a(&a, K);
+    let (mut partial, mut out) = ([[0i32; TILE_COLS]; TILE_ROWS], [[0i32; TILE_COLS]; TILE_ROWS]);
+    let none = &mut |_, _| {};
+    tile_on(
+        unit,
+        packed.as_slice(),
+        K,
+        &panel,
+        0..64,
+        Sums::Fresh(&mut partial),
+        none,
+    );
+    tile_on(
+        unit,
+        packed.as_slice(),
+        K,
+        &panel,
+        64..128,
+        Sums::Add(&mut partial),
+        none,
+    );
+    let last = Sums::Carried {
+        carry: &partial,
+        out: &mut out,
+    };
+    tile_on(unit, packed.as_slice(), K, &panel, 128..K, last, none);
+    (0..TILE_ROWS).all(|i| {
+        (0..TILE_COLS).all(|j| {
+            let want: i32 = (0..K)
+                .map(|k| i32::from(a[i * K + k] as i8) * i32::from(b[k * TILE_COLS + j]))
+                .sum();
+            out[i][j] == want
+        })
+    })
+}
+
+/// How much of k one pass over a tile takes, unless [`K_BLOCK_ENV`](super::K_BLOCK_ENV) says
+/// otherwise. Per pass, a 32-column panel's block of B (32 KiB) is read by every strip of the
+/// task's rows, so it can stay in L1 (48 KiB on Sapphire Rapids) while the strips' blocks of A
+/// stream from L2; the sums are stored and reloaded once per pass (8 tile moves per 64 tile
+/// loads). Unblocked, each tile streams both its A strip and its B panel (32n bytes each) from
+/// L2, and at n = 4096 a task's rows of A no longer fit in L2 at all: the kernel measured 49%
+/// of the register-only rate at n = 2048 and 30% at 4096 on a 2-thread Xeon. n <= 1024 is one
+/// pass, as before. The size is reasoned, not yet tuned on AMX hardware; the knob is there for
+/// that.
+pub(in crate::gemm) const K_BLOCK: usize = 1024;
+
+/// The 32x32 tile over the span `k` of k: the sums start as `sums` says, then per 64 of k two
+/// loads of A (rows 0-15 and 16-31 of the packed strip's k-block), two of B (columns 0-15 and
+/// 16-31 of the panel: the packed k-quads are 128 bytes apart, each half 64 bytes, exactly a B
+/// tile's rows in AMX's layout) and four `tdpbssd`.
+///
+/// `between(step, steps)` is called after each of the span's `steps` k-steps has been issued.
+/// The tile unit works through them on its own, so the core's vector units are idle meanwhile:
+/// the driver spreads the previous tile's epilogue over these calls. Measured on the project's
+/// machine, that recovers most of what running the epilogue after the tile costs (40% -> 51% of
+/// the register-only rate at n = 1024; issuing the next tile first and mixing afterwards, and
+/// relying on out-of-order execution to overlap them, recovered nothing).
+///
+/// `session` proves the tiles are configured on this thread. `rows` is one strip of [`pack_a`]
+/// (32n signed bytes), `panel` 32n packed bytes, both whole; n is a multiple of 64.
+pub(super) fn tile(
+    session: &TileSession,
+    rows: &[u8],
+    n: usize,
+    panel: &[u8],
+    k: Range<usize>,
+    sums: Sums<'_>,
+    between: &mut dyn FnMut(usize, usize),
+) {
+    tile_on(&mut Tmm { _configured: session }, rows, n, panel, k, sums, between);
+}
+
+fn tile_on(
+    unit: &mut impl TileUnit,
+    rows: &[u8],
+    n: usize,
+    panel: &[u8],
+    k: Range<usize>,
+    sums: Sums<'_>,
+    between: &mut dyn FnMut(usize, usize),
+) {
+    assert!(rows.len() == TILE_ROWS * n && panel.len() == TILE_COLS * n);
+    assert!(n > 0 && n.is_multiple_of(64), "n={n} is not a positive multiple of 64");
+    assert!(
+        k.start < k.end && k.end <= n && k.start.is_multiple_of(64) && k.end.is_multiple_of(64),
+        "k span {k:?} is not whole 64-blocks of 0..{n}"
+    );
+    let out: &mut [[i32; TILE_COLS]; TILE_ROWS] = match sums {
+        Sums::Fresh(out) => {
+            unit.zero_sums();
+            out.try_into().expect("the sums are 32 rows")
+        }
+        Sums::Add(out) => {
+            let out: &mut [[i32; TILE_COLS]; TILE_ROWS] = out.try_into().expect("the sums are 32 rows");
+            unit.load_sums(out);
+            out
+        }
+        Sums::Carried { carry, out } => {
+            unit.load_sums(carry.try_into().expect("the carried sums are 32 rows"));
+            out.try_into().expect("the sums are 32 rows")
+        }
+    };
+    let steps = (k.end - k.start) / 64;
+    for (i, step) in (k.start / 64..k.end / 64).enumerate() {
+        // One k-block of the strip is 32 rows x 64 bytes, and 64 k of the panel is 16 k-quads
+        // of 128 bytes: both 2 KiB.
+        let a = rows[step * 2048..][..2048].try_into().expect("2 KiB");
+        let b = panel[step * 2048..][..2048].try_into().expect("2 KiB");
+        unit.step(a, b);
+        between(i, steps);
+    }
+    unit.store_sums(out);
+}
+
+/// The kernel's schedule on an emulator of the AMX instructions it uses, so that it is checked
+/// on every CPU; on AMX hardware the same schedule runs in [`self_test`] on the real unit.
+#[cfg(test)]
+mod tests {
+    use super::emulated::Emulated;
+    use super::*;
+    use crate::gemm::{PackedB, naive};
+    use crate::matrix::generate;
+
+    #[test]
+    fn the_self_test_passes_on_the_emulated_unit() {
+        assert!(self_test_on(&mut Emulated::new()));
+    }
+
+    /// Every 32x32 tile of an n = 256 product, its k walked in uneven blocks (64, 128, 64), and
+    /// once whole: each equals the oracle's.
+    #[test]
+    fn blocked_tiles_match_the_oracle() {
+        let n = 256;
+        let (a, b) = (generate(&[3; 32], 1, n), generate(&[3; 32], 2, n));
+        let want = naive::product(&a, &b);
+        let packed_a = pack_a(a.as_bytes(), n);
+        let packed_b = PackedB::new(&b);
+        let mut unit = Emulated::new();
+        let none = &mut |_: usize, _: usize| {};
+        for strip in 0..n / TILE_ROWS {
+            let rows = &packed_a.as_slice()[strip * TILE_ROWS * n..][..TILE_ROWS * n];
+            for panel in 0..n / TILE_COLS {
+                let panel_bytes = packed_b.panel(panel);
+                let mut whole = [[0i32; TILE_COLS]; TILE_ROWS];
+                tile_on(&mut unit, rows, n, panel_bytes, 0..n, Sums::Fresh(&mut whole), none);
+                let (mut partial, mut blocked) = ([[7i32; TILE_COLS]; TILE_ROWS], [[-1i32; TILE_COLS]; TILE_ROWS]);
+                tile_on(&mut unit, rows, n, panel_bytes, 0..64, Sums::Fresh(&mut partial), none);
+                tile_on(&mut unit, rows, n, panel_bytes, 64..192, Sums::Add(&mut partial), none);
+                let last = Sums::Carried {
+                    carry: &partial,
+                    out: &mut blocked,
+                };
+                tile_on(&mut unit, rows, n, panel_bytes, 192..n, last, none);
+                for (i, (whole_row, blocked_row)) in whole.iter().zip(&blocked).enumerate() {
+                    let row = strip * TILE_ROWS + i;
+                    let oracle = &want[row * n + panel * TILE_COLS..][..TILE_COLS];
+                    assert_eq!(whole_row.as_slice(), oracle, "row {row}, panel {panel}, whole k");
+                    assert_eq!(blocked_row.as_slice(), oracle, "row {row}, panel {panel}, blocked k");
+                }
+            }
+        }
+    }
+
+    /// The side-work hook is offered once per k-step of the span, numbered from 0.
+    #[test]
+    fn between_is_called_once_per_step_of_the_span() {
+        let n = 512;
+        let (rows, panel) = (vec![1u8; TILE_ROWS * n], vec![1u8; TILE_COLS * n]);
+        let mut calls = Vec::new();
+        let mut out = [[0i32; TILE_COLS]; TILE_ROWS];
+        let sums = Sums::Fresh(&mut out);
+        tile_on(&mut Emulated::new(), &rows, n, &panel, 128..384, sums, &mut |i, of| {
+            calls.push((i, of))
+        });
+        assert_eq!(calls, (0..4).map(|i| (i, 4)).collect::<Vec<_>>());
+        assert!(out.iter().flatten().all(|&v| v == 256), "256 products of 1 x 1");
+    }
+}
