@@ -6,7 +6,10 @@
 #   2. the kernel compile check with the host's NVRTC and ptxas;
 #   3. `miner bench` on CUDA (sizes 1024, 2048, 4096), against cuBLASLt int8 plus mix;
 #   4. one full attestation: miner on the GPUs, validator on the CPU, sampled verification;
-#   5. one more with the validator on the GPUs as well, recomputing every chain.
+#   5. one more with the validator on the GPUs as well, recomputing every chain;
+#   6. the host's CPU: every CPU kernel it runs against the oracle (GPU hosts are where AMX is
+#      found), and where it has AMX, the AMX kernel's k block swept and the engine against ONNX
+#      Runtime (when Python has onnxruntime and onnx), both at 2 threads.
 # Each step runs under a time limit (STEP_TIMEOUT seconds, default 900): a kernel that hangs on a
 # new GPU fails its step instead of hanging the check, and the steps after it still run.
 # Prints a summary and exits non-zero if any step failed. Logs go to $OUT (or target/gpu-check),
@@ -114,11 +117,40 @@ wait "$miner_pid" 2>/dev/null
 record attestation $status
 record gpu-validator $gpu_validator
 
+echo "== host CPU: every CPU kernel it runs, against the oracle"
+limit "$bin/cpu-oracle-tests" >"$out/cpu-oracle.log" 2>&1
+status=$?
+grep -E "^kernel |FAILED|panicked|test result" "$out/cpu-oracle.log"
+record cpu-oracle $status
+if GPU_ATTEST_CPU_KERNEL=amx "$bin/miner" info --backend cpu >/dev/null 2>&1; then
+  echo "== host CPU: the AMX kernel's k block, 2 threads, blocks interleaved over rounds" | tee "$out/host-cpu.log"
+  sweep_status=0
+  for round in 1 2 3; do
+    for block in 512 1024 2048 8192; do
+      echo "-- round $round, k block $block" >>"$out/host-cpu.log"
+      GPU_ATTEST_CPU_K_BLOCK=$block limit "$bin/miner" bench --backend cpu --cpu-kernel amx --cpu-threads 2 \
+        --sizes 1024,2048,4096 --seconds 1 >>"$out/host-cpu.log" 2>&1 || sweep_status=1
+    done
+  done
+  grep -E "^cpu|ceiling" "$out/host-cpu.log"
+  record amx-k-block $sweep_status
+  if python3 -c 'import onnxruntime, onnx, numpy' 2>/dev/null; then
+    echo "== host CPU: the engine against ONNX Runtime, 2 threads" | tee -a "$out/host-cpu.log"
+    limit python3 "$bin/cpu_vs_onnxruntime.py" --miner "$bin/miner" --threads 2 --rounds 5 \
+      2>&1 | tee -a "$out/host-cpu.log"
+    record cpu-vs-onnxruntime "${PIPESTATUS[0]}"
+  else
+    echo "(no onnxruntime and onnx in this Python: the comparison with ONNX Runtime is left out)" | tee -a "$out/host-cpu.log"
+  fi
+else
+  echo "(this host's CPU has no usable AMX: the k-block sweep is left out)" | tee "$out/host-cpu.log"
+fi
+
 echo
 echo "== summary ($(date -u +%FT%TZ))"
 printf '%s\n' "${summary[@]}" | tee "$out/summary.txt"
 for part in summary.txt info.log selftest.log gpu-tests.log kernel-compile.log bench.log attestation.log \
-  gpu-validator.log; do
+  gpu-validator.log cpu-oracle.log host-cpu.log; do
   [ -f "$out/$part" ] && { echo "== $part"; cat "$out/$part"; echo; }
 done >"$out/report.txt"
 echo "report: $out/report.txt"

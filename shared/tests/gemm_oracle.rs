@@ -155,8 +155,8 @@ fn fused_step(kernel: KernelKind) -> Result<(), Failed> {
 }
 
 /// For the kernels that take k in blocks: k walked in small blocks, so that many blocks carry
-/// their sums into the next, including a last block shorter than the others (192 into 320 or
-/// 1088, 640 into 2048) and blocks of one k-step.
+/// their sums into the next, including a last block shorter than the others (192 into 320,
+/// 640 into 1088 and 2048) and blocks of one k-step.
 fn blocked_k(kernel: KernelKind) -> Result<(), Failed> {
     for k_block in [64, 192] {
         for threads in [1, 3] {

@@ -76,7 +76,8 @@ impl CpuGemm {
     /// the kernel's default), for the kernels that take k in blocks. The result is the same
     /// for every block size; tests use small blocks to walk many of them.
     pub fn with_k_block(mut self, k_block: Option<usize>) -> Self {
-        self.k_block = k_block.map(|k| k.max(1).next_multiple_of(64));
+        // Past 2^40 every n is one block anyway; the cap keeps the rounding from overflowing.
+        self.k_block = k_block.map(|k| k.clamp(1, 1 << 40).next_multiple_of(64));
         self
     }
 
@@ -102,7 +103,8 @@ impl CpuGemm {
         self.pool.install(f)
     }
 
-    /// The exact product `a * b` as int32, row-major.
+    /// The exact product `a * b` as int32, row-major. n is a multiple of 64, as every
+    /// challenge's is.
     pub fn product(&self, a: &Matrix, b: &PackedB) -> Vec<i32> {
         let n = a.n();
         let mut out = vec![0i32; n * n];
@@ -229,7 +231,13 @@ fn k_spans(n: usize, k_block: usize) -> Vec<Range<usize>> {
 
 /// [`K_BLOCK_ENV`]: None when unset, empty or "auto".
 fn k_block_from_env() -> Result<Option<usize>, GemmError> {
-    std::env::var(K_BLOCK_ENV).map_or(Ok(None), |given| parse_k_block(&given))
+    match std::env::var(K_BLOCK_ENV) {
+        Ok(given) => parse_k_block(&given),
+        Err(std::env::VarError::NotPresent) => Ok(None),
+        Err(std::env::VarError::NotUnicode(given)) => Err(GemmError::BadKBlock {
+            given: given.to_string_lossy().into_owned(),
+        }),
+    }
 }
 
 fn parse_k_block(given: &str) -> Result<Option<usize>, GemmError> {
@@ -347,6 +355,12 @@ mod tests {
         let portable = portable.with_k_block(Some(100));
         assert_eq!(portable.k_block(2048), 128, "rounded up to a multiple of 64");
         assert_eq!(portable.k_block(64), 64);
+        let portable = portable.with_k_block(Some(usize::MAX));
+        assert_eq!(
+            portable.k_block(8192),
+            8192,
+            "a huge block is one pass, not an overflow"
+        );
         for kernel in KernelKind::ALL
             .into_iter()
             .filter(|k| k.is_available() && !k.takes_k_blocks())

@@ -113,29 +113,18 @@ fn self_test_on(unit: &mut impl TileUnit) -> bool {
     let packed = pack_a(&a, K);
     let (mut partial, mut out) = ([[0i32; TILE_COLS]; TILE_ROWS], [[0i32; TILE_COLS]; TILE_ROWS]);
     let none = &mut |_, _| {};
-    tile_on(
-        unit,
-        packed.as_slice(),
-        K,
-        &panel,
-        0..64,
-        Sums::Fresh(&mut partial),
-        none,
-    );
-    tile_on(
-        unit,
-        packed.as_slice(),
-        K,
-        &panel,
-        64..128,
-        Sums::Add(&mut partial),
-        none,
-    );
+    let strip = packed.as_slice();
+    tile_on(unit, strip, K, &panel, 0..64, Sums::Fresh(&mut partial), none);
+    // Cleared between passes, as another strip's pass would in the driver: the later passes
+    // must reload their sums, or they come out wrong.
+    unit.zero_sums();
+    tile_on(unit, strip, K, &panel, 64..128, Sums::Add(&mut partial), none);
+    unit.zero_sums();
     let last = Sums::Carried {
         carry: &partial,
         out: &mut out,
     };
-    tile_on(unit, packed.as_slice(), K, &panel, 128..K, last, none);
+    tile_on(unit, strip, K, &panel, 128..K, last, none);
     (0..TILE_ROWS).all(|i| {
         (0..TILE_COLS).all(|j| {
             let want: i32 = (0..K)
@@ -239,8 +228,9 @@ mod tests {
         assert!(self_test_on(&mut Emulated::new()));
     }
 
-    /// Every 32x32 tile of an n = 256 product, its k walked in uneven blocks (64, 128, 64), and
-    /// once whole: each equals the oracle's.
+    /// Every 32x32 tile of an n = 256 product, its k walked in uneven blocks (64, 128, 64) in
+    /// the driver's order (blocks of k outer, strips inner, so each pass starts on another
+    /// strip's sums and must reload its own), and once whole: each equals the oracle's.
     #[test]
     fn blocked_tiles_match_the_oracle() {
         let n = 256;
@@ -250,28 +240,64 @@ mod tests {
         let packed_b = PackedB::new(&b);
         let mut unit = Emulated::new();
         let none = &mut |_: usize, _: usize| {};
-        for strip in 0..n / TILE_ROWS {
-            let rows = &packed_a.as_slice()[strip * TILE_ROWS * n..][..TILE_ROWS * n];
-            for panel in 0..n / TILE_COLS {
-                let panel_bytes = packed_b.panel(panel);
+        let strips = n / TILE_ROWS;
+        let strip_rows = |s: usize| &packed_a.as_slice()[s * TILE_ROWS * n..][..TILE_ROWS * n];
+        for panel in 0..n / TILE_COLS {
+            let panel_bytes = packed_b.panel(panel);
+            let mut partial = vec![[[7i32; TILE_COLS]; TILE_ROWS]; strips];
+            let mut blocked = vec![[[-1i32; TILE_COLS]; TILE_ROWS]; strips];
+            for (s, sums) in partial.iter_mut().enumerate() {
+                tile_on(&mut unit, strip_rows(s), n, panel_bytes, 0..64, Sums::Fresh(sums), none);
+            }
+            for (s, sums) in partial.iter_mut().enumerate() {
+                tile_on(&mut unit, strip_rows(s), n, panel_bytes, 64..192, Sums::Add(sums), none);
+            }
+            for (s, (carry, out)) in partial.iter().zip(&mut blocked).enumerate() {
+                let last = Sums::Carried { carry, out };
+                tile_on(&mut unit, strip_rows(s), n, panel_bytes, 192..n, last, none);
+            }
+            for (s, blocked) in blocked.iter().enumerate() {
                 let mut whole = [[0i32; TILE_COLS]; TILE_ROWS];
-                tile_on(&mut unit, rows, n, panel_bytes, 0..n, Sums::Fresh(&mut whole), none);
-                let (mut partial, mut blocked) = ([[7i32; TILE_COLS]; TILE_ROWS], [[-1i32; TILE_COLS]; TILE_ROWS]);
-                tile_on(&mut unit, rows, n, panel_bytes, 0..64, Sums::Fresh(&mut partial), none);
-                tile_on(&mut unit, rows, n, panel_bytes, 64..192, Sums::Add(&mut partial), none);
-                let last = Sums::Carried {
-                    carry: &partial,
-                    out: &mut blocked,
-                };
-                tile_on(&mut unit, rows, n, panel_bytes, 192..n, last, none);
-                for (i, (whole_row, blocked_row)) in whole.iter().zip(&blocked).enumerate() {
-                    let row = strip * TILE_ROWS + i;
+                tile_on(
+                    &mut unit,
+                    strip_rows(s),
+                    n,
+                    panel_bytes,
+                    0..n,
+                    Sums::Fresh(&mut whole),
+                    none,
+                );
+                for (i, (whole_row, blocked_row)) in whole.iter().zip(blocked).enumerate() {
+                    let row = s * TILE_ROWS + i;
                     let oracle = &want[row * n + panel * TILE_COLS..][..TILE_COLS];
                     assert_eq!(whole_row.as_slice(), oracle, "row {row}, panel {panel}, whole k");
                     assert_eq!(blocked_row.as_slice(), oracle, "row {row}, panel {panel}, blocked k");
                 }
             }
         }
+    }
+
+    /// A pass that adds to carried sums must load them: with the load left out (the unit's
+    /// sums cleared instead), the self-test fails. This is what keeps the self-test able to
+    /// catch a tile load that a CPU or hypervisor gets wrong.
+    #[test]
+    fn the_self_test_fails_when_the_sums_are_not_reloaded() {
+        struct NoReload(Emulated);
+        impl TileUnit for NoReload {
+            fn zero_sums(&mut self) {
+                self.0.zero_sums()
+            }
+            fn load_sums(&mut self, _: &[[i32; TILE_COLS]; TILE_ROWS]) {
+                self.0.zero_sums()
+            }
+            fn store_sums(&mut self, c: &mut [[i32; TILE_COLS]; TILE_ROWS]) {
+                self.0.store_sums(c)
+            }
+            fn step(&mut self, a: &[u8; 2048], b: &[u8; 2048]) {
+                self.0.step(a, b)
+            }
+        }
+        assert!(!self_test_on(&mut NoReload(Emulated::new())));
     }
 
     /// The side-work hook is offered once per k-step of the span, numbered from 0.
