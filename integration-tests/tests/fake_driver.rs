@@ -202,6 +202,46 @@ fn selftest_reports_each_failing_gpu_kernel_and_auto_falls_back() {
     );
 }
 
+/// A validator told to verify on a GPU whose every kernel fails its self-check (the miner's
+/// checks, run by the same code) refuses to start, naming each kernel on the GPU and the
+/// reason, with the configuration-error status (not the device-fault one: nothing faulted),
+/// and leaves no database behind.
+#[test]
+fn a_validator_on_a_gpu_that_fails_every_kernel_refuses_to_start_naming_each() {
+    let dir = Dir::fresh("fake-validator-gpu");
+    let libs = build(&dir.0, &[FakeLib::Cuda, FakeLib::Nvrtc, FakeLib::Nvml]);
+    let key = dir.0.join("validator.key");
+    common::process::keygen("validator", &key);
+    let database = dir.0.join("validator.db");
+    let out = cmd("validator")
+        .args(["serve", "--backend", "cuda", "--listen", "127.0.0.1:0", "--key-file"])
+        .arg(&key)
+        .arg("--database")
+        .arg(&database)
+        .env("LD_LIBRARY_PATH", library_path(&libs))
+        .env("GPU_ATTEST_KERNEL_CACHE", libs.join("kernel-cache"))
+        .env_remove("CUDA_VISIBLE_DEVICES")
+        .envs([("FAKE_CUDA_VERSION", "12040"), ("FAKE_NVRTC_VERSION", "12.4")])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    let error = stderr.lines().last().unwrap_or_default();
+    assert!(
+        error.starts_with(
+            "error: the GPUs failed their self-check (no GPU kernel passed its self-check (wgmma on gpu 0"
+        ) && error.contains("; tensor on gpu 0")
+            && error.contains("; tiled on gpu 0")
+            && error.contains("CUDA_ERROR_NOT_SUPPORTED")
+            && error.contains("verify with --backend cpu"),
+        "{stderr}"
+    );
+    assert!(
+        !database.exists(),
+        "a validator that cannot start leaves no database behind"
+    );
+}
+
 /// The miner's metrics read every GPU from NVML at each scrape. The fake NVML answers fixed
 /// readings for two GPUs here (the miner itself computes on the CPU), and the endpoint shows
 /// each one under its NVML index and UUID, in the units the metric names say.

@@ -8,6 +8,7 @@ use gpu_attest_shared::cpu::CpuBackend;
 use gpu_attest_shared::cuda::compile::default_cache_dir;
 use gpu_attest_shared::cuda::detect::{Detection, GpuDetectError, detect};
 use gpu_attest_shared::cuda::{CudaBackend, CudaInitError, CudaOptions, GpuKernel};
+use gpu_attest_shared::selftest::checks::{CheckedKernelError, checked_kernel};
 use gpu_attest_shared::statement::DeviceInfo;
 use std::sync::Arc;
 
@@ -102,34 +103,16 @@ pub fn select_detected(
 }
 
 /// The CUDA backend on a kernel that passed its self-check on every selected GPU (see
-/// [`selftest`]): the configured kernel, or under `auto` the first of
+/// [`checked_kernel`]): the configured kernel, or under `auto` the first of
 /// [`GpuKernel::FASTEST_FIRST`] that every selected GPU runs and passed on. What every check
 /// found goes into the notes.
 fn start_checked_cuda(config: &MinerConfig, detection: &Detection) -> Result<SelectedBackend, BackendSelectError> {
     let options = cuda_options(config);
-    // What does not depend on the kernel's results is refused once, before any check runs.
-    let (gpus, _) = CudaBackend::precheck(detection, &options).map_err(BackendSelectError::Cuda)?;
-    // Under auto, only kernels every selected GPU runs: on a host mixing generations, a kernel
-    // that passed on the newer GPUs alone cannot run the partition.
-    let candidates: Vec<GpuKernel> = match options.kernel {
-        Some(kernel) => vec![kernel],
-        None => GpuKernel::FASTEST_FIRST
-            .into_iter()
-            .filter(|k| gpus.iter().all(|g| k.supports(g.compute_capability)))
-            .collect(),
-    };
-    let mut suite = selftest::LazySuite::new(selftest::DEFAULT_MID_N, config.cpu_threads);
-    let checks = selftest::gpu_kernels(&mut suite, detection, &options, &candidates, false)
-        .map_err(BackendSelectError::GpuSelftest)?;
-    let faulted: Vec<String> = checks
-        .iter()
-        .filter(|c| c.faulted_device)
-        .map(|c| format!("the {} kernel faulted {} during its self-check", c.kernel, c.device))
-        .collect();
-    if !faulted.is_empty() {
-        return Err(BackendSelectError::GpuFaulted(faulted.join("; ")));
-    }
-    let kernel = selftest::choose_gpu_kernel(&checks, &candidates).map_err(BackendSelectError::GpuSelftest)?;
+    let (kernel, checks) = checked_kernel(detection, &options, config.cpu_threads).map_err(|e| match e {
+        CheckedKernelError::Cuda(e) => BackendSelectError::Cuda(e),
+        CheckedKernelError::GpuFaulted(what) => BackendSelectError::GpuFaulted(what),
+        CheckedKernelError::Selftest(why) => BackendSelectError::GpuSelftest(why),
+    })?;
     let backend = CudaBackend::from_detection(
         detection,
         &CudaOptions {

@@ -13,10 +13,12 @@ use gpu_attest_daemon::tls::TransportError;
 use gpu_attest_shared::Backend;
 use gpu_attest_shared::cpu::CpuBackend;
 use gpu_attest_shared::cuda::compile::default_cache_dir;
-use gpu_attest_shared::cuda::{CudaBackend, CudaInitError, CudaOptions, GpuKernel};
+use gpu_attest_shared::cuda::detect::detect;
+use gpu_attest_shared::cuda::{CudaBackend, CudaInitError, CudaOptions};
 use gpu_attest_shared::gemm::GemmError;
 use gpu_attest_shared::gemm::UnknownKernel;
 use gpu_attest_shared::identity::{Identity, KeyError};
+use gpu_attest_shared::selftest::checks::{CheckedKernelError, checked_kernel};
 use std::future::Future;
 use std::sync::Arc;
 use thiserror::Error;
@@ -35,6 +37,12 @@ pub enum DaemonError {
     Cuda(String),
     #[error("the GPUs failed their self-check ({0}); verify with --backend cpu until this is fixed")]
     SelfCheck(String),
+    /// A self-check faulted a GPU. The fault is cached, so the next start skips the kernel.
+    #[error(
+        "{0}: a CUDA fault cannot be cleared inside the process, so the validator exits for its supervisor to restart it (exit status {status}; the next start skips the kernel that faulted)",
+        status = gpu_attest_daemon::devices::EXIT_DEVICE_FAULT
+    )]
+    GpuFaulted(String),
     #[error(transparent)]
     Store(#[from] StoreError),
     #[error(transparent)]
@@ -79,49 +87,37 @@ pub async fn attestor(config: &ValidatorConfig) -> Result<Attestor, DaemonError>
     ))
 }
 
-/// The GPUs to verify on, on the fastest kernel all of them run that reproduces the CPU's
-/// checkpoints (PROTOCOL.md's vector and a mid-sized challenge): a verifier that computes wrong
-/// results fails honest miners. A kernel that differs is skipped for the next; one that faults
-/// a GPU stops the search, since no later context of this process can use that GPU.
+/// The GPUs to verify on, on a kernel that passed its self-check on every one of them:
+/// PROTOCOL.md's vector and a mid-sized challenge, checkpoint by checkpoint against the CPU,
+/// with the miner's checks, cache and kernel order. A verifier that computes wrong results fails
+/// honest miners. A kernel that faults a GPU is cached as failed and the validator exits with
+/// the device-fault status for its supervisor to restart it, and the restart goes on to the
+/// next kernel: no later context of this process can use that GPU, and without the cache each
+/// restart would fault it again.
 fn checked_gpus(config: &ValidatorConfig) -> Result<CudaBackend, DaemonError> {
-    let suite = gpu_attest_shared::selftest::Suite::new(gpu_attest_shared::selftest::MID_N, config.cpu_threads)
-        .map_err(|e| DaemonError::SelfCheck(format!("cannot build the check: {e}")))?;
-    let mut failures = Vec::new();
-    for kernel in GpuKernel::FASTEST_FIRST {
-        let options = CudaOptions {
-            cache_dir: default_cache_dir(),
-            kernel: Some(kernel),
-            ..CudaOptions::default()
-        };
-        let cuda = match CudaBackend::new(&options) {
-            Ok(cuda) => cuda,
-            Err(CudaInitError::KernelUnsupported { .. }) => continue,
-            Err(e) => return Err(DaemonError::Cuda(e.to_string())),
-        };
-        match suite.check(&cuda) {
-            Ok(passed) => {
-                info!(
-                    %kernel,
-                    tops = passed.ops_per_sec / 1e12,
-                    "verifying on the GPUs: they reproduced the CPU's checkpoints"
-                );
-                return Ok(cuda);
-            }
-            Err(e) if !cuda.out_of_service().is_empty() => {
-                failures.push(format!("{kernel}: {e} (it faulted the GPU)"));
-                break;
-            }
-            Err(e) => {
-                tracing::warn!(%kernel, error = %e, "this kernel failed the GPU self-check; trying the next");
-                failures.push(format!("{kernel}: {e}"));
-            }
-        }
+    let detection = detect().map_err(|e| DaemonError::Cuda(CudaInitError::Detect(e).to_string()))?;
+    let options = CudaOptions {
+        cache_dir: default_cache_dir(),
+        ..CudaOptions::default()
+    };
+    let (kernel, checks) = checked_kernel(&detection, &options, config.cpu_threads).map_err(|e| match e {
+        CheckedKernelError::Cuda(e) => DaemonError::Cuda(e.to_string()),
+        CheckedKernelError::GpuFaulted(what) => DaemonError::GpuFaulted(what),
+        CheckedKernelError::Selftest(why) => DaemonError::SelfCheck(why),
+    })?;
+    for check in &checks {
+        info!("self-check: {check}");
     }
-    Err(DaemonError::SelfCheck(if failures.is_empty() {
-        "no GPU kernel runs on every selected GPU".into()
-    } else {
-        failures.join("; ")
-    }))
+    let cuda = CudaBackend::from_detection(
+        &detection,
+        &CudaOptions {
+            kernel: Some(kernel),
+            ..options
+        },
+    )
+    .map_err(|e| DaemonError::Cuda(e.to_string()))?;
+    info!(%kernel, "verifying on the GPUs: they reproduced the CPU's checkpoints");
+    Ok(cuda)
 }
 
 /// Serves `config`'s validator until `shutdown` completes: the API on `config.listen`, the

@@ -25,7 +25,7 @@ fn main() -> ExitCode {
             eprintln!("error: {e:#}");
             // A device fault has a status of its own, so that a supervisor restarts the daemon.
             match e.downcast_ref::<daemon::DaemonError>() {
-                Some(daemon::DaemonError::DevicesOutOfService(_)) => {
+                Some(daemon::DaemonError::DevicesOutOfService(_) | daemon::DaemonError::GpuFaulted(_)) => {
                     ExitCode::from(gpu_attest_daemon::devices::EXIT_DEVICE_FAULT)
                 }
                 _ => ExitCode::from(EXIT_ERROR),

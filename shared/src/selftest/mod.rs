@@ -10,8 +10,12 @@
 //!   steps, a checkpoint after every step), which exercises what n = 64 cannot.
 //!
 //! The first difference is reported by case, chain and checkpoint. A backend that faults fails
-//! with the error. The mid-sized case is also timed, which is how `auto` picks among the kernels
-//! that passed.
+//! with the error. The mid-sized case is also timed and the rate reported, but its few small
+//! steps time launches and hashing more than the GEMM: no kernel choice rests on it, and
+//! `miner bench` is what measures speed. [`checks`] runs this for each kernel on each device,
+//! caches the outcomes and chooses the kernel.
+
+pub mod checks;
 
 use crate::backend::{Backend, CancelToken};
 use crate::chain::ChainResult;
