@@ -97,18 +97,6 @@ pub fn check_plaintext_server(addr: SocketAddr, tls: bool, allow: bool) -> Resul
     }
 }
 
-/// The full cause chain of an error, which tonic otherwise hides behind "transport error".
-pub fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
-    let mut parts = vec![e.to_string()];
-    let mut source = e.source();
-    while let Some(s) = source {
-        parts.push(s.to_string());
-        source = s.source();
-    }
-    parts.dedup();
-    parts.join(": ")
-}
-
 /// Whether a client may connect to `url` without TLS; same rule as servers.
 pub fn check_plaintext_client(url: &str, allow: bool) -> Result<Option<String>, TransportError> {
     let Some(rest) = url.strip_prefix("http://") else {

@@ -77,6 +77,33 @@ fn attest_a_real_miner_then_fail_cleanly_on_bad_targets() {
     }
 }
 
+/// A daemon started without its key says so in one line: the file, its cause once (most errors
+/// carry their cause in their own message, and the chain used to repeat it at every level),
+/// and the command that makes a key.
+#[test]
+fn a_missing_key_file_is_named_with_its_cause_once() {
+    let dir = Dir::fresh("missing-key");
+    let key = dir.0.join("absent.key");
+    for (bin, extra) in [("miner", &["--backend", "cpu"][..]), ("validator", &[][..])] {
+        let out = cmd(bin)
+            .current_dir(&dir.0)
+            .args(["serve", "--listen", "127.0.0.1:0"])
+            .args(extra)
+            .arg("--key-file")
+            .arg(&key)
+            .output()
+            .unwrap();
+        assert!(!out.status.success(), "{bin} started without a key");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        let error = stderr.lines().last().unwrap_or_default();
+        assert!(
+            error.starts_with("error: key file ") && error.contains(&format!("; run `{bin} keygen --key-file")),
+            "{stderr}"
+        );
+        assert_eq!(error.matches("No such file or directory").count(), 1, "{stderr}");
+    }
+}
+
 /// `validator miners ...` against a running validator.
 fn miners(api: &str, args: &[&str]) -> Output {
     cmd("validator")

@@ -32,7 +32,7 @@ pub struct SelectedBackend {
 
 #[derive(Debug, thiserror::Error)]
 pub enum BackendSelectError {
-    /// Not a `source`: the message already carries it, and `{:#}` would print it twice.
+    /// Not a `source`: the message already carries it.
     #[error("the cuda backend cannot start: {0}")]
     Cuda(CudaInitError),
     #[error("the cuda backend cannot start: {0}")]

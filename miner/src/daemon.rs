@@ -128,7 +128,7 @@ pub async fn run(
     if let Some(task) = metrics {
         let _ = task.await;
     }
-    served.map_err(|e| DaemonError::Server(gpu_attest_daemon::tls::error_chain(&e)))?;
+    served.map_err(|e| DaemonError::Server(gpu_attest_daemon::errors::error_chain(&e)))?;
     let out_of_service = core.backend().backend.out_of_service();
     if !out_of_service.is_empty() {
         return Err(DaemonError::DevicesOutOfService(out_of_service));

@@ -17,7 +17,8 @@ fn main() -> ExitCode {
     match run(Cli::parse()) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("error: {e:#}");
+            // Each cause once: most of our errors already print their cause themselves.
+            eprintln!("error: {}", gpu_attest_daemon::errors::error_chain(e.as_ref()));
             let device_fault = match e.downcast_ref::<daemon::DaemonError>() {
                 Some(daemon::DaemonError::DevicesOutOfService(_)) => true,
                 Some(daemon::DaemonError::Backend(backends::BackendSelectError::GpuFaulted(_))) => true,

@@ -22,7 +22,8 @@ fn main() -> ExitCode {
     match run(Cli::parse()) {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("error: {e:#}");
+            // Each cause once: most of our errors already print their cause themselves.
+            eprintln!("error: {}", gpu_attest_daemon::errors::error_chain(e.as_ref()));
             // A device fault has a status of its own, so that a supervisor restarts the daemon.
             match e.downcast_ref::<daemon::DaemonError>() {
                 Some(daemon::DaemonError::DevicesOutOfService(_) | daemon::DaemonError::GpuFaulted(_)) => {

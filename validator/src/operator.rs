@@ -3,7 +3,8 @@
 //! hand-written client and without stopping it.
 
 use crate::store::VerdictFilter;
-use gpu_attest_daemon::tls::{TlsFiles, TransportError, check_plaintext_client, error_chain};
+use gpu_attest_daemon::errors::error_chain;
+use gpu_attest_daemon::tls::{TlsFiles, TransportError, check_plaintext_client};
 use gpu_attest_proto::v1::{self, validator_client::ValidatorClient};
 use gpu_attest_shared::identity::PublicKey;
 use serde::Serialize;

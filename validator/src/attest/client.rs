@@ -3,7 +3,8 @@
 
 use super::AttestError;
 use crate::config::ValidatorConfig;
-use gpu_attest_daemon::tls::{check_plaintext_client, error_chain};
+use gpu_attest_daemon::errors::error_chain;
+use gpu_attest_daemon::tls::check_plaintext_client;
 use gpu_attest_proto::convert::{challenge_to_wire, inventory_from_wire};
 use gpu_attest_proto::v1::{self, miner_client::MinerClient};
 use gpu_attest_shared::inventory::Inventory;
