@@ -8,8 +8,8 @@
 #   4. one full attestation: miner on the GPUs, validator on the CPU, sampled verification;
 #   5. one more with the validator on the GPUs as well, recomputing every chain;
 #   6. the host's CPU: every CPU kernel it runs against the oracle (GPU hosts are where AMX is
-#      found), and where it has AMX, the AMX kernel's k block swept and the engine against ONNX
-#      Runtime (when Python has onnxruntime and onnx), both at 2 threads.
+#      found), and where it has AMX, the AMX kernel's k block swept (2 threads and all) and the
+#      engine against ONNX Runtime at 2 threads (when Python has onnxruntime and onnx).
 # Each step runs under a time limit (STEP_TIMEOUT seconds, default 900): a kernel that hangs on a
 # new GPU fails its step instead of hanging the check, and the steps after it still run.
 # Prints a summary and exits non-zero if any step failed. Logs go to $OUT (or target/gpu-check),
@@ -123,13 +123,16 @@ status=$?
 grep -E "^kernel |FAILED|panicked|test result" "$out/cpu-oracle.log"
 record cpu-oracle $status
 if GPU_ATTEST_CPU_KERNEL=amx "$bin/miner" info --backend cpu >/dev/null 2>&1; then
-  echo "== host CPU: the AMX kernel's k block, 2 threads, blocks interleaved over rounds" | tee "$out/host-cpu.log"
+  echo "== host CPU: the AMX kernel's k block, on 2 threads and on all, blocks interleaved over rounds" |
+    tee "$out/host-cpu.log"
   sweep_status=0
   for round in 1 2 3; do
-    for block in 512 1024 2048 8192; do
-      echo "-- round $round, k block $block" >>"$out/host-cpu.log"
-      GPU_ATTEST_CPU_K_BLOCK=$block limit "$bin/miner" bench --backend cpu --cpu-kernel amx --cpu-threads 2 \
-        --sizes 1024,2048,4096 --seconds 1 >>"$out/host-cpu.log" 2>&1 || sweep_status=1
+    for threads in 2 0; do
+      for block in 512 1024 2048 8192; do
+        echo "-- round $round, threads $threads (0: all), k block $block" >>"$out/host-cpu.log"
+        GPU_ATTEST_CPU_K_BLOCK=$block limit "$bin/miner" bench --backend cpu --cpu-kernel amx \
+          --cpu-threads "$threads" --sizes 1024,2048,4096 --seconds 0.7 >>"$out/host-cpu.log" 2>&1 || sweep_status=1
+      done
     done
   done
   grep -E "^cpu|ceiling" "$out/host-cpu.log"

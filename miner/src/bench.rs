@@ -84,7 +84,8 @@ pub struct BenchRow {
     pub kernel: String,
     pub device: String,
     pub n: usize,
-    /// How much of k one pass over a tile took (n: the whole of k).
+    /// How much of k one pass over a tile takes (n: the whole of k); a thread's task of a
+    /// single strip of rows takes the whole of k whatever this says.
     pub k_block: usize,
     /// Median of the timed runs, seconds per fused GEMM+mix step.
     pub seconds: f64,

@@ -144,7 +144,8 @@ impl CpuGemm {
             "n={n} is not a multiple of 64 and of the {kernel} kernel's {tile_rows}x{TILE_COLS} tile"
         );
         assert_eq!(out.len(), n * n);
-        let k_spans = k_spans(n, self.k_block(n));
+        let blocked_spans = k_spans(n, self.k_block(n));
+        let whole_of_k = k_spans(n, n);
         let biased = kernel.wants_biased_a();
         let a_bytes = a.as_bytes();
         let a_row_bytes = n * kernel.a_element_bytes();
@@ -166,6 +167,14 @@ impl CpuGemm {
                     // previous one runs in the slots the kernel offers (`between`), a few rows
                     // at a time: AMX's tile unit leaves the vector units free meanwhile.
                     let mut tiles = [SumRows::new(MAX_TILE_ROWS), SumRows::new(MAX_TILE_ROWS)];
+                    // Blocking k pays when a panel's block of B serves several strips of this
+                    // task from L1; for a task of one strip it would only add the stores and
+                    // reloads of the sums, so such a task takes k in one pass.
+                    let k_spans: &[Range<usize>] = if block_rows > tile_rows {
+                        &blocked_spans
+                    } else {
+                        &whole_of_k
+                    };
                     let mut partial = SumRows::new(if k_spans.len() > 1 { block_rows } else { 0 });
                     let partial = partial.rows_mut();
                     let mut pending: Option<(usize, usize)> = None;
