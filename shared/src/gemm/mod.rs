@@ -20,7 +20,7 @@ pub use kernels::{K_BLOCK_ENV, KERNEL_ENV, KernelChoice, KernelKind, UnknownKern
 pub use packed::PackedB;
 
 use crate::matrix::Matrix;
-use kernels::Sums;
+use kernels::{Sums, TileOperands};
 use rayon::prelude::*;
 use std::ops::Range;
 use thiserror::Error;
@@ -211,7 +211,13 @@ impl CpuGemm {
                                         }
                                     }
                                 };
-                                kernel.tile(&thread, rows, n, b.panel(panel), k.clone(), sums, &mut between);
+                                let ops = TileOperands {
+                                    rows,
+                                    panel: b.panel(panel),
+                                    n,
+                                    k: k.clone(),
+                                };
+                                kernel.tile(&thread, ops, sums, &mut between);
                                 // The previous tile's epilogue ran inside that call.
                                 pending = None;
                                 if last_pass {

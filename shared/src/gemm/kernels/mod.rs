@@ -48,6 +48,37 @@ pub(super) enum Sums<'a> {
     },
 }
 
+/// What one tile call multiplies: `rows`, some rows of A in a kernel's layout (see
+/// [`KernelKind::prepare_a`]), and `panel`, one packed panel of B, both over the whole of k, of
+/// size n; and `k`, the span of k this call covers (`0..n` for one pass).
+pub(super) struct TileOperands<'a> {
+    pub(super) rows: &'a [u8],
+    pub(super) panel: &'a [u8],
+    pub(super) n: usize,
+    pub(super) k: Range<usize>,
+}
+
+impl TileOperands<'_> {
+    /// Panics unless the operands are `tile_rows` rows of `element_bytes` per element and one
+    /// panel, over a positive multiple of 64, and `k` is whole blocks of 64 inside it: the
+    /// kernels read exactly these bytes, so every unsafe load in them rests on this check.
+    pub(super) fn check(&self, tile_rows: usize, element_bytes: usize) {
+        let (n, k) = (self.n, &self.k);
+        assert!(n > 0 && n.is_multiple_of(64), "n={n} is not a positive multiple of 64");
+        assert_eq!(self.rows.len(), tile_rows * n * element_bytes, "rows of A");
+        assert_eq!(self.panel.len(), TILE_COLS * n, "panel of B");
+        assert!(
+            k.start < k.end && k.end <= n && k.start.is_multiple_of(64) && k.end.is_multiple_of(64),
+            "k span {k:?} is not whole 64-blocks of 0..{n}"
+        );
+    }
+
+    /// Whether the call covers the whole of k.
+    pub(super) fn whole(&self) -> bool {
+        self.k == (0..self.n)
+    }
+}
+
 impl<'a> Sums<'a> {
     /// The rows the result goes to.
     pub(super) fn out_rows(&self) -> usize {
@@ -270,54 +301,43 @@ impl KernelKind {
         }
     }
 
-    /// Computes one tile over the span `k` of k (the whole `0..n` unless the kernel
-    /// [`takes_k_blocks`](Self::takes_k_blocks); a span is a multiple of 64 long and starts at
-    /// one). `rows` holds `tile_rows()` rows of A in the layout of
-    /// [`prepare_a`](Self::prepare_a) (`tile_rows() * n * a_element_bytes()` bytes), over the
-    /// whole of k; `panel` one packed panel of B, also whole; `sums` says where the sums start
-    /// and go; `thread` comes from [`begin`](Self::begin) on this thread.
+    /// Computes one tile of `ops` (whose span of k is the whole `0..n` unless the kernel
+    /// [`takes_k_blocks`](Self::takes_k_blocks)); `ops.rows` holds `tile_rows()` rows of A in
+    /// the layout of [`prepare_a`](Self::prepare_a). `sums` says where the sums start and go;
+    /// `thread` comes from [`begin`](Self::begin) on this thread.
     ///
     /// `between(i, count)` is called for i = 0..count, at points where side work (the previous
     /// tile's epilogue) costs least: between AMX's k-steps, whose tile unit leaves the vector
     /// units idle; once after the tile for the vector kernels, which keep them busy.
-    #[allow(clippy::too_many_arguments)] // each is one of the tile's operands
     pub(super) fn tile(
         self,
         thread: &KernelThread,
-        rows: &[u8],
-        n: usize,
-        panel: &[u8],
-        k: Range<usize>,
+        ops: TileOperands<'_>,
         sums: Sums<'_>,
         between: &mut dyn FnMut(usize, usize),
     ) {
-        let tile_rows = self.tile_rows();
-        assert_eq!(rows.len(), tile_rows * n * self.a_element_bytes());
-        assert_eq!(panel.len(), TILE_COLS * n);
-        assert_eq!(sums.out_rows(), tile_rows);
+        ops.check(self.tile_rows(), self.a_element_bytes());
+        assert_eq!(sums.out_rows(), self.tile_rows());
+        let one_pass = ops.whole() && matches!(sums, Sums::Fresh(_));
         assert!(
-            k.start < k.end && k.end <= n && k.start.is_multiple_of(64) && k.end.is_multiple_of(64),
-            "k span {k:?} is not whole 64-blocks of 0..{n}"
-        );
-        let whole = k == (0..n) && matches!(sums, Sums::Fresh(_));
-        assert!(
-            whole || self.takes_k_blocks(),
+            one_pass || self.takes_k_blocks(),
             "the {self} kernel takes the whole of k in one pass"
         );
         // Safety of every unsafe arm below: the kernel's CPU features were checked (the check
-        // is cached, so this costs an atomic load), and the slice lengths asserted above are
-        // exactly what the kernels read and write.
+        // is cached, so this costs an atomic load), and the operands checked above are exactly
+        // what the kernels read and write.
         assert!(
             self.is_available(),
             "the {self} kernel was selected on a CPU without it"
         );
+        let TileOperands { rows, panel, n, .. } = ops;
         match (self, sums) {
             #[cfg(target_arch = "x86_64")]
             (KernelKind::Amx, sums) => {
                 let session = thread.amx.as_ref().expect("begin() runs before the AMX kernel's tiles");
-                return amx::tile(session, rows, n, panel, k, sums, between);
+                return amx::tile(session, ops, sums, between);
             }
-            (KernelKind::Portable, sums) => portable::tile(rows, n, panel, k, sums.start()),
+            (KernelKind::Portable, sums) => portable::tile(&ops, sums.start()),
             #[cfg(target_arch = "x86_64")]
             (KernelKind::Avx512Vnni, Sums::Fresh(out)) => unsafe { avx512_vnni::tile(rows, n, panel, out) },
             #[cfg(target_arch = "x86_64")]

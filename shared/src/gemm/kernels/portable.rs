@@ -4,14 +4,16 @@
 //! It takes k in blocks like the AMX kernel, which makes it the kernel that checks the driver's
 //! blocked walk on every CPU (`tests/gemm_oracle.rs` runs it with small blocks).
 
+use super::TileOperands;
 use crate::gemm::TILE_COLS;
-use std::ops::Range;
 
 /// Rows of A per tile.
 pub(super) const TILE_ROWS: usize = 8;
 
-/// Adds the product of `rows` (row-major, stride n) and `panel` over the span `k` of k to `out`.
-pub(super) fn tile(rows: &[u8], n: usize, panel: &[u8], k: Range<usize>, out: &mut [[i32; TILE_COLS]]) {
+/// Adds the product of `ops.rows` (row-major, stride n) and `ops.panel` over the span `ops.k`
+/// of k to `out`.
+pub(super) fn tile(ops: &TileOperands<'_>, out: &mut [[i32; TILE_COLS]]) {
+    let TileOperands { rows, panel, n, k } = ops;
     let quads = panel[k.start * TILE_COLS..k.end * TILE_COLS].chunks_exact(4 * TILE_COLS);
     for (q, quad) in (k.start / 4..).zip(quads) {
         for (r, acc) in out.iter_mut().enumerate() {

@@ -18,7 +18,7 @@ mod unit;
 pub(in crate::gemm) use peak::register_peak;
 pub(in crate::gemm) use unit::TileSession;
 
-use super::Sums;
+use super::{Sums, TileOperands};
 use crate::aligned::AlignedBytes;
 use crate::gemm::TILE_COLS;
 use std::ops::Range;
@@ -114,17 +114,17 @@ fn self_test_on(unit: &mut impl TileUnit) -> bool {
     let (mut partial, mut out) = ([[0i32; TILE_COLS]; TILE_ROWS], [[0i32; TILE_COLS]; TILE_ROWS]);
     let none = &mut |_, _| {};
     let strip = packed.as_slice();
-    tile_on(unit, strip, K, &panel, 0..64, Sums::Fresh(&mut partial), none);
+    tile_on(unit, operands(strip, K, &panel, 0..64), Sums::Fresh(&mut partial), none);
     // Cleared between passes, as another strip's pass would in the driver: the later passes
     // must reload their sums, or they come out wrong.
     unit.zero_sums();
-    tile_on(unit, strip, K, &panel, 64..128, Sums::Add(&mut partial), none);
+    tile_on(unit, operands(strip, K, &panel, 64..128), Sums::Add(&mut partial), none);
     unit.zero_sums();
     let last = Sums::Carried {
         carry: &partial,
         out: &mut out,
     };
-    tile_on(unit, strip, K, &panel, 128..K, last, none);
+    tile_on(unit, operands(strip, K, &panel, 128..K), last, none);
     (0..TILE_ROWS).all(|i| {
         (0..TILE_COLS).all(|j| {
             let want: i32 = (0..K)
@@ -146,7 +146,7 @@ fn self_test_on(unit: &mut impl TileUnit) -> bool {
 /// that.
 pub(in crate::gemm) const K_BLOCK: usize = 1024;
 
-/// The 32x32 tile over the span `k` of k: the sums start as `sums` says, then per 64 of k two
+/// The 32x32 tile over the span `ops.k` of k: the sums start as `sums` says, then per 64 of k two
 /// loads of A (rows 0-15 and 16-31 of the packed strip's k-block), two of B (columns 0-15 and
 /// 16-31 of the panel: the packed k-quads are 128 bytes apart, each half 64 bytes, exactly a B
 /// tile's rows in AMX's layout) and four `tdpbssd`.
@@ -158,35 +158,25 @@ pub(in crate::gemm) const K_BLOCK: usize = 1024;
 /// the register-only rate at n = 1024; issuing the next tile first and mixing afterwards, and
 /// relying on out-of-order execution to overlap them, recovered nothing).
 ///
-/// `session` proves the tiles are configured on this thread. `rows` is one strip of [`pack_a`]
-/// (32n signed bytes), `panel` 32n packed bytes, both whole; n is a multiple of 64.
+/// `session` proves the tiles are configured on this thread. `ops.rows` is one strip of
+/// [`pack_a`] (32n signed bytes), `ops.panel` 32n packed bytes, both over the whole of k.
 pub(super) fn tile(
     session: &TileSession,
-    rows: &[u8],
-    n: usize,
-    panel: &[u8],
-    k: Range<usize>,
+    ops: TileOperands<'_>,
     sums: Sums<'_>,
     between: &mut dyn FnMut(usize, usize),
 ) {
-    tile_on(&mut Tmm { _configured: session }, rows, n, panel, k, sums, between);
+    tile_on(&mut Tmm { _configured: session }, ops, sums, between);
 }
 
-fn tile_on(
-    unit: &mut impl TileUnit,
-    rows: &[u8],
-    n: usize,
-    panel: &[u8],
-    k: Range<usize>,
-    sums: Sums<'_>,
-    between: &mut dyn FnMut(usize, usize),
-) {
-    assert!(rows.len() == TILE_ROWS * n && panel.len() == TILE_COLS * n);
-    assert!(n > 0 && n.is_multiple_of(64), "n={n} is not a positive multiple of 64");
-    assert!(
-        k.start < k.end && k.end <= n && k.start.is_multiple_of(64) && k.end.is_multiple_of(64),
-        "k span {k:?} is not whole 64-blocks of 0..{n}"
-    );
+/// The operands of a tile call, spelled out.
+fn operands<'a>(rows: &'a [u8], n: usize, panel: &'a [u8], k: Range<usize>) -> TileOperands<'a> {
+    TileOperands { rows, panel, n, k }
+}
+
+fn tile_on(unit: &mut impl TileUnit, ops: TileOperands<'_>, sums: Sums<'_>, between: &mut dyn FnMut(usize, usize)) {
+    ops.check(TILE_ROWS, 1);
+    let TileOperands { rows, panel, k, .. } = ops;
     let out: &mut [[i32; TILE_COLS]; TILE_ROWS] = match sums {
         Sums::Fresh(out) => {
             unit.zero_sums();
@@ -247,26 +237,29 @@ mod tests {
             let mut partial = vec![[[7i32; TILE_COLS]; TILE_ROWS]; strips];
             let mut blocked = vec![[[-1i32; TILE_COLS]; TILE_ROWS]; strips];
             for (s, sums) in partial.iter_mut().enumerate() {
-                tile_on(&mut unit, strip_rows(s), n, panel_bytes, 0..64, Sums::Fresh(sums), none);
+                tile_on(
+                    &mut unit,
+                    operands(strip_rows(s), n, panel_bytes, 0..64),
+                    Sums::Fresh(sums),
+                    none,
+                );
             }
             for (s, sums) in partial.iter_mut().enumerate() {
-                tile_on(&mut unit, strip_rows(s), n, panel_bytes, 64..192, Sums::Add(sums), none);
+                tile_on(
+                    &mut unit,
+                    operands(strip_rows(s), n, panel_bytes, 64..192),
+                    Sums::Add(sums),
+                    none,
+                );
             }
             for (s, (carry, out)) in partial.iter().zip(&mut blocked).enumerate() {
                 let last = Sums::Carried { carry, out };
-                tile_on(&mut unit, strip_rows(s), n, panel_bytes, 192..n, last, none);
+                tile_on(&mut unit, operands(strip_rows(s), n, panel_bytes, 192..n), last, none);
             }
             for (s, blocked) in blocked.iter().enumerate() {
                 let mut whole = [[0i32; TILE_COLS]; TILE_ROWS];
-                tile_on(
-                    &mut unit,
-                    strip_rows(s),
-                    n,
-                    panel_bytes,
-                    0..n,
-                    Sums::Fresh(&mut whole),
-                    none,
-                );
+                let ops = operands(strip_rows(s), n, panel_bytes, 0..n);
+                tile_on(&mut unit, ops, Sums::Fresh(&mut whole), none);
                 for (i, (whole_row, blocked_row)) in whole.iter().zip(blocked).enumerate() {
                     let row = s * TILE_ROWS + i;
                     let oracle = &want[row * n + panel * TILE_COLS..][..TILE_COLS];
@@ -308,9 +301,12 @@ mod tests {
         let mut calls = Vec::new();
         let mut out = [[0i32; TILE_COLS]; TILE_ROWS];
         let sums = Sums::Fresh(&mut out);
-        tile_on(&mut Emulated::new(), &rows, n, &panel, 128..384, sums, &mut |i, of| {
-            calls.push((i, of))
-        });
+        tile_on(
+            &mut Emulated::new(),
+            operands(&rows, n, &panel, 128..384),
+            sums,
+            &mut |i, of| calls.push((i, of)),
+        );
         assert_eq!(calls, (0..4).map(|i| (i, 4)).collect::<Vec<_>>());
         assert!(out.iter().flatten().all(|&v| v == 256), "256 products of 1 x 1");
     }
