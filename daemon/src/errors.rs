@@ -2,18 +2,21 @@
 
 /// An error and its causes on one line, joined by ": ". Most of the project's errors already
 /// print their cause in their own message ("key file x: No such file or directory"), and a
-/// plain walk of the chain would print it again for every level that did; so a cause whose text
-/// the line already holds is left out. Causes that add something (tonic's "transport error"
-/// hides the reason two levels down) are kept.
+/// plain walk of the chain would print it again for every level that did; so a cause whose
+/// text its immediate parent's message already holds is left out. Causes that add something
+/// (tonic's "transport error" hides the reason two levels down) are kept, even when the same
+/// words occur further out in the line.
 pub fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
     let mut line = e.to_string();
+    let mut parent = line.clone();
     let mut source = e.source();
     while let Some(cause) = source {
         let text = cause.to_string();
-        if !text.is_empty() && !line.contains(&text) {
+        if !text.is_empty() && !parent.contains(&text) {
             line.push_str(": ");
             line.push_str(&text);
         }
+        parent = text;
         source = cause.source();
     }
     line
@@ -58,6 +61,28 @@ mod tests {
             error_chain(&e),
             "key file /k: No such file or directory; run `keygen` first"
         );
+    }
+
+    #[derive(Debug, thiserror::Error)]
+    #[error("request timed out: {source}")]
+    struct Request {
+        source: Transport,
+    }
+
+    #[derive(Debug, thiserror::Error)]
+    #[error("timed out")]
+    struct TimedOut;
+
+    /// "timed out" occurs further out in the line, but the level above it ("transport error")
+    /// does not carry it, so it is the reason and stays.
+    #[test]
+    fn a_short_cause_repeated_only_further_out_is_kept() {
+        let e = Request {
+            source: Transport {
+                source: std::io::Error::other(TimedOut),
+            },
+        };
+        assert_eq!(error_chain(&e), "request timed out: transport error: timed out");
     }
 
     #[test]

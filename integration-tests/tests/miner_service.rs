@@ -348,6 +348,7 @@ async fn the_inventory_reports_the_self_check_outside_the_claim() {
             outcome: Outcome::Passed { ops_per_sec: 4.0e14 },
             cached: true,
             faulted_device: false,
+            fault_not_remembered: None,
         },
         KernelCheck {
             backend: "cuda".into(),
@@ -359,6 +360,7 @@ async fn the_inventory_reports_the_self_check_outside_the_claim() {
             },
             cached: false,
             faulted_device: false,
+            fault_not_remembered: None,
         },
     ];
     let core = miner_on(

@@ -2,8 +2,9 @@
 //! selftest` for every kernel): every kernel on every selected device runs the checks of
 //! [`Suite`] and is compared, checkpoint by checkpoint, with the CPU.
 //!
-//! A kernel that differs or faults is not used: the daemon takes the fastest kernel that passed
-//! on every selected GPU ([`choose_gpu_kernel`]). Results are cached on disk per device UUID,
+//! A kernel that differs or faults is not used: the daemon takes the first kernel, in the fixed
+//! order of [`GpuKernel::FASTEST_FIRST`], that passed on every selected GPU
+//! ([`choose_gpu_kernel`]). Results are cached on disk per device UUID,
 //! driver, kernel source and version, so a restart does not pay again; and a kernel that faulted
 //! its GPU is cached as failed, so that the restart such a fault needs (a CUDA fault cannot be
 //! cleared inside the process) goes on to the next kernel instead of faulting the GPU again.
@@ -11,7 +12,7 @@
 use super::{MID_N, SelftestError, Suite};
 use crate::Backend;
 use crate::cpu::CpuBackend;
-use crate::cuda::compile::write_atomically;
+use crate::cuda::compile::{nvrtc_version, write_atomically};
 use crate::cuda::detect::{Detection, GpuInfo};
 use crate::cuda::options::select_gpus;
 use crate::cuda::{CudaBackend, CudaInitError, CudaOptions, GpuKernel};
@@ -51,9 +52,14 @@ pub struct KernelCheck {
     pub cached: bool,
     /// The check faulted its GPU and left it out of service for the rest of this process (a
     /// CUDA fault cannot be cleared in-process on an H100): no later check or challenge on that
-    /// GPU can run until the miner restarts.
+    /// GPU can run until the daemon restarts.
     #[serde(skip)]
     pub faulted_device: bool,
+    /// Why the fault could not be remembered in the cache (no cache directory, or writing
+    /// failed); None when it was, or when nothing faulted. A restart would then fault the GPU
+    /// again on the same kernel, so the daemon must not ask for one.
+    #[serde(skip)]
+    pub fault_not_remembered: Option<String>,
 }
 
 impl std::fmt::Display for KernelCheck {
@@ -62,7 +68,7 @@ impl std::fmt::Display for KernelCheck {
         match &self.outcome {
             Outcome::Passed { ops_per_sec } => write!(
                 f,
-                "{} kernel {}: passed (the check's small steps ran at {:.3} TOPS, launches more than GEMM: `miner bench` measures speed){cached}",
+                "{} kernel {}: passed (its check ran at {:.3} TOPS on small steps, not a speed measurement: see `miner bench`){cached}",
                 self.device,
                 self.kernel,
                 ops_per_sec / 1e12
@@ -120,7 +126,6 @@ impl LazySuite {
 }
 
 /// Every CPU kernel this CPU runs, on `threads` threads.
-/// Every CPU kernel this CPU runs, on `threads` threads.
 pub fn cpu_kernels(suite: &mut LazySuite, threads: usize) -> Vec<KernelCheck> {
     KernelKind::ALL
         .into_iter()
@@ -138,6 +143,7 @@ pub fn cpu_kernels(suite: &mut LazySuite, threads: usize) -> Vec<KernelCheck> {
                 outcome,
                 cached: false,
                 faulted_device: false,
+                fault_not_remembered: None,
             }
         })
         .collect()
@@ -160,7 +166,7 @@ fn describe_gpu(gpu: &GpuInfo) -> String {
 /// has the answer and `fresh` is false. Passes, wrong results and faults that put the GPU out of
 /// service are written to the cache. After such a fault the GPU's remaining kernels are not
 /// checked in this process (each would fail with the same fault) and the check says so
-/// ([`KernelCheck::faulted_device`]): the miner must restart to use the GPU.
+/// ([`KernelCheck::faulted_device`]): the daemon must restart to use the GPU.
 pub fn gpu_kernels(
     suite: &mut LazySuite,
     detection: &Detection,
@@ -175,13 +181,14 @@ pub fn gpu_kernels(
         // The kernel that faulted this GPU earlier in this process, if one did.
         let mut faulted_by: Option<GpuKernel> = None;
         for kernel in kernels_for(gpu, kernels) {
-            let key = cache_key(gpu, kernel, suite.mid_n);
+            let key = cache_key(gpu, kernel, suite.mid_n, options.host_hashing);
             let cached = if fresh {
                 None
             } else {
                 cache.as_deref().and_then(|d| read_cached(d, &key))
             };
             let mut faulted_device = false;
+            let mut fault_not_remembered = None;
             let (outcome, was_cached) = match (cached, faulted_by) {
                 (Some(outcome), _) => (outcome, true),
                 // Every context of this process on the GPU fails now: checking would blame
@@ -215,13 +222,21 @@ pub fn gpu_kernels(
                         lasting = true;
                         if let Outcome::Failed { reason } = &mut outcome {
                             reason.push_str(
-                                " (it faulted the GPU; remembered until the driver, the kernel or the miner changes, or `miner selftest --fresh`)",
+                                " (it faulted the GPU; remembered until the driver, the kernel source or this software changes: `miner selftest --fresh`, or deleting the cache's selftest folder, checks it again)",
                             );
                         }
                     }
-                    if let Some(dir) = cache.as_deref().filter(|_| lasting) {
-                        // A cache that cannot be written costs a rerun next time, nothing more.
-                        let _ = write_cached(dir, &key, &outcome);
+                    let written = match cache.as_deref().filter(|_| lasting) {
+                        Some(dir) => write_cached(dir, &key, &outcome).map_err(|e| format!("{}: {e}", dir.display())),
+                        None => Err(
+                            "no kernel cache directory: set GPU_ATTEST_KERNEL_CACHE, or the miner's kernel_cache_dir"
+                                .to_string(),
+                        ),
+                    };
+                    // Otherwise a cache that cannot be written costs a rerun next time, nothing
+                    // more; but a fault that is not remembered would recur at every restart.
+                    if faulted_device {
+                        fault_not_remembered = written.err();
                     }
                     (outcome, false)
                 }
@@ -234,18 +249,25 @@ pub fn gpu_kernels(
                 outcome,
                 cached: was_cached,
                 faulted_device,
+                fault_not_remembered,
             });
         }
     }
     Ok(checks)
 }
 
-/// Everything a GPU result depends on: the device, its driver, the kernel's source, this
-/// miner's code and the size checked.
-pub fn cache_key(gpu: &GpuInfo, kernel: GpuKernel, mid_n: u32) -> String {
+/// Everything a GPU result depends on: the device, its driver, NVRTC, the kernel's source, this
+/// software's version, the size checked and where checkpoints are hashed (device or host: a
+/// pass with one says nothing of the other).
+pub fn cache_key(gpu: &GpuInfo, kernel: GpuKernel, mid_n: u32, host_hashing: bool) -> String {
     let source = blake3::hash(kernel.module_source().as_bytes()).to_hex();
+    let nvrtc = match nvrtc_version() {
+        Ok((major, minor)) => format!("{major}.{minor}"),
+        Err(_) => "none".to_string(),
+    };
+    let hashing = if host_hashing { "host" } else { "device" };
     format!(
-        "{}|{}|{kernel}|{}|{}|n{mid_n}",
+        "{}|{}|nvrtc {nvrtc}|{kernel}|{}|{}|n{mid_n}|{hashing} hashing",
         gpu.uuid,
         gpu.driver_version,
         &source[..32],
@@ -355,16 +377,43 @@ pub fn checked_kernel(
     let mut suite = LazySuite::new(MID_N, cpu_threads);
     let checks =
         gpu_kernels(&mut suite, detection, options, &candidates, false).map_err(CheckedKernelError::Selftest)?;
-    let faulted: Vec<String> = checks
-        .iter()
-        .filter(|c| c.faulted_device)
-        .map(|c| format!("the {} kernel faulted {} during its self-check", c.kernel, c.device))
-        .collect();
-    if !faulted.is_empty() {
-        return Err(CheckedKernelError::GpuFaulted(faulted.join("; ")));
+    if let Some(fault) = fault_error(&checks) {
+        return Err(fault);
     }
     let kernel = choose_gpu_kernel(&checks, &candidates).map_err(CheckedKernelError::Selftest)?;
     Ok((kernel, checks))
+}
+
+/// What a fault in the checks means for the daemon: a restart, when the fault is remembered so
+/// that the restart goes on to the next kernel; a stop that names the cache, when it is not,
+/// since a restart would fault the GPU again on the same kernel. None when nothing faulted.
+fn fault_error(checks: &[KernelCheck]) -> Option<CheckedKernelError> {
+    let faulted: Vec<&KernelCheck> = checks.iter().filter(|c| c.faulted_device).collect();
+    let what = faulted
+        .iter()
+        .map(|c| {
+            let reason = match &c.outcome {
+                Outcome::Failed { reason } => reason.as_str(),
+                Outcome::Passed { .. } => "it passed, then the GPU went out of service",
+            };
+            format!(
+                "the {} kernel faulted {} during its self-check: {reason}",
+                c.kernel, c.device
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("; ");
+    let unremembered: Vec<&str> = faulted
+        .iter()
+        .filter_map(|c| c.fault_not_remembered.as_deref())
+        .collect();
+    match (faulted.is_empty(), unremembered.first()) {
+        (true, _) => None,
+        (false, None) => Some(CheckedKernelError::GpuFaulted(what)),
+        (false, Some(why)) => Some(CheckedKernelError::Selftest(format!(
+            "{what}; the fault could not be remembered ({why}), so a restart would fault the GPU again: give the daemon a writable kernel cache, or choose another kernel"
+        ))),
+    }
 }
 
 #[cfg(test)]
@@ -380,6 +429,7 @@ mod tests {
             outcome,
             cached: false,
             faulted_device: false,
+            fault_not_remembered: None,
         }
     }
 
@@ -431,6 +481,70 @@ mod tests {
         // chosen, however they did.
         let wgmma_only = [check("wgmma", "gpu 0", passed(900.0))];
         assert!(choose_gpu_kernel(&wgmma_only, &[GpuKernel::Tensor, GpuKernel::Tiled]).is_err());
+    }
+
+    #[test]
+    fn the_cache_key_names_where_checkpoints_are_hashed_and_the_compiler() {
+        let gpu = GpuInfo {
+            ordinal: 0,
+            name: "NVIDIA H100 80GB HBM3".into(),
+            uuid: "GPU-1".into(),
+            memory_bytes: 80 << 30,
+            sm_count: 132,
+            compute_capability: (9, 0),
+            pci_bus_id: "0000:01:00.0".into(),
+            driver_version: "580.159.04".into(),
+            nvml: None,
+        };
+        let device = cache_key(&gpu, GpuKernel::Wgmma, 1024, false);
+        let host = cache_key(&gpu, GpuKernel::Wgmma, 1024, true);
+        assert_ne!(
+            device, host,
+            "a pass hashing on the host says nothing of device hashing"
+        );
+        assert!(device.contains("|nvrtc ") && device.contains("580.159.04"), "{device}");
+        assert_ne!(device, cache_key(&gpu, GpuKernel::Tensor, 1024, false));
+        assert_ne!(device, cache_key(&gpu, GpuKernel::Wgmma, 512, false));
+    }
+
+    fn faulted(kernel: &str, not_remembered: Option<&str>) -> KernelCheck {
+        KernelCheck {
+            faulted_device: true,
+            fault_not_remembered: not_remembered.map(str::to_string),
+            ..check(
+                kernel,
+                "gpu 0",
+                Outcome::Failed {
+                    reason: "CUDA_ERROR_ILLEGAL_ADDRESS".into(),
+                },
+            )
+        }
+    }
+
+    /// A remembered fault asks for a restart (the next start skips the kernel) and names the
+    /// driver's error; one that could not be remembered must not, since the restart would fault
+    /// the GPU again, and says why.
+    #[test]
+    fn a_fault_restarts_only_when_it_is_remembered() {
+        assert!(fault_error(&[check("wgmma", "gpu 0", passed(1.0))]).is_none());
+        match fault_error(&[faulted("wgmma", None), check("tensor", "gpu 0", passed(1.0))]) {
+            Some(CheckedKernelError::GpuFaulted(what)) => {
+                assert!(
+                    what.contains("the wgmma kernel faulted gpu 0") && what.contains("CUDA_ERROR_ILLEGAL_ADDRESS"),
+                    "{what}"
+                )
+            }
+            other => panic!("{other:?}"),
+        }
+        match fault_error(&[faulted("wgmma", Some("/var/cache/x/selftest: Read-only file system"))]) {
+            Some(CheckedKernelError::Selftest(why)) => assert!(
+                why.contains("could not be remembered (/var/cache/x/selftest: Read-only file system)")
+                    && why.contains("CUDA_ERROR_ILLEGAL_ADDRESS")
+                    && why.contains("writable kernel cache"),
+                "{why}"
+            ),
+            other => panic!("{other:?}"),
+        }
     }
 
     #[test]
