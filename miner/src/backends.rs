@@ -8,7 +8,7 @@ use gpu_attest_shared::cpu::CpuBackend;
 use gpu_attest_shared::cuda::compile::default_cache_dir;
 use gpu_attest_shared::cuda::detect::{Detection, GpuDetectError, detect};
 use gpu_attest_shared::cuda::{CudaBackend, CudaInitError, CudaOptions, GpuKernel};
-use gpu_attest_shared::selftest::checks::{CheckedKernelError, checked_kernel};
+use gpu_attest_shared::selftest::checks::{CheckedKernelError, start_checked};
 use gpu_attest_shared::statement::DeviceInfo;
 use std::sync::Arc;
 
@@ -103,24 +103,16 @@ pub fn select_detected(
 }
 
 /// The CUDA backend on a kernel that passed its self-check on every selected GPU (see
-/// [`checked_kernel`]): the configured kernel, or under `auto` the first of
+/// [`start_checked`]): the configured kernel, or under `auto` the first of
 /// [`GpuKernel::FASTEST_FIRST`] that every selected GPU runs and passed on. What every check
 /// found goes into the notes.
 fn start_checked_cuda(config: &MinerConfig, detection: &Detection) -> Result<SelectedBackend, BackendSelectError> {
     let options = cuda_options(config);
-    let (kernel, checks) = checked_kernel(detection, &options, config.cpu_threads).map_err(|e| match e {
+    let (backend, checks) = start_checked(detection, &options, config.cpu_threads).map_err(|e| match e {
         CheckedKernelError::Cuda(e) => BackendSelectError::Cuda(e),
         CheckedKernelError::GpuFaulted(what) => BackendSelectError::GpuFaulted(what),
         CheckedKernelError::Selftest(why) => BackendSelectError::GpuSelftest(why),
     })?;
-    let backend = CudaBackend::from_detection(
-        detection,
-        &CudaOptions {
-            kernel: Some(kernel),
-            ..options
-        },
-    )
-    .map_err(BackendSelectError::Cuda)?;
     let mut selected = cuda_selection(backend);
     selected.notes.extend(checks.iter().map(|c| format!("self-check: {c}")));
     selected.self_checks = checks;

@@ -18,7 +18,7 @@ use gpu_attest_shared::cuda::{CudaBackend, CudaInitError, CudaOptions};
 use gpu_attest_shared::gemm::GemmError;
 use gpu_attest_shared::gemm::UnknownKernel;
 use gpu_attest_shared::identity::{Identity, KeyError};
-use gpu_attest_shared::selftest::checks::{CheckedKernelError, checked_kernel};
+use gpu_attest_shared::selftest::checks::{CheckedKernelError, start_checked};
 use std::future::Future;
 use std::sync::Arc;
 use thiserror::Error;
@@ -100,7 +100,7 @@ fn checked_gpus(config: &ValidatorConfig) -> Result<CudaBackend, DaemonError> {
         cache_dir: default_cache_dir(),
         ..CudaOptions::default()
     };
-    let (kernel, checks) = checked_kernel(&detection, &options, config.cpu_threads).map_err(|e| match e {
+    let (cuda, checks) = start_checked(&detection, &options, config.cpu_threads).map_err(|e| match e {
         CheckedKernelError::Cuda(e) => DaemonError::Cuda(e.to_string()),
         CheckedKernelError::GpuFaulted(what) => DaemonError::GpuFaulted(what),
         CheckedKernelError::Selftest(why) => DaemonError::SelfCheck(why),
@@ -108,15 +108,7 @@ fn checked_gpus(config: &ValidatorConfig) -> Result<CudaBackend, DaemonError> {
     for check in &checks {
         info!("self-check: {check}");
     }
-    let cuda = CudaBackend::from_detection(
-        &detection,
-        &CudaOptions {
-            kernel: Some(kernel),
-            ..options
-        },
-    )
-    .map_err(|e| DaemonError::Cuda(e.to_string()))?;
-    info!(%kernel, "verifying on the GPUs: they reproduced the CPU's checkpoints");
+    info!(kernel = %cuda.kernel(), "verifying on the GPUs: they reproduced the CPU's checkpoints");
     Ok(cuda)
 }
 

@@ -76,18 +76,23 @@ pub fn select_gpus(detected: &[GpuInfo], ordinals: Option<&[u32]>) -> Result<Vec
     Ok(chosen)
 }
 
+/// The kernels every one of `gpus` supports, fastest first (on a host mixing Hopper with other
+/// GPUs, not wgmma): what `auto` may choose among.
+pub fn kernels_all_support(gpus: &[GpuInfo]) -> Vec<GpuKernel> {
+    GpuKernel::FASTEST_FIRST
+        .into_iter()
+        .filter(|k| gpus.iter().all(|g| k.supports(g.compute_capability)))
+        .collect()
+}
+
 /// The kernel all of `gpus` run: the one asked for, or the fastest that every one of them
-/// supports (on a host mixing Hopper with other GPUs, not wgmma).
+/// supports.
 pub fn choose_kernel(gpus: &[GpuInfo], wanted: Option<GpuKernel>) -> Result<GpuKernel, CudaInitError> {
     if gpus.is_empty() {
         return Err(CudaInitError::NoneSelected);
     }
     let kernel = wanted
-        .or_else(|| {
-            GpuKernel::FASTEST_FIRST
-                .into_iter()
-                .find(|k| gpus.iter().all(|g| k.supports(g.compute_capability)))
-        })
+        .or_else(|| kernels_all_support(gpus).first().copied())
         .unwrap_or(GpuKernel::Tiled);
     match gpus.iter().find(|g| !kernel.supports(g.compute_capability)) {
         Some(g) => Err(CudaInitError::KernelUnsupported {

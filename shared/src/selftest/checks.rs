@@ -14,7 +14,7 @@ use crate::Backend;
 use crate::cpu::CpuBackend;
 use crate::cuda::compile::{nvrtc_version, write_atomically};
 use crate::cuda::detect::{Detection, GpuInfo};
-use crate::cuda::options::select_gpus;
+use crate::cuda::options::{kernels_all_support, select_gpus};
 use crate::cuda::{CudaBackend, CudaInitError, CudaOptions, GpuKernel};
 use crate::gemm::KernelKind;
 use serde::{Deserialize, Serialize};
@@ -355,24 +355,22 @@ pub enum CheckedKernelError {
     Selftest(String),
 }
 
-/// The kernel to run on the GPUs `options` selects: `options.kernel` if set, else the first of
-/// [`GpuKernel::FASTEST_FIRST`] that every selected GPU runs; either way only once it passed its
-/// self-check on every one of them. Returns what every check found, for the daemon to report.
-pub fn checked_kernel(
+/// The CUDA backend on the GPUs `options` selects, running `options.kernel` if set, else the
+/// first of [`GpuKernel::FASTEST_FIRST`] that every selected GPU runs; either way only once it
+/// passed its self-check on every one of them. Returns with it what every check found, for the
+/// daemon to report. Both daemons start their GPUs here.
+pub fn start_checked(
     detection: &Detection,
     options: &CudaOptions,
     cpu_threads: usize,
-) -> Result<(GpuKernel, Vec<KernelCheck>), CheckedKernelError> {
+) -> Result<(CudaBackend, Vec<KernelCheck>), CheckedKernelError> {
     // What does not depend on the kernel's results is refused once, before any check runs.
     let (gpus, _) = CudaBackend::precheck(detection, options)?;
     // Under auto, only kernels every selected GPU runs: on a host mixing generations, a kernel
     // that passed on the newer GPUs alone cannot run the partition.
     let candidates: Vec<GpuKernel> = match options.kernel {
         Some(kernel) => vec![kernel],
-        None => GpuKernel::FASTEST_FIRST
-            .into_iter()
-            .filter(|k| gpus.iter().all(|g| k.supports(g.compute_capability)))
-            .collect(),
+        None => kernels_all_support(&gpus),
     };
     let mut suite = LazySuite::new(MID_N, cpu_threads);
     let checks =
@@ -381,7 +379,11 @@ pub fn checked_kernel(
         return Err(fault);
     }
     let kernel = choose_gpu_kernel(&checks, &candidates).map_err(CheckedKernelError::Selftest)?;
-    Ok((kernel, checks))
+    let chosen = CudaOptions {
+        kernel: Some(kernel),
+        ..options.clone()
+    };
+    Ok((CudaBackend::from_detection(detection, &chosen)?, checks))
 }
 
 /// What a fault in the checks means for the daemon: a restart, when the fault is remembered so
