@@ -11,9 +11,8 @@ use crate::config::MinerConfig;
 use gpu_attest_shared::cuda::GpuKernel;
 use gpu_attest_shared::cuda::detect::Detection;
 use gpu_attest_shared::selftest::MID_N;
-pub use gpu_attest_shared::selftest::checks::{
-    KernelCheck, LazySuite, Outcome, cache_key, choose_gpu_kernel, cpu_kernels, gpu_kernels, read_cached, write_cached,
-};
+pub use gpu_attest_shared::selftest::checks::{KernelCheck, Outcome};
+use gpu_attest_shared::selftest::checks::{LazySuite, cpu_kernels, gpu_kernels};
 use serde::Serialize;
 
 /// The self-check as GetInventory reports it: information for operators, under no signature.

@@ -226,17 +226,21 @@ pub fn gpu_kernels(
                             );
                         }
                     }
-                    let written = match cache.as_deref().filter(|_| lasting) {
-                        Some(dir) => write_cached(dir, &key, &outcome).map_err(|e| format!("{}: {e}", dir.display())),
-                        None => Err(
-                            "no kernel cache directory: set GPU_ATTEST_KERNEL_CACHE, or the miner's kernel_cache_dir"
-                                .to_string(),
-                        ),
-                    };
-                    // Otherwise a cache that cannot be written costs a rerun next time, nothing
-                    // more; but a fault that is not remembered would recur at every restart.
-                    if faulted_device {
-                        fault_not_remembered = written.err();
+                    if lasting {
+                        let written = match cache.as_deref() {
+                            Some(dir) => {
+                                write_cached(dir, &key, &outcome).map_err(|e| format!("{}: {e}", dir.display()))
+                            }
+                            None => Err(
+                                "no kernel cache directory: set GPU_ATTEST_KERNEL_CACHE, or the miner's kernel_cache_dir"
+                                    .to_string(),
+                            ),
+                        };
+                        // A result that cannot be written costs a rerun next time, nothing
+                        // more; but a fault that is not remembered would recur at every restart.
+                        if faulted_device {
+                            fault_not_remembered = written.err();
+                        }
                     }
                     (outcome, false)
                 }
