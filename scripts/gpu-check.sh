@@ -8,8 +8,9 @@
 #   4. one full attestation: miner on the GPUs, validator on the CPU, sampled verification;
 #   5. one more with the validator on the GPUs as well, recomputing every chain;
 #   6. the host's CPU: every CPU kernel it runs against the oracle (GPU hosts are where AMX is
-#      found), and where it has AMX, the AMX kernel's k block swept (2 threads and all) and the
-#      engine against ONNX Runtime at 2 threads (when Python has onnxruntime and onnx).
+#      found), and where it has AMX, the AMX kernel's k block and cache hints swept (2 threads
+#      and all) and the engine against ONNX Runtime at 2 threads (when Python has onnxruntime
+#      and onnx).
 # Each step runs under a time limit (STEP_TIMEOUT seconds, default 900): a kernel that hangs on a
 # new GPU fails its step instead of hanging the check, and the steps after it still run.
 # Prints a summary and exits non-zero if any step failed. Logs go to $OUT (or target/gpu-check),
@@ -123,20 +124,24 @@ status=$?
 grep -E "^kernel |FAILED|panicked|test result" "$out/cpu-oracle.log"
 record cpu-oracle $status
 if GPU_ATTEST_CPU_KERNEL=amx "$bin/miner" info --backend cpu >/dev/null 2>&1; then
-  echo "== host CPU: the AMX kernel's k block, on 2 threads and on all, blocks interleaved over rounds" |
+  echo "== host CPU: the AMX kernel's k block and cache hints, on 2 threads and on all, interleaved over rounds" |
     tee "$out/host-cpu.log"
   sweep_status=0
+  # "block/hints": the blocks with the hints on (the default), then the default block and one
+  # pass with them off, to measure what the hints buy.
   for round in 1 2 3; do
     for threads in 2 0; do
-      for block in 512 1024 2048 8192; do
-        echo "-- round $round, threads $threads (0: all), k block $block" >>"$out/host-cpu.log"
-        GPU_ATTEST_CPU_K_BLOCK=$block limit "$bin/miner" bench --backend cpu --cpu-kernel amx \
-          --cpu-threads "$threads" --sizes 1024,2048,4096 --seconds 0.7 >>"$out/host-cpu.log" 2>&1 || sweep_status=1
+      for setting in 512/auto 1024/auto 2048/auto 8192/auto 1024/off 8192/off; do
+        block=${setting%/*} hints=${setting#*/}
+        echo "-- round $round, threads $threads (0: all), k block $block, cache hints $hints" >>"$out/host-cpu.log"
+        GPU_ATTEST_CPU_K_BLOCK=$block GPU_ATTEST_CPU_CACHE_HINTS=$hints limit "$bin/miner" bench --backend cpu \
+          --cpu-kernel amx --cpu-threads "$threads" --sizes 1024,2048,4096 --seconds 0.7 >>"$out/host-cpu.log" 2>&1 ||
+          sweep_status=1
       done
     done
   done
   grep -E "^cpu|ceiling" "$out/host-cpu.log"
-  record amx-k-block $sweep_status
+  record amx-k-block-and-hints $sweep_status
   if python3 -c 'import onnxruntime, onnx, numpy' 2>/dev/null; then
     echo "== host CPU: the engine against ONNX Runtime, 2 threads" | tee -a "$out/host-cpu.log"
     limit python3 "$bin/cpu_vs_onnxruntime.py" --miner "$bin/miner" --threads 2 --rounds 5 \

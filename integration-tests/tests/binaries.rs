@@ -324,6 +324,19 @@ fn the_cpu_kernel_is_chosen_by_setting_or_environment_and_reported() {
         &out,
         "GPU_ATTEST_CPU_K_BLOCK=\"100\": the k block is a positive multiple of 64",
     );
+    // So does the cache-hint knob: the portable kernel takes no hints, so they read off there,
+    // and a value that is neither auto nor off is refused.
+    assert_eq!(rows[0]["cache_hints"], false, "{bench}");
+    let out = cmd("miner")
+        .args(["bench", "--backend", "cpu", "--sizes", "64", "--seconds", "0.05"])
+        .env("GPU_ATTEST_CPU_KERNEL", "portable")
+        .env("GPU_ATTEST_CPU_CACHE_HINTS", "nta")
+        .output()
+        .unwrap();
+    assert_one_line_failure(
+        &out,
+        "GPU_ATTEST_CPU_CACHE_HINTS=\"nta\": the cache hints are \"auto\" (on) or \"off\"",
+    );
 
     // A name that is no kernel, from the environment or a config file, is one line naming it
     // and the kernels there are.

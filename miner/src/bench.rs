@@ -87,13 +87,16 @@ pub struct BenchRow {
     /// How much of k one pass over a tile takes (n: the whole of k); a thread's task of a
     /// single strip of rows takes the whole of k whatever this says.
     pub k_block: usize,
+    /// Whether the kernel's tile loads carry cache hints (only AMX takes them; see
+    /// `GPU_ATTEST_CPU_CACHE_HINTS`).
+    pub cache_hints: bool,
     /// Median of the timed runs, seconds per fused GEMM+mix step.
     pub seconds: f64,
     pub tops: f64,
 }
 
 /// Times the fused step on each of `kernels`; each size runs for about `budget`. A kernel this
-/// CPU lacks, or a bad k-block setting, is an error rather than a missing row.
+/// CPU lacks, or a bad k-block or cache-hint setting, is an error rather than a missing row.
 pub fn cpu(
     sizes: &[usize],
     kernels: &[KernelKind],
@@ -125,6 +128,7 @@ pub fn cpu(
                 device: device.to_string(),
                 n,
                 k_block: gemm.k_block(n),
+                cache_hints: gemm.cache_hints(),
                 seconds,
                 tops: 2.0 * (n as f64).powi(3) / seconds / 1e12,
             });

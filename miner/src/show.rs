@@ -67,16 +67,17 @@ pub fn print_info(selected: &SelectedBackend, detection: &Result<Detection, GpuD
 
 pub fn print_cpu_report(report: &bench::CpuReport) {
     println!(
-        "{:<6} {:<12} {:>6} {:>8} {:>12} {:>10}  device",
-        "backend", "kernel", "n", "k block", "ms/step", "TOPS"
+        "{:<6} {:<12} {:>6} {:>8} {:>6} {:>12} {:>10}  device",
+        "backend", "kernel", "n", "k block", "hints", "ms/step", "TOPS"
     );
     for r in &report.rows {
         println!(
-            "{:<6} {:<12} {:>6} {:>8} {:>12.3} {:>10.3}  {}",
+            "{:<6} {:<12} {:>6} {:>8} {:>6} {:>12.3} {:>10.3}  {}",
             r.backend,
             r.kernel,
             r.n,
             r.k_block,
+            if r.cache_hints { "on" } else { "off" },
             r.seconds * 1e3,
             r.tops,
             r.device

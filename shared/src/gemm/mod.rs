@@ -16,11 +16,11 @@ mod kernels;
 pub mod naive;
 mod packed;
 
-pub use kernels::{K_BLOCK_ENV, KERNEL_ENV, KernelChoice, KernelKind, UnknownKernel};
+pub use kernels::{CACHE_HINTS_ENV, K_BLOCK_ENV, KERNEL_ENV, KernelChoice, KernelKind, UnknownKernel};
 pub use packed::PackedB;
 
 use crate::matrix::Matrix;
-use kernels::{Sums, TileOperands};
+use kernels::{Streamed, Sums, TileOperands};
 use rayon::prelude::*;
 use std::ops::Range;
 use thiserror::Error;
@@ -29,6 +29,9 @@ use thiserror::Error;
 const TILE_COLS: usize = 32;
 /// The most rows any kernel's tile has (AMX's).
 const MAX_TILE_ROWS: usize = 32;
+/// The L1 data cache the cache hints plan for: 48 KiB on every CPU with AMX so far (Sapphire,
+/// Emerald and Granite Rapids), the only kernel that takes the hints.
+const L1_BYTES: usize = 48 << 10;
 
 #[derive(Debug, Error)]
 pub enum GemmError {
@@ -40,6 +43,8 @@ pub enum GemmError {
     ThreadPool(String),
     #[error("{K_BLOCK_ENV}={given:?}: the k block is a positive multiple of 64, or \"auto\"")]
     BadKBlock { given: String },
+    #[error("{CACHE_HINTS_ENV}={given:?}: the cache hints are \"auto\" (on) or \"off\"")]
+    BadCacheHints { given: String },
 }
 
 /// A CPU GEMM engine: one kernel choice and one thread pool, reused for every product.
@@ -49,12 +54,16 @@ pub struct CpuGemm {
     /// How much of k one pass takes (a multiple of 64), for the kernels that take k in blocks;
     /// None: the kernel's default.
     k_block: Option<usize>,
+    /// Whether the tile calls say which operand streams ([`Streamed`]); off only to measure
+    /// what the hints buy.
+    cache_hints: bool,
 }
 
 impl CpuGemm {
     /// `threads = 0` uses every core. `kernel = None` takes the kernel named by
     /// [`KERNEL_ENV`] if set, else the fastest this CPU supports; `Some(k)` takes exactly k.
-    /// The k block is [`K_BLOCK_ENV`]'s if set, else the kernel's default.
+    /// The k block is [`K_BLOCK_ENV`]'s if set, else the kernel's default; the cache hints are
+    /// on unless [`CACHE_HINTS_ENV`] says "off".
     pub fn new(threads: usize, kernel: Option<KernelKind>) -> Result<Self, GemmError> {
         let kernel = match kernel {
             Some(k) => k,
@@ -64,12 +73,18 @@ impl CpuGemm {
             return Err(GemmError::KernelUnavailable { kernel, reason });
         }
         let k_block = k_block_from_env()?;
+        let cache_hints = cache_hints_from_env()?;
         let pool = rayon::ThreadPoolBuilder::new()
             .num_threads(threads)
             .thread_name(|i| format!("cpu-gemm-{i}"))
             .build()
             .map_err(|e| GemmError::ThreadPool(e.to_string()))?;
-        Ok(CpuGemm { kernel, pool, k_block })
+        Ok(CpuGemm {
+            kernel,
+            pool,
+            k_block,
+            cache_hints,
+        })
     }
 
     /// The same engine taking `k_block` of k per pass (rounded up to a multiple of 64; None:
@@ -91,6 +106,12 @@ impl CpuGemm {
 
     pub fn kernel(&self) -> KernelKind {
         self.kernel
+    }
+
+    /// Whether this engine's kernel gets cache hints: on by default for the kernels that take
+    /// them (AMX), off when [`CACHE_HINTS_ENV`] says so.
+    pub fn cache_hints(&self) -> bool {
+        self.cache_hints && self.kernel.takes_cache_hints()
     }
 
     pub fn threads(&self) -> usize {
@@ -150,6 +171,7 @@ impl CpuGemm {
         let a_bytes = a.as_bytes();
         let a_row_bytes = n * kernel.a_element_bytes();
         let rows_per_task = rows_per_task(n, self.threads(), tile_rows);
+        let cache_hints = self.cache_hints();
         self.pool.install(|| {
             out.par_chunks_mut(rows_per_task * n)
                 .enumerate()
@@ -185,6 +207,10 @@ impl CpuGemm {
                         let col_sums = b.col_sums(panel);
                         for (block_of_k, k) in k_spans.iter().enumerate() {
                             let (first_pass, last_pass) = (block_of_k == 0, block_of_k + 1 == k_spans.len());
+                            let streamed = match cache_hints {
+                                true => streamed_operand(block_rows / tile_rows, tile_rows, k.len()),
+                                false => Streamed::Neither,
+                            };
                             for r in (0..block_rows).step_by(tile_rows) {
                                 let rows = &a[r * a_row_bytes..(r + tile_rows) * a_row_bytes];
                                 let [t0, t1] = &mut tiles;
@@ -216,6 +242,7 @@ impl CpuGemm {
                                     panel: b.panel(panel),
                                     n,
                                     k: k.clone(),
+                                    streamed,
                                 };
                                 kernel.tile(&thread, ops, sums, &mut between);
                                 // The previous tile's epilogue ran inside that call.
@@ -235,6 +262,45 @@ impl CpuGemm {
                     }
                 });
         });
+    }
+}
+
+/// Which operand of a pass over one panel's block of k (`k_len` of k, for a task of `strips`
+/// strips of `tile_rows` rows) to load without displacing the other from L1. Both fit: neither.
+/// Otherwise, with the strips innermost in the walk, the panel's block of B (32 x k_len) is
+/// re-read by the very next strip while a strip's block of A waits for the next panel: A
+/// streams. A task of one strip walks the panels with the same rows of A: B streams. oneDNN's
+/// AMX GEMM makes the same choice (the operand of the innermost loop loads with the T1 hint
+/// once A, B and C outgrow L1).
+fn streamed_operand(strips: usize, tile_rows: usize, k_len: usize) -> Streamed {
+    let (a_block, b_block) = (strips * tile_rows * k_len, TILE_COLS * k_len);
+    if a_block + b_block <= L1_BYTES {
+        Streamed::Neither
+    } else if strips > 1 {
+        Streamed::A
+    } else {
+        Streamed::B
+    }
+}
+
+/// [`CACHE_HINTS_ENV`]: on unless it says "off".
+fn cache_hints_from_env() -> Result<bool, GemmError> {
+    match std::env::var(CACHE_HINTS_ENV) {
+        Ok(given) => parse_cache_hints(&given),
+        Err(std::env::VarError::NotPresent) => Ok(true),
+        Err(std::env::VarError::NotUnicode(given)) => Err(GemmError::BadCacheHints {
+            given: given.to_string_lossy().into_owned(),
+        }),
+    }
+}
+
+fn parse_cache_hints(given: &str) -> Result<bool, GemmError> {
+    match given.trim().to_ascii_lowercase().as_str() {
+        "" | "auto" | "on" => Ok(true),
+        "off" => Ok(false),
+        _ => Err(GemmError::BadCacheHints {
+            given: given.to_string(),
+        }),
     }
 }
 
@@ -340,6 +406,41 @@ mod tests {
                 "{err}"
             );
         }
+    }
+
+    #[test]
+    fn cache_hint_setting_is_auto_on_or_off() {
+        for on in ["", " auto", "ON", "on "] {
+            assert!(parse_cache_hints(on).unwrap(), "{on:?}");
+        }
+        assert!(!parse_cache_hints("Off").unwrap());
+        let err = parse_cache_hints("nta").unwrap_err().to_string();
+        assert!(
+            err.contains(CACHE_HINTS_ENV) && err.contains("nta") && err.contains("off"),
+            "{err}"
+        );
+    }
+
+    /// The AMX kernel's passes at the sizes and thread counts the issue measures: small products
+    /// keep both operands in L1, a task of several strips streams A, a one-strip task B.
+    #[test]
+    fn the_operand_re_read_last_streams() {
+        // As the driver walks: a task of one strip takes the whole of k in one pass.
+        let amx_pass = |n: usize, threads: usize, k_block: usize| {
+            let strips = rows_per_task(n, threads, 32) / 32;
+            streamed_operand(strips, 32, if strips == 1 { n } else { k_block.min(n) })
+        };
+        // n = 256 on 2 threads: 128 rows x 256 of A (32 KiB) and 8 KiB of B fit in 48 KiB.
+        assert_eq!(amx_pass(256, 2, 1024), Streamed::Neither);
+        // n = 1024 and up on 2 threads: several strips per task, a 32 KiB block of B to keep.
+        for n in [1024, 2048, 4096, 8192] {
+            assert_eq!(amx_pass(n, 2, 1024), Streamed::A, "n = {n}");
+        }
+        // 16 threads at n = 1024 and 2048: one strip per task, whose A serves every panel.
+        assert_eq!(amx_pass(1024, 16, 1024), Streamed::B);
+        assert_eq!(amx_pass(2048, 16, 1024), Streamed::B);
+        // One strip with a small block of k fits: nothing to choose.
+        assert_eq!(streamed_operand(1, 32, 512), Streamed::Neither);
     }
 
     #[test]

@@ -33,6 +33,27 @@ pub const KERNEL_ENV: &str = "GPU_ATTEST_CPU_KERNEL";
 /// benchmarks: every block size gives the same, exact, result.
 pub const K_BLOCK_ENV: &str = "GPU_ATTEST_CPU_K_BLOCK";
 
+/// The environment variable that turns the kernels' cache hints off ("off"; "auto" or empty:
+/// on). A tuning knob for benchmarks, to measure what the hints buy: they change where data is
+/// cached, never the result.
+pub const CACHE_HINTS_ENV: &str = "GPU_ATTEST_CPU_CACHE_HINTS";
+
+/// Which operand of a tile call the driver will not read again before the other operand fills
+/// L1 many times over, so that its loads should not displace the other one from L1. A hint: it
+/// changes where data is cached, never the result. The AMX kernel loads the streamed operand
+/// with `tileloaddt1` (the SDM: "data would be reused but does not need to be resident in the
+/// nearest cache levels"); the vector kernels take no hint.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Streamed {
+    /// The pass's operands fit in L1 together: load both normally.
+    Neither,
+    /// The rows of A: the panel's block of B is re-read by the next strip of rows, the strip's
+    /// block of A only at the next panel.
+    A,
+    /// The panel of B: a task of one strip walks the panels with the same rows of A.
+    B,
+}
+
 /// Where a tile's sums start, and where they go. The driver walks k in blocks for the kernels
 /// that take them; each block's partial sums are carried into the next.
 pub(super) enum Sums<'a> {
@@ -50,12 +71,14 @@ pub(super) enum Sums<'a> {
 
 /// What one tile call multiplies: `rows`, some rows of A in a kernel's layout (see
 /// [`KernelKind::prepare_a`]), and `panel`, one packed panel of B, both over the whole of k, of
-/// size n; and `k`, the span of k this call covers (`0..n` for one pass).
+/// size n; `k`, the span of k this call covers (`0..n` for one pass); and `streamed`, the
+/// operand the driver re-reads last (a cache hint).
 pub(super) struct TileOperands<'a> {
     pub(super) rows: &'a [u8],
     pub(super) panel: &'a [u8],
     pub(super) n: usize,
     pub(super) k: Range<usize>,
+    pub(super) streamed: Streamed,
 }
 
 impl TileOperands<'_> {
@@ -280,6 +303,12 @@ impl KernelKind {
     /// piece of memory, and the AVX2 kernel blocks k inside its own loop.
     pub fn takes_k_blocks(self) -> bool {
         matches!(self, KernelKind::Amx | KernelKind::Portable)
+    }
+
+    /// Whether the kernel acts on [`TileOperands::streamed`]: AMX, whose tile loads have a T1
+    /// form. The others ignore it.
+    pub fn takes_cache_hints(self) -> bool {
+        self == KernelKind::Amx
     }
 
     /// How much of k a pass takes by default, for the kernels that take k in blocks; None for

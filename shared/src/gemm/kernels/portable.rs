@@ -13,7 +13,7 @@ pub(super) const TILE_ROWS: usize = 8;
 /// Adds the product of `ops.rows` (row-major, stride n) and `ops.panel` over the span `ops.k`
 /// of k to `out`.
 pub(super) fn tile(ops: &TileOperands<'_>, out: &mut [[i32; TILE_COLS]]) {
-    let TileOperands { rows, panel, n, k } = ops;
+    let TileOperands { rows, panel, n, k, .. } = ops;
     let quads = panel[k.start * TILE_COLS..k.end * TILE_COLS].chunks_exact(4 * TILE_COLS);
     for (q, quad) in (k.start / 4..).zip(quads) {
         for (r, acc) in out.iter_mut().enumerate() {

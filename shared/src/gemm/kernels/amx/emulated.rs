@@ -5,6 +5,7 @@
 use super::TILE_ROWS;
 use super::unit::{CONFIG, TileUnit};
 use crate::gemm::TILE_COLS;
+use crate::gemm::kernels::Streamed;
 
 /// Tiles 0-7 as palette 1 with [`CONFIG`] shapes them: 16 rows of 64 bytes each.
 pub(super) struct Emulated {
@@ -86,7 +87,9 @@ impl TileUnit for Emulated {
         }
     }
 
-    fn step(&mut self, a: &[u8; 2048], b: &[u8; 2048]) {
+    /// `tileloaddt1` loads what `tileloadd` loads (the SDM gives them one operation); the hint
+    /// only steers caching, which an emulator has none of.
+    fn step(&mut self, a: &[u8; 2048], b: &[u8; 2048], _streamed: Streamed) {
         self.tileloadd(4, a, 0, 64);
         self.tileloadd(6, b, 0, 128);
         self.tdpbssd(0, 4, 6);

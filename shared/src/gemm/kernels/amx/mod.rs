@@ -18,7 +18,7 @@ mod unit;
 pub(in crate::gemm) use peak::register_peak;
 pub(in crate::gemm) use unit::TileSession;
 
-use super::{Sums, TileOperands};
+use super::{Streamed, Sums, TileOperands};
 use crate::aligned::AlignedBytes;
 use crate::gemm::TILE_COLS;
 use std::ops::Range;
@@ -86,7 +86,8 @@ fn request_tile_state() -> bool {
 /// A 32x32 product with k = 192 against the plain dot product, with extreme values in it, so
 /// that an emulator or hypervisor that gets `tdpbssd` wrong turns the kernel off instead of
 /// producing wrong results. It walks k in three blocks of 64, so the three ways a block's sums
-/// start (zero, in place, carried) and the loads and stores of the sums are checked as well.
+/// start (zero, in place, carried) and the loads and stores of the sums are checked as well,
+/// and each block with another form of the k-step's loads (plain, and T1-hinted on A or B).
 fn self_test() -> bool {
     // SAFETY: only called from `is_available` after the CPU check and the permission request
     // succeeded (it cannot call `is_available` itself: that is still being decided).
@@ -114,17 +115,23 @@ fn self_test_on(unit: &mut impl TileUnit) -> bool {
     let (mut partial, mut out) = ([[0i32; TILE_COLS]; TILE_ROWS], [[0i32; TILE_COLS]; TILE_ROWS]);
     let none = &mut |_, _| {};
     let strip = packed.as_slice();
-    tile_on(unit, operands(strip, K, &panel, 0..64), Sums::Fresh(&mut partial), none);
+    // Each pass loads with another of the step's three forms (no hint, A streamed, B streamed),
+    // so every load instruction the kernel runs is checked on this unit.
+    let pass = |k: Range<usize>, streamed| TileOperands {
+        streamed,
+        ..operands(strip, K, &panel, k)
+    };
+    tile_on(unit, pass(0..64, Streamed::Neither), Sums::Fresh(&mut partial), none);
     // Cleared between passes, as another strip's pass would in the driver: the later passes
     // must reload their sums, or they come out wrong.
     unit.zero_sums();
-    tile_on(unit, operands(strip, K, &panel, 64..128), Sums::Add(&mut partial), none);
+    tile_on(unit, pass(64..128, Streamed::A), Sums::Add(&mut partial), none);
     unit.zero_sums();
     let last = Sums::Carried {
         carry: &partial,
         out: &mut out,
     };
-    tile_on(unit, operands(strip, K, &panel, 128..K), last, none);
+    tile_on(unit, pass(128..K, Streamed::B), last, none);
     (0..TILE_ROWS).all(|i| {
         (0..TILE_COLS).all(|j| {
             let want: i32 = (0..K)
@@ -169,14 +176,27 @@ pub(super) fn tile(
     tile_on(&mut Tmm { _configured: session }, ops, sums, between);
 }
 
-/// The operands of a tile call, spelled out.
+/// The operands of a tile call, spelled out (no cache hint: the emulator and the self-test
+/// compute the same either way, and the self-test's operands fit in L1).
 fn operands<'a>(rows: &'a [u8], n: usize, panel: &'a [u8], k: Range<usize>) -> TileOperands<'a> {
-    TileOperands { rows, panel, n, k }
+    TileOperands {
+        rows,
+        panel,
+        n,
+        k,
+        streamed: Streamed::Neither,
+    }
 }
 
 fn tile_on(unit: &mut impl TileUnit, ops: TileOperands<'_>, sums: Sums<'_>, between: &mut dyn FnMut(usize, usize)) {
     ops.check(TILE_ROWS, 1);
-    let TileOperands { rows, panel, k, .. } = ops;
+    let TileOperands {
+        rows,
+        panel,
+        k,
+        streamed,
+        ..
+    } = ops;
     let out: &mut [[i32; TILE_COLS]; TILE_ROWS] = match sums {
         Sums::Fresh(out) => {
             unit.zero_sums();
@@ -198,7 +218,7 @@ fn tile_on(unit: &mut impl TileUnit, ops: TileOperands<'_>, sums: Sums<'_>, betw
         // of 128 bytes: both 2 KiB.
         let a = rows[step * 2048..][..2048].try_into().expect("2 KiB");
         let b = panel[step * 2048..][..2048].try_into().expect("2 KiB");
-        unit.step(a, b);
+        unit.step(a, b, streamed);
         between(i, steps);
     }
     unit.store_sums(out);
@@ -286,11 +306,36 @@ mod tests {
             fn store_sums(&mut self, c: &mut [[i32; TILE_COLS]; TILE_ROWS]) {
                 self.0.store_sums(c)
             }
-            fn step(&mut self, a: &[u8; 2048], b: &[u8; 2048]) {
-                self.0.step(a, b)
+            fn step(&mut self, a: &[u8; 2048], b: &[u8; 2048], streamed: Streamed) {
+                self.0.step(a, b, streamed)
             }
         }
         assert!(!self_test_on(&mut NoReload(Emulated::new())));
+    }
+
+    /// The self-test runs each form of the k-step's loads: a unit that gets any one of them
+    /// wrong (here, loading zeros for B under that hint) fails it.
+    #[test]
+    fn the_self_test_checks_every_form_of_the_step() {
+        struct WrongUnder(Emulated, Streamed);
+        impl TileUnit for WrongUnder {
+            fn zero_sums(&mut self) {
+                self.0.zero_sums()
+            }
+            fn load_sums(&mut self, c: &[[i32; TILE_COLS]; TILE_ROWS]) {
+                self.0.load_sums(c)
+            }
+            fn store_sums(&mut self, c: &mut [[i32; TILE_COLS]; TILE_ROWS]) {
+                self.0.store_sums(c)
+            }
+            fn step(&mut self, a: &[u8; 2048], b: &[u8; 2048], streamed: Streamed) {
+                let zeros = [0u8; 2048];
+                self.0.step(a, if streamed == self.1 { &zeros } else { b }, streamed)
+            }
+        }
+        for form in [Streamed::Neither, Streamed::A, Streamed::B] {
+            assert!(!self_test_on(&mut WrongUnder(Emulated::new(), form)), "{form:?}");
+        }
     }
 
     /// The side-work hook is offered once per k-step of the span, numbered from 0.

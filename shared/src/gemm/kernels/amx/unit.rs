@@ -5,6 +5,7 @@
 
 use super::TILE_ROWS;
 use crate::gemm::TILE_COLS;
+use crate::gemm::kernels::Streamed;
 use std::arch::asm;
 
 /// The tile configuration: palette 1, tiles 0-7 all 16 rows x 64 bytes.
@@ -76,8 +77,33 @@ pub(super) trait TileUnit {
     /// `c` := tmm0-3, laid out as in [`load_sums`](Self::load_sums).
     fn store_sums(&mut self, c: &mut [[i32; TILE_COLS]; TILE_ROWS]);
     /// One k-step of 64: `a` is one k-block of a packed strip (32 rows x 64 bytes), `b` 16
-    /// k-quads of the panel (16 x 128 bytes); tmm0-3 += A * B.
-    fn step(&mut self, a: &[u8; 2048], b: &[u8; 2048]);
+    /// k-quads of the panel (16 x 128 bytes); tmm0-3 += A * B. `streamed` says which
+    /// operand's loads carry the T1 hint (`tileloaddt1`, the same load as far as the result
+    /// goes).
+    fn step(&mut self, a: &[u8; 2048], b: &[u8; 2048], streamed: Streamed);
+}
+
+/// One k-step: two loads of A (rows 0-15 and 16-31), two of B (columns 0-15 and 16-31), four
+/// `tdpbssd`, each load just before its first use; `$load_a` and `$load_b` name the load
+/// instruction for each operand (`tileloadd`, or `tileloaddt1` for a streamed one).
+macro_rules! step {
+    ($load_a:literal, $load_b:literal, $a:expr, $b:expr) => {
+        asm!(
+            concat!($load_a, " tmm4, [{a} + {lda}*1]"),
+            concat!($load_b, " tmm6, [{b} + {ldb}*1]"),
+            "tdpbssd tmm0, tmm4, tmm6",
+            concat!($load_b, " tmm7, [{b} + {ldb}*1 + 64]"),
+            "tdpbssd tmm1, tmm4, tmm7",
+            concat!($load_a, " tmm5, [{a} + {lda}*1 + 1024]"),
+            "tdpbssd tmm2, tmm5, tmm6",
+            "tdpbssd tmm3, tmm5, tmm7",
+            a = in(reg) $a.as_ptr(),
+            lda = in(reg) 64usize,
+            b = in(reg) $b.as_ptr(),
+            ldb = in(reg) 4 * TILE_COLS,
+            options(nostack, readonly),
+        )
+    };
 }
 
 /// The tile unit of this thread, configured: the session proves it.
@@ -133,27 +159,17 @@ impl TileUnit for Tmm<'_> {
         }
     }
 
-    fn step(&mut self, a: &[u8; 2048], b: &[u8; 2048]) {
-        // SAFETY: the loads read 2 KiB from each of `a` and `b` (16 rows of 64 bytes at strides
-        // 64 and 128, plus the second halves at +1024 and +64). The tile registers persist
-        // between asm blocks: the compiler never allocates them. Loads are placed just before
-        // their first use.
+    fn step(&mut self, a: &[u8; 2048], b: &[u8; 2048], streamed: Streamed) {
+        // SAFETY (each arm): the loads read 2 KiB from each of `a` and `b` (16 rows of 64 bytes
+        // at strides 64 and 128, plus the second halves at +1024 and +64). The tile registers
+        // persist between asm blocks: the compiler never allocates them. The arms differ only
+        // in which loads carry the T1 cache hint.
         unsafe {
-            asm!(
-                "tileloadd tmm4, [{a} + {lda}*1]",
-                "tileloadd tmm6, [{b} + {ldb}*1]",
-                "tdpbssd tmm0, tmm4, tmm6",
-                "tileloadd tmm7, [{b} + {ldb}*1 + 64]",
-                "tdpbssd tmm1, tmm4, tmm7",
-                "tileloadd tmm5, [{a} + {lda}*1 + 1024]",
-                "tdpbssd tmm2, tmm5, tmm6",
-                "tdpbssd tmm3, tmm5, tmm7",
-                a = in(reg) a.as_ptr(),
-                lda = in(reg) 64usize,
-                b = in(reg) b.as_ptr(),
-                ldb = in(reg) 4 * TILE_COLS,
-                options(nostack, readonly),
-            );
+            match streamed {
+                Streamed::Neither => step!("tileloadd", "tileloadd", a, b),
+                Streamed::A => step!("tileloaddt1", "tileloadd", a, b),
+                Streamed::B => step!("tileloadd", "tileloaddt1", a, b),
+            }
         }
     }
 }
