@@ -253,6 +253,27 @@ pub fn sample_from_wire(s: &v1::SampleRequest) -> SampleRequest {
     }
 }
 
+/// An open request's fields, their lengths checked: what the miner verifies the request's
+/// signature over (PROTOCOL.md 13.3), and who it says sent it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OpenRequest {
+    pub nonce: [u8; 32],
+    pub validator_key: [u8; 32],
+    pub samples: Vec<SampleRequest>,
+    pub signature: [u8; 64],
+}
+
+/// Decodes an `OpenChainsRequest`: a nonce or key that is not 32 bytes, or a signature that is
+/// not 64, is malformed (as in a challenge), not a stranger's key or a bad signature.
+pub fn open_request_from_wire(r: &v1::OpenChainsRequest) -> Result<OpenRequest, WireError> {
+    Ok(OpenRequest {
+        nonce: bytes32("nonce", &r.nonce)?,
+        validator_key: bytes32("validator_key", &r.validator_key)?,
+        samples: r.samples.iter().map(sample_from_wire).collect(),
+        signature: signature("signature", &r.signature)?,
+    })
+}
+
 pub fn opening_to_wire(nonce: &[u8; 32], o: &ChainOpening, sig: &[u8; 64]) -> v1::ChainOpening {
     v1::ChainOpening {
         nonce: nonce.to_vec(),
@@ -308,6 +329,32 @@ mod tests {
             ..Default::default()
         };
         assert_eq!(opening_from_wire(&opening, 64).unwrap_err().field, "start_matrix");
+    }
+
+    #[test]
+    fn an_open_request_names_its_wrong_length_field() {
+        let good = v1::OpenChainsRequest {
+            nonce: vec![1; 32],
+            validator_key: vec![2; 32],
+            samples: vec![v1::SampleRequest { chain: 3, segment: 1 }],
+            signature: vec![4; 64],
+        };
+        let decoded = open_request_from_wire(&good).unwrap();
+        assert_eq!((decoded.nonce, decoded.validator_key), ([1; 32], [2; 32]));
+        assert_eq!(decoded.samples, vec![SampleRequest { chain: 3, segment: 1 }]);
+        assert_eq!(decoded.signature, [4; 64]);
+        type Breaks = fn(&mut v1::OpenChainsRequest);
+        let broken: [(&str, Breaks); 4] = [
+            ("nonce", |r| r.nonce.truncate(31)),
+            ("validator_key", |r| r.validator_key = vec![2]),
+            ("signature", |r| r.signature.clear()),
+            ("signature", |r| r.signature.push(0)),
+        ];
+        for (field, breaks) in broken {
+            let mut request = good.clone();
+            breaks(&mut request);
+            assert_eq!(open_request_from_wire(&request).unwrap_err().field, field);
+        }
     }
 
     #[test]

@@ -80,8 +80,15 @@ async fn each_refusal_has_its_own_status() {
     let bad_size = challenge(key, 4, 100, 1, 1, 10_000);
     assert_eq!(code_of(&mut client, signed(&bad_size)).await, Code::InvalidArgument);
 
+    // The deadline window is refused in the unit the validator reads (the inventory's
+    // max_duration_ms), and in the one the miner's operator sets.
     let too_long = challenge(key, 5, 64, 1, 1, 10 * 3600 * 1000);
-    assert_eq!(code_of(&mut client, signed(&too_long)).await, Code::ResourceExhausted);
+    let refused = client.run_challenge(signed(&too_long)).await.unwrap_err();
+    assert_eq!(refused.code(), Code::ResourceExhausted);
+    assert!(
+        refused.message().contains("max_duration_ms=3600000") && refused.message().contains("max_duration_secs=3600"),
+        "{refused:?}"
+    );
 
     // A challenge sized for hardware other than this miner's is refused before any work.
     let mut other_hardware = good.clone();
@@ -220,6 +227,17 @@ async fn openings_only_for_the_issuing_validator_and_known_commitments() {
         client.open_chains(forged).await.unwrap_err().code(),
         Code::Unauthenticated
     );
+    // A key or signature of the wrong length is a malformed request, as in a challenge, and
+    // the message names the field: not a stranger's key, not a bad signature.
+    let mut short_key = request(c.params.nonce, &validator, &samples);
+    short_key.validator_key.truncate(1);
+    let mut no_signature = request(c.params.nonce, &validator, &samples);
+    no_signature.signature.clear();
+    for (malformed, field) in [(short_key, "validator_key"), (no_signature, "signature")] {
+        let err = client.open_chains(malformed).await.unwrap_err();
+        assert_eq!(err.code(), Code::InvalidArgument, "{err:?}");
+        assert!(err.message().contains(field), "{err:?}");
+    }
 }
 
 /// A captured open request cannot make the miner recompute again: the first request that

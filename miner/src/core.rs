@@ -7,7 +7,9 @@ use crate::config::Limits;
 use crate::error::MinerError;
 use crate::metrics::MinerMetrics;
 use crate::nonces::NonceLog;
-use gpu_attest_proto::convert::{challenge_from_wire, commitment_to_wire, opening_to_wire, sample_from_wire};
+use gpu_attest_proto::convert::{
+    OpenRequest, challenge_from_wire, commitment_to_wire, open_request_from_wire, opening_to_wire,
+};
 use gpu_attest_proto::v1;
 use gpu_attest_shared::engine::{self, DeviceProgress, Execution};
 use gpu_attest_shared::identity::{Identity, PublicKey};
@@ -226,8 +228,11 @@ impl MinerCore {
         }
         let window = challenge.deadline_ms - now_ms;
         if window > l.max_duration_secs.saturating_mul(1000) {
+            // The validator reads the limit as the inventory's max_duration_ms; the miner's
+            // operator sets it as max_duration_secs. Name both.
             return over(format!(
-                "deadline {window} ms away > max_duration_secs={}",
+                "deadline {window} ms away > max_duration_ms={} (the miner's max_duration_secs={})",
+                l.max_duration_secs.saturating_mul(1000),
                 l.max_duration_secs
             ));
         }
@@ -311,20 +316,18 @@ impl MinerCore {
         &self,
         request: &v1::OpenChainsRequest,
     ) -> Result<(Arc<RecentCommitment>, Vec<SampleRequest>), MinerError> {
-        let nonce: [u8; 32] = request
-            .nonce
-            .as_slice()
-            .try_into()
-            .map_err(|_| gpu_attest_proto::WireError {
-                field: "nonce",
-                problem: format!("must be 32 bytes, got {}", request.nonce.len()),
-            })?;
-        if request.samples.is_empty() {
+        let OpenRequest {
+            nonce,
+            validator_key,
+            samples,
+            signature,
+        } = open_request_from_wire(request)?;
+        if samples.is_empty() {
             return Err(MinerError::NoSamples);
         }
-        if request.samples.len() > self.limits.max_samples as usize {
+        if samples.len() > self.limits.max_samples as usize {
             return Err(MinerError::TooManySamples {
-                requested: request.samples.len(),
+                requested: samples.len(),
                 max: self.limits.max_samples,
             });
         }
@@ -336,13 +339,12 @@ impl MinerCore {
                 .cloned()
                 .ok_or_else(|| MinerError::UnknownCommitment(hex::encode(nonce)))?
         };
-        if request.validator_key != recent.validator_key.0 || !self.is_allowed(&recent.validator_key) {
+        if validator_key != recent.validator_key.0 || !self.is_allowed(&recent.validator_key) {
             return Err(MinerError::OpenNotAllowed);
         }
-        let samples: Vec<SampleRequest> = request.samples.iter().map(sample_from_wire).collect();
         recent
             .validator_key
-            .verify(&open_request_bytes(&nonce, &samples), &request.signature)
+            .verify(&open_request_bytes(&nonce, &samples), &signature)
             .map_err(|_| MinerError::BadOpenSignature)?;
         for &sample in &samples {
             check_sample(&recent.work, sample)?;

@@ -8,7 +8,7 @@ use gpu_attest_shared::chain::{ChainResult, leaf_hash};
 use gpu_attest_shared::commitment::{DeviceRoot, global_checksum};
 use gpu_attest_shared::gemm::naive;
 use gpu_attest_shared::matrix::{generate_a, generate_b};
-use gpu_attest_shared::merkle::{empty_root, root_of};
+use gpu_attest_shared::merkle::{MerkleTree, empty_root, root_of};
 use gpu_attest_shared::mix::mix;
 use gpu_attest_shared::partition::canonical_partition;
 use gpu_attest_shared::selftest::vector_params;
@@ -36,6 +36,15 @@ fn main() {
     let leaves: Vec<_> = chains.iter().map(|c| leaf_hash(c.index, &c.checkpoints)).collect();
     for (i, leaf) in leaves.iter().enumerate() {
         println!("leaf_{i}         {leaf}");
+    }
+    for (j, h) in chains[1].checkpoints.iter().enumerate() {
+        println!("h_1,{j}          {h}");
+    }
+    let tree = MerkleTree::new(&leaves);
+    for chain in [1, 4] {
+        let siblings = tree.proof(chain).expect("a leaf of the tree").siblings;
+        let siblings: Vec<String> = siblings.iter().map(|s| s.to_hex()).collect();
+        println!("d=1 proof of chain {chain}: {}", siblings.join(", "));
     }
     println!("empty root     {}", empty_root());
     for d in [1u32, 2, 3, 8] {

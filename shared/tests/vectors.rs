@@ -4,13 +4,16 @@
 use gpu_attest_shared::cpu::CpuBackend;
 use gpu_attest_shared::engine;
 use gpu_attest_shared::gemm::KernelKind;
+use gpu_attest_shared::gemm::naive;
 use gpu_attest_shared::identity::Identity;
+use gpu_attest_shared::identity::PublicKey;
 use gpu_attest_shared::inventory::HardwareClaim;
 use gpu_attest_shared::matrix::{generate_a, generate_b};
-use gpu_attest_shared::merkle::empty_root;
+use gpu_attest_shared::merkle::{MerkleTree, empty_root};
 use gpu_attest_shared::mix::mix;
+use gpu_attest_shared::opening::{ChainOpening, SampleRequest};
 use gpu_attest_shared::selftest;
-use gpu_attest_shared::statement::{Challenge, DeviceInfo};
+use gpu_attest_shared::statement::{Challenge, Commitment, DeviceInfo, open_request_bytes, opening_bytes};
 use gpu_attest_shared::{CancelToken, ChallengeParams, Digest, Work};
 
 const KEY: &str = "a71536a24a879fe95e09d580e7547ace15ba2ae8c1710d4b078abcceb30a4e36";
@@ -180,6 +183,118 @@ fn signed_statement_vectors() {
         CHALLENGE_BYTES_HASH,
         CHALLENGE_SIGNATURE,
     ] {
+        assert!(doc.contains(hex), "PROTOCOL.md does not quote {hex}");
+    }
+}
+
+/// The section 12 challenge on one device (the portable kernel; every kernel gives the same, as
+/// the test above checks): the Merkle proofs, the commitment statement and the opening of
+/// PROTOCOL.md 12 and 13.7 are built from it.
+fn vector_execution() -> engine::Execution {
+    let work = Work::new(params()).unwrap();
+    let backend = CpuBackend::new(1, Some(KernelKind::Portable)).unwrap();
+    engine::execute(&backend, &work, &|_| {}, &CancelToken::new()).unwrap()
+}
+
+/// (chain, its proof's siblings bottom-up) in the d = 1 tree of section 12: chain 1 has a
+/// sibling on every level, chain 4 (the odd one out) is promoted twice.
+const PROOFS: [(u64, &[&str]); 2] = [
+    (
+        1,
+        &[
+            "1823e3ef8c0165dcd8dd0a80eaad317bccc8e3d59249e3de808a39afed7b9c2d",
+            "9441f04a8525bafef523d54394849955fc3531cb8b2f03c81158cfe0e7ee341b",
+            "03f09f2f866847e2756aa7460084ec30ece3089f7462467bfdf586894a55cb9f",
+        ],
+    ),
+    (4, &["76309baf4070e81ac798213aa9dda272b450f5b3a5e4268384c27bc2388267c3"]),
+];
+/// Chain 1's checkpoint hashes; h_{1,1} is also the hash of the matrix its segment 1 opens.
+const CHAIN1_CHECKPOINTS: [&str; 3] = [
+    "40d2af108da90bc8ce93955076af6599e7df5174169bce71886fa80bf1cf6474",
+    "7c38e62cc68e1b5ef403f627660e3778639c2599f4c10e1c7d479ee30d8b294e",
+    "99cfaaffd055dca83e28e18fcd420f2de1337373e1d125d7fdd71a09d18be723",
+];
+/// (length, blake3) of the commitment statement (13.2): section 12's d = 1 commitment, the
+/// 13.7 claim and validator, `compute_ms = 1234`.
+const COMMITMENT_BYTES: (usize, &str) = (374, "7bf611873771e60310b555997c7763535f8924904e96e238eec93d94b1a7197d");
+/// (length, blake3, the 13.7 validator's signature) of the open request (13.3) for chain 1
+/// segment 1, then chain 4 segment 0.
+const OPEN_REQUEST_BYTES: (usize, &str, &str) = (
+    86,
+    "80b6b65e0d141bec8e9660f647a2273b7d56aa5c5280dc0980ee0ae2bf3ef01e",
+    "93c74b40d55e9433c61a289d12937e288416fdf0ebb15cecbcf990faa6ddcd08f509a76dbaca80aeb28946d44f26e43e7dfab98f840c319b012a14dd9e16610a",
+);
+/// (length, blake3) of the opening statement (13.4) for chain 1 segment 1.
+const OPENING_BYTES: (usize, &str) = (297, "3dc798b35d261fb09f319ff197ee9a417d44974014fb425f2d032e7faa8e37de");
+
+/// The vectors of the exchange's other statements: Merkle proofs, a commitment, an open request
+/// and an opening, each computed here and quoted in PROTOCOL.md.
+#[test]
+fn proof_commitment_open_request_and_opening_vectors() {
+    let exec = vector_execution();
+    let leaves: Vec<Digest> = exec.chains.iter().map(|c| c.leaf()).collect();
+    let tree = MerkleTree::new(&leaves);
+    let hexes = |digests: &[Digest]| digests.iter().map(|d| d.to_hex()).collect::<Vec<_>>();
+    for (chain, siblings) in PROOFS {
+        assert_eq!(hexes(&tree.proof(chain).unwrap().siblings), siblings, "chain {chain}");
+    }
+    assert_eq!(hexes(&exec.chains[1].checkpoints), CHAIN1_CHECKPOINTS);
+
+    let (_, validator) = vector_challenge();
+    let commitment = Commitment {
+        work: exec.commitment.clone(),
+        miner_key: PublicKey(params().miner_key),
+        validator_key: validator.public_key(),
+        inventory: vector_claim().devices,
+        backend: "cuda".into(),
+        kernel: "tensor".into(),
+        compute_ms: 1234,
+    };
+    let bytes = commitment.signing_bytes();
+    assert_eq!((bytes.len(), Digest::hash(&bytes).to_hex().as_str()), COMMITMENT_BYTES);
+
+    let samples = [
+        SampleRequest { chain: 1, segment: 1 },
+        SampleRequest { chain: 4, segment: 0 },
+    ];
+    let bytes = open_request_bytes(&params().nonce, &samples);
+    let signature = hex::encode(validator.sign(&bytes));
+    assert_eq!(
+        (bytes.len(), Digest::hash(&bytes).to_hex().as_str(), signature.as_str()),
+        OPEN_REQUEST_BYTES
+    );
+
+    let work = Work::new(params()).unwrap();
+    let (mut x, b) = (generate_a(work.key(), 1, 64), generate_b(work.key(), 1, 64));
+    for k in 0..2 {
+        x = naive::step(&x, &b, k);
+    }
+    assert_eq!(
+        x.digest().to_hex(),
+        CHAIN1_CHECKPOINTS[1],
+        "X_{{1,2}} hashes to h_{{1,1}}"
+    );
+    let opening = ChainOpening {
+        chain: 1,
+        segment: 1,
+        checkpoints: exec.chains[1].checkpoints.clone(),
+        proof: tree.proof(1).unwrap(),
+        start: x,
+    };
+    let bytes = opening_bytes(&params().nonce, &opening);
+    assert_eq!((bytes.len(), Digest::hash(&bytes).to_hex().as_str()), OPENING_BYTES);
+
+    let doc = include_str!("../../PROTOCOL.md");
+    let mut quoted: Vec<&str> = PROOFS.iter().flat_map(|(_, s)| s.iter().copied()).collect();
+    quoted.extend(CHAIN1_CHECKPOINTS);
+    quoted.extend([
+        COMMITMENT_BYTES.1,
+        OPEN_REQUEST_BYTES.1,
+        OPEN_REQUEST_BYTES.2,
+        OPENING_BYTES.1,
+    ]);
+    for hex in quoted {
         assert!(doc.contains(hex), "PROTOCOL.md does not quote {hex}");
     }
 }
