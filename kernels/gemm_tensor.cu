@@ -210,11 +210,12 @@ gemm_mix_tensor(const i8* x, const i8* bt, i8* out, int n, u32 step) {
                 continue;
             }
             if (row < n) {
-                char2 v = make_char2(ga_mix(acc[mi][ni][0], step), ga_mix(acc[mi][ni][1], step));
+                char2 v = make_char2(ga_mix(acc[mi][ni][0], step, row, col), ga_mix(acc[mi][ni][1], step, row, col + 1));
                 *(char2*)(om + (u64)row * n + col) = v;
             }
             if (row + 8 < n) {
-                char2 v = make_char2(ga_mix(acc[mi][ni][2], step), ga_mix(acc[mi][ni][3], step));
+                char2 v = make_char2(ga_mix(acc[mi][ni][2], step, row + 8, col),
+                                     ga_mix(acc[mi][ni][3], step, row + 8, col + 1));
                 *(char2*)(om + (u64)(row + 8) * n + col) = v;
             }
         }

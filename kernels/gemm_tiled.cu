@@ -63,6 +63,9 @@ gemm_mix_tiled(const i8* x, const i8* bt, i8* out, int n, u32 step) {
 #pragma unroll
     for (int i = 0; i < 4; ++i)
 #pragma unroll
-        for (int j = 0; j < 4; ++j)
-            om[(u64)(row0 + ty + 16 * i) * n + col0 + tx + 16 * j] = ga_mix(acc[i][j], step);
+        for (int j = 0; j < 4; ++j) {
+            const int row = row0 + ty + 16 * i;
+            const int col = col0 + tx + 16 * j;
+            om[(u64)row * n + col] = ga_mix(acc[i][j], step, row, col);
+        }
 }

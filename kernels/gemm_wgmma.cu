@@ -241,7 +241,8 @@ gemm_mix_wgmma(const i8* x, const i8* bt, i8* out, int n, u32 step) {
         const int row = row0 + warpgroup * 64 + 16 * warp + g + 8 * ((i / 2) % 2);
         const int col = col0 + 8 * (i / 4) + 2 * t;
         if (row < n && col < n) {
-            *(char2*)(om + (u64)row * n + col) = make_char2(ga_mix(acc[i], step), ga_mix(acc[i + 1], step));
+            *(char2*)(om + (u64)row * n + col) =
+                make_char2(ga_mix(acc[i], step, row, col), ga_mix(acc[i + 1], step, row, col + 1));
         }
     }
 }

@@ -110,8 +110,8 @@ async fn inventories_outside_the_protocol_are_refused_without_a_verdict() {
     for (cheat, expected) in [
         (Cheat::TooManyDevices, InventoryError::TooManyDevices(65)),
         (
-            Cheat::ProtocolVersion2,
-            InventoryError::ProtocolVersion { theirs: 2, ours: 1 },
+            Cheat::ProtocolVersion1,
+            InventoryError::ProtocolVersion { theirs: 1, ours: 2 },
         ),
         (
             Cheat::SameDeviceTwice,
@@ -126,7 +126,7 @@ async fn inventories_outside_the_protocol_are_refused_without_a_verdict() {
             AttestError::Inventory { source, .. } => assert_eq!(source, &expected, "{cheat:?}"),
             other => panic!("{cheat:?}: {other:?}"),
         }
-        if cheat == Cheat::ProtocolVersion2 {
+        if cheat == Cheat::ProtocolVersion1 {
             let text = err.to_string();
             assert!(text.contains("version 2") && text.contains("version 1"), "{text}");
         }

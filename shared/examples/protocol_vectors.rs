@@ -26,8 +26,16 @@ fn main() {
     println!("A_0[0..16]     {}", hex::encode(&a0.as_bytes()[..16]));
     println!("B_0[0..16]     {}", hex::encode(&b0.as_bytes()[..16]));
     println!("A_4[0..16]     {}", hex::encode(&a4.as_bytes()[..16]));
-    for (y, k) in [(0i32, 0u32), (1, 0), (-1, 7), (123_456_789, 3), (i32::MIN, u32::MAX)] {
-        println!("mix({y}, {k}) = {}", mix(y, k));
+    for (y, k, row, col) in [
+        (0i32, 0u32, 0u32, 0u32),
+        (1, 0, 0, 0),
+        (-1, 7, 0, 0),
+        (-1, 7, 0, 1),
+        (-1, 7, 1, 0),
+        (123_456_789, 3, 5, 9),
+        (i32::MIN, u32::MAX, 8191, 8191),
+    ] {
+        println!("mix({y}, {k}, {row}, {col}) = {}", mix(y, k, row, col));
     }
     let chains: Vec<ChainResult> = (0..work.num_chains()).map(|i| naive_chain(&work, i)).collect();
     for (j, h) in chains[0].checkpoints.iter().enumerate() {

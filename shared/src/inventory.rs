@@ -220,9 +220,9 @@ mod tests {
     fn inventory_checks_name_both_versions_and_the_device_limit() {
         let mut inventory = inventory();
         inventory.check().unwrap();
-        inventory.protocol_version = 2;
+        inventory.protocol_version = 1;
         let err = inventory.check().unwrap_err();
-        assert_eq!(err, InventoryError::ProtocolVersion { theirs: 2, ours: 1 });
+        assert_eq!(err, InventoryError::ProtocolVersion { theirs: 1, ours: 2 });
         assert!(err.to_string().contains("version 2") && err.to_string().contains("version 1"));
         inventory.protocol_version = PROTOCOL_VERSION;
         let device = |index| DeviceInfo {

@@ -4,7 +4,7 @@ use crate::digest::Digest;
 use thiserror::Error;
 
 /// The version of the work function this crate implements (PROTOCOL.md).
-pub const PROTOCOL_VERSION: u32 = 1;
+pub const PROTOCOL_VERSION: u32 = 2;
 
 /// Matrix dimension bounds. Every n is a multiple of 64 so that GPU tiles and the CPU kernel's
 /// 8x32 register tiles never need edge handling.

@@ -279,12 +279,13 @@ int main(int argc, char** argv) {
         printf("tiled %d %d %d 0\n", TILED_BM, TILED_BN, TILED_THREADS);
         printf("tensor %d %d %d 0\n", TC_BM, TC_BN, TC_THREADS);
         printf("wgmma %d %d %d %d\n", WG_BM, WG_BN, WG_THREADS, WG_SMEM_BYTES);
-    } else if (mode == "mix") {  // mix STEP < int32 values
+    } else if (mode == "mix") {  // mix STEP N < int32 values, whole n x n matrices
         u32 step = (u32)strtoul(argv[2], 0, 10);
+        u32 n = (u32)strtoul(argv[3], 0, 10);
         u64 count = in.size() / 4;
         std::vector<unsigned char> out(count);
         launch((unsigned)((count + 255) / 256), 1, 256,
-               [&] { mix_i32((const int*)in.data(), (i8*)out.data(), count, step); });
+               [&] { mix_i32((const int*)in.data(), (i8*)out.data(), count, step, n); });
         fwrite(out.data(), 1, out.size(), stdout);
     }
     return 0;
@@ -423,11 +424,21 @@ fn device_mix_pass_matches_mix_rs() {
         return;
     }
     let mut rng = ChaCha8Rng::from_seed([4; 32]);
+    // Two 64 x 64 matrices: each element is keyed by its place in its own matrix.
+    let n = 64;
     let mut values: Vec<i32> = vec![0, 1, -1, i32::MIN, i32::MAX, 1 << 27, -(1 << 27)];
-    values.extend((0..5000).map(|_| rng.next_u32() as i32));
+    values.extend((values.len()..2 * n * n).map(|_| rng.next_u32() as i32));
     for step in [0u32, 1, 7, u32::MAX] {
-        let got = run(&["mix", &step.to_string()], bytemuck::cast_slice(&values));
-        let want: Vec<u8> = values.iter().map(|&y| mix(y, step) as u8).collect();
+        let got = run(
+            &["mix", &step.to_string(), &n.to_string()],
+            bytemuck::cast_slice(&values),
+        );
+        let want: Vec<u8> = (values.iter().enumerate())
+            .map(|(i, &y)| {
+                let at = i % (n * n);
+                mix(y, step, (at / n) as u32, (at % n) as u32) as u8
+            })
+            .collect();
         assert_eq!(got, want, "step {step}");
     }
 }

@@ -5,10 +5,13 @@ use gpu_attest_shared::chain::ChainResult;
 use gpu_attest_shared::cpu::CpuBackend;
 use gpu_attest_shared::digest::Digest;
 use gpu_attest_shared::engine::{self, Execution};
+use gpu_attest_shared::gemm::naive;
+use gpu_attest_shared::matrix::{Matrix, generate};
 use gpu_attest_shared::merkle::{MerkleTree, verify_proof};
 use gpu_attest_shared::partition::{MAX_DEVICES, canonical_partition};
 use gpu_attest_shared::{CancelToken, ChallengeParams, Work};
 use proptest::prelude::*;
+use std::collections::HashSet;
 
 fn params(nonce: u8, chains: u64) -> ChallengeParams {
     ChallengeParams {
@@ -139,4 +142,24 @@ fn cancelled_work_stops_with_cancelled() {
     cancel.cancel();
     let err = engine::execute(&backend, &Work::new(params(1, 2)).unwrap(), &|_| {}, &cancel).unwrap_err();
     assert_eq!(err.to_string(), "the work was cancelled");
+}
+
+/// The forgery that version 1 of the protocol allowed (PROTOCOL.md "Why the mix"): keyed by the
+/// step alone, a matrix of equal rows stayed one through a step, so a chain restarted from it
+/// cost a vector-matrix product a step. Keyed by place, one step from such a matrix (the zero
+/// matrix, or any row repeated) has no two equal rows, and so does the step after it: every
+/// later step is a full GEMM.
+#[test]
+fn a_matrix_of_equal_rows_does_not_stay_one() {
+    let n = 64;
+    let b = generate(&[7; 32], 1, n);
+    let row: Vec<i8> = generate(&[7; 32], 2, n).as_slice()[..n].to_vec();
+    for start in [vec![0i8; n * n], row.repeat(n)] {
+        let mut x = Matrix::from_vec(n, start).unwrap();
+        for step in 0..2 {
+            x = naive::step(&x, &b, step);
+            let rows: HashSet<&[i8]> = x.as_slice().chunks_exact(n).collect();
+            assert_eq!(rows.len(), n, "step {step}: equal rows survived");
+        }
+    }
 }

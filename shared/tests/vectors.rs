@@ -24,45 +24,49 @@ const A4_PREFIX: &str = "6dec128db9a05a5cf098a40c4990f0ef";
 /// so this test also proves that constant is PROTOCOL.md's and what every kernel computes.
 const CHAIN0_CHECKPOINTS: [&str; 3] = selftest::VECTOR_CHAIN0_CHECKPOINTS;
 const LEAVES: [&str; 5] = [
-    "7666e6d5617f5633ef386bbd4129cd871b49fe4473332f2add1217b54f6b1e23",
-    "957ce61c569e6ab81a6c5e738881bc93a0ebad3f3943a97821a1dd7973e81a26",
-    "8d7ff5d9610d780f66805e986abb71bad331d78bd38c804365109b7cbdb9fe58",
-    "2a5e647066e6da0b6c35171c926bf1e8170c9914de75ef7b1af7edd425fb9cda",
-    "3336b22e71808c4a9cb9808b0b2c2cc0782bd2bd430331f5df075822467bba7d",
+    "6fceac3428e7b5076287c8d4663f3e52ce037c63f4212bae8430afef362a3a5b",
+    "617fd794976182f2ddc8db2130154b6e04973683d921586090167cfd45177b9e",
+    "53a8833fc34b61dcd599d1b2bf0f2d78b3139030d6bf835052c03bce47c65d60",
+    "6dea098206928f1eb9786606c6b9e49b031b8609fd41b6a835082c4b359f06fc",
+    "eeb2309a9ce2fbc5885d1ad8ee23f5d3cd4583edd1a8e2f4c5c7b25167374a95",
 ];
 const EMPTY_ROOT: &str = "eb621929841d54d735e41bbdba1d8a377c7c734aec92ed68580c7873848f10fc";
 /// (devices, device roots, G)
 const COMMITMENTS: [(u32, &[&str], &str); 4] = [
     (
         1,
-        &["6e43d2692aef4594623fc6714ab8da09ac6a322825727460469d6938b31a96ae"],
-        "9881864a1c7668a790aa7541f274b0a3c077d9c798fd17eb7398a3f9b2e5161b",
+        &["bcd2ca31d3befd688a8c77de2ac4e3ed785245f3e77956ea562ffcd947b03682"],
+        "b284bb585883050dfdaae0e26e6a53799feb31861d717ea52e49872bffcb1799",
     ),
     (
         2,
         &[
-            "8412b3510411ebfdd6d15a7e2523448d9ff6dcdd102ddf95741500437b53d22d",
-            "187f5cda2c92a8e855082b8c364ea6fac0a9a9875368f0c6adfaed69314e4ea6",
+            "a9c8870be6a9ddaa97fecb4f162fdfe0078d151a840d66a259a0de9c942c227e",
+            "6d6b5bdc12f0f3d7f0396103643cd00d039a3c41e7a67813a9f6075a5d922f20",
         ],
-        "76547bb75d6d4ec35fc0bd58662be50656f1caf04a4a4b0dfb5c171d109c4c06",
+        "18f70abe478ae5a62e5604a35a13dab467d443e73a1802764601bfef7d103e3b",
     ),
     (
         3,
         &[],
-        "90b9dd70843ad1d92bf32acd3f9a671587be8dc3f30738d84cf5a083c71d5a6f",
+        "15152058f365ef5aa88d51b439b512f90c04877a3543e7197a3a4b01ca0e8ca0",
     ),
     (
         8,
         &[],
-        "abe21e9be55b604772829088f62b6fb71da839e9070ded0407947b607c3f14ee",
+        "cadd8def488f0e93c72a5fc342d1f5947581eb9cd4997a7bf7fbe66f4e51ae74",
     ),
 ];
-const MIX: [(i32, u32, i8); 5] = [
-    (0, 0, 0),
-    (1, 0, 127),
-    (-1, 7, -85),
-    (123_456_789, 3, -81),
-    (i32::MIN, u32::MAX, 46),
+/// (y, k, row, col, mix(y, k, row, col)): the same product value at neighbouring places mixes
+/// to unrelated bytes.
+const MIX: [(i32, u32, u32, u32, i8); 7] = [
+    (0, 0, 0, 0, 0),
+    (1, 0, 0, 0, 127),
+    (-1, 7, 0, 0, -85),
+    (-1, 7, 0, 1, -60),
+    (-1, 7, 1, 0, -120),
+    (123_456_789, 3, 5, 9, -16),
+    (i32::MIN, u32::MAX, 8191, 8191, 90),
 ];
 
 /// PROTOCOL.md section 12's challenge, as `miner selftest` runs it.
@@ -78,8 +82,8 @@ fn key_and_matrices() {
     assert_eq!(hex::encode(&generate_b(work.key(), 0, 64).as_bytes()[..16]), B0_PREFIX);
     assert_eq!(hex::encode(&generate_a(work.key(), 4, 64).as_bytes()[..16]), A4_PREFIX);
     assert_eq!(empty_root().to_hex(), EMPTY_ROOT);
-    for (y, k, want) in MIX {
-        assert_eq!(mix(y, k), want, "mix({y}, {k})");
+    for (y, k, row, col, want) in MIX {
+        assert_eq!(mix(y, k, row, col), want, "mix({y}, {k}, {row}, {col})");
     }
 }
 
@@ -120,10 +124,10 @@ fn protocol_md_quotes_the_same_vectors() {
     for hex in quoted {
         assert!(doc.contains(hex), "PROTOCOL.md does not quote {hex}");
     }
-    for (y, k, want) in MIX {
+    for (y, k, row, col, want) in MIX {
         assert!(
-            doc.contains(&format!("mix({y}, {k}) = {want}")),
-            "PROTOCOL.md lacks mix({y}, {k})"
+            doc.contains(&format!("mix({y}, {k}, {row}, {col}) = {want}")),
+            "PROTOCOL.md lacks mix({y}, {k}, {row}, {col})"
         );
     }
 }
@@ -202,22 +206,22 @@ const PROOFS: [(u64, &[&str]); 2] = [
     (
         1,
         &[
-            "1823e3ef8c0165dcd8dd0a80eaad317bccc8e3d59249e3de808a39afed7b9c2d",
-            "9441f04a8525bafef523d54394849955fc3531cb8b2f03c81158cfe0e7ee341b",
-            "03f09f2f866847e2756aa7460084ec30ece3089f7462467bfdf586894a55cb9f",
+            "c72606f95e37a50eb234848d8f6bf0c3669b66345ae380d8bfde7357b59a913e",
+            "aeb2d1d81d42bae7b01f77c905db37357c76a3e1c79922815bc7be3d1ccafdd7",
+            "10fc0a34e4e9d1acf5afb95606e7cf376271dc592e493e2f6e4a5bca9641907b",
         ],
     ),
-    (4, &["76309baf4070e81ac798213aa9dda272b450f5b3a5e4268384c27bc2388267c3"]),
+    (4, &["6e64192ccc9801bef9145cb20c3382e9e9c49c05dc7de9c08f40ab0e08382dd4"]),
 ];
 /// Chain 1's checkpoint hashes; h_{1,1} is also the hash of the matrix its segment 1 opens.
 const CHAIN1_CHECKPOINTS: [&str; 3] = [
     "40d2af108da90bc8ce93955076af6599e7df5174169bce71886fa80bf1cf6474",
-    "7c38e62cc68e1b5ef403f627660e3778639c2599f4c10e1c7d479ee30d8b294e",
-    "99cfaaffd055dca83e28e18fcd420f2de1337373e1d125d7fdd71a09d18be723",
+    "95bcc234284947d24248d21497e7ae736396b5a5e346e4e8b930137d4e71e7ca",
+    "5c778504af278d930d583588b3d5545b969b178c5af891c7c3a8b3617d0d18f4",
 ];
 /// (length, blake3) of the commitment statement (13.2): section 12's d = 1 commitment, the
 /// 13.7 claim and validator, `compute_ms = 1234`.
-const COMMITMENT_BYTES: (usize, &str) = (374, "7bf611873771e60310b555997c7763535f8924904e96e238eec93d94b1a7197d");
+const COMMITMENT_BYTES: (usize, &str) = (374, "8e1e182b58ff55b84faa9a67892e4e0d1d0714c858099cf6b1849c7c8b0f7f60");
 /// (length, blake3, the 13.7 validator's signature) of the open request (13.3) for chain 1
 /// segment 1, then chain 4 segment 0.
 const OPEN_REQUEST_BYTES: (usize, &str, &str) = (
@@ -226,7 +230,7 @@ const OPEN_REQUEST_BYTES: (usize, &str, &str) = (
     "93c74b40d55e9433c61a289d12937e288416fdf0ebb15cecbcf990faa6ddcd08f509a76dbaca80aeb28946d44f26e43e7dfab98f840c319b012a14dd9e16610a",
 );
 /// (length, blake3) of the opening statement (13.4) for chain 1 segment 1.
-const OPENING_BYTES: (usize, &str) = (297, "3dc798b35d261fb09f319ff197ee9a417d44974014fb425f2d032e7faa8e37de");
+const OPENING_BYTES: (usize, &str) = (297, "ef0cd55458b2b1e8b478eb4e3b52b56e133636f45eefea794a426faa82539386");
 
 /// The vectors of the exchange's other statements: Merkle proofs, a commitment, an open request
 /// and an opening, each computed here and quoted in PROTOCOL.md.

@@ -44,8 +44,8 @@ pub enum Cheat {
     ImpossibleProgress,
     /// Shows 65 devices, one more than the protocol allows.
     TooManyDevices,
-    /// Speaks protocol version 2.
-    ProtocolVersion2,
+    /// Speaks protocol version 1, whose work function differs (PROTOCOL.md section 4).
+    ProtocolVersion1,
     /// Lists one GPU twice, under two indexes.
     SameDeviceTwice,
 }
@@ -115,7 +115,7 @@ impl Miner for CheatingMiner {
                 let device = inventory.devices[0].clone();
                 inventory.devices = vec![device; 65];
             }
-            Cheat::ProtocolVersion2 => inventory.protocol_version = 2,
+            Cheat::ProtocolVersion1 => inventory.protocol_version = 1,
             Cheat::SameDeviceTwice => {
                 let mut first = inventory.devices[0].clone();
                 first.uuid = "GPU-11111111".into();

@@ -138,7 +138,7 @@ pub fn cublaslt_mix_seconds(rt: &DeviceRuntime, n: usize, batch: usize, budget: 
     // SAFETY: written by the GEMM before the mix reads it.
     let mut y: CudaSlice<i32> = unsafe { rt.stream.alloc::<i32>(len) }.map_err(|err| rt.err(err).to_string())?;
     let gemm = LtInt8Gemm::new(n, batch)?;
-    let count = len as u64;
+    let (count, n_u32) = (len as u64, n as u32);
     let cfg = LaunchConfig::for_num_elems(len as u32);
     time_launches(rt, budget, |step| {
         gemm.run(rt, &bt, &x, &mut y).map_err(|detail| BackendError::Device {
@@ -146,8 +146,9 @@ pub fn cublaslt_mix_seconds(rt: &DeviceRuntime, n: usize, batch: usize, budget: 
             detail,
         })?;
         let mut launch = rt.stream.launch_builder(&rt.mix);
-        launch.arg(&y).arg(&mut next).arg(&count).arg(&step);
-        // SAFETY: matches mix_i32(const int*, i8*, u64, u32); both buffers hold `len` elements.
+        launch.arg(&y).arg(&mut next).arg(&count).arg(&step).arg(&n_u32);
+        // SAFETY: matches mix_i32(const int*, i8*, u64, u32, u32); both buffers hold `len`
+        // elements, whole n x n matrices.
         unsafe { launch.launch(cfg) }.map_err(|err| rt.err(err))?;
         std::mem::swap(&mut x, &mut next);
         Ok(())

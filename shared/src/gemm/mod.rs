@@ -129,7 +129,8 @@ impl CpuGemm {
     pub fn product(&self, a: &Matrix, b: &PackedB) -> Vec<i32> {
         let n = a.n();
         let mut out = vec![0i32; n * n];
-        self.run(a, b, &mut out, |tile, out, first| {
+        self.run(a, b, &mut out, |tile, out, at| {
+            let first = at.offset;
             for (i, row) in tile.iter().enumerate() {
                 out[first + i * n..first + i * n + TILE_COLS].copy_from_slice(row);
             }
@@ -137,12 +138,13 @@ impl CpuGemm {
         out
     }
 
-    /// One chain step: `out = mix(x * b, step)` element-wise; the int32 product is never stored.
+    /// One chain step: `out = mix(x * b, step)` element-wise, each element keyed by its row and
+    /// column; the int32 product is never stored.
     pub fn step(&self, x: &Matrix, b: &PackedB, step: u32, out: &mut Matrix) {
         assert_eq!(out.n(), x.n(), "output matrix has the wrong size");
         let (n, mix_tile) = (x.n(), epilogue::mix_tile());
-        self.run(x, b, out.as_mut_slice(), |tile, out, first| {
-            mix_tile(tile, step, out, first, n)
+        self.run(x, b, out.as_mut_slice(), |tile, out, at| {
+            mix_tile(tile, step, out, at, n)
         });
     }
 
@@ -150,11 +152,12 @@ impl CpuGemm {
     /// B are the outer loop so one panel (32n bytes) stays in L2 while the block's rows stream
     /// by, and blocks of k the next, so that the panel's block of k stays in L1 while the
     /// strips of rows pass over it. Between blocks of k each strip's sums wait in `partial`.
-    /// `epilogue(tile, block, first)` writes a finished tile's row i at `block[first + i*n..]`.
+    /// `epilogue(tile, block, at)` writes a finished tile's row i at `block[at.offset + i*n..]`;
+    /// `at` also says where in the whole product that row lies.
     fn run<T, F>(&self, a: &Matrix, b: &PackedB, out: &mut [T], epilogue: F)
     where
         T: Send,
-        F: Fn(&[[i32; TILE_COLS]], &mut [T], usize) + Sync,
+        F: Fn(&[[i32; TILE_COLS]], &mut [T], TilePlace) + Sync,
     {
         let n = a.n();
         let kernel = self.kernel;
@@ -199,7 +202,7 @@ impl CpuGemm {
                     };
                     let mut partial = SumRows::new(if k_spans.len() > 1 { block_rows } else { 0 });
                     let partial = partial.rows_mut();
-                    let mut pending: Option<(usize, usize)> = None;
+                    let mut pending: Option<(usize, TilePlace)> = None;
                     let mut current = 0;
                     let thread = kernel.begin();
                     for panel in 0..n / TILE_COLS {
@@ -228,12 +231,12 @@ impl CpuGemm {
                                     },
                                 };
                                 let mut between = |slot: usize, slots: usize| {
-                                    if let Some((_, first)) = pending {
+                                    if let Some((_, at)) = pending {
                                         let per_slot = tile_rows.div_ceil(slots);
                                         let from = (slot * per_slot).min(tile_rows);
                                         let to = ((slot + 1) * per_slot).min(tile_rows);
                                         if from < to {
-                                            epilogue(&previous[from..to], &mut *block, first + from * n);
+                                            epilogue(&previous[from..to], &mut *block, at.down(from, n));
                                         }
                                     }
                                 };
@@ -251,14 +254,19 @@ impl CpuGemm {
                                     if biased {
                                         tile.iter_mut().for_each(|row| epilogue::undo_bias(row, col_sums));
                                     }
-                                    pending = Some((current, r * n + col0));
+                                    let at = TilePlace {
+                                        offset: r * n + col0,
+                                        row: first_row + r,
+                                        col: col0,
+                                    };
+                                    pending = Some((current, at));
                                     current ^= 1;
                                 }
                             }
                         }
                     }
-                    if let Some((which, first)) = pending {
-                        epilogue(&tiles[which].rows_mut()[..tile_rows], block, first);
+                    if let Some((which, at)) = pending {
+                        epilogue(&tiles[which].rows_mut()[..tile_rows], block, at);
                     }
                 });
         });
@@ -301,6 +309,26 @@ fn parse_cache_hints(given: &str) -> Result<bool, GemmError> {
         _ => Err(GemmError::BadCacheHints {
             given: given.to_string(),
         }),
+    }
+}
+
+/// Where a finished tile (or a run of its rows) goes: `offset` into the task's block of output
+/// rows, and the row and column of the whole product it starts at (which `mix` is keyed by).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct TilePlace {
+    offset: usize,
+    row: usize,
+    col: usize,
+}
+
+impl TilePlace {
+    /// The same tile from its row `rows` on, in rows of `n` elements.
+    fn down(self, rows: usize, n: usize) -> Self {
+        TilePlace {
+            offset: self.offset + rows * n,
+            row: self.row + rows,
+            col: self.col,
+        }
     }
 }
 

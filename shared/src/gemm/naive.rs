@@ -22,8 +22,13 @@ pub fn entry(a: &[i8], b: &[i8], n: usize, i: usize, j: usize) -> i32 {
     (0..n).map(|k| i32::from(a[i * n + k]) * i32::from(b[k * n + j])).sum()
 }
 
-/// One chain step, naively: `mix(x * b, step)`.
+/// One chain step, naively: `mix(x * b, step)`, each element keyed by its row and column.
 pub fn step(x: &Matrix, b: &Matrix, step: u32) -> Matrix {
-    let data = product(x, b).into_iter().map(|y| mix(y, step)).collect();
-    Matrix::from_vec(x.n(), data).expect("product has n*n entries")
+    let n = x.n();
+    let data = product(x, b)
+        .into_iter()
+        .enumerate()
+        .map(|(at, y)| mix(y, step, (at / n) as u32, (at % n) as u32))
+        .collect();
+    Matrix::from_vec(n, data).expect("product has n*n entries")
 }

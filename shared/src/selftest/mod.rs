@@ -44,8 +44,8 @@ pub fn vector_params() -> ChallengeParams {
 /// Chain 0's checkpoints of the vector challenge, as PROTOCOL.md publishes them.
 pub const VECTOR_CHAIN0_CHECKPOINTS: [&str; 3] = [
     "394add245fd191a8bd07581fdeded2d8a0c5e17a278aba05d6dad807e47b69a6",
-    "bacab74374bb9461cae419b21a3dab412afa764b2e8b66e564316b0cc4807e81",
-    "d8b182a2ec00b8e6ecd7ede79dad75049c30c8d32cce48411001018795cbe538",
+    "ed31891588d3459c78d5b014f063e8d3e1a46c261822839c9a348c62d8d63660",
+    "41b4a1ef86ea66a2e647023f63e91ffbd6c7b18f039a8c4cc68479b968af3720",
 ];
 
 /// The default size of the mid-sized case.
