@@ -117,6 +117,17 @@ async fn inventories_outside_the_protocol_are_refused_without_a_verdict() {
             Cheat::SameDeviceTwice,
             InventoryError::DuplicateDevice("GPU-11111111".into()),
         ),
+        (
+            Cheat::NameWithALineBreak,
+            InventoryError::Text {
+                field: "device 0 name".into(),
+                problem: format!(
+                    "has a byte outside printable ASCII at byte {}; the protocol allows printable ASCII only",
+                    cpu_claim(1).devices[0].name.len()
+                ),
+            },
+        ),
+        (Cheat::UnknownBackend, InventoryError::UnknownBackend("rocm".into())),
     ] {
         let miner = spawn_cheater(miner_core(73, &[validator_key()], 1), cheat).await;
         let dir = TempDir::new("inventory");

@@ -124,7 +124,9 @@ fn cuda_selection(backend: CudaBackend) -> SelectedBackend {
     SelectedBackend {
         name: "cuda".to_string(),
         kernel: backend.kernel().to_string(),
-        devices: backend.inventory(),
+        // As the driver names them, made fit for the protocol's text rules (printable ASCII,
+        // bounded), so that a validator never refuses this miner's own inventory.
+        devices: backend.inventory().into_iter().map(DeviceInfo::fitted).collect(),
         notes: backend.module_notes(),
         backend: backend.clone(),
         cuda: Some(backend),

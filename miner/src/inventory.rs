@@ -3,7 +3,8 @@
 use gpu_attest_shared::statement::DeviceInfo;
 
 /// The CPU as one device: model name, the threads the miner computes on as `sm_count` (its
-/// cores: validators expect a CPU's rate per core), total memory.
+/// cores: validators expect a CPU's rate per core), total memory; its text made fit for the
+/// protocol (printable ASCII, bounded), whatever the kernel reports.
 pub fn cpu_device(threads: usize) -> DeviceInfo {
     let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
     let model = cpuinfo
@@ -27,4 +28,5 @@ pub fn cpu_device(threads: usize) -> DeviceInfo {
         sm_count: threads.max(1) as u32,
         ..DeviceInfo::default()
     }
+    .fitted()
 }

@@ -12,6 +12,68 @@ use crate::params::PROTOCOL_VERSION;
 use crate::partition::MAX_DEVICES;
 use crate::statement::{DeviceInfo, claim_bytes};
 
+/// The backends this protocol version defines (PROTOCOL.md 14.2).
+pub const BACKENDS: [&str; 2] = ["cpu", "cuda"];
+
+/// The text fields of an inventory and the most bytes each may hold (PROTOCOL.md 14.2). Every
+/// one is printable ASCII: they are stored with every verdict and shown to operators, so a
+/// miner's text must not be able to grow the database without bound, rewrite a terminal line,
+/// or pass for another model's name in look-alike letters.
+pub const TEXT_LIMITS: [(&str, usize); 6] = [
+    ("kernel", 32),
+    ("software_version", 64),
+    ("name", 128),
+    ("uuid", 96),
+    ("pci_bus_id", 32),
+    ("driver_version", 32),
+];
+
+/// The byte limit of text field `field` (one of [`TEXT_LIMITS`]).
+fn text_limit(field: &str) -> usize {
+    TEXT_LIMITS
+        .iter()
+        .find_map(|&(f, max)| (f == field).then_some(max))
+        .expect("a field of TEXT_LIMITS")
+}
+
+/// Why `text` cannot be inventory field `field`, if it cannot.
+fn text_problem(field: &str, text: &str) -> Option<String> {
+    let max = text_limit(field);
+    if text.len() > max {
+        return Some(format!(
+            "is {} bytes long; the protocol allows at most {max}",
+            text.len()
+        ));
+    }
+    text.bytes()
+        .position(|b| !(b' '..=b'~').contains(&b))
+        .map(|at| format!("has a byte outside printable ASCII at byte {at}; the protocol allows printable ASCII only"))
+}
+
+/// `text` made fit for inventory field `field`: every character outside printable ASCII
+/// becomes `?`, and the end is cut at the field's limit. What a miner applies to what its
+/// hardware reports (a CPU model name from the kernel, a GPU name from the driver) before it
+/// claims it.
+pub fn fit_text(field: &str, text: &str) -> String {
+    text.chars()
+        .map(|c| if (' '..='~').contains(&c) { c } else { '?' })
+        .take(text_limit(field))
+        .collect()
+}
+
+impl DeviceInfo {
+    /// This device with every text field made fit for an inventory ([`fit_text`]).
+    pub fn fitted(self) -> Self {
+        DeviceInfo {
+            name: fit_text("name", &self.name),
+            uuid: fit_text("uuid", &self.uuid),
+            pci_bus_id: fit_text("pci_bus_id", &self.pci_bus_id),
+            driver_version: fit_text("driver_version", &self.driver_version),
+            ..self
+        }
+    }
+}
+
 /// The hardware a miner claims: backend, kernel and devices in partition order.
 #[derive(Clone, Debug, PartialEq, Eq, Default)]
 pub struct HardwareClaim {
@@ -118,6 +180,10 @@ pub enum InventoryError {
     DeviceIndex { position: usize, index: u32 },
     #[error("device uuid {0:?} is listed more than once: one device cannot be claimed twice")]
     DuplicateDevice(String),
+    #[error("miner reports backend {0:?}; this protocol version defines {backends}", backends = BACKENDS.join(" and "))]
+    UnknownBackend(String),
+    #[error("the inventory's {field} {problem}")]
+    Text { field: String, problem: String },
 }
 
 impl Inventory {
@@ -129,11 +195,35 @@ impl Inventory {
                 ours: PROTOCOL_VERSION,
             });
         }
+        if !BACKENDS.contains(&self.claim.backend.as_str()) {
+            // Printed with {:?}, so whatever it holds shows escaped.
+            return Err(InventoryError::UnknownBackend(self.claim.backend.clone()));
+        }
         let devices = &self.claim.devices;
         match devices.len() {
             0 => return Err(InventoryError::NoDevices),
             d if d > MAX_DEVICES as usize => return Err(InventoryError::TooManyDevices(d)),
             _ => {}
+        }
+        let texts = [
+            ("kernel", &self.claim.kernel),
+            ("software_version", &self.software_version),
+        ]
+        .map(|(field, text)| (field.to_string(), field, text))
+        .into_iter()
+        .chain(devices.iter().enumerate().flat_map(|(j, d)| {
+            [
+                ("name", &d.name),
+                ("uuid", &d.uuid),
+                ("pci_bus_id", &d.pci_bus_id),
+                ("driver_version", &d.driver_version),
+            ]
+            .map(|(field, text)| (format!("device {j} {field}"), field, text))
+        }));
+        for (label, field, text) in texts {
+            if let Some(problem) = text_problem(field, text) {
+                return Err(InventoryError::Text { field: label, problem });
+            }
         }
         if let Some((position, d)) = devices.iter().enumerate().find(|(j, d)| d.index as usize != *j) {
             return Err(InventoryError::DeviceIndex {
@@ -205,7 +295,7 @@ mod tests {
         assert_eq!(base.first_difference(&base.clone()), None);
     }
 
-    /// A version-1 inventory of the two GPUs of [`claim`].
+    /// An inventory, of this protocol version, of the two GPUs of [`claim`].
     fn inventory() -> Inventory {
         Inventory {
             miner_key: PublicKey([1; 32]),
@@ -253,5 +343,64 @@ mod tests {
             d.index = j as u32;
         }
         inventory.check().unwrap();
+    }
+
+    /// Text a miner could use to grow a validator's database, rewrite an operator's terminal or
+    /// pass a look-alike name is refused, naming the field; a backend outside the protocol too.
+    #[test]
+    fn inventory_text_is_printable_ascii_within_limits() {
+        type Breaks = fn(&mut Inventory);
+        let refused: [(&str, Breaks); 7] = [
+            ("device 1 name", |i| i.claim.devices[1].name = "x".repeat(129)),
+            ("device 0 name", |i| {
+                i.claim.devices[0].name = "NVIDIA \u{41d}100 80GB HBM3".into()
+            }),
+            ("device 0 name", |i| {
+                i.claim.devices[0].name.push_str("\n  device 1: NVIDIA H100")
+            }),
+            ("device 0 driver_version", |i| {
+                i.claim.devices[0].driver_version.push('\0')
+            }),
+            ("device 1 uuid", |i| i.claim.devices[1].uuid = "\x1b[2K".into()),
+            ("kernel", |i| i.claim.kernel = "k".repeat(33)),
+            ("software_version", |i| i.software_version = "1.0\r".into()),
+        ];
+        for (field, change) in refused {
+            let mut bad = inventory();
+            change(&mut bad);
+            match bad.check() {
+                Err(InventoryError::Text { field: named, .. }) => assert_eq!(named, field),
+                other => panic!("{field}: {other:?}"),
+            }
+        }
+        let mut at_the_limit = inventory();
+        at_the_limit.claim.devices[0].name = "~".repeat(128);
+        at_the_limit.check().unwrap();
+
+        let mut rocm = inventory();
+        rocm.claim.backend = "rocm".into();
+        let err = rocm.check().unwrap_err();
+        assert_eq!(err, InventoryError::UnknownBackend("rocm".into()));
+        assert!(err.to_string().contains("cpu and cuda"), "{err}");
+    }
+
+    /// What a miner claims passes the checks whatever its hardware reported.
+    #[test]
+    fn fitted_text_passes_the_checks() {
+        let mut fitted = inventory();
+        let raw = DeviceInfo {
+            name: format!("cpu: Vendor\u{ae} Model\n{}", "9".repeat(300)),
+            uuid: "\x1b".into(),
+            pci_bus_id: "\t".repeat(40),
+            driver_version: "\u{2163}".into(),
+            ..fitted.claim.devices[0].clone()
+        };
+        let device = raw.fitted();
+        assert!(device.name.starts_with("cpu: Vendor? Model?999"), "{}", device.name);
+        assert_eq!(device.name.len(), 128);
+        assert_eq!((device.uuid.as_str(), device.driver_version.as_str()), ("?", "?"));
+        assert_eq!(device.pci_bus_id, "?".repeat(32));
+        fitted.claim.devices[0] = device;
+        fitted.check().unwrap();
     }
 }

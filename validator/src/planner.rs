@@ -476,10 +476,10 @@ mod tests {
             }
         );
         let mut newer = inventory("cpu", "portable", &["cpu"]);
-        newer.protocol_version = 2;
+        newer.protocol_version = 3;
         assert_eq!(
             plan_for(&newer, &ChallengeConfig::default()).unwrap_err(),
-            PlanError::Inventory(InventoryError::ProtocolVersion { theirs: 2, ours: 1 })
+            PlanError::Inventory(InventoryError::ProtocolVersion { theirs: 3, ours: 2 })
         );
     }
 

@@ -48,6 +48,11 @@ pub enum Cheat {
     ProtocolVersion1,
     /// Lists one GPU twice, under two indexes.
     SameDeviceTwice,
+    /// Names its device with a line break and a second, made-up device after it, so that a
+    /// stored verdict would print as if it had an H100.
+    NameWithALineBreak,
+    /// Claims a backend this protocol version does not define.
+    UnknownBackend,
 }
 
 /// Eight H100s, as a miner that has none would describe them.
@@ -125,6 +130,10 @@ impl Miner for CheatingMiner {
                 };
                 inventory.devices = vec![first, second];
             }
+            Cheat::NameWithALineBreak => inventory.devices[0]
+                .name
+                .push_str("\n  device 1: NVIDIA H100 80GB HBM3"),
+            Cheat::UnknownBackend => inventory.backend = "rocm".into(),
             _ => {}
         }
         Ok(Response::new(inventory))

@@ -2,6 +2,7 @@
 //! openings go over the same channel, so the miner that was sized is the miner that answers.
 
 use super::AttestError;
+use super::untrusted::miner_text;
 use crate::config::ValidatorConfig;
 use gpu_attest_daemon::errors::error_chain;
 use gpu_attest_daemon::tls::check_plaintext_client;
@@ -74,11 +75,11 @@ impl MinerConnection {
             .map_err(|s| match s.code() {
                 Code::Unavailable | Code::DeadlineExceeded => AttestError::Unreachable {
                     url: self.url.clone(),
-                    detail: s.message().into(),
+                    detail: miner_text(s.message()),
                 },
                 code => AttestError::NotAMiner {
                     url: self.url.clone(),
-                    detail: format!("GetInventory answered {code:?}: {}", s.message()),
+                    detail: format!("GetInventory answered {code:?}: {}", miner_text(s.message())),
                 },
             })?
             .into_inner();
@@ -116,12 +117,12 @@ pub fn refused(url: &str, status: Status) -> AttestError {
     match status.code() {
         Code::Unimplemented => AttestError::NotAMiner {
             url: url.into(),
-            detail: format!("RunChallenge: {}", status.message()),
+            detail: format!("RunChallenge: {}", miner_text(status.message())),
         },
         code => AttestError::Refused {
             url: url.into(),
             code,
-            message: status.message().into(),
+            message: miner_text(status.message()),
         },
     }
 }

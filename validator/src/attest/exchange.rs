@@ -2,6 +2,7 @@
 //! `Commitment`. Every event is checked against the plan before anything is relayed, so an API
 //! client never sees a miner's impossible claims as if they were facts.
 
+use super::untrusted::miner_text;
 use super::{AttestError, AttestEvent};
 use crate::planner::Plan;
 use crate::reason::{Reason, ReasonCode};
@@ -61,7 +62,7 @@ impl StreamCheck {
         let impossible = |why: String| Err(Reason::new(ReasonCode::ImpossibleProgress, why));
         let Some(slice) = self.partition.get(p.device as usize) else {
             return impossible(format!(
-                "progress for device {}, but the challenge has devices 0..{}",
+                "progress for device {}, but the challenge has {} device(s), numbered from 0",
                 p.device,
                 self.partition.len()
             ));
@@ -135,7 +136,7 @@ pub async fn await_commitment(
                             "no commitment by the deadline ({} ms): the miner stopped after {} ms ({})",
                             plan.deadline_ms,
                             started.elapsed().as_millis(),
-                            status.message()
+                            miner_text(status.message())
                         ),
                     )));
                 }
@@ -145,7 +146,7 @@ pub async fn await_commitment(
                         format!(
                             "miner failed after accepting the challenge ({:?}): {}",
                             status.code(),
-                            status.message()
+                            miner_text(status.message())
                         ),
                     )));
                 }

@@ -9,10 +9,12 @@
 //! - [`exchange`]: the challenge stream, each event checked against the plan.
 //! - [`verify`]: the commitment's checks and the verification of the work.
 //! - [`outcome`]: the verdict being assembled.
+//! - [`untrusted`]: a miner's own words made safe to store and show.
 
 pub mod client;
 pub mod exchange;
 pub mod outcome;
+pub mod untrusted;
 pub mod verify;
 
 pub use client::{MAX_MINER_MESSAGE_BYTES, normalise_url};

@@ -3,6 +3,7 @@
 
 use super::client::MinerConnection;
 use super::outcome::Outcome;
+use super::untrusted::miner_text;
 use super::{AttestError, AttestEvent, random32};
 use crate::reason::ReasonCode;
 use gpu_attest_proto::convert::{opening_from_wire, sample_to_wire};
@@ -161,7 +162,11 @@ pub async fn sampled(
         Ok(Err(s)) => {
             outcome.fail(
                 ReasonCode::OpenRefused,
-                format!("miner refused to open chains ({:?}): {}", s.code(), s.message()),
+                format!(
+                    "miner refused to open chains ({:?}): {}",
+                    s.code(),
+                    miner_text(s.message())
+                ),
             );
             return Ok(());
         }
@@ -193,7 +198,7 @@ pub async fn sampled(
                         "opening chain {} failed ({:?}): {}",
                         sample.chain,
                         s.code(),
-                        s.message()
+                        miner_text(s.message())
                     ),
                 );
                 return Ok(());
@@ -224,7 +229,7 @@ async fn open_with_retries(
     loop {
         match miner.open_chains(request.clone()).await {
             Err(s) if RETRYABLE.contains(&s.code()) && attempt < OPEN_ATTEMPTS => {
-                tracing::warn!(code = ?s.code(), message = s.message(), attempt, "open request refused; asking again");
+                tracing::warn!(code = ?s.code(), message = miner_text(s.message()), attempt, "open request refused; asking again");
                 tokio::time::sleep(Duration::from_secs(u64::from(attempt))).await;
                 attempt += 1;
             }

@@ -1,0 +1,60 @@
+//! Text a miner sends in its own words (a status message) is stored with verdicts and shown to
+//! operators, so it is made safe first: control and bidirectional-format characters are escaped,
+//! so that it cannot rewrite a terminal line or reorder what is shown, and its length is bounded,
+//! so that it cannot grow the database. The inventory's text fields need none of this: the
+//! protocol holds them to printable ASCII within limits (`Inventory::check`).
+
+/// The most characters of a miner's message that are kept.
+pub const MAX_MINER_TEXT_CHARS: usize = 512;
+
+/// `text` with every control or bidirectional-format character escaped (`\n`, `\u{1b}`) and
+/// cut after [`MAX_MINER_TEXT_CHARS`] characters, saying how much more there was.
+pub fn miner_text(text: &str) -> String {
+    let mut out = String::with_capacity(text.len().min(MAX_MINER_TEXT_CHARS));
+    for (count, (at, c)) in text.char_indices().enumerate() {
+        if count == MAX_MINER_TEXT_CHARS {
+            out.push_str(&format!("... ({} more bytes)", text.len() - at));
+            break;
+        }
+        if c.is_control() || is_bidi_format(c) {
+            out.extend(c.escape_default());
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// The characters that change the order in which a terminal shows text (Unicode's bidirectional
+/// marks, embeddings, overrides and isolates) or hide it (zero-width).
+fn is_bidi_format(c: char) -> bool {
+    matches!(c, '\u{200B}'..='\u{200F}' | '\u{202A}'..='\u{202E}' | '\u{2066}'..='\u{2069}' | '\u{FEFF}')
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn control_characters_are_escaped_and_plain_text_kept() {
+        assert_eq!(miner_text("nonce already used"), "nonce already used");
+        assert_eq!(miner_text("GPU fault: Xid 79 — retry"), "GPU fault: Xid 79 — retry");
+        assert_eq!(
+            miner_text("\r\u{1b}[2K#999 PASS\nverdict: pass\0"),
+            "\\r\\u{1b}[2K#999 PASS\\nverdict: pass\\u{0}"
+        );
+        assert_eq!(miner_text("abc\u{202E}fed"), "abc\\u{202e}fed");
+    }
+
+    #[test]
+    fn long_text_is_cut_and_says_how_much_was_left() {
+        let long = "é".repeat(MAX_MINER_TEXT_CHARS + 10);
+        let kept = miner_text(&long);
+        assert!(kept.starts_with(&"é".repeat(MAX_MINER_TEXT_CHARS)), "{kept}");
+        assert!(kept.ends_with("... (20 more bytes)"), "{kept}");
+        assert_eq!(
+            miner_text(&"x".repeat(MAX_MINER_TEXT_CHARS)),
+            "x".repeat(MAX_MINER_TEXT_CHARS)
+        );
+    }
+}
