@@ -269,6 +269,21 @@ async fn openings_with_bad_signatures_fail() {
     );
 }
 
+/// An opening is decoded only up to what the challenge's n calls for: one padded by 2 MiB at
+/// n = 64 is refused while decoding, before the validator holds it.
+#[tokio::test(flavor = "multi_thread")]
+async fn openings_larger_than_the_challenge_needs_are_refused_while_decoding() {
+    let miner = spawn_cheater(miner_core(50, &[validator_key()], 1), Cheat::OversizedOpenings).await;
+    let (verdict, _dir) = attest(&miner.url(), Policy::Sampled).await;
+    assert_failed_with(&verdict, ReasonCode::OpeningFailed);
+    let reason = verdict
+        .reasons
+        .iter()
+        .find(|r| r.code == ReasonCode::OpeningFailed)
+        .unwrap();
+    assert!(reason.message.contains("OutOfRange"), "{reason:?}");
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_miner_that_stalls_its_openings_fails_within_a_bound() {
     let miner = spawn_cheater(miner_core(49, &[validator_key()], 1), Cheat::StallOpenings).await;

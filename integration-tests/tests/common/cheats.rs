@@ -37,6 +37,9 @@ pub enum Cheat {
     BadOpeningSignatures,
     /// Accepts the open request and then never sends an opening.
     StallOpenings,
+    /// Pads every opening's matrix to far more than the challenge's n*n bytes, to make the
+    /// validator decode and hold messages sized for a larger n.
+    OversizedOpenings,
     /// Shows one CPU in its inventory (and so gets a small challenge), then commits naming eight
     /// H100s on the cuda backend, with the work split eight ways to match.
     CommitsOtherHardware,
@@ -261,11 +264,13 @@ impl Miner for CheatingMiner {
         })
         .await
         .unwrap();
-        let bad = self.cheat == Cheat::BadOpeningSignatures;
+        let cheat = self.cheat;
         let openings = openings.into_iter().map(move |o| {
             o.map(|mut o| {
-                if bad {
-                    o.signature[0] ^= 1;
+                match cheat {
+                    Cheat::BadOpeningSignatures => o.signature[0] ^= 1,
+                    Cheat::OversizedOpenings => o.start_matrix.resize(o.start_matrix.len() + (2 << 20), 0),
+                    _ => {}
                 }
                 o
             })

@@ -14,8 +14,18 @@ use std::time::Duration;
 use tonic::transport::{Channel, Endpoint};
 use tonic::{Code, Status, Streaming};
 
-/// Largest message accepted from a miner: an opening carries an n*n matrix (64 MiB at n = 8192).
-pub const MAX_MINER_MESSAGE_BYTES: usize = 72 << 20;
+/// Largest message accepted from a miner besides an opening: an inventory, a progress event or a
+/// commitment, each at most some tens of KiB (64 devices, their text held to the limits of
+/// PROTOCOL.md 14.2).
+pub const MAX_MINER_MESSAGE_BYTES: usize = 1 << 20;
+
+/// Largest opening accepted for a challenge of size n: its n*n matrix, plus at most 1025
+/// checkpoint hashes, 64 proof siblings and a signature, well inside the 1 MiB beside it. An
+/// opening sized for n = 8192 (64 MiB) is refused while decoding at a smaller n, so a miner
+/// cannot make the validator hold more than the challenge calls for.
+pub fn max_opening_bytes(n: usize) -> usize {
+    n * n + MAX_MINER_MESSAGE_BYTES
+}
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 const INVENTORY_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -106,8 +116,15 @@ impl MinerConnection {
         }
     }
 
-    pub async fn open_chains(&mut self, request: v1::OpenChainsRequest) -> Result<Streaming<v1::ChainOpening>, Status> {
-        Ok(self.client.open_chains(request).await?.into_inner())
+    /// Asks for openings of a challenge of size `n`, accepting messages of at most
+    /// [`max_opening_bytes`]`(n)`.
+    pub async fn open_chains(
+        &mut self,
+        request: v1::OpenChainsRequest,
+        n: usize,
+    ) -> Result<Streaming<v1::ChainOpening>, Status> {
+        let mut client = self.client.clone().max_decoding_message_size(max_opening_bytes(n));
+        Ok(client.open_chains(request).await?.into_inner())
     }
 }
 

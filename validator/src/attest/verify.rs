@@ -155,7 +155,7 @@ pub async fn sampled(
         )
     };
     let started = Instant::now();
-    let opened = tokio::time::timeout(budget, open_with_retries(miner, request)).await;
+    let opened = tokio::time::timeout(budget, open_with_retries(miner, request, work.n())).await;
     let mut waited = started.elapsed();
     let mut stream = match opened {
         Ok(Ok(stream)) => stream,
@@ -224,10 +224,11 @@ const OPEN_ATTEMPTS: u32 = 3;
 async fn open_with_retries(
     miner: &mut MinerConnection,
     request: v1::OpenChainsRequest,
+    n: usize,
 ) -> Result<tonic::Streaming<v1::ChainOpening>, Status> {
     let mut attempt = 1;
     loop {
-        match miner.open_chains(request.clone()).await {
+        match miner.open_chains(request.clone(), n).await {
             Err(s) if RETRYABLE.contains(&s.code()) && attempt < OPEN_ATTEMPTS => {
                 tracing::warn!(code = ?s.code(), message = miner_text(s.message()), attempt, "open request refused; asking again");
                 tokio::time::sleep(Duration::from_secs(u64::from(attempt))).await;
