@@ -99,14 +99,16 @@ impl HardwareClaim {
         }
         if self.backend != other.backend {
             return Some(format!(
-                "backend: challenge sized for {:?}, commitment names {:?}",
-                self.backend, other.backend
+                "backend: challenge sized for {}, commitment names {}",
+                quoted(&self.backend),
+                quoted(&other.backend)
             ));
         }
         if self.kernel != other.kernel {
             return Some(format!(
-                "kernel: challenge sized for {:?}, commitment names {:?}",
-                self.kernel, other.kernel
+                "kernel: challenge sized for {}, commitment names {}",
+                quoted(&self.kernel),
+                quoted(&other.kernel)
             ));
         }
         for (want, got) in self.devices.iter().zip(&other.devices) {
@@ -125,16 +127,29 @@ impl HardwareClaim {
 type Fact = (&'static str, fn(&DeviceInfo) -> String);
 const DEVICE_FACTS: [Fact; 8] = [
     ("index", |d| d.index.to_string()),
-    ("name", |d| format!("{:?}", d.name)),
-    ("uuid", |d| format!("{:?}", d.uuid)),
+    ("name", |d| quoted(&d.name)),
+    ("uuid", |d| quoted(&d.uuid)),
     ("memory_bytes", |d| d.memory_bytes.to_string()),
     ("sm_count", |d| d.sm_count.to_string()),
     ("compute capability", |d| {
         format!("{}.{}", d.compute_capability.0, d.compute_capability.1)
     }),
-    ("pci_bus_id", |d| format!("{:?}", d.pci_bus_id)),
-    ("driver_version", |d| format!("{:?}", d.driver_version)),
+    ("pci_bus_id", |d| quoted(&d.pci_bus_id)),
+    ("driver_version", |d| quoted(&d.driver_version)),
 ];
+
+/// The most characters of a claim's text that a difference quotes.
+const MAX_QUOTED_CHARS: usize = 128;
+
+/// `text` quoted and escaped as Rust's `{:?}` does, and cut after [`MAX_QUOTED_CHARS`]
+/// characters: a commitment's claim is the miner's, not yet held to any rule, and a mismatch
+/// that quoted all of it could put megabytes into a stored reason.
+fn quoted(text: &str) -> String {
+    match text.char_indices().nth(MAX_QUOTED_CHARS) {
+        None => format!("{text:?}"),
+        Some((at, _)) => format!("{:?}... ({} more bytes)", &text[..at], text.len() - at),
+    }
+}
 
 fn device_difference(want: &DeviceInfo, got: &DeviceInfo) -> Option<(&'static str, String, String)> {
     DEVICE_FACTS.iter().find_map(|(field, fact)| {
@@ -293,6 +308,22 @@ mod tests {
             assert!(named.starts_with(what), "{what}: {named}");
         }
         assert_eq!(base.first_difference(&base.clone()), None);
+    }
+
+    /// A commitment's claim is not held to the inventory's text rules; what a mismatch quotes
+    /// of it is escaped and bounded all the same.
+    #[test]
+    fn a_difference_quotes_at_most_a_line_of_the_commitments_text() {
+        let base = claim();
+        let mut other = base.clone();
+        other.devices[0].name = format!("\n  device 1: NVIDIA H100\u{1b}[0m{}", "x".repeat(1 << 20));
+        let named = base.first_difference(&other).unwrap();
+        assert!(named.len() < 400, "{} bytes", named.len());
+        assert!(named.contains(r"\n  device 1: NVIDIA H100\u{1b}[0m"), "{named}");
+        assert!(
+            named.ends_with(&format!("... ({} more bytes)", (1 << 20) + 28 - 128)),
+            "{named}"
+        );
     }
 
     /// An inventory, of this protocol version, of the two GPUs of [`claim`].
