@@ -314,28 +314,28 @@ fn the_cpu_kernel_is_chosen_by_setting_or_environment_and_reported() {
         &[("GPU_ATTEST_CPU_KERNEL", "portable"), ("GPU_ATTEST_CPU_K_BLOCK", "128")],
     );
     assert_eq!(blocked["rows"][0]["k_block"], 128, "{blocked}");
-    let out = cmd("miner")
-        .args(["bench", "--backend", "cpu", "--sizes", "64", "--seconds", "0.05"])
-        .env("GPU_ATTEST_CPU_KERNEL", "portable")
-        .env("GPU_ATTEST_CPU_K_BLOCK", "100")
-        .output()
-        .unwrap();
-    assert_one_line_failure(
-        &out,
-        "GPU_ATTEST_CPU_K_BLOCK=\"100\": the k block is a positive multiple of 64",
+    // `miner bench` with one tuning variable set to `value` fails in one line saying `why`.
+    let refused = |variable: &str, value: &str, why: &str| {
+        let out = cmd("miner")
+            .args(["bench", "--backend", "cpu", "--sizes", "64", "--seconds", "0.05"])
+            .env("GPU_ATTEST_CPU_KERNEL", "portable")
+            .env(variable, value)
+            .output()
+            .unwrap();
+        assert_one_line_failure(&out, &format!("{variable}=\"{value}\": {why}"));
+    };
+    refused(
+        "GPU_ATTEST_CPU_K_BLOCK",
+        "100",
+        "the k block is a positive multiple of 64",
     );
     // So does the cache-hint knob: the portable kernel takes no hints, so they read off there,
     // and a value that is neither auto nor off is refused.
     assert_eq!(rows[0]["cache_hints"], false, "{bench}");
-    let out = cmd("miner")
-        .args(["bench", "--backend", "cpu", "--sizes", "64", "--seconds", "0.05"])
-        .env("GPU_ATTEST_CPU_KERNEL", "portable")
-        .env("GPU_ATTEST_CPU_CACHE_HINTS", "nta")
-        .output()
-        .unwrap();
-    assert_one_line_failure(
-        &out,
-        "GPU_ATTEST_CPU_CACHE_HINTS=\"nta\": the cache hints are \"auto\" (on) or \"off\"",
+    refused(
+        "GPU_ATTEST_CPU_CACHE_HINTS",
+        "nta",
+        "the cache hints are \"auto\" (on) or \"off\"",
     );
 
     // A name that is no kernel, from the environment or a config file, is one line naming it

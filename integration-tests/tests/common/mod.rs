@@ -299,12 +299,14 @@ pub async fn attest(url: &str, policy: Policy) -> (Verdict, TempDir) {
 
 /// The verdict failed, and one of its reasons is `code`.
 pub fn assert_failed_with(verdict: &Verdict, code: ReasonCode) {
+    failed_with(verdict, code);
+}
+
+/// The first reason of `verdict` with `code`, after asserting that the verdict failed and has one.
+pub fn failed_with(verdict: &Verdict, code: ReasonCode) -> &gpu_attest_validator::reason::Reason {
     assert!(!verdict.passed, "a cheating miner passed: {verdict:?}");
-    assert!(
-        verdict.reasons.iter().any(|r| r.code == code),
-        "no reason is {code}; reasons: {:?}",
-        verdict.reasons
-    );
+    let reason = verdict.reasons.iter().find(|r| r.code == code);
+    reason.unwrap_or_else(|| panic!("no reason is {code}; reasons: {:?}", verdict.reasons))
 }
 
 pub fn validator_options() -> gpu_attest_validator::server::ServeOptions {
