@@ -7,6 +7,9 @@
 //! rayon, and hands each finished row to the epilogue (bias correction, then `mix` or a plain
 //! copy).
 //!
+//! How the rows and k are cut, and which operand streams past L1, is [`schedule`]'s; the tuning
+//! settings read from the environment are [`settings`]'.
+//!
 //! Kernels, fastest first: AMX-INT8 `tdpbssd`, AVX-512 VNNI and AVX-VNNI `vpdpbusd`, AVX2
 //! `vpmaddwd` on widened bytes, and a portable loop. All are exact: PROTOCOL.md "Exactness"
 //! gives the argument, and `tests/gemm_oracle.rs` checks each against [`naive`].
@@ -15,6 +18,8 @@ mod epilogue;
 mod kernels;
 pub mod naive;
 mod packed;
+mod schedule;
+mod settings;
 
 pub use kernels::{CACHE_HINTS_ENV, K_BLOCK_ENV, KERNEL_ENV, KernelChoice, KernelKind, UnknownKernel};
 pub use packed::PackedB;
@@ -22,6 +27,8 @@ pub use packed::PackedB;
 use crate::matrix::Matrix;
 use kernels::{Streamed, Sums, TileOperands};
 use rayon::prelude::*;
+use schedule::{k_spans, rows_per_task, streamed_operand};
+use settings::{cache_hints_from_env, k_block_from_env};
 use std::ops::Range;
 use thiserror::Error;
 
@@ -29,9 +36,6 @@ use thiserror::Error;
 const TILE_COLS: usize = 32;
 /// The most rows any kernel's tile has (AMX's).
 const MAX_TILE_ROWS: usize = 32;
-/// The L1 data cache the cache hints plan for: 48 KiB on every CPU with AMX so far (Sapphire,
-/// Emerald and Granite Rapids), the only kernel that takes the hints.
-const L1_BYTES: usize = 48 << 10;
 
 #[derive(Debug, Error)]
 pub enum GemmError {
@@ -273,45 +277,6 @@ impl CpuGemm {
     }
 }
 
-/// Which operand of a pass over one panel's block of k (`k_len` of k, for a task of `strips`
-/// strips of `tile_rows` rows) to load without displacing the other from L1. Both fit: neither.
-/// Otherwise, with the strips innermost in the walk, the panel's block of B (32 x k_len) is
-/// re-read by the very next strip while a strip's block of A waits for the next panel: A
-/// streams. A task of one strip walks the panels with the same rows of A: B streams. oneDNN's
-/// AMX GEMM makes the same choice (the operand of the innermost loop loads with the T1 hint
-/// once A, B and C outgrow L1).
-fn streamed_operand(strips: usize, tile_rows: usize, k_len: usize) -> Streamed {
-    let (a_block, b_block) = (strips * tile_rows * k_len, TILE_COLS * k_len);
-    if a_block + b_block <= L1_BYTES {
-        Streamed::Neither
-    } else if strips > 1 {
-        Streamed::A
-    } else {
-        Streamed::B
-    }
-}
-
-/// [`CACHE_HINTS_ENV`]: on unless it says "off".
-fn cache_hints_from_env() -> Result<bool, GemmError> {
-    match std::env::var(CACHE_HINTS_ENV) {
-        Ok(given) => parse_cache_hints(&given),
-        Err(std::env::VarError::NotPresent) => Ok(true),
-        Err(std::env::VarError::NotUnicode(given)) => Err(GemmError::BadCacheHints {
-            given: given.to_string_lossy().into_owned(),
-        }),
-    }
-}
-
-fn parse_cache_hints(given: &str) -> Result<bool, GemmError> {
-    match given.trim().to_ascii_lowercase().as_str() {
-        "" | "auto" | "on" => Ok(true),
-        "off" => Ok(false),
-        _ => Err(GemmError::BadCacheHints {
-            given: given.to_string(),
-        }),
-    }
-}
-
 /// Where a finished tile (or a run of its rows) goes: `offset` into the task's block of output
 /// rows, and the row and column of the whole product it starts at (which `mix` is keyed by).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -329,36 +294,6 @@ impl TilePlace {
             row: self.row + rows,
             col: self.col,
         }
-    }
-}
-
-/// `0..n` cut into spans of `k_block` (the last may be shorter; all are multiples of 64).
-fn k_spans(n: usize, k_block: usize) -> Vec<Range<usize>> {
-    assert!(k_block > 0 && k_block.is_multiple_of(64) || k_block == n);
-    (0..n).step_by(k_block).map(|k0| k0..(k0 + k_block).min(n)).collect()
-}
-
-/// [`K_BLOCK_ENV`]: None when unset, empty or "auto".
-fn k_block_from_env() -> Result<Option<usize>, GemmError> {
-    match std::env::var(K_BLOCK_ENV) {
-        Ok(given) => parse_k_block(&given),
-        Err(std::env::VarError::NotPresent) => Ok(None),
-        Err(std::env::VarError::NotUnicode(given)) => Err(GemmError::BadKBlock {
-            given: given.to_string_lossy().into_owned(),
-        }),
-    }
-}
-
-fn parse_k_block(given: &str) -> Result<Option<usize>, GemmError> {
-    let value = given.trim();
-    if value.is_empty() || value.eq_ignore_ascii_case("auto") {
-        return Ok(None);
-    }
-    match value.parse::<usize>() {
-        Ok(k) if k > 0 && k.is_multiple_of(64) => Ok(Some(k)),
-        _ => Err(GemmError::BadKBlock {
-            given: given.to_string(),
-        }),
     }
 }
 
@@ -409,84 +344,9 @@ pub fn register_peak(kernel: KernelKind, threads: usize, seconds: f64) -> Option
     })
 }
 
-/// Enough tasks for rayon to balance (four per thread; one per thread for small products, where
-/// each task's fixed cost, scheduling and the AMX tile configuration, would show), each a whole
-/// number of tiles.
-fn rows_per_task(n: usize, threads: usize, tile_rows: usize) -> usize {
-    let per_thread = if n <= 512 { 1 } else { 4 };
-    let tasks = (threads * per_thread).max(1);
-    n.div_ceil(tasks).next_multiple_of(tile_rows).clamp(tile_rows, n)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn k_block_setting_takes_multiples_of_64_or_auto() {
-        assert_eq!(parse_k_block("auto").unwrap(), None);
-        assert_eq!(parse_k_block(" ").unwrap(), None);
-        assert_eq!(parse_k_block(" 512 ").unwrap(), Some(512));
-        for bad in ["0", "100", "-64", "1k"] {
-            let err = parse_k_block(bad).unwrap_err().to_string();
-            assert!(
-                err.contains(K_BLOCK_ENV) && err.contains(bad) && err.contains("multiple of 64"),
-                "{err}"
-            );
-        }
-    }
-
-    #[test]
-    fn cache_hint_setting_is_auto_on_or_off() {
-        for on in ["", " auto", "ON", "on "] {
-            assert!(parse_cache_hints(on).unwrap(), "{on:?}");
-        }
-        assert!(!parse_cache_hints("Off").unwrap());
-        let err = parse_cache_hints("nta").unwrap_err().to_string();
-        assert!(
-            err.contains(CACHE_HINTS_ENV) && err.contains("nta") && err.contains("off"),
-            "{err}"
-        );
-    }
-
-    /// The AMX kernel's passes at the sizes and thread counts the issue measures: small products
-    /// keep both operands in L1, a task of several strips streams A, a one-strip task B.
-    #[test]
-    fn the_operand_re_read_last_streams() {
-        // As the driver walks: a task of one strip takes the whole of k in one pass.
-        let amx_pass = |n: usize, threads: usize, k_block: usize| {
-            let strips = rows_per_task(n, threads, 32) / 32;
-            streamed_operand(strips, 32, if strips == 1 { n } else { k_block.min(n) })
-        };
-        // n = 256 on 2 threads: 128 rows x 256 of A (32 KiB) and 8 KiB of B fit in 48 KiB.
-        assert_eq!(amx_pass(256, 2, 1024), Streamed::Neither);
-        // n = 1024 and up on 2 threads: several strips per task, a 32 KiB block of B to keep.
-        for n in [1024, 2048, 4096, 8192] {
-            assert_eq!(amx_pass(n, 2, 1024), Streamed::A, "n = {n}");
-        }
-        // 16 threads at n = 1024 and 2048: one strip per task, whose A serves every panel.
-        assert_eq!(amx_pass(1024, 16, 1024), Streamed::B);
-        assert_eq!(amx_pass(2048, 16, 1024), Streamed::B);
-        // One strip with a small block of k fits: nothing to choose.
-        assert_eq!(streamed_operand(1, 32, 512), Streamed::Neither);
-    }
-
-    #[test]
-    fn k_spans_cover_k_once_in_order() {
-        for n in (64..=2048).step_by(64) {
-            for k_block in [64, 192, 1024, n] {
-                let spans = k_spans(n, k_block);
-                assert_eq!(spans.first().unwrap().start, 0);
-                assert_eq!(spans.last().unwrap().end, n);
-                assert!(spans.windows(2).all(|w| w[0].end == w[1].start));
-                assert!(
-                    spans
-                        .iter()
-                        .all(|s| s.len() <= k_block && s.len().is_multiple_of(64) && !s.is_empty())
-                );
-            }
-        }
-    }
 
     #[test]
     fn only_the_blocking_kernels_block_k() {
@@ -511,19 +371,6 @@ mod tests {
         {
             let gemm = CpuGemm::new(1, Some(kernel)).unwrap().with_k_block(Some(64));
             assert_eq!(gemm.k_block(1024), 1024, "{kernel}");
-        }
-    }
-
-    #[test]
-    fn row_split_is_whole_tiles() {
-        for n in (64..=8192).step_by(64) {
-            for threads in 1..=16 {
-                for tile_rows in [8, 32] {
-                    let rows = rows_per_task(n, threads, tile_rows);
-                    assert_eq!(rows % tile_rows, 0);
-                    assert!(rows >= tile_rows && rows <= n);
-                }
-            }
         }
     }
 }
