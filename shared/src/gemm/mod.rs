@@ -7,8 +7,8 @@
 //! rayon, and hands each finished row to the epilogue (bias correction, then `mix` or a plain
 //! copy).
 //!
-//! How the rows and k are cut, and which operand streams past L1, is [`schedule`]'s; the tuning
-//! settings read from the environment are [`settings`]'.
+//! How the rows and k are cut, and which operand streams past L1, is `schedule`'s; the tuning
+//! settings read from the environment are `settings`'.
 //!
 //! Kernels, fastest first: AMX-INT8 `tdpbssd`, AVX-512 VNNI and AVX-VNNI `vpdpbusd`, AVX2
 //! `vpmaddwd` on widened bytes, and a portable loop. All are exact: PROTOCOL.md "Exactness"

@@ -298,14 +298,14 @@ impl KernelKind {
         matches!(self, KernelKind::Avx512Vnni | KernelKind::AvxVnni)
     }
 
-    /// Whether [`tile`](Self::tile) takes a span of k and carried sums. The others take the
+    /// Whether `tile` takes a span of k and carried sums. The others take the
     /// whole of k at once: the `vpdpbusd` kernels read A in place, where a span of k is not one
     /// piece of memory, and the AVX2 kernel blocks k inside its own loop.
     pub fn takes_k_blocks(self) -> bool {
         matches!(self, KernelKind::Amx | KernelKind::Portable)
     }
 
-    /// Whether the kernel acts on [`TileOperands::streamed`]: AMX, whose tile loads have a T1
+    /// Whether the kernel acts on `TileOperands::streamed`: AMX, whose tile loads have a T1
     /// form. The others ignore it.
     pub fn takes_cache_hints(self) -> bool {
         self == KernelKind::Amx
