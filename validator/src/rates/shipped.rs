@@ -6,9 +6,9 @@ use super::class::{RateClass, Unit};
 use serde::{Deserialize, Serialize};
 
 /// One row. A class matches when the backend is equal, the kernel is equal (or the row's is
-/// empty) and the row's model occurs in the device name, case-insensitively (or is empty). The
-/// first matching row gives the expected rate; the first matching row with a peak gives the
-/// ceiling.
+/// empty) and the row's model occurs in the device name, case-insensitively, a `#` in it
+/// standing for any one digit (or the model is empty). The first matching row gives the
+/// expected rate; the first matching row with a peak gives the ceiling.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RateEntry {
@@ -55,8 +55,21 @@ impl RateEntry {
     pub fn matches(&self, class: &RateClass) -> bool {
         self.backend == class.backend
             && (self.kernel.is_empty() || self.kernel == class.kernel)
-            && (self.model.is_empty() || class.model.to_lowercase().contains(&self.model.to_lowercase()))
+            && occurs(&class.model.to_lowercase(), &self.model.to_lowercase())
     }
+}
+
+/// Whether `pattern` occurs in `text`, a `#` in the pattern standing for any one ASCII digit
+/// (so that one row can name every MIG profile, `mig #g.`). An empty pattern occurs anywhere.
+fn occurs(text: &str, pattern: &str) -> bool {
+    let (text, pattern) = (text.as_bytes(), pattern.as_bytes());
+    pattern.is_empty()
+        || text.windows(pattern.len()).any(|window| {
+            window
+                .iter()
+                .zip(pattern)
+                .all(|(&t, &p)| t == p || (p == b'#' && t.is_ascii_digit()))
+        })
 }
 
 /// The shipped row for a class, if any matches.
@@ -128,16 +141,22 @@ const UNMEASURED_CPU: &str =
 /// The table the validator ships with.
 pub fn shipped_rates() -> Vec<RateEntry> {
     let unmeasured = "expected rate: half the ceiling, not yet measured by this project";
-    // A MIG instance is named after its GPU, so this row comes first: a slice is not the
-    // whole GPU. Expected as the smallest slice (1g, a seventh) of an H100; ceiling a whole one.
-    let mut rows = vec![RateEntry {
-        backend: "cuda".into(),
-        kernel: String::new(),
-        model: "MIG".into(),
-        ops_per_sec: 1.979e15 / 2.0 / 7.0,
-        peak_ops_per_sec: 1.979e15,
-        source: "a MIG instance of any GPU: expected as an H100's 1g slice (a seventh of the H100 row); ceiling: a whole H100".into(),
-    }];
+    // A MIG instance is named after its GPU followed by its profile (NVML: "... MIG 1g.10gb",
+    // or "... MIG 1c.3g.40gb" for a compute instance), so these rows come first: a slice is not
+    // the whole GPU. They match the profile, not the bare word, so that "mig" elsewhere in a
+    // name does not buy a slice's rate. Expected as the smallest slice (1g, a seventh) of an
+    // H100; ceiling a whole one.
+    let mut rows: Vec<RateEntry> = ["MIG #g.", "MIG #c."]
+        .into_iter()
+        .map(|profile| RateEntry {
+            backend: "cuda".into(),
+            kernel: String::new(),
+            model: profile.into(),
+            ops_per_sec: 1.979e15 / 2.0 / 7.0,
+            peak_ops_per_sec: 1.979e15,
+            source: "a MIG instance of any GPU: expected as an H100's 1g slice (a seventh of the H100 row); ceiling: a whole H100".into(),
+        })
+        .collect();
     rows.extend(GPU_ROWS.iter().map(|&(model, dense_peak, source)| RateEntry {
         backend: "cuda".into(),
         kernel: String::new(),
@@ -222,8 +241,19 @@ mod tests {
         assert_eq!(peak("NVIDIA A10"), 2.5e14);
         assert_eq!(peak("NVIDIA L40S"), 7.33e14);
         assert_eq!(peak("NVIDIA L4"), 2.425e14);
-        let mig = row_for(&rates, &class("cuda", "tensor", "nvidia h100 80gb hbm3 mig 1g.10gb")).unwrap();
-        assert_eq!(mig.model, "MIG", "a slice is not held to the whole GPU");
+        for slice in [
+            "NVIDIA H100 80GB HBM3 MIG 1g.10gb",
+            "NVIDIA A100-SXM4-40GB MIG 1c.3g.20gb",
+        ] {
+            let mig = row_for(&rates, &class("cuda", "tensor", slice)).unwrap();
+            assert!(
+                mig.model.starts_with("MIG #"),
+                "a slice is not held to the whole GPU: {slice}"
+            );
+        }
+        // The word alone is no profile: a whole GPU does not get a slice's rate by its name.
+        let worded = row_for(&rates, &class("cuda", "tensor", "NVIDIA H100 80GB HBM3 (no mig)")).unwrap();
+        assert_eq!(worded.model, "H100", "{worded:?}");
         assert_eq!(peak("Some Future GPU"), backend_ceiling(Unit::Device));
         let expected = row_for(&rates, &class("cuda", "tensor", "NVIDIA H100 80GB HBM3")).unwrap();
         assert_eq!(expected.ops_per_sec, 1.979e15 / 2.0);
