@@ -15,62 +15,102 @@ use crate::statement::{DeviceInfo, claim_bytes};
 /// The backends this protocol version defines (PROTOCOL.md 14.2).
 pub const BACKENDS: [&str; 2] = ["cpu", "cuda"];
 
-/// The text fields of an inventory and the most bytes each may hold (PROTOCOL.md 14.2). Every
-/// one is printable ASCII: they are stored with every verdict and shown to operators, so a
-/// miner's text must not be able to grow the database without bound, rewrite a terminal line,
-/// or pass for another model's name in look-alike letters.
-pub const TEXT_LIMITS: [(&str, usize); 6] = [
-    ("kernel", 32),
-    ("software_version", 64),
-    ("name", 128),
-    ("uuid", 96),
-    ("pci_bus_id", 32),
-    ("driver_version", 32),
+/// A text field of an inventory and the most bytes it may hold (PROTOCOL.md 14.2). Every one is
+/// printable ASCII: they are stored with every verdict and shown to operators, so a miner's text
+/// must not be able to grow the database without bound, rewrite a terminal line, or pass for
+/// another model's name in look-alike letters.
+struct TextField {
+    name: &'static str,
+    max_bytes: usize,
+}
+
+const KERNEL: TextField = TextField {
+    name: "kernel",
+    max_bytes: 32,
+};
+const SOFTWARE_VERSION: TextField = TextField {
+    name: "software_version",
+    max_bytes: 64,
+};
+
+impl TextField {
+    /// Why `text` cannot be this field, if it cannot.
+    fn problem(&self, text: &str) -> Option<String> {
+        let max = self.max_bytes;
+        if text.len() > max {
+            return Some(format!(
+                "is {} bytes long; the protocol allows at most {max}",
+                text.len()
+            ));
+        }
+        text.bytes().position(|b| !(b' '..=b'~').contains(&b)).map(|at| {
+            format!("has a byte outside printable ASCII at byte {at}; the protocol allows printable ASCII only")
+        })
+    }
+
+    /// `text` made fit for this field: every character outside printable ASCII becomes `?`,
+    /// and the end is cut at the field's limit.
+    fn fit(&self, text: &str) -> String {
+        text.chars()
+            .map(|c| if (' '..='~').contains(&c) { c } else { '?' })
+            .take(self.max_bytes)
+            .collect()
+    }
+}
+
+/// A device's text field and where it is held: one list for the check and for the fitting.
+struct DeviceText {
+    field: TextField,
+    get: fn(&DeviceInfo) -> &String,
+    get_mut: fn(&mut DeviceInfo) -> &mut String,
+}
+
+/// A device's text fields, in the order they are checked.
+const DEVICE_TEXT: [DeviceText; 4] = [
+    DeviceText {
+        field: TextField {
+            name: "name",
+            max_bytes: 128,
+        },
+        get: |d| &d.name,
+        get_mut: |d| &mut d.name,
+    },
+    DeviceText {
+        field: TextField {
+            name: "uuid",
+            max_bytes: 96,
+        },
+        get: |d| &d.uuid,
+        get_mut: |d| &mut d.uuid,
+    },
+    DeviceText {
+        field: TextField {
+            name: "pci_bus_id",
+            max_bytes: 32,
+        },
+        get: |d| &d.pci_bus_id,
+        get_mut: |d| &mut d.pci_bus_id,
+    },
+    DeviceText {
+        field: TextField {
+            name: "driver_version",
+            max_bytes: 32,
+        },
+        get: |d| &d.driver_version,
+        get_mut: |d| &mut d.driver_version,
+    },
 ];
 
-/// The byte limit of text field `field` (one of [`TEXT_LIMITS`]).
-fn text_limit(field: &str) -> usize {
-    TEXT_LIMITS
-        .iter()
-        .find_map(|&(f, max)| (f == field).then_some(max))
-        .expect("a field of TEXT_LIMITS")
-}
-
-/// Why `text` cannot be inventory field `field`, if it cannot.
-fn text_problem(field: &str, text: &str) -> Option<String> {
-    let max = text_limit(field);
-    if text.len() > max {
-        return Some(format!(
-            "is {} bytes long; the protocol allows at most {max}",
-            text.len()
-        ));
-    }
-    text.bytes()
-        .position(|b| !(b' '..=b'~').contains(&b))
-        .map(|at| format!("has a byte outside printable ASCII at byte {at}; the protocol allows printable ASCII only"))
-}
-
-/// `text` made fit for inventory field `field`: every character outside printable ASCII
-/// becomes `?`, and the end is cut at the field's limit. What a miner applies to what its
-/// hardware reports (a CPU model name from the kernel, a GPU name from the driver) before it
-/// claims it.
-pub fn fit_text(field: &str, text: &str) -> String {
-    text.chars()
-        .map(|c| if (' '..='~').contains(&c) { c } else { '?' })
-        .take(text_limit(field))
-        .collect()
-}
-
 impl DeviceInfo {
-    /// This device with every text field made fit for an inventory ([`fit_text`]).
-    pub fn fitted(self) -> Self {
-        DeviceInfo {
-            name: fit_text("name", &self.name),
-            uuid: fit_text("uuid", &self.uuid),
-            pci_bus_id: fit_text("pci_bus_id", &self.pci_bus_id),
-            driver_version: fit_text("driver_version", &self.driver_version),
-            ..self
+    /// This device with every text field made fit for an inventory: what a miner applies to
+    /// what its hardware reports (a CPU model name from the kernel, a GPU name from the driver)
+    /// before it claims it.
+    pub fn fitted(mut self) -> Self {
+        for text in &DEVICE_TEXT {
+            let value = (text.get_mut)(&mut self);
+            *value = text.field.fit(value);
         }
+        self
     }
 }
 
@@ -220,24 +260,18 @@ impl Inventory {
             d if d > MAX_DEVICES as usize => return Err(InventoryError::TooManyDevices(d)),
             _ => {}
         }
-        let texts = [
-            ("kernel", &self.claim.kernel),
-            ("software_version", &self.software_version),
-        ]
-        .map(|(field, text)| (field.to_string(), field, text))
-        .into_iter()
-        .chain(devices.iter().enumerate().flat_map(|(j, d)| {
-            [
-                ("name", &d.name),
-                ("uuid", &d.uuid),
-                ("pci_bus_id", &d.pci_bus_id),
-                ("driver_version", &d.driver_version),
-            ]
-            .map(|(field, text)| (format!("device {j} {field}"), field, text))
-        }));
-        for (label, field, text) in texts {
-            if let Some(problem) = text_problem(field, text) {
-                return Err(InventoryError::Text { field: label, problem });
+        for (field, value) in [(KERNEL, &self.claim.kernel), (SOFTWARE_VERSION, &self.software_version)] {
+            if let Some(problem) = field.problem(value) {
+                let field = field.name.to_string();
+                return Err(InventoryError::Text { field, problem });
+            }
+        }
+        for (j, d) in devices.iter().enumerate() {
+            for device_text in &DEVICE_TEXT {
+                if let Some(problem) = device_text.field.problem((device_text.get)(d)) {
+                    let field = format!("device {j} {}", device_text.field.name);
+                    return Err(InventoryError::Text { field, problem });
+                }
             }
         }
         if let Some((position, d)) = devices.iter().enumerate().find(|(j, d)| d.index as usize != *j) {
