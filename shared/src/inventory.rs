@@ -67,39 +67,26 @@ struct DeviceText {
 
 /// A device's text fields, in the order they are checked.
 const DEVICE_TEXT: [DeviceText; 4] = [
-    DeviceText {
-        field: TextField {
-            name: "name",
-            max_bytes: 128,
-        },
-        get: |d| &d.name,
-        get_mut: |d| &mut d.name,
-    },
-    DeviceText {
-        field: TextField {
-            name: "uuid",
-            max_bytes: 96,
-        },
-        get: |d| &d.uuid,
-        get_mut: |d| &mut d.uuid,
-    },
-    DeviceText {
-        field: TextField {
-            name: "pci_bus_id",
-            max_bytes: 32,
-        },
-        get: |d| &d.pci_bus_id,
-        get_mut: |d| &mut d.pci_bus_id,
-    },
-    DeviceText {
-        field: TextField {
-            name: "driver_version",
-            max_bytes: 32,
-        },
-        get: |d| &d.driver_version,
-        get_mut: |d| &mut d.driver_version,
-    },
+    DeviceText::new("name", 128, |d| &d.name, |d| &mut d.name),
+    DeviceText::new("uuid", 96, |d| &d.uuid, |d| &mut d.uuid),
+    DeviceText::new("pci_bus_id", 32, |d| &d.pci_bus_id, |d| &mut d.pci_bus_id),
+    DeviceText::new("driver_version", 32, |d| &d.driver_version, |d| &mut d.driver_version),
 ];
+
+impl DeviceText {
+    const fn new(
+        name: &'static str,
+        max_bytes: usize,
+        get: fn(&DeviceInfo) -> &String,
+        get_mut: fn(&mut DeviceInfo) -> &mut String,
+    ) -> Self {
+        DeviceText {
+            field: TextField { name, max_bytes },
+            get,
+            get_mut,
+        }
+    }
+}
 
 impl DeviceInfo {
     /// This device with every text field made fit for an inventory: what a miner applies to
