@@ -129,6 +129,42 @@ async fn answering_after_the_deadline_fails() {
     assert!(verdict.measured_ms > verdict.deadline_ms);
 }
 
+/// A miner that could compute first and refuse only the runs it would fail would show nothing
+/// but passes. Past the accept window a refusal no longer withdraws the challenge: the outcome
+/// is a stored failure, like silence. Within it, a refusal is an error and stores nothing.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_challenge_not_accepted_within_the_window_is_a_stored_failure() {
+    for (seed, cheat) in [(60, Cheat::RefusesAfterComputing), (61, Cheat::NeverAccepts)] {
+        let miner = spawn_cheater(miner_core(seed, &[validator_key()], 1), cheat).await;
+        let dir = TempDir::new("accept-window");
+        let mut config = validator_config(&dir, Policy::Sampled);
+        config.deadline.accept_ms = 300;
+        assert!(common::cheats::PAST_THE_ACCEPT_WINDOW.as_millis() > 300);
+        let attestor = attestor(&config).await;
+        let verdict = attestor.attest(&miner.url(), &|_| {}).await.unwrap();
+        let reason = common::failed_with(&verdict, ReasonCode::NotAccepted);
+        assert!(reason.message.contains("within 300 ms"), "{cheat:?}: {reason:?}");
+        let stored = attestor.store().verdicts(&every_verdict()).await.unwrap();
+        assert_eq!(stored.len(), 1, "{cheat:?}: the failure is on record");
+    }
+    // The same refusal inside a wider window is an error: nothing is stored.
+    let miner = spawn_cheater(miner_core(62, &[validator_key()], 1), Cheat::RefusesAfterComputing).await;
+    let dir = TempDir::new("accept-window-wide");
+    let mut config = validator_config(&dir, Policy::Sampled);
+    config.deadline.accept_ms = 20_000;
+    let attestor = attestor(&config).await;
+    let err = attestor.attest(&miner.url(), &|_| {}).await.unwrap_err();
+    assert!(err.to_string().contains("busy with another challenge"), "{err}");
+    assert!(attestor.store().verdicts(&every_verdict()).await.unwrap().is_empty());
+}
+
+fn every_verdict() -> gpu_attest_validator::store::VerdictFilter {
+    gpu_attest_validator::store::VerdictFilter {
+        limit: 100,
+        ..Default::default()
+    }
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn only_registered_unrevoked_miners_teach_their_class_rate() {
     let miner = spawn_miner(miner_core(12, &[validator_key()], 1)).await;

@@ -74,6 +74,11 @@ pub struct DeadlineConfig {
     /// than the work. The planner gives a challenge enough chains to reach it, so the deadline
     /// is always the slack times the expected time, never a floor that loosens it.
     pub min_ms: u64,
+    /// How long a miner has, from the sending of a challenge, to accept or refuse it. Within
+    /// it a refusal is an error and stores no verdict (a busy miner says so at once); past it
+    /// the challenge stands issued and its outcome is a failing verdict (`not-accepted`), so a
+    /// miner cannot compute first and refuse only the runs it would fail.
+    pub accept_ms: u64,
 }
 
 impl DeadlineConfig {
@@ -90,6 +95,7 @@ impl Default for DeadlineConfig {
             cpu_slack: 1.75,
             first_contact_slack: 3.0,
             min_ms: 2_000,
+            accept_ms: 2_000,
         }
     }
 }
@@ -228,6 +234,12 @@ impl ValidatorConfig {
             if !(slack.is_finite() && slack >= 1.0) {
                 return invalid(format!("deadline.{name} = {slack} must be at least 1.0"));
             }
+        }
+        if !(100..=60_000).contains(&self.deadline.accept_ms) {
+            return invalid(format!(
+                "deadline.accept_ms = {} must be in 100..=60000: a miner accepts or refuses a challenge at once, and time past that is time to compute and then refuse",
+                self.deadline.accept_ms
+            ));
         }
         if self.schedule.concurrency == 0 {
             return invalid("schedule.concurrency = 0 would attest no miner at all".into());

@@ -39,6 +39,9 @@ macro_rules! reason_codes {
 
 reason_codes! {
     // Before the commitment.
+    /// The miner neither accepted nor refused the challenge within the accept window, or
+    /// refused it only after (PROTOCOL.md 14.3): the challenge stood issued.
+    NotAccepted = "not-accepted",
     /// The commitment (or `Accepted`) names hardware other than the challenge was sized for.
     HardwareMismatch = "hardware-mismatch",
     /// A progress event that cannot be true of the accepted partition.

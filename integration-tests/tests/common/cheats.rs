@@ -56,7 +56,16 @@ pub enum Cheat {
     NameWithALineBreak,
     /// Claims a backend this protocol version does not define.
     UnknownBackend,
+    /// Computes the challenge before answering, then refuses it as busy: what a miner that
+    /// refuses only the runs it would fail does with a run it would fail.
+    RefusesAfterComputing,
+    /// Sends only empty events, never `Accepted`, never a refusal.
+    NeverAccepts,
 }
+
+/// How long [`Cheat::RefusesAfterComputing`] waits after computing: past the accept window the
+/// tests give the validator.
+pub const PAST_THE_ACCEPT_WINDOW: Duration = Duration::from_millis(600);
 
 /// Eight H100s, as a miner that has none would describe them.
 pub fn claimed_h100s() -> Vec<gpu_attest_shared::statement::DeviceInfo> {
@@ -77,7 +86,7 @@ pub fn claimed_h100s() -> Vec<gpu_attest_shared::statement::DeviceInfo> {
 pub struct CheatingMiner {
     core: Arc<MinerCore>,
     cheat: Cheat,
-    first: Mutex<Option<v1::Commitment>>,
+    first: Arc<Mutex<Option<v1::Commitment>>>,
 }
 
 type Events<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send>>;
@@ -88,7 +97,7 @@ pub async fn spawn_cheater(core: Arc<MinerCore>, cheat: Cheat) -> Running {
     let service = CheatingMiner {
         core,
         cheat,
-        first: Mutex::new(None),
+        first: Arc::default(),
     };
     tokio::spawn(
         tonic::transport::Server::builder()
@@ -147,104 +156,47 @@ impl Miner for CheatingMiner {
         request: Request<v1::Challenge>,
     ) -> Result<Response<Self::RunChallengeStream>, Status> {
         let accepted = self.core.accept(request.get_ref(), gpu_attest_miner::core::now_ms())?;
-        let deadline_ms = accepted.challenge.deadline_ms;
-        let (core, work) = (self.core.clone(), accepted.work.clone());
-        let (accepted, honest) = tokio::task::spawn_blocking(move || {
-            let result = core.execute(&accepted, &|_| {}, &CancelToken::new());
-            (accepted, result)
-        })
-        .await
-        .unwrap();
-        let honest = honest?;
-        let devices = self.core.backend().backend.device_count();
-        let (committed, kept): (Execution, Execution) = match self.cheat {
-            Cheat::SkipChains => {
-                let mut chains = honest.chains.clone();
-                let half = chains.len() / 2;
-                garbage(&mut chains[half..]);
-                let cheat = engine::commit(&work, devices, chains).unwrap();
-                (cheat.clone(), cheat)
+        match self.cheat {
+            Cheat::RefusesAfterComputing => {
+                let core = self.core.clone();
+                tokio::task::spawn_blocking(move || core.execute(&accepted, &|_| {}, &CancelToken::new()))
+                    .await
+                    .unwrap()?;
+                tokio::time::sleep(PAST_THE_ACCEPT_WINDOW).await;
+                return Err(Status::resource_exhausted("busy with another challenge"));
             }
-            Cheat::LeafChangedAfterCommit => {
-                let mut changed = honest.clone();
-                garbage(&mut changed.chains);
-                (honest, changed)
+            Cheat::NeverAccepts => {
+                let nothing = tokio_stream::StreamExt::then(tokio_stream::iter(std::iter::repeat(())), |_| async {
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    Ok(v1::ChallengeEvent { event: None })
+                });
+                return Ok(Response::new(Box::pin(nothing)));
             }
-            Cheat::WrongPartition => {
-                let m = work.num_chains();
-                let partition = [
-                    DeviceSlice {
-                        index: 0,
-                        offset: 0,
-                        count: m - 1,
-                    },
-                    DeviceSlice {
-                        index: 1,
-                        offset: m - 1,
-                        count: 1,
-                    },
-                ];
-                let trees = device_trees(&partition, &honest.chains).unwrap();
-                let commitment = WorkCommitment::from_trees(work.params().nonce, &trees);
-                let cheat = Execution {
-                    commitment,
-                    trees,
-                    chains: honest.chains,
-                };
-                (cheat.clone(), cheat)
-            }
-            Cheat::CommitsOtherHardware => {
-                let eight_ways = engine::commit(&work, 8, honest.chains).unwrap();
-                (eight_ways.clone(), eight_ways)
-            }
-            _ => (honest.clone(), honest),
-        };
-        let mut statement = self.core.statement(&accepted, &committed, 1);
-        if self.cheat == Cheat::CommitsOtherHardware {
-            statement.inventory = claimed_h100s();
-            statement.backend = "cuda".into();
-            statement.kernel = "tensor".into();
+            _ => {}
         }
-        if self.cheat == Cheat::WrongGlobalChecksum {
-            statement.work.global.0[0] ^= 1;
-        }
-        let mut commitment = self.core.sign_commitment(&statement);
-        if self.cheat == Cheat::ForeignKey {
-            let other = gpu_attest_shared::identity::Identity::from_seed([0xf0; 32]);
-            statement.miner_key = other.public_key();
-            commitment = gpu_attest_proto::convert::commitment_to_wire(&statement, &statement.sign(&other));
-        }
-        if self.cheat == Cheat::ReplayFirstCommitment {
-            let mut first = self.first.lock().unwrap();
-            match &*first {
-                Some(earlier) => commitment = earlier.clone(),
-                None => *first = Some(commitment.clone()),
-            }
-        }
-        self.core.remember(accepted, kept);
-        if self.cheat == Cheat::Slow {
-            let late = deadline_ms.saturating_sub(gpu_attest_miner::core::now_ms()) + 300;
-            tokio::time::sleep(Duration::from_millis(late)).await;
-        }
-        let mut events = vec![Ok(v1::ChallengeEvent {
-            event: Some(Event::Accepted(v1::Accepted {
-                devices,
-                backend: "cpu".into(),
-            })),
-        })];
-        if self.cheat == Cheat::ImpossibleProgress {
-            events.push(Ok(v1::ChallengeEvent {
-                event: Some(Event::Progress(v1::Progress {
-                    device: devices + 4,
-                    done: work.num_chains() + 10,
-                    total: 0,
+        // Accepted at once, as an honest miner does; the cheat happens in what follows.
+        let (tx, rx) = tokio::sync::mpsc::channel(4);
+        let _ = tx
+            .send(Ok(v1::ChallengeEvent {
+                event: Some(Event::Accepted(v1::Accepted {
+                    devices: self.core.backend().backend.device_count(),
+                    backend: "cpu".into(),
                 })),
-            }));
-        }
-        events.push(Ok(v1::ChallengeEvent {
-            event: Some(Event::Commitment(commitment)),
-        }));
-        Ok(Response::new(Box::pin(tokio_stream::iter(events))))
+            }))
+            .await;
+        let (core, cheat, first) = (self.core.clone(), self.cheat, self.first.clone());
+        tokio::spawn(async move {
+            let events = match after_accepting(core, cheat, &first, accepted).await {
+                Ok(events) => events,
+                Err(status) => vec![Err(status)],
+            };
+            for event in events {
+                if tx.send(event).await.is_err() {
+                    break;
+                }
+            }
+        });
+        Ok(Response::new(Box::pin(tokio_stream::wrappers::ReceiverStream::new(rx))))
     }
 
     async fn open_chains(
@@ -279,4 +231,106 @@ impl Miner for CheatingMiner {
             openings.collect::<Vec<_>>(),
         ))))
     }
+}
+
+/// The events a cheating miner sends after `Accepted`: it computes, then cheats at its step.
+async fn after_accepting(
+    core: Arc<MinerCore>,
+    cheat: Cheat,
+    first: &Mutex<Option<v1::Commitment>>,
+    accepted: gpu_attest_miner::core::AcceptedChallenge,
+) -> Result<Vec<Result<v1::ChallengeEvent, Status>>, Status> {
+    let deadline_ms = accepted.challenge.deadline_ms;
+    let (worker, work) = (core.clone(), accepted.work.clone());
+    let (accepted, honest) = tokio::task::spawn_blocking(move || {
+        let result = worker.execute(&accepted, &|_| {}, &CancelToken::new());
+        (accepted, result)
+    })
+    .await
+    .unwrap();
+    let honest = honest?;
+    let devices = core.backend().backend.device_count();
+    let (committed, kept): (Execution, Execution) = match cheat {
+        Cheat::SkipChains => {
+            let mut chains = honest.chains.clone();
+            let half = chains.len() / 2;
+            garbage(&mut chains[half..]);
+            let forged = engine::commit(&work, devices, chains).unwrap();
+            (forged.clone(), forged)
+        }
+        Cheat::LeafChangedAfterCommit => {
+            let mut changed = honest.clone();
+            garbage(&mut changed.chains);
+            (honest, changed)
+        }
+        Cheat::WrongPartition => {
+            let m = work.num_chains();
+            let partition = [
+                DeviceSlice {
+                    index: 0,
+                    offset: 0,
+                    count: m - 1,
+                },
+                DeviceSlice {
+                    index: 1,
+                    offset: m - 1,
+                    count: 1,
+                },
+            ];
+            let trees = device_trees(&partition, &honest.chains).unwrap();
+            let commitment = WorkCommitment::from_trees(work.params().nonce, &trees);
+            let forged = Execution {
+                commitment,
+                trees,
+                chains: honest.chains,
+            };
+            (forged.clone(), forged)
+        }
+        Cheat::CommitsOtherHardware => {
+            let eight_ways = engine::commit(&work, 8, honest.chains).unwrap();
+            (eight_ways.clone(), eight_ways)
+        }
+        _ => (honest.clone(), honest),
+    };
+    let mut statement = core.statement(&accepted, &committed, 1);
+    if cheat == Cheat::CommitsOtherHardware {
+        statement.inventory = claimed_h100s();
+        statement.backend = "cuda".into();
+        statement.kernel = "tensor".into();
+    }
+    if cheat == Cheat::WrongGlobalChecksum {
+        statement.work.global.0[0] ^= 1;
+    }
+    let mut commitment = core.sign_commitment(&statement);
+    if cheat == Cheat::ForeignKey {
+        let other = gpu_attest_shared::identity::Identity::from_seed([0xf0; 32]);
+        statement.miner_key = other.public_key();
+        commitment = gpu_attest_proto::convert::commitment_to_wire(&statement, &statement.sign(&other));
+    }
+    if cheat == Cheat::ReplayFirstCommitment {
+        let mut first = first.lock().unwrap();
+        match &*first {
+            Some(earlier) => commitment = earlier.clone(),
+            None => *first = Some(commitment.clone()),
+        }
+    }
+    core.remember(accepted, kept);
+    if cheat == Cheat::Slow {
+        let late = deadline_ms.saturating_sub(gpu_attest_miner::core::now_ms()) + 300;
+        tokio::time::sleep(Duration::from_millis(late)).await;
+    }
+    let mut events = Vec::new();
+    if cheat == Cheat::ImpossibleProgress {
+        events.push(Ok(v1::ChallengeEvent {
+            event: Some(Event::Progress(v1::Progress {
+                device: devices + 4,
+                done: work.num_chains() + 10,
+                total: 0,
+            })),
+        }));
+    }
+    events.push(Ok(v1::ChallengeEvent {
+        event: Some(Event::Commitment(commitment)),
+    }));
+    Ok(events)
 }

@@ -250,6 +250,7 @@ pub fn validator_config(dir: &TempDir, policy: Policy) -> ValidatorConfig {
             cpu_slack: 2.0,
             first_contact_slack: 2.0,
             min_ms: 1_500,
+            ..DeadlineConfig::default()
         },
         rates: vec![RateEntry {
             backend: "cpu".into(),

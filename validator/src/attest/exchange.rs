@@ -11,7 +11,7 @@ use gpu_attest_proto::v1::{self, challenge_event::Event};
 use gpu_attest_shared::engine::DeviceProgress;
 use gpu_attest_shared::partition::{DeviceSlice, canonical_partition};
 use gpu_attest_shared::statement::Commitment;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 use tonic::Streaming;
 
 /// What the stream may contain, given the plan: `Accepted` once and first, naming the planned
@@ -87,6 +87,40 @@ impl StreamCheck {
     }
 }
 
+/// The time a miner has to accept or refuse a challenge, from its sending (PROTOCOL.md 14.3).
+/// An honest miner answers at once; one that answers later could have computed first and
+/// refused only the runs it would fail, so past the window the challenge stands issued.
+pub struct AcceptWindow {
+    length: Duration,
+    ends: tokio::time::Instant,
+}
+
+impl AcceptWindow {
+    /// A window of `length` from now: create it as the challenge is sent.
+    pub fn new(length: Duration) -> Self {
+        AcceptWindow {
+            length,
+            ends: tokio::time::Instant::now() + length,
+        }
+    }
+
+    /// What `answer` gave, if it came within the window; `None` once the window has passed.
+    pub async fn bound<F: Future>(&self, answer: F) -> Option<F::Output> {
+        tokio::time::timeout_at(self.ends, answer).await.ok()
+    }
+
+    /// Why an attestation whose miner let the window pass has failed.
+    pub fn missed(&self) -> Reason {
+        Reason::new(
+            ReasonCode::NotAccepted,
+            format!(
+                "the miner neither accepted nor refused the challenge within {} ms of its sending; past that a refusal no longer withdraws an issued challenge",
+                self.length.as_millis()
+            ),
+        )
+    }
+}
+
 /// How the challenge stream ended, from the validator's side.
 pub enum Received {
     /// The commitment, converted from the wire, and its signature (not yet checked).
@@ -96,13 +130,14 @@ pub enum Received {
 }
 
 /// Reads the challenge stream until the commitment or `until`, relaying checked events. `Err`
-/// means the miner refused, or never answered with an event (no verdict); once it has sent an
-/// event, every outcome is a [`Received`].
+/// means the miner refused, or ended the stream, within the accept window (no verdict); every
+/// other outcome, from its first event on or once the window has passed, is a [`Received`].
 pub async fn await_commitment(
     url: &str,
     stream: &mut Streaming<v1::ChallengeEvent>,
     plan: &Plan,
     until: tokio::time::Instant,
+    window: &AcceptWindow,
     on_event: &(dyn Fn(AttestEvent) + Send + Sync),
 ) -> Result<Received, AttestError> {
     let mut check = StreamCheck::new(plan);
@@ -110,7 +145,15 @@ pub async fn await_commitment(
     let started = Instant::now();
     let read = async {
         loop {
-            let event = match stream.message().await {
+            let next = if answered {
+                stream.message().await
+            } else {
+                match window.bound(stream.message()).await {
+                    Some(next) => next,
+                    None => return Ok(Received::Failed(window.missed())),
+                }
+            };
+            let event = match next {
                 Ok(Some(v1::ChallengeEvent { event: Some(event) })) => event,
                 // An empty event (a oneof this version does not know) says nothing: skipped.
                 Ok(Some(v1::ChallengeEvent { event: None })) => continue,
@@ -186,10 +229,7 @@ pub async fn await_commitment(
     };
     match tokio::time::timeout_at(until, read).await {
         Ok(received) => received,
-        Err(_) if !answered => Err(AttestError::Unreachable {
-            url: url.into(),
-            detail: format!("no answer to the challenge within {} ms", started.elapsed().as_millis()),
-        }),
+        Err(_) if !answered => Ok(Received::Failed(window.missed())),
         Err(_) => Ok(Received::Failed(Reason::new(
             ReasonCode::CommitmentTimedOut,
             format!(

@@ -26,7 +26,7 @@ use crate::rates::RateBook;
 use crate::rates::class::homogeneous;
 use crate::store::{ClassObservation, Store, StoreError, Verdict};
 use client::MinerConnection;
-use exchange::{Received, await_commitment};
+use exchange::{AcceptWindow, Received, await_commitment};
 use gpu_attest_shared::engine::DeviceProgress;
 use gpu_attest_shared::identity::{Identity, PublicKey};
 use gpu_attest_shared::inventory::{HardwareClaim, Inventory, InventoryError};
@@ -286,18 +286,25 @@ impl Attestor {
         // The miner cancels at the deadline itself; the grace covers a miner that does not.
         let grace = Duration::from_millis(plan.deadline_ms / 10 + 2_000);
         let wait_limit = Duration::from_millis(plan.deadline_ms) + grace;
+        let accept_window = Duration::from_millis(self.config.deadline.accept_ms).min(wait_limit);
+        let signature = challenge.sign(&self.identity);
         let sent = Instant::now();
         let until = tokio::time::Instant::now() + wait_limit;
-        let signature = challenge.sign(&self.identity);
-        let mut stream = tokio::time::timeout_at(until, miner.run_challenge(challenge, &signature))
-            .await
-            .map_err(|_| AttestError::Unreachable {
-                url: outcome.url.clone(),
-                detail: format!("no answer to the challenge within {} ms", wait_limit.as_millis()),
-            })??;
-        let received = await_commitment(miner.url(), &mut stream, plan, until, on_event).await?;
-        outcome.measured_ms = sent.elapsed().as_millis() as u64;
-        drop(stream); // a miner still computing is cancelled
+        let window = AcceptWindow::new(accept_window);
+        // A refusal here came within the window (the call is cut off at its end): an error,
+        // no verdict. Silence past it is a verdict: the challenge stands issued.
+        let received = match window.bound(miner.run_challenge(challenge, &signature)).await {
+            Some(started) => {
+                let mut stream = started?;
+                let received = await_commitment(miner.url(), &mut stream, plan, until, &window, on_event).await?;
+                outcome.measured_ms = sent.elapsed().as_millis() as u64;
+                received // the stream goes here: a miner still computing is cancelled
+            }
+            None => {
+                outcome.measured_ms = sent.elapsed().as_millis() as u64;
+                Received::Failed(window.missed())
+            }
+        };
         match received {
             Received::Failed(reason) => {
                 outcome.reasons.push(reason);
