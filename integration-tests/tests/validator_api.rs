@@ -275,6 +275,50 @@ async fn a_registered_miner_that_changes_key_is_refused() {
     );
 }
 
+/// A second URL for a registered key is either the same miner spelt another way (it would be
+/// attested twice at once) or a relay that would be credited with that miner's verdicts.
+#[tokio::test(flavor = "multi_thread")]
+async fn one_key_is_registered_at_one_url() {
+    let dir = TempDir::new("one-key");
+    let attestor = attestor(&validator_config(&dir, Policy::Sampled)).await;
+    let validator = spawn_validator(attestor.clone()).await;
+    let mut api = client(&validator).await;
+    let miner = spawn_miner(miner_core(26, &[validator_key()], 1)).await;
+    let register = |url: String, name: &str| v1::RegisterMinerRequest {
+        url,
+        name: name.into(),
+        replace_key: false,
+    };
+    api.register_miner(register(miner.url(), "rig-1")).await.unwrap();
+    let other_spelling = format!("http://localhost:{}", miner.address.port());
+    for replace_key in [false, true] {
+        let request = v1::RegisterMinerRequest {
+            replace_key,
+            ..register(other_spelling.clone(), "mallory")
+        };
+        let err = api.register_miner(request).await.unwrap_err();
+        assert_eq!(err.code(), Code::AlreadyExists, "{err:?}");
+        for needle in ["already registered as \"rig-1\"", &miner.url(), "miners remove"] {
+            assert!(err.message().contains(needle), "{needle}: {}", err.message());
+        }
+    }
+    let listed = api.list_miners(v1::ListMinersRequest {}).await.unwrap().into_inner();
+    assert_eq!(listed.miners.len(), 1);
+    assert_eq!(listed.miners[0].name, "rig-1");
+    // The same URL again only renames; a miner that moved is registered once the old URL is gone.
+    api.register_miner(register(miner.url(), "rig-one")).await.unwrap();
+    let removed = api
+        .remove_miner(v1::RemoveMinerRequest { url: miner.url() })
+        .await
+        .unwrap();
+    assert!(removed.into_inner().removed);
+    let moved = api
+        .register_miner(register(other_spelling.clone(), "rig-1"))
+        .await
+        .unwrap();
+    assert_eq!(moved.into_inner().url, other_spelling);
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn unreachable_and_refusing_miners_store_no_verdict() {
     let dir = TempDir::new("refuse");

@@ -37,6 +37,7 @@ impl From<AttestError> for Status {
                 Code::FailedPrecondition
             }
             AttestError::Store(StoreError::KeyChanged { .. } | StoreError::Revoked(..)) => Code::FailedPrecondition,
+            AttestError::Store(StoreError::KeyRegisteredElsewhere { .. }) => Code::AlreadyExists,
             AttestError::Store(StoreError::Unwritable(_)) => Code::Unavailable,
             AttestError::Transport(_) => Code::FailedPrecondition,
             AttestError::Verify(_) | AttestError::Store(_) | AttestError::Random(_) => Code::Internal,

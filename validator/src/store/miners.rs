@@ -18,7 +18,7 @@ fn key_from(bytes: &[u8]) -> Result<PublicKey, StoreError> {
 impl Store {
     /// Registers a miner at `url` bound to `key`. Re-registering with the same key updates the
     /// name; a different key is refused unless `replace_key` (the operator's explicit action).
-    /// A revoked key is refused always.
+    /// A revoked key is refused always, and so is a key registered at another URL.
     pub async fn register_miner(
         &self,
         url: &str,
@@ -29,6 +29,21 @@ impl Store {
     ) -> Result<MinerRecord, StoreError> {
         self.check_not_revoked(&key).await?;
         let mut tx = self.pool.begin().await?;
+        // One key is one miner: a second URL for it would be a relay (its verdicts credited to
+        // whoever registered that URL) or the same miner attested twice at once.
+        let elsewhere: Option<(String, String)> =
+            sqlx::query_as("SELECT url, name FROM miners WHERE miner_key = $1 AND url <> $2 LIMIT 1")
+                .bind(key.0.to_vec())
+                .bind(url)
+                .fetch_optional(&mut *tx)
+                .await?;
+        if let Some((registered_url, registered_name)) = elsewhere {
+            return Err(StoreError::KeyRegisteredElsewhere {
+                key,
+                url: registered_url,
+                name: registered_name,
+            });
+        }
         let existing: Option<(Vec<u8>,)> = sqlx::query_as("SELECT miner_key FROM miners WHERE url = $1")
             .bind(url)
             .fetch_optional(&mut *tx)

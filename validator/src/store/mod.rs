@@ -74,6 +74,10 @@ pub enum StoreError {
     },
     #[error("miner key {0} is revoked ({1})")]
     Revoked(PublicKey, String),
+    #[error(
+        "miner key {key} is already registered as {name:?} at {url}: one key is one miner. If the miner moved, remove that registration first (`validator miners remove {url}`); if it did not, this URL relays another miner's answers"
+    )]
+    KeyRegisteredElsewhere { key: PublicKey, url: String, name: String },
 }
 
 impl From<sqlx::Error> for StoreError {
