@@ -6,6 +6,7 @@ mod common;
 
 use common::cheats::{Cheat, spawn_cheater};
 use common::*;
+use gpu_attest_validator::attest::AttestEvent;
 use gpu_attest_validator::config::Policy;
 use gpu_attest_validator::rates::RateSource;
 use gpu_attest_validator::reason::ReasonCode;
@@ -127,6 +128,46 @@ async fn answering_after_the_deadline_fails() {
     let (verdict, _dir) = attest(&miner.url(), Policy::Sampled).await;
     assert_failed_with(&verdict, ReasonCode::LateCommitment);
     assert!(verdict.measured_ms > verdict.deadline_ms);
+}
+
+/// Full re-execution costs the validator as much as the work; a miner that has already failed
+/// does not get to make it spend that. (The cheat is late but honest, so the skipped
+/// re-execution is seen in the events: no progress after the commitment.)
+#[tokio::test(flavor = "multi_thread")]
+async fn a_late_commitment_is_not_reexecuted_under_the_full_policy() {
+    let miner = spawn_cheater(miner_core(63, &[validator_key()], 1), Cheat::Slow).await;
+    let dir = TempDir::new("late-full");
+    let attestor = attestor(&validator_config(&dir, Policy::Full)).await;
+    let events = std::sync::Mutex::new(Vec::new());
+    let verdict = attestor
+        .attest(&miner.url(), &|e| events.lock().unwrap().push(e))
+        .await
+        .unwrap();
+    assert_failed_with(&verdict, ReasonCode::LateCommitment);
+    let events = events.into_inner().unwrap();
+    let committed = events
+        .iter()
+        .position(|e| {
+            matches!(
+                e,
+                AttestEvent::Phase {
+                    name: "commitment-received",
+                    ..
+                }
+            )
+        })
+        .expect("a commitment arrived");
+    let after: Vec<_> = events[committed..].iter().collect();
+    assert!(
+        after.iter().any(
+            |e| matches!(e, AttestEvent::Phase { name: "verifying", detail } if detail.contains("not re-executed"))
+        ),
+        "{after:?}"
+    );
+    assert!(
+        !after.iter().any(|e| matches!(e, AttestEvent::Progress(_))),
+        "re-executed: {after:?}"
+    );
 }
 
 /// A miner that could compute first and refuse only the runs it would fail would show nothing

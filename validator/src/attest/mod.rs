@@ -347,6 +347,15 @@ impl Attestor {
         if !verify::check_statement(challenge, &work, commitment, signature, outcome) {
             return Ok(());
         }
+        if outcome.policy == Policy::Full && !outcome.reasons.is_empty() {
+            // Re-execution costs this validator as much as the work: a miner that has already
+            // failed (late, or naming other hardware) must not make it spend that for nothing.
+            on_event(AttestEvent::Phase {
+                name: "verifying",
+                detail: "Full policy: not re-executed, the verdict has already failed".into(),
+            });
+            return Ok(());
+        }
         on_event(AttestEvent::Phase {
             name: "verifying",
             detail: format!("{:?} policy", outcome.policy),
