@@ -30,6 +30,8 @@ pub enum SignatureError {
     KeyLength,
     #[error("public key is not a valid ed25519 point")]
     KeyInvalid,
+    #[error("public key is a point of small order, under which no signature verifies strictly")]
+    KeyWeak,
     #[error("signature is not 64 bytes")]
     SignatureLength,
     #[error("signature does not verify")]
@@ -53,6 +55,17 @@ impl PublicKey {
 
     pub fn to_hex(&self) -> String {
         hex::encode(self.0)
+    }
+
+    /// Whether any signature can verify under this key: a valid point, not of small order (the
+    /// identity and its like, which strict verification refuses). A key that fails this is no
+    /// one's identity, and is refused where it is presented rather than at its first signature.
+    pub fn check_usable(&self) -> Result<(), SignatureError> {
+        let key = VerifyingKey::from_bytes(&self.0).map_err(|_| SignatureError::KeyInvalid)?;
+        if key.is_weak() {
+            return Err(SignatureError::KeyWeak);
+        }
+        Ok(())
     }
 
     /// Strict verification (no malleable or small-order keys).

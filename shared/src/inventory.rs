@@ -7,7 +7,7 @@
 //! as eight GPUs.
 
 use crate::digest::Digest;
-use crate::identity::PublicKey;
+use crate::identity::{PublicKey, SignatureError};
 use crate::params::PROTOCOL_VERSION;
 use crate::partition::MAX_DEVICES;
 use crate::statement::{DeviceInfo, claim_bytes};
@@ -226,6 +226,8 @@ pub enum InventoryError {
     UnknownBackend(String),
     #[error("the inventory's {field} {problem}")]
     Text { field: String, problem: String },
+    #[error("the miner's key {key} cannot sign anything: {problem}")]
+    MinerKey { key: PublicKey, problem: SignatureError },
 }
 
 impl Inventory {
@@ -235,6 +237,12 @@ impl Inventory {
             return Err(InventoryError::ProtocolVersion {
                 theirs: self.protocol_version,
                 ours: PROTOCOL_VERSION,
+            });
+        }
+        if let Err(problem) = self.miner_key.check_usable() {
+            return Err(InventoryError::MinerKey {
+                key: self.miner_key,
+                problem,
             });
         }
         if !BACKENDS.contains(&self.claim.backend.as_str()) {
@@ -356,6 +364,50 @@ mod tests {
             software_version: "test".into(),
             limits: MinerLimits::default(),
         }
+    }
+
+    /// Small-order points (the identity, its negation, the order-4 and order-8 points) and
+    /// bytes that are no point at all: no commitment could ever verify under them, so the miner
+    /// is refused at its inventory instead of being given work the validator must then fail.
+    #[test]
+    fn a_miner_key_that_cannot_sign_is_refused() {
+        let identity = {
+            let mut k = [0u8; 32];
+            k[0] = 1;
+            k
+        };
+        let mut negated_identity = [0xffu8; 32];
+        negated_identity[0] = 0xec;
+        negated_identity[31] = 0x7f;
+        let mut not_a_point = [0u8; 32];
+        not_a_point[0] = 2;
+        for (key, problem) in [
+            (identity, SignatureError::KeyWeak),
+            (negated_identity, SignatureError::KeyWeak),
+            ([0; 32], SignatureError::KeyWeak),
+            (not_a_point, SignatureError::KeyInvalid),
+        ] {
+            let inventory = Inventory {
+                miner_key: PublicKey(key),
+                ..inventory()
+            };
+            let err = inventory.check().unwrap_err();
+            assert_eq!(
+                err,
+                InventoryError::MinerKey {
+                    key: PublicKey(key),
+                    problem
+                }
+            );
+            assert!(err.to_string().contains(&hex::encode(key)), "{err}");
+        }
+        let real = crate::identity::Identity::from_seed([9; 32]).public_key();
+        Inventory {
+            miner_key: real,
+            ..inventory()
+        }
+        .check()
+        .unwrap();
     }
 
     #[test]

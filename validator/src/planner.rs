@@ -288,7 +288,7 @@ mod tests {
     use super::*;
     use crate::rates::calibration::{CalibrationConfig, Observation};
     use crate::rates::shipped::shipped_rates;
-    use gpu_attest_shared::identity::PublicKey;
+    use gpu_attest_shared::identity::Identity;
     use gpu_attest_shared::inventory::MinerLimits;
     use gpu_attest_shared::params::PROTOCOL_VERSION;
     use gpu_attest_shared::statement::DeviceInfo;
@@ -300,7 +300,7 @@ mod tests {
 
     fn inventory(backend: &str, kernel: &str, names: &[&str]) -> Inventory {
         Inventory {
-            miner_key: PublicKey([7; 32]),
+            miner_key: Identity::from_seed([7; 32]).public_key(),
             claim: HardwareClaim {
                 backend: backend.into(),
                 kernel: kernel.into(),
@@ -402,7 +402,7 @@ mod tests {
         assert!((seconds(&p) - 30.0).abs() < 0.1, "{}", seconds(&p));
         assert_eq!(p.deadline_ms, (p.expected_ms as f64 * 3.0).ceil() as u64);
         assert_eq!(p.claim, inv.claim);
-        assert_eq!(p.params.miner_key, [7; 32]);
+        assert_eq!(p.params.miner_key, inv.miner_key.0);
         // The miner's own limit caps the chain count (and so the work) below the target.
         inv.limits.max_chains = 1 << 16;
         let capped = plan_for(&inv, &cfg).unwrap();
