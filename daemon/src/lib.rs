@@ -6,6 +6,7 @@
 //! The wire types live apart, in `gpu-attest-proto`, for peers that want only those.
 
 pub mod config;
+pub mod connections;
 pub mod devices;
 pub mod errors;
 pub mod listen;

@@ -2,12 +2,12 @@
 //! server reflection on one listener, behind the same layers (refusal log, then the per-peer
 //! rate limit over every service) with the same TLS and connection limits.
 
+use crate::connections::{self, ConnectionLimits};
 use crate::rate_limit::PeerRateLimiter;
 use crate::refusal_log::RefusalLogLayer;
 use std::future::Future;
 use std::time::Duration;
 use tokio::net::TcpListener;
-use tokio_stream::wrappers::TcpListenerStream;
 use tonic::service::Routes;
 use tonic::transport::{Server, ServerTlsConfig};
 use tonic_health::pb::health_server::{Health, HealthServer};
@@ -21,6 +21,8 @@ pub struct ServeOptions {
     pub max_concurrent_streams: u32,
     /// How long in-flight calls may run once shutdown begins; then the server stops anyway.
     pub drain_limit: Duration,
+    /// Connections held at once, and how long a silent one lives.
+    pub connections: ConnectionLimits,
 }
 
 /// The default [`ServeOptions::drain_limit`]: long enough for a challenge's commitment to go
@@ -37,6 +39,7 @@ impl ServeOptions {
             limiter,
             max_concurrent_streams,
             drain_limit: DRAIN_LIMIT,
+            connections: ConnectionLimits::default(),
         }
     }
 }
@@ -75,7 +78,7 @@ pub async fn serve<H: Health>(
     };
     let served = server
         .add_routes(routes)
-        .serve_with_incoming_shutdown(TcpListenerStream::new(listener), shutdown);
+        .serve_with_incoming_shutdown(connections::guarded(listener, options.connections), shutdown);
     let drain_limit = options.drain_limit;
     let drain_over = async move {
         match drain_started.await {

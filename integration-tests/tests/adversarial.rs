@@ -294,6 +294,62 @@ async fn a_miner_that_stalls_its_openings_fails_within_a_bound() {
     );
 }
 
+/// Connections that send nothing are never rate limited (they make no call), yet each holds a
+/// file descriptor. An address gets a few at a time, and silent ones are cut off, so a peer
+/// with idle sockets cannot take the miner off the network.
+#[tokio::test(flavor = "multi_thread")]
+async fn idle_connections_cannot_take_the_miner_off_the_network() {
+    let core = miner_core(49, &[validator_key()], 1);
+    let options = ServeOptions {
+        connections: gpu_attest_daemon::connections::ConnectionLimits {
+            per_address: 4,
+            total: 6,
+            first_bytes_within: Duration::from_millis(500),
+            silent_for: Duration::from_secs(2),
+        },
+        ..miner_options()
+    };
+    let miner = spawn_miner_with(core, options).await;
+    let inventory_from = |ip: &str| {
+        let endpoint = tonic::transport::Endpoint::from_shared(miner.url())
+            .unwrap()
+            .local_address(Some(ip.parse().unwrap()))
+            .connect_timeout(Duration::from_secs(2))
+            .timeout(Duration::from_secs(2));
+        async move {
+            let channel = endpoint.connect().await.map_err(|e| e.to_string())?;
+            MinerClient::new(channel)
+                .get_inventory(v1::GetInventoryRequest {})
+                .await
+                .map_err(|s| s.to_string())
+        }
+    };
+    let mut idle = Vec::new();
+    for _ in 0..4 {
+        let socket = tokio::net::TcpSocket::new_v4().unwrap();
+        socket.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+        idle.push(socket.connect(miner.address).await.unwrap());
+    }
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(
+        inventory_from("127.0.0.1").await.is_err(),
+        "a fifth connection from the idle sockets' address was served"
+    );
+    inventory_from("127.0.0.2")
+        .await
+        .expect("another address is served meanwhile");
+    // The idle sockets sent nothing: the miner closed them (after its own SETTINGS frame), and
+    // their address is served again.
+    for socket in &mut idle {
+        let mut sent = Vec::new();
+        let read = tokio::time::timeout(Duration::from_secs(5), socket.read_to_end(&mut sent)).await;
+        assert!(read.is_ok(), "an idle connection was kept open");
+    }
+    inventory_from("127.0.0.1")
+        .await
+        .expect("the address is served once its idle sockets are gone");
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_flooding_peer_is_limited_while_others_are_served() {
     let core = miner_core(46, &[validator_key()], 1);

@@ -94,6 +94,7 @@ pub async fn run(
     let core = Arc::new(core(&config)?);
     let options = server::ServeOptions {
         tls,
+        connections: gpu_attest_daemon::connections::limits_for_this_process(),
         ..server::plaintext_options(&config.limits)
     };
     let (listener, address) = gpu_attest_daemon::listen::bind(config.listen).await?;

@@ -128,6 +128,7 @@ pub async fn run(
     let attestor = Arc::new(attestor(&config).await?);
     let options = server::ServeOptions {
         tls,
+        connections: gpu_attest_daemon::connections::limits_for_this_process(),
         ..server::plaintext_options(&config)
     };
     let (listener, address) = gpu_attest_daemon::listen::bind(config.listen).await?;

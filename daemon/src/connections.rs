@@ -1,0 +1,402 @@
+//! Accepting connections so that idle or numerous ones cannot take a daemon off the network.
+//!
+//! The rate limit counts calls, so a peer that opens connections and sends nothing is never
+//! limited by it: each such connection holds a file descriptor, and once the process runs out,
+//! every honest peer is refused. Three limits stop that, below TLS and HTTP/2:
+//! - a connection must send its first bytes (the TLS ClientHello, or the HTTP/2 preface) within
+//!   [`ConnectionLimits::first_bytes_within`], and must not then fall silent for longer than
+//!   [`ConnectionLimits::silent_for`]: the server pings idle connections every 30 s and an HTTP/2
+//!   peer must answer, so only a dead or hostile peer stays silent that long, even while it
+//!   reads a long challenge stream;
+//! - one address holds at most [`ConnectionLimits::per_address`] connections at once;
+//! - all addresses together hold at most [`ConnectionLimits::total`], kept below the process's
+//!   file limit (which [`raise_open_files_limit`] lifts to its hard limit at start).
+//!
+//! And when accepting fails (the process is out of descriptors after all), the loop waits
+//! before trying again instead of spinning on the error.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::io;
+use std::net::{IpAddr, SocketAddr};
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll, ready};
+use std::time::Duration;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::time::{Instant, Sleep};
+use tokio_stream::Stream;
+use tonic::transport::server::{Connected, TcpConnectInfo};
+
+/// How many connections a daemon holds, and how long a silent one lives.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ConnectionLimits {
+    pub per_address: usize,
+    pub total: usize,
+    pub first_bytes_within: Duration,
+    pub silent_for: Duration,
+}
+
+/// File descriptors kept out of [`ConnectionLimits::total`] for everything else a daemon opens:
+/// its database or nonce log, GPU device nodes, the metrics listener, log files.
+const RESERVED_FILES: u64 = 256;
+
+impl ConnectionLimits {
+    /// Limits for a process allowed `open_files` descriptors.
+    pub fn for_open_files(open_files: u64) -> Self {
+        let total = open_files.saturating_sub(RESERVED_FILES).clamp(64, 16_384) as usize;
+        ConnectionLimits {
+            per_address: 32.min(total),
+            total,
+            first_bytes_within: Duration::from_secs(10),
+            silent_for: Duration::from_secs(75),
+        }
+    }
+}
+
+impl Default for ConnectionLimits {
+    /// For the common soft limit of 1024 descriptors.
+    fn default() -> Self {
+        ConnectionLimits::for_open_files(1024)
+    }
+}
+
+/// Raises this process's soft limit on open files to its hard limit, and returns the limit now
+/// in force. Services are commonly started with a soft limit of 1024 under a far higher hard
+/// limit, which a daemon holding a connection per peer can reach.
+pub fn raise_open_files_limit() -> io::Result<u64> {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit and setrlimit only read and write the struct passed by pointer.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    if limit.rlim_cur < limit.rlim_max {
+        let raised = libc::rlimit {
+            rlim_cur: limit.rlim_max,
+            rlim_max: limit.rlim_max,
+        };
+        // SAFETY: as above.
+        if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &raised) } == 0 {
+            limit = raised;
+        }
+    }
+    Ok(limit.rlim_cur)
+}
+
+/// Raises the open-files limit ([`raise_open_files_limit`]) and sizes the connection limits to
+/// it: what a daemon calls once at start.
+pub fn limits_for_this_process() -> ConnectionLimits {
+    let limits = match raise_open_files_limit() {
+        Ok(files) => ConnectionLimits::for_open_files(files),
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot read the open-files limit; sizing connections for 1024");
+            ConnectionLimits::default()
+        }
+    };
+    tracing::info!(
+        per_address = limits.per_address,
+        total = limits.total,
+        "connections held at most"
+    );
+    limits
+}
+
+/// Connections held per address, shared by the accept loop and the connections it made.
+#[derive(Clone, Default)]
+struct Held(Arc<Mutex<HashMap<IpAddr, usize>>>);
+
+impl Held {
+    /// Counts a new connection from `ip` if both limits allow it.
+    fn admit(&self, ip: IpAddr, limits: &ConnectionLimits) -> bool {
+        let mut held = self.0.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let total: usize = held.values().sum();
+        let from_ip = held.get(&ip).copied().unwrap_or(0);
+        if total >= limits.total || from_ip >= limits.per_address {
+            return false;
+        }
+        *held.entry(ip).or_insert(0) += 1;
+        true
+    }
+
+    fn release(&self, ip: IpAddr) {
+        let mut held = self.0.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        if let Some(n) = held.get_mut(&ip) {
+            *n -= 1;
+            if *n == 0 {
+                held.remove(&ip);
+            }
+        }
+    }
+}
+
+/// How long the accept loop waits after accepting failed (out of descriptors, out of memory),
+/// so that it does not spin on an error that only a closing connection can clear.
+const ACCEPT_RETRY: Duration = Duration::from_millis(100);
+
+/// The connections `listener` accepts, within `limits`. A connection over a limit is closed at
+/// once; an accept error is logged (at most once a minute) and retried after a pause.
+pub fn guarded(listener: TcpListener, limits: ConnectionLimits) -> GuardedIncoming {
+    GuardedIncoming {
+        listener,
+        limits,
+        held: Held::default(),
+        retry: None,
+        last_warning: None,
+    }
+}
+
+/// The stream of [`guarded`] connections, for `serve_with_incoming`.
+pub struct GuardedIncoming {
+    listener: TcpListener,
+    limits: ConnectionLimits,
+    held: Held,
+    /// Set after an accept error: no accepting until it has passed.
+    retry: Option<Pin<Box<Sleep>>>,
+    last_warning: Option<Instant>,
+}
+
+impl GuardedIncoming {
+    /// Logs `what`, unless something was logged in the last minute: a flood must not flood the
+    /// log too.
+    fn warn(&mut self, what: &str, detail: String) {
+        if self
+            .last_warning
+            .is_none_or(|at| at.elapsed() >= Duration::from_secs(60))
+        {
+            self.last_warning = Some(Instant::now());
+            tracing::warn!(%detail, "{what}");
+        }
+    }
+}
+
+impl Stream for GuardedIncoming {
+    type Item = io::Result<GuardedStream>;
+
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        let this = self.get_mut();
+        loop {
+            if let Some(retry) = this.retry.as_mut() {
+                ready!(retry.as_mut().poll(cx));
+                this.retry = None;
+            }
+            let (stream, peer) = match ready!(this.listener.poll_accept(cx)) {
+                Ok(accepted) => accepted,
+                Err(e) => {
+                    this.warn(
+                        "cannot accept connections; retrying (if the error is EMFILE, raise the open-files limit)",
+                        e.to_string(),
+                    );
+                    this.retry = Some(Box::pin(tokio::time::sleep(ACCEPT_RETRY)));
+                    continue;
+                }
+            };
+            if !this.held.admit(peer.ip(), &this.limits) {
+                let detail = format!(
+                    "{peer}; at most {} per address and {} in all",
+                    this.limits.per_address, this.limits.total
+                );
+                this.warn(
+                    "connection closed at once: its address, or all addresses together, hold the most connections allowed",
+                    detail,
+                );
+                continue; // `stream` is dropped: closed
+            }
+            let held = this.held.clone();
+            return Poll::Ready(Some(Ok(GuardedStream::new(stream, peer, held, &this.limits))));
+        }
+    }
+}
+
+/// A connection that counts against its address while it lives and fails its reads once its
+/// peer has been silent too long.
+pub struct GuardedStream {
+    inner: TcpStream,
+    peer: SocketAddr,
+    held: Held,
+    /// When the silence ends the connection: the first-bytes deadline, then each read's.
+    silence: Pin<Box<Sleep>>,
+    silent_for: Duration,
+}
+
+impl GuardedStream {
+    fn new(inner: TcpStream, peer: SocketAddr, held: Held, limits: &ConnectionLimits) -> Self {
+        let _ = inner.set_nodelay(true);
+        GuardedStream {
+            inner,
+            peer,
+            held,
+            silence: Box::pin(tokio::time::sleep(limits.first_bytes_within)),
+            silent_for: limits.silent_for,
+        }
+    }
+}
+
+impl Drop for GuardedStream {
+    fn drop(&mut self) {
+        self.held.release(self.peer.ip());
+    }
+}
+
+impl Connected for GuardedStream {
+    type ConnectInfo = TcpConnectInfo;
+
+    fn connect_info(&self) -> TcpConnectInfo {
+        self.inner.connect_info()
+    }
+}
+
+impl AsyncRead for GuardedStream {
+    fn poll_read(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        let before = buf.filled().len();
+        match Pin::new(&mut this.inner).poll_read(cx, buf) {
+            Poll::Ready(Ok(())) => {
+                if buf.filled().len() > before {
+                    let next = Instant::now() + this.silent_for;
+                    this.silence.as_mut().reset(next);
+                }
+                Poll::Ready(Ok(()))
+            }
+            Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
+            Poll::Pending => {
+                ready!(this.silence.as_mut().poll(cx));
+                Poll::Ready(Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    "the peer sent nothing for too long",
+                )))
+            }
+        }
+    }
+}
+
+impl AsyncWrite for GuardedStream {
+    fn poll_write(self: Pin<&mut Self>, cx: &mut Context<'_>, data: &[u8]) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.get_mut().inner).poll_write(cx, data)
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().inner).poll_shutdown(cx)
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.get_mut().inner).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio_stream::StreamExt;
+
+    fn limits(per_address: usize, total: usize) -> ConnectionLimits {
+        ConnectionLimits {
+            per_address,
+            total,
+            first_bytes_within: Duration::from_millis(300),
+            silent_for: Duration::from_millis(600),
+        }
+    }
+
+    async fn listening(limits: ConnectionLimits) -> (GuardedIncoming, SocketAddr) {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap();
+        (guarded(listener, limits), address)
+    }
+
+    /// Whether the server closed `client`'s connection (end of stream or reset).
+    async fn closed_by_server(client: &mut TcpStream) -> bool {
+        let mut byte = [0u8; 1];
+        matches!(
+            tokio::time::timeout(Duration::from_secs(5), client.read(&mut byte)).await,
+            Ok(Ok(0) | Err(_))
+        )
+    }
+
+    #[test]
+    fn limits_follow_the_open_files_limit_and_keep_a_reserve() {
+        assert_eq!(ConnectionLimits::for_open_files(1024).total, 768);
+        assert_eq!(ConnectionLimits::for_open_files(1_048_576).total, 16_384);
+        let tiny = ConnectionLimits::for_open_files(100);
+        assert_eq!((tiny.total, tiny.per_address), (64, 32));
+        assert!(raise_open_files_limit().unwrap() >= 64);
+    }
+
+    #[tokio::test]
+    async fn an_address_over_its_limit_is_closed_at_once_and_admitted_when_one_goes() {
+        let (mut incoming, address) = listening(limits(2, 10)).await;
+        let mut clients = Vec::new();
+        let mut served = Vec::new();
+        for _ in 0..2 {
+            clients.push(TcpStream::connect(address).await.unwrap());
+            served.push(incoming.next().await.unwrap().unwrap());
+        }
+        // The third is accepted and closed inside the stream; the stream waits for the next.
+        let mut third = TcpStream::connect(address).await.unwrap();
+        let next = tokio::time::timeout(Duration::from_millis(200), incoming.next()).await;
+        assert!(
+            next.is_err(),
+            "a third connection from one address was handed to the server"
+        );
+        assert!(closed_by_server(&mut third).await);
+        // One of the two closes: the address may connect again.
+        drop(served.pop());
+        let _again = TcpStream::connect(address).await.unwrap();
+        assert!(incoming.next().await.unwrap().is_ok());
+    }
+
+    #[tokio::test]
+    async fn all_addresses_together_are_held_to_the_total() {
+        let (mut incoming, address) = listening(limits(10, 1)).await;
+        let _first = TcpStream::connect(address).await.unwrap();
+        let _held = incoming.next().await.unwrap().unwrap();
+        let mut second = TcpStream::connect(address).await.unwrap();
+        assert!(
+            tokio::time::timeout(Duration::from_millis(200), incoming.next())
+                .await
+                .is_err()
+        );
+        assert!(closed_by_server(&mut second).await);
+    }
+
+    #[tokio::test]
+    async fn a_peer_silent_from_the_start_or_later_is_cut_off() {
+        let (mut incoming, address) = listening(limits(4, 4)).await;
+        // Sends nothing at all: the first-bytes deadline ends it.
+        let _silent = TcpStream::connect(address).await.unwrap();
+        let mut server = incoming.next().await.unwrap().unwrap();
+        let started = Instant::now();
+        let err = server.read(&mut [0u8; 16]).await.unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::TimedOut);
+        assert!(started.elapsed() >= Duration::from_millis(250));
+        // Talks, then falls silent: each read moves the deadline, then silence ends it.
+        let mut talker = TcpStream::connect(address).await.unwrap();
+        let mut server = incoming.next().await.unwrap().unwrap();
+        for _ in 0..3 {
+            talker.write_all(b"ping").await.unwrap();
+            let mut got = [0u8; 4];
+            server.read_exact(&mut got).await.unwrap();
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        let quiet = Instant::now();
+        let err = server.read(&mut [0u8; 16]).await.unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::TimedOut);
+        assert!(quiet.elapsed() >= Duration::from_millis(300), "{:?}", quiet.elapsed());
+    }
+}
