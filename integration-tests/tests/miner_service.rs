@@ -264,6 +264,51 @@ async fn an_open_request_is_single_use() {
     assert_eq!(client.open_chains(other).await.unwrap_err().code(), Code::AlreadyExists);
 }
 
+/// A validator that stops reading its openings fills the stream's buffer, and the hand-over of
+/// the next one blocks. The devices are released while it is waited on, so that it cannot keep
+/// every other validator out, and the round ends at its limit.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_validator_that_stops_reading_openings_does_not_keep_the_devices() {
+    use gpu_attest_miner::openings::{RoundLimits, run_round};
+    let core = miner_core(37, &[validator_key()], 1);
+    let c = challenge(core.public_key(), 1, 64, 2, 2, 10_000);
+    let accepted = core.accept(&signed(&c), gpu_attest_miner::core::now_ms()).unwrap();
+    let execution = core
+        .execute(&accepted, &|_| {}, &gpu_attest_shared::CancelToken::new())
+        .unwrap();
+    core.commit(accepted, execution, 1);
+    let validator = Identity::from_seed([VALIDATOR_SEED; 32]);
+    let samples = vec![gpu_attest_shared::opening::SampleRequest { chain: 0, segment: 1 }; 4];
+    let (recent, samples) = core
+        .check_open_request(&signed_open_request(c.params.nonce, &validator, &samples))
+        .unwrap();
+    let (tx, rx) = tokio::sync::mpsc::channel(1);
+    let limits = RoundLimits {
+        handover: Duration::from_millis(200),
+        round: Duration::from_millis(1500),
+    };
+    let started = std::time::Instant::now();
+    let round = tokio::spawn(run_round(core.clone(), recent, samples, tx, limits));
+    // The first opening fills the buffer nobody reads; the round holds the devices meanwhile.
+    while rx.is_empty() {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let devices = tokio::time::timeout(Duration::from_secs(5), core.lock_devices())
+        .await
+        .expect("a stalled opening round kept the devices");
+    assert!(
+        started.elapsed() >= Duration::from_millis(200),
+        "released before the hand-over time"
+    );
+    drop(devices);
+    tokio::time::timeout(Duration::from_secs(5), round)
+        .await
+        .expect("the round outlived its limit")
+        .unwrap();
+    assert!(started.elapsed() >= Duration::from_millis(1500));
+    assert_eq!(rx.len(), 1, "only the opening handed over before the stall");
+}
+
 /// Between a commitment and its validator's open request, another validator's challenge could
 /// take the devices and make those openings wait past their budget: an honest miner failed.
 /// So for a few seconds, until the commitment is opened, other validators are asked to retry.

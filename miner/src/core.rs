@@ -387,6 +387,11 @@ impl MinerCore {
         opening_to_wire(nonce, opening, &self.identity.sign(&opening_bytes(nonce, opening)))
     }
 
+    /// How long a commitment is kept for its opening round (`keep_commitments_secs`).
+    pub fn keep_commitments(&self) -> Duration {
+        self.keep_commitments
+    }
+
     /// Waits for the devices (openings queue behind a running challenge instead of failing).
     pub async fn lock_devices(&self) -> OwnedMutexGuard<()> {
         self.devices.clone().lock_owned().await

@@ -11,6 +11,7 @@ pub mod error;
 pub mod inventory;
 pub mod metrics;
 pub mod nonces;
+pub mod openings;
 pub mod selftest;
 pub mod server;
 pub mod service;

@@ -3,6 +3,7 @@
 use crate::core::{AcceptedChallenge, MinerCore, now_ms};
 use crate::error::MinerError;
 use crate::metrics::ChallengeOutcome;
+use crate::openings::{RoundLimits, run_round};
 use gpu_attest_proto::convert::inventory_to_wire;
 use gpu_attest_proto::v1::{self, challenge_event::Event, miner_server::Miner};
 use gpu_attest_shared::engine::EngineError;
@@ -83,24 +84,8 @@ impl Miner for MinerService {
             self.core.metrics().opening(false);
         })?;
         let (tx, rx) = mpsc::channel(2);
-        let core = self.core.clone();
-        tokio::spawn(async move {
-            let _devices = core.lock_devices().await;
-            let cancel = CancelToken::new();
-            for sample in samples {
-                let (core2, recent2, cancel2) = (core.clone(), recent.clone(), cancel.clone());
-                let opened = tokio::task::spawn_blocking(move || core2.open(&recent2, sample, &cancel2)).await;
-                let item = match opened {
-                    Ok(result) => result.map_err(Status::from),
-                    Err(join) => Err(Status::internal(format!("opening worker failed: {join}"))),
-                };
-                let failed = item.is_err();
-                core.metrics().opening(!failed);
-                if tx.send(item).await.is_err() || failed {
-                    break; // validator gone, or the stream ends with the error it was sent
-                }
-            }
-        });
+        let limits = RoundLimits::for_core(&self.core);
+        tokio::spawn(run_round(self.core.clone(), recent, samples, tx, limits));
         Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
     }
 }
