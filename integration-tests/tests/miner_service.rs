@@ -335,6 +335,29 @@ async fn another_validator_waits_while_a_fresh_commitment_is_unopened() {
     while accepted.message().await.unwrap().is_some() {}
 }
 
+/// The hold protects a commitment its validator is about to open. A validator that left its
+/// previous commitment unopened gets no hold for the next, or tiny challenges it never opens,
+/// one every few seconds, would keep every other validator out for good.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_validator_that_does_not_open_its_commitments_gets_no_hold() {
+    let other = Identity::from_seed([0x67; 32]);
+    let (_miner, mut client, first) = miner_that_committed(38, &[other.public_key()]).await;
+    let key = PublicKey(first.params.miner_key);
+    // The same validator again, leaving its first commitment unopened.
+    let second = challenge(key, 2, 64, 2, 2, 10_000);
+    let mut stream = client.run_challenge(signed(&second)).await.unwrap().into_inner();
+    while stream.message().await.unwrap().is_some() {}
+    let mut theirs = challenge(key, 3, 64, 1, 1, 10_000);
+    theirs.validator_key = other.public_key();
+    let wire = challenge_to_wire(&theirs, &theirs.sign(&other));
+    let mut accepted = client
+        .run_challenge(wire)
+        .await
+        .expect("held off by a commitment whose validator does not open its commitments")
+        .into_inner();
+    while accepted.message().await.unwrap().is_some() {}
+}
+
 /// A device out of service (it faulted and could not be reset): challenges are refused with
 /// the reason, and the server stops by itself, since only a fresh process gets the device back
 /// (the daemon then exits with its own status for the supervisor to restart it).

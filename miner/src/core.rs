@@ -64,6 +64,11 @@ pub struct RecentCommitment {
     /// Set by the first open request that passes every check: an open request is single-use,
     /// so a captured one cannot make this miner recompute again and again.
     opened: AtomicBool,
+    /// Whether this commitment keeps other validators' challenges off while it waits to be
+    /// opened ([`OPENING_HOLD`]): not when its validator left its previous commitment here
+    /// unopened, or one validator could hold the miner from all others with tiny challenges it
+    /// never opens, each renewing the hold.
+    holds: bool,
 }
 
 pub struct MinerCore {
@@ -239,15 +244,24 @@ impl MinerCore {
         Ok(())
     }
 
-    /// Another validator whose fresh commitment has not been opened yet, if any.
+    /// Another validator whose fresh commitment has not been opened yet, if any. Only a
+    /// validator's newest commitment holds: one that has committed again since has moved on.
     fn awaiting_openings(&self, asking: &PublicKey) -> Option<PublicKey> {
         let recent = self.recent.lock().unwrap_or_else(|p| p.into_inner());
         recent
             .iter()
-            .find(|r| {
-                r.validator_key != *asking && !r.opened.load(Ordering::SeqCst) && r.stored_at.elapsed() < OPENING_HOLD
+            .enumerate()
+            .find(|&(i, r)| {
+                r.holds
+                    && r.validator_key != *asking
+                    && !r.opened.load(Ordering::SeqCst)
+                    && r.stored_at.elapsed() < OPENING_HOLD
+                    && !recent
+                        .iter()
+                        .skip(i + 1)
+                        .any(|later| later.validator_key == r.validator_key)
             })
-            .map(|r| r.validator_key)
+            .map(|(_, r)| r.validator_key)
     }
 
     /// Runs the accepted work on every device (blocking: call it from a blocking thread).
@@ -284,16 +298,23 @@ impl MinerCore {
 
     /// Keeps an execution openable by the challenge's validator, and releases the devices.
     pub fn remember(&self, accepted: AcceptedChallenge, execution: Execution) {
+        let mut recent = self.recent.lock().unwrap_or_else(|p| p.into_inner());
+        recent.retain(|r| r.stored_at.elapsed() < self.keep_commitments);
+        let validator_key = accepted.challenge.validator_key;
+        let holds = recent
+            .iter()
+            .rev()
+            .find(|r| r.validator_key == validator_key)
+            .is_none_or(|previous| previous.opened.load(Ordering::SeqCst));
         let entry = Arc::new(RecentCommitment {
             nonce: accepted.challenge.params.nonce,
-            validator_key: accepted.challenge.validator_key,
+            validator_key,
             work: accepted.work,
             execution,
             stored_at: Instant::now(),
             opened: AtomicBool::new(false),
+            holds,
         });
-        let mut recent = self.recent.lock().unwrap_or_else(|p| p.into_inner());
-        recent.retain(|r| r.stored_at.elapsed() < self.keep_commitments);
         while recent.len() >= MAX_RECENT_COMMITMENTS {
             recent.pop_front();
         }
