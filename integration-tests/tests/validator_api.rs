@@ -319,6 +319,52 @@ async fn one_key_is_registered_at_one_url() {
     assert_eq!(moved.into_inner().url, other_spelling);
 }
 
+/// What an API caller sends is shown to operators and stored: names and reasons that would
+/// rewrite a terminal or outgrow a reply are refused, and so is a URL with anything beyond a
+/// host and port. The refusal is short, whatever was sent, and never repeats a password.
+#[tokio::test(flavor = "multi_thread")]
+async fn registration_refuses_names_reasons_and_urls_it_could_not_show_plainly() {
+    let dir = TempDir::new("caller-text");
+    let attestor = attestor(&validator_config(&dir, Policy::Sampled)).await;
+    let validator = spawn_validator(attestor.clone()).await;
+    let mut api = client(&validator).await;
+    let miner = spawn_miner(miner_core(27, &[validator_key()], 1)).await;
+    let register = |url: String, name: String| v1::RegisterMinerRequest {
+        url,
+        name,
+        replace_key: false,
+    };
+    for (url, name, needle) in [
+        (miner.url(), "rig\u{1b}[2J".to_string(), "U+001B"),
+        (miner.url(), "a\u{202E}b".to_string(), "U+202E"),
+        (miner.url(), "x".repeat(900_000), "at most 128"),
+        (format!("{}/", miner.url()), String::new(), "no trailing /"),
+        (miner.url().replace("http", "ftp"), String::new(), "http:// or https://"),
+        (
+            miner.url().replace("http://", "http://admin:hunter2@"),
+            String::new(),
+            "user name or password",
+        ),
+        (format!("http://{}", "h".repeat(500_000)), String::new(), "longer than"),
+    ] {
+        let err = api.register_miner(register(url.clone(), name)).await.unwrap_err();
+        assert_eq!(err.code(), Code::InvalidArgument, "{url:.60}: {err:?}");
+        assert!(err.message().contains(needle), "{needle}: {}", err.message());
+        assert!(err.message().len() < 400, "{} bytes", err.message().len());
+        assert!(!err.message().contains("hunter2"));
+    }
+    let revoke = v1::RevokeMinerKeyRequest {
+        miner_key: vec![7; 32],
+        reason: "r".repeat(513),
+    };
+    assert_eq!(
+        api.revoke_miner_key(revoke).await.unwrap_err().code(),
+        Code::InvalidArgument
+    );
+    let listed = api.list_miners(v1::ListMinersRequest {}).await.unwrap().into_inner();
+    assert!(listed.miners.is_empty(), "{listed:?}");
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn unreachable_and_refusing_miners_store_no_verdict() {
     let dir = TempDir::new("refuse");

@@ -1,5 +1,6 @@
 //! The `Validator` gRPC API. Errors become statuses here and only here.
 
+use crate::attest::untrusted::caller_text_problem;
 use crate::attest::{AttestError, AttestEvent, Attestor, normalise_url, now_ms};
 use crate::store::{MinerRecord, StoreError, Verdict, VerdictFilter};
 use gpu_attest_proto::convert::device_to_wire;
@@ -12,6 +13,11 @@ use tokio_stream::Stream;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Code, Request, Response, Status};
 use tracing::{info, warn};
+
+/// The longest miner name and revocation reason kept: enough for any label or sentence, few
+/// enough that a full list of miners fits in one reply.
+const MAX_NAME_BYTES: usize = 128;
+const MAX_REASON_BYTES: usize = 512;
 
 const DEFAULT_PAGE: u32 = 50;
 const MAX_PAGE: u32 = 500;
@@ -126,6 +132,9 @@ impl Validator for ValidatorService {
         if request.url.is_empty() {
             return Err(Status::invalid_argument("url is required"));
         }
+        if let Some(problem) = caller_text_problem("name", &request.name, MAX_NAME_BYTES) {
+            return Err(Status::invalid_argument(problem));
+        }
         let url = normalise_url(&request.url);
         let inventory = self.attestor.inventory(&url).await?;
         let key = inventory.miner_key;
@@ -169,6 +178,9 @@ impl Validator for ValidatorService {
             .map_err(|_| Status::invalid_argument("miner_key must be 32 bytes"))?;
         if request.reason.trim().is_empty() {
             return Err(Status::invalid_argument("a reason is required, for the record"));
+        }
+        if let Some(problem) = caller_text_problem("reason", &request.reason, MAX_REASON_BYTES) {
+            return Err(Status::invalid_argument(problem));
         }
         let newly_revoked = self
             .attestor

@@ -38,6 +38,46 @@ pub fn normalise_url(url: &str) -> String {
     }
 }
 
+/// The longest miner URL accepted: a scheme, a host name of at most 253 bytes and a port.
+pub const MAX_URL_BYTES: usize = 300;
+
+/// Why `url` (already normalised) is not a miner address this validator dials:
+/// `http://` or `https://` (lower case), a host and an optional port, and nothing else. A
+/// path, query, fragment or user name would be ignored or sent somewhere unseen, and the same
+/// miner written two ways would be two miners.
+pub fn miner_url_problem(url: &str) -> Option<&'static str> {
+    if url.len() > MAX_URL_BYTES {
+        return Some("it is longer than any host and port");
+    }
+    let Some(rest) = url.strip_prefix("http://").or_else(|| url.strip_prefix("https://")) else {
+        return Some("a miner URL starts with http:// or https:// (lower case)");
+    };
+    if rest.is_empty() {
+        return Some("it names no host");
+    }
+    if rest.contains('@') {
+        return Some("it holds a user name or password, which a miner does not take");
+    }
+    if rest.contains(['/', '?', '#']) {
+        return Some("a miner URL is a host and a port only: no path, query or fragment (and no trailing /)");
+    }
+    if rest.chars().any(|c| c.is_control() || c.is_whitespace()) {
+        return Some("it holds a space or a control character");
+    }
+    None
+}
+
+/// `url` as an error may quote it: any user name and password left out, and at most 128
+/// characters, since it came from outside and may be anything.
+pub fn shown_url(url: &str) -> String {
+    let redacted = match (url.find("://"), url.rfind('@')) {
+        (Some(scheme), Some(at)) if at > scheme => format!("{}://...@{}", &url[..scheme], &url[at + 1..]),
+        _ => url.to_string(),
+    };
+    super::untrusted::miner_text(&redacted.chars().take(128).collect::<String>())
+        + if redacted.chars().count() > 128 { "..." } else { "" }
+}
+
 pub struct MinerConnection {
     url: String,
     client: MinerClient<Channel>,
@@ -47,9 +87,12 @@ impl MinerConnection {
     /// Connects to the miner at `url` (already normalised) with the validator's TLS settings.
     pub async fn connect(url: &str, config: &ValidatorConfig) -> Result<Self, AttestError> {
         let bad_url = |detail: String| AttestError::BadUrl {
-            url: url.into(),
+            url: shown_url(url),
             detail,
         };
+        if let Some(problem) = miner_url_problem(url) {
+            return Err(bad_url(problem.into()));
+        }
         let mut endpoint = Endpoint::from_shared(url.to_string())
             .map_err(|e| bad_url(e.to_string()))?
             .connect_timeout(CONNECT_TIMEOUT);
@@ -141,5 +184,49 @@ pub fn refused(url: &str, status: Status) -> AttestError {
             code,
             message: miner_text(status.message()),
         },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_miner_url_is_a_scheme_a_host_and_a_port() {
+        for good in [
+            "http://127.0.0.1:7070",
+            "https://gpu-host.example:443",
+            "http://[::1]:7070",
+            "http://rig",
+        ] {
+            assert_eq!(miner_url_problem(good), None, "{good}");
+        }
+        for bad in [
+            "ftp://127.0.0.1:7070",
+            "HTTP://127.0.0.1:7070",
+            "http://",
+            "http://127.0.0.1:7070/",
+            "http://127.0.0.1:7070/miner",
+            "http://127.0.0.1:7070?x=1",
+            "http://127.0.0.1:7070#top",
+            "http://user:secret@127.0.0.1:7070",
+            "http://127.0.0.1:70 70",
+        ] {
+            assert!(miner_url_problem(bad).is_some(), "{bad}");
+        }
+        assert!(miner_url_problem(&format!("http://{}", "a".repeat(MAX_URL_BYTES))).is_some());
+        assert_eq!(normalise_url("127.0.0.1:7070"), "http://127.0.0.1:7070");
+    }
+
+    #[test]
+    fn a_quoted_url_shows_no_password_and_at_most_a_line() {
+        assert_eq!(
+            shown_url("http://user:secret@127.0.0.1:7070"),
+            "http://...@127.0.0.1:7070"
+        );
+        let long = shown_url(&format!("http://{}", "a".repeat(500_000)));
+        assert_eq!(long.len(), 131, "{long}");
+        assert!(long.ends_with("aaa..."));
+        assert_eq!(shown_url("http://x\u{1b}[2J"), "http://x\\u{1b}[2J");
     }
 }

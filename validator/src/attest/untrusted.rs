@@ -1,8 +1,9 @@
-//! Text a miner sends in its own words (a status message) is stored with verdicts and shown to
-//! operators, so it is made safe first: control and bidirectional-format characters are escaped,
+//! Text from outside the validator is stored and shown to operators. A miner's own words (a
+//! status message) are made safe first: control and bidirectional-format characters are escaped,
 //! so that it cannot rewrite a terminal line or reorder what is shown, and its length is bounded,
 //! so that it cannot grow the database. The inventory's text fields need none of this: the
-//! protocol holds them to printable ASCII within limits (`Inventory::check`).
+//! protocol holds them to printable ASCII within limits (`Inventory::check`). Text an API caller
+//! gives (a miner's name, a revocation reason) is refused instead when it would need escaping.
 
 /// The most characters of a miner's message that are kept.
 pub const MAX_MINER_TEXT_CHARS: usize = 512;
@@ -25,6 +26,22 @@ pub fn miner_text(text: &str) -> String {
     out
 }
 
+/// Why `text`, given by an API caller for the field `field` (a miner's name, a revocation
+/// reason), cannot be stored: longer than `max_bytes`, or holding a control or
+/// bidirectional-format character. Such text is refused rather than escaped, since the caller
+/// can send it again as meant; the reason quotes none of it.
+pub fn caller_text_problem(field: &str, text: &str, max_bytes: usize) -> Option<String> {
+    if text.len() > max_bytes {
+        return Some(format!("{field} is {} bytes; at most {max_bytes} are kept", text.len()));
+    }
+    text.chars().find(|&c| c.is_control() || is_bidi_format(c)).map(|c| {
+        format!(
+            "{field} holds U+{:04X}: control and bidirectional-format characters are refused",
+            u32::from(c)
+        )
+    })
+}
+
 /// The characters that change the order in which a terminal shows text (Unicode's bidirectional
 /// marks, embeddings, overrides and isolates) or hide it (zero-width).
 fn is_bidi_format(c: char) -> bool {
@@ -44,6 +61,20 @@ mod tests {
             "\\r\\u{1b}[2K#999 PASS\\nverdict: pass\\u{0}"
         );
         assert_eq!(miner_text("abc\u{202E}fed"), "abc\\u{202e}fed");
+    }
+
+    #[test]
+    fn caller_text_is_refused_when_it_would_need_escaping() {
+        assert_eq!(caller_text_problem("name", "rig-1 (München)", 128), None);
+        let problem = caller_text_problem("name", "rig\u{1b}[2J", 128).unwrap();
+        assert_eq!(
+            problem,
+            "name holds U+001B: control and bidirectional-format characters are refused"
+        );
+        assert!(caller_text_problem("name", "a\u{202E}b", 128).is_some());
+        assert!(caller_text_problem("name", "a\nb", 128).is_some());
+        let long = caller_text_problem("reason", &"x".repeat(513), 512).unwrap();
+        assert_eq!(long, "reason is 513 bytes; at most 512 are kept");
     }
 
     #[test]
