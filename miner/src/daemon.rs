@@ -22,9 +22,11 @@ use tracing::{info, warn};
 /// Why a miner could not start or stopped serving.
 #[derive(Debug, Error)]
 pub enum DaemonError {
-    #[error("{source}; run `miner keygen --key-file {path}` first")]
+    #[error("{source}{hint}", hint = if source.is_missing() { format!("; run `miner keygen --key-file {path}` first") } else { String::new() })]
     Key { path: String, source: KeyError },
-    #[error("allowed validator {0:?} is not a 64-hex-digit key")]
+    #[error(
+        "allowed validator {0:?} is not a 64-hex-digit ed25519 key that can sign (a valid point, not of small order)"
+    )]
     AllowedKey(String),
     #[error(transparent)]
     Backend(#[from] BackendSelectError),
@@ -48,7 +50,11 @@ pub enum DaemonError {
 /// The validators' keys in `keys`, each checked.
 pub fn parse_allowed(keys: &[String]) -> Result<HashSet<PublicKey>, DaemonError> {
     keys.iter()
-        .map(|key| PublicKey::from_hex(key).ok_or_else(|| DaemonError::AllowedKey(key.clone())))
+        .map(|key| {
+            PublicKey::from_hex(key)
+                .filter(|k| k.check_usable().is_ok())
+                .ok_or_else(|| DaemonError::AllowedKey(key.clone()))
+        })
         .collect()
 }
 
@@ -158,4 +164,30 @@ async fn reload_on_hangup(core: Arc<MinerCore>, reload: impl Fn() -> Result<Mine
     }
     #[cfg(not(unix))]
     let _ = (core, reload);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A validator key under which nothing verifies (small order, or no point at all) on the
+    /// allow-list is a mistake to name at start, not a validator that is silently never served.
+    #[test]
+    fn the_allow_list_takes_only_keys_that_can_sign() {
+        let real = Identity::from_seed([3; 32]).public_key().to_hex();
+        assert_eq!(parse_allowed(std::slice::from_ref(&real)).unwrap().len(), 1);
+        let identity_point = format!("01{}", "00".repeat(31));
+        for bad in [
+            identity_point,
+            "00".repeat(32),
+            format!("02{}", "00".repeat(31)),
+            "xyz".into(),
+        ] {
+            let err = parse_allowed(&[real.clone(), bad.clone()]).unwrap_err();
+            assert!(
+                err.to_string().contains(&bad) && err.to_string().contains("small order"),
+                "{err}"
+            );
+        }
+    }
 }

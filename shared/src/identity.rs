@@ -24,6 +24,13 @@ pub enum KeyError {
     Random(String),
 }
 
+impl KeyError {
+    /// The key file does not exist: the one case that `keygen` fixes (it never overwrites).
+    pub fn is_missing(&self) -> bool {
+        matches!(self, KeyError::Io { source, .. } if source.kind() == std::io::ErrorKind::NotFound)
+    }
+}
+
 #[derive(Debug, Error, Clone, PartialEq, Eq)]
 pub enum SignatureError {
     #[error("public key is not 32 bytes")]

@@ -27,7 +27,7 @@ use tracing::info;
 /// Why a validator could not start or stopped serving.
 #[derive(Debug, Error)]
 pub enum DaemonError {
-    #[error("{source}; run `validator keygen --key-file {path}` first")]
+    #[error("{source}{hint}", hint = if source.is_missing() { format!("; run `validator keygen --key-file {path}` first") } else { String::new() })]
     Key { path: String, source: KeyError },
     #[error(transparent)]
     Kernel(#[from] UnknownKernel),

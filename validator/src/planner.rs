@@ -48,7 +48,7 @@ pub enum PlanError {
     )]
     TooLittleWork { max_chains: u64, needed: u64, min_ms: u64 },
     #[error(
-        "miner accepts deadlines up to {max_duration_ms} ms, but even one chain per device needs a deadline of {needed_ms} ms (plus {MINER_CLOCK_ALLOWANCE_MS} ms for clock differences); raise the miner's max_duration_secs or lower the validator's deadline.min_ms or challenge size"
+        "miner accepts deadlines up to {max_duration_ms} ms, but the smallest challenge this validator sends it (at least one chain per device, and enough chains to reach deadline.min_ms) has a deadline of {needed_ms} ms (plus {MINER_CLOCK_ALLOWANCE_MS} ms for clock differences); raise the miner's max_duration_secs or lower the validator's deadline.min_ms or challenge size"
     )]
     DurationOverLimit { max_duration_ms: u64, needed_ms: u64 },
     #[error(
