@@ -2,8 +2,9 @@
 //! challenge cannot be replayed after a restart either.
 //!
 //! The file holds one `hex-nonce deadline-ms` line per accepted challenge, appended and synced
-//! before the challenge is accepted. At start expired lines are dropped and the file rewritten
-//! (to a temporary file, then renamed over it); a torn last line from a crash is skipped.
+//! before the challenge is accepted. At start, and while running once expired lines make up
+//! most of a file over 64 KiB, expired lines are dropped and the file rewritten (to a temporary
+//! file, then renamed over it); a torn last line from a crash is skipped.
 //!
 //! Before each append the log checks that its path still names the file it holds open, at the
 //! length this process wrote. If the file or its directory was removed or replaced while the
@@ -26,6 +27,13 @@ pub enum NonceLogError {
     )]
     Replaced { path: String, source: std::io::Error },
 }
+
+/// A line of the log: 64 hex digits, a space, a deadline of up to 20 digits, a newline (an
+/// upper bound, so that the live nonces' share of the file is never overestimated).
+const LINE_BYTES: u64 = 64 + 1 + 20 + 1;
+
+/// The log is compacted only once it is this long and four times what its live nonces need.
+const COMPACT_FROM_BYTES: u64 = 64 << 10;
 
 pub struct NonceLog {
     file: Option<LogFile>,
@@ -104,12 +112,30 @@ impl NonceLog {
         Ok(Some(log))
     }
 
+    /// Writes the log anew without its expired lines once they make up most of it, so that a
+    /// miner that runs for months does not grow it by a line per challenge. A failure leaves
+    /// the old file in place, still appended to: it only costs disk.
+    fn compact_if_mostly_expired(&mut self) {
+        let live_bytes = self.seen.len() as u64 * LINE_BYTES;
+        let Some(log) = &mut self.file else { return };
+        if log.len < COMPACT_FROM_BYTES || log.len < 4 * live_bytes || !still_at_path(log) {
+            return;
+        }
+        match write_fresh(&log.path, &self.seen) {
+            Ok((file, len)) => (log.file, log.len) = (file, len),
+            Err(e) => {
+                tracing::warn!(path = %log.path.display(), error = %e, "cannot compact the nonce log; appending to it as it is")
+            }
+        }
+    }
+
     /// Records `nonce` until `deadline_ms`; `Ok(false)` if it was already recorded.
     pub fn claim(&mut self, nonce: [u8; 32], deadline_ms: u64, now_ms: u64) -> Result<bool, NonceLogError> {
         self.seen.retain(|_, deadline| *deadline > now_ms);
         if self.seen.contains_key(&nonce) {
             return Ok(false);
         }
+        self.compact_if_mostly_expired();
         if let Some(log) = self.current_file()? {
             let line = format!("{} {deadline_ms}\n", hex::encode(nonce));
             log.file
@@ -194,6 +220,36 @@ mod tests {
         let mut log = NonceLog::open(&path, 3_000).unwrap();
         assert!(!log.claim([1; 32], 5_000, 3_000).unwrap(), "replayed after restart");
         assert!(log.claim([2; 32], 9_000, 3_000).unwrap(), "expired nonce kept forever");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn expired_lines_are_dropped_while_the_miner_runs() {
+        let dir = std::env::temp_dir().join(format!("gpu-attest-nonces-compact-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("nonces.log");
+        let mut log = NonceLog::open(&path, 0).unwrap();
+        // A thousand challenges, each expired before the next one arrives.
+        for i in 0..1000u32 {
+            let mut nonce = [0u8; 32];
+            nonce[..4].copy_from_slice(&i.to_le_bytes());
+            let now = u64::from(i) * 10;
+            assert!(log.claim(nonce, now + 5, now).unwrap());
+        }
+        let size = std::fs::metadata(&path).unwrap().len();
+        assert!(
+            size <= COMPACT_FROM_BYTES + LINE_BYTES,
+            "{size} bytes for one live nonce"
+        );
+        // What is on disk is still every live nonce: a reopened log refuses the last one.
+        let mut last = [0u8; 32];
+        last[..4].copy_from_slice(&999u32.to_le_bytes());
+        let mut reopened = NonceLog::open(&path, 9_990).unwrap();
+        assert!(
+            !reopened.claim(last, 9_995, 9_991).unwrap(),
+            "a live nonce was lost by compaction"
+        );
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
