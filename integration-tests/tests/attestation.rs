@@ -172,7 +172,7 @@ async fn a_late_commitment_is_not_reexecuted_under_the_full_policy() {
 
 /// A miner that could compute first and refuse only the runs it would fail would show nothing
 /// but passes. Past the accept window a refusal no longer withdraws the challenge: the outcome
-/// is a stored failure, like silence. Within it, a refusal is an error and stores nothing.
+/// is a stored failure, like silence.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_challenge_not_accepted_within_the_window_is_a_stored_failure() {
     for (seed, cheat) in [(60, Cheat::RefusesAfterComputing), (61, Cheat::NeverAccepts)] {
@@ -188,15 +188,7 @@ async fn a_challenge_not_accepted_within_the_window_is_a_stored_failure() {
         let stored = attestor.store().verdicts(&every_verdict()).await.unwrap();
         assert_eq!(stored.len(), 1, "{cheat:?}: the failure is on record");
     }
-    // The same refusal inside a wider window is an error: nothing is stored.
-    let miner = spawn_cheater(miner_core(62, &[validator_key()], 1), Cheat::RefusesAfterComputing).await;
-    let dir = TempDir::new("accept-window-wide");
-    let mut config = validator_config(&dir, Policy::Sampled);
-    config.deadline.accept_ms = 20_000;
-    let attestor = attestor(&config).await;
-    let err = attestor.attest(&miner.url(), &|_| {}).await.unwrap_err();
-    assert!(err.to_string().contains("busy with another challenge"), "{err}");
-    assert!(attestor.store().verdicts(&every_verdict()).await.unwrap().is_empty());
+    // A refusal within the window stores nothing: `unreachable_and_refusing_miners_store_no_verdict`.
 }
 
 fn every_verdict() -> gpu_attest_validator::store::VerdictFilter {

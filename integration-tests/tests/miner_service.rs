@@ -307,6 +307,27 @@ async fn a_validator_that_stops_reading_openings_does_not_keep_the_devices() {
         .unwrap();
     assert!(started.elapsed() >= Duration::from_millis(1500));
     assert_eq!(rx.len(), 1, "only the opening handed over before the stall");
+
+    // A round that cannot even get the devices (a challenge holds them) ends at its limit too.
+    let c = challenge(core.public_key(), 2, 64, 2, 2, 10_000);
+    let accepted = core.accept(&signed(&c), gpu_attest_miner::core::now_ms()).unwrap();
+    let execution = core
+        .execute(&accepted, &|_| {}, &gpu_attest_shared::CancelToken::new())
+        .unwrap();
+    core.commit(accepted, execution, 1);
+    let samples = [gpu_attest_shared::opening::SampleRequest { chain: 0, segment: 0 }];
+    let (recent, samples) = core
+        .check_open_request(&signed_open_request(c.params.nonce, &validator, &samples))
+        .unwrap();
+    let held = core.lock_devices().await;
+    let (tx, mut rx) = tokio::sync::mpsc::channel(1);
+    let round = tokio::spawn(run_round(core.clone(), recent, samples, tx, limits));
+    tokio::time::timeout(Duration::from_secs(5), round)
+        .await
+        .expect("a round waiting for the devices outlived its limit")
+        .unwrap();
+    assert!(rx.recv().await.is_none(), "an opening was made without the devices");
+    drop(held);
 }
 
 /// Between a commitment and its validator's open request, another validator's challenge could

@@ -33,6 +33,12 @@ const MAX_RECENT_COMMITMENTS: usize = 4;
 /// between would make those openings wait, and time out, for an honest miner.
 pub const OPENING_HOLD: Duration = Duration::from_secs(5);
 
+/// A validator whose commitment here went unopened gets no hold for its next one within this
+/// long: long enough to break a loop of tiny unopened challenges, short enough that an honest
+/// validator that once could not open (it restarted, its network dropped) keeps the hold on
+/// its next scheduled round.
+pub const UNOPENED_COSTS_THE_HOLD_FOR: Duration = Duration::from_secs(60);
+
 pub fn now_ms() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -60,14 +66,17 @@ pub struct RecentCommitment {
     pub validator_key: PublicKey,
     pub work: Work,
     pub execution: Execution,
+    /// How long the validator gave the challenge (its deadline less its issue time, both on the
+    /// validator's clock): the scale of what it will wait for, openings included.
+    pub planned: Duration,
     stored_at: Instant,
     /// Set by the first open request that passes every check: an open request is single-use,
     /// so a captured one cannot make this miner recompute again and again.
     opened: AtomicBool,
     /// Whether this commitment keeps other validators' challenges off while it waits to be
     /// opened ([`OPENING_HOLD`]): not when its validator left its previous commitment here
-    /// unopened, or one validator could hold the miner from all others with tiny challenges it
-    /// never opens, each renewing the hold.
+    /// unopened within [`UNOPENED_COSTS_THE_HOLD_FOR`], or one validator could hold the miner
+    /// from all others with tiny challenges it never opens, each renewing the hold.
     holds: bool,
 }
 
@@ -305,10 +314,18 @@ impl MinerCore {
             .iter()
             .rev()
             .find(|r| r.validator_key == validator_key)
-            .is_none_or(|previous| previous.opened.load(Ordering::SeqCst));
+            .is_none_or(|previous| {
+                previous.opened.load(Ordering::SeqCst) || previous.stored_at.elapsed() >= UNOPENED_COSTS_THE_HOLD_FOR
+            });
         let entry = Arc::new(RecentCommitment {
             nonce: accepted.challenge.params.nonce,
             validator_key,
+            planned: Duration::from_millis(
+                accepted
+                    .challenge
+                    .deadline_ms
+                    .saturating_sub(accepted.challenge.issued_at_ms),
+            ),
             work: accepted.work,
             execution,
             stored_at: Instant::now(),

@@ -23,26 +23,31 @@ use tracing::{info, warn};
 #[derive(Clone, Copy, Debug)]
 pub struct RoundLimits {
     /// How long a computed opening may wait for the validator to take it before the devices are
-    /// released to other challenges. An honest validator takes the next opening as soon as it
-    /// has checked the last, which on the sizes it plans takes far less than the default 10 s,
-    /// so only a stalled or vanished one is waited on without them.
+    /// released to other challenges. An honest validator takes the next opening once it has
+    /// checked the last: a few steps of one chain, which takes it far less than the whole
+    /// challenge took the miner, so at least 10 s and at least the challenge's planned time
+    /// only lets go of a stalled or vanished one.
     pub handover: Duration,
     /// The whole round, from the request.
     pub round: Duration,
 }
 
+/// The least [`RoundLimits::handover`].
+const MIN_HANDOVER: Duration = Duration::from_secs(10);
+
 impl RoundLimits {
-    /// The default hand-over; the round lasts as long as `core` keeps its commitments.
-    pub fn for_core(core: &MinerCore) -> Self {
+    /// The limits for opening `recent`: the round lasts as long as `core` keeps commitments.
+    pub fn for_commitment(core: &MinerCore, recent: &RecentCommitment) -> Self {
+        let round = core.keep_commitments();
         RoundLimits {
-            handover: Duration::from_secs(10),
-            round: core.keep_commitments(),
+            handover: recent.planned.max(MIN_HANDOVER).min(round),
+            round,
         }
     }
 }
 
 /// Runs the round for `samples` of `recent`, sending each opening (or the error that ends the
-/// round) on `tx`.
+/// round) on `tx`. The recomputation stops when the validator goes away or the round is over.
 pub async fn run_round(
     core: Arc<MinerCore>,
     recent: Arc<RecentCommitment>,
@@ -53,39 +58,90 @@ pub async fn run_round(
     let nonce = hex::encode(recent.nonce);
     let round_ends = tokio::time::Instant::now() + limits.round;
     let cancel = CancelToken::new();
-    let mut devices = None;
-    for sample in samples {
-        if devices.is_none() {
-            devices = Some(core.lock_devices().await);
-        }
-        let (worker, recent, cancel) = (core.clone(), recent.clone(), cancel.clone());
-        let opened = tokio::task::spawn_blocking(move || worker.open(&recent, sample, &cancel)).await;
-        let item = match opened {
-            Ok(result) => result.map_err(Status::from),
-            Err(join) => Err(Status::internal(format!("opening worker failed: {join}"))),
-        };
-        let failed = item.is_err();
-        core.metrics().opening(!failed);
-        let slot = match tokio::time::timeout(limits.handover, tx.reserve()).await {
-            Ok(slot) => slot,
-            Err(_) => {
-                info!(%nonce, "the validator is slow to take openings; devices released while it catches up");
-                devices = None;
-                match tokio::time::timeout_at(round_ends, tx.reserve()).await {
-                    Ok(slot) => slot,
-                    Err(_) => {
-                        warn!(%nonce, seconds = limits.round.as_secs(), "opening round ended: the validator took no opening for the rest of its time");
-                        return;
-                    }
+    let stopper = {
+        let (tx, cancel) = (tx.clone(), cancel.clone());
+        tokio::spawn(async move {
+            tokio::select! {
+                () = tx.closed() => {}
+                () = tokio::time::sleep_until(round_ends) => {}
+            }
+            cancel.cancel();
+        })
+    };
+    let round = Round {
+        core: &core,
+        recent: &recent,
+        tx: &tx,
+        limits,
+        ends: round_ends,
+        cancel: &cancel,
+        nonce: &nonce,
+    };
+    round.run(samples).await;
+    stopper.abort();
+}
+
+/// What one round works with.
+struct Round<'a> {
+    core: &'a Arc<MinerCore>,
+    recent: &'a Arc<RecentCommitment>,
+    tx: &'a mpsc::Sender<Result<v1::ChainOpening, Status>>,
+    limits: RoundLimits,
+    ends: tokio::time::Instant,
+    cancel: &'a CancelToken,
+    nonce: &'a str,
+}
+
+impl Round<'_> {
+    fn over(&self) {
+        warn!(nonce = %self.nonce, seconds = self.limits.round.as_secs(), "opening round ended: it has lasted as long as the commitment is kept");
+    }
+
+    async fn run(&self, samples: Vec<SampleRequest>) {
+        let (core, tx, nonce) = (self.core, self.tx, self.nonce);
+        let mut devices = None;
+        for sample in samples {
+            if devices.is_none() {
+                match tokio::time::timeout_at(self.ends, core.lock_devices()).await {
+                    Ok(locked) => devices = Some(locked),
+                    Err(_) => return self.over(),
                 }
             }
-        };
-        let Ok(slot) = slot else {
-            return; // the validator is gone
-        };
-        slot.send(item);
-        if failed {
-            return; // the stream ends with the error it was sent
+            if tx.is_closed() {
+                return; // the validator is gone
+            }
+            let (worker, recent, cancel) = (core.clone(), self.recent.clone(), self.cancel.clone());
+            let opened = tokio::task::spawn_blocking(move || worker.open(&recent, sample, &cancel)).await;
+            if self.cancel.is_cancelled() {
+                if !tx.is_closed() {
+                    self.over();
+                }
+                return;
+            }
+            let item = match opened {
+                Ok(result) => result.map_err(Status::from),
+                Err(join) => Err(Status::internal(format!("opening worker failed: {join}"))),
+            };
+            let failed = item.is_err();
+            core.metrics().opening(!failed);
+            let slot = match tokio::time::timeout(self.limits.handover, tx.reserve()).await {
+                Ok(slot) => slot,
+                Err(_) => {
+                    info!(%nonce, "the validator is slow to take openings; devices released while it catches up");
+                    devices = None;
+                    match tokio::time::timeout_at(self.ends, tx.reserve()).await {
+                        Ok(slot) => slot,
+                        Err(_) => return self.over(),
+                    }
+                }
+            };
+            let Ok(slot) = slot else {
+                return; // the validator is gone
+            };
+            slot.send(item);
+            if failed {
+                return; // the stream ends with the error it was sent
+            }
         }
     }
 }

@@ -84,7 +84,7 @@ impl Miner for MinerService {
             self.core.metrics().opening(false);
         })?;
         let (tx, rx) = mpsc::channel(2);
-        let limits = RoundLimits::for_core(&self.core);
+        let limits = RoundLimits::for_commitment(&self.core, &recent);
         tokio::spawn(run_round(self.core.clone(), recent, samples, tx, limits));
         Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
     }

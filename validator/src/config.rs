@@ -74,10 +74,11 @@ pub struct DeadlineConfig {
     /// than the work. The planner gives a challenge enough chains to reach it, so the deadline
     /// is always the slack times the expected time, never a floor that loosens it.
     pub min_ms: u64,
-    /// How long a miner has, from the sending of a challenge, to accept or refuse it. Within
-    /// it a refusal is an error and stores no verdict (a busy miner says so at once); past it
-    /// the challenge stands issued and its outcome is a failing verdict (`not-accepted`), so a
-    /// miner cannot compute first and refuse only the runs it would fail.
+    /// How long a miner has, from the sending of a challenge, to accept or refuse it (never more
+    /// than a quarter of the deadline). Within it a refusal is an error and stores no verdict (a
+    /// busy miner says so at once); past it the challenge stands issued and its outcome is a
+    /// failing verdict (`not-accepted`), so a miner cannot compute first and refuse only the
+    /// runs it would fail.
     pub accept_ms: u64,
 }
 

@@ -114,7 +114,7 @@ impl AcceptWindow {
         Reason::new(
             ReasonCode::NotAccepted,
             format!(
-                "the miner neither accepted nor refused the challenge within {} ms of its sending; past that a refusal no longer withdraws an issued challenge",
+                "the miner neither accepted nor refused the challenge within {} ms of its sending; past that a refusal no longer withdraws an issued challenge (a miner that is down or cannot be reached fails the same way)",
                 self.length.as_millis()
             ),
         )

@@ -1,9 +1,9 @@
 //! One attestation, start to finish: inventory, plan, signed challenge, the challenge stream,
 //! commitment checks, sampled or full verification, stored verdict.
 //!
-//! Failures before the miner accepts the challenge (unreachable, not a miner, challenge refused)
-//! are errors and store no verdict; once it has accepted, every outcome is a verdict, pass or fail,
-//! with all its reasons.
+//! Failures before the challenge is sent (unreachable, not a miner, nothing to plan) and a
+//! refusal within the accept window are errors and store no verdict; once the miner has accepted,
+//! or the window has passed, every outcome is a verdict, pass or fail, with all its reasons.
 //!
 //! - [`client`]: the one connection to the miner, and wire types turned into the engine's.
 //! - [`exchange`]: the challenge stream, each event checked against the plan.
@@ -164,6 +164,7 @@ impl Attestor {
     /// Fetches and checks a miner's inventory (registration uses it too).
     pub async fn inventory(&self, url: &str) -> Result<Inventory, AttestError> {
         let url = normalise_url(url);
+        check_url(&url)?;
         MinerConnection::connect(&url, &self.config).await?.inventory().await
     }
 
@@ -190,6 +191,10 @@ impl Attestor {
         on_event: &(dyn Fn(AttestEvent) + Send + Sync),
     ) -> Result<Verdict, AttestError> {
         let url = normalise_url(url);
+        // A URL registered before its form was checked is still attested as it was registered.
+        if check_url(&url).is_err() && self.store.miner(&url).await?.is_none() {
+            check_url(&url)?;
+        }
         let mut clock = Instant::now();
         let mut lap = |phase: Phase| {
             let now = Instant::now();
@@ -286,7 +291,7 @@ impl Attestor {
         // The miner cancels at the deadline itself; the grace covers a miner that does not.
         let grace = Duration::from_millis(plan.deadline_ms / 10 + 2_000);
         let wait_limit = Duration::from_millis(plan.deadline_ms) + grace;
-        let accept_window = Duration::from_millis(self.config.deadline.accept_ms).min(wait_limit);
+        let accept_window = accept_window(self.config.deadline.accept_ms, plan.deadline_ms);
         let signature = challenge.sign(&self.identity);
         let sent = Instant::now();
         let until = tokio::time::Instant::now() + wait_limit;
@@ -411,6 +416,27 @@ impl Attestor {
     }
 }
 
+/// A miner URL as this validator takes a new one: a scheme, a host and a port
+/// ([`client::miner_url_problem`]).
+fn check_url(url: &str) -> Result<(), AttestError> {
+    match client::miner_url_problem(url) {
+        Some(problem) => Err(AttestError::BadUrl {
+            url: client::shown_url(url),
+            detail: problem.into(),
+        }),
+        None => Ok(()),
+    }
+}
+
+/// The accept window (PROTOCOL.md 14.3): `accept_ms`, but never more than a quarter of the
+/// deadline, or a miner allowed a short deadline could compute most of it before deciding
+/// whether to accept; and never under 250 ms, a slow network's round trip or two.
+pub fn accept_window(accept_ms: u64, deadline_ms: u64) -> Duration {
+    Duration::from_millis(accept_ms.min((deadline_ms / 4).max(ACCEPT_FLOOR_MS)))
+}
+
+const ACCEPT_FLOOR_MS: u64 = 250;
+
 /// What a passing verdict teaches about its hardware class: the proven rate per unit. Only a
 /// claim of one class teaches anything, since a mixed claim's rate cannot be split between its
 /// classes; a failed verdict proves no rate at all.
@@ -441,4 +467,19 @@ fn announce(plan: &Plan, on_event: &(dyn Fn(AttestEvent) + Send + Sync)) {
             plan.deadline_ms
         ),
     });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_accept_window_is_at_most_a_quarter_of_the_deadline() {
+        let ms = |d: Duration| d.as_millis() as u64;
+        assert_eq!(ms(accept_window(2_000, 60_000)), 2_000);
+        // A miner that asks for short deadlines cannot use most of one to decide.
+        assert_eq!(ms(accept_window(2_000, 2_000)), 500);
+        assert_eq!(ms(accept_window(2_000, 400)), 250, "a round trip is always allowed");
+        assert_eq!(ms(accept_window(300, 1_500)), 300);
+    }
 }

@@ -29,6 +29,15 @@ impl Store {
     ) -> Result<MinerRecord, StoreError> {
         self.check_not_revoked(&key).await?;
         let mut tx = self.pool.begin().await?;
+        if self.dialect() == super::Dialect::Postgres {
+            // Two validators of a fleet registering one key at two URLs at once would each see
+            // no other registration under READ COMMITTED; registrations take turns instead (a
+            // rare act; attestations only read the table and are not held up). SQLite has one
+            // writer at a time anyway.
+            sqlx::query("LOCK TABLE miners IN SHARE ROW EXCLUSIVE MODE")
+                .execute(&mut *tx)
+                .await?;
+        }
         // One key is one miner: a second URL for it would be a relay (its verdicts credited to
         // whoever registered that URL) or the same miner attested twice at once.
         let elsewhere: Option<(String, String)> =

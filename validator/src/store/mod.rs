@@ -137,7 +137,7 @@ impl Store {
         sqlx::any::install_default_drivers();
         let text = location.to_string_lossy();
         let (dialect, url, shown) = if is_postgres(location) {
-            (Dialect::Postgres, text.to_string(), redact(&text))
+            (Dialect::Postgres, text.to_string(), redact_url(&text))
         } else {
             // Absolute first: the URL parser would resolve `..` against nothing.
             let file = std::path::absolute(location).unwrap_or_else(|_| location.to_path_buf());
@@ -247,12 +247,12 @@ fn sqlite_url(path: &str) -> String {
     url
 }
 
-/// A `postgres://user:password@host/db` URL with the password replaced and the query (which
-/// may carry one too) dropped, for logs and errors. The credentials end at the last `@`, so a
-/// password holding `/` or `:` unencoded is hidden whole.
-fn redact(url: &str) -> String {
+/// A URL (`postgres://user:password@host/db`, a miner's) with the password replaced and the
+/// query (which may carry one too) dropped, for logs and errors. The credentials end at the
+/// last `@`, so a password holding `/` or `:` unencoded is hidden whole.
+pub fn redact_url(url: &str) -> String {
     let Some((scheme, rest)) = url.split_once("://") else {
-        return "<a database URL that cannot be shown>".into();
+        return "<a URL that cannot be shown>".into();
     };
     let rest = rest.split_once('?').map_or(rest, |(before, _)| before);
     match rest.rsplit_once('@') {
@@ -531,11 +531,14 @@ mod tests {
     #[test]
     fn urls_are_shown_without_passwords_and_paths_encoded() {
         assert_eq!(
-            redact("postgres://gpu:s3cret@db.internal:5432/attest?sslmode=require&password=x"),
+            redact_url("postgres://gpu:s3cret@db.internal:5432/attest?sslmode=require&password=x"),
             "postgres://gpu:***@db.internal:5432/attest"
         );
-        assert_eq!(redact("postgres://db/attest"), "postgres://db/attest");
-        assert_eq!(redact("postgres://u:ab/c@d:e@h:5432/db"), "postgres://u:***@h:5432/db");
+        assert_eq!(redact_url("postgres://db/attest"), "postgres://db/attest");
+        assert_eq!(
+            redact_url("postgres://u:ab/c@d:e@h:5432/db"),
+            "postgres://u:***@h:5432/db"
+        );
         assert!(is_postgres(Path::new("PostgreSQL://u:pw@h/db")));
         assert_eq!(
             sqlite_url("/var/lib/a b#?.db"),
