@@ -84,42 +84,36 @@ fn attest_a_real_miner_then_fail_cleanly_on_bad_targets() {
 fn a_missing_or_exposed_key_file_is_named_with_its_cause_and_remedy() {
     let dir = Dir::fresh("missing-key");
     let key = dir.0.join("absent.key");
-    for (bin, extra) in [("miner", &["--backend", "cpu"][..]), ("validator", &[][..])] {
-        let out = cmd(bin)
-            .current_dir(&dir.0)
-            .args(["serve", "--listen", "127.0.0.1:0"])
-            .args(extra)
-            .arg("--key-file")
-            .arg(&key)
-            .output()
-            .unwrap();
-        assert!(!out.status.success(), "{bin} started without a key");
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        let error = stderr.lines().last().unwrap_or_default();
+    // Each daemon refuses to serve with the key file as it is; its one-line error.
+    let refusals = || {
+        [("miner", &["--backend", "cpu"][..]), ("validator", &[][..])].map(|(bin, extra)| {
+            let out = cmd(bin)
+                .current_dir(&dir.0)
+                .args(["serve", "--listen", "127.0.0.1:0"])
+                .args(extra)
+                .arg("--key-file")
+                .arg(&key)
+                .output()
+                .unwrap();
+            assert!(!out.status.success(), "{bin} started with that key file");
+            let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+            (bin, stderr.lines().last().unwrap_or_default().to_string())
+        })
+    };
+    for (bin, error) in refusals() {
         assert!(
             error.starts_with("error: key file ") && error.contains(&format!("; run `{bin} keygen --key-file")),
-            "{stderr}"
+            "{error}"
         );
-        assert_eq!(error.matches("No such file or directory").count(), 1, "{stderr}");
+        assert_eq!(error.matches("No such file or directory").count(), 1, "{error}");
     }
     // A key file others may read is fixed with chmod; keygen, which never overwrites, is no
     // advice for it.
     use std::os::unix::fs::PermissionsExt;
     std::fs::write(&key, format!("{}\n", "ab".repeat(32))).unwrap();
     std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o644)).unwrap();
-    for (bin, extra) in [("miner", &["--backend", "cpu"][..]), ("validator", &[][..])] {
-        let out = cmd(bin)
-            .current_dir(&dir.0)
-            .args(["serve", "--listen", "127.0.0.1:0"])
-            .args(extra)
-            .arg("--key-file")
-            .arg(&key)
-            .output()
-            .unwrap();
-        assert!(!out.status.success(), "{bin} started with a key file others can read");
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        let error = stderr.lines().last().unwrap_or_default();
-        assert!(error.contains("chmod 600") && !error.contains("keygen"), "{stderr}");
+    for (_, error) in refusals() {
+        assert!(error.contains("chmod 600") && !error.contains("keygen"), "{error}");
     }
 }
 

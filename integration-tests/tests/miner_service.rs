@@ -264,6 +264,27 @@ async fn an_open_request_is_single_use() {
     assert_eq!(client.open_chains(other).await.unwrap_err().code(), Code::AlreadyExists);
 }
 
+/// `core` runs and commits a small challenge with `nonce`, and takes the test validator's open
+/// request for `samples` of it: what an opening round starts from.
+fn committed_and_asked(
+    core: &Arc<gpu_attest_miner::MinerCore>,
+    nonce: u8,
+    samples: &[gpu_attest_shared::opening::SampleRequest],
+) -> (
+    Arc<gpu_attest_miner::core::RecentCommitment>,
+    Vec<gpu_attest_shared::opening::SampleRequest>,
+) {
+    let c = challenge(core.public_key(), nonce, 64, 2, 2, 10_000);
+    let accepted = core.accept(&signed(&c), gpu_attest_miner::core::now_ms()).unwrap();
+    let execution = core
+        .execute(&accepted, &|_| {}, &gpu_attest_shared::CancelToken::new())
+        .unwrap();
+    core.commit(accepted, execution, 1);
+    let validator = Identity::from_seed([VALIDATOR_SEED; 32]);
+    core.check_open_request(&signed_open_request(c.params.nonce, &validator, samples))
+        .unwrap()
+}
+
 /// A validator that stops reading its openings fills the stream's buffer, and the hand-over of
 /// the next one blocks. The devices are released while it is waited on, so that it cannot keep
 /// every other validator out, and the round ends at its limit.
@@ -271,17 +292,8 @@ async fn an_open_request_is_single_use() {
 async fn a_validator_that_stops_reading_openings_does_not_keep_the_devices() {
     use gpu_attest_miner::openings::{RoundLimits, run_round};
     let core = miner_core(37, &[validator_key()], 1);
-    let c = challenge(core.public_key(), 1, 64, 2, 2, 10_000);
-    let accepted = core.accept(&signed(&c), gpu_attest_miner::core::now_ms()).unwrap();
-    let execution = core
-        .execute(&accepted, &|_| {}, &gpu_attest_shared::CancelToken::new())
-        .unwrap();
-    core.commit(accepted, execution, 1);
-    let validator = Identity::from_seed([VALIDATOR_SEED; 32]);
-    let samples = vec![gpu_attest_shared::opening::SampleRequest { chain: 0, segment: 1 }; 4];
-    let (recent, samples) = core
-        .check_open_request(&signed_open_request(c.params.nonce, &validator, &samples))
-        .unwrap();
+    let sample = gpu_attest_shared::opening::SampleRequest { chain: 0, segment: 1 };
+    let (recent, samples) = committed_and_asked(&core, 1, &[sample; 4]);
     let (tx, rx) = tokio::sync::mpsc::channel(1);
     let limits = RoundLimits {
         handover: Duration::from_millis(200),
@@ -309,16 +321,8 @@ async fn a_validator_that_stops_reading_openings_does_not_keep_the_devices() {
     assert_eq!(rx.len(), 1, "only the opening handed over before the stall");
 
     // A round that cannot even get the devices (a challenge holds them) ends at its limit too.
-    let c = challenge(core.public_key(), 2, 64, 2, 2, 10_000);
-    let accepted = core.accept(&signed(&c), gpu_attest_miner::core::now_ms()).unwrap();
-    let execution = core
-        .execute(&accepted, &|_| {}, &gpu_attest_shared::CancelToken::new())
-        .unwrap();
-    core.commit(accepted, execution, 1);
-    let samples = [gpu_attest_shared::opening::SampleRequest { chain: 0, segment: 0 }];
-    let (recent, samples) = core
-        .check_open_request(&signed_open_request(c.params.nonce, &validator, &samples))
-        .unwrap();
+    let sample = gpu_attest_shared::opening::SampleRequest { chain: 0, segment: 0 };
+    let (recent, samples) = committed_and_asked(&core, 2, &[sample]);
     let held = core.lock_devices().await;
     let (tx, mut rx) = tokio::sync::mpsc::channel(1);
     let round = tokio::spawn(run_round(core.clone(), recent, samples, tx, limits));

@@ -275,20 +275,32 @@ async fn a_registered_miner_that_changes_key_is_refused() {
     );
 }
 
+/// A validator serving its API, a client of it, and an honest miner (not yet registered).
+async fn api_and_miner(
+    name: &str,
+    seed: u8,
+) -> (TempDir, Running, ValidatorClient<tonic::transport::Channel>, Running) {
+    let dir = TempDir::new(name);
+    let validator = spawn_validator(attestor(&validator_config(&dir, Policy::Sampled)).await).await;
+    let api = client(&validator).await;
+    let miner = spawn_miner(miner_core(seed, &[validator_key()], 1)).await;
+    (dir, validator, api, miner)
+}
+
+fn register(url: String, name: String) -> v1::RegisterMinerRequest {
+    v1::RegisterMinerRequest {
+        url,
+        name,
+        replace_key: false,
+    }
+}
+
 /// A second URL for a registered key is either the same miner spelt another way (it would be
 /// attested twice at once) or a relay that would be credited with that miner's verdicts.
 #[tokio::test(flavor = "multi_thread")]
 async fn one_key_is_registered_at_one_url() {
-    let dir = TempDir::new("one-key");
-    let attestor = attestor(&validator_config(&dir, Policy::Sampled)).await;
-    let validator = spawn_validator(attestor.clone()).await;
-    let mut api = client(&validator).await;
-    let miner = spawn_miner(miner_core(26, &[validator_key()], 1)).await;
-    let register = |url: String, name: &str| v1::RegisterMinerRequest {
-        url,
-        name: name.into(),
-        replace_key: false,
-    };
+    let (_dir, _validator, mut api, miner) = api_and_miner("one-key", 26).await;
+    let register = |url: String, name: &str| register(url, name.into());
     api.register_miner(register(miner.url(), "rig-1")).await.unwrap();
     let other_spelling = format!("http://localhost:{}", miner.address.port());
     for replace_key in [false, true] {
@@ -324,16 +336,7 @@ async fn one_key_is_registered_at_one_url() {
 /// host and port. The refusal is short, whatever was sent, and never repeats a password.
 #[tokio::test(flavor = "multi_thread")]
 async fn registration_refuses_names_reasons_and_urls_it_could_not_show_plainly() {
-    let dir = TempDir::new("caller-text");
-    let attestor = attestor(&validator_config(&dir, Policy::Sampled)).await;
-    let validator = spawn_validator(attestor.clone()).await;
-    let mut api = client(&validator).await;
-    let miner = spawn_miner(miner_core(27, &[validator_key()], 1)).await;
-    let register = |url: String, name: String| v1::RegisterMinerRequest {
-        url,
-        name,
-        replace_key: false,
-    };
+    let (_dir, _validator, mut api, miner) = api_and_miner("caller-text", 27).await;
     for (url, name, needle) in [
         (miner.url(), "rig\u{1b}[2J".to_string(), "U+001B"),
         (miner.url(), "a\u{202E}b".to_string(), "U+202E"),

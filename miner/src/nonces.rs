@@ -198,12 +198,18 @@ fn still_at_path(log: &LogFile) -> bool {
 mod tests {
     use super::*;
 
-    #[test]
-    fn nonces_survive_reopening_until_their_deadline() {
-        let dir = std::env::temp_dir().join(format!("gpu-attest-nonces-{}", std::process::id()));
+    /// An empty directory of this test's own, and the log path in it.
+    fn fresh_dir(name: &str) -> (PathBuf, PathBuf) {
+        let dir = std::env::temp_dir().join(format!("gpu-attest-nonces-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join("nonces.log");
-        let _ = std::fs::remove_file(&path);
+        (dir, path)
+    }
+
+    #[test]
+    fn nonces_survive_reopening_until_their_deadline() {
+        let (dir, path) = fresh_dir("reopen");
         {
             let mut log = NonceLog::open(&path, 1_000).unwrap();
             assert!(log.claim([1; 32], 5_000, 1_000).unwrap());
@@ -225,10 +231,7 @@ mod tests {
 
     #[test]
     fn expired_lines_are_dropped_while_the_miner_runs() {
-        let dir = std::env::temp_dir().join(format!("gpu-attest-nonces-compact-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        let path = dir.join("nonces.log");
+        let (dir, path) = fresh_dir("compact");
         let mut log = NonceLog::open(&path, 0).unwrap();
         // A thousand challenges, each expired before the next one arrives.
         for i in 0..1000u32 {
@@ -281,10 +284,7 @@ mod tests {
 
     #[test]
     fn a_log_truncated_in_place_is_written_again() {
-        let dir = std::env::temp_dir().join(format!("gpu-attest-nonces-truncated-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        let path = dir.join("nonces.log");
+        let (dir, path) = fresh_dir("truncated");
         let mut log = NonceLog::open(&path, 1_000).unwrap();
         assert!(log.claim([1; 32], 9_000, 1_000).unwrap());
         // What a log rotation with copy-and-truncate does: same file, now empty.
@@ -302,10 +302,7 @@ mod tests {
     #[cfg(unix)]
     #[test]
     fn the_rewrite_does_not_follow_a_planted_link() {
-        let dir = std::env::temp_dir().join(format!("gpu-attest-nonces-link-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        let path = dir.join("nonces.log");
+        let (dir, path) = fresh_dir("link");
         let victim = dir.join("victim");
         std::fs::write(&victim, b"precious").unwrap();
         let mut log = NonceLog::open(&path, 1_000).unwrap();
