@@ -264,17 +264,19 @@ async fn an_open_request_is_single_use() {
     assert_eq!(client.open_chains(other).await.unwrap_err().code(), Code::AlreadyExists);
 }
 
-/// `core` runs and commits a small challenge with `nonce`, and takes the test validator's open
-/// request for `samples` of it: what an opening round starts from.
+/// `core` runs and commits a small challenge with `nonce` and a deadline `deadline_in_ms` away,
+/// and takes the test validator's open request for `samples` of it: what an opening round
+/// starts from.
 fn committed_and_asked(
     core: &Arc<gpu_attest_miner::MinerCore>,
     nonce: u8,
+    deadline_in_ms: i64,
     samples: &[gpu_attest_shared::opening::SampleRequest],
 ) -> (
     Arc<gpu_attest_miner::core::RecentCommitment>,
     Vec<gpu_attest_shared::opening::SampleRequest>,
 ) {
-    let c = challenge(core.public_key(), nonce, 64, 2, 2, 10_000);
+    let c = challenge(core.public_key(), nonce, 64, 2, 2, deadline_in_ms);
     let accepted = core.accept(&signed(&c), gpu_attest_miner::core::now_ms()).unwrap();
     let execution = core
         .execute(&accepted, &|_| {}, &gpu_attest_shared::CancelToken::new())
@@ -293,7 +295,7 @@ async fn a_validator_that_stops_reading_openings_does_not_keep_the_devices() {
     use gpu_attest_miner::openings::{RoundLimits, run_round};
     let core = miner_core(37, &[validator_key()], 1);
     let sample = gpu_attest_shared::opening::SampleRequest { chain: 0, segment: 1 };
-    let (recent, samples) = committed_and_asked(&core, 1, &[sample; 4]);
+    let (recent, samples) = committed_and_asked(&core, 1, 10_000, &[sample; 4]);
     let (tx, rx) = tokio::sync::mpsc::channel(1);
     let limits = RoundLimits {
         handover: Duration::from_millis(200),
@@ -322,7 +324,7 @@ async fn a_validator_that_stops_reading_openings_does_not_keep_the_devices() {
 
     // A round that cannot even get the devices (a challenge holds them) ends at its limit too.
     let sample = gpu_attest_shared::opening::SampleRequest { chain: 0, segment: 0 };
-    let (recent, samples) = committed_and_asked(&core, 2, &[sample]);
+    let (recent, samples) = committed_and_asked(&core, 2, 10_000, &[sample]);
     let held = core.lock_devices().await;
     let (tx, mut rx) = tokio::sync::mpsc::channel(1);
     let round = tokio::spawn(run_round(core.clone(), recent, samples, tx, limits));
@@ -332,6 +334,19 @@ async fn a_validator_that_stops_reading_openings_does_not_keep_the_devices() {
         .unwrap();
     assert!(rx.recv().await.is_none(), "an opening was made without the devices");
     drop(held);
+}
+
+/// The hand-over is scaled by the work the challenge took, not by its deadline: a validator
+/// picks the deadline, and a tiny challenge with a distant one would hold the devices again.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_hand_over_follows_the_work_not_the_deadline() {
+    use gpu_attest_miner::openings::RoundLimits;
+    let core = miner_core(39, &[validator_key()], 1);
+    let sample = gpu_attest_shared::opening::SampleRequest { chain: 0, segment: 0 };
+    let an_hour_less_a_minute = 59 * 60 * 1000;
+    let (recent, _) = committed_and_asked(&core, 1, an_hour_less_a_minute, &[sample]);
+    let limits = RoundLimits::for_commitment(&core, &recent);
+    assert_eq!(limits.handover, Duration::from_secs(10), "{limits:?}");
 }
 
 /// Between a commitment and its validator's open request, another validator's challenge could

@@ -50,6 +50,7 @@ pub fn now_ms() -> u64 {
 pub struct AcceptedChallenge {
     pub challenge: Challenge,
     pub work: Work,
+    accepted_at: Instant,
     _devices: OwnedMutexGuard<()>,
 }
 
@@ -66,9 +67,9 @@ pub struct RecentCommitment {
     pub validator_key: PublicKey,
     pub work: Work,
     pub execution: Execution,
-    /// How long the validator gave the challenge (its deadline less its issue time, both on the
-    /// validator's clock): the scale of what it will wait for, openings included.
-    pub planned: Duration,
+    /// How long the work took this miner, from acceptance to commitment: the scale of the
+    /// challenge, which no validator can inflate without the devices doing that much work.
+    pub computed_in: Duration,
     stored_at: Instant,
     /// Set by the first open request that passes every check: an open request is single-use,
     /// so a captured one cannot make this miner recompute again and again.
@@ -220,6 +221,7 @@ impl MinerCore {
         Ok(AcceptedChallenge {
             challenge,
             work,
+            accepted_at: Instant::now(),
             _devices: devices,
         })
     }
@@ -320,12 +322,7 @@ impl MinerCore {
         let entry = Arc::new(RecentCommitment {
             nonce: accepted.challenge.params.nonce,
             validator_key,
-            planned: Duration::from_millis(
-                accepted
-                    .challenge
-                    .deadline_ms
-                    .saturating_sub(accepted.challenge.issued_at_ms),
-            ),
+            computed_in: accepted.accepted_at.elapsed(),
             work: accepted.work,
             execution,
             stored_at: Instant::now(),

@@ -24,9 +24,10 @@ use tracing::{info, warn};
 pub struct RoundLimits {
     /// How long a computed opening may wait for the validator to take it before the devices are
     /// released to other challenges. An honest validator takes the next opening once it has
-    /// checked the last: a few steps of one chain, which takes it far less than the whole
-    /// challenge took the miner, so at least 10 s and at least the challenge's planned time
-    /// only lets go of a stalled or vanished one.
+    /// checked the last: a few steps of one chain, far less work than the whole challenge, so
+    /// at least 10 s and at least as long as the challenge took this miner only lets go of a
+    /// stalled or vanished one. (Not the deadline: a validator picks that, and a tiny challenge
+    /// with a distant deadline would hold the devices again.)
     pub handover: Duration,
     /// The whole round, from the request.
     pub round: Duration,
@@ -40,7 +41,7 @@ impl RoundLimits {
     pub fn for_commitment(core: &MinerCore, recent: &RecentCommitment) -> Self {
         let round = core.keep_commitments();
         RoundLimits {
-            handover: recent.planned.max(MIN_HANDOVER).min(round),
+            handover: recent.computed_in.max(MIN_HANDOVER).min(round),
             round,
         }
     }
