@@ -3,9 +3,11 @@
 //! The rate limit counts calls, so a peer that opens connections and sends nothing is never
 //! limited by it: each such connection holds a file descriptor, and once the process runs out,
 //! every honest peer is refused. Three limits stop that, below TLS and HTTP/2:
-//! - a connection must send its first bytes (the TLS ClientHello, or the HTTP/2 preface) within
-//!   [`ConnectionLimits::first_bytes_within`], and must not then fall silent for longer than
-//!   [`ConnectionLimits::silent_for`]: the server pings idle connections every 30 s and an HTTP/2
+//! - a connection must complete its handshake within [`ConnectionLimits::handshake_within`],
+//!   however it trickles its bytes: under TLS, the client's first application-data record (its
+//!   Finished, or its first data after it), which a peer cannot send before the handshake is
+//!   done; in plaintext, the 24-byte HTTP/2 preface. It must not then fall silent for longer
+//!   than [`ConnectionLimits::silent_for`]: the server pings idle connections every 30 s and an HTTP/2
 //!   peer must answer, so only a dead or hostile peer stays silent that long, even while it
 //!   reads a long challenge stream;
 //! - one address (an IPv6 /64 counting as one) holds at most [`ConnectionLimits::per_address`]
@@ -35,7 +37,7 @@ use tonic::transport::server::{Connected, TcpConnectInfo};
 pub struct ConnectionLimits {
     pub per_address: usize,
     pub total: usize,
-    pub first_bytes_within: Duration,
+    pub handshake_within: Duration,
     pub silent_for: Duration,
 }
 
@@ -50,7 +52,7 @@ impl ConnectionLimits {
         ConnectionLimits {
             per_address: 32.min(total),
             total,
-            first_bytes_within: Duration::from_secs(10),
+            handshake_within: Duration::from_secs(10),
             silent_for: Duration::from_secs(75),
         }
     }
@@ -160,10 +162,13 @@ const ACCEPT_RETRY: Duration = Duration::from_millis(100);
 
 /// The connections `listener` accepts, within `limits`. A connection over a limit is closed at
 /// once; an accept error is logged (at most once a minute) and retried after a pause.
-pub fn guarded(listener: TcpListener, limits: ConnectionLimits) -> GuardedIncoming {
+/// `tls` says whether the daemon speaks TLS on these connections, which is how it sees a
+/// handshake end.
+pub fn guarded(listener: TcpListener, limits: ConnectionLimits, tls: bool) -> GuardedIncoming {
     GuardedIncoming {
         listener,
         limits,
+        tls,
         held: Held::default(),
         retry: None,
         last_warning: None,
@@ -174,6 +179,7 @@ pub fn guarded(listener: TcpListener, limits: ConnectionLimits) -> GuardedIncomi
 pub struct GuardedIncoming {
     listener: TcpListener,
     limits: ConnectionLimits,
+    tls: bool,
     held: Held,
     /// Set after an accept error: no accepting until it has passed.
     retry: Option<Pin<Box<Sleep>>>,
@@ -227,30 +233,125 @@ impl Stream for GuardedIncoming {
                 continue; // `stream` is dropped: closed
             }
             let held = this.held.clone();
-            return Poll::Ready(Some(Ok(GuardedStream::new(stream, peer, held, &this.limits))));
+            let handshake = Handshake::new(this.tls);
+            return Poll::Ready(Some(Ok(GuardedStream::new(
+                stream,
+                peer,
+                held,
+                &this.limits,
+                handshake,
+            ))));
         }
     }
 }
 
+/// How far a connection's handshake has come, read from the bytes its peer sent.
+#[derive(Debug)]
+enum Handshake {
+    /// Plaintext HTTP/2: this many bytes of the client preface still to come.
+    Preface(usize),
+    /// TLS: walking the client's records until a whole application-data record has arrived.
+    Tls {
+        header: [u8; 5],
+        header_len: usize,
+        /// Body bytes of the current record still to come, and its content type.
+        body_left: usize,
+        content_type: u8,
+    },
+    Done,
+}
+
+/// TLS's content type for application data: under TLS 1.3 the client's Finished already goes
+/// out as one, under TLS 1.2 its first data after the handshake.
+const APPLICATION_DATA: u8 = 23;
+
+impl Handshake {
+    fn new(tls: bool) -> Self {
+        if tls {
+            Handshake::Tls {
+                header: [0; 5],
+                header_len: 0,
+                body_left: 0,
+                content_type: 0,
+            }
+        } else {
+            Handshake::Preface(24)
+        }
+    }
+
+    /// Takes in bytes the peer sent.
+    fn read(&mut self, mut data: &[u8]) {
+        loop {
+            match self {
+                Handshake::Done => return,
+                Handshake::Preface(left) => {
+                    *left = left.saturating_sub(data.len());
+                    if *left == 0 {
+                        *self = Handshake::Done;
+                    }
+                    return;
+                }
+                Handshake::Tls {
+                    header,
+                    header_len,
+                    body_left,
+                    content_type,
+                } => {
+                    if data.is_empty() {
+                        return;
+                    }
+                    if *body_left > 0 {
+                        let take = (*body_left).min(data.len());
+                        *body_left -= take;
+                        data = &data[take..];
+                        if *body_left == 0 && *content_type == APPLICATION_DATA {
+                            *self = Handshake::Done;
+                        }
+                        continue;
+                    }
+                    header[*header_len] = data[0];
+                    *header_len += 1;
+                    data = &data[1..];
+                    if *header_len == header.len() {
+                        *header_len = 0;
+                        *content_type = header[0];
+                        *body_left = usize::from(u16::from_be_bytes([header[3], header[4]]));
+                        if *body_left == 0 && *content_type == APPLICATION_DATA {
+                            *self = Handshake::Done;
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    fn done(&self) -> bool {
+        matches!(self, Handshake::Done)
+    }
+}
+
 /// A connection that counts against its address while it lives and fails its reads once its
-/// peer has been silent too long.
+/// peer has been slow to complete its handshake, or silent too long after.
 pub struct GuardedStream {
     inner: TcpStream,
     peer: SocketAddr,
     held: Held,
-    /// When the silence ends the connection: the first-bytes deadline, then each read's.
+    /// When the connection ends unless the peer does more: the handshake deadline (which reads
+    /// do not move), then the end of each silence.
     silence: Pin<Box<Sleep>>,
+    handshake: Handshake,
     silent_for: Duration,
 }
 
 impl GuardedStream {
-    fn new(inner: TcpStream, peer: SocketAddr, held: Held, limits: &ConnectionLimits) -> Self {
+    fn new(inner: TcpStream, peer: SocketAddr, held: Held, limits: &ConnectionLimits, handshake: Handshake) -> Self {
         let _ = inner.set_nodelay(true);
         GuardedStream {
             inner,
             peer,
             held,
-            silence: Box::pin(tokio::time::sleep(limits.first_bytes_within)),
+            silence: Box::pin(tokio::time::sleep(limits.handshake_within)),
+            handshake,
             silent_for: limits.silent_for,
         }
     }
@@ -277,8 +378,14 @@ impl AsyncRead for GuardedStream {
         match Pin::new(&mut this.inner).poll_read(cx, buf) {
             Poll::Ready(Ok(())) => {
                 if buf.filled().len() > before {
-                    let next = Instant::now() + this.silent_for;
-                    this.silence.as_mut().reset(next);
+                    if !this.handshake.done() {
+                        this.handshake.read(&buf.filled()[before..]);
+                    }
+                    // Until the handshake is done, only its own deadline counts.
+                    if this.handshake.done() {
+                        let next = Instant::now() + this.silent_for;
+                        this.silence.as_mut().reset(next);
+                    }
                 }
                 Poll::Ready(Ok(()))
             }
@@ -330,7 +437,7 @@ mod tests {
         ConnectionLimits {
             per_address,
             total,
-            first_bytes_within: Duration::from_millis(300),
+            handshake_within: Duration::from_millis(300),
             silent_for: Duration::from_millis(600),
         }
     }
@@ -338,7 +445,7 @@ mod tests {
     async fn listening(limits: ConnectionLimits) -> (GuardedIncoming, SocketAddr) {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let address = listener.local_addr().unwrap();
-        (guarded(listener, limits), address)
+        (guarded(listener, limits, false), address)
     }
 
     /// Whether the server closed `client`'s connection (end of stream or reset).
@@ -348,6 +455,65 @@ mod tests {
             tokio::time::timeout(Duration::from_secs(5), client.read(&mut byte)).await,
             Ok(Ok(0) | Err(_))
         )
+    }
+
+    const PREFACE: &[u8; 24] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+
+    /// Bytes trickled before the handshake is done do not keep a connection: a ClientHello
+    /// dribbled a byte at a time would otherwise hold it for hours.
+    #[tokio::test]
+    async fn a_handshake_trickled_in_is_cut_at_its_deadline() {
+        let (mut incoming, address) = listening(limits(4, 4)).await;
+        let started = Instant::now();
+        let mut trickler = TcpStream::connect(address).await.unwrap();
+        let mut server = incoming.next().await.unwrap().unwrap();
+        let feed = tokio::spawn(async move {
+            for byte in PREFACE.iter().take(20) {
+                if trickler.write_all(&[*byte]).await.is_err() {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            trickler
+        });
+        let mut got = Vec::new();
+        let err = loop {
+            let mut byte = [0u8; 1];
+            match server.read(&mut byte).await {
+                Ok(n) => got.extend_from_slice(&byte[..n]),
+                Err(e) => break e,
+            }
+        };
+        assert_eq!(err.kind(), io::ErrorKind::TimedOut);
+        assert!(started.elapsed() >= Duration::from_millis(300));
+        assert!(
+            started.elapsed() < Duration::from_millis(900),
+            "each byte moved the deadline"
+        );
+        assert!(!got.is_empty(), "the trickle was read");
+        feed.abort();
+    }
+
+    #[test]
+    fn a_tls_handshake_ends_with_the_first_whole_application_data_record() {
+        let mut handshake = Handshake::new(true);
+        // A ClientHello record (type 22) of 3 bytes, split anyhow.
+        handshake.read(&[22, 3, 1]);
+        handshake.read(&[0, 3, 1]);
+        handshake.read(&[2, 3]);
+        assert!(!handshake.done());
+        // A change-cipher-spec record, then the header of an application-data record.
+        handshake.read(&[20, 3, 3, 0, 1, 1, 23, 3, 3, 0, 4]);
+        assert!(!handshake.done(), "a record header alone is not a finished handshake");
+        handshake.read(&[9, 9, 9]);
+        assert!(!handshake.done());
+        handshake.read(&[9, 99, 99]);
+        assert!(handshake.done());
+        let mut plain = Handshake::new(false);
+        plain.read(&PREFACE[..23]);
+        assert!(!plain.done());
+        plain.read(&PREFACE[23..]);
+        assert!(plain.done());
     }
 
     #[test]
@@ -427,9 +593,12 @@ mod tests {
         let err = server.read(&mut [0u8; 16]).await.unwrap_err();
         assert_eq!(err.kind(), io::ErrorKind::TimedOut);
         assert!(started.elapsed() >= Duration::from_millis(300));
-        // Talks, then falls silent: each read moves the deadline, then silence ends it.
+        // Completes its handshake, talks, then falls silent: after the handshake each read
+        // moves the deadline, then silence ends it.
         let mut talker = TcpStream::connect(address).await.unwrap();
         let mut server = incoming.next().await.unwrap().unwrap();
+        talker.write_all(PREFACE).await.unwrap();
+        server.read_exact(&mut [0u8; 24]).await.unwrap();
         let mut last_read = Instant::now();
         for _ in 0..3 {
             talker.write_all(b"ping").await.unwrap();

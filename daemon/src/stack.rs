@@ -57,6 +57,7 @@ pub async fn serve<H: Health>(
     listener: TcpListener,
     shutdown: impl Future<Output = ()> + Send,
 ) -> Result<(), tonic::transport::Error> {
+    let tls = options.tls.is_some();
     let mut server = Server::builder()
         .max_concurrent_streams(options.max_concurrent_streams)
         .http2_keepalive_interval(Some(KEEPALIVE_INTERVAL));
@@ -78,7 +79,7 @@ pub async fn serve<H: Health>(
     };
     let served = server
         .add_routes(routes)
-        .serve_with_incoming_shutdown(connections::guarded(listener, options.connections), shutdown);
+        .serve_with_incoming_shutdown(connections::guarded(listener, options.connections, tls), shutdown);
     let drain_limit = options.drain_limit;
     let drain_over = async move {
         match drain_started.await {

@@ -304,7 +304,7 @@ async fn idle_connections_cannot_take_the_miner_off_the_network() {
         connections: gpu_attest_daemon::connections::ConnectionLimits {
             per_address: 4,
             total: 6,
-            first_bytes_within: Duration::from_secs(3),
+            handshake_within: Duration::from_secs(3),
             silent_for: Duration::from_secs(2),
         },
         ..miner_options()
