@@ -375,15 +375,24 @@ async fn another_validator_waits_while_a_fresh_commitment_is_unopened() {
     while accepted.message().await.unwrap().is_some() {}
 }
 
-/// The hold protects a commitment its validator is about to open. A validator that left its
-/// previous commitment unopened gets no hold for the next, or tiny challenges it never opens,
-/// one every few seconds, would keep every other validator out for good.
+/// The hold protects a commitment its validator is about to open. A validator that committed
+/// here within the last minute gets no hold for the next, or tiny challenges one every few
+/// seconds, opened just inside the hold or never, would keep every other validator out.
 #[tokio::test(flavor = "multi_thread")]
-async fn a_validator_that_does_not_open_its_commitments_gets_no_hold() {
+async fn a_validator_that_challenges_in_a_loop_gets_no_hold() {
     let other = Identity::from_seed([0x67; 32]);
     let (_miner, mut client, first) = miner_that_committed(38, &[other.public_key()]).await;
     let key = PublicKey(first.params.miner_key);
-    // The same validator again, leaving its first commitment unopened.
+    // The first commitment is opened, as late in its hold as a looping validator would.
+    let validator = Identity::from_seed([VALIDATOR_SEED; 32]);
+    let sample = [gpu_attest_shared::opening::SampleRequest { chain: 0, segment: 0 }];
+    let mut opened = client
+        .open_chains(signed_open_request(first.params.nonce, &validator, &sample))
+        .await
+        .unwrap()
+        .into_inner();
+    while opened.message().await.unwrap().is_some() {}
+    // The same validator again at once.
     let second = challenge(key, 2, 64, 2, 2, 10_000);
     let mut stream = client.run_challenge(signed(&second)).await.unwrap().into_inner();
     while stream.message().await.unwrap().is_some() {}

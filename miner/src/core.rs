@@ -33,11 +33,11 @@ const MAX_RECENT_COMMITMENTS: usize = 4;
 /// between would make those openings wait, and time out, for an honest miner.
 pub const OPENING_HOLD: Duration = Duration::from_secs(5);
 
-/// A validator whose commitment here went unopened gets no hold for its next one within this
-/// long: long enough to break a loop of tiny unopened challenges, short enough that an honest
-/// validator that once could not open (it restarted, its network dropped) keeps the hold on
-/// its next scheduled round.
-pub const UNOPENED_COSTS_THE_HOLD_FOR: Duration = Duration::from_secs(60);
+/// A validator gets a hold for a commitment only if it had no other commitment here within this
+/// long before. Tiny challenges in a loop, opened or not, would otherwise renew the hold and
+/// keep every other validator out; an honest validator attests a miner every few minutes, and
+/// keeps the hold each time.
+pub const HOLD_SPACING: Duration = Duration::from_secs(60);
 
 pub fn now_ms() -> u64 {
     SystemTime::now()
@@ -75,9 +75,9 @@ pub struct RecentCommitment {
     /// so a captured one cannot make this miner recompute again and again.
     opened: AtomicBool,
     /// Whether this commitment keeps other validators' challenges off while it waits to be
-    /// opened ([`OPENING_HOLD`]): not when its validator left its previous commitment here
-    /// unopened within [`UNOPENED_COSTS_THE_HOLD_FOR`], or one validator could hold the miner
-    /// from all others with tiny challenges it never opens, each renewing the hold.
+    /// opened ([`OPENING_HOLD`]): not when its validator had another commitment here within
+    /// [`HOLD_SPACING`] before, or one validator could hold the miner from all others with tiny
+    /// challenges, each renewing the hold.
     holds: bool,
 }
 
@@ -316,9 +316,7 @@ impl MinerCore {
             .iter()
             .rev()
             .find(|r| r.validator_key == validator_key)
-            .is_none_or(|previous| {
-                previous.opened.load(Ordering::SeqCst) || previous.stored_at.elapsed() >= UNOPENED_COSTS_THE_HOLD_FOR
-            });
+            .is_none_or(|previous| previous.stored_at.elapsed() >= HOLD_SPACING);
         let entry = Arc::new(RecentCommitment {
             nonce: accepted.challenge.params.nonce,
             validator_key,
