@@ -125,6 +125,12 @@ impl MinerConnection {
                     url: self.url.clone(),
                     detail: miner_text(s.message()),
                 },
+                // The connection failed under the call (tonic reports that as Unknown, with the
+                // transport error as its source): the miner did not answer, wrongly or at all.
+                Code::Unknown if std::error::Error::source(&s).is_some() => AttestError::Unreachable {
+                    url: self.url.clone(),
+                    detail: error_chain(&s),
+                },
                 code => AttestError::NotAMiner {
                     url: self.url.clone(),
                     detail: format!("GetInventory answered {code:?}: {}", miner_text(s.message())),

@@ -43,9 +43,24 @@ pub fn caller_text_problem(field: &str, text: &str, max_bytes: usize) -> Option<
 }
 
 /// The characters that change the order in which a terminal shows text (Unicode's bidirectional
-/// marks, embeddings, overrides and isolates) or hide it (zero-width).
+/// marks, embeddings, overrides and isolates), break its lines (the line and paragraph
+/// separators), or hide text (zero-width and invisible format characters, fillers, tags).
 fn is_bidi_format(c: char) -> bool {
-    matches!(c, '\u{200B}'..='\u{200F}' | '\u{202A}'..='\u{202E}' | '\u{2066}'..='\u{2069}' | '\u{FEFF}')
+    matches!(
+        c,
+        '\u{00AD}'
+            | '\u{061C}'
+            | '\u{115F}'..='\u{1160}'
+            | '\u{180E}'
+            | '\u{200B}'..='\u{200F}'
+            | '\u{2028}'..='\u{202E}'
+            | '\u{2060}'..='\u{206F}'
+            | '\u{3164}'
+            | '\u{FEFF}'
+            | '\u{FFA0}'
+            | '\u{FFF9}'..='\u{FFFB}'
+            | '\u{E0000}'..='\u{E007F}'
+    )
 }
 
 #[cfg(test)]
@@ -73,6 +88,12 @@ mod tests {
         );
         assert!(caller_text_problem("name", "a\u{202E}b", 128).is_some());
         assert!(caller_text_problem("name", "a\nb", 128).is_some());
+        for hidden in ['\u{2028}', '\u{061C}', '\u{E0041}', '\u{3164}', '\u{00AD}', '\u{2060}'] {
+            assert!(
+                caller_text_problem("name", &format!("a{hidden}b"), 128).is_some(),
+                "{hidden:?}"
+            );
+        }
         let long = caller_text_problem("reason", &"x".repeat(513), 512).unwrap();
         assert_eq!(long, "reason is 513 bytes; at most 512 are kept");
     }
