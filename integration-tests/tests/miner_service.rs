@@ -349,6 +349,18 @@ async fn the_hand_over_follows_the_work_not_the_deadline() {
     assert_eq!(limits.handover, Duration::from_secs(10), "{limits:?}");
 }
 
+/// The test validator opens chain 0's first segment of its commitment `nonce`, to the end.
+async fn open_one_segment(client: &mut MinerClient<tonic::transport::Channel>, nonce: [u8; 32]) {
+    let validator = Identity::from_seed([VALIDATOR_SEED; 32]);
+    let sample = [gpu_attest_shared::opening::SampleRequest { chain: 0, segment: 0 }];
+    let mut opened = client
+        .open_chains(signed_open_request(nonce, &validator, &sample))
+        .await
+        .unwrap()
+        .into_inner();
+    while opened.message().await.unwrap().is_some() {}
+}
+
 /// Between a commitment and its validator's open request, another validator's challenge could
 /// take the devices and make those openings wait past their budget: an honest miner failed.
 /// So for a few seconds, until the commitment is opened, other validators are asked to retry.
@@ -363,14 +375,7 @@ async fn another_validator_waits_while_a_fresh_commitment_is_unopened() {
     assert_eq!(refused.code(), Code::ResourceExhausted);
     assert!(refused.message().contains("not yet opened"), "{}", refused.message());
 
-    let validator = Identity::from_seed([VALIDATOR_SEED; 32]);
-    let samples = [gpu_attest_shared::opening::SampleRequest { chain: 0, segment: 0 }];
-    let mut opened = client
-        .open_chains(signed_open_request(c.params.nonce, &validator, &samples))
-        .await
-        .unwrap()
-        .into_inner();
-    while opened.message().await.unwrap().is_some() {}
+    open_one_segment(&mut client, c.params.nonce).await;
     let mut accepted = client.run_challenge(wire).await.unwrap().into_inner();
     while accepted.message().await.unwrap().is_some() {}
 }
@@ -384,14 +389,7 @@ async fn a_validator_that_challenges_in_a_loop_gets_no_hold() {
     let (_miner, mut client, first) = miner_that_committed(38, &[other.public_key()]).await;
     let key = PublicKey(first.params.miner_key);
     // The first commitment is opened, as late in its hold as a looping validator would.
-    let validator = Identity::from_seed([VALIDATOR_SEED; 32]);
-    let sample = [gpu_attest_shared::opening::SampleRequest { chain: 0, segment: 0 }];
-    let mut opened = client
-        .open_chains(signed_open_request(first.params.nonce, &validator, &sample))
-        .await
-        .unwrap()
-        .into_inner();
-    while opened.message().await.unwrap().is_some() {}
+    open_one_segment(&mut client, first.params.nonce).await;
     // The same validator again at once.
     let second = challenge(key, 2, 64, 2, 2, 10_000);
     let mut stream = client.run_challenge(signed(&second)).await.unwrap().into_inner();
