@@ -394,7 +394,7 @@ impl AsyncRead for GuardedStream {
                 ready!(this.silence.as_mut().poll(cx));
                 Poll::Ready(Err(io::Error::new(
                     io::ErrorKind::TimedOut,
-                    "the peer sent nothing for too long",
+                    "the peer did not complete its handshake in time, or then sent nothing for too long",
                 )))
             }
         }

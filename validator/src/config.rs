@@ -236,9 +236,9 @@ impl ValidatorConfig {
                 return invalid(format!("deadline.{name} = {slack} must be at least 1.0"));
             }
         }
-        if !(100..=60_000).contains(&self.deadline.accept_ms) {
+        if !(250..=60_000).contains(&self.deadline.accept_ms) {
             return invalid(format!(
-                "deadline.accept_ms = {} must be in 100..=60000: a miner accepts or refuses a challenge at once, and time past that is time to compute and then refuse",
+                "deadline.accept_ms = {} must be in 250..=60000 (a slow network's round trip or two, up to a minute): a miner accepts or refuses a challenge at once, and time past that is time to compute and then refuse",
                 self.deadline.accept_ms
             ));
         }
@@ -361,6 +361,12 @@ mod tests {
         let mut loose = ValidatorConfig::default();
         loose.deadline.slack = 0.5;
         assert!(loose.validate().is_err());
+        for accept_ms in [0, 249, 60_001] {
+            let mut window = ValidatorConfig::default();
+            window.deadline.accept_ms = accept_ms;
+            let err = window.validate().unwrap_err().to_string();
+            assert!(err.contains("deadline.accept_ms"), "{accept_ms}: {err}");
+        }
     }
 
     #[test]
