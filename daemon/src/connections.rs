@@ -134,22 +134,24 @@ struct HeldCounts {
 impl Held {
     /// Counts a new connection from `ip` if both limits allow it.
     fn admit(&self, ip: IpAddr, limits: &ConnectionLimits) -> bool {
+        let address = counted_as(ip);
         let mut held = self.0.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-        let from_ip = held.per_address.get(&counted_as(ip)).copied().unwrap_or(0);
-        if held.total >= limits.total || from_ip >= limits.per_address {
+        let from_address = held.per_address.get(&address).copied().unwrap_or(0);
+        if held.total >= limits.total || from_address >= limits.per_address {
             return false;
         }
-        *held.per_address.entry(counted_as(ip)).or_insert(0) += 1;
+        *held.per_address.entry(address).or_insert(0) += 1;
         held.total += 1;
         true
     }
 
     fn release(&self, ip: IpAddr) {
+        let address = counted_as(ip);
         let mut held = self.0.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-        if let Some(n) = held.per_address.get_mut(&counted_as(ip)) {
+        if let Some(n) = held.per_address.get_mut(&address) {
             *n -= 1;
             if *n == 0 {
-                held.per_address.remove(&counted_as(ip));
+                held.per_address.remove(&address);
             }
             held.total -= 1;
         }

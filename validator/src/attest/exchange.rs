@@ -95,9 +95,16 @@ pub struct AcceptWindow {
     ends: tokio::time::Instant,
 }
 
+/// The shortest accept window: a slow network's round trip or two.
+const ACCEPT_FLOOR_MS: u64 = 250;
+
 impl AcceptWindow {
-    /// A window of `length` from now: create it as the challenge is sent.
-    pub fn new(length: Duration) -> Self {
+    /// The window from now, for a challenge with a deadline `deadline_ms` away: create it as the
+    /// challenge is sent. `accept_ms` (the configuration's), but never more than a quarter of
+    /// the deadline, or a miner allowed a short deadline could compute most of it before
+    /// deciding whether to accept; and never under 250 ms.
+    pub fn new(accept_ms: u64, deadline_ms: u64) -> Self {
+        let length = Duration::from_millis(accept_ms.min((deadline_ms / 4).max(ACCEPT_FLOOR_MS)));
         AcceptWindow {
             length,
             ends: tokio::time::Instant::now() + length,
@@ -275,6 +282,16 @@ mod tests {
             deadline_ms: 1,
             samples: 1,
         }
+    }
+
+    #[tokio::test]
+    async fn the_accept_window_is_at_most_a_quarter_of_the_deadline() {
+        let ms = |accept_ms, deadline_ms| AcceptWindow::new(accept_ms, deadline_ms).length.as_millis();
+        assert_eq!(ms(2_000, 60_000), 2_000);
+        // A miner that asks for short deadlines cannot use most of one to decide.
+        assert_eq!(ms(2_000, 2_000), 500);
+        assert_eq!(ms(2_000, 400), 250, "a round trip is always allowed");
+        assert_eq!(ms(300, 1_500), 300);
     }
 
     fn progress(device: u32, done: u64, total: u64) -> v1::Progress {

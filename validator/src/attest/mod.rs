@@ -192,8 +192,10 @@ impl Attestor {
     ) -> Result<Verdict, AttestError> {
         let url = normalise_url(url);
         // A URL registered before its form was checked is still attested as it was registered.
-        if check_url(&url).is_err() && self.store.miner(&url).await?.is_none() {
-            check_url(&url)?;
+        if let Err(bad) = check_url(&url)
+            && self.store.miner(&url).await?.is_none()
+        {
+            return Err(bad);
         }
         let mut clock = Instant::now();
         let mut lap = |phase: Phase| {
@@ -291,25 +293,18 @@ impl Attestor {
         // The miner cancels at the deadline itself; the grace covers a miner that does not.
         let grace = Duration::from_millis(plan.deadline_ms / 10 + 2_000);
         let wait_limit = Duration::from_millis(plan.deadline_ms) + grace;
-        let accept_window = accept_window(self.config.deadline.accept_ms, plan.deadline_ms);
         let signature = challenge.sign(&self.identity);
         let sent = Instant::now();
         let until = tokio::time::Instant::now() + wait_limit;
-        let window = AcceptWindow::new(accept_window);
+        let window = AcceptWindow::new(self.config.deadline.accept_ms, plan.deadline_ms);
         // A refusal here came within the window (the call is cut off at its end): an error,
         // no verdict. Silence past it is a verdict: the challenge stands issued.
         let received = match window.bound(miner.run_challenge(challenge, &signature)).await {
-            Some(started) => {
-                let mut stream = started?;
-                let received = await_commitment(miner.url(), &mut stream, plan, until, &window, on_event).await?;
-                outcome.measured_ms = sent.elapsed().as_millis() as u64;
-                received // the stream goes here: a miner still computing is cancelled
-            }
-            None => {
-                outcome.measured_ms = sent.elapsed().as_millis() as u64;
-                Received::Failed(window.missed())
-            }
+            // The stream goes at the end of this arm: a miner still computing is cancelled.
+            Some(started) => await_commitment(miner.url(), &mut started?, plan, until, &window, on_event).await?,
+            None => Received::Failed(window.missed()),
         };
+        outcome.measured_ms = sent.elapsed().as_millis() as u64;
         match received {
             Received::Failed(reason) => {
                 outcome.reasons.push(reason);
@@ -428,15 +423,6 @@ fn check_url(url: &str) -> Result<(), AttestError> {
     }
 }
 
-/// The accept window (PROTOCOL.md 14.3): `accept_ms`, but never more than a quarter of the
-/// deadline, or a miner allowed a short deadline could compute most of it before deciding
-/// whether to accept; and never under 250 ms, a slow network's round trip or two.
-pub fn accept_window(accept_ms: u64, deadline_ms: u64) -> Duration {
-    Duration::from_millis(accept_ms.min((deadline_ms / 4).max(ACCEPT_FLOOR_MS)))
-}
-
-const ACCEPT_FLOOR_MS: u64 = 250;
-
 /// What a passing verdict teaches about its hardware class: the proven rate per unit. Only a
 /// claim of one class teaches anything, since a mixed claim's rate cannot be split between its
 /// classes; a failed verdict proves no rate at all.
@@ -467,19 +453,4 @@ fn announce(plan: &Plan, on_event: &(dyn Fn(AttestEvent) + Send + Sync)) {
             plan.deadline_ms
         ),
     });
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_accept_window_is_at_most_a_quarter_of_the_deadline() {
-        let ms = |d: Duration| d.as_millis() as u64;
-        assert_eq!(ms(accept_window(2_000, 60_000)), 2_000);
-        // A miner that asks for short deadlines cannot use most of one to decide.
-        assert_eq!(ms(accept_window(2_000, 2_000)), 500);
-        assert_eq!(ms(accept_window(2_000, 400)), 250, "a round trip is always allowed");
-        assert_eq!(ms(accept_window(300, 1_500)), 300);
-    }
 }
