@@ -21,7 +21,7 @@ pub struct ServeOptions {
     pub max_concurrent_streams: u32,
     /// How long in-flight calls may run once shutdown begins; then the server stops anyway.
     pub drain_limit: Duration,
-    /// Connections held at once, and how long a silent one lives.
+    /// Connections held at once, how long a silent one lives, when an idle one gives way.
     pub connections: ConnectionLimits,
 }
 
@@ -64,8 +64,10 @@ pub async fn serve<H: Health>(
     if let Some(tls) = options.tls {
         server = server.tls_config(tls)?;
     }
-    // Outermost first: the refusal log also sees the calls the rate limit refuses.
-    let mut server = server.layer(RefusalLogLayer).layer(options.limiter);
+    let (incoming, calls) = connections::guarded(listener, options.connections, tls);
+    // Outermost first: the refusal log also sees the calls the rate limit refuses, and only
+    // the calls the rate limit lets through count as a connection's activity.
+    let mut server = server.layer(RefusalLogLayer).layer(options.limiter).layer(calls);
     let mut routes = api.add_service(health);
     // Built from descriptors embedded at compile time; should that ever fail, serve without it.
     match reflection_services() {
@@ -79,7 +81,7 @@ pub async fn serve<H: Health>(
     };
     let served = server
         .add_routes(routes)
-        .serve_with_incoming_shutdown(connections::guarded(listener, options.connections, tls), shutdown);
+        .serve_with_incoming_shutdown(incoming, shutdown);
     let drain_limit = options.drain_limit;
     let drain_over = async move {
         match drain_started.await {

@@ -306,6 +306,7 @@ async fn idle_connections_cannot_take_the_miner_off_the_network() {
             total: 6,
             handshake_within: Duration::from_secs(3),
             silent_for: Duration::from_secs(2),
+            evictable_after: Duration::from_secs(60),
         },
         ..miner_options()
     };

@@ -1,0 +1,158 @@
+//! Idle connections give way to newcomers on a real server, while busy ones keep their place.
+//!
+//! The service here is a stand-in for the miner's (same package and methods, so its calls are
+//! "the daemon's own"): its challenge stream stays open until the client drops it, which is a
+//! call running for as long as a test needs one.
+
+use gpu_attest_daemon::connections::ConnectionLimits;
+use gpu_attest_daemon::rate_limit::PeerRateLimiter;
+use gpu_attest_daemon::stack::{self, ServeOptions};
+use gpu_attest_proto::v1;
+use gpu_attest_proto::v1::miner_client::MinerClient;
+use gpu_attest_proto::v1::miner_server::{Miner, MinerServer};
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::time::Duration;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio_stream::Stream;
+use tonic::service::Routes;
+use tonic::{Request, Response, Status};
+use tonic_health::pb::HealthCheckRequest;
+use tonic_health::pb::health_client::HealthClient;
+
+type Events<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send>>;
+
+struct StandIn;
+
+#[tonic::async_trait]
+impl Miner for StandIn {
+    type RunChallengeStream = Events<v1::ChallengeEvent>;
+    type OpenChainsStream = Events<v1::ChainOpening>;
+
+    async fn get_inventory(&self, _: Request<v1::GetInventoryRequest>) -> Result<Response<v1::Inventory>, Status> {
+        Ok(Response::new(v1::Inventory::default()))
+    }
+
+    async fn run_challenge(&self, _: Request<v1::Challenge>) -> Result<Response<Self::RunChallengeStream>, Status> {
+        Ok(Response::new(Box::pin(tokio_stream::pending())))
+    }
+
+    async fn open_chains(&self, _: Request<v1::OpenChainsRequest>) -> Result<Response<Self::OpenChainsStream>, Status> {
+        Err(Status::unimplemented("not in this test"))
+    }
+}
+
+const GRACE: Duration = Duration::from_millis(400);
+
+/// Serves the stand-in on a port-0 listener with room for `total` connections in all.
+async fn serve(total: usize) -> SocketAddr {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap();
+    let options = ServeOptions {
+        connections: ConnectionLimits {
+            per_address: 16,
+            total,
+            handshake_within: Duration::from_secs(10),
+            silent_for: Duration::from_secs(60),
+            evictable_after: GRACE,
+        },
+        ..ServeOptions::plaintext(PeerRateLimiter::new(60_000, 1_000), 16)
+    };
+    let (_reporter, health) = tonic_health::server::health_reporter();
+    let api = Routes::new(MinerServer::new(StandIn));
+    tokio::spawn(stack::serve(options, health, api, listener, std::future::pending()));
+    address
+}
+
+async fn client(address: SocketAddr) -> Result<MinerClient<tonic::transport::Channel>, tonic::transport::Error> {
+    let channel = tonic::transport::Endpoint::from_shared(format!("http://{address}"))
+        .unwrap()
+        .timeout(Duration::from_secs(2))
+        .connect()
+        .await?;
+    Ok(MinerClient::new(channel))
+}
+
+/// A new client's inventory call, and the client, kept connected.
+async fn inventory(address: SocketAddr) -> Result<MinerClient<tonic::transport::Channel>, String> {
+    let mut miner = client(address).await.map_err(|e| e.to_string())?;
+    miner
+        .get_inventory(v1::GetInventoryRequest {})
+        .await
+        .map_err(|s| s.to_string())?;
+    Ok(miner)
+}
+
+/// A peer that completes the HTTP/2 preface and then never calls.
+async fn idle_peer(address: SocketAddr) -> TcpStream {
+    let mut peer = TcpStream::connect(address).await.unwrap();
+    peer.write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n").await.unwrap();
+    peer.write_all(&[0, 0, 0, 4, 0, 0, 0, 0, 0]).await.unwrap(); // an empty SETTINGS frame
+    peer
+}
+
+/// Whether the server has closed `peer`'s connection, reading what it sent until then.
+async fn closed_by_server(peer: &mut TcpStream) -> bool {
+    let mut sink = Vec::new();
+    tokio::time::timeout(Duration::from_secs(3), peer.read_to_end(&mut sink))
+        .await
+        .is_ok()
+}
+
+#[tokio::test]
+async fn a_newcomer_takes_the_place_of_an_idle_connection_never_a_busy_one() {
+    let address = serve(2).await;
+    let mut busy = client(address).await.unwrap();
+    let mut challenge = busy.run_challenge(v1::Challenge::default()).await.unwrap().into_inner();
+    let mut idle = idle_peer(address).await;
+
+    // Both connections are fresh: the table is full and nothing may give way yet.
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert!(inventory(address).await.is_err(), "a third connection got in");
+
+    tokio::time::sleep(GRACE + Duration::from_millis(200)).await;
+    let _newcomer = inventory(address)
+        .await
+        .expect("the newcomer did not get the idle connection's place");
+    assert!(closed_by_server(&mut idle).await, "the idle connection is still open");
+    assert!(
+        tokio::time::timeout(Duration::from_millis(300), challenge.message())
+            .await
+            .is_err(),
+        "the busy connection's stream ended"
+    );
+
+    // The newcomer's connection has just been used, the other is busy: no room.
+    assert!(inventory(address).await.is_err(), "a recently used connection gave way");
+    // Once it has been quiet for the grace, it gives way in turn.
+    tokio::time::sleep(GRACE + Duration::from_millis(200)).await;
+    let _next = inventory(address).await.expect("the quiet connection did not give way");
+    drop(challenge);
+}
+
+/// A health `Watch` never ends, so it does not hold its connection's place: otherwise a peer
+/// could keep connections for good with one watch each.
+#[tokio::test]
+async fn a_health_watch_does_not_hold_its_connection() {
+    let address = serve(1).await;
+    let channel = tonic::transport::Endpoint::from_shared(format!("http://{address}"))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let mut watch = HealthClient::new(channel)
+        .watch(HealthCheckRequest { service: String::new() })
+        .await
+        .unwrap()
+        .into_inner();
+    watch.message().await.unwrap().expect("the first status");
+    tokio::time::sleep(GRACE + Duration::from_millis(200)).await;
+    let _newcomer = inventory(address)
+        .await
+        .expect("the watching connection kept its place");
+    let ended = tokio::time::timeout(Duration::from_secs(3), watch.message())
+        .await
+        .expect("the watch was not ended");
+    assert!(!matches!(ended, Ok(Some(_))), "{ended:?}");
+}
