@@ -127,7 +127,7 @@ async fn second_challenge_is_refused_while_busy_and_disconnect_frees_the_devices
     assert_eq!(status.code(), Code::ResourceExhausted);
     assert!(status.message().contains("busy"), "{}", status.message());
 
-    // The validator goes away: the work is cancelled between steps and the devices come free.
+    // The validator goes away: the work is cancelled and the devices come free.
     drop(stream);
     let quick = signed(&challenge(key, 3, 64, 1, 1, 10_000));
     let mut accepted = false;

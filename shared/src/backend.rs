@@ -13,8 +13,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use thiserror::Error;
 
-/// Shared flag that stops long work between GEMM steps: set it when the validator disconnects,
-/// the deadline passes, or the daemon shuts down.
+/// Shared flag that stops long work (the CPU backend within a GEMM step, the CUDA backend
+/// between launches): set it when the validator disconnects, the deadline passes, or the daemon
+/// shuts down.
 #[derive(Clone, Debug, Default)]
 pub struct CancelToken(Arc<AtomicBool>);
 

@@ -43,8 +43,9 @@ impl CpuBackend {
         self.gemm.threads()
     }
 
-    /// Runs the chain's `steps` from `x` (holding X_{steps.start}), checking `cancel` between steps and
-    /// calling `checkpoint` after every step whose number (1-based) is a multiple of c.
+    /// Runs the chain's `steps` from `x` (holding X_{steps.start}), stopping within a step once
+    /// `cancel` is set, and calling `checkpoint` after every step whose number (1-based) is a
+    /// multiple of c.
     fn run_steps(
         &self,
         work: &Work,
@@ -57,7 +58,9 @@ impl CpuBackend {
         let mut next = Matrix::zeros(work.n());
         for step in steps {
             cancel.check()?;
-            self.gemm.step(&x, b, step, &mut next);
+            if !self.gemm.step_unless(&x, b, step, &mut next, &|| cancel.is_cancelled()) {
+                return Err(BackendError::Cancelled);
+            }
             std::mem::swap(&mut x, &mut next);
             if (step + 1) % work.checkpoint_every() == 0 {
                 checkpoint(&x);

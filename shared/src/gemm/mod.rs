@@ -30,6 +30,7 @@ use rayon::prelude::*;
 use schedule::{k_spans, rows_per_task, streamed_operand};
 use settings::{cache_hints_from_env, k_block_from_env};
 use std::ops::Range;
+use std::sync::atomic::{AtomicBool, Ordering};
 use thiserror::Error;
 
 /// Columns per register tile (and per packed panel of B).
@@ -133,23 +134,41 @@ impl CpuGemm {
     pub fn product(&self, a: &Matrix, b: &PackedB) -> Vec<i32> {
         let n = a.n();
         let mut out = vec![0i32; n * n];
-        self.run(a, b, &mut out, |tile, out, at| {
+        let whole = self.run(a, b, &mut out, &|| false, |tile, out, at| {
             let first = at.offset;
             for (i, row) in tile.iter().enumerate() {
                 out[first + i * n..first + i * n + TILE_COLS].copy_from_slice(row);
             }
         });
+        debug_assert!(whole, "a product nothing stops stopped");
         out
     }
 
     /// One chain step: `out = mix(x * b, step)` element-wise, each element keyed by its row and
     /// column; the int32 product is never stored.
     pub fn step(&self, x: &Matrix, b: &PackedB, step: u32, out: &mut Matrix) {
+        let whole = self.step_unless(x, b, step, out, &|| false);
+        debug_assert!(whole, "a step nothing stops stopped");
+    }
+
+    /// [`CpuGemm::step`], given up once `stop()` is true: each task asks before every panel of
+    /// B, so a cancelled step ends within one panel's work (a step at n = 8192 takes tens of
+    /// seconds on a CPU). Returns whether the step ran whole; if not, `out` is partly written
+    /// and must not be used.
+    #[must_use = "an unfinished step leaves `out` partly written"]
+    pub fn step_unless(
+        &self,
+        x: &Matrix,
+        b: &PackedB,
+        step: u32,
+        out: &mut Matrix,
+        stop: &(dyn Fn() -> bool + Sync),
+    ) -> bool {
         assert_eq!(out.n(), x.n(), "output matrix has the wrong size");
         let (n, mix_tile) = (x.n(), epilogue::mix_tile());
-        self.run(x, b, out.as_mut_slice(), |tile, out, at| {
+        self.run(x, b, out.as_mut_slice(), stop, |tile, out, at| {
             mix_tile(tile, step, out, at, n)
-        });
+        })
     }
 
     /// Drives the tiles: each rayon task owns a block of whole output rows; inside it, panels of
@@ -157,8 +176,9 @@ impl CpuGemm {
     /// by, and blocks of k the next, so that the panel's block of k stays in L1 while the
     /// strips of rows pass over it. Between blocks of k each strip's sums wait in `partial`.
     /// `epilogue(tile, block, at)` writes a finished tile's row i at `block[at.offset + i*n..]`;
-    /// `at` also says where in the whole product that row lies.
-    fn run<T, F>(&self, a: &Matrix, b: &PackedB, out: &mut [T], epilogue: F)
+    /// `at` also says where in the whole product that row lies. Each task gives up, before a
+    /// panel, once `stop()` is true; `run` returns whether every task ran whole.
+    fn run<T, F>(&self, a: &Matrix, b: &PackedB, out: &mut [T], stop: &(dyn Fn() -> bool + Sync), epilogue: F) -> bool
     where
         T: Send,
         F: Fn(&[[i32; TILE_COLS]], &mut [T], TilePlace) + Sync,
@@ -179,6 +199,7 @@ impl CpuGemm {
         let a_row_bytes = n * kernel.a_element_bytes();
         let rows_per_task = rows_per_task(n, self.threads(), tile_rows);
         let cache_hints = self.cache_hints();
+        let stopped = AtomicBool::new(false);
         self.pool.install(|| {
             out.par_chunks_mut(rows_per_task * n)
                 .enumerate()
@@ -210,6 +231,10 @@ impl CpuGemm {
                     let mut current = 0;
                     let thread = kernel.begin();
                     for panel in 0..n / TILE_COLS {
+                        if stop() {
+                            stopped.store(true, Ordering::Relaxed);
+                            return;
+                        }
                         let col0 = panel * TILE_COLS;
                         let col_sums = b.col_sums(panel);
                         for (block_of_k, k) in k_spans.iter().enumerate() {
@@ -274,6 +299,7 @@ impl CpuGemm {
                     }
                 });
         });
+        !stopped.into_inner()
     }
 }
 
@@ -372,5 +398,44 @@ mod tests {
             let gemm = CpuGemm::new(1, Some(kernel)).unwrap().with_k_block(Some(64));
             assert_eq!(gemm.k_block(1024), 1024, "{kernel}");
         }
+    }
+
+    /// A cancelled step ends inside itself: each task gives up at its next panel, and the
+    /// caller is told the output is unfinished. Unstopped, it is the plain step.
+    #[test]
+    fn a_step_stops_within_itself_and_says_so() {
+        use std::sync::atomic::AtomicUsize;
+
+        let n = 256;
+        let gemm = CpuGemm::new(2, None).unwrap();
+        let filled = |m: usize| {
+            let bytes: Vec<u8> = (0..n * n).map(|i| (i * m % 251) as u8).collect();
+            Matrix::from_bytes(n, &bytes).unwrap()
+        };
+        let (x, b) = (filled(7), PackedB::new(&filled(13)));
+        let mut whole = Matrix::zeros(n);
+        gemm.step(&x, &b, 3, &mut whole);
+
+        let asked = AtomicUsize::new(0);
+        let count = || {
+            asked.fetch_add(1, Ordering::Relaxed);
+            false
+        };
+        let mut unstopped = Matrix::zeros(n);
+        assert!(gemm.step_unless(&x, &b, 3, &mut unstopped, &count));
+        assert_eq!(unstopped.as_bytes(), whole.as_bytes());
+        let checks_in_a_step = asked.swap(0, Ordering::Relaxed);
+        assert!(checks_in_a_step >= n / TILE_COLS, "{checks_in_a_step}");
+
+        let stop_after_two = || asked.fetch_add(1, Ordering::Relaxed) >= 2;
+        let mut stopped = Matrix::zeros(n);
+        assert!(!gemm.step_unless(&x, &b, 3, &mut stopped, &stop_after_two));
+        let tasks = rows_per_task(n, gemm.threads(), gemm.kernel().tile_rows());
+        let tasks = n.div_ceil(tasks);
+        assert!(
+            asked.load(Ordering::Relaxed) <= 2 + tasks,
+            "the step went on after it was told to stop: {} checks",
+            asked.load(Ordering::Relaxed)
+        );
     }
 }
