@@ -1,10 +1,10 @@
 //! Idle connections give way to newcomers on a real server, while busy ones keep their place.
 //!
-//! The service here is a stand-in for the miner's (same package and methods, so its calls are
-//! "the daemon's own"): its challenge stream stays open until the client drops it, which is a
-//! call running for as long as a test needs one.
+//! The service here is a stand-in for the miner's: its challenge stream holds its connection,
+//! as the miner's does for an allowed validator, and stays open until the client drops it, which
+//! is a call running for as long as a test needs one.
 
-use gpu_attest_daemon::connections::ConnectionLimits;
+use gpu_attest_daemon::connections::{ConnectionLimits, holds_connection};
 use gpu_attest_daemon::rate_limit::PeerRateLimiter;
 use gpu_attest_daemon::stack::{self, ServeOptions};
 use gpu_attest_proto::v1;
@@ -35,7 +35,7 @@ impl Miner for StandIn {
     }
 
     async fn run_challenge(&self, _: Request<v1::Challenge>) -> Result<Response<Self::RunChallengeStream>, Status> {
-        Ok(Response::new(Box::pin(tokio_stream::pending())))
+        Ok(holds_connection(Response::new(Box::pin(tokio_stream::pending()))))
     }
 
     async fn open_chains(&self, _: Request<v1::OpenChainsRequest>) -> Result<Response<Self::OpenChainsStream>, Status> {
@@ -155,4 +155,28 @@ async fn a_health_watch_does_not_hold_its_connection() {
         .await
         .expect("the watch was not ended");
     assert!(!matches!(ended, Ok(Some(_))), "{ended:?}");
+}
+
+/// A call whose headers came but whose message never does has not started running: it does
+/// not hold the connection's place, though its method's response would.
+#[tokio::test]
+async fn a_call_whose_message_never_comes_does_not_hold_its_connection() {
+    let address = serve(1).await;
+    let tcp = TcpStream::connect(address).await.unwrap();
+    let (mut h2, connection) = h2::client::handshake(tcp).await.unwrap();
+    tokio::spawn(connection);
+    let request = tonic::codegen::http::Request::post(format!("http://{address}/gpu_attest.v1.Miner/RunChallenge"))
+        .header("content-type", "application/grpc")
+        .header("te", "trailers")
+        .body(())
+        .unwrap();
+    let (response, _stalled_body) = h2.send_request(request, false).unwrap();
+    tokio::time::sleep(GRACE + Duration::from_millis(200)).await;
+    let _newcomer = inventory(address)
+        .await
+        .expect("the stalled call kept its connection's place");
+    let answered = tokio::time::timeout(Duration::from_secs(3), response)
+        .await
+        .expect("the stalled connection was not closed");
+    assert!(answered.is_err(), "{answered:?}");
 }

@@ -351,6 +351,73 @@ async fn idle_connections_cannot_take_the_miner_off_the_network() {
         .expect("the address is served once its idle sockets are gone");
 }
 
+/// A connection carrying an allowed validator's challenge keeps its place however many
+/// strangers want it: on a full miner, a stranger at a new address every 100 ms takes the place
+/// of an idle connection, never that of an attestation whose challenge runs longer than the
+/// idle grace.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_attestation_keeps_its_connection_while_strangers_crowd_the_miner() {
+    let slow = slow::SlowBackend {
+        cpu: gpu_attest_shared::cpu::CpuBackend::new(TEST_CORES as usize, None).unwrap(),
+        extra: Duration::from_secs(2),
+    };
+    let backend = gpu_attest_miner::backends::SelectedBackend {
+        backend: std::sync::Arc::new(slow),
+        ..cpu_backend(1)
+    };
+    let core = miner_on(
+        48,
+        &[validator_key()],
+        backend,
+        gpu_attest_miner::config::Limits::default(),
+        NonceLog::in_memory(),
+    );
+    let options = ServeOptions {
+        connections: gpu_attest_daemon::connections::ConnectionLimits {
+            per_address: 4,
+            total: 3,
+            handshake_within: Duration::from_secs(10),
+            silent_for: Duration::from_secs(60),
+            evictable_after: Duration::from_millis(500),
+        },
+        ..miner_options()
+    };
+    let miner = spawn_miner_with(core, options).await;
+    let address = miner.address;
+    let crowd = tokio::spawn(async move {
+        let mut strangers = Vec::new();
+        for i in 0..40u8 {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            let socket = tokio::net::TcpSocket::new_v4().unwrap();
+            socket.bind(format!("127.0.0.{}:0", 10 + i).parse().unwrap()).unwrap();
+            let Ok(mut stranger) = socket.connect(address).await else {
+                continue;
+            };
+            let _ = stranger.write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n").await;
+            strangers.push(stranger);
+        }
+        strangers
+    });
+    let dir = TempDir::new("crowded");
+    let mut config = validator_config(&dir, Policy::Sampled);
+    config.deadline.min_ms = 10_000;
+    let verdict = attestor(&config)
+        .await
+        .attest(&miner.url(), &|_| {})
+        .await
+        .expect("the attestation's connection was taken");
+    assert!(verdict.passed, "{verdict:?}");
+    // Strangers did get in, by taking one another's places: a stranger the miner admitted got
+    // its SETTINGS frame; one closed at once got nothing. Two places were free for them.
+    let mut admitted = 0;
+    for mut stranger in crowd.await.unwrap() {
+        let mut got = Vec::new();
+        let _ = tokio::time::timeout(Duration::from_millis(100), stranger.read_to_end(&mut got)).await;
+        admitted += usize::from(!got.is_empty());
+    }
+    assert!(admitted > 2, "{admitted} strangers admitted");
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_flooding_peer_is_limited_while_others_are_served() {
     let core = miner_core(46, &[validator_key()], 1);

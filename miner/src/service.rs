@@ -4,6 +4,7 @@ use crate::core::{AcceptedChallenge, MinerCore, now_ms};
 use crate::error::MinerError;
 use crate::metrics::ChallengeOutcome;
 use crate::openings::{RoundLimits, run_round};
+use gpu_attest_daemon::connections::holds_connection;
 use gpu_attest_proto::convert::inventory_to_wire;
 use gpu_attest_proto::v1::{self, challenge_event::Event, miner_server::Miner};
 use gpu_attest_shared::engine::EngineError;
@@ -71,7 +72,8 @@ impl Miner for MinerService {
         );
         let (tx, rx) = mpsc::channel(EVENT_BUFFER);
         tokio::spawn(run_accepted(self.core.clone(), accepted, tx));
-        Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
+        // An allowed validator's challenge keeps its connection until the commitment is out.
+        Ok(holds_connection(Response::new(Box::pin(ReceiverStream::new(rx)))))
     }
 
     async fn open_chains(
@@ -86,7 +88,8 @@ impl Miner for MinerService {
         let (tx, rx) = mpsc::channel(2);
         let limits = RoundLimits::for_commitment(&self.core, &recent);
         tokio::spawn(run_round(self.core.clone(), recent, samples, tx, limits));
-        Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
+        // So does its opening round, which ends on its own (`RoundLimits`).
+        Ok(holds_connection(Response::new(Box::pin(ReceiverStream::new(rx)))))
     }
 }
 

@@ -3,6 +3,7 @@
 use crate::attest::untrusted::caller_text_problem;
 use crate::attest::{AttestError, AttestEvent, Attestor, normalise_url, now_ms};
 use crate::store::{MinerRecord, StoreError, Verdict, VerdictFilter};
+use gpu_attest_daemon::connections::holds_connection;
 use gpu_attest_proto::convert::device_to_wire;
 use gpu_attest_proto::v1::{self, attest_event::Event, validator_server::Validator};
 use gpu_attest_shared::identity::PublicKey;
@@ -230,7 +231,8 @@ impl Validator for ValidatorService {
             };
             let _ = tx.send(last).await;
         });
-        Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
+        // An API caller following an attestation keeps its connection while it lasts.
+        Ok(holds_connection(Response::new(Box::pin(ReceiverStream::new(rx)))))
     }
 
     async fn list_verdicts(

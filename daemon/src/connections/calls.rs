@@ -1,11 +1,13 @@
 //! Seeing the calls made on each held connection, so that the table knows which connections
 //! are busy and which have gone quiet.
 //!
-//! A call of the daemon's own services (`/gpu_attest.…`) keeps its connection from being closed
-//! to make room until its response has been sent whole or dropped: a challenge's stream, an
-//! opening round or an attestation followed through the API. Health checks and reflection count
-//! as activity when they start but do not hold the connection: a health `Watch` never ends, and
-//! a peer could otherwise hold connections open with one each.
+//! Every call counts as activity when it starts. A call whose handler marked its response with
+//! [`holds_connection`] also keeps its connection from being closed to make room, from the
+//! response's start until it has been sent whole or dropped. Handlers mark the long calls of
+//! peers they trust: an allowed validator's challenge or opening round, an attestation followed
+//! through the API. Nothing else holds a connection, because anything else a stranger can make
+//! last: a health `Watch` never ends, a call's message can be left unsent, and a response can be
+//! left unread (an HTTP/2 peer that grants no flow-control window).
 
 use super::table::{Connections, RunningCall};
 use crate::refusal_log::peer_address;
@@ -13,8 +15,16 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 use tonic::codegen::{Service, http};
 
-/// The path prefix of the daemon's own services.
-const OWN_SERVICES: &str = "/gpu_attest.";
+/// The mark of a response that holds its connection while it is sent: see [`holds_connection`].
+#[derive(Clone, Copy, Debug)]
+struct HoldsConnection;
+
+/// Marks `response` as one that keeps its connection from being closed to make room until it
+/// has been sent whole. Only for the long calls of trusted peers (see the module's comment).
+pub fn holds_connection<T>(mut response: tonic::Response<T>) -> tonic::Response<T> {
+    response.extensions_mut().insert(HoldsConnection);
+    response
+}
 
 /// The layer that reports calls to the [`Connections`] table.
 #[derive(Clone)]
@@ -66,17 +76,14 @@ where
     fn call(&mut self, request: http::Request<B>) -> Self::Future {
         // A request without a socket address (an in-memory transport) belongs to no connection.
         let connection = peer_address(request.extensions()).and_then(|peer| self.connections.find(peer));
-        let running = connection.and_then(|connection| {
-            if request.uri().path().starts_with(OWN_SERVICES) {
-                Some(connection.call_started())
-            } else {
-                connection.touch();
-                None
-            }
-        });
+        if let Some(connection) = &connection {
+            connection.touch();
+        }
         let response = self.inner.call(request);
         Box::pin(async move {
             let response = response.await?;
+            let holds = response.extensions().get::<HoldsConnection>().is_some();
+            let running = connection.filter(|_| holds).map(|c| c.call_started());
             Ok(response.map(|body| TrackedBody { inner: body, running }))
         })
     }

@@ -15,9 +15,10 @@
 //! - all addresses together hold at most [`ConnectionLimits::total`], kept below the process's
 //!   file limit (which [`raise_open_files_limit`] lifts to its hard limit at start);
 //! - a connection that answers pings but makes no call keeps its place only while nobody else
-//!   needs it: at a limit, a newcomer takes the place of a connection with no call of the
-//!   daemon's own services running for [`ConnectionLimits::evictable_after`] ([`table`] says
-//!   which one), instead of being refused.
+//!   needs it: at a limit, a newcomer takes the place of a connection that has had no call start
+//!   or end for [`ConnectionLimits::evictable_after`] and carries no call that holds it
+//!   ([`holds_connection`]: a trusted peer's challenge, opening round or attestation), instead of
+//!   being refused. The table module says which one.
 //!
 //! And when accepting fails (the process is out of descriptors after all), the loop waits
 //! before trying again instead of spinning on the error.
@@ -30,7 +31,7 @@ mod handshake;
 mod incoming;
 mod table;
 
-pub use calls::{CallTracking, TrackedBody, TrackedCalls};
+pub use calls::{CallTracking, TrackedBody, TrackedCalls, holds_connection};
 pub use incoming::{GuardedIncoming, GuardedStream};
 pub use table::Connections;
 

@@ -1,8 +1,9 @@
 //! The connections a daemon holds, counted per address and in all, and the choice, once a limit
 //! is reached, of the idle connection that makes room for a newcomer.
 //!
-//! A connection with a call of the daemon's own services running is never chosen, nor one that
-//! had one (or opened) less than [`ConnectionLimits::evictable_after`] ago. Of the rest, the
+//! A connection carrying a call that holds it ([`super::holds_connection`]) is never chosen, nor
+//! one on which a call started or ended (or which opened) less than
+//! [`ConnectionLimits::evictable_after`] ago. Of the rest, the
 //! one chosen belongs to the address holding the most connections, and is the one quiet the
 //! longest. So a peer that holds connections open and never calls keeps them only while nobody
 //! else needs the room, and an honest peer's idle connection, if it is taken, costs that peer a
@@ -25,7 +26,7 @@ pub(super) struct Connection {
     address: IpAddr,
     /// The table's clock origin, so that times fit in one atomic.
     epoch: Instant,
-    /// Calls of the daemon's own services running on it.
+    /// Calls running on it that hold it.
     calls_running: AtomicUsize,
     /// When a call last started or ended on it, or it opened: nanoseconds since `epoch`.
     quiet_since: AtomicU64,
@@ -62,7 +63,7 @@ impl Connection {
         self.epoch.elapsed().saturating_sub(since)
     }
 
-    /// A call of the daemon's own services starts on it; it ends when the guard drops.
+    /// A call that holds it starts; it ends when the guard drops.
     pub(super) fn call_started(self: &Arc<Self>) -> RunningCall {
         self.calls_running.fetch_add(1, Ordering::AcqRel);
         self.touch();

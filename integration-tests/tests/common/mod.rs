@@ -8,6 +8,7 @@ pub mod fake_driver;
 pub mod fleet;
 pub mod pki;
 pub mod process;
+pub mod slow;
 
 use gpu_attest_daemon::PeerRateLimiter;
 use gpu_attest_miner::MinerCore;

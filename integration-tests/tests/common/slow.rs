@@ -1,0 +1,46 @@
+//! A backend that takes its time.
+
+use gpu_attest_shared::backend::{CancelToken, ChainProgress};
+use gpu_attest_shared::chain::ChainResult;
+use gpu_attest_shared::matrix::Matrix;
+use gpu_attest_shared::params::Work;
+use gpu_attest_shared::{Backend, BackendError};
+use std::time::Duration;
+
+/// The CPU backend, waiting `extra` before each device's share of a challenge: a challenge
+/// that runs for as long as a test needs a call to stay open, with honest results.
+pub struct SlowBackend {
+    pub cpu: gpu_attest_shared::cpu::CpuBackend,
+    pub extra: Duration,
+}
+
+impl Backend for SlowBackend {
+    fn describe(&self) -> String {
+        self.cpu.describe()
+    }
+    fn device_count(&self) -> u32 {
+        self.cpu.device_count()
+    }
+    fn run_chains(
+        &self,
+        device: u32,
+        work: &Work,
+        chains: std::ops::Range<u64>,
+        progress: ChainProgress<'_>,
+        cancel: &CancelToken,
+    ) -> Result<Vec<ChainResult>, BackendError> {
+        std::thread::sleep(self.extra);
+        self.cpu.run_chains(device, work, chains, progress, cancel)
+    }
+    fn advance(
+        &self,
+        work: &Work,
+        chain: u64,
+        start: Matrix,
+        first: u32,
+        steps: u32,
+        cancel: &CancelToken,
+    ) -> Result<Matrix, BackendError> {
+        self.cpu.advance(work, chain, start, first, steps, cancel)
+    }
+}
