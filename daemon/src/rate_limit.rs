@@ -1,6 +1,7 @@
 //! A request rate per peer address, as a layer over every service a daemon serves (health and
 //! reflection included): a flood of cheap calls costs a peer its own budget, nobody else's.
 
+use crate::connections::counted_as;
 use crate::refusal_log::peer_address;
 use std::collections::HashMap;
 use std::net::IpAddr;
@@ -9,7 +10,7 @@ use std::time::Instant;
 use tonic::Status;
 use tonic::codegen::{Service, http};
 
-/// Token bucket per peer IP: `per_minute` requests a minute on average, bursts up to `burst`.
+/// Token bucket per peer address (an IPv6 /64 counting as one): `per_minute` requests a minute on average, bursts up to `burst`.
 /// Memory is bounded: past `MAX_PEERS` tracked addresses, peers whose buckets are full again are
 /// forgotten first.
 #[derive(Clone)]
@@ -98,7 +99,8 @@ where
     fn call(&mut self, request: http::Request<B>) -> Self::Future {
         // A request without a socket address (an in-memory transport) is not limited.
         let verdict = match peer_address(request.extensions()) {
-            Some(peer) => self.limiter.check(peer.ip()),
+            // Per /64 for IPv6, as connections are counted: a host holds a whole /64.
+            Some(peer) => self.limiter.check(counted_as(peer.ip())),
             None => Ok(()),
         };
         match verdict {
@@ -171,5 +173,36 @@ mod tests {
             2,
             "the refused call must not reach the service"
         );
+    }
+
+    /// A host holds a whole IPv6 /64: its addresses share one budget, as they share one
+    /// connection limit.
+    #[test]
+    fn the_addresses_of_one_ipv6_slash_64_share_a_budget() {
+        use tonic::transport::server::TcpConnectInfo;
+        use tower_layer::Layer;
+
+        let inner = crate::refusal_log::tests::tower_service_fn(|_req: http::Request<()>| http::Response::new(()));
+        let mut service = PeerRateLimiter::new(1, 2).layer(inner);
+        let from = |remote: &str| {
+            let mut request = http::Request::builder().uri("/x").body(()).unwrap();
+            request.extensions_mut().insert(TcpConnectInfo {
+                local_addr: None,
+                remote_addr: Some(remote.parse().unwrap()),
+            });
+            request
+        };
+        let runtime = tokio::runtime::Builder::new_current_thread().build().unwrap();
+        let mut refused = |remote: &str| {
+            let response = runtime.block_on(service.call(from(remote))).unwrap();
+            response.headers().get("grpc-status").is_some()
+        };
+        assert!(!refused("[2001:db8:1:2::1]:5000"));
+        assert!(!refused("[2001:db8:1:2::2]:5000"));
+        assert!(
+            refused("[2001:db8:1:2::3]:5000"),
+            "a third address of the /64 had its own budget"
+        );
+        assert!(!refused("[2001:db8:1:3::1]:5000"), "another /64 is another budget");
     }
 }

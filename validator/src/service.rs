@@ -196,6 +196,11 @@ impl Validator for ValidatorService {
         &self,
         request: Request<v1::AttestMinerRequest>,
     ) -> Result<Response<Self::AttestMinerStream>, Status> {
+        // A caller that proved who it is (a client certificate), or one on this machine, keeps
+        // its connection while it follows the attestation. On an API served over TLS without
+        // client certificates (which SECURITY.md advises against) a stranger could otherwise
+        // hold connections by never reading the stream.
+        let trusted = request.peer_certs().is_some() || request.remote_addr().is_some_and(|a| a.ip().is_loopback());
         let url = request.into_inner().url;
         if url.is_empty() {
             return Err(Status::invalid_argument("url is required"));
@@ -231,8 +236,8 @@ impl Validator for ValidatorService {
             };
             let _ = tx.send(last).await;
         });
-        // An API caller following an attestation keeps its connection while it lasts.
-        Ok(holds_connection(Response::new(Box::pin(ReceiverStream::new(rx)))))
+        let response = Response::new(Box::pin(ReceiverStream::new(rx)) as Self::AttestMinerStream);
+        Ok(if trusted { holds_connection(response) } else { response })
     }
 
     async fn list_verdicts(

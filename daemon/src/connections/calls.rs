@@ -1,16 +1,18 @@
 //! Seeing the calls made on each held connection, so that the table knows which connections
 //! are busy and which have gone quiet.
 //!
-//! Every call counts as activity when it starts. A call whose handler marked its response with
-//! [`holds_connection`] also keeps its connection from being closed to make room, from the
-//! response's start until it has been sent whole or dropped. Handlers mark the long calls of
-//! peers they trust: an allowed validator's challenge or opening round, an attestation followed
-//! through the API. Nothing else holds a connection, because anything else a stranger can make
-//! last: a health `Watch` never ends, a call's message can be left unsent, and a response can be
-//! left unread (an HTTP/2 peer that grants no flow-control window).
+//! A call whose handler marked its response with [`holds_connection`] keeps its connection from
+//! being closed to make room, from the response's start until it has been sent whole or
+//! dropped; its start and end also count as the connection's activity. Other calls count for
+//! nothing: a stranger can make them at will.
+//!
+//! Handlers mark the long calls of peers they trust: an allowed validator's challenge or opening
+//! round, an attestation followed through the API. Nothing else holds a connection, because
+//! anything else a stranger can make last: a health `Watch` never ends, a call's message can be
+//! left unsent, and a response can be left unread (an HTTP/2 peer that grants no flow-control
+//! window).
 
-use super::table::{Connections, RunningCall};
-use crate::refusal_log::peer_address;
+use super::table::{Connections, Ends, RunningCall};
 use std::pin::Pin;
 use std::task::{Context, Poll};
 use tonic::codegen::{Service, http};
@@ -75,18 +77,31 @@ where
 
     fn call(&mut self, request: http::Request<B>) -> Self::Future {
         // A request without a socket address (an in-memory transport) belongs to no connection.
-        let connection = peer_address(request.extensions()).and_then(|peer| self.connections.find(peer));
-        if let Some(connection) = &connection {
-            connection.touch();
-        }
+        let ends = connection_ends(request.extensions());
+        let connections = self.connections.clone();
         let response = self.inner.call(request);
         Box::pin(async move {
             let response = response.await?;
-            let holds = response.extensions().get::<HoldsConnection>().is_some();
-            let running = connection.filter(|_| holds).map(|c| c.call_started());
+            let running = match response.extensions().get::<HoldsConnection>() {
+                Some(_) => ends.and_then(|ends| connections.find(ends)).map(|c| c.call_started()),
+                None => None,
+            };
             Ok(response.map(|body| TrackedBody { inner: body, running }))
         })
     }
+}
+
+/// The two ends of the connection a request came on, from what tonic records of it (under TLS,
+/// inside the TLS information).
+fn connection_ends(extensions: &http::Extensions) -> Option<Ends> {
+    use tonic::transport::server::{TcpConnectInfo, TlsConnectInfo};
+    let tcp = extensions
+        .get::<TcpConnectInfo>()
+        .or_else(|| extensions.get::<TlsConnectInfo<TcpConnectInfo>>().map(|i| i.get_ref()))?;
+    Some(Ends {
+        local: tcp.local_addr()?,
+        remote: tcp.remote_addr()?,
+    })
 }
 
 /// A response body that holds its call's [`RunningCall`] until it is sent whole or dropped.

@@ -3,9 +3,10 @@
 //! handshake, silent too long after, or idle when another peer needs its room.
 
 use super::handshake::Handshake;
-use super::table::{Connection, Connections};
+use super::table::{Connection, Connections, Ends};
 use std::future::Future;
 use std::io;
+use std::os::fd::AsRawFd;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll, ready};
@@ -82,7 +83,11 @@ impl Stream for GuardedIncoming {
                     continue;
                 }
             };
-            let admitted = match this.connections.admit(peer) {
+            let ends = match stream.local_addr() {
+                Ok(local) => Ends { local, remote: peer },
+                Err(_) => continue, // gone already
+            };
+            let admitted = match this.connections.admit(ends, Some(stream.as_raw_fd())) {
                 Ok(admitted) => admitted,
                 Err(why) => {
                     if this.refused.due() {
@@ -150,6 +155,8 @@ impl GuardedStream {
 
 impl Drop for GuardedStream {
     fn drop(&mut self) {
+        // Before `inner` closes the socket (fields drop after this body).
+        self.connection.socket_closing();
         self.connections.release(&self.connection);
     }
 }
@@ -162,12 +169,45 @@ impl Connected for GuardedStream {
     }
 }
 
+impl GuardedStream {
+    /// What ends the connection while the socket has nothing to give or take: being closed to
+    /// make room, or the peer's silence. Polled whether the server waits to read or to write, so
+    /// that a peer which stops reading cannot keep a connection by blocking the server's writes.
+    fn poll_end(&mut self, cx: &mut Context<'_>) -> Poll<io::Error> {
+        self.connection.wake_on_close(cx.waker());
+        // Checked after the waker's registration: a close in between still wakes this task.
+        if self.connection.is_closing() {
+            return Poll::Ready(Self::closed_to_make_room());
+        }
+        ready!(self.silence.as_mut().poll(cx));
+        Poll::Ready(io::Error::new(
+            io::ErrorKind::TimedOut,
+            "the peer did not complete its handshake in time, or then sent nothing for too long",
+        ))
+    }
+
+    /// `Err` once the connection has been closed to make room.
+    fn check_open(&self) -> io::Result<()> {
+        if self.connection.is_closing() {
+            Err(Self::closed_to_make_room())
+        } else {
+            Ok(())
+        }
+    }
+
+    /// A write-side result, unless the write is stuck past the connection's end.
+    fn unless_ended<T>(&mut self, cx: &mut Context<'_>, polled: Poll<io::Result<T>>) -> Poll<io::Result<T>> {
+        match polled {
+            Poll::Pending => self.poll_end(cx).map(Err),
+            ready => ready,
+        }
+    }
+}
+
 impl AsyncRead for GuardedStream {
     fn poll_read(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
         let this = self.get_mut();
-        if this.connection.is_closing() {
-            return Poll::Ready(Err(Self::closed_to_make_room()));
-        }
+        this.check_open()?;
         let before = buf.filled().len();
         match Pin::new(&mut this.inner).poll_read(cx, buf) {
             Poll::Ready(Ok(())) => {
@@ -184,33 +224,30 @@ impl AsyncRead for GuardedStream {
                 Poll::Ready(Ok(()))
             }
             Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
-            Poll::Pending => {
-                this.connection.wake_on_close(cx.waker());
-                // Closed between the check above and the waker's registration.
-                if this.connection.is_closing() {
-                    return Poll::Ready(Err(Self::closed_to_make_room()));
-                }
-                ready!(this.silence.as_mut().poll(cx));
-                Poll::Ready(Err(io::Error::new(
-                    io::ErrorKind::TimedOut,
-                    "the peer did not complete its handshake in time, or then sent nothing for too long",
-                )))
-            }
+            Poll::Pending => this.poll_end(cx).map(Err),
         }
     }
 }
 
 impl AsyncWrite for GuardedStream {
     fn poll_write(self: Pin<&mut Self>, cx: &mut Context<'_>, data: &[u8]) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.get_mut().inner).poll_write(cx, data)
+        let this = self.get_mut();
+        this.check_open()?;
+        let polled = Pin::new(&mut this.inner).poll_write(cx, data);
+        this.unless_ended(cx, polled)
     }
 
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.get_mut().inner).poll_flush(cx)
+        let this = self.get_mut();
+        this.check_open()?;
+        let polled = Pin::new(&mut this.inner).poll_flush(cx);
+        this.unless_ended(cx, polled)
     }
 
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.get_mut().inner).poll_shutdown(cx)
+        let this = self.get_mut();
+        let polled = Pin::new(&mut this.inner).poll_shutdown(cx);
+        this.unless_ended(cx, polled)
     }
 
     fn poll_write_vectored(
@@ -218,7 +255,10 @@ impl AsyncWrite for GuardedStream {
         cx: &mut Context<'_>,
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.get_mut().inner).poll_write_vectored(cx, bufs)
+        let this = self.get_mut();
+        this.check_open()?;
+        let polled = Pin::new(&mut this.inner).poll_write_vectored(cx, bufs);
+        this.unless_ended(cx, polled)
     }
 
     fn is_write_vectored(&self) -> bool {
@@ -385,5 +425,44 @@ mod tests {
             .expect("the idle connection's read was not ended")
             .unwrap();
         assert_eq!(read.unwrap_err().kind(), io::ErrorKind::ConnectionAborted);
+    }
+
+    /// A connection blocked writing to a peer that does not read ends too when it is closed to
+    /// make room: its driver may never come back to read.
+    #[tokio::test]
+    async fn a_connection_blocked_writing_ends_when_closed_to_make_room() {
+        let (mut incoming, address) = listening(ConnectionLimits {
+            evictable_after: Duration::ZERO,
+            silent_for: Duration::from_secs(60),
+            handshake_within: Duration::from_secs(60),
+            ..limits(4, 1)
+        })
+        .await;
+        let _never_reads = TcpStream::connect(address).await.unwrap();
+        let mut held = incoming.next().await.unwrap().unwrap();
+        let writer = tokio::spawn(async move {
+            let chunk = vec![0u8; 1 << 20];
+            loop {
+                if let Err(e) = held.write_all(&chunk).await {
+                    return e;
+                }
+            }
+        });
+        // Long enough for the socket buffers to fill and the writer to block.
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert!(!writer.is_finished());
+        let _newcomer = TcpStream::connect(address).await.unwrap();
+        let _admitted = incoming.next().await.unwrap().unwrap();
+        let ended = tokio::time::timeout(Duration::from_secs(2), writer)
+            .await
+            .expect("the blocked writer was not ended")
+            .unwrap();
+        assert!(
+            matches!(
+                ended.kind(),
+                io::ErrorKind::ConnectionAborted | io::ErrorKind::BrokenPipe | io::ErrorKind::ConnectionReset
+            ),
+            "{ended:?}"
+        );
     }
 }

@@ -6,19 +6,19 @@
 //! - a connection must complete its handshake within [`ConnectionLimits::handshake_within`],
 //!   however it trickles its bytes: under TLS, the client's first application-data record (its
 //!   Finished, or its first data after it), which a peer cannot send before the handshake is
-//!   done; in plaintext, the 24-byte HTTP/2 preface. It must not then fall silent for longer
-//!   than [`ConnectionLimits::silent_for`]: the server pings idle connections every 30 s and an
-//!   HTTP/2 peer must answer, so only a dead or hostile peer stays silent that long, even while
-//!   it reads a long challenge stream;
-//! - one address (an IPv6 /64 counting as one) holds at most [`ConnectionLimits::per_address`]
-//!   connections at once;
+//!   done; in plaintext, the 24-byte HTTP/2 preface. It must not then fall silent, or stop
+//!   reading, for longer than [`ConnectionLimits::silent_for`]: the server pings idle
+//!   connections every 30 s and an HTTP/2 peer must answer, so only a dead or hostile peer stays
+//!   silent that long, even while it reads a long challenge stream;
+//! - one address (an IPv6 /64 counting as one, as it does for the request rate) holds at most
+//!   [`ConnectionLimits::per_address`] connections at once;
 //! - all addresses together hold at most [`ConnectionLimits::total`], kept below the process's
 //!   file limit (which [`raise_open_files_limit`] lifts to its hard limit at start);
-//! - a connection that answers pings but makes no call keeps its place only while nobody else
-//!   needs it: at a limit, a newcomer takes the place of a connection that has had no call start
-//!   or end for [`ConnectionLimits::evictable_after`] and carries no call that holds it
-//!   ([`holds_connection`]: a trusted peer's challenge, opening round or attestation), instead of
-//!   being refused. The table module says which one.
+//! - a connection that answers pings but carries no trusted peer's long call keeps its place
+//!   only while nobody else needs it: at a limit, a newcomer takes the place of one that has
+//!   carried no call that holds it ([`holds_connection`]: a trusted peer's challenge, opening
+//!   round or attestation) for [`ConnectionLimits::evictable_after`], instead of being refused.
+//!   The table module says which one, and when a crowded address gives way sooner.
 //!
 //! And when accepting fails (the process is out of descriptors after all), the loop waits
 //! before trying again instead of spinning on the error.
@@ -48,9 +48,11 @@ pub struct ConnectionLimits {
     pub total: usize,
     pub handshake_within: Duration,
     pub silent_for: Duration,
-    /// How long a connection with no call of the daemon's own services running keeps its place
-    /// at a limit. Long enough to span the gap between the calls of one attestation (inventory,
-    /// challenge, openings), so that only a connection its peer has stopped using gives way.
+    /// How long a connection keeps its place at a limit after it opened, or after its last call
+    /// that holds it ([`holds_connection`]) started or ended. Long enough to span the start of
+    /// an attestation (a validator dials, asks the inventory, plans, then challenges) and the gap
+    /// between the challenge and the openings, so that only a connection its peer has stopped
+    /// using gives way.
     pub evictable_after: Duration,
 }
 
@@ -122,9 +124,9 @@ pub fn limits_for_this_process() -> ConnectionLimits {
     limits
 }
 
-/// The address a connection counts against: an IPv4 address, or an IPv6 /64, since one host
-/// commonly holds a whole /64 and could otherwise take a new address per connection.
-fn counted_as(ip: IpAddr) -> IpAddr {
+/// The address a connection, or a call, counts against: an IPv4 address, or an IPv6 /64, since
+/// one host commonly holds a whole /64 and could otherwise take a new address per connection.
+pub(crate) fn counted_as(ip: IpAddr) -> IpAddr {
     match ip {
         IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
             Some(v4) => IpAddr::V4(v4),

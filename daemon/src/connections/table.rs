@@ -1,66 +1,97 @@
 //! The connections a daemon holds, counted per address and in all, and the choice, once a limit
-//! is reached, of the idle connection that makes room for a newcomer.
+//! is reached, of the connection that makes room for a newcomer.
 //!
-//! A connection carrying a call that holds it ([`super::holds_connection`]) is never chosen, nor
-//! one on which a call started or ended (or which opened) less than
-//! [`ConnectionLimits::evictable_after`] ago. Of the rest, the
-//! one chosen belongs to the address holding the most connections, and is the one quiet the
-//! longest. So a peer that holds connections open and never calls keeps them only while nobody
-//! else needs the room, and an honest peer's idle connection, if it is taken, costs that peer a
-//! reconnection on its next call.
+//! A connection carrying a call that holds it ([`super::holds_connection`]) is never chosen.
+//! Otherwise a connection may give way once it has been quiet for
+//! [`ConnectionLimits::evictable_after`]: since it opened, or since its last held call started
+//! or ended. Other calls do not count, since a stranger can make them at will (the rate limit
+//! allows a call every few seconds, and one call per connection every 10 s would keep them all).
+//! Of the quiet ones, the one chosen belongs to the address holding the most connections, and is
+//! the quietest there. When all addresses together are full and none is quiet, an address
+//! holding at least [`CROWDED`] connections, and more than the newcomer's address, gives up its
+//! quietest unheld one anyway: a peer that keeps its connections fresh by reconnecting them then
+//! needs about one address per [`CROWDED`] - 1 places.
+//!
+//! A connection chosen to make room is shut down at the socket, so that it ends whatever the
+//! server is doing with it (even blocked writing to a peer that does not read). Until it has
+//! gone it still holds a descriptor, so at most [`CLOSING_AT_MOST`] such connections are let
+//! linger beyond the total before newcomers are refused.
 
 use super::{ConnectionLimits, counted_as};
 use std::collections::HashMap;
 use std::fmt;
 use std::net::{IpAddr, SocketAddr};
+use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::Waker;
 use std::time::{Duration, Instant};
 
+/// The connections an address must hold before, with every place taken and none quiet, its
+/// fresh ones give way to an address holding fewer. An honest peer holds one or two at a time.
+pub(super) const CROWDED: usize = 4;
+
+/// Connections chosen to make room but not yet gone, beyond the total, before newcomers are
+/// refused whatever: the reserve of descriptors is not spent on connections that linger.
+const CLOSING_AT_MOST: usize = 32;
+
+/// A connection's two ends: unique among live TCP connections, even on a host with several
+/// addresses (where one remote port may reach two of them).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(super) struct Ends {
+    pub local: SocketAddr,
+    pub remote: SocketAddr,
+}
+
 /// One held connection, shared by its stream, the table and the calls made on it.
 #[derive(Debug)]
 pub(super) struct Connection {
-    peer: SocketAddr,
+    ends: Ends,
     /// The address it counts against ([`counted_as`]).
     address: IpAddr,
     /// The table's clock origin, so that times fit in one atomic.
     epoch: Instant,
     /// Calls running on it that hold it.
     calls_running: AtomicUsize,
-    /// When a call last started or ended on it, or it opened: nanoseconds since `epoch`.
+    /// When it opened, or a call that holds it last started or ended: nanoseconds since `epoch`.
     quiet_since: AtomicU64,
-    /// Set once it has been chosen to make room: its reads fail from then on.
+    /// Set once it has been chosen to make room: its reads and writes fail from then on.
     closing: AtomicBool,
-    /// The task reading the connection, to wake when it is closed.
-    reader: Mutex<Option<Waker>>,
+    /// The task driving the connection, to wake when it is closed.
+    driver: Mutex<Option<Waker>>,
+    /// Its socket, until its stream drops it: closing shuts it down. Cleared (under the lock)
+    /// before the socket is closed, so that a descriptor reused since is never touched.
+    socket: Mutex<Option<RawFd>>,
 }
 
 impl Connection {
-    fn new(peer: SocketAddr, epoch: Instant) -> Self {
+    fn new(ends: Ends, socket: Option<RawFd>, epoch: Instant) -> Self {
         let connection = Connection {
-            peer,
-            address: counted_as(peer.ip()),
+            ends,
+            address: counted_as(ends.remote.ip()),
             epoch,
             calls_running: AtomicUsize::new(0),
             quiet_since: AtomicU64::new(0),
             closing: AtomicBool::new(false),
-            reader: Mutex::new(None),
+            driver: Mutex::new(None),
+            socket: Mutex::new(socket),
         };
         connection.touch();
         connection
     }
 
-    /// Records activity now: a call started or ended.
-    pub(super) fn touch(&self) {
-        let now = u64::try_from(self.epoch.elapsed().as_nanos()).unwrap_or(u64::MAX);
+    fn now(&self) -> Duration {
+        self.epoch.elapsed()
+    }
+
+    fn touch(&self) {
+        let now = u64::try_from(self.now().as_nanos()).unwrap_or(u64::MAX);
         self.quiet_since.store(now, Ordering::Relaxed);
     }
 
-    /// How long it has gone without a call starting or ending.
-    fn quiet_for(&self) -> Duration {
-        let since = Duration::from_nanos(self.quiet_since.load(Ordering::Relaxed));
-        self.epoch.elapsed().saturating_sub(since)
+    /// How long, at `now` (since the epoch), it has been quiet.
+    fn quiet_for(&self, now: Duration) -> Duration {
+        now.saturating_sub(Duration::from_nanos(self.quiet_since.load(Ordering::Relaxed)))
     }
 
     /// A call that holds it starts; it ends when the guard drops.
@@ -70,8 +101,12 @@ impl Connection {
         RunningCall(self.clone())
     }
 
-    fn may_make_room(&self, limits: &ConnectionLimits) -> bool {
-        self.calls_running.load(Ordering::Acquire) == 0 && self.quiet_for() >= limits.evictable_after
+    fn is_held(&self) -> bool {
+        self.calls_running.load(Ordering::Acquire) > 0
+    }
+
+    fn is_quiet(&self, limits: &ConnectionLimits, now: Duration) -> bool {
+        !self.is_held() && self.quiet_for(now) >= limits.evictable_after
     }
 
     /// Whether it has been chosen to make room.
@@ -81,15 +116,27 @@ impl Connection {
 
     /// Has `waker` woken when the connection is closed to make room.
     pub(super) fn wake_on_close(&self, waker: &Waker) {
-        let mut reader = lock(&self.reader);
-        if !reader.as_ref().is_some_and(|held| held.will_wake(waker)) {
-            *reader = Some(waker.clone());
+        let mut driver = lock(&self.driver);
+        if !driver.as_ref().is_some_and(|held| held.will_wake(waker)) {
+            *driver = Some(waker.clone());
         }
+    }
+
+    /// Its stream is about to close the socket: closing must not touch it from now on.
+    pub(super) fn socket_closing(&self) {
+        lock(&self.socket).take();
     }
 
     fn close(&self) {
         self.closing.store(true, Ordering::Release);
-        if let Some(waker) = lock(&self.reader).take() {
+        if let Some(fd) = *lock(&self.socket) {
+            // SAFETY: `fd` is this connection's open socket: its stream clears it under this
+            // lock before closing it. Shutting it down ends the connection's reads and writes
+            // (whichever its driver is blocked on) without closing the descriptor, which stays
+            // the stream's to close.
+            unsafe { libc::shutdown(fd, libc::SHUT_RDWR) };
+        }
+        if let Some(waker) = lock(&self.driver).take() {
             waker.wake();
         }
     }
@@ -109,9 +156,9 @@ impl Drop for RunningCall {
 /// Why a connection was not admitted.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum Refused {
-    /// Its address holds the most connections allowed, none of them idle.
+    /// Its address holds the most connections allowed, none of them quiet.
     AddressFull,
-    /// All addresses together hold the most connections allowed, none of them idle.
+    /// All addresses together hold the most connections allowed, none of them able to give way.
     AllFull,
 }
 
@@ -126,7 +173,7 @@ impl fmt::Display for Refused {
     }
 }
 
-/// An admitted connection, and the idle one closed to make room for it, if any.
+/// An admitted connection, and the one closed to make room for it, if any.
 #[derive(Debug)]
 pub(super) struct Admitted {
     pub connection: Arc<Connection>,
@@ -146,9 +193,10 @@ struct Shared {
 
 #[derive(Default)]
 struct Table {
-    /// On one listener the peer's socket address tells live connections apart.
-    by_peer: HashMap<SocketAddr, Arc<Connection>>,
+    live: HashMap<Ends, Arc<Connection>>,
     per_address: HashMap<IpAddr, usize>,
+    /// Closed to make room, and not yet gone.
+    closing: usize,
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -168,68 +216,95 @@ impl Connections {
         &self.0.limits
     }
 
-    /// Counts a new connection from `peer`, closing an idle one to make room if a limit is
-    /// reached and one may be closed.
-    pub(super) fn admit(&self, peer: SocketAddr) -> Result<Admitted, Refused> {
+    /// Counts a new connection with `ends` on `socket`, closing another to make room if a limit
+    /// is reached and one may give way.
+    pub(super) fn admit(&self, ends: Ends, socket: Option<RawFd>) -> Result<Admitted, Refused> {
         let limits = &self.0.limits;
-        let address = counted_as(peer.ip());
+        let now = self.0.epoch.elapsed();
+        let address = counted_as(ends.remote.ip());
         let mut table = lock(&self.0.table);
+        if table.closing >= CLOSING_AT_MOST {
+            return Err(Refused::AllFull);
+        }
         let mut made_room_by_closing = None;
-        if table.per_address.get(&address).copied().unwrap_or(0) >= limits.per_address {
+        if table.held_by(address) >= limits.per_address {
             let victim = table
-                .by_peer
+                .live
                 .values()
-                .filter(|c| c.address == address && c.may_make_room(limits))
-                .max_by_key(|c| c.quiet_for())
+                .filter(|c| c.address == address && c.is_quiet(limits, now))
+                .max_by_key(|c| c.quiet_for(now))
                 .cloned()
                 .ok_or(Refused::AddressFull)?;
-            made_room_by_closing = Some(victim.peer);
+            made_room_by_closing = Some(victim.ends.remote);
             table.close(&victim);
         }
-        if table.by_peer.len() >= limits.total {
+        if table.live.len() >= limits.total {
             let victim = table
-                .by_peer
-                .values()
-                .filter(|c| c.may_make_room(limits))
-                .max_by_key(|c| (table.per_address.get(&c.address).copied(), c.quiet_for()))
-                .cloned()
+                .quietest_of_the_crowded(limits, now)
+                .or_else(|| table.freshest_crowd_gives_way(address, now))
                 .ok_or(Refused::AllFull)?;
-            made_room_by_closing = Some(victim.peer);
+            made_room_by_closing = Some(victim.ends.remote);
             table.close(&victim);
         }
-        let connection = Arc::new(Connection::new(peer, self.0.epoch));
+        let connection = Arc::new(Connection::new(ends, socket, self.0.epoch));
         *table.per_address.entry(address).or_insert(0) += 1;
-        // A peer's socket address is unique among live connections, but one closed to make
-        // room may not have gone yet: it has left the table already, so this replaces nothing.
-        table.by_peer.insert(peer, connection.clone());
+        table.live.insert(ends, connection.clone());
         Ok(Admitted {
             connection,
             made_room_by_closing,
         })
     }
 
-    /// Forgets `connection`, which has ended (unless it was closed to make room: then it was
-    /// forgotten then).
+    /// Forgets `connection`, whose stream has ended.
     pub(super) fn release(&self, connection: &Arc<Connection>) {
         let mut table = lock(&self.0.table);
-        if table
-            .by_peer
-            .get(&connection.peer)
+        if connection.is_closing() {
+            table.closing -= 1; // it left the live ones when it was closed
+        } else if table
+            .live
+            .get(&connection.ends)
             .is_some_and(|held| Arc::ptr_eq(held, connection))
         {
             table.forget(connection);
         }
     }
 
-    /// The held connection whose peer is at `peer`.
-    pub(super) fn find(&self, peer: SocketAddr) -> Option<Arc<Connection>> {
-        lock(&self.0.table).by_peer.get(&peer).cloned()
+    /// The live connection with these `ends`.
+    pub(super) fn find(&self, ends: Ends) -> Option<Arc<Connection>> {
+        lock(&self.0.table).live.get(&ends).cloned()
     }
 }
 
 impl Table {
+    fn held_by(&self, address: IpAddr) -> usize {
+        self.per_address.get(&address).copied().unwrap_or(0)
+    }
+
+    /// The quiet connection of the address holding the most, the quietest there.
+    fn quietest_of_the_crowded(&self, limits: &ConnectionLimits, now: Duration) -> Option<Arc<Connection>> {
+        self.live
+            .values()
+            .filter(|c| c.is_quiet(limits, now))
+            .max_by_key(|c| (self.held_by(c.address), c.quiet_for(now)))
+            .cloned()
+    }
+
+    /// With none quiet: the quietest unheld connection of the address holding the most, if it
+    /// holds at least [`CROWDED`] and more than `newcomer` would after joining.
+    fn freshest_crowd_gives_way(&self, newcomer: IpAddr, now: Duration) -> Option<Arc<Connection>> {
+        let (&crowded, &holds) = self.per_address.iter().max_by_key(|(_, held)| **held)?;
+        if holds < CROWDED || holds <= self.held_by(newcomer) + 1 {
+            return None;
+        }
+        self.live
+            .values()
+            .filter(|c| c.address == crowded && !c.is_held())
+            .max_by_key(|c| c.quiet_for(now))
+            .cloned()
+    }
+
     fn forget(&mut self, connection: &Connection) {
-        self.by_peer.remove(&connection.peer);
+        self.live.remove(&connection.ends);
         if let Some(n) = self.per_address.get_mut(&connection.address) {
             *n -= 1;
             if *n == 0 {
@@ -238,10 +313,11 @@ impl Table {
         }
     }
 
-    /// Closes `connection` to make room: it leaves the counts now, and its reader is woken to
-    /// end it.
+    /// Closes `connection` to make room: it leaves the live ones now, and counts as closing
+    /// until its stream has gone.
     fn close(&mut self, connection: &Arc<Connection>) {
         self.forget(connection);
+        self.closing += 1;
         connection.close();
     }
 }
@@ -260,54 +336,68 @@ mod tests {
         }
     }
 
-    fn at(address: &str, port: u16) -> SocketAddr {
-        SocketAddr::new(address.parse().unwrap(), port)
+    /// A connection from `address:port` to the listener's first local address.
+    fn at(address: &str, port: u16) -> Ends {
+        Ends {
+            local: "192.0.2.254:7000".parse().unwrap(),
+            remote: SocketAddr::new(address.parse().unwrap(), port),
+        }
+    }
+
+    impl Connections {
+        fn open(&self, address: &str, port: u16) -> Result<Admitted, Refused> {
+            self.admit(at(address, port), None)
+        }
+    }
+
+    fn closed(admitted: Admitted) -> Option<Ends> {
+        admitted.made_room_by_closing.map(|remote| Ends {
+            remote,
+            ..at("0.0.0.0", 0)
+        })
     }
 
     #[test]
     fn one_slash_64_is_held_to_one_address_limit() {
         let connections = Connections::new(limits(1, 100, Duration::from_secs(60)));
-        let a = at("2001:db8:1:2:aaaa::1", 1);
-        let b = at("2001:db8:1:2:bbbb::9", 2);
-        let other = at("2001:db8:1:3::1", 3);
-        let first = connections.admit(a).unwrap().connection;
+        let first = connections.open("2001:db8:1:2:aaaa::1", 1).unwrap().connection;
         assert_eq!(
-            connections.admit(b).unwrap_err(),
+            connections.open("2001:db8:1:2:bbbb::9", 2).unwrap_err(),
             Refused::AddressFull,
             "a second address of the same /64 got in"
         );
-        connections.admit(other).unwrap();
+        connections.open("2001:db8:1:3::1", 3).unwrap();
         connections.release(&first);
-        connections.admit(b).unwrap();
+        connections.open("2001:db8:1:2:bbbb::9", 2).unwrap();
     }
 
     #[test]
-    fn a_busy_or_recently_used_connection_is_never_closed_to_make_room() {
+    fn a_held_or_recently_used_connection_is_never_closed_to_make_room() {
         let connections = Connections::new(limits(10, 2, Duration::from_millis(50)));
-        let busy = connections.admit(at("192.0.2.1", 1)).unwrap().connection;
+        let busy = connections.open("192.0.2.1", 1).unwrap().connection;
         let call = busy.call_started();
-        let fresh = connections.admit(at("192.0.2.2", 1)).unwrap().connection;
+        let fresh = connections.open("192.0.2.2", 1).unwrap().connection;
         assert_eq!(
-            connections.admit(at("192.0.2.3", 1)).unwrap_err(),
+            connections.open("192.0.2.3", 1).unwrap_err(),
             Refused::AllFull,
-            "nothing is idle yet"
+            "nothing is quiet yet"
         );
         std::thread::sleep(Duration::from_millis(80));
         // Now `fresh` has been quiet long enough; `busy` still has its call.
-        let admitted = connections.admit(at("192.0.2.3", 1)).unwrap();
-        assert_eq!(admitted.made_room_by_closing, Some(at("192.0.2.2", 1)));
+        let admitted = connections.open("192.0.2.3", 1).unwrap();
+        assert_eq!(closed(admitted), Some(at("192.0.2.2", 1)));
         assert!(fresh.is_closing() && !busy.is_closing());
         // Its stream ending later forgets nothing else.
         connections.release(&fresh);
         assert!(connections.find(at("192.0.2.3", 1)).is_some());
-        // A call that has just ended protects its connection for the grace again.
+        // A held call that has just ended protects its connection for the grace again.
         drop(call);
-        assert_eq!(connections.admit(at("192.0.2.4", 1)).unwrap_err(), Refused::AllFull);
+        assert_eq!(connections.open("192.0.2.4", 1).unwrap_err(), Refused::AllFull);
         std::thread::sleep(Duration::from_millis(80));
         assert_eq!(
-            connections.admit(at("192.0.2.4", 1)).unwrap().made_room_by_closing,
+            closed(connections.open("192.0.2.4", 1).unwrap()),
             Some(at("192.0.2.3", 1)),
-            "of two idle connections, the one quiet the longest goes"
+            "of two quiet connections, the quietest goes"
         );
         assert!(!busy.is_closing());
     }
@@ -315,14 +405,17 @@ mod tests {
     #[test]
     fn room_is_made_first_at_the_address_holding_the_most() {
         let connections = Connections::new(limits(10, 4, Duration::ZERO));
-        // The honest peer's connection is the oldest, hence quiet the longest.
-        let honest = connections.admit(at("192.0.2.1", 1)).unwrap().connection;
+        // The honest peer's connection is the oldest, hence the quietest.
+        let honest = connections.open("192.0.2.1", 1).unwrap().connection;
         std::thread::sleep(Duration::from_millis(5));
         for port in 1..=3 {
-            connections.admit(at("198.51.100.9", port)).unwrap();
+            connections.open("198.51.100.9", port).unwrap();
         }
-        let admitted = connections.admit(at("203.0.113.5", 1)).unwrap();
-        let closed = admitted.made_room_by_closing.unwrap();
+        let closed = connections
+            .open("203.0.113.5", 1)
+            .unwrap()
+            .made_room_by_closing
+            .unwrap();
         assert_eq!(closed.ip(), "198.51.100.9".parse::<IpAddr>().unwrap());
         assert!(!honest.is_closing());
     }
@@ -330,22 +423,78 @@ mod tests {
     #[test]
     fn an_address_at_its_limit_makes_room_from_its_own_connections() {
         let connections = Connections::new(limits(2, 100, Duration::from_millis(50)));
-        let other = connections.admit(at("192.0.2.1", 1)).unwrap().connection;
-        let own = [at("192.0.2.2", 1), at("192.0.2.2", 2)].map(|p| connections.admit(p).unwrap().connection);
+        let other = connections.open("192.0.2.1", 1).unwrap().connection;
+        let own = [1, 2].map(|port| connections.open("192.0.2.2", port).unwrap().connection);
         std::thread::sleep(Duration::from_millis(80));
         let _call = own[1].call_started();
-        let admitted = connections.admit(at("192.0.2.2", 3)).unwrap();
-        assert_eq!(admitted.made_room_by_closing, Some(at("192.0.2.2", 1)));
+        let admitted = connections.open("192.0.2.2", 3).unwrap();
+        assert_eq!(closed(admitted), Some(at("192.0.2.2", 1)));
         assert!(!other.is_closing(), "another address paid for this one's limit");
         assert_eq!(
-            connections.admit(at("192.0.2.2", 4)).unwrap_err(),
+            connections.open("192.0.2.2", 4).unwrap_err(),
             Refused::AddressFull,
             "the newest is too recent and the other busy"
         );
     }
 
+    /// Reconnecting keeps connections fresh, but an address that holds many gives way to one
+    /// that holds fewer all the same; a small holder keeps its fresh ones.
     #[test]
-    fn closing_wakes_the_reader() {
+    fn a_crowd_of_fresh_connections_gives_way_to_a_newcomer() {
+        let connections = Connections::new(limits(32, CROWDED + 1, Duration::from_secs(60)));
+        let honest = connections.open("192.0.2.1", 1).unwrap().connection;
+        let crowd: Vec<_> = (1..=CROWDED as u16)
+            .map(|port| connections.open("198.51.100.9", port).unwrap().connection)
+            .collect();
+        let _held = crowd[0].call_started();
+        let admitted = connections.open("203.0.113.5", 1).unwrap();
+        assert_eq!(
+            closed(admitted),
+            Some(at("198.51.100.9", 2)),
+            "the crowd's quietest unheld connection"
+        );
+        assert!(!honest.is_closing() && !crowd[0].is_closing());
+        // Now the crowd holds CROWDED - 1: below the mark, nobody gives way.
+        assert_eq!(connections.open("203.0.113.6", 1).unwrap_err(), Refused::AllFull);
+    }
+
+    /// A connection with the same remote end on another local address is another connection.
+    #[test]
+    fn connections_are_told_apart_by_both_ends() {
+        let connections = Connections::new(limits(10, 10, Duration::from_secs(60)));
+        let first = connections.admit(at("192.0.2.1", 5), None).unwrap().connection;
+        let other_local = Ends {
+            local: "198.51.100.254:7000".parse().unwrap(),
+            ..at("192.0.2.1", 5)
+        };
+        let second = connections.admit(other_local, None).unwrap().connection;
+        assert!(Arc::ptr_eq(&connections.find(at("192.0.2.1", 5)).unwrap(), &first));
+        assert!(Arc::ptr_eq(&connections.find(other_local).unwrap(), &second));
+        connections.release(&first);
+        connections.release(&second);
+        assert_eq!(lock(&connections.0.table).per_address.len(), 0, "a count leaked");
+    }
+
+    /// Connections closed to make room hold descriptors until they go: only so many may linger.
+    #[test]
+    fn connections_that_linger_after_closing_are_bounded() {
+        let connections = Connections::new(limits(100, 1, Duration::ZERO));
+        let mut lingering = vec![connections.open("192.0.2.1", 0).unwrap().connection];
+        for port in 1..=CLOSING_AT_MOST as u16 {
+            lingering.push(connections.open("192.0.2.1", port).unwrap().connection);
+        }
+        assert_eq!(
+            connections.open("192.0.2.1", 999).unwrap_err(),
+            Refused::AllFull,
+            "{CLOSING_AT_MOST} closed connections that never went"
+        );
+        connections.release(&lingering[0]);
+        connections.open("192.0.2.1", 999).unwrap();
+    }
+
+    #[test]
+    fn closing_shuts_the_socket_down_and_wakes_its_driver() {
+        use std::io::Read;
         use std::sync::atomic::AtomicUsize;
         use std::task::Wake;
 
@@ -355,12 +504,21 @@ mod tests {
                 self.0.fetch_add(1, Ordering::SeqCst);
             }
         }
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let mut client = std::net::TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        let (served, _) = listener.accept().unwrap();
         let connections = Connections::new(limits(1, 1, Duration::ZERO));
-        let idle = connections.admit(at("192.0.2.1", 1)).unwrap().connection;
+        let idle = connections
+            .admit(at("192.0.2.1", 1), Some(std::os::fd::AsRawFd::as_raw_fd(&served)))
+            .unwrap()
+            .connection;
         let woken = Arc::new(Count(AtomicUsize::new(0)));
         idle.wake_on_close(&Waker::from(woken.clone()));
-        connections.admit(at("192.0.2.1", 2)).unwrap();
+        connections.open("192.0.2.1", 2).unwrap();
         assert!(idle.is_closing());
         assert_eq!(woken.0.load(Ordering::SeqCst), 1);
+        client.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        assert_eq!(client.read(&mut [0u8; 1]).unwrap(), 0, "the peer did not see the end");
+        drop(served);
     }
 }
