@@ -5,6 +5,10 @@ use serde::de::DeserializeOwned;
 use std::path::Path;
 use thiserror::Error;
 
+/// The most CPU threads a daemon may be told to use: far above any machine's cores, and low
+/// enough that a typo cannot make it start thousands of threads.
+pub const MAX_CPU_THREADS: usize = 1024;
+
 #[derive(Debug, Error)]
 pub enum ConfigError {
     #[error("cannot read config file {path}: {source}")]

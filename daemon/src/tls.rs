@@ -32,6 +32,10 @@ pub enum TransportError {
     #[error("tls: `cert` and `key` must be given together")]
     HalfIdentity,
     #[error(
+        "[tls] ca is set without cert and key: requiring client certificates needs this server's own certificate and key too (without them it would serve plaintext and check nobody)"
+    )]
+    ClientCaWithoutIdentity,
+    #[error(
         "refusing to serve plaintext on {0}: configure [tls] cert and key, or set allow_plaintext = true to accept the risk"
     )]
     PlaintextServer(SocketAddr),
@@ -63,13 +67,26 @@ impl TlsFiles {
     /// The server TLS config, or `None` for plaintext.
     pub fn server_config(&self) -> Result<Option<ServerTlsConfig>, TransportError> {
         let Some(identity) = self.identity()? else {
-            return Ok(None);
+            return match self.ca {
+                Some(_) => Err(TransportError::ClientCaWithoutIdentity),
+                None => Ok(None),
+            };
         };
         let mut config = ServerTlsConfig::new().identity(identity);
         if let Some(ca) = &self.ca {
             config = config.client_ca_root(Certificate::from_pem(read("client CA", ca)?));
         }
         Ok(Some(config))
+    }
+
+    /// Reads every file named, so that a daemon refuses to start with a missing or unreadable
+    /// one instead of failing later, at each connection that needs it.
+    pub fn check_readable(&self) -> Result<(), TransportError> {
+        self.identity()?;
+        if let Some(ca) = &self.ca {
+            read("CA", ca)?;
+        }
+        Ok(())
     }
 
     /// The client TLS config for `https://` URLs.
@@ -143,5 +160,22 @@ mod tests {
         }
         assert!(check_plaintext_client("http://gpu-host:7070", false).is_err());
         assert!(check_plaintext_client("http://10.0.0.8:7070", true).unwrap().is_some());
+    }
+
+    #[test]
+    fn a_client_ca_without_a_server_identity_is_refused_not_served_plaintext() {
+        let files = TlsFiles {
+            ca: Some(PathBuf::from("/nonexistent/ca.pem")),
+            ..TlsFiles::default()
+        };
+        assert!(matches!(
+            files.server_config(),
+            Err(TransportError::ClientCaWithoutIdentity)
+        ));
+        assert!(matches!(
+            files.check_readable(),
+            Err(TransportError::Read { what: "CA", .. })
+        ));
+        TlsFiles::default().check_readable().unwrap();
     }
 }

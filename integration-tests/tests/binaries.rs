@@ -55,13 +55,16 @@ fn attest_a_real_miner_then_fail_cleanly_on_bad_targets() {
         .arg(d.join("other.db"));
     let (_validator, validator_url) = start(serve_validator);
     assert_one_line_error(&attest(d, &validator_url), "not a gpu-attest miner");
-    // A miner that refuses this validator.
-    keygen("miner", &d.join("m2.key"));
+    // A miner that refuses this validator: a second miner, so with a directory (and so a nonce
+    // log beside its key) of its own.
+    let strict_dir = d.join("strict");
+    std::fs::create_dir(&strict_dir).unwrap();
+    keygen("miner", &strict_dir.join("m2.key"));
     let mut strict = cmd("miner");
     strict
         .current_dir(d)
         .args(["serve", "--listen", "127.0.0.1:0", "--key-file"])
-        .arg(d.join("m2.key"));
+        .arg(strict_dir.join("m2.key"));
     let (_strict, strict_url) = start(strict);
     assert_one_line_error(&attest(d, &strict_url), "refused the challenge");
     // None of them left anything in the database.

@@ -5,6 +5,7 @@ use gpu_attest_daemon::config::{config_to_toml, load_config};
 use gpu_attest_daemon::metrics::MetricsConfig;
 use gpu_attest_daemon::tls::TlsFiles;
 use gpu_attest_shared::gemm::KernelChoice;
+use gpu_attest_shared::params::MIN_N;
 use serde::{Deserialize, Serialize};
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -65,6 +66,10 @@ impl Default for Limits {
     }
 }
 
+/// The least time a commitment is kept for its openings: an honest validator asks within
+/// moments of receiving it, and checks each opening in seconds.
+const MIN_KEEP_COMMITMENTS_SECS: u64 = 30;
+
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct MinerConfig {
@@ -92,7 +97,9 @@ pub struct MinerConfig {
     /// How long a commitment stays openable, in seconds.
     pub keep_commitments_secs: u64,
     /// Accepted nonces, kept on disk until their deadlines so a restart cannot enable a replay.
-    pub nonce_file: PathBuf,
+    /// Unset: `miner-nonces.log` in the key file's directory, so that the log stays with the
+    /// identity it protects wherever the miner is started from.
+    pub nonce_file: Option<PathBuf>,
     /// TLS for the gRPC server; `ca` set requires validators to present client certificates.
     pub tls: TlsFiles,
     /// Serve plaintext on a non-loopback address (a warning is logged). Loopback is always allowed.
@@ -116,7 +123,7 @@ impl Default for MinerConfig {
             cpu_threads: 0,
             cpu_kernel: KernelChoice::Auto,
             keep_commitments_secs: 600,
-            nonce_file: PathBuf::from("miner-nonces.log"),
+            nonce_file: None,
             tls: TlsFiles::default(),
             allow_plaintext: false,
             limits: Limits::default(),
@@ -131,9 +138,12 @@ impl MinerConfig {
         load_config(path)
     }
 
-    /// Refuses limits of zero: the inventory advertises these limits, and there zero means "not
-    /// stated" (PROTOCOL.md 14.2), which a miner that would refuse everything must not say.
+    /// Refuses values that would refuse every challenge, or fail every honest attestation, with
+    /// the reason. Limits of zero among them: the inventory advertises these limits, and there
+    /// zero means "not stated" (PROTOCOL.md 14.2), which a miner that would refuse everything
+    /// must not say.
     pub fn validate(&self) -> Result<(), ConfigError> {
+        let invalid = |what: String| Err(ConfigError::Invalid(what));
         let l = &self.limits;
         let zero = [
             ("max_n", l.max_n == 0),
@@ -141,13 +151,42 @@ impl MinerConfig {
             ("max_iterations", l.max_iterations == 0),
             ("max_duration_secs", l.max_duration_secs == 0),
             ("max_samples", l.max_samples == 0),
+            ("requests_per_minute", l.requests_per_minute == 0),
+            ("request_burst", l.request_burst == 0),
+            ("max_concurrent_streams", l.max_concurrent_streams == 0),
         ];
-        match zero.iter().find(|(_, is_zero)| *is_zero) {
-            Some((name, _)) => Err(ConfigError::Invalid(format!(
+        if let Some((name, _)) = zero.iter().find(|(_, is_zero)| *is_zero) {
+            return invalid(format!(
                 "[limits] {name} = 0 would refuse every challenge; set a positive limit or leave it out for the default"
-            ))),
-            None => Ok(()),
+            ));
         }
+        if l.max_n < MIN_N {
+            return invalid(format!(
+                "[limits] max_n = {} is below {MIN_N}, the smallest n a challenge has (PROTOCOL.md): every challenge would be refused",
+                l.max_n
+            ));
+        }
+        if self.keep_commitments_secs < MIN_KEEP_COMMITMENTS_SECS {
+            return invalid(format!(
+                "keep_commitments_secs = {} must be at least {MIN_KEEP_COMMITMENTS_SECS}: a validator opens a commitment after it arrives, and one already dropped fails the attestation",
+                self.keep_commitments_secs
+            ));
+        }
+        if self.cpu_threads > gpu_attest_daemon::config::MAX_CPU_THREADS {
+            return invalid(format!(
+                "cpu_threads = {} is more than {}; 0 uses every core",
+                self.cpu_threads,
+                gpu_attest_daemon::config::MAX_CPU_THREADS
+            ));
+        }
+        Ok(())
+    }
+
+    /// Where the nonce log is: `nonce_file`, or beside the key file.
+    pub fn nonce_file(&self) -> PathBuf {
+        self.nonce_file
+            .clone()
+            .unwrap_or_else(|| self.key_file.with_file_name("miner-nonces.log"))
     }
 
     pub fn to_toml(&self) -> String {
@@ -168,11 +207,33 @@ mod tests {
     }
 
     #[test]
-    fn zero_limits_are_refused() {
+    fn values_that_would_refuse_or_fail_everything_are_refused() {
         MinerConfig::default().validate().unwrap();
-        let mut c = MinerConfig::default();
-        c.limits.max_samples = 0;
-        assert!(c.validate().unwrap_err().to_string().contains("max_samples = 0"));
+        let refused = |change: fn(&mut MinerConfig), says: &str| {
+            let mut c = MinerConfig::default();
+            change(&mut c);
+            let message = c.validate().unwrap_err().to_string();
+            assert!(message.contains(says), "{message}");
+        };
+        refused(|c| c.limits.max_samples = 0, "max_samples = 0");
+        refused(|c| c.limits.request_burst = 0, "request_burst = 0");
+        refused(|c| c.limits.requests_per_minute = 0, "requests_per_minute = 0");
+        refused(|c| c.limits.max_concurrent_streams = 0, "max_concurrent_streams = 0");
+        refused(|c| c.limits.max_n = 10, "max_n = 10 is below 64");
+        refused(|c| c.keep_commitments_secs = 0, "keep_commitments_secs = 0");
+        refused(|c| c.cpu_threads = 100_000, "cpu_threads = 100000");
+    }
+
+    #[test]
+    fn the_nonce_log_defaults_to_the_key_files_directory() {
+        let mut c = MinerConfig {
+            key_file: PathBuf::from("/var/lib/miner/miner.key"),
+            ..MinerConfig::default()
+        };
+        assert_eq!(c.nonce_file(), PathBuf::from("/var/lib/miner/miner-nonces.log"));
+        assert_eq!(MinerConfig::default().nonce_file(), PathBuf::from("miner-nonces.log"));
+        c.nonce_file = Some(PathBuf::from("/elsewhere/n.log"));
+        assert_eq!(c.nonce_file(), PathBuf::from("/elsewhere/n.log"));
     }
 
     #[test]

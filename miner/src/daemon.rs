@@ -72,7 +72,10 @@ pub fn core(config: &MinerConfig) -> Result<MinerCore, DaemonError> {
     for note in &selected.notes {
         info!("{note}");
     }
-    let nonces = NonceLog::open(&config.nonce_file, crate::core::now_ms())?;
+    let nonce_file = config.nonce_file();
+    let nonces = NonceLog::open(&nonce_file, crate::core::now_ms())?;
+    let shown = std::path::absolute(&nonce_file).unwrap_or_else(|_| nonce_file.clone());
+    info!(path = %shown.display(), "nonce log");
     Ok(MinerCore::new(
         identity,
         allowed,

@@ -12,6 +12,10 @@
 //! truncated in place, nonces already on disk are gone. Either way the log is written anew at its
 //! path from the nonces in memory. Until that succeeds every claim fails, and so every challenge
 //! is refused.
+//!
+//! One process holds a log at a time: it locks `<log>.lock` beside it for as long as it runs.
+//! Two miners sharing a log would each accept what the other had (each knows only its own
+//! nonces), and each rewrite would drop the other's lines.
 
 use std::collections::HashMap;
 use std::fs::{File, OpenOptions};
@@ -22,6 +26,10 @@ use std::path::{Path, PathBuf};
 pub enum NonceLogError {
     #[error("nonce log {path}: {source}")]
     Io { path: String, source: std::io::Error },
+    #[error(
+        "nonce log {path} is in use by another process{holder} (it holds {lock}); two miners sharing a nonce log would accept each other's replays: give each miner its own nonce_file"
+    )]
+    InUse { path: String, lock: String, holder: String },
     #[error(
         "nonce log {path} was removed or replaced while the miner ran, and it cannot be written again there ({source}); challenges are refused until that path is writable"
     )]
@@ -38,6 +46,8 @@ const COMPACT_FROM_BYTES: u64 = 64 << 10;
 pub struct NonceLog {
     file: Option<LogFile>,
     seen: HashMap<[u8; 32], u64>,
+    /// The lock on `<log>.lock`, held while this log lives.
+    _lock: Option<File>,
 }
 
 struct LogFile {
@@ -53,6 +63,7 @@ impl NonceLog {
         NonceLog {
             file: None,
             seen: HashMap::new(),
+            _lock: None,
         }
     }
 
@@ -61,6 +72,7 @@ impl NonceLog {
             path: path.display().to_string(),
             source,
         };
+        let lock = lock_beside(path)?;
         let mut seen = HashMap::new();
         match std::fs::read_to_string(path) {
             Ok(text) => {
@@ -89,6 +101,7 @@ impl NonceLog {
                 len,
             }),
             seen,
+            _lock: Some(lock),
         })
     }
 
@@ -138,18 +151,59 @@ impl NonceLog {
         self.compact_if_mostly_expired();
         if let Some(log) = self.current_file()? {
             let line = format!("{} {deadline_ms}\n", hex::encode(nonce));
-            log.file
-                .write_all(line.as_bytes())
-                .and_then(|_| log.file.sync_data())
-                .map_err(|source| NonceLogError::Io {
+            let written = log.file.write_all(line.as_bytes()).and_then(|_| log.file.sync_data());
+            if let Err(source) = written {
+                // A part of the line may be on disk (a full disk): cut it off, so that the file
+                // is again what this process wrote and the next line is not glued to it. (If
+                // even that fails, the next claim finds the length wrong and writes it anew.)
+                let _ = log.file.set_len(log.len);
+                return Err(NonceLogError::Io {
                     path: log.path.display().to_string(),
                     source,
-                })?;
+                });
+            }
             log.len += line.len() as u64;
         }
         self.seen.insert(nonce, deadline_ms);
         Ok(true)
     }
+}
+
+/// Locks `<path>.lock` for this process, writing its id there for whoever finds it held.
+fn lock_beside(path: &Path) -> Result<File, NonceLogError> {
+    let mut name = path.file_name().unwrap_or_default().to_os_string();
+    name.push(".lock");
+    let lock_path = path.with_file_name(name);
+    let err = |source| NonceLogError::Io {
+        path: lock_path.display().to_string(),
+        source,
+    };
+    let mut lock = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(&lock_path)
+        .map_err(err)?;
+    match lock.try_lock() {
+        Ok(()) => {}
+        Err(std::fs::TryLockError::WouldBlock) => {
+            let holder = std::fs::read_to_string(&lock_path)
+                .ok()
+                .and_then(|text| text.trim().parse::<u32>().ok())
+                .map(|pid| format!(" (process {pid})"))
+                .unwrap_or_default();
+            return Err(NonceLogError::InUse {
+                path: path.display().to_string(),
+                lock: lock_path.display().to_string(),
+                holder,
+            });
+        }
+        Err(std::fs::TryLockError::Error(e)) => return Err(err(e)),
+    }
+    lock.set_len(0).map_err(err)?;
+    writeln!(lock, "{}", std::process::id()).map_err(err)?;
+    Ok(lock)
 }
 
 /// Writes `seen` to a temporary file beside `path`, renames it over `path` and syncs the
@@ -248,6 +302,7 @@ mod tests {
         // What is on disk is still every live nonce: a reopened log refuses the last one.
         let mut last = [0u8; 32];
         last[..4].copy_from_slice(&999u32.to_le_bytes());
+        drop(log); // the miner restarts
         let mut reopened = NonceLog::open(&path, 9_990).unwrap();
         assert!(
             !reopened.claim(last, 9_995, 9_991).unwrap(),
@@ -290,6 +345,7 @@ mod tests {
         // What a log rotation with copy-and-truncate does: same file, now empty.
         OpenOptions::new().write(true).open(&path).unwrap().set_len(0).unwrap();
         assert!(log.claim([2; 32], 9_000, 1_000).unwrap());
+        drop(log); // the miner restarts
         let mut reopened = NonceLog::open(&path, 2_000).unwrap();
         assert!(
             !reopened.claim([1; 32], 9_000, 2_000).unwrap(),
@@ -311,8 +367,26 @@ mod tests {
         std::os::unix::fs::symlink(&victim, path.with_extension("compacting")).unwrap();
         assert!(log.claim([2; 32], 9_000, 1_000).unwrap());
         assert_eq!(std::fs::read(&victim).unwrap(), b"precious");
+        drop(log); // the miner restarts
         let mut reopened = NonceLog::open(&path, 2_000).unwrap();
         assert!(!reopened.claim([1; 32], 9_000, 2_000).unwrap());
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// A second process (here, a second open) cannot take a log in use, and says which process
+    /// holds it; once the first lets go, it can.
+    #[test]
+    fn a_log_in_use_is_refused_to_a_second_miner() {
+        let (_dir, path) = fresh_dir("in-use");
+        let first = NonceLog::open(&path, 0).unwrap();
+        let refused = NonceLog::open(&path, 0).err().expect("a second miner opened the log");
+        let message = refused.to_string();
+        assert!(matches!(refused, NonceLogError::InUse { .. }), "{message}");
+        assert!(
+            message.contains(&format!("process {}", std::process::id())),
+            "{message}"
+        );
+        drop(first);
+        NonceLog::open(&path, 0).unwrap();
     }
 }

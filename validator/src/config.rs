@@ -227,6 +227,18 @@ impl ValidatorConfig {
         if self.policy != Policy::Full && self.min_samples == 0 {
             return invalid("min_samples = 0 would let a miner be attested with no opening at all".into());
         }
+        if self.cpu_threads > gpu_attest_daemon::config::MAX_CPU_THREADS {
+            return invalid(format!(
+                "cpu_threads = {} is more than {}; 0 uses every core",
+                self.cpu_threads,
+                gpu_attest_daemon::config::MAX_CPU_THREADS
+            ));
+        }
+        if self.schedule.interval_secs == 0 {
+            return invalid(
+                "schedule.interval_secs = 0 would attest every miner again the moment it is done; at least 1".into(),
+            );
+        }
         for (name, slack) in [
             ("slack", self.deadline.slack),
             ("cpu_slack", self.deadline.cpu_slack),
@@ -367,6 +379,24 @@ mod tests {
             let err = window.validate().unwrap_err().to_string();
             assert!(err.contains("deadline.accept_ms"), "{accept_ms}: {err}");
         }
+    }
+
+    #[test]
+    fn thread_counts_and_intervals_that_cannot_work_are_refused() {
+        let threads = ValidatorConfig {
+            cpu_threads: 100_000,
+            ..ValidatorConfig::default()
+        };
+        assert!(
+            threads
+                .validate()
+                .unwrap_err()
+                .to_string()
+                .contains("cpu_threads = 100000")
+        );
+        let mut busy = ValidatorConfig::default();
+        busy.schedule.interval_secs = 0;
+        assert!(busy.validate().unwrap_err().to_string().contains("interval_secs = 0"));
     }
 
     #[test]

@@ -64,6 +64,8 @@ pub enum DaemonError {
 /// The attestor `config` describes: its key, its verification backend (GPUs only once they
 /// reproduce the CPU's checkpoints) and its store.
 pub async fn attestor(config: &ValidatorConfig) -> Result<Attestor, DaemonError> {
+    // A missing CA or client certificate fails now, not at every attestation.
+    config.miner_tls.check_readable()?;
     let identity = Identity::load_file(&config.key_file).map_err(|source| DaemonError::Key {
         path: config.key_file.display().to_string(),
         source,

@@ -81,7 +81,7 @@ pub fn assert_one_line_failure(out: &Output, needle: &str) {
 }
 
 /// `miner serve` on one thread, keyed by `m.key` in `d` and allowing `validator_key`. The
-/// miner keeps its nonce log in its working directory by default: `d`, the test's.
+/// miner keeps its nonce log beside its key by default: in `d`, the test's.
 pub fn serve_miner(d: &Path, validator_key: &str) -> Command {
     let mut serve = cmd("miner");
     serve
