@@ -578,3 +578,49 @@ async fn an_open_stream_cannot_hold_a_stopping_miner_past_the_drain_limit() {
         .unwrap();
     assert!(stopped.is_ok(), "{stopped:?}");
 }
+
+/// A miner told to stop in the middle of a challenge refuses new challenges, finishes the one
+/// in flight and serves its openings before it stops: a restart does not cost an honest miner
+/// the verdict it has done the work for.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_miner_stopping_mid_challenge_finishes_it_and_its_openings_first() {
+    use gpu_attest_validator::config::Policy;
+
+    let slow = slow::SlowBackend {
+        cpu: gpu_attest_shared::cpu::CpuBackend::new(TEST_CORES as usize, None).unwrap(),
+        extra: Duration::from_millis(1500),
+    };
+    let backend = gpu_attest_miner::backends::SelectedBackend {
+        backend: Arc::new(slow),
+        ..cpu_backend(1)
+    };
+    let core = miner_on(
+        57,
+        &[validator_key()],
+        backend,
+        gpu_attest_miner::config::Limits::default(),
+        gpu_attest_miner::nonces::NonceLog::in_memory(),
+    );
+    let key = core.public_key();
+    let mut miner = spawn_miner_with(core, miner_options()).await;
+    let dir = TempDir::new("stopping");
+    let mut config = validator_config(&dir, Policy::Sampled);
+    config.deadline.min_ms = 10_000;
+    let attestor = attestor(&config).await;
+    let url = miner.url();
+    let attestation = tokio::spawn(async move { attestor.attest(&url, &|_| {}).await });
+    // Accepted by now, and computing for a while yet.
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    miner.stop();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let refused = MinerClient::connect(miner.url())
+        .await
+        .unwrap()
+        .run_challenge(signed(&challenge(key, 9, 64, 1, 1, 10_000)))
+        .await
+        .unwrap_err();
+    assert_eq!(refused.code(), Code::Unavailable, "{refused:?}");
+    assert!(refused.message().contains("stopping"), "{}", refused.message());
+    let verdict = attestation.await.unwrap().expect("a verdict");
+    assert!(verdict.passed, "{verdict:?}");
+}

@@ -19,7 +19,7 @@ use gpu_attest_shared::params::PROTOCOL_VERSION;
 use gpu_attest_shared::statement::{Challenge, Commitment, open_request_bytes, opening_bytes};
 use gpu_attest_shared::{CancelToken, Work};
 use std::collections::{HashSet, VecDeque};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use tokio::sync::OwnedMutexGuard;
@@ -95,6 +95,11 @@ pub struct MinerCore {
     recent: Mutex<VecDeque<Arc<RecentCommitment>>>,
     keep_commitments: Duration,
     metrics: MinerMetrics,
+    /// Set once the miner is stopping: new challenges are refused while the one in flight
+    /// finishes and is opened ([`MinerCore::settle`]).
+    stopping: AtomicBool,
+    /// Challenges and opening rounds running, whether or not they hold the devices right now.
+    working: Arc<AtomicUsize>,
 }
 
 impl MinerCore {
@@ -116,6 +121,8 @@ impl MinerCore {
             recent: Mutex::new(VecDeque::new()),
             keep_commitments,
             metrics: MinerMetrics::default(),
+            stopping: AtomicBool::new(false),
+            working: Arc::new(AtomicUsize::new(0)),
         }
     }
 
@@ -197,6 +204,9 @@ impl MinerCore {
             });
         }
         let work = Work::new(challenge.params)?;
+        if self.stopping.load(Ordering::SeqCst) {
+            return Err(MinerError::Stopping);
+        }
         let out_of_service = self.selected.backend.out_of_service();
         if !out_of_service.is_empty() {
             return Err(MinerError::OutOfService(out_of_service));
@@ -425,8 +435,49 @@ impl MinerCore {
         self.keep_commitments
     }
 
+    /// Counts a challenge or an opening round as running until the guard drops: what stopping
+    /// waits for.
+    pub fn work_started(&self) -> WorkRunning {
+        self.working.fetch_add(1, Ordering::SeqCst);
+        WorkRunning(self.working.clone())
+    }
+
+    /// Stops taking challenges, then waits, up to `within`, for the challenge in flight to be
+    /// committed and its opening round to run: a miner restarted mid-challenge would otherwise
+    /// fail an attestation it has done the work for. A commitment counts as awaiting its round
+    /// for [`OPENING_HOLD`] (a full-policy validator never opens). Returns whether all of it
+    /// finished in time.
+    pub async fn settle(&self, within: Duration) -> bool {
+        self.stopping.store(true, Ordering::SeqCst);
+        let until = Instant::now() + within;
+        loop {
+            let awaiting = {
+                let recent = self.recent.lock().unwrap_or_else(|p| p.into_inner());
+                recent
+                    .iter()
+                    .any(|r| !r.opened.load(Ordering::SeqCst) && r.stored_at.elapsed() < OPENING_HOLD)
+            };
+            if self.working.load(Ordering::SeqCst) == 0 && !awaiting {
+                return true;
+            }
+            if Instant::now() >= until {
+                return false;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
     /// Waits for the devices (openings queue behind a running challenge instead of failing).
     pub async fn lock_devices(&self) -> OwnedMutexGuard<()> {
         self.devices.clone().lock_owned().await
+    }
+}
+
+/// A challenge or opening round running on a [`MinerCore`] ([`MinerCore::work_started`]).
+pub struct WorkRunning(Arc<AtomicUsize>);
+
+impl Drop for WorkRunning {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
     }
 }

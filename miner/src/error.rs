@@ -41,6 +41,8 @@ pub enum MinerError {
     OutOfService(Vec<(u32, String)>),
     #[error("miner is busy with another challenge; one runs at a time, retry when it has finished")]
     Busy,
+    #[error("miner is stopping (finishing the challenge in flight first); retry once it is back")]
+    Stopping,
     #[error(
         "miner holds its devices for validator {0}, which has not yet opened its fresh commitment; retry in a few seconds"
     )]
@@ -80,7 +82,7 @@ impl MinerError {
             | MinerError::AwaitingOpenings(_)
             | MinerError::TooManySamples { .. } => Code::ResourceExhausted,
             MinerError::UnknownCommitment(_) => Code::NotFound,
-            MinerError::NonceLog(_) | MinerError::OutOfService(_) => Code::Unavailable,
+            MinerError::NonceLog(_) | MinerError::OutOfService(_) | MinerError::Stopping => Code::Unavailable,
             MinerError::NoRoom(b) => backend_code(b),
             MinerError::Engine(e) => engine_code(e),
             MinerError::Open(OpenError::Backend(b)) => backend_code(b),

@@ -57,6 +57,9 @@ impl Miner for MinerService {
         &self,
         request: Request<v1::Challenge>,
     ) -> Result<Response<Self::RunChallengeStream>, Status> {
+        // Counted from before the devices are taken, so that a stopping miner never sees a
+        // moment with the challenge neither running nor committed.
+        let running = self.core.work_started();
         let peer = peer(&request);
         let accepted = self.core.accept(request.get_ref(), now_ms()).inspect_err(|e| {
             warn!(%peer, error = %e, "challenge refused");
@@ -71,7 +74,11 @@ impl Miner for MinerService {
             "challenge accepted"
         );
         let (tx, rx) = mpsc::channel(EVENT_BUFFER);
-        tokio::spawn(run_accepted(self.core.clone(), accepted, tx));
+        let core = self.core.clone();
+        tokio::spawn(async move {
+            run_accepted(core, accepted, tx).await;
+            drop(running);
+        });
         // An allowed validator's challenge keeps its connection until the commitment is out.
         Ok(holds_connection(Response::new(Box::pin(ReceiverStream::new(rx)))))
     }
@@ -80,6 +87,8 @@ impl Miner for MinerService {
         &self,
         request: Request<v1::OpenChainsRequest>,
     ) -> Result<Response<Self::OpenChainsStream>, Status> {
+        // Counted before the request marks the commitment opened (see `run_challenge`).
+        let running = self.core.work_started();
         let peer = peer(&request);
         let (recent, samples) = self.core.check_open_request(request.get_ref()).inspect_err(|e| {
             warn!(%peer, error = %e, "open request refused");
@@ -87,7 +96,11 @@ impl Miner for MinerService {
         })?;
         let (tx, rx) = mpsc::channel(2);
         let limits = RoundLimits::for_commitment(&self.core, &recent);
-        tokio::spawn(run_round(self.core.clone(), recent, samples, tx, limits));
+        let core = self.core.clone();
+        tokio::spawn(async move {
+            run_round(core, recent, samples, tx, limits).await;
+            drop(running);
+        });
         // So does its opening round, which ends on its own (`RoundLimits`).
         Ok(holds_connection(Response::new(Box::pin(ReceiverStream::new(rx)))))
     }

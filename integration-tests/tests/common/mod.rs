@@ -42,13 +42,18 @@ impl Running {
     pub fn url(&self) -> String {
         format!("http://{}", self.address)
     }
+
+    /// Tells the server to stop, as SIGTERM does a daemon.
+    pub fn stop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+    }
 }
 
 impl Drop for Running {
     fn drop(&mut self) {
-        if let Some(stop) = self.stop.take() {
-            let _ = stop.send(());
-        }
+        self.stop();
     }
 }
 
