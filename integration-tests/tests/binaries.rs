@@ -445,3 +445,26 @@ fn the_service_example_configs_load() {
         );
     }
 }
+
+/// A command whose reader goes away (`miner info | head -1`) ends quietly, as Unix commands do,
+/// instead of panicking on the closed pipe.
+#[test]
+fn a_command_whose_output_is_closed_ends_without_a_panic() {
+    use std::os::unix::process::ExitStatusExt;
+
+    let mut child = cmd("miner")
+        .args(["info", "--backend", "cpu"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(child.stdout.take()); // the reader is gone before anything is written
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    assert!(
+        out.status.success() || out.status.signal() == Some(13), // SIGPIPE
+        "{:?}: {stderr}",
+        out.status
+    );
+}

@@ -14,7 +14,11 @@ use std::time::Duration;
 /// Errors end the process with one line on stderr, whatever RUST_BACKTRACE says. A device
 /// fault has an exit status of its own, so that a supervisor can tell it from a bad config.
 fn main() -> ExitCode {
-    match run(Cli::parse()) {
+    let cli = Cli::parse();
+    if !matches!(cli.command, Command::Serve(_)) {
+        gpu_attest_daemon::signals::end_quietly_when_output_closes();
+    }
+    match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             // Each cause once: most of our errors already print their cause themselves.

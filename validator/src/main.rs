@@ -21,7 +21,11 @@ const EXIT_FAIL: u8 = 1;
 const EXIT_ERROR: u8 = 2;
 
 fn main() -> ExitCode {
-    match run(Cli::parse()) {
+    let cli = Cli::parse();
+    if !matches!(cli.command, Command::Serve { .. }) {
+        gpu_attest_daemon::signals::end_quietly_when_output_closes();
+    }
+    match run(cli) {
         Ok(code) => code,
         Err(e) => {
             // Each cause once: most of our errors already print their cause themselves.

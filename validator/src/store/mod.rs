@@ -130,6 +130,22 @@ pub struct Store {
     location: String,
 }
 
+/// How long opening a database may take before the attempt is given up, with the reason.
+const PROBE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Opens one connection and does what every pooled connection does first (for SQLite, the WAL
+/// switch, which fails on a file that is not a database, is read-only, or sits on a full or
+/// failing disk), returning the first error as it is.
+async fn probe(options: &AnyConnectOptions, dialect: Dialect) -> Result<(), sqlx::Error> {
+    use sqlx::{AnyConnection, Connection};
+    let mut conn = AnyConnection::connect_with(options).await?;
+    match dialect {
+        Dialect::Sqlite => conn.execute("PRAGMA journal_mode = WAL").await?,
+        Dialect::Postgres => conn.execute("SELECT 1").await?,
+    };
+    conn.close().await
+}
+
 impl Store {
     /// Opens (creating if needed) the database at `location`, a SQLite file path or a
     /// `postgres://` URL, and brings its schema up to date.
@@ -148,6 +164,19 @@ impl Store {
             source,
         };
         let options = AnyConnectOptions::from_str(&url).map_err(open_err)?;
+        // One connection first, to say what is wrong: the pool retries a failing connection
+        // until its timeout and then reports only that it timed out (after 30 s), hiding "file
+        // is not a database", "disk I/O error" or "connection refused".
+        match tokio::time::timeout(PROBE_TIMEOUT, probe(&options, dialect)).await {
+            Ok(Ok(())) => {}
+            Ok(Err(source)) => return Err(open_err(source)),
+            Err(_) => {
+                return Err(open_err(sqlx::Error::Io(std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    format!("no answer within {} s", PROBE_TIMEOUT.as_secs()),
+                ))));
+            }
+        }
         let pool = match dialect {
             Dialect::Sqlite => {
                 AnyPoolOptions::new()
@@ -383,6 +412,23 @@ mod tests {
             backend TEXT NOT NULL, kernel TEXT NOT NULL, global_checksum BLOB NOT NULL,
             created_at_ms INTEGER NOT NULL
         )";
+
+    /// A file that is not a database is named as such, at once: not after the pool's 30 s
+    /// timeout, as "pool timed out".
+    #[tokio::test]
+    async fn a_file_that_is_not_a_database_is_refused_at_once_with_the_reason() {
+        let dir = test_support::ScratchDir(
+            std::env::temp_dir().join(format!("gpu-attest-store-junk-{}", std::process::id())),
+        );
+        let _ = std::fs::remove_dir_all(&dir.0);
+        std::fs::create_dir_all(&dir.0).unwrap();
+        let path = dir.0.join("validator.db");
+        std::fs::write(&path, vec![b'x'; 8192]).unwrap();
+        let started = std::time::Instant::now();
+        let message = Store::open(&path).await.err().expect("junk opened").to_string();
+        assert!(message.contains("not a database"), "{message}");
+        assert!(started.elapsed() < PROBE_TIMEOUT, "{:?}", started.elapsed());
+    }
 
     #[tokio::test]
     async fn a_version_1_database_is_migrated_and_its_verdicts_read() {
