@@ -68,8 +68,9 @@ impl Exposition {
     }
 }
 
-/// The metrics listener on `address`: loopback, or anywhere when `allow_remote`. Prints
-/// `metrics on http://ADDRESS/metrics` on stdout (the real port when `address` asks for 0).
+/// The metrics listener on `address`: loopback, or anywhere when `allow_remote`, and the
+/// address it got (the real port when `address` asks for 0). A daemon binds it before its gRPC
+/// listener, whose `listening on` line says it is up, and [`announce`]s it after that line.
 pub async fn bind(address: SocketAddr, allow_remote: bool) -> Result<(TcpListener, SocketAddr), MetricsError> {
     if !address.ip().is_loopback() && !allow_remote {
         return Err(MetricsError::NotLoopback(address));
@@ -77,8 +78,12 @@ pub async fn bind(address: SocketAddr, allow_remote: bool) -> Result<(TcpListene
     let bind_error = |source| MetricsError::Bind { address, source };
     let listener = TcpListener::bind(address).await.map_err(bind_error)?;
     let bound = listener.local_addr().map_err(bind_error)?;
-    crate::listen::say(&format!("metrics on http://{bound}/metrics"));
     Ok((listener, bound))
+}
+
+/// Prints `metrics on http://ADDRESS/metrics` on stdout, the line scripts read for the port.
+pub fn announce(bound: SocketAddr) {
+    crate::listen::say(&format!("metrics on http://{bound}/metrics"));
 }
 
 const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";

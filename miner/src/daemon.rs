@@ -106,6 +106,12 @@ pub async fn run(
         connections: gpu_attest_daemon::connections::limits_for_this_process(),
         ..server::plaintext_options(&config.limits)
     };
+    // The metrics port first: `listen::bind` announces the daemon as up, which it is not if the
+    // metrics port then turns out to be taken.
+    let metrics_listener = match config.metrics.listen {
+        Some(address) => Some(gpu_attest_daemon::metrics::bind(address, config.metrics.allow_remote).await?),
+        None => None,
+    };
     let (listener, address) = gpu_attest_daemon::listen::bind(config.listen).await?;
     let selected = core.backend();
     info!(
@@ -117,9 +123,9 @@ pub async fn run(
         "miner listening"
     );
     let (stop_metrics, metrics_stopped) = tokio::sync::oneshot::channel::<()>();
-    let metrics = match config.metrics.listen {
-        Some(address) => {
-            let (listener, bound) = gpu_attest_daemon::metrics::bind(address, config.metrics.allow_remote).await?;
+    let metrics = match metrics_listener {
+        Some((listener, bound)) => {
+            gpu_attest_daemon::metrics::announce(bound);
             info!(address = %bound, "metrics served at /metrics");
             Some(tokio::spawn(gpu_attest_daemon::metrics::serve(
                 core.metrics().exposition(),

@@ -239,12 +239,19 @@ pub async fn run(attestor: Arc<Attestor>, schedule: Schedule, shutdown: watch::R
         }
     };
     let leased = schedule.clone();
+    let (releaser, ours) = (attestor.clone(), holder.clone());
     let attest = move |url: String, errors: u32| {
         let (attestor, holder, schedule) = (attestor.clone(), holder.clone(), leased.clone());
         async move { attest_leased(&attestor, &url, &holder, &schedule, errors).await }
     };
     let report = move |state: SchedulerState| metrics.scheduler(state.queued, state.in_backoff, state.running);
     run_with(schedule, miners, attest, report, ChaCha8Rng::from_seed(seed), shutdown).await;
+    // Attestations cut short by the shutdown left their leases held: give them back, due now.
+    match releaser.store().release_leases_of(&ours, crate::attest::now_ms()).await {
+        Ok(0) => {}
+        Ok(released) => info!(released, "leases of unfinished attestations given back"),
+        Err(e) => warn!(error = %e, "cannot give back this validator's leases; they run out by themselves"),
+    }
 }
 
 /// A task aborted when this is dropped.

@@ -66,7 +66,7 @@ pub enum AttestError {
     #[error("miner at {url} refused the challenge ({code:?}): {message}")]
     Refused { url: String, code: Code, message: String },
     #[error(
-        "miner at {url} presents key {presented}, but it is registered with {registered}; register it again with replace_key to accept the new key"
+        "miner at {url} presents key {presented}, but it is registered with {registered}; register it again with replace_key set (`validator miners add --replace-key`) to accept the new key"
     )]
     KeyChanged {
         url: String,

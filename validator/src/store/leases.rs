@@ -87,4 +87,18 @@ impl Store {
         .await?;
         Ok(())
     }
+
+    /// Gives back every lease `holder` still holds, due at `now_ms`: a validator stopping in the
+    /// middle of its attestations, which leaves no verdict for them, so that a restarted one (or
+    /// another) takes those miners at once instead of after the lease runs out.
+    pub async fn release_leases_of(&self, holder: &str, now_ms: u64) -> Result<u64, StoreError> {
+        let released = sqlx::query(
+            "UPDATE leases SET holder = '', expires_at_ms = 0, next_due_ms = $2 WHERE holder = $1 AND holder <> ''",
+        )
+        .bind(holder)
+        .bind(as_i64(now_ms))
+        .execute(&self.pool)
+        .await?;
+        Ok(released.rows_affected())
+    }
 }

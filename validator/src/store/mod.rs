@@ -65,7 +65,7 @@ pub enum StoreError {
     #[error("stored record is corrupt: {0}")]
     Corrupt(String),
     #[error(
-        "miner {url} is registered with key {registered}; it now presents {presented}. Register it again with replace_key set to accept the new key"
+        "miner {url} is registered with key {registered}; it now presents {presented}. Register it again with replace_key set (`validator miners add --replace-key`) to accept the new key"
     )]
     KeyChanged {
         url: String,
@@ -554,6 +554,41 @@ mod tests {
             let a_again = store.take_lease(url, "validator-a", 5_100, 100).await.unwrap().unwrap();
             assert!(!store.renew_lease(&b, 5_101, 100).await.unwrap(), "b lost it");
             assert_eq!(a_again.holder, "validator-a");
+        }
+    }
+
+    #[tokio::test]
+    async fn a_stopping_validator_gives_back_its_own_leases_only() {
+        for (store, _scratch) in test_stores("lease-stop").await {
+            store
+                .take_lease("http://m1", "stopping", 1_000, 60_000)
+                .await
+                .unwrap()
+                .unwrap();
+            store
+                .take_lease("http://m2", "stopping", 1_000, 60_000)
+                .await
+                .unwrap()
+                .unwrap();
+            store
+                .take_lease("http://m3", "other", 1_000, 60_000)
+                .await
+                .unwrap()
+                .unwrap();
+            assert_eq!(store.release_leases_of("stopping", 2_000).await.unwrap(), 2);
+            for url in ["http://m1", "http://m2"] {
+                assert!(
+                    store.take_lease(url, "restarted", 2_000, 60_000).await.unwrap().is_ok(),
+                    "{url}"
+                );
+            }
+            assert!(
+                store
+                    .take_lease("http://m3", "restarted", 2_000, 60_000)
+                    .await
+                    .unwrap()
+                    .is_err()
+            );
         }
     }
 
