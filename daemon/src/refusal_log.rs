@@ -44,15 +44,11 @@ where
             let response = response.await?;
             // Errors decided before the response starts travel in its headers (trailers-only);
             // those found later in a stream are logged by the handler that found them.
-            if let Some(code) = response.headers().get("grpc-status").and_then(|v| v.to_str().ok())
-                && code != "0"
+            // The message travels percent-encoded: decoded here, so the log reads as it was meant.
+            if let Some(status) = tonic::Status::from_header_map(response.headers())
+                && status.code() != tonic::Code::Ok
             {
-                let message = response
-                    .headers()
-                    .get("grpc-message")
-                    .and_then(|v| v.to_str().ok())
-                    .unwrap_or("");
-                tracing::warn!(peer = %peer, %method, status = %tonic::Code::from_bytes(code.as_bytes()).description(), message, "request refused");
+                tracing::warn!(peer = %peer, %method, code = ?status.code(), message = status.message(), "request refused");
             }
             Ok(response)
         })
@@ -103,7 +99,7 @@ pub(crate) mod tests {
             response.headers_mut().insert("grpc-status", "11".parse().unwrap());
             response
                 .headers_mut()
-                .insert("grpc-message", "too big".parse().unwrap());
+                .insert("grpc-message", "too%20big".parse().unwrap());
             response
         });
         let mut service = RefusalLogLayer.layer(refusing);
@@ -119,8 +115,9 @@ pub(crate) mod tests {
         assert!(log.contains("request refused"), "{log}");
         assert!(
             log.contains("/gpu_attest.v1.Miner/RunChallenge") && log.contains("too big"),
-            "{log}"
+            "the message is logged decoded: {log}"
         );
+        assert!(log.contains("OutOfRange"), "the code by its name: {log}");
     }
 
     /// A service answering every request with `f`'s response.

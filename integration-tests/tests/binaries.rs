@@ -468,3 +468,20 @@ fn a_command_whose_output_is_closed_ends_without_a_panic() {
         out.status
     );
 }
+
+/// Filters that could only ever list nothing are refused, saying what to give instead of
+/// "no verdicts".
+#[test]
+fn verdict_filters_that_match_nothing_are_refused_with_the_remedy() {
+    let zero = cmd("validator").args(["verdicts", "--limit", "0"]).output().unwrap();
+    assert_eq!(zero.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&zero.stderr).contains("--limit"));
+    let key = "ab".repeat(32);
+    let by_key = cmd("validator").args(["verdicts", "--miner", &key]).output().unwrap();
+    assert_eq!(by_key.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&by_key.stderr).contains("takes the miner's URL"),
+        "{}",
+        String::from_utf8_lossy(&by_key.stderr)
+    );
+}

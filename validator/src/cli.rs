@@ -107,15 +107,25 @@ pub enum RatesAction {
 /// Which stored verdicts to list, from the database or over the API alike.
 #[derive(Debug, Args)]
 pub struct VerdictFilterArgs {
-    /// Only this miner's verdicts.
-    #[arg(long)]
+    /// Only the verdicts of the miner at this URL (as `miners list` shows it).
+    #[arg(long, value_parser = miner_url_arg)]
     pub miner: Option<String>,
     #[arg(long, conflicts_with = "failed")]
     pub passed: bool,
     #[arg(long)]
     pub failed: bool,
-    #[arg(long, default_value_t = 20)]
+    /// How many verdicts, newest first (at least 1).
+    #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u32).range(1..))]
     pub limit: u32,
+}
+
+/// A miner URL for `--miner`; a miner key given instead is refused with what to give, rather
+/// than matching nothing.
+fn miner_url_arg(text: &str) -> Result<String, String> {
+    if text.len() == 64 && text.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return Err("this is a miner key; --miner takes the miner's URL, as `validator miners list` shows it".into());
+    }
+    Ok(text.to_string())
 }
 
 impl VerdictFilterArgs {

@@ -320,7 +320,8 @@ async fn attest_leased(attestor: &Attestor, url: &str, holder: &str, schedule: &
             Attempt::Verdict
         }
         Ok(v) => {
-            warn!(%url, verdict = v.id, reasons = ?v.reasons, "scheduled attestation failed");
+            let reasons = v.reasons.iter().map(ToString::to_string).collect::<Vec<_>>().join("; ");
+            warn!(%url, verdict = v.id, %reasons, "scheduled attestation failed");
             Attempt::Verdict
         }
         Err(e) => {
