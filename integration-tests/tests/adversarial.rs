@@ -357,28 +357,13 @@ async fn idle_connections_cannot_take_the_miner_off_the_network() {
 /// idle grace.
 #[tokio::test(flavor = "multi_thread")]
 async fn an_attestation_keeps_its_connection_while_strangers_crowd_the_miner() {
-    let slow = slow::SlowBackend {
-        cpu: gpu_attest_shared::cpu::CpuBackend::new(TEST_CORES as usize, None).unwrap(),
-        extra: Duration::from_secs(2),
-    };
-    let backend = gpu_attest_miner::backends::SelectedBackend {
-        backend: std::sync::Arc::new(slow),
-        ..cpu_backend(1)
-    };
-    let core = miner_on(
-        48,
-        &[validator_key()],
-        backend,
-        gpu_attest_miner::config::Limits::default(),
-        NonceLog::in_memory(),
-    );
+    let core = slow::slow_miner(48, Duration::from_secs(2));
     let options = ServeOptions {
         connections: gpu_attest_daemon::connections::ConnectionLimits {
             per_address: 4,
             total: 3,
-            handshake_within: Duration::from_secs(10),
-            silent_for: Duration::from_secs(60),
             evictable_after: Duration::from_millis(500),
+            ..Default::default()
         },
         ..miner_options()
     };

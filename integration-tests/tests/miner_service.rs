@@ -586,21 +586,7 @@ async fn an_open_stream_cannot_hold_a_stopping_miner_past_the_drain_limit() {
 async fn a_miner_stopping_mid_challenge_finishes_it_and_its_openings_first() {
     use gpu_attest_validator::config::Policy;
 
-    let slow = slow::SlowBackend {
-        cpu: gpu_attest_shared::cpu::CpuBackend::new(TEST_CORES as usize, None).unwrap(),
-        extra: Duration::from_millis(1500),
-    };
-    let backend = gpu_attest_miner::backends::SelectedBackend {
-        backend: Arc::new(slow),
-        ..cpu_backend(1)
-    };
-    let core = miner_on(
-        57,
-        &[validator_key()],
-        backend,
-        gpu_attest_miner::config::Limits::default(),
-        gpu_attest_miner::nonces::NonceLog::in_memory(),
-    );
+    let core = slow::slow_miner(57, Duration::from_millis(1500));
     let key = core.public_key();
     let mut miner = spawn_miner_with(core, miner_options()).await;
     let dir = TempDir::new("stopping");

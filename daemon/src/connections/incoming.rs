@@ -403,17 +403,23 @@ mod tests {
         );
     }
 
-    /// A connection closed to make room ends at once, even while its reader waits on a peer
-    /// that sends nothing.
-    #[tokio::test]
-    async fn an_idle_connection_closed_to_make_room_ends_its_pending_read() {
-        let (mut incoming, address) = listening(ConnectionLimits {
+    /// Room for one connection, which gives way to the next at once unless busy; no other
+    /// limit comes near.
+    async fn one_place_for_the_quiet() -> (GuardedIncoming, SocketAddr) {
+        listening(ConnectionLimits {
             evictable_after: Duration::ZERO,
             silent_for: Duration::from_secs(60),
             handshake_within: Duration::from_secs(60),
             ..limits(4, 1)
         })
-        .await;
+        .await
+    }
+
+    /// A connection closed to make room ends at once, even while its reader waits on a peer
+    /// that sends nothing.
+    #[tokio::test]
+    async fn an_idle_connection_closed_to_make_room_ends_its_pending_read() {
+        let (mut incoming, address) = one_place_for_the_quiet().await;
         let _idle = TcpStream::connect(address).await.unwrap();
         let mut held = incoming.next().await.unwrap().unwrap();
         let reader = tokio::spawn(async move { held.read(&mut [0u8; 16]).await });
@@ -431,13 +437,7 @@ mod tests {
     /// make room: its driver may never come back to read.
     #[tokio::test]
     async fn a_connection_blocked_writing_ends_when_closed_to_make_room() {
-        let (mut incoming, address) = listening(ConnectionLimits {
-            evictable_after: Duration::ZERO,
-            silent_for: Duration::from_secs(60),
-            handshake_within: Duration::from_secs(60),
-            ..limits(4, 1)
-        })
-        .await;
+        let (mut incoming, address) = one_place_for_the_quiet().await;
         let _never_reads = TcpStream::connect(address).await.unwrap();
         let mut held = incoming.next().await.unwrap().unwrap();
         let writer = tokio::spawn(async move {

@@ -1,10 +1,12 @@
 //! A backend that takes its time.
 
+use gpu_attest_miner::core::MinerCore;
 use gpu_attest_shared::backend::{CancelToken, ChainProgress};
 use gpu_attest_shared::chain::ChainResult;
 use gpu_attest_shared::matrix::Matrix;
 use gpu_attest_shared::params::Work;
 use gpu_attest_shared::{Backend, BackendError};
+use std::sync::Arc;
 use std::time::Duration;
 
 /// The CPU backend, waiting `extra` before each device's share of a challenge: a challenge
@@ -43,4 +45,24 @@ impl Backend for SlowBackend {
     ) -> Result<Matrix, BackendError> {
         self.cpu.advance(work, chain, start, first, steps, cancel)
     }
+}
+
+/// An honest one-device miner keyed by `seed`, allowing the test validator, whose challenges
+/// take `extra` longer than the work.
+pub fn slow_miner(seed: u8, extra: Duration) -> Arc<MinerCore> {
+    let slow = SlowBackend {
+        cpu: gpu_attest_shared::cpu::CpuBackend::new(super::TEST_CORES as usize, None).unwrap(),
+        extra,
+    };
+    let backend = gpu_attest_miner::backends::SelectedBackend {
+        backend: Arc::new(slow),
+        ..super::cpu_backend(1)
+    };
+    super::miner_on(
+        seed,
+        &[super::validator_key()],
+        backend,
+        gpu_attest_miner::config::Limits::default(),
+        gpu_attest_miner::nonces::NonceLog::in_memory(),
+    )
 }
