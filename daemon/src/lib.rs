@@ -1,11 +1,12 @@
 //! What the gpu-attest miner and validator daemons share, so that both behave alike on the
 //! network and on the host: one gRPC server stack (`stack`), the transport policy (`tls`,
-//! `rate_limit`), the refusal log, config files, logs, the listening socket, signals, the
+//! `rate_limit`), the refusal log, which connection a call came on (`connect_info`), config files, logs, the listening socket, signals, the
 //! Prometheus metrics endpoint, errors on one line (`errors`), and stopping when a device goes
 //! out of service (`devices`).
 //! The wire types live apart, in `gpu-attest-proto`, for peers that want only those.
 
 pub mod config;
+mod connect_info;
 pub mod connections;
 pub mod devices;
 pub mod errors;

@@ -1,8 +1,8 @@
 //! A request rate per peer address, as a layer over every service a daemon serves (health and
 //! reflection included): a flood of cheap calls costs a peer its own budget, nobody else's.
 
+use crate::connect_info::peer_address;
 use crate::connections::counted_as;
-use crate::refusal_log::peer_address;
 use std::collections::HashMap;
 use std::net::IpAddr;
 use std::sync::{Arc, Mutex};

@@ -38,7 +38,8 @@ where
 
     fn call(&mut self, request: http::Request<B>) -> Self::Future {
         let method = request.uri().path().to_string();
-        let peer = peer_address(request.extensions()).map_or_else(|| "unknown peer".into(), |a| a.to_string());
+        let peer = crate::connect_info::peer_address(request.extensions())
+            .map_or_else(|| "unknown peer".into(), |a| a.to_string());
         let response = self.inner.call(request);
         Box::pin(async move {
             let response = response.await?;
@@ -53,19 +54,6 @@ where
             Ok(response)
         })
     }
-}
-
-/// The remote address of the connection a request came on, plain or TLS.
-pub(crate) fn peer_address(extensions: &http::Extensions) -> Option<std::net::SocketAddr> {
-    use tonic::transport::server::{TcpConnectInfo, TlsConnectInfo};
-    extensions
-        .get::<TcpConnectInfo>()
-        .and_then(TcpConnectInfo::remote_addr)
-        .or_else(|| {
-            extensions
-                .get::<TlsConnectInfo<TcpConnectInfo>>()
-                .and_then(|i| i.get_ref().remote_addr())
-        })
 }
 
 #[cfg(test)]

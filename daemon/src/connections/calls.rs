@@ -94,10 +94,7 @@ where
 /// The two ends of the connection a request came on, from what tonic records of it (under TLS,
 /// inside the TLS information).
 fn connection_ends(extensions: &http::Extensions) -> Option<Ends> {
-    use tonic::transport::server::{TcpConnectInfo, TlsConnectInfo};
-    let tcp = extensions
-        .get::<TcpConnectInfo>()
-        .or_else(|| extensions.get::<TlsConnectInfo<TcpConnectInfo>>().map(|i| i.get_ref()))?;
+    let tcp = crate::connect_info::tcp_connect_info(extensions)?;
     Some(Ends {
         local: tcp.local_addr()?,
         remote: tcp.remote_addr()?,
