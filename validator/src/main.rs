@@ -62,7 +62,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
             }
             let runtime = tokio::runtime::Runtime::new()?;
             let verdicts = runtime.block_on(async {
-                let store = Store::open(&database).await?;
+                let store = Store::open_for_reading(&database).await?;
                 let verdicts = store.verdicts(&filter.filter()).await;
                 store.close().await;
                 verdicts
@@ -242,7 +242,15 @@ fn rates(
         );
     }
     let runtime = tokio::runtime::Runtime::new()?;
-    let store = runtime.block_on(Store::open(database))?;
+    // Only importing writes; showing and exporting read, and so work on a read-only file.
+    let importing = matches!(action, RatesAction::Import { .. });
+    let store = runtime.block_on(async {
+        if importing {
+            Store::open(database).await
+        } else {
+            Store::open_for_reading(database).await
+        }
+    })?;
     let now = gpu_attest_validator::attest::now_ms();
     match action {
         RatesAction::Show { json } => {

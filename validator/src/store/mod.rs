@@ -56,6 +56,10 @@ pub enum StoreError {
     Open { location: String, source: sqlx::Error },
     #[error("database {location} has schema version {found}; this validator knows version {SCHEMA_VERSION}")]
     SchemaVersion { location: String, found: i64 },
+    #[error(
+        "database {location} has schema version {found}, older than this validator's {SCHEMA_VERSION}: run this validator's `serve` or `attest` on it once to bring it up to date, then read it"
+    )]
+    SchemaBehind { location: String, found: i64 },
     #[error("database error: {0}")]
     Sql(sqlx::Error),
     /// The disk is full, or the file or its file system is read-only: the operator's to fix,
@@ -133,15 +137,26 @@ pub struct Store {
 /// How long opening a database may take before the attempt is given up, with the reason.
 const PROBE_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// What a store is opened for: serving (writes, and brings the schema up to date), or only
+/// reading (an operator's `verdicts` or `rates`, which must work on a file they may only read,
+/// and must not migrate a database under a running validator of another version).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Access {
+    ReadWrite,
+    ReadOnly,
+}
+
 /// Opens one connection and does what every pooled connection does first (for SQLite, the WAL
 /// switch, which fails on a file that is not a database, is read-only, or sits on a full or
 /// failing disk), returning the first error as it is.
-async fn probe(options: &AnyConnectOptions, dialect: Dialect) -> Result<(), sqlx::Error> {
+async fn probe(options: &AnyConnectOptions, dialect: Dialect, access: Access) -> Result<(), sqlx::Error> {
     use sqlx::{AnyConnection, Connection};
     let mut conn = AnyConnection::connect_with(options).await?;
-    match dialect {
-        Dialect::Sqlite => conn.execute("PRAGMA journal_mode = WAL").await?,
-        Dialect::Postgres => conn.execute("SELECT 1").await?,
+    match (dialect, access) {
+        (Dialect::Sqlite, Access::ReadWrite) => conn.execute("PRAGMA journal_mode = WAL").await?,
+        // Reads the header and the schema: fails on a file that is not a database.
+        (Dialect::Sqlite, Access::ReadOnly) => conn.execute("SELECT count(*) FROM sqlite_master").await?,
+        (Dialect::Postgres, _) => conn.execute("SELECT 1").await?,
     };
     conn.close().await
 }
@@ -150,6 +165,21 @@ impl Store {
     /// Opens (creating if needed) the database at `location`, a SQLite file path or a
     /// `postgres://` URL, and brings its schema up to date.
     pub async fn open(location: &Path) -> Result<Self, StoreError> {
+        let store = Self::connect(location, Access::ReadWrite).await?;
+        schema::migrate(&store).await?;
+        Ok(store)
+    }
+
+    /// Opens an existing database only to read it: nothing is created, migrated or written
+    /// (a SQLite file is opened read-only, so a file the operator may only read will do), and
+    /// a schema older or newer than this validator's is refused with what to do.
+    pub async fn open_for_reading(location: &Path) -> Result<Self, StoreError> {
+        let store = Self::connect(location, Access::ReadOnly).await?;
+        schema::check_current(&store).await?;
+        Ok(store)
+    }
+
+    async fn connect(location: &Path, access: Access) -> Result<Self, StoreError> {
         sqlx::any::install_default_drivers();
         let text = location.to_string_lossy();
         let (dialect, url, shown) = if is_postgres(location) {
@@ -157,7 +187,11 @@ impl Store {
         } else {
             // Absolute first: the URL parser would resolve `..` against nothing.
             let file = std::path::absolute(location).unwrap_or_else(|_| location.to_path_buf());
-            (Dialect::Sqlite, sqlite_url(&file.to_string_lossy()), text.to_string())
+            (
+                Dialect::Sqlite,
+                sqlite_url(&file.to_string_lossy(), access),
+                text.to_string(),
+            )
         };
         let open_err = |source| StoreError::Open {
             location: shown.clone(),
@@ -167,7 +201,7 @@ impl Store {
         // One connection first, to say what is wrong: the pool retries a failing connection
         // until its timeout and then reports only that it timed out (after 30 s), hiding "file
         // is not a database", "disk I/O error" or "connection refused".
-        match tokio::time::timeout(PROBE_TIMEOUT, probe(&options, dialect)).await {
+        match tokio::time::timeout(PROBE_TIMEOUT, probe(&options, dialect, access)).await {
             Ok(Ok(())) => {}
             Ok(Err(source)) => return Err(open_err(source)),
             Err(_) => {
@@ -181,11 +215,13 @@ impl Store {
             Dialect::Sqlite => {
                 AnyPoolOptions::new()
                     .max_connections(1)
-                    .after_connect(|conn, _| {
+                    .after_connect(move |conn, _| {
                         Box::pin(async move {
-                            conn.execute("PRAGMA journal_mode = WAL").await?;
-                            conn.execute("PRAGMA synchronous = FULL").await?;
-                            conn.execute("PRAGMA foreign_keys = ON").await?;
+                            if access == Access::ReadWrite {
+                                conn.execute("PRAGMA journal_mode = WAL").await?;
+                                conn.execute("PRAGMA synchronous = FULL").await?;
+                                conn.execute("PRAGMA foreign_keys = ON").await?;
+                            }
                             sqlx::raw_sql(AssertSqlSafe(format!(
                                 "PRAGMA busy_timeout = {}",
                                 BUSY_TIMEOUT.as_millis()
@@ -200,20 +236,30 @@ impl Store {
             }
             Dialect::Postgres => {
                 AnyPoolOptions::new()
-                    .max_connections(POSTGRES_CONNECTIONS)
+                    .max_connections(if access == Access::ReadOnly {
+                        1
+                    } else {
+                        POSTGRES_CONNECTIONS
+                    })
                     .acquire_timeout(BUSY_TIMEOUT * 2)
+                    .after_connect(move |conn, _| {
+                        Box::pin(async move {
+                            if access == Access::ReadOnly {
+                                conn.execute("SET default_transaction_read_only = on").await?;
+                            }
+                            Ok(())
+                        })
+                    })
                     .connect_with(options)
                     .await
             }
         }
         .map_err(open_err)?;
-        let store = Store {
+        Ok(Store {
             pool,
             dialect,
             location: shown,
-        };
-        schema::migrate(&store).await?;
-        Ok(store)
+        })
     }
 
     pub fn dialect(&self) -> Dialect {
@@ -263,7 +309,7 @@ pub(crate) fn as_u64(value: i64) -> Result<u64, StoreError> {
 
 /// `path` as an sqlx SQLite URL that creates the file when missing. Every byte that the URL
 /// syntax would read as something else is percent-encoded (sqlx decodes the path).
-fn sqlite_url(path: &str) -> String {
+fn sqlite_url(path: &str, access: Access) -> String {
     let mut url = String::from("sqlite://");
     for byte in path.bytes() {
         if byte.is_ascii_alphanumeric() || b"/._-~".contains(&byte) {
@@ -272,7 +318,10 @@ fn sqlite_url(path: &str) -> String {
             url.push_str(&format!("%{byte:02X}"));
         }
     }
-    url.push_str("?mode=rwc");
+    url.push_str(match access {
+        Access::ReadWrite => "?mode=rwc",
+        Access::ReadOnly => "?mode=ro",
+    });
     url
 }
 
@@ -351,13 +400,55 @@ pub mod scratch {
 
 #[cfg(test)]
 pub(crate) mod test_support {
-    use super::Store;
+    use super::{Store, StoredParams, Verdict};
+    use crate::rates::RateSource;
+    use crate::throughput::{Expectation, Throughput};
+    use gpu_attest_shared::statement::DeviceInfo;
 
     /// Removes a scratch SQLite directory when dropped.
     pub struct ScratchDir(pub std::path::PathBuf);
     impl Drop for ScratchDir {
         fn drop(&mut self) {
             let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+
+    /// A passing verdict of a small CPU challenge, for `nonce`.
+    pub fn passing_verdict(nonce: [u8; 32]) -> Verdict {
+        let params = StoredParams {
+            nonce: hex::encode(nonce),
+            seed: hex::encode([0u8; 32]),
+            miner_key: hex::encode([2u8; 32]),
+            n: 64,
+            num_chains: 5,
+            iterations: 4,
+            checkpoint_every: 2,
+        };
+        let expectation = Expectation {
+            ops_per_sec: 1.0e9,
+            source: Some(RateSource::Shipped),
+            miners: 0,
+            slack: 3.0,
+        };
+        Verdict {
+            id: 0,
+            miner_url: "http://m".into(),
+            miner_key: hex::encode([2u8; 32]),
+            nonce: hex::encode(nonce),
+            passed: true,
+            reasons: Vec::new(),
+            policy: "sampled".into(),
+            samples: 8,
+            throughput: Throughput::of(&params, 1, 50, &expectation, true),
+            params,
+            measured_ms: 50,
+            expected_ms: 100,
+            deadline_ms: 300,
+            inventory: vec![DeviceInfo::default()],
+            backend: "cpu".into(),
+            kernel: "portable".into(),
+            global_checksum: hex::encode([3u8; 32]),
+            created_at_ms: 1_000,
         }
     }
 
@@ -439,7 +530,7 @@ mod tests {
         std::fs::create_dir_all(&dir.0).unwrap();
         let path = dir.0.join("validator db #1.db"); // a name the URL must encode
         {
-            let mut conn = AnyConnection::connect(&sqlite_url(&path.to_string_lossy()))
+            let mut conn = AnyConnection::connect(&sqlite_url(&path.to_string_lossy(), Access::ReadWrite))
                 .await
                 .unwrap();
             conn.execute(
@@ -470,6 +561,13 @@ mod tests {
             conn.execute("PRAGMA user_version = 1").await.unwrap();
             conn.close().await.unwrap();
         }
+        // A reader neither migrates it nor misreads it: it says what to do.
+        let err = Store::open_for_reading(&path)
+            .await
+            .err()
+            .expect("an old schema is refused");
+        assert!(matches!(err, StoreError::SchemaBehind { found: 1, .. }), "{err}");
+        assert!(err.to_string().contains("`serve` or `attest`"), "{err}");
         let store = Store::open(&path).await.unwrap();
         let all = VerdictFilter {
             limit: 10,
@@ -500,6 +598,50 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(version, SCHEMA_VERSION);
+    }
+
+    /// What `validator verdicts` and `rates` open: it reads beside a serving validator and
+    /// writes nothing, so a file the operator may only read will do.
+    #[tokio::test]
+    async fn a_store_opened_for_reading_reads_beside_the_writer_and_writes_nothing() {
+        for (writer, scratch) in test_stores("reading").await {
+            assert!(writer.claim_nonce(&[1; 32], "http://m", 1).await.unwrap());
+            writer
+                .record_verdict(&test_support::passing_verdict([1; 32]), None)
+                .await
+                .unwrap();
+            let reader = Store::open_for_reading(&scratch.location).await.unwrap();
+            let all = VerdictFilter {
+                limit: 10,
+                ..Default::default()
+            };
+            let read = reader.verdicts(&all).await.unwrap();
+            assert_eq!(read.len(), 1, "{:?}", writer.dialect());
+            assert_eq!(read[0].nonce, hex::encode([1u8; 32]));
+            let refused = reader
+                .claim_nonce(&[2; 32], "http://m", 2)
+                .await
+                .expect_err("a reader must not write");
+            assert!(refused.is_unwritable(), "{:?}: {refused}", writer.dialect());
+            // The writer goes on, and the reader sees what it writes next.
+            assert!(writer.claim_nonce(&[2; 32], "http://m", 3).await.unwrap());
+            assert_eq!(reader.nonce_count().await.unwrap(), 2);
+            reader.close().await;
+            writer.close().await;
+        }
+    }
+
+    #[tokio::test]
+    async fn a_missing_file_is_not_created_by_a_reader() {
+        let dir = test_support::ScratchDir(
+            std::env::temp_dir().join(format!("gpu-attest-store-absent-{}", std::process::id())),
+        );
+        let _ = std::fs::remove_dir_all(&dir.0);
+        std::fs::create_dir_all(&dir.0).unwrap();
+        let path = dir.0.join("none.db");
+        let err = Store::open_for_reading(&path).await.err().expect("nothing to read");
+        assert!(matches!(err, StoreError::Open { .. }), "{err}");
+        assert!(!path.exists(), "a reader created {}", path.display());
     }
 
     #[tokio::test]
@@ -622,8 +764,9 @@ mod tests {
         );
         assert!(is_postgres(Path::new("PostgreSQL://u:pw@h/db")));
         assert_eq!(
-            sqlite_url("/var/lib/a b#?.db"),
+            sqlite_url("/var/lib/a b#?.db", Access::ReadWrite),
             "sqlite:///var/lib/a%20b%23%3F.db?mode=rwc"
         );
+        assert_eq!(sqlite_url("/v.db", Access::ReadOnly), "sqlite:///v.db?mode=ro");
     }
 }

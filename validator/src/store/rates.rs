@@ -127,48 +127,8 @@ fn small(value: i64, what: &str) -> Result<u32, StoreError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::rates::RateSource;
-    use crate::store::{StoredParams, Verdict, VerdictFilter};
-    use crate::throughput::{Expectation, Throughput};
-    use gpu_attest_shared::statement::DeviceInfo;
-
-    fn passing_verdict(nonce: [u8; 32]) -> Verdict {
-        let params = StoredParams {
-            nonce: hex::encode(nonce),
-            seed: hex::encode([0u8; 32]),
-            miner_key: hex::encode([2u8; 32]),
-            n: 64,
-            num_chains: 5,
-            iterations: 4,
-            checkpoint_every: 2,
-        };
-        let expectation = Expectation {
-            ops_per_sec: 1.0e9,
-            source: Some(RateSource::Shipped),
-            miners: 0,
-            slack: 3.0,
-        };
-        Verdict {
-            id: 0,
-            miner_url: "http://m".into(),
-            miner_key: hex::encode([2u8; 32]),
-            nonce: hex::encode(nonce),
-            passed: true,
-            reasons: Vec::new(),
-            policy: "sampled".into(),
-            samples: 8,
-            throughput: Throughput::of(&params, 1, 50, &expectation, true),
-            params,
-            measured_ms: 50,
-            expected_ms: 100,
-            deadline_ms: 300,
-            inventory: vec![DeviceInfo::default()],
-            backend: "cpu".into(),
-            kernel: "portable".into(),
-            global_checksum: hex::encode([3u8; 32]),
-            created_at_ms: 1_000,
-        }
-    }
+    use crate::store::VerdictFilter;
+    use crate::store::test_support::passing_verdict;
 
     fn class() -> RateClass {
         RateClass {

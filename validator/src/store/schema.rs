@@ -227,6 +227,50 @@ pub(super) async fn migrate(store: &Store) -> Result<(), StoreError> {
     Ok(())
 }
 
+/// For a store opened only to read: its schema must be this validator's exactly, since the
+/// reader neither migrates it nor knows a newer one's columns.
+pub(super) async fn check_current(store: &Store) -> Result<(), StoreError> {
+    let open_err = |source| StoreError::Open {
+        location: store.location.clone(),
+        source,
+    };
+    let found = match store.dialect {
+        Dialect::Sqlite => {
+            let (version,): (i64,) = sqlx::query_as("PRAGMA user_version")
+                .fetch_one(&store.pool)
+                .await
+                .map_err(open_err)?;
+            version
+        }
+        Dialect::Postgres => {
+            let (tables,): (i64,) = sqlx::query_as(
+                "SELECT count(*) FROM information_schema.tables \
+                 WHERE table_schema = current_schema() AND table_name = 'schema_version'",
+            )
+            .fetch_one(&store.pool)
+            .await
+            .map_err(open_err)?;
+            if tables == 0 {
+                0
+            } else {
+                let found: Option<(i64,)> = sqlx::query_as("SELECT version FROM schema_version")
+                    .fetch_optional(&store.pool)
+                    .await
+                    .map_err(open_err)?;
+                found.map_or(0, |(v,)| v)
+            }
+        }
+    };
+    check_version(store, found)?;
+    if found < SCHEMA_VERSION {
+        return Err(StoreError::SchemaBehind {
+            location: store.location.clone(),
+            found,
+        });
+    }
+    Ok(())
+}
+
 fn check_version(store: &Store, found: i64) -> Result<(), StoreError> {
     if found > SCHEMA_VERSION {
         return Err(StoreError::SchemaVersion {
