@@ -252,41 +252,47 @@ fn rates(
         }
     })?;
     let now = gpu_attest_validator::attest::now_ms();
-    match action {
-        RatesAction::Show { json } => {
-            let table = runtime.block_on(report::table(&store, &config, now))?;
-            if json {
-                println!("{}", serde_json::to_string_pretty(&table)?);
-                return Ok(ExitCode::SUCCESS);
-            }
-            show::print_rate_table(&table, &config);
-        }
-        RatesAction::Export { output } => {
-            let file = runtime.block_on(report::export(&store, &config, now))?;
-            let text = file.to_toml();
-            match output {
-                Some(path) => {
-                    std::fs::write(&path, text).with_context(|| format!("writing {}", path.display()))?;
-                    eprintln!("wrote {} classes to {}", file.classes.len(), path.display());
+    let outcome = (|| -> Result<()> {
+        match action {
+            RatesAction::Show { json } => {
+                let table = runtime.block_on(report::table(&store, &config, now))?;
+                if json {
+                    println!("{}", serde_json::to_string_pretty(&table)?);
+                } else {
+                    show::print_rate_table(&table, &config);
                 }
-                None => print!("{text}"),
+            }
+            RatesAction::Export { output } => {
+                let file = runtime.block_on(report::export(&store, &config, now))?;
+                let text = file.to_toml();
+                match output {
+                    Some(path) => {
+                        std::fs::write(&path, text).with_context(|| format!("writing {}", path.display()))?;
+                        eprintln!("wrote {} classes to {}", file.classes.len(), path.display());
+                    }
+                    None => print!("{text}"),
+                }
+            }
+            RatesAction::Import { file } => {
+                let text = std::fs::read_to_string(&file).with_context(|| format!("reading {}", file.display()))?;
+                let imported = runtime
+                    .block_on(report::import(&store, &text, now))
+                    .with_context(|| format!("importing {}", file.display()))?;
+                println!("imported {} classes from {}", imported.len(), file.display());
+                for class in imported.iter().filter(|c| c.miners < config.calibration.min_miners) {
+                    println!(
+                        "  not used until it has {} miners behind it (calibration.min_miners): {} ({} miners)",
+                        config.calibration.min_miners,
+                        class.class(),
+                        class.miners
+                    );
+                }
             }
         }
-        RatesAction::Import { file } => {
-            let text = std::fs::read_to_string(&file).with_context(|| format!("reading {}", file.display()))?;
-            let imported = runtime
-                .block_on(report::import(&store, &text, now))
-                .with_context(|| format!("importing {}", file.display()))?;
-            println!("imported {} classes from {}", imported.len(), file.display());
-            for class in imported.iter().filter(|c| c.miners < config.calibration.min_miners) {
-                println!(
-                    "  not used until it has {} miners behind it (calibration.min_miners): {} ({} miners)",
-                    config.calibration.min_miners,
-                    class.class(),
-                    class.miners
-                );
-            }
-        }
-    }
+        Ok(())
+    })();
+    // Closed, so that what an import wrote is checkpointed into the file itself.
+    runtime.block_on(store.close());
+    outcome?;
     Ok(ExitCode::SUCCESS)
 }

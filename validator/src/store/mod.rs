@@ -161,6 +161,34 @@ async fn probe(options: &AnyConnectOptions, dialect: Dialect, access: Access) ->
     conn.close().await
 }
 
+/// [`probe`], given up after [`PROBE_TIMEOUT`].
+async fn probe_in_time(options: &AnyConnectOptions, dialect: Dialect, access: Access) -> Result<(), sqlx::Error> {
+    tokio::time::timeout(PROBE_TIMEOUT, probe(options, dialect, access))
+        .await
+        .unwrap_or_else(|_| {
+            Err(sqlx::Error::Io(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                format!("no answer within {} s", PROBE_TIMEOUT.as_secs()),
+            )))
+        })
+}
+
+/// SQLite's refusal to read a WAL database whose shared-memory file it cannot create:
+/// SQLITE_READONLY (8) or SQLITE_CANTOPEN (14), with their extended codes.
+fn needs_shared_memory_file(e: &sqlx::Error) -> bool {
+    e.as_database_error()
+        .and_then(|db| db.code())
+        .and_then(|code| code.parse::<i64>().ok())
+        .is_some_and(|code| matches!(code & 0xff, 8 | 14))
+}
+
+/// The write-ahead log beside a SQLite file: present while a connection (a validator) has it open.
+fn wal_file(file: &Path) -> std::path::PathBuf {
+    let mut name = file.as_os_str().to_owned();
+    name.push("-wal");
+    std::path::PathBuf::from(name)
+}
+
 impl Store {
     /// Opens (creating if needed) the database at `location`, a SQLite file path or a
     /// `postgres://` URL, and brings its schema up to date.
@@ -182,35 +210,37 @@ impl Store {
     async fn connect(location: &Path, access: Access) -> Result<Self, StoreError> {
         sqlx::any::install_default_drivers();
         let text = location.to_string_lossy();
-        let (dialect, url, shown) = if is_postgres(location) {
-            (Dialect::Postgres, text.to_string(), redact_url(&text))
+        let (dialect, url, shown, file) = if is_postgres(location) {
+            (Dialect::Postgres, text.to_string(), redact_url(&text), None)
         } else {
             // Absolute first: the URL parser would resolve `..` against nothing.
             let file = std::path::absolute(location).unwrap_or_else(|_| location.to_path_buf());
-            (
-                Dialect::Sqlite,
-                sqlite_url(&file.to_string_lossy(), access),
-                text.to_string(),
-            )
+            let url = sqlite_url(&file.to_string_lossy(), access);
+            (Dialect::Sqlite, url, text.to_string(), Some(file))
         };
         let open_err = |source| StoreError::Open {
             location: shown.clone(),
             source,
         };
-        let options = AnyConnectOptions::from_str(&url).map_err(open_err)?;
+        let mut options = AnyConnectOptions::from_str(&url).map_err(open_err)?;
         // One connection first, to say what is wrong: the pool retries a failing connection
         // until its timeout and then reports only that it timed out (after 30 s), hiding "file
         // is not a database", "disk I/O error" or "connection refused".
-        match tokio::time::timeout(PROBE_TIMEOUT, probe(&options, dialect, access)).await {
-            Ok(Ok(())) => {}
-            Ok(Err(source)) => return Err(open_err(source)),
-            Err(_) => {
-                return Err(open_err(sqlx::Error::Io(std::io::Error::new(
-                    std::io::ErrorKind::TimedOut,
-                    format!("no answer within {} s", PROBE_TIMEOUT.as_secs()),
-                ))));
-            }
+        let mut probed = probe_in_time(&options, dialect, access).await;
+        if let (Err(e), Some(file)) = (&probed, &file)
+            && access == Access::ReadOnly
+            && needs_shared_memory_file(e)
+            && !wal_file(file).exists()
+        {
+            // A WAL database read from a directory we may not write, with no validator
+            // connected to it (it would have left its `-wal` file): SQLite cannot create the
+            // shared-memory file readers coordinate through, so the file is read as
+            // immutable, without it. A validator starting meanwhile could make this read fail
+            // with an error; it cannot make it write.
+            options = AnyConnectOptions::from_str(&format!("{url}&immutable=true")).map_err(open_err)?;
+            probed = probe_in_time(&options, dialect, access).await;
         }
+        probed.map_err(open_err)?;
         let pool = match dialect {
             Dialect::Sqlite => {
                 AnyPoolOptions::new()
