@@ -167,6 +167,19 @@ fn an_operator_manages_the_miners_of_a_running_validator() {
     assert_eq!(listed.len(), 1);
     assert_eq!(listed[0]["miner_key"], miner_key.as_str());
     assert!(stdout_of(&miners(&api, &["list"])).contains("rig-1"));
+    assert_eq!(added["change"]["kind"], "new");
+    // Added again: without a name it keeps its name and says nothing changed; with one, it
+    // says it renamed it.
+    let again = stdout_of(&miners(&api, &["add", &miner_url]));
+    assert!(
+        again.contains("nothing changed") && again.contains("(rig-1)"),
+        "{again}"
+    );
+    let renamed = stdout_of(&miners(&api, &["add", &miner_url, "--name", "rig-2"]));
+    assert_eq!(
+        renamed.trim(),
+        format!("renamed {miner_url} from \"rig-1\" to \"rig-2\"")
+    );
 
     // A verdict stored in the running validator's database is listed through its API.
     write_small_validator_config(d);

@@ -180,7 +180,8 @@ pub enum MinersAction {
     Add {
         /// The miner's gRPC address, e.g. http://gpu-host:7070.
         url: String,
-        /// A name for people; the URL when not given.
+        /// A name for people. Not given: a new miner is named by its URL, a registered one keeps
+        /// its name.
         #[arg(long, default_value = "")]
         name: String,
         /// Accept a new key for an already registered URL (after a key rotation).

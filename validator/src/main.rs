@@ -5,7 +5,7 @@ use clap::Parser;
 use gpu_attest_shared::identity::Identity;
 use gpu_attest_validator::attest::AttestEvent;
 use gpu_attest_validator::cli::{ApiArgs, Cli, Command, MinersAction, RatesAction, Settings};
-use gpu_attest_validator::operator::Operator;
+use gpu_attest_validator::operator::{Operator, RegistrationChange};
 use gpu_attest_validator::rates::report;
 use gpu_attest_validator::store::{self, Store};
 use gpu_attest_validator::{ValidatorConfig, daemon, show};
@@ -163,11 +163,27 @@ fn miners(api: &ApiArgs, action: MinersAction) -> Result<ExitCode> {
         };
         match action {
             MinersAction::Add { url, name, replace_key } => {
-                let miner = operator.add(&url, &name, replace_key).await?;
+                let registration = operator.add(&url, &name, replace_key).await?;
                 if api.json {
-                    return json(serde_json::to_value(&miner)?);
+                    return json(serde_json::to_value(&registration)?);
                 }
-                println!("registered {} ({}) with key {}", miner.url, miner.name, miner.miner_key);
+                let miner = &registration.miner;
+                match &registration.change {
+                    RegistrationChange::New => {
+                        println!("registered {} ({}) with key {}", miner.url, miner.name, miner.miner_key)
+                    }
+                    RegistrationChange::Renamed { previous_name } => {
+                        println!("renamed {} from {previous_name:?} to {:?}", miner.url, miner.name)
+                    }
+                    RegistrationChange::KeyReplaced { previous_key } => println!(
+                        "replaced the key of {} ({}): {previous_key} -> {}",
+                        miner.url, miner.name, miner.miner_key
+                    ),
+                    RegistrationChange::Unchanged => println!(
+                        "already registered: {} ({}) with key {}; nothing changed",
+                        miner.url, miner.name, miner.miner_key
+                    ),
+                }
             }
             MinersAction::List => {
                 let miners = operator.list().await?;

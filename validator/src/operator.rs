@@ -51,6 +51,28 @@ pub struct Miner {
     pub registered_at_unix_ms: u64,
 }
 
+/// What `miners add` did: the registration as it now stands, and what changed.
+#[derive(Debug, Serialize)]
+pub struct Registration {
+    #[serde(flatten)]
+    pub miner: Miner,
+    pub change: RegistrationChange,
+}
+
+#[derive(Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case", tag = "kind")]
+pub enum RegistrationChange {
+    /// The URL was not registered before.
+    New,
+    /// It was registered under another name, which the new one replaced.
+    Renamed { previous_name: String },
+    /// It was registered with another key, which `--replace-key` replaced (a rename may
+    /// have come with it).
+    KeyReplaced { previous_key: String },
+    /// It was registered already, as it is now.
+    Unchanged,
+}
+
 impl From<v1::MinerRecord> for Miner {
     fn from(m: v1::MinerRecord) -> Self {
         Miner {
@@ -144,13 +166,28 @@ impl Operator {
         })
     }
 
-    pub async fn add(&mut self, url: &str, name: &str, replace_key: bool) -> Result<Miner, OperatorError> {
+    /// Registers the miner at `url` (an empty `name` keeps a registered miner's name), and says
+    /// what that changed, from the registrations listed just before.
+    pub async fn add(&mut self, url: &str, name: &str, replace_key: bool) -> Result<Registration, OperatorError> {
+        let before = self.list().await?;
         let request = v1::RegisterMinerRequest {
             url: url.into(),
             name: name.into(),
             replace_key,
         };
-        Ok(self.client.register_miner(request).await?.into_inner().into())
+        let miner: Miner = self.client.register_miner(request).await?.into_inner().into();
+        // Matched on the URL the validator stored: it normalises the one given.
+        let change = match before.into_iter().find(|m| m.url == miner.url) {
+            None => RegistrationChange::New,
+            Some(was) if was.miner_key != miner.miner_key => RegistrationChange::KeyReplaced {
+                previous_key: was.miner_key,
+            },
+            Some(was) if was.name != miner.name => RegistrationChange::Renamed {
+                previous_name: was.name,
+            },
+            Some(_) => RegistrationChange::Unchanged,
+        };
+        Ok(Registration { miner, change })
     }
 
     pub async fn list(&mut self) -> Result<Vec<Miner>, OperatorError> {

@@ -139,15 +139,11 @@ impl Validator for ValidatorService {
         let url = normalise_url(&request.url);
         let inventory = self.attestor.inventory(&url).await?;
         let key = inventory.miner_key;
-        let name = if request.name.is_empty() {
-            url.clone()
-        } else {
-            request.name
-        };
+        let name = (!request.name.is_empty()).then_some(request.name.as_str());
         let record = self
             .attestor
             .store()
-            .register_miner(&url, &name, key, request.replace_key, now_ms())
+            .register_miner(&url, name, key, request.replace_key, now_ms())
             .await?;
         info!(%url, miner_key = %key, replace_key = request.replace_key, "miner registered");
         Ok(Response::new(miner_to_wire(&record)))

@@ -45,7 +45,7 @@ pub async fn calibrate(attestor: &Attestor, miners: &[Running], rounds: u32) -> 
         let url = gpu_attest_validator::attest::normalise_url(&miner.url());
         attestor
             .store()
-            .register_miner(&url, "honest", key, false, 0)
+            .register_miner(&url, Some("honest"), key, false, 0)
             .await
             .expect("register");
     }

@@ -16,13 +16,15 @@ fn key_from(bytes: &[u8]) -> Result<PublicKey, StoreError> {
 }
 
 impl Store {
-    /// Registers a miner at `url` bound to `key`. Re-registering with the same key updates the
-    /// name; a different key is refused unless `replace_key` (the operator's explicit action).
-    /// A revoked key is refused always, and so is a key registered at another URL.
+    /// Registers a miner at `url` bound to `key`, named `name` (a new miner without one is named
+    /// by its URL). Re-registering with the same key renames it if a name is given and keeps
+    /// its name otherwise; a different key is refused unless `replace_key` (the operator's
+    /// explicit action). A revoked key is refused always, and so is a key registered at
+    /// another URL.
     pub async fn register_miner(
         &self,
         url: &str,
-        name: &str,
+        name: Option<&str>,
         key: PublicKey,
         replace_key: bool,
         now_ms: u64,
@@ -53,11 +55,11 @@ impl Store {
                 name: registered_name,
             });
         }
-        let existing: Option<(Vec<u8>,)> = sqlx::query_as("SELECT miner_key FROM miners WHERE url = $1")
+        let existing: Option<(Vec<u8>, String)> = sqlx::query_as("SELECT miner_key, name FROM miners WHERE url = $1")
             .bind(url)
             .fetch_optional(&mut *tx)
             .await?;
-        if let Some((existing,)) = existing {
+        if let Some((existing, registered_name)) = existing {
             let registered = key_from(&existing)?;
             if registered != key && !replace_key {
                 return Err(StoreError::KeyChanged {
@@ -68,14 +70,14 @@ impl Store {
             }
             sqlx::query("UPDATE miners SET name = $2, miner_key = $3 WHERE url = $1")
                 .bind(url)
-                .bind(name)
+                .bind(name.unwrap_or(&registered_name))
                 .bind(key.0.to_vec())
                 .execute(&mut *tx)
                 .await?;
         } else {
             sqlx::query("INSERT INTO miners (url, name, miner_key, registered_at_ms) VALUES ($1, $2, $3, $4)")
                 .bind(url)
-                .bind(name)
+                .bind(name.unwrap_or(url))
                 .bind(key.0.to_vec())
                 .bind(as_i64(now_ms))
                 .execute(&mut *tx)
