@@ -4,9 +4,10 @@
 
 use crate::ValidatorConfig;
 use crate::operator::VerdictSummary;
+use crate::rates::RateSource;
 use crate::rates::report::RateTable;
 use crate::store::Verdict;
-use crate::throughput::show_rate;
+use crate::throughput::{Expectation, show_rate};
 
 /// One verdict in full, as `validator attest` prints it.
 pub fn print_verdict(v: &Verdict, database: &str) {
@@ -46,50 +47,93 @@ pub fn print_stored_verdicts(verdicts: &[Verdict]) {
         println!("no verdicts");
     }
     for v in verdicts {
-        println!(
-            "#{:<5} {}  {}  {} ms (deadline {} ms)  {}",
-            v.id,
-            if v.passed { "PASS" } else { "FAIL" },
-            v.miner_url,
-            v.measured_ms,
-            v.deadline_ms,
-            if v.passed {
-                v.throughput.to_string()
-            } else {
-                v.reasons.iter().map(|r| r.to_string()).collect::<Vec<_>>().join("; ")
-            }
-        );
+        println!("{}", stored_verdict_line(v));
     }
 }
 
-/// Verdicts from a running validator's API, one line each (`validator miners verdicts`).
+fn stored_verdict_line(v: &Verdict) -> String {
+    let t = &v.throughput;
+    let reasons: Vec<String> = v.reasons.iter().map(ToString::to_string).collect();
+    verdict_line(&VerdictLine {
+        id: v.id,
+        passed: v.passed,
+        miner_url: &v.miner_url,
+        measured_ms: v.measured_ms,
+        deadline_ms: v.deadline_ms,
+        proven_ops_per_sec: t.proven_ops_per_sec.unwrap_or(0.0),
+        expectation: t.expectation(),
+        reasons: &reasons,
+    })
+}
+
+/// Verdicts from a running validator's API, one line each (`validator miners verdicts`): the
+/// same lines as `validator verdicts`, so that one reading (or one script) serves both.
 pub fn print_verdict_summaries(verdicts: &[VerdictSummary]) {
     if verdicts.is_empty() {
         println!("no verdicts");
     }
     for v in verdicts {
-        let detail = if v.passed {
-            format!(
-                "proved {:.2e} op/s, expected {:.2e} ({}, slack {:.2})",
-                v.proven_ops_per_sec, v.expected_ops_per_sec, v.rate_source, v.slack
-            )
-        } else {
-            let reasons: Vec<String> = v
-                .reasons
-                .iter()
-                .map(|r| format!("{} ({})", r.message, r.code))
-                .collect();
-            reasons.join("; ")
-        };
-        println!(
-            "#{:<5} {}  {}  {} ms (deadline {} ms)  {detail}",
-            v.id,
-            if v.passed { "PASS" } else { "FAIL" },
-            v.miner_url,
-            v.measured_ms,
-            v.deadline_ms
-        );
+        println!("{}", summary_line(v));
     }
+}
+
+fn summary_line(v: &VerdictSummary) -> String {
+    let reasons: Vec<String> = v
+        .reasons
+        .iter()
+        .map(|r| format!("{} ({})", r.message, r.code))
+        .collect();
+    verdict_line(&VerdictLine {
+        id: v.id,
+        passed: v.passed,
+        miner_url: &v.miner_url,
+        measured_ms: v.measured_ms,
+        deadline_ms: v.deadline_ms,
+        proven_ops_per_sec: v.proven_ops_per_sec,
+        expectation: Expectation {
+            ops_per_sec: v.expected_ops_per_sec,
+            source: RateSource::parse(&v.rate_source),
+            miners: v.rate_miners,
+            slack: v.slack,
+        },
+        reasons: &reasons,
+    })
+}
+
+/// What one verdict line shows, wherever the verdict was read from.
+struct VerdictLine<'a> {
+    id: u64,
+    passed: bool,
+    miner_url: &'a str,
+    measured_ms: u64,
+    deadline_ms: u64,
+    proven_ops_per_sec: f64,
+    expectation: Expectation,
+    /// Each as "message (code)".
+    reasons: &'a [String],
+}
+
+/// `#12    PASS  http://rig:7070  840 ms (deadline 2100 ms)  proved ..., expected ... (basis)`;
+/// a failure ends with its reasons instead.
+fn verdict_line(v: &VerdictLine) -> String {
+    let detail = if v.passed {
+        format!(
+            "proved {}, expected {} ({})",
+            show_rate(v.proven_ops_per_sec),
+            show_rate(v.expectation.ops_per_sec),
+            v.expectation.basis()
+        )
+    } else {
+        v.reasons.join("; ")
+    };
+    format!(
+        "#{:<5} {}  {}  {} ms (deadline {} ms)  {detail}",
+        v.id,
+        if v.passed { "PASS" } else { "FAIL" },
+        v.miner_url,
+        v.measured_ms,
+        v.deadline_ms
+    )
 }
 
 /// The rate table, as `validator rates` shows it.
@@ -132,5 +176,29 @@ pub fn print_rate_table(table: &RateTable, config: &ValidatorConfig) {
             },
             r.source
         );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::reason::{Reason, ReasonCode};
+    use crate::service::verdict_to_wire;
+
+    #[test]
+    fn a_verdict_reads_the_same_from_the_file_and_from_the_api() {
+        let mut passed = crate::store::test_support::passing_verdict([1; 32]);
+        passed.id = 7;
+        let mut failed = passed.clone();
+        failed.id = 8;
+        failed.passed = false;
+        failed.throughput.proven_ops_per_sec = None;
+        failed.reasons = vec![Reason::new(ReasonCode::GlobalChecksumMismatch, "chain 3 differs")];
+        for v in [passed, failed] {
+            let from_file = stored_verdict_line(&v);
+            let from_api = summary_line(&VerdictSummary::from(verdict_to_wire(&v)));
+            assert_eq!(from_file, from_api);
+            assert!(from_file.starts_with(&format!("#{:<5} ", v.id)), "{from_file}");
+        }
     }
 }
