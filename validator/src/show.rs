@@ -146,8 +146,17 @@ pub fn print_rate_table(table: &RateTable, config: &ValidatorConfig) {
         println!("  none yet");
     }
     for c in &table.classes {
+        // A class not yet calibrated still shows what this validator saw of it.
+        let seen = if c.source != "calibrated" && c.seen_observations > 0 {
+            format!(
+                "; seen here: {} passes from {} of the {} miners it calibrates at",
+                c.seen_observations, c.seen_miners, config.calibration.min_miners
+            )
+        } else {
+            String::new()
+        };
         println!(
-            "  {:<10} {}/{}  {} per {}  {} miners, {} observations{}  (ceiling {})",
+            "  {:<10} {}/{}  {} per {}  {} miners, {} observations{}  (ceiling {}){seen}",
             c.source,
             c.class,
             c.unit,

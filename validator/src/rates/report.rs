@@ -1,5 +1,6 @@
 //! `validator rates`: the table as this validator sees it, and its export and import.
 
+use super::calibration::Observation;
 use super::file::{FORMAT, RateFile, RateFileError, SharedClass};
 use super::{Expected, RateBook, RateClass, RateEntry, RateSource};
 use crate::config::ValidatorConfig;
@@ -19,6 +20,11 @@ pub struct ClassRow {
     pub observations: u32,
     pub ceiling: f64,
     pub capped: bool,
+    /// What this validator saw of the class itself within `calibration.max_age_days`, whether
+    /// or not it was enough to calibrate: passes and the distinct miners behind them. A class
+    /// still planned from the shipped table shows here how far it is from its own rate.
+    pub seen_observations: u32,
+    pub seen_miners: u32,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -41,8 +47,14 @@ async fn book(store: &Store, config: &ValidatorConfig, now_ms: u64) -> Result<(V
     Ok((classes, book))
 }
 
-fn row(class: RateClass, e: Expected) -> ClassRow {
+fn row(class: RateClass, e: Expected, seen: &[Observation]) -> ClassRow {
+    let seen_miners = seen
+        .iter()
+        .map(|o| o.miner_key)
+        .collect::<std::collections::HashSet<_>>();
     ClassRow {
+        seen_observations: u32::try_from(seen.len()).unwrap_or(u32::MAX),
+        seen_miners: u32::try_from(seen_miners.len()).unwrap_or(u32::MAX),
         unit: class.unit().as_str(),
         class,
         source: e.source.to_string(),
@@ -56,14 +68,15 @@ fn row(class: RateClass, e: Expected) -> ClassRow {
 
 pub async fn table(store: &Store, config: &ValidatorConfig, now_ms: u64) -> Result<RateTable, StoreError> {
     let (classes, book) = book(store, config, now_ms).await?;
+    let since_ms = now_ms.saturating_sub(u64::from(config.calibration.max_age_days) * 86_400_000);
+    let mut rows = Vec::with_capacity(classes.len());
+    for class in classes {
+        let seen = store.observations(&class, since_ms).await?;
+        let e = book.expected(&class);
+        rows.push(row(class, e, &seen));
+    }
     Ok(RateTable {
-        classes: classes
-            .into_iter()
-            .map(|c| {
-                let e = book.expected(&c);
-                row(c, e)
-            })
-            .collect(),
+        classes: rows,
         shipped: config.rate_table(),
     })
 }
@@ -92,4 +105,44 @@ pub async fn import(store: &Store, text: &str, now_ms: u64) -> Result<Vec<Shared
     let rows: Vec<_> = file.classes.iter().map(|c| (c.class(), c.rate())).collect();
     store.import_shared_rates(&rows, now_ms).await?;
     Ok(file.classes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::{ClassObservation, test_support::passing_verdict};
+
+    /// Below `min_miners` a class is planned from the shipped table, and the table still says
+    /// what this validator saw of it: how far it is from a rate of its own.
+    #[tokio::test]
+    async fn a_class_not_yet_calibrated_shows_what_was_seen_of_it() {
+        let config = ValidatorConfig::default();
+        assert!(config.calibration.min_miners > 2, "the test needs a class short of miners");
+        let class = RateClass {
+            backend: "cpu".into(),
+            kernel: "portable".into(),
+            model: "cpu: test".into(),
+            n: 64,
+        };
+        for (store, _scratch) in crate::store::test_stores("report-seen").await {
+            // Two passes by one miner, one by another.
+            for (nonce, miner) in [(1u8, 1u8), (2, 1), (3, 2)] {
+                assert!(store.claim_nonce(&[nonce; 32], "http://m", 1).await.unwrap());
+                let observation = ClassObservation {
+                    class: class.clone(),
+                    miner_key: [miner; 32],
+                    ops_per_unit: 4.0e9,
+                };
+                store
+                    .record_verdict(&passing_verdict([nonce; 32]), Some(&observation))
+                    .await
+                    .unwrap();
+            }
+            let table = table(&store, &config, 2_000).await.unwrap();
+            let row = table.classes.iter().find(|r| r.class == class).expect("class listed");
+            assert_ne!(row.source, "calibrated");
+            assert_eq!((row.miners, row.observations), (0, 0), "nothing observed is used yet");
+            assert_eq!((row.seen_observations, row.seen_miners), (3, 2));
+        }
+    }
 }
