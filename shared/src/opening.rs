@@ -44,18 +44,28 @@ pub enum OpenError {
 }
 
 /// Draws `count` requests from the validator's CSPRNG: distinct chains while there are enough,
-/// each with a uniformly chosen segment.
+/// each with a uniformly chosen segment; past that, no (chain, segment) pair twice while any
+/// is left undrawn, since a repeated pair costs the validator a re-execution and tells it
+/// nothing new. Only when `count` exceeds every pair do pairs repeat.
 pub fn draw_samples(rng: &mut impl Rng, work: &Work, count: u32) -> Vec<SampleRequest> {
     let chains = work.num_chains();
     let segments = work.segments();
+    let pairs = chains.saturating_mul(u64::from(segments));
     let mut picked: Vec<SampleRequest> = Vec::with_capacity(count as usize);
+    let mut seen = std::collections::HashSet::new();
     while picked.len() < count as usize {
+        let drawn = picked.len() as u64;
         let chain = uniform(rng, chains);
-        if (picked.len() as u64) < chains && picked.iter().any(|s| s.chain == chain) {
+        if drawn < chains && picked.iter().any(|s| s.chain == chain) {
             continue;
         }
         let segment = uniform(rng, u64::from(segments)) as u32;
-        picked.push(SampleRequest { chain, segment });
+        let request = SampleRequest { chain, segment };
+        // Every pair drawn once already: from here on, repeats are all there is.
+        if drawn < pairs && !seen.insert(request) {
+            continue;
+        }
+        picked.push(request);
     }
     picked
 }

@@ -263,8 +263,19 @@ fn samples_are_distinct_chains_within_range() {
     chains.dedup();
     assert_eq!(chains.len(), 6);
     assert!(samples.iter().all(|s| s.chain < 6 && s.segment < 4));
-    // More samples than chains: repeats are allowed, and still in range.
+    // More samples than chains: chains repeat, pairs do not, and all are in range.
     let many = draw_samples(&mut rng, &work(), 20);
     assert_eq!(many.len(), 20);
     assert!(many.iter().all(|s| s.chain < 6 && s.segment < 4));
+    let mut pairs = many.clone();
+    pairs.sort();
+    pairs.dedup();
+    assert_eq!(pairs.len(), 20, "a pair was drawn twice: {many:?}");
+    // Every one of the 6 x 4 pairs, and then repeats: the miner must answer those too.
+    let all = draw_samples(&mut rng, &work(), 24);
+    let mut distinct = all.clone();
+    distinct.sort();
+    distinct.dedup();
+    assert_eq!(distinct.len(), 24);
+    assert_eq!(draw_samples(&mut rng, &work(), 30).len(), 30);
 }
