@@ -4,7 +4,7 @@
 //! as the miner's does for an allowed validator, and stays open until the client drops it, which
 //! is a call running for as long as a test needs one.
 
-use gpu_attest_daemon::connections::{ConnectionLimits, holds_connection};
+use gpu_attest_daemon::connections::{ConnectionLimits, hold_connection_while_handling, holds_connection};
 use gpu_attest_daemon::rate_limit::PeerRateLimiter;
 use gpu_attest_daemon::stack::{self, ServeOptions};
 use gpu_attest_proto::v1;
@@ -30,7 +30,19 @@ impl Miner for StandIn {
     type RunChallengeStream = Events<v1::ChallengeEvent>;
     type OpenChainsStream = Events<v1::ChainOpening>;
 
-    async fn get_inventory(&self, _: Request<v1::GetInventoryRequest>) -> Result<Response<v1::Inventory>, Status> {
+    /// Answers at once, or, for a request marked `slow` (a registration probing a slow miner),
+    /// after SLOW_CALL: holding its connection meanwhile if it is also marked `held`.
+    async fn get_inventory(
+        &self,
+        request: Request<v1::GetInventoryRequest>,
+    ) -> Result<Response<v1::Inventory>, Status> {
+        let marked = |key: &str| request.metadata().contains_key(key);
+        if marked("slow") {
+            let _held = marked("held")
+                .then(|| hold_connection_while_handling(request.extensions()))
+                .flatten();
+            tokio::time::sleep(SLOW_CALL).await;
+        }
         Ok(Response::new(v1::Inventory::default()))
     }
 
@@ -44,6 +56,8 @@ impl Miner for StandIn {
 }
 
 const GRACE: Duration = Duration::from_millis(400);
+/// A unary call that outlasts the grace by far, yet answers within the client's timeout.
+const SLOW_CALL: Duration = Duration::from_millis(1_500);
 
 /// Serves the stand-in on a port-0 listener with room for `total` connections in all.
 async fn serve(total: usize) -> SocketAddr {
@@ -129,6 +143,35 @@ async fn a_newcomer_takes_the_place_of_an_idle_connection_never_a_busy_one() {
     tokio::time::sleep(GRACE + Duration::from_millis(200)).await;
     let _next = inventory(address).await.expect("the quiet connection did not give way");
     drop(challenge);
+}
+
+/// A slow unary call, whose response (and so any mark on it) comes only at its end, keeps its
+/// connection only if its handler holds it: unheld, the connection is quiet meanwhile and
+/// gives way, and the call is lost.
+#[tokio::test]
+async fn a_slow_unary_call_keeps_its_connection_only_if_its_handler_holds_it() {
+    for held in [true, false] {
+        let address = serve(1).await;
+        let mut caller = client(address).await.unwrap();
+        let call = tokio::spawn(async move {
+            let mut request = Request::new(v1::GetInventoryRequest {});
+            request.metadata_mut().insert("slow", "1".parse().unwrap());
+            if held {
+                request.metadata_mut().insert("held", "1".parse().unwrap());
+            }
+            caller.get_inventory(request).await.map(|_| ())
+        });
+        tokio::time::sleep(GRACE + Duration::from_millis(300)).await;
+        let newcomer = inventory(address).await;
+        let outcome = call.await.unwrap();
+        if held {
+            assert!(newcomer.is_err(), "a held call's connection gave way");
+            outcome.expect("the held call failed");
+        } else {
+            assert!(newcomer.is_ok(), "an unheld, quiet connection kept its place");
+            assert!(outcome.is_err(), "the call survived its connection being closed");
+        }
+    }
 }
 
 /// A health `Watch` never ends, so it does not hold its connection's place: otherwise a peer

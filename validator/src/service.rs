@@ -119,6 +119,12 @@ fn miner_to_wire(m: &MinerRecord) -> v1::MinerRecord {
     }
 }
 
+/// A caller that proved who it is (a client certificate), or one on this machine: one whose
+/// long calls may keep a connection from being closed to make room.
+fn is_trusted_caller<T>(request: &Request<T>) -> bool {
+    request.peer_certs().is_some() || request.remote_addr().is_some_and(|a| a.ip().is_loopback())
+}
+
 type EventStream = Pin<Box<dyn Stream<Item = Result<v1::AttestEvent, Status>> + Send>>;
 
 #[tonic::async_trait]
@@ -129,6 +135,11 @@ impl Validator for ValidatorService {
         &self,
         request: Request<v1::RegisterMinerRequest>,
     ) -> Result<Response<v1::MinerRecord>, Status> {
+        // Probing the miner may take longer than a connection may stay quiet: a trusted
+        // caller's connection is held meanwhile (see attest_miner for who is trusted).
+        let _held = is_trusted_caller(&request)
+            .then(|| gpu_attest_daemon::connections::hold_connection_while_handling(request.extensions()))
+            .flatten();
         let request = request.into_inner();
         if request.url.is_empty() {
             return Err(Status::invalid_argument("url is required"));
@@ -196,7 +207,7 @@ impl Validator for ValidatorService {
         // its connection while it follows the attestation. On an API served over TLS without
         // client certificates (which SECURITY.md advises against) a stranger could otherwise
         // hold connections by never reading the stream.
-        let trusted = request.peer_certs().is_some() || request.remote_addr().is_some_and(|a| a.ip().is_loopback());
+        let trusted = is_trusted_caller(&request);
         let url = request.into_inner().url;
         if url.is_empty() {
             return Err(Status::invalid_argument("url is required"));

@@ -7,13 +7,16 @@
 //! nothing: a stranger can make them at will.
 //!
 //! Handlers mark the long calls of peers they trust: an allowed validator's challenge or opening
-//! round, an attestation followed through the API. Nothing else holds a connection, because
+//! round, an attestation followed through the API. A trusted unary call that may run long (a
+//! registration that probes a miner) holds its connection from its handler instead, with
+//! [`hold_connection_while_handling`], since its response comes only at its end. Nothing else holds a connection, because
 //! anything else a stranger can make last: a health `Watch` never ends, a call's message can be
 //! left unsent, and a response can be left unread (an HTTP/2 peer that grants no flow-control
 //! window).
 
 use super::table::{Connections, Ends, RunningCall};
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use tonic::codegen::{Service, http};
 
@@ -26,6 +29,28 @@ struct HoldsConnection;
 pub fn holds_connection<T>(mut response: tonic::Response<T>) -> tonic::Response<T> {
     response.extensions_mut().insert(HoldsConnection);
     response
+}
+
+/// What the layer puts in each request's extensions, so that a handler can hold its
+/// connection while it works: see [`hold_connection_while_handling`].
+#[derive(Clone)]
+struct ConnectionOfCall(Arc<super::table::Connection>);
+
+/// Keeps the connection of the call whose request carried `extensions` from being closed to
+/// make room, until the returned guard drops: for a trusted peer's unary call that may take
+/// longer than a connection may stay quiet (a registration that probes a slow miner), whose
+/// response, and so [`holds_connection`]'s mark, comes only at its end. `None` for a request
+/// that came on no tracked connection (an in-memory transport).
+pub fn hold_connection_while_handling(extensions: &http::Extensions) -> Option<HeldConnection> {
+    extensions.get::<ConnectionOfCall>().map(|c| HeldConnection {
+        _running: c.0.call_started(),
+    })
+}
+
+/// A handler's hold on its connection: see [`hold_connection_while_handling`].
+#[derive(Debug)]
+pub struct HeldConnection {
+    _running: RunningCall,
 }
 
 /// The layer that reports calls to the [`Connections`] table.
@@ -75,15 +100,17 @@ where
         self.inner.poll_ready(cx)
     }
 
-    fn call(&mut self, request: http::Request<B>) -> Self::Future {
+    fn call(&mut self, mut request: http::Request<B>) -> Self::Future {
         // A request without a socket address (an in-memory transport) belongs to no connection.
-        let ends = connection_ends(request.extensions());
-        let connections = self.connections.clone();
+        let connection = connection_ends(request.extensions()).and_then(|ends| self.connections.find(ends));
+        if let Some(connection) = &connection {
+            request.extensions_mut().insert(ConnectionOfCall(connection.clone()));
+        }
         let response = self.inner.call(request);
         Box::pin(async move {
             let response = response.await?;
             let running = match response.extensions().get::<HoldsConnection>() {
-                Some(_) => ends.and_then(|ends| connections.find(ends)).map(|c| c.call_started()),
+                Some(_) => connection.map(|c| c.call_started()),
                 None => None,
             };
             Ok(response.map(|body| TrackedBody { inner: body, running }))

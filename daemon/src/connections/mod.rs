@@ -31,7 +31,9 @@ mod handshake;
 mod incoming;
 mod table;
 
-pub use calls::{CallTracking, TrackedBody, TrackedCalls, holds_connection};
+pub use calls::{
+    CallTracking, HeldConnection, TrackedBody, TrackedCalls, hold_connection_while_handling, holds_connection,
+};
 pub use incoming::{GuardedIncoming, GuardedStream};
 pub use table::Connections;
 

@@ -117,7 +117,10 @@ mod tests {
     #[tokio::test]
     async fn a_class_not_yet_calibrated_shows_what_was_seen_of_it() {
         let config = ValidatorConfig::default();
-        assert!(config.calibration.min_miners > 2, "the test needs a class short of miners");
+        assert!(
+            config.calibration.min_miners > 2,
+            "the test needs a class short of miners"
+        );
         let class = RateClass {
             backend: "cpu".into(),
             kernel: "portable".into(),
