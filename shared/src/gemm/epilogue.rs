@@ -1,5 +1,6 @@
-//! What happens to a finished tile row: undo the bias of the `vpdpbusd` kernels, then either
-//! keep the exact int32 values or map them through the chain's `mix` straight into int8.
+//! What happens to a finished tile: the exact int32 values (every kernel's tile is the exact
+//! product, the `vpdpbusd` kernels' bias already corrected) are mapped through the chain's
+//! `mix` straight into int8.
 //!
 //! `mix` is a handful of 32-bit multiplies and shifts per element. Compiled for the baseline
 //! x86-64 target (SSE2, no 32-bit vector multiply) it runs scalar, and with the AMX kernel
@@ -8,14 +9,6 @@
 
 use super::{TILE_COLS, TilePlace};
 use crate::mix::{col_key, mix_keyed, row_key, step_key};
-
-/// `sum((a+128) * b) - 128 * sum(b) = sum(a * b)`, exact modulo 2^32 and therefore exact.
-#[inline]
-pub(super) fn undo_bias(row: &mut [i32; TILE_COLS], col_sums: &[i32; TILE_COLS]) {
-    for (v, &s) in row.iter_mut().zip(col_sums) {
-        *v = v.wrapping_sub(s.wrapping_mul(128));
-    }
-}
 
 /// Writes `mix(tile[i][j], step, at.row + i, at.col + j)` to `out[at.offset + i*n + j]`, for a
 /// whole tile at once: one dispatched call per tile rather than per row, because at 32 values a

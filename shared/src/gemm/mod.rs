@@ -4,8 +4,8 @@
 //! computes one register tile, a few rows of A against one panel, over the whole k range or,
 //! for the kernels that take k in blocks, over one block of it with the sums carried from the
 //! block before. The driver here walks the tiles, parallel over blocks of whole output rows with
-//! rayon, and hands each finished row to the epilogue (bias correction, then `mix` or a plain
-//! copy).
+//! rayon, and hands each finished tile, already the exact product, to the epilogue (`mix`, or a
+//! plain copy).
 //!
 //! How the rows and k are cut, and which operand streams past L1, is `schedule`'s; the tuning
 //! settings read from the environment are `settings`'.
@@ -194,7 +194,6 @@ impl CpuGemm {
         assert_eq!(out.len(), n * n);
         let blocked_spans = k_spans(n, self.k_block(n));
         let whole_of_k = k_spans(n, n);
-        let biased = kernel.wants_biased_a();
         let a_bytes = a.as_bytes();
         let a_row_bytes = n * kernel.a_element_bytes();
         let rows_per_task = rows_per_task(n, self.threads(), tile_rows);
@@ -236,7 +235,7 @@ impl CpuGemm {
                             return;
                         }
                         let col0 = panel * TILE_COLS;
-                        let col_sums = b.col_sums(panel);
+                        let bias_correction = b.bias_correction(panel);
                         for (block_of_k, k) in k_spans.iter().enumerate() {
                             let (first_pass, last_pass) = (block_of_k == 0, block_of_k + 1 == k_spans.len());
                             let streamed = match cache_hints {
@@ -272,6 +271,7 @@ impl CpuGemm {
                                 let ops = TileOperands {
                                     rows,
                                     panel: b.panel(panel),
+                                    bias_correction,
                                     n,
                                     k: k.clone(),
                                     streamed,
@@ -280,9 +280,6 @@ impl CpuGemm {
                                 // The previous tile's epilogue ran inside that call.
                                 pending = None;
                                 if last_pass {
-                                    if biased {
-                                        tile.iter_mut().for_each(|row| epilogue::undo_bias(row, col_sums));
-                                    }
                                     let at = TilePlace {
                                         offset: r * n + col0,
                                         row: first_row + r,
@@ -346,19 +343,20 @@ impl SumRows {
 
 /// The register-only ceiling of `kernel`'s instructions on `threads` threads at once (0: every
 /// core), in operations per second: each thread runs the kernel's multiply-accumulate on operands
-/// that never touch memory, for about `seconds`. Measured for the AMX kernel (`tdpbssd` on
-/// tiles of pseudo-random bytes) and the AVX2 kernel (`vpmaddwd` + `vpaddd`); None for the others
-/// or when this CPU lacks the kernel. `miner bench` reports it, so that the kernels' speed can be
-/// read as a share of what the hardware does.
+/// that never touch memory ([`KernelKind::ceiling_instructions`]), for about `seconds`; None
+/// for the portable kernel or when this CPU lacks the kernel. `miner bench` reports it, so that
+/// the kernels' speed can be read as a share of what the hardware does.
 pub fn register_peak(kernel: KernelKind, threads: usize, seconds: f64) -> Option<f64> {
     let threads = match threads {
         0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
         t => t,
     };
     // Rounds per second, roughly, so that the run lasts about `seconds`: four tdpbssd take some
-    // 64 cycles at 3 GHz; eight vpmaddwd + vpaddd pairs ran at 0.6-0.7e9 rounds/s on a Zen 3.
+    // 64 cycles at 3 GHz; eight vpmaddwd + vpaddd pairs ran at 0.6-0.7e9 rounds/s on a Zen 3;
+    // sixteen zmm vpdpbusd at about 5e8 and twelve ymm ones at about 7e8 on a Zen 5.
     let rounds_per_second = match kernel {
         KernelKind::Amx => 5e7,
+        KernelKind::Avx512Vnni => 5e8,
         _ => 7e8,
     };
     let iterations = (seconds * rounds_per_second) as u64;

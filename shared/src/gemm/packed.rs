@@ -12,8 +12,9 @@ pub struct PackedB {
     /// `[q*128 + lane*4 + t] = B[4q + t][32p + lane]`. Cache-line aligned, so that each
     /// 16-column half of a k-quad (an AMX tile row, a zmm load) is one line.
     panels: AlignedBytes,
-    /// `sum_k B[k][j]`, to undo the bias on A.
-    col_sums: Vec<i32>,
+    /// `-128 * sum_k B[k][j]`: where the kernels that read A biased by +128 start each column's
+    /// sums, so that their tiles come out as the exact product (PROTOCOL.md "Exactness").
+    bias_correction: Vec<i32>,
 }
 
 impl PackedB {
@@ -41,7 +42,13 @@ impl PackedB {
                 *sum += i32::from(v);
             }
         }
-        PackedB { n, panels, col_sums }
+        // |sum| <= 128 * 8192 = 2^20, so -128 * sum fits in an i32 with room to spare.
+        let bias_correction = col_sums.into_iter().map(|sum| sum.wrapping_mul(-128)).collect();
+        PackedB {
+            n,
+            panels,
+            bias_correction,
+        }
     }
 
     pub fn n(&self) -> usize {
@@ -52,8 +59,10 @@ impl PackedB {
         &self.panels.as_slice()[p * TILE_COLS * self.n..(p + 1) * TILE_COLS * self.n]
     }
 
-    pub(super) fn col_sums(&self, p: usize) -> &[i32; TILE_COLS] {
-        self.col_sums[p * TILE_COLS..(p + 1) * TILE_COLS]
+    /// `-128 * column_sum(B)` over panel p's columns: `sum((a + 128) * b) - 128 * sum(b)` is
+    /// `sum(a * b)`, so a kernel fed A biased by +128 that starts its sums here ends exact.
+    pub(super) fn bias_correction(&self, p: usize) -> &[i32; TILE_COLS] {
+        self.bias_correction[p * TILE_COLS..(p + 1) * TILE_COLS]
             .try_into()
             .expect("panel width")
     }

@@ -1,7 +1,8 @@
 //! `vpdpbusd` on 512-bit registers (AVX-512 VNNI): 64 multiply-adds per instruction.
 //!
 //! `vpdpbusd` multiplies *unsigned* by signed bytes, so this kernel reads A biased by +128 and
-//! the driver subtracts `128 * column_sum(B)` afterwards (PROTOCOL.md "Exactness").
+//! starts its sums at `-128 * column_sum(B)`, which makes the tile exact (PROTOCOL.md
+//! "Exactness").
 
 use crate::gemm::TILE_COLS;
 use std::arch::x86_64::*;
@@ -16,14 +17,29 @@ pub(super) fn is_available() -> bool {
 
 /// Sixteen accumulators (8 rows x 2 registers of 16 columns) live in registers for the whole
 /// k loop; each k-quad costs two loads of B, eight 4-byte broadcasts of A and 16 `vpdpbusd`.
+/// The accumulators start at `bias_correction` rather than zero, so the bias costs nothing
+/// after the loop.
 ///
 /// # Safety
 /// The CPU must have AVX-512F/BW/VNNI; `rows` holds TILE_ROWS rows of n biased bytes, `panel`
 /// 32n packed bytes and `out` TILE_ROWS rows.
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
-pub(super) unsafe fn tile(rows: &[u8], n: usize, panel: &[u8], out: &mut [[i32; TILE_COLS]]) {
+pub(super) unsafe fn tile(
+    rows: &[u8],
+    n: usize,
+    panel: &[u8],
+    bias_correction: &[i32; TILE_COLS],
+    out: &mut [[i32; TILE_COLS]],
+) {
     debug_assert!(rows.len() == TILE_ROWS * n && panel.len() == TILE_COLS * n && out.len() == TILE_ROWS);
-    let mut acc = [[_mm512_setzero_si512(); 2]; TILE_ROWS];
+    // SAFETY: `bias_correction` is 32 i32 = two 64-byte loads.
+    let start = unsafe {
+        [
+            _mm512_loadu_si512(bias_correction.as_ptr().cast()),
+            _mm512_loadu_si512(bias_correction.as_ptr().add(16).cast()),
+        ]
+    };
+    let mut acc = [start; TILE_ROWS];
     let a = rows.as_ptr();
     let b = panel.as_ptr();
     for q in 0..n / 4 {
@@ -48,5 +64,63 @@ pub(super) unsafe fn tile(rows: &[u8], n: usize, panel: &[u8], out: &mut [[i32; 
             _mm512_storeu_si512(dst.as_mut_ptr().cast(), acc[0]);
             _mm512_storeu_si512(dst.as_mut_ptr().add(16).cast(), acc[1]);
         }
+    }
+}
+
+/// What this thread reaches on `vpdpbusd zmm` alone: `iterations` rounds of 16 independent
+/// `vpdpbusd` on operands that never leave the registers (pseudo-random bytes, as real
+/// matrices are), as operations (2 per multiply-add) per second; None without the kernel's
+/// features. The ceiling the kernel is measured against.
+pub(super) fn register_peak(iterations: u64) -> Option<f64> {
+    if !is_available() {
+        return None;
+    }
+    let iterations = iterations.max(1);
+    let operands = super::ceiling_operands();
+    let start = std::time::Instant::now();
+    // SAFETY: the features were detected above; `operands` is 128 bytes.
+    unsafe { register_loop(&operands, iterations) };
+    let seconds = start.elapsed().as_secs_f64();
+    Some(iterations as f64 * 16.0 * 64.0 * 2.0 / seconds)
+}
+
+/// # Safety
+/// The CPU must have AVX-512F/BW/VNNI; `iterations` must not be 0 (`dec` would wrap).
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+unsafe fn register_loop(operands: &[u8; 128], iterations: u64) {
+    // SAFETY (caller): the features are present; the two loads read the 128 bytes of
+    // `operands`, and the loop touches no memory.
+    unsafe {
+        std::arch::asm!(
+            "vmovdqu64 zmm30, [{p}]",
+            "vmovdqu64 zmm31, [{p} + 64]",
+            "2:",
+            "vpdpbusd zmm0, zmm30, zmm31",
+            "vpdpbusd zmm1, zmm31, zmm30",
+            "vpdpbusd zmm2, zmm30, zmm31",
+            "vpdpbusd zmm3, zmm31, zmm30",
+            "vpdpbusd zmm4, zmm30, zmm31",
+            "vpdpbusd zmm5, zmm31, zmm30",
+            "vpdpbusd zmm6, zmm30, zmm31",
+            "vpdpbusd zmm7, zmm31, zmm30",
+            "vpdpbusd zmm8, zmm30, zmm31",
+            "vpdpbusd zmm9, zmm31, zmm30",
+            "vpdpbusd zmm10, zmm30, zmm31",
+            "vpdpbusd zmm11, zmm31, zmm30",
+            "vpdpbusd zmm12, zmm30, zmm31",
+            "vpdpbusd zmm13, zmm31, zmm30",
+            "vpdpbusd zmm14, zmm30, zmm31",
+            "vpdpbusd zmm15, zmm31, zmm30",
+            "dec {i}",
+            "jnz 2b",
+            p = in(reg) operands.as_ptr(),
+            i = inout(reg) iterations => _,
+            out("zmm0") _, out("zmm1") _, out("zmm2") _, out("zmm3") _,
+            out("zmm4") _, out("zmm5") _, out("zmm6") _, out("zmm7") _,
+            out("zmm8") _, out("zmm9") _, out("zmm10") _, out("zmm11") _,
+            out("zmm12") _, out("zmm13") _, out("zmm14") _, out("zmm15") _,
+            out("zmm30") _, out("zmm31") _,
+            options(nostack, readonly),
+        );
     }
 }

@@ -1,6 +1,6 @@
 //! `vpdpbusd` on 256-bit registers (AVX-VNNI, the VEX encoding): for CPUs with VNNI but without
-//! AVX-512 (Intel Alder Lake and later clients, AMD Zen 5 clients, Sierra Forest). Biased A, as
-//! in the AVX-512 kernel.
+//! AVX-512 (Intel Alder Lake and later clients, Sierra Forest). Biased A, and sums that start at
+//! the bias correction, as in the AVX-512 kernel.
 
 use crate::gemm::TILE_COLS;
 use std::arch::x86_64::*;
@@ -17,13 +17,24 @@ pub(super) fn is_available() -> bool {
 /// # Safety
 /// The CPU must have AVX2 and AVX-VNNI; lengths as in the AVX-512 kernel.
 #[target_feature(enable = "avx2,avxvnni")]
-pub(super) unsafe fn tile(rows: &[u8], n: usize, panel: &[u8], out: &mut [[i32; TILE_COLS]]) {
+pub(super) unsafe fn tile(
+    rows: &[u8],
+    n: usize,
+    panel: &[u8],
+    bias_correction: &[i32; TILE_COLS],
+    out: &mut [[i32; TILE_COLS]],
+) {
     debug_assert!(rows.len() == TILE_ROWS * n && panel.len() == TILE_COLS * n && out.len() == TILE_ROWS);
     let a = rows.as_ptr();
     let b = panel.as_ptr();
     for row_group in 0..TILE_ROWS / 4 {
         for col_group in 0..TILE_COLS / 16 {
-            let mut acc = [[_mm256_setzero_si256(); 2]; 4];
+            // SAFETY: col_group < 2, so the two 8-lane loads stay within the 32 i32.
+            let start = unsafe {
+                let c = bias_correction.as_ptr().add(col_group * 16);
+                [_mm256_loadu_si256(c.cast()), _mm256_loadu_si256(c.add(8).cast())]
+            };
+            let mut acc = [start; 4];
             for q in 0..n / 4 {
                 // SAFETY: q < n/4 and col_group < 2 keep b + q*128 + col_group*64 + 64 within
                 // the panel's 32n bytes; row_group*4 + r < 8 keeps A's reads within 8n bytes.
@@ -48,5 +59,58 @@ pub(super) unsafe fn tile(rows: &[u8], n: usize, panel: &[u8], out: &mut [[i32; 
                 }
             }
         }
+    }
+}
+
+/// What this thread reaches on the VEX `vpdpbusd ymm` alone: `iterations` rounds of 12
+/// independent `vpdpbusd` on operands that never leave the registers, as operations per
+/// second; None without AVX-VNNI. The ceiling the kernel is measured against.
+pub(super) fn register_peak(iterations: u64) -> Option<f64> {
+    if !is_available() {
+        return None;
+    }
+    let iterations = iterations.max(1);
+    let operands = super::ceiling_operands();
+    let start = std::time::Instant::now();
+    // SAFETY: the features were detected above; `operands` is 128 bytes.
+    unsafe { register_loop(&operands, iterations) };
+    let seconds = start.elapsed().as_secs_f64();
+    Some(iterations as f64 * 12.0 * 32.0 * 2.0 / seconds)
+}
+
+/// # Safety
+/// The CPU must have AVX2 and AVX-VNNI; `iterations` must not be 0 (`dec` would wrap).
+#[target_feature(enable = "avx2,avxvnni")]
+unsafe fn register_loop(operands: &[u8; 128], iterations: u64) {
+    // SAFETY (caller): the features are present; the two loads read 64 of the 128 bytes of
+    // `operands`, and the loop touches no memory. `{vex}` asks for the AVX-VNNI encoding (the
+    // EVEX form would need AVX-512 VL).
+    unsafe {
+        std::arch::asm!(
+            "vmovdqu ymm14, [{p}]",
+            "vmovdqu ymm15, [{p} + 64]",
+            "2:",
+            "{{vex}} vpdpbusd ymm0, ymm14, ymm15",
+            "{{vex}} vpdpbusd ymm1, ymm15, ymm14",
+            "{{vex}} vpdpbusd ymm2, ymm14, ymm15",
+            "{{vex}} vpdpbusd ymm3, ymm15, ymm14",
+            "{{vex}} vpdpbusd ymm4, ymm14, ymm15",
+            "{{vex}} vpdpbusd ymm5, ymm15, ymm14",
+            "{{vex}} vpdpbusd ymm6, ymm14, ymm15",
+            "{{vex}} vpdpbusd ymm7, ymm15, ymm14",
+            "{{vex}} vpdpbusd ymm8, ymm14, ymm15",
+            "{{vex}} vpdpbusd ymm9, ymm15, ymm14",
+            "{{vex}} vpdpbusd ymm10, ymm14, ymm15",
+            "{{vex}} vpdpbusd ymm11, ymm15, ymm14",
+            "dec {i}",
+            "jnz 2b",
+            p = in(reg) operands.as_ptr(),
+            i = inout(reg) iterations => _,
+            out("ymm0") _, out("ymm1") _, out("ymm2") _, out("ymm3") _,
+            out("ymm4") _, out("ymm5") _, out("ymm6") _, out("ymm7") _,
+            out("ymm8") _, out("ymm9") _, out("ymm10") _, out("ymm11") _,
+            out("ymm14") _, out("ymm15") _,
+            options(nostack, readonly),
+        );
     }
 }

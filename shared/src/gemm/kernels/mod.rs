@@ -71,11 +71,15 @@ pub(super) enum Sums<'a> {
 
 /// What one tile call multiplies: `rows`, some rows of A in a kernel's layout (see
 /// [`KernelKind::prepare_a`]), and `panel`, one packed panel of B, both over the whole of k, of
-/// size n; `k`, the span of k this call covers (`0..n` for one pass); and `streamed`, the
-/// operand the driver re-reads last (a cache hint).
+/// size n; `bias_correction`, the panel's `-128 * column_sum(B)`, where the `vpdpbusd` kernels,
+/// which multiply *unsigned* A and so read it biased by +128, start their sums (the others
+/// ignore it); `k`, the
+/// span of k this call covers (`0..n` for one pass); and `streamed`, the operand the driver
+/// re-reads last (a cache hint).
 pub(super) struct TileOperands<'a> {
     pub(super) rows: &'a [u8],
     pub(super) panel: &'a [u8],
+    pub(super) bias_correction: &'a [i32; TILE_COLS],
     pub(super) n: usize,
     pub(super) k: Range<usize>,
     pub(super) streamed: Streamed,
@@ -244,6 +248,19 @@ impl KernelKind {
         }
     }
 
+    /// What the kernel's register-only ceiling ([`register_peak`](super::register_peak))
+    /// runs: the kernel's multiply-accumulate with nothing else in the loop. None for the
+    /// portable kernel, whose instructions are the compiler's choice.
+    pub fn ceiling_instructions(self) -> Option<&'static str> {
+        match self {
+            KernelKind::Amx => Some("tdpbssd on tiles that never touch memory"),
+            KernelKind::Avx512Vnni => Some("vpdpbusd on zmm registers"),
+            KernelKind::AvxVnni => Some("VEX vpdpbusd on ymm registers"),
+            KernelKind::Avx2 => Some("vpmaddwd + vpaddd on ymm registers"),
+            KernelKind::Portable => None,
+        }
+    }
+
     /// Rows of A per tile.
     pub(super) fn tile_rows(self) -> usize {
         match self {
@@ -275,27 +292,13 @@ impl KernelKind {
     /// rows of tile t start at byte `t * tile_rows() * n * a_element_bytes()`.
     pub(super) fn prepare_a<'a>(self, a: &'a [u8], n: usize) -> PreparedA<'a> {
         match self {
-            KernelKind::Avx512Vnni | KernelKind::AvxVnni => {
-                assert!(
-                    a.len().is_multiple_of(64),
-                    "A is whole cache lines (n is a multiple of 64)"
-                );
-                PreparedA::Owned(AlignedBytes::from_lines(a.len() / 64, |l| {
-                    std::array::from_fn(|t| a[l * 64 + t] ^ 0x80)
-                }))
-            }
+            KernelKind::Avx512Vnni | KernelKind::AvxVnni => PreparedA::Owned(biased(a)),
             #[cfg(target_arch = "x86_64")]
             KernelKind::Amx => PreparedA::Owned(amx::pack_a(a, n)),
             #[cfg(target_arch = "x86_64")]
             KernelKind::Avx2 => PreparedA::Owned(avx2::pack_a(a, n)),
             _ => PreparedA::Borrowed(a),
         }
-    }
-
-    /// Whether the kernel multiplies *unsigned* A (`vpdpbusd`): then A is fed biased by +128
-    /// and the tile must be corrected by `128 * column_sum(B)`.
-    pub(super) fn wants_biased_a(self) -> bool {
-        matches!(self, KernelKind::Avx512Vnni | KernelKind::AvxVnni)
     }
 
     /// Whether `tile` takes a span of k and carried sums. The others take the
@@ -359,7 +362,13 @@ impl KernelKind {
             self.is_available(),
             "the {self} kernel was selected on a CPU without it"
         );
-        let TileOperands { rows, panel, n, .. } = ops;
+        let TileOperands {
+            rows,
+            panel,
+            bias_correction,
+            n,
+            ..
+        } = ops;
         match (self, sums) {
             #[cfg(target_arch = "x86_64")]
             (KernelKind::Amx, sums) => {
@@ -368,9 +377,11 @@ impl KernelKind {
             }
             (KernelKind::Portable, sums) => portable::tile(&ops, sums.start()),
             #[cfg(target_arch = "x86_64")]
-            (KernelKind::Avx512Vnni, Sums::Fresh(out)) => unsafe { avx512_vnni::tile(rows, n, panel, out) },
+            (KernelKind::Avx512Vnni, Sums::Fresh(out)) => unsafe {
+                avx512_vnni::tile(rows, n, panel, bias_correction, out)
+            },
             #[cfg(target_arch = "x86_64")]
-            (KernelKind::AvxVnni, Sums::Fresh(out)) => unsafe { avx_vnni::tile(rows, n, panel, out) },
+            (KernelKind::AvxVnni, Sums::Fresh(out)) => unsafe { avx_vnni::tile(rows, n, panel, bias_correction, out) },
             #[cfg(target_arch = "x86_64")]
             (KernelKind::Avx2, Sums::Fresh(out)) => unsafe { avx2::tile(rows, n, panel, out) },
             _ => unreachable!("checked above: only the kernels that take k in blocks get carried sums"),
@@ -417,13 +428,17 @@ mod tests {
     }
 }
 
-/// The register-only rate of this thread on the kernel's own instructions (AMX `tdpbssd`, AVX2
-/// `vpmaddwd` + `vpaddd`), in operations per second; None for the other kernels or when this CPU
-/// lacks the kernel.
+/// The register-only rate of this thread on the kernel's own instructions
+/// ([`KernelKind::ceiling_instructions`]), in operations per second; None for the portable
+/// kernel or when this CPU lacks the kernel.
 pub(super) fn register_peak(kernel: KernelKind, iterations: u64) -> Option<f64> {
     match kernel {
         #[cfg(target_arch = "x86_64")]
         KernelKind::Amx => amx::register_peak(iterations),
+        #[cfg(target_arch = "x86_64")]
+        KernelKind::Avx512Vnni => avx512_vnni::register_peak(iterations),
+        #[cfg(target_arch = "x86_64")]
+        KernelKind::AvxVnni => avx_vnni::register_peak(iterations),
         #[cfg(target_arch = "x86_64")]
         KernelKind::Avx2 => avx2::register_peak(iterations),
         _ => {
@@ -433,10 +448,37 @@ pub(super) fn register_peak(kernel: KernelKind, iterations: u64) -> Option<f64> 
     }
 }
 
+/// Two registers' worth of pseudo-random bytes for the vector kernels' ceiling loops: on
+/// all-zero operands a multiplier may run faster than it ever does on real matrices (AMX's
+/// did, by up to 10%).
+#[cfg(target_arch = "x86_64")]
+fn ceiling_operands() -> [u8; 128] {
+    std::array::from_fn(|i| (i as u32 + 1).wrapping_mul(0x9E37_79B1).to_le_bytes()[3])
+}
+
 /// Per-thread kernel state, from [`KernelKind::begin`].
 pub(super) struct KernelThread {
     #[cfg(target_arch = "x86_64")]
     amx: Option<amx::TileSession>,
+}
+
+/// A with every byte's top bit flipped, `(a + 128) as u8`: the unsigned operand the `vpdpbusd`
+/// kernels read, row-major as A is. It is rebuilt for every product, so it goes a cache line at
+/// a time, which the compiler turns into vector xors (byte by byte, with its bounds checks, it
+/// cost a tenth of a step at n = 1024 on a Zen 5).
+fn biased(a: &[u8]) -> AlignedBytes {
+    assert!(
+        a.len().is_multiple_of(64),
+        "A is whole cache lines (n is a multiple of 64)"
+    );
+    let mut lines = a.chunks_exact(64);
+    AlignedBytes::from_lines(a.len() / 64, |_| {
+        let line: &[u8; 64] = lines
+            .next()
+            .and_then(|l| l.try_into().ok())
+            .expect("a.len() / 64 lines");
+        line.map(|v| v ^ 0x80)
+    })
 }
 
 /// A as a kernel reads it: borrowed when the kernel takes row-major A as it is.

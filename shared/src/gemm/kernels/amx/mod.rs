@@ -182,6 +182,7 @@ fn operands<'a>(rows: &'a [u8], n: usize, panel: &'a [u8], k: Range<usize>) -> T
     TileOperands {
         rows,
         panel,
+        bias_correction: &[0; TILE_COLS],
         n,
         k,
         streamed: Streamed::Neither,
