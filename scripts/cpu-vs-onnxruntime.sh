@@ -13,9 +13,10 @@
 #   scripts/cpu-vs-onnxruntime.sh [--sizes 256,1024,2048,4096] [--threads 2] [--rounds 5]
 #                                 [--kernel auto|amx|avx512-vnni|avx-vnni|avx2|portable]
 #
-# Also printed: the register-only ceiling (AMX where the CPU has it, else AVX2 for the avx2
-# kernel) with each side's share of it, the AVX2 kernel against
-# the portable one, and the sampled verification of an n = 2048, 32-sample challenge.
+# Also printed: this CPU's limit, the register-only ceiling of the fastest kernel it runs
+# (tdpbssd with AMX, vpdpbusd zmm with AVX-512 VNNI, ...), with each side's share of it; the AVX2
+# kernel against the portable one; and the sampled verification of an n = 2048, 32-sample
+# challenge.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

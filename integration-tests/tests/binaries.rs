@@ -327,6 +327,42 @@ fn the_cpu_kernel_is_chosen_by_setting_or_environment_and_reported() {
     assert_eq!(rows[0]["kernel"], "portable");
     assert!(rows[0]["tops"].as_f64().unwrap() > 0.0);
     assert_eq!(rows[0]["k_block"], 64, "one pass over k at n = 64");
+    // Each kernel this CPU runs that has a register-only ceiling reports it, fastest first, and
+    // a row is read against its own kernel's; the portable kernel has none.
+    let with_ceilings: Vec<&str> = names
+        .iter()
+        .copied()
+        .filter(|&k| runs_here(k) && k != "portable")
+        .collect();
+    let ceilings = bench["ceilings"].as_array().unwrap();
+    let measured: Vec<&str> = ceilings.iter().map(|c| c["kernel"].as_str().unwrap()).collect();
+    assert_eq!(measured, with_ceilings, "{bench}");
+    assert!(
+        ceilings
+            .iter()
+            .all(|c| c["tops"].as_f64().unwrap() > 0.0 && !c["instructions"].as_str().unwrap().is_empty()),
+        "{bench}"
+    );
+    assert!(rows[0]["share_of_ceiling"].is_null(), "{bench}");
+    if *fastest != "portable" {
+        let own = miner_json(
+            &[
+                "bench",
+                "--backend",
+                "cpu",
+                "--sizes",
+                "64",
+                "--seconds",
+                "0.05",
+                "--json",
+            ],
+            &[("GPU_ATTEST_CPU_KERNEL", fastest)],
+        );
+        let ceiling = own["ceilings"][0]["tops"].as_f64().unwrap();
+        let row = &own["rows"][0];
+        let share = row["share_of_ceiling"].as_f64().unwrap();
+        assert!((share - row["tops"].as_f64().unwrap() / ceiling).abs() < 1e-9, "{own}");
+    }
 
     // The k-block knob reaches the engine and the report; a bad value is refused, not ignored.
     let blocked = miner_json(

@@ -6,22 +6,65 @@ use gpu_attest_shared::backend::CancelToken;
 use gpu_attest_shared::cpu::CpuBackend;
 use gpu_attest_shared::cuda::bench::{int8_peak_tops, step_floor_seconds};
 use gpu_attest_shared::cuda::{CudaBackend, CudaInitError, CudaOptions, GpuKernel};
-use gpu_attest_shared::gemm::{CpuGemm, GemmError, KernelKind, PackedB};
+use gpu_attest_shared::gemm::{CpuGemm, GemmError, KernelKind, PackedB, register_peak};
 use gpu_attest_shared::matrix::{Matrix, generate, generate_a};
 use gpu_attest_shared::params::{ChallengeParams, Work};
 use serde::Serialize;
 use std::time::{Duration, Instant};
 
-/// `miner bench` on the CPU: the kernels' rows, the AMX and AVX2 ceilings where the CPU has them, and the
-/// sampled verification when asked for.
+/// `miner bench` on the CPU: the kernels' rows, each read against its kernel's register-only
+/// ceiling, the ceilings themselves, and the sampled verification when asked for.
 #[derive(Debug, Serialize)]
 pub struct CpuReport {
     pub rows: Vec<BenchRow>,
-    /// `tdpbssd` on resident tiles, these threads; None without AMX.
-    pub amx_peak_tops: Option<f64>,
-    /// `vpmaddwd` + `vpaddd` on registers, these threads; None without AVX2.
-    pub avx2_peak_tops: Option<f64>,
+    /// The ceiling of every kernel this CPU runs that has one, fastest kernel first: the first
+    /// is this CPU's int8 limit on these threads.
+    pub ceilings: Vec<Ceiling>,
     pub sampled_verify: Option<SampledVerify>,
+}
+
+impl CpuReport {
+    /// `rows`, each with its share of its kernel's ceiling in `ceilings`.
+    pub fn new(mut rows: Vec<BenchRow>, ceilings: Vec<Ceiling>, sampled_verify: Option<SampledVerify>) -> Self {
+        for row in &mut rows {
+            row.share_of_ceiling = ceilings
+                .iter()
+                .find(|c| c.kernel == row.kernel)
+                .map(|c| row.tops / c.tops);
+        }
+        CpuReport {
+            rows,
+            ceilings,
+            sampled_verify,
+        }
+    }
+}
+
+/// What a kernel's own multiply-accumulate reaches with nothing else in the loop, on operands
+/// that never touch memory: the most any GEMM built on it can do.
+#[derive(Debug, Serialize)]
+pub struct Ceiling {
+    pub kernel: String,
+    pub instructions: &'static str,
+    pub tops: f64,
+}
+
+/// The ceilings of the kernels this CPU runs, on `threads` threads (0: every core), fastest
+/// kernel first; about a quarter of a second each.
+pub fn ceilings(threads: usize) -> Vec<Ceiling> {
+    KernelKind::ALL
+        .into_iter()
+        .filter(|k| k.is_available())
+        .filter_map(|kernel| {
+            let instructions = kernel.ceiling_instructions()?;
+            let ops = register_peak(kernel, threads, 0.25)?;
+            Some(Ceiling {
+                kernel: kernel.to_string(),
+                instructions,
+                tops: ops / 1e12,
+            })
+        })
+        .collect()
 }
 
 /// The CPU work of verifying openings: per sampled chain, regenerate A_i and hash it, hash the
@@ -93,6 +136,9 @@ pub struct BenchRow {
     /// Median of the timed runs, seconds per fused GEMM+mix step.
     pub seconds: f64,
     pub tops: f64,
+    /// `tops` over the kernel's register-only ceiling on the same threads ([`Ceiling`]); None
+    /// for a kernel without one (portable).
+    pub share_of_ceiling: Option<f64>,
 }
 
 /// Times the fused step on each of `kernels`; each size runs for about `budget`. A kernel this
@@ -131,6 +177,7 @@ pub fn cpu(
                 cache_hints: gemm.cache_hints(),
                 seconds,
                 tops: 2.0 * (n as f64).powi(3) / seconds / 1e12,
+                share_of_ceiling: None,
             });
         }
     }

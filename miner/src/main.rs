@@ -6,7 +6,7 @@ use gpu_attest_miner::backends;
 use gpu_attest_miner::cli::{Cli, Command, ServeArgs};
 use gpu_attest_miner::{bench, daemon, selftest, show};
 use gpu_attest_shared::cuda::detect::detect;
-use gpu_attest_shared::gemm::{KernelKind, register_peak};
+use gpu_attest_shared::gemm::KernelKind;
 use gpu_attest_shared::identity::Identity;
 use std::process::ExitCode;
 use std::time::Duration;
@@ -94,15 +94,12 @@ fn run(cli: Cli) -> Result<()> {
                 Some(k) => vec![k],
                 None => KernelKind::ALL.into_iter().filter(|k| k.is_available()).collect(),
             };
-            let report = bench::CpuReport {
-                rows: bench::cpu(&sizes, &kernels, config.cpu_threads, budget, &device)?,
-                amx_peak_tops: register_peak(KernelKind::Amx, config.cpu_threads, 0.25).map(|ops| ops / 1e12),
-                avx2_peak_tops: register_peak(KernelKind::Avx2, config.cpu_threads, 0.25).map(|ops| ops / 1e12),
-                sampled_verify: sampled_verify
-                    .then(|| bench::sampled_verify(chosen, config.cpu_threads))
-                    .transpose()
-                    .map_err(anyhow::Error::msg)?,
-            };
+            let rows = bench::cpu(&sizes, &kernels, config.cpu_threads, budget, &device)?;
+            let sampled_verify = sampled_verify
+                .then(|| bench::sampled_verify(chosen, config.cpu_threads))
+                .transpose()
+                .map_err(anyhow::Error::msg)?;
+            let report = bench::CpuReport::new(rows, bench::ceilings(config.cpu_threads), sampled_verify);
             if json {
                 println!("{}", serde_json::to_string_pretty(&report)?);
             } else {

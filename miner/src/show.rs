@@ -65,14 +65,19 @@ pub fn print_info(selected: &SelectedBackend, detection: &Result<Detection, GpuD
     }
 }
 
+/// A share as a percentage with one decimal, or "-" where there is none.
+fn pct(share: Option<f64>) -> String {
+    share.map_or("-".to_string(), |v| format!("{:.1}", v * 100.0))
+}
+
 pub fn print_cpu_report(report: &bench::CpuReport) {
     println!(
-        "{:<6} {:<12} {:>6} {:>8} {:>6} {:>12} {:>10}  device",
-        "backend", "kernel", "n", "k block", "hints", "ms/step", "TOPS"
+        "{:<6} {:<12} {:>6} {:>8} {:>6} {:>12} {:>10} {:>9}  device",
+        "backend", "kernel", "n", "k block", "hints", "ms/step", "TOPS", "% ceiling"
     );
     for r in &report.rows {
         println!(
-            "{:<6} {:<12} {:>6} {:>8} {:>6} {:>12.3} {:>10.3}  {}",
+            "{:<6} {:<12} {:>6} {:>8} {:>6} {:>12.3} {:>10.3} {:>9}  {}",
             r.backend,
             r.kernel,
             r.n,
@@ -80,17 +85,16 @@ pub fn print_cpu_report(report: &bench::CpuReport) {
             if r.cache_hints { "on" } else { "off" },
             r.seconds * 1e3,
             r.tops,
+            pct(r.share_of_ceiling),
             r.device
         );
     }
-    if let Some(peak) = report.amx_peak_tops {
+    // The first ceiling is the fastest kernel's: this CPU's limit for int8 products.
+    for (i, c) in report.ceilings.iter().enumerate() {
+        let limit = if i == 0 { ", this CPU's limit" } else { "" };
         println!(
-            "AMX register-only ceiling on these threads: {peak:.2} TOPS (tdpbssd on tiles that never touch memory)"
-        );
-    }
-    if let Some(peak) = report.avx2_peak_tops {
-        println!(
-            "AVX2 register-only ceiling on these threads: {peak:.2} TOPS (vpmaddwd + vpaddd on registers; the avx2 kernel's limit)"
+            "register-only ceiling of the {} kernel on these threads: {:.2} TOPS ({}{limit})",
+            c.kernel, c.tops, c.instructions
         );
     }
     if let Some(s) = &report.sampled_verify {
@@ -144,7 +148,6 @@ pub fn bench_gpus(config: &MinerConfig, sizes: &[usize], budget: Duration, json:
             "kernel", "dev", "n", "batch", "us/step", "TOPS", "%peak", "%floor", "cuBLASLt", "vs lt+mix", "chal/gemm"
         );
     }
-    let pct = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{:.1}", v * 100.0));
     let rows = bench::gpu(&options, sizes, budget, |r| {
         if json {
             return;
