@@ -17,8 +17,8 @@ use std::time::{Duration, Instant};
 #[derive(Debug, Serialize)]
 pub struct CpuReport {
     pub rows: Vec<BenchRow>,
-    /// The ceiling of every kernel this CPU runs that has one, fastest kernel first: the first
-    /// is this CPU's int8 limit on these threads.
+    /// The ceilings of the kernels timed and of the fastest kernel this CPU runs, fastest
+    /// first: the first is this CPU's int8 limit on these threads (where that kernel has one).
     pub ceilings: Vec<Ceiling>,
     pub sampled_verify: Option<SampledVerify>,
 }
@@ -49,13 +49,14 @@ pub struct Ceiling {
     pub tops: f64,
 }
 
-/// The ceilings of the kernels this CPU runs, on `threads` threads (0: every core), fastest
-/// kernel first: the best of three runs of about a tenth of a second each, since one short run
-/// can land on a slow moment of a shared machine and read low.
-pub fn ceilings(threads: usize) -> Vec<Ceiling> {
+/// The ceilings of `benched` and of the fastest kernel this CPU runs (its limit), on `threads`
+/// threads (0: every core), fastest kernel first: each the best of three runs of about a tenth
+/// of a second, since one short run can land on a slow moment of a shared machine and read low.
+pub fn ceilings(threads: usize, benched: &[KernelKind]) -> Vec<Ceiling> {
+    let fastest = KernelKind::best_available();
     KernelKind::ALL
         .into_iter()
-        .filter(|k| k.is_available())
+        .filter(|&k| k.is_available() && (k == fastest || benched.contains(&k)))
         .filter_map(|kernel| {
             let instructions = kernel.ceiling_instructions()?;
             let ops = (0..3)

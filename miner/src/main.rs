@@ -99,7 +99,7 @@ fn run(cli: Cli) -> Result<()> {
                 .then(|| bench::sampled_verify(chosen, config.cpu_threads))
                 .transpose()
                 .map_err(anyhow::Error::msg)?;
-            let report = bench::CpuReport::new(rows, bench::ceilings(config.cpu_threads), sampled_verify);
+            let report = bench::CpuReport::new(rows, bench::ceilings(config.cpu_threads, &kernels), sampled_verify);
             if json {
                 println!("{}", serde_json::to_string_pretty(&report)?);
             } else {

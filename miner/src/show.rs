@@ -89,9 +89,10 @@ pub fn print_cpu_report(report: &bench::CpuReport) {
             r.device
         );
     }
-    // The first ceiling is the fastest kernel's: this CPU's limit for int8 products.
-    for (i, c) in report.ceilings.iter().enumerate() {
-        let limit = if i == 0 { ", this CPU's limit" } else { "" };
+    // The fastest kernel's ceiling is this CPU's limit for int8 products.
+    let fastest = KernelKind::best_available().to_string();
+    for c in &report.ceilings {
+        let limit = if c.kernel == fastest { ", this CPU's limit" } else { "" };
         println!(
             "register-only ceiling of the {} kernel on these threads: {:.2} TOPS ({}{limit})",
             c.kernel, c.tops, c.instructions
