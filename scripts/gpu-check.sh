@@ -140,7 +140,7 @@ if GPU_ATTEST_CPU_KERNEL=amx "$bin/miner" info --backend cpu >/dev/null 2>&1; th
       done
     done
   done
-  grep -E "^cpu|ceiling" "$out/host-cpu.log"
+  grep -E "^cpu |^register-only" "$out/host-cpu.log"
   record amx-k-block-and-hints $sweep_status
   if python3 -c 'import onnxruntime, onnx, numpy' 2>/dev/null; then
     echo "== host CPU: the engine against ONNX Runtime, 2 threads" | tee -a "$out/host-cpu.log"

@@ -50,7 +50,7 @@ pub struct Ceiling {
 }
 
 /// The ceilings of `benched` and of the fastest kernel this CPU runs (its limit), on `threads`
-/// threads (0: every core), fastest kernel first: each the best of three runs of about a tenth
+/// threads (those the rows ran on, [`BenchRow::threads`]), fastest kernel first: each the best of three runs of about a tenth
 /// of a second, since one short run can land on a slow moment of a shared machine and read low.
 pub fn ceilings(threads: usize, benched: &[KernelKind]) -> Vec<Ceiling> {
     let fastest = KernelKind::best_available();
@@ -131,6 +131,8 @@ pub struct BenchRow {
     pub kernel: String,
     pub device: String,
     pub n: usize,
+    /// The threads the engine computed on.
+    pub threads: usize,
     /// How much of k one pass over a tile takes (n: the whole of k); a thread's task of a
     /// single strip of rows takes the whole of k whatever this says.
     pub k_block: usize,
@@ -182,6 +184,7 @@ pub fn cpu(
                 kernel: kernel.to_string(),
                 device: device.to_string(),
                 n,
+                threads: gemm.threads(),
                 k_block: gemm.k_block(n),
                 cache_hints: gemm.cache_hints(),
                 seconds,

@@ -99,7 +99,10 @@ fn run(cli: Cli) -> Result<()> {
                 .then(|| bench::sampled_verify(chosen, config.cpu_threads))
                 .transpose()
                 .map_err(anyhow::Error::msg)?;
-            let report = bench::CpuReport::new(rows, bench::ceilings(config.cpu_threads, &kernels), sampled_verify);
+            // The ceilings on the threads the rows ran on (with `cpu_threads = 0`, the pool's
+            // choice, which RAYON_NUM_THREADS can change).
+            let threads = rows.first().map_or(config.cpu_threads, |r| r.threads);
+            let report = bench::CpuReport::new(rows, bench::ceilings(threads, &kernels), sampled_verify);
             if json {
                 println!("{}", serde_json::to_string_pretty(&report)?);
             } else {

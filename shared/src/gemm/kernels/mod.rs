@@ -471,12 +471,8 @@ fn biased(a: &[u8]) -> AlignedBytes {
         a.len().is_multiple_of(64),
         "A is whole cache lines (n is a multiple of 64)"
     );
-    let mut lines = a.chunks_exact(64);
-    AlignedBytes::from_lines(a.len() / 64, |_| {
-        let line: &[u8; 64] = lines
-            .next()
-            .and_then(|l| l.try_into().ok())
-            .expect("a.len() / 64 lines");
+    AlignedBytes::from_lines(a.len() / 64, |l| {
+        let line: &[u8; 64] = a[l * 64..][..64].try_into().expect("64 bytes");
         line.map(|v| v ^ 0x80)
     })
 }
