@@ -2,7 +2,7 @@
 //! reflection included): a flood of cheap calls costs a peer its own budget, nobody else's.
 
 use crate::connect_info::peer_address;
-use crate::connections::counted_as;
+use crate::connections::{counted_as, on_trusted_connection};
 use std::collections::HashMap;
 use std::net::IpAddr;
 use std::sync::{Arc, Mutex};
@@ -97,8 +97,11 @@ where
     }
 
     fn call(&mut self, request: http::Request<B>) -> Self::Future {
-        // A request without a socket address (an in-memory transport) is not limited.
+        // A request without a socket address (an in-memory transport) is not limited, and
+        // neither is one on a trusted peer's connection (`trust_connection`): a stranger at the
+        // same address must not be able to spend that peer's budget.
         let verdict = match peer_address(request.extensions()) {
+            _ if on_trusted_connection(request.extensions()) => Ok(()),
             // Per /64 for IPv6, as connections are counted: a host holds a whole /64.
             Some(peer) => self.limiter.check(counted_as(peer.ip())),
             None => Ok(()),

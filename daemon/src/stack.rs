@@ -1,10 +1,12 @@
 //! The one gRPC server stack both daemons run: their services, the standard health service and
-//! server reflection on one listener, behind the same layers (refusal log, then the per-peer
-//! rate limit over every service) with the same TLS and connection limits.
+//! server reflection on one listener, behind the same layers (refusal log, call tracking, the
+//! per-peer rate limit, and the request intake's deadline and memory budget, over every
+//! service) with the same TLS and connection limits.
 
 use crate::connections::{self, ConnectionLimits};
 use crate::rate_limit::PeerRateLimiter;
 use crate::refusal_log::RefusalLogLayer;
+use crate::requests::RequestIntake;
 use std::future::Future;
 use std::time::Duration;
 use tokio::net::TcpListener;
@@ -23,6 +25,8 @@ pub struct ServeOptions {
     pub drain_limit: Duration,
     /// Connections held at once, how long a silent one lives, when an idle one gives way.
     pub connections: ConnectionLimits,
+    /// How long a request may take to arrive, and how much unfinished requests may hold.
+    pub requests: RequestIntake,
 }
 
 /// The default [`ServeOptions::drain_limit`]: long enough for a challenge's commitment to go
@@ -40,6 +44,7 @@ impl ServeOptions {
             max_concurrent_streams,
             drain_limit: DRAIN_LIMIT,
             connections: ConnectionLimits::default(),
+            requests: RequestIntake::default(),
         }
     }
 }
@@ -65,9 +70,14 @@ pub async fn serve<H: Health>(
         server = server.tls_config(tls)?;
     }
     let (incoming, calls) = connections::guarded(listener, options.connections, tls);
-    // Outermost first: the refusal log also sees the calls the rate limit refuses, and only
-    // the calls the rate limit lets through count as a connection's activity.
-    let mut server = server.layer(RefusalLogLayer).layer(options.limiter).layer(calls);
+    // Outermost first: the refusal log also sees the calls the rate limit and the request
+    // intake refuse; the call tracking finds each call's connection before the rate limit and
+    // the intake ask whether it is a trusted peer's (a refused call never holds a connection).
+    let mut server = server
+        .layer(RefusalLogLayer)
+        .layer(calls)
+        .layer(options.limiter)
+        .layer(options.requests);
     let mut routes = api.add_service(health);
     // Built from descriptors embedded at compile time; should that ever fail, serve without it.
     match reflection_services() {

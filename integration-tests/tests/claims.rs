@@ -15,7 +15,9 @@ use gpu_attest_validator::config::Policy;
 use gpu_attest_validator::planner::PlanError;
 use gpu_attest_validator::reason::ReasonCode;
 use gpu_attest_validator::store::VerdictFilter;
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 /// The plan error an attestation ended with; panics on any other outcome.
 fn plan_error(result: Result<gpu_attest_validator::store::Verdict, AttestError>) -> PlanError {
@@ -266,15 +268,60 @@ async fn a_replaced_nonce_log_directory_stops_challenges_until_it_is_writable() 
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn an_open_request_stopped_by_a_rate_limit_is_asked_again() {
-    // One request a second, two at once: the inventory and the challenge use the burst, so the
-    // open request meets an empty bucket. It never reached the single-use check, so asking
-    // again a second later is safe, and the honest miner passes.
+async fn an_open_request_is_not_held_to_a_rate_a_stranger_at_the_address_spent() {
+    // One request a second, two at once: the inventory and the challenge use the burst. A
+    // stranger at the validator's address (a shared host, NAT or /64) then asks the miner's
+    // inventory over and over on connections of its own, keeping the address's bucket empty
+    // for the whole attestation. The open request comes on the connection that carried the
+    // validator's signed challenge, which the address's rate does not hold: the honest miner
+    // passes. (Held to it, the open request was refused three times and the miner failed with
+    // `open-refused`.)
     let options = gpu_attest_miner::server::ServeOptions {
         limiter: gpu_attest_daemon::PeerRateLimiter::new(60, 2),
         ..miner_options()
     };
     let miner = spawn_miner_with(miner_core(80, &[validator_key()], 1), options).await;
-    let (verdict, _dir) = attest(&miner.url(), Policy::Sampled).await;
+    // The stranger starts once the challenge runs (the first progress event), as one timing
+    // the validator would, and stops when the verdict is in.
+    let (started, done) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicBool::new(false)));
+    let stranger = {
+        let (url, started, done) = (miner.url(), started.clone(), done.clone());
+        tokio::spawn(async move {
+            // Bounded: at most 20 s, a request (on a new connection) every 20 ms.
+            for _ in 0..1000 {
+                if done.load(Ordering::Relaxed) {
+                    break;
+                }
+                if started.load(Ordering::Relaxed)
+                    && let Ok(mut client) = gpu_attest_proto::v1::miner_client::MinerClient::connect(url.clone()).await
+                {
+                    let _ = client.get_inventory(gpu_attest_proto::v1::GetInventoryRequest {}).await;
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        })
+    };
+    let dir = TempDir::new("drained");
+    let attestor = attestor(&validator_config(&dir, Policy::Sampled)).await;
+    let verdict = attestor
+        .attest(&miner.url(), &|e| {
+            if let AttestEvent::Progress(_) = e {
+                started.store(true, Ordering::Relaxed);
+            }
+        })
+        .await
+        .unwrap();
+    done.store(true, Ordering::Relaxed);
+    stranger.await.unwrap();
+    // The open request went through while the address's rate was spent: a new connection
+    // from it is refused still.
+    let mut client = gpu_attest_proto::v1::miner_client::MinerClient::connect(miner.url())
+        .await
+        .unwrap();
+    let refused = client
+        .get_inventory(gpu_attest_proto::v1::GetInventoryRequest {})
+        .await
+        .expect_err("the address still had budget: the test proves nothing");
+    assert_eq!(refused.code(), tonic::Code::ResourceExhausted, "{refused:?}");
     assert!(verdict.passed, "{:?}", verdict.reasons);
 }

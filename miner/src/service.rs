@@ -4,7 +4,7 @@ use crate::core::{AcceptedChallenge, MinerCore, now_ms};
 use crate::error::MinerError;
 use crate::metrics::ChallengeOutcome;
 use crate::openings::{RoundLimits, run_round};
-use gpu_attest_daemon::connections::holds_connection;
+use gpu_attest_daemon::connections::{holds_connection, trust_connection};
 use gpu_attest_proto::convert::inventory_to_wire;
 use gpu_attest_proto::v1::{self, challenge_event::Event, miner_server::Miner};
 use gpu_attest_shared::engine::EngineError;
@@ -65,6 +65,9 @@ impl Miner for MinerService {
             warn!(%peer, error = %e, "challenge refused");
             self.core.metrics().challenge(ChallengeOutcome::Refused, Some(e.code()));
         })?;
+        // An allowed validator signed it: its open request, on this connection, must not be
+        // refused because a stranger at its address spent the address's request rate.
+        trust_connection(request.extensions());
         info!(
             %peer,
             nonce = %hex::encode(accepted.challenge.params.nonce),
@@ -94,6 +97,7 @@ impl Miner for MinerService {
             warn!(%peer, error = %e, "open request refused");
             self.core.metrics().opening(false);
         })?;
+        trust_connection(request.extensions());
         let (tx, rx) = mpsc::channel(2);
         let limits = RoundLimits::for_commitment(&self.core, &recent);
         let core = self.core.clone();

@@ -47,6 +47,24 @@ pub fn hold_connection_while_handling(extensions: &http::Extensions) -> Option<H
     })
 }
 
+/// Marks the connection of the call whose request carried `extensions` as a trusted peer's, for
+/// as long as it lives: its later requests are not counted against its address's request rate
+/// ([`crate::rate_limit`]) or the budget of unfinished requests ([`crate::requests`]). Only for
+/// a call whose peer proved who it is and is allowed (a miner: a challenge signed by a
+/// validator on its allow-list), since a stranger sharing the address could otherwise exhaust
+/// both and have that peer's next request, its open request, refused.
+pub fn trust_connection(extensions: &http::Extensions) {
+    if let Some(c) = extensions.get::<ConnectionOfCall>() {
+        c.0.trust();
+    }
+}
+
+/// Whether the call whose request carried `extensions` came on a connection marked by
+/// [`trust_connection`].
+pub fn on_trusted_connection(extensions: &http::Extensions) -> bool {
+    extensions.get::<ConnectionOfCall>().is_some_and(|c| c.0.is_trusted())
+}
+
 /// A handler's hold on its connection: see [`hold_connection_while_handling`].
 #[derive(Debug)]
 pub struct HeldConnection {

@@ -33,6 +33,7 @@ mod table;
 
 pub use calls::{
     CallTracking, HeldConnection, TrackedBody, TrackedCalls, hold_connection_while_handling, holds_connection,
+    on_trusted_connection, trust_connection,
 };
 pub use incoming::{GuardedIncoming, GuardedStream};
 pub use table::Connections;

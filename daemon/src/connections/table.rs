@@ -55,6 +55,10 @@ pub(super) struct Connection {
     calls_running: AtomicUsize,
     /// When it opened, or a call that holds it last started or ended: nanoseconds since `epoch`.
     quiet_since: AtomicU64,
+    /// Set once it has carried a call a trusted peer proved it made (an allowed validator's
+    /// signed challenge): its requests are then not counted against its address's rate or the
+    /// budget of unfinished requests, which a stranger at the same address can exhaust.
+    trusted: AtomicBool,
     /// Set once it has been chosen to make room: its reads and writes fail from then on.
     closing: AtomicBool,
     /// The task driving the connection, to wake when it is closed.
@@ -72,6 +76,7 @@ impl Connection {
             epoch,
             calls_running: AtomicUsize::new(0),
             quiet_since: AtomicU64::new(0),
+            trusted: AtomicBool::new(false),
             closing: AtomicBool::new(false),
             driver: Mutex::new(None),
             socket: Mutex::new(socket),
@@ -107,6 +112,15 @@ impl Connection {
 
     fn is_quiet(&self, limits: &ConnectionLimits, now: Duration) -> bool {
         !self.is_held() && self.quiet_for(now) >= limits.evictable_after
+    }
+
+    /// Marks it as a trusted peer's (see the field).
+    pub(super) fn trust(&self) {
+        self.trusted.store(true, Ordering::Release);
+    }
+
+    pub(super) fn is_trusted(&self) -> bool {
+        self.trusted.load(Ordering::Acquire)
     }
 
     /// Whether it has been chosen to make room.
