@@ -12,6 +12,32 @@ pub fn end_quietly_when_output_closes() {
     }
 }
 
+/// The runtime for a one-shot command that dials peers (`validator attest`, `validator
+/// miners`): its worker threads, which drive the connections and so do the sockets' writes,
+/// block SIGPIPE, so that writing to a peer that closed or reset its connection is an error for
+/// the call rather than the end of the process (which [`end_quietly_when_output_closes`] would
+/// otherwise make it: `attest` against a crowded miner exited with status 141, printing
+/// nothing). The main thread, which prints, still ends quietly when its reader goes.
+pub fn one_shot_runtime() -> std::io::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .on_thread_start(block_sigpipe_on_this_thread)
+        .build()
+}
+
+fn block_sigpipe_on_this_thread() {
+    #[cfg(unix)]
+    // SAFETY: the set is initialised by sigemptyset before use; pthread_sigmask only changes
+    // this thread's mask. A SIGPIPE raised by a write on this thread then stays pending, and
+    // the write fails with EPIPE instead.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, libc::SIGPIPE);
+        libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+    }
+}
+
 /// Completes on SIGINT or SIGTERM, for a graceful shutdown.
 pub async fn shutdown_signal() {
     let ctrl_c = async {

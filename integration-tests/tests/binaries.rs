@@ -492,6 +492,54 @@ fn the_service_example_configs_load() {
     }
 }
 
+/// A peer that accepts each connection and closes it at once (as a crowded miner closes a
+/// newcomer's) makes `validator attest` fail in one line, "cannot reach", exit 2: never killed
+/// by SIGPIPE on its next write to the dead socket (it was, about one run in six, exit 141 with
+/// nothing printed; 40 runs make a miss unlikely), and never told the peer is "not a
+/// gpu-attest miner".
+#[test]
+fn attest_against_a_peer_that_drops_every_connection_says_unreachable() {
+    use std::io::{Read, Write};
+    use std::os::unix::process::ExitStatusExt;
+
+    let dir = Dir::fresh("dropping-peer");
+    write_small_validator_config(&dir.0);
+    keygen("validator", &dir.0.join("v.key"));
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let closer = {
+        let stop = stop.clone();
+        listener.set_nonblocking(true).unwrap();
+        std::thread::spawn(move || {
+            // Bounded: until told to stop, or 60 s.
+            let until = std::time::Instant::now() + std::time::Duration::from_secs(60);
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) && std::time::Instant::now() < until {
+                match listener.accept() {
+                    Ok((mut peer, _)) => {
+                        // Read what came (the client's preface), send an empty HTTP/2 SETTINGS
+                        // frame, which the client acknowledges, and close: its acknowledgement
+                        // or its next frame then meets a reset socket.
+                        peer.set_nonblocking(false).unwrap();
+                        peer.set_read_timeout(Some(std::time::Duration::from_millis(200)))
+                            .unwrap();
+                        let _ = peer.read(&mut [0u8; 256]);
+                        let _ = peer.write_all(&[0, 0, 0, 4, 0, 0, 0, 0, 0]);
+                    }
+                    Err(_) => std::thread::sleep(std::time::Duration::from_millis(5)),
+                }
+            }
+        })
+    };
+    for run in 0..40 {
+        let out = attest(&dir.0, &url);
+        assert_eq!(out.status.signal(), None, "run {run}: killed by a signal");
+        assert_one_line_error(&out, "cannot reach miner");
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    closer.join().unwrap();
+}
+
 /// A command whose reader goes away (`miner info | head -1`) ends quietly, as Unix commands do,
 /// instead of panicking on the closed pipe.
 #[test]

@@ -60,7 +60,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
                     database.display()
                 );
             }
-            let runtime = tokio::runtime::Runtime::new()?;
+            let runtime = gpu_attest_daemon::signals::one_shot_runtime()?;
             let verdicts = runtime.block_on(async {
                 let store = Store::open_for_reading(&database).await?;
                 let verdicts = store.verdicts(&filter.filter()).await;
@@ -114,7 +114,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
 
 fn attest(settings: &Settings, miner: &str, json: bool) -> Result<ExitCode> {
     let config = settings.resolve()?;
-    let runtime = tokio::runtime::Runtime::new()?;
+    let runtime = gpu_attest_daemon::signals::one_shot_runtime()?;
     let attestor = runtime.block_on(daemon::attestor(&config))?;
     let bar = std::io::stderr().is_terminal().then(|| {
         let bar = ProgressBar::new(0);
@@ -154,7 +154,7 @@ fn attest(settings: &Settings, miner: &str, json: bool) -> Result<ExitCode> {
 
 /// `validator miners ...`: one call to a running validator's API.
 fn miners(api: &ApiArgs, action: MinersAction) -> Result<ExitCode> {
-    let runtime = tokio::runtime::Runtime::new()?;
+    let runtime = gpu_attest_daemon::signals::one_shot_runtime()?;
     runtime.block_on(async {
         let mut operator = Operator::connect(&api.api, &api.tls()).await?;
         let json = |value: serde_json::Value| -> Result<ExitCode> {
@@ -257,7 +257,7 @@ fn rates(
             database.display()
         );
     }
-    let runtime = tokio::runtime::Runtime::new()?;
+    let runtime = gpu_attest_daemon::signals::one_shot_runtime()?;
     // Only importing writes; showing and exporting read, and so work on a read-only file.
     let importing = matches!(action, RatesAction::Import { .. });
     let store = runtime.block_on(async {

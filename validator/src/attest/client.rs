@@ -121,7 +121,9 @@ impl MinerConnection {
             .get_inventory(request)
             .await
             .map_err(|s| match s.code() {
-                Code::Unavailable | Code::DeadlineExceeded => AttestError::Unreachable {
+                // Cancelled: the connection ended under the call (the client's own status for a
+                // connection its peer closed or reset, as a crowded miner does): not an answer.
+                Code::Unavailable | Code::DeadlineExceeded | Code::Cancelled => AttestError::Unreachable {
                     url: self.url.clone(),
                     detail: miner_text(s.message()),
                 },
