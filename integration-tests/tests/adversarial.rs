@@ -295,8 +295,9 @@ async fn a_miner_that_stalls_its_openings_fails_within_a_bound() {
 }
 
 /// Connections that send nothing are never rate limited (they make no call), yet each holds a
-/// file descriptor. An address gets a few at a time, and silent ones are cut off, so a peer
-/// with idle sockets cannot take the miner off the network.
+/// file descriptor. An address gets a few at a time, silent ones give way to a newcomer (one
+/// still in its handshake holds nothing yet) and are cut off, so a peer with idle sockets
+/// cannot take the miner off the network, not even for a peer at its own address.
 #[tokio::test(flavor = "multi_thread")]
 async fn idle_connections_cannot_take_the_miner_off_the_network() {
     let core = miner_core(49, &[validator_key()], 1);
@@ -332,15 +333,16 @@ async fn idle_connections_cannot_take_the_miner_off_the_network() {
         idle.push(socket.connect(miner.address).await.unwrap());
     }
     tokio::time::sleep(Duration::from_millis(100)).await;
-    assert!(
-        inventory_from("127.0.0.1").await.is_err(),
-        "a fifth connection from the idle sockets' address was served"
-    );
+    // The address holds its most, none of them quiet by the grace, yet a fifth connection from
+    // it is served: it takes the place of an idle socket, still in its handshake.
+    inventory_from("127.0.0.1")
+        .await
+        .expect("a newcomer at the idle sockets' address was kept out");
     inventory_from("127.0.0.2")
         .await
         .expect("another address is served meanwhile");
-    // The idle sockets sent nothing: the miner closed them (after its own SETTINGS frame), and
-    // their address is served again.
+    // The idle sockets sent nothing: the miner closed them (one to make room, the others at the
+    // handshake deadline, after its own SETTINGS frame), and their address is served again.
     for socket in &mut idle {
         let mut sent = Vec::new();
         let read = tokio::time::timeout(Duration::from_secs(5), socket.read_to_end(&mut sent)).await;

@@ -214,6 +214,9 @@ impl AsyncRead for GuardedStream {
                 if buf.filled().len() > before {
                     if !this.handshake.done() {
                         this.handshake.read(&buf.filled()[before..]);
+                        if this.handshake.done() {
+                            this.connection.handshake_done();
+                        }
                     }
                     // Until the handshake is done, only its own deadline counts.
                     if this.handshake.done() {
@@ -291,6 +294,15 @@ mod tests {
         (GuardedIncoming::new(listener, Connections::new(limits), false), address)
     }
 
+    /// A client whose connection the server has taken, past its handshake (the preface read).
+    async fn established(incoming: &mut GuardedIncoming, address: SocketAddr) -> (TcpStream, GuardedStream) {
+        let mut client = TcpStream::connect(address).await.unwrap();
+        let mut served = incoming.next().await.unwrap().unwrap();
+        client.write_all(PREFACE).await.unwrap();
+        served.read_exact(&mut [0u8; PREFACE.len()]).await.unwrap();
+        (client, served)
+    }
+
     /// Whether the server closed `client`'s connection (end of stream or reset).
     async fn closed_by_server(client: &mut TcpStream) -> bool {
         let mut byte = [0u8; 1];
@@ -339,8 +351,9 @@ mod tests {
         let mut clients = Vec::new();
         let mut served = Vec::new();
         for _ in 0..2 {
-            clients.push(TcpStream::connect(address).await.unwrap());
-            served.push(incoming.next().await.unwrap().unwrap());
+            let (client, server) = established(&mut incoming, address).await;
+            clients.push(client);
+            served.push(server);
         }
         // The third is accepted and closed inside the stream; the stream waits for the next.
         let mut third = TcpStream::connect(address).await.unwrap();
@@ -356,11 +369,25 @@ mod tests {
         assert!(incoming.next().await.unwrap().is_ok());
     }
 
+    /// Connections that never finish their handshake, reopened as its deadline cuts them, are
+    /// always younger than the grace: they must still give way to a newcomer from their address
+    /// (a validator behind the same NAT), the oldest first, or 32 of them keep it out.
+    #[tokio::test]
+    async fn a_connection_still_in_its_handshake_gives_way_to_a_newcomer() {
+        let (mut incoming, address) = listening(limits(2, 10)).await;
+        let mut stalled = TcpStream::connect(address).await.unwrap();
+        let _stalled_served = incoming.next().await.unwrap().unwrap();
+        let _established = established(&mut incoming, address).await;
+        // At the address's limit, with nothing quiet by the grace: the stalled one goes.
+        let _newcomer = TcpStream::connect(address).await.unwrap();
+        assert!(incoming.next().await.unwrap().is_ok(), "the newcomer was refused");
+        assert!(closed_by_server(&mut stalled).await);
+    }
+
     #[tokio::test]
     async fn all_addresses_together_are_held_to_the_total() {
         let (mut incoming, address) = listening(limits(10, 1)).await;
-        let _first = TcpStream::connect(address).await.unwrap();
-        let _held = incoming.next().await.unwrap().unwrap();
+        let _first = established(&mut incoming, address).await;
         let mut second = TcpStream::connect(address).await.unwrap();
         assert!(
             tokio::time::timeout(Duration::from_millis(200), incoming.next())

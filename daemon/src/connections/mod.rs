@@ -15,9 +15,10 @@
 //! - all addresses together hold at most [`ConnectionLimits::total`], kept below the process's
 //!   file limit (which [`raise_open_files_limit`] lifts to its hard limit at start);
 //! - a connection that answers pings but carries no trusted peer's long call keeps its place
-//!   only while nobody else needs it: at a limit, a newcomer takes the place of one that has
-//!   carried no call that holds it ([`holds_connection`]: a trusted peer's challenge, opening
-//!   round or attestation) for [`ConnectionLimits::evictable_after`], instead of being refused.
+//!   only while nobody else needs it: at a limit, a newcomer takes the place of one still in
+//!   its handshake, or of one that has carried no call that holds it ([`holds_connection`]: a
+//!   trusted peer's challenge, opening round or attestation) for
+//!   [`ConnectionLimits::evictable_after`], instead of being refused.
 //!   The table module says which one, and when a crowded address gives way sooner.
 //!
 //! And when accepting fails (the process is out of descriptors after all), the loop waits

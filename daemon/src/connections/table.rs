@@ -55,6 +55,12 @@ pub(super) struct Connection {
     calls_running: AtomicUsize,
     /// When it opened, or a call that holds it last started or ended: nanoseconds since `epoch`.
     quiet_since: AtomicU64,
+    /// Set once its peer completed the handshake (TLS, or the HTTP/2 preface). Until then it is
+    /// the first to give way at a limit: an honest peer completes it within milliseconds, so a
+    /// connection still in it holds nothing yet, and a crowd of connections that never finish
+    /// theirs, reopened as the handshake deadline cuts them, would otherwise never be quiet and
+    /// could keep an address's honest newcomer out.
+    handshake_done: AtomicBool,
     /// Set once it has carried a call a trusted peer proved it made (an allowed validator's
     /// signed challenge): its requests are then not counted against its address's rate or the
     /// budget of unfinished requests, which a stranger at the same address can exhaust.
@@ -76,6 +82,7 @@ impl Connection {
             epoch,
             calls_running: AtomicUsize::new(0),
             quiet_since: AtomicU64::new(0),
+            handshake_done: AtomicBool::new(false),
             trusted: AtomicBool::new(false),
             closing: AtomicBool::new(false),
             driver: Mutex::new(None),
@@ -111,7 +118,16 @@ impl Connection {
     }
 
     fn is_quiet(&self, limits: &ConnectionLimits, now: Duration) -> bool {
-        !self.is_held() && self.quiet_for(now) >= limits.evictable_after
+        !self.is_held() && (self.in_handshake() || self.quiet_for(now) >= limits.evictable_after)
+    }
+
+    /// Its peer finished the handshake.
+    pub(super) fn handshake_done(&self) {
+        self.handshake_done.store(true, Ordering::Release);
+    }
+
+    fn in_handshake(&self) -> bool {
+        !self.handshake_done.load(Ordering::Acquire)
     }
 
     /// Marks it as a trusted peer's (see the field).
@@ -359,9 +375,41 @@ mod tests {
     }
 
     impl Connections {
+        /// A connection whose peer has finished its handshake.
         fn open(&self, address: &str, port: u16) -> Result<Admitted, Refused> {
+            let admitted = self.open_in_handshake(address, port)?;
+            admitted.connection.handshake_done();
+            Ok(admitted)
+        }
+
+        fn open_in_handshake(&self, address: &str, port: u16) -> Result<Admitted, Refused> {
             self.admit(at(address, port), None)
         }
+    }
+
+    /// Connections still in their handshake hold nothing yet: at a limit they give way first,
+    /// the oldest first, even when younger than the grace; an established one that young
+    /// does not.
+    #[test]
+    fn connections_still_in_their_handshake_give_way_first() {
+        let connections = Connections::new(limits(3, 100, Duration::from_secs(60)));
+        let stalled = [1, 2].map(|port| connections.open_in_handshake("192.0.2.1", port).unwrap().connection);
+        let established = connections.open("192.0.2.1", 3).unwrap().connection;
+        assert_eq!(
+            closed(connections.open("192.0.2.1", 4).unwrap()),
+            Some(at("192.0.2.1", 1)),
+            "the oldest stalled handshake"
+        );
+        assert_eq!(
+            closed(connections.open("192.0.2.1", 5).unwrap()),
+            Some(at("192.0.2.1", 2))
+        );
+        assert!(stalled.iter().all(|c| c.is_closing()) && !established.is_closing());
+        assert_eq!(
+            connections.open("192.0.2.1", 6).unwrap_err(),
+            Refused::AddressFull,
+            "established connections within the grace keep their places"
+        );
     }
 
     fn closed(admitted: Admitted) -> Option<Ends> {
