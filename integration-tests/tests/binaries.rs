@@ -287,6 +287,24 @@ fn miner_json(args: &[&str], env: &[(&str, &str)]) -> serde_json::Value {
     serde_json::from_slice(&out.stdout).unwrap()
 }
 
+/// `miner bench --json` on the CPU at n = 64 for a moment, on `kernel` forced by the
+/// environment.
+fn tiny_cpu_bench(kernel: &str) -> serde_json::Value {
+    miner_json(
+        &[
+            "bench",
+            "--backend",
+            "cpu",
+            "--sizes",
+            "64",
+            "--seconds",
+            "0.05",
+            "--json",
+        ],
+        &[("GPU_ATTEST_CPU_KERNEL", kernel)],
+    )
+}
+
 #[test]
 fn the_cpu_kernel_is_chosen_by_setting_or_environment_and_reported() {
     // `miner info` names every kernel and whether it runs here; the one selected runs here.
@@ -309,19 +327,7 @@ fn the_cpu_kernel_is_chosen_by_setting_or_environment_and_reported() {
         &[("GPU_ATTEST_CPU_KERNEL", "portable")],
     );
     assert_eq!(forced["kernel"], "portable");
-    let bench = miner_json(
-        &[
-            "bench",
-            "--backend",
-            "cpu",
-            "--sizes",
-            "64",
-            "--seconds",
-            "0.05",
-            "--json",
-        ],
-        &[("GPU_ATTEST_CPU_KERNEL", "portable")],
-    );
+    let bench = tiny_cpu_bench("portable");
     let rows = bench["rows"].as_array().unwrap();
     assert_eq!(rows.len(), 1, "{bench}");
     assert_eq!(rows[0]["kernel"], "portable");
@@ -342,19 +348,7 @@ fn the_cpu_kernel_is_chosen_by_setting_or_environment_and_reported() {
     );
     assert!(rows[0]["share_of_ceiling"].is_null(), "{bench}");
     if *fastest != "portable" {
-        let own = miner_json(
-            &[
-                "bench",
-                "--backend",
-                "cpu",
-                "--sizes",
-                "64",
-                "--seconds",
-                "0.05",
-                "--json",
-            ],
-            &[("GPU_ATTEST_CPU_KERNEL", fastest)],
-        );
+        let own = tiny_cpu_bench(fastest);
         let ceiling = own["ceilings"][0]["tops"].as_f64().unwrap();
         let row = &own["rows"][0];
         let share = row["share_of_ceiling"].as_f64().unwrap();

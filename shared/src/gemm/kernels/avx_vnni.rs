@@ -66,16 +66,12 @@ pub(super) unsafe fn tile(
 /// independent `vpdpbusd` on operands that never leave the registers, as operations per
 /// second; None without AVX-VNNI. The ceiling the kernel is measured against.
 pub(super) fn register_peak(iterations: u64) -> Option<f64> {
-    if !is_available() {
-        return None;
-    }
-    let iterations = iterations.max(1);
-    let operands = super::ceiling_operands();
-    let start = std::time::Instant::now();
-    // SAFETY: the features were detected above; `operands` is 128 bytes.
-    unsafe { register_loop(&operands, iterations) };
-    let seconds = start.elapsed().as_secs_f64();
-    Some(iterations as f64 * 12.0 * 32.0 * 2.0 / seconds)
+    // SAFETY: the features were detected first; the loop reads the 128 bytes it is given.
+    is_available().then(|| {
+        super::time_ceiling(iterations, 12.0 * 32.0 * 2.0, |operands, rounds| unsafe {
+            register_loop(operands, rounds)
+        })
+    })
 }
 
 /// # Safety

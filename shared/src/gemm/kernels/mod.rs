@@ -448,12 +448,17 @@ pub(super) fn register_peak(kernel: KernelKind, iterations: u64) -> Option<f64> 
     }
 }
 
-/// Two registers' worth of pseudo-random bytes for the vector kernels' ceiling loops: on
-/// all-zero operands a multiplier may run faster than it ever does on real matrices (AMX's
-/// did, by up to 10%).
+/// Times a vector kernel's ceiling loop: `run(operands, rounds)` runs `rounds` (at least 1)
+/// rounds of `ops_per_round` operations on two registers' worth of pseudo-random bytes
+/// (on all-zero operands a multiplier may run faster than it ever does on real matrices:
+/// AMX's did, by up to 10%). Operations per second.
 #[cfg(target_arch = "x86_64")]
-fn ceiling_operands() -> [u8; 128] {
-    std::array::from_fn(|i| (i as u32 + 1).wrapping_mul(0x9E37_79B1).to_le_bytes()[3])
+fn time_ceiling(iterations: u64, ops_per_round: f64, run: impl FnOnce(&[u8; 128], u64)) -> f64 {
+    let iterations = iterations.max(1);
+    let operands: [u8; 128] = std::array::from_fn(|i| (i as u32 + 1).wrapping_mul(0x9E37_79B1).to_le_bytes()[3]);
+    let start = std::time::Instant::now();
+    run(&operands, iterations);
+    iterations as f64 * ops_per_round / start.elapsed().as_secs_f64()
 }
 
 /// Per-thread kernel state, from [`KernelKind::begin`].
