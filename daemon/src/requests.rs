@@ -72,11 +72,9 @@ impl RequestIntake {
         TimedBody {
             inner: body,
             deadline: Box::pin(tokio::time::sleep(self.within)),
-            within: self.within,
-            received: 0,
+            intake: self.clone(),
+            trusted,
             counted: 0,
-            unfinished: (!trusted).then(|| self.unfinished.clone()),
-            budget: self.budget,
             ended: false,
         }
     }
@@ -125,49 +123,51 @@ where
 struct TimedBody {
     inner: Body,
     deadline: Pin<Box<tokio::time::Sleep>>,
-    within: Duration,
-    /// Bytes received so far.
-    received: usize,
-    /// Bytes of those counted in `unfinished`, given back when the body ends or drops.
+    intake: RequestIntake,
+    /// A trusted connection's request: not counted.
+    trusted: bool,
+    /// Bytes received and counted in the intake's total, given back when the body ends or
+    /// drops.
     counted: usize,
-    /// The shared count; None for a trusted connection's request.
-    unfinished: Option<Arc<AtomicUsize>>,
-    budget: usize,
-    /// Whether the stream ended (or failed): no deadline from then on.
+    /// Whether the stream ended (or failed): no deadline and no counting from then on.
     ended: bool,
 }
 
 impl TimedBody {
-    fn give_back(&mut self) {
-        if let Some(unfinished) = &self.unfinished {
-            unfinished.fetch_sub(std::mem::take(&mut self.counted), Ordering::Relaxed);
-        }
+    /// The stream is over, whole or not: its bytes no longer count.
+    fn end(&mut self) {
+        self.ended = true;
+        self.intake
+            .unfinished
+            .fetch_sub(std::mem::take(&mut self.counted), Ordering::Relaxed);
     }
 
     /// Counts `len` more bytes; an error once this request is past [`SMALL_REQUEST`] and all
     /// unfinished requests together past the budget.
     fn count(&mut self, len: usize) -> Result<(), Status> {
-        self.received = self.received.saturating_add(len);
-        let Some(unfinished) = &self.unfinished else {
+        if self.trusted {
             return Ok(());
-        };
-        let total = unfinished.fetch_add(len, Ordering::Relaxed).saturating_add(len);
+        }
+        let total = self
+            .intake
+            .unfinished
+            .fetch_add(len, Ordering::Relaxed)
+            .saturating_add(len);
         self.counted += len;
-        if self.received > SMALL_REQUEST && total > self.budget {
+        if self.counted > SMALL_REQUEST && total > self.intake.budget {
             return Err(Status::resource_exhausted(format!(
                 "this daemon holds {} MiB of unfinished requests, its most; a request over {} KiB \
                  is refused until they end (within {} s): retry shortly",
-                self.budget >> 20,
+                self.intake.budget >> 20,
                 SMALL_REQUEST >> 10,
-                self.within.as_secs()
+                self.intake.within.as_secs()
             )));
         }
         Ok(())
     }
 
     fn fail(&mut self, status: Status) -> Poll<Option<Result<http_body::Frame<Bytes>, Status>>> {
-        self.ended = true;
-        self.give_back();
+        self.end();
         Poll::Ready(Some(Err(status)))
     }
 }
@@ -194,20 +194,18 @@ impl http_body::Body for TimedBody {
                 Poll::Ready(Some(Ok(frame)))
             }
             Poll::Ready(None) => {
-                this.ended = true;
-                this.give_back();
+                this.end();
                 Poll::Ready(None)
             }
             Poll::Ready(Some(Err(e))) => {
-                this.ended = true;
-                this.give_back();
+                this.end();
                 Poll::Ready(Some(Err(e)))
             }
             Poll::Pending => match this.deadline.as_mut().poll(cx) {
                 Poll::Ready(()) => this.fail(Status::deadline_exceeded(format!(
                     "the request did not arrive whole within {} s of its headers; send the \
                      message and end the stream at once",
-                    this.within.as_secs()
+                    this.intake.within.as_secs()
                 ))),
                 Poll::Pending => Poll::Pending,
             },
@@ -225,7 +223,7 @@ impl http_body::Body for TimedBody {
 
 impl Drop for TimedBody {
     fn drop(&mut self) {
-        self.give_back();
+        self.end();
     }
 }
 

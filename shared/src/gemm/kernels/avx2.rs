@@ -140,15 +140,8 @@ pub(super) unsafe fn tile(strip: &[u8], n: usize, panel: &[u8], out: &mut [[i32;
 /// leave registers, `iterations` rounds of eight pairs. Operations per second (32 per pair:
 /// 16 multiplies and 16 adds); None without AVX2. The ceiling the kernel is measured against.
 pub(super) fn register_peak(iterations: u64) -> Option<f64> {
-    if !is_available() {
-        return None;
-    }
-    let iterations = iterations.max(1);
-    let start = std::time::Instant::now();
-    // SAFETY: AVX2 was detected above; the loop touches no memory.
-    unsafe { register_loop(iterations) };
-    let seconds = start.elapsed().as_secs_f64();
-    Some(iterations as f64 * 8.0 * 32.0 / seconds)
+    // SAFETY: AVX2 was detected first; the loop touches no memory, so it takes no operands.
+    is_available().then(|| super::time_ceiling(iterations, 8.0 * 32.0, |_, rounds| unsafe { register_loop(rounds) }))
 }
 
 /// # Safety

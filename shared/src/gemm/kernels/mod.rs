@@ -73,9 +73,8 @@ pub(super) enum Sums<'a> {
 /// [`KernelKind::prepare_a`]), and `panel`, one packed panel of B, both over the whole of k, of
 /// size n; `bias_correction`, the panel's `-128 * column_sum(B)`, where the `vpdpbusd` kernels,
 /// which multiply *unsigned* A and so read it biased by +128, start their sums (the others
-/// ignore it); `k`, the
-/// span of k this call covers (`0..n` for one pass); and `streamed`, the operand the driver
-/// re-reads last (a cache hint).
+/// ignore it); `k`, the span of k this call covers (`0..n` for one pass); and `streamed`, the
+/// operand the driver re-reads last (a cache hint).
 pub(super) struct TileOperands<'a> {
     pub(super) rows: &'a [u8],
     pub(super) panel: &'a [u8],
