@@ -6,11 +6,11 @@
 use gpu_attest_shared::Work;
 use gpu_attest_shared::chain::{ChainResult, leaf_hash};
 use gpu_attest_shared::commitment::{DeviceRoot, global_checksum};
-use gpu_attest_shared::gemm::naive;
 use gpu_attest_shared::matrix::{generate_a, generate_b};
 use gpu_attest_shared::merkle::{MerkleTree, empty_root, root_of};
 use gpu_attest_shared::mix::mix;
 use gpu_attest_shared::partition::canonical_partition;
+use gpu_attest_shared::reference;
 use gpu_attest_shared::selftest::vector_params;
 
 fn main() {
@@ -37,7 +37,7 @@ fn main() {
     ] {
         println!("mix({y}, {k}, {row}, {col}) = {}", mix(y, k, row, col));
     }
-    let chains: Vec<ChainResult> = (0..work.num_chains()).map(|i| naive_chain(&work, i)).collect();
+    let chains: Vec<ChainResult> = (0..work.num_chains()).map(|i| reference::chain(&work, i)).collect();
     for (j, h) in chains[0].checkpoints.iter().enumerate() {
         println!("h_0,{j}          {h}");
     }
@@ -72,17 +72,53 @@ fn main() {
         }
         println!("d={d} G        {}", global_checksum(&params.nonce, &devices));
     }
+    memory_vectors(&work);
 }
 
-fn naive_chain(work: &Work, index: u64) -> ChainResult {
-    let mut x = generate_a(work.key(), index, work.n());
-    let b = generate_b(work.key(), index, work.n());
-    let mut checkpoints = vec![x.digest()];
-    for k in 0..work.iterations() {
-        x = naive::step(&x, &b, k);
-        if (k + 1) % work.checkpoint_every() == 0 {
-            checkpoints.push(x.digest());
-        }
+/// PROTOCOL.md 18.7: the memory phase on section 12's challenge, naively.
+fn memory_vectors(work: &Work) {
+    use gpu_attest_shared::memory::pool::entry_leaf;
+    use gpu_attest_shared::memory::walk::WalkSpec;
+    use gpu_attest_shared::memory::{MemoryParams, PoolSpec};
+    let pool = PoolSpec::new(work, 0, 4 * 65536, 1000).expect("a pool of 4 entries");
+    println!("pool_key_0     {}", hex::encode(pool.key()));
+    let entries = reference::pool(&pool);
+    println!("E_0,0[0..16]   {}", hex::encode(&entries[0].as_bytes()[..16]));
+    let leaves: Vec<_> = entries.iter().map(|e| entry_leaf(e.as_bytes())).collect();
+    for (e, leaf) in leaves.iter().enumerate() {
+        println!("pool leaf {e}    {leaf}");
     }
-    ChainResult { index, checkpoints }
+    let spec = WalkSpec {
+        nonce: work.params().nonce,
+        walk_seed: core::array::from_fn(|i| 0x60 + i as u8),
+        device: 0,
+        pool_root: root_of(&leaves),
+        entries: pool.entries(),
+        params: MemoryParams {
+            pool_permille: 1000,
+            walkers: 3,
+            walk_steps: 16,
+            walk_checkpoint_every: 4,
+        },
+    };
+    println!("pool_root_0    {}", spec.pool_root);
+    let start = spec.start_state(0);
+    let e = u64::from_le_bytes(start.0[..8].try_into().expect("8 bytes")) % pool.entries();
+    println!("s_0,0          {start}");
+    println!("step 0 reads   entry {e}");
+    println!(
+        "s_0,1          {}",
+        reference::walk_step(&entries[e as usize], &start, 0)
+    );
+    let traces: Vec<_> = (0..spec.params.walkers)
+        .map(|w| reference::walk(&spec, &entries, w))
+        .collect();
+    for (q, s) in traces[0].checkpoints.iter().enumerate() {
+        println!("s_0,{:<2}         {s}", 4 * q);
+    }
+    let walk_leaves: Vec<_> = traces.iter().map(|t| t.leaf()).collect();
+    for (w, leaf) in walk_leaves.iter().enumerate() {
+        println!("walk leaf {w}    {leaf}");
+    }
+    println!("walk_root_0    {}", root_of(&walk_leaves));
 }

@@ -30,6 +30,15 @@ impl AlignedBytes {
         }
     }
 
+    /// `len` zeroed bytes, or `None` when the allocator cannot give them: for buffers sized
+    /// from a claim (a memory pool), where running out is an answer, not a crash.
+    pub fn try_zeroed(len: usize) -> Option<Self> {
+        let mut lines = Vec::new();
+        lines.try_reserve_exact(len.div_ceil(64)).ok()?;
+        lines.resize(len.div_ceil(64), Line([0; 64]));
+        Some(AlignedBytes { lines, len })
+    }
+
     /// `lines * 64` bytes, line i being `line(i)`: for rearranging data without first zeroing
     /// the destination (a measurable share of a small GEMM).
     pub fn from_lines(lines: usize, line: impl FnMut(usize) -> [u8; 64]) -> Self {

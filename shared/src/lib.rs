@@ -10,6 +10,9 @@
 //! - [`opening`], [`verify`]: sampled openings and the validator's checks.
 //! - [`identity`], [`statement`]: ed25519 keys and the canonical encodings they sign.
 //! - [`inventory`]: the hardware a miner claims and the limits it sets.
+//! - [`memory`]: the memory proof of version 3: a resident pool and a walk over it.
+//! - [`reference`]: the work function written out plainly, the oracle every fast path is
+//!   tested against.
 
 pub mod aligned;
 pub mod backend;
@@ -23,11 +26,13 @@ pub mod gemm;
 pub mod identity;
 pub mod inventory;
 pub mod matrix;
+pub mod memory;
 pub mod merkle;
 pub mod mix;
 pub mod opening;
 pub mod params;
 pub mod partition;
+pub mod reference;
 pub mod selftest;
 pub mod statement;
 pub mod verify;

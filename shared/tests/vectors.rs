@@ -4,7 +4,6 @@
 use gpu_attest_shared::cpu::CpuBackend;
 use gpu_attest_shared::engine;
 use gpu_attest_shared::gemm::KernelKind;
-use gpu_attest_shared::gemm::naive;
 use gpu_attest_shared::identity::Identity;
 use gpu_attest_shared::identity::PublicKey;
 use gpu_attest_shared::inventory::HardwareClaim;
@@ -12,6 +11,7 @@ use gpu_attest_shared::matrix::{generate_a, generate_b};
 use gpu_attest_shared::merkle::{MerkleTree, empty_root};
 use gpu_attest_shared::mix::mix;
 use gpu_attest_shared::opening::{ChainOpening, SampleRequest};
+use gpu_attest_shared::reference;
 use gpu_attest_shared::selftest;
 use gpu_attest_shared::statement::{Challenge, Commitment, DeviceInfo, open_request_bytes, opening_bytes};
 use gpu_attest_shared::{CancelToken, ChallengeParams, Digest, Work};
@@ -270,10 +270,7 @@ fn proof_commitment_open_request_and_opening_vectors() {
     );
 
     let work = Work::new(params()).unwrap();
-    let (mut x, b) = (generate_a(work.key(), 1, 64), generate_b(work.key(), 1, 64));
-    for k in 0..2 {
-        x = naive::step(&x, &b, k);
-    }
+    let x = reference::chain_state(work.key(), 1, 64, 2);
     assert_eq!(
         x.digest().to_hex(),
         CHAIN1_CHECKPOINTS[1],
@@ -300,5 +297,68 @@ fn proof_commitment_open_request_and_opening_vectors() {
     ]);
     for hex in quoted {
         assert!(doc.contains(hex), "PROTOCOL.md does not quote {hex}");
+    }
+}
+
+/// PROTOCOL.md 18.7, from the fast engine (every CPU kernel fills the pool) and quoted by the
+/// document. The naive oracle's agreement is `tests/memory.rs`'s.
+#[test]
+fn memory_phase_vectors() {
+    use gpu_attest_shared::gemm::CpuGemm;
+    use gpu_attest_shared::memory::pool::HostPool;
+    use gpu_attest_shared::memory::walk::{WalkSpec, walk_all};
+    use gpu_attest_shared::memory::{MemoryParams, PoolSpec};
+    const POOL_KEY: &str = "22e57c94e827e544ef4561787f6ba5bd766ca1b73d1c2cadf939ca37c8501d22";
+    const ENTRY0_PREFIX: &str = "f9e012033f4943635a20235f9d831a30";
+    const POOL_ROOT: &str = "8d843dcfc38ab08aca3091330bea95095b4b72e2abcbfe911e06c8090e644338";
+    const WALKER0: [&str; 5] = [
+        "c6a9c0e0d09b09b3fb6fd9a21207bd71e6890899e868418a09d2ebe3f5c68d2d",
+        "3a27f35332d95218d43841b8832d0370aabb744aa77168b7528db060998e751a",
+        "f3735a041258bd614b760466fb0dfbe175b3987c05a573d79b42aff65ded7ceb",
+        "fe53444cf0eff42d93de04385dacd93a47e4c64bbdda3cc08536eca714064e65",
+        "8eb3f97624b39a47d28644dcd9a4a4726f18073a9f5c32e259651f56f41514be",
+    ];
+    const WALK_LEAVES: [&str; 3] = [
+        "e71309d85edd3a454402a5df3be04439eeebb4e5ce0f70a21bb0027fe5bb35cd",
+        "cf6ecd7e2a837aa74e83cfeda57710daabc34328b41d9237edd5a8098b6dd256",
+        "4813d955befff25f29ef5b530305ac77d3c4eff1d2aae3c4838b3c4c04d00fca",
+    ];
+    const WALK_ROOT: &str = "ba1a63cf0d9980cc343a5bfe803cca6a98cfacc921680b96d7cf6d978a8584f9";
+
+    let work = Work::new(params()).unwrap();
+    let spec = PoolSpec::new(&work, 0, 4 * 65536, 1000).unwrap();
+    assert_eq!(hex::encode(spec.key()), POOL_KEY);
+    for kernel in KernelKind::ALL.into_iter().filter(|k| k.is_available()) {
+        let gemm = CpuGemm::new(2, Some(kernel)).unwrap();
+        let pool = HostPool::fill(&gemm, &spec, &|_| {}, &CancelToken::new()).unwrap();
+        assert_eq!(hex::encode(&pool.entry_bytes(0)[..16]), ENTRY0_PREFIX, "{kernel}");
+        assert_eq!(pool.root().to_hex(), POOL_ROOT, "{kernel}");
+        let walk_spec = WalkSpec {
+            nonce: params().nonce,
+            walk_seed: core::array::from_fn(|i| 0x60 + i as u8),
+            device: 0,
+            pool_root: pool.root(),
+            entries: spec.entries(),
+            params: MemoryParams {
+                pool_permille: 1000,
+                walkers: 3,
+                walk_steps: 16,
+                walk_checkpoint_every: 4,
+            },
+        };
+        let walk = walk_all(&pool, &walk_spec, &CancelToken::new()).unwrap();
+        let walker0: Vec<String> = walk.traces[0].checkpoints.iter().map(Digest::to_hex).collect();
+        assert_eq!(walker0, WALKER0, "{kernel}");
+        let leaves: Vec<String> = walk.traces.iter().map(|t| t.leaf().to_hex()).collect();
+        assert_eq!(leaves, WALK_LEAVES, "{kernel}");
+        assert_eq!(walk.root().to_hex(), WALK_ROOT, "{kernel}");
+    }
+    let doc = include_str!("../../PROTOCOL.md");
+    for hex in [POOL_KEY, ENTRY0_PREFIX, POOL_ROOT, WALK_ROOT]
+        .into_iter()
+        .chain(WALKER0)
+        .chain(WALK_LEAVES)
+    {
+        assert!(doc.contains(hex), "PROTOCOL.md section 18.7 does not quote {hex}");
     }
 }

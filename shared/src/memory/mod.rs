@@ -1,0 +1,21 @@
+//! The memory proof (PROTOCOL.md section 18): each device fills a pool with the work function's
+//! own output and then walks it, step by step, in an order that each step's result chooses.
+//!
+//! - [`params`]: the challenge's memory parameters and the size of each device's pool.
+//! - [`pool`]: pool entries (a short chain each), the pool's Merkle root, a pool held in host
+//!   memory.
+//! - [`walk`]: the walk's start states, its step, walker traces and the walk root.
+//! - [`check`]: the validator's check of one opened walk segment.
+//!
+//! Why it proves memory: an entry costs `2 * 256 * 64 = 32768` int8 operations per byte to make
+//! and one read to use. A walk step reads one whole entry that the step before it chose, so a
+//! device missing part of its pool must, at that step, either make the entry again or fetch it
+//! from somewhere slower than its own memory; the walk is timed on its own, and both ways are
+//! too slow (SECURITY.md "The memory proof").
+
+pub mod check;
+pub mod params;
+pub mod pool;
+pub mod walk;
+
+pub use params::{ENTRY_BYTES, ENTRY_N, ENTRY_OPS, ENTRY_STEPS, MemoryError, MemoryParams, PoolSpec};
