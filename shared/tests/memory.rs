@@ -4,12 +4,14 @@
 
 use gpu_attest_shared::gemm::{CpuGemm, KernelKind};
 use gpu_attest_shared::matrix::Matrix;
-use gpu_attest_shared::memory::check::{WalkCheckError, WalkOpening, check_segment, open_segment};
-use gpu_attest_shared::memory::pool::{HostPool, entry_leaf, make_entry};
+use gpu_attest_shared::memory::check::{WalkCheckError, WalkOpening, check_segment, draw_rows, open_segment};
+use gpu_attest_shared::memory::pool::{HostPool, entry_leaf, entry_rows_match, make_entry};
 use gpu_attest_shared::memory::walk::{DeviceWalk, WalkSpec, walk_all};
 use gpu_attest_shared::memory::{MemoryParams, PoolSpec};
 use gpu_attest_shared::merkle::root_of;
 use gpu_attest_shared::{CancelToken, Digest, Work, reference, selftest};
+use rand_chacha::ChaCha8Rng;
+use rand_chacha::rand_core::SeedableRng;
 use std::sync::OnceLock;
 
 /// The pool of PROTOCOL.md 18.7: device 0 of section 12's challenge, 4 entries.
@@ -109,8 +111,12 @@ fn honest() -> (HostPool, DeviceWalk, WalkSpec, WalkOpening) {
 }
 
 fn check(spec: &WalkSpec, walk_root: &Digest, opening: &WalkOpening) -> Result<(), WalkCheckError> {
-    let make = |e: u64| naive_entries()[e as usize].clone();
-    check_segment(spec, &vector_pool(), walk_root, (1, 2), opening, &make)
+    check_segment(spec, &vector_pool(), walk_root, (1, 2), opening, &whole_entry_is_made)
+}
+
+/// The test's oracle for check 7: the whole entry, made naively.
+fn whole_entry_is_made(e: u64, bytes: &[u8]) -> bool {
+    naive_entries()[e as usize].as_bytes() == bytes
 }
 
 #[test]
@@ -118,6 +124,13 @@ fn an_honest_walk_opening_passes() {
     let (_, walk, spec, opening) = honest();
     assert_eq!(check(&spec, &walk.root(), &opening), Ok(()));
     assert_eq!(opening.entries.len(), 4);
+    // Checked as a validator checks it, with drawn rows of each entry.
+    let rng = std::cell::RefCell::new(ChaCha8Rng::from_seed([3; 32]));
+    let drawn = |e: u64, bytes: &[u8]| entry_rows_match(&vector_pool(), e, bytes, &draw_rows(&mut *rng.borrow_mut()));
+    assert_eq!(
+        check_segment(&spec, &vector_pool(), &walk.root(), (1, 2), &opening, &drawn),
+        Ok(())
+    );
 }
 
 #[test]
@@ -160,14 +173,26 @@ fn every_tampered_walk_opening_fails_with_its_own_reason() {
     };
     let fake_walk = walk_all(&fake, &fake_spec, &CancelToken::new()).unwrap();
     let fake_opening = fake.open(&fake_walk, &fake_spec, 1, 2);
-    let make = |e: u64| naive_entries()[e as usize].clone();
     let err = check_segment(
         &fake_spec,
         &vector_pool(),
         &fake_walk.root(),
         (1, 2),
         &fake_opening,
-        &make,
+        &whole_entry_is_made,
+    )
+    .unwrap_err();
+    assert_eq!(err.code(), "pool-entry-mismatch", "{err}");
+    // The validator's way, rows drawn from its own generator, catches it too.
+    let rng = std::cell::RefCell::new(ChaCha8Rng::from_seed([11; 32]));
+    let drawn = |e: u64, bytes: &[u8]| entry_rows_match(&vector_pool(), e, bytes, &draw_rows(&mut *rng.borrow_mut()));
+    let err = check_segment(
+        &fake_spec,
+        &vector_pool(),
+        &fake_walk.root(),
+        (1, 2),
+        &fake_opening,
+        &drawn,
     )
     .unwrap_err();
     assert_eq!(err.code(), "pool-entry-mismatch", "{err}");

@@ -7,11 +7,10 @@
 //! committed in the pool and made by the work function, and the steps lead to the next
 //! checkpoint.
 
-use super::params::{ENTRY_BYTES, PoolSpec};
+use super::params::{ENTRY_BYTES, ENTRY_N, PoolSpec};
 use super::pool::{HostPool, entry_leaf};
 use super::walk::{DeviceWalk, WalkSpec, entry_index, step, walk_leaf};
 use crate::digest::Digest;
-use crate::matrix::Matrix;
 use crate::merkle::{MerkleProof, ProofError, verify_proof};
 use thiserror::Error;
 
@@ -67,7 +66,7 @@ pub enum WalkCheckError {
         entry: u64,
         source: ProofError,
     },
-    #[error("step {step}'s entry {entry} is not the work function's entry {entry} (a fake pool)")]
+    #[error("step {step}'s entry {entry} is not the work function's entry {entry} in the rows drawn (a fake pool)")]
     EntryNotMade { step: u32, entry: u64 },
     #[error("walker {walker}'s steps {first}..{end} do not lead to its checkpoint {next}")]
     SegmentMismatch {
@@ -129,16 +128,34 @@ pub fn open_segment(
     })
 }
 
+/// Rows of each opened entry that a validator makes again and compares (check 7).
+pub const ROWS_CHECKED_PER_ENTRY: usize = 8;
+
+/// `ROWS_CHECKED_PER_ENTRY` distinct rows of an entry, drawn from `rng`: the validator's own
+/// CSPRNG, after the opening arrived.
+pub fn draw_rows(rng: &mut impl rand_chacha::rand_core::Rng) -> Vec<u32> {
+    let mut rows: Vec<u32> = Vec::with_capacity(ROWS_CHECKED_PER_ENTRY);
+    while rows.len() < ROWS_CHECKED_PER_ENTRY {
+        let row = rng.next_u32() % ENTRY_N as u32;
+        if !rows.contains(&row) {
+            rows.push(row);
+        }
+    }
+    rows
+}
+
 /// The validator's side: checks `opening` against the request `(walker, segment)` of device
-/// `spec.device`, the committed walk root, and the entries the work function makes
-/// (`make_entry(e)` for the pool `pool`). Reports the first check that fails.
+/// `spec.device`, the committed walk root, and the work function's entries of the pool `pool`:
+/// `is_made(e, bytes)` says whether `bytes` are entry `e` (a validator compares drawn rows,
+/// [`super::pool::entry_rows_match`] and [`draw_rows`]; a test may compare whole entries).
+/// Reports the first check that fails.
 pub fn check_segment(
     spec: &WalkSpec,
     pool: &PoolSpec,
     walk_root: &Digest,
     request: (u32, u32),
     opening: &WalkOpening,
-    make_entry: &dyn Fn(u64) -> Matrix,
+    is_made: &dyn Fn(u64, &[u8]) -> bool,
 ) -> Result<(), WalkCheckError> {
     let (walker, segment) = request;
     let got = (opening.device, opening.walker, opening.segment);
@@ -201,7 +218,7 @@ pub fn check_segment(
             entry: e,
             source,
         })?;
-        if make_entry(e).as_bytes() != opened.bytes.as_slice() {
+        if !is_made(e, &opened.bytes) {
             return Err(WalkCheckError::EntryNotMade { step: t, entry: e });
         }
         state = step(bytemuck::cast_slice(&opened.bytes), &state, t);

@@ -9,10 +9,12 @@
 //!
 //! Why it proves memory: an entry costs `2 * 256 * 64 = 32768` int8 operations per byte to make
 //! and one read to use. A walk step reads one whole entry that the step before it chose, so a
-//! device missing part of its pool must, at that step, either make the entry again or fetch it
-//! from somewhere slower than its own memory; the walk is timed on its own, and both ways are
-//! too slow (SECURITY.md "The memory proof").
+//! device missing part of its pool must, at that step, make the entry again, fetch it from
+//! somewhere slower than its own memory, or fake the step. The walk is timed on its own, which
+//! catches the first two where they are slow enough (SECURITY.md "The memory proof" says where
+//! they are not); the openings catch faked steps and fake entries.
 
+pub mod bench;
 pub mod check;
 pub mod params;
 pub mod pool;

@@ -1,0 +1,164 @@
+//! Measurements of the memory phase on the CPU: the machine's read and copy bandwidth, the
+//! walk's bandwidth against them, and the fill's rate. `miner bench` reports them; nothing here
+//! decides a verdict.
+
+use super::params::{ENTRY_BYTES, ENTRY_OPS, MemoryParams, PoolSpec};
+use super::pool::{EntrySource, HostPool};
+use super::walk::{WalkSpec, walk_all};
+use crate::aligned::AlignedBytes;
+use crate::backend::CancelToken;
+use crate::digest::Digest;
+use crate::gemm::CpuGemm;
+use crate::matrix::generate;
+use crate::params::Work;
+use rayon::prelude::*;
+use std::borrow::Cow;
+use std::time::{Duration, Instant};
+
+/// Bytes per second read, copied, and walked, on the engine's threads.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct MemoryBench {
+    pub threads: usize,
+    /// The buffers' size: well past any cache.
+    pub bytes: u64,
+    /// Every thread summing its share of one buffer: what a read-only pass reaches.
+    pub read_bytes_per_sec: f64,
+    /// One buffer copied into another, counting the bytes read and those written (as STREAM's
+    /// copy counts them).
+    pub copy_bytes_per_sec: f64,
+    /// The walk over a pool of `bytes`, counting the 64 KiB each step reads.
+    pub walk_bytes_per_sec: f64,
+    pub walk_share_of_read: f64,
+    pub walk_share_of_copy: f64,
+    /// Pool entries made per second (each `ENTRY_OPS` int8 operations), and that as TOPS.
+    pub fill_entries_per_sec: f64,
+    pub fill_tops: f64,
+}
+
+/// A pool of bench bytes: the walk reads any entry bytes the same way, so the bench fills it
+/// with keystream instead of making entries (minutes for a pool past the caches).
+struct BenchPool {
+    bytes: AlignedBytes,
+}
+
+impl EntrySource for BenchPool {
+    fn entries(&self) -> u64 {
+        (self.bytes.len() / ENTRY_BYTES) as u64
+    }
+
+    fn entry(&self, entry: u64) -> Cow<'_, [i8]> {
+        let at = entry as usize * ENTRY_BYTES;
+        Cow::Borrowed(bytemuck::cast_slice(&self.bytes.as_slice()[at..at + ENTRY_BYTES]))
+    }
+
+    fn prefetch(&self, entry: u64) {
+        let at = entry as usize * ENTRY_BYTES;
+        super::pool::prefetch_bytes(&self.bytes.as_slice()[at..at + super::pool::PREFETCH_AHEAD]);
+    }
+}
+
+/// The best of `runs` timings of `f`, as bytes per second for `bytes`.
+fn best_rate(runs: usize, bytes: f64, mut f: impl FnMut()) -> f64 {
+    (0..runs)
+        .map(|_| {
+            let start = Instant::now();
+            f();
+            bytes / start.elapsed().as_secs_f64()
+        })
+        .fold(0.0, f64::max)
+}
+
+/// Measures everything in [`MemoryBench`] on `gemm`'s threads, with buffers of `bytes`
+/// (rounded down to whole entries; at least one) and a walk of about `budget`.
+pub fn measure(gemm: &CpuGemm, bytes: usize, budget: Duration) -> MemoryBench {
+    let bytes = (bytes / ENTRY_BYTES).max(1) * ENTRY_BYTES;
+    let threads = gemm.threads();
+    let mut pool = BenchPool {
+        bytes: AlignedBytes::try_zeroed(bytes).expect("memory for the bench's buffers"),
+    };
+    gemm.install(|| {
+        pool.bytes
+            .as_mut_slice()
+            .par_chunks_mut(ENTRY_BYTES)
+            .enumerate()
+            .for_each(|(i, chunk)| chunk.copy_from_slice(generate(&[5; 32], i as u64, 256).as_bytes()))
+    });
+    let source = pool.bytes.as_slice();
+    let piece = bytes.div_ceil(threads).next_multiple_of(64);
+    let read = gemm.install(|| {
+        best_rate(3, bytes as f64, || {
+            let sum: u64 = source
+                .par_chunks(piece)
+                .map(|chunk| {
+                    chunk
+                        .chunks_exact(8)
+                        .map(|w| u64::from_le_bytes(w.try_into().unwrap()))
+                        .fold(0, u64::wrapping_add)
+                })
+                .reduce(|| 0, u64::wrapping_add);
+            std::hint::black_box(sum);
+        })
+    });
+    let mut target = AlignedBytes::try_zeroed(bytes).expect("memory for the bench's buffers");
+    let copy = gemm.install(|| {
+        best_rate(3, 2.0 * bytes as f64, || {
+            target
+                .as_mut_slice()
+                .par_chunks_mut(piece)
+                .zip(source.par_chunks(piece))
+                .for_each(|(to, from)| to.copy_from_slice(from));
+        })
+    });
+    drop(target);
+
+    // Walk: enough walkers to keep every thread busy, steps sized to the budget from a short
+    // first walk.
+    let mut params = MemoryParams {
+        pool_permille: 1000,
+        walkers: (threads * 4) as u32,
+        walk_steps: 64,
+        walk_checkpoint_every: 8,
+    };
+    let spec = |params: MemoryParams| WalkSpec {
+        nonce: [1; 32],
+        walk_seed: [2; 32],
+        device: 0,
+        pool_root: Digest::default(),
+        entries: pool.entries(),
+        params,
+    };
+    let cancel = CancelToken::new();
+    let timed_walk = |params: MemoryParams| {
+        let start = Instant::now();
+        gemm.install(|| walk_all(&pool, &spec(params), &cancel))
+            .expect("an uncancelled walk");
+        params.walk_bytes() as f64 / start.elapsed().as_secs_f64()
+    };
+    let first = timed_walk(params);
+    let steps = (first * budget.as_secs_f64() / (params.walkers as f64 * ENTRY_BYTES as f64)) as u32;
+    params.walk_steps = steps.clamp(64, 8 * 4096) / 8 * 8;
+    let walk = (0..2).map(|_| timed_walk(params)).fold(first, f64::max);
+
+    // Fill: pools of one entry a thread, made as the miner makes them, until the budget is
+    // spent (at least one).
+    let work = Work::new(crate::selftest::vector_params()).expect("the vector challenge is valid");
+    let fill_spec = PoolSpec::with_entries(&work, 0, threads as u64);
+    let (start, mut made) = (Instant::now(), 0u64);
+    while made == 0 || start.elapsed() < budget {
+        HostPool::fill(gemm, &fill_spec, &|_| {}, &cancel).expect("an uncancelled fill");
+        made += fill_spec.entries();
+    }
+    let fill = made as f64 / start.elapsed().as_secs_f64();
+
+    MemoryBench {
+        threads,
+        bytes: bytes as u64,
+        read_bytes_per_sec: read,
+        copy_bytes_per_sec: copy,
+        walk_bytes_per_sec: walk,
+        walk_share_of_read: walk / read,
+        walk_share_of_copy: walk / copy,
+        fill_entries_per_sec: fill,
+        fill_tops: fill * ENTRY_OPS as f64 / 1e12,
+    }
+}
