@@ -110,7 +110,8 @@ def time_ort(session, n, seconds):
 
 
 def miner_bench(miner, args, extra):
-    cmd = [miner, "bench", "--backend", "cpu", "--json", "--cpu-threads", str(args.threads)] + extra
+    # The GEMM rows only: the memory phase has its own figures.
+    cmd = [miner, "bench", "--backend", "cpu", "--json", "--memory-mib", "0", "--cpu-threads", str(args.threads)] + extra
     out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
     return json.loads(out)
 

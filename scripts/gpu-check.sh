@@ -8,7 +8,8 @@
 #   4. one full attestation: miner on the GPUs, validator on the CPU, sampled verification;
 #   5. one more with the validator on the GPUs as well, recomputing every chain;
 #   6. the host's CPU: every CPU kernel it runs against the oracle (GPU hosts are where AMX is
-#      found), and where it has AMX, the AMX kernel's k block and cache hints swept (2 threads
+#      found), the memory phase's bandwidths on its memory (the GPU walk has no host driver yet),
+#      and where it has AMX, the AMX kernel's k block and cache hints swept (2 threads
 #      and all) and the engine against ONNX Runtime at 2 threads (when Python has onnxruntime
 #      and onnx).
 # Each step runs under a time limit (STEP_TIMEOUT seconds, default 900): a kernel that hangs on a
@@ -123,6 +124,10 @@ limit "$bin/cpu-oracle-tests" >"$out/cpu-oracle.log" 2>&1
 status=$?
 grep -E "^kernel |FAILED|panicked|test result" "$out/cpu-oracle.log"
 record cpu-oracle $status
+echo "== host CPU: the memory phase of protocol version 3 (read, copy and walk bandwidth, fill rate)"
+limit "$bin/miner" bench --backend cpu --sizes 256 --seconds 2 --memory-mib 2048 2>&1 | tee "$out/host-memory.log" |
+  grep -E "^memory"
+record host-memory "${PIPESTATUS[0]}"
 if GPU_ATTEST_CPU_KERNEL=amx "$bin/miner" info --backend cpu >/dev/null 2>&1; then
   echo "== host CPU: the AMX kernel's k block and cache hints, on 2 threads and on all, interleaved over rounds" |
     tee "$out/host-cpu.log"
@@ -135,7 +140,7 @@ if GPU_ATTEST_CPU_KERNEL=amx "$bin/miner" info --backend cpu >/dev/null 2>&1; th
         block=${setting%/*} hints=${setting#*/}
         echo "-- round $round, threads $threads (0: all), k block $block, cache hints $hints" >>"$out/host-cpu.log"
         GPU_ATTEST_CPU_K_BLOCK=$block GPU_ATTEST_CPU_CACHE_HINTS=$hints limit "$bin/miner" bench --backend cpu \
-          --cpu-kernel amx --cpu-threads "$threads" --sizes 1024,2048,4096 --seconds 0.7 >>"$out/host-cpu.log" 2>&1 ||
+          --cpu-kernel amx --cpu-threads "$threads" --sizes 1024,2048,4096 --seconds 0.7 --memory-mib 0 >>"$out/host-cpu.log" 2>&1 ||
           sweep_status=1
       done
     done
@@ -157,7 +162,7 @@ fi
 echo
 echo "== summary ($(date -u +%FT%TZ))"
 printf '%s\n' "${summary[@]}" | tee "$out/summary.txt"
-for part in summary.txt info.log selftest.log gpu-tests.log kernel-compile.log bench.log attestation.log \
+for part in summary.txt info.log selftest.log gpu-tests.log kernel-compile.log bench.log host-memory.log attestation.log \
   gpu-validator.log cpu-oracle.log host-cpu.log; do
   [ -f "$out/$part" ] && { echo "== $part"; cat "$out/$part"; echo; }
 done >"$out/report.txt"

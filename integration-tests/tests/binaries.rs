@@ -299,6 +299,8 @@ fn tiny_cpu_bench(kernel: &str) -> serde_json::Value {
             "64",
             "--seconds",
             "0.05",
+            "--memory-mib",
+            "8",
             "--json",
         ],
         &[("GPU_ATTEST_CPU_KERNEL", kernel)],
@@ -347,6 +349,24 @@ fn the_cpu_kernel_is_chosen_by_setting_or_environment_and_reported() {
         "{bench}"
     );
     assert!(rows[0]["share_of_ceiling"].is_null(), "{bench}");
+    // The memory phase's figures: the buffers asked for, each rate measured, the walk read
+    // against both bandwidths.
+    let memory = &bench["memory"];
+    assert_eq!(memory["bytes"], 8 << 20, "{bench}");
+    for rate in [
+        "read_bytes_per_sec",
+        "copy_bytes_per_sec",
+        "walk_bytes_per_sec",
+        "fill_entries_per_sec",
+    ] {
+        assert!(memory[rate].as_f64().unwrap() > 0.0, "{rate}: {bench}");
+    }
+    let walk = memory["walk_bytes_per_sec"].as_f64().unwrap();
+    let share = memory["walk_share_of_read"].as_f64().unwrap();
+    assert!(
+        (share - walk / memory["read_bytes_per_sec"].as_f64().unwrap()).abs() < 1e-9,
+        "{bench}"
+    );
     if *fastest != "portable" {
         let own = tiny_cpu_bench(fastest);
         let ceiling = own["ceilings"][0]["tops"].as_f64().unwrap();
@@ -365,6 +385,8 @@ fn the_cpu_kernel_is_chosen_by_setting_or_environment_and_reported() {
             "256",
             "--seconds",
             "0.05",
+            "--memory-mib",
+            "0",
             "--json",
         ],
         &[("GPU_ATTEST_CPU_KERNEL", "portable"), ("GPU_ATTEST_CPU_K_BLOCK", "128")],

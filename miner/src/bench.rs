@@ -8,6 +8,7 @@ use gpu_attest_shared::cuda::bench::{int8_peak_tops, step_floor_seconds};
 use gpu_attest_shared::cuda::{CudaBackend, CudaInitError, CudaOptions, GpuKernel};
 use gpu_attest_shared::gemm::{CpuGemm, GemmError, KernelKind, PackedB, register_peak};
 use gpu_attest_shared::matrix::{Matrix, generate, generate_a};
+use gpu_attest_shared::memory::bench::MemoryBench;
 use gpu_attest_shared::params::{ChallengeParams, Work};
 use serde::Serialize;
 use std::time::{Duration, Instant};
@@ -21,11 +22,19 @@ pub struct CpuReport {
     /// first: the first is this CPU's int8 limit on these threads (where that kernel has one).
     pub ceilings: Vec<Ceiling>,
     pub sampled_verify: Option<SampledVerify>,
+    /// The memory phase of protocol version 3 on this machine: read and copy bandwidth, the
+    /// walk against them, the fill's rate (None with `--memory-mib 0`).
+    pub memory: Option<MemoryBench>,
 }
 
 impl CpuReport {
     /// `rows`, each with its share of its kernel's ceiling in `ceilings`.
-    pub fn new(mut rows: Vec<BenchRow>, ceilings: Vec<Ceiling>, sampled_verify: Option<SampledVerify>) -> Self {
+    pub fn new(
+        mut rows: Vec<BenchRow>,
+        ceilings: Vec<Ceiling>,
+        sampled_verify: Option<SampledVerify>,
+        memory: Option<MemoryBench>,
+    ) -> Self {
         for row in &mut rows {
             row.share_of_ceiling = ceilings
                 .iter()
@@ -36,6 +45,7 @@ impl CpuReport {
             rows,
             ceilings,
             sampled_verify,
+            memory,
         }
     }
 }
@@ -194,6 +204,18 @@ pub fn cpu(
         }
     }
     Ok(rows)
+}
+
+/// The memory phase on the CPU: buffers of `mib` MiB (past the caches), a walk of about
+/// `budget`, on the chosen kernel's engine (the fill's GEMMs) and threads.
+pub fn memory(
+    kernel: Option<KernelKind>,
+    threads: usize,
+    mib: usize,
+    budget: Duration,
+) -> Result<MemoryBench, GemmError> {
+    let gemm = CpuGemm::new(threads, kernel)?;
+    Ok(gpu_attest_shared::memory::bench::measure(&gemm, mib << 20, budget))
 }
 
 /// One GPU measurement: a kernel on a device at one size, against cuBLASLt int8 plus mix.

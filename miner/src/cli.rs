@@ -44,6 +44,10 @@ pub enum Command {
         /// samples of 4 steps each (the default sampling), on the chosen kernel.
         #[arg(long)]
         sampled_verify: bool,
+        /// CPU only: the memory phase's buffers in MiB (past the CPU's caches): read and copy
+        /// bandwidth, the walk's bandwidth against them, the fill's rate. 0 skips it.
+        #[arg(long, default_value_t = 512)]
+        memory_mib: usize,
         #[arg(long)]
         json: bool,
     },

@@ -71,6 +71,7 @@ fn run(cli: Cli) -> Result<()> {
             sizes,
             seconds,
             sampled_verify,
+            memory_mib,
             json,
         } => {
             let config = settings.resolve()?;
@@ -102,7 +103,10 @@ fn run(cli: Cli) -> Result<()> {
             // The ceilings on the threads the rows ran on (with `cpu_threads = 0`, the pool's
             // choice, which RAYON_NUM_THREADS can change).
             let threads = rows.first().map_or(config.cpu_threads, |r| r.threads);
-            let report = bench::CpuReport::new(rows, bench::ceilings(threads, &kernels), sampled_verify);
+            let memory = (memory_mib > 0)
+                .then(|| bench::memory(chosen, config.cpu_threads, memory_mib, budget))
+                .transpose()?;
+            let report = bench::CpuReport::new(rows, bench::ceilings(threads, &kernels), sampled_verify, memory);
             if json {
                 println!("{}", serde_json::to_string_pretty(&report)?);
             } else {

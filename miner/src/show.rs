@@ -104,6 +104,24 @@ pub fn print_cpu_report(report: &bench::CpuReport) {
             s.n, s.samples, s.steps, s.seconds, s.kernel
         );
     }
+    if let Some(m) = &report.memory {
+        let gb = |bytes_per_sec: f64| bytes_per_sec / 1e9;
+        println!(
+            "memory, {} MiB buffers, {} threads: read {:.1} GB/s, copy {:.1} GB/s (read + written)",
+            m.bytes >> 20,
+            m.threads,
+            gb(m.read_bytes_per_sec),
+            gb(m.copy_bytes_per_sec)
+        );
+        println!(
+            "memory walk: {:.1} GB/s, {:.0}% of read, {:.0}% of copy; pool fill: {:.1} entries/s ({:.3} TOPS)",
+            gb(m.walk_bytes_per_sec),
+            100.0 * m.walk_share_of_read,
+            100.0 * m.walk_share_of_copy,
+            m.fill_entries_per_sec,
+            m.fill_tops
+        );
+    }
 }
 
 pub fn info_json(selected: &SelectedBackend, detection: &Result<Detection, GpuDetectError>) -> serde_json::Value {
