@@ -2,8 +2,9 @@
 # Compile-checks the CUDA kernels without a GPU: installs NVRTC and ptxas (CUDA 13.0, the line
 # the supported drivers ship) from the Python package registry into target/cuda-tools, then
 # compiles every kernel for sm_75..sm_90 with NVRTC, assembles each with ptxas and fails on
-# errors or register spills. Then it disassembles each GEMM kernel (nvdisasm, from the same
-# registry) and prints its main loop's instructions per iteration, MMA against the rest
+# errors or register spills, and the same for the modules beside them (the memory walk). Then it
+# disassembles each GEMM kernel (nvdisasm, from the same registry) and prints its main loop's
+# instructions per iteration, MMA against the rest, and the walk's instructions per step
 # (scripts/sass_main_loop.py). Run from anywhere; CI runs it before the tests.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -28,5 +29,5 @@ LD_LIBRARY_PATH="$PWD/$cuda/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
 GPU_ATTEST_PTXAS="$PWD/$cuda/bin/ptxas" GPU_ATTEST_REQUIRE_NVRTC=1 GPU_ATTEST_CUBIN_DIR="$PWD/$cubins" \
   cargo test --locked -p gpu-attest-shared --test cuda_kernels_compile -- --nocapture
 
-echo "== GEMM main loops: SASS instructions per iteration" >&2
+echo "== GEMM main loops and the walk's step: SASS instructions per iteration" >&2
 python3 scripts/sass_main_loop.py "$cuda/bin/nvdisasm" "$cubins"

@@ -1,5 +1,6 @@
 //! Compile-checks every kernel with NVRTC for every architecture it targets, and assembles the
-//! PTX with ptxas when one is given, so kernel source errors show up without a GPU.
+//! PTX with ptxas when one is given, so kernel source errors show up without a GPU: the GEMM
+//! modules and the modules beside them (the memory walk).
 //!
 //! Needs libnvrtc on the library path and, for the ptxas step, `GPU_ATTEST_PTXAS` naming a
 //! ptxas binary; `scripts/kernel-check.sh` installs both from the Python package registry and
@@ -11,7 +12,8 @@ mod common;
 
 use common::skipped;
 use gpu_attest_shared::cuda::GpuKernel;
-use gpu_attest_shared::cuda::compile::{compile_ptx, nvrtc_present, nvrtc_version, supported_archs};
+use gpu_attest_shared::cuda::compile::{compile_aux_ptx, compile_ptx, nvrtc_present, nvrtc_version, supported_archs};
+use gpu_attest_shared::cuda::kernels::AuxModule;
 use std::path::PathBuf;
 use std::process::Command;
 
@@ -67,7 +69,14 @@ fn every_kernel_compiles_for_every_target_architecture() {
                 GpuKernel::Tiled => assert!(ptx.contains("dp4a.s32.s32"), "the tiled kernel must use dp4a"),
             }
             if let Some(ptxas) = &ptxas {
-                assemble(ptxas, kernel, arch, &ptx);
+                assemble(
+                    ptxas,
+                    &kernel.to_string(),
+                    arch,
+                    kernel.arch_suffix(),
+                    &ptx,
+                    &[kernel.gemm_fn()],
+                );
             }
             checked += 1;
         }
@@ -75,53 +84,108 @@ fn every_kernel_compiles_for_every_target_architecture() {
     assert!(checked >= 6, "only {checked} kernel/architecture pairs were checkable");
 }
 
-/// Assembles `ptx` for sm_`arch` and fails on errors or on register spills in the GEMM kernel.
-fn assemble(ptxas: &PathBuf, kernel: GpuKernel, arch: u32, ptx: &str) {
-    let dir = std::env::temp_dir().join(format!("gpu-attest-ptxas-{}", std::process::id()));
+#[test]
+fn every_aux_module_compiles_for_every_target_architecture() {
+    if !nvrtc_present() {
+        assert!(
+            std::env::var_os("GPU_ATTEST_REQUIRE_NVRTC").is_none(),
+            "GPU_ATTEST_REQUIRE_NVRTC is set but libnvrtc cannot be loaded; check LD_LIBRARY_PATH"
+        );
+        skipped("libnvrtc not found; run scripts/kernel-check.sh to compile-check the kernels");
+        return;
+    }
+    let supported = supported_archs().unwrap();
+    let ptxas = std::env::var_os("GPU_ATTEST_PTXAS").map(PathBuf::from);
+    let mut checked = 0;
+    for module in AuxModule::ALL {
+        for arch in ARCHS {
+            if !module.supports((arch / 10, arch % 10)) || !supported.contains(&arch) {
+                continue;
+            }
+            let ptx = compile_aux_ptx(module, arch).unwrap_or_else(|e| panic!("{e}"));
+            for entry in module.entry_points() {
+                assert!(
+                    ptx.contains(&format!(".entry {entry}(")),
+                    "{module} for compute_{arch} lacks {entry}"
+                );
+            }
+            match module {
+                AuxModule::Walk => {
+                    // 16-byte loads through the non-coherent path, dp4a, and the shuffles of the
+                    // row reduction.
+                    assert!(
+                        ptx.contains("ld.global.nc.v4.u32"),
+                        "the walk must load 16 bytes at a time"
+                    );
+                    assert!(ptx.contains("dp4a.s32.s32"), "the walk must use dp4a");
+                    assert!(
+                        ptx.contains("shfl.sync.bfly.b32"),
+                        "the walk reduces rows with shuffles"
+                    );
+                }
+            }
+            if let Some(ptxas) = &ptxas {
+                assemble(ptxas, &module.to_string(), arch, "", &ptx, module.entry_points());
+            }
+            checked += 1;
+        }
+    }
+    assert!(checked >= 5, "only {checked} module/architecture pairs were checkable");
+}
+
+/// Assembles `ptx` (module `name`) for sm_`arch``suffix` and fails on errors or on register
+/// spills in the `checked` functions (the GEMM kernel, or an aux module's entry points).
+fn assemble(ptxas: &PathBuf, name: &str, arch: u32, suffix: &str, ptx: &str, checked: &[&str]) {
+    // One folder per module and architecture: the tests run in parallel and each removes its own.
+    let dir = std::env::temp_dir().join(format!("gpu-attest-ptxas-{}-{name}-{arch}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    let input = dir.join(format!("{kernel}-{arch}.ptx"));
+    let input = dir.join(format!("{name}-{arch}.ptx"));
     std::fs::write(&input, ptx).unwrap();
     let out = Command::new(ptxas)
-        .arg(format!("-arch=sm_{arch}{}", kernel.arch_suffix()))
+        .arg(format!("-arch=sm_{arch}{suffix}"))
         .arg("-v")
         .arg("-o")
-        .arg(dir.join(format!("{kernel}-{arch}.cubin")))
+        .arg(dir.join(format!("{name}-{arch}.cubin")))
         .arg(&input)
         .output()
         .expect("running ptxas");
     let log = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "ptxas failed for {kernel} on sm_{arch}:\n{log}");
+    assert!(out.status.success(), "ptxas failed for {name} on sm_{arch}:\n{log}");
     // For the SASS instruction counts of scripts/kernel-check.sh.
     if let Some(keep) = std::env::var_os("GPU_ATTEST_CUBIN_DIR") {
         std::fs::create_dir_all(&keep).unwrap();
         std::fs::copy(
-            dir.join(format!("{kernel}-{arch}.cubin")),
-            PathBuf::from(keep).join(format!("{kernel}-{arch}.cubin")),
+            dir.join(format!("{name}-{arch}.cubin")),
+            PathBuf::from(keep).join(format!("{name}-{arch}.cubin")),
         )
         .unwrap();
     }
     // ptxas -v prints, per function, "Compiling entry function 'name'" then its usage lines.
-    let gemm_usage: Vec<&str> = log
+    let usage: Vec<&str> = log
         .split("Compiling entry function")
-        .filter(|section| section.contains(kernel.gemm_fn()))
+        .filter(|section| checked.iter().any(|f| section.contains(&format!("'{f}'"))))
         .flat_map(|section| section.lines())
         .filter(|l| l.contains("registers") || l.contains("spill"))
         .collect();
     println!(
-        "sm_{arch} {kernel}: {}",
-        gemm_usage.join(" | ").replace("ptxas info    : ", "")
+        "sm_{arch} {name}: {}",
+        usage.join(" | ").replace("ptxas info    : ", "")
     );
     // ptxas warns when it has to serialize wgmma (a wrong fence, accumulators it cannot keep in
     // registers): the kernel would still be exact, but at a fraction of its speed.
     for warning in log.lines().filter(|l| l.contains("warning")) {
-        println!("sm_{arch} {kernel}: {warning}");
-        assert!(!warning.contains("wgmma"), "{kernel} on sm_{arch}: {warning}");
+        println!("sm_{arch} {name}: {warning}");
+        assert!(!warning.contains("wgmma"), "{name} on sm_{arch}: {warning}");
     }
-    for line in &gemm_usage {
+    assert!(
+        !usage.is_empty(),
+        "ptxas -v said nothing about {checked:?} in {name} on sm_{arch}"
+    );
+    for line in &usage {
         if line.contains("spill") {
             assert!(
                 line.contains("0 bytes spill stores") && line.contains("0 bytes spill loads"),
-                "{kernel} spills on sm_{arch}: {line}"
+                "{name} spills on sm_{arch}: {line}"
             );
         }
     }

@@ -1,5 +1,5 @@
 //! Runs the CUDA kernels on the CPU: the exact `.cu` sources, compiled as C++ behind a shim,
-//! against rand_chacha, the blake3 crate, `mix.rs` and the naive GEMM. Kernels without barriers
+//! against rand_chacha, the blake3 crate, `mix.rs`, the naive GEMM and the memory walk's step. Kernels without barriers
 //! (ChaCha8, BLAKE3, mix) run one emulated thread at a time; the transpose and the GEMM kernels
 //! run each block's threads as OS threads, with `__syncthreads` a barrier, cp.async a copy that
 //! lands only when its commit group is waited for, and `ldmatrix`, `mma.sync` and `wgmma` (read
@@ -13,9 +13,13 @@
 
 mod common;
 
+use gpu_attest_shared::Digest;
 use gpu_attest_shared::cuda::GpuKernel;
+use gpu_attest_shared::cuda::kernels::AuxModule;
 use gpu_attest_shared::gemm::naive;
 use gpu_attest_shared::matrix::{Matrix, generate};
+use gpu_attest_shared::memory::ENTRY_BYTES;
+use gpu_attest_shared::memory::walk::{entry_index, step};
 use gpu_attest_shared::mix::mix;
 use rand_chacha::ChaCha8Rng;
 use rand_chacha::rand_core::{Rng, SeedableRng};
@@ -57,6 +61,21 @@ static inline int __dp4a(int a, int b, int c) {
     return c;
 }
 
+template <class T> static inline T __ldg(const T* p) { return *p; }
+
+// __shfl_xor_sync over a whole warp (the walk's row reduction): every lane posts its value, then
+// reads its partner's. Every lane of the warp must call it, as the full mask requires.
+static int ga_shfl_values[32][32];
+static std::vector<std::unique_ptr<std::barrier<>>>* ga_warp_barriers;
+static inline int __shfl_xor_sync(unsigned, int v, int lane_mask) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    ga_shfl_values[warp][lane] = v;
+    (*ga_warp_barriers)[warp]->arrive_and_wait();
+    const int got = ga_shfl_values[warp][(lane ^ lane_mask) & 31];
+    (*ga_warp_barriers)[warp]->arrive_and_wait();
+    return got;
+}
+
 // cp.async as the PTX ISA promises it, no more: a thread's copies land only when a wait_group
 // retires their commit group, and until then the destination holds garbage (the hardware may
 // write it at any moment after the issue). A pipeline that reads a stage before waiting for it
@@ -85,7 +104,6 @@ template <int Pending> static inline void ga_cp_async_wait() {
 // ldmatrix.sync.aligned.m8n8.x4.shared.b16 for one warp: lanes 8j..8j+7 post the row addresses
 // of matrix j; lane 4g + t receives, from each matrix j, bytes 4t..4t+3 of its row g.
 static const void* ga_ldmatrix_rows[32][32];
-static std::vector<std::unique_ptr<std::barrier<>>>* ga_warp_barriers;
 static inline void tc_ldmatrix_x4(int* r, const void* row_addr) {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     ga_ldmatrix_rows[warp][lane] = row_addr;
@@ -279,6 +297,25 @@ int main(int argc, char** argv) {
         printf("tiled %d %d %d 0\n", TILED_BM, TILED_BN, TILED_THREADS);
         printf("tensor %d %d %d 0\n", TC_BM, TC_BN, TC_THREADS);
         printf("wgmma %d %d %d %d\n", WG_BM, WG_BN, WG_THREADS, WG_SMEM_BYTES);
+        printf("walk %d\n", WALK_THREADS);
+    } else if (mode == "walk") {  // walk P WALKERS FIRST_STEP STEPS EVERY < pool, then WALKERS + 1 states
+        // One block past the walkers, and a state slot past theirs that it must not touch.
+        u64 entries = strtoull(argv[2], 0, 10);
+        u32 walkers = (u32)strtoul(argv[3], 0, 10), first = (u32)strtoul(argv[4], 0, 10);
+        u32 steps = (u32)strtoul(argv[5], 0, 10), every = (u32)strtoul(argv[6], 0, 10);
+        const size_t pool_bytes = entries * 65536;
+        // 16-byte aligned, as cuMemAlloc's pointers are, for the kernel's uint4 loads.
+        unsigned char* pool = (unsigned char*)aligned_alloc(256, pool_bytes);
+        memcpy(pool, in.data(), pool_bytes);
+        std::vector<u32> states((walkers + 1) * 8);
+        memcpy(states.data(), in.data() + pool_bytes, states.size() * 4);
+        std::vector<u32> checkpoints(((size_t)walkers * (steps / every) + 1) * 8, 0xA5A5A5A5u);
+        launch_threads(walkers + 1, 1, 1, WALK_THREADS, 1, [&] {
+            walk_steps((const i8*)pool, entries, states.data(), first, steps, every, checkpoints.data(), walkers);
+        });
+        free(pool);
+        fwrite(checkpoints.data(), 4, checkpoints.size(), stdout);
+        fwrite(states.data(), 4, states.size(), stdout);
     } else if (mode == "mix") {  // mix STEP N < int32 values, whole n x n matrices
         u32 step = (u32)strtoul(argv[2], 0, 10);
         u32 n = (u32)strtoul(argv[3], 0, 10);
@@ -310,6 +347,7 @@ fn harness() -> Option<&'static Path> {
                 read("cp_async.cuh"),
                 read("gemm_tensor.cu"),
                 read("gemm_wgmma.cu"),
+                read("walk.cu"),
                 HARNESS.to_string(),
             ]
             .join("\n");
@@ -486,5 +524,115 @@ fn device_gemm_kernels_match_the_naive_step() {
                 );
             }
         }
+    }
+}
+
+/// The walk kernel's launches, `first..first + steps` from `starts`: (each walker's checkpoints,
+/// each walker's state after the launch).
+fn device_walk(pool: &[u8], starts: &[Digest], first: u32, steps: u32, every: u32) -> (Vec<Vec<Digest>>, Vec<Digest>) {
+    let entries = pool.len() / ENTRY_BYTES;
+    let walkers = starts.len();
+    let mut input = pool.to_vec();
+    for start in starts {
+        input.extend_from_slice(start.as_bytes());
+    }
+    // The slot of the block past the walkers, which must return without touching it.
+    input.extend_from_slice(&[0x5A; 32]);
+    let out = run(
+        &[
+            "walk",
+            &entries.to_string(),
+            &walkers.to_string(),
+            &first.to_string(),
+            &steps.to_string(),
+            &every.to_string(),
+        ],
+        &input,
+    );
+    let digests: Vec<Digest> = out.chunks_exact(32).map(|c| Digest::from_slice(c).unwrap()).collect();
+    let per_walker = (steps / every) as usize;
+    let (checkpoints, states) = digests.split_at(walkers * per_walker + 1);
+    assert_eq!(
+        checkpoints[walkers * per_walker],
+        Digest([0xA5; 32]),
+        "a checkpoint past the last"
+    );
+    assert_eq!(states.len(), walkers + 1);
+    assert_eq!(
+        states[walkers],
+        Digest([0x5A; 32]),
+        "the block past the walkers wrote a state"
+    );
+    (
+        checkpoints[..walkers * per_walker]
+            .chunks(per_walker.max(1))
+            .map(<[Digest]>::to_vec)
+            .collect(),
+        states[..walkers].to_vec(),
+    )
+}
+
+/// The walk on the CPU (`memory::walk::step`, PROTOCOL.md 18.3): each walker's states after
+/// steps `first..first + steps`, and which entries the steps read.
+fn host_walk(pool: &[u8], start: Digest, first: u32, steps: u32, visited: &mut [bool]) -> Vec<Digest> {
+    let entries = (pool.len() / ENTRY_BYTES) as u64;
+    let mut state = start;
+    let mut states = Vec::new();
+    for t in first..first + steps {
+        let e = entry_index(&state, entries) as usize;
+        visited[e] = true;
+        let entry: &[i8] = bytemuck::cast_slice(&pool[e * ENTRY_BYTES..(e + 1) * ENTRY_BYTES]);
+        state = step(entry, &state, t);
+        states.push(state);
+    }
+    states
+}
+
+/// The walk kernel against `walk::step`, every checkpoint bit for bit: a pool of five entries
+/// (two of them the int8 extremes, whose products reach |y| = 256 * 128 * 127), six walkers,
+/// one of them starting at a state whose le64 is u64::MAX, sixteen steps in two launches of
+/// eight (the second carrying on from the states the first returned, at its own step numbers),
+/// checkpoints every 4; then every step checkpointed, from an odd first step.
+#[test]
+fn device_walk_matches_the_walk_step() {
+    if harness().is_none() {
+        return;
+    }
+    let shapes = String::from_utf8(run(&["shapes"], &[])).unwrap();
+    assert!(
+        shapes
+            .lines()
+            .any(|l| l == format!("walk {}", AuxModule::Walk.block_threads())),
+        "WALK_THREADS in walk.cu is not AuxModule::Walk.block_threads():\n{shapes}"
+    );
+    let entries = 5;
+    let mut pool = vec![0u8; entries * ENTRY_BYTES];
+    ChaCha8Rng::from_seed([33; 32]).fill_bytes(&mut pool);
+    pool[..ENTRY_BYTES].fill(0x80);
+    pool[ENTRY_BYTES..2 * ENTRY_BYTES].fill(0x7F);
+    let mut starts: Vec<Digest> = (0..6u32).map(|w| Digest::hash(&w.to_le_bytes())).collect();
+    starts[0] = Digest([0xFF; 32]);
+
+    let mut visited = vec![false; entries];
+    let want: Vec<Vec<Digest>> = starts
+        .iter()
+        .map(|&s| host_walk(&pool, s, 0, 16, &mut visited))
+        .collect();
+    assert!(visited.iter().all(|&v| v), "the walk left an entry unread: {visited:?}");
+    let (first_half, middle) = device_walk(&pool, &starts, 0, 8, 4);
+    let (second_half, end) = device_walk(&pool, &middle, 8, 8, 4);
+    for (w, want) in want.iter().enumerate() {
+        let got: Vec<Digest> = first_half[w].iter().chain(&second_half[w]).copied().collect();
+        let checkpoints: Vec<Digest> = want.iter().skip(3).step_by(4).copied().collect();
+        assert_eq!(got, checkpoints, "walker {w}: s_4, s_8, s_12, s_16");
+        assert_eq!(middle[w], want[7], "walker {w}: state after the first launch");
+        assert_eq!(end[w], want[15], "walker {w}: state after the second launch");
+    }
+
+    let (every_step, end) = device_walk(&pool, &starts[..2], 7, 3, 1);
+    for (w, &start) in starts[..2].iter().enumerate() {
+        let want = host_walk(&pool, start, 7, 3, &mut visited);
+        assert_eq!(every_step[w], want, "walker {w}, steps 7..10");
+        assert_eq!(end[w], want[2], "walker {w}: state after steps 7..10");
     }
 }

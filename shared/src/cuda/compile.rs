@@ -8,7 +8,7 @@
 //! by [`forget`].
 
 use super::driver::{self, CudaVersion};
-use super::kernels::GpuKernel;
+use super::kernels::{AuxModule, GpuKernel};
 use cudarc::nvrtc;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -46,6 +46,12 @@ pub enum KernelBuildError {
     #[error("NVRTC could not compile the {kernel} kernel for {arch}: {log}")]
     Compile {
         kernel: GpuKernel,
+        arch: String,
+        log: String,
+    },
+    #[error("NVRTC could not compile the {module} module for {arch}: {log}")]
+    CompileAux {
+        module: AuxModule,
         arch: String,
         log: String,
     },
@@ -129,6 +135,32 @@ pub fn compile_ptx(kernel: GpuKernel, arch: u32) -> Result<String, KernelBuildEr
     let ptx = nvrtc::compile_ptx_with_opts(kernel.module_source(), options).map_err(|e| match e {
         nvrtc::CompileError::CompileError { log, .. } => KernelBuildError::Compile {
             kernel,
+            arch: arch_name.clone(),
+            log: log.to_string_lossy().trim().to_string(),
+        },
+        other => KernelBuildError::Nvrtc(format!("{other:?}")),
+    })?;
+    Ok(ptx.to_src())
+}
+
+/// An [`AuxModule`]'s PTX for `arch` (e.g. 90 for compute_90), straight from NVRTC, no cache.
+pub fn compile_aux_ptx(module: AuxModule, arch: u32) -> Result<String, KernelBuildError> {
+    if !nvrtc_present() {
+        return Err(KernelBuildError::NvrtcMissing);
+    }
+    let arch_name = format!("compute_{arch}");
+    let options = nvrtc::CompileOptions {
+        options: vec![
+            format!("--gpu-architecture={arch_name}"),
+            "--std=c++17".into(),
+            "-lineinfo".into(),
+        ],
+        name: Some(format!("gpu-attest-{module}.cu")),
+        ..Default::default()
+    };
+    let ptx = nvrtc::compile_ptx_with_opts(module.module_source(), options).map_err(|e| match e {
+        nvrtc::CompileError::CompileError { log, .. } => KernelBuildError::CompileAux {
+            module,
             arch: arch_name.clone(),
             log: log.to_string_lossy().trim().to_string(),
         },

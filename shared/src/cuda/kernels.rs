@@ -4,7 +4,8 @@
 //! Each module NVRTC compiles is `common.cuh`, the generator, the transpose, the mix pass, BLAKE3
 //! and one GEMM kernel (after `cp_async.cuh` for the tensor-core ones), concatenated: NVRTC has
 //! no file system to resolve `#include` from, and one module per kernel kind keeps the launch
-//! code the same for all of them.
+//! code the same for all of them. Kernels that are not part of a GEMM module (the memory walk)
+//! are [`AuxModule`]s, compiled on their own.
 
 use std::fmt;
 
@@ -17,6 +18,7 @@ const GEMM_TENSOR: &str = include_str!("../../../kernels/gemm_tensor.cu");
 const GEMM_WGMMA: &str = include_str!("../../../kernels/gemm_wgmma.cu");
 const MIX: &str = include_str!("../../../kernels/mix.cu");
 const BLAKE3: &str = include_str!("../../../kernels/blake3.cu");
+const WALK: &str = include_str!("../../../kernels/walk.cu");
 
 /// Entry points every module exports.
 pub const GENERATE_FN: &str = "chacha8_generate";
@@ -26,6 +28,64 @@ pub const MIX_FN: &str = "mix_i32";
 /// Checkpoint hashing on the device: chunk chaining values, then one tree level per launch.
 pub const BLAKE3_CHUNKS_FN: &str = "blake3_chunks";
 pub const BLAKE3_PARENTS_FN: &str = "blake3_parents";
+
+/// The memory walk's entry point (PROTOCOL.md 18.3), in [`AuxModule::Walk`].
+pub const WALK_FN: &str = "walk_steps";
+
+/// A module that holds no GEMM kernel: compiled on its own, never a device's GEMM kernel (that is
+/// [`GpuKernel`]), and compile-checked beside them (tests/cuda_kernels_compile.rs).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum AuxModule {
+    /// The walk over a device's pool (`kernels/walk.cu`): one block per walker, each step a
+    /// 64 KiB entry read with dp4a, then the step's BLAKE3.
+    Walk,
+}
+
+impl AuxModule {
+    pub const ALL: [AuxModule; 1] = [AuxModule::Walk];
+
+    /// The oldest compute capability its instructions exist on (dp4a: 6.1).
+    pub fn min_compute_capability(self) -> (u32, u32) {
+        match self {
+            AuxModule::Walk => (6, 1),
+        }
+    }
+
+    pub fn supports(self, compute_capability: (u32, u32)) -> bool {
+        compute_capability >= self.min_compute_capability()
+    }
+
+    /// The entry points the host launches.
+    pub fn entry_points(self) -> &'static [&'static str] {
+        match self {
+            AuxModule::Walk => &[WALK_FN],
+        }
+    }
+
+    /// Threads per block of its entry points (their `__launch_bounds__`): `WALK_THREADS`.
+    pub fn block_threads(self) -> u32 {
+        match self {
+            AuxModule::Walk => 128,
+        }
+    }
+
+    /// The complete CUDA source of the module.
+    pub fn module_source(self) -> String {
+        let parts: &[&str] = match self {
+            // The walk hashes with blake3.cu's compression function.
+            AuxModule::Walk => &[COMMON, BLAKE3, WALK],
+        };
+        parts.join("\n")
+    }
+}
+
+impl fmt::Display for AuxModule {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            AuxModule::Walk => "walk",
+        })
+    }
+}
 
 /// The GEMM+mix kernels. Both are exact; they differ only in speed and in the GPUs they run on.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -207,6 +267,17 @@ mod tests {
                         || src.contains(&format!("{name}(const i8* x")),
                     "{kernel} module lacks {name}"
                 );
+            }
+            assert!(!src.contains("#include"), "NVRTC cannot resolve includes here");
+        }
+    }
+
+    #[test]
+    fn every_aux_module_exports_its_entry_points() {
+        for module in AuxModule::ALL {
+            let src = module.module_source();
+            for name in module.entry_points() {
+                assert!(src.contains(&format!("{name}(const ")), "{module} module lacks {name}");
             }
             assert!(!src.contains("#include"), "NVRTC cannot resolve includes here");
         }
