@@ -11,9 +11,9 @@ use crate::inventory::HardwareClaim;
 use crate::opening::{ChainOpening, SampleRequest};
 use crate::params::ChallengeParams;
 
-const CHALLENGE_DOMAIN: &[u8] = b"gpu-attest v1 challenge";
-const COMMITMENT_DOMAIN: &[u8] = b"gpu-attest v1 commitment statement";
-const OPEN_REQUEST_DOMAIN: &[u8] = b"gpu-attest v1 open request";
+pub(crate) const CHALLENGE_DOMAIN: &[u8] = b"gpu-attest v1 challenge";
+pub(crate) const COMMITMENT_DOMAIN: &[u8] = b"gpu-attest v1 commitment statement";
+pub(crate) const OPEN_REQUEST_DOMAIN: &[u8] = b"gpu-attest v1 open request";
 const OPENING_DOMAIN: &[u8] = b"gpu-attest v1 opening";
 const INVENTORY_DOMAIN: &[u8] = b"gpu-attest v1 inventory";
 
@@ -146,7 +146,7 @@ pub fn opening_bytes(nonce: &[u8; 32], opening: &ChainOpening) -> Vec<u8> {
     out
 }
 
-fn put_u32(out: &mut Vec<u8>, len: usize) {
+pub(crate) fn put_u32(out: &mut Vec<u8>, len: usize) {
     out.extend(
         u32::try_from(len)
             .expect("lengths in a statement fit in u32")
@@ -159,7 +159,7 @@ fn put_str(out: &mut Vec<u8>, s: &str) {
     out.extend(s.as_bytes());
 }
 
-fn put_digests(out: &mut Vec<u8>, digests: &[Digest]) {
+pub(crate) fn put_digests(out: &mut Vec<u8>, digests: &[Digest]) {
     put_u32(out, digests.len());
     for d in digests {
         out.extend(d.0);

@@ -3,11 +3,19 @@
 
 use gpu_attest_shared::cpu::CpuBackend;
 use gpu_attest_shared::engine;
-use gpu_attest_shared::gemm::KernelKind;
+use gpu_attest_shared::gemm::{CpuGemm, KernelKind};
 use gpu_attest_shared::identity::Identity;
 use gpu_attest_shared::identity::PublicKey;
 use gpu_attest_shared::inventory::HardwareClaim;
 use gpu_attest_shared::matrix::{generate_a, generate_b};
+use gpu_attest_shared::memory::check::open_segment;
+use gpu_attest_shared::memory::pool::HostPool;
+use gpu_attest_shared::memory::statement::{
+    PoolCommitment, WalkSample, WalkStatement, challenge_bytes, commitment_bytes, open_request_bytes_v3,
+    walk_opening_bytes, walk_request_bytes,
+};
+use gpu_attest_shared::memory::walk::{DeviceWalk, WalkSpec, walk_all};
+use gpu_attest_shared::memory::{MemoryParams, PoolSpec};
 use gpu_attest_shared::merkle::{MerkleTree, empty_root};
 use gpu_attest_shared::mix::mix;
 use gpu_attest_shared::opening::{ChainOpening, SampleRequest};
@@ -232,6 +240,20 @@ const OPEN_REQUEST_BYTES: (usize, &str, &str) = (
 /// (length, blake3) of the opening statement (13.4) for chain 1 segment 1.
 const OPENING_BYTES: (usize, &str) = (297, "ef0cd55458b2b1e8b478eb4e3b52b56e133636f45eefea794a426faa82539386");
 
+/// The commitment statement of 13.7: section 12's d = 1 commitment, the 13.7 claim and
+/// validator, `compute_ms = 1234`.
+fn vector_commitment(exec: &engine::Execution) -> Commitment {
+    Commitment {
+        work: exec.commitment.clone(),
+        miner_key: PublicKey(params().miner_key),
+        validator_key: vector_challenge().1.public_key(),
+        inventory: vector_claim().devices,
+        backend: "cuda".into(),
+        kernel: "tensor".into(),
+        compute_ms: 1234,
+    }
+}
+
 /// The vectors of the exchange's other statements: Merkle proofs, a commitment, an open request
 /// and an opening, each computed here and quoted in PROTOCOL.md.
 #[test]
@@ -246,15 +268,7 @@ fn proof_commitment_open_request_and_opening_vectors() {
     assert_eq!(hexes(&exec.chains[1].checkpoints), CHAIN1_CHECKPOINTS);
 
     let (_, validator) = vector_challenge();
-    let commitment = Commitment {
-        work: exec.commitment.clone(),
-        miner_key: PublicKey(params().miner_key),
-        validator_key: validator.public_key(),
-        inventory: vector_claim().devices,
-        backend: "cuda".into(),
-        kernel: "tensor".into(),
-        compute_ms: 1234,
-    };
+    let commitment = vector_commitment(&exec);
     let bytes = commitment.signing_bytes();
     assert_eq!((bytes.len(), Digest::hash(&bytes).to_hex().as_str()), COMMITMENT_BYTES);
 
@@ -300,14 +314,42 @@ fn proof_commitment_open_request_and_opening_vectors() {
     }
 }
 
+/// The pool of PROTOCOL.md 18.7: device 0 of section 12's challenge, 4 entries.
+fn vector_pool_spec() -> PoolSpec {
+    PoolSpec::new(&Work::new(params()).unwrap(), 0, 4 * 65536, 1000).unwrap()
+}
+
+/// The memory parameters of PROTOCOL.md 18.7.
+fn vector_memory_params() -> MemoryParams {
+    MemoryParams {
+        pool_permille: 1000,
+        walkers: 3,
+        walk_steps: 16,
+        walk_checkpoint_every: 4,
+    }
+}
+
+/// 18.7's pool filled on `kernel`, its walk spec (walk seed `60 61 .. 7f`) and its walk.
+fn vector_memory(kernel: Option<KernelKind>) -> (HostPool, WalkSpec, DeviceWalk) {
+    let spec = vector_pool_spec();
+    let gemm = CpuGemm::new(2, kernel).unwrap();
+    let pool = HostPool::fill(&gemm, &spec, &|_| {}, &CancelToken::new()).unwrap();
+    let walk_spec = WalkSpec {
+        nonce: params().nonce,
+        walk_seed: core::array::from_fn(|i| 0x60 + i as u8),
+        device: 0,
+        pool_root: pool.root(),
+        entries: spec.entries(),
+        params: vector_memory_params(),
+    };
+    let walk = walk_all(&pool, &walk_spec, &CancelToken::new()).unwrap();
+    (pool, walk_spec, walk)
+}
+
 /// PROTOCOL.md 18.7, from the fast engine (every CPU kernel fills the pool) and quoted by the
 /// document. The naive oracle's agreement is `tests/memory.rs`'s.
 #[test]
 fn memory_phase_vectors() {
-    use gpu_attest_shared::gemm::CpuGemm;
-    use gpu_attest_shared::memory::pool::HostPool;
-    use gpu_attest_shared::memory::walk::{WalkSpec, walk_all};
-    use gpu_attest_shared::memory::{MemoryParams, PoolSpec};
     const POOL_KEY: &str = "22e57c94e827e544ef4561787f6ba5bd766ca1b73d1c2cadf939ca37c8501d22";
     const ENTRY0_PREFIX: &str = "f9e012033f4943635a20235f9d831a30";
     const POOL_ROOT: &str = "8d843dcfc38ab08aca3091330bea95095b4b72e2abcbfe911e06c8090e644338";
@@ -325,28 +367,13 @@ fn memory_phase_vectors() {
     ];
     const WALK_ROOT: &str = "ba1a63cf0d9980cc343a5bfe803cca6a98cfacc921680b96d7cf6d978a8584f9";
 
-    let work = Work::new(params()).unwrap();
-    let spec = PoolSpec::new(&work, 0, 4 * 65536, 1000).unwrap();
+    let spec = vector_pool_spec();
     assert_eq!(hex::encode(spec.key()), POOL_KEY);
     for kernel in KernelKind::ALL.into_iter().filter(|k| k.is_available()) {
-        let gemm = CpuGemm::new(2, Some(kernel)).unwrap();
-        let pool = HostPool::fill(&gemm, &spec, &|_| {}, &CancelToken::new()).unwrap();
+        let (pool, walk_spec, walk) = vector_memory(Some(kernel));
         assert_eq!(hex::encode(&pool.entry_bytes(0)[..16]), ENTRY0_PREFIX, "{kernel}");
         assert_eq!(pool.root().to_hex(), POOL_ROOT, "{kernel}");
-        let walk_spec = WalkSpec {
-            nonce: params().nonce,
-            walk_seed: core::array::from_fn(|i| 0x60 + i as u8),
-            device: 0,
-            pool_root: pool.root(),
-            entries: spec.entries(),
-            params: MemoryParams {
-                pool_permille: 1000,
-                walkers: 3,
-                walk_steps: 16,
-                walk_checkpoint_every: 4,
-            },
-        };
-        let walk = walk_all(&pool, &walk_spec, &CancelToken::new()).unwrap();
+        assert_eq!(walk_spec.pool_root, pool.root());
         let walker0: Vec<String> = walk.traces[0].checkpoints.iter().map(Digest::to_hex).collect();
         assert_eq!(walker0, WALKER0, "{kernel}");
         let leaves: Vec<String> = walk.traces.iter().map(|t| t.leaf().to_hex()).collect();
@@ -362,3 +389,96 @@ fn memory_phase_vectors() {
         assert!(doc.contains(hex), "PROTOCOL.md section 18.7 does not quote {hex}");
     }
 }
+
+/// The memory phase's statements (PROTOCOL.md 18.4), from 13.7's and 18.7's values: the
+/// version 3 challenge, commitment and open request, the walk request and statement, and the
+/// walk opening of walker 1, segment 2.
+#[test]
+fn memory_statement_vectors() {
+    let (challenge, validator) = vector_challenge();
+    let (pool, walk_spec, walk) = vector_memory(None);
+    let hash = |bytes: &[u8]| (bytes.len(), Digest::hash(bytes).to_hex());
+    let signed = |bytes: &[u8]| {
+        (
+            bytes.len(),
+            Digest::hash(bytes).to_hex(),
+            hex::encode(validator.sign(bytes)),
+        )
+    };
+
+    let got_challenge = signed(&challenge_bytes(&challenge, &vector_memory_params()));
+    let pools = [PoolCommitment {
+        device: 0,
+        entries: 4,
+        root: pool.root(),
+    }];
+    let got_commitment = hash(&commitment_bytes(&vector_commitment(&vector_execution()), &pools));
+    let got_walk_request = signed(&walk_request_bytes(
+        &params().nonce,
+        &walk_spec.walk_seed,
+        1_700_000_062_000,
+    ));
+    let statement = WalkStatement {
+        nonce: params().nonce,
+        miner_key: PublicKey(params().miner_key),
+        validator_key: validator.public_key(),
+        walk_seed: walk_spec.walk_seed,
+        roots: vec![(0, walk.root())],
+        walk_ms: 56,
+    };
+    let got_walk_statement = hash(&statement.signing_bytes());
+    let chains = [
+        SampleRequest { chain: 1, segment: 1 },
+        SampleRequest { chain: 4, segment: 0 },
+    ];
+    let walks = [WalkSample {
+        device: 0,
+        walker: 1,
+        segment: 2,
+    }];
+    let got_open_request = signed(&open_request_bytes_v3(&params().nonce, &chains, &walks));
+    let opening = open_segment(&pool, &walk, &walk_spec, 1, 2).unwrap();
+    let got_walk_opening = hash(&walk_opening_bytes(&params().nonce, &opening));
+    let owned = |(len, hash): (usize, &str)| (len, hash.to_string());
+    let owned_signed = |(len, hash, sig): (usize, &str, &str)| (len, hash.to_string(), sig.to_string());
+    assert_eq!(got_challenge, owned_signed(V3_CHALLENGE));
+    assert_eq!(got_commitment, owned(V3_COMMITMENT));
+    assert_eq!(got_walk_request, owned_signed(WALK_REQUEST));
+    assert_eq!(got_walk_statement, owned(WALK_STATEMENT));
+    assert_eq!(got_open_request, owned_signed(V3_OPEN_REQUEST));
+    assert_eq!(got_walk_opening, owned(WALK_OPENING));
+    let doc = include_str!("../../PROTOCOL.md");
+    for hex in [
+        V3_CHALLENGE.1,
+        V3_CHALLENGE.2,
+        V3_COMMITMENT.1,
+        WALK_REQUEST.1,
+        WALK_REQUEST.2,
+        WALK_STATEMENT.1,
+        V3_OPEN_REQUEST.1,
+        V3_OPEN_REQUEST.2,
+        WALK_OPENING.1,
+    ] {
+        assert!(doc.contains(hex), "PROTOCOL.md section 18.7 does not quote {hex}");
+    }
+}
+
+/// (length, blake3[, the 13.7 validator's signature]) of the memory phase's statements.
+const V3_CHALLENGE: (usize, &str, &str) = (
+    247,
+    "3797aa1b04ee294e4ec3ba4be3b6e199672cd993d83f658aee21e7d2f61dd4f8",
+    "e4df94c1a5cdb0de735c95ec51d5601df35e7c2292cb23006c0494db5508d89fa94c2642e49d087aed542f81c3cfc43814f88cb79093d6ff366ce45aeae09807",
+);
+const V3_COMMITMENT: (usize, &str) = (422, "2173131486762ec98b6c5abcfa16290bce08b92cb245631a4181131ceaffa080");
+const WALK_REQUEST: (usize, &str, &str) = (
+    98,
+    "88a65647a8d36bf24cac10f2ca5b65e5699193831e156e5241bbbabd5e19b9cf",
+    "4f4b7444e6193de505547df7ef44fc6c4c123f8e2fc0e40c84994261541443a813a47e6817d48ce85551f848c141c23b435bf11d6fe61bb6359d35041cdd7906",
+);
+const WALK_STATEMENT: (usize, &str) = (204, "4c1af8828aab847dc9f1ce57d5cc5012e464583d54325b333ee434e9e42835ef");
+const V3_OPEN_REQUEST: (usize, &str, &str) = (
+    102,
+    "77f73b40373fd9cbbe1e3a4fc2e4938c5c7ba75ea332bb16c008cda64dedab6b",
+    "6daa9174050cf92b5b8be244e17e4afa2b11c0b98bd1af62f40b2bf849e3b47e07fa5619d733f0900fbe892a0a4c948bb03a25edf4ae55fd8c4fd1d234fbb508",
+);
+const WALK_OPENING: (usize, &str) = (706, "9e8a6ec4b281008705c9a454926cd4eb761c14d2dec40e7037c82e36174a9fe2");

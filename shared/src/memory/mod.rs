@@ -2,10 +2,13 @@
 //! own output and then walks it, step by step, in an order that each step's result chooses.
 //!
 //! - [`params`]: the challenge's memory parameters and the size of each device's pool.
+//! - [`bench`]: the memory phase's bandwidths and fill rate on the CPU, for `miner bench`.
 //! - [`pool`]: pool entries (a short chain each), the pool's Merkle root, a pool held in host
 //!   memory.
 //! - [`walk`]: the walk's start states, its step, walker traces and the walk root.
 //! - [`check`]: the validator's check of one opened walk segment.
+//! - [`statement`]: the signed statements of the memory phase (challenge, commitment, walk
+//!   request and statement, open request, walk opening).
 //!
 //! Why it proves memory: an entry costs `2 * 256 * 64 = 32768` int8 operations per byte to make
 //! and one read to use. A walk step reads one whole entry that the step before it chose, so a
@@ -18,6 +21,7 @@ pub mod bench;
 pub mod check;
 pub mod params;
 pub mod pool;
+pub mod statement;
 pub mod walk;
 
 pub use params::{ENTRY_BYTES, ENTRY_N, ENTRY_OPS, ENTRY_STEPS, MemoryError, MemoryParams, PoolSpec};
