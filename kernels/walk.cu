@@ -179,8 +179,10 @@ walk_steps(const i8* pool, u64 entries, u32* states, u32 first_step, u32 steps, 
     for (u32 k = 0; k < steps; ++k) {
         const u32 t = first_step + k;
         const uint4* const src = base + entry * WALK_ENTRY_VECS;
-        // A sliding window: vector i is consumed as vector i + WALK_WINDOW is requested, so each
-        // thread keeps WALK_WINDOW loads in flight until the entry's tail.
+        // A window of WALK_WINDOW loads: vector i + WALK_WINDOW is requested as vector i is
+        // consumed. In the SASS (sm_90) the refills of a window issue after its dp4a have read
+        // it, so the loads go out in batches of WALK_WINDOW: about four memory latencies a step
+        // (the estimate in the header), not a window that never drains.
         uint4 window[WALK_WINDOW];
 #pragma unroll
         for (int j = 0; j < WALK_WINDOW; ++j) window[j] = __ldg(src + j * WALK_THREADS);

@@ -118,6 +118,12 @@ fn every_aux_module_compiles_for_every_target_architecture() {
                         "the walk must load 16 bytes at a time"
                     );
                     assert!(ptx.contains("dp4a.s32.s32"), "the walk must use dp4a");
+                    // Signed by signed only: the host emulation's __dp4a is the signed one, so
+                    // an unsigned operand would pass it and compute another walk on a GPU.
+                    assert!(
+                        !ptx.contains("dp4a.u32") && !ptx.contains("dp4a.s32.u32"),
+                        "the walk's dp4a must be signed by signed"
+                    );
                     assert!(
                         ptx.contains("shfl.sync.bfly.b32"),
                         "the walk reduces rows with shuffles"

@@ -43,7 +43,10 @@ const SHIM: &str = r#"
 #define __global__
 #define __forceinline__ inline
 #define __launch_bounds__(...)
-#define __shared__ static
+// Shared memory is static storage in a section of its own, filled with garbage before every
+// block as a GPU's is: a kernel that reads shared bytes it never wrote reads 0xa5 here.
+#define __shared__ static __attribute__((section("ga_shared")))
+extern "C" unsigned char __start_ga_shared[], __stop_ga_shared[];
 #define __align__(x) __attribute__((aligned(x)))
 struct ga_dim3 { unsigned x, y, z; };
 static thread_local ga_dim3 blockIdx, threadIdx, blockDim;
@@ -64,10 +67,17 @@ static inline int __dp4a(int a, int b, int c) {
 template <class T> static inline T __ldg(const T* p) { return *p; }
 
 // __shfl_xor_sync over a whole warp (the walk's row reduction): every lane posts its value, then
-// reads its partner's. Every lane of the warp must call it, as the full mask requires.
+// reads its partner's. Every lane of the warp must call it, as the full mask requires; a partial
+// mask is refused outright, since this emulation cannot model one. Its two warp-wide barriers
+// also order shared memory across the warp, which a real shuffle does not: a race between the
+// lanes of one warp around a shuffle would not show here.
 static int ga_shfl_values[32][32];
 static std::vector<std::unique_ptr<std::barrier<>>>* ga_warp_barriers;
-static inline int __shfl_xor_sync(unsigned, int v, int lane_mask) {
+static inline int __shfl_xor_sync(unsigned mask, int v, int lane_mask) {
+    if (mask != 0xffffffffu) {
+        fprintf(stderr, "__shfl_xor_sync with a partial mask (%08x): not emulated\n", mask);
+        abort();
+    }
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     ga_shfl_values[warp][lane] = v;
     (*ga_warp_barriers)[warp]->arrive_and_wait();
@@ -212,6 +222,7 @@ static void launch_threads(unsigned gx, unsigned gy, unsigned gz, unsigned bx, u
                 for (unsigned w = 0; w < (threads + 31) / 32; ++w) warps.push_back(std::make_unique<std::barrier<>>(32));
                 ga_block_barrier = &block;
                 ga_warp_barriers = &warps;
+                memset(__start_ga_shared, 0xa5, (size_t)(__stop_ga_shared - __start_ga_shared));
                 std::vector<std::thread> pool;
                 for (unsigned t = 0; t < threads; ++t)
                     pool.emplace_back([=, &f] {
