@@ -4,7 +4,9 @@
 #   1. the GPU tests: every kernel bit-exact against the CPU backend, multi-GPU split, openings,
 #      recovery from a device fault;
 #   2. the kernel compile check with the host's NVRTC and ptxas;
-#   3. `miner bench` on CUDA (sizes 1024, 2048, 4096), against cuBLASLt int8 plus mix;
+#   3. `miner bench` on CUDA (sizes 1024, 2048, 4096), against cuBLASLt int8 plus mix, with the
+#      memory walk over 512 MiB and then over most of each GPU's memory (checked against the
+#      CPU's walk, and read against the device's copy bandwidth);
 #   4. one full attestation: miner on the GPUs, validator on the CPU, sampled verification;
 #   5. one more with the validator on the GPUs as well, recomputing every chain;
 #   6. the host's CPU: every CPU kernel it runs against the oracle (GPU hosts are where AMX is
@@ -76,6 +78,13 @@ limit "$bin/miner" bench --backend cuda --sizes "${BENCH_SIZES:-1024,2048,4096}"
 record bench "${PIPESTATUS[0]}"
 limit "$bin/miner" bench --backend cuda --sizes "${BENCH_SIZES:-1024,2048,4096}" --seconds 1 --json \
   >"$out/bench.json" 2>/dev/null || true
+
+# The bench above walks a 512 MiB pool (past the L2); this one walks 90% of each GPU's free
+# memory, where the TLB's reach is what a real pool meets, and checks the walk against the CPU's.
+echo "== memory walk (cuda): most of each GPU's memory"
+limit "$bin/miner" bench --backend cuda --sizes 1024 --seconds 2 --memory-mib 10000000 \
+  2>&1 | tee "$out/walk.log" | grep -E "^memory walk|differs"
+record memory-walk "${PIPESTATUS[0]}"
 
 echo "== attestation: miner on GPU, validator on CPU"
 work="$out/attest"
@@ -162,7 +171,7 @@ fi
 echo
 echo "== summary ($(date -u +%FT%TZ))"
 printf '%s\n' "${summary[@]}" | tee "$out/summary.txt"
-for part in summary.txt info.log selftest.log gpu-tests.log kernel-compile.log bench.log host-memory.log attestation.log \
+for part in summary.txt info.log selftest.log gpu-tests.log kernel-compile.log bench.log walk.log host-memory.log attestation.log \
   gpu-validator.log cpu-oracle.log host-cpu.log; do
   [ -f "$out/$part" ] && { echo "== $part"; cat "$out/$part"; echo; }
 done >"$out/report.txt"

@@ -5,6 +5,7 @@ use gpu_attest_shared::Backend;
 use gpu_attest_shared::backend::CancelToken;
 use gpu_attest_shared::cpu::CpuBackend;
 use gpu_attest_shared::cuda::bench::{int8_peak_tops, step_floor_seconds};
+use gpu_attest_shared::cuda::walk::WalkBench;
 use gpu_attest_shared::cuda::{CudaBackend, CudaInitError, CudaOptions, GpuKernel};
 use gpu_attest_shared::gemm::{CpuGemm, GemmError, KernelKind, PackedB, register_peak};
 use gpu_attest_shared::matrix::{Matrix, generate, generate_a};
@@ -241,6 +242,29 @@ pub struct GpuBenchRow {
     pub cublaslt_error: Option<String>,
     /// A whole challenge (generation, steps, checkpoint copies and hashing) over its GEMM-only time.
     pub challenge_over_gemm: f64,
+}
+
+/// Walkers a device walk runs: eight 128-thread blocks an SM on the largest GPUs (132 SMs) is
+/// 1056 at once, and several waves of them keep the last wave from running alone.
+pub const GPU_WALKERS: u32 = 8192;
+
+/// The memory walk on every selected device: a pool of `pool_bytes` (or 90% of the free memory).
+pub fn gpu_walks(
+    options: &CudaOptions,
+    pool_bytes: u64,
+    budget: Duration,
+    mut report: impl FnMut(&WalkBench),
+) -> Result<Vec<WalkBench>, String> {
+    let backend = CudaBackend::new(options).map_err(|e| e.to_string())?;
+    (0..backend.device_count())
+        .map(|device| {
+            let walk = backend
+                .bench_walk(device, pool_bytes, GPU_WALKERS, budget)
+                .map_err(|e| e.to_string())?;
+            report(&walk);
+            Ok(walk)
+        })
+        .collect()
 }
 
 /// Every kernel the selected GPUs support, on every device, at every size.

@@ -44,8 +44,10 @@ pub enum Command {
         /// samples of 4 steps each (the default sampling), on the chosen kernel.
         #[arg(long)]
         sampled_verify: bool,
-        /// CPU only: the memory phase's buffers in MiB (past the CPU's caches): read and copy
-        /// bandwidth, the walk's bandwidth against them, the fill's rate. 0 skips it.
+        /// The memory phase's buffers in MiB: on the CPU, read and copy bandwidth, the walk's
+        /// bandwidth against them and the fill's rate; on GPUs, the walk over a pool of this
+        /// size (at most 90% of free memory) against the device's copy bandwidth, and a small
+        /// walk checked against the CPU's. 0 skips it.
         #[arg(long, default_value_t = 512)]
         memory_mib: usize,
         #[arg(long)]

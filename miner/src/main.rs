@@ -86,7 +86,7 @@ fn run(cli: Cli) -> Result<()> {
             }
             let budget = Duration::from_secs_f64(seconds);
             if selected.cuda.is_some() {
-                return show::bench_gpus(&config, &sizes, budget, json).map_err(anyhow::Error::msg);
+                return show::bench_gpus(&config, &sizes, budget, memory_mib, json).map_err(anyhow::Error::msg);
             }
             let device = selected.devices.first().map(|d| d.name.clone()).unwrap_or_default();
             // Every kernel this CPU runs, unless one was chosen.

@@ -159,7 +159,13 @@ pub fn info_json(selected: &SelectedBackend, detection: &Result<Detection, GpuDe
 }
 
 /// `miner bench` on GPUs: one row per kernel, device and size, printed as each is measured.
-pub fn bench_gpus(config: &MinerConfig, sizes: &[usize], budget: Duration, json: bool) -> Result<(), String> {
+pub fn bench_gpus(
+    config: &MinerConfig,
+    sizes: &[usize],
+    budget: Duration,
+    memory_mib: usize,
+    json: bool,
+) -> Result<(), String> {
     let options = backends::cuda_options(config);
     if !json {
         println!(
@@ -191,8 +197,37 @@ pub fn bench_gpus(config: &MinerConfig, sizes: &[usize], budget: Duration, json:
             println!("        cuBLASLt baseline did not run: {e}");
         }
     })?;
+    // The memory walk (protocol version 3) on each device, against its copy bandwidth.
+    let memory = if memory_mib > 0 {
+        bench::gpu_walks(&options, (memory_mib as u64) << 20, budget, |w| {
+            if !json {
+                println!(
+                    "memory walk, device {} ({}): {:.0} GB/s, {:.0}% of copy ({:.0} GB/s); pool {} MiB, {} walkers x {} steps; {}",
+                    w.device,
+                    w.name,
+                    w.walk_bytes_per_sec / 1e9,
+                    100.0 * w.walk_share_of_copy,
+                    w.copy_bytes_per_sec / 1e9,
+                    w.pool_bytes >> 20,
+                    w.walkers,
+                    w.steps,
+                    if w.matches_cpu {
+                        "the CPU walk's checkpoints, every one"
+                    } else {
+                        "NOT the CPU walk's checkpoints"
+                    }
+                );
+            }
+        })?
+    } else {
+        Vec::new()
+    };
     if json {
-        println!("{}", serde_json::to_string_pretty(&rows).map_err(|e| e.to_string())?);
+        let report = serde_json::json!({ "rows": rows, "memory": memory });
+        println!("{}", serde_json::to_string_pretty(&report).map_err(|e| e.to_string())?);
+    }
+    if memory.iter().any(|w| !w.matches_cpu) {
+        return Err("the device walk differs from the CPU walk: report this with `miner info`".into());
     }
     Ok(())
 }

@@ -65,7 +65,7 @@ const TIMING_EVENT: cudarc::driver::sys::CUevent_flags = cudarc::driver::sys::CU
 /// [`driver::EVENT_TIMING_SYMBOL`]) the host clock times the same launches between two
 /// synchronisations instead: over a second or more of work the difference is the launch latency
 /// of one synchronisation.
-fn time_launches(
+pub(crate) fn time_launches(
     rt: &DeviceRuntime,
     budget: Duration,
     mut run: impl FnMut(u32) -> Result<(), BackendError>,

@@ -11,7 +11,8 @@
 //! - [`plan`]: chains per batch from free memory.
 //! - [`options`]: what to run on: the selected GPUs, in partition order, and their kernel.
 //! - [`device`]: one GPU's context, streams, kernels and launches; `pipeline` runs batches of
-//!   chains on it; `slots` resets a faulted device or takes it out of service.
+//!   chains on it; `slots` resets a faulted device or takes it out of service; [`walk`] runs the
+//!   memory walk (for `miner bench`, until version 3's exchange runs it).
 //! - [`backend`]: the [`Backend`](crate::Backend) over all of them.
 
 pub mod backend;
@@ -26,6 +27,7 @@ mod pipeline;
 pub mod plan;
 mod slots;
 pub mod telemetry;
+pub mod walk;
 
 pub use backend::CudaBackend;
 pub use detect::{Detection, GpuDetectError, GpuInfo};

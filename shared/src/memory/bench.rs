@@ -3,16 +3,14 @@
 //! decides a verdict.
 
 use super::params::{ENTRY_BYTES, ENTRY_OPS, MemoryParams, PoolSpec};
-use super::pool::{EntrySource, HostPool};
+use super::pool::{EntrySource, HostPool, PoolBytes};
 use super::walk::{WalkSpec, walk_all};
 use crate::aligned::AlignedBytes;
 use crate::backend::CancelToken;
 use crate::digest::Digest;
 use crate::gemm::CpuGemm;
-use crate::matrix::generate;
 use crate::params::Work;
 use rayon::prelude::*;
-use std::borrow::Cow;
 use std::time::{Duration, Instant};
 
 /// Bytes per second read, copied, and walked, on the engine's threads.
@@ -35,28 +33,6 @@ pub struct MemoryBench {
     pub fill_tops: f64,
 }
 
-/// A pool of bench bytes: the walk reads any entry bytes the same way, so the bench fills it
-/// with keystream instead of making entries (minutes for a pool past the caches).
-struct BenchPool {
-    bytes: AlignedBytes,
-}
-
-impl EntrySource for BenchPool {
-    fn entries(&self) -> u64 {
-        (self.bytes.len() / ENTRY_BYTES) as u64
-    }
-
-    fn entry(&self, entry: u64) -> Cow<'_, [i8]> {
-        let at = entry as usize * ENTRY_BYTES;
-        Cow::Borrowed(bytemuck::cast_slice(&self.bytes.as_slice()[at..at + ENTRY_BYTES]))
-    }
-
-    fn prefetch(&self, entry: u64) {
-        let at = entry as usize * ENTRY_BYTES;
-        super::pool::prefetch_bytes(&self.bytes.as_slice()[at..at + super::pool::PREFETCH_AHEAD]);
-    }
-}
-
 /// The best of `runs` timings of `f`, as bytes per second for `bytes`.
 fn best_rate(runs: usize, bytes: f64, mut f: impl FnMut()) -> f64 {
     (0..runs)
@@ -73,17 +49,11 @@ fn best_rate(runs: usize, bytes: f64, mut f: impl FnMut()) -> f64 {
 pub fn measure(gemm: &CpuGemm, bytes: usize, budget: Duration) -> MemoryBench {
     let bytes = (bytes / ENTRY_BYTES).max(1) * ENTRY_BYTES;
     let threads = gemm.threads();
-    let mut pool = BenchPool {
-        bytes: AlignedBytes::try_zeroed(bytes).expect("memory for the bench's buffers"),
-    };
-    gemm.install(|| {
-        pool.bytes
-            .as_mut_slice()
-            .par_chunks_mut(ENTRY_BYTES)
-            .enumerate()
-            .for_each(|(i, chunk)| chunk.copy_from_slice(generate(&[5; 32], i as u64, 256).as_bytes()))
-    });
-    let source = pool.bytes.as_slice();
+    // The walk reads any entry bytes the same way: keystream, not entries made (minutes here).
+    let pool = gemm
+        .install(|| PoolBytes::keystream(&[5; 32], bytes / ENTRY_BYTES))
+        .expect("memory for the bench's buffers");
+    let source = pool.as_bytes();
     let piece = bytes.div_ceil(threads).next_multiple_of(64);
     let read = gemm.install(|| {
         best_rate(3, bytes as f64, || {

@@ -170,6 +170,55 @@ pub fn prefetch_bytes(bytes: &[u8]) {
     let _ = bytes;
 }
 
+/// Entries of given bytes, with no tree: what benchmarks walk (the walk reads any bytes the same
+/// way, and making real entries past the caches takes minutes on a CPU), and what a device walk
+/// is compared against.
+pub struct PoolBytes {
+    bytes: AlignedBytes,
+}
+
+impl PoolBytes {
+    /// `bytes` as whole entries; `None` unless its length is a positive multiple of 65536.
+    pub fn new(bytes: AlignedBytes) -> Option<Self> {
+        (!bytes.is_empty() && bytes.len().is_multiple_of(ENTRY_BYTES)).then_some(PoolBytes { bytes })
+    }
+
+    /// `entries` entries of ChaCha8 keystream under `key`, entry e on stream e, made on the
+    /// threads of the rayon pool this runs in; `None` when the memory cannot be had.
+    pub fn keystream(key: &[u8; 32], entries: usize) -> Option<Self> {
+        let mut bytes = AlignedBytes::try_zeroed(entries.checked_mul(ENTRY_BYTES)?)?;
+        bytes
+            .as_mut_slice()
+            .par_chunks_mut(ENTRY_BYTES)
+            .enumerate()
+            .for_each(|(e, chunk)| chunk.copy_from_slice(crate::matrix::generate(key, e as u64, ENTRY_N).as_bytes()));
+        PoolBytes::new(bytes)
+    }
+
+    pub fn as_bytes(&self) -> &[u8] {
+        self.bytes.as_slice()
+    }
+
+    fn entry_bytes(&self, entry: u64) -> &[u8] {
+        let at = entry as usize * ENTRY_BYTES;
+        &self.bytes.as_slice()[at..at + ENTRY_BYTES]
+    }
+}
+
+impl EntrySource for PoolBytes {
+    fn entries(&self) -> u64 {
+        (self.bytes.len() / ENTRY_BYTES) as u64
+    }
+
+    fn entry(&self, entry: u64) -> Cow<'_, [i8]> {
+        Cow::Borrowed(bytemuck::cast_slice(self.entry_bytes(entry)))
+    }
+
+    fn prefetch(&self, entry: u64) {
+        prefetch_bytes(&self.entry_bytes(entry)[..PREFETCH_AHEAD]);
+    }
+}
+
 /// A whole pool in host memory, with its Merkle tree: what the CPU backend holds resident.
 pub struct HostPool {
     spec: PoolSpec,

@@ -1,0 +1,262 @@
+//! The memory walk on a device (PROTOCOL.md 18.3): the host side of `kernels/walk.cu`.
+//!
+//! For now it serves `miner bench` only, until the exchange of version 3 runs a walk: a pool
+//! walked at full speed against the device's own copy bandwidth, and a small pool walked on the
+//! device and on the CPU, compared checkpoint by checkpoint (over two launches, so that a walk
+//! carried across launches is checked too).
+
+use super::compile::compile_aux_ptx;
+use super::device::DeviceRuntime;
+use super::kernels::{AuxModule, WALK_FN};
+use crate::backend::{BackendError, CancelToken};
+use crate::digest::Digest;
+use crate::memory::pool::PoolBytes;
+use crate::memory::walk::{WalkSpec, walk_all};
+use crate::memory::{ENTRY_BYTES, MemoryParams};
+use cudarc::driver::{CudaFunction, CudaSlice, LaunchConfig, PushKernelArg};
+use cudarc::nvrtc::Ptx;
+use std::time::Duration;
+
+/// The walk kernel, loaded into one device's context.
+pub struct DeviceWalker {
+    function: CudaFunction,
+}
+
+impl DeviceWalker {
+    /// Compiles the walk module for the device's architecture (NVRTC, not cached: it is small)
+    /// and loads it.
+    pub fn load(rt: &DeviceRuntime) -> Result<Self, BackendError> {
+        let (major, minor) = rt.gpu.compute_capability;
+        let device_error = |detail: String| BackendError::Device {
+            device: rt.index,
+            detail,
+        };
+        if !AuxModule::Walk.supports((major, minor)) {
+            return Err(device_error(format!(
+                "the walk kernel needs compute capability 6.1 or later; this GPU has {major}.{minor}"
+            )));
+        }
+        let ptx = compile_aux_ptx(AuxModule::Walk, major * 10 + minor).map_err(|e| device_error(e.to_string()))?;
+        let module = rt.ctx.load_module(Ptx::from_src(ptx)).map_err(|e| rt.err(e))?;
+        let function = module.load_function(WALK_FN).map_err(|e| rt.err(e))?;
+        Ok(DeviceWalker { function })
+    }
+
+    /// Advances `walkers` walkers by `steps` steps, numbered from `first_step`, over the
+    /// `entries` entries of `pool`: `states` holds each walker's state (8 words) before and
+    /// after; every `every` steps a walker's state goes to `checkpoints`, laid out
+    /// `[walker][steps / every]` (8 words each).
+    #[allow(clippy::too_many_arguments)]
+    pub fn launch(
+        &self,
+        rt: &DeviceRuntime,
+        pool: &CudaSlice<i8>,
+        entries: u64,
+        states: &mut CudaSlice<u32>,
+        first_step: u32,
+        steps: u32,
+        every: u32,
+        checkpoints: &mut CudaSlice<u32>,
+        walkers: u32,
+    ) -> Result<(), BackendError> {
+        // The kernel reads entry `e` at byte e * 65536 of the pool and takes `mod entries` of a
+        // state: a pool shorter than its entries, or none, would read out of bounds.
+        assert!(entries > 0 && pool.len() as u64 >= entries * ENTRY_BYTES as u64);
+        assert!(every > 0 && steps.is_multiple_of(every));
+        assert!(states.len() >= walkers as usize * 8);
+        assert!(checkpoints.len() >= walkers as usize * (steps / every) as usize * 8);
+        let config = LaunchConfig {
+            grid_dim: (walkers, 1, 1),
+            block_dim: (AuxModule::Walk.block_threads(), 1, 1),
+            shared_mem_bytes: 0,
+        };
+        let mut launch = rt.stream.launch_builder(&self.function);
+        launch
+            .arg(pool)
+            .arg(&entries)
+            .arg(states)
+            .arg(&first_step)
+            .arg(&steps)
+            .arg(&every)
+            .arg(checkpoints)
+            .arg(&walkers);
+        // SAFETY: matches walk_steps(const i8*, u64, u32*, u32, u32, u32, u32*, u32), with the
+        // buffers' sizes asserted above; one block of the module's block size per walker.
+        unsafe { launch.launch(config) }.map_err(|e| rt.err(e))?;
+        Ok(())
+    }
+}
+
+/// The walk on one device, as `miner bench` reports it.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct WalkBench {
+    pub device: u32,
+    pub name: String,
+    /// The pool walked: the bytes asked for, or less when the device has less free.
+    pub pool_bytes: u64,
+    pub walkers: u32,
+    /// Steps per walker in one timed launch.
+    pub steps: u32,
+    /// Seconds per launch.
+    pub seconds: f64,
+    /// `walkers * steps * 65536` bytes over `seconds`.
+    pub walk_bytes_per_sec: f64,
+    /// A device-to-device copy, counting the bytes read and those written.
+    pub copy_bytes_per_sec: f64,
+    pub walk_share_of_copy: f64,
+    /// Whether a small walk on the device gave the CPU walk's checkpoints, every one.
+    pub matches_cpu: bool,
+}
+
+/// Measures the walk on `rt`'s device: a pool of `pool_bytes` (at most 90% of the free memory),
+/// `walkers` walkers, launches of about `budget`, and the exactness check.
+pub fn bench_walk(
+    rt: &DeviceRuntime,
+    pool_bytes: u64,
+    walkers: u32,
+    budget: Duration,
+) -> Result<WalkBench, BackendError> {
+    let walker = DeviceWalker::load(rt)?;
+    let matches_cpu = matches_cpu(rt, &walker)?;
+    let room = rt.free_memory()? / 10 * 9;
+    let entries = (pool_bytes.min(room) / ENTRY_BYTES as u64).max(1);
+    let len = (entries * ENTRY_BYTES as u64) as usize;
+    let mut pool = rt.alloc(len)?;
+    // Any bytes walk the same: one piece of keystream, copied over the whole pool.
+    let piece = PoolBytes::keystream(&[5; 32], (entries as usize).min(1024)).expect("host memory for a piece");
+    let piece: &[i8] = bytemuck::cast_slice(piece.as_bytes());
+    let mut at = 0;
+    while at < len {
+        let end = (at + piece.len()).min(len);
+        rt.stream
+            .memcpy_htod(&piece[..end - at], &mut pool.slice_mut(at..end))
+            .map_err(|e| rt.err(e))?;
+        at = end;
+    }
+    let mut states = rt.alloc_words(walkers as usize * 8)?;
+    rt.stream
+        .memcpy_htod(&vec![0x9e37_79b9_u32; walkers as usize * 8], &mut states)
+        .map_err(|e| rt.err(e))?;
+    // Steps per launch from a short first launch, for about `budget` a launch.
+    let every = 8;
+    let mut steps = 64;
+    let mut checkpoints = rt.alloc_words(walkers as usize * (steps / every) as usize * 8)?;
+    let mut time = |steps: u32, checkpoints: &mut CudaSlice<u32>| {
+        super::bench::time_launches(rt, budget, |launch| {
+            walker.launch(
+                rt,
+                &pool,
+                entries,
+                &mut states,
+                launch * steps,
+                steps,
+                every,
+                checkpoints,
+                walkers,
+            )
+        })
+    };
+    let first = time(steps, &mut checkpoints)?;
+    steps = ((budget.as_secs_f64() / 4.0 / first * f64::from(steps)) as u32).clamp(64, 8 * 4096) / every * every;
+    let mut checkpoints = rt.alloc_words(walkers as usize * (steps / every) as usize * 8)?;
+    let seconds = time(steps, &mut checkpoints)?;
+    let walk_bytes_per_sec = f64::from(walkers) * f64::from(steps) * ENTRY_BYTES as f64 / seconds;
+
+    // Copy bandwidth: two buffers of up to 2 GiB each in the pool's place.
+    drop(pool);
+    let half = (len / 2).clamp(1, 2 << 30);
+    let (mut from, mut to) = (rt.alloc(half)?, rt.alloc(half)?);
+    rt.stream.memset_zeros(&mut from).map_err(|e| rt.err(e))?;
+    let copy_seconds = super::bench::time_launches(rt, budget, |_| {
+        rt.stream.memcpy_dtod(&from, &mut to).map_err(|e| rt.err(e))
+    })?;
+    Ok(WalkBench {
+        device: rt.index,
+        name: rt.gpu.name.clone(),
+        pool_bytes: len as u64,
+        walkers,
+        steps,
+        seconds,
+        walk_bytes_per_sec,
+        copy_bytes_per_sec: 2.0 * half as f64 / copy_seconds,
+        walk_share_of_copy: walk_bytes_per_sec / (2.0 * half as f64 / copy_seconds),
+        matches_cpu,
+    })
+}
+
+/// A walk of 300 walkers over 37 entries, 16 steps in two launches of 8 with a checkpoint every
+/// 4, on the device and on the CPU: every checkpoint must agree.
+fn matches_cpu(rt: &DeviceRuntime, walker: &DeviceWalker) -> Result<bool, BackendError> {
+    const ENTRIES: usize = 37;
+    const WALKERS: u32 = 300;
+    let params = MemoryParams {
+        pool_permille: 1000,
+        walkers: WALKERS,
+        walk_steps: 16,
+        walk_checkpoint_every: 4,
+    };
+    let host = PoolBytes::keystream(&[7; 32], ENTRIES).expect("host memory for 37 entries");
+    let spec = WalkSpec {
+        nonce: [1; 32],
+        walk_seed: [2; 32],
+        device: rt.index,
+        pool_root: Digest::default(),
+        entries: ENTRIES as u64,
+        params,
+    };
+    let cpu = walk_all(&host, &spec, &CancelToken::new())?;
+
+    let mut pool = rt.alloc(ENTRIES * ENTRY_BYTES)?;
+    rt.upload(bytemuck::cast_slice(host.as_bytes()), &mut pool)?;
+    let starts: Vec<u32> = (0..WALKERS).flat_map(|w| words(&spec.start_state(w))).collect();
+    let mut states = rt.alloc_words(starts.len())?;
+    rt.stream.memcpy_htod(&starts, &mut states).map_err(|e| rt.err(e))?;
+    let per_launch = 2; // 8 steps, a checkpoint every 4
+    let mut device_checkpoints = Vec::new();
+    for launch in 0..2 {
+        let mut checkpoints = rt.alloc_words(WALKERS as usize * per_launch * 8)?;
+        walker.launch(
+            rt,
+            &pool,
+            ENTRIES as u64,
+            &mut states,
+            launch * 8,
+            8,
+            4,
+            &mut checkpoints,
+            WALKERS,
+        )?;
+        let mut host_words = vec![0u32; checkpoints.len()];
+        rt.stream
+            .memcpy_dtoh(&checkpoints, &mut host_words)
+            .map_err(|e| rt.err(e))?;
+        rt.synchronize()?;
+        device_checkpoints.push(host_words);
+    }
+    Ok((0..WALKERS as usize).all(|w| {
+        let trace = &cpu.traces[w].checkpoints;
+        (0..4).all(|q| {
+            let launch = &device_checkpoints[q / per_launch];
+            let at = (w * per_launch + q % per_launch) * 8;
+            launch[at..at + 8] == words(&trace[q + 1])
+        })
+    }))
+}
+
+/// A digest as the kernel holds it: eight little-endian words.
+fn words(digest: &Digest) -> [u32; 8] {
+    core::array::from_fn(|i| u32::from_le_bytes(digest.0[4 * i..4 * i + 4].try_into().expect("4 bytes")))
+}
+
+impl super::CudaBackend {
+    /// [`bench_walk`] on device `device` (its partition index).
+    pub fn bench_walk(
+        &self,
+        device: u32,
+        pool_bytes: u64,
+        walkers: u32,
+        budget: Duration,
+    ) -> Result<WalkBench, BackendError> {
+        self.on_device(device, |rt| bench_walk(rt, pool_bytes, walkers, budget))
+    }
+}
