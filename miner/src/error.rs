@@ -113,5 +113,6 @@ fn backend_code(e: &BackendError) -> Code {
             Code::Unavailable
         }
         BackendError::WrongMatrixSize { .. } | BackendError::StepsOutOfRange { .. } => Code::Internal,
+        BackendError::Unsupported { .. } => Code::Unimplemented,
     }
 }

@@ -6,7 +6,11 @@
 //! only has to produce the right checkpoint hashes.
 
 use crate::chain::ChainResult;
+use crate::digest::Digest;
 use crate::matrix::Matrix;
+use crate::memory::PoolSpec;
+use crate::memory::check::WalkOpening;
+use crate::memory::walk::{DeviceWalk, WalkSpec};
 use crate::params::Work;
 use std::ops::Range;
 use std::sync::Arc;
@@ -58,6 +62,24 @@ pub enum BackendError {
     WrongMatrixSize { got: usize, want: usize },
     #[error("steps {first}..{end} lie outside the chain's {iterations} iterations")]
     StepsOutOfRange { first: u32, end: u64, iterations: u32 },
+    #[error("this backend cannot {what} yet")]
+    Unsupported { what: &'static str },
+}
+
+/// A device's pool (PROTOCOL.md 18.2), filled and held where the device keeps it, for the walk
+/// and its openings.
+pub trait ResidentPool: Send + Sync {
+    fn spec(&self) -> &PoolSpec;
+
+    /// The pool root.
+    fn root(&self) -> Digest;
+
+    /// The whole walk of `walk` over this pool (PROTOCOL.md 18.3).
+    fn walk(&self, walk: &WalkSpec, cancel: &CancelToken) -> Result<DeviceWalk, BackendError>;
+
+    /// Segment `segment` of walker `walker`, opened from this pool and `done`, the walk it ran;
+    /// `None` if there is no such walker or segment.
+    fn open(&self, done: &DeviceWalk, walk: &WalkSpec, walker: u32, segment: u32) -> Option<WalkOpening>;
 }
 
 /// How a backend reports per-chain progress: called from the device's thread after each chain.
@@ -96,6 +118,20 @@ pub trait Backend: Send + Sync {
         Ok(())
     }
 
+    /// Fills `spec`'s pool on its device (`spec.device()`) and keeps it there (PROTOCOL.md
+    /// 18.2). `progress` hears the entries made so far, now and then. Backends that cannot hold
+    /// a pool yet say so.
+    fn fill_pool(
+        &self,
+        _spec: &PoolSpec,
+        _progress: &(dyn Fn(u64) + Sync),
+        _cancel: &CancelToken,
+    ) -> Result<Box<dyn ResidentPool>, BackendError> {
+        Err(BackendError::Unsupported {
+            what: "hold a memory pool (protocol version 3)",
+        })
+    }
+
     /// `X_{first + steps}` of chain `chain`, given `start = X_first`. Used to open a chain for
     /// the validator and to check an opened segment.
     fn advance(
@@ -126,4 +162,57 @@ pub fn check_advance(work: &Work, start: &Matrix, first: u32, steps: u32) -> Res
         });
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A backend with nothing but the required methods.
+    struct Bare;
+
+    impl Backend for Bare {
+        fn describe(&self) -> String {
+            "bare".into()
+        }
+
+        fn device_count(&self) -> u32 {
+            1
+        }
+
+        fn run_chains(
+            &self,
+            _: u32,
+            _: &Work,
+            _: Range<u64>,
+            _: ChainProgress<'_>,
+            _: &CancelToken,
+        ) -> Result<Vec<ChainResult>, BackendError> {
+            Err(BackendError::Cancelled)
+        }
+
+        fn advance(
+            &self,
+            _: &Work,
+            _: u64,
+            _: Matrix,
+            _: u32,
+            _: u32,
+            _: &CancelToken,
+        ) -> Result<Matrix, BackendError> {
+            Err(BackendError::Cancelled)
+        }
+    }
+
+    /// A backend that cannot hold a pool says so in words, rather than filling nothing.
+    #[test]
+    fn a_backend_without_pools_refuses_to_fill_one() {
+        let work = Work::new(crate::selftest::vector_params()).unwrap();
+        let spec = PoolSpec::with_entries(&work, 0, 4);
+        let refused = Bare.fill_pool(&spec, &|_| {}, &CancelToken::new()).err().unwrap();
+        assert_eq!(
+            refused.to_string(),
+            "this backend cannot hold a memory pool (protocol version 3) yet"
+        );
+    }
 }

@@ -1,12 +1,18 @@
 //! The CPU backend: always available, exact, multi-threaded; what validators without GPUs run.
 
-use crate::backend::{Backend, BackendError, CancelToken, ChainProgress, check_advance};
+use crate::backend::{Backend, BackendError, CancelToken, ChainProgress, ResidentPool, check_advance};
 use crate::chain::ChainResult;
+use crate::digest::Digest;
 use crate::gemm::{CpuGemm, GemmError, KernelKind, PackedB};
 use crate::matrix::{Matrix, generate_a, generate_b};
+use crate::memory::PoolSpec;
+use crate::memory::check::{WalkOpening, open_segment};
+use crate::memory::pool::HostPool;
+use crate::memory::walk::{DeviceWalk, WalkSpec, walk_all};
 use crate::params::Work;
 use rayon::prelude::*;
 use std::ops::Range;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Below this n a single GEMM has too few tiles to keep every thread busy, so chains run side by
@@ -14,7 +20,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 const CHAIN_PARALLEL_MAX_N: usize = 256;
 
 pub struct CpuBackend {
-    gemm: CpuGemm,
+    /// Shared with the pools it fills, which walk on the same threads.
+    gemm: Arc<CpuGemm>,
     devices: u32,
 }
 
@@ -22,7 +29,7 @@ impl CpuBackend {
     /// `threads = 0`: all cores. `kernel = None`: the fastest this CPU supports.
     pub fn new(threads: usize, kernel: Option<KernelKind>) -> Result<Self, GemmError> {
         Ok(CpuBackend {
-            gemm: CpuGemm::new(threads, kernel)?,
+            gemm: Arc::new(CpuGemm::new(threads, kernel)?),
             devices: 1,
         })
     }
@@ -128,6 +135,26 @@ impl Backend for CpuBackend {
         }
     }
 
+    fn fill_pool(
+        &self,
+        spec: &PoolSpec,
+        progress: &(dyn Fn(u64) + Sync),
+        cancel: &CancelToken,
+    ) -> Result<Box<dyn ResidentPool>, BackendError> {
+        let device = spec.device();
+        if device >= self.devices {
+            return Err(BackendError::NoSuchDevice {
+                device,
+                count: self.devices,
+            });
+        }
+        let pool = HostPool::fill(&self.gemm, spec, progress, cancel)?;
+        Ok(Box::new(CpuPool {
+            pool,
+            gemm: Arc::clone(&self.gemm),
+        }))
+    }
+
     fn advance(
         &self,
         work: &Work,
@@ -144,5 +171,29 @@ impl Backend for CpuBackend {
             let b = PackedB::new(&generate_b(work.key(), chain, work.n()));
             self.run_steps(work, &b, start, first..first + steps, cancel, |_| {})
         })
+    }
+}
+
+/// A pool in host memory, walked on the engine's threads.
+struct CpuPool {
+    pool: HostPool,
+    gemm: Arc<CpuGemm>,
+}
+
+impl ResidentPool for CpuPool {
+    fn spec(&self) -> &PoolSpec {
+        self.pool.spec()
+    }
+
+    fn root(&self) -> Digest {
+        self.pool.root()
+    }
+
+    fn walk(&self, walk: &WalkSpec, cancel: &CancelToken) -> Result<DeviceWalk, BackendError> {
+        self.gemm.install(|| walk_all(&self.pool, walk, cancel))
+    }
+
+    fn open(&self, done: &DeviceWalk, walk: &WalkSpec, walker: u32, segment: u32) -> Option<WalkOpening> {
+        open_segment(&self.pool, done, walk, walker, segment)
     }
 }

@@ -280,3 +280,31 @@ impl gpu_attest_shared::memory::pool::EntrySource for FakePool {
         std::borrow::Cow::Borrowed(&self.zeros)
     }
 }
+
+#[test]
+fn the_cpu_backend_holds_a_pool_and_walks_it_as_the_engine_does() {
+    use gpu_attest_shared::backend::{Backend, BackendError};
+    use gpu_attest_shared::cpu::CpuBackend;
+    let backend = CpuBackend::new(2, None).unwrap();
+    let held = backend.fill_pool(&vector_pool(), &|_| {}, &CancelToken::new()).unwrap();
+    let direct = filled(&CpuGemm::new(2, None).unwrap());
+    assert_eq!(held.root(), direct.root());
+    assert_eq!(held.spec(), direct.spec());
+    let spec = walk_spec(held.root());
+    let walk = held.walk(&spec, &CancelToken::new()).unwrap();
+    assert_eq!(
+        walk.root(),
+        walk_all(&direct, &spec, &CancelToken::new()).unwrap().root()
+    );
+    let opening = held.open(&walk, &spec, 1, 2).unwrap();
+    assert_eq!(check(&spec, &walk.root(), &opening), Ok(()));
+    assert!(held.open(&walk, &spec, 3, 0).is_none(), "walker 3 of 3");
+    assert!(held.open(&walk, &spec, 0, 4).is_none(), "segment 4 of 4");
+    // A pool of a device the backend does not have is refused, not filled.
+    let work = Work::new(selftest::vector_params()).unwrap();
+    let elsewhere = PoolSpec::with_entries(&work, 1, 4);
+    assert!(matches!(
+        backend.fill_pool(&elsewhere, &|_| {}, &CancelToken::new()),
+        Err(BackendError::NoSuchDevice { device: 1, count: 1 })
+    ));
+}
