@@ -197,9 +197,11 @@ pub fn bench_gpus(
             println!("        cuBLASLt baseline did not run: {e}");
         }
     })?;
-    // The memory walk (protocol version 3) on each device, against its copy bandwidth.
-    let memory = if memory_mib > 0 {
-        bench::gpu_walks(&options, (memory_mib as u64) << 20, budget, |w| {
+    // The memory walk (protocol version 3) on each device, against its copy bandwidth. A walk
+    // that cannot run leaves the GEMM rows reported, and fails the command after them.
+    let pool_bytes = (memory_mib as u64).saturating_mul(1 << 20);
+    let walks = (memory_mib > 0).then(|| {
+        bench::gpu_walks(&options, pool_bytes, budget, |w| {
             if !json {
                 println!(
                     "memory walk, device {} ({}): {:.0} GB/s, {:.0}% of copy ({:.0} GB/s); pool {} MiB, {} walkers x {} steps; {}",
@@ -218,13 +220,19 @@ pub fn bench_gpus(
                     }
                 );
             }
-        })?
-    } else {
-        Vec::new()
+        })
+    });
+    let (memory, walk_error) = match walks {
+        None => (Vec::new(), None),
+        Some(Ok(memory)) => (memory, None),
+        Some(Err(e)) => (Vec::new(), Some(format!("the memory walk did not run: {e}"))),
     };
     if json {
-        let report = serde_json::json!({ "rows": rows, "memory": memory });
+        let report = serde_json::json!({ "rows": rows, "memory": memory, "memory_error": walk_error });
         println!("{}", serde_json::to_string_pretty(&report).map_err(|e| e.to_string())?);
+    }
+    if let Some(e) = walk_error {
+        return Err(e);
     }
     if memory.iter().any(|w| !w.matches_cpu) {
         return Err("the device walk differs from the CPU walk: report this with `miner info`".into());

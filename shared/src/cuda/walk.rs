@@ -5,7 +5,7 @@
 //! device and on the CPU, compared checkpoint by checkpoint (over two launches, so that a walk
 //! carried across launches is checked too).
 
-use super::compile::compile_aux_ptx;
+use super::compile::{compile_aux_ptx, supported_archs, target_arch};
 use super::device::DeviceRuntime;
 use super::kernels::{AuxModule, WALK_FN};
 use crate::backend::{BackendError, CancelToken};
@@ -23,8 +23,8 @@ pub struct DeviceWalker {
 }
 
 impl DeviceWalker {
-    /// Compiles the walk module for the device's architecture (NVRTC, not cached: it is small)
-    /// and loads it.
+    /// Compiles the walk module for the newest architecture NVRTC knows at or below the device's
+    /// (as the GEMM modules are; NVRTC not cached: the module is small) and loads it.
     pub fn load(rt: &DeviceRuntime) -> Result<Self, BackendError> {
         let (major, minor) = rt.gpu.compute_capability;
         let device_error = |detail: String| BackendError::Device {
@@ -36,7 +36,13 @@ impl DeviceWalker {
                 "the walk kernel needs compute capability 6.1 or later; this GPU has {major}.{minor}"
             )));
         }
-        let ptx = compile_aux_ptx(AuxModule::Walk, major * 10 + minor).map_err(|e| device_error(e.to_string()))?;
+        let supported = supported_archs().map_err(|e| device_error(e.to_string()))?;
+        let arch = target_arch(&supported, (major, minor)).ok_or_else(|| {
+            device_error(format!(
+                "NVRTC knows no architecture at or below compute capability {major}.{minor} (it knows {supported:?})"
+            ))
+        })?;
+        let ptx = compile_aux_ptx(AuxModule::Walk, arch).map_err(|e| device_error(e.to_string()))?;
         let module = rt.ctx.load_module(Ptx::from_src(ptx)).map_err(|e| rt.err(e))?;
         let function = module.load_function(WALK_FN).map_err(|e| rt.err(e))?;
         Ok(DeviceWalker { function })
@@ -62,7 +68,10 @@ impl DeviceWalker {
         // The kernel reads entry `e` at byte e * 65536 of the pool and takes `mod entries` of a
         // state: a pool shorter than its entries, or none, would read out of bounds.
         assert!(entries > 0 && pool.len() as u64 >= entries * ENTRY_BYTES as u64);
-        assert!(every > 0 && steps.is_multiple_of(every));
+        // Checkpoints are counted within the launch: they are the walk's s_{w, q c_w} only when
+        // the launch starts on one.
+        assert!(every > 0 && steps.is_multiple_of(every) && first_step.is_multiple_of(every));
+        assert!(walkers > 0, "a grid of no blocks is not a launch");
         assert!(states.len() >= walkers as usize * 8);
         assert!(checkpoints.len() >= walkers as usize * (steps / every) as usize * 8);
         let config = LaunchConfig {
@@ -108,8 +117,19 @@ pub struct WalkBench {
     pub matches_cpu: bool,
 }
 
-/// Measures the walk on `rt`'s device: a pool of `pool_bytes` (at most 90% of the free memory),
-/// `walkers` walkers, launches of about `budget`, and the exactness check.
+/// Most steps a timed launch takes: a launch stays well under a second on the largest GPUs
+/// (8192 walkers x 4096 steps x 64 KiB is 2.2 TB, 0.7 s at 3.35 TB/s), short of a display
+/// GPU's watchdog.
+const MAX_STEPS_PER_LAUNCH: u32 = 4096;
+/// Steps between checkpoints in the bench, as the validator's default `c_w`.
+const BENCH_EVERY: u32 = 8;
+/// The smallest pool and copy buffers the bench uses, past any GPU's L2 (50 MB on an H100):
+/// smaller ones would measure the cache.
+const MIN_BENCH_BYTES: u64 = 1 << 30;
+
+/// Measures the walk on `rt`'s device: a pool of `pool_bytes` (at least 1 GiB, at most what is
+/// free beside the bench's own buffers), `walkers` walkers, timed over about `budget`, and the
+/// exactness check.
 pub fn bench_walk(
     rt: &DeviceRuntime,
     pool_bytes: u64,
@@ -118,30 +138,54 @@ pub fn bench_walk(
 ) -> Result<WalkBench, BackendError> {
     let walker = DeviceWalker::load(rt)?;
     let matches_cpu = matches_cpu(rt, &walker)?;
-    let room = rt.free_memory()? / 10 * 9;
-    let entries = (pool_bytes.min(room) / ENTRY_BYTES as u64).max(1);
+    // Beside the pool: the states and the largest checkpoint buffer a launch takes, and a tenth
+    // of what is free for the runtime.
+    let checkpoint_words = walkers as usize * (MAX_STEPS_PER_LAUNCH / BENCH_EVERY) as usize * 8;
+    let own = (checkpoint_words + walkers as usize * 8) as u64 * 4;
+    let room = (rt.free_memory()? / 10 * 9).saturating_sub(own);
+    let entries = (pool_bytes.max(MIN_BENCH_BYTES).min(room) / ENTRY_BYTES as u64).max(1);
     let len = (entries * ENTRY_BYTES as u64) as usize;
-    let mut pool = rt.alloc(len)?;
-    // Any bytes walk the same: one piece of keystream, copied over the whole pool.
-    let piece = PoolBytes::keystream(&[5; 32], (entries as usize).min(1024)).expect("host memory for a piece");
-    let piece: &[i8] = bytemuck::cast_slice(piece.as_bytes());
-    let mut at = 0;
-    while at < len {
-        let end = (at + piece.len()).min(len);
-        rt.stream
-            .memcpy_htod(&piece[..end - at], &mut pool.slice_mut(at..end))
-            .map_err(|e| rt.err(e))?;
-        at = end;
-    }
     let mut states = rt.alloc_words(walkers as usize * 8)?;
+    let mut checkpoints = rt.alloc_words(checkpoint_words)?;
+    let mut pool = rt.alloc(len)?;
+    // Any bytes walk the same: one piece of keystream uploaded, then doubled on the device.
+    let piece = PoolBytes::keystream(&[5; 32], (entries as usize).min(1024)).ok_or(BackendError::OutOfMemory {
+        device: rt.index,
+        detail: "no host memory for the bench's 64 MiB of keystream".into(),
+    })?;
+    let piece: &[i8] = bytemuck::cast_slice(piece.as_bytes());
     rt.stream
-        .memcpy_htod(&vec![0x9e37_79b9_u32; walkers as usize * 8], &mut states)
+        .memcpy_htod(piece, &mut pool.slice_mut(0..piece.len()))
         .map_err(|e| rt.err(e))?;
-    // Steps per launch from a short first launch, for about `budget` a launch.
-    let every = 8;
-    let mut steps = 64;
-    let mut checkpoints = rt.alloc_words(walkers as usize * (steps / every) as usize * 8)?;
-    let mut time = |steps: u32, checkpoints: &mut CudaSlice<u32>| {
+    let mut filled = piece.len();
+    while filled < len {
+        let more = filled.min(len - filled);
+        let (done, mut rest) = pool.split_at_mut(filled);
+        rt.stream
+            .memcpy_dtod(&done.slice(0..more), &mut rest.slice_mut(0..more))
+            .map_err(|e| rt.err(e))?;
+        filled += more;
+    }
+    // Every walker from a start of its own (walkers that share a state share every entry, and
+    // would be served by the cache).
+    let spec = WalkSpec {
+        nonce: [3; 32],
+        walk_seed: [4; 32],
+        device: rt.index,
+        pool_root: Digest::default(),
+        entries,
+        params: MemoryParams {
+            pool_permille: 1000,
+            walkers,
+            walk_steps: BENCH_EVERY,
+            walk_checkpoint_every: BENCH_EVERY,
+        },
+    };
+    let starts: Vec<u32> = (0..walkers).flat_map(|w| words(&spec.start_state(w))).collect();
+    rt.stream.memcpy_htod(&starts, &mut states).map_err(|e| rt.err(e))?;
+    // `time_launches` queues 16 launches between looks at the clock, so a launch is sized for
+    // a sixteenth of the budget, from a short first run.
+    let mut time = |steps: u32| {
         super::bench::time_launches(rt, budget, |launch| {
             walker.launch(
                 rt,
@@ -150,26 +194,27 @@ pub fn bench_walk(
                 &mut states,
                 launch * steps,
                 steps,
-                every,
-                checkpoints,
+                BENCH_EVERY,
+                &mut checkpoints,
                 walkers,
             )
         })
     };
-    let first = time(steps, &mut checkpoints)?;
-    steps = ((budget.as_secs_f64() / 4.0 / first * f64::from(steps)) as u32).clamp(64, 8 * 4096) / every * every;
-    let mut checkpoints = rt.alloc_words(walkers as usize * (steps / every) as usize * 8)?;
-    let seconds = time(steps, &mut checkpoints)?;
+    let first = time(64)?;
+    let steps = ((budget.as_secs_f64() / 16.0 / first * 64.0) as u32).clamp(64, MAX_STEPS_PER_LAUNCH) / BENCH_EVERY
+        * BENCH_EVERY;
+    let seconds = time(steps)?;
     let walk_bytes_per_sec = f64::from(walkers) * f64::from(steps) * ENTRY_BYTES as f64 / seconds;
 
-    // Copy bandwidth: two buffers of up to 2 GiB each in the pool's place.
+    // Copy bandwidth: two buffers of 1 to 2 GiB in the pool's place.
     drop(pool);
-    let half = (len / 2).clamp(1, 2 << 30);
+    let half = (len / 2).clamp(MIN_BENCH_BYTES as usize, 2 << 30);
     let (mut from, mut to) = (rt.alloc(half)?, rt.alloc(half)?);
     rt.stream.memset_zeros(&mut from).map_err(|e| rt.err(e))?;
     let copy_seconds = super::bench::time_launches(rt, budget, |_| {
         rt.stream.memcpy_dtod(&from, &mut to).map_err(|e| rt.err(e))
     })?;
+    let copy_bytes_per_sec = 2.0 * half as f64 / copy_seconds;
     Ok(WalkBench {
         device: rt.index,
         name: rt.gpu.name.clone(),
@@ -178,8 +223,8 @@ pub fn bench_walk(
         steps,
         seconds,
         walk_bytes_per_sec,
-        copy_bytes_per_sec: 2.0 * half as f64 / copy_seconds,
-        walk_share_of_copy: walk_bytes_per_sec / (2.0 * half as f64 / copy_seconds),
+        copy_bytes_per_sec,
+        walk_share_of_copy: walk_bytes_per_sec / copy_bytes_per_sec,
         matches_cpu,
     })
 }
@@ -195,7 +240,10 @@ fn matches_cpu(rt: &DeviceRuntime, walker: &DeviceWalker) -> Result<bool, Backen
         walk_steps: 16,
         walk_checkpoint_every: 4,
     };
-    let host = PoolBytes::keystream(&[7; 32], ENTRIES).expect("host memory for 37 entries");
+    let host = PoolBytes::keystream(&[7; 32], ENTRIES).ok_or(BackendError::OutOfMemory {
+        device: rt.index,
+        detail: "no host memory for 37 entries".into(),
+    })?;
     let spec = WalkSpec {
         nonce: [1; 32],
         walk_seed: [2; 32],
