@@ -55,26 +55,8 @@ def function_lines(sass, name):
 
 def main_loop(lines):
     """(instructions of the loop body, as opcodes) of the loop with the most MMAs."""
-    labels, body, best = {}, [], None
-    for line in lines:
-        m = LABEL.match(line)
-        if m:
-            labels[m.group(1)] = len(body)
-            continue
-        m = INSTR.search(line)
-        # `@!PT` never executes: padding the scheduler inserts, not work.
-        if not m or "@!PT" in line:
-            continue
-        op = m.group(1)
-        body.append(op)
-        if op.startswith("BRA"):
-            t = TARGET.search(line)
-            if t and t.group(1) in labels:
-                loop = body[labels[t.group(1)]:]
-                key = (sum(classify(o) == "mma" for o in loop), len(loop))
-                if best is None or key > best[0]:
-                    best = (key, loop)
-    return best[1] if best else []
+    bodies, _ = loops(lines)
+    return max(bodies, key=lambda loop: (sum(classify(o) == "mma" for o in loop), len(loop)), default=[])
 
 
 def loops(lines):

@@ -20,14 +20,23 @@ use std::process::Command;
 /// The architectures the miner is meant for: Turing (tiled only), Ampere, Ada, Hopper.
 const ARCHS: [u32; 5] = [75, 80, 86, 89, 90];
 
+/// Whether NVRTC is here; if not, says the test was skipped, or fails it where
+/// `GPU_ATTEST_REQUIRE_NVRTC` says NVRTC must be (CI, through scripts/kernel-check.sh).
+fn nvrtc_or_skipped() -> bool {
+    if nvrtc_present() {
+        return true;
+    }
+    assert!(
+        std::env::var_os("GPU_ATTEST_REQUIRE_NVRTC").is_none(),
+        "GPU_ATTEST_REQUIRE_NVRTC is set but libnvrtc cannot be loaded; check LD_LIBRARY_PATH"
+    );
+    skipped("libnvrtc not found; run scripts/kernel-check.sh to compile-check the kernels");
+    false
+}
+
 #[test]
 fn every_kernel_compiles_for_every_target_architecture() {
-    if !nvrtc_present() {
-        assert!(
-            std::env::var_os("GPU_ATTEST_REQUIRE_NVRTC").is_none(),
-            "GPU_ATTEST_REQUIRE_NVRTC is set but libnvrtc cannot be loaded; check LD_LIBRARY_PATH"
-        );
-        skipped("libnvrtc not found; run scripts/kernel-check.sh to compile-check the kernels");
+    if !nvrtc_or_skipped() {
         return;
     }
     let version = nvrtc_version().unwrap();
@@ -86,12 +95,7 @@ fn every_kernel_compiles_for_every_target_architecture() {
 
 #[test]
 fn every_aux_module_compiles_for_every_target_architecture() {
-    if !nvrtc_present() {
-        assert!(
-            std::env::var_os("GPU_ATTEST_REQUIRE_NVRTC").is_none(),
-            "GPU_ATTEST_REQUIRE_NVRTC is set but libnvrtc cannot be loaded; check LD_LIBRARY_PATH"
-        );
-        skipped("libnvrtc not found; run scripts/kernel-check.sh to compile-check the kernels");
+    if !nvrtc_or_skipped() {
         return;
     }
     let supported = supported_archs().unwrap();

@@ -114,6 +114,12 @@ fn check(spec: &WalkSpec, walk_root: &Digest, opening: &WalkOpening) -> Result<(
     check_segment(spec, &vector_pool(), walk_root, (1, 2), opening, &whole_entry_is_made)
 }
 
+/// Check 7 as a validator makes it: 8 rows of each entry, drawn from a generator of its own.
+fn drawn_rows(seed: u8) -> impl Fn(u64, &[u8]) -> bool {
+    let rng = std::cell::RefCell::new(ChaCha8Rng::from_seed([seed; 32]));
+    move |e, bytes| entry_rows_match(&vector_pool(), e, bytes, &draw_rows(&mut *rng.borrow_mut()))
+}
+
 /// The test's oracle for check 7: the whole entry, made naively.
 fn whole_entry_is_made(e: u64, bytes: &[u8]) -> bool {
     naive_entries()[e as usize].as_bytes() == bytes
@@ -125,10 +131,8 @@ fn an_honest_walk_opening_passes() {
     assert_eq!(check(&spec, &walk.root(), &opening), Ok(()));
     assert_eq!(opening.entries.len(), 4);
     // Checked as a validator checks it, with drawn rows of each entry.
-    let rng = std::cell::RefCell::new(ChaCha8Rng::from_seed([3; 32]));
-    let drawn = |e: u64, bytes: &[u8]| entry_rows_match(&vector_pool(), e, bytes, &draw_rows(&mut *rng.borrow_mut()));
     assert_eq!(
-        check_segment(&spec, &vector_pool(), &walk.root(), (1, 2), &opening, &drawn),
+        check_segment(&spec, &vector_pool(), &walk.root(), (1, 2), &opening, &drawn_rows(3)),
         Ok(())
     );
 }
@@ -173,29 +177,21 @@ fn every_tampered_walk_opening_fails_with_its_own_reason() {
     };
     let fake_walk = walk_all(&fake, &fake_spec, &CancelToken::new()).unwrap();
     let fake_opening = fake.open(&fake_walk, &fake_spec, 1, 2);
-    let err = check_segment(
-        &fake_spec,
-        &vector_pool(),
-        &fake_walk.root(),
-        (1, 2),
-        &fake_opening,
-        &whole_entry_is_made,
-    )
-    .unwrap_err();
-    assert_eq!(err.code(), "pool-entry-mismatch", "{err}");
-    // The validator's way, rows drawn from its own generator, catches it too.
-    let rng = std::cell::RefCell::new(ChaCha8Rng::from_seed([11; 32]));
-    let drawn = |e: u64, bytes: &[u8]| entry_rows_match(&vector_pool(), e, bytes, &draw_rows(&mut *rng.borrow_mut()));
-    let err = check_segment(
-        &fake_spec,
-        &vector_pool(),
-        &fake_walk.root(),
-        (1, 2),
-        &fake_opening,
-        &drawn,
-    )
-    .unwrap_err();
-    assert_eq!(err.code(), "pool-entry-mismatch", "{err}");
+    // The whole entries made, and the validator's way, rows drawn from its own generator: both
+    // catch it.
+    let drawn = drawn_rows(11);
+    for is_made in [&whole_entry_is_made as &dyn Fn(u64, &[u8]) -> bool, &drawn] {
+        let err = check_segment(
+            &fake_spec,
+            &vector_pool(),
+            &fake_walk.root(),
+            (1, 2),
+            &fake_opening,
+            is_made,
+        )
+        .unwrap_err();
+        assert_eq!(err.code(), "pool-entry-mismatch", "{err}");
+    }
 
     // A walk whose committed trace skips work: the leaf and entries hold, the steps don't.
     let mut forged = walk.traces.clone();

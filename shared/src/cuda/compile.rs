@@ -119,51 +119,56 @@ pub fn target_arch(supported: &[u32], compute_capability: (u32, u32)) -> Option<
 
 /// The kernel's PTX for `arch` (e.g. 90 for compute_90), straight from NVRTC, no cache.
 pub fn compile_ptx(kernel: GpuKernel, arch: u32) -> Result<String, KernelBuildError> {
-    if !nvrtc_present() {
-        return Err(KernelBuildError::NvrtcMissing);
-    }
     let arch_name = format!("compute_{arch}{}", kernel.arch_suffix());
-    let options = nvrtc::CompileOptions {
-        options: vec![
-            format!("--gpu-architecture={arch_name}"),
-            "--std=c++17".into(),
-            "-lineinfo".into(),
-        ],
-        name: Some(format!("gpu-attest-{kernel}.cu")),
-        ..Default::default()
-    };
-    let ptx = nvrtc::compile_ptx_with_opts(kernel.module_source(), options).map_err(|e| match e {
-        nvrtc::CompileError::CompileError { log, .. } => KernelBuildError::Compile {
+    nvrtc_ptx(
+        kernel.module_source(),
+        &arch_name,
+        format!("gpu-attest-{kernel}.cu"),
+        |log| KernelBuildError::Compile {
             kernel,
             arch: arch_name.clone(),
-            log: log.to_string_lossy().trim().to_string(),
+            log,
         },
-        other => KernelBuildError::Nvrtc(format!("{other:?}")),
-    })?;
-    Ok(ptx.to_src())
+    )
 }
 
 /// An [`AuxModule`]'s PTX for `arch` (e.g. 90 for compute_90), straight from NVRTC, no cache.
 pub fn compile_aux_ptx(module: AuxModule, arch: u32) -> Result<String, KernelBuildError> {
+    let arch_name = format!("compute_{arch}");
+    nvrtc_ptx(
+        module.module_source(),
+        &arch_name,
+        format!("gpu-attest-{module}.cu"),
+        |log| KernelBuildError::CompileAux {
+            module,
+            arch: arch_name.clone(),
+            log,
+        },
+    )
+}
+
+/// `source` compiled by NVRTC for `arch_name` under the file name `name`; a compile error's log
+/// goes to `compile_error`.
+fn nvrtc_ptx(
+    source: String,
+    arch_name: &str,
+    name: String,
+    compile_error: impl FnOnce(String) -> KernelBuildError,
+) -> Result<String, KernelBuildError> {
     if !nvrtc_present() {
         return Err(KernelBuildError::NvrtcMissing);
     }
-    let arch_name = format!("compute_{arch}");
     let options = nvrtc::CompileOptions {
         options: vec![
             format!("--gpu-architecture={arch_name}"),
             "--std=c++17".into(),
             "-lineinfo".into(),
         ],
-        name: Some(format!("gpu-attest-{module}.cu")),
+        name: Some(name),
         ..Default::default()
     };
-    let ptx = nvrtc::compile_ptx_with_opts(module.module_source(), options).map_err(|e| match e {
-        nvrtc::CompileError::CompileError { log, .. } => KernelBuildError::CompileAux {
-            module,
-            arch: arch_name.clone(),
-            log: log.to_string_lossy().trim().to_string(),
-        },
+    let ptx = nvrtc::compile_ptx_with_opts(source, options).map_err(|e| match e {
+        nvrtc::CompileError::CompileError { log, .. } => compile_error(log.to_string_lossy().trim().to_string()),
         other => KernelBuildError::Nvrtc(format!("{other:?}")),
     })?;
     Ok(ptx.to_src())
