@@ -163,3 +163,52 @@ fn a_matrix_of_equal_rows_does_not_stay_one() {
         }
     }
 }
+
+/// A pool of keystream entries for the walk properties: the walk reads any bytes the same way.
+fn walk_pool(entries: usize) -> gpu_attest_shared::memory::pool::PoolBytes {
+    gpu_attest_shared::memory::pool::PoolBytes::keystream(&[0x77; 32], entries).unwrap()
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 12, ..ProptestConfig::default() })]
+
+    /// A walk's traces depend on nothing but its spec and the pool's bytes: not on the threads
+    /// it ran on, nor on how the walkers were grouped (odd counts leave a group of one), and a
+    /// walker alone walks as it does among others.
+    #[test]
+    fn walks_are_independent_of_threads_and_grouping(
+        walkers in 1u32..6,
+        segments in 1u32..4,
+        entries in 1usize..6,
+        seed in any::<u8>(),
+    ) {
+        use gpu_attest_shared::memory::MemoryParams;
+        use gpu_attest_shared::memory::walk::{WalkSpec, walk_all, walk_one};
+        let pool = walk_pool(entries);
+        let spec = WalkSpec {
+            nonce: [seed; 32],
+            walk_seed: [seed ^ 0x5a; 32],
+            device: u32::from(seed % 3),
+            pool_root: Digest([seed; 32]),
+            entries: entries as u64,
+            params: MemoryParams {
+                pool_permille: 1000,
+                walkers,
+                walk_steps: 2 * segments,
+                walk_checkpoint_every: 2,
+            },
+        };
+        let on = |threads: usize| {
+            let pool_threads = rayon::ThreadPoolBuilder::new().num_threads(threads).build().unwrap();
+            pool_threads.install(|| walk_all(&pool, &spec, &CancelToken::new())).unwrap()
+        };
+        let (one, two) = (on(1), on(2));
+        prop_assert_eq!(&one.traces, &two.traces);
+        prop_assert_eq!(one.root(), two.root());
+        for w in 0..walkers {
+            let alone = walk_one(&pool, &spec, w, &CancelToken::new()).unwrap();
+            prop_assert_eq!(&alone, &one.traces[w as usize]);
+            prop_assert_eq!(alone.checkpoints.len(), segments as usize + 1);
+        }
+    }
+}
