@@ -208,15 +208,12 @@ pub fn cpu(
 }
 
 /// The memory phase on the CPU: buffers of `mib` MiB (past the caches), a walk of about
-/// `budget`, on the chosen kernel's engine (the fill's GEMMs) and threads.
-pub fn memory(
-    kernel: Option<KernelKind>,
-    threads: usize,
-    mib: usize,
-    budget: Duration,
-) -> Result<MemoryBench, GemmError> {
-    let gemm = CpuGemm::new(threads, kernel)?;
-    Ok(gpu_attest_shared::memory::bench::measure(&gemm, mib << 20, budget))
+/// `budget`, on the chosen kernel's engine (the fill's GEMMs) and threads. A kernel this CPU
+/// lacks, or buffers it cannot hold, is an error in words.
+pub fn memory(kernel: Option<KernelKind>, threads: usize, mib: usize, budget: Duration) -> Result<MemoryBench, String> {
+    let gemm = CpuGemm::new(threads, kernel).map_err(|e| e.to_string())?;
+    gpu_attest_shared::memory::bench::measure(&gemm, mib.saturating_mul(1 << 20), budget)
+        .map_err(|e| format!("{e} (--memory-mib {mib}; 0 skips the memory figures)"))
 }
 
 /// One GPU measurement: a kernel on a device at one size, against cuBLASLt int8 plus mix.

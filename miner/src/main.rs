@@ -105,7 +105,8 @@ fn run(cli: Cli) -> Result<()> {
             let threads = rows.first().map_or(config.cpu_threads, |r| r.threads);
             let memory = (memory_mib > 0)
                 .then(|| bench::memory(chosen, config.cpu_threads, memory_mib, budget))
-                .transpose()?;
+                .transpose()
+                .map_err(anyhow::Error::msg)?;
             let report = bench::CpuReport::new(rows, bench::ceilings(threads, &kernels), sampled_verify, memory);
             if json {
                 println!("{}", serde_json::to_string_pretty(&report)?);

@@ -6,7 +6,7 @@ use super::params::{ENTRY_BYTES, ENTRY_OPS, MemoryParams, PoolSpec};
 use super::pool::{EntrySource, HostPool, PoolBytes};
 use super::walk::{WalkSpec, walk_all};
 use crate::aligned::AlignedBytes;
-use crate::backend::CancelToken;
+use crate::backend::{BackendError, CancelToken};
 use crate::digest::Digest;
 use crate::gemm::CpuGemm;
 use crate::params::Work;
@@ -46,13 +46,18 @@ fn best_rate(runs: usize, bytes: f64, mut f: impl FnMut()) -> f64 {
 
 /// Measures everything in [`MemoryBench`] on `gemm`'s threads, with buffers of `bytes`
 /// (rounded down to whole entries; at least one) and a walk of about `budget`.
-pub fn measure(gemm: &CpuGemm, bytes: usize, budget: Duration) -> MemoryBench {
+/// A buffer the machine cannot give is an error, not a crash.
+pub fn measure(gemm: &CpuGemm, bytes: usize, budget: Duration) -> Result<MemoryBench, BackendError> {
+    let no_memory = || BackendError::OutOfMemory {
+        device: 0,
+        detail: format!("cannot allocate the bench's buffers of {bytes} bytes"),
+    };
     let bytes = (bytes / ENTRY_BYTES).max(1) * ENTRY_BYTES;
     let threads = gemm.threads();
     // The walk reads any entry bytes the same way: keystream, not entries made (minutes here).
     let pool = gemm
         .install(|| PoolBytes::keystream(&[5; 32], bytes / ENTRY_BYTES))
-        .expect("memory for the bench's buffers");
+        .ok_or_else(no_memory)?;
     let source = pool.as_bytes();
     let piece = bytes.div_ceil(threads).next_multiple_of(64);
     let read = gemm.install(|| {
@@ -69,7 +74,7 @@ pub fn measure(gemm: &CpuGemm, bytes: usize, budget: Duration) -> MemoryBench {
             std::hint::black_box(sum);
         })
     });
-    let mut target = AlignedBytes::try_zeroed(bytes).expect("memory for the bench's buffers");
+    let mut target = AlignedBytes::try_zeroed(bytes).ok_or_else(no_memory)?;
     let copy = gemm.install(|| {
         best_rate(3, 2.0 * bytes as f64, || {
             target
@@ -101,7 +106,7 @@ pub fn measure(gemm: &CpuGemm, bytes: usize, budget: Duration) -> MemoryBench {
     let timed_walk = |params: MemoryParams| {
         let start = Instant::now();
         gemm.install(|| walk_all(&pool, &spec(params), &cancel))
-            .expect("an uncancelled walk");
+            .expect("a walk nothing cancels runs whole");
         params.walk_bytes() as f64 / start.elapsed().as_secs_f64()
     };
     let first = timed_walk(params);
@@ -115,12 +120,12 @@ pub fn measure(gemm: &CpuGemm, bytes: usize, budget: Duration) -> MemoryBench {
     let fill_spec = PoolSpec::with_entries(&work, 0, threads as u64);
     let (start, mut made) = (Instant::now(), 0u64);
     while made == 0 || start.elapsed() < budget {
-        HostPool::fill(gemm, &fill_spec, &|_| {}, &cancel).expect("an uncancelled fill");
+        HostPool::fill(gemm, &fill_spec, &|_| {}, &cancel)?;
         made += fill_spec.entries();
     }
     let fill = made as f64 / start.elapsed().as_secs_f64();
 
-    MemoryBench {
+    Ok(MemoryBench {
         threads,
         bytes: bytes as u64,
         read_bytes_per_sec: read,
@@ -130,5 +135,5 @@ pub fn measure(gemm: &CpuGemm, bytes: usize, budget: Duration) -> MemoryBench {
         walk_share_of_copy: walk / copy,
         fill_entries_per_sec: fill,
         fill_tops: fill * ENTRY_OPS as f64 / 1e12,
-    }
+    })
 }
