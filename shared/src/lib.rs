@@ -6,7 +6,8 @@
 //! - [`params`]: challenge parameters, limits, the matrix key.
 //! - [`matrix`], [`mix`], [`gemm`]: the matrices, the non-linear step, exact int8 products.
 //! - [`chain`], [`merkle`], [`partition`], [`commitment`]: what a miner commits to.
-//! - [`backend`], [`cpu`], [`engine`]: who computes it, and how devices split the work.
+//! - [`backend`], [`cpu`], [`engine`]: who computes it, and how devices split the work;
+//!   [`failure`]: how that work is stopped, and fails.
 //! - [`opening`], [`verify`]: sampled openings and the validator's checks.
 //! - [`identity`], [`statement`]: ed25519 keys and the canonical encodings they sign.
 //! - [`inventory`]: the hardware a miner claims and the limits it sets.
@@ -22,6 +23,7 @@ pub mod cpu;
 pub mod cuda;
 pub mod digest;
 pub mod engine;
+pub mod failure;
 pub mod gemm;
 pub mod identity;
 pub mod inventory;

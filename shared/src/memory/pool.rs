@@ -6,8 +6,8 @@
 
 use super::params::{ENTRY_BYTES, ENTRY_N, ENTRY_STEPS, PoolSpec};
 use crate::aligned::AlignedBytes;
-use crate::backend::{BackendError, CancelToken};
 use crate::digest::Digest;
+use crate::failure::{BackendError, CancelToken};
 use crate::gemm::{CpuGemm, PackedB};
 use crate::matrix::{Matrix, a_stream, generate_a, generate_b};
 use crate::merkle::{MerkleProof, MerkleTree};

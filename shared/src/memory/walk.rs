@@ -4,8 +4,8 @@
 
 use super::params::{ENTRY_BYTES, ENTRY_N, MemoryParams};
 use super::pool::EntrySource;
-use crate::backend::{BackendError, CancelToken};
 use crate::digest::Digest;
+use crate::failure::{BackendError, CancelToken};
 use crate::merkle::MerkleTree;
 use crate::mix::mix;
 use rand_chacha::ChaCha8Rng;
