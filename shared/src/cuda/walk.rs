@@ -8,6 +8,8 @@
 use super::compile::{compile_aux_ptx, supported_archs, target_arch};
 use super::device::DeviceRuntime;
 use super::kernels::{AuxModule, WALK_FN};
+// A state is a digest as the kernel holds it: eight little-endian words, as a ChaCha8 key is.
+use super::pipeline::key_words;
 use crate::backend::{BackendError, CancelToken};
 use crate::digest::Digest;
 use crate::memory::pool::PoolBytes;
@@ -181,7 +183,7 @@ pub fn bench_walk(
             walk_checkpoint_every: BENCH_EVERY,
         },
     };
-    let starts: Vec<u32> = (0..walkers).flat_map(|w| words(&spec.start_state(w))).collect();
+    let starts: Vec<u32> = (0..walkers).flat_map(|w| key_words(&spec.start_state(w).0)).collect();
     rt.stream.memcpy_htod(&starts, &mut states).map_err(|e| rt.err(e))?;
     // `time_launches` queues 16 launches between looks at the clock, so a launch is sized for
     // a sixteenth of the budget, from a short first run.
@@ -256,7 +258,7 @@ fn matches_cpu(rt: &DeviceRuntime, walker: &DeviceWalker) -> Result<bool, Backen
 
     let mut pool = rt.alloc(ENTRIES * ENTRY_BYTES)?;
     rt.upload(bytemuck::cast_slice(host.as_bytes()), &mut pool)?;
-    let starts: Vec<u32> = (0..WALKERS).flat_map(|w| words(&spec.start_state(w))).collect();
+    let starts: Vec<u32> = (0..WALKERS).flat_map(|w| key_words(&spec.start_state(w).0)).collect();
     let mut states = rt.alloc_words(starts.len())?;
     rt.stream.memcpy_htod(&starts, &mut states).map_err(|e| rt.err(e))?;
     let per_launch = 2; // 8 steps, a checkpoint every 4
@@ -286,14 +288,9 @@ fn matches_cpu(rt: &DeviceRuntime, walker: &DeviceWalker) -> Result<bool, Backen
         (0..4).all(|q| {
             let launch = &device_checkpoints[q / per_launch];
             let at = (w * per_launch + q % per_launch) * 8;
-            launch[at..at + 8] == words(&trace[q + 1])
+            launch[at..at + 8] == key_words(&trace[q + 1].0)
         })
     }))
-}
-
-/// A digest as the kernel holds it: eight little-endian words.
-fn words(digest: &Digest) -> [u32; 8] {
-    core::array::from_fn(|i| u32::from_le_bytes(digest.0[4 * i..4 * i + 4].try_into().expect("4 bytes")))
 }
 
 impl super::CudaBackend {

@@ -199,7 +199,8 @@ impl PoolBytes {
         self.bytes.as_slice()
     }
 
-    fn entry_bytes(&self, entry: u64) -> &[u8] {
+    /// Entry `entry`'s bytes.
+    pub fn entry_bytes(&self, entry: u64) -> &[u8] {
         let at = entry as usize * ENTRY_BYTES;
         &self.bytes.as_slice()[at..at + ENTRY_BYTES]
     }
@@ -222,7 +223,7 @@ impl EntrySource for PoolBytes {
 /// A whole pool in host memory, with its Merkle tree: what the CPU backend holds resident.
 pub struct HostPool {
     spec: PoolSpec,
-    bytes: AlignedBytes,
+    entries: PoolBytes,
     tree: MerkleTree,
 }
 
@@ -263,7 +264,7 @@ impl HostPool {
         let tree = MerkleTree::new(&leaves?);
         Ok(HostPool {
             spec: spec.clone(),
-            bytes,
+            entries: PoolBytes { bytes },
             tree,
         })
     }
@@ -284,22 +285,22 @@ impl HostPool {
 
     /// Entry `entry`'s bytes.
     pub fn entry_bytes(&self, entry: u64) -> &[u8] {
-        let at = entry as usize * ENTRY_BYTES;
-        &self.bytes.as_slice()[at..at + ENTRY_BYTES]
+        self.entries.entry_bytes(entry)
     }
 }
 
+/// The pool's entries are its [`PoolBytes`]; the tree only commits to them.
 impl EntrySource for HostPool {
     fn entries(&self) -> u64 {
-        self.spec.entries()
+        self.entries.entries()
     }
 
     fn entry(&self, entry: u64) -> Cow<'_, [i8]> {
-        Cow::Borrowed(bytemuck::cast_slice(self.entry_bytes(entry)))
+        self.entries.entry(entry)
     }
 
     fn prefetch(&self, entry: u64) {
-        prefetch_bytes(&self.entry_bytes(entry)[..PREFETCH_AHEAD]);
+        self.entries.prefetch(entry);
     }
 }
 
