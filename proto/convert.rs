@@ -7,6 +7,9 @@ use gpu_attest_shared::digest::Digest;
 use gpu_attest_shared::identity::PublicKey;
 use gpu_attest_shared::inventory::{HardwareClaim, Inventory, MinerLimits};
 use gpu_attest_shared::matrix::Matrix;
+use gpu_attest_shared::memory::check::{OpenedEntry, WalkOpening};
+use gpu_attest_shared::memory::params::{ENTRY_BYTES, MAX_WALK_CHECKPOINT_EVERY, MAX_WALK_SEGMENTS, MemoryParams};
+use gpu_attest_shared::memory::statement::{PoolCommitment, WalkSample, WalkStatement};
 use gpu_attest_shared::merkle::MerkleProof;
 use gpu_attest_shared::opening::{ChainOpening, SampleRequest};
 use gpu_attest_shared::params::{ChallengeParams, MAX_SEGMENTS};
@@ -84,6 +87,26 @@ pub fn challenge_to_wire(c: &Challenge, sig: &[u8; 64]) -> v1::Challenge {
         validator_key: c.validator_key.0.to_vec(),
         signature: sig.to_vec(),
         inventory_digest: c.inventory_digest.0.to_vec(),
+        memory: c.memory.as_ref().map(memory_to_wire),
+    }
+}
+
+pub fn memory_to_wire(m: &MemoryParams) -> v1::MemoryParams {
+    v1::MemoryParams {
+        pool_permille: m.pool_permille,
+        walkers: m.walkers,
+        walk_steps: m.walk_steps,
+        walk_checkpoint_every: m.walk_checkpoint_every,
+    }
+}
+
+/// No checks: the limits of PROTOCOL.md 18.1 are [`MemoryParams::validate`]'s job.
+pub fn memory_from_wire(m: &v1::MemoryParams) -> MemoryParams {
+    MemoryParams {
+        pool_permille: m.pool_permille,
+        walkers: m.walkers,
+        walk_steps: m.walk_steps,
+        walk_checkpoint_every: m.walk_checkpoint_every,
     }
 }
 
@@ -95,6 +118,7 @@ pub fn challenge_from_wire(c: &v1::Challenge) -> Result<(Challenge, [u8; 64]), W
         deadline_ms: c.deadline_unix_ms,
         validator_key: PublicKey(bytes32("validator_key", &c.validator_key)?),
         inventory_digest: Digest(bytes32("inventory_digest", &c.inventory_digest)?),
+        memory: c.memory.as_ref().map(memory_from_wire),
     };
     Ok((challenge, signature("signature", &c.signature)?))
 }
@@ -202,11 +226,24 @@ pub fn commitment_to_wire(c: &Commitment, sig: &[u8; 64]) -> v1::Commitment {
         kernel: c.kernel.clone(),
         compute_ms: c.compute_ms,
         signature: sig.to_vec(),
+        pools: c
+            .pools
+            .iter()
+            .flatten()
+            .map(|p| v1::PoolRoot {
+                index: p.device,
+                entries: p.entries,
+                root: p.root.0.to_vec(),
+            })
+            .collect(),
     }
 }
 
 pub fn commitment_from_wire(c: &v1::Commitment) -> Result<(Commitment, [u8; 64]), WireError> {
-    if c.devices.len() > MAX_DEVICES as usize || c.inventory.len() > MAX_DEVICES as usize {
+    if c.devices.len() > MAX_DEVICES as usize
+        || c.inventory.len() > MAX_DEVICES as usize
+        || c.pools.len() > MAX_DEVICES as usize
+    {
         return Err(wire_err("devices", format!("more than {MAX_DEVICES} devices")));
     }
     let devices = c
@@ -223,6 +260,17 @@ pub fn commitment_from_wire(c: &v1::Commitment) -> Result<(Commitment, [u8; 64])
             })
         })
         .collect::<Result<Vec<_>, WireError>>()?;
+    let pools = c
+        .pools
+        .iter()
+        .map(|p| {
+            Ok(PoolCommitment {
+                device: p.index,
+                entries: p.entries,
+                root: Digest(bytes32("pools.root", &p.root)?),
+            })
+        })
+        .collect::<Result<Vec<_>, WireError>>()?;
     let commitment = Commitment {
         work: WorkCommitment {
             nonce: bytes32("nonce", &c.nonce)?,
@@ -235,6 +283,8 @@ pub fn commitment_from_wire(c: &v1::Commitment) -> Result<(Commitment, [u8; 64])
         backend: c.backend.clone(),
         kernel: c.kernel.clone(),
         compute_ms: c.compute_ms,
+        // A version 3 commitment names a pool for each of its (at least one) devices.
+        pools: (!pools.is_empty()).then_some(pools),
     };
     Ok((commitment, signature("signature", &c.signature)?))
 }
@@ -260,6 +310,8 @@ pub struct OpenRequest {
     pub nonce: [u8; 32],
     pub validator_key: [u8; 32],
     pub samples: Vec<SampleRequest>,
+    /// Walk segments to open (version 3; empty in version 2).
+    pub walks: Vec<WalkSample>,
     pub signature: [u8; 64],
 }
 
@@ -270,8 +322,161 @@ pub fn open_request_from_wire(r: &v1::OpenChainsRequest) -> Result<OpenRequest, 
         nonce: bytes32("nonce", &r.nonce)?,
         validator_key: bytes32("validator_key", &r.validator_key)?,
         samples: r.samples.iter().map(sample_from_wire).collect(),
+        walks: r.walk_samples.iter().map(walk_sample_from_wire).collect(),
         signature: signature("signature", &r.signature)?,
     })
+}
+
+pub fn walk_sample_to_wire(s: &WalkSample) -> v1::WalkSampleRequest {
+    v1::WalkSampleRequest {
+        device: s.device,
+        walker: s.walker,
+        segment: s.segment,
+    }
+}
+
+pub fn walk_sample_from_wire(s: &v1::WalkSampleRequest) -> WalkSample {
+    WalkSample {
+        device: s.device,
+        walker: s.walker,
+        segment: s.segment,
+    }
+}
+
+/// A walk request's fields, their lengths checked (PROTOCOL.md 18.4).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WalkRequest {
+    pub nonce: [u8; 32],
+    pub walk_seed: [u8; 32],
+    pub deadline_ms: u64,
+    pub validator_key: [u8; 32],
+    pub signature: [u8; 64],
+}
+
+pub fn walk_request_to_wire(r: &WalkRequest) -> v1::WalkRequest {
+    v1::WalkRequest {
+        nonce: r.nonce.to_vec(),
+        walk_seed: r.walk_seed.to_vec(),
+        deadline_unix_ms: r.deadline_ms,
+        validator_key: r.validator_key.to_vec(),
+        signature: r.signature.to_vec(),
+    }
+}
+
+pub fn walk_request_from_wire(r: &v1::WalkRequest) -> Result<WalkRequest, WireError> {
+    Ok(WalkRequest {
+        nonce: bytes32("nonce", &r.nonce)?,
+        walk_seed: bytes32("walk_seed", &r.walk_seed)?,
+        deadline_ms: r.deadline_unix_ms,
+        validator_key: bytes32("validator_key", &r.validator_key)?,
+        signature: signature("signature", &r.signature)?,
+    })
+}
+
+pub fn walk_statement_to_wire(w: &WalkStatement, sig: &[u8; 64]) -> v1::WalkStatement {
+    v1::WalkStatement {
+        nonce: w.nonce.to_vec(),
+        miner_key: w.miner_key.0.to_vec(),
+        validator_key: w.validator_key.0.to_vec(),
+        walk_seed: w.walk_seed.to_vec(),
+        roots: w
+            .roots
+            .iter()
+            .map(|(index, root)| v1::WalkRoot {
+                index: *index,
+                root: root.0.to_vec(),
+            })
+            .collect(),
+        walk_ms: w.walk_ms,
+        signature: sig.to_vec(),
+    }
+}
+
+pub fn walk_statement_from_wire(w: &v1::WalkStatement) -> Result<(WalkStatement, [u8; 64]), WireError> {
+    if w.roots.len() > MAX_DEVICES as usize {
+        return Err(wire_err("roots", format!("more than {MAX_DEVICES} walk roots")));
+    }
+    let statement = WalkStatement {
+        nonce: bytes32("nonce", &w.nonce)?,
+        miner_key: PublicKey(bytes32("miner_key", &w.miner_key)?),
+        validator_key: PublicKey(bytes32("validator_key", &w.validator_key)?),
+        walk_seed: bytes32("walk_seed", &w.walk_seed)?,
+        roots: w
+            .roots
+            .iter()
+            .map(|r| Ok((r.index, Digest(bytes32("roots.root", &r.root)?))))
+            .collect::<Result<_, WireError>>()?,
+        walk_ms: w.walk_ms,
+    };
+    Ok((statement, signature("signature", &w.signature)?))
+}
+
+pub fn walk_opening_to_wire(nonce: &[u8; 32], o: &WalkOpening, sig: &[u8; 64]) -> v1::WalkOpening {
+    v1::WalkOpening {
+        nonce: nonce.to_vec(),
+        device: o.device,
+        walker: o.walker,
+        segment: o.segment,
+        checkpoints: o.checkpoints.iter().map(|d| d.0.to_vec()).collect(),
+        proof: o.proof.siblings.iter().map(|d| d.0.to_vec()).collect(),
+        entries: o
+            .entries
+            .iter()
+            .map(|e| v1::PoolEntryOpening {
+                entry: e.bytes.clone(),
+                proof: e.proof.siblings.iter().map(|d| d.0.to_vec()).collect(),
+            })
+            .collect(),
+        signature: sig.to_vec(),
+    }
+}
+
+/// Shape only: at most `MAX_WALK_SEGMENTS + 1` checkpoints and `MAX_WALK_CHECKPOINT_EVERY`
+/// entries of exactly 65536 bytes; whether they fit the challenge is the walk check's job.
+pub fn walk_opening_from_wire(o: &v1::WalkOpening) -> Result<([u8; 32], WalkOpening, [u8; 64]), WireError> {
+    if o.entries.len() > MAX_WALK_CHECKPOINT_EVERY as usize {
+        return Err(wire_err(
+            "walk.entries",
+            format!(
+                "{} entries, at most {MAX_WALK_CHECKPOINT_EVERY} allowed",
+                o.entries.len()
+            ),
+        ));
+    }
+    let entries = o
+        .entries
+        .iter()
+        .map(|e| {
+            if e.entry.len() != ENTRY_BYTES {
+                return Err(wire_err(
+                    "walk.entries.entry",
+                    format!("must be {ENTRY_BYTES} bytes, got {}", e.entry.len()),
+                ));
+            }
+            Ok(OpenedEntry {
+                bytes: e.entry.clone(),
+                // A pool of at most 2^24 entries has a proof of at most 24 siblings.
+                proof: MerkleProof {
+                    siblings: digests("walk.entries.proof", &e.proof, 64)?,
+                },
+            })
+        })
+        .collect::<Result<Vec<_>, WireError>>()?;
+    let opening = WalkOpening {
+        device: o.device,
+        walker: o.walker,
+        segment: o.segment,
+        checkpoints: digests("walk.checkpoints", &o.checkpoints, MAX_WALK_SEGMENTS as usize + 1)?,
+        proof: MerkleProof {
+            siblings: digests("walk.proof", &o.proof, 64)?,
+        },
+        entries,
+    };
+    Ok((
+        bytes32("walk.nonce", &o.nonce)?,
+        opening,
+        signature("walk.signature", &o.signature)?,
+    ))
 }
 
 pub fn opening_to_wire(nonce: &[u8; 32], o: &ChainOpening, sig: &[u8; 64]) -> v1::ChainOpening {
@@ -283,6 +488,7 @@ pub fn opening_to_wire(nonce: &[u8; 32], o: &ChainOpening, sig: &[u8; 64]) -> v1
         proof: o.proof.siblings.iter().map(|d| d.0.to_vec()).collect(),
         start_matrix: o.start.as_bytes().to_vec(),
         signature: sig.to_vec(),
+        walk: None,
     }
 }
 
@@ -338,6 +544,7 @@ mod tests {
             validator_key: vec![2; 32],
             samples: vec![v1::SampleRequest { chain: 3, segment: 1 }],
             signature: vec![4; 64],
+            walk_samples: Vec::new(),
         };
         let decoded = open_request_from_wire(&good).unwrap();
         assert_eq!((decoded.nonce, decoded.validator_key), ([1; 32], [2; 32]));
@@ -381,9 +588,20 @@ mod tests {
             backend: "cpu".into(),
             kernel: "portable".into(),
             compute_ms: 12,
+            pools: None,
         };
         let (back, sig) = commitment_from_wire(&commitment_to_wire(&c, &[6; 64])).unwrap();
         assert_eq!(back, c);
         assert_eq!(sig, [6; 64]);
+        let v3 = Commitment {
+            pools: Some(vec![PoolCommitment {
+                device: 0,
+                entries: 7,
+                root: Digest([8; 32]),
+            }]),
+            ..c
+        };
+        let (back, _) = commitment_from_wire(&commitment_to_wire(&v3, &[6; 64])).unwrap();
+        assert_eq!(back, v3);
     }
 }

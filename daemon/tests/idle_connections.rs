@@ -54,6 +54,10 @@ impl Miner for StandIn {
     async fn open_chains(&self, _: Request<v1::OpenChainsRequest>) -> Result<Response<Self::OpenChainsStream>, Status> {
         Err(Status::unimplemented("not in this test"))
     }
+
+    async fn walk_pool(&self, _: Request<v1::WalkRequest>) -> Result<Response<v1::WalkStatement>, Status> {
+        Err(Status::unimplemented("not in this test"))
+    }
 }
 
 const GRACE: Duration = Duration::from_millis(400);

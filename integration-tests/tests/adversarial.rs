@@ -44,6 +44,7 @@ fn challenge_for(miner: PublicKey, nonce: u8) -> Challenge {
         deadline_ms: now() + 10_000,
         validator_key: validator_key(),
         inventory_digest: cpu_claim(1).digest(),
+        memory: None,
     }
 }
 

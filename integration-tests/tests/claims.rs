@@ -108,7 +108,11 @@ async fn inventories_outside_the_protocol_are_refused_without_a_verdict() {
         (Cheat::TooManyDevices, InventoryError::TooManyDevices(65)),
         (
             Cheat::ProtocolVersion1,
-            InventoryError::ProtocolVersion { theirs: 1, ours: 2 },
+            InventoryError::ProtocolVersion {
+                theirs: 1,
+                oldest: 2,
+                ours: 3,
+            },
         ),
         (
             Cheat::SameDeviceTwice,

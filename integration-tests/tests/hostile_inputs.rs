@@ -99,6 +99,7 @@ proptest! {
             deadline_ms: deadline,
             validator_key: validator_key(),
             inventory_digest: cpu_claim(1).digest(),
+        memory: None,
         };
         let mut wire = challenge_to_wire(&challenge, &[0; 64]);
         wire.signature = sig;

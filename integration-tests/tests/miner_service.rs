@@ -32,6 +32,7 @@ fn challenge(miner: PublicKey, nonce: u8, n: u32, chains: u64, iterations: u32, 
         deadline_ms: (now() as i64 + deadline_in_ms) as u64,
         validator_key: validator_key(),
         inventory_digest: cpu_claim(1).digest(),
+        memory: None,
     }
 }
 
@@ -274,7 +275,7 @@ fn committed_and_asked(
     samples: &[gpu_attest_shared::opening::SampleRequest],
 ) -> (
     Arc<gpu_attest_miner::core::RecentCommitment>,
-    Vec<gpu_attest_shared::opening::SampleRequest>,
+    Vec<gpu_attest_miner::openings::Sample>,
 ) {
     let c = challenge(core.public_key(), nonce, 64, 2, 2, deadline_in_ms);
     let accepted = core.accept(&signed(&c), gpu_attest_miner::core::now_ms()).unwrap();
@@ -283,8 +284,14 @@ fn committed_and_asked(
         .unwrap();
     core.commit(accepted, execution, 1);
     let validator = Identity::from_seed([VALIDATOR_SEED; 32]);
-    core.check_open_request(&signed_open_request(c.params.nonce, &validator, samples))
-        .unwrap()
+    let (recent, chains, _) = core
+        .check_open_request(&signed_open_request(c.params.nonce, &validator, samples))
+        .unwrap();
+    let samples = chains
+        .into_iter()
+        .map(gpu_attest_miner::openings::Sample::Chain)
+        .collect();
+    (recent, samples)
 }
 
 /// A validator that stops reading its openings fills the stream's buffer, and the hand-over of

@@ -140,7 +140,7 @@ fn cpu(config: &MinerConfig, notes: Vec<String>) -> Result<SelectedBackend, Back
         .resolve()
         .map_err(|e| BackendSelectError::Cpu(e.to_string()))?;
     let backend = CpuBackend::new(config.cpu_threads, kernel).map_err(|e| BackendSelectError::Cpu(e.to_string()))?;
-    let device = cpu_device(backend.threads());
+    let device = cpu_device(backend.threads(), config.cpu_memory_mib << 20);
     Ok(SelectedBackend {
         name: "cpu".to_string(),
         kernel: backend.kernel().to_string(),

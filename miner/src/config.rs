@@ -91,6 +91,11 @@ pub struct MinerConfig {
     pub kernel_cache_dir: Option<PathBuf>,
     /// CPU backend threads; 0 uses every core.
     pub cpu_threads: usize,
+    /// Memory the CPU backend claims, in MiB, and proves in a version 3 challenge: its pool
+    /// fills most of it (PROTOCOL.md 18). Filling costs 2^31 int8 operations per 64 KiB, about
+    /// 1.5 s per 16 MiB on two AVX2 cores, so the CPU backend claims little; GPUs claim what
+    /// NVML reports.
+    pub cpu_memory_mib: u64,
     /// CPU GEMM kernel: "auto" (the fastest this CPU runs) or one of amx, avx512-vnni,
     /// avx-vnni, avx2, portable. The GPU_ATTEST_CPU_KERNEL environment variable overrides it.
     pub cpu_kernel: KernelChoice,
@@ -109,6 +114,11 @@ pub struct MinerConfig {
     pub metrics: MetricsConfig,
 }
 
+/// The CPU backend's memory claim unless configured: a pool of 15 MiB, filled in seconds.
+pub const DEFAULT_CPU_MEMORY_MIB: u64 = 16;
+/// The most the CPU backend may claim: 1 TiB, the largest pool the protocol allows.
+pub const MAX_CPU_MEMORY_MIB: u64 = 1 << 20;
+
 impl Default for MinerConfig {
     fn default() -> Self {
         MinerConfig {
@@ -121,6 +131,7 @@ impl Default for MinerConfig {
             gpu_hash_on_host: false,
             kernel_cache_dir: None,
             cpu_threads: 0,
+            cpu_memory_mib: DEFAULT_CPU_MEMORY_MIB,
             cpu_kernel: KernelChoice::Auto,
             keep_commitments_secs: 600,
             nonce_file: None,
@@ -170,6 +181,12 @@ impl MinerConfig {
             return invalid(format!(
                 "keep_commitments_secs = {} must be at least {MIN_KEEP_COMMITMENTS_SECS}: a validator opens a commitment after it arrives, and one already dropped fails the attestation",
                 self.keep_commitments_secs
+            ));
+        }
+        if !(1..=MAX_CPU_MEMORY_MIB).contains(&self.cpu_memory_mib) {
+            return invalid(format!(
+                "cpu_memory_mib = {} must be in 1..={MAX_CPU_MEMORY_MIB}: the CPU backend claims and proves that much memory",
+                self.cpu_memory_mib
             ));
         }
         if self.cpu_threads > gpu_attest_daemon::config::MAX_CPU_THREADS {
@@ -222,6 +239,7 @@ mod tests {
         refused(|c| c.limits.max_n = 10, "max_n = 10 is below 64");
         refused(|c| c.keep_commitments_secs = 0, "keep_commitments_secs = 0");
         refused(|c| c.cpu_threads = 100_000, "cpu_threads = 100000");
+        refused(|c| c.cpu_memory_mib = 0, "cpu_memory_mib = 0");
     }
 
     #[test]

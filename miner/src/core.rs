@@ -5,19 +5,25 @@
 use crate::backends::SelectedBackend;
 use crate::config::Limits;
 use crate::error::MinerError;
+use crate::memory::{HeldMemory, PoolPlan, pool_commitments};
 use crate::metrics::MinerMetrics;
 use crate::nonces::NonceLog;
 use gpu_attest_proto::convert::{
-    OpenRequest, challenge_from_wire, commitment_to_wire, open_request_from_wire, opening_to_wire,
+    OpenRequest, WalkRequest, challenge_from_wire, commitment_to_wire, open_request_from_wire, opening_to_wire,
+    walk_opening_to_wire, walk_request_from_wire, walk_statement_to_wire,
 };
 use gpu_attest_proto::v1;
+use gpu_attest_shared::backend::ResidentPool;
 use gpu_attest_shared::engine::{self, DeviceProgress, Execution};
 use gpu_attest_shared::identity::{Identity, PublicKey};
 use gpu_attest_shared::inventory::{HardwareClaim, Inventory, MinerLimits};
+use gpu_attest_shared::memory::statement::{
+    WalkSample, WalkStatement, open_request_bytes_v3, walk_opening_bytes, walk_request_bytes,
+};
 use gpu_attest_shared::opening::{SampleRequest, check_sample, open_chain};
 use gpu_attest_shared::params::PROTOCOL_VERSION;
 use gpu_attest_shared::statement::{Challenge, Commitment, open_request_bytes, opening_bytes};
-use gpu_attest_shared::{CancelToken, Work};
+use gpu_attest_shared::{BackendError, CancelToken, Work};
 use std::collections::{HashSet, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
@@ -26,6 +32,9 @@ use tokio::sync::OwnedMutexGuard;
 
 /// Commitments kept for openings at once; older ones are dropped first.
 const MAX_RECENT_COMMITMENTS: usize = 4;
+
+/// Walk openings answered per open request at most (PROTOCOL.md 18.4).
+pub const MAX_WALK_SAMPLES: usize = gpu_attest_shared::memory::params::MAX_WALK_SAMPLES as usize;
 
 /// How long after a commitment the devices are kept from other validators' challenges while the
 /// committing validator has not opened it yet. Its open request follows the commitment within a
@@ -50,6 +59,10 @@ pub fn now_ms() -> u64 {
 pub struct AcceptedChallenge {
     pub challenge: Challenge,
     pub work: Work,
+    /// The pools a version 3 challenge asks for; `None` for version 2.
+    pub pool_plan: Option<PoolPlan>,
+    /// The pools once filled ([`MinerCore::fill`]), until the commitment keeps them.
+    pub pools: Option<Vec<Box<dyn ResidentPool>>>,
     accepted_at: Instant,
     _devices: OwnedMutexGuard<()>,
 }
@@ -71,6 +84,11 @@ pub struct RecentCommitment {
     /// challenge, which no validator can inflate without the devices doing that much work.
     pub computed_in: Duration,
     stored_at: Instant,
+    /// When the hold ([`OPENING_HOLD`]) started: at the commitment, and again when its walk
+    /// statement was sent, since a version 3 validator opens after the walk.
+    hold_from: Mutex<Instant>,
+    /// The pools and walk of a version 3 commitment.
+    pub memory: Option<HeldMemory>,
     /// Set by the first open request that passes every check: an open request is single-use,
     /// so a captured one cannot make this miner recompute again and again.
     opened: AtomicBool,
@@ -204,6 +222,10 @@ impl MinerCore {
             });
         }
         let work = Work::new(challenge.params)?;
+        let pool_plan = challenge
+            .memory
+            .map(|memory| PoolPlan::new(memory, &work, &self.selected.devices))
+            .transpose()?;
         if self.stopping.load(Ordering::SeqCst) {
             return Err(MinerError::Stopping);
         }
@@ -228,9 +250,15 @@ impl MinerCore {
         if !fresh {
             return Err(MinerError::NonceReused(hex::encode(challenge.params.nonce)));
         }
+        if pool_plan.is_some() {
+            // This challenge's pools need the memory that earlier ones hold.
+            self.release_pools();
+        }
         Ok(AcceptedChallenge {
             challenge,
             work,
+            pool_plan,
+            pools: None,
             accepted_at: Instant::now(),
             _devices: devices,
         })
@@ -265,6 +293,16 @@ impl MinerCore {
         Ok(())
     }
 
+    /// Frees the pools of every kept commitment.
+    fn release_pools(&self) {
+        let recent = self.recent.lock().unwrap_or_else(|p| p.into_inner());
+        for r in recent.iter() {
+            if let Some(memory) = &r.memory {
+                memory.release();
+            }
+        }
+    }
+
     /// Another validator whose fresh commitment has not been opened yet, if any. Only a
     /// validator's newest commitment holds: one that has committed again since has moved on.
     fn awaiting_openings(&self, asking: &PublicKey) -> Option<PublicKey> {
@@ -276,7 +314,7 @@ impl MinerCore {
                 r.holds
                     && r.validator_key != *asking
                     && !r.opened.load(Ordering::SeqCst)
-                    && r.stored_at.elapsed() < OPENING_HOLD
+                    && r.held_for() < OPENING_HOLD
                     && !recent
                         .iter()
                         .skip(i + 1)
@@ -300,7 +338,28 @@ impl MinerCore {
         )?)
     }
 
-    /// The commitment statement for an execution, before signing.
+    /// Fills the pools of a version 3 challenge (blocking; after [`MinerCore::execute`], in the
+    /// memory the chains no longer need) and keeps them in `accepted`. Nothing for version 2.
+    pub fn fill(
+        &self,
+        accepted: &mut AcceptedChallenge,
+        progress: &(dyn Fn(u32, u64) + Sync),
+        cancel: &CancelToken,
+    ) -> Result<(), MinerError> {
+        if let Some(plan) = &accepted.pool_plan {
+            let pools = plan
+                .fill(self.selected.backend.as_ref(), progress, cancel)
+                .map_err(|e| match e {
+                    BackendError::Cancelled => MinerError::Engine(engine::EngineError::Backend(e)),
+                    other => MinerError::Fill(other),
+                })?;
+            accepted.pools = Some(pools);
+        }
+        Ok(())
+    }
+
+    /// The commitment statement for an execution (and the pools [`MinerCore::fill`] kept),
+    /// before signing.
     pub fn statement(&self, accepted: &AcceptedChallenge, execution: &Execution, compute_ms: u64) -> Commitment {
         Commitment {
             work: execution.commitment.clone(),
@@ -310,6 +369,7 @@ impl MinerCore {
             backend: self.selected.name.clone(),
             kernel: self.selected.kernel.clone(),
             compute_ms,
+            pools: accepted.pools.as_deref().map(pool_commitments),
         }
     }
 
@@ -318,7 +378,7 @@ impl MinerCore {
     }
 
     /// Keeps an execution openable by the challenge's validator, and releases the devices.
-    pub fn remember(&self, accepted: AcceptedChallenge, execution: Execution) {
+    pub fn remember(&self, mut accepted: AcceptedChallenge, execution: Execution) {
         let mut recent = self.recent.lock().unwrap_or_else(|p| p.into_inner());
         recent.retain(|r| r.stored_at.elapsed() < self.keep_commitments);
         let validator_key = accepted.challenge.validator_key;
@@ -327,10 +387,16 @@ impl MinerCore {
             .rev()
             .find(|r| r.validator_key == validator_key)
             .is_none_or(|previous| previous.stored_at.elapsed() >= HOLD_SPACING);
+        let memory = match (accepted.pool_plan.as_ref(), accepted.pools.take()) {
+            (Some(plan), Some(pools)) => Some(HeldMemory::new(plan.params, pools)),
+            _ => None,
+        };
         let entry = Arc::new(RecentCommitment {
             nonce: accepted.challenge.params.nonce,
             validator_key,
             computed_in: accepted.accepted_at.elapsed(),
+            hold_from: Mutex::new(Instant::now()),
+            memory,
             work: accepted.work,
             execution,
             stored_at: Instant::now(),
@@ -358,15 +424,22 @@ impl MinerCore {
     pub fn check_open_request(
         &self,
         request: &v1::OpenChainsRequest,
-    ) -> Result<(Arc<RecentCommitment>, Vec<SampleRequest>), MinerError> {
+    ) -> Result<(Arc<RecentCommitment>, Vec<SampleRequest>, Vec<WalkSample>), MinerError> {
         let OpenRequest {
             nonce,
             validator_key,
             samples,
+            walks,
             signature,
         } = open_request_from_wire(request)?;
-        if samples.is_empty() {
+        if samples.is_empty() && walks.is_empty() {
             return Err(MinerError::NoSamples);
+        }
+        if walks.len() > MAX_WALK_SAMPLES {
+            return Err(MinerError::TooManyWalkSamples {
+                requested: walks.len(),
+                max: MAX_WALK_SAMPLES,
+            });
         }
         if samples.len() > self.limits.max_samples as usize {
             return Err(MinerError::TooManySamples {
@@ -374,28 +447,112 @@ impl MinerCore {
                 max: self.limits.max_samples,
             });
         }
-        let recent = {
-            let recent = self.recent.lock().unwrap_or_else(|p| p.into_inner());
-            recent
-                .iter()
-                .find(|r| r.nonce == nonce && r.stored_at.elapsed() < self.keep_commitments)
-                .cloned()
-                .ok_or_else(|| MinerError::UnknownCommitment(hex::encode(nonce)))?
-        };
+        let recent = self.recent_commitment(&nonce)?;
         if validator_key != recent.validator_key.0 || !self.is_allowed(&recent.validator_key) {
             return Err(MinerError::OpenNotAllowed);
         }
+        let signed = match &recent.memory {
+            Some(_) => open_request_bytes_v3(&nonce, &samples, &walks),
+            None => open_request_bytes(&nonce, &samples),
+        };
         recent
             .validator_key
-            .verify(&open_request_bytes(&nonce, &samples), &signature)
+            .verify(&signed, &signature)
             .map_err(|_| MinerError::BadOpenSignature)?;
         for &sample in &samples {
             check_sample(&recent.work, sample)?;
         }
+        match &recent.memory {
+            Some(memory) => memory.check_samples(&walks)?,
+            None if !walks.is_empty() => return Err(MinerError::NoMemoryPhase(hex::encode(nonce))),
+            None => {}
+        }
         if recent.opened.swap(true, Ordering::SeqCst) {
             return Err(MinerError::AlreadyOpened(hex::encode(nonce)));
         }
-        Ok((recent, samples))
+        Ok((recent, samples, walks))
+    }
+
+    /// Checks a walk request (PROTOCOL.md 18.4) as an open request is checked: well-formed, for
+    /// a recent commitment of ours, from its validator while still allowed, correctly signed,
+    /// for a version 3 commitment, and the first such request. Passing uses up the walk.
+    pub fn check_walk_request(
+        &self,
+        request: &v1::WalkRequest,
+    ) -> Result<(Arc<RecentCommitment>, WalkRequest), MinerError> {
+        let request = walk_request_from_wire(request)?;
+        let recent = self.recent_commitment(&request.nonce)?;
+        if request.validator_key != recent.validator_key.0 || !self.is_allowed(&recent.validator_key) {
+            return Err(MinerError::OpenNotAllowed);
+        }
+        recent
+            .validator_key
+            .verify(
+                &walk_request_bytes(&request.nonce, &request.walk_seed, request.deadline_ms),
+                &request.signature,
+            )
+            .map_err(|_| MinerError::BadWalkSignature)?;
+        let memory = recent
+            .memory
+            .as_ref()
+            .ok_or_else(|| MinerError::NoMemoryPhase(hex::encode(request.nonce)))?;
+        if !memory.claim_walk() {
+            return Err(MinerError::AlreadyWalked(hex::encode(request.nonce)));
+        }
+        Ok((recent, request))
+    }
+
+    /// Walks the pools of `recent` (blocking) and signs the walk statement. The hold starts
+    /// again once it is signed: the validator's open request follows it.
+    pub fn walk(
+        &self,
+        recent: &RecentCommitment,
+        request: &WalkRequest,
+        cancel: &CancelToken,
+    ) -> Result<v1::WalkStatement, MinerError> {
+        let memory = recent
+            .memory
+            .as_ref()
+            .ok_or_else(|| MinerError::NoMemoryPhase(hex::encode(request.nonce)))?;
+        let started = Instant::now();
+        let roots = memory.walk(request.nonce, request.walk_seed, cancel)?;
+        let statement = WalkStatement {
+            nonce: request.nonce,
+            miner_key: self.public_key(),
+            validator_key: recent.validator_key,
+            walk_seed: request.walk_seed,
+            roots,
+            walk_ms: started.elapsed().as_millis() as u64,
+        };
+        *recent.hold_from.lock().unwrap_or_else(|p| p.into_inner()) = Instant::now();
+        Ok(walk_statement_to_wire(
+            &statement,
+            &self.identity.sign(&statement.signing_bytes()),
+        ))
+    }
+
+    /// A kept commitment by its nonce.
+    fn recent_commitment(&self, nonce: &[u8; 32]) -> Result<Arc<RecentCommitment>, MinerError> {
+        let recent = self.recent.lock().unwrap_or_else(|p| p.into_inner());
+        recent
+            .iter()
+            .find(|r| r.nonce == *nonce && r.stored_at.elapsed() < self.keep_commitments)
+            .cloned()
+            .ok_or_else(|| MinerError::UnknownCommitment(hex::encode(nonce)))
+    }
+
+    /// Builds and signs one walk opening (blocking: copies the segment's entries).
+    pub fn open_walk(&self, recent: &RecentCommitment, sample: WalkSample) -> Result<v1::ChainOpening, MinerError> {
+        let memory = recent
+            .memory
+            .as_ref()
+            .ok_or_else(|| MinerError::NoMemoryPhase(hex::encode(recent.nonce)))?;
+        let opening = memory.open(sample)?;
+        let signature = self.identity.sign(&walk_opening_bytes(&recent.nonce, &opening));
+        Ok(v1::ChainOpening {
+            walk: Some(walk_opening_to_wire(&recent.nonce, &opening, &signature)),
+            ..Default::default()
+        })
     }
 
     /// Builds and signs one opening (blocking: recomputes up to K steps).
@@ -455,7 +612,7 @@ impl MinerCore {
                 let recent = self.recent.lock().unwrap_or_else(|p| p.into_inner());
                 recent
                     .iter()
-                    .any(|r| !r.opened.load(Ordering::SeqCst) && r.stored_at.elapsed() < OPENING_HOLD)
+                    .any(|r| !r.opened.load(Ordering::SeqCst) && r.held_for() < OPENING_HOLD)
             };
             if self.working.load(Ordering::SeqCst) == 0 && !awaiting {
                 return true;
@@ -470,6 +627,13 @@ impl MinerCore {
     /// Waits for the devices (openings queue behind a running challenge instead of failing).
     pub async fn lock_devices(&self) -> OwnedMutexGuard<()> {
         self.devices.clone().lock_owned().await
+    }
+}
+
+impl RecentCommitment {
+    /// How long this commitment has held the devices for its validator so far.
+    fn held_for(&self) -> Duration {
+        self.hold_from.lock().unwrap_or_else(|p| p.into_inner()).elapsed()
     }
 }
 

@@ -3,6 +3,8 @@
 use gpu_attest_proto::WireError;
 use gpu_attest_shared::engine::EngineError;
 use gpu_attest_shared::identity::PublicKey;
+use gpu_attest_shared::memory::MemoryError;
+use gpu_attest_shared::memory::statement::WalkSample;
 use gpu_attest_shared::opening::OpenError;
 use gpu_attest_shared::params::ParamsError;
 use gpu_attest_shared::{BackendError, Digest};
@@ -65,13 +67,43 @@ pub enum MinerError {
     Open(#[from] OpenError),
     #[error("cannot record the nonce, so the challenge is refused: {0}")]
     NonceLog(#[from] crate::nonces::NonceLogError),
+    #[error("invalid memory phase: {0}")]
+    Memory(MemoryError),
+    #[error("the memory phase failed: {0}")]
+    Fill(BackendError),
+    #[error("commitment {0} answers a version 2 challenge: it has no pools to walk or open")]
+    NoMemoryPhase(String),
+    #[error("the pools of commitment {0} were already walked; a walk request is single-use")]
+    AlreadyWalked(String),
+    #[error("walk request signature does not verify")]
+    BadWalkSignature,
+    #[error("walk samples asked for before the walk: send WalkPool first")]
+    NotWalked,
+    #[error("the pools of this commitment were released for a later challenge; they can no longer be walked or opened")]
+    PoolsReleased,
+    #[error("walk sample {0:?} names no device, walker or segment of this walk")]
+    WalkSampleOutOfRange(WalkSample),
+    #[error("{requested} walk openings asked for, this miner answers at most {max} per request")]
+    TooManyWalkSamples { requested: usize, max: usize },
+    #[error("the walk failed: {0}")]
+    Walk(BackendError),
 }
 
 impl MinerError {
     /// The gRPC status code this error is answered with.
     pub fn code(&self) -> Code {
         match self {
-            MinerError::Wire(_) | MinerError::Params(_) | MinerError::NoSamples => Code::InvalidArgument,
+            MinerError::Wire(_) | MinerError::Params(_) | MinerError::NoSamples | MinerError::Memory(_) => {
+                Code::InvalidArgument
+            }
+            MinerError::BadWalkSignature => Code::Unauthenticated,
+            MinerError::AlreadyWalked(_) => Code::AlreadyExists,
+            MinerError::NoMemoryPhase(_) | MinerError::NotWalked | MinerError::PoolsReleased => {
+                Code::FailedPrecondition
+            }
+            MinerError::WalkSampleOutOfRange(_) => Code::OutOfRange,
+            MinerError::TooManyWalkSamples { .. } => Code::ResourceExhausted,
+            MinerError::Fill(b) | MinerError::Walk(b) => backend_code(b),
             MinerError::ValidatorNotAllowed(_) | MinerError::OpenNotAllowed => Code::PermissionDenied,
             MinerError::BadSignature(_) | MinerError::BadOpenSignature => Code::Unauthenticated,
             MinerError::WrongMiner { .. } | MinerError::InventoryChanged { .. } => Code::FailedPrecondition,

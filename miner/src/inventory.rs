@@ -3,9 +3,10 @@
 use gpu_attest_shared::statement::DeviceInfo;
 
 /// The CPU as one device: model name, the threads the miner computes on as `sm_count` (its
-/// cores: validators expect a CPU's rate per core), total memory; its text made fit for the
-/// protocol (printable ASCII, bounded), whatever the kernel reports.
-pub fn cpu_device(threads: usize) -> DeviceInfo {
+/// cores: validators expect a CPU's rate per core), the memory it claims (configured: a pool of
+/// the host's whole memory would take hours to fill); its text made fit for the protocol
+/// (printable ASCII, bounded), whatever the kernel reports.
+pub fn cpu_device(threads: usize, memory_bytes: u64) -> DeviceInfo {
     let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
     let model = cpuinfo
         .lines()
@@ -15,16 +16,10 @@ pub fn cpu_device(threads: usize) -> DeviceInfo {
                 .map(|(_, v)| v.trim().to_string())
         })
         .unwrap_or_else(|| std::env::consts::ARCH.to_string());
-    let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
-    let memory_kib: u64 = meminfo
-        .lines()
-        .find_map(|l| l.strip_prefix("MemTotal:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .unwrap_or(0);
     DeviceInfo {
         index: 0,
         name: format!("cpu: {model}"),
-        memory_bytes: memory_kib * 1024,
+        memory_bytes,
         sm_count: threads.max(1) as u32,
         ..DeviceInfo::default()
     }

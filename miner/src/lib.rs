@@ -9,6 +9,7 @@ pub mod core;
 pub mod daemon;
 pub mod error;
 pub mod inventory;
+pub mod memory;
 pub mod metrics;
 pub mod nonces;
 pub mod openings;

@@ -12,12 +12,21 @@
 use crate::core::{MinerCore, RecentCommitment};
 use gpu_attest_proto::v1;
 use gpu_attest_shared::CancelToken;
+use gpu_attest_shared::memory::statement::WalkSample;
 use gpu_attest_shared::opening::SampleRequest;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::mpsc;
 use tonic::Status;
 use tracing::{info, warn};
+
+/// One opening asked for: a chain segment, or (version 3) a walk segment, which follow the
+/// chains in the request's order.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Sample {
+    Chain(SampleRequest),
+    Walk(WalkSample),
+}
 
 /// How long an opening round may wait on its validator.
 #[derive(Clone, Copy, Debug)]
@@ -52,7 +61,7 @@ impl RoundLimits {
 pub async fn run_round(
     core: Arc<MinerCore>,
     recent: Arc<RecentCommitment>,
-    samples: Vec<SampleRequest>,
+    samples: Vec<Sample>,
     tx: mpsc::Sender<Result<v1::ChainOpening, Status>>,
     limits: RoundLimits,
 ) {
@@ -98,7 +107,7 @@ impl Round<'_> {
         warn!(nonce = %self.nonce, seconds = self.limits.round.as_secs(), "opening round ended: it has lasted as long as the commitment is kept");
     }
 
-    async fn run(&self, samples: Vec<SampleRequest>) {
+    async fn run(&self, samples: Vec<Sample>) {
         let (core, tx, nonce) = (self.core, self.tx, self.nonce);
         let mut devices = None;
         for sample in samples {
@@ -112,7 +121,11 @@ impl Round<'_> {
                 return; // the validator is gone
             }
             let (worker, recent, cancel) = (core.clone(), self.recent.clone(), self.cancel.clone());
-            let opened = tokio::task::spawn_blocking(move || worker.open(&recent, sample, &cancel)).await;
+            let opened = tokio::task::spawn_blocking(move || match sample {
+                Sample::Chain(chain) => worker.open(&recent, chain, &cancel),
+                Sample::Walk(walk) => worker.open_walk(&recent, walk),
+            })
+            .await;
             if self.cancel.is_cancelled() {
                 if !tx.is_closed() {
                     self.over();

@@ -3,7 +3,7 @@
 use crate::core::{AcceptedChallenge, MinerCore, now_ms};
 use crate::error::MinerError;
 use crate::metrics::ChallengeOutcome;
-use crate::openings::{RoundLimits, run_round};
+use crate::openings::{RoundLimits, Sample, run_round};
 use gpu_attest_daemon::connections::{holds_connection, trust_connection};
 use gpu_attest_proto::convert::inventory_to_wire;
 use gpu_attest_proto::v1::{self, challenge_event::Event, miner_server::Miner};
@@ -93,7 +93,7 @@ impl Miner for MinerService {
         // Counted before the request marks the commitment opened (see `run_challenge`).
         let running = self.core.work_started();
         let peer = peer(&request);
-        let (recent, samples) = self.core.check_open_request(request.get_ref()).inspect_err(|e| {
+        let (recent, samples, walks) = self.core.check_open_request(request.get_ref()).inspect_err(|e| {
             warn!(%peer, error = %e, "open request refused");
             self.core.metrics().opening(false);
         })?;
@@ -102,11 +102,65 @@ impl Miner for MinerService {
         let limits = RoundLimits::for_commitment(&self.core, &recent);
         let core = self.core.clone();
         tokio::spawn(async move {
+            let samples = samples
+                .into_iter()
+                .map(Sample::Chain)
+                .chain(walks.into_iter().map(Sample::Walk))
+                .collect();
             run_round(core, recent, samples, tx, limits).await;
             drop(running);
         });
         // So does its opening round, which ends on its own (`RoundLimits`).
         Ok(holds_connection(Response::new(Box::pin(ReceiverStream::new(rx)))))
+    }
+
+    async fn walk_pool(&self, request: Request<v1::WalkRequest>) -> Result<Response<v1::WalkStatement>, Status> {
+        let running = self.core.work_started();
+        let peer = peer(&request);
+        let (recent, walk) = self.core.check_walk_request(request.get_ref()).inspect_err(|e| {
+            warn!(%peer, error = %e, "walk request refused");
+        })?;
+        trust_connection(request.extensions());
+        let nonce = hex::encode(walk.nonce);
+        // The walk reads the pools where the devices hold them: it waits for the devices (a
+        // challenge cannot have started since the commitment, under the hold).
+        let devices = self.core.lock_devices().await;
+        // A validator that hangs up, or a walk past the validator's deadline by much, stops it.
+        let cancel = CancelToken::new();
+        let _stop_on_drop = CancelOnDrop(cancel.clone());
+        let limit = std::time::Duration::from_millis(walk.deadline_ms.saturating_sub(now_ms())) * 2
+            + std::time::Duration::from_secs(2);
+        let deadline_watch = {
+            let cancel = cancel.clone();
+            tokio::spawn(async move {
+                tokio::time::sleep(limit).await;
+                cancel.cancel();
+            })
+        };
+        let core = self.core.clone();
+        let worker_cancel = cancel.clone();
+        let started = Instant::now();
+        let walked = tokio::task::spawn_blocking(move || core.walk(&recent, &walk, &worker_cancel)).await;
+        deadline_watch.abort();
+        drop(devices);
+        drop(running);
+        let statement = match walked {
+            Ok(result) => result.map_err(Status::from),
+            Err(join) => Err(Status::internal(format!("walk worker failed: {join}"))),
+        }
+        .inspect_err(|e| warn!(%nonce, error = %e.message(), "walk failed"))?;
+        info!(%nonce, walk_ms = started.elapsed().as_millis() as u64, "walk statement sent");
+        Ok(Response::new(statement))
+    }
+}
+
+/// Cancels its token when dropped: tonic drops a unary handler's future when the client goes
+/// away, and the blocking work it started must stop with it.
+struct CancelOnDrop(CancelToken);
+
+impl Drop for CancelOnDrop {
+    fn drop(&mut self) {
+        self.0.cancel();
     }
 }
 
@@ -150,7 +204,13 @@ async fn run_accepted(
                 total: p.total,
             })));
         };
-        let result = worker_core.execute(&accepted, &progress, &worker_cancel);
+        let mut accepted = accepted;
+        let result = worker_core
+            .execute(&accepted, &progress, &worker_cancel)
+            .and_then(|execution| {
+                worker_core.fill(&mut accepted, &|_, _| {}, &worker_cancel)?;
+                Ok(execution)
+            });
         (accepted, result)
     })
     .await;

@@ -8,7 +8,7 @@
 
 use crate::digest::Digest;
 use crate::identity::{PublicKey, SignatureError};
-use crate::params::PROTOCOL_VERSION;
+use crate::params::{MIN_PROTOCOL_VERSION, PROTOCOL_VERSION};
 use crate::partition::MAX_DEVICES;
 use crate::statement::{DeviceInfo, claim_bytes};
 
@@ -211,9 +211,9 @@ pub struct Inventory {
 #[derive(Debug, thiserror::Error, Clone, PartialEq, Eq)]
 pub enum InventoryError {
     #[error(
-        "miner speaks protocol version {theirs}; this software speaks version {ours} only. Run the same protocol version on both sides"
+        "miner speaks protocol version {theirs}; this software speaks versions {oldest} to {ours}. Run a release that speaks one of them on both sides"
     )]
-    ProtocolVersion { theirs: u32, ours: u32 },
+    ProtocolVersion { theirs: u32, oldest: u32, ours: u32 },
     #[error("miner reports no devices")]
     NoDevices,
     #[error("miner reports {0} devices; the protocol allows 1..={MAX_DEVICES}")]
@@ -233,9 +233,10 @@ pub enum InventoryError {
 impl Inventory {
     /// The checks every inventory must pass before anything is planned or registered from it.
     pub fn check(&self) -> Result<(), InventoryError> {
-        if self.protocol_version != PROTOCOL_VERSION {
+        if !(MIN_PROTOCOL_VERSION..=PROTOCOL_VERSION).contains(&self.protocol_version) {
             return Err(InventoryError::ProtocolVersion {
                 theirs: self.protocol_version,
+                oldest: MIN_PROTOCOL_VERSION,
                 ours: PROTOCOL_VERSION,
             });
         }
@@ -416,8 +417,17 @@ mod tests {
         inventory.check().unwrap();
         inventory.protocol_version = 1;
         let err = inventory.check().unwrap_err();
-        assert_eq!(err, InventoryError::ProtocolVersion { theirs: 1, ours: 2 });
-        assert!(err.to_string().contains("version 2") && err.to_string().contains("version 1"));
+        assert_eq!(
+            err,
+            InventoryError::ProtocolVersion {
+                theirs: 1,
+                oldest: 2,
+                ours: 3
+            }
+        );
+        assert!(err.to_string().contains("versions 2 to 3") && err.to_string().contains("version 1"));
+        inventory.protocol_version = 2;
+        inventory.check().unwrap();
         inventory.protocol_version = PROTOCOL_VERSION;
         let device = |index| DeviceInfo {
             index,

@@ -3,8 +3,12 @@
 use crate::digest::Digest;
 use thiserror::Error;
 
-/// The version of the work function this crate implements (PROTOCOL.md).
-pub const PROTOCOL_VERSION: u32 = 2;
+/// The newest protocol version this crate implements (PROTOCOL.md): 3 adds the memory phase
+/// (section 18).
+pub const PROTOCOL_VERSION: u32 = 3;
+/// The oldest version it still speaks: a version 2 miner can be challenged without a memory
+/// phase, where a validator allows that (its verdicts then prove no memory).
+pub const MIN_PROTOCOL_VERSION: u32 = 2;
 
 /// Matrix dimension bounds. Every n is a multiple of 64 so that GPU tiles and the CPU kernel's
 /// 8x32 register tiles never need edge handling.

@@ -8,6 +8,8 @@ use crate::commitment::{DeviceRoot, WorkCommitment};
 use crate::digest::Digest;
 use crate::identity::{Identity, PublicKey, SignatureError};
 use crate::inventory::HardwareClaim;
+use crate::memory::MemoryParams;
+use crate::memory::statement::{PoolCommitment, challenge_v3_bytes, commitment_v3_bytes};
 use crate::opening::{ChainOpening, SampleRequest};
 use crate::params::ChallengeParams;
 
@@ -29,10 +31,21 @@ pub struct Challenge {
     /// Digest of the hardware the challenge was sized for ([`HardwareClaim::digest`]): the
     /// commitment must name exactly that hardware.
     pub inventory_digest: Digest,
+    /// The memory phase (PROTOCOL.md 18): present in a version 3 challenge, which is signed
+    /// under a domain of its own with these fields appended; absent in a version 2 one.
+    pub memory: Option<MemoryParams>,
 }
 
 impl Challenge {
+    /// PROTOCOL.md 13.1, or 18.4 when the challenge carries a memory phase.
     pub fn signing_bytes(&self) -> Vec<u8> {
+        match &self.memory {
+            None => self.v2_signing_bytes(),
+            Some(memory) => challenge_v3_bytes(self.v2_signing_bytes(), memory),
+        }
+    }
+
+    fn v2_signing_bytes(&self) -> Vec<u8> {
         let mut out = CHALLENGE_DOMAIN.to_vec();
         out.extend(self.params.key_material());
         out.extend(self.issued_at_ms.to_le_bytes());
@@ -77,10 +90,21 @@ pub struct Commitment {
     pub kernel: String,
     /// The miner's own measurement of the work; the validator measures the deadline itself.
     pub compute_ms: u64,
+    /// Every device's pool (PROTOCOL.md 18.4), in device order, when it answers a version 3
+    /// challenge; `None` for version 2, whose statement has no such list.
+    pub pools: Option<Vec<PoolCommitment>>,
 }
 
 impl Commitment {
+    /// PROTOCOL.md 13.2, or 18.4 when the commitment names pools.
     pub fn signing_bytes(&self) -> Vec<u8> {
+        match &self.pools {
+            None => self.v2_signing_bytes(),
+            Some(pools) => commitment_v3_bytes(self.v2_signing_bytes(), pools),
+        }
+    }
+
+    fn v2_signing_bytes(&self) -> Vec<u8> {
         let mut out = COMMITMENT_DOMAIN.to_vec();
         out.extend(self.work.nonce);
         out.extend(self.miner_key.0);
@@ -210,6 +234,7 @@ mod tests {
             deadline_ms: 2000,
             validator_key: validator.public_key(),
             inventory_digest: Digest([5; 32]),
+            memory: None,
         }
     }
 

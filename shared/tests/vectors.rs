@@ -11,8 +11,7 @@ use gpu_attest_shared::matrix::{generate_a, generate_b};
 use gpu_attest_shared::memory::check::open_segment;
 use gpu_attest_shared::memory::pool::HostPool;
 use gpu_attest_shared::memory::statement::{
-    PoolCommitment, WalkSample, WalkStatement, challenge_bytes, commitment_bytes, open_request_bytes_v3,
-    walk_opening_bytes, walk_request_bytes,
+    PoolCommitment, WalkSample, WalkStatement, open_request_bytes_v3, walk_opening_bytes, walk_request_bytes,
 };
 use gpu_attest_shared::memory::walk::{DeviceWalk, WalkSpec, walk_all};
 use gpu_attest_shared::memory::{MemoryParams, PoolSpec};
@@ -168,6 +167,7 @@ fn vector_challenge() -> (Challenge, Identity) {
         deadline_ms: 1_700_000_060_000,
         validator_key: validator.public_key(),
         inventory_digest: vector_claim().digest(),
+        memory: None,
     };
     (challenge, validator)
 }
@@ -251,6 +251,7 @@ fn vector_commitment(exec: &engine::Execution) -> Commitment {
         backend: "cuda".into(),
         kernel: "tensor".into(),
         compute_ms: 1234,
+        pools: None,
     }
 }
 
@@ -406,13 +407,21 @@ fn memory_statement_vectors() {
         )
     };
 
-    let got_challenge = signed(&challenge_bytes(&challenge, &vector_memory_params()));
+    let v3_challenge = Challenge {
+        memory: Some(vector_memory_params()),
+        ..challenge.clone()
+    };
+    let got_challenge = signed(&v3_challenge.signing_bytes());
     let pools = [PoolCommitment {
         device: 0,
         entries: 4,
         root: pool.root(),
     }];
-    let got_commitment = hash(&commitment_bytes(&vector_commitment(&vector_execution()), &pools));
+    let v3_commitment = Commitment {
+        pools: Some(pools.to_vec()),
+        ..vector_commitment(&vector_execution())
+    };
+    let got_commitment = hash(&v3_commitment.signing_bytes());
     let got_walk_request = signed(&walk_request_bytes(
         &params().nonce,
         &walk_spec.walk_seed,

@@ -177,6 +177,8 @@ pub struct ValidatorConfig {
     /// shipped table for classes this validator has not yet calibrated.
     pub rates: Vec<RateEntry>,
     pub calibration: CalibrationConfig,
+    /// The memory phase (protocol version 3, PROTOCOL.md 18).
+    pub memory: crate::memory::MemoryConfig,
     /// Prometheus metrics on their own loopback HTTP listener; off unless `listen` is set.
     pub metrics: MetricsConfig,
 }
@@ -204,6 +206,7 @@ impl Default for ValidatorConfig {
             request_burst: 60,
             rates: Vec::new(),
             calibration: CalibrationConfig::default(),
+            memory: crate::memory::MemoryConfig::default(),
             metrics: MetricsConfig::default(),
         }
     }
@@ -233,6 +236,9 @@ impl ValidatorConfig {
                 self.cpu_threads,
                 gpu_attest_daemon::config::MAX_CPU_THREADS
             ));
+        }
+        if let Some(problem) = self.memory.problem() {
+            return invalid(problem);
         }
         if self.schedule.interval_secs == 0 {
             return invalid(

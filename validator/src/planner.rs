@@ -6,6 +6,8 @@
 //! honest miner is never sent a challenge it must refuse or fail.
 
 use crate::config::{ChallengeConfig, ValidatorConfig};
+use crate::memory::plan::{MemoryPlanError, plan_memory};
+use crate::memory::{MemoryPlan, walk_class};
 use crate::rates::class::units;
 use crate::rates::{RateBook, RateClass, RateSource};
 use crate::throughput::Expectation;
@@ -29,6 +31,8 @@ pub struct Plan {
     pub deadline_ms: u64,
     /// Openings to ask for under the sampled policy (0 under full re-execution).
     pub samples: u32,
+    /// The memory phase (protocol version 3); `None` when the challenge has none.
+    pub memory: Option<MemoryPlan>,
 }
 
 #[derive(Debug, thiserror::Error, PartialEq)]
@@ -57,12 +61,35 @@ pub enum PlanError {
     TooFewSamples { max_samples: u32, floor: u32 },
     #[error("the planned challenge is invalid: {0}")]
     Params(#[from] gpu_attest_shared::params::ParamsError),
+    #[error(transparent)]
+    Memory(#[from] MemoryPlanError),
 }
 
-/// The hardware classes of a claim's devices, at the size the planner gives it.
-pub fn classes(claim: &HardwareClaim, config: &ChallengeConfig) -> Vec<RateClass> {
-    let n = matrix_size(config, claim);
-    claim.devices.iter().map(|d| RateClass::of(claim, d, n)).collect()
+/// The hardware classes of a claim's devices, at the size the planner gives it, and their walk
+/// classes when the memory phase is asked for: every rate a plan looks up.
+pub fn classes(claim: &HardwareClaim, config: &ValidatorConfig) -> Vec<RateClass> {
+    let n = matrix_size(&config.challenge, claim);
+    let compute = claim.devices.iter().map(|d| RateClass::of(claim, d, n));
+    let walk = claim
+        .devices
+        .iter()
+        .filter(|_| config.memory.enabled)
+        .map(|d| walk_class(claim, d));
+    compute.chain(walk).collect()
+}
+
+/// Seconds the pools take to fill, at twice each device's expected compute time for them
+/// (PROTOCOL.md 18.6 step 5: GEMMs at n = 256 may run below the class's rate at its own n).
+fn fill_seconds(claim: &HardwareClaim, n: u32, rates: &RateBook, memory: &MemoryPlan) -> f64 {
+    claim
+        .devices
+        .iter()
+        .zip(&memory.pools)
+        .map(|(device, pool)| {
+            let rate = rates.expected(&RateClass::of(claim, device, n)).ops_per_unit * units(&claim.backend, device);
+            2.0 * pool.fill_ops() / rate
+        })
+        .fold(0.0, f64::max)
 }
 
 /// What the claimed devices should sustain together: the sum of their classes' rates times
@@ -120,17 +147,20 @@ pub fn matrix_size(config: &ChallengeConfig, claim: &HardwareClaim) -> u32 {
     }
 }
 
-/// Times for a number of chains at `rate`, in milliseconds. The deadline is always the expected
-/// time times the slack: the planner meets `min_ms` with more work, never with a looser deadline.
+/// Times for a number of chains at `rate`, plus a fixed part (the pools' fill), in
+/// milliseconds. The deadline is always the expected time times the slack: the planner meets
+/// `min_ms` with more work, never with a looser deadline.
 struct Timing {
     ops_per_chain: f64,
     rate: f64,
     slack: f64,
+    /// Seconds of work besides the chains.
+    fixed_s: f64,
 }
 
 impl Timing {
     fn expected_ms(&self, chains: u64) -> u64 {
-        (self.ops_per_chain * chains as f64 / self.rate * 1000.0).ceil() as u64
+        ((self.ops_per_chain * chains as f64 / self.rate + self.fixed_s) * 1000.0).ceil() as u64
     }
 
     fn deadline_ms(&self, chains: u64) -> u64 {
@@ -139,7 +169,7 @@ impl Timing {
 
     /// The chains whose deadline is `deadline_ms`, in closed form before rounding.
     fn chains_for_deadline(&self, deadline_ms: u64) -> f64 {
-        deadline_ms as f64 / self.slack / 1000.0 * self.rate / self.ops_per_chain
+        (deadline_ms as f64 / self.slack / 1000.0 - self.fixed_s) * self.rate / self.ops_per_chain
     }
 
     /// The chain count (at least 1, at most `upper`) nearest `estimate` from below for which
@@ -208,10 +238,12 @@ pub fn plan(
 
     let expectation = expectation(claim, n, rates, config);
     let rate = expectation.ops_per_sec;
+    let memory = plan_memory(inventory, &config.memory, rates)?;
     let timing = Timing {
         ops_per_chain: 2.0 * f64::from(n).powi(3) * f64::from(iterations),
         rate,
         slack: expectation.slack,
+        fixed_s: memory.as_ref().map_or(0.0, |m| fill_seconds(claim, n, rates, m)),
     };
 
     let segments = u64::from(iterations / challenge.checkpoint_every.max(1)).clamp(1, u64::from(MAX_SEGMENTS));
@@ -280,12 +312,14 @@ pub fn plan(
         expected_ms: timing.expected_ms(num_chains),
         deadline_ms: timing.deadline_ms(num_chains),
         samples,
+        memory,
     })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::memory::MemoryConfig;
     use crate::rates::calibration::{CalibrationConfig, Observation};
     use crate::rates::shipped::shipped_rates;
     use gpu_attest_shared::identity::Identity;
@@ -327,9 +361,14 @@ mod tests {
         }
     }
 
+    /// The chains alone: the memory phase's planning has tests of its own below.
     fn config(challenge: ChallengeConfig) -> ValidatorConfig {
         ValidatorConfig {
             challenge,
+            memory: MemoryConfig {
+                enabled: false,
+                ..MemoryConfig::default()
+            },
             ..ValidatorConfig::default()
         }
     }
@@ -424,6 +463,7 @@ mod tests {
             ops_per_chain: OPS_PER_CHAIN,
             rate: p.expectation.ops_per_sec,
             slack: 3.0,
+            fixed_s: 0.0,
         };
         assert!(one_less.deadline_ms(p.params.num_chains - 1) < 2_000);
         // A miner whose limits allow less work than the floor needs is refused, not timed loosely.
@@ -476,10 +516,14 @@ mod tests {
             }
         );
         let mut newer = inventory("cpu", "portable", &["cpu"]);
-        newer.protocol_version = 3;
+        newer.protocol_version = 4;
         assert_eq!(
             plan_for(&newer, &ChallengeConfig::default()).unwrap_err(),
-            PlanError::Inventory(InventoryError::ProtocolVersion { theirs: 3, ours: 2 })
+            PlanError::Inventory(InventoryError::ProtocolVersion {
+                theirs: 4,
+                oldest: 2,
+                ours: 3
+            })
         );
     }
 
@@ -489,7 +533,7 @@ mod tests {
         let cfg = ValidatorConfig {
             samples: 32,
             min_samples: 8,
-            ..ValidatorConfig::default()
+            ..config(ChallengeConfig::default())
         };
         let book = shipped_book();
         let samples = |inv: &Inventory| plan(inv, &cfg, &book, true, [0; 32], [0; 32]).map(|p| p.samples);
@@ -510,6 +554,75 @@ mod tests {
         assert_eq!(plan(&inv, &cfg, &book, false, [0; 32], [0; 32]).unwrap().samples, 0);
     }
 
+    /// The memory phase as PROTOCOL.md 18.6 sizes it, on a GPU at first contact.
+    #[test]
+    fn memory_phase_is_sized_from_claimed_memory_and_datasheet_bandwidth() {
+        let mut inv = inventory("cuda", "tensor", &[H100]);
+        inv.claim.devices[0].memory_bytes = 80 << 30;
+        inv.limits.max_chains = 1 << 20;
+        let with_memory = ValidatorConfig::default();
+        let p = plan(&inv, &with_memory, &shipped_book(), true, [0; 32], [0; 32]).unwrap();
+        let m = p.memory.as_ref().expect("a version 3 miner gets the memory phase");
+        assert_eq!(m.pools[0].entries, (80u64 << 30) * 950 / 1000 / 65536);
+        assert_eq!(m.params.pool_permille, 950);
+        assert_eq!((m.params.walkers, m.params.walk_checkpoint_every), (8192, 8));
+        // 0.75 of the H100's 3.35 TB/s, a walk of about 2 s, first-contact slack 2.
+        assert_eq!(m.bytes_per_sec, vec![0.75 * 3.35e12]);
+        assert_eq!((m.source, m.slack), (RateSource::Shipped, 2.0));
+        let seconds = m.walk_bytes() as f64 / (0.75 * 3.35e12);
+        assert!((2.0..2.01).contains(&seconds), "{seconds}");
+        assert_eq!(m.walk_expected_ms, (seconds * 1000.0).ceil() as u64);
+        assert_eq!(m.walk_deadline_ms, m.walk_expected_ms * 2);
+        // The fill is added to the chains' time: twice its operations at the compute rate.
+        let fill_ms = 2.0 * m.pools[0].fill_ops() / H100_RATE * 1000.0;
+        let without = plan(
+            &inv,
+            &config(ChallengeConfig::default()),
+            &shipped_book(),
+            true,
+            [0; 32],
+            [0; 32],
+        )
+        .unwrap();
+        assert_eq!(p.params.num_chains, without.params.num_chains);
+        assert!(
+            (p.expected_ms as f64 - without.expected_ms as f64 - fill_ms).abs() <= 1.0,
+            "{} vs {} + {fill_ms}",
+            p.expected_ms,
+            without.expected_ms
+        );
+    }
+
+    #[test]
+    fn memory_phase_refusals_name_their_cause() {
+        let with_memory = ValidatorConfig::default();
+        let book = shipped_book();
+        let mut old = inventory("cuda", "tensor", &[H100]);
+        old.claim.devices[0].memory_bytes = 80 << 30;
+        old.protocol_version = 2;
+        let refused = plan(&old, &with_memory, &book, true, [0; 32], [0; 32]).unwrap_err();
+        assert_eq!(refused, PlanError::Memory(MemoryPlanError::NotSpoken(2)));
+        assert!(refused.to_string().contains("enabled = false"), "{refused}");
+        // Without the memory phase, a version 2 miner is challenged as before.
+        assert!(
+            plan(&old, &config(ChallengeConfig::default()), &book, true, [0; 32], [0; 32])
+                .unwrap()
+                .memory
+                .is_none()
+        );
+        // A claim too small for one entry cannot be challenged.
+        let tiny = inventory("cuda", "tensor", &[H100]);
+        assert!(matches!(
+            plan(&tiny, &with_memory, &book, true, [0; 32], [0; 32]),
+            Err(PlanError::Memory(MemoryPlanError::PoolSize { entries: 0, .. }))
+        ));
+        // CPU walkers are per core: 4 cores at the default 4 per core.
+        let mut cpu = inventory("cpu", "avx2", &["cpu: test"]);
+        cpu.claim.devices[0].memory_bytes = 1 << 20;
+        let p = plan(&cpu, &with_memory, &book, true, [0; 32], [0; 32]).unwrap();
+        assert_eq!(p.memory.unwrap().params.walkers, 16);
+    }
+
     #[test]
     fn the_fitted_chain_counts_are_exact() {
         for (rate, slack) in [(1.0e8, 2.0), (3.3e9, 1.3), (7.0e6, 1.0), (1.0e12, 3.0)] {
@@ -517,6 +630,7 @@ mod tests {
                 ops_per_chain: 2.0 * 64f64.powi(3) * 4.0,
                 rate,
                 slack,
+                fixed_s: 0.0,
             };
             for window in (0..200).map(|i| i * 137 + 11) {
                 match timing.chains_within(window, 1 << 20) {
@@ -569,6 +683,7 @@ mod tests {
             ops_per_chain: OPS_PER_CHAIN,
             rate: fitted.expectation.ops_per_sec,
             slack: 3.0,
+            fixed_s: 0.0,
         }
         .deadline_ms(fitted.params.num_chains + 1);
         assert!(one_more > 20_000 - MINER_CLOCK_ALLOWANCE_MS, "{one_more}");

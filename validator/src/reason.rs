@@ -85,6 +85,33 @@ reason_codes! {
     OpenedMatrixSize = "opened-matrix-size",
     OpenedMatrixMismatch = "opened-matrix-mismatch",
     SegmentMismatch = "segment-mismatch",
+    // The memory phase (protocol version 3, PROTOCOL.md 18.4 and 18.5).
+    /// The commitment does not name one pool per device, in index order, of the planned size.
+    PoolNotCanonical = "pool-not-canonical",
+    /// The miner refused the walk request, or failed the walk.
+    WalkRefused = "walk-refused",
+    /// No walk statement within the walk deadline plus its grace.
+    WalkTimedOut = "walk-timed-out",
+    /// The walk statement arrived after the walk deadline by the validator's clock.
+    LateWalk = "late-walk",
+    MalformedWalk = "malformed-walk",
+    WalkSignature = "walk-signature",
+    /// The walk statement names another nonce, walk seed, miner or validator.
+    WalkWrongChallenge = "walk-wrong-challenge",
+    /// The walk statement does not name one walk root per device, in index order.
+    WalkNotCanonical = "walk-not-canonical",
+    WalkOpeningSignature = "walk-opening-signature",
+    WalkOpeningForWrongRequest = "walk-opening-for-wrong-request",
+    WalkCheckpointCount = "walk-checkpoint-count",
+    WalkLeafNotCommitted = "walk-leaf-not-committed",
+    WalkStartMismatch = "walk-start-mismatch",
+    MalformedWalkOpening = "malformed-walk-opening",
+    /// A walk step's entry is not in the committed pool at the index its state names.
+    PoolEntryNotCommitted = "pool-entry-not-committed",
+    /// A walk step's entry is not the work function's (a fake pool).
+    PoolEntryMismatch = "pool-entry-mismatch",
+    /// A walk segment's steps do not lead to its next checkpoint (faked steps).
+    WalkSegmentMismatch = "walk-segment-mismatch",
     /// A verdict stored before reasons had codes, or by a newer validator.
     Unclassified = "unclassified",
 }
@@ -175,9 +202,63 @@ impl<'de> Deserialize<'de> for Reason {
     }
 }
 
+impl From<&gpu_attest_shared::memory::check::WalkCheckError> for Reason {
+    fn from(e: &gpu_attest_shared::memory::check::WalkCheckError) -> Self {
+        Reason::new(ReasonCode::from_name(e.code()), e.to_string())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Every way a walk opening fails has a code of its own here, never `unclassified`.
+    #[test]
+    fn walk_check_errors_have_codes() {
+        use gpu_attest_shared::memory::check::WalkCheckError as E;
+        let proof_error = gpu_attest_shared::merkle::ProofError::RootMismatch;
+        let errors = [
+            E::WrongRequest {
+                got: (0, 0, 0),
+                want: (0, 0, 1),
+            },
+            E::CheckpointCount {
+                walker: 0,
+                got: 1,
+                want: 2,
+            },
+            E::LeafNotCommitted {
+                device: 0,
+                walker: 0,
+                source: proof_error.clone(),
+            },
+            E::WrongStart { walker: 0 },
+            E::EntryCount {
+                segment: 0,
+                got: 1,
+                want: 8,
+            },
+            E::EntrySize { step: 0, got: 1 },
+            E::EntryNotCommitted {
+                device: 0,
+                step: 0,
+                entry: 0,
+                source: proof_error,
+            },
+            E::EntryNotMade { step: 0, entry: 0 },
+            E::SegmentMismatch {
+                walker: 0,
+                first: 0,
+                end: 8,
+                next: 1,
+            },
+        ];
+        for e in &errors {
+            let reason = Reason::from(e);
+            assert_ne!(reason.code, ReasonCode::Unclassified, "{e}");
+            assert_eq!(reason.code.as_str(), e.code());
+        }
+    }
 
     #[test]
     fn names_are_unique_and_round_trip() {

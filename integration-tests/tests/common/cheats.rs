@@ -203,7 +203,8 @@ impl Miner for CheatingMiner {
         &self,
         request: Request<v1::OpenChainsRequest>,
     ) -> Result<Response<Self::OpenChainsStream>, Status> {
-        let (recent, samples) = self.core.check_open_request(request.get_ref())?;
+        // Walk samples (a version 3 commitment) are not opened: these cheats play version 2.
+        let (recent, samples, _walks) = self.core.check_open_request(request.get_ref())?;
         if self.cheat == Cheat::StallOpenings {
             return Ok(Response::new(Box::pin(tokio_stream::pending())));
         }
@@ -230,6 +231,16 @@ impl Miner for CheatingMiner {
         Ok(Response::new(Box::pin(tokio_stream::iter(
             openings.collect::<Vec<_>>(),
         ))))
+    }
+
+    /// Walks honestly: these cheats are at the chains.
+    async fn walk_pool(&self, request: Request<v1::WalkRequest>) -> Result<Response<v1::WalkStatement>, Status> {
+        let (recent, walk) = self.core.check_walk_request(request.get_ref())?;
+        let core = self.core.clone();
+        let statement = tokio::task::spawn_blocking(move || core.walk(&recent, &walk, &CancelToken::new()))
+            .await
+            .unwrap()?;
+        Ok(Response::new(statement))
     }
 }
 

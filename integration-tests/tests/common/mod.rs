@@ -22,6 +22,7 @@ use gpu_attest_shared::identity::{Identity, PublicKey};
 use gpu_attest_shared::inventory::HardwareClaim;
 use gpu_attest_validator::Attestor;
 use gpu_attest_validator::config::{ChallengeConfig, DeadlineConfig, Policy, RateEntry, ValidatorConfig};
+use gpu_attest_validator::memory::MemoryConfig;
 use gpu_attest_validator::reason::ReasonCode;
 use gpu_attest_validator::store::{Store, Verdict, VerdictFilter};
 use std::collections::HashSet;
@@ -68,6 +69,10 @@ pub async fn listener() -> (TcpListener, SocketAddr) {
 /// Cores each test CPU device states; an honest test miner computes on this many threads.
 pub const TEST_CORES: u32 = 2;
 
+/// Memory each test CPU device claims: 1 MiB, a pool of 15 entries at the default 950 permille,
+/// filled in a fraction of a second.
+pub const TEST_MEMORY_BYTES: u64 = 1 << 20;
+
 /// `n` devices of the CPU backend, each presented as a device in the inventory.
 pub fn cpu_backend(devices: u32) -> SelectedBackend {
     cpu_backend_on(TEST_CORES as usize, devices)
@@ -85,7 +90,7 @@ pub fn cpu_backend_on(threads: usize, devices: u32) -> SelectedBackend {
         devices: (0..devices)
             .map(|i| gpu_attest_shared::statement::DeviceInfo {
                 index: i,
-                ..cpu_device(TEST_CORES as usize)
+                ..cpu_device(TEST_CORES as usize, TEST_MEMORY_BYTES)
             })
             .collect(),
         notes: Vec::new(),
@@ -150,6 +155,7 @@ pub fn signed_open_request(
         signature: signer
             .sign(&gpu_attest_shared::statement::open_request_bytes(&nonce, samples))
             .to_vec(),
+        walk_samples: Vec::new(),
     }
 }
 
@@ -266,6 +272,12 @@ pub fn validator_config(dir: &TempDir, policy: Policy) -> ValidatorConfig {
             peak_ops_per_sec: 0.0,
             source: "integration tests".into(),
         }],
+        // The chains' tests run version 2 challenges; the memory phase has tests of its own
+        // (`memory.rs`), with `memory_validator_config`.
+        memory: MemoryConfig {
+            enabled: false,
+            ..MemoryConfig::default()
+        },
         ..ValidatorConfig::default()
     }
 }

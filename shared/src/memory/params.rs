@@ -19,6 +19,9 @@ pub const MAX_WALK_SEGMENTS: u32 = 4096;
 /// Most steps between walk checkpoints: a walk opening carries one entry per step, and 8
 /// entries (512 KiB) keep it under the 1 MiB message limit of PROTOCOL.md 14.5.
 pub const MAX_WALK_CHECKPOINT_EVERY: u32 = 8;
+/// Most walk segments one open request asks for: 128 openings of at most 512 KiB of entries
+/// each are 64 MiB, what an attestation may ship (PROTOCOL.md 18.4).
+pub const MAX_WALK_SAMPLES: u32 = 128;
 /// Most entries in one device's pool: 2^24 entries are 1 TiB.
 pub const MAX_POOL_ENTRIES: u64 = 1 << 24;
 

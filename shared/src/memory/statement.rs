@@ -8,8 +8,7 @@ use crate::digest::Digest;
 use crate::identity::PublicKey;
 use crate::opening::SampleRequest;
 use crate::statement::{
-    CHALLENGE_DOMAIN, COMMITMENT_DOMAIN, Challenge, Commitment, OPEN_REQUEST_DOMAIN, open_request_bytes, put_digests,
-    put_u32,
+    CHALLENGE_DOMAIN, COMMITMENT_DOMAIN, OPEN_REQUEST_DOMAIN, open_request_bytes, put_digests, put_u32,
 };
 
 const CHALLENGE_V3_DOMAIN: &[u8] = b"gpu-attest v3 challenge";
@@ -27,10 +26,10 @@ fn redomained(v2: Vec<u8>, old: &[u8], new: &[u8]) -> Vec<u8> {
     out
 }
 
-/// The version 3 challenge: 13.1's fields, then `le32(pool_permille) || le32(W) || le32(L) ||
-/// le32(c_w)`.
-pub fn challenge_bytes(challenge: &Challenge, memory: &MemoryParams) -> Vec<u8> {
-    let mut out = redomained(challenge.signing_bytes(), CHALLENGE_DOMAIN, CHALLENGE_V3_DOMAIN);
+/// The version 3 challenge: 13.1's fields (`v2`, that challenge's version 2 bytes), then
+/// `le32(pool_permille) || le32(W) || le32(L) || le32(c_w)`.
+pub(crate) fn challenge_v3_bytes(v2: Vec<u8>, memory: &MemoryParams) -> Vec<u8> {
+    let mut out = redomained(v2, CHALLENGE_DOMAIN, CHALLENGE_V3_DOMAIN);
     for value in [
         memory.pool_permille,
         memory.walkers,
@@ -51,9 +50,10 @@ pub struct PoolCommitment {
     pub root: Digest,
 }
 
-/// The version 3 commitment: 13.2's fields, then `list(le32(j) || le64(P_j) || pool_root_j)`.
-pub fn commitment_bytes(commitment: &Commitment, pools: &[PoolCommitment]) -> Vec<u8> {
-    let mut out = redomained(commitment.signing_bytes(), COMMITMENT_DOMAIN, COMMITMENT_V3_DOMAIN);
+/// The version 3 commitment: 13.2's fields (`v2`), then `list(le32(j) || le64(P_j) ||
+/// pool_root_j)`.
+pub(crate) fn commitment_v3_bytes(v2: Vec<u8>, pools: &[PoolCommitment]) -> Vec<u8> {
+    let mut out = redomained(v2, COMMITMENT_DOMAIN, COMMITMENT_V3_DOMAIN);
     put_u32(&mut out, pools.len());
     for pool in pools {
         out.extend(pool.device.to_le_bytes());

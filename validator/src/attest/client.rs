@@ -174,6 +174,13 @@ impl MinerConnection {
     }
 }
 
+impl MinerConnection {
+    /// Asks the miner to walk its committed pools (PROTOCOL.md 18.4).
+    pub async fn walk_pool(&mut self, request: v1::WalkRequest) -> Result<v1::WalkStatement, Status> {
+        Ok(self.client.walk_pool(request).await?.into_inner())
+    }
+}
+
 /// A status the miner answered instead of working: what it means for the caller. (A miner that
 /// cannot be reached at all fails at `connect`, before any status.)
 pub fn refused(url: &str, status: Status) -> AttestError {

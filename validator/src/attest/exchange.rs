@@ -281,6 +281,7 @@ mod tests {
             expected_ms: 1,
             deadline_ms: 1,
             samples: 1,
+            memory: None,
         }
     }
 

@@ -16,10 +16,12 @@ pub mod exchange;
 pub mod outcome;
 pub mod untrusted;
 pub mod verify;
+pub mod walk;
 
 pub use client::{MAX_MINER_MESSAGE_BYTES, normalise_url};
 
 use crate::config::{Policy, ValidatorConfig};
+use crate::memory::MemoryProof;
 use crate::metrics::{Phase, ValidatorMetrics};
 use crate::planner::{Plan, PlanError, classes, plan};
 use crate::rates::RateBook;
@@ -33,6 +35,7 @@ use gpu_attest_shared::inventory::{HardwareClaim, Inventory, InventoryError};
 use gpu_attest_shared::statement::{Challenge, Commitment};
 use gpu_attest_shared::{Backend, Work};
 use outcome::Outcome;
+use rand_chacha::rand_core::SeedableRng;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use tonic::Code;
@@ -250,7 +253,7 @@ impl Attestor {
         let rates = RateBook::load(
             &self.store,
             &self.config,
-            classes(&inventory.claim, &self.config.challenge),
+            classes(&inventory.claim, &self.config),
             now_ms(),
         )
         .await?;
@@ -277,6 +280,7 @@ impl Attestor {
             deadline_ms: issued_at_ms.saturating_add(plan.deadline_ms),
             validator_key: self.public_key(),
             inventory_digest: plan.claim.digest(),
+            memory: plan.memory.as_ref().map(|m| m.params),
         }
     }
 
@@ -347,6 +351,47 @@ impl Attestor {
         if !verify::check_statement(challenge, &work, commitment, signature, outcome) {
             return Ok(());
         }
+        let walked = match outcome.plan.memory.clone() {
+            Some(memory) => {
+                if !walk::check_pools(commitment, &memory, outcome) {
+                    return Ok(());
+                }
+                if !outcome.reasons.is_empty() {
+                    // The walk costs the miner seconds and proves nothing for a failed verdict.
+                    on_event(AttestEvent::Phase {
+                        name: "walking",
+                        detail: "not asked for: the verdict has already failed".into(),
+                    });
+                    None
+                } else {
+                    let mut proof = outcome.memory.take().unwrap_or_else(|| MemoryProof::planned(&memory));
+                    let walked = walk::request_walk(
+                        miner,
+                        &self.identity,
+                        &work,
+                        commitment,
+                        &memory,
+                        &mut proof,
+                        outcome,
+                        on_event,
+                    )
+                    .await;
+                    outcome.memory = Some(proof);
+                    walked?.map(|context| (context, memory.samples))
+                }
+            }
+            None => None,
+        };
+        let walks = match &walked {
+            Some((context, count)) => {
+                let mut rng = rand_chacha::ChaCha20Rng::from_seed(random32()?);
+                Some(verify::WalkOpenings {
+                    context,
+                    samples: context.draw_samples(&mut rng, *count),
+                })
+            }
+            None => None,
+        };
         if outcome.policy == Policy::Full && !outcome.reasons.is_empty() {
             // Re-execution costs this validator as much as the work: a miner that has already
             // failed (late, or naming other hardware) must not make it spend that for nothing.
@@ -362,8 +407,40 @@ impl Attestor {
         });
         let backend = self.backend.clone();
         match outcome.policy {
-            Policy::Full => verify::full(backend, &work, commitment, outcome, on_event).await,
-            _ => verify::sampled(miner, &self.identity, backend, &work, commitment, outcome).await,
+            Policy::Full => {
+                verify::full(backend.clone(), &work, commitment, outcome, on_event).await?;
+                // Full re-execution covers the chains; the walk is always checked by sampling.
+                match walks {
+                    Some(walks) => {
+                        verify::sampled(
+                            miner,
+                            &self.identity,
+                            backend,
+                            &work,
+                            commitment,
+                            0,
+                            Some(walks),
+                            outcome,
+                        )
+                        .await
+                    }
+                    None => Ok(()),
+                }
+            }
+            _ => {
+                let chains = outcome.plan.samples;
+                verify::sampled(
+                    miner,
+                    &self.identity,
+                    backend,
+                    &work,
+                    commitment,
+                    chains,
+                    walks,
+                    outcome,
+                )
+                .await
+            }
         }
     }
 

@@ -1,6 +1,7 @@
 //! A verdict being assembled while an attestation runs.
 
 use crate::config::Policy;
+use crate::memory::MemoryProof;
 use crate::planner::Plan;
 use crate::reason::{Reason, ReasonCode};
 use crate::store::{StoredParams, Verdict};
@@ -15,6 +16,8 @@ pub struct Outcome {
     pub plan: Plan,
     pub reasons: Vec<Reason>,
     pub measured_ms: u64,
+    /// The memory phase as planned, then as measured (version 3).
+    pub memory: Option<MemoryProof>,
     global: Digest,
 }
 
@@ -26,6 +29,7 @@ impl Outcome {
             plan: plan.clone(),
             reasons: Vec::new(),
             measured_ms: 0,
+            memory: plan.memory.as_ref().map(MemoryProof::planned),
             global: Digest::default(),
         }
     }
@@ -50,6 +54,10 @@ impl Outcome {
         let params = &self.plan.params;
         let stored = StoredParams::from(params);
         let passed = self.reasons.is_empty();
+        let memory = self.memory.map(|mut m| {
+            m.settle(passed);
+            m
+        });
         let throughput = Throughput::of(
             &stored,
             self.plan.claim.devices.len(),
@@ -80,6 +88,7 @@ impl Outcome {
             global_checksum: self.global.to_hex(),
             created_at_ms,
             throughput,
+            memory,
         }
     }
 }

@@ -4,11 +4,13 @@
 use super::client::MinerConnection;
 use super::outcome::Outcome;
 use super::untrusted::miner_text;
+use super::walk::WalkContext;
 use super::{AttestError, AttestEvent, random32};
 use crate::reason::ReasonCode;
-use gpu_attest_proto::convert::{opening_from_wire, sample_to_wire};
+use gpu_attest_proto::convert::{opening_from_wire, sample_to_wire, walk_sample_to_wire};
 use gpu_attest_proto::v1;
 use gpu_attest_shared::identity::{Identity, PublicKey};
+use gpu_attest_shared::memory::statement::{WalkSample, open_request_bytes_v3};
 use gpu_attest_shared::opening::{SampleRequest, draw_samples};
 use gpu_attest_shared::statement::{Challenge, Commitment, open_request_bytes, opening_bytes};
 use gpu_attest_shared::verify::{VerifyError, check_commitment, verify_full, verify_opening};
@@ -125,24 +127,40 @@ pub async fn full(
     }
 }
 
-/// Sampled verification: draw the samples now, after the commitment, ask for them over the same
-/// connection, and check each opening as it arrives.
+/// The walk segments to open beside the chains (version 3), and what checks them.
+pub struct WalkOpenings<'a> {
+    pub context: &'a WalkContext,
+    pub samples: Vec<WalkSample>,
+}
+
+/// Sampled verification: draw `chains` chain samples now, after the commitment, ask for them
+/// (and for `walks`) over the same connection, and check each opening as it arrives.
+#[allow(clippy::too_many_arguments)]
 pub async fn sampled(
     miner: &mut MinerConnection,
     identity: &Identity,
     backend: Arc<dyn Backend>,
     work: &Work,
     commitment: &Commitment,
+    chains: u32,
+    walks: Option<WalkOpenings<'_>>,
     outcome: &mut Outcome,
 ) -> Result<(), AttestError> {
     let mut rng = ChaCha20Rng::from_seed(random32()?);
-    let samples = draw_samples(&mut rng, work, outcome.plan.samples);
+    let samples = draw_samples(&mut rng, work, chains);
+    let walk_samples = walks.as_ref().map(|w| w.samples.clone()).unwrap_or_default();
     let nonce = work.params().nonce;
+    // A version 3 commitment is opened with a version 3 request, walk samples or none.
+    let signed = match commitment.pools {
+        Some(_) => open_request_bytes_v3(&nonce, &samples, &walk_samples),
+        None => open_request_bytes(&nonce, &samples),
+    };
     let request = v1::OpenChainsRequest {
         nonce: nonce.to_vec(),
         samples: samples.iter().map(sample_to_wire).collect(),
         validator_key: identity.public_key().0.to_vec(),
-        signature: identity.sign(&open_request_bytes(&nonce, &samples)).to_vec(),
+        signature: identity.sign(&signed).to_vec(),
+        walk_samples: walk_samples.iter().map(walk_sample_to_wire).collect(),
     };
     // A miner that stalls must not hold this validator: all openings must arrive within the
     // budget, counting only the time spent waiting for the miner, not this validator's own
@@ -175,7 +193,11 @@ pub async fn sampled(
             return Ok(());
         }
     };
-    for sample in samples {
+    let mut due: Vec<Due> = samples.iter().map(|&s| Due::Chain(s)).collect();
+    if let Some(w) = &walks {
+        due.extend(w.samples.iter().map(|&sample| Due::Walk(sample, w.context)));
+    }
+    for sample in due {
         let started = Instant::now();
         let next = tokio::time::timeout(budget.saturating_sub(waited), stream.message()).await;
         waited += started.elapsed();
@@ -184,22 +206,14 @@ pub async fn sampled(
             Ok(Ok(None)) => {
                 outcome.fail(
                     ReasonCode::OpeningMissing,
-                    format!(
-                        "miner sent no opening for chain {} segment {}",
-                        sample.chain, sample.segment
-                    ),
+                    format!("miner sent no opening for {sample}"),
                 );
                 return Ok(());
             }
             Ok(Err(s)) => {
                 outcome.fail(
                     ReasonCode::OpeningFailed,
-                    format!(
-                        "opening chain {} failed ({:?}): {}",
-                        sample.chain,
-                        s.code(),
-                        miner_text(s.message())
-                    ),
+                    format!("opening {sample} failed ({:?}): {}", s.code(), miner_text(s.message())),
                 );
                 return Ok(());
             }
@@ -208,9 +222,34 @@ pub async fn sampled(
                 return Ok(());
             }
         };
-        check_opening(backend.clone(), work, commitment, sample, &wire, outcome).await?;
+        match sample {
+            Due::Chain(chain) => check_opening(backend.clone(), work, commitment, chain, &wire, outcome).await?,
+            Due::Walk(walk, context) => {
+                super::walk::check_opening(context, nonce, commitment, walk, &wire, outcome).await?
+            }
+        }
     }
     Ok(())
+}
+
+/// An opening the stream owes, in request order: the chains, then the walk segments.
+#[derive(Clone, Copy)]
+enum Due<'a> {
+    Chain(SampleRequest),
+    Walk(WalkSample, &'a WalkContext),
+}
+
+impl std::fmt::Display for Due<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Due::Chain(s) => write!(f, "chain {} segment {}", s.chain, s.segment),
+            Due::Walk(w, _) => write!(
+                f,
+                "walk segment {} of walker {} on device {}",
+                w.segment, w.walker, w.device
+            ),
+        }
+    }
 }
 
 /// Refusals a later attempt may get past: a rate limit in front of the miner (which a peer

@@ -3,12 +3,15 @@
 //! `[[rates]]` rows in the config file.
 
 use super::class::{RateClass, Unit};
+use crate::memory::plan::WALK_KERNEL;
 use serde::{Deserialize, Serialize};
 
 /// One row. A class matches when the backend is equal, the kernel is equal (or the row's is
-/// empty) and the row's model occurs in the device name, case-insensitively, a `#` in it
-/// standing for any one digit (or the model is empty). The first matching row gives the
-/// expected rate; the first matching row with a peak gives the ceiling.
+/// empty and the class is not a walk class) and the row's model occurs in the device name,
+/// case-insensitively, a `#` in it standing for any one digit (or the model is empty). The
+/// first matching row gives the expected rate; the first matching row with a peak gives the
+/// ceiling. Rows for the memory walk (kernel `walk`, PROTOCOL.md 18.6) rate bytes per second,
+/// not operations: only a row that names that kernel matches a walk class.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RateEntry {
@@ -18,7 +21,7 @@ pub struct RateEntry {
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub model: String,
     /// Integer operations per second (2 n^3 per GEMM step) per unit: per device on GPUs, per
-    /// core on the CPU backend.
+    /// core on the CPU backend. Bytes per second for a `walk` row.
     pub ops_per_sec: f64,
     /// The hardware's physical ceiling per unit; 0 leaves it to a later row or the backend's.
     #[serde(default, skip_serializing_if = "is_zero")]
@@ -53,8 +56,13 @@ const AMX_PEAK_PER_CORE: f64 = 2048.0 * 5.0e9;
 
 impl RateEntry {
     pub fn matches(&self, class: &RateClass) -> bool {
+        let kernel_matches = if self.kernel.is_empty() {
+            class.kernel != WALK_KERNEL
+        } else {
+            self.kernel == class.kernel
+        };
         self.backend == class.backend
-            && (self.kernel.is_empty() || self.kernel == class.kernel)
+            && kernel_matches
             && occurs(&class.model.to_lowercase(), &self.model.to_lowercase())
     }
 }
@@ -138,6 +146,85 @@ const PORTABLE: f64 = 3.5e9;
 const UNMEASURED_CPU: &str =
     "ceiling: the instruction set at 5 GHz; expected: the portable kernel's rate, until observed";
 
+/// GPU memory bandwidth from the datasheets, bytes per second: (model, the slowest variant's
+/// figure, the fastest variant's, source). The walk expects 0.75 of the slowest (PROTOCOL.md
+/// 18.6) and is capped at the fastest. More specific names come first.
+const GPU_BANDWIDTH: &[(&str, f64, f64, &str)] = &[
+    ("B200", 8.0e12, 8.0e12, "NVIDIA HGX B200 datasheet: 8 TB/s per GPU"),
+    ("H200 NVL", 4.8e12, 4.8e12, "NVIDIA H200 datasheet: 4.8 TB/s (NVL)"),
+    ("H200", 4.8e12, 4.8e12, "NVIDIA H200 datasheet: 4.8 TB/s (SXM)"),
+    ("H100 PCIe", 2.0e12, 2.0e12, "NVIDIA H100 datasheet: 2 TB/s (PCIe)"),
+    ("H100 NVL", 3.9e12, 3.9e12, "NVIDIA H100 datasheet: 3.9 TB/s (NVL)"),
+    ("H100", 3.35e12, 3.35e12, "NVIDIA H100 datasheet: 3.35 TB/s (SXM5)"),
+    (
+        "A100",
+        1.555e12,
+        2.039e12,
+        "NVIDIA A100 datasheet: 1,555 GB/s (40GB PCIe) to 2,039 GB/s (80GB SXM)",
+    ),
+    ("A10", 6.0e11, 6.0e11, "NVIDIA A10 datasheet: 600 GB/s"),
+    ("L40S", 8.64e11, 8.64e11, "NVIDIA L40S datasheet: 864 GB/s"),
+    ("L40", 8.64e11, 8.64e11, "NVIDIA L40 datasheet: 864 GB/s"),
+    ("L4", 3.0e11, 3.0e11, "NVIDIA L4 datasheet: 300 GB/s"),
+    (
+        "RTX 4090",
+        1.008e12,
+        1.008e12,
+        "NVIDIA Ada Lovelace whitepaper: RTX 4090, 1,008 GB/s",
+    ),
+];
+
+/// The share of the datasheet's bandwidth a walk is expected at before it is observed.
+pub const WALK_SHARE_OF_DATASHEET: f64 = 0.75;
+
+/// The walk rows: bandwidth per GPU model, and catch-alls for other GPUs and for CPUs.
+fn walk_rows() -> Vec<RateEntry> {
+    let walk = |backend: &str, model: &str, bytes_per_sec: f64, peak: f64, source: String| RateEntry {
+        backend: backend.into(),
+        kernel: WALK_KERNEL.into(),
+        model: model.into(),
+        ops_per_sec: bytes_per_sec,
+        peak_ops_per_sec: peak,
+        source,
+    };
+    let mut rows: Vec<RateEntry> = ["MIG #g.", "MIG #c."]
+        .into_iter()
+        .map(|profile| {
+            walk(
+                "cuda",
+                profile,
+                WALK_SHARE_OF_DATASHEET * 3.35e12 / 8.0,
+                4.8e12,
+                "memory walk of a MIG instance: expected as an H100's 1g slice (an eighth of its memory bandwidth); ceiling: a whole H200".into(),
+            )
+        })
+        .collect();
+    rows.extend(GPU_BANDWIDTH.iter().map(|&(model, slowest, fastest, source)| {
+        walk(
+            "cuda",
+            model,
+            WALK_SHARE_OF_DATASHEET * slowest,
+            fastest,
+            format!("memory walk: {source}; expected {WALK_SHARE_OF_DATASHEET} of it until observed"),
+        )
+    }));
+    rows.push(walk(
+        "cuda",
+        "",
+        2.0e11,
+        8.0e12,
+        "memory walk of any other CUDA GPU: a low guess, so the first verdict measures it; ceiling: a B200".into(),
+    ));
+    rows.push(walk(
+        "cpu",
+        "",
+        2.0e9,
+        1.0e11,
+        "memory walk on the CPU, per core: a low guess (this project's walk does 23 GB/s on two AVX2 cores, BENCHMARKS.md), so the first verdict measures it; ceiling: 100 GB/s per core, above any core's reach from DRAM or L3".into(),
+    ));
+    rows
+}
+
 /// The table the validator ships with.
 pub fn shipped_rates() -> Vec<RateEntry> {
     let unmeasured = "expected rate: half the ceiling, not yet measured by this project";
@@ -146,17 +233,15 @@ pub fn shipped_rates() -> Vec<RateEntry> {
     // the whole GPU. They match the profile, not the bare word, so that "mig" elsewhere in a
     // name does not buy a slice's rate. Expected as the smallest slice (1g, a seventh) of an
     // H100; ceiling a whole one.
-    let mut rows: Vec<RateEntry> = ["MIG #g.", "MIG #c."]
-        .into_iter()
-        .map(|profile| RateEntry {
+    let mut rows = walk_rows();
+    rows.extend(["MIG #g.", "MIG #c."].into_iter().map(|profile| RateEntry {
             backend: "cuda".into(),
             kernel: String::new(),
             model: profile.into(),
             ops_per_sec: 1.979e15 / 2.0 / 7.0,
             peak_ops_per_sec: 1.979e15,
             source: "a MIG instance of any GPU: expected as an H100's 1g slice (a seventh of the H100 row); ceiling: a whole H100".into(),
-        })
-        .collect();
+        }));
     rows.extend(GPU_ROWS.iter().map(|&(model, dense_peak, source)| RateEntry {
         backend: "cuda".into(),
         kernel: String::new(),

@@ -479,6 +479,27 @@ pub(crate) mod test_support {
             kernel: "portable".into(),
             global_checksum: hex::encode([3u8; 32]),
             created_at_ms: 1_000,
+            memory: Some(crate::memory::MemoryProof {
+                pool_permille: 950,
+                walkers: 8,
+                walk_steps: 64,
+                walk_checkpoint_every: 8,
+                walk_samples: 64,
+                devices: vec![crate::memory::DeviceMemory {
+                    claimed_bytes: 1 << 20,
+                    pool_entries: 15,
+                    proven_bytes: 15 << 16,
+                }],
+                walk_bytes: 8 * 64 * 65536,
+                walk_measured_ms: 20,
+                walk_expected_ms: 50,
+                walk_deadline_ms: 100,
+                expected_walk_bytes_per_sec: 4.0e9,
+                proven_walk_bytes_per_sec: Some(1.6777216e9),
+                bandwidth_source: "shipped".into(),
+                bandwidth_miners: 0,
+                slack: 2.0,
+            }),
         }
     }
 

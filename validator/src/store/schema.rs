@@ -3,14 +3,14 @@
 //!
 //! Versions: 1 the first; 2 verdicts keep the rate the planner expected; 3 verdicts keep where
 //! that rate came from and the slack, passing verdicts leave rate observations, imported
-//! (shared) rates; 4 leases. SQLite keeps the version in `PRAGMA user_version` (as it always
+//! (shared) rates; 4 leases; 5 verdicts keep what the memory phase proved. SQLite keeps the version in `PRAGMA user_version` (as it always
 //! has), PostgreSQL in the one-row table `schema_version`.
 
 use super::{Dialect, Store, StoreError};
 // Every statement run with AssertSqlSafe is built here from constants, never from input.
 use sqlx::{AssertSqlSafe, Executor};
 
-pub const SCHEMA_VERSION: i64 = 4;
+pub const SCHEMA_VERSION: i64 = 5;
 
 /// `{id}`: an auto-assigned 64-bit key; `{int}`, `{real}`, `{blob}`: 64-bit integer, double,
 /// bytes. Booleans are integers 0/1 in both, so that both read them the same way.
@@ -47,7 +47,8 @@ CREATE TABLE IF NOT EXISTS verdicts (
     expected_ops_per_sec {real} NOT NULL DEFAULT 0,
     rate_source     TEXT NOT NULL DEFAULT '',
     rate_miners     {int} NOT NULL DEFAULT 0,
-    slack           {real} NOT NULL DEFAULT 0
+    slack           {real} NOT NULL DEFAULT 0,
+    memory          TEXT NOT NULL DEFAULT ''
 );
 CREATE INDEX IF NOT EXISTS verdicts_by_miner ON verdicts (miner_url, id);
 CREATE TABLE IF NOT EXISTS rate_observations (
@@ -109,8 +110,9 @@ fn statements(dialect: Dialect) -> Vec<String> {
 }
 
 /// Columns added to `verdicts` after version 1, by the version that added them. A fresh table
-/// has them from SCHEMA; an older SQLite file gets them here. (PostgreSQL stores start at 4.)
-const SQLITE_ADDED_COLUMNS: [(i64, &[&str]); 2] = [
+/// has them from SCHEMA; an older SQLite file gets them here. (PostgreSQL stores start at 4:
+/// they get what came after from [`POSTGRES_ADDED_COLUMNS`].)
+const SQLITE_ADDED_COLUMNS: [(i64, &[&str]); 3] = [
     // Rows from before keep 0: their expected rate is derived from expected_ms on read.
     (
         2,
@@ -125,7 +127,14 @@ const SQLITE_ADDED_COLUMNS: [(i64, &[&str]); 2] = [
             "ALTER TABLE verdicts ADD COLUMN slack REAL NOT NULL DEFAULT 0",
         ],
     ),
+    // Rows from before read as no memory phase.
+    (5, &["ALTER TABLE verdicts ADD COLUMN memory TEXT NOT NULL DEFAULT ''"]),
 ];
+
+/// Columns added to `verdicts` after a PostgreSQL store's first version (4), each idempotent:
+/// the migration runs them all in its one transaction.
+const POSTGRES_ADDED_COLUMNS: [&str; 1] =
+    ["ALTER TABLE verdicts ADD COLUMN IF NOT EXISTS memory TEXT NOT NULL DEFAULT ''"];
 
 /// Arbitrary, fixed: the advisory lock validators sharing a PostgreSQL database take while one
 /// of them creates or migrates the schema, so that two starting at once do not race.
@@ -210,6 +219,9 @@ pub(super) async fn migrate(store: &Store) -> Result<(), StoreError> {
                     .execute(&mut *tx)
                     .await
                     .map_err(open_err)?;
+            }
+            for statement in POSTGRES_ADDED_COLUMNS {
+                tx.execute(statement).await.map_err(open_err)?;
             }
             let query = if found.is_some() {
                 "UPDATE schema_version SET version = $1"

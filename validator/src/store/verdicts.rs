@@ -1,6 +1,7 @@
 //! Verdicts: one row each, written in one transaction with the rate a pass proved.
 
 use super::{ClassObservation, Store, StoreError, as_i64, as_u64};
+use crate::memory::MemoryProof;
 use crate::rates::RateSource;
 use crate::reason::Reason;
 use crate::throughput::{Expectation, Throughput};
@@ -60,6 +61,9 @@ pub struct Verdict {
     /// What the verdict proves about throughput; derived from the fields above and the
     /// expected rate, which is stored.
     pub throughput: Throughput,
+    /// What it proves about memory (protocol version 3); `None` for a challenge without the
+    /// memory phase. Stored as JSON.
+    pub memory: Option<MemoryProof>,
 }
 
 #[derive(Clone, Debug, Default)]
@@ -90,8 +94,8 @@ impl Store {
         let (id,): (i64,) = sqlx::query_as(
             "INSERT INTO verdicts (miner_url, miner_key, nonce, passed, reasons, policy, samples, params, measured_ms,
                                    expected_ms, deadline_ms, inventory, backend, kernel, global_checksum, created_at_ms,
-                                   expected_ops_per_sec, rate_source, rate_miners, slack)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20)
+                                   expected_ops_per_sec, rate_source, rate_miners, slack, memory)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21)
              RETURNING id",
         )
         .bind(&v.miner_url)
@@ -114,6 +118,10 @@ impl Store {
         .bind(t.rate_source.map(|r| r.as_str()).unwrap_or(""))
         .bind(i64::from(t.rate_miners))
         .bind(t.slack)
+        .bind(match &v.memory {
+            Some(m) => json(serde_json::to_string(m))?,
+            None => String::new(),
+        })
         .fetch_one(&mut *tx)
         .await?;
         if let Some(o) = observation.filter(|o| o.ops_per_unit.is_finite() && o.ops_per_unit > 0.0) {
@@ -141,7 +149,7 @@ impl Store {
         let rows = sqlx::query(
             "SELECT id, miner_url, miner_key, nonce, passed, reasons, policy, samples, params, measured_ms,
                     expected_ms, deadline_ms, inventory, backend, kernel, global_checksum, created_at_ms,
-                    expected_ops_per_sec, rate_source, rate_miners, slack
+                    expected_ops_per_sec, rate_source, rate_miners, slack, memory
              FROM verdicts
              WHERE ($1 IS NULL OR miner_url = $1) AND ($2 IS NULL OR passed = $2)
                AND created_at_ms >= $3 AND ($4 IS NULL OR id < $4)
@@ -185,6 +193,12 @@ fn verdict_from_row(r: &sqlx::any::AnyRow) -> Result<Verdict, StoreError> {
         slack: r.try_get(20)?,
     };
     let throughput = Throughput::of(&params, inventory.len(), measured_ms, &expectation, passed);
+    let memory_json: String = r.try_get(21)?;
+    let memory = if memory_json.is_empty() {
+        None
+    } else {
+        Some(serde_json::from_str(&memory_json).map_err(|e| corrupt("memory", e))?)
+    };
     Ok(Verdict {
         id: as_u64(r.try_get(0)?)?,
         miner_url: r.try_get(1)?,
@@ -204,5 +218,6 @@ fn verdict_from_row(r: &sqlx::any::AnyRow) -> Result<Verdict, StoreError> {
         global_checksum: hex::encode(r.try_get::<Vec<u8>, _>(15)?),
         created_at_ms: as_u64(r.try_get(16)?)?,
         throughput,
+        memory,
     })
 }

@@ -1,0 +1,352 @@
+//! The memory phase's exchange (PROTOCOL.md 18.4 and 18.5): the commitment's pools checked
+//! against the plan, the signed walk request with a seed drawn only now, the walk statement
+//! timed on this validator's clock, the walk samples drawn after it, and each walk opening
+//! checked with rows of its entries that this validator draws after the opening arrived.
+
+use super::client::MinerConnection;
+use super::outcome::Outcome;
+use super::untrusted::miner_text;
+use super::{AttestError, AttestEvent, now_ms, random32};
+use crate::memory::{MemoryPlan, MemoryProof};
+use crate::reason::{Reason, ReasonCode};
+use gpu_attest_proto::convert::{WalkRequest, walk_opening_from_wire, walk_request_to_wire, walk_statement_from_wire};
+use gpu_attest_proto::v1;
+use gpu_attest_shared::Work;
+use gpu_attest_shared::digest::Digest;
+use gpu_attest_shared::identity::Identity;
+use gpu_attest_shared::memory::PoolSpec;
+use gpu_attest_shared::memory::check::{check_segment, draw_rows};
+use gpu_attest_shared::memory::pool::entry_rows_match;
+use gpu_attest_shared::memory::statement::{WalkSample, walk_opening_bytes, walk_request_bytes};
+use gpu_attest_shared::memory::walk::WalkSpec;
+use gpu_attest_shared::statement::Commitment;
+use rand_chacha::ChaCha20Rng;
+use rand_chacha::rand_core::{Rng, SeedableRng};
+use std::collections::HashSet;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+/// The commitment's pools (PROTOCOL.md 18.4, step 5 of 14.4): one per device, in index order,
+/// each of the planned size. `false` (with the reason recorded) when they are not.
+pub fn check_pools(commitment: &Commitment, plan: &MemoryPlan, outcome: &mut Outcome) -> bool {
+    let Some(pools) = &commitment.pools else {
+        outcome.fail(
+            ReasonCode::PoolNotCanonical,
+            "the commitment names no pools, but the challenge asked for the memory phase",
+        );
+        return false;
+    };
+    if pools.len() != plan.pools.len() {
+        outcome.fail(
+            ReasonCode::PoolNotCanonical,
+            format!(
+                "the commitment names {} pools; the challenge has {} devices",
+                pools.len(),
+                plan.pools.len()
+            ),
+        );
+        return false;
+    }
+    for (j, (got, want)) in pools.iter().zip(&plan.pools).enumerate() {
+        if got.device != j as u32 || got.entries != want.entries {
+            outcome.fail(
+                ReasonCode::PoolNotCanonical,
+                format!(
+                    "pool {j} is named device {} with {} entries; device {j} claims {} bytes, a pool of {} entries",
+                    got.device, got.entries, want.memory_bytes, want.entries
+                ),
+            );
+            return false;
+        }
+    }
+    true
+}
+
+/// What checking a walk opening needs, per device: the walk it was bound to, the pool it read
+/// and the walk root the statement committed.
+pub struct WalkContext {
+    devices: Vec<(WalkSpec, PoolSpec, Digest)>,
+}
+
+impl WalkContext {
+    /// The walk samples (PROTOCOL.md 18.4): sample `i` on device `i mod d`, walker and segment
+    /// uniform, no `(j, w, q)` twice while a device has any left.
+    pub fn draw_samples(&self, rng: &mut impl Rng, count: u32) -> Vec<WalkSample> {
+        let devices = self.devices.len() as u32;
+        let Some((first, _, _)) = self.devices.first() else {
+            return Vec::new();
+        };
+        let params = first.params;
+        let per_device = u64::from(params.walkers) * u64::from(params.walk_segments());
+        let mut taken: HashSet<WalkSample> = HashSet::new();
+        let mut samples = Vec::with_capacity(count as usize);
+        for i in 0..count {
+            let device = i % devices;
+            let drawn_here = samples.iter().filter(|s: &&WalkSample| s.device == device).count() as u64;
+            if drawn_here >= per_device {
+                continue; // every segment of this device is already asked for
+            }
+            loop {
+                let sample = WalkSample {
+                    device,
+                    walker: (rng.next_u64() % u64::from(params.walkers)) as u32,
+                    segment: (rng.next_u64() % u64::from(params.walk_segments())) as u32,
+                };
+                if taken.insert(sample) {
+                    samples.push(sample);
+                    break;
+                }
+            }
+        }
+        samples
+    }
+}
+
+/// Sends the walk request and waits for the statement, timing it on this validator's clock
+/// and checking it. `None` when the walk has failed (the outcome says why) and nothing is left
+/// to open.
+pub async fn request_walk(
+    miner: &mut MinerConnection,
+    identity: &Identity,
+    work: &Work,
+    commitment: &Commitment,
+    plan: &MemoryPlan,
+    proof: &mut MemoryProof,
+    outcome: &mut Outcome,
+    on_event: &(dyn Fn(AttestEvent) + Send + Sync),
+) -> Result<Option<WalkContext>, AttestError> {
+    let nonce = work.params().nonce;
+    let walk_seed = random32()?;
+    let deadline = Duration::from_millis(plan.walk_deadline_ms);
+    let request = WalkRequest {
+        nonce,
+        walk_seed,
+        deadline_ms: now_ms().saturating_add(plan.walk_deadline_ms),
+        validator_key: identity.public_key().0,
+        signature: [0; 64],
+    };
+    let request = WalkRequest {
+        signature: identity.sign(&walk_request_bytes(&nonce, &walk_seed, request.deadline_ms)),
+        ..request
+    };
+    on_event(AttestEvent::Phase {
+        name: "walking",
+        detail: format!(
+            "{} walkers x {} steps over pools of {} on {} device(s); expected {} ms, deadline {} ms",
+            plan.params.walkers,
+            plan.params.walk_steps,
+            plan.pools
+                .iter()
+                .map(|p| format!("{} MiB", (p.entries * 65536) >> 20))
+                .collect::<Vec<_>>()
+                .join(", "),
+            plan.pools.len(),
+            plan.walk_expected_ms,
+            plan.walk_deadline_ms
+        ),
+    });
+    // The same grace as the commitment's (PROTOCOL.md 14.4) for a miner that does not stop.
+    let grace = Duration::from_millis(plan.walk_deadline_ms / 10 + 2_000);
+    let sent = Instant::now();
+    let answered = tokio::time::timeout(deadline + grace, miner.walk_pool(walk_request_to_wire(&request))).await;
+    let measured_ms = sent.elapsed().as_millis() as u64;
+    proof.walk_measured_ms = measured_ms;
+    let wire = match answered {
+        Err(_) => {
+            outcome.fail(
+                ReasonCode::WalkTimedOut,
+                format!(
+                    "no walk statement within {measured_ms} ms (walk deadline {} ms)",
+                    plan.walk_deadline_ms
+                ),
+            );
+            proof.walk_measured_ms = 0;
+            return Ok(None);
+        }
+        Ok(Err(status)) => {
+            outcome.fail(
+                ReasonCode::WalkRefused,
+                format!(
+                    "miner refused or failed the walk ({:?}): {}",
+                    status.code(),
+                    miner_text(status.message())
+                ),
+            );
+            proof.walk_measured_ms = 0;
+            return Ok(None);
+        }
+        Ok(Ok(wire)) => wire,
+    };
+    let Some(context) = check_statement(work, &wire, &request, commitment, plan, outcome) else {
+        proof.walk_measured_ms = 0;
+        return Ok(None);
+    };
+    on_event(AttestEvent::Phase {
+        name: "walk-received",
+        detail: format!("after {measured_ms} ms"),
+    });
+    if measured_ms > plan.walk_deadline_ms {
+        outcome.fail(
+            ReasonCode::LateWalk,
+            format!(
+                "walk statement arrived after {measured_ms} ms; the walk deadline was {} ms (expected {} ms at {:.3e} bytes/s per device)",
+                plan.walk_deadline_ms,
+                plan.walk_expected_ms,
+                plan.bytes_per_sec.iter().copied().fold(f64::INFINITY, f64::min)
+            ),
+        );
+    }
+    Ok(Some(context))
+}
+
+/// The walk statement's checks (PROTOCOL.md 18.4), in order; the context to check openings
+/// against when it passes them.
+fn check_statement(
+    work: &Work,
+    wire: &v1::WalkStatement,
+    request: &WalkRequest,
+    commitment: &Commitment,
+    plan: &MemoryPlan,
+    outcome: &mut Outcome,
+) -> Option<WalkContext> {
+    let (statement, signature) = match walk_statement_from_wire(wire) {
+        Ok(decoded) => decoded,
+        Err(e) => {
+            outcome.fail(ReasonCode::MalformedWalk, format!("malformed walk statement: {e}"));
+            return None;
+        }
+    };
+    if statement.nonce != request.nonce
+        || statement.walk_seed != request.walk_seed
+        || statement.miner_key != commitment.miner_key
+        || statement.validator_key.0 != request.validator_key
+    {
+        outcome.fail(
+            ReasonCode::WalkWrongChallenge,
+            "the walk statement names another nonce, walk seed, miner or validator than the walk request",
+        );
+        return None;
+    }
+    if commitment
+        .miner_key
+        .verify(&statement.signing_bytes(), &signature)
+        .is_err()
+    {
+        outcome.fail(
+            ReasonCode::WalkSignature,
+            "walk statement signature does not verify with the miner's key",
+        );
+        return None;
+    }
+    let pools = commitment.pools.as_deref().unwrap_or_default();
+    let canonical = statement.roots.len() == pools.len()
+        && statement
+            .roots
+            .iter()
+            .enumerate()
+            .all(|(j, (index, _))| *index == j as u32);
+    if !canonical {
+        outcome.fail(
+            ReasonCode::WalkNotCanonical,
+            format!(
+                "the walk statement names {} walk roots (devices {:?}); the commitment has {} pools",
+                statement.roots.len(),
+                statement.roots.iter().map(|(j, _)| *j).collect::<Vec<_>>(),
+                pools.len()
+            ),
+        );
+        return None;
+    }
+    let devices = pools
+        .iter()
+        .zip(&statement.roots)
+        .map(|(pool, (_, walk_root))| {
+            let walk = WalkSpec {
+                nonce: request.nonce,
+                walk_seed: request.walk_seed,
+                device: pool.device,
+                pool_root: pool.root,
+                entries: pool.entries,
+                params: plan.params,
+            };
+            (
+                walk,
+                PoolSpec::with_entries(work, pool.device, pool.entries),
+                *walk_root,
+            )
+        })
+        .collect();
+    Some(WalkContext { devices })
+}
+
+/// Checks one walk opening as it arrived, recording what is wrong with it (PROTOCOL.md 18.5).
+/// The rows of its entries are drawn here, after it arrived.
+pub async fn check_opening(
+    context: &WalkContext,
+    nonce: [u8; 32],
+    commitment: &Commitment,
+    sample: WalkSample,
+    wire: &v1::ChainOpening,
+    outcome: &mut Outcome,
+) -> Result<(), AttestError> {
+    let shown = format!(
+        "walk segment {} of walker {} on device {}",
+        sample.segment, sample.walker, sample.device
+    );
+    let Some(walk) = &wire.walk else {
+        outcome.fail(
+            ReasonCode::MalformedWalkOpening,
+            format!("the miner sent a chain opening where {shown} was due"),
+        );
+        return Ok(());
+    };
+    let (opened_nonce, opening, signature) = match walk_opening_from_wire(walk) {
+        Ok(decoded) => decoded,
+        Err(e) => {
+            outcome.fail(
+                ReasonCode::MalformedWalkOpening,
+                format!("malformed opening of {shown}: {e}"),
+            );
+            return Ok(());
+        }
+    };
+    if opened_nonce != nonce {
+        outcome.fail(
+            ReasonCode::WalkOpeningForWrongRequest,
+            format!("the opening of {shown} is for another challenge"),
+        );
+        return Ok(());
+    }
+    if commitment
+        .miner_key
+        .verify(&walk_opening_bytes(&nonce, &opening), &signature)
+        .is_err()
+    {
+        outcome.fail(
+            ReasonCode::WalkOpeningSignature,
+            format!("the opening of {shown} is not signed by the miner"),
+        );
+        return Ok(());
+    }
+    let Some((spec, pool, root)) = context.devices.get(sample.device as usize).cloned() else {
+        outcome.fail(
+            ReasonCode::WalkOpeningForWrongRequest,
+            format!("{shown} names no device of this walk"),
+        );
+        return Ok(());
+    };
+    let rows = Mutex::new(ChaCha20Rng::from_seed(random32()?));
+    let checked = tokio::task::spawn_blocking(move || {
+        let is_made = |entry: u64, bytes: &[u8]| {
+            let drawn = draw_rows(&mut *rows.lock().unwrap_or_else(|p| p.into_inner()));
+            entry_rows_match(&pool, entry, bytes, &drawn)
+        };
+        check_segment(&spec, &pool, &root, (sample.walker, sample.segment), &opening, &is_made)
+    })
+    .await
+    .map_err(|e| AttestError::Verify(e.to_string()))?;
+    if let Err(e) = checked {
+        outcome.reasons.push(Reason::from(&e));
+    }
+    Ok(())
+}

@@ -1,0 +1,70 @@
+//! The `[memory]` section of the validator's configuration.
+
+use serde::{Deserialize, Serialize};
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct MemoryConfig {
+    /// Ask every miner for the memory phase (protocol version 3). A miner that speaks only
+    /// version 2 is then refused; with it off, challenges are version 2 and verdicts prove no
+    /// memory.
+    pub enabled: bool,
+    /// Thousandths of each device's claimed memory that its pool fills (PROTOCOL.md 18.6).
+    pub pool_permille: u32,
+    /// Walkers per GPU: many must be in flight to keep a GPU's memory busy.
+    pub walkers_per_gpu: u32,
+    /// Walkers per core on the CPU backend.
+    pub walkers_per_core: u32,
+    /// How long the walk should take at the expected bandwidth, in milliseconds.
+    pub walk_target_ms: u64,
+    /// Walk segments opened per attestation (each c_w = 8 entries of 64 KiB).
+    pub walk_samples: u32,
+    /// Walk deadline over the expected walk time when every device's bandwidth was observed.
+    pub slack: f64,
+    /// The same at first contact, against the shipped table's bandwidth (0.75 of the datasheet).
+    pub first_contact_slack: f64,
+}
+
+impl Default for MemoryConfig {
+    fn default() -> Self {
+        MemoryConfig {
+            enabled: true,
+            pool_permille: 950,
+            walkers_per_gpu: 8192,
+            walkers_per_core: 4,
+            walk_target_ms: 2_000,
+            walk_samples: 64,
+            slack: 1.5,
+            first_contact_slack: 2.0,
+        }
+    }
+}
+
+impl MemoryConfig {
+    /// Refuses settings no attestation could pass or plan with, with the reason.
+    pub fn problem(&self) -> Option<String> {
+        if !(1..=1000).contains(&self.pool_permille) {
+            return Some(format!(
+                "[memory] pool_permille = {} must be in 1..=1000",
+                self.pool_permille
+            ));
+        }
+        if self.walkers_per_gpu == 0 || self.walkers_per_core == 0 {
+            return Some("[memory] walkers_per_gpu and walkers_per_core must be at least 1".into());
+        }
+        if self.walk_target_ms == 0 {
+            return Some("[memory] walk_target_ms must be at least 1".into());
+        }
+        if !(1..=gpu_attest_shared::memory::params::MAX_WALK_SAMPLES).contains(&self.walk_samples) {
+            return Some(format!(
+                "[memory] walk_samples = {} must be in 1..={}",
+                self.walk_samples,
+                gpu_attest_shared::memory::params::MAX_WALK_SAMPLES
+            ));
+        }
+        if !(self.slack >= 1.0 && self.first_contact_slack >= 1.0) || !self.slack.is_finite() {
+            return Some("[memory] slack and first_contact_slack must be at least 1".into());
+        }
+        None
+    }
+}

@@ -1,0 +1,11 @@
+//! The memory phase as the validator sees it (PROTOCOL.md 18): what it asks for
+//! ([`config`]), how it sizes and times the walk from bandwidth classes ([`plan`]), and what a
+//! verdict states of it ([`proof`]). The exchange itself is `attest::walk`.
+
+pub mod config;
+pub mod plan;
+pub mod proof;
+
+pub use config::MemoryConfig;
+pub use plan::{MemoryPlan, PlannedPool, walk_class};
+pub use proof::{DeviceMemory, MemoryProof};

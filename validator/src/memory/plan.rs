@@ -1,0 +1,208 @@
+//! Sizing and timing the memory phase (PROTOCOL.md 18.6): each device's pool from its claimed
+//! memory, the walk's length from the slowest device's expected bandwidth, and the walk's
+//! deadline from the bandwidth's source.
+//!
+//! A device's bandwidth is the rate of its **walk class**: its backend and model with the kernel
+//! `walk` (and n = 256, the entry's size), rated in bytes per second per unit. Walk classes
+//! live in the same rate book as the compute classes, so they are learned from passing verdicts,
+//! imported and capped by the same rules; the shipped table has one row per GPU model, from its
+//! datasheet (`rates::shipped`).
+
+use super::MemoryConfig;
+use crate::rates::class::{model_of, units};
+use crate::rates::{RateBook, RateClass, RateSource};
+use gpu_attest_shared::inventory::{HardwareClaim, Inventory};
+use gpu_attest_shared::memory::params::{
+    ENTRY_BYTES, ENTRY_N, MAX_POOL_ENTRIES, MAX_WALK_SEGMENTS, MAX_WALKERS, pool_entries,
+};
+use gpu_attest_shared::memory::{ENTRY_OPS, MemoryParams};
+use gpu_attest_shared::params::PROTOCOL_VERSION;
+use gpu_attest_shared::statement::DeviceInfo;
+
+/// The kernel name of every walk class.
+pub const WALK_KERNEL: &str = "walk";
+
+/// Steps between a walker's checkpoints: the most the protocol allows, so that an opening
+/// checks 8 steps for one walk proof.
+pub const WALK_CHECKPOINT_EVERY: u32 = 8;
+
+/// The walk class of one device: what its bandwidth is learned and looked up for.
+pub fn walk_class(claim: &HardwareClaim, device: &DeviceInfo) -> RateClass {
+    RateClass {
+        backend: claim.backend.clone(),
+        kernel: WALK_KERNEL.into(),
+        model: model_of(&device.name),
+        n: ENTRY_N as u32,
+    }
+}
+
+/// One device's pool as planned.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PlannedPool {
+    /// What the inventory claims, and the challenge's inventory digest binds.
+    pub memory_bytes: u64,
+    /// P_j.
+    pub entries: u64,
+}
+
+impl PlannedPool {
+    /// The int8 operations that make this pool.
+    pub fn fill_ops(&self) -> f64 {
+        self.entries as f64 * ENTRY_OPS as f64
+    }
+}
+
+/// The memory phase of one challenge.
+#[derive(Clone, Debug, PartialEq)]
+pub struct MemoryPlan {
+    pub params: MemoryParams,
+    /// One per device, in index order.
+    pub pools: Vec<PlannedPool>,
+    /// Each device's expected walk bandwidth, bytes per second (its class's rate times its
+    /// units).
+    pub bytes_per_sec: Vec<f64>,
+    /// The weakest source among the devices' walk classes.
+    pub source: RateSource,
+    /// The fewest miners behind an observed bandwidth among them; 0 if any is shipped.
+    pub miners: u32,
+    /// Walk deadline over expected walk time.
+    pub slack: f64,
+    pub walk_expected_ms: u64,
+    pub walk_deadline_ms: u64,
+    /// Walk segments to open.
+    pub samples: u32,
+}
+
+impl MemoryPlan {
+    /// Bytes one device's walk reads: `W * L * 65536`.
+    pub fn walk_bytes(&self) -> u64 {
+        self.params.walk_bytes()
+    }
+}
+
+#[derive(Debug, thiserror::Error, Clone, PartialEq)]
+pub enum MemoryPlanError {
+    #[error(
+        "miner speaks protocol version {0}, which cannot prove memory (version {PROTOCOL_VERSION} can): upgrade the miner, or set [memory] enabled = false to attest it without the memory phase"
+    )]
+    NotSpoken(u32),
+    #[error(
+        "device {device} claims {memory_bytes} bytes: at pool_permille {permille} that is a pool of {entries} entries of 64 KiB, and a pool holds 1..={MAX_POOL_ENTRIES}"
+    )]
+    PoolSize {
+        device: u32,
+        memory_bytes: u64,
+        permille: u32,
+        entries: u64,
+    },
+    #[error(
+        "even the longest walk ({MAX_WALK_SEGMENTS} segments of {WALK_CHECKPOINT_EVERY} steps for {walkers} walkers) takes only {reach_ms:.0} ms at the expected bandwidth, under half of [memory] walk_target_ms = {target_ms}: raise walkers_per_gpu or walkers_per_core"
+    )]
+    WalkTooShort {
+        walkers: u32,
+        reach_ms: f64,
+        target_ms: u64,
+    },
+}
+
+/// The walkers per device: per GPU, or per core of the CPU with the fewest cores.
+fn walkers(claim: &HardwareClaim, config: &MemoryConfig) -> u32 {
+    let per_device = if claim.backend == "cpu" {
+        let cores = claim
+            .devices
+            .iter()
+            .map(|d| units(&claim.backend, d))
+            .fold(f64::INFINITY, f64::min);
+        (f64::from(config.walkers_per_core) * cores).min(f64::from(MAX_WALKERS)) as u32
+    } else {
+        config.walkers_per_gpu
+    };
+    per_device.clamp(1, MAX_WALKERS)
+}
+
+/// Plans the memory phase for `inventory`, or `None` when this validator does not ask for it.
+pub fn plan_memory(
+    inventory: &Inventory,
+    config: &MemoryConfig,
+    rates: &RateBook,
+) -> Result<Option<MemoryPlan>, MemoryPlanError> {
+    if !config.enabled {
+        return Ok(None);
+    }
+    if inventory.protocol_version < 3 {
+        return Err(MemoryPlanError::NotSpoken(inventory.protocol_version));
+    }
+    let claim = &inventory.claim;
+    let permille = config.pool_permille;
+    let pools = claim
+        .devices
+        .iter()
+        .enumerate()
+        .map(|(j, d)| {
+            let entries = pool_entries(d.memory_bytes, permille);
+            if !(1..=MAX_POOL_ENTRIES).contains(&entries) {
+                return Err(MemoryPlanError::PoolSize {
+                    device: j as u32,
+                    memory_bytes: d.memory_bytes,
+                    permille,
+                    entries,
+                });
+            }
+            Ok(PlannedPool {
+                memory_bytes: d.memory_bytes,
+                entries,
+            })
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+
+    let mut bytes_per_sec = Vec::with_capacity(claim.devices.len());
+    let mut source = RateSource::Calibrated;
+    let mut miners = u32::MAX;
+    for device in &claim.devices {
+        let expected = rates.expected(&walk_class(claim, device));
+        bytes_per_sec.push(expected.ops_per_unit * units(&claim.backend, device));
+        if expected.source.trust() < source.trust() {
+            source = expected.source;
+        }
+        miners = miners.min(expected.miners);
+    }
+    let slowest = bytes_per_sec.iter().copied().fold(f64::INFINITY, f64::min);
+    let slack = if source.is_observed() {
+        config.slack
+    } else {
+        config.first_contact_slack
+    };
+
+    let walkers = walkers(claim, config);
+    let every = WALK_CHECKPOINT_EVERY;
+    let step_bytes = f64::from(walkers) * ENTRY_BYTES as f64;
+    let walk_ms = |steps: u32| f64::from(steps) * step_bytes / slowest * 1000.0;
+    let longest = MAX_WALK_SEGMENTS * every;
+    if walk_ms(longest) < config.walk_target_ms as f64 / 2.0 {
+        return Err(MemoryPlanError::WalkTooShort {
+            walkers,
+            reach_ms: walk_ms(longest),
+            target_ms: config.walk_target_ms,
+        });
+    }
+    let wanted = (config.walk_target_ms as f64 / 1000.0 * slowest / step_bytes / f64::from(every)).ceil();
+    let walk_steps = (wanted.clamp(1.0, f64::from(MAX_WALK_SEGMENTS)) as u32) * every;
+    let params = MemoryParams {
+        pool_permille: permille,
+        walkers,
+        walk_steps,
+        walk_checkpoint_every: every,
+    };
+    let walk_expected_ms = walk_ms(walk_steps).ceil() as u64;
+    Ok(Some(MemoryPlan {
+        params,
+        pools,
+        bytes_per_sec,
+        source,
+        miners: if source.is_observed() { miners } else { 0 },
+        slack,
+        walk_expected_ms,
+        walk_deadline_ms: (walk_expected_ms as f64 * slack).ceil() as u64,
+        samples: config.walk_samples,
+    }))
+}

@@ -1,0 +1,101 @@
+//! What a verdict states of the memory phase (PROTOCOL.md 18.6): per device the memory claimed
+//! and proven, and for the walk its size, its times on this validator's clock, and the bandwidth
+//! it proved beside the one expected.
+
+use super::MemoryPlan;
+use serde::{Deserialize, Serialize};
+
+/// One device's memory, as a verdict states it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DeviceMemory {
+    /// What the inventory claimed (and the challenge's digest bound).
+    pub claimed_bytes: u64,
+    /// P_j: the entries of 64 KiB its pool held.
+    pub pool_entries: u64,
+    /// `pool_entries * 65536` on a pass; 0 otherwise (a failed verdict proves nothing).
+    pub proven_bytes: u64,
+}
+
+/// The memory phase of one verdict.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct MemoryProof {
+    pub pool_permille: u32,
+    pub walkers: u32,
+    pub walk_steps: u32,
+    pub walk_checkpoint_every: u32,
+    /// Walk segments opened.
+    pub walk_samples: u32,
+    pub devices: Vec<DeviceMemory>,
+    /// Bytes each device's walk read: `W * L * 65536`.
+    pub walk_bytes: u64,
+    /// From sending the walk request to receiving the walk statement, on this validator's clock;
+    /// 0 when no statement came.
+    pub walk_measured_ms: u64,
+    pub walk_expected_ms: u64,
+    pub walk_deadline_ms: u64,
+    /// The expected bandwidth of the slowest device, bytes per second.
+    pub expected_walk_bytes_per_sec: f64,
+    /// `walk_bytes / walk_measured`, per device, on a pass.
+    pub proven_walk_bytes_per_sec: Option<f64>,
+    /// Where the expected bandwidth came from (the weakest source among the devices).
+    pub bandwidth_source: String,
+    pub bandwidth_miners: u32,
+    /// Walk deadline over expected walk time.
+    pub slack: f64,
+}
+
+impl MemoryProof {
+    /// The proof as planned, before the walk: nothing measured, nothing proven yet.
+    pub fn planned(plan: &MemoryPlan) -> Self {
+        MemoryProof {
+            pool_permille: plan.params.pool_permille,
+            walkers: plan.params.walkers,
+            walk_steps: plan.params.walk_steps,
+            walk_checkpoint_every: plan.params.walk_checkpoint_every,
+            walk_samples: plan.samples,
+            devices: plan
+                .pools
+                .iter()
+                .map(|p| DeviceMemory {
+                    claimed_bytes: p.memory_bytes,
+                    pool_entries: p.entries,
+                    proven_bytes: 0,
+                })
+                .collect(),
+            walk_bytes: plan.walk_bytes(),
+            walk_measured_ms: 0,
+            walk_expected_ms: plan.walk_expected_ms,
+            walk_deadline_ms: plan.walk_deadline_ms,
+            expected_walk_bytes_per_sec: plan.bytes_per_sec.iter().copied().fold(f64::INFINITY, f64::min),
+            proven_walk_bytes_per_sec: None,
+            bandwidth_source: plan.source.as_str().into(),
+            bandwidth_miners: plan.miners,
+            slack: plan.slack,
+        }
+    }
+
+    /// Fills in what a verdict proves: on a pass, every pool and the walk's bandwidth.
+    pub fn settle(&mut self, passed: bool) {
+        for device in &mut self.devices {
+            device.proven_bytes = if passed {
+                device
+                    .pool_entries
+                    .saturating_mul(gpu_attest_shared::memory::ENTRY_BYTES as u64)
+            } else {
+                0
+            };
+        }
+        self.proven_walk_bytes_per_sec = (passed && self.walk_measured_ms > 0)
+            .then(|| self.walk_bytes as f64 / (self.walk_measured_ms as f64 / 1000.0));
+    }
+
+    /// The memory proven in all, bytes.
+    pub fn proven_bytes(&self) -> u64 {
+        self.devices.iter().map(|d| d.proven_bytes).sum()
+    }
+
+    /// The memory claimed in all, bytes.
+    pub fn claimed_bytes(&self) -> u64 {
+        self.devices.iter().map(|d| d.claimed_bytes).sum()
+    }
+}
