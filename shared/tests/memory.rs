@@ -5,7 +5,7 @@
 use gpu_attest_shared::gemm::{CpuGemm, KernelKind};
 use gpu_attest_shared::matrix::Matrix;
 use gpu_attest_shared::memory::check::{WalkCheckError, WalkOpening, check_segment, draw_rows, open_segment};
-use gpu_attest_shared::memory::pool::{HostPool, entry_leaf, entry_rows_match, make_entry};
+use gpu_attest_shared::memory::pool::{HostPool, PoolBytes, entry_leaf, entry_rows_match, make_entry};
 use gpu_attest_shared::memory::walk::{DeviceWalk, WalkSpec, walk_all};
 use gpu_attest_shared::memory::{MemoryParams, PoolSpec};
 use gpu_attest_shared::merkle::root_of;
@@ -48,6 +48,23 @@ fn walk_spec(pool_root: Digest) -> WalkSpec {
 
 fn filled(gemm: &CpuGemm) -> HostPool {
     HostPool::fill(gemm, &vector_pool(), &|_| {}, &CancelToken::new()).unwrap()
+}
+
+/// A pool made of given bytes is committed by exactly their leaves: the reference entries give
+/// the reference root; entries of the wrong count are refused.
+#[test]
+fn a_pool_from_bytes_commits_to_those_bytes() {
+    let spec = vector_pool();
+    let mut bytes = gpu_attest_shared::aligned::AlignedBytes::try_zeroed(4 * 65536).unwrap();
+    for (slot, entry) in bytes.as_mut_slice().chunks_mut(65536).zip(naive_entries()) {
+        slot.copy_from_slice(entry.as_bytes());
+    }
+    let pool = HostPool::from_bytes(&spec, PoolBytes::new(bytes).unwrap()).unwrap();
+    let leaves: Vec<Digest> = naive_entries().iter().map(|m| entry_leaf(m.as_bytes())).collect();
+    assert_eq!(pool.root(), root_of(&leaves));
+    assert_eq!(pool.entry_bytes(2), naive_entries()[2].as_bytes());
+    let three = PoolBytes::keystream(&[1; 32], 3).unwrap();
+    assert!(HostPool::from_bytes(&spec, three).is_none());
 }
 
 #[test]

@@ -45,6 +45,8 @@ pub struct ValidatorMetrics {
     phases: DurationFamily,
     verification: Histogram,
     proven_rate: Family<Labels, RealGauge>,
+    proven_memory: Family<Labels, RealGauge>,
+    proven_walk_rate: Family<Labels, RealGauge>,
     queue_depth: Gauge,
     in_backoff: Gauge,
     running: Gauge,
@@ -59,6 +61,8 @@ impl Default for ValidatorMetrics {
             phases: duration_family(),
             verification: duration_histogram(),
             proven_rate: Family::default(),
+            proven_memory: Family::default(),
+            proven_walk_rate: Family::default(),
             queue_depth: Gauge::default(),
             in_backoff: Gauge::default(),
             running: Gauge::default(),
@@ -99,6 +103,16 @@ impl ValidatorMetrics {
             "proven_ops_per_second",
             "The rate each miner proved in its latest verdict (0 when it failed)",
             self.proven_rate.clone(),
+        );
+        r.register(
+            "proven_memory_bytes",
+            "The memory each miner's latest verdict proved, all devices (0 when it failed; no series for a miner attested without the memory phase)",
+            self.proven_memory.clone(),
+        );
+        r.register(
+            "proven_walk_bytes_per_second",
+            "The walk bandwidth per device each miner's latest verdict proved (0 when it failed)",
+            self.proven_walk_rate.clone(),
         );
         r.register(
             "scheduler_queue_depth",
@@ -142,9 +156,24 @@ impl ValidatorMetrics {
                         .inc();
                 }
                 if registered {
+                    let miner = vec![("miner", verdict.miner_url.clone())];
                     self.proven_rate
-                        .get_or_create(&vec![("miner", verdict.miner_url.clone())])
+                        .get_or_create(&miner)
                         .set(verdict.throughput.proven_ops_per_sec.unwrap_or(0.0));
+                    match &verdict.memory {
+                        Some(memory) => {
+                            self.proven_memory
+                                .get_or_create(&miner)
+                                .set(memory.proven_bytes() as f64);
+                            self.proven_walk_rate
+                                .get_or_create(&miner)
+                                .set(memory.proven_walk_bytes_per_sec.unwrap_or(0.0));
+                        }
+                        None => {
+                            self.proven_memory.remove(&miner);
+                            self.proven_walk_rate.remove(&miner);
+                        }
+                    }
                 }
             }
             Err(e) => {
@@ -158,7 +187,10 @@ impl ValidatorMetrics {
 
     /// Drops a removed miner's series.
     pub fn forget_miner(&self, url: &str) {
-        self.proven_rate.remove(&vec![("miner", url.to_string())]);
+        let miner = vec![("miner", url.to_string())];
+        self.proven_rate.remove(&miner);
+        self.proven_memory.remove(&miner);
+        self.proven_walk_rate.remove(&miner);
     }
 
     /// The scheduler's state after each change.

@@ -107,6 +107,31 @@ pub fn verdict_to_wire(v: &Verdict) -> v1::Verdict {
             .unwrap_or_default(),
         rate_miners: v.throughput.rate_miners,
         slack: v.throughput.slack,
+        memory: v.memory.as_ref().map(|m| v1::MemoryVerdict {
+            pool_permille: m.pool_permille,
+            walkers: m.walkers,
+            walk_steps: m.walk_steps,
+            walk_checkpoint_every: m.walk_checkpoint_every,
+            walk_samples: m.walk_samples,
+            devices: m
+                .devices
+                .iter()
+                .map(|d| v1::DeviceMemoryVerdict {
+                    claimed_bytes: d.claimed_bytes,
+                    pool_entries: d.pool_entries,
+                    proven_bytes: d.proven_bytes,
+                })
+                .collect(),
+            walk_bytes: m.walk_bytes,
+            walk_measured_ms: m.walk_measured_ms,
+            walk_expected_ms: m.walk_expected_ms,
+            walk_deadline_ms: m.walk_deadline_ms,
+            expected_walk_bytes_per_sec: m.expected_walk_bytes_per_sec,
+            proven_walk_bytes_per_sec: m.proven_walk_bytes_per_sec.unwrap_or(0.0),
+            bandwidth_source: m.bandwidth_source.clone(),
+            bandwidth_miners: m.bandwidth_miners,
+            slack: m.slack,
+        }),
     }
 }
 

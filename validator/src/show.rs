@@ -31,6 +31,9 @@ pub fn print_verdict(v: &Verdict, database: &str) {
         v.measured_ms, v.expected_ms, v.deadline_ms
     );
     println!("  {}", v.throughput);
+    if let Some(memory) = &v.memory {
+        println!("  {memory}");
+    }
     println!("  backend {} ({} kernel)", v.backend, v.kernel);
     for d in &v.inventory {
         println!("  device {}: {}", d.index, d.name);

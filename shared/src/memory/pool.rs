@@ -269,6 +269,21 @@ impl HostPool {
         })
     }
 
+    /// A pool of `spec`'s size holding `entries` as they are, committed by their own tree: what
+    /// a pool filled elsewhere (or, in tests, a cheat's made-up pool) becomes. `None` unless
+    /// `entries` has exactly `spec.entries()` entries.
+    pub fn from_bytes(spec: &PoolSpec, entries: PoolBytes) -> Option<Self> {
+        if entries.entries() != spec.entries() {
+            return None;
+        }
+        let leaves: Vec<Digest> = entries.as_bytes().par_chunks(ENTRY_BYTES).map(entry_leaf).collect();
+        Some(HostPool {
+            spec: spec.clone(),
+            tree: MerkleTree::new(&leaves),
+            entries,
+        })
+    }
+
     pub fn spec(&self) -> &PoolSpec {
         &self.spec
     }

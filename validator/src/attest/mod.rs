@@ -21,7 +21,7 @@ pub mod walk;
 pub use client::{MAX_MINER_MESSAGE_BYTES, normalise_url};
 
 use crate::config::{Policy, ValidatorConfig};
-use crate::memory::MemoryProof;
+use crate::memory::{MemoryProof, walk_class};
 use crate::metrics::{Phase, ValidatorMetrics};
 use crate::planner::{Plan, PlanError, classes, plan};
 use crate::rates::RateBook;
@@ -451,13 +451,14 @@ impl Attestor {
     ) -> Result<Verdict, AttestError> {
         let (claim, miner_key) = (outcome.plan.claim.clone(), outcome.plan.params.miner_key);
         let mut verdict = outcome.into_verdict(now_ms());
-        let observation = match learned_from(&verdict, &claim, miner_key) {
-            Some(o) if self.teaches(&verdict.miner_url, miner_key).await? => Some(o),
-            _ => None,
+        let observations = if self.teaches(&verdict.miner_url, miner_key).await? {
+            learned_from(&verdict, &claim, miner_key)
+        } else {
+            Vec::new()
         };
         verdict.id = self
             .store
-            .record_verdict(&verdict, observation.as_ref())
+            .record_verdict(&verdict, &observations)
             .await
             .inspect_err(|e| {
                 // The verdict would be lost with the error: the log keeps what it said.
@@ -500,17 +501,32 @@ fn check_url(url: &str) -> Result<(), AttestError> {
     }
 }
 
-/// What a passing verdict teaches about its hardware class: the proven rate per unit. Only a
-/// claim of one class teaches anything, since a mixed claim's rate cannot be split between its
-/// classes; a failed verdict proves no rate at all.
-fn learned_from(verdict: &Verdict, claim: &HardwareClaim, miner_key: [u8; 32]) -> Option<ClassObservation> {
-    let proven = verdict.throughput.proven_ops_per_sec?;
-    let (class, units) = homogeneous(claim, verdict.params.n)?;
-    Some(ClassObservation {
-        class,
-        miner_key,
-        ops_per_unit: proven / units,
-    })
+/// What a passing verdict teaches about its hardware class: the proven rate per unit, and the
+/// proven walk bandwidth per unit of its walk class. Only a claim of one class teaches
+/// anything, since a mixed claim's rate cannot be split between its classes; a failed verdict
+/// proves no rate at all.
+fn learned_from(verdict: &Verdict, claim: &HardwareClaim, miner_key: [u8; 32]) -> Vec<ClassObservation> {
+    let Some((class, units)) = homogeneous(claim, verdict.params.n) else {
+        return Vec::new();
+    };
+    let mut learned = Vec::new();
+    if let Some(proven) = verdict.throughput.proven_ops_per_sec {
+        learned.push(ClassObservation {
+            class,
+            miner_key,
+            ops_per_unit: proven / units,
+        });
+    }
+    let walk_rate = verdict.memory.as_ref().and_then(|m| m.proven_walk_bytes_per_sec);
+    if let (Some(per_device), Some(device)) = (walk_rate, claim.devices.first()) {
+        // Every device walked the same bytes in the measured time; a unit is a core on CPUs.
+        learned.push(ClassObservation {
+            class: walk_class(claim, device),
+            miner_key,
+            ops_per_unit: per_device / crate::rates::class::units(&claim.backend, device),
+        });
+    }
+    learned
 }
 
 fn announce(plan: &Plan, on_event: &(dyn Fn(AttestEvent) + Send + Sync)) {

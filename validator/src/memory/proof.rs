@@ -99,3 +99,32 @@ impl MemoryProof {
         self.devices.iter().map(|d| d.claimed_bytes).sum()
     }
 }
+
+/// `memory: 1.0 GiB claimed, 0.9 GiB proven on 1 device(s); walk of 64 MiB per device in 316 ms
+/// (expected 401, deadline 802): proved 21.2 GB/s per device, expected 17.0 GB/s (shipped)`.
+impl std::fmt::Display for MemoryProof {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let gib = |bytes: u64| bytes as f64 / f64::from(1u32 << 30);
+        write!(
+            f,
+            "memory: {:.3} GiB claimed, {:.3} GiB proven on {} device(s); walk of {} MiB per device in {} ms (expected {}, deadline {}): ",
+            gib(self.claimed_bytes()),
+            gib(self.proven_bytes()),
+            self.devices.len(),
+            self.walk_bytes >> 20,
+            self.walk_measured_ms,
+            self.walk_expected_ms,
+            self.walk_deadline_ms
+        )?;
+        match self.proven_walk_bytes_per_sec {
+            Some(rate) => write!(f, "proved {:.1} GB/s per device, ", rate / 1e9)?,
+            None => write!(f, "proved no bandwidth, ")?,
+        }
+        write!(
+            f,
+            "expected {:.1} GB/s ({})",
+            self.expected_walk_bytes_per_sec / 1e9,
+            self.bandwidth_source
+        )
+    }
+}

@@ -137,7 +137,7 @@ mod tests {
                     ops_per_unit: 4.0e9,
                 };
                 store
-                    .record_verdict(&passing_verdict([nonce; 32]), Some(&observation))
+                    .record_verdict(&passing_verdict([nonce; 32]), std::slice::from_ref(&observation))
                     .await
                     .unwrap();
             }

@@ -658,7 +658,7 @@ mod tests {
         for (writer, scratch) in test_stores("reading").await {
             assert!(writer.claim_nonce(&[1; 32], "http://m", 1).await.unwrap());
             writer
-                .record_verdict(&test_support::passing_verdict([1; 32]), None)
+                .record_verdict(&test_support::passing_verdict([1; 32]), &[])
                 .await
                 .unwrap();
             let reader = Store::open_for_reading(&scratch.location).await.unwrap();

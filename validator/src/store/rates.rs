@@ -1,6 +1,7 @@
 //! Rate observations (what passing verdicts proved, per class) and imported (shared) rates.
 
 use super::{Store, StoreError, as_i64};
+use crate::memory::plan::WALK_KERNEL;
 use crate::rates::calibration::Observation;
 use crate::rates::{RateClass, SharedRate};
 
@@ -20,20 +21,27 @@ impl Store {
     /// A class's rate observations since `since_ms`, newest first; a revoked key's no longer
     /// count.
     pub async fn observations(&self, class: &RateClass, since_ms: u64) -> Result<Vec<Observation>, StoreError> {
-        let rows: Vec<(Vec<u8>, f64)> = sqlx::query_as(
+        // Walk bandwidths are kept apart from compute rates (one observation of each per verdict).
+        let select = if class.kernel == WALK_KERNEL {
+            "SELECT miner_key, ops_per_unit FROM walk_observations
+             WHERE backend = $1 AND kernel = $2 AND model = $3 AND n = $4 AND created_at_ms >= $5
+               AND miner_key NOT IN (SELECT miner_key FROM revoked_keys)
+             ORDER BY id DESC LIMIT $6"
+        } else {
             "SELECT miner_key, ops_per_unit FROM rate_observations
              WHERE backend = $1 AND kernel = $2 AND model = $3 AND n = $4 AND created_at_ms >= $5
                AND miner_key NOT IN (SELECT miner_key FROM revoked_keys)
-             ORDER BY id DESC LIMIT $6",
-        )
-        .bind(&class.backend)
-        .bind(&class.kernel)
-        .bind(&class.model)
-        .bind(i64::from(class.n))
-        .bind(as_i64(since_ms))
-        .bind(MAX_OBSERVATIONS_READ)
-        .fetch_all(&self.pool)
-        .await?;
+             ORDER BY id DESC LIMIT $6"
+        };
+        let rows: Vec<(Vec<u8>, f64)> = sqlx::query_as(select)
+            .bind(&class.backend)
+            .bind(&class.kernel)
+            .bind(&class.model)
+            .bind(i64::from(class.n))
+            .bind(as_i64(since_ms))
+            .bind(MAX_OBSERVATIONS_READ)
+            .fetch_all(&self.pool)
+            .await?;
         rows.into_iter()
             .map(|(key, ops_per_unit)| {
                 let miner_key = key
@@ -51,6 +59,7 @@ impl Store {
     pub async fn rate_classes(&self) -> Result<Vec<RateClass>, StoreError> {
         let rows: Vec<(String, String, String, i64)> = sqlx::query_as(
             "SELECT backend, kernel, model, n FROM rate_observations
+             UNION SELECT backend, kernel, model, n FROM walk_observations
              UNION SELECT backend, kernel, model, n FROM shared_rates
              ORDER BY 1, 2, 3, 4",
         )
@@ -154,7 +163,10 @@ mod tests {
         };
         assert!(store.claim_nonce(&[1; 32], "http://m", 1).await.unwrap());
         let stored = passing_verdict([1; 32]);
-        let id = store.record_verdict(&stored, Some(&observation)).await.unwrap();
+        let id = store
+            .record_verdict(&stored, std::slice::from_ref(&observation))
+            .await
+            .unwrap();
         let read = store
             .verdicts(&VerdictFilter {
                 limit: 1,
@@ -182,7 +194,7 @@ mod tests {
         // A verdict that cannot be stored (its nonce was never issued) leaves no observation.
         assert!(
             store
-                .record_verdict(&passing_verdict([9; 32]), Some(&observation))
+                .record_verdict(&passing_verdict([9; 32]), std::slice::from_ref(&observation))
                 .await
                 .is_err()
         );

@@ -3,7 +3,9 @@
 //!
 //! Versions: 1 the first; 2 verdicts keep the rate the planner expected; 3 verdicts keep where
 //! that rate came from and the slack, passing verdicts leave rate observations, imported
-//! (shared) rates; 4 leases; 5 verdicts keep what the memory phase proved. SQLite keeps the version in `PRAGMA user_version` (as it always
+//! (shared) rates; 4 leases; 5 verdicts keep what the memory phase proved, and passing ones
+//! leave walk bandwidth observations (a table of their own: one observation of each kind per
+//! verdict). SQLite keeps the version in `PRAGMA user_version` (as it always
 //! has), PostgreSQL in the one-row table `schema_version`.
 
 use super::{Dialect, Store, StoreError};
@@ -63,6 +65,18 @@ CREATE TABLE IF NOT EXISTS rate_observations (
     created_at_ms {int} NOT NULL
 );
 CREATE INDEX IF NOT EXISTS observations_by_class ON rate_observations (backend, kernel, model, n, id);
+CREATE TABLE IF NOT EXISTS walk_observations (
+    id            {id},
+    backend       TEXT NOT NULL,
+    kernel        TEXT NOT NULL,
+    model         TEXT NOT NULL,
+    n             {int} NOT NULL,
+    miner_key     {blob} NOT NULL CHECK (length(miner_key) = 32),
+    ops_per_unit  {real} NOT NULL CHECK (ops_per_unit > 0),
+    verdict_id    {int} NOT NULL UNIQUE REFERENCES verdicts(id),
+    created_at_ms {int} NOT NULL
+);
+CREATE INDEX IF NOT EXISTS walk_observations_by_class ON walk_observations (backend, kernel, model, n, id);
 CREATE TABLE IF NOT EXISTS shared_rates (
     backend        TEXT NOT NULL,
     kernel         TEXT NOT NULL,

@@ -2,6 +2,7 @@
 
 use super::{ClassObservation, Store, StoreError, as_i64, as_u64};
 use crate::memory::MemoryProof;
+use crate::memory::plan::WALK_KERNEL;
 use crate::rates::RateSource;
 use crate::reason::Reason;
 use crate::throughput::{Expectation, Throughput};
@@ -79,12 +80,12 @@ pub struct VerdictFilter {
 impl Store {
     /// Stores a verdict and returns its id.
     pub async fn insert_verdict(&self, v: &Verdict) -> Result<u64, StoreError> {
-        self.record_verdict(v, None).await
+        self.record_verdict(v, &[]).await
     }
 
-    /// Stores a verdict and, for a passing one, the rate it proved for its class, in one
-    /// transaction: a crash leaves both or neither.
-    pub async fn record_verdict(&self, v: &Verdict, observation: Option<&ClassObservation>) -> Result<u64, StoreError> {
+    /// Stores a verdict and, for a passing one, the rates it proved for its classes (compute,
+    /// and walk bandwidth), in one transaction: a crash leaves all or none.
+    pub async fn record_verdict(&self, v: &Verdict, observations: &[ClassObservation]) -> Result<u64, StoreError> {
         let json = |value: serde_json::Result<String>| value.map_err(|e| StoreError::Corrupt(e.to_string()));
         let nonce = hex::decode(&v.nonce).map_err(|e| StoreError::Corrupt(format!("nonce: {e}")))?;
         let miner_key = hex::decode(&v.miner_key).map_err(|e| StoreError::Corrupt(format!("miner key: {e}")))?;
@@ -124,21 +125,28 @@ impl Store {
         })
         .fetch_one(&mut *tx)
         .await?;
-        if let Some(o) = observation.filter(|o| o.ops_per_unit.is_finite() && o.ops_per_unit > 0.0) {
-            sqlx::query(
+        for o in observations
+            .iter()
+            .filter(|o| o.ops_per_unit.is_finite() && o.ops_per_unit > 0.0)
+        {
+            let insert = if o.class.kernel == WALK_KERNEL {
+                "INSERT INTO walk_observations (backend, kernel, model, n, miner_key, ops_per_unit, verdict_id, created_at_ms)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8)"
+            } else {
                 "INSERT INTO rate_observations (backend, kernel, model, n, miner_key, ops_per_unit, verdict_id, created_at_ms)
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
-            )
-            .bind(&o.class.backend)
-            .bind(&o.class.kernel)
-            .bind(&o.class.model)
-            .bind(i64::from(o.class.n))
-            .bind(o.miner_key.to_vec())
-            .bind(o.ops_per_unit)
-            .bind(id)
-            .bind(as_i64(v.created_at_ms))
-            .execute(&mut *tx)
-            .await?;
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8)"
+            };
+            sqlx::query(insert)
+                .bind(&o.class.backend)
+                .bind(&o.class.kernel)
+                .bind(&o.class.model)
+                .bind(i64::from(o.class.n))
+                .bind(o.miner_key.to_vec())
+                .bind(o.ops_per_unit)
+                .bind(id)
+                .bind(as_i64(v.created_at_ms))
+                .execute(&mut *tx)
+                .await?;
         }
         tx.commit().await?;
         as_u64(id)

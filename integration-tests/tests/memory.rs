@@ -1,0 +1,280 @@
+//! The memory phase end to end (PROTOCOL.md 18): real miner servers on loopback, the
+//! validator's whole attestation with its store, CPU backend, 1 MiB claimed (a pool of 15
+//! entries). The honest miner proves its memory; each cheating miner fails with the reason that
+//! names its cheat: on time for a pool it does not hold, on its openings for a pool or walk it
+//! made up.
+//!
+//! The walk is timed against this machine's own honest walk bandwidth, measured here first (a
+//! validator's rate row, as an operator would give it), so that the deadline sits at twice an
+//! honest walk whatever the machine; the tests take turns, so that none times another's load.
+
+mod common;
+
+use common::memory_cheats::{CheatingPools, MemoryCheat, serve_entries};
+use common::*;
+use gpu_attest_miner::backends::SelectedBackend;
+use gpu_attest_miner::config::Limits;
+use gpu_attest_miner::inventory::cpu_device;
+use gpu_attest_miner::nonces::NonceLog;
+use gpu_attest_shared::cpu::CpuBackend;
+use gpu_attest_shared::gemm::CpuGemm;
+use gpu_attest_shared::memory::params::pool_entries;
+use gpu_attest_shared::memory::pool::HostPool;
+use gpu_attest_shared::memory::walk::{WalkSpec, walk_all};
+use gpu_attest_shared::memory::{MemoryParams, PoolSpec};
+use gpu_attest_shared::{Backend, CancelToken, Work, selftest};
+use gpu_attest_validator::config::{Policy, RateEntry, ValidatorConfig};
+use gpu_attest_validator::memory::{MemoryConfig, walk_class};
+use gpu_attest_validator::reason::ReasonCode;
+use gpu_attest_validator::store::Verdict;
+use std::sync::Arc;
+use std::time::Instant;
+use tokio::sync::Mutex;
+
+/// One memory attestation at a time: each is timed against the machine's honest bandwidth.
+static TURN: Mutex<()> = Mutex::const_new(());
+
+/// The walk's deadline over an honest walk at the measured bandwidth.
+const TEST_WALK_SLACK: f64 = 2.5;
+
+/// This machine's honest walk bandwidth per core now, bytes per second: the best of three walks
+/// of the test pool's size on the test miners' two threads.
+fn honest_walk_rate_per_core() -> f64 {
+    let gemm = CpuGemm::new(TEST_CORES as usize, None).unwrap();
+    let work = Work::new(selftest::vector_params()).unwrap();
+    let spec = PoolSpec::new(&work, 0, TEST_MEMORY_BYTES, 950).unwrap();
+    let pool = HostPool::fill(&gemm, &spec, &|_| {}, &CancelToken::new()).unwrap();
+    let walk = WalkSpec {
+        nonce: [1; 32],
+        walk_seed: [2; 32],
+        device: 0,
+        pool_root: pool.root(),
+        entries: spec.entries(),
+        params: MemoryParams {
+            pool_permille: 950,
+            walkers: 4 * TEST_CORES,
+            walk_steps: 2048,
+            walk_checkpoint_every: 8,
+        },
+    };
+    let best = (0..3)
+        .map(|_| {
+            let started = Instant::now();
+            gemm.install(|| walk_all(&pool, &walk, &CancelToken::new())).unwrap();
+            started.elapsed().as_secs_f64()
+        })
+        .fold(f64::INFINITY, f64::min);
+    walk.params.walk_bytes() as f64 / best / f64::from(TEST_CORES)
+}
+
+/// The test validator with the memory phase: the walk rated at this machine's honest bandwidth
+/// (measured now), a walk of about 0.4 s, 16 walk samples, and a compute rate far below the
+/// CPU's, so that the chains and the fill never make an honest miner late.
+fn memory_config(dir: &TempDir, policy: Policy) -> ValidatorConfig {
+    let mut config = validator_config(dir, policy);
+    config.rates = vec![
+        RateEntry {
+            backend: "cpu".into(),
+            kernel: "walk".into(),
+            model: String::new(),
+            ops_per_sec: honest_walk_rate_per_core(),
+            peak_ops_per_sec: 0.0,
+            source: "this machine's honest walk, measured by the test".into(),
+        },
+        RateEntry {
+            backend: "cpu".into(),
+            kernel: String::new(),
+            model: String::new(),
+            ops_per_sec: 1.0e9,
+            peak_ops_per_sec: 0.0,
+            source: "integration tests".into(),
+        },
+    ];
+    config.memory = MemoryConfig {
+        enabled: true,
+        walk_target_ms: 400,
+        walk_samples: 16,
+        first_contact_slack: TEST_WALK_SLACK,
+        ..MemoryConfig::default()
+    };
+    config
+}
+
+/// A miner claiming `memory_bytes` on one CPU device of the test's cores, on `backend`.
+fn miner_with(seed: u8, backend: Arc<dyn Backend>, memory_bytes: u64) -> Arc<gpu_attest_miner::MinerCore> {
+    let cpu = CpuBackend::new(TEST_CORES as usize, None).unwrap();
+    let selected = SelectedBackend {
+        kernel: cpu.kernel().to_string(),
+        backend,
+        name: "cpu".into(),
+        devices: vec![cpu_device(TEST_CORES as usize, memory_bytes)],
+        notes: Vec::new(),
+        cuda: None,
+        self_checks: Vec::new(),
+    };
+    miner_on(
+        seed,
+        &[validator_key()],
+        selected,
+        Limits::default(),
+        NonceLog::in_memory(),
+    )
+}
+
+fn cheater(seed: u8, cheat: MemoryCheat, memory_bytes: u64) -> Arc<gpu_attest_miner::MinerCore> {
+    let cpu = CpuBackend::new(TEST_CORES as usize, None).unwrap();
+    miner_with(seed, Arc::new(CheatingPools::new(cpu, cheat)), memory_bytes)
+}
+
+fn honest(seed: u8) -> Arc<gpu_attest_miner::MinerCore> {
+    let cpu = CpuBackend::new(TEST_CORES as usize, None).unwrap();
+    miner_with(seed, Arc::new(cpu), TEST_MEMORY_BYTES)
+}
+
+/// One attestation of `core`'s miner with the memory phase, in turn with the others.
+async fn attest_memory(core: Arc<gpu_attest_miner::MinerCore>, policy: Policy) -> Verdict {
+    attest_registered(core, policy).await.0
+}
+
+/// The same, with the miner registered first (so that its passes teach the validator its
+/// classes): the verdict, and the walk bandwidth observations the store then holds.
+async fn attest_registered(core: Arc<gpu_attest_miner::MinerCore>, policy: Policy) -> (Verdict, Vec<f64>) {
+    let _turn = TURN.lock().await;
+    let key = core.public_key();
+    let claim = core.claim();
+    let miner = spawn_miner(core).await;
+    let dir = TempDir::new("memory");
+    let attestor = attestor(&memory_config(&dir, policy)).await;
+    let store = attestor.store();
+    store.register_miner(&miner.url(), None, key, false, 1).await.unwrap();
+    let verdict = attestor.attest(&miner.url(), &|_| {}).await.expect("a verdict");
+    let observed = store
+        .observations(&walk_class(&claim, &claim.devices[0]), 0)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|o| o.ops_per_unit)
+        .collect();
+    (verdict, observed)
+}
+
+/// The entry server of the slower-tier cheat: this binary, started again by the cheat with the
+/// environment that makes this test serve (it returns at once otherwise).
+#[test]
+#[ignore = "started by the slower-tier test in a process of its own"]
+fn entry_server() {
+    serve_entries();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_honest_miner_proves_its_memory_and_bandwidth() {
+    for policy in [Policy::Sampled, Policy::Full] {
+        let (verdict, observed) = attest_registered(honest(0x41), policy).await;
+        assert!(verdict.passed, "{policy:?}: {:?}", verdict.reasons);
+        let memory = verdict.memory.expect("a version 3 verdict states its memory");
+        eprintln!(
+            "{policy:?}: walk {} ms measured, expected {} ms, deadline {} ms",
+            memory.walk_measured_ms, memory.walk_expected_ms, memory.walk_deadline_ms
+        );
+        let entries = pool_entries(TEST_MEMORY_BYTES, 950);
+        assert_eq!(memory.devices.len(), 1);
+        assert_eq!(memory.devices[0].claimed_bytes, TEST_MEMORY_BYTES);
+        assert_eq!(memory.devices[0].pool_entries, entries);
+        assert_eq!(memory.devices[0].proven_bytes, entries * 65536);
+        assert_eq!(memory.walkers, 4 * TEST_CORES);
+        assert_eq!(
+            memory.walk_bytes,
+            u64::from(memory.walkers) * u64::from(memory.walk_steps) * 65536
+        );
+        assert!(memory.walk_measured_ms > 0 && memory.walk_measured_ms <= memory.walk_deadline_ms);
+        assert_eq!(
+            memory.walk_deadline_ms,
+            (memory.walk_expected_ms as f64 * TEST_WALK_SLACK).ceil() as u64
+        );
+        let proven = memory.proven_walk_bytes_per_sec.expect("a pass proves a bandwidth");
+        assert!(proven >= memory.walk_bytes as f64 / (memory.walk_deadline_ms as f64 / 1000.0));
+        assert_eq!(memory.bandwidth_source, "shipped"); // an operator's row counts as shipped
+        // The pass teaches the validator its walk class: the proven bandwidth per core.
+        assert_eq!(observed, vec![proven / f64::from(TEST_CORES)]);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_miner_holding_half_its_pool_fails_on_time() {
+    let half = pool_entries(TEST_MEMORY_BYTES, 950) / 2;
+    let verdict = attest_memory(
+        cheater(0x42, MemoryCheat::Recomputes { held: half }, TEST_MEMORY_BYTES),
+        Policy::Sampled,
+    )
+    .await;
+    assert_late(&verdict);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_miner_claiming_twice_its_memory_fails_on_time() {
+    // It claims 2 MiB, and has room for the pool of 1 MiB: it makes the rest again as it walks.
+    let held = pool_entries(TEST_MEMORY_BYTES, 950);
+    let verdict = attest_memory(
+        cheater(0x43, MemoryCheat::Recomputes { held }, 2 * TEST_MEMORY_BYTES),
+        Policy::Sampled,
+    )
+    .await;
+    assert_late(&verdict);
+    assert_eq!(verdict.inventory[0].memory_bytes, 2 * TEST_MEMORY_BYTES);
+    assert_eq!(verdict.memory.unwrap().devices[0].proven_bytes, 0);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_miner_fetching_half_its_pool_from_another_process_fails_on_time() {
+    let dir = TempDir::new("entry-server");
+    let cheat = MemoryCheat::FetchesFromAnotherProcess {
+        exe: std::env::current_exe().unwrap(),
+        server_test: "entry_server".into(),
+        dir: dir.path("server"),
+    };
+    let verdict = attest_memory(cheater(0x44, cheat, TEST_MEMORY_BYTES), Policy::Sampled).await;
+    assert_late(&verdict);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_miner_committing_a_cheap_pool_fails_on_its_entries() {
+    let verdict = attest_memory(
+        cheater(0x45, MemoryCheat::CheapPool, TEST_MEMORY_BYTES),
+        Policy::Sampled,
+    )
+    .await;
+    let reason = failed_with(&verdict, ReasonCode::PoolEntryMismatch);
+    assert!(reason.message.contains("fake pool"), "{}", reason.message);
+    // Its walk was on time: only the openings catch it.
+    assert!(!verdict.reasons.iter().any(|r| r.code == ReasonCode::LateWalk));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_miner_faking_walk_steps_fails_on_its_openings() {
+    let verdict = attest_memory(
+        cheater(0x46, MemoryCheat::FakesHalfTheSteps, TEST_MEMORY_BYTES),
+        Policy::Sampled,
+    )
+    .await;
+    failed_with(&verdict, ReasonCode::WalkSegmentMismatch);
+}
+
+/// The verdict failed on the walk's clock, and proves no memory.
+fn assert_late(verdict: &Verdict) {
+    assert!(!verdict.passed, "a cheating miner passed: {verdict:?}");
+    assert!(
+        verdict
+            .reasons
+            .iter()
+            .any(|r| matches!(r.code, ReasonCode::LateWalk | ReasonCode::WalkTimedOut)),
+        "not failed on time: {:?}",
+        verdict.reasons
+    );
+    let memory = verdict.memory.as_ref().unwrap();
+    eprintln!(
+        "walk: {} ms measured (0: none came), expected {} ms, deadline {} ms",
+        memory.walk_measured_ms, memory.walk_expected_ms, memory.walk_deadline_ms
+    );
+    assert!(memory.devices.iter().all(|d| d.proven_bytes == 0));
+    assert_eq!(memory.proven_walk_bytes_per_sec, None);
+}
