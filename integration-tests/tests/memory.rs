@@ -278,3 +278,218 @@ fn assert_late(verdict: &Verdict) {
     assert!(memory.devices.iter().all(|d| d.proven_bytes == 0));
     assert_eq!(memory.proven_walk_bytes_per_sec, None);
 }
+
+/// A version 3 challenge to `core`'s miner: small chains, the memory phase at 1000 permille
+/// with 4 walkers of 16 steps, a checkpoint every 8.
+fn v3_challenge(core: &gpu_attest_miner::MinerCore, nonce: u8) -> gpu_attest_proto::v1::Challenge {
+    let now = gpu_attest_miner::core::now_ms();
+    let challenge = gpu_attest_shared::statement::Challenge {
+        params: gpu_attest_shared::params::ChallengeParams {
+            nonce: [nonce; 32],
+            seed: [1; 32],
+            miner_key: core.public_key().0,
+            n: 64,
+            num_chains: 2,
+            iterations: 2,
+            checkpoint_every: 1,
+        },
+        issued_at_ms: now,
+        deadline_ms: now + 60_000,
+        validator_key: validator_key(),
+        inventory_digest: core.claim().digest(),
+        memory: Some(MemoryParams {
+            pool_permille: 1000,
+            walkers: 4,
+            walk_steps: 16,
+            walk_checkpoint_every: 8,
+        }),
+    };
+    let validator = gpu_attest_shared::identity::Identity::from_seed([VALIDATOR_SEED; 32]);
+    gpu_attest_proto::convert::challenge_to_wire(&challenge, &challenge.sign(&validator))
+}
+
+/// A walk request for `nonce`, signed by `signer`.
+fn walk_request(nonce: u8, signer: &gpu_attest_shared::identity::Identity) -> gpu_attest_proto::v1::WalkRequest {
+    let (nonce, seed, deadline) = ([nonce; 32], [7; 32], gpu_attest_miner::core::now_ms() + 10_000);
+    gpu_attest_proto::convert::walk_request_to_wire(&gpu_attest_proto::convert::WalkRequest {
+        nonce,
+        walk_seed: seed,
+        deadline_ms: deadline,
+        validator_key: signer.public_key().0,
+        signature: signer.sign(&gpu_attest_shared::memory::statement::walk_request_bytes(
+            &nonce, &seed, deadline,
+        )),
+    })
+}
+
+/// Runs a challenge on the miner through the real service, to its commitment.
+async fn committed(
+    client: &mut gpu_attest_proto::v1::miner_client::MinerClient<tonic::transport::Channel>,
+    challenge: gpu_attest_proto::v1::Challenge,
+) -> gpu_attest_proto::v1::Commitment {
+    use gpu_attest_proto::v1::challenge_event::Event;
+    let mut stream = client.run_challenge(challenge).await.unwrap().into_inner();
+    while let Some(event) = stream.message().await.unwrap() {
+        if let Some(Event::Commitment(c)) = event.event {
+            return c;
+        }
+    }
+    panic!("no commitment");
+}
+
+/// Every refusal of the walk and of walk samples is its own status, before it uses anything up:
+/// a walk request for a version 2 commitment, one badly signed, one from another validator, a
+/// second one; walk samples before the walk and out of range; and a backend without pools
+/// refusing a version 3 challenge outright.
+#[tokio::test(flavor = "multi_thread")]
+async fn walk_requests_and_walk_samples_are_refused_by_status() {
+    use gpu_attest_proto::v1::miner_client::MinerClient;
+    use gpu_attest_shared::identity::Identity;
+    use gpu_attest_shared::memory::statement::{WalkSample, open_request_bytes_v3};
+    use tonic::Code;
+    let _turn = TURN.lock().await;
+    let validator = Identity::from_seed([VALIDATOR_SEED; 32]);
+    let core = honest(0x47);
+    let miner = spawn_miner(core.clone()).await;
+    let mut client = MinerClient::connect(miner.url()).await.unwrap();
+    let inventory = client
+        .get_inventory(gpu_attest_proto::v1::GetInventoryRequest {})
+        .await
+        .unwrap();
+    assert_eq!(inventory.into_inner().protocol_version, 3);
+
+    // A version 2 commitment has nothing to walk.
+    let v2 = {
+        let mut c = v3_challenge(&core, 0x50);
+        c.memory = None;
+        let (mut statement, _) = gpu_attest_proto::convert::challenge_from_wire(&c).unwrap();
+        statement.memory = None;
+        gpu_attest_proto::convert::challenge_to_wire(&statement, &statement.sign(&validator))
+    };
+    let commitment = committed(&mut client, v2).await;
+    assert!(commitment.pools.is_empty());
+    let refused = client.walk_pool(walk_request(0x50, &validator)).await.unwrap_err();
+    assert_eq!(refused.code(), Code::FailedPrecondition, "{refused:?}");
+
+    let commitment = committed(&mut client, v3_challenge(&core, 0x51)).await;
+    assert_eq!(commitment.pools.len(), 1);
+    assert_eq!(commitment.pools[0].entries, 16); // 1 MiB at 1000 permille
+
+    // Walk samples before the walk.
+    let walks = [WalkSample {
+        device: 0,
+        walker: 1,
+        segment: 1,
+    }];
+    let open = |walks: &[WalkSample]| gpu_attest_proto::v1::OpenChainsRequest {
+        nonce: vec![0x51; 32],
+        samples: Vec::new(),
+        validator_key: validator.public_key().0.to_vec(),
+        signature: validator.sign(&open_request_bytes_v3(&[0x51; 32], &[], walks)).to_vec(),
+        walk_samples: walks
+            .iter()
+            .map(gpu_attest_proto::convert::walk_sample_to_wire)
+            .collect(),
+    };
+    let early = client.open_chains(open(&walks)).await.unwrap_err();
+    assert_eq!(early.code(), Code::FailedPrecondition, "{early:?}");
+
+    let mut forged = walk_request(0x51, &validator);
+    forged.signature[0] ^= 1;
+    assert_eq!(
+        client.walk_pool(forged).await.unwrap_err().code(),
+        Code::Unauthenticated
+    );
+    let stranger = Identity::from_seed([0x99; 32]);
+    assert_eq!(
+        client
+            .walk_pool(walk_request(0x51, &stranger))
+            .await
+            .unwrap_err()
+            .code(),
+        Code::PermissionDenied
+    );
+    assert_eq!(
+        client
+            .walk_pool(walk_request(0x52, &validator))
+            .await
+            .unwrap_err()
+            .code(),
+        Code::NotFound
+    );
+    let statement = client
+        .walk_pool(walk_request(0x51, &validator))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(statement.roots.len(), 1);
+    let again = client.walk_pool(walk_request(0x51, &validator)).await.unwrap_err();
+    assert_eq!(again.code(), Code::AlreadyExists, "{again:?}");
+
+    // Out of range, then the one round that answers.
+    let beyond = [WalkSample {
+        device: 0,
+        walker: 4,
+        segment: 0,
+    }];
+    assert_eq!(
+        client.open_chains(open(&beyond)).await.unwrap_err().code(),
+        Code::OutOfRange
+    );
+    let mut openings = client.open_chains(open(&walks)).await.unwrap().into_inner();
+    let opening = openings.message().await.unwrap().unwrap();
+    let walk = opening.walk.expect("a walk opening");
+    assert_eq!((walk.device, walk.walker, walk.segment), (0, 1, 1));
+    assert_eq!(walk.entries.len(), 8);
+    assert!(walk.entries.iter().all(|e| e.entry.len() == 65536));
+    assert!(openings.message().await.unwrap().is_none());
+
+    // A backend that cannot hold pools speaks version 2 and refuses the memory phase up front.
+    let breakable = common::breakable::BreakableBackend {
+        cpu: CpuBackend::new(TEST_CORES as usize, None).unwrap(),
+        broken: Default::default(),
+    };
+    let without_pools = miner_with(0x48, Arc::new(breakable), TEST_MEMORY_BYTES);
+    assert_eq!(without_pools.protocol_version(), 2);
+    let refused = without_pools
+        .accept(&v3_challenge(&without_pools, 0x53), gpu_attest_miner::core::now_ms())
+        .err()
+        .unwrap();
+    assert_eq!(refused.code(), Code::FailedPrecondition, "{refused}");
+}
+
+/// BENCHMARKS.md "The memory phase end to end": 20 honest attestations and 20 of a miner holding
+/// half its pool, in turn, each by a fresh validator against this machine's measured walk
+/// bandwidth. Run it alone: `cargo test -p gpu-attest-integration-tests --test memory --
+/// --ignored --nocapture twenty_runs`.
+#[tokio::test(flavor = "multi_thread")]
+#[ignore = "a measurement for BENCHMARKS.md, about two minutes"]
+async fn twenty_runs_honest_and_half_pool() {
+    let half = pool_entries(TEST_MEMORY_BYTES, 950) / 2;
+    let (mut passed, mut caught) = (0, 0);
+    let mut honest_ratios = Vec::new();
+    for run in 0..20u8 {
+        let verdict = attest_memory(honest(0x60 + run), Policy::Sampled).await;
+        let memory = verdict.memory.as_ref().unwrap();
+        honest_ratios.push(memory.walk_measured_ms as f64 / memory.walk_expected_ms as f64);
+        if verdict.passed {
+            passed += 1;
+        } else {
+            eprintln!("honest run {run} failed: {:?}", verdict.reasons);
+        }
+        let verdict = attest_memory(
+            cheater(0x80 + run, MemoryCheat::Recomputes { held: half }, TEST_MEMORY_BYTES),
+            Policy::Sampled,
+        )
+        .await;
+        if !verdict.passed {
+            caught += 1;
+        }
+    }
+    honest_ratios.sort_by(f64::total_cmp);
+    eprintln!(
+        "honest passed {passed} of 20 (walk time over expected: min {:.2}, median {:.2}, max {:.2}; deadline at {TEST_WALK_SLACK}); half-pool caught {caught} of 20",
+        honest_ratios[0], honest_ratios[10], honest_ratios[19]
+    );
+    assert_eq!((passed, caught), (20, 20));
+}

@@ -21,7 +21,7 @@ use gpu_attest_shared::memory::statement::{
     WalkSample, WalkStatement, open_request_bytes_v3, walk_opening_bytes, walk_request_bytes,
 };
 use gpu_attest_shared::opening::{SampleRequest, check_sample, open_chain};
-use gpu_attest_shared::params::PROTOCOL_VERSION;
+use gpu_attest_shared::params::{MIN_PROTOCOL_VERSION, PROTOCOL_VERSION};
 use gpu_attest_shared::statement::{Challenge, Commitment, open_request_bytes, opening_bytes};
 use gpu_attest_shared::{BackendError, CancelToken, Work};
 use std::collections::{HashSet, VecDeque};
@@ -176,11 +176,21 @@ impl MinerCore {
         }
     }
 
+    /// The protocol version this miner speaks: 3 (the memory phase) where its backend can hold
+    /// pools, 2 otherwise (PROTOCOL.md 14.2).
+    pub fn protocol_version(&self) -> u32 {
+        if self.selected.backend.holds_pools() {
+            PROTOCOL_VERSION
+        } else {
+            MIN_PROTOCOL_VERSION
+        }
+    }
+
     pub fn inventory(&self) -> Inventory {
         Inventory {
             miner_key: self.public_key(),
             claim: self.claim(),
-            protocol_version: PROTOCOL_VERSION,
+            protocol_version: self.protocol_version(),
             software_version: env!("CARGO_PKG_VERSION").to_string(),
             limits: MinerLimits {
                 max_n: self.limits.max_n,
@@ -222,6 +232,9 @@ impl MinerCore {
             });
         }
         let work = Work::new(challenge.params)?;
+        if challenge.memory.is_some() && !self.selected.backend.holds_pools() {
+            return Err(MinerError::MemoryPhaseUnsupported(self.selected.name.clone()));
+        }
         let pool_plan = challenge
             .memory
             .map(|memory| PoolPlan::new(memory, &work, &self.selected.devices))

@@ -67,6 +67,10 @@ pub enum MinerError {
     Open(#[from] OpenError),
     #[error("cannot record the nonce, so the challenge is refused: {0}")]
     NonceLog(#[from] crate::nonces::NonceLogError),
+    #[error(
+        "this miner's {0} backend cannot hold memory pools yet, so it speaks protocol version 2 (see its inventory): send a challenge without the memory phase"
+    )]
+    MemoryPhaseUnsupported(String),
     #[error("invalid memory phase: {0}")]
     Memory(MemoryError),
     #[error("the memory phase failed: {0}")]
@@ -98,9 +102,10 @@ impl MinerError {
             }
             MinerError::BadWalkSignature => Code::Unauthenticated,
             MinerError::AlreadyWalked(_) => Code::AlreadyExists,
-            MinerError::NoMemoryPhase(_) | MinerError::NotWalked | MinerError::PoolsReleased => {
-                Code::FailedPrecondition
-            }
+            MinerError::NoMemoryPhase(_)
+            | MinerError::NotWalked
+            | MinerError::PoolsReleased
+            | MinerError::MemoryPhaseUnsupported(_) => Code::FailedPrecondition,
             MinerError::WalkSampleOutOfRange(_) => Code::OutOfRange,
             MinerError::TooManyWalkSamples { .. } => Code::ResourceExhausted,
             MinerError::Fill(b) | MinerError::Walk(b) => backend_code(b),

@@ -68,6 +68,11 @@ pub trait Backend: Send + Sync {
         Ok(())
     }
 
+    /// Whether [`Backend::fill_pool`] works here: a miner speaks protocol version 3 (the memory
+    /// phase) only on a backend that can hold pools.
+    fn holds_pools(&self) -> bool {
+        false
+    }
     /// Fills `spec`'s pool on its device (`spec.device()`) and keeps it there (PROTOCOL.md
     /// 18.2). `progress` hears the entries made so far, now and then. Backends that cannot hold
     /// a pool yet say so.

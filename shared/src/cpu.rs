@@ -135,6 +135,10 @@ impl Backend for CpuBackend {
         }
     }
 
+    fn holds_pools(&self) -> bool {
+        true
+    }
+
     fn fill_pool(
         &self,
         spec: &PoolSpec,

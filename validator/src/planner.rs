@@ -602,10 +602,20 @@ mod tests {
         old.protocol_version = 2;
         let refused = plan(&old, &with_memory, &book, true, [0; 32], [0; 32]).unwrap_err();
         assert_eq!(refused, PlanError::Memory(MemoryPlanError::NotSpoken(2)));
-        assert!(refused.to_string().contains("enabled = false"), "{refused}");
-        // Without the memory phase, a version 2 miner is challenged as before.
+        assert!(refused.to_string().contains("required = false"), "{refused}");
+        // Without the memory phase, or where it is not required, a version 2 miner is
+        // challenged as before.
+        let without = plan(&old, &config(ChallengeConfig::default()), &book, true, [0; 32], [0; 32]);
+        assert!(without.unwrap().memory.is_none());
+        let optional = ValidatorConfig {
+            memory: MemoryConfig {
+                required: false,
+                ..MemoryConfig::default()
+            },
+            ..ValidatorConfig::default()
+        };
         assert!(
-            plan(&old, &config(ChallengeConfig::default()), &book, true, [0; 32], [0; 32])
+            plan(&old, &optional, &book, true, [0; 32], [0; 32])
                 .unwrap()
                 .memory
                 .is_none()

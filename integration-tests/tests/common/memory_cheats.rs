@@ -86,6 +86,9 @@ impl Backend for CheatingPools {
     ) -> Result<Matrix, BackendError> {
         self.cpu.advance(work, chain, start, first, steps, cancel)
     }
+    fn holds_pools(&self) -> bool {
+        true
+    }
     fn fill_pool(
         &self,
         spec: &PoolSpec,

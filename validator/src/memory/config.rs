@@ -5,10 +5,14 @@ use serde::{Deserialize, Serialize};
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct MemoryConfig {
-    /// Ask every miner for the memory phase (protocol version 3). A miner that speaks only
-    /// version 2 is then refused; with it off, challenges are version 2 and verdicts prove no
-    /// memory.
+    /// Ask every miner that speaks protocol version 3 for the memory phase. Off, challenges are
+    /// version 2 and verdicts prove no memory.
     pub enabled: bool,
+    /// Refuse to attest a miner that cannot do the memory phase (it speaks version 2: today
+    /// every miner on the CUDA backend, whose pools are not built yet). Off, such a miner is
+    /// challenged without it, and its verdicts say `memory: null`: they prove compute, not
+    /// memory.
+    pub required: bool,
     /// Thousandths of each device's claimed memory that its pool fills (PROTOCOL.md 18.6).
     pub pool_permille: u32,
     /// Walkers per GPU: many must be in flight to keep a GPU's memory busy.
@@ -29,6 +33,7 @@ impl Default for MemoryConfig {
     fn default() -> Self {
         MemoryConfig {
             enabled: true,
+            required: true,
             pool_permille: 950,
             walkers_per_gpu: 8192,
             walkers_per_core: 4,

@@ -83,7 +83,7 @@ impl MemoryPlan {
 #[derive(Debug, thiserror::Error, Clone, PartialEq)]
 pub enum MemoryPlanError {
     #[error(
-        "miner speaks protocol version {0}, which cannot prove memory (version {PROTOCOL_VERSION} can): upgrade the miner, or set [memory] enabled = false to attest it without the memory phase"
+        "miner speaks protocol version {0}, which cannot prove memory (version {PROTOCOL_VERSION} can; a miner on the CUDA backend speaks 2 until its pools are built): set [memory] required = false to attest it without the memory phase (its verdicts then prove no memory)"
     )]
     NotSpoken(u32),
     #[error(
@@ -130,7 +130,10 @@ pub fn plan_memory(
         return Ok(None);
     }
     if inventory.protocol_version < 3 {
-        return Err(MemoryPlanError::NotSpoken(inventory.protocol_version));
+        return match config.required {
+            true => Err(MemoryPlanError::NotSpoken(inventory.protocol_version)),
+            false => Ok(None),
+        };
     }
     let claim = &inventory.claim;
     let permille = config.pool_permille;
