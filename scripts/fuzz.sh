@@ -9,7 +9,8 @@ binary=$(cargo test --release --locked -p gpu-attest-integration-tests --test ho
   sed -n 's/.*Executable .*(\(.*\))$/\1/p' | tail -n 1)
 [ -x "$binary" ] || { echo "could not build the hostile_inputs test binary" >&2; exit 2; }
 for target in arbitrary_bytes_never_panic_the_decoders arbitrary_challenges_are_refused \
-              arbitrary_commitments_are_rejected mutated_openings_never_verify; do
+              arbitrary_commitments_are_rejected mutated_openings_never_verify \
+              arbitrary_walk_openings_are_rejected; do
   start=$(date +%s)
   PROPTEST_CASES=$cases "$binary" --exact "$target" -q >/dev/null
   echo "$target: $cases cases, no failure, $(( $(date +%s) - start )) s"

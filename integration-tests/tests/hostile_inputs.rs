@@ -6,7 +6,10 @@
 mod common;
 
 use common::*;
-use gpu_attest_proto::convert::{challenge_from_wire, challenge_to_wire, commitment_from_wire, opening_from_wire};
+use gpu_attest_proto::convert::{
+    challenge_from_wire, challenge_to_wire, commitment_from_wire, open_request_from_wire, opening_from_wire,
+    walk_opening_from_wire, walk_request_from_wire, walk_statement_from_wire,
+};
 use gpu_attest_proto::v1;
 use gpu_attest_shared::commitment::{DeviceRoot, WorkCommitment};
 use gpu_attest_shared::cpu::CpuBackend;
@@ -59,6 +62,39 @@ fn honest() -> &'static (Work, Execution, ChainOpening) {
     })
 }
 
+/// Checks a decoded walk opening of any shape against a small walk (PROTOCOL.md 18.7's sizes):
+/// whatever it holds, the check answers, without panicking.
+fn check_any_walk_opening(
+    opening: &gpu_attest_shared::memory::check::WalkOpening,
+) -> Result<(), gpu_attest_shared::memory::check::WalkCheckError> {
+    use gpu_attest_shared::memory::walk::WalkSpec;
+    use gpu_attest_shared::memory::{MemoryParams, PoolSpec};
+    let pool = PoolSpec::with_entries(&honest().0, 0, 4);
+    let walk = WalkSpec {
+        nonce: [1; 32],
+        walk_seed: [2; 32],
+        device: 0,
+        pool_root: Digest([3; 32]),
+        entries: 4,
+        params: MemoryParams {
+            pool_permille: 1000,
+            walkers: 3,
+            walk_steps: 16,
+            walk_checkpoint_every: 4,
+        },
+    };
+    let is_made =
+        |entry: u64, bytes: &[u8]| gpu_attest_shared::memory::pool::entry_rows_match(&pool, entry, bytes, &[0, 255]);
+    gpu_attest_shared::memory::check::check_segment(
+        &walk,
+        &pool,
+        &Digest([4; 32]),
+        (opening.walker, opening.segment),
+        opening,
+        &is_made,
+    )
+}
+
 fn any_digest() -> impl Strategy<Value = Digest> {
     any::<[u8; 32]>().prop_map(Digest)
 }
@@ -81,8 +117,53 @@ proptest! {
         }
         if let Ok(o) = v1::ChainOpening::decode(bytes.as_slice()) {
             let _ = opening_from_wire(&o, 64);
+            if let Some(walk) = &o.walk
+                && let Ok((_, opening, _)) = walk_opening_from_wire(walk)
+            {
+                let _ = check_any_walk_opening(&opening);
+            }
         }
-        let _ = v1::OpenChainsRequest::decode(bytes.as_slice());
+        if let Ok(r) = v1::OpenChainsRequest::decode(bytes.as_slice()) {
+            let _ = open_request_from_wire(&r);
+        }
+        if let Ok(w) = v1::WalkStatement::decode(bytes.as_slice())
+            && let Ok((statement, sig)) = walk_statement_from_wire(&w)
+        {
+            let _ = statement.miner_key.verify(&statement.signing_bytes(), &sig);
+        }
+        if let Ok(r) = v1::WalkRequest::decode(bytes.as_slice()) {
+            let _ = walk_request_from_wire(&r);
+        }
+    }
+
+    /// Walk openings of any shape (PROTOCOL.md 18.5): any walker, segment, checkpoints, proofs
+    /// and entries of the right size or not. The check answers without panicking, and none
+    /// passes against a walk and pool they were not made from.
+    #[test]
+    fn arbitrary_walk_openings_are_rejected(
+        walker in any::<u32>().prop_map(|w| w % 5),
+        segment in any::<u32>().prop_map(|q| q % 6),
+        checkpoints in proptest::collection::vec(any_digest(), 0..8),
+        proof in proptest::collection::vec(any_digest(), 0..4),
+        entries in proptest::collection::vec((any::<u8>(), 0..3usize, proptest::collection::vec(any_digest(), 0..4)), 0..6),
+    ) {
+        use gpu_attest_shared::memory::check::{OpenedEntry, WalkOpening};
+        use gpu_attest_shared::merkle::MerkleProof;
+        let opening = WalkOpening {
+            device: 0,
+            walker,
+            segment,
+            checkpoints,
+            proof: MerkleProof { siblings: proof },
+            entries: entries
+                .into_iter()
+                .map(|(fill, size, siblings)| OpenedEntry {
+                    bytes: vec![fill; [65536, 65535, 0][size]],
+                    proof: MerkleProof { siblings },
+                })
+                .collect(),
+        };
+        prop_assert!(check_any_walk_opening(&opening).is_err());
     }
 
     /// Challenges with arbitrary fields reach the miner's acceptance checks and are refused
