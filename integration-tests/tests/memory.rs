@@ -194,6 +194,10 @@ async fn an_honest_miner_proves_its_memory_and_bandwidth() {
         let proven = memory.proven_walk_bytes_per_sec.expect("a pass proves a bandwidth");
         assert!(proven >= memory.walk_bytes as f64 / (memory.walk_deadline_ms as f64 / 1000.0));
         assert_eq!(memory.bandwidth_source, "shipped"); // an operator's row counts as shipped
+        // The fill is work done within the measured time, and counted in what the pass proves.
+        let p = &verdict.params;
+        let chains = 2.0 * f64::from(p.n).powi(3) * p.num_chains as f64 * f64::from(p.iterations);
+        assert_eq!(verdict.throughput.operations, chains + entries as f64 * 2f64.powi(31));
         // The pass teaches the validator its walk class: the proven bandwidth per core.
         assert_eq!(observed, vec![proven / f64::from(TEST_CORES)]);
     }

@@ -23,7 +23,8 @@ pub struct Expectation {
 
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Throughput {
-    /// Operations the challenge required: 2 n^3 M K.
+    /// Operations the challenge required: 2 n^3 M K, plus the pools' fill (2^31 an entry) in
+    /// a version 3 challenge.
     pub operations: f64,
     /// Operations per second the measured time proves, `operations / measured`; only for a
     /// passing verdict (a failed one proves nothing).
@@ -48,9 +49,20 @@ pub fn operations(params: &StoredParams) -> f64 {
 }
 
 impl Throughput {
-    pub fn of(params: &StoredParams, devices: usize, measured_ms: u64, expected: &Expectation, passed: bool) -> Self {
+    /// What a verdict proves of `params`' chains and `fill_ops`, the operations that made the
+    /// pools of a version 3 challenge (PROTOCOL.md 18.6): both are done within the measured
+    /// time, and both are checked (the chains by their openings, the pools by their entries'
+    /// rows), so the proven rate counts both.
+    pub fn of(
+        params: &StoredParams,
+        fill_ops: f64,
+        devices: usize,
+        measured_ms: u64,
+        expected: &Expectation,
+        passed: bool,
+    ) -> Self {
         let expected_ops_per_sec = expected.ops_per_sec;
-        let operations = operations(params);
+        let operations = operations(params) + fill_ops;
         // A commitment cannot arrive in less than a millisecond of measured time.
         let proven = passed.then(|| operations / (measured_ms.max(1) as f64 / 1000.0));
         Throughput {
@@ -168,7 +180,7 @@ mod tests {
     #[test]
     fn a_pass_proves_operations_over_the_measured_time() {
         // 10 chains of n = 1024, K = 4: 8.59e10 operations, in 2 s on 2 devices.
-        let t = Throughput::of(&params(1024, 10, 4), 2, 2_000, &expected(1.0e10), true);
+        let t = Throughput::of(&params(1024, 10, 4), 0.0, 2, 2_000, &expected(1.0e10), true);
         assert_eq!(t.operations, 2.0 * 1024f64.powi(3) * 10.0 * 4.0);
         let proven = t.proven_ops_per_sec.unwrap();
         assert!((proven - t.operations / 2.0).abs() < 1.0);
@@ -184,7 +196,7 @@ mod tests {
 
     #[test]
     fn a_fail_proves_nothing() {
-        let t = Throughput::of(&params(64, 5, 4), 1, 100, &expected(1.0e8), false);
+        let t = Throughput::of(&params(64, 5, 4), 0.0, 1, 100, &expected(1.0e8), false);
         assert!(t.operations > 0.0);
         assert_eq!(t.proven_ops_per_sec, None);
         assert_eq!(t.proven_ops_per_sec_per_device, None);

@@ -60,6 +60,7 @@ impl Outcome {
         });
         let throughput = Throughput::of(
             &stored,
+            memory.as_ref().map_or(0.0, MemoryProof::fill_ops),
             self.plan.claim.devices.len(),
             self.measured_ms,
             &self.plan.expectation,

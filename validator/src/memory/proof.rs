@@ -94,6 +94,14 @@ impl MemoryProof {
         self.devices.iter().map(|d| d.proven_bytes).sum()
     }
 
+    /// The int8 operations that made every pool: 2^31 an entry (PROTOCOL.md 18.1).
+    pub fn fill_ops(&self) -> f64 {
+        self.devices
+            .iter()
+            .map(|d| d.pool_entries as f64 * gpu_attest_shared::memory::ENTRY_OPS as f64)
+            .sum()
+    }
+
     /// The memory claimed in all, bytes.
     pub fn claimed_bytes(&self) -> u64 {
         self.devices.iter().map(|d| d.claimed_bytes).sum()

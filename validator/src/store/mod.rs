@@ -460,6 +460,28 @@ pub(crate) mod test_support {
             miners: 0,
             slack: 3.0,
         };
+        // A version 3 verdict: its pools are in what it proves.
+        let memory = crate::memory::MemoryProof {
+            pool_permille: 950,
+            walkers: 8,
+            walk_steps: 64,
+            walk_checkpoint_every: 8,
+            walk_samples: 64,
+            devices: vec![crate::memory::DeviceMemory {
+                claimed_bytes: 1 << 20,
+                pool_entries: 15,
+                proven_bytes: 15 << 16,
+            }],
+            walk_bytes: 8 * 64 * 65536,
+            walk_measured_ms: 20,
+            walk_expected_ms: 50,
+            walk_deadline_ms: 100,
+            expected_walk_bytes_per_sec: 4.0e9,
+            proven_walk_bytes_per_sec: Some(1.6777216e9),
+            bandwidth_source: "shipped".into(),
+            bandwidth_miners: 0,
+            slack: 2.0,
+        };
         Verdict {
             id: 0,
             miner_url: "http://m".into(),
@@ -469,7 +491,7 @@ pub(crate) mod test_support {
             reasons: Vec::new(),
             policy: "sampled".into(),
             samples: 8,
-            throughput: Throughput::of(&params, 1, 50, &expectation, true),
+            throughput: Throughput::of(&params, memory.fill_ops(), 1, 50, &expectation, true),
             params,
             measured_ms: 50,
             expected_ms: 100,
@@ -479,27 +501,7 @@ pub(crate) mod test_support {
             kernel: "portable".into(),
             global_checksum: hex::encode([3u8; 32]),
             created_at_ms: 1_000,
-            memory: Some(crate::memory::MemoryProof {
-                pool_permille: 950,
-                walkers: 8,
-                walk_steps: 64,
-                walk_checkpoint_every: 8,
-                walk_samples: 64,
-                devices: vec![crate::memory::DeviceMemory {
-                    claimed_bytes: 1 << 20,
-                    pool_entries: 15,
-                    proven_bytes: 15 << 16,
-                }],
-                walk_bytes: 8 * 64 * 65536,
-                walk_measured_ms: 20,
-                walk_expected_ms: 50,
-                walk_deadline_ms: 100,
-                expected_walk_bytes_per_sec: 4.0e9,
-                proven_walk_bytes_per_sec: Some(1.6777216e9),
-                bandwidth_source: "shipped".into(),
-                bandwidth_miners: 0,
-                slack: 2.0,
-            }),
+            memory: Some(memory),
         }
     }
 

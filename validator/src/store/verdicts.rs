@@ -200,13 +200,14 @@ fn verdict_from_row(r: &sqlx::any::AnyRow) -> Result<Verdict, StoreError> {
         miners: small(r.try_get(19)?, "rate_miners")?,
         slack: r.try_get(20)?,
     };
-    let throughput = Throughput::of(&params, inventory.len(), measured_ms, &expectation, passed);
     let memory_json: String = r.try_get(21)?;
-    let memory = if memory_json.is_empty() {
+    let memory: Option<MemoryProof> = if memory_json.is_empty() {
         None
     } else {
         Some(serde_json::from_str(&memory_json).map_err(|e| corrupt("memory", e))?)
     };
+    let fill_ops = memory.as_ref().map_or(0.0, MemoryProof::fill_ops);
+    let throughput = Throughput::of(&params, fill_ops, inventory.len(), measured_ms, &expectation, passed);
     Ok(Verdict {
         id: as_u64(r.try_get(0)?)?,
         miner_url: r.try_get(1)?,
