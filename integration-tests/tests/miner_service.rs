@@ -284,14 +284,15 @@ fn committed_and_asked(
         .unwrap();
     core.commit(accepted, execution, 1);
     let validator = Identity::from_seed([VALIDATOR_SEED; 32]);
-    let (recent, chains, _) = core
+    let round = core
         .check_open_request(&signed_open_request(c.params.nonce, &validator, samples))
         .unwrap();
-    let samples = chains
+    let samples = round
+        .chains
         .into_iter()
         .map(gpu_attest_miner::openings::Sample::Chain)
         .collect();
-    (recent, samples)
+    (round.recent, samples)
 }
 
 /// A validator that stops reading its openings fills the stream's buffer, and the hand-over of

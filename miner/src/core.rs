@@ -74,6 +74,14 @@ impl AcceptedChallenge {
     }
 }
 
+/// An open request that passed every check: the commitment it opens and what to open, the
+/// chain segments first, then the walk segments (version 3).
+pub struct OpenRound {
+    pub recent: Arc<RecentCommitment>,
+    pub chains: Vec<SampleRequest>,
+    pub walks: Vec<WalkSample>,
+}
+
 /// What the miner keeps after committing, to answer the validator's openings.
 pub struct RecentCommitment {
     pub nonce: [u8; 32],
@@ -434,10 +442,7 @@ impl MinerCore {
     /// validator while it is still allowed, correctly signed, every sample in range, and the
     /// first such request for this commitment. Only a request that passes all of it uses up the
     /// commitment's one opening round.
-    pub fn check_open_request(
-        &self,
-        request: &v1::OpenChainsRequest,
-    ) -> Result<(Arc<RecentCommitment>, Vec<SampleRequest>, Vec<WalkSample>), MinerError> {
+    pub fn check_open_request(&self, request: &v1::OpenChainsRequest) -> Result<OpenRound, MinerError> {
         let OpenRequest {
             nonce,
             validator_key,
@@ -483,7 +488,11 @@ impl MinerCore {
         if recent.opened.swap(true, Ordering::SeqCst) {
             return Err(MinerError::AlreadyOpened(hex::encode(nonce)));
         }
-        Ok((recent, samples, walks))
+        Ok(OpenRound {
+            recent,
+            chains: samples,
+            walks,
+        })
     }
 
     /// Checks a walk request (PROTOCOL.md 18.4) as an open request is checked: well-formed, for

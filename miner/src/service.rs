@@ -93,21 +93,22 @@ impl Miner for MinerService {
         // Counted before the request marks the commitment opened (see `run_challenge`).
         let running = self.core.work_started();
         let peer = peer(&request);
-        let (recent, samples, walks) = self.core.check_open_request(request.get_ref()).inspect_err(|e| {
+        let round = self.core.check_open_request(request.get_ref()).inspect_err(|e| {
             warn!(%peer, error = %e, "open request refused");
             self.core.metrics().opening(false);
         })?;
         trust_connection(request.extensions());
         let (tx, rx) = mpsc::channel(2);
-        let limits = RoundLimits::for_commitment(&self.core, &recent);
+        let limits = RoundLimits::for_commitment(&self.core, &round.recent);
         let core = self.core.clone();
         tokio::spawn(async move {
-            let samples = samples
+            let samples = round
+                .chains
                 .into_iter()
                 .map(Sample::Chain)
-                .chain(walks.into_iter().map(Sample::Walk))
+                .chain(round.walks.into_iter().map(Sample::Walk))
                 .collect();
-            run_round(core, recent, samples, tx, limits).await;
+            run_round(core, round.recent, samples, tx, limits).await;
             drop(running);
         });
         // So does its opening round, which ends on its own (`RoundLimits`).

@@ -204,7 +204,8 @@ impl Miner for CheatingMiner {
         request: Request<v1::OpenChainsRequest>,
     ) -> Result<Response<Self::OpenChainsStream>, Status> {
         // Walk samples (a version 3 commitment) are not opened: these cheats play version 2.
-        let (recent, samples, _walks) = self.core.check_open_request(request.get_ref())?;
+        let round = self.core.check_open_request(request.get_ref())?;
+        let (recent, samples) = (round.recent, round.chains);
         if self.cheat == Cheat::StallOpenings {
             return Ok(Response::new(Box::pin(tokio_stream::pending())));
         }

@@ -21,7 +21,7 @@ pub mod walk;
 pub use client::{MAX_MINER_MESSAGE_BYTES, normalise_url};
 
 use crate::config::{Policy, ValidatorConfig};
-use crate::memory::{MemoryProof, walk_class};
+use crate::memory::walk_class;
 use crate::metrics::{Phase, ValidatorMetrics};
 use crate::planner::{Plan, PlanError, classes, plan};
 use crate::rates::RateBook;
@@ -364,20 +364,9 @@ impl Attestor {
                     });
                     None
                 } else {
-                    let mut proof = outcome.memory.take().unwrap_or_else(|| MemoryProof::planned(&memory));
-                    let walked = walk::request_walk(
-                        miner,
-                        &self.identity,
-                        &work,
-                        commitment,
-                        &memory,
-                        &mut proof,
-                        outcome,
-                        on_event,
-                    )
-                    .await;
-                    outcome.memory = Some(proof);
-                    walked?.map(|context| (context, memory.samples))
+                    walk::request_walk(miner, &self.identity, &work, commitment, outcome, on_event)
+                        .await?
+                        .map(|context| (context, memory.samples))
                 }
             }
             None => None,
@@ -406,42 +395,29 @@ impl Attestor {
             detail: format!("{:?} policy", outcome.policy),
         });
         let backend = self.backend.clone();
-        match outcome.policy {
+        let chains = match outcome.policy {
             Policy::Full => {
                 verify::full(backend.clone(), &work, commitment, outcome, on_event).await?;
-                // Full re-execution covers the chains; the walk is always checked by sampling.
-                match walks {
-                    Some(walks) => {
-                        verify::sampled(
-                            miner,
-                            &self.identity,
-                            backend,
-                            &work,
-                            commitment,
-                            0,
-                            Some(walks),
-                            outcome,
-                        )
-                        .await
-                    }
-                    None => Ok(()),
-                }
+                // Re-execution covers the chains; the walk is checked by sampling whatever the
+                // policy.
+                0
             }
-            _ => {
-                let chains = outcome.plan.samples;
-                verify::sampled(
-                    miner,
-                    &self.identity,
-                    backend,
-                    &work,
-                    commitment,
-                    chains,
-                    walks,
-                    outcome,
-                )
-                .await
-            }
+            _ => outcome.plan.samples,
+        };
+        if chains == 0 && walks.is_none() {
+            return Ok(());
         }
+        verify::sampled(
+            miner,
+            &self.identity,
+            backend,
+            &work,
+            commitment,
+            chains,
+            walks,
+            outcome,
+        )
+        .await
     }
 
     async fn store_verdict(

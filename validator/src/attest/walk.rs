@@ -102,10 +102,29 @@ impl WalkContext {
     }
 }
 
-/// Sends the walk request and waits for the statement, timing it on this validator's clock
-/// and checking it. `None` when the walk has failed (the outcome says why) and nothing is left
-/// to open.
+/// Sends the walk request of the outcome's planned memory phase and waits for the statement,
+/// timing it on this validator's clock (into the outcome's memory proof) and checking it.
+/// `None` when there is no memory phase, or the walk has failed (the outcome says why) and
+/// nothing is left to open.
 pub async fn request_walk(
+    miner: &mut MinerConnection,
+    identity: &Identity,
+    work: &Work,
+    commitment: &Commitment,
+    outcome: &mut Outcome,
+    on_event: &(dyn Fn(AttestEvent) + Send + Sync),
+) -> Result<Option<WalkContext>, AttestError> {
+    let Some(plan) = outcome.plan.memory.clone() else {
+        return Ok(None);
+    };
+    let mut proof = outcome.memory.take().unwrap_or_else(|| MemoryProof::planned(&plan));
+    let walked = walk_and_check(miner, identity, work, commitment, &plan, &mut proof, outcome, on_event).await;
+    outcome.memory = Some(proof);
+    walked
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn walk_and_check(
     miner: &mut MinerConnection,
     identity: &Identity,
     work: &Work,

@@ -67,7 +67,8 @@ impl MemoryConfig {
                 gpu_attest_shared::memory::params::MAX_WALK_SAMPLES
             ));
         }
-        if !(self.slack >= 1.0 && self.first_contact_slack >= 1.0) || !self.slack.is_finite() {
+        let valid = |slack: f64| slack.is_finite() && slack >= 1.0;
+        if !valid(self.slack) || !valid(self.first_contact_slack) {
             return Some("[memory] slack and first_contact_slack must be at least 1".into());
         }
         None

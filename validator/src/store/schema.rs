@@ -53,30 +53,6 @@ CREATE TABLE IF NOT EXISTS verdicts (
     memory          TEXT NOT NULL DEFAULT ''
 );
 CREATE INDEX IF NOT EXISTS verdicts_by_miner ON verdicts (miner_url, id);
-CREATE TABLE IF NOT EXISTS rate_observations (
-    id            {id},
-    backend       TEXT NOT NULL,
-    kernel        TEXT NOT NULL,
-    model         TEXT NOT NULL,
-    n             {int} NOT NULL,
-    miner_key     {blob} NOT NULL CHECK (length(miner_key) = 32),
-    ops_per_unit  {real} NOT NULL CHECK (ops_per_unit > 0),
-    verdict_id    {int} NOT NULL UNIQUE REFERENCES verdicts(id),
-    created_at_ms {int} NOT NULL
-);
-CREATE INDEX IF NOT EXISTS observations_by_class ON rate_observations (backend, kernel, model, n, id);
-CREATE TABLE IF NOT EXISTS walk_observations (
-    id            {id},
-    backend       TEXT NOT NULL,
-    kernel        TEXT NOT NULL,
-    model         TEXT NOT NULL,
-    n             {int} NOT NULL,
-    miner_key     {blob} NOT NULL CHECK (length(miner_key) = 32),
-    ops_per_unit  {real} NOT NULL CHECK (ops_per_unit > 0),
-    verdict_id    {int} NOT NULL UNIQUE REFERENCES verdicts(id),
-    created_at_ms {int} NOT NULL
-);
-CREATE INDEX IF NOT EXISTS walk_observations_by_class ON walk_observations (backend, kernel, model, n, id);
 CREATE TABLE IF NOT EXISTS shared_rates (
     backend        TEXT NOT NULL,
     kernel         TEXT NOT NULL,
@@ -100,6 +76,29 @@ CREATE TABLE IF NOT EXISTS leases (
     next_due_ms   {int} NOT NULL
 )";
 
+/// What passing verdicts proved, per class: one table for compute rates and one, alike, for walk
+/// bandwidths (PROTOCOL.md 18.6), since a verdict leaves at most one observation of each kind.
+/// `{table}` and `{index}` are their names; created after `verdicts`, which they refer to.
+const OBSERVATIONS: &str = "
+CREATE TABLE IF NOT EXISTS {table} (
+    id            {id},
+    backend       TEXT NOT NULL,
+    kernel        TEXT NOT NULL,
+    model         TEXT NOT NULL,
+    n             {int} NOT NULL,
+    miner_key     {blob} NOT NULL CHECK (length(miner_key) = 32),
+    ops_per_unit  {real} NOT NULL CHECK (ops_per_unit > 0),
+    verdict_id    {int} NOT NULL UNIQUE REFERENCES verdicts(id),
+    created_at_ms {int} NOT NULL
+);
+CREATE INDEX IF NOT EXISTS {index} ON {table} (backend, kernel, model, n, id)";
+
+/// The observation tables and their indexes, by name.
+const OBSERVATION_TABLES: [(&str, &str); 2] = [
+    ("rate_observations", "observations_by_class"),
+    ("walk_observations", "walk_observations_by_class"),
+];
+
 /// The schema in `dialect`'s type names, one statement each.
 fn statements(dialect: Dialect) -> Vec<String> {
     let (id, int, real, blob) = match dialect {
@@ -111,7 +110,13 @@ fn statements(dialect: Dialect) -> Vec<String> {
             "BYTEA",
         ),
     };
-    SCHEMA
+    let observations = OBSERVATION_TABLES
+        .iter()
+        .map(|(table, index)| OBSERVATIONS.replace("{table}", table).replace("{index}", index));
+    std::iter::once(SCHEMA.to_string())
+        .chain(observations)
+        .collect::<Vec<_>>()
+        .join(";")
         .split(';')
         .map(|s| {
             s.replace("{id}", id)
