@@ -19,7 +19,9 @@ const INTERVAL_SECS: u64 = 2;
 const LEASE_SECS: u64 = 3;
 
 /// Small challenges sized by a rate far below what a core does, and never calibrated (eight
-/// processes share two cores here: calibrated deadlines would time the contention).
+/// processes share two cores here: calibrated deadlines would time the contention). Without the
+/// memory phase: each miner's default 16 MiB pool takes seconds of these two cores to fill, and
+/// this test is about the leases (the memory phase has `memory.rs`).
 fn write_fleet_config(dir: &Path, key: &str, database: &str) {
     std::fs::write(
         dir.join(format!("{key}.toml")),
@@ -30,6 +32,7 @@ fn write_fleet_config(dir: &Path, key: &str, database: &str) {
              [schedule]\ninterval_secs = {INTERVAL_SECS}\nconcurrency = 2\njitter = 0.1\n\
              backoff_initial_secs = 1\nbackoff_max_secs = 2\nlease_secs = {LEASE_SECS}\n\
              [calibration]\nmin_miners = 1000\n\
+             [memory]\nenabled = false\n\
              [[rates]]\nbackend = \"cpu\"\nops_per_sec = 2e9\n",
             dir.join(format!("{key}.key")),
         ),

@@ -144,8 +144,26 @@ impl HeldMemory {
         walk_seed: [u8; 32],
         cancel: &CancelToken,
     ) -> Result<Vec<(u32, Digest)>, MinerError> {
-        let pools = self.pools.lock().unwrap_or_else(|p| p.into_inner());
-        let pools = pools.as_ref().ok_or(MinerError::PoolsReleased)?;
+        // The pools' lock is let go before the walk's is taken: `open` takes them the other way
+        // round.
+        let (specs, walks) = {
+            let pools = self.pools.lock().unwrap_or_else(|p| p.into_inner());
+            let pools = pools.as_ref().ok_or(MinerError::PoolsReleased)?;
+            Self::walk_pools(pools, &self.params, nonce, walk_seed, cancel)?
+        };
+        let roots = walks.iter().zip(&specs).map(|(w, s)| (s.device, w.root())).collect();
+        *self.walked.lock().unwrap_or_else(|p| p.into_inner()) = Some(Walked { specs, walks });
+        Ok(roots)
+    }
+
+    /// Every pool's walk, the devices side by side (blocking).
+    fn walk_pools(
+        pools: &[Box<dyn ResidentPool>],
+        params: &MemoryParams,
+        nonce: [u8; 32],
+        walk_seed: [u8; 32],
+        cancel: &CancelToken,
+    ) -> Result<(Vec<WalkSpec>, Vec<DeviceWalk>), MinerError> {
         let specs: Vec<WalkSpec> = pools
             .iter()
             .map(|p| WalkSpec {
@@ -154,7 +172,7 @@ impl HeldMemory {
                 device: p.spec().device(),
                 pool_root: p.root(),
                 entries: p.spec().entries(),
-                params: self.params,
+                params: *params,
             })
             .collect();
         let walks = std::thread::scope(|scope| {
@@ -169,9 +187,7 @@ impl HeldMemory {
                 .collect::<Result<Vec<_>, _>>()
         })
         .map_err(MinerError::Walk)?;
-        let roots = walks.iter().zip(&specs).map(|(w, s)| (s.device, w.root())).collect();
-        *self.walked.lock().unwrap_or_else(|p| p.into_inner()) = Some(Walked { specs, walks });
-        Ok(roots)
+        Ok((specs, walks))
     }
 
     /// Checks walk samples before an opening round starts: the walk is done, the pools are
