@@ -8,13 +8,16 @@ use crate::commitment::{DeviceRoot, WorkCommitment};
 use crate::digest::Digest;
 use crate::identity::{Identity, PublicKey, SignatureError};
 use crate::inventory::HardwareClaim;
-use crate::memory::MemoryParams;
-use crate::memory::statement::{PoolCommitment, challenge_v3_bytes, commitment_v3_bytes};
+use crate::memory::params::MemoryParams;
 use crate::opening::{ChainOpening, SampleRequest};
 use crate::params::ChallengeParams;
 
-pub(crate) const CHALLENGE_DOMAIN: &[u8] = b"gpu-attest v1 challenge";
-pub(crate) const COMMITMENT_DOMAIN: &[u8] = b"gpu-attest v1 commitment statement";
+const CHALLENGE_DOMAIN: &[u8] = b"gpu-attest v1 challenge";
+const COMMITMENT_DOMAIN: &[u8] = b"gpu-attest v1 commitment statement";
+/// Version 3's challenge and commitment (PROTOCOL.md 18.4): version 2's fields under these
+/// domains, with the memory phase's appended.
+const CHALLENGE_V3_DOMAIN: &[u8] = b"gpu-attest v3 challenge";
+const COMMITMENT_V3_DOMAIN: &[u8] = b"gpu-attest v3 commitment statement";
 pub(crate) const OPEN_REQUEST_DOMAIN: &[u8] = b"gpu-attest v1 open request";
 const OPENING_DOMAIN: &[u8] = b"gpu-attest v1 opening";
 const INVENTORY_DOMAIN: &[u8] = b"gpu-attest v1 inventory";
@@ -134,6 +137,51 @@ impl Commitment {
             devices: self.inventory.clone(),
         }
     }
+}
+
+/// `v2` with its version 1 domain `old` replaced by `new`: the same fields, another statement.
+pub(crate) fn redomained(v2: Vec<u8>, old: &[u8], new: &[u8]) -> Vec<u8> {
+    debug_assert!(v2.starts_with(old));
+    let mut out = new.to_vec();
+    out.extend_from_slice(&v2[old.len()..]);
+    out
+}
+
+/// The version 3 challenge: 13.1's fields (`v2`, that challenge's version 2 bytes), then
+/// `le32(pool_permille) || le32(W) || le32(L) || le32(c_w)`.
+fn challenge_v3_bytes(v2: Vec<u8>, memory: &MemoryParams) -> Vec<u8> {
+    let mut out = redomained(v2, CHALLENGE_DOMAIN, CHALLENGE_V3_DOMAIN);
+    for value in [
+        memory.pool_permille,
+        memory.walkers,
+        memory.walk_steps,
+        memory.walk_checkpoint_every,
+    ] {
+        out.extend(value.to_le_bytes());
+    }
+    out
+}
+
+/// One device's pool as a version 3 commitment names it (PROTOCOL.md 18.4).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PoolCommitment {
+    pub device: u32,
+    /// P_j.
+    pub entries: u64,
+    pub root: Digest,
+}
+
+/// The version 3 commitment: 13.2's fields (`v2`), then `list(le32(j) || le64(P_j) ||
+/// pool_root_j)`.
+fn commitment_v3_bytes(v2: Vec<u8>, pools: &[PoolCommitment]) -> Vec<u8> {
+    let mut out = redomained(v2, COMMITMENT_DOMAIN, COMMITMENT_V3_DOMAIN);
+    put_u32(&mut out, pools.len());
+    for pool in pools {
+        out.extend(pool.device.to_le_bytes());
+        out.extend(pool.entries.to_le_bytes());
+        out.extend(pool.root.0);
+    }
+    out
 }
 
 /// The bytes an inventory digest hashes (PROTOCOL.md 13.5): backend, kernel, devices.

@@ -6,9 +6,10 @@
 //! honest miner is never sent a challenge it must refuse or fail.
 
 use crate::config::{ChallengeConfig, ValidatorConfig};
+use crate::memory::MemoryPlan;
 use crate::memory::plan::{MemoryPlanError, plan_memory};
-use crate::memory::{MemoryPlan, walk_class};
 use crate::rates::class::units;
+use crate::rates::class::walk_class;
 use crate::rates::{RateBook, RateClass, RateSource};
 use crate::throughput::Expectation;
 use gpu_attest_shared::inventory::{HardwareClaim, Inventory, InventoryError};

@@ -1,67 +1,19 @@
-//! The signed statements of the memory phase (PROTOCOL.md 18.4): version 3's challenge,
-//! commitment and open request are version 2's under a domain of their own with the memory
-//! phase's fields appended; the walk request, the walk statement and the walk opening are new.
+//! The signed statements of the memory phase (PROTOCOL.md 18.4): version 3's open request is
+//! version 2's under a domain of its own with the walk samples appended; the walk request, the
+//! walk statement and the walk opening are new. (Version 3's challenge and commitment are
+//! encoded with version 2's, in `crate::statement`.)
 
 use super::check::WalkOpening;
-use super::params::MemoryParams;
 use crate::digest::Digest;
 use crate::identity::PublicKey;
 use crate::opening::SampleRequest;
-use crate::statement::{
-    CHALLENGE_DOMAIN, COMMITMENT_DOMAIN, OPEN_REQUEST_DOMAIN, open_request_bytes, put_digests, put_u32,
-};
+pub use crate::statement::PoolCommitment;
+use crate::statement::{OPEN_REQUEST_DOMAIN, open_request_bytes, put_digests, put_u32, redomained};
 
-const CHALLENGE_V3_DOMAIN: &[u8] = b"gpu-attest v3 challenge";
-const COMMITMENT_V3_DOMAIN: &[u8] = b"gpu-attest v3 commitment statement";
 const OPEN_REQUEST_V3_DOMAIN: &[u8] = b"gpu-attest v3 open request";
 const WALK_REQUEST_DOMAIN: &[u8] = b"gpu-attest v3 walk request";
 const WALK_STATEMENT_DOMAIN: &[u8] = b"gpu-attest v3 walk statement";
 const WALK_OPENING_DOMAIN: &[u8] = b"gpu-attest v3 walk opening";
-
-/// `v2` with its version 1 domain `old` replaced by `new`: the same fields, another statement.
-fn redomained(v2: Vec<u8>, old: &[u8], new: &[u8]) -> Vec<u8> {
-    debug_assert!(v2.starts_with(old));
-    let mut out = new.to_vec();
-    out.extend_from_slice(&v2[old.len()..]);
-    out
-}
-
-/// The version 3 challenge: 13.1's fields (`v2`, that challenge's version 2 bytes), then
-/// `le32(pool_permille) || le32(W) || le32(L) || le32(c_w)`.
-pub(crate) fn challenge_v3_bytes(v2: Vec<u8>, memory: &MemoryParams) -> Vec<u8> {
-    let mut out = redomained(v2, CHALLENGE_DOMAIN, CHALLENGE_V3_DOMAIN);
-    for value in [
-        memory.pool_permille,
-        memory.walkers,
-        memory.walk_steps,
-        memory.walk_checkpoint_every,
-    ] {
-        out.extend(value.to_le_bytes());
-    }
-    out
-}
-
-/// One device's pool as a commitment names it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct PoolCommitment {
-    pub device: u32,
-    /// P_j.
-    pub entries: u64,
-    pub root: Digest,
-}
-
-/// The version 3 commitment: 13.2's fields (`v2`), then `list(le32(j) || le64(P_j) ||
-/// pool_root_j)`.
-pub(crate) fn commitment_v3_bytes(v2: Vec<u8>, pools: &[PoolCommitment]) -> Vec<u8> {
-    let mut out = redomained(v2, COMMITMENT_DOMAIN, COMMITMENT_V3_DOMAIN);
-    put_u32(&mut out, pools.len());
-    for pool in pools {
-        out.extend(pool.device.to_le_bytes());
-        out.extend(pool.entries.to_le_bytes());
-        out.extend(pool.root.0);
-    }
-    out
-}
 
 /// A walk segment to open: device, walker, segment.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

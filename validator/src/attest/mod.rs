@@ -21,11 +21,11 @@ pub mod walk;
 pub use client::{MAX_MINER_MESSAGE_BYTES, normalise_url};
 
 use crate::config::{Policy, ValidatorConfig};
-use crate::memory::walk_class;
 use crate::metrics::{Phase, ValidatorMetrics};
 use crate::planner::{Plan, PlanError, classes, plan};
 use crate::rates::RateBook;
 use crate::rates::class::homogeneous;
+use crate::rates::class::walk_class;
 use crate::store::{ClassObservation, Store, StoreError, Verdict};
 use client::MinerConnection;
 use exchange::{AcceptWindow, Received, await_commitment};

@@ -7,5 +7,5 @@ pub mod plan;
 pub mod proof;
 
 pub use config::MemoryConfig;
-pub use plan::{MemoryPlan, PlannedPool, walk_class};
+pub use plan::{MemoryPlan, PlannedPool};
 pub use proof::{DeviceMemory, MemoryProof};

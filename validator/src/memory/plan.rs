@@ -9,32 +9,16 @@
 //! datasheet (`rates::shipped`).
 
 use super::MemoryConfig;
-use crate::rates::class::{model_of, units};
-use crate::rates::{RateBook, RateClass, RateSource};
+use crate::rates::class::{units, walk_class};
+use crate::rates::{RateBook, RateSource};
 use gpu_attest_shared::inventory::{HardwareClaim, Inventory};
-use gpu_attest_shared::memory::params::{
-    ENTRY_BYTES, ENTRY_N, MAX_POOL_ENTRIES, MAX_WALK_SEGMENTS, MAX_WALKERS, pool_entries,
-};
+use gpu_attest_shared::memory::params::{ENTRY_BYTES, MAX_POOL_ENTRIES, MAX_WALK_SEGMENTS, MAX_WALKERS, pool_entries};
 use gpu_attest_shared::memory::{ENTRY_OPS, MemoryParams};
 use gpu_attest_shared::params::PROTOCOL_VERSION;
-use gpu_attest_shared::statement::DeviceInfo;
-
-/// The kernel name of every walk class.
-pub const WALK_KERNEL: &str = "walk";
 
 /// Steps between a walker's checkpoints: the most the protocol allows, so that an opening
 /// checks 8 steps for one walk proof.
 pub const WALK_CHECKPOINT_EVERY: u32 = 8;
-
-/// The walk class of one device: what its bandwidth is learned and looked up for.
-pub fn walk_class(claim: &HardwareClaim, device: &DeviceInfo) -> RateClass {
-    RateClass {
-        backend: claim.backend.clone(),
-        kernel: WALK_KERNEL.into(),
-        model: model_of(&device.name),
-        n: ENTRY_N as u32,
-    }
-}
 
 /// One device's pool as planned.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

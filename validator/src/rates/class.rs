@@ -18,6 +18,20 @@ pub struct RateClass {
     pub n: u32,
 }
 
+/// The kernel name of every walk class (PROTOCOL.md 18.6): a device's memory bandwidth is rated
+/// as a class of its own, in bytes per second per unit.
+pub const WALK_KERNEL: &str = "walk";
+
+/// The walk class of one device: what its bandwidth is learned and looked up for.
+pub fn walk_class(claim: &HardwareClaim, device: &DeviceInfo) -> RateClass {
+    RateClass {
+        backend: claim.backend.clone(),
+        kernel: WALK_KERNEL.into(),
+        model: model_of(&device.name),
+        n: gpu_attest_shared::memory::ENTRY_N as u32,
+    }
+}
+
 /// What one unit of a class's rate is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]

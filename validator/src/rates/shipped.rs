@@ -2,8 +2,7 @@
 //! it, and the physical ceiling no learned rate may pass. Operators may replace it with
 //! `[[rates]]` rows in the config file.
 
-use super::class::{RateClass, Unit};
-use crate::memory::plan::WALK_KERNEL;
+use super::class::{RateClass, Unit, WALK_KERNEL};
 use serde::{Deserialize, Serialize};
 
 /// One row. A class matches when the backend is equal, the kernel is equal (or the row's is

@@ -1,8 +1,8 @@
 //! Rate observations (what passing verdicts proved, per class) and imported (shared) rates.
 
 use super::{Store, StoreError, as_i64};
-use crate::memory::plan::WALK_KERNEL;
 use crate::rates::calibration::Observation;
+use crate::rates::class::WALK_KERNEL;
 use crate::rates::{RateClass, SharedRate};
 
 /// Observations read per class at most: far more than any `per_miner` x miners in use, and a

@@ -2,8 +2,8 @@
 
 use super::{ClassObservation, Store, StoreError, as_i64, as_u64};
 use crate::memory::MemoryProof;
-use crate::memory::plan::WALK_KERNEL;
 use crate::rates::RateSource;
+use crate::rates::class::WALK_KERNEL;
 use crate::reason::Reason;
 use crate::throughput::{Expectation, Throughput};
 use gpu_attest_shared::params::ChallengeParams;
