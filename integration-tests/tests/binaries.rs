@@ -473,6 +473,12 @@ fn selftest_without_a_gpu_checks_the_cpu_kernels_and_says_so() {
     );
     let out = cmd("miner").args(["selftest", "--mid-n", "100"]).output().unwrap();
     assert_one_line_failure(&out, "--mid-n 100 is not a valid challenge size");
+    // Asked to check the GPU it does not have, it fails, as `serve --backend cuda` would.
+    let out = cmd("miner")
+        .args(["selftest", "--mid-n", "128", "--backend", "cuda"])
+        .output()
+        .unwrap();
+    assert_one_line_failure(&out, "--backend cuda was asked for, but no GPU kernel could be checked");
 }
 
 /// The example configs the systemd units point at (scripts/systemd/) are ones the daemons load.

@@ -4,6 +4,7 @@ use anyhow::{Result, bail};
 use clap::Parser;
 use gpu_attest_miner::backends;
 use gpu_attest_miner::cli::{Cli, Command, ServeArgs};
+use gpu_attest_miner::config::BackendChoice;
 use gpu_attest_miner::{bench, daemon, selftest, show};
 use gpu_attest_shared::cuda::detect::detect;
 use gpu_attest_shared::gemm::KernelKind;
@@ -139,6 +140,15 @@ fn run(cli: Cli) -> Result<()> {
             }
             if failed > 0 {
                 bail!("{failed} of {} kernels failed their self-check", report.checks.len());
+            }
+            // Asked for the GPU by name, checking the CPU alone is no answer: a deploy script
+            // that gates on this must not go ahead on a host without one (as `serve` would not).
+            if config.backend == BackendChoice::Cuda
+                && let Some(note) = &report.gpu_note
+            {
+                bail!(
+                    "--backend cuda was asked for, but no GPU kernel could be checked ({note}); the CPU kernels passed"
+                );
             }
             Ok(())
         }
