@@ -48,40 +48,54 @@ impl PoolPlan {
         progress: &(dyn Fn(u32, u64) + Sync),
         cancel: &CancelToken,
     ) -> Result<Vec<Box<dyn ResidentPool>>, BackendError> {
-        std::thread::scope(|scope| {
-            let fills: Vec<_> = self
-                .specs
-                .iter()
-                .map(|spec| {
-                    scope.spawn(move || {
-                        let device = spec.device();
-                        let filled = backend.fill_pool(spec, &|made| progress(device, made), cancel);
-                        if filled.is_err() {
-                            // The other devices' pools are of no use without this one.
-                            cancel.cancel();
-                        }
-                        filled
-                    })
-                })
-                .collect();
-            let results: Vec<_> = fills
-                .into_iter()
-                .map(|f| f.join().unwrap_or(Err(BackendError::Cancelled)))
-                .collect();
-            // A device's own failure, rather than the cancellation it caused on the others.
-            if let Some(i) = results
-                .iter()
-                .position(|r| matches!(r, Err(e) if !matches!(e, BackendError::Cancelled)))
-            {
-                return Err(results
-                    .into_iter()
-                    .nth(i)
-                    .and_then(Result::err)
-                    .unwrap_or(BackendError::Cancelled));
-            }
-            results.into_iter().collect()
+        side_by_side(&self.specs, cancel, |spec| {
+            let device = spec.device();
+            backend.fill_pool(spec, &|made| progress(device, made), cancel)
         })
     }
+}
+
+/// `work` on every one of `items` (one per device), each on a thread of its own. The first
+/// failure cancels the others, and is the error returned, rather than the cancellation it
+/// caused on them.
+fn side_by_side<T: Sync, U: Send>(
+    items: &[T],
+    cancel: &CancelToken,
+    work: impl Fn(&T) -> Result<U, BackendError> + Sync,
+) -> Result<Vec<U>, BackendError> {
+    let results: Vec<_> = std::thread::scope(|scope| {
+        let running: Vec<_> = items
+            .iter()
+            .map(|item| {
+                let work = &work;
+                scope.spawn(move || {
+                    let done = work(item);
+                    if done.is_err() {
+                        // The other devices' work is of no use without this one's.
+                        cancel.cancel();
+                    }
+                    done
+                })
+            })
+            .collect();
+        running
+            .into_iter()
+            .map(|r| r.join().unwrap_or(Err(BackendError::Cancelled)))
+            .collect()
+    });
+    let mut done = Vec::with_capacity(results.len());
+    let mut cancelled = false;
+    for result in results {
+        match result {
+            Ok(value) => done.push(value),
+            Err(BackendError::Cancelled) => cancelled = true,
+            Err(own) => return Err(own),
+        }
+    }
+    if cancelled {
+        return Err(BackendError::Cancelled);
+    }
+    Ok(done)
 }
 
 /// What a commitment names of its pools.
@@ -175,18 +189,8 @@ impl HeldMemory {
                 params: *params,
             })
             .collect();
-        let walks = std::thread::scope(|scope| {
-            let running: Vec<_> = pools
-                .iter()
-                .zip(&specs)
-                .map(|(pool, spec)| scope.spawn(move || pool.walk(spec, cancel)))
-                .collect();
-            running
-                .into_iter()
-                .map(|r| r.join().unwrap_or(Err(BackendError::Cancelled)))
-                .collect::<Result<Vec<_>, _>>()
-        })
-        .map_err(MinerError::Walk)?;
+        let indexed: Vec<_> = pools.iter().zip(&specs).collect();
+        let walks = side_by_side(&indexed, cancel, |(pool, spec)| pool.walk(spec, cancel)).map_err(MinerError::Walk)?;
         Ok((specs, walks))
     }
 

@@ -364,21 +364,16 @@ impl Attestor {
                     });
                     None
                 } else {
-                    walk::request_walk(miner, &self.identity, &work, commitment, outcome, on_event)
-                        .await?
-                        .map(|context| (context, memory.samples))
+                    walk::request_walk(miner, &self.identity, &work, commitment, outcome, on_event).await?
                 }
             }
             None => None,
         };
         let walks = match &walked {
-            Some((context, count)) => {
-                let mut rng = rand_chacha::ChaCha20Rng::from_seed(random32()?);
-                Some(verify::WalkOpenings {
-                    context,
-                    samples: context.draw_samples(&mut rng, *count),
-                })
-            }
+            Some(context) => Some(verify::WalkOpenings {
+                context,
+                samples: context.draw_samples(&mut rand_chacha::ChaCha20Rng::from_seed(random32()?)),
+            }),
             None => None,
         };
         if outcome.policy == Policy::Full && !outcome.reasons.is_empty() {

@@ -66,12 +66,15 @@ pub fn check_pools(commitment: &Commitment, plan: &MemoryPlan, outcome: &mut Out
 /// and the walk root the statement committed.
 pub struct WalkContext {
     devices: Vec<(WalkSpec, PoolSpec, Digest)>,
+    /// Walk segments to open (the plan's).
+    samples: u32,
 }
 
 impl WalkContext {
     /// The walk samples (PROTOCOL.md 18.4): sample `i` on device `i mod d`, walker and segment
     /// uniform, no `(j, w, q)` twice while a device has any left.
-    pub fn draw_samples(&self, rng: &mut impl Rng, count: u32) -> Vec<WalkSample> {
+    pub fn draw_samples(&self, rng: &mut impl Rng) -> Vec<WalkSample> {
+        let count = self.samples;
         let devices = self.devices.len() as u32;
         let Some((first, _, _)) = self.devices.first() else {
             return Vec::new();
@@ -103,9 +106,9 @@ impl WalkContext {
 }
 
 /// Sends the walk request of the outcome's planned memory phase and waits for the statement,
-/// timing it on this validator's clock (into the outcome's memory proof) and checking it.
-/// `None` when there is no memory phase, or the walk has failed (the outcome says why) and
-/// nothing is left to open.
+/// timing it on this validator's clock (into the outcome's memory proof, once the statement
+/// passed its checks) and checking it. `None` when there is no memory phase, or the walk has
+/// failed (the outcome says why) and nothing is left to open.
 pub async fn request_walk(
     miner: &mut MinerConnection,
     identity: &Identity,
@@ -117,36 +120,34 @@ pub async fn request_walk(
     let Some(plan) = outcome.plan.memory.clone() else {
         return Ok(None);
     };
-    let mut proof = outcome.memory.take().unwrap_or_else(|| MemoryProof::planned(&plan));
-    let walked = walk_and_check(miner, identity, work, commitment, &plan, &mut proof, outcome, on_event).await;
-    outcome.memory = Some(proof);
-    walked
+    let walked = walk_and_check(miner, identity, work, commitment, &plan, outcome, on_event).await?;
+    Ok(walked.map(|(context, measured_ms)| {
+        let proof = outcome.memory.get_or_insert_with(|| MemoryProof::planned(&plan));
+        proof.walk_measured_ms = measured_ms;
+        context
+    }))
 }
 
-#[allow(clippy::too_many_arguments)]
+/// The walk and its statement's checks: the context and the walk time, when it passed them.
 async fn walk_and_check(
     miner: &mut MinerConnection,
     identity: &Identity,
     work: &Work,
     commitment: &Commitment,
     plan: &MemoryPlan,
-    proof: &mut MemoryProof,
     outcome: &mut Outcome,
     on_event: &(dyn Fn(AttestEvent) + Send + Sync),
-) -> Result<Option<WalkContext>, AttestError> {
+) -> Result<Option<(WalkContext, u64)>, AttestError> {
     let nonce = work.params().nonce;
     let walk_seed = random32()?;
     let deadline = Duration::from_millis(plan.walk_deadline_ms);
+    let deadline_ms = now_ms().saturating_add(plan.walk_deadline_ms);
     let request = WalkRequest {
         nonce,
         walk_seed,
-        deadline_ms: now_ms().saturating_add(plan.walk_deadline_ms),
+        deadline_ms,
         validator_key: identity.public_key().0,
-        signature: [0; 64],
-    };
-    let request = WalkRequest {
-        signature: identity.sign(&walk_request_bytes(&nonce, &walk_seed, request.deadline_ms)),
-        ..request
+        signature: identity.sign(&walk_request_bytes(&nonce, &walk_seed, deadline_ms)),
     };
     on_event(AttestEvent::Phase {
         name: "walking",
@@ -169,7 +170,6 @@ async fn walk_and_check(
     let sent = Instant::now();
     let answered = tokio::time::timeout(deadline + grace, miner.walk_pool(walk_request_to_wire(&request))).await;
     let measured_ms = sent.elapsed().as_millis() as u64;
-    proof.walk_measured_ms = measured_ms;
     let wire = match answered {
         Err(_) => {
             outcome.fail(
@@ -179,7 +179,6 @@ async fn walk_and_check(
                     plan.walk_deadline_ms
                 ),
             );
-            proof.walk_measured_ms = 0;
             return Ok(None);
         }
         Ok(Err(status)) => {
@@ -191,13 +190,11 @@ async fn walk_and_check(
                     miner_text(status.message())
                 ),
             );
-            proof.walk_measured_ms = 0;
             return Ok(None);
         }
         Ok(Ok(wire)) => wire,
     };
     let Some(context) = check_statement(work, &wire, &request, commitment, plan, outcome) else {
-        proof.walk_measured_ms = 0;
         return Ok(None);
     };
     on_event(AttestEvent::Phase {
@@ -211,11 +208,11 @@ async fn walk_and_check(
                 "walk statement arrived after {measured_ms} ms; the walk deadline was {} ms (expected {} ms at {:.3e} bytes/s per device)",
                 plan.walk_deadline_ms,
                 plan.walk_expected_ms,
-                plan.bytes_per_sec.iter().copied().fold(f64::INFINITY, f64::min)
+                plan.slowest_bytes_per_sec()
             ),
         );
     }
-    Ok(Some(context))
+    Ok(Some((context, measured_ms)))
 }
 
 /// The walk statement's checks (PROTOCOL.md 18.4), in order; the context to check openings
@@ -295,7 +292,10 @@ fn check_statement(
             )
         })
         .collect();
-    Some(WalkContext { devices })
+    Some(WalkContext {
+        devices,
+        samples: plan.samples,
+    })
 }
 
 /// Checks one walk opening as it arrived, recording what is wrong with it (PROTOCOL.md 18.5).

@@ -62,6 +62,15 @@ impl MemoryPlan {
     pub fn walk_bytes(&self) -> u64 {
         self.params.walk_bytes()
     }
+
+    /// The slowest device's expected bandwidth: what the walk is timed by.
+    pub fn slowest_bytes_per_sec(&self) -> f64 {
+        slowest(&self.bytes_per_sec)
+    }
+}
+
+fn slowest(bytes_per_sec: &[f64]) -> f64 {
+    bytes_per_sec.iter().copied().fold(f64::INFINITY, f64::min)
 }
 
 #[derive(Debug, thiserror::Error, Clone, PartialEq)]
@@ -153,7 +162,7 @@ pub fn plan_memory(
         }
         miners = miners.min(expected.miners);
     }
-    let slowest = bytes_per_sec.iter().copied().fold(f64::INFINITY, f64::min);
+    let slowest = slowest(&bytes_per_sec);
     let slack = if source.is_observed() {
         config.slack
     } else {

@@ -66,7 +66,7 @@ impl MemoryProof {
             walk_measured_ms: 0,
             walk_expected_ms: plan.walk_expected_ms,
             walk_deadline_ms: plan.walk_deadline_ms,
-            expected_walk_bytes_per_sec: plan.bytes_per_sec.iter().copied().fold(f64::INFINITY, f64::min),
+            expected_walk_bytes_per_sec: plan.slowest_bytes_per_sec(),
             proven_walk_bytes_per_sec: None,
             bandwidth_source: plan.source.as_str().into(),
             bandwidth_miners: plan.miners,
