@@ -6,11 +6,12 @@
 #   2. the kernel compile check with the host's NVRTC and ptxas;
 #   3. `miner bench` on CUDA (sizes 1024, 2048, 4096), against cuBLASLt int8 plus mix, with the
 #      memory walk over 512 MiB and then over most of each GPU's memory (checked against the
-#      CPU's walk, and read against the device's copy bandwidth);
-#   4. one full attestation: miner on the GPUs, validator on the CPU, sampled verification;
+#      CPU's walk, and read against the device's copy bandwidth), and the pool fill's rate;
+#   4. one full attestation of protocol version 3 (the memory phase: 95% of each GPU's memory
+#      filled and walked): miner on the GPUs, validator on the CPU, sampled verification;
 #   5. one more with the validator on the GPUs as well, recomputing every chain;
 #   6. the host's CPU: every CPU kernel it runs against the oracle (GPU hosts are where AMX is
-#      found), the memory phase's bandwidths on its memory (the GPU walk has no host driver yet),
+#      found), the memory phase's bandwidths on its memory,
 #      and where it has AMX, the AMX kernel's k block and cache hints swept (2 threads
 #      and all) and the engine against ONNX Runtime at 2 threads (when Python has onnxruntime
 #      and onnx).

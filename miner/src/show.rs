@@ -204,7 +204,8 @@ pub fn bench_gpus(
         bench::gpu_walks(&options, pool_bytes, budget, |w| {
             if !json {
                 println!(
-                    "memory walk, device {} ({}): {:.0} GB/s, {:.0}% of copy ({:.0} GB/s); pool {} MiB, {} walkers x {} steps; {}",
+                    "memory walk, device {} ({}): {:.0} GB/s, {:.0}% of copy ({:.0} GB/s); pool {} MiB, {} walkers x {} steps; \
+                     pool fill: {:.1} s, {:.0} entries/s ({:.1} TOPS); {}",
                     w.device,
                     w.name,
                     w.walk_bytes_per_sec / 1e9,
@@ -213,6 +214,9 @@ pub fn bench_gpus(
                     w.pool_bytes >> 20,
                     w.walkers,
                     w.steps,
+                    w.fill_seconds,
+                    w.fill_entries_per_sec,
+                    w.fill_tops,
                     if w.matches_cpu {
                         "the CPU walk's checkpoints, every one"
                     } else {

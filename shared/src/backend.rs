@@ -73,6 +73,12 @@ pub trait Backend: Send + Sync {
     fn holds_pools(&self) -> bool {
         false
     }
+    /// Refuses a pool its device cannot hold, before a challenge is accepted (a GPU checks its
+    /// free memory). Backends without such a limit accept every pool.
+    fn check_pool_capacity(&self, _spec: &PoolSpec) -> Result<(), BackendError> {
+        Ok(())
+    }
+
     /// Fills `spec`'s pool on its device (`spec.device()`) and keeps it there (PROTOCOL.md
     /// 18.2). `progress` hears the entries made so far, now and then. Backends that cannot hold
     /// a pool yet say so.

@@ -1,16 +1,24 @@
 //! The CUDA backend against the CPU backend, bit for bit: every kernel, several n, M, K and c,
-//! every single device and the multi-device split, and chain openings (`advance`).
+//! every single device and the multi-device split, chain openings (`advance`), and the memory
+//! phase's pools, walks and walk openings.
 //!
 //! Needs a CUDA GPU, so every test is ignored by default: `cargo test` lists them as ignored on
 //! a machine without one (CI has none), and `scripts/gpu-check.sh` runs them with `--ignored` on
 //! a GPU host, where no GPU is a failure, never a pass.
 
-use gpu_attest_shared::backend::{Backend, CancelToken};
+use gpu_attest_shared::backend::{Backend, CancelToken, ResidentPool};
 use gpu_attest_shared::cpu::CpuBackend;
 use gpu_attest_shared::cuda::detect::detect;
+use gpu_attest_shared::cuda::plan;
+use gpu_attest_shared::cuda::pool::WalkLimits;
 use gpu_attest_shared::cuda::{CudaBackend, CudaOptions, GpuInfo, GpuKernel};
 use gpu_attest_shared::engine::execute;
+use gpu_attest_shared::gemm::CpuGemm;
 use gpu_attest_shared::matrix::generate_a;
+use gpu_attest_shared::memory::check::{CommittedEntries, check_segment};
+use gpu_attest_shared::memory::pool::{HostPool, PoolBytes, entry_rows_match, make_entry};
+use gpu_attest_shared::memory::walk::{WalkSpec, walk_all};
+use gpu_attest_shared::memory::{MemoryParams, PoolSpec};
 use gpu_attest_shared::params::{ChallengeParams, Work};
 
 /// The GPUs of this host; a run without any fails (these tests run only when asked for).
@@ -163,4 +171,125 @@ fn cancellation_stops_a_gpu_challenge() {
     // The devices stay usable afterwards.
     let again = execute(&cuda, &work(64, 2, 2, 1, 10), &|_| {}, &CancelToken::new());
     assert!(again.is_ok(), "{again:?}");
+}
+
+/// A walk over a pool's entries, the same for the GPU and the CPU.
+fn walk_over(pool: &dyn ResidentPool, walkers: u32, walk_steps: u32, walk_checkpoint_every: u32) -> WalkSpec {
+    WalkSpec {
+        nonce: [0x31; 32],
+        walk_seed: [0x32; 32],
+        device: pool.spec().device(),
+        pool_root: pool.root(),
+        entries: pool.spec().entries(),
+        params: MemoryParams {
+            pool_permille: 950,
+            walkers,
+            walk_steps,
+            walk_checkpoint_every,
+        },
+    }
+}
+
+/// A pool filled on the GPU is the CPU's, entry for entry (the same root), with every kernel and
+/// both ways of hashing; its walk gives the CPU's checkpoints, carried over several launches and
+/// several rounds of copies; and its openings are the CPU's, and pass the validator's check.
+#[test]
+#[ignore = "needs a CUDA GPU: run with --ignored on a GPU host (scripts/gpu-check.sh does)"]
+fn a_gpu_pool_is_the_cpu_pool_and_walks_and_opens_as_it_does() {
+    let gpus = gpus();
+    let cancel = CancelToken::new();
+    let cpu = CpuBackend::new(0, None).unwrap();
+    let work = work(64, 1, 1, 1, 50);
+    let spec = PoolSpec::with_entries(&work, 0, 37);
+    let cpu_pool = cpu.fill_pool(&spec, &|_| {}, &cancel).unwrap();
+    // 300 walkers, 8 steps a launch, 5 segments of checkpoints: 8 launches in 4 rounds.
+    let walk = walk_over(cpu_pool.as_ref(), 300, 64, 4);
+    let limits = WalkLimits {
+        launch_bytes: 300 * 8 * 65536,
+        checkpoint_bytes: 300 * 32 * 5,
+    };
+    let want = cpu_pool.walk(&walk, &cancel).unwrap();
+    let rows: Vec<u32> = (0..256).step_by(17).collect();
+    for kernel in kernels_for(&gpus) {
+        for host_hashing in [false, true] {
+            let cuda = CudaBackend::new(&CudaOptions {
+                ordinals: Some(vec![gpus[0].ordinal]),
+                kernel: Some(kernel),
+                host_hashing,
+                ..CudaOptions::default()
+            })
+            .unwrap();
+            assert!(cuda.holds_pools());
+            let pool = cuda
+                .fill_device_pool(&spec, &|_| {}, &cancel)
+                .unwrap()
+                .with_walk_limits(limits);
+            let case = format!(
+                "{kernel}, hashing on the {}",
+                if host_hashing { "host" } else { "device" }
+            );
+            assert_eq!(pool.root(), cpu_pool.root(), "{case}: the pool root");
+            let got = pool.walk(&walk, &cancel).unwrap();
+            assert_eq!(got.traces, want.traces, "{case}: the walk's checkpoints");
+            for (walker, segment) in [(0u32, 0u32), (1, 2), (299, 15), (150, 7)] {
+                let opening = pool.open(&got, &walk, walker, segment).unwrap();
+                assert_eq!(
+                    Some(&opening),
+                    cpu_pool.open(&want, &walk, walker, segment).as_ref(),
+                    "{case}: opening of walker {walker} segment {segment}"
+                );
+                check_segment(&walk, &spec, &got.root(), (walker, segment), &opening, &|e, bytes| {
+                    entry_rows_match(&spec, e, bytes, &rows)
+                })
+                .unwrap();
+            }
+            assert!(pool.open(&got, &walk, 300, 0).is_none(), "no walker 300");
+            assert!(pool.open(&got, &walk, 0, 16).is_none(), "no segment 16");
+            println!("ok: pool and walk on {} ({case})", gpus[0].name);
+        }
+    }
+}
+
+/// A pool of more entries than one batch makes: its root is that of its own bytes, read back
+/// (so every leaf is in its place), the entries at the batch's edges are the work function's,
+/// and the default walk over it is the CPU's walk over the same bytes.
+#[test]
+#[ignore = "needs a CUDA GPU: run with --ignored on a GPU host (scripts/gpu-check.sh does)"]
+fn a_gpu_pool_past_one_batch_is_made_and_walked_whole() {
+    let gpus = gpus();
+    let cancel = CancelToken::new();
+    let cuda = CudaBackend::new(&CudaOptions {
+        ordinals: Some(vec![gpus[0].ordinal]),
+        ..CudaOptions::default()
+    })
+    .unwrap();
+    let entries = plan::MAX_BATCH + 37;
+    let spec = PoolSpec::with_entries(&work(64, 1, 1, 1, 51), 0, entries);
+    let made = std::sync::atomic::AtomicU64::new(0);
+    let pool = cuda
+        .fill_device_pool(&spec, &|n| made.store(n, std::sync::atomic::Ordering::Relaxed), &cancel)
+        .unwrap();
+    assert_eq!(made.into_inner(), entries, "progress reaches every entry");
+    let mut bytes = gpu_attest_shared::aligned::AlignedBytes::try_zeroed(spec.bytes() as usize).unwrap();
+    for (e, slot) in bytes.as_mut_slice().chunks_mut(65536).enumerate() {
+        slot.copy_from_slice(&pool.entry_bytes(e as u64).unwrap());
+    }
+    let host = HostPool::from_bytes(&spec, PoolBytes::new(bytes).unwrap()).unwrap();
+    assert_eq!(
+        host.root(),
+        pool.root(),
+        "the root commits to the entries where they lie"
+    );
+    let gemm = CpuGemm::new(0, None).unwrap();
+    for e in [0, plan::MAX_BATCH - 1, plan::MAX_BATCH, entries - 1] {
+        assert_eq!(host.entry_bytes(e), make_entry(&gemm, &spec, e).as_bytes(), "entry {e}");
+    }
+    let walk = walk_over(&pool, 8192, 16, 8);
+    let got = pool.walk(&walk, &cancel).unwrap();
+    let want = walk_all(&host, &walk, &cancel).unwrap();
+    assert_eq!(got.root(), want.root(), "the walk root");
+    println!(
+        "ok: a pool of {entries} entries and a walk of 8192 walkers on {}",
+        gpus[0].name
+    );
 }

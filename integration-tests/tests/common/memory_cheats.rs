@@ -161,7 +161,7 @@ impl ResidentPool for CheatPool {
     }
     fn open(&self, done: &DeviceWalk, walk: &WalkSpec, walker: u32, segment: u32) -> Option<WalkOpening> {
         // A miner may make entries again to open them (PROTOCOL.md 18.4): the openings are honest.
-        open_segment(&self.pool, done, walk, walker, segment)
+        open_segment(self.pool.as_ref(), done, walk, walker, segment)
     }
 }
 

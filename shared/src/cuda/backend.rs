@@ -5,13 +5,16 @@
 use super::compile;
 use super::detect::{self, Detection, GpuInfo};
 use super::device::{DeviceRuntime, reset_primary_context_if_active};
+use super::kernels::AuxModule;
 use super::kernels::GpuKernel;
 use super::options::{CudaInitError, CudaOptions, choose_kernel, select_gpus};
 use super::plan;
+use super::pool::CudaPool;
 use super::slots::{DeviceSlots, Runtime, SlotGuard};
-use crate::backend::{Backend, BackendError, CancelToken, ChainProgress, check_advance};
+use crate::backend::{Backend, BackendError, CancelToken, ChainProgress, ResidentPool, check_advance};
 use crate::chain::ChainResult;
 use crate::matrix::Matrix;
+use crate::memory::PoolSpec;
 use crate::params::Work;
 use crate::statement::DeviceInfo;
 use std::ops::Range;
@@ -122,6 +125,16 @@ impl CudaBackend {
         open_device(device, gpu, self.kernel, &self.options).map_err(|e| e.to_string())
     }
 
+    /// [`Backend::fill_pool`], with the pool as it is on its GPU.
+    pub fn fill_device_pool(
+        &self,
+        spec: &PoolSpec,
+        progress: &(dyn Fn(u64) + Sync),
+        cancel: &CancelToken,
+    ) -> Result<CudaPool, BackendError> {
+        self.on_device(spec.device(), |d| d.fill_pool(spec, progress, cancel))
+    }
+
     /// Makes device `device`'s context unusable, as a kernel fault would: the GPU tests use it
     /// to check that a faulted device recovers. Not for production use.
     #[doc(hidden)]
@@ -185,6 +198,24 @@ impl Backend for CudaBackend {
             plan::batch_size(slice.index, work.n(), slice.count, free)?;
         }
         Ok(())
+    }
+
+    /// Every selected GPU runs the walk kernel (compute capability 6.1 and later).
+    fn holds_pools(&self) -> bool {
+        self.gpus.iter().all(|g| AuxModule::Walk.supports(g.compute_capability))
+    }
+
+    fn check_pool_capacity(&self, spec: &PoolSpec) -> Result<(), BackendError> {
+        self.on_device(spec.device(), |d| d.pool_room(spec).map(|_| ()))
+    }
+
+    fn fill_pool(
+        &self,
+        spec: &PoolSpec,
+        progress: &(dyn Fn(u64) + Sync),
+        cancel: &CancelToken,
+    ) -> Result<Box<dyn ResidentPool>, BackendError> {
+        Ok(Box::new(self.fill_device_pool(spec, progress, cancel)?))
     }
 
     fn advance(

@@ -11,8 +11,9 @@
 //! - [`plan`]: chains per batch from free memory.
 //! - [`options`]: what to run on: the selected GPUs, in partition order, and their kernel.
 //! - [`device`]: one GPU's context, streams, kernels and launches; `pipeline` runs batches of
-//!   chains on it; `slots` resets a faulted device or takes it out of service; [`walk`] runs the
-//!   memory walk (for `miner bench`, until version 3's exchange runs it).
+//!   chains on it and makes pool entries; `slots` resets a faulted device or takes it out of
+//!   service; [`pool`] holds a device's pool of the memory phase, and [`walk`] is the walk
+//!   kernel's host side (and `miner bench`'s walk).
 //! - [`backend`]: the [`Backend`](crate::Backend) over all of them.
 
 pub mod backend;
@@ -25,6 +26,7 @@ pub mod kernels;
 pub mod options;
 mod pipeline;
 pub mod plan;
+pub mod pool;
 mod slots;
 pub mod telemetry;
 pub mod walk;

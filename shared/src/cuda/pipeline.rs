@@ -9,6 +9,7 @@ use crate::backend::{BackendError, CancelToken, ChainProgress};
 use crate::chain::ChainResult;
 use crate::digest::Digest;
 use crate::matrix::Matrix;
+use crate::memory::{ENTRY_BYTES, ENTRY_N, ENTRY_STEPS};
 use crate::params::Work;
 use cudarc::driver::{CudaEvent, CudaSlice};
 use rayon::prelude::*;
@@ -83,6 +84,30 @@ struct BatchBuffers {
 
 /// Where a batch's checkpoint digests go: one call per checkpoint, one digest per chain.
 type Record<'a> = &'a mut dyn FnMut(Vec<Digest>);
+
+/// What the steps of a batch need of its chains: their size and checkpoint interval. A
+/// challenge's chains take them from its `Work`; a pool's entries are chains of size 256 whose
+/// one checkpoint, `X_64`, is the entry itself.
+#[derive(Clone, Copy, Debug)]
+struct ChainShape {
+    n: usize,
+    checkpoint_every: u32,
+}
+
+impl From<&Work> for ChainShape {
+    fn from(work: &Work) -> Self {
+        ChainShape {
+            n: work.n(),
+            checkpoint_every: work.checkpoint_every(),
+        }
+    }
+}
+
+/// The shape that makes pool entries: checkpoint only at the last of the `ENTRY_STEPS` steps.
+const ENTRY_SHAPE: ChainShape = ChainShape {
+    n: ENTRY_N,
+    checkpoint_every: ENTRY_STEPS,
+};
 
 impl DeviceRuntime {
     fn buffers(&self, chains: usize, n: usize, host_copy: bool) -> Result<BatchBuffers, BackendError> {
@@ -167,15 +192,14 @@ impl DeviceRuntime {
     /// `record`, takes a checkpoint after every step whose number is a multiple of c.
     fn run_steps(
         &self,
-        work: &Work,
+        shape: ChainShape,
         buf: &mut BatchBuffers,
         count: usize,
         steps: Range<u32>,
         cancel: &CancelToken,
         mut record: Option<Record<'_>>,
     ) -> Result<(), BackendError> {
-        let n = work.n();
-        let c = work.checkpoint_every();
+        let ChainShape { n, checkpoint_every: c } = shape;
         // A mark at the start of the group queued last, which is the end of the group before it.
         let mut last_group: Option<CudaEvent> = None;
         for step in steps {
@@ -242,7 +266,7 @@ impl DeviceRuntime {
         // h_0 = blake3(A_i).
         buf.digests_pending = 0;
         self.checkpoint(buf, count, n, 0, &mut record)?;
-        self.run_steps(work, buf, count, 0..work.iterations(), cancel, Some(&mut record))?;
+        self.run_steps(work.into(), buf, count, 0..work.iterations(), cancel, Some(&mut record))?;
         Ok(checkpoints
             .into_iter()
             .enumerate()
@@ -286,6 +310,80 @@ impl DeviceRuntime {
         Ok(results)
     }
 
+    /// Makes entries `entries` of the pool under `key` (PROTOCOL.md 18.2) into their places in
+    /// `pool` (entry e at byte e * 65536 of it), in batches of chains of size 256, and returns
+    /// their leaves, `blake3(entry)`, hashed as a chain's checkpoints are. `progress` hears the
+    /// entries made so far after each batch.
+    pub(crate) fn make_entries(
+        &self,
+        key: &[u8; 32],
+        entries: Range<u64>,
+        pool: &mut CudaSlice<i8>,
+        progress: &(dyn Fn(u64) + Sync),
+        cancel: &CancelToken,
+    ) -> Result<Vec<Digest>, BackendError> {
+        let total = entries.end.saturating_sub(entries.start);
+        assert!(
+            pool.len() as u64 >= entries.end * ENTRY_BYTES as u64,
+            "the pool holds every entry made"
+        );
+        let batch = plan::batch_size(self.index, ENTRY_N, total.max(1), self.free_memory()?)?;
+        let mut buf = self.buffers(batch as usize, ENTRY_N, self.host_hashing)?;
+        let mut leaves = Vec::with_capacity(total as usize);
+        let mut first = entries.start;
+        while first < entries.end {
+            let count = batch.min(entries.end - first) as usize;
+            let made = self.make_entry_batch(
+                key,
+                first,
+                count,
+                &mut buf,
+                pool,
+                &mut |digests| leaves.extend(digests),
+                cancel,
+            );
+            if let Err(e) = made {
+                // As in `run_chains`: a hash still reading the buffers must finish before they go.
+                let _ = self.synchronize();
+                return Err(e);
+            }
+            first += count as u64;
+            progress(first - entries.start);
+        }
+        Ok(leaves)
+    }
+
+    /// Entries `first..first + count`: X_64 of their chains, hashed, then copied into the pool.
+    #[allow(clippy::too_many_arguments)]
+    fn make_entry_batch(
+        &self,
+        key: &[u8; 32],
+        first: u64,
+        count: usize,
+        buf: &mut BatchBuffers,
+        pool: &mut CudaSlice<i8>,
+        record: Record<'_>,
+        cancel: &CancelToken,
+    ) -> Result<(), BackendError> {
+        let n = ENTRY_N;
+        self.load_chains(
+            &key_words(key),
+            first..first + count as u64,
+            n,
+            &mut buf.x,
+            &mut buf.next,
+            &mut buf.bt,
+        )?;
+        buf.digests_pending = 0;
+        // The one checkpoint, after the last step, is X_64: the leaf.
+        self.run_steps(ENTRY_SHAPE, buf, count, 0..ENTRY_STEPS, cancel, Some(record))?;
+        let at = first as usize * ENTRY_BYTES;
+        let len = count * ENTRY_BYTES;
+        self.stream
+            .memcpy_dtod(&buf.x.slice(0..len), &mut pool.slice_mut(at..at + len))
+            .map_err(|e| self.err(e))
+    }
+
     pub(crate) fn advance(
         &self,
         work: &Work,
@@ -299,7 +397,7 @@ impl DeviceRuntime {
         let mut buf = self.buffers(1, n, true)?;
         self.upload(start.as_slice(), &mut buf.x)?;
         self.load_transposed_b(&key_words(work.key()), chain..chain + 1, n, &mut buf.next, &mut buf.bt)?;
-        self.run_steps(work, &mut buf, 1, first..first + steps, cancel, None)?;
+        self.run_steps(work.into(), &mut buf, 1, first..first + steps, cancel, None)?;
         self.download(&buf.x, &mut buf.host)?;
         Ok(Matrix::from_vec(n, buf.host).expect("a buffer of n * n bytes"))
     }

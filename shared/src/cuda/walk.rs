@@ -1,12 +1,11 @@
-//! The memory walk on a device (PROTOCOL.md 18.3): the host side of `kernels/walk.cu`.
-//!
-//! For now it serves `miner bench` only, until the exchange of version 3 runs a walk: a pool
-//! walked at full speed against the device's own copy bandwidth, and a small pool walked on the
-//! device and on the CPU, compared checkpoint by checkpoint (over two launches, so that a walk
-//! carried across launches is checked too).
+//! The memory walk on a device (PROTOCOL.md 18.3): the host side of `kernels/walk.cu`, loaded
+//! once per device and launched by a pool's walk (`super::pool`), and `miner bench`'s walk: a
+//! pool walked at full speed against the device's own copy bandwidth, and a small pool walked on
+//! the device and on the CPU, compared checkpoint by checkpoint (over two launches, so that a
+//! walk carried across launches is checked too).
 
 use super::compile::{compile_aux_ptx, supported_archs, target_arch};
-use super::device::DeviceRuntime;
+use super::device::{DeviceRuntime, backend_error};
 use super::kernels::{AuxModule, WALK_FN};
 // A state is a digest as the kernel holds it: eight little-endian words, as a ChaCha8 key is.
 use super::pipeline::key_words;
@@ -15,19 +14,35 @@ use crate::digest::Digest;
 use crate::memory::pool::PoolBytes;
 use crate::memory::walk::{WalkSpec, walk_all};
 use crate::memory::{ENTRY_BYTES, MemoryParams};
-use cudarc::driver::{CudaFunction, CudaSlice, LaunchConfig, PushKernelArg};
+use cudarc::driver::{CudaFunction, CudaSlice, CudaStream, CudaViewMut, LaunchConfig, PushKernelArg};
 use cudarc::nvrtc::Ptx;
 use std::time::Duration;
 
 /// The walk kernel, loaded into one device's context.
+#[derive(Clone)]
 pub struct DeviceWalker {
     function: CudaFunction,
+    /// The device's partition index, for errors.
+    device: u32,
+}
+
+impl DeviceRuntime {
+    /// The walk kernel on this device, compiled and loaded on first use and kept: a device that
+    /// never walks never builds it.
+    pub fn walker(&self) -> Result<DeviceWalker, BackendError> {
+        if let Some(walker) = self.walker.get() {
+            return Ok(walker.clone());
+        }
+        let walker = DeviceWalker::load(self)?;
+        // One thread drives a runtime at a time (the backend's slots), so nothing else set it.
+        Ok(self.walker.get_or_init(|| walker).clone())
+    }
 }
 
 impl DeviceWalker {
     /// Compiles the walk module for the newest architecture NVRTC knows at or below the device's
     /// (as the GEMM modules are; NVRTC not cached: the module is small) and loads it.
-    pub fn load(rt: &DeviceRuntime) -> Result<Self, BackendError> {
+    fn load(rt: &DeviceRuntime) -> Result<Self, BackendError> {
         let (major, minor) = rt.gpu.compute_capability;
         let device_error = |detail: String| BackendError::Device {
             device: rt.index,
@@ -47,24 +62,27 @@ impl DeviceWalker {
         let ptx = compile_aux_ptx(AuxModule::Walk, arch).map_err(|e| device_error(e.to_string()))?;
         let module = rt.ctx.load_module(Ptx::from_src(ptx)).map_err(|e| rt.err(e))?;
         let function = module.load_function(WALK_FN).map_err(|e| rt.err(e))?;
-        Ok(DeviceWalker { function })
+        Ok(DeviceWalker {
+            function,
+            device: rt.index,
+        })
     }
 
-    /// Advances `walkers` walkers by `steps` steps, numbered from `first_step`, over the
-    /// `entries` entries of `pool`: `states` holds each walker's state (8 words) before and
-    /// after; every `every` steps a walker's state goes to `checkpoints`, laid out
-    /// `[walker][steps / every]` (8 words each).
+    /// Queues on `stream` the advance of `walkers` walkers by `steps` steps, numbered from
+    /// `first_step`, over the `entries` entries of `pool`: `states` holds each walker's state
+    /// (8 words) before and after; every `every` steps a walker's state goes to `checkpoints`,
+    /// laid out `[walker][steps / every]` (8 words each).
     #[allow(clippy::too_many_arguments)]
     pub fn launch(
         &self,
-        rt: &DeviceRuntime,
+        stream: &CudaStream,
         pool: &CudaSlice<i8>,
         entries: u64,
         states: &mut CudaSlice<u32>,
         first_step: u32,
         steps: u32,
         every: u32,
-        checkpoints: &mut CudaSlice<u32>,
+        checkpoints: &mut CudaViewMut<'_, u32>,
         walkers: u32,
     ) -> Result<(), BackendError> {
         // The kernel reads entry `e` at byte e * 65536 of the pool and takes `mod entries` of a
@@ -81,7 +99,7 @@ impl DeviceWalker {
             block_dim: (AuxModule::Walk.block_threads(), 1, 1),
             shared_mem_bytes: 0,
         };
-        let mut launch = rt.stream.launch_builder(&self.function);
+        let mut launch = stream.launch_builder(&self.function);
         launch
             .arg(pool)
             .arg(&entries)
@@ -93,7 +111,7 @@ impl DeviceWalker {
             .arg(&walkers);
         // SAFETY: matches walk_steps(const i8*, u64, u32*, u32, u32, u32, u32*, u32), with the
         // buffers' sizes asserted above; one block of the module's block size per walker.
-        unsafe { launch.launch(config) }.map_err(|e| rt.err(e))?;
+        unsafe { launch.launch(config) }.map_err(|e| backend_error(self.device, e))?;
         Ok(())
     }
 }
@@ -117,6 +135,13 @@ pub struct WalkBench {
     pub walk_share_of_copy: f64,
     /// Whether a small walk on the device gave the CPU walk's checkpoints, every one.
     pub matches_cpu: bool,
+    /// The pool's fill: its entries made as a challenge's are (chains of n = 256, hashed).
+    pub fill_seconds: f64,
+    pub fill_entries_per_sec: f64,
+    /// The fill's int8 rate, `P * 2 * 256^3 * 64` operations over its seconds: what the
+    /// validator's fill budget (PROTOCOL.md 18.6, step 5) assumes is at least half the class's
+    /// rate.
+    pub fill_tops: f64,
 }
 
 /// Most steps a timed launch takes: a launch stays well under a second on the largest GPUs
@@ -125,49 +150,45 @@ pub struct WalkBench {
 const MAX_STEPS_PER_LAUNCH: u32 = 4096;
 /// Steps between checkpoints in the bench, as the validator's default `c_w`.
 const BENCH_EVERY: u32 = 8;
+/// The fill's batch buffers at n = 256: 4096 chains of three 64 KiB matrices and their hashing.
+const FILL_BUFFER_BYTES: u64 = 1 << 30;
 /// The smallest pool and copy buffers the bench uses, past any GPU's L2 (50 MB on an H100):
 /// smaller ones would measure the cache.
 const MIN_BENCH_BYTES: u64 = 1 << 30;
 
 /// Measures the walk on `rt`'s device: a pool of `pool_bytes` (at least 1 GiB, at most what is
-/// free beside the bench's own buffers), `walkers` walkers, timed over about `budget`, and the
-/// exactness check.
+/// free beside the bench's own buffers), filled and timed as a challenge's, `walkers` walkers,
+/// timed over about `budget`, and the exactness check.
 pub fn bench_walk(
     rt: &DeviceRuntime,
     pool_bytes: u64,
     walkers: u32,
     budget: Duration,
 ) -> Result<WalkBench, BackendError> {
-    let walker = DeviceWalker::load(rt)?;
+    let walker = rt.walker()?;
     let matches_cpu = matches_cpu(rt, &walker)?;
-    // Beside the pool: the states and the largest checkpoint buffer a launch takes, and a tenth
-    // of what is free for the runtime.
+    // Beside the pool: the states and the largest checkpoint buffer a launch takes, a tenth of
+    // what is free for the runtime, and the fill's reserve and batch buffers.
     let checkpoint_words = walkers as usize * (MAX_STEPS_PER_LAUNCH / BENCH_EVERY) as usize * 8;
     let own = (checkpoint_words + walkers as usize * 8) as u64 * 4;
-    let room = (rt.free_memory()? / 10 * 9).saturating_sub(own);
+    let free = rt.free_memory()?;
+    let room = (free / 10 * 9)
+        .min(free.saturating_sub(super::plan::RESERVE_BYTES + FILL_BUFFER_BYTES))
+        .saturating_sub(own);
     let entries = (pool_bytes.max(MIN_BENCH_BYTES).min(room) / ENTRY_BYTES as u64).max(1);
-    let len = (entries * ENTRY_BYTES as u64) as usize;
     let mut states = rt.alloc_words(walkers as usize * 8)?;
     let mut checkpoints = rt.alloc_words(checkpoint_words)?;
-    let mut pool = rt.alloc(len)?;
-    // Any bytes walk the same: one piece of keystream uploaded, then doubled on the device.
-    let piece = PoolBytes::keystream(&[5; 32], (entries as usize).min(1024)).ok_or(BackendError::OutOfMemory {
+    // A real pool, as a challenge's is filled: its fill is the memory phase's compute.
+    let work = crate::params::Work::new(crate::selftest::vector_params()).map_err(|e| BackendError::Device {
         device: rt.index,
-        detail: "no host memory for the bench's 64 MiB of keystream".into(),
+        detail: e.to_string(),
     })?;
-    let piece: &[i8] = bytemuck::cast_slice(piece.as_bytes());
-    rt.stream
-        .memcpy_htod(piece, &mut pool.slice_mut(0..piece.len()))
-        .map_err(|e| rt.err(e))?;
-    let mut filled = piece.len();
-    while filled < len {
-        let more = filled.min(len - filled);
-        let (done, mut rest) = pool.split_at_mut(filled);
-        rt.stream
-            .memcpy_dtod(&done.slice(0..more), &mut rest.slice_mut(0..more))
-            .map_err(|e| rt.err(e))?;
-        filled += more;
-    }
+    let pool_spec = crate::memory::PoolSpec::with_entries(&work, rt.index, entries);
+    let started = std::time::Instant::now();
+    let filled = rt.fill_pool(&pool_spec, &|_| {}, &CancelToken::new())?;
+    let fill_seconds = started.elapsed().as_secs_f64();
+    let pool = filled.device_entries();
+    let len = pool.len();
     // Every walker from a start of its own (walkers that share a state share every entry, and
     // would be served by the cache).
     let spec = WalkSpec {
@@ -190,14 +211,14 @@ pub fn bench_walk(
     let mut time = |steps: u32| {
         super::bench::time_launches(rt, budget, |launch| {
             walker.launch(
-                rt,
-                &pool,
+                &rt.stream,
+                pool,
                 entries,
                 &mut states,
                 launch * steps,
                 steps,
                 BENCH_EVERY,
-                &mut checkpoints,
+                &mut checkpoints.as_view_mut(),
                 walkers,
             )
         })
@@ -209,7 +230,7 @@ pub fn bench_walk(
     let walk_bytes_per_sec = f64::from(walkers) * f64::from(steps) * ENTRY_BYTES as f64 / seconds;
 
     // Copy bandwidth: two buffers of 1 to 2 GiB in the pool's place.
-    drop(pool);
+    drop(filled);
     let half = (len / 2).clamp(MIN_BENCH_BYTES as usize, 2 << 30);
     let (mut from, mut to) = (rt.alloc(half)?, rt.alloc(half)?);
     rt.stream.memset_zeros(&mut from).map_err(|e| rt.err(e))?;
@@ -228,6 +249,9 @@ pub fn bench_walk(
         copy_bytes_per_sec,
         walk_share_of_copy: walk_bytes_per_sec / copy_bytes_per_sec,
         matches_cpu,
+        fill_seconds,
+        fill_entries_per_sec: entries as f64 / fill_seconds,
+        fill_tops: pool_spec.fill_ops() as f64 / fill_seconds / 1e12,
     })
 }
 
@@ -266,14 +290,14 @@ fn matches_cpu(rt: &DeviceRuntime, walker: &DeviceWalker) -> Result<bool, Backen
     for launch in 0..2 {
         let mut checkpoints = rt.alloc_words(WALKERS as usize * per_launch * 8)?;
         walker.launch(
-            rt,
+            &rt.stream,
             &pool,
             ENTRIES as u64,
             &mut states,
             launch * 8,
             8,
             4,
-            &mut checkpoints,
+            &mut checkpoints.as_view_mut(),
             WALKERS,
         )?;
         let mut host_words = vec![0u32; checkpoints.len()];

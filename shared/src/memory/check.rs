@@ -8,10 +8,11 @@
 //! checkpoint.
 
 use super::params::{ENTRY_BYTES, ENTRY_N, PoolSpec};
-use super::pool::{HostPool, entry_leaf};
+use super::pool::entry_leaf;
 use super::walk::{DeviceWalk, WalkSpec, entry_index, step, walk_leaf};
 use crate::digest::Digest;
 use crate::merkle::{MerkleProof, ProofError, verify_proof};
+use std::borrow::Cow;
 use thiserror::Error;
 
 /// One entry as an opening carries it.
@@ -93,10 +94,19 @@ impl WalkCheckError {
     }
 }
 
+/// A committed pool as an opening reads it, wherever the pool is held: in host memory
+/// ([`super::pool::HostPool`]) or on a GPU.
+pub trait CommittedEntries {
+    /// Entry `entry`'s 65536 bytes; `None` if there is no such entry or it cannot be read.
+    fn entry_bytes(&self, entry: u64) -> Option<Cow<'_, [u8]>>;
+    /// Entry `entry`'s proof in the pool tree.
+    fn entry_proof(&self, entry: u64) -> Option<MerkleProof>;
+}
+
 /// The miner's side: opens segment `segment` of `walker` from its walk and its pool. `None` if
-/// there is no such walker or segment.
+/// there is no such walker or segment, or an entry cannot be read.
 pub fn open_segment(
-    pool: &HostPool,
+    pool: &dyn CommittedEntries,
     walk: &DeviceWalk,
     spec: &WalkSpec,
     walker: u32,
@@ -111,12 +121,15 @@ pub fn open_segment(
     let mut entries = Vec::with_capacity(every as usize);
     for t in segment * every..(segment + 1) * every {
         let e = entry_index(&state, spec.entries);
-        let bytes = pool.entry_bytes(e);
+        let bytes = pool.entry_bytes(e)?;
+        if bytes.len() != ENTRY_BYTES {
+            return None;
+        }
+        state = step(bytemuck::cast_slice(&bytes), &state, t);
         entries.push(OpenedEntry {
-            bytes: bytes.to_vec(),
-            proof: pool.proof(e)?,
+            bytes: bytes.into_owned(),
+            proof: pool.entry_proof(e)?,
         });
-        state = step(bytemuck::cast_slice(bytes), &state, t);
     }
     Some(WalkOpening {
         device: spec.device,

@@ -304,6 +304,16 @@ impl HostPool {
     }
 }
 
+impl super::check::CommittedEntries for HostPool {
+    fn entry_bytes(&self, entry: u64) -> Option<Cow<'_, [u8]>> {
+        (entry < self.spec.entries()).then(|| Cow::Borrowed(HostPool::entry_bytes(self, entry)))
+    }
+
+    fn entry_proof(&self, entry: u64) -> Option<MerkleProof> {
+        self.proof(entry)
+    }
+}
+
 /// The pool's entries are its [`PoolBytes`]; the tree only commits to them.
 impl EntrySource for HostPool {
     fn entries(&self) -> u64 {

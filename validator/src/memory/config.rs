@@ -8,8 +8,8 @@ pub struct MemoryConfig {
     /// Ask every miner that speaks protocol version 3 for the memory phase. Off, challenges are
     /// version 2 and verdicts prove no memory.
     pub enabled: bool,
-    /// Refuse to attest a miner that cannot do the memory phase (it speaks version 2: today
-    /// every miner on the CUDA backend, whose pools are not built yet). Off, such a miner is
+    /// Refuse to attest a miner that cannot do the memory phase (it speaks version 2: an older
+    /// miner, or one on GPUs too old for the walk kernel). Off, such a miner is
     /// challenged without it, and its verdicts say `memory: null`: they prove compute, not
     /// memory.
     pub required: bool,

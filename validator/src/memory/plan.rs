@@ -76,7 +76,7 @@ fn slowest(bytes_per_sec: &[f64]) -> f64 {
 #[derive(Debug, thiserror::Error, Clone, PartialEq)]
 pub enum MemoryPlanError {
     #[error(
-        "miner speaks protocol version {0}, which cannot prove memory (version {PROTOCOL_VERSION} can; a miner on the CUDA backend speaks 2 until its pools are built): set [memory] required = false to attest it without the memory phase (its verdicts then prove no memory)"
+        "miner speaks protocol version {0}, which cannot prove memory (version {PROTOCOL_VERSION} can; a miner speaks 2 when it is older or its GPUs are too old for the walk kernel, before compute capability 6.1): set [memory] required = false to attest it without the memory phase (its verdicts then prove no memory)"
     )]
     NotSpoken(u32),
     #[error(
