@@ -259,10 +259,17 @@ impl MinerCore {
         if let Some(waiting) = self.awaiting_openings(&challenge.validator_key) {
             return Err(MinerError::AwaitingOpenings(waiting));
         }
+        // Earlier commitments' pools go now: no other validator waits on them (just checked),
+        // and on a GPU they hold the memory this challenge's chains and pools are sized from.
+        self.release_pools();
         self.selected
             .backend
             .check_capacity(&work)
             .map_err(MinerError::NoRoom)?;
+        if let Some(plan) = &pool_plan {
+            plan.check_capacity(self.selected.backend.as_ref())
+                .map_err(MinerError::NoRoom)?;
+        }
         let fresh = self.nonces.lock().unwrap_or_else(|p| p.into_inner()).claim(
             challenge.params.nonce,
             challenge.deadline_ms,
@@ -270,10 +277,6 @@ impl MinerCore {
         )?;
         if !fresh {
             return Err(MinerError::NonceReused(hex::encode(challenge.params.nonce)));
-        }
-        if pool_plan.is_some() {
-            // This challenge's pools need the memory that earlier ones hold.
-            self.release_pools();
         }
         Ok(AcceptedChallenge {
             challenge,

@@ -40,6 +40,11 @@ impl PoolPlan {
         Ok(PoolPlan { params, specs })
     }
 
+    /// Refuses pools a device cannot hold, before the challenge is accepted.
+    pub fn check_capacity(&self, backend: &dyn Backend) -> Result<(), BackendError> {
+        self.specs.iter().try_for_each(|spec| backend.check_pool_capacity(spec))
+    }
+
     /// Fills every device's pool, the devices side by side (blocking). `progress` hears
     /// `(device, entries made)` now and then.
     pub fn fill(
