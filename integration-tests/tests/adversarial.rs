@@ -201,11 +201,12 @@ async fn replay_is_refused_across_a_miner_restart() {
             NonceLog::open(&log, now()).unwrap(),
         )
     };
-    let challenge = signed(&challenge_for(Identity::from_seed([42; 32]).public_key(), 9));
-    drop(make().accept(&challenge, now()).unwrap());
+    let challenge = challenge_for(Identity::from_seed([42; 32]).public_key(), 9);
+    let signature = challenge.sign(&Identity::from_seed([VALIDATOR_SEED; 32]));
+    drop(make().accept(challenge.clone(), &signature, now()).unwrap());
     // A new process on the same state file.
     let err = make()
-        .accept(&challenge, now())
+        .accept(challenge, &signature, now())
         .err()
         .expect("replay accepted after restart");
     assert_eq!(tonic::Status::from(err).code(), Code::AlreadyExists);

@@ -184,7 +184,12 @@ proptest! {
         };
         let mut wire = challenge_to_wire(&challenge, &[0; 64]);
         wire.signature = sig;
-        prop_assert!(core.accept(&wire, gpu_attest_miner::core::now_ms()).is_err());
+        // Decoded as the service decodes it; whatever survives decoding, the core refuses.
+        let refused = match gpu_attest_proto::convert::challenge_from_wire(&wire) {
+            Err(_) => true,
+            Ok((decoded, signature)) => core.accept(decoded, &signature, gpu_attest_miner::core::now_ms()).is_err(),
+        };
+        prop_assert!(refused);
     }
 
     /// Random commitments (device counts past the limit, random slices and roots) are rejected.

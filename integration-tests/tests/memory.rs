@@ -456,8 +456,10 @@ async fn walk_requests_and_walk_samples_are_refused_by_status() {
     };
     let without_pools = miner_with(0x48, Arc::new(breakable), TEST_MEMORY_BYTES);
     assert_eq!(without_pools.protocol_version(), 2);
+    let (challenge, signature) =
+        gpu_attest_proto::convert::challenge_from_wire(&v3_challenge(&without_pools, 0x53)).unwrap();
     let refused = without_pools
-        .accept(&v3_challenge(&without_pools, 0x53), gpu_attest_miner::core::now_ms())
+        .accept(challenge, &signature, gpu_attest_miner::core::now_ms())
         .err()
         .unwrap();
     assert_eq!(refused.code(), Code::FailedPrecondition, "{refused}");

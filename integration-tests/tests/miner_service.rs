@@ -278,14 +278,18 @@ fn committed_and_asked(
     Vec<gpu_attest_miner::openings::Sample>,
 ) {
     let c = challenge(core.public_key(), nonce, 64, 2, 2, deadline_in_ms);
-    let accepted = core.accept(&signed(&c), gpu_attest_miner::core::now_ms()).unwrap();
+    let signature = c.sign(&Identity::from_seed([VALIDATOR_SEED; 32]));
+    let accepted = core
+        .accept(c.clone(), &signature, gpu_attest_miner::core::now_ms())
+        .unwrap();
     let execution = core
         .execute(&accepted, &|_| {}, &gpu_attest_shared::CancelToken::new())
         .unwrap();
     core.commit(accepted, execution, 1);
     let validator = Identity::from_seed([VALIDATOR_SEED; 32]);
+    let request = signed_open_request(c.params.nonce, &validator, samples);
     let round = core
-        .check_open_request(&signed_open_request(c.params.nonce, &validator, samples))
+        .check_open_request(gpu_attest_proto::convert::open_request_from_wire(&request).unwrap())
         .unwrap();
     let samples = round
         .chains

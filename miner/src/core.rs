@@ -1,6 +1,7 @@
 //! The miner's protocol logic, free of gRPC plumbing: accept a challenge, run it, sign the
-//! commitment, answer openings. The service calls these in order; tests that play a dishonest
-//! miner call them too and change one thing.
+//! commitment, answer openings. It takes and returns the protocol's own statements; the service
+//! decodes requests before calling it and encodes what it returns (`crate::wire`). The service
+//! calls these in order; tests that play a dishonest miner call them too and change one thing.
 
 use crate::backends::SelectedBackend;
 use crate::config::Limits;
@@ -8,19 +9,16 @@ use crate::error::MinerError;
 use crate::memory::{HeldMemory, PoolPlan, pool_commitments};
 use crate::metrics::MinerMetrics;
 use crate::nonces::NonceLog;
-use gpu_attest_proto::convert::{
-    OpenRequest, WalkRequest, challenge_from_wire, commitment_to_wire, open_request_from_wire, opening_to_wire,
-    walk_opening_to_wire, walk_request_from_wire, walk_statement_to_wire,
-};
-use gpu_attest_proto::v1;
+use gpu_attest_proto::convert::{OpenRequest, WalkRequest};
 use gpu_attest_shared::backend::ResidentPool;
 use gpu_attest_shared::engine::{self, DeviceProgress, Execution};
 use gpu_attest_shared::identity::{Identity, PublicKey};
 use gpu_attest_shared::inventory::{HardwareClaim, Inventory, MinerLimits};
+use gpu_attest_shared::memory::check::WalkOpening;
 use gpu_attest_shared::memory::statement::{
     WalkSample, WalkStatement, open_request_bytes_v3, walk_opening_bytes, walk_request_bytes,
 };
-use gpu_attest_shared::opening::{SampleRequest, check_sample, open_chain};
+use gpu_attest_shared::opening::{ChainOpening, SampleRequest, check_sample, open_chain};
 use gpu_attest_shared::params::{MIN_PROTOCOL_VERSION, PROTOCOL_VERSION};
 use gpu_attest_shared::statement::{Challenge, Commitment, open_request_bytes, opening_bytes};
 use gpu_attest_shared::{BackendError, CancelToken, Work};
@@ -53,6 +51,28 @@ pub fn now_ms() -> u64 {
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_millis() as u64)
         .unwrap_or(0)
+}
+
+/// A statement with this miner's signature over its signing bytes.
+#[derive(Clone, Debug)]
+pub struct Signed<T> {
+    pub statement: T,
+    pub signature: [u8; 64],
+}
+
+/// One opening of a round (PROTOCOL.md 14.5, 18.5).
+#[derive(Clone, Debug)]
+pub enum Opened {
+    Chain(ChainOpening),
+    Walk(WalkOpening),
+}
+
+/// An opening of commitment `nonce`, signed.
+#[derive(Clone, Debug)]
+pub struct SignedOpening {
+    pub nonce: [u8; 32],
+    pub opening: Opened,
+    pub signature: [u8; 64],
 }
 
 /// A challenge that passed every check, holding the devices until it is dropped.
@@ -210,15 +230,20 @@ impl MinerCore {
         }
     }
 
-    /// Every check of PROTOCOL.md section 14.3, in its order; the nonce is recorded only once
-    /// the challenge is accepted and the devices are ours.
-    pub fn accept(&self, wire: &v1::Challenge, now_ms: u64) -> Result<AcceptedChallenge, MinerError> {
-        let (challenge, signature) = challenge_from_wire(wire)?;
+    /// Every check of PROTOCOL.md section 14.3 after decoding, in its order, of `challenge` and
+    /// its validator's `signature`; the nonce is recorded only once the challenge is accepted
+    /// and the devices are ours.
+    pub fn accept(
+        &self,
+        challenge: Challenge,
+        signature: &[u8; 64],
+        now_ms: u64,
+    ) -> Result<AcceptedChallenge, MinerError> {
         if !self.is_allowed(&challenge.validator_key) {
             return Err(MinerError::ValidatorNotAllowed(challenge.validator_key));
         }
         challenge
-            .verify(&signature)
+            .verify(signature)
             .map_err(|_| MinerError::BadSignature(challenge.validator_key))?;
         let bound = PublicKey(challenge.params.miner_key);
         if bound != self.public_key() {
@@ -397,8 +422,11 @@ impl MinerCore {
         }
     }
 
-    pub fn sign_commitment(&self, statement: &Commitment) -> v1::Commitment {
-        commitment_to_wire(statement, &statement.sign(&self.identity))
+    pub fn sign_commitment(&self, statement: &Commitment) -> Signed<Commitment> {
+        Signed {
+            signature: statement.sign(&self.identity),
+            statement: statement.clone(),
+        }
     }
 
     /// Keeps an execution openable by the challenge's validator, and releases the devices.
@@ -434,25 +462,25 @@ impl MinerCore {
     }
 
     /// Signs, remembers and returns the commitment for an honest execution.
-    pub fn commit(&self, accepted: AcceptedChallenge, execution: Execution, compute_ms: u64) -> v1::Commitment {
+    pub fn commit(&self, accepted: AcceptedChallenge, execution: Execution, compute_ms: u64) -> Signed<Commitment> {
         let signed = self.sign_commitment(&self.statement(&accepted, &execution, compute_ms));
         self.remember(accepted, execution);
         signed
     }
 
-    /// Checks an open request in the order of PROTOCOL.md section 14.5: well-formed, not empty,
+    /// Checks a decoded open request in the order of PROTOCOL.md section 14.5: not empty,
     /// within the sample limit, for a recent commitment of ours, from that challenge's own
     /// validator while it is still allowed, correctly signed, every sample in range, and the
     /// first such request for this commitment. Only a request that passes all of it uses up the
     /// commitment's one opening round.
-    pub fn check_open_request(&self, request: &v1::OpenChainsRequest) -> Result<OpenRound, MinerError> {
+    pub fn check_open_request(&self, request: OpenRequest) -> Result<OpenRound, MinerError> {
         let OpenRequest {
             nonce,
             validator_key,
             samples,
             walks,
             signature,
-        } = open_request_from_wire(request)?;
+        } = request;
         if samples.is_empty() && walks.is_empty() {
             return Err(MinerError::NoSamples);
         }
@@ -498,14 +526,10 @@ impl MinerCore {
         })
     }
 
-    /// Checks a walk request (PROTOCOL.md 18.4) as an open request is checked: well-formed, for
-    /// a recent commitment of ours, from its validator while still allowed, correctly signed,
+    /// Checks a decoded walk request (PROTOCOL.md 18.4) as an open request is checked: for a
+    /// recent commitment of ours, from its validator while still allowed, correctly signed,
     /// for a version 3 commitment, and the first such request. Passing uses up the walk.
-    pub fn check_walk_request(
-        &self,
-        request: &v1::WalkRequest,
-    ) -> Result<(Arc<RecentCommitment>, WalkRequest), MinerError> {
-        let request = walk_request_from_wire(request)?;
+    pub fn check_walk_request(&self, request: WalkRequest) -> Result<(Arc<RecentCommitment>, WalkRequest), MinerError> {
         let recent = self.recent_commitment(&request.nonce)?;
         if request.validator_key != recent.validator_key.0 || !self.is_allowed(&recent.validator_key) {
             return Err(MinerError::OpenNotAllowed);
@@ -534,7 +558,7 @@ impl MinerCore {
         recent: &RecentCommitment,
         request: &WalkRequest,
         cancel: &CancelToken,
-    ) -> Result<v1::WalkStatement, MinerError> {
+    ) -> Result<Signed<WalkStatement>, MinerError> {
         let memory = recent
             .memory
             .as_ref()
@@ -550,10 +574,10 @@ impl MinerCore {
             walk_ms: started.elapsed().as_millis() as u64,
         };
         *recent.hold_from.lock().unwrap_or_else(|p| p.into_inner()) = Instant::now();
-        Ok(walk_statement_to_wire(
-            &statement,
-            &self.identity.sign(&statement.signing_bytes()),
-        ))
+        Ok(Signed {
+            signature: self.identity.sign(&statement.signing_bytes()),
+            statement,
+        })
     }
 
     /// A kept commitment by its nonce.
@@ -567,16 +591,16 @@ impl MinerCore {
     }
 
     /// Builds and signs one walk opening (blocking: copies the segment's entries).
-    pub fn open_walk(&self, recent: &RecentCommitment, sample: WalkSample) -> Result<v1::ChainOpening, MinerError> {
+    pub fn open_walk(&self, recent: &RecentCommitment, sample: WalkSample) -> Result<SignedOpening, MinerError> {
         let memory = recent
             .memory
             .as_ref()
             .ok_or_else(|| MinerError::NoMemoryPhase(hex::encode(recent.nonce)))?;
         let opening = memory.open(sample)?;
-        let signature = self.identity.sign(&walk_opening_bytes(&recent.nonce, &opening));
-        Ok(v1::ChainOpening {
-            walk: Some(walk_opening_to_wire(&recent.nonce, &opening, &signature)),
-            ..Default::default()
+        Ok(SignedOpening {
+            nonce: recent.nonce,
+            signature: self.identity.sign(&walk_opening_bytes(&recent.nonce, &opening)),
+            opening: Opened::Walk(opening),
         })
     }
 
@@ -586,7 +610,7 @@ impl MinerCore {
         recent: &RecentCommitment,
         sample: SampleRequest,
         cancel: &CancelToken,
-    ) -> Result<v1::ChainOpening, MinerError> {
+    ) -> Result<SignedOpening, MinerError> {
         let checkpoints = recent
             .execution
             .chains
@@ -601,15 +625,15 @@ impl MinerCore {
             sample,
             cancel,
         )?;
-        Ok(self.sign_opening(&recent.nonce, &opening))
+        Ok(self.sign_opening(&recent.nonce, opening))
     }
 
-    pub fn sign_opening(
-        &self,
-        nonce: &[u8; 32],
-        opening: &gpu_attest_shared::opening::ChainOpening,
-    ) -> v1::ChainOpening {
-        opening_to_wire(nonce, opening, &self.identity.sign(&opening_bytes(nonce, opening)))
+    pub fn sign_opening(&self, nonce: &[u8; 32], opening: ChainOpening) -> SignedOpening {
+        SignedOpening {
+            nonce: *nonce,
+            signature: self.identity.sign(&opening_bytes(nonce, &opening)),
+            opening: Opened::Chain(opening),
+        }
     }
 
     /// How long a commitment is kept for its opening round (`keep_commitments_secs`).

@@ -17,6 +17,7 @@ pub mod selftest;
 pub mod server;
 pub mod service;
 pub mod show;
+pub mod wire;
 
 pub use crate::core::MinerCore;
 pub use config::MinerConfig;

@@ -133,7 +133,7 @@ impl Round<'_> {
                 return;
             }
             let item = match opened {
-                Ok(result) => result.map_err(Status::from),
+                Ok(result) => result.map(|o| crate::wire::opening(&o)).map_err(Status::from),
                 Err(join) => Err(Status::internal(format!("opening worker failed: {join}"))),
             };
             let failed = item.is_err();

@@ -5,7 +5,9 @@ use crate::error::MinerError;
 use crate::metrics::ChallengeOutcome;
 use crate::openings::{RoundLimits, Sample, run_round};
 use gpu_attest_daemon::connections::{holds_connection, trust_connection};
-use gpu_attest_proto::convert::inventory_to_wire;
+use gpu_attest_proto::convert::{
+    challenge_from_wire, inventory_to_wire, open_request_from_wire, walk_request_from_wire,
+};
 use gpu_attest_proto::v1::{self, challenge_event::Event, miner_server::Miner};
 use gpu_attest_shared::engine::EngineError;
 use gpu_attest_shared::{BackendError, CancelToken};
@@ -61,10 +63,13 @@ impl Miner for MinerService {
         // moment with the challenge neither running nor committed.
         let running = self.core.work_started();
         let peer = peer(&request);
-        let accepted = self.core.accept(request.get_ref(), now_ms()).inspect_err(|e| {
-            warn!(%peer, error = %e, "challenge refused");
-            self.core.metrics().challenge(ChallengeOutcome::Refused, Some(e.code()));
-        })?;
+        let accepted = challenge_from_wire(request.get_ref())
+            .map_err(MinerError::from)
+            .and_then(|(challenge, signature)| self.core.accept(challenge, &signature, now_ms()))
+            .inspect_err(|e| {
+                warn!(%peer, error = %e, "challenge refused");
+                self.core.metrics().challenge(ChallengeOutcome::Refused, Some(e.code()));
+            })?;
         // An allowed validator signed it: its open request, on this connection, must not be
         // refused because a stranger at its address spent the address's request rate.
         trust_connection(request.extensions());
@@ -93,10 +98,13 @@ impl Miner for MinerService {
         // Counted before the request marks the commitment opened (see `run_challenge`).
         let running = self.core.work_started();
         let peer = peer(&request);
-        let round = self.core.check_open_request(request.get_ref()).inspect_err(|e| {
-            warn!(%peer, error = %e, "open request refused");
-            self.core.metrics().opening(false);
-        })?;
+        let round = open_request_from_wire(request.get_ref())
+            .map_err(MinerError::from)
+            .and_then(|decoded| self.core.check_open_request(decoded))
+            .inspect_err(|e| {
+                warn!(%peer, error = %e, "open request refused");
+                self.core.metrics().opening(false);
+            })?;
         trust_connection(request.extensions());
         let (tx, rx) = mpsc::channel(2);
         let limits = RoundLimits::for_commitment(&self.core, &round.recent);
@@ -118,9 +126,12 @@ impl Miner for MinerService {
     async fn walk_pool(&self, request: Request<v1::WalkRequest>) -> Result<Response<v1::WalkStatement>, Status> {
         let running = self.core.work_started();
         let peer = peer(&request);
-        let (recent, walk) = self.core.check_walk_request(request.get_ref()).inspect_err(|e| {
-            warn!(%peer, error = %e, "walk request refused");
-        })?;
+        let (recent, walk) = walk_request_from_wire(request.get_ref())
+            .map_err(MinerError::from)
+            .and_then(|decoded| self.core.check_walk_request(decoded))
+            .inspect_err(|e| {
+                warn!(%peer, error = %e, "walk request refused");
+            })?;
         trust_connection(request.extensions());
         let nonce = hex::encode(walk.nonce);
         // The walk reads the pools where the devices hold them: it waits for the devices (a
@@ -146,7 +157,9 @@ impl Miner for MinerService {
         drop(devices);
         drop(running);
         let statement = match walked {
-            Ok(result) => result.map_err(Status::from),
+            Ok(result) => result
+                .map(|signed| crate::wire::walk_statement(&signed))
+                .map_err(Status::from),
             Err(join) => Err(Status::internal(format!("walk worker failed: {join}"))),
         }
         .inspect_err(|e| warn!(%nonce, error = %e.message(), "walk failed"))?;
@@ -233,7 +246,9 @@ async fn run_accepted(
             core.metrics().computed(chains, started.elapsed());
             core.metrics().challenge(ChallengeOutcome::Committed, None);
             info!(%nonce, compute_ms, "commitment sent");
-            let _ = tx.send(event(Event::Commitment(commitment))).await;
+            let _ = tx
+                .send(event(Event::Commitment(crate::wire::commitment(&commitment))))
+                .await;
         }
         Err(MinerError::Engine(EngineError::Backend(BackendError::Cancelled))) => {
             drop(accepted); // frees the devices now

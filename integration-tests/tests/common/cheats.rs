@@ -3,6 +3,8 @@
 
 use super::Running;
 use gpu_attest_miner::MinerCore;
+use gpu_attest_miner::error::MinerError;
+use gpu_attest_proto::convert;
 use gpu_attest_proto::v1::{self, challenge_event::Event, miner_server::Miner, miner_server::MinerServer};
 use gpu_attest_shared::CancelToken;
 use gpu_attest_shared::chain::ChainResult;
@@ -155,7 +157,10 @@ impl Miner for CheatingMiner {
         &self,
         request: Request<v1::Challenge>,
     ) -> Result<Response<Self::RunChallengeStream>, Status> {
-        let accepted = self.core.accept(request.get_ref(), gpu_attest_miner::core::now_ms())?;
+        let (challenge, signature) = convert::challenge_from_wire(request.get_ref()).map_err(MinerError::from)?;
+        let accepted = self
+            .core
+            .accept(challenge, &signature, gpu_attest_miner::core::now_ms())?;
         match self.cheat {
             Cheat::RefusesAfterComputing => {
                 let core = self.core.clone();
@@ -204,7 +209,8 @@ impl Miner for CheatingMiner {
         request: Request<v1::OpenChainsRequest>,
     ) -> Result<Response<Self::OpenChainsStream>, Status> {
         // Walk samples (a version 3 commitment) are not opened: these cheats play version 2.
-        let round = self.core.check_open_request(request.get_ref())?;
+        let request = convert::open_request_from_wire(request.get_ref()).map_err(MinerError::from)?;
+        let round = self.core.check_open_request(request)?;
         let (recent, samples) = (round.recent, round.chains);
         if self.cheat == Cheat::StallOpenings {
             return Ok(Response::new(Box::pin(tokio_stream::pending())));
@@ -213,7 +219,11 @@ impl Miner for CheatingMiner {
         let openings = tokio::task::spawn_blocking(move || {
             samples
                 .into_iter()
-                .map(|s| core.open(&recent, s, &CancelToken::new()).map_err(Status::from))
+                .map(|s| {
+                    core.open(&recent, s, &CancelToken::new())
+                        .map(|o| gpu_attest_miner::wire::opening(&o))
+                        .map_err(Status::from)
+                })
                 .collect::<Vec<_>>()
         })
         .await
@@ -236,12 +246,13 @@ impl Miner for CheatingMiner {
 
     /// Walks honestly: these cheats are at the chains.
     async fn walk_pool(&self, request: Request<v1::WalkRequest>) -> Result<Response<v1::WalkStatement>, Status> {
-        let (recent, walk) = self.core.check_walk_request(request.get_ref())?;
+        let request = convert::walk_request_from_wire(request.get_ref()).map_err(MinerError::from)?;
+        let (recent, walk) = self.core.check_walk_request(request)?;
         let core = self.core.clone();
         let statement = tokio::task::spawn_blocking(move || core.walk(&recent, &walk, &CancelToken::new()))
             .await
             .unwrap()?;
-        Ok(Response::new(statement))
+        Ok(Response::new(gpu_attest_miner::wire::walk_statement(&statement)))
     }
 }
 
@@ -313,7 +324,7 @@ async fn after_accepting(
     if cheat == Cheat::WrongGlobalChecksum {
         statement.work.global.0[0] ^= 1;
     }
-    let mut commitment = core.sign_commitment(&statement);
+    let mut commitment = gpu_attest_miner::wire::commitment(&core.sign_commitment(&statement));
     if cheat == Cheat::ForeignKey {
         let other = gpu_attest_shared::identity::Identity::from_seed([0xf0; 32]);
         statement.miner_key = other.public_key();

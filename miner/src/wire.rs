@@ -1,0 +1,29 @@
+//! The service's edge: what the miner's core returns, put into the messages of `proto/`. The
+//! core takes decoded requests (`gpu_attest_proto::convert`'s `*_from_wire`) and returns signed
+//! statements; only the service and its opening rounds see the wire types.
+
+use crate::core::{Opened, Signed, SignedOpening};
+use gpu_attest_proto::convert::{commitment_to_wire, opening_to_wire, walk_opening_to_wire, walk_statement_to_wire};
+use gpu_attest_proto::v1;
+use gpu_attest_shared::memory::statement::WalkStatement;
+use gpu_attest_shared::statement::Commitment;
+
+pub fn commitment(signed: &Signed<Commitment>) -> v1::Commitment {
+    commitment_to_wire(&signed.statement, &signed.signature)
+}
+
+pub fn walk_statement(signed: &Signed<WalkStatement>) -> v1::WalkStatement {
+    walk_statement_to_wire(&signed.statement, &signed.signature)
+}
+
+/// A chain opening is the message itself; a walk opening rides in its `walk` field, after the
+/// chain openings of the same stream (PROTOCOL.md 18.4).
+pub fn opening(signed: &SignedOpening) -> v1::ChainOpening {
+    match &signed.opening {
+        Opened::Chain(opening) => opening_to_wire(&signed.nonce, opening, &signed.signature),
+        Opened::Walk(opening) => v1::ChainOpening {
+            walk: Some(walk_opening_to_wire(&signed.nonce, opening, &signed.signature)),
+            ..Default::default()
+        },
+    }
+}
