@@ -68,7 +68,7 @@ pub enum MinerError {
     #[error("cannot record the nonce, so the challenge is refused: {0}")]
     NonceLog(#[from] crate::nonces::NonceLogError),
     #[error(
-        "this miner's {0} backend cannot hold memory pools yet, so it speaks protocol version 2 (see its inventory): send a challenge without the memory phase"
+        "this miner's {0} backend cannot hold memory pools here (on GPUs: compute capability 6.1 or later is needed), so it speaks protocol version 2 (see its inventory): send a challenge without the memory phase"
     )]
     MemoryPhaseUnsupported(String),
     #[error("invalid memory phase: {0}")]

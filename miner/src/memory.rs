@@ -232,6 +232,7 @@ impl HeldMemory {
             return Err(MinerError::WalkSampleOutOfRange(sample));
         };
         pool.open(walk, spec, sample.walker, sample.segment)
+            .map_err(MinerError::Fill)?
             .ok_or(MinerError::WalkSampleOutOfRange(sample))
     }
 }

@@ -28,8 +28,14 @@ pub trait ResidentPool: Send + Sync {
     fn walk(&self, walk: &WalkSpec, cancel: &CancelToken) -> Result<DeviceWalk, BackendError>;
 
     /// Segment `segment` of walker `walker`, opened from this pool and `done`, the walk it ran;
-    /// `None` if there is no such walker or segment.
-    fn open(&self, done: &DeviceWalk, walk: &WalkSpec, walker: u32, segment: u32) -> Option<WalkOpening>;
+    /// `Ok(None)` if there is no such walker or segment, an error if the pool cannot be read.
+    fn open(
+        &self,
+        done: &DeviceWalk,
+        walk: &WalkSpec,
+        walker: u32,
+        segment: u32,
+    ) -> Result<Option<WalkOpening>, BackendError>;
 }
 
 /// How a backend reports per-chain progress: called from the device's thread after each chain.

@@ -197,7 +197,13 @@ impl ResidentPool for CpuPool {
         self.gemm.install(|| walk_all(&self.pool, walk, cancel))
     }
 
-    fn open(&self, done: &DeviceWalk, walk: &WalkSpec, walker: u32, segment: u32) -> Option<WalkOpening> {
+    fn open(
+        &self,
+        done: &DeviceWalk,
+        walk: &WalkSpec,
+        walker: u32,
+        segment: u32,
+    ) -> Result<Option<WalkOpening>, BackendError> {
         open_segment(&self.pool, done, walk, walker, segment)
     }
 }

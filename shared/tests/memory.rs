@@ -123,7 +123,7 @@ fn honest() -> (HostPool, DeviceWalk, WalkSpec, WalkOpening) {
     let pool = filled(&CpuGemm::new(2, None).unwrap());
     let spec = walk_spec(pool.root());
     let walk = walk_all(&pool, &spec, &CancelToken::new()).unwrap();
-    let opening = open_segment(&pool, &walk, &spec, 1, 2).unwrap();
+    let opening = open_segment(&pool, &walk, &spec, 1, 2).unwrap().unwrap();
     (pool, walk, spec, opening)
 }
 
@@ -228,7 +228,7 @@ fn every_tampered_walk_opening_fails_with_its_own_reason() {
         ..spec.clone()
     };
     let stale_walk = walk_all(&pool, &stale, &CancelToken::new()).unwrap();
-    let o = open_segment(&pool, &stale_walk, &stale, 1, 2).unwrap();
+    let o = open_segment(&pool, &stale_walk, &stale, 1, 2).unwrap().unwrap();
     assert_eq!(
         check(&spec, &stale_walk.root(), &o).unwrap_err().code(),
         "walk-start-mismatch"
@@ -309,10 +309,10 @@ fn the_cpu_backend_holds_a_pool_and_walks_it_as_the_engine_does() {
         walk.root(),
         walk_all(&direct, &spec, &CancelToken::new()).unwrap().root()
     );
-    let opening = held.open(&walk, &spec, 1, 2).unwrap();
+    let opening = held.open(&walk, &spec, 1, 2).unwrap().unwrap();
     assert_eq!(check(&spec, &walk.root(), &opening), Ok(()));
-    assert!(held.open(&walk, &spec, 3, 0).is_none(), "walker 3 of 3");
-    assert!(held.open(&walk, &spec, 0, 4).is_none(), "segment 4 of 4");
+    assert!(held.open(&walk, &spec, 3, 0).unwrap().is_none(), "walker 3 of 3");
+    assert!(held.open(&walk, &spec, 0, 4).unwrap().is_none(), "segment 4 of 4");
     // A pool of a device the backend does not have is refused, not filled.
     let work = Work::new(selftest::vector_params()).unwrap();
     let elsewhere = PoolSpec::with_entries(&work, 1, 4);

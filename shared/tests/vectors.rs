@@ -446,7 +446,7 @@ fn memory_statement_vectors() {
         segment: 2,
     }];
     let got_open_request = signed(&open_request_bytes_v3(&params().nonce, &chains, &walks));
-    let opening = open_segment(&pool, &walk, &walk_spec, 1, 2).unwrap();
+    let opening = open_segment(&pool, &walk, &walk_spec, 1, 2).unwrap().unwrap();
     let got_walk_opening = hash(&walk_opening_bytes(&params().nonce, &opening));
     let owned = |(len, hash): (usize, &str)| (len, hash.to_string());
     let owned_signed = |(len, hash, sig): (usize, &str, &str)| (len, hash.to_string(), sig.to_string());

@@ -159,7 +159,13 @@ impl ResidentPool for CheatPool {
             MemoryCheat::FakesHalfTheSteps => Ok(faked_walk(&self.pool, walk)),
         }
     }
-    fn open(&self, done: &DeviceWalk, walk: &WalkSpec, walker: u32, segment: u32) -> Option<WalkOpening> {
+    fn open(
+        &self,
+        done: &DeviceWalk,
+        walk: &WalkSpec,
+        walker: u32,
+        segment: u32,
+    ) -> Result<Option<WalkOpening>, BackendError> {
         // A miner may make entries again to open them (PROTOCOL.md 18.4): the openings are honest.
         open_segment(self.pool.as_ref(), done, walk, walker, segment)
     }

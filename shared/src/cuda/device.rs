@@ -154,8 +154,12 @@ impl DeviceRuntime {
         backend_error(self.index, e)
     }
 
-    /// Free device memory in bytes.
+    /// Free device memory in bytes, once everything queued is done. Buffers are freed in their
+    /// stream's order into the driver's memory pool, which gives them back to the device only at
+    /// a synchronisation: without one, the memory of the last batch (or of a pool dropped after
+    /// a failed fill) would still count as used.
     pub fn free_memory(&self) -> Result<u64, BackendError> {
+        self.ctx.synchronize().map_err(|e| self.err(e))?;
         self.ctx
             .mem_get_info()
             .map(|(free, _)| free as u64)

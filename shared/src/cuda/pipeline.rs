@@ -327,7 +327,14 @@ impl DeviceRuntime {
             pool.len() as u64 >= entries.end * ENTRY_BYTES as u64,
             "the pool holds every entry made"
         );
-        let batch = plan::batch_size(self.index, ENTRY_N, total.max(1), self.free_memory()?)?;
+        // Beside the pool: its own reserve, not the larger one kept beside a challenge's chains.
+        let batch = plan::batch_size_beside(
+            self.index,
+            ENTRY_N,
+            total.max(1),
+            self.free_memory()?,
+            plan::FILL_RESERVE_BYTES,
+        )?;
         let mut buf = self.buffers(batch as usize, ENTRY_N, self.host_hashing)?;
         let mut leaves = Vec::with_capacity(total as usize);
         let mut first = entries.start;

@@ -9,6 +9,13 @@ use crate::backend::BackendError;
 
 /// Left free for the context, the module and the driver's own allocations.
 pub const RESERVE_BYTES: u64 = 512 << 20;
+/// Left free beside a memory-phase pool, whose size the challenge sets (95% of the device's
+/// memory by default, PROTOCOL.md 18.6): the walk module is loaded before the pool is made, so
+/// this covers the fill's batches (`FILL_RESERVE_BYTES` and at least 300 chains of n = 256),
+/// the walk's states and checkpoints, and the driver's own small allocations.
+pub const POOL_RESERVE_BYTES: u64 = 128 << 20;
+/// Left free by the fill's batches, beside the pool.
+pub const FILL_RESERVE_BYTES: u64 = 64 << 20;
 /// Matrices a chain keeps on the device.
 pub const MATRICES_PER_CHAIN: u64 = 3;
 /// The most chains in one launch (the grid's z extent is at most 65535).
@@ -21,9 +28,20 @@ pub const MAX_HOST_STAGING_BYTES: u64 = 1 << 30;
 
 /// Chains per batch on a device with `free_bytes` free, for `chains` chains of size `n`.
 pub fn batch_size(device: u32, n: usize, chains: u64, free_bytes: u64) -> Result<u64, BackendError> {
+    batch_size_beside(device, n, chains, free_bytes, RESERVE_BYTES)
+}
+
+/// As [`batch_size`], keeping `reserve` bytes free rather than [`RESERVE_BYTES`].
+pub fn batch_size_beside(
+    device: u32,
+    n: usize,
+    chains: u64,
+    free_bytes: u64,
+    reserve: u64,
+) -> Result<u64, BackendError> {
     let matrix = (n as u64) * (n as u64);
     let per_chain = MATRICES_PER_CHAIN * matrix + matrix / 16 + DIGEST_SLOTS as u64 * 32;
-    let usable = free_bytes.saturating_sub(RESERVE_BYTES);
+    let usable = free_bytes.saturating_sub(reserve);
     let fit = usable / per_chain;
     if fit == 0 {
         return Err(BackendError::OutOfMemory {
@@ -31,7 +49,7 @@ pub fn batch_size(device: u32, n: usize, chains: u64, free_bytes: u64) -> Result
             detail: format!(
                 "one chain of n = {n} needs {} MiB and {} MiB are kept in reserve, but only {} MiB are free",
                 per_chain >> 20,
-                RESERVE_BYTES >> 20,
+                reserve >> 20,
                 free_bytes >> 20
             ),
         });

@@ -10,6 +10,7 @@ use super::walk::DeviceWalker;
 use crate::backend::{BackendError, CancelToken, ResidentPool};
 use crate::digest::Digest;
 use crate::memory::check::{CommittedEntries, WalkOpening, open_segment};
+use crate::memory::pool::no_such_entry;
 use crate::memory::walk::{DeviceWalk, WalkSpec, WalkerTrace};
 use crate::memory::{ENTRY_BYTES, MemoryParams, PoolSpec};
 use crate::merkle::{MerkleProof, MerkleTree};
@@ -33,12 +34,14 @@ pub struct WalkLimits {
 impl Default for WalkLimits {
     /// 2^38 bytes a launch is 0.08 s on an H100 and under a second at 300 GB/s: short of a
     /// display GPU's watchdog, and a cancel is seen within two launches. The default walk (8192
-    /// walkers, about 1200 segments) has 300 MiB of checkpoints, which come back in two rounds
-    /// of 256 MiB: a pool leaves little memory beside itself.
+    /// walkers, about 1200 segments) has 300 MiB of checkpoints: on a large GPU they come back
+    /// in one copy at the end. Between rounds the device waits for the copy (tens of ms), which
+    /// the walk's time includes, so rounds are for small GPUs, where half the memory left
+    /// beside the pool is less.
     fn default() -> Self {
         WalkLimits {
             launch_bytes: 1 << 38,
-            checkpoint_bytes: 256 << 20,
+            checkpoint_bytes: 1 << 30,
         }
     }
 }
@@ -147,13 +150,13 @@ impl DeviceRuntime {
 
 impl DeviceRuntime {
     /// The pool's length in bytes if it fits in this device's free memory beside the reserve
-    /// that the runtime and the fill's batches need; why not, if it does not.
+    /// that the fill's batches and the walk need; why not, if it does not.
     pub(crate) fn pool_room(&self, spec: &PoolSpec) -> Result<usize, BackendError> {
         let bytes = spec.bytes();
         let free = self.free_memory()?;
         let len = usize::try_from(bytes)
             .ok()
-            .filter(|_| bytes + plan::RESERVE_BYTES <= free);
+            .filter(|_| bytes.saturating_add(plan::POOL_RESERVE_BYTES) <= free);
         len.ok_or_else(|| BackendError::OutOfMemory {
             device: self.index,
             detail: format!(
@@ -162,7 +165,7 @@ impl DeviceRuntime {
                  its memory (another process, a MIG slice) makes the claim fail",
                 bytes >> 20,
                 spec.entries(),
-                plan::RESERVE_BYTES >> 20,
+                plan::POOL_RESERVE_BYTES >> 20,
                 free >> 20
             ),
         })
@@ -195,6 +198,8 @@ impl CudaPool {
     /// Segments per walker the checkpoint buffer holds: at most the limit's bytes and half of
     /// what is free beside the pool.
     fn buffer_segments(&self, walkers: u32) -> Result<u32, BackendError> {
+        // As `DeviceRuntime::free_memory`: memory freed on the stream counts once it is synced.
+        self.stream.synchronize().map_err(|e| self.err(e))?;
         let (free, _) = self.stream.context().mem_get_info().map_err(|e| self.err(e))?;
         let bytes = self.limits.checkpoint_bytes.min(free as u64 / 2);
         Ok((bytes / (u64::from(walkers) * 32)).min(u64::from(u32::MAX)) as u32)
@@ -211,6 +216,10 @@ impl ResidentPool for CudaPool {
     }
 
     fn walk(&self, walk: &WalkSpec, cancel: &CancelToken) -> Result<DeviceWalk, BackendError> {
+        walk.params.validate().map_err(|e| BackendError::Device {
+            device: self.device,
+            detail: format!("a walk of {e}"),
+        })?;
         if walk.entries != self.spec.entries() || walk.device != self.spec.device() {
             return Err(BackendError::Device {
                 device: self.device,
@@ -295,7 +304,13 @@ impl ResidentPool for CudaPool {
         ))
     }
 
-    fn open(&self, done: &DeviceWalk, walk: &WalkSpec, walker: u32, segment: u32) -> Option<WalkOpening> {
+    fn open(
+        &self,
+        done: &DeviceWalk,
+        walk: &WalkSpec,
+        walker: u32,
+        segment: u32,
+    ) -> Result<Option<WalkOpening>, BackendError> {
         open_segment(self, done, walk, walker, segment)
     }
 }
@@ -313,21 +328,19 @@ impl Drop for CudaPool {
 
 /// An opening's entries come from device memory, one 64 KiB copy each.
 impl CommittedEntries for CudaPool {
-    fn entry_bytes(&self, entry: u64) -> Option<Cow<'_, [u8]>> {
-        if entry >= self.spec.entries() {
-            return None;
-        }
+    fn entry(&self, entry: u64) -> Result<(Cow<'_, [u8]>, MerkleProof), BackendError> {
+        let proof = self
+            .tree
+            .proof(entry)
+            .filter(|_| entry < self.spec.entries())
+            .ok_or_else(|| no_such_entry(&self.spec, entry))?;
         let at = entry as usize * ENTRY_BYTES;
         let mut bytes = vec![0i8; ENTRY_BYTES];
         self.stream
             .memcpy_dtoh(&self.device_entries().slice(at..at + ENTRY_BYTES), &mut bytes)
-            .ok()?;
-        self.stream.synchronize().ok()?;
-        Some(Cow::Owned(bytes.into_iter().map(|b| b as u8).collect()))
-    }
-
-    fn entry_proof(&self, entry: u64) -> Option<MerkleProof> {
-        self.tree.proof(entry)
+            .map_err(|e| self.err(e))?;
+        self.stream.synchronize().map_err(|e| self.err(e))?;
+        Ok((Cow::Owned(bytes.into_iter().map(|b| b as u8).collect()), proof))
     }
 }
 

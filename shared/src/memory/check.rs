@@ -11,6 +11,7 @@ use super::params::{ENTRY_BYTES, ENTRY_N, PoolSpec};
 use super::pool::entry_leaf;
 use super::walk::{DeviceWalk, WalkSpec, entry_index, step, walk_leaf};
 use crate::digest::Digest;
+use crate::failure::BackendError;
 use crate::merkle::{MerkleProof, ProofError, verify_proof};
 use std::borrow::Cow;
 use thiserror::Error;
@@ -97,48 +98,55 @@ impl WalkCheckError {
 /// A committed pool as an opening reads it, wherever the pool is held: in host memory
 /// ([`super::pool::HostPool`]) or on a GPU.
 pub trait CommittedEntries {
-    /// Entry `entry`'s 65536 bytes; `None` if there is no such entry or it cannot be read.
-    fn entry_bytes(&self, entry: u64) -> Option<Cow<'_, [u8]>>;
-    /// Entry `entry`'s proof in the pool tree.
-    fn entry_proof(&self, entry: u64) -> Option<MerkleProof>;
+    /// Entry `entry`'s 65536 bytes and its proof in the pool tree; an error if there is no such
+    /// entry or the device holding it fails.
+    fn entry(&self, entry: u64) -> Result<(Cow<'_, [u8]>, MerkleProof), BackendError>;
 }
 
-/// The miner's side: opens segment `segment` of `walker` from its walk and its pool. `None` if
-/// there is no such walker or segment, or an entry cannot be read.
+/// The miner's side: opens segment `segment` of `walker` from its walk and its pool. `Ok(None)`
+/// if there is no such walker or segment; an error if an entry cannot be read.
 pub fn open_segment(
     pool: &dyn CommittedEntries,
     walk: &DeviceWalk,
     spec: &WalkSpec,
     walker: u32,
     segment: u32,
-) -> Option<WalkOpening> {
-    let trace = walk.traces.get(walker as usize)?;
+) -> Result<Option<WalkOpening>, BackendError> {
+    let (Some(trace), Ok(proof)) = (
+        walk.traces.get(walker as usize),
+        walk.tree.proof(u64::from(walker)).ok_or(()),
+    ) else {
+        return Ok(None);
+    };
     if segment >= spec.params.walk_segments() {
-        return None;
+        return Ok(None);
     }
     let every = spec.params.walk_checkpoint_every;
     let mut state = trace.checkpoints[segment as usize];
     let mut entries = Vec::with_capacity(every as usize);
     for t in segment * every..(segment + 1) * every {
         let e = entry_index(&state, spec.entries);
-        let bytes = pool.entry_bytes(e)?;
+        let (bytes, proof) = pool.entry(e)?;
         if bytes.len() != ENTRY_BYTES {
-            return None;
+            return Err(BackendError::Device {
+                device: spec.device,
+                detail: format!("entry {e} came back as {} bytes, not {ENTRY_BYTES}", bytes.len()),
+            });
         }
         state = step(bytemuck::cast_slice(&bytes), &state, t);
         entries.push(OpenedEntry {
             bytes: bytes.into_owned(),
-            proof: pool.entry_proof(e)?,
+            proof,
         });
     }
-    Some(WalkOpening {
+    Ok(Some(WalkOpening {
         device: spec.device,
         walker,
         segment,
         checkpoints: trace.checkpoints.clone(),
-        proof: walk.tree.proof(u64::from(walker))?,
+        proof,
         entries,
-    })
+    }))
 }
 
 /// Rows of each opened entry that a validator makes again and compares (check 7).

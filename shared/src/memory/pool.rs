@@ -305,12 +305,20 @@ impl HostPool {
 }
 
 impl super::check::CommittedEntries for HostPool {
-    fn entry_bytes(&self, entry: u64) -> Option<Cow<'_, [u8]>> {
-        (entry < self.spec.entries()).then(|| Cow::Borrowed(HostPool::entry_bytes(self, entry)))
+    fn entry(&self, entry: u64) -> Result<(Cow<'_, [u8]>, MerkleProof), BackendError> {
+        match self.proof(entry) {
+            Some(proof) if entry < self.spec.entries() => Ok((Cow::Borrowed(self.entry_bytes(entry)), proof)),
+            _ => Err(no_such_entry(&self.spec, entry)),
+        }
     }
+}
 
-    fn entry_proof(&self, entry: u64) -> Option<MerkleProof> {
-        self.proof(entry)
+/// What a pool answers for an entry past its end: a walk never names one (its index is taken
+/// mod P), so asking is a bug of the caller's.
+pub fn no_such_entry(spec: &PoolSpec, entry: u64) -> BackendError {
+    BackendError::Device {
+        device: spec.device(),
+        detail: format!("entry {entry} asked of a pool of {} entries", spec.entries()),
     }
 }
 
