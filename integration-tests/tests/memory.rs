@@ -12,12 +12,10 @@ mod common;
 
 use common::memory_cheats::{CheatingPools, MemoryCheat, serve_entries};
 use common::*;
-use gpu_attest_miner::backends::SelectedBackend;
 use gpu_attest_miner::config::Limits;
-use gpu_attest_miner::inventory::cpu_device;
 use gpu_attest_miner::nonces::NonceLog;
 use gpu_attest_shared::cpu::CpuBackend;
-use gpu_attest_shared::gemm::CpuGemm;
+use gpu_attest_shared::gemm::{CpuGemm, KernelKind};
 use gpu_attest_shared::memory::params::pool_entries;
 use gpu_attest_shared::memory::pool::HostPool;
 use gpu_attest_shared::memory::walk::{WalkSpec, walk_all};
@@ -101,35 +99,30 @@ fn memory_config(dir: &TempDir, policy: Policy) -> ValidatorConfig {
     config
 }
 
-/// A miner claiming `memory_bytes` on one CPU device of the test's cores, on `backend`.
-fn miner_with(seed: u8, backend: Arc<dyn Backend>, memory_bytes: u64) -> Arc<gpu_attest_miner::MinerCore> {
-    let cpu = CpuBackend::new(TEST_CORES as usize, None).unwrap();
-    let selected = SelectedBackend {
-        kernel: cpu.kernel().to_string(),
-        backend,
-        name: "cpu".into(),
-        devices: vec![cpu_device(TEST_CORES as usize, memory_bytes)],
-        notes: Vec::new(),
-        cuda: None,
-        self_checks: Vec::new(),
-    };
+/// The CPU backend on the test's cores, its one device claiming `memory_bytes`.
+fn cpu_claiming(memory_bytes: u64) -> CpuBackend {
+    common::test_cpu(TEST_CORES as usize).claiming(TEST_CORES, memory_bytes)
+}
+
+/// A miner on `backend`, which runs the CPU kernel `kernel`.
+fn miner_with(seed: u8, kernel: KernelKind, backend: Arc<dyn Backend>) -> Arc<gpu_attest_miner::MinerCore> {
     miner_on(
         seed,
         &[validator_key()],
-        selected,
+        common::selected(kernel, backend),
         Limits::default(),
         NonceLog::in_memory(),
     )
 }
 
 fn cheater(seed: u8, cheat: MemoryCheat, memory_bytes: u64) -> Arc<gpu_attest_miner::MinerCore> {
-    let cpu = CpuBackend::new(TEST_CORES as usize, None).unwrap();
-    miner_with(seed, Arc::new(CheatingPools::new(cpu, cheat)), memory_bytes)
+    let cpu = cpu_claiming(memory_bytes);
+    miner_with(seed, cpu.kernel(), Arc::new(CheatingPools::new(cpu, cheat)))
 }
 
 fn honest(seed: u8) -> Arc<gpu_attest_miner::MinerCore> {
-    let cpu = CpuBackend::new(TEST_CORES as usize, None).unwrap();
-    miner_with(seed, Arc::new(cpu), TEST_MEMORY_BYTES)
+    let cpu = cpu_claiming(TEST_MEMORY_BYTES);
+    miner_with(seed, cpu.kernel(), Arc::new(cpu))
 }
 
 /// One attestation of `core`'s miner with the memory phase, in turn with the others.
@@ -450,11 +443,13 @@ async fn walk_requests_and_walk_samples_are_refused_by_status() {
     assert!(openings.message().await.unwrap().is_none());
 
     // A backend that cannot hold pools speaks version 2 and refuses the memory phase up front.
+    let cpu = cpu_claiming(TEST_MEMORY_BYTES);
+    let kernel = cpu.kernel();
     let breakable = common::breakable::BreakableBackend {
-        cpu: CpuBackend::new(TEST_CORES as usize, None).unwrap(),
+        cpu,
         broken: Default::default(),
     };
-    let without_pools = miner_with(0x48, Arc::new(breakable), TEST_MEMORY_BYTES);
+    let without_pools = miner_with(0x48, kernel, Arc::new(breakable));
     assert_eq!(without_pools.protocol_version(), 2);
     let (challenge, signature) =
         gpu_attest_proto::convert::challenge_from_wire(&v3_challenge(&without_pools, 0x53)).unwrap();

@@ -424,7 +424,7 @@ async fn a_validator_that_challenges_in_a_loop_gets_no_hold() {
 async fn a_device_out_of_service_refuses_work_and_stops_the_miner() {
     use tonic_health::pb::health_check_response::ServingStatus;
     let backend = Arc::new(breakable::BreakableBackend {
-        cpu: gpu_attest_shared::cpu::CpuBackend::new(TEST_CORES as usize, None).unwrap(),
+        cpu: test_cpu(TEST_CORES as usize),
         broken: false.into(),
     });
     let mut selected = cpu_backend(1);

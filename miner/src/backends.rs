@@ -1,7 +1,6 @@
 //! Chooses the compute backend from the configuration and the hardware present.
 
 use crate::config::{BackendChoice, GpuKernelChoice, MinerConfig};
-use crate::inventory::cpu_device;
 use crate::selftest;
 use gpu_attest_shared::Backend;
 use gpu_attest_shared::cpu::CpuBackend;
@@ -12,23 +11,34 @@ use gpu_attest_shared::selftest::checks::{CheckedKernelError, start_checked};
 use gpu_attest_shared::statement::DeviceInfo;
 use std::sync::Arc;
 
-/// The backend a miner runs, with what it reports about itself.
+/// The backend a miner runs, with what it reports about itself. Its devices are the
+/// backend's own ([`Backend::devices`]).
 #[derive(Clone)]
 pub struct SelectedBackend {
     pub backend: Arc<dyn Backend>,
     /// `cpu` or `cuda`.
     pub name: String,
     pub kernel: String,
-    pub devices: Vec<DeviceInfo>,
     /// Why `auto` chose what it chose, and how the GPU kernels were built, for the log and
     /// `miner info`.
     pub notes: Vec<String>,
-    /// Set when the CUDA backend runs: `miner bench` measures it directly.
-    pub cuda: Option<Arc<CudaBackend>>,
     /// What the self-check found on the selected devices (the GPU kernels checked before the
     /// CUDA backend started; empty on the CPU), for `miner info` and GetInventory.
     pub self_checks: Vec<selftest::KernelCheck>,
 }
+
+impl SelectedBackend {
+    /// What each device states in the inventory, in partition order.
+    pub fn devices(&self) -> Vec<DeviceInfo> {
+        self.backend.devices()
+    }
+
+    pub fn is_cuda(&self) -> bool {
+        self.name == CUDA
+    }
+}
+
+const CUDA: &str = "cuda";
 
 #[derive(Debug, thiserror::Error)]
 pub enum BackendSelectError {
@@ -120,16 +130,11 @@ fn start_checked_cuda(config: &MinerConfig, detection: &Detection) -> Result<Sel
 }
 
 fn cuda_selection(backend: CudaBackend) -> SelectedBackend {
-    let backend = Arc::new(backend);
     SelectedBackend {
-        name: "cuda".to_string(),
+        name: CUDA.to_string(),
         kernel: backend.kernel().to_string(),
-        // As the driver names them, made fit for the protocol's text rules (printable ASCII,
-        // bounded), so that a validator never refuses this miner's own inventory.
-        devices: backend.inventory().into_iter().map(DeviceInfo::fitted).collect(),
         notes: backend.module_notes(),
-        backend: backend.clone(),
-        cuda: Some(backend),
+        backend: Arc::new(backend),
         self_checks: Vec::new(),
     }
 }
@@ -140,14 +145,14 @@ fn cpu(config: &MinerConfig, notes: Vec<String>) -> Result<SelectedBackend, Back
         .resolve()
         .map_err(|e| BackendSelectError::Cpu(e.to_string()))?;
     let backend = CpuBackend::new(config.cpu_threads, kernel).map_err(|e| BackendSelectError::Cpu(e.to_string()))?;
-    let device = cpu_device(backend.threads(), config.cpu_memory_mib << 20);
+    // Its cores are the threads it computes on; its memory, the configured claim.
+    let cores = backend.threads() as u32;
+    let backend = backend.claiming(cores, config.cpu_memory_mib << 20);
     Ok(SelectedBackend {
         name: "cpu".to_string(),
         kernel: backend.kernel().to_string(),
         backend: Arc::new(backend),
-        devices: vec![device],
         notes,
-        cuda: None,
         self_checks: Vec::new(),
     })
 }

@@ -200,7 +200,7 @@ impl MinerCore {
         HardwareClaim {
             backend: self.selected.name.clone(),
             kernel: self.selected.kernel.clone(),
-            devices: self.selected.devices.clone(),
+            devices: self.selected.devices(),
         }
     }
 
@@ -270,7 +270,7 @@ impl MinerCore {
         }
         let pool_plan = challenge
             .memory
-            .map(|memory| PoolPlan::new(memory, &work, &self.selected.devices))
+            .map(|memory| PoolPlan::new(memory, &work, &self.selected.devices()))
             .transpose()?;
         if self.stopping.load(Ordering::SeqCst) {
             return Err(MinerError::Stopping);
@@ -414,7 +414,7 @@ impl MinerCore {
             work: execution.commitment.clone(),
             miner_key: self.public_key(),
             validator_key: accepted.challenge.validator_key,
-            inventory: self.selected.devices.clone(),
+            inventory: self.selected.devices(),
             backend: self.selected.name.clone(),
             kernel: self.selected.kernel.clone(),
             compute_ms,

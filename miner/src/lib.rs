@@ -8,7 +8,6 @@ pub mod config;
 pub mod core;
 pub mod daemon;
 pub mod error;
-pub mod inventory;
 pub mod memory;
 pub mod metrics;
 pub mod nonces;

@@ -77,7 +77,7 @@ fn run(cli: Cli) -> Result<()> {
         } => {
             let config = settings.resolve()?;
             let selected = backends::select(&config)?;
-            let sizes = match (sizes.is_empty(), selected.cuda.is_some()) {
+            let sizes = match (sizes.is_empty(), selected.is_cuda()) {
                 (false, _) => sizes,
                 (true, true) => vec![1024, 2048, 4096],
                 (true, false) => vec![256, 1024, 2048],
@@ -86,10 +86,10 @@ fn run(cli: Cli) -> Result<()> {
                 bail!("size {bad} is not a valid challenge size (a multiple of 64 in 64..=8192)");
             }
             let budget = Duration::from_secs_f64(seconds);
-            if selected.cuda.is_some() {
+            if selected.is_cuda() {
                 return show::bench_gpus(&config, &sizes, budget, memory_mib, json).map_err(anyhow::Error::msg);
             }
-            let device = selected.devices.first().map(|d| d.name.clone()).unwrap_or_default();
+            let device = selected.devices().first().map(|d| d.name.clone()).unwrap_or_default();
             // Every kernel this CPU runs, unless one was chosen.
             let chosen = config.cpu_kernel.resolve()?;
             let kernels = match chosen {

@@ -49,7 +49,7 @@ pub fn print_info(selected: &SelectedBackend, detection: &Result<Detection, GpuD
     for note in &selected.notes {
         println!("note: {note}");
     }
-    for d in &selected.devices {
+    for d in &selected.devices() {
         println!(
             "device {}: {}, {:.1} GiB memory",
             d.index,
@@ -151,7 +151,7 @@ pub fn info_json(selected: &SelectedBackend, detection: &Result<Detection, GpuDe
         "gpu_error": detection.as_ref().err().map(|e| e.to_string()),
         "cuda_driver": detection.as_ref().ok().map(|d| d.driver.to_string()),
         "self_checks": selected.self_checks,
-        "devices": selected.devices,
+        "devices": selected.devices(),
         "cpu_kernels": KernelKind::ALL.map(|k| serde_json::json!({
             "name": k.name(), "available": k.is_available(), "unavailable_reason": k.unavailable_reason(),
         })),

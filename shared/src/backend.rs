@@ -12,6 +12,7 @@ use crate::memory::PoolSpec;
 use crate::memory::check::WalkOpening;
 use crate::memory::walk::{DeviceWalk, WalkSpec};
 use crate::params::Work;
+use crate::statement::DeviceInfo;
 use std::ops::Range;
 
 pub use crate::failure::{BackendError, CancelToken};
@@ -49,6 +50,11 @@ pub trait Backend: Send + Sync {
 
     /// How many devices the engine splits chains over (GPUs; the CPU backend presents one by default).
     fn device_count(&self) -> u32;
+
+    /// What each device states in an inventory (PROTOCOL.md 13), in partition order: the
+    /// facts (model, units, memory) a validator sizes the work and the memory phase by, and a
+    /// commitment binds. Text is already fitted to the protocol's rules.
+    fn devices(&self) -> Vec<DeviceInfo>;
 
     /// Checkpoint hashes of the chains `chains` (global indices), computed on `device`, in index
     /// order. `progress` is told the number of chains finished so far.
@@ -145,6 +151,10 @@ mod tests {
 
         fn device_count(&self) -> u32 {
             1
+        }
+
+        fn devices(&self) -> Vec<DeviceInfo> {
+            vec![DeviceInfo::default()]
         }
 
         fn run_chains(

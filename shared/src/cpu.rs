@@ -10,6 +10,7 @@ use crate::memory::check::{WalkOpening, open_segment};
 use crate::memory::pool::HostPool;
 use crate::memory::walk::{DeviceWalk, WalkSpec, walk_all};
 use crate::params::Work;
+use crate::statement::DeviceInfo;
 use rayon::prelude::*;
 use std::ops::Range;
 use std::sync::Arc;
@@ -19,18 +20,30 @@ use std::sync::atomic::{AtomicU64, Ordering};
 /// side instead (each chain then holds only 4 n^2 bytes = 256 KiB at n = 256).
 const CHAIN_PARALLEL_MAX_N: usize = 256;
 
+/// The memory a CPU device claims unless told otherwise: a pool of the host's whole memory
+/// would take hours to fill (32768 operations a byte), so the claim is configured
+/// (`cpu_memory_mib`), not read from the host.
+pub const DEFAULT_CLAIMED_MEMORY_BYTES: u64 = 16 << 20;
+
 pub struct CpuBackend {
     /// Shared with the pools it fills, which walk on the same threads.
     gemm: Arc<CpuGemm>,
     devices: u32,
+    /// What each device states (its index aside): see [`CpuBackend::claiming`].
+    stated: DeviceInfo,
 }
 
 impl CpuBackend {
-    /// `threads = 0`: all cores. `kernel = None`: the fastest this CPU supports.
+    /// `threads = 0`: all cores. `kernel = None`: the fastest this CPU supports. Each device
+    /// states this CPU's model, the threads as its cores, and
+    /// [`DEFAULT_CLAIMED_MEMORY_BYTES`].
     pub fn new(threads: usize, kernel: Option<KernelKind>) -> Result<Self, GemmError> {
+        let gemm = Arc::new(CpuGemm::new(threads, kernel)?);
+        let stated = host_device(gemm.threads().max(1) as u32, DEFAULT_CLAIMED_MEMORY_BYTES);
         Ok(CpuBackend {
-            gemm: Arc::new(CpuGemm::new(threads, kernel)?),
+            gemm,
             devices: 1,
+            stated,
         })
     }
 
@@ -38,6 +51,14 @@ impl CpuBackend {
     /// any count; tests use it to exercise the multi-device partition without GPUs.
     pub fn with_logical_devices(mut self, devices: u32) -> Self {
         self.devices = devices.max(1);
+        self
+    }
+
+    /// Makes each device state `cores` cores (what a validator sizes a CPU's rate by: normally
+    /// the threads it computes on; tests state more to play an under-provisioned miner) and
+    /// claim `memory_bytes` of memory (the miner's `cpu_memory_mib`).
+    pub fn claiming(mut self, cores: u32, memory_bytes: u64) -> Self {
+        self.stated = host_device(cores.max(1), memory_bytes);
         self
     }
 
@@ -98,6 +119,15 @@ impl Backend for CpuBackend {
 
     fn device_count(&self) -> u32 {
         self.devices
+    }
+
+    fn devices(&self) -> Vec<DeviceInfo> {
+        (0..self.devices)
+            .map(|index| DeviceInfo {
+                index,
+                ..self.stated.clone()
+            })
+            .collect()
     }
 
     fn run_chains(
@@ -176,6 +206,29 @@ impl Backend for CpuBackend {
             self.run_steps(work, &b, start, first..first + steps, cancel, |_| {})
         })
     }
+}
+
+/// This host's CPU as one device: model name (from `/proc/cpuinfo`), `cores` as `sm_count`
+/// (validators expect a CPU's rate per core) and the memory it claims; its text made fit for
+/// the protocol (printable ASCII, bounded), whatever the kernel reports.
+fn host_device(cores: u32, memory_bytes: u64) -> DeviceInfo {
+    let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    let model = cpuinfo
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix("model name")
+                .and_then(|r| r.split_once(':'))
+                .map(|(_, v)| v.trim().to_string())
+        })
+        .unwrap_or_else(|| std::env::consts::ARCH.to_string());
+    DeviceInfo {
+        index: 0,
+        name: format!("cpu: {model}"),
+        memory_bytes,
+        sm_count: cores,
+        ..DeviceInfo::default()
+    }
+    .fitted()
 }
 
 /// A pool in host memory, walked on the engine's threads.

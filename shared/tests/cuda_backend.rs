@@ -306,7 +306,7 @@ fn a_challenge_sized_pool_fits_after_the_chains_and_after_a_cancelled_fill() {
         ..CudaOptions::default()
     })
     .unwrap();
-    let claimed = cuda.inventory()[0].memory_bytes;
+    let claimed = cuda.devices()[0].memory_bytes;
     let chains = work(2048, 4, 4, 2, 52);
     execute(&cuda, &chains, &|_| {}, &CancelToken::new()).unwrap();
     let spec = PoolSpec::new(&chains, 0, claimed, 950).unwrap();

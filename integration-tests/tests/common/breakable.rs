@@ -16,6 +16,9 @@ impl gpu_attest_shared::Backend for BreakableBackend {
     fn device_count(&self) -> u32 {
         self.cpu.device_count()
     }
+    fn devices(&self) -> Vec<gpu_attest_shared::statement::DeviceInfo> {
+        self.cpu.devices()
+    }
     fn run_chains(
         &self,
         device: u32,

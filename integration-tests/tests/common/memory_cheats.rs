@@ -65,6 +65,9 @@ impl Backend for CheatingPools {
     fn device_count(&self) -> u32 {
         self.cpu.device_count()
     }
+    fn devices(&self) -> Vec<gpu_attest_shared::statement::DeviceInfo> {
+        self.cpu.devices()
+    }
     fn run_chains(
         &self,
         device: u32,

@@ -15,7 +15,6 @@ use gpu_attest_daemon::PeerRateLimiter;
 use gpu_attest_miner::MinerCore;
 use gpu_attest_miner::backends::SelectedBackend;
 use gpu_attest_miner::config::Limits;
-use gpu_attest_miner::inventory::cpu_device;
 use gpu_attest_miner::nonces::NonceLog;
 use gpu_attest_miner::server::ServeOptions;
 use gpu_attest_shared::cpu::CpuBackend;
@@ -83,19 +82,28 @@ pub fn cpu_backend(devices: u32) -> SelectedBackend {
 /// honest when `threads` is `TEST_CORES * devices` or more (tests share the cores), and
 /// under-provisioned below that.
 pub fn cpu_backend_on(threads: usize, devices: u32) -> SelectedBackend {
-    let backend = CpuBackend::new(threads, None).unwrap().with_logical_devices(devices);
+    let cpu = test_cpu(threads).with_logical_devices(devices);
+    selected(cpu.kernel(), Arc::new(cpu))
+}
+
+/// The CPU backend on `threads` threads, each device stating [`TEST_CORES`] cores and claiming
+/// [`TEST_MEMORY_BYTES`].
+pub fn test_cpu(threads: usize) -> CpuBackend {
+    CpuBackend::new(threads, None)
+        .unwrap()
+        .claiming(TEST_CORES, TEST_MEMORY_BYTES)
+}
+
+/// A miner's selection of `backend`, the CPU backend (or one wrapping it) on `kernel`.
+pub fn selected(
+    kernel: gpu_attest_shared::gemm::KernelKind,
+    backend: Arc<dyn gpu_attest_shared::Backend>,
+) -> SelectedBackend {
     SelectedBackend {
-        kernel: backend.kernel().to_string(),
-        backend: Arc::new(backend),
+        kernel: kernel.to_string(),
+        backend,
         name: "cpu".into(),
-        devices: (0..devices)
-            .map(|i| gpu_attest_shared::statement::DeviceInfo {
-                index: i,
-                ..cpu_device(TEST_CORES as usize, TEST_MEMORY_BYTES)
-            })
-            .collect(),
         notes: Vec::new(),
-        cuda: None,
         self_checks: Vec::new(),
     }
 }
@@ -137,9 +145,9 @@ pub fn miner_on(
 pub fn cpu_claim(devices: u32) -> HardwareClaim {
     let selected = cpu_backend(devices);
     HardwareClaim {
+        devices: selected.devices(),
         backend: selected.name,
         kernel: selected.kernel,
-        devices: selected.devices,
     }
 }
 

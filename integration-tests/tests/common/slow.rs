@@ -23,6 +23,9 @@ impl Backend for SlowBackend {
     fn device_count(&self) -> u32 {
         self.cpu.device_count()
     }
+    fn devices(&self) -> Vec<gpu_attest_shared::statement::DeviceInfo> {
+        self.cpu.devices()
+    }
     fn run_chains(
         &self,
         device: u32,
@@ -50,14 +53,8 @@ impl Backend for SlowBackend {
 /// An honest one-device miner keyed by `seed`, allowing the test validator, whose challenges
 /// take `extra` longer than the work.
 pub fn slow_miner(seed: u8, extra: Duration) -> Arc<MinerCore> {
-    let slow = SlowBackend {
-        cpu: gpu_attest_shared::cpu::CpuBackend::new(super::TEST_CORES as usize, None).unwrap(),
-        extra,
-    };
-    let backend = gpu_attest_miner::backends::SelectedBackend {
-        backend: Arc::new(slow),
-        ..super::cpu_backend(1)
-    };
+    let cpu = super::test_cpu(super::TEST_CORES as usize);
+    let backend = super::selected(cpu.kernel(), Arc::new(SlowBackend { cpu, extra }));
     super::miner_on(
         seed,
         &[super::validator_key()],

@@ -74,15 +74,6 @@ impl CudaBackend {
         &self.gpus
     }
 
-    /// What each device reports in a commitment, in partition order.
-    pub fn inventory(&self) -> Vec<DeviceInfo> {
-        self.gpus
-            .iter()
-            .enumerate()
-            .map(|(i, g)| g.device_info(i as u32))
-            .collect()
-    }
-
     /// How each device got its kernels (memory, disk cache or NVRTC) and any cache warning.
     pub fn module_notes(&self) -> Vec<String> {
         self.devices
@@ -168,6 +159,16 @@ impl Backend for CudaBackend {
 
     fn device_count(&self) -> u32 {
         self.devices.len() as u32
+    }
+
+    /// As the driver and NVML name them, made fit for the protocol's text rules (printable
+    /// ASCII, bounded), so that a validator never refuses this miner's own inventory.
+    fn devices(&self) -> Vec<DeviceInfo> {
+        self.gpus
+            .iter()
+            .enumerate()
+            .map(|(i, g)| g.device_info(i as u32).fitted())
+            .collect()
     }
 
     fn out_of_service(&self) -> Vec<(u32, String)> {

@@ -242,6 +242,9 @@ mod tests {
         fn device_count(&self) -> u32 {
             1
         }
+        fn devices(&self) -> Vec<crate::statement::DeviceInfo> {
+            vec![crate::statement::DeviceInfo::default()]
+        }
         fn run_chains(
             &self,
             device: u32,
