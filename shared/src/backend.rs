@@ -6,13 +6,13 @@
 //! only has to produce the right checkpoint hashes.
 
 use crate::chain::ChainResult;
+use crate::device::DeviceInfo;
 use crate::digest::Digest;
 use crate::matrix::Matrix;
 use crate::memory::PoolSpec;
 use crate::memory::check::WalkOpening;
 use crate::memory::walk::{DeviceWalk, WalkSpec};
 use crate::params::Work;
-use crate::statement::DeviceInfo;
 use std::ops::Range;
 
 pub use crate::failure::{BackendError, CancelToken};

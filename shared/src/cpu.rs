@@ -2,6 +2,7 @@
 
 use crate::backend::{Backend, BackendError, CancelToken, ChainProgress, ResidentPool, check_advance};
 use crate::chain::ChainResult;
+use crate::device::DeviceInfo;
 use crate::digest::Digest;
 use crate::gemm::{CpuGemm, GemmError, KernelKind, PackedB};
 use crate::matrix::{Matrix, generate_a, generate_b};
@@ -10,7 +11,6 @@ use crate::memory::check::{WalkOpening, open_segment};
 use crate::memory::pool::HostPool;
 use crate::memory::walk::{DeviceWalk, WalkSpec, walk_all};
 use crate::params::Work;
-use crate::statement::DeviceInfo;
 use rayon::prelude::*;
 use std::ops::Range;
 use std::sync::Arc;

@@ -21,6 +21,7 @@ pub mod chain;
 pub mod commitment;
 pub mod cpu;
 pub mod cuda;
+pub mod device;
 pub mod digest;
 pub mod engine;
 pub mod failure;

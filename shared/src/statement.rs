@@ -5,6 +5,7 @@
 //! with its own domain string, so a signature of one kind can never be passed off as another.
 
 use crate::commitment::{DeviceRoot, WorkCommitment};
+pub use crate::device::DeviceInfo;
 use crate::digest::Digest;
 use crate::identity::{Identity, PublicKey, SignatureError};
 use crate::inventory::HardwareClaim;
@@ -65,20 +66,6 @@ impl Challenge {
     pub fn verify(&self, signature: &[u8]) -> Result<(), SignatureError> {
         self.validator_key.verify(&self.signing_bytes(), signature)
     }
-}
-
-/// One device as the miner reports it. Informational: signed, never inside G. Serialisable so
-/// that a validator can store it as it arrived.
-#[derive(Clone, Debug, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
-pub struct DeviceInfo {
-    pub index: u32,
-    pub name: String,
-    pub uuid: String,
-    pub memory_bytes: u64,
-    pub sm_count: u32,
-    pub compute_capability: (u32, u32),
-    pub pci_bus_id: String,
-    pub driver_version: String,
 }
 
 /// What the miner signs when it commits: the work commitment, who it is for, and what it ran on.

@@ -1,10 +1,11 @@
 //! GPU measurements for `miner bench`: the fused kernels, a cuBLASLt int8 GEMM followed by a
-//! separate mix pass (the baseline the fused kernels must beat), and a whole challenge against
-//! its GEMM-only time. Timed with CUDA events on the device's stream.
+//! separate mix pass (the baseline the fused kernels must beat), a whole challenge against its
+//! GEMM-only time, and the memory walk (`super::walk`). Timed with CUDA events on the device's
+//! stream (`super::timing`).
 
 use super::backend::CudaBackend;
 use super::device::DeviceRuntime;
-use super::driver;
+use super::timing::time_launches;
 use crate::backend::{BackendError, CancelToken};
 use crate::params::{ChallengeParams, Work};
 use cudarc::cublaslt::{result as lt, sys as lt_sys};
@@ -53,56 +54,6 @@ pub fn step_floor_seconds(name: &str, n: usize) -> Option<f64> {
 pub fn bench_batch(n: usize) -> usize {
     let ops = 2 * (n as u64).pow(3);
     ((1u64 << 37) / ops).clamp(1, 256) as usize
-}
-
-/// Flags for the events that time launches. cudarc's `new_event(None)` means
-/// `CU_EVENT_DISABLE_TIMING`, and `elapsed_ms` between such events fails with an invalid-handle
-/// error: the first row of every GPU bench did, before this was spelled out.
-const TIMING_EVENT: cudarc::driver::sys::CUevent_flags = cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT;
-
-/// Seconds per launch of `run`, timed with events over at least `budget` after a warm-up. On a
-/// driver without event timing under cudarc's bindings (before CUDA 12.8, see
-/// [`driver::EVENT_TIMING_SYMBOL`]) the host clock times the same launches between two
-/// synchronisations instead: over a second or more of work the difference is the launch latency
-/// of one synchronisation.
-pub(crate) fn time_launches(
-    rt: &DeviceRuntime,
-    budget: Duration,
-    mut run: impl FnMut(u32) -> Result<(), BackendError>,
-) -> Result<f64, BackendError> {
-    for step in 0..3 {
-        run(step)?;
-    }
-    rt.synchronize()?;
-    let events = if driver::exports(driver::EVENT_TIMING_SYMBOL) {
-        let start = rt.ctx.new_event(Some(TIMING_EVENT)).map_err(|e| rt.err(e))?;
-        let end = rt.ctx.new_event(Some(TIMING_EVENT)).map_err(|e| rt.err(e))?;
-        start.record(&rt.stream).map_err(|e| rt.err(e))?;
-        Some((start, end))
-    } else {
-        None
-    };
-    let wall = Instant::now();
-    let mut launches = 0u32;
-    while launches < 5 || (wall.elapsed() < budget && launches < 2000) {
-        run(launches)?;
-        launches += 1;
-        if launches.is_multiple_of(16) {
-            rt.synchronize()?;
-        }
-    }
-    let seconds = match events {
-        Some((start, end)) => {
-            end.record(&rt.stream).map_err(|e| rt.err(e))?;
-            end.synchronize().map_err(|e| rt.err(e))?;
-            f64::from(start.elapsed_ms(&end).map_err(|e| rt.err(e))?) / 1e3
-        }
-        None => {
-            rt.synchronize()?;
-            wall.elapsed().as_secs_f64()
-        }
-    };
-    Ok(seconds / f64::from(launches))
 }
 
 /// The first `batch` chains of a fixed key, as the miner starts them: (X_0, free scratch, B^T).
@@ -297,6 +248,18 @@ pub struct GpuBench {
 }
 
 impl CudaBackend {
+    /// The memory walk bench ([`super::walk::bench_walk`]) on device `device` (its partition
+    /// index).
+    pub fn bench_walk(
+        &self,
+        device: u32,
+        pool_bytes: u64,
+        walkers: u32,
+        budget: Duration,
+    ) -> Result<super::walk::WalkBench, BackendError> {
+        self.on_device(device, |rt| super::walk::bench_walk(rt, pool_bytes, walkers, budget))
+    }
+
     /// Measures device `device` at size `n` for about `budget` per figure.
     pub fn bench(&self, device: u32, n: usize, budget: Duration) -> Result<GpuBench, BackendError> {
         let batch = bench_batch(n);
@@ -369,12 +332,6 @@ fn whole_challenge_shape(batch: usize, launch_seconds: f64, budget: Duration) ->
 #[cfg(test)]
 mod tests {
     use super::*;
-    use cudarc::driver::sys::CUevent_flags;
-
-    #[test]
-    fn timing_events_keep_timing_enabled() {
-        assert_eq!(TIMING_EVENT as u32 & CUevent_flags::CU_EVENT_DISABLE_TIMING as u32, 0);
-    }
 
     #[test]
     fn the_whole_challenge_lasts_about_the_budget() {

@@ -40,7 +40,7 @@ pub struct DeviceRuntime {
     /// Hash checkpoints on the host instead of the device (`CudaOptions::host_hashing`).
     pub host_hashing: bool,
     /// The memory walk's kernel, once a pool or the bench has needed it (`DeviceRuntime::walker`).
-    pub(crate) walker: std::sync::OnceLock<super::walk::DeviceWalker>,
+    pub(crate) walk_function: std::sync::OnceLock<CudaFunction>,
 }
 
 /// Threads per block of the hashing kernels.
@@ -141,7 +141,7 @@ impl DeviceRuntime {
             blake3_chunks: function(BLAKE3_CHUNKS_FN)?,
             blake3_parents: function(BLAKE3_PARENTS_FN)?,
             host_hashing: false,
-            walker: std::sync::OnceLock::new(),
+            walk_function: std::sync::OnceLock::new(),
             module,
             gpu,
             ctx,

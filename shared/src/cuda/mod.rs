@@ -14,6 +14,7 @@
 //!   chains on it and makes pool entries; `slots` resets a faulted device or takes it out of
 //!   service; [`pool`] holds a device's pool of the memory phase, and [`walk`] is the walk
 //!   kernel's host side (and `miner bench`'s walk).
+//! - [`bench`](mod@bench): `miner bench`'s GPU figures, timed by `timing`.
 //! - [`backend`]: the [`Backend`](crate::Backend) over all of them.
 
 pub mod backend;
@@ -29,6 +30,7 @@ pub mod plan;
 pub mod pool;
 mod slots;
 pub mod telemetry;
+mod timing;
 pub mod walk;
 
 pub use backend::CudaBackend;

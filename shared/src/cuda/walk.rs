@@ -26,48 +26,51 @@ pub struct DeviceWalker {
     device: u32,
 }
 
+/// Compiles the walk module for the newest architecture NVRTC knows at or below the device's
+/// (as the GEMM modules are; NVRTC not cached: the module is small) and loads it.
+fn load_walk_function(rt: &DeviceRuntime) -> Result<CudaFunction, BackendError> {
+    let (major, minor) = rt.gpu.compute_capability;
+    let device_error = |detail: String| BackendError::Device {
+        device: rt.index,
+        detail,
+    };
+    if !AuxModule::Walk.supports((major, minor)) {
+        return Err(device_error(format!(
+            "the walk kernel needs compute capability 6.1 or later; this GPU has {major}.{minor}"
+        )));
+    }
+    let supported = supported_archs().map_err(|e| device_error(e.to_string()))?;
+    let arch = target_arch(&supported, (major, minor)).ok_or_else(|| {
+        device_error(format!(
+            "NVRTC knows no architecture at or below compute capability {major}.{minor} (it knows {supported:?})"
+        ))
+    })?;
+    let ptx = compile_aux_ptx(AuxModule::Walk, arch).map_err(|e| device_error(e.to_string()))?;
+    let module = rt.ctx.load_module(Ptx::from_src(ptx)).map_err(|e| rt.err(e))?;
+    module.load_function(WALK_FN).map_err(|e| rt.err(e))
+}
+
 impl DeviceRuntime {
     /// The walk kernel on this device, compiled and loaded on first use and kept: a device that
     /// never walks never builds it.
     pub fn walker(&self) -> Result<DeviceWalker, BackendError> {
-        if let Some(walker) = self.walker.get() {
-            return Ok(walker.clone());
-        }
-        let walker = DeviceWalker::load(self)?;
-        // One thread drives a runtime at a time (the backend's slots), so nothing else set it.
-        Ok(self.walker.get_or_init(|| walker).clone())
+        let function = match self.walk_function.get() {
+            Some(function) => function.clone(),
+            // One thread drives a runtime at a time (the backend's slots), so nothing else
+            // sets it meanwhile.
+            None => {
+                let loaded = load_walk_function(self)?;
+                self.walk_function.get_or_init(|| loaded).clone()
+            }
+        };
+        Ok(DeviceWalker {
+            function,
+            device: self.index,
+        })
     }
 }
 
 impl DeviceWalker {
-    /// Compiles the walk module for the newest architecture NVRTC knows at or below the device's
-    /// (as the GEMM modules are; NVRTC not cached: the module is small) and loads it.
-    fn load(rt: &DeviceRuntime) -> Result<Self, BackendError> {
-        let (major, minor) = rt.gpu.compute_capability;
-        let device_error = |detail: String| BackendError::Device {
-            device: rt.index,
-            detail,
-        };
-        if !AuxModule::Walk.supports((major, minor)) {
-            return Err(device_error(format!(
-                "the walk kernel needs compute capability 6.1 or later; this GPU has {major}.{minor}"
-            )));
-        }
-        let supported = supported_archs().map_err(|e| device_error(e.to_string()))?;
-        let arch = target_arch(&supported, (major, minor)).ok_or_else(|| {
-            device_error(format!(
-                "NVRTC knows no architecture at or below compute capability {major}.{minor} (it knows {supported:?})"
-            ))
-        })?;
-        let ptx = compile_aux_ptx(AuxModule::Walk, arch).map_err(|e| device_error(e.to_string()))?;
-        let module = rt.ctx.load_module(Ptx::from_src(ptx)).map_err(|e| rt.err(e))?;
-        let function = module.load_function(WALK_FN).map_err(|e| rt.err(e))?;
-        Ok(DeviceWalker {
-            function,
-            device: rt.index,
-        })
-    }
-
     /// Queues on `stream` the advance of `walkers` walkers by `steps` steps, numbered from
     /// `first_step`, over the `entries` entries of `pool`: `states` holds each walker's state
     /// (8 words) before and after; every `every` steps a walker's state goes to `checkpoints`,
@@ -209,7 +212,7 @@ pub fn bench_walk(
     // `time_launches` queues 16 launches between looks at the clock, so a launch is sized for
     // a sixteenth of the budget, from a short first run.
     let mut time = |steps: u32| {
-        super::bench::time_launches(rt, budget, |launch| {
+        super::timing::time_launches(rt, budget, |launch| {
             walker.launch(
                 &rt.stream,
                 pool,
@@ -234,7 +237,7 @@ pub fn bench_walk(
     let half = (len / 2).clamp(MIN_BENCH_BYTES as usize, 2 << 30);
     let (mut from, mut to) = (rt.alloc(half)?, rt.alloc(half)?);
     rt.stream.memset_zeros(&mut from).map_err(|e| rt.err(e))?;
-    let copy_seconds = super::bench::time_launches(rt, budget, |_| {
+    let copy_seconds = super::timing::time_launches(rt, budget, |_| {
         rt.stream.memcpy_dtod(&from, &mut to).map_err(|e| rt.err(e))
     })?;
     let copy_bytes_per_sec = 2.0 * half as f64 / copy_seconds;
@@ -315,17 +318,4 @@ fn matches_cpu(rt: &DeviceRuntime, walker: &DeviceWalker) -> Result<bool, Backen
             launch[at..at + 8] == key_words(&trace[q + 1].0)
         })
     }))
-}
-
-impl super::CudaBackend {
-    /// [`bench_walk`] on device `device` (its partition index).
-    pub fn bench_walk(
-        &self,
-        device: u32,
-        pool_bytes: u64,
-        walkers: u32,
-        budget: Duration,
-    ) -> Result<WalkBench, BackendError> {
-        self.on_device(device, |rt| bench_walk(rt, pool_bytes, walkers, budget))
-    }
 }

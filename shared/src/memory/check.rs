@@ -8,12 +8,12 @@
 //! checkpoint.
 
 use super::params::{ENTRY_BYTES, ENTRY_N, PoolSpec};
+pub use super::pool::CommittedEntries;
 use super::pool::entry_leaf;
 use super::walk::{DeviceWalk, WalkSpec, entry_index, step, walk_leaf};
 use crate::digest::Digest;
 use crate::failure::BackendError;
 use crate::merkle::{MerkleProof, ProofError, verify_proof};
-use std::borrow::Cow;
 use thiserror::Error;
 
 /// One entry as an opening carries it.
@@ -93,14 +93,6 @@ impl WalkCheckError {
             WalkCheckError::SegmentMismatch { .. } => "walk-segment-mismatch",
         }
     }
-}
-
-/// A committed pool as an opening reads it, wherever the pool is held: in host memory
-/// ([`super::pool::HostPool`]) or on a GPU.
-pub trait CommittedEntries {
-    /// Entry `entry`'s 65536 bytes and its proof in the pool tree; an error if there is no such
-    /// entry or the device holding it fails.
-    fn entry(&self, entry: u64) -> Result<(Cow<'_, [u8]>, MerkleProof), BackendError>;
 }
 
 /// The miner's side: opens segment `segment` of `walker` from its walk and its pool. `Ok(None)`

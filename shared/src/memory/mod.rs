@@ -2,7 +2,7 @@
 //! own output and then walks it, step by step, in an order that each step's result chooses.
 //!
 //! - [`params`]: the challenge's memory parameters and the size of each device's pool.
-//! - [`bench`]: the memory phase's bandwidths and fill rate on the CPU, for `miner bench`.
+//! - [`bench`](mod@bench): the memory phase's bandwidths and fill rate on the CPU, for `miner bench`.
 //! - [`pool`]: pool entries (a short chain each), the pool's Merkle root, a pool held in host
 //!   memory.
 //! - [`walk`]: the walk's start states, its step, walker traces and the walk root.

@@ -170,6 +170,14 @@ pub fn prefetch_bytes(bytes: &[u8]) {
     let _ = bytes;
 }
 
+/// A committed pool as an opening reads it, wherever the pool is held: in host memory
+/// ([`HostPool`]) or on a GPU.
+pub trait CommittedEntries {
+    /// Entry `entry`'s 65536 bytes and its proof in the pool tree; an error if there is no such
+    /// entry or the device holding it fails.
+    fn entry(&self, entry: u64) -> Result<(Cow<'_, [u8]>, MerkleProof), BackendError>;
+}
+
 /// Entries of given bytes, with no tree: what benchmarks walk (the walk reads any bytes the same
 /// way, and making real entries past the caches takes minutes on a CPU), and what a device walk
 /// is compared against.
@@ -304,7 +312,7 @@ impl HostPool {
     }
 }
 
-impl super::check::CommittedEntries for HostPool {
+impl CommittedEntries for HostPool {
     fn entry(&self, entry: u64) -> Result<(Cow<'_, [u8]>, MerkleProof), BackendError> {
         match self.proof(entry) {
             Some(proof) if entry < self.spec.entries() => Ok((Cow::Borrowed(self.entry_bytes(entry)), proof)),
