@@ -459,7 +459,10 @@ fn the_cpu_kernel_is_chosen_by_setting_or_environment_and_reported() {
 #[test]
 fn selftest_without_a_gpu_checks_the_cpu_kernels_and_says_so() {
     if gpu_attest_shared::cuda::detect::detect().is_ok() {
-        println!("not staged: this host has a GPU, so `selftest` checks it (see the GPU tests)");
+        gpu_attest_shared::prerequisite::skip(
+            "selftest_without_a_gpu_checks_the_cpu_kernels_and_says_so",
+            "this host has a GPU, so `selftest` checks it (see the GPU tests)",
+        );
         return;
     }
     let out = cmd("miner").args(["selftest", "--mid-n", "128"]).output().unwrap();

@@ -131,7 +131,10 @@ fn nvml_without_libcuda_is_a_broken_install_not_no_gpu() {
     // The real driver library, where there is one, is found whatever LD_LIBRARY_PATH says.
     // SAFETY: only tries to load the library.
     if gpu_attest_shared::cuda::detect::driver_present() {
-        println!("not staged: this host has a real libcuda, so its absence cannot be faked here");
+        gpu_attest_shared::prerequisite::skip(
+            "nvml_without_libcuda_is_a_broken_install_not_no_gpu",
+            "this host has a real libcuda, so its absence cannot be faked here",
+        );
         return;
     }
     let dir = Dir::fresh("fake-nvml-only");

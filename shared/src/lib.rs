@@ -35,6 +35,8 @@ pub mod mix;
 pub mod opening;
 pub mod params;
 pub mod partition;
+#[doc(hidden)]
+pub mod prerequisite;
 pub mod reference;
 pub mod selftest;
 pub mod statement;

@@ -30,7 +30,7 @@ fn nvrtc_or_skipped() -> bool {
         std::env::var_os("GPU_ATTEST_REQUIRE_NVRTC").is_none(),
         "GPU_ATTEST_REQUIRE_NVRTC is set but libnvrtc cannot be loaded; check LD_LIBRARY_PATH"
     );
-    skipped("libnvrtc not found; run scripts/kernel-check.sh to compile-check the kernels");
+    skipped("libnvrtc not found (scripts/kernel-check.sh installs it and runs these tests with it)");
     false
 }
 

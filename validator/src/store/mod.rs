@@ -388,12 +388,9 @@ pub mod scratch {
         match std::env::var(POSTGRES_ENV) {
             Ok(url) if !url.is_empty() => Some(url),
             _ => {
-                // Straight to stderr: the test harness captures print!, and this line is for
-                // whoever runs the tests.
-                use std::io::Write;
-                let _ = writeln!(
-                    std::io::stderr(),
-                    "SKIPPED on PostgreSQL ({test}): {POSTGRES_ENV} is not set; ran on SQLite only"
+                gpu_attest_shared::prerequisite::skip(
+                    &format!("{test} on PostgreSQL"),
+                    &format!("{POSTGRES_ENV} is not set (scripts/test-postgres.sh starts a server)"),
                 );
                 None
             }
