@@ -10,7 +10,7 @@ use crate::device::DeviceInfo;
 use crate::digest::Digest;
 use crate::matrix::Matrix;
 use crate::memory::PoolSpec;
-use crate::memory::check::WalkOpening;
+use crate::memory::check::{CommittedEntries, WalkOpening, open_segment};
 use crate::memory::walk::{DeviceWalk, WalkSpec};
 use crate::params::Work;
 use std::ops::Range;
@@ -28,6 +28,9 @@ pub trait ResidentPool: Send + Sync {
     /// The whole walk of `walk` over this pool (PROTOCOL.md 18.3).
     fn walk(&self, walk: &WalkSpec, cancel: &CancelToken) -> Result<DeviceWalk, BackendError>;
 
+    /// The pool's entries and their proofs, as an opening reads them.
+    fn committed(&self) -> &dyn CommittedEntries;
+
     /// Segment `segment` of walker `walker`, opened from this pool and `done`, the walk it ran;
     /// `Ok(None)` if there is no such walker or segment, an error if the pool cannot be read.
     fn open(
@@ -36,7 +39,9 @@ pub trait ResidentPool: Send + Sync {
         walk: &WalkSpec,
         walker: u32,
         segment: u32,
-    ) -> Result<Option<WalkOpening>, BackendError>;
+    ) -> Result<Option<WalkOpening>, BackendError> {
+        open_segment(self.committed(), done, walk, walker, segment)
+    }
 }
 
 /// How a backend reports per-chain progress: called from the device's thread after each chain.

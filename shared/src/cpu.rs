@@ -7,7 +7,7 @@ use crate::digest::Digest;
 use crate::gemm::{CpuGemm, GemmError, KernelKind, PackedB};
 use crate::matrix::{Matrix, generate_a, generate_b};
 use crate::memory::PoolSpec;
-use crate::memory::check::{WalkOpening, open_segment};
+use crate::memory::pool::CommittedEntries;
 use crate::memory::pool::HostPool;
 use crate::memory::walk::{DeviceWalk, WalkSpec, walk_all};
 use crate::params::Work;
@@ -250,13 +250,7 @@ impl ResidentPool for CpuPool {
         self.gemm.install(|| walk_all(&self.pool, walk, cancel))
     }
 
-    fn open(
-        &self,
-        done: &DeviceWalk,
-        walk: &WalkSpec,
-        walker: u32,
-        segment: u32,
-    ) -> Result<Option<WalkOpening>, BackendError> {
-        open_segment(&self.pool, done, walk, walker, segment)
+    fn committed(&self) -> &dyn CommittedEntries {
+        &self.pool
     }
 }

@@ -10,7 +10,7 @@ use gpu_attest_shared::chain::ChainResult;
 use gpu_attest_shared::cpu::CpuBackend;
 use gpu_attest_shared::gemm::CpuGemm;
 use gpu_attest_shared::matrix::Matrix;
-use gpu_attest_shared::memory::check::{WalkOpening, open_segment};
+use gpu_attest_shared::memory::check::CommittedEntries;
 use gpu_attest_shared::memory::pool::{EntrySource, HostPool, PoolBytes, make_entry};
 use gpu_attest_shared::memory::walk::{DeviceWalk, WalkSpec, WalkerTrace, entry_index, step, walk_all};
 use gpu_attest_shared::memory::{ENTRY_BYTES, PoolSpec};
@@ -162,15 +162,9 @@ impl ResidentPool for CheatPool {
             MemoryCheat::FakesHalfTheSteps => Ok(faked_walk(&self.pool, walk)),
         }
     }
-    fn open(
-        &self,
-        done: &DeviceWalk,
-        walk: &WalkSpec,
-        walker: u32,
-        segment: u32,
-    ) -> Result<Option<WalkOpening>, BackendError> {
-        // A miner may make entries again to open them (PROTOCOL.md 18.4): the openings are honest.
-        open_segment(self.pool.as_ref(), done, walk, walker, segment)
+    /// A miner may make entries again to open them (PROTOCOL.md 18.4): the openings are honest.
+    fn committed(&self) -> &dyn CommittedEntries {
+        self.pool.as_ref()
     }
 }
 

@@ -9,7 +9,7 @@ use super::plan;
 use super::walk::DeviceWalker;
 use crate::backend::{BackendError, CancelToken, ResidentPool};
 use crate::digest::Digest;
-use crate::memory::check::{CommittedEntries, WalkOpening, open_segment};
+use crate::memory::check::CommittedEntries;
 use crate::memory::pool::no_such_entry;
 use crate::memory::walk::{DeviceWalk, WalkSpec, WalkerTrace};
 use crate::memory::{ENTRY_BYTES, MemoryParams, PoolSpec};
@@ -304,14 +304,8 @@ impl ResidentPool for CudaPool {
         ))
     }
 
-    fn open(
-        &self,
-        done: &DeviceWalk,
-        walk: &WalkSpec,
-        walker: u32,
-        segment: u32,
-    ) -> Result<Option<WalkOpening>, BackendError> {
-        open_segment(self, done, walk, walker, segment)
+    fn committed(&self) -> &dyn CommittedEntries {
+        self
     }
 }
 
