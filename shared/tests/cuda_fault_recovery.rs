@@ -10,11 +10,13 @@
 //! the process, and the other GPU tests must not share it. Needs a CUDA GPU, so it is ignored by
 //! default; `scripts/gpu-check.sh` runs it with `--ignored` on a GPU host.
 
-use gpu_attest_shared::backend::{Backend, BackendError, CancelToken};
+use gpu_attest_shared::backend::{Backend, BackendError, CancelToken, ResidentPool};
 use gpu_attest_shared::cpu::CpuBackend;
 use gpu_attest_shared::cuda::detect::detect;
 use gpu_attest_shared::cuda::{CudaBackend, CudaOptions};
 use gpu_attest_shared::engine::{EngineError, execute};
+use gpu_attest_shared::memory::walk::WalkSpec;
+use gpu_attest_shared::memory::{MemoryParams, PoolSpec};
 use gpu_attest_shared::params::{ChallengeParams, Work};
 
 fn work(tag: u8) -> Work {
@@ -49,6 +51,10 @@ fn a_faulted_device_serves_the_next_challenge() {
     let cpu = CpuBackend::new(0, None).unwrap();
     let cuda = device_0();
     let before = execute(&cuda, &work(1), &|_| {}, &cancel).unwrap();
+    // A pool held across the fault, as a commitment awaiting its walk holds one.
+    let pool = cuda
+        .fill_device_pool(&PoolSpec::with_entries(&work(1), 0, 8), &|_| {}, &cancel)
+        .unwrap();
 
     let fault = cuda.inject_fault(0).unwrap_err();
     let BackendError::Device { device: 0, detail } = &fault else {
@@ -63,6 +69,24 @@ fn a_faulted_device_serves_the_next_challenge() {
     // the recovery path), fails with the driver's reason, and tries to reset the device.
     let failed = execute(&cuda, &work(2), &|_| {}, &cancel).unwrap_err().to_string();
     assert!(failed.contains(detail.as_str()), "{failed}");
+    // Whether or not the device came back, the pool went with the old context: it says so,
+    // and dropping it touches nothing of the new one.
+    let walk = WalkSpec {
+        nonce: [1; 32],
+        walk_seed: [2; 32],
+        device: 0,
+        pool_root: pool.root(),
+        entries: 8,
+        params: MemoryParams {
+            pool_permille: 1000,
+            walkers: 4,
+            walk_steps: 8,
+            walk_checkpoint_every: 8,
+        },
+    };
+    let gone = pool.walk(&walk, &cancel).unwrap_err().to_string();
+    assert!(gone.contains("the pool with it, are gone"), "{gone}");
+    drop(pool);
     if failed.contains("reset and is ready") {
         // The driver let the device be reset: the next challenge runs here, exactly as before.
         assert!(cuda.out_of_service().is_empty());

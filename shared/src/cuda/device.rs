@@ -41,6 +41,15 @@ pub struct DeviceRuntime {
     pub host_hashing: bool,
     /// The memory walk's kernel, once a pool or the bench has needed it (`DeviceRuntime::walker`).
     pub(crate) walk_function: std::sync::OnceLock<CudaFunction>,
+    /// Cleared when this runtime is dropped: a pool made on it (`super::pool`) outlives it only
+    /// when the device faulted and is being reset, which frees the pool's memory with the context.
+    pub(crate) open: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl Drop for DeviceRuntime {
+    fn drop(&mut self) {
+        self.open.store(false, std::sync::atomic::Ordering::SeqCst);
+    }
 }
 
 /// Threads per block of the hashing kernels.
@@ -142,6 +151,7 @@ impl DeviceRuntime {
             blake3_parents: function(BLAKE3_PARENTS_FN)?,
             host_hashing: false,
             walk_function: std::sync::OnceLock::new(),
+            open: Arc::new(std::sync::atomic::AtomicBool::new(true)),
             module,
             gpu,
             ctx,

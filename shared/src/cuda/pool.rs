@@ -120,6 +120,9 @@ pub struct CudaPool {
     /// The device's partition index, for errors.
     device: u32,
     limits: WalkLimits,
+    /// Whether the runtime the pool was made on is still the device's (`DeviceRuntime::open`):
+    /// after a fault and a reset, the pool's memory and stream went with the old context.
+    runtime_open: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl DeviceRuntime {
@@ -144,6 +147,7 @@ impl DeviceRuntime {
             walker,
             device: self.index,
             limits: WalkLimits::default(),
+            runtime_open: Arc::clone(&self.open),
         })
     }
 }
@@ -189,6 +193,19 @@ impl CudaPool {
         backend_error(self.device, e)
     }
 
+    /// An error if the device was reset since the pool was made: its entries are gone.
+    fn check_open(&self) -> Result<(), BackendError> {
+        if self.runtime_open.load(std::sync::atomic::Ordering::SeqCst) {
+            Ok(())
+        } else {
+            Err(BackendError::Device {
+                device: self.device,
+                detail: "the device faulted after this pool was made; its context, and the pool with it, are gone"
+                    .into(),
+            })
+        }
+    }
+
     fn mark(&self) -> Result<CudaEvent, BackendError> {
         self.stream
             .record_event(Some(sys::CUevent_flags::CU_EVENT_DISABLE_TIMING))
@@ -216,6 +233,7 @@ impl ResidentPool for CudaPool {
     }
 
     fn walk(&self, walk: &WalkSpec, cancel: &CancelToken) -> Result<DeviceWalk, BackendError> {
+        self.check_open()?;
         walk.params.validate().map_err(|e| BackendError::Device {
             device: self.device,
             detail: format!("a walk of {e}"),
@@ -314,7 +332,14 @@ impl ResidentPool for CudaPool {
 /// memory the next pool is made in).
 impl Drop for CudaPool {
     fn drop(&mut self) {
-        drop(self.entries.take());
+        let entries = self.entries.take();
+        if self.check_open().is_err() {
+            // Freed with its context by the reset; freeing it again, on a stream of that context,
+            // could name memory of the fresh one.
+            std::mem::forget(entries);
+            return;
+        }
+        drop(entries);
         // A device that faulted has nothing to give back; its error is reported where it is used.
         let _ = self.stream.synchronize();
     }
@@ -323,6 +348,7 @@ impl Drop for CudaPool {
 /// An opening's entries come from device memory, one 64 KiB copy each.
 impl CommittedEntries for CudaPool {
     fn entry(&self, entry: u64) -> Result<(Cow<'_, [u8]>, MerkleProof), BackendError> {
+        self.check_open()?;
         let proof = self
             .tree
             .proof(entry)
