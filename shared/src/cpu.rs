@@ -7,8 +7,7 @@ use crate::digest::Digest;
 use crate::gemm::{CpuGemm, GemmError, KernelKind, PackedB};
 use crate::matrix::{Matrix, generate_a, generate_b};
 use crate::memory::PoolSpec;
-use crate::memory::pool::CommittedEntries;
-use crate::memory::pool::HostPool;
+use crate::memory::pool::{CommittedEntries, HostPool};
 use crate::memory::walk::{DeviceWalk, WalkSpec, walk_all};
 use crate::params::Work;
 use rayon::prelude::*;
@@ -58,7 +57,8 @@ impl CpuBackend {
     /// the threads it computes on; tests state more to play an under-provisioned miner) and
     /// claim `memory_bytes` of memory (the miner's `cpu_memory_mib`).
     pub fn claiming(mut self, cores: u32, memory_bytes: u64) -> Self {
-        self.stated = host_device(cores.max(1), memory_bytes);
+        self.stated.sm_count = cores.max(1);
+        self.stated.memory_bytes = memory_bytes;
         self
     }
 

@@ -5,8 +5,7 @@
 use super::compile;
 use super::detect::{self, Detection, GpuInfo};
 use super::device::{DeviceRuntime, reset_primary_context_if_active};
-use super::kernels::AuxModule;
-use super::kernels::GpuKernel;
+use super::kernels::{AuxModule, GpuKernel};
 use super::options::{CudaInitError, CudaOptions, choose_kernel, select_gpus};
 use super::plan;
 use super::pool::CudaPool;

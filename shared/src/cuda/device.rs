@@ -83,6 +83,17 @@ pub fn backend_error(index: u32, e: DriverError) -> BackendError {
     }
 }
 
+/// Free memory of device `index` (its context `ctx`) in bytes, once everything queued on it is
+/// done. Buffers are freed in their stream's order into the driver's memory pool, which gives
+/// them back to the device only at a synchronisation: without one, the memory of the last batch
+/// (or of a pool dropped after a failed fill) would still count as used.
+pub fn free_after_sync(ctx: &CudaContext, index: u32) -> Result<u64, BackendError> {
+    ctx.synchronize().map_err(|e| backend_error(index, e))?;
+    ctx.mem_get_info()
+        .map(|(free, _)| free as u64)
+        .map_err(|e| backend_error(index, e))
+}
+
 /// Resets CUDA device `ordinal`'s primary context if the driver still has it active. Called
 /// after this process's runtime for the device is dropped: a primary context outlives its last
 /// release only when something else still holds it, and a faulted one is useless to them too.
@@ -164,16 +175,9 @@ impl DeviceRuntime {
         backend_error(self.index, e)
     }
 
-    /// Free device memory in bytes, once everything queued is done. Buffers are freed in their
-    /// stream's order into the driver's memory pool, which gives them back to the device only at
-    /// a synchronisation: without one, the memory of the last batch (or of a pool dropped after
-    /// a failed fill) would still count as used.
+    /// Free device memory in bytes, once everything queued is done ([`free_after_sync`]).
     pub fn free_memory(&self) -> Result<u64, BackendError> {
-        self.ctx.synchronize().map_err(|e| self.err(e))?;
-        self.ctx
-            .mem_get_info()
-            .map(|(free, _)| free as u64)
-            .map_err(|e| self.err(e))
+        free_after_sync(&self.ctx, self.index)
     }
 
     /// A device buffer of `len` bytes, contents undefined (every kernel writes before it reads).

@@ -26,6 +26,15 @@ pub fn key_words(key: &[u8; 32]) -> [u32; 8] {
     core::array::from_fn(|i| u32::from_le_bytes(key[4 * i..4 * i + 4].try_into().unwrap()))
 }
 
+/// The digest the device holds as eight little-endian words: the inverse of [`key_words`].
+pub fn digest_from_words(words: &[u32]) -> Digest {
+    let mut bytes = [0u8; 32];
+    for (chunk, word) in bytes.chunks_exact_mut(4).zip(words) {
+        chunk.copy_from_slice(&word.to_le_bytes());
+    }
+    Digest(bytes)
+}
+
 /// blake3 of each n x n matrix in `host`, in order.
 fn hash_matrices(host: &[i8], nn: usize) -> Vec<Digest> {
     host.par_chunks(nn)
@@ -36,14 +45,9 @@ fn hash_matrices(host: &[i8], nn: usize) -> Vec<Digest> {
 /// Checkpoint digests in the order the device writes them: slots (see `plan::DIGEST_SLOTS`), each
 /// holding `count` 8-word digests (one per chain of the batch), one `Vec` per checkpoint.
 fn digests_by_checkpoint(words: &[u32], count: usize) -> Vec<Vec<Digest>> {
-    let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
-    bytes
-        .chunks(count * 32)
-        .map(|slot| {
-            slot.chunks(32)
-                .map(|d| Digest::from_slice(d).expect("32 bytes"))
-                .collect()
-        })
+    words
+        .chunks(count * 8)
+        .map(|slot| slot.chunks(8).map(digest_from_words).collect())
         .collect()
 }
 
@@ -477,5 +481,6 @@ mod tests {
         let words = key_words(&key);
         assert_eq!(words[0], 0x0302_0100);
         assert_eq!(words[7], 0x1f1e_1d1c);
+        assert_eq!(digest_from_words(&words), Digest(key), "and back");
     }
 }

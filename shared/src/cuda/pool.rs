@@ -3,8 +3,8 @@
 //! entry. The pool never passes through the host: only its leaves (32 bytes an entry), the walk's
 //! checkpoints and the few entries an opening carries come back.
 
-use super::device::{DeviceRuntime, backend_error};
-use super::pipeline::key_words;
+use super::device::{DeviceRuntime, backend_error, free_after_sync};
+use super::pipeline::{digest_from_words, key_words};
 use super::plan;
 use super::walk::DeviceWalker;
 use crate::backend::{BackendError, CancelToken, ResidentPool};
@@ -93,19 +93,11 @@ fn gather_round(traces: &mut [Vec<Digest>], words: &[u32], round: &[Launch], eve
         for (walker, trace) in traces.iter_mut().enumerate() {
             for q in 0..segments {
                 let from = at + (walker * segments + q) * 8;
-                trace.push(state_from_words(&words[from..from + 8]));
+                trace.push(digest_from_words(&words[from..from + 8]));
             }
         }
         at += walkers * segments * 8;
     }
-}
-
-fn state_from_words(words: &[u32]) -> Digest {
-    let mut bytes = [0u8; 32];
-    for (chunk, word) in bytes.chunks_exact_mut(4).zip(words) {
-        chunk.copy_from_slice(&word.to_le_bytes());
-    }
-    Digest(bytes)
 }
 
 /// A pool in one GPU's memory, walked and opened on that GPU's main stream (after anything
@@ -150,9 +142,7 @@ impl DeviceRuntime {
             runtime_open: Arc::clone(&self.open),
         })
     }
-}
 
-impl DeviceRuntime {
     /// The pool's length in bytes if it fits in this device's free memory beside the reserve
     /// that the fill's batches and the walk need; why not, if it does not.
     pub(crate) fn pool_room(&self, spec: &PoolSpec) -> Result<usize, BackendError> {
@@ -215,10 +205,8 @@ impl CudaPool {
     /// Segments per walker the checkpoint buffer holds: at most the limit's bytes and half of
     /// what is free beside the pool.
     fn buffer_segments(&self, walkers: u32) -> Result<u32, BackendError> {
-        // As `DeviceRuntime::free_memory`: memory freed on the stream counts once it is synced.
-        self.stream.synchronize().map_err(|e| self.err(e))?;
-        let (free, _) = self.stream.context().mem_get_info().map_err(|e| self.err(e))?;
-        let bytes = self.limits.checkpoint_bytes.min(free as u64 / 2);
+        let free = free_after_sync(self.stream.context(), self.device)?;
+        let bytes = self.limits.checkpoint_bytes.min(free / 2);
         Ok((bytes / (u64::from(walkers) * 32)).min(u64::from(u32::MAX)) as u32)
     }
 }
@@ -415,10 +403,14 @@ mod tests {
                 );
             }
         }
-        // The defaults on an H100 come back in few rounds of few launches.
-        let rounds = walk_rounds(&params(8192, 9304, 8), launch_bytes, 1024);
-        assert_eq!(rounds.len(), 2);
+        // The default walk on a large GPU (the whole checkpoint limit free): one round of
+        // launches of 512 steps; with a quarter of that buffer, two rounds.
+        let default_buffer = (WalkLimits::default().checkpoint_bytes / (8192 * 32)) as u32;
+        let rounds = walk_rounds(&params(8192, 9304, 8), launch_bytes, default_buffer);
+        assert_eq!(rounds.len(), 1);
         assert_eq!(rounds[0][0].steps, 512);
+        let rounds = walk_rounds(&params(8192, 9304, 8), launch_bytes, default_buffer / 4);
+        assert_eq!(rounds.len(), 2);
     }
 
     /// The device's layout, made up with every state naming its walker and step, comes back as
@@ -456,14 +448,9 @@ mod tests {
         for (walker, trace) in traces.iter().enumerate() {
             let want: Vec<Digest> = [12, 16, 20]
                 .iter()
-                .map(|&step| state_from_words(&state(walker, step)))
+                .map(|&step| digest_from_words(&state(walker, step)))
                 .collect();
             assert_eq!(trace, &want, "walker {walker}");
         }
-        assert_eq!(
-            state_from_words(&[0x0403_0201, 0, 0, 0, 0, 0, 0, 0]).0[..4],
-            [1, 2, 3, 4],
-            "little-endian words, as the kernel holds a state"
-        );
     }
 }
