@@ -1,1 +1,4 @@
-//! End-to-end tests live in `tests/`; this crate has no library code of its own.
+//! End-to-end tests live in `tests/`. The library holds what tests and test helpers share and
+//! what no production crate may carry: the test PKI that stands in for NVIDIA's.
+
+pub mod test_pki;

@@ -24,6 +24,7 @@ pub mod cuda;
 pub mod device;
 pub mod digest;
 pub mod engine;
+pub mod evidence;
 pub mod failure;
 pub mod gemm;
 pub mod identity;

@@ -1,0 +1,328 @@
+//! NVIDIA confidential-computing evidence (PROTOCOL.md section 19): NVIDIA's own public sample
+//! against the pinned root, and the project's test PKI for every way evidence can be wrong.
+
+use gpu_attest_integration_tests::test_pki::{self, NOW, ReportSpec, TestPki, signed_report};
+use gpu_attest_shared::Digest;
+use gpu_attest_shared::evidence::{
+    AttestationReport, CcState, ChipEntry, DeviceChain, DeviceEvidence, EvidenceFault, EvidenceTrust, SkuEntry,
+    SkuTable, TrustAnchors, check_device_evidence, check_evidence_set, spdm_nonce,
+};
+use proptest::prelude::*;
+
+const H100: &str = "NVIDIA H100 80GB HBM3";
+
+fn nvidia_sample() -> (Vec<u8>, Vec<Vec<u8>>) {
+    let data = concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/tests/data/nvidia/");
+    let report = hex::decode(
+        std::fs::read_to_string(format!("{data}hopper-attestation-report.hex"))
+            .unwrap()
+            .trim(),
+    )
+    .expect("the sample report is hex");
+    let chain = DeviceChain::pem_to_der(&std::fs::read(format!("{data}hopper-cert-chain.pem")).unwrap())
+        .expect("the sample chain is PEM");
+    (report, chain)
+}
+
+fn offered(index: u32, report: Vec<u8>, certificates: Vec<Vec<u8>>) -> DeviceEvidence {
+    DeviceEvidence {
+        index,
+        cc_state: CcState::On,
+        report,
+        certificates,
+    }
+}
+
+fn test_trust() -> EvidenceTrust {
+    EvidenceTrust {
+        anchors: TestPki::anchors(),
+        table: SkuTable::default(),
+    }
+}
+
+fn nonce() -> [u8; 32] {
+    spdm_nonce(&Digest([7; 32]), &[8; 32], &Digest([9; 32]), 0)
+}
+
+/// A valid device's evidence answering `nonce()`.
+fn good_evidence() -> DeviceEvidence {
+    let pki = TestPki::device(0x21, "00C0FFEE00000001");
+    offered(0, signed_report(&pki.leaf_key, &ReportSpec::new(nonce())), pki.chain())
+}
+
+fn check(evidence: &DeviceEvidence, trust: &EvidenceTrust) -> Result<String, EvidenceFault> {
+    check_device_evidence(evidence, &nonce(), H100, trust, NOW).map(|genuine| genuine.describe())
+}
+
+#[test]
+fn nvidia_sample_report_verifies_against_the_pinned_nvidia_root() {
+    let (report, chain) = nvidia_sample();
+    let parsed = AttestationReport::parse(&report).expect("NVIDIA's sample report parses");
+    assert_eq!(parsed.measurement_blocks, 64);
+    assert_eq!(chain.len(), 5, "leaf, BROM, provisioner CA, GH100 CA, device root");
+    let leaf = DeviceChain::decode(&chain)
+        .unwrap()
+        .verify(&TrustAnchors::nvidia(), NOW)
+        .expect("the chain verifies");
+    assert_eq!(
+        (leaf.chip.as_str(), leaf.device_id.as_str()),
+        ("GH100", "48B02D92494BADF4")
+    );
+    assert_eq!(
+        leaf.fwid.as_deref(),
+        parsed.fwid(),
+        "the leaf was issued for the firmware the report names"
+    );
+
+    let evidence = offered(0, report.clone(), chain.clone());
+    let genuine = check_device_evidence(
+        &evidence,
+        &parsed.request_nonce,
+        "NVIDIA H100 PCIe",
+        &EvidenceTrust::nvidia(SkuTable::default()),
+        NOW,
+    )
+    .expect("NVIDIA's sample is genuine evidence for its own nonce");
+    assert_eq!(genuine.project.as_deref(), Some("1010"));
+    assert_eq!(genuine.project_sku.as_deref(), Some("0200"));
+    assert_eq!(
+        genuine.describe(),
+        "genuine NVIDIA GH100 1010/0200 (device 48B02D92494BADF4, cc), nonce-bound"
+    );
+
+    let fault = check_device_evidence(
+        &evidence,
+        &nonce(),
+        H100,
+        &EvidenceTrust::nvidia(SkuTable::default()),
+        NOW,
+    )
+    .unwrap_err();
+    assert_eq!(fault.reason(), "identity-wrong-nonce", "{fault}");
+
+    let mut flipped = report;
+    let last = flipped.len() - 1;
+    flipped[last] ^= 1;
+    let fault = check_device_evidence(
+        &offered(0, flipped, chain),
+        &parsed.request_nonce,
+        H100,
+        &EvidenceTrust::nvidia(SkuTable::default()),
+        NOW,
+    )
+    .unwrap_err();
+    assert_eq!(fault.reason(), "identity-signature", "{fault}");
+}
+
+#[test]
+fn valid_test_evidence_is_genuine_and_nonce_bound() {
+    let described = check(&good_evidence(), &test_trust()).expect("valid evidence verifies");
+    assert_eq!(
+        described,
+        "genuine NVIDIA GH100 G520/0200 (device 00C0FFEE00000001, cc), nonce-bound"
+    );
+}
+
+#[test]
+fn a_pem_chain_from_nvml_becomes_the_same_der_chain() {
+    let pki = TestPki::device(0x22, "00C0FFEE00000002");
+    assert_eq!(
+        DeviceChain::pem_to_der(pki.chain_pem().as_bytes()).unwrap(),
+        pki.chain()
+    );
+}
+
+#[test]
+fn each_kind_of_bad_evidence_is_refused_with_its_own_reason() {
+    let trust = test_trust();
+    let pki = TestPki::device(0x21, "00C0FFEE00000001");
+    let reason = |evidence: &DeviceEvidence, trust: &EvidenceTrust| check(evidence, trust).unwrap_err().reason();
+
+    let wrong_nonce = offered(0, signed_report(&pki.leaf_key, &ReportSpec::new([3; 32])), pki.chain());
+    assert_eq!(reason(&wrong_nonce, &trust), "identity-wrong-nonce");
+
+    let other_key = offered(
+        0,
+        signed_report(&test_pki::key(0x55), &ReportSpec::new(nonce())),
+        pki.chain(),
+    );
+    assert_eq!(reason(&other_key, &trust), "identity-signature");
+
+    // The leaf claims the intermediate as its issuer but was signed by another key.
+    let forged_leaf = test_pki::issue(
+        test_pki::LEAF_NAME,
+        &pki.leaf_key,
+        test_pki::INTERMEDIATE_NAME,
+        &test_pki::key(0x66),
+        false,
+        (test_pki::NOT_BEFORE, test_pki::NOT_AFTER),
+        vec![
+            test_pki::device_name("GH100", "00C0FFEE00000001"),
+            test_pki::fwid_extension(&test_pki::FWID),
+        ],
+    );
+    let broken = offered(
+        0,
+        signed_report(&pki.leaf_key, &ReportSpec::new(nonce())),
+        vec![forged_leaf, pki.intermediate.clone(), pki.root.clone()],
+    );
+    assert_eq!(reason(&broken, &trust), "identity-chain");
+
+    let missing_intermediate = offered(
+        0,
+        signed_report(&pki.leaf_key, &ReportSpec::new(nonce())),
+        vec![pki.leaf.clone(), pki.root.clone()],
+    );
+    assert_eq!(reason(&missing_intermediate, &trust), "identity-chain");
+
+    let expired_pki = TestPki::device_with(0x23, "GH100", "00C0FFEE00000003", (test_pki::NOT_BEFORE, NOW - 1));
+    let expired = offered(
+        0,
+        signed_report(&expired_pki.leaf_key, &ReportSpec::new(nonce())),
+        expired_pki.chain(),
+    );
+    assert_eq!(reason(&expired, &trust), "identity-chain-expired");
+
+    assert_eq!(
+        reason(&good_evidence(), &EvidenceTrust::nvidia(SkuTable::default())),
+        "identity-untrusted-root",
+        "a chain that ends at a root the validator does not pin proves nothing"
+    );
+
+    let mut devtools = good_evidence();
+    devtools.cc_state = CcState::DevTools;
+    assert_eq!(reason(&devtools, &trust), "identity-devtools");
+
+    let blackwell_pki = TestPki::device_with(
+        0x24,
+        "GB100",
+        "00C0FFEE00000004",
+        (test_pki::NOT_BEFORE, test_pki::NOT_AFTER),
+    );
+    let other_chip = offered(
+        0,
+        signed_report(&blackwell_pki.leaf_key, &ReportSpec::new(nonce())),
+        blackwell_pki.chain(),
+    );
+    assert_eq!(
+        reason(&other_chip, &trust),
+        "identity-device-mismatch",
+        "a GB100 part is not an H100"
+    );
+    let knows_b200 = EvidenceTrust {
+        anchors: TestPki::anchors(),
+        table: SkuTable {
+            chips: vec![ChipEntry {
+                model: "B200".into(),
+                chip: "GB100".into(),
+            }],
+            skus: vec![],
+        },
+    };
+    assert!(check_device_evidence(&other_chip, &nonce(), "NVIDIA B200", &knows_b200, NOW).is_ok());
+
+    let sku_table = EvidenceTrust {
+        anchors: TestPki::anchors(),
+        table: SkuTable {
+            chips: vec![],
+            skus: vec![SkuEntry {
+                project: "G520".into(),
+                project_sku: "0200".into(),
+                model: "H200".into(),
+            }],
+        },
+    };
+    assert_eq!(
+        reason(&good_evidence(), &sku_table),
+        "identity-sku-mismatch",
+        "the operator says G520/0200 is an H200"
+    );
+    assert!(check_device_evidence(&good_evidence(), &nonce(), "NVIDIA H200", &sku_table, NOW).is_ok());
+
+    let mut other_firmware = ReportSpec::new(nonce());
+    other_firmware.fwid = Some([0x77; 48]);
+    let stale_firmware = offered(0, signed_report(&pki.leaf_key, &other_firmware), pki.chain());
+    assert_eq!(reason(&stale_firmware, &trust), "identity-chain");
+
+    let mut truncated = good_evidence();
+    truncated.report.truncate(100);
+    assert_eq!(reason(&truncated, &trust), "identity-malformed");
+    let mut trailing = good_evidence();
+    trailing.report.push(0);
+    assert_eq!(reason(&trailing, &trust), "identity-malformed");
+
+    assert_eq!(
+        reason(&DeviceEvidence::not_offered(0, CcState::Off), &trust),
+        "identity-not-offered"
+    );
+}
+
+#[test]
+fn a_report_from_an_earlier_challenge_does_not_answer_this_one() {
+    let pki = TestPki::device(0x21, "00C0FFEE00000001");
+    let earlier = spdm_nonce(&Digest([1; 32]), &[8; 32], &Digest([9; 32]), 0);
+    let replayed = offered(0, signed_report(&pki.leaf_key, &ReportSpec::new(earlier)), pki.chain());
+    assert_eq!(
+        check(&replayed, &test_trust()).unwrap_err().reason(),
+        "identity-wrong-nonce"
+    );
+}
+
+#[test]
+fn one_part_cannot_stand_for_two_slots() {
+    let pki = TestPki::device(0x21, "00C0FFEE00000001");
+    let nonce_of = |index| spdm_nonce(&Digest([7; 32]), &[8; 32], &Digest([9; 32]), index);
+    // The same GPU asked twice, once with each slot's nonce: both reports are genuine.
+    let slot0 = offered(
+        0,
+        signed_report(&pki.leaf_key, &ReportSpec::new(nonce_of(0))),
+        pki.chain(),
+    );
+    let slot1 = offered(
+        1,
+        signed_report(&pki.leaf_key, &ReportSpec::new(nonce_of(1))),
+        pki.chain(),
+    );
+    let outcomes = check_evidence_set(
+        [(&slot0, nonce_of(0), H100), (&slot1, nonce_of(1), H100)],
+        &test_trust(),
+        NOW,
+    );
+    assert!(outcomes[0].1.is_ok());
+    assert_eq!(outcomes[1].1.as_ref().unwrap_err().reason(), "identity-device-mismatch");
+
+    let other = TestPki::device(0x25, "00C0FFEE00000005");
+    let slot1 = offered(
+        1,
+        signed_report(&other.leaf_key, &ReportSpec::new(nonce_of(1))),
+        other.chain(),
+    );
+    let outcomes = check_evidence_set(
+        [(&slot0, nonce_of(0), H100), (&slot1, nonce_of(1), H100)],
+        &test_trust(),
+        NOW,
+    );
+    assert!(
+        outcomes.iter().all(|(_, outcome)| outcome.is_ok()),
+        "two parts, two slots"
+    );
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(256))]
+
+    /// No byte string panics the report parser, and a report with any byte changed either fails
+    /// to decode or fails its signature: nothing in it is outside what the signature covers.
+    #[test]
+    fn reports_never_panic_and_every_byte_is_signed(position in 0usize..10_000, flip in 1u8..=255, junk in proptest::collection::vec(any::<u8>(), 0..600)) {
+        let _ = AttestationReport::parse(&junk);
+        let mut evidence = good_evidence();
+        let position = position % evidence.report.len();
+        evidence.report[position] ^= flip;
+        let fault = check(&evidence, &test_trust()).unwrap_err();
+        prop_assert!(
+            matches!(fault.reason(), "identity-malformed" | "identity-signature"),
+            "byte {position}: {fault}"
+        );
+    }
+}

@@ -1,0 +1,210 @@
+//! One device's evidence against one challenge, and a commitment's evidence as a whole.
+
+use super::chain::{DeviceChain, TrustAnchors};
+use super::model::SkuTable;
+use super::spdm::{AttestationReport, opaque};
+use super::statement::{CcState, DeviceEvidence};
+use p384::ecdsa::Signature;
+use p384::ecdsa::signature::Verifier;
+use std::collections::HashMap;
+use thiserror::Error;
+
+/// Why evidence proves nothing. Each has its own verdict reason ([`EvidenceFault::reason`]).
+#[derive(Clone, Debug, Error, PartialEq, Eq)]
+pub enum EvidenceFault {
+    #[error("no evidence offered ({0})")]
+    NotOffered(String),
+    #[error("the device is in CC DEVTOOLS mode, in which its memory can be read: {0}")]
+    DevTools(String),
+    #[error("the report does not decode: {0}")]
+    Malformed(String),
+    #[error("the certificate chain is broken: {0}")]
+    Chain(String),
+    #[error("the certificate chain is out of its validity period: {0}")]
+    ChainExpired(String),
+    #[error("the certificate chain does not end at a pinned root: {0}")]
+    UntrustedRoot(String),
+    #[error("the report's signature does not verify with the chain's attestation key: {0}")]
+    Signature(String),
+    #[error("the report answers another nonce: {0}")]
+    WrongNonce(String),
+    #[error("the certified device is not the one the inventory claims: {0}")]
+    DeviceMismatch(String),
+    #[error("the report's SKU is not the claimed model: {0}")]
+    SkuMismatch(String),
+}
+
+impl EvidenceFault {
+    /// The verdict reason code (PROTOCOL.md section 16 and 19.5).
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Self::NotOffered(_) => "identity-not-offered",
+            Self::DevTools(_) => "identity-devtools",
+            Self::Malformed(_) => "identity-malformed",
+            Self::Chain(_) => "identity-chain",
+            Self::ChainExpired(_) => "identity-chain-expired",
+            Self::UntrustedRoot(_) => "identity-untrusted-root",
+            Self::Signature(_) => "identity-signature",
+            Self::WrongNonce(_) => "identity-wrong-nonce",
+            Self::DeviceMismatch(_) => "identity-device-mismatch",
+            Self::SkuMismatch(_) => "identity-sku-mismatch",
+        }
+    }
+}
+
+/// What the validator trusts evidence against.
+#[derive(Clone, Debug)]
+pub struct EvidenceTrust {
+    pub anchors: TrustAnchors,
+    pub table: SkuTable,
+}
+
+impl EvidenceTrust {
+    pub fn nvidia(table: SkuTable) -> Self {
+        Self {
+            anchors: TrustAnchors::nvidia(),
+            table,
+        }
+    }
+}
+
+/// A device whose evidence verified.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GenuineDevice {
+    pub index: u32,
+    pub chip: String,
+    pub device_id: String,
+    pub project: Option<String>,
+    pub project_sku: Option<String>,
+    /// `cc` or `ppcie`: the report's own feature flag where it states one, else `cc`.
+    pub mode: &'static str,
+}
+
+impl GenuineDevice {
+    /// `genuine NVIDIA GH100 1010/0200, nonce-bound`: the verdict's line for the device.
+    pub fn describe(&self) -> String {
+        let sku = match (&self.project, &self.project_sku) {
+            (Some(project), Some(sku)) => format!(" {project}/{sku}"),
+            _ => String::new(),
+        };
+        format!(
+            "genuine NVIDIA {}{sku} (device {}, {}), nonce-bound",
+            self.chip, self.device_id, self.mode
+        )
+    }
+}
+
+/// Checks one device's evidence: not DEVTOOLS; the report decodes; the chain verifies up to a
+/// pinned root at `now_unix_secs`; the report's signature verifies with the chain's leaf key;
+/// the report answers `expected_nonce`; the leaf was issued for the firmware the report names;
+/// the leaf's chip is the claimed model's; and a listed SKU is the claimed model.
+pub fn check_device_evidence(
+    evidence: &DeviceEvidence,
+    expected_nonce: &[u8; 32],
+    claimed_model: &str,
+    trust: &EvidenceTrust,
+    now_unix_secs: u64,
+) -> Result<GenuineDevice, EvidenceFault> {
+    if evidence.cc_state == CcState::DevTools {
+        return Err(EvidenceFault::DevTools(format!("device {} says so", evidence.index)));
+    }
+    if !evidence.is_offered() {
+        return Err(EvidenceFault::NotOffered(evidence.cc_state.describe().to_string()));
+    }
+    let report = AttestationReport::parse(&evidence.report)?;
+    let leaf = DeviceChain::decode(&evidence.certificates)?.verify(&trust.anchors, now_unix_secs)?;
+
+    let signature = Signature::from_slice(&report.signature)
+        .map_err(|_| EvidenceFault::Signature("r or s is out of range".into()))?;
+    leaf.key
+        .verify(report.signed_bytes(&evidence.report), &signature)
+        .map_err(|_| EvidenceFault::Signature(format!("device {}", leaf.device_id)))?;
+
+    if &report.request_nonce != expected_nonce {
+        return Err(EvidenceFault::WrongNonce(format!(
+            "it answers {}, this challenge asks {}",
+            hex::encode(report.request_nonce),
+            hex::encode(expected_nonce)
+        )));
+    }
+    match (report.fwid(), leaf.fwid.as_deref()) {
+        (None, _) => {}
+        (Some(reported), Some(certified)) if reported == certified => {}
+        (Some(_), _) => {
+            return Err(EvidenceFault::Chain(
+                "the attestation key was certified for other firmware than the report names".into(),
+            ));
+        }
+    }
+    match trust.table.chip_for(claimed_model) {
+        None => {
+            return Err(EvidenceFault::DeviceMismatch(format!(
+                "the validator knows no chip for `{claimed_model}` (add it to [identity] chips)"
+            )));
+        }
+        Some(chip) if !chip.eq_ignore_ascii_case(&leaf.chip) => {
+            return Err(EvidenceFault::DeviceMismatch(format!(
+                "the certificate is for a {} device, `{claimed_model}` is a {chip}",
+                leaf.chip
+            )));
+        }
+        Some(_) => {}
+    }
+    let project = report.opaque_text(opaque::PROJECT);
+    let project_sku = report.opaque_text(opaque::PROJECT_SKU);
+    if let (Some(project), Some(sku)) = (&project, &project_sku)
+        && !trust.table.sku_may_be(project, sku, claimed_model)
+    {
+        return Err(EvidenceFault::SkuMismatch(format!(
+            "project {project} SKU {sku} is a {}, not `{claimed_model}`",
+            trust.table.models_for_sku(project, sku).join(" or ")
+        )));
+    }
+    let mode = if report.feature_flag() == Some(2) {
+        "ppcie"
+    } else {
+        "cc"
+    };
+    Ok(GenuineDevice {
+        index: evidence.index,
+        chip: leaf.chip,
+        device_id: leaf.device_id,
+        project,
+        project_sku,
+        mode,
+    })
+}
+
+/// Each device's outcome: its evidence checked, and no certified device standing for two slots.
+pub fn check_evidence_set<'a>(
+    evidence: impl IntoIterator<Item = (&'a DeviceEvidence, [u8; 32], &'a str)>,
+    trust: &EvidenceTrust,
+    now_unix_secs: u64,
+) -> Vec<(u32, Result<GenuineDevice, EvidenceFault>)> {
+    let mut outcomes: Vec<(u32, Result<GenuineDevice, EvidenceFault>)> = evidence
+        .into_iter()
+        .map(|(device, nonce, model)| {
+            (
+                device.index,
+                check_device_evidence(device, &nonce, model, trust, now_unix_secs),
+            )
+        })
+        .collect();
+    let mut first_slot: HashMap<(String, String), u32> = HashMap::new();
+    for (index, outcome) in &mut outcomes {
+        let Ok(genuine) = outcome else { continue };
+        let key = (
+            genuine.chip.to_ascii_uppercase(),
+            genuine.device_id.to_ascii_uppercase(),
+        );
+        if let Some(first) = first_slot.get(&key) {
+            *outcome = Err(EvidenceFault::DeviceMismatch(format!(
+                "device {} is already device {first}'s evidence: one part cannot stand for two slots",
+                genuine.device_id
+            )));
+        } else {
+            first_slot.insert(key, *index);
+        }
+    }
+    outcomes
+}

@@ -1,0 +1,72 @@
+//! Hardware identity where the GPU can sign: NVIDIA confidential-computing (CC) evidence bound
+//! to a challenge (PROTOCOL.md section 19).
+//!
+//! A Hopper or Blackwell GPU in CC or protected-PCIe mode answers an SPDM GET_MEASUREMENTS
+//! request with a report signed (ECDSA P-384, SHA-384) by a device key whose X.509 chain ends at
+//! NVIDIA's device root. The miner asks for that report with a nonce derived from the challenge
+//! ([`spdm_nonce`]), so a report answers one challenge, one miner and one device slot, and cannot
+//! be replayed by another host or at another time.
+//!
+//! Evidence proves that a genuine NVIDIA part of the named chip answered in the miner's host. It
+//! does not prove that this part did the work: the compute and memory phases carry that.
+//!
+//! - [`spdm`] reads a report (request and response) without trusting any length in it.
+//! - [`chain`] checks a certificate chain up to a pinned root and reads the leaf's identity.
+//! - [`model`] maps a claimed model to its chip, and the operator's table of project SKUs.
+//! - [`check`] puts them together: one device's evidence against one challenge.
+
+pub mod chain;
+pub mod check;
+pub mod model;
+pub mod spdm;
+pub mod statement;
+
+pub use chain::{DeviceChain, LeafIdentity, TrustAnchors};
+pub use check::{EvidenceFault, EvidenceTrust, GenuineDevice, check_device_evidence, check_evidence_set};
+pub use model::{ChipEntry, SkuEntry, SkuTable, chip_of_model};
+pub use spdm::AttestationReport;
+pub use statement::{CcState, DeviceEvidence, EVIDENCE_DOMAIN, evidence_statement_bytes};
+
+use crate::Digest;
+
+/// Domain of the SPDM nonce derivation (PROTOCOL.md 19.2).
+pub const SPDM_NONCE_DOMAIN: &str = "gpu-attest v1 spdm nonce";
+
+/// Bytes in an SPDM nonce (SPDM 1.1, and NVML's `NVML_CC_GPU_CEC_NONCE_SIZE`).
+pub const SPDM_NONCE_BYTES: usize = 32;
+
+/// The nonce a miner gives the GPU of slot `index` for this challenge:
+/// `blake3::derive_key(SPDM_NONCE_DOMAIN, nonce || miner_key || inventory_digest || le32(index))`.
+///
+/// It binds the report to the challenge (so no report made earlier answers it), to the miner's
+/// key (so no other miner's report does) and to the hardware claim and slot the challenge was
+/// sized for.
+pub fn spdm_nonce(
+    challenge_nonce: &Digest,
+    miner_key: &[u8; 32],
+    inventory_digest: &Digest,
+    index: u32,
+) -> [u8; SPDM_NONCE_BYTES] {
+    let mut hasher = blake3::Hasher::new_derive_key(SPDM_NONCE_DOMAIN);
+    hasher.update(challenge_nonce.as_bytes());
+    hasher.update(miner_key);
+    hasher.update(inventory_digest.as_bytes());
+    hasher.update(&index.to_le_bytes());
+    *hasher.finalize().as_bytes()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_spdm_nonce_changes_with_every_input() {
+        let nonce = Digest([1; 32]);
+        let inventory = Digest([3; 32]);
+        let base = spdm_nonce(&nonce, &[2; 32], &inventory, 0);
+        assert_ne!(base, spdm_nonce(&Digest([9; 32]), &[2; 32], &inventory, 0));
+        assert_ne!(base, spdm_nonce(&nonce, &[9; 32], &inventory, 0));
+        assert_ne!(base, spdm_nonce(&nonce, &[2; 32], &Digest([9; 32]), 0));
+        assert_ne!(base, spdm_nonce(&nonce, &[2; 32], &inventory, 1));
+    }
+}
