@@ -124,3 +124,46 @@ fn len32(len: usize) -> [u8; 4] {
         .expect("evidence lengths are bounded far below 4 GiB")
         .to_le_bytes()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::evidence::spdm_nonce;
+
+    /// PROTOCOL.md 19.6: the SPDM nonces and the evidence statement of the vectors.
+    #[test]
+    fn protocol_vectors() {
+        let nonce = Digest(std::array::from_fn(|i| i as u8));
+        let miner_key: [u8; 32] = std::array::from_fn(|i| 0x40 + i as u8);
+        let inventory = Digest::from_hex("c6e4efd4e0ed888751e3fe6860c16176de081873b88b35816426f01e35e0deca").unwrap();
+        let validator_key: [u8; 32] = hex::decode("cd14b37f956e953194ff7fb73b3d81dcc561d61a7538094b7c3e1a643ee5f3aa")
+            .unwrap()
+            .try_into()
+            .unwrap();
+        assert_eq!(
+            hex::encode(spdm_nonce(&nonce, &miner_key, &inventory, 0)),
+            "4acb15a1c6d139e191e823ff6bb8faf3c0fd4f5a7ef6a6b7777425acf8f31e72"
+        );
+        assert_eq!(
+            hex::encode(spdm_nonce(&nonce, &miner_key, &inventory, 1)),
+            "b3ee581d479d5e0f29a9742769ca1939f9f171cee4fdbd9467b655ce7c99d95a"
+        );
+        let evidence = [
+            DeviceEvidence {
+                index: 0,
+                cc_state: CcState::On,
+                report: vec![1, 2, 3],
+                certificates: vec![vec![0xAA], vec![0xBB, 0xCC]],
+            },
+            DeviceEvidence::not_offered(1, CcState::Off),
+        ];
+        let bytes = evidence_statement_bytes(&nonce, &miner_key, &validator_key, &evidence);
+        assert_eq!(
+            (bytes.len(), blake3::hash(&bytes).to_hex().to_string()),
+            (
+                175,
+                "8edc04a956814516623e9107bd76d4ec6cd6c0bb5e2141e60bacc0a531cb9aeb".to_string()
+            )
+        );
+    }
+}
