@@ -236,6 +236,9 @@ pub fn commitment_to_wire(c: &Commitment, sig: &[u8; 64]) -> v1::Commitment {
                 root: p.root.0.to_vec(),
             })
             .collect(),
+        // Device evidence is signed apart (PROTOCOL.md 19.3): `crate::evidence` fills it.
+        evidence: Vec::new(),
+        evidence_signature: Vec::new(),
     }
 }
 

@@ -5,6 +5,7 @@
 //! input is hostile.
 
 pub mod convert;
+pub mod evidence;
 
 #[allow(clippy::all, missing_docs)]
 pub mod v1 {

@@ -114,6 +114,17 @@ proptest! {
         {
             let _ = commitment.verify(&sig);
             let _ = check_commitment(&honest().0, &commitment.work);
+            if let Ok(Some(evidence)) = gpu_attest_proto::evidence::evidence_from_wire(&c.evidence, &c.evidence_signature) {
+                for device in &evidence.devices {
+                    let _ = gpu_attest_shared::evidence::check_device_evidence(
+                        device,
+                        &[0; 32],
+                        "NVIDIA H100 80GB HBM3",
+                        &gpu_attest_shared::evidence::EvidenceTrust::nvidia(Default::default()),
+                        1_764_000_000,
+                    );
+                }
+            }
         }
         if let Ok(o) = v1::ChainOpening::decode(bytes.as_slice()) {
             let _ = opening_from_wire(&o, 64);
