@@ -41,7 +41,7 @@ fn test_trust() -> EvidenceTrust {
 }
 
 fn nonce() -> [u8; 32] {
-    spdm_nonce(&Digest([7; 32]), &[8; 32], &Digest([9; 32]), 0)
+    spdm_nonce(&[7; 32], &[8; 32], &Digest([9; 32]), 0)
 }
 
 /// A valid device's evidence answering `nonce()`.
@@ -260,7 +260,7 @@ fn each_kind_of_bad_evidence_is_refused_with_its_own_reason() {
 #[test]
 fn a_report_from_an_earlier_challenge_does_not_answer_this_one() {
     let pki = TestPki::device(0x21, "00C0FFEE00000001");
-    let earlier = spdm_nonce(&Digest([1; 32]), &[8; 32], &Digest([9; 32]), 0);
+    let earlier = spdm_nonce(&[1; 32], &[8; 32], &Digest([9; 32]), 0);
     let replayed = offered(0, signed_report(&pki.leaf_key, &ReportSpec::new(earlier)), pki.chain());
     assert_eq!(
         check(&replayed, &test_trust()).unwrap_err().reason(),
@@ -271,7 +271,7 @@ fn a_report_from_an_earlier_challenge_does_not_answer_this_one() {
 #[test]
 fn one_part_cannot_stand_for_two_slots() {
     let pki = TestPki::device(0x21, "00C0FFEE00000001");
-    let nonce_of = |index| spdm_nonce(&Digest([7; 32]), &[8; 32], &Digest([9; 32]), index);
+    let nonce_of = |index| spdm_nonce(&[7; 32], &[8; 32], &Digest([9; 32]), index);
     // The same GPU asked twice, once with each slot's nonce: both reports are genuine.
     let slot0 = offered(
         0,

@@ -6,12 +6,14 @@
 use crate::backends::SelectedBackend;
 use crate::config::Limits;
 use crate::error::MinerError;
+use crate::evidence::EvidenceSource;
 use crate::memory::{HeldMemory, PoolPlan, pool_commitments};
 use crate::metrics::MinerMetrics;
 use crate::nonces::NonceLog;
 use gpu_attest_proto::convert::{OpenRequest, WalkRequest};
 use gpu_attest_shared::backend::ResidentPool;
 use gpu_attest_shared::engine::{self, DeviceProgress, Execution};
+use gpu_attest_shared::evidence::{DeviceEvidence, evidence_statement_bytes, spdm_nonce};
 use gpu_attest_shared::identity::{Identity, PublicKey};
 use gpu_attest_shared::inventory::{HardwareClaim, Inventory, MinerLimits};
 use gpu_attest_shared::memory::check::WalkOpening;
@@ -146,6 +148,8 @@ pub struct MinerCore {
     stopping: AtomicBool,
     /// Challenges and opening rounds running, whether or not they hold the devices right now.
     working: Arc<AtomicUsize>,
+    /// Where device evidence comes from (PROTOCOL.md 19).
+    evidence: Box<dyn EvidenceSource>,
 }
 
 impl MinerCore {
@@ -157,7 +161,9 @@ impl MinerCore {
         keep_commitments: Duration,
         nonces: NonceLog,
     ) -> Self {
+        let evidence = crate::evidence::for_backend(selected.is_cuda());
         MinerCore {
+            evidence,
             identity,
             allowed: RwLock::new(allowed),
             limits,
@@ -172,8 +178,42 @@ impl MinerCore {
         }
     }
 
+    /// Takes device evidence from `source` instead of the backend's own (a test's PKI).
+    pub fn with_evidence(mut self, source: Box<dyn EvidenceSource>) -> Self {
+        self.evidence = source;
+        self
+    }
+
     pub fn metrics(&self) -> &MinerMetrics {
         &self.metrics
+    }
+
+    /// Every device's evidence for an accepted challenge, each asked with its own SPDM nonce,
+    /// and this miner's signature over the evidence statement (PROTOCOL.md 19.2 and 19.3).
+    pub fn gather_evidence(&self, accepted: &AcceptedChallenge) -> Signed<Vec<DeviceEvidence>> {
+        let challenge = &accepted.challenge;
+        let devices = self.selected.devices();
+        let nonces: Vec<[u8; 32]> = (0..devices.len() as u32)
+            .map(|index| {
+                spdm_nonce(
+                    &challenge.params.nonce,
+                    &challenge.params.miner_key,
+                    &challenge.inventory_digest,
+                    index,
+                )
+            })
+            .collect();
+        let evidence = self.evidence.gather(&devices, &nonces);
+        let statement = evidence_statement_bytes(
+            &challenge.params.nonce,
+            &self.public_key().0,
+            &challenge.validator_key.0,
+            &evidence,
+        );
+        Signed {
+            signature: self.identity.sign(&statement),
+            statement: evidence,
+        }
     }
 
     pub fn public_key(&self) -> PublicKey {

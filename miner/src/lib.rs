@@ -8,6 +8,7 @@ pub mod config;
 pub mod core;
 pub mod daemon;
 pub mod error;
+pub mod evidence;
 pub mod memory;
 pub mod metrics;
 pub mod nonces;

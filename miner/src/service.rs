@@ -223,7 +223,9 @@ async fn run_accepted(
             .execute(&accepted, &progress, &worker_cancel)
             .and_then(|execution| {
                 worker_core.fill(&mut accepted, &|_, _| {}, &worker_cancel)?;
-                Ok(execution)
+                // Asked after the work, so that the GPUs answer while nothing else runs on them.
+                let evidence = worker_core.gather_evidence(&accepted);
+                Ok((execution, evidence))
             });
         (accepted, result)
     })
@@ -241,13 +243,16 @@ async fn run_accepted(
     };
     let compute_ms = started.elapsed().as_millis() as u64;
     match result {
-        Ok(execution) => {
+        Ok((execution, evidence)) => {
             let commitment = core.commit(accepted, execution, compute_ms);
             core.metrics().computed(chains, started.elapsed());
             core.metrics().challenge(ChallengeOutcome::Committed, None);
             info!(%nonce, compute_ms, "commitment sent");
             let _ = tx
-                .send(event(Event::Commitment(crate::wire::commitment(&commitment))))
+                .send(event(Event::Commitment(crate::wire::commitment(
+                    &commitment,
+                    Some(&evidence),
+                ))))
                 .await;
         }
         Err(MinerError::Engine(EngineError::Backend(BackendError::Cancelled))) => {

@@ -4,12 +4,20 @@
 
 use crate::core::{Opened, Signed, SignedOpening};
 use gpu_attest_proto::convert::{commitment_to_wire, opening_to_wire, walk_opening_to_wire, walk_statement_to_wire};
+use gpu_attest_proto::evidence::evidence_to_wire;
 use gpu_attest_proto::v1;
+use gpu_attest_shared::evidence::DeviceEvidence;
 use gpu_attest_shared::memory::statement::WalkStatement;
 use gpu_attest_shared::statement::Commitment;
 
-pub fn commitment(signed: &Signed<Commitment>) -> v1::Commitment {
-    commitment_to_wire(&signed.statement, &signed.signature)
+/// The commitment, with the device evidence signed beside it (PROTOCOL.md 19.3) when given.
+pub fn commitment(signed: &Signed<Commitment>, evidence: Option<&Signed<Vec<DeviceEvidence>>>) -> v1::Commitment {
+    let mut wire = commitment_to_wire(&signed.statement, &signed.signature);
+    if let Some(evidence) = evidence {
+        wire.evidence = evidence_to_wire(&evidence.statement);
+        wire.evidence_signature = evidence.signature.to_vec();
+    }
+    wire
 }
 
 pub fn walk_statement(signed: &Signed<WalkStatement>) -> v1::WalkStatement {

@@ -179,6 +179,8 @@ pub struct ValidatorConfig {
     pub calibration: CalibrationConfig,
     /// The memory phase (protocol version 3, PROTOCOL.md 18).
     pub memory: crate::memory::MemoryConfig,
+    /// Device evidence (PROTOCOL.md 19): `policy` and the operator's chip and SKU tables.
+    pub identity: crate::device_identity::IdentityConfig,
     /// Prometheus metrics on their own loopback HTTP listener; off unless `listen` is set.
     pub metrics: MetricsConfig,
 }
@@ -207,6 +209,7 @@ impl Default for ValidatorConfig {
             rates: Vec::new(),
             calibration: CalibrationConfig::default(),
             memory: crate::memory::MemoryConfig::default(),
+            identity: crate::device_identity::IdentityConfig::default(),
             metrics: MetricsConfig::default(),
         }
     }
@@ -238,6 +241,9 @@ impl ValidatorConfig {
             ));
         }
         if let Some(problem) = self.memory.problem() {
+            return invalid(problem);
+        }
+        if let Some(problem) = self.identity.problem() {
             return invalid(problem);
         }
         if self.schedule.interval_secs == 0 {

@@ -5,6 +5,7 @@ pub mod attest;
 pub mod cli;
 pub mod config;
 pub mod daemon;
+pub mod device_identity;
 pub mod memory;
 pub mod metrics;
 pub mod operator;

@@ -112,6 +112,28 @@ reason_codes! {
     PoolEntryMismatch = "pool-entry-mismatch",
     /// A walk segment's steps do not lead to its next checkpoint (faked steps).
     WalkSegmentMismatch = "walk-segment-mismatch",
+    // Device evidence (PROTOCOL.md 19.4).
+    /// A device offers no evidence, and the validator requires it.
+    IdentityNotOffered = "identity-not-offered",
+    /// A device is in CC DEVTOOLS mode, in which its memory can be read.
+    IdentityDevtools = "identity-devtools",
+    /// The evidence, or a report in it, does not decode or is not one entry per device.
+    IdentityMalformed = "identity-malformed",
+    /// The miner's signature over its evidence statement does not verify.
+    IdentityStatementSignature = "identity-statement-signature",
+    /// A certificate chain that does not link, or a leaf that names no device.
+    IdentityChain = "identity-chain",
+    IdentityChainExpired = "identity-chain-expired",
+    /// A chain that does not end at a pinned root.
+    IdentityUntrustedRoot = "identity-untrusted-root",
+    /// A report whose signature does not verify with its chain's attestation key.
+    IdentitySignature = "identity-signature",
+    /// A report made for another challenge, miner, claim or slot.
+    IdentityWrongNonce = "identity-wrong-nonce",
+    /// A certified device of another chip than the claimed model, or one part for two slots.
+    IdentityDeviceMismatch = "identity-device-mismatch",
+    /// A report whose project SKU the operator lists as another model.
+    IdentitySkuMismatch = "identity-sku-mismatch",
     /// A verdict stored before reasons had codes, or by a newer validator.
     Unclassified = "unclassified",
 }

@@ -132,6 +132,19 @@ pub fn verdict_to_wire(v: &Verdict) -> v1::Verdict {
             bandwidth_miners: m.bandwidth_miners,
             slack: m.slack,
         }),
+        identity: v.identity.as_ref().map(|i| v1::IdentityVerdict {
+            policy: i.policy.clone(),
+            devices: i
+                .devices
+                .iter()
+                .map(|d| v1::DeviceIdentityVerdict {
+                    index: d.index,
+                    status: d.status.as_str().into(),
+                    line: d.line.clone(),
+                    reason: d.reason.clone().unwrap_or_default(),
+                })
+                .collect(),
+        }),
     }
 }
 

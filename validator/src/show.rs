@@ -38,6 +38,14 @@ pub fn print_verdict(v: &Verdict, database: &str) {
     for d in &v.inventory {
         println!("  device {}: {}", d.index, d.name);
     }
+    if let Some(identity) = &v.identity {
+        for d in &identity.devices {
+            println!(
+                "  identity of device {} ({} policy): {}",
+                d.index, identity.policy, d.line
+            );
+        }
+    }
     for r in &v.reasons {
         println!("  reason: {r}");
     }

@@ -324,7 +324,7 @@ async fn after_accepting(
     if cheat == Cheat::WrongGlobalChecksum {
         statement.work.global.0[0] ^= 1;
     }
-    let mut commitment = gpu_attest_miner::wire::commitment(&core.sign_commitment(&statement));
+    let mut commitment = gpu_attest_miner::wire::commitment(&core.sign_commitment(&statement), None);
     if cheat == Cheat::ForeignKey {
         let other = gpu_attest_shared::identity::Identity::from_seed([0xf0; 32]);
         statement.miner_key = other.public_key();

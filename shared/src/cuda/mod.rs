@@ -23,6 +23,7 @@ pub mod compile;
 pub mod detect;
 pub mod device;
 pub mod driver;
+pub mod evidence;
 pub mod kernels;
 pub mod options;
 mod pipeline;

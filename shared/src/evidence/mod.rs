@@ -42,13 +42,13 @@ pub const SPDM_NONCE_BYTES: usize = 32;
 /// key (so no other miner's report does) and to the hardware claim and slot the challenge was
 /// sized for.
 pub fn spdm_nonce(
-    challenge_nonce: &Digest,
+    challenge_nonce: &[u8; 32],
     miner_key: &[u8; 32],
     inventory_digest: &Digest,
     index: u32,
 ) -> [u8; SPDM_NONCE_BYTES] {
     let mut hasher = blake3::Hasher::new_derive_key(SPDM_NONCE_DOMAIN);
-    hasher.update(challenge_nonce.as_bytes());
+    hasher.update(challenge_nonce);
     hasher.update(miner_key);
     hasher.update(inventory_digest.as_bytes());
     hasher.update(&index.to_le_bytes());
@@ -61,10 +61,10 @@ mod tests {
 
     #[test]
     fn the_spdm_nonce_changes_with_every_input() {
-        let nonce = Digest([1; 32]);
+        let nonce = [1; 32];
         let inventory = Digest([3; 32]);
         let base = spdm_nonce(&nonce, &[2; 32], &inventory, 0);
-        assert_ne!(base, spdm_nonce(&Digest([9; 32]), &[2; 32], &inventory, 0));
+        assert_ne!(base, spdm_nonce(&[9; 32], &[2; 32], &inventory, 0));
         assert_ne!(base, spdm_nonce(&nonce, &[9; 32], &inventory, 0));
         assert_ne!(base, spdm_nonce(&nonce, &[2; 32], &Digest([9; 32]), 0));
         assert_ne!(base, spdm_nonce(&nonce, &[2; 32], &inventory, 1));

@@ -1,8 +1,6 @@
 //! What a miner ships of each device's evidence, and the canonical bytes it signs over it
 //! (PROTOCOL.md 19.3).
 
-use crate::Digest;
-
 /// Domain of the signed evidence statement.
 pub const EVIDENCE_DOMAIN: &str = "gpu-attest v1 device evidence";
 
@@ -87,7 +85,7 @@ impl DeviceEvidence {
 ///  || list(le32(index) || le32(cc_state) || bytes(report) || list(bytes(certificate)))`,
 /// where `bytes(x)` is `le32(len(x)) || x` and `list` is `le32(count)` then the items.
 pub fn evidence_statement_bytes(
-    nonce: &Digest,
+    nonce: &[u8; 32],
     miner_key: &[u8; 32],
     validator_key: &[u8; 32],
     evidence: &[DeviceEvidence],
@@ -101,7 +99,7 @@ pub fn evidence_statement_bytes(
                 .sum::<usize>(),
     );
     out.extend_from_slice(EVIDENCE_DOMAIN.as_bytes());
-    out.extend_from_slice(nonce.as_bytes());
+    out.extend_from_slice(nonce);
     out.extend_from_slice(miner_key);
     out.extend_from_slice(validator_key);
     out.extend_from_slice(&len32(evidence.len()));
@@ -128,12 +126,13 @@ fn len32(len: usize) -> [u8; 4] {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::Digest;
     use crate::evidence::spdm_nonce;
 
     /// PROTOCOL.md 19.6: the SPDM nonces and the evidence statement of the vectors.
     #[test]
     fn protocol_vectors() {
-        let nonce = Digest(std::array::from_fn(|i| i as u8));
+        let nonce: [u8; 32] = std::array::from_fn(|i| i as u8);
         let miner_key: [u8; 32] = std::array::from_fn(|i| 0x40 + i as u8);
         let inventory = Digest::from_hex("c6e4efd4e0ed888751e3fe6860c16176de081873b88b35816426f01e35e0deca").unwrap();
         let validator_key: [u8; 32] = hex::decode("cd14b37f956e953194ff7fb73b3d81dcc561d61a7538094b7c3e1a643ee5f3aa")

@@ -4,9 +4,11 @@
 
 use super::untrusted::miner_text;
 use super::{AttestError, AttestEvent};
+use crate::device_identity::check::WireEvidence;
 use crate::planner::Plan;
 use crate::reason::{Reason, ReasonCode};
 use gpu_attest_proto::convert::commitment_from_wire;
+use gpu_attest_proto::evidence::evidence_from_wire;
 use gpu_attest_proto::v1::{self, challenge_event::Event};
 use gpu_attest_shared::engine::DeviceProgress;
 use gpu_attest_shared::partition::{DeviceSlice, canonical_partition};
@@ -129,9 +131,16 @@ impl AcceptWindow {
 }
 
 /// How the challenge stream ended, from the validator's side.
+/// A commitment as received: converted from the wire, nothing checked yet.
+pub struct Committed {
+    pub commitment: Commitment,
+    pub signature: [u8; 64],
+    /// The device evidence beside it (PROTOCOL.md 19.3), read only under an identity policy.
+    pub evidence: WireEvidence,
+}
+
 pub enum Received {
-    /// The commitment, converted from the wire, and its signature (not yet checked).
-    Commitment(Box<Commitment>, [u8; 64]),
+    Commitment(Box<Committed>),
     /// The attestation has failed; the outcome says why.
     Failed(Reason),
 }
@@ -218,7 +227,11 @@ pub async fn await_commitment(
                 },
                 Event::Commitment(c) if check.accepted => {
                     return Ok(match commitment_from_wire(&c) {
-                        Ok((commitment, signature)) => Received::Commitment(Box::new(commitment), signature),
+                        Ok((commitment, signature)) => Received::Commitment(Box::new(Committed {
+                            commitment,
+                            signature,
+                            evidence: evidence_from_wire(&c.evidence, &c.evidence_signature),
+                        })),
                         Err(e) => Received::Failed(Reason::new(
                             ReasonCode::MalformedCommitment,
                             format!("malformed commitment: {e}"),

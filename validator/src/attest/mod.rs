@@ -21,6 +21,7 @@ pub mod walk;
 pub use client::{MAX_MINER_MESSAGE_BYTES, normalise_url};
 
 use crate::config::{Policy, ValidatorConfig};
+use crate::device_identity::check_commitment_evidence;
 use crate::metrics::{Phase, ValidatorMetrics};
 use crate::planner::{Plan, PlanError, classes, plan};
 use crate::rates::RateBook;
@@ -28,11 +29,12 @@ use crate::rates::class::homogeneous;
 use crate::rates::class::walk_class;
 use crate::store::{ClassObservation, Store, StoreError, Verdict};
 use client::MinerConnection;
-use exchange::{AcceptWindow, Received, await_commitment};
+use exchange::{AcceptWindow, Committed, Received, await_commitment};
 use gpu_attest_shared::engine::DeviceProgress;
+use gpu_attest_shared::evidence::EvidenceTrust;
 use gpu_attest_shared::identity::{Identity, PublicKey};
 use gpu_attest_shared::inventory::{HardwareClaim, Inventory, InventoryError};
-use gpu_attest_shared::statement::{Challenge, Commitment};
+use gpu_attest_shared::statement::Challenge;
 use gpu_attest_shared::{Backend, Work};
 use outcome::Outcome;
 use rand_chacha::rand_core::SeedableRng;
@@ -112,6 +114,8 @@ pub struct Attestor {
     backend_is_gpu: bool,
     store: Arc<Store>,
     metrics: ValidatorMetrics,
+    /// The roots and tables device evidence is checked against (PROTOCOL.md 19.4).
+    evidence_trust: EvidenceTrust,
 }
 
 pub(crate) fn random32() -> Result<[u8; 32], AttestError> {
@@ -128,6 +132,7 @@ impl Attestor {
         backend_is_gpu: bool,
         store: Arc<Store>,
     ) -> Self {
+        let evidence_trust = config.identity.trust();
         Attestor {
             identity,
             config,
@@ -135,7 +140,15 @@ impl Attestor {
             backend_is_gpu,
             store,
             metrics: ValidatorMetrics::default(),
+            evidence_trust,
         }
+    }
+
+    /// Trusts device evidence that chains to `anchors` instead of NVIDIA's root: for tests that
+    /// stand a PKI of their own in for NVIDIA's.
+    pub fn with_evidence_anchors(mut self, anchors: gpu_attest_shared::evidence::TrustAnchors) -> Self {
+        self.evidence_trust.anchors = anchors;
+        self
     }
 
     pub fn metrics(&self) -> &ValidatorMetrics {
@@ -218,8 +231,8 @@ impl Attestor {
             .exchange(&mut miner, &challenge, &plan, &mut outcome, on_event)
             .await?;
         lap(Phase::Challenge);
-        if let Some((commitment, signature)) = committed {
-            self.verify(&mut miner, &challenge, &commitment, &signature, &mut outcome, on_event)
+        if let Some(committed) = committed {
+            self.verify(&mut miner, &challenge, &committed, &mut outcome, on_event)
                 .await?;
             lap(Phase::Verify);
         }
@@ -293,7 +306,7 @@ impl Attestor {
         plan: &Plan,
         outcome: &mut Outcome,
         on_event: &(dyn Fn(AttestEvent) + Send + Sync),
-    ) -> Result<Option<(Commitment, [u8; 64])>, AttestError> {
+    ) -> Result<Option<Committed>, AttestError> {
         // The miner cancels at the deadline itself; the grace covers a miner that does not.
         let grace = Duration::from_millis(plan.deadline_ms / 10 + 2_000);
         let wait_limit = Duration::from_millis(plan.deadline_ms) + grace;
@@ -314,7 +327,7 @@ impl Attestor {
                 outcome.reasons.push(reason);
                 Ok(None)
             }
-            Received::Commitment(commitment, signature) => {
+            Received::Commitment(committed) => {
                 let measured = outcome.measured_ms;
                 on_event(AttestEvent::Phase {
                     name: "commitment-received",
@@ -329,7 +342,7 @@ impl Attestor {
                         ),
                     );
                 }
-                Ok(Some((*commitment, signature)))
+                Ok(Some(*committed))
             }
         }
     }
@@ -338,11 +351,11 @@ impl Attestor {
         &self,
         miner: &mut MinerConnection,
         challenge: &Challenge,
-        commitment: &Commitment,
-        signature: &[u8; 64],
+        committed: &Committed,
         outcome: &mut Outcome,
         on_event: &(dyn Fn(AttestEvent) + Send + Sync),
     ) -> Result<(), AttestError> {
+        let (commitment, signature) = (&committed.commitment, &committed.signature);
         // The planner validated these parameters before the challenge was sent.
         let work = Work::new(challenge.params).map_err(|e| AttestError::Plan {
             url: outcome.url.clone(),
@@ -351,6 +364,7 @@ impl Attestor {
         if !verify::check_statement(challenge, &work, commitment, signature, outcome) {
             return Ok(());
         }
+        self.check_identity(challenge, committed, outcome, on_event);
         let walked = match outcome.plan.memory.clone() {
             Some(memory) => {
                 if !walk::check_pools(commitment, &memory, outcome) {
@@ -413,6 +427,38 @@ impl Attestor {
             outcome,
         )
         .await
+    }
+
+    /// Device evidence under this validator's identity policy (PROTOCOL.md 19.4): cheap, so it
+    /// runs before the walk, which a failure here saves the miner.
+    fn check_identity(
+        &self,
+        challenge: &Challenge,
+        committed: &Committed,
+        outcome: &mut Outcome,
+        on_event: &(dyn Fn(AttestEvent) + Send + Sync),
+    ) {
+        let (proof, reasons) = check_commitment_evidence(
+            &self.config.identity,
+            &self.evidence_trust,
+            challenge,
+            &committed.commitment,
+            &committed.evidence,
+            now_ms() / 1000,
+        );
+        if let Some(proof) = &proof {
+            on_event(AttestEvent::Phase {
+                name: "identity",
+                detail: format!(
+                    "{} policy: {} of {} device(s) genuine",
+                    proof.policy,
+                    proof.genuine(),
+                    proof.devices.len()
+                ),
+            });
+        }
+        outcome.identity = proof;
+        outcome.reasons.extend(reasons);
     }
 
     async fn store_verdict(

@@ -1,6 +1,7 @@
 //! A verdict being assembled while an attestation runs.
 
 use crate::config::Policy;
+use crate::device_identity::IdentityProof;
 use crate::memory::MemoryProof;
 use crate::planner::Plan;
 use crate::reason::{Reason, ReasonCode};
@@ -18,6 +19,9 @@ pub struct Outcome {
     pub measured_ms: u64,
     /// The memory phase as planned, then as measured (version 3).
     pub memory: Option<MemoryProof>,
+    /// Device evidence as checked (PROTOCOL.md 19.5); `None` under the `off` policy, or when the
+    /// commitment failed before its evidence was read.
+    pub identity: Option<IdentityProof>,
     global: Digest,
 }
 
@@ -30,6 +34,7 @@ impl Outcome {
             reasons: Vec::new(),
             measured_ms: 0,
             memory: plan.memory.as_ref().map(MemoryProof::planned),
+            identity: None,
             global: Digest::default(),
         }
     }
@@ -90,6 +95,7 @@ impl Outcome {
             created_at_ms,
             throughput,
             memory,
+            identity: self.identity,
         }
     }
 }

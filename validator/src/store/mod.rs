@@ -499,6 +499,16 @@ pub(crate) mod test_support {
             global_checksum: hex::encode([3u8; 32]),
             created_at_ms: 1_000,
             memory: Some(memory),
+            // Its device's evidence: stored and read back with the verdict (PROTOCOL.md 19.5).
+            identity: Some(crate::device_identity::IdentityProof {
+                policy: "when-offered".into(),
+                devices: vec![crate::device_identity::DeviceIdentity {
+                    index: 0,
+                    status: crate::device_identity::IdentityStatus::NotOffered,
+                    line: "not offered (CC not supported)".into(),
+                    reason: None,
+                }],
+            }),
         }
     }
 

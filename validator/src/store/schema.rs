@@ -5,14 +5,14 @@
 //! that rate came from and the slack, passing verdicts leave rate observations, imported
 //! (shared) rates; 4 leases; 5 verdicts keep what the memory phase proved, and passing ones
 //! leave walk bandwidth observations (a table of their own: one observation of each kind per
-//! verdict). SQLite keeps the version in `PRAGMA user_version` (as it always
+//! verdict); 6 verdicts keep what device evidence showed (PROTOCOL.md 19.5). SQLite keeps the version in `PRAGMA user_version` (as it always
 //! has), PostgreSQL in the one-row table `schema_version`.
 
 use super::{Dialect, Store, StoreError};
 // Every statement run with AssertSqlSafe is built here from constants, never from input.
 use sqlx::{AssertSqlSafe, Executor};
 
-pub const SCHEMA_VERSION: i64 = 5;
+pub const SCHEMA_VERSION: i64 = 6;
 
 /// `{id}`: an auto-assigned 64-bit key; `{int}`, `{real}`, `{blob}`: 64-bit integer, double,
 /// bytes. Booleans are integers 0/1 in both, so that both read them the same way.
@@ -50,7 +50,8 @@ CREATE TABLE IF NOT EXISTS verdicts (
     rate_source     TEXT NOT NULL DEFAULT '',
     rate_miners     {int} NOT NULL DEFAULT 0,
     slack           {real} NOT NULL DEFAULT 0,
-    memory          TEXT NOT NULL DEFAULT ''
+    memory          TEXT NOT NULL DEFAULT '',
+    identity        TEXT NOT NULL DEFAULT ''
 );
 CREATE INDEX IF NOT EXISTS verdicts_by_miner ON verdicts (miner_url, id);
 CREATE TABLE IF NOT EXISTS shared_rates (
@@ -131,7 +132,7 @@ fn statements(dialect: Dialect) -> Vec<String> {
 /// Columns added to `verdicts` after version 1, by the version that added them. A fresh table
 /// has them from SCHEMA; an older SQLite file gets them here. (PostgreSQL stores start at 4:
 /// they get what came after from [`POSTGRES_ADDED_COLUMNS`].)
-const SQLITE_ADDED_COLUMNS: [(i64, &[&str]); 3] = [
+const SQLITE_ADDED_COLUMNS: [(i64, &[&str]); 4] = [
     // Rows from before keep 0: their expected rate is derived from expected_ms on read.
     (
         2,
@@ -148,12 +149,19 @@ const SQLITE_ADDED_COLUMNS: [(i64, &[&str]); 3] = [
     ),
     // Rows from before read as no memory phase.
     (5, &["ALTER TABLE verdicts ADD COLUMN memory TEXT NOT NULL DEFAULT ''"]),
+    // Rows from before read as identity not checked.
+    (
+        6,
+        &["ALTER TABLE verdicts ADD COLUMN identity TEXT NOT NULL DEFAULT ''"],
+    ),
 ];
 
 /// Columns added to `verdicts` after a PostgreSQL store's first version (4), each idempotent:
 /// the migration runs them all in its one transaction.
-const POSTGRES_ADDED_COLUMNS: [&str; 1] =
-    ["ALTER TABLE verdicts ADD COLUMN IF NOT EXISTS memory TEXT NOT NULL DEFAULT ''"];
+const POSTGRES_ADDED_COLUMNS: [&str; 2] = [
+    "ALTER TABLE verdicts ADD COLUMN IF NOT EXISTS memory TEXT NOT NULL DEFAULT ''",
+    "ALTER TABLE verdicts ADD COLUMN IF NOT EXISTS identity TEXT NOT NULL DEFAULT ''",
+];
 
 /// Arbitrary, fixed: the advisory lock validators sharing a PostgreSQL database take while one
 /// of them creates or migrates the schema, so that two starting at once do not race.

@@ -1,6 +1,7 @@
 //! Verdicts: one row each, written in one transaction with the rate a pass proved.
 
 use super::{ClassObservation, Store, StoreError, as_i64, as_u64};
+use crate::device_identity::IdentityProof;
 use crate::memory::MemoryProof;
 use crate::rates::RateSource;
 use crate::rates::class::WALK_KERNEL;
@@ -65,6 +66,9 @@ pub struct Verdict {
     /// What it proves about memory (protocol version 3); `None` for a challenge without the
     /// memory phase. Stored as JSON.
     pub memory: Option<MemoryProof>,
+    /// What it states of device identity (PROTOCOL.md 19.5); `None` under the `off` policy or
+    /// before the evidence was read. Stored as JSON.
+    pub identity: Option<IdentityProof>,
 }
 
 #[derive(Clone, Debug, Default)]
@@ -95,8 +99,8 @@ impl Store {
         let (id,): (i64,) = sqlx::query_as(
             "INSERT INTO verdicts (miner_url, miner_key, nonce, passed, reasons, policy, samples, params, measured_ms,
                                    expected_ms, deadline_ms, inventory, backend, kernel, global_checksum, created_at_ms,
-                                   expected_ops_per_sec, rate_source, rate_miners, slack, memory)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21)
+                                   expected_ops_per_sec, rate_source, rate_miners, slack, memory, identity)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22)
              RETURNING id",
         )
         .bind(&v.miner_url)
@@ -121,6 +125,10 @@ impl Store {
         .bind(t.slack)
         .bind(match &v.memory {
             Some(m) => json(serde_json::to_string(m))?,
+            None => String::new(),
+        })
+        .bind(match &v.identity {
+            Some(i) => json(serde_json::to_string(i))?,
             None => String::new(),
         })
         .fetch_one(&mut *tx)
@@ -157,7 +165,7 @@ impl Store {
         let rows = sqlx::query(
             "SELECT id, miner_url, miner_key, nonce, passed, reasons, policy, samples, params, measured_ms,
                     expected_ms, deadline_ms, inventory, backend, kernel, global_checksum, created_at_ms,
-                    expected_ops_per_sec, rate_source, rate_miners, slack, memory
+                    expected_ops_per_sec, rate_source, rate_miners, slack, memory, identity
              FROM verdicts
              WHERE ($1 IS NULL OR miner_url = $1) AND ($2 IS NULL OR passed = $2)
                AND created_at_ms >= $3 AND ($4 IS NULL OR id < $4)
@@ -206,6 +214,12 @@ fn verdict_from_row(r: &sqlx::any::AnyRow) -> Result<Verdict, StoreError> {
     } else {
         Some(serde_json::from_str(&memory_json).map_err(|e| corrupt("memory", e))?)
     };
+    let identity_json: String = r.try_get(22)?;
+    let identity: Option<IdentityProof> = if identity_json.is_empty() {
+        None
+    } else {
+        Some(serde_json::from_str(&identity_json).map_err(|e| corrupt("identity", e))?)
+    };
     let fill_ops = memory.as_ref().map_or(0.0, MemoryProof::fill_ops);
     let throughput = Throughput::of(&params, fill_ops, inventory.len(), measured_ms, &expectation, passed);
     Ok(Verdict {
@@ -228,5 +242,6 @@ fn verdict_from_row(r: &sqlx::any::AnyRow) -> Result<Verdict, StoreError> {
         created_at_ms: as_u64(r.try_get(16)?)?,
         throughput,
         memory,
+        identity,
     })
 }

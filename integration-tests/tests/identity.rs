@@ -1,0 +1,326 @@
+//! Device evidence end to end (PROTOCOL.md 19): real miner servers on loopback, the validator's
+//! whole attestation with its store, under the `required` and `when-offered` policies.
+//!
+//! No GPU here, so the evidence comes from the project's test PKI (`gpu_attest_integration_tests::
+//! test_pki`), signed over the very nonce each challenge derives, and the validator pins that
+//! PKI's root instead of NVIDIA's. The miners compute on the CPU backend, whose devices are
+//! named `cpu: <model>`; each test's validator is told, by an operator's chip row, that such a
+//! device is a GH100, so that GH100 evidence can stand for it. Nothing else is stood in for: the
+//! miner signs its evidence statement, the validator checks it and stores what it found.
+
+mod common;
+
+use common::*;
+use gpu_attest_integration_tests::test_pki::{ReportSpec, TestPki, signed_report};
+use gpu_attest_miner::config::Limits;
+use gpu_attest_miner::core::MinerCore;
+use gpu_attest_miner::evidence::EvidenceSource;
+use gpu_attest_miner::nonces::NonceLog;
+use gpu_attest_shared::cpu::CpuBackend;
+use gpu_attest_shared::evidence::{CcState, ChipEntry, DeviceEvidence};
+use gpu_attest_shared::identity::Identity;
+use gpu_attest_shared::statement::DeviceInfo;
+use gpu_attest_validator::attest::Attestor;
+use gpu_attest_validator::config::{Policy, ValidatorConfig};
+use gpu_attest_validator::device_identity::{IdentityConfig, IdentityPolicy, IdentityStatus};
+use gpu_attest_validator::reason::ReasonCode;
+use gpu_attest_validator::store::{Store, Verdict, VerdictFilter};
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// What the test miner's "GPUs" answer.
+#[derive(Clone, Copy)]
+enum Answer {
+    /// Each device signs its own slot's nonce with its own key.
+    Genuine,
+    /// Each device hands over a report it made for another challenge.
+    Replayed,
+    /// One device answers for every slot, each time over that slot's nonce.
+    OnePartForAll,
+}
+
+struct TestGpus {
+    answer: Answer,
+}
+
+impl EvidenceSource for TestGpus {
+    fn gather(&self, devices: &[DeviceInfo], nonces: &[[u8; 32]]) -> Vec<DeviceEvidence> {
+        devices
+            .iter()
+            .zip(nonces)
+            .map(|(device, nonce)| {
+                let part = match self.answer {
+                    Answer::OnePartForAll => 0,
+                    _ => device.index as u8,
+                };
+                let pki = TestPki::device(0x30 + part, &format!("00C0FFEE000000{part:02X}"));
+                let nonce = match self.answer {
+                    Answer::Replayed => [0x99; 32],
+                    _ => *nonce,
+                };
+                DeviceEvidence {
+                    index: device.index,
+                    cc_state: CcState::On,
+                    report: signed_report(&pki.leaf_key, &ReportSpec::new(nonce)),
+                    certificates: pki.chain(),
+                }
+            })
+            .collect()
+    }
+}
+
+fn miner(seed: u8, devices: u32, answer: Option<Answer>) -> Arc<MinerCore> {
+    let core = MinerCore::new(
+        Identity::from_seed([seed; 32]),
+        HashSet::from([validator_key()]),
+        Limits::default(),
+        cpu_backend(devices),
+        Duration::from_secs(60),
+        NonceLog::in_memory(),
+    );
+    Arc::new(match answer {
+        Some(answer) => core.with_evidence(Box::new(TestGpus { answer })),
+        None => core,
+    })
+}
+
+fn identity_config(dir: &TempDir, policy: IdentityPolicy) -> ValidatorConfig {
+    ValidatorConfig {
+        identity: IdentityConfig {
+            policy,
+            // This machine's CPU devices stand in for GH100s (see the module's comment).
+            chips: vec![ChipEntry {
+                model: "cpu:".into(),
+                chip: "GH100".into(),
+            }],
+            skus: Vec::new(),
+        },
+        ..validator_config(dir, Policy::Sampled)
+    }
+}
+
+/// One attestation by a validator that pins the test PKI's root; the verdict it reported is the
+/// one it stored, identity included.
+async fn attest_identity(url: &str, policy: IdentityPolicy) -> Verdict {
+    let dir = TempDir::new("identity");
+    let config = identity_config(&dir, policy);
+    let attestor = Attestor::new(
+        Identity::from_seed([VALIDATOR_SEED; 32]),
+        config.clone(),
+        Arc::new(CpuBackend::new(2, None).unwrap()),
+        false,
+        Arc::new(Store::open(&config.database).await.unwrap()),
+    )
+    .with_evidence_anchors(TestPki::anchors());
+    let verdict = attestor
+        .attest(url, &|_| {})
+        .await
+        .expect("attestation runs to a verdict");
+    let stored = attestor
+        .store()
+        .verdicts(&VerdictFilter {
+            limit: 10,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(
+        stored,
+        vec![verdict.clone()],
+        "the identity lines are stored as reported"
+    );
+    verdict
+}
+
+fn statuses(verdict: &Verdict) -> Vec<IdentityStatus> {
+    verdict
+        .identity
+        .as_ref()
+        .expect("an identity section")
+        .devices
+        .iter()
+        .map(|d| d.status)
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn required_passes_when_every_device_is_genuine_and_nonce_bound() {
+    let mut running = spawn_miner(miner(0x51, 2, Some(Answer::Genuine))).await;
+    let verdict = attest_identity(&running.url(), IdentityPolicy::Required).await;
+    running.stop();
+    assert!(verdict.passed, "reasons: {:?}", verdict.reasons);
+    let identity = verdict.identity.as_ref().unwrap();
+    assert_eq!(identity.policy, "required");
+    assert_eq!(statuses(&verdict), vec![IdentityStatus::Genuine; 2]);
+    assert_eq!(
+        identity.devices[1].line,
+        "genuine NVIDIA GH100 G520/0200 (device 00C0FFEE00000001, cc), nonce-bound"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn required_fails_when_the_evidence_was_made_for_another_challenge() {
+    let mut running = spawn_miner(miner(0x52, 1, Some(Answer::Replayed))).await;
+    let verdict = attest_identity(&running.url(), IdentityPolicy::Required).await;
+    running.stop();
+    assert_failed_with(&verdict, ReasonCode::IdentityWrongNonce);
+    assert_eq!(statuses(&verdict), vec![IdentityStatus::Refused]);
+    assert_eq!(
+        verdict.identity.unwrap().devices[0].reason.as_deref(),
+        Some("identity-wrong-nonce")
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_genuine_part_cannot_stand_for_two_devices() {
+    let mut running = spawn_miner(miner(0x53, 2, Some(Answer::OnePartForAll))).await;
+    let verdict = attest_identity(&running.url(), IdentityPolicy::WhenOffered).await;
+    running.stop();
+    assert_failed_with(&verdict, ReasonCode::IdentityDeviceMismatch);
+    assert_eq!(
+        statuses(&verdict),
+        vec![IdentityStatus::Genuine, IdentityStatus::Refused]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_host_that_cannot_sign_passes_when_offered_and_fails_when_required() {
+    // The CPU backend's own source: every device "CC not supported".
+    let mut running = spawn_miner(miner(0x54, 1, None)).await;
+    let offered = attest_identity(&running.url(), IdentityPolicy::WhenOffered).await;
+    assert!(offered.passed, "reasons: {:?}", offered.reasons);
+    assert_eq!(statuses(&offered), vec![IdentityStatus::NotOffered]);
+    assert_eq!(
+        offered.identity.as_ref().unwrap().devices[0].line,
+        "not offered (CC not supported)"
+    );
+
+    let required = attest_identity(&running.url(), IdentityPolicy::Required).await;
+    running.stop();
+    assert_failed_with(&required, ReasonCode::IdentityNotOffered);
+
+    let mut running = spawn_miner(miner(0x55, 1, None)).await;
+    let off = attest_identity(&running.url(), IdentityPolicy::Off).await;
+    running.stop();
+    assert!(
+        off.passed && off.identity.is_none(),
+        "under `off` nothing is read or stated"
+    );
+}
+
+/// The checks before any report is read: the list is one entry per device in index order, and
+/// the miner's own signature covers it (PROTOCOL.md 19.4, step 1).
+#[test]
+fn the_evidence_statement_must_be_whole_and_signed_by_the_miner() {
+    use gpu_attest_proto::evidence::SignedEvidence;
+    use gpu_attest_shared::commitment::WorkCommitment;
+    use gpu_attest_shared::evidence::{EvidenceTrust, evidence_statement_bytes, spdm_nonce};
+    use gpu_attest_shared::statement::{Challenge, Commitment};
+    use gpu_attest_shared::{ChallengeParams, Digest};
+    use gpu_attest_validator::device_identity::check_commitment_evidence;
+
+    let miner = Identity::from_seed([0x56; 32]);
+    let validator = Identity::from_seed([VALIDATOR_SEED; 32]);
+    let inventory: Vec<DeviceInfo> = (0..2)
+        .map(|index| DeviceInfo {
+            index,
+            name: "NVIDIA H100 80GB HBM3".into(),
+            ..DeviceInfo::default()
+        })
+        .collect();
+    let params = ChallengeParams {
+        nonce: [0x11; 32],
+        seed: [0x22; 32],
+        miner_key: miner.public_key().0,
+        n: 64,
+        num_chains: 2,
+        iterations: 4,
+        checkpoint_every: 2,
+    };
+    let challenge = Challenge {
+        params,
+        issued_at_ms: 0,
+        deadline_ms: 1,
+        validator_key: validator.public_key(),
+        inventory_digest: Digest([0x33; 32]),
+        memory: None,
+    };
+    let commitment = Commitment {
+        work: WorkCommitment {
+            nonce: params.nonce,
+            devices: Vec::new(),
+            global: Digest::default(),
+        },
+        miner_key: miner.public_key(),
+        validator_key: validator.public_key(),
+        inventory,
+        backend: "cuda".into(),
+        kernel: "tensor".into(),
+        compute_ms: 1,
+        pools: None,
+    };
+    let devices: Vec<DeviceEvidence> = (0..2u32)
+        .map(|index| {
+            let pki = TestPki::device(0x40 + index as u8, &format!("00C0FFEE000000A{index}"));
+            let nonce = spdm_nonce(&params.nonce, &params.miner_key, &challenge.inventory_digest, index);
+            DeviceEvidence {
+                index,
+                cc_state: CcState::On,
+                report: signed_report(&pki.leaf_key, &ReportSpec::new(nonce)),
+                certificates: pki.chain(),
+            }
+        })
+        .collect();
+    let signed_by = |signer: &Identity, devices: Vec<DeviceEvidence>| {
+        let bytes = evidence_statement_bytes(
+            &params.nonce,
+            &miner.public_key().0,
+            &validator.public_key().0,
+            &devices,
+        );
+        Ok(Some(SignedEvidence {
+            signature: signer.sign(&bytes),
+            devices,
+        }))
+    };
+    let config = IdentityConfig {
+        policy: IdentityPolicy::Required,
+        ..IdentityConfig::default()
+    };
+    let trust = EvidenceTrust {
+        anchors: TestPki::anchors(),
+        table: config.table(),
+    };
+    let codes = |evidence| {
+        let (proof, reasons) = check_commitment_evidence(
+            &config,
+            &trust,
+            &challenge,
+            &commitment,
+            &evidence,
+            gpu_attest_integration_tests::test_pki::NOW,
+        );
+        assert!(proof.is_some());
+        reasons.iter().map(|r| r.code).collect::<Vec<_>>()
+    };
+
+    assert_eq!(
+        codes(signed_by(&miner, devices.clone())),
+        vec![],
+        "whole and signed: genuine"
+    );
+    assert_eq!(
+        codes(signed_by(&Identity::from_seed([0x57; 32]), devices.clone())),
+        vec![ReasonCode::IdentityStatementSignature]
+    );
+    assert_eq!(
+        codes(signed_by(&miner, devices[..1].to_vec())),
+        vec![ReasonCode::IdentityMalformed]
+    );
+    let swapped = vec![devices[1].clone(), devices[0].clone()];
+    assert_eq!(codes(signed_by(&miner, swapped)), vec![ReasonCode::IdentityMalformed]);
+    let mut devtools = devices.clone();
+    devtools[1].cc_state = CcState::DevTools;
+    assert_eq!(codes(signed_by(&miner, devtools)), vec![ReasonCode::IdentityDevtools]);
+}
