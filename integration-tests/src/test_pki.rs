@@ -219,6 +219,29 @@ impl TestPki {
             .collect()
     }
 
+    /// This PKI's root as PEM: what an operator's roots file would hold.
+    pub fn root_pem() -> String {
+        use x509_cert::der::{Decode, EncodePem, pem::LineEnding};
+        let root = Self::anchors_der();
+        x509_cert::Certificate::from_der(&root)
+            .expect("our own root")
+            .to_pem(LineEnding::LF)
+            .expect("PEM")
+    }
+
+    fn anchors_der() -> Vec<u8> {
+        let root_key = key(1);
+        issue(
+            ROOT_NAME,
+            &root_key,
+            ROOT_NAME,
+            &root_key,
+            true,
+            (NOT_BEFORE, NOT_AFTER),
+            vec![],
+        )
+    }
+
     /// Trust in this PKI's root alone.
     pub fn anchors() -> TrustAnchors {
         let root_key = key(1);

@@ -306,3 +306,55 @@ fn the_metrics_read_every_gpu_from_nvml_at_each_scrape() {
         );
     }
 }
+
+/// `miner evidence` through NVML (PROTOCOL.md 19): a GPU in CC mode answers a fresh nonce with a
+/// report the test PKI signs (the fake NVML runs `fake-gpu-evidence` for it, as a GPU signs),
+/// and the miner checks it as a validator would; with CC off, in DEVTOOLS mode or unsupported,
+/// each GPU says so.
+#[test]
+fn miner_evidence_reads_each_gpus_cc_state_and_checks_its_report() {
+    let dir = Dir::fresh("fake-nvml-evidence");
+    let libs = build(&dir.0, &[FakeLib::Nvml]);
+    let roots = dir.0.join("test-roots.pem");
+    std::fs::write(&roots, gpu_attest_integration_tests::test_pki::TestPki::root_pem()).unwrap();
+    let roots = roots.to_str().unwrap();
+    let signer = env!("CARGO_BIN_EXE_fake-gpu-evidence");
+    let evidence = |cc: Option<&str>, trust_test_root: bool| {
+        // TELEMETRY: the GPUs answer queries at all, as on a real driver.
+        let mut env = vec![
+            ("FAKE_NVML_DEVICES", "2"),
+            ("FAKE_NVML_TELEMETRY", "1"),
+            ("FAKE_NVML_EVIDENCE", signer),
+        ];
+        if let Some(cc) = cc {
+            env.push(("FAKE_NVML_CC", cc));
+        }
+        let mut args = vec!["evidence", "--json"];
+        if trust_test_root {
+            args.extend(["--roots", roots]);
+        }
+        let out = miner(&libs, &args, &env);
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let found: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        found.as_array().unwrap().clone()
+    };
+
+    let on = evidence(Some("on"), true);
+    assert_eq!(on.len(), 2);
+    for (index, device) in on.iter().enumerate() {
+        assert_eq!(device["cc_state"], "CC on");
+        assert_eq!(
+            device["verdict"],
+            format!("genuine NVIDIA GH100 G520/0200 (device 00FACE00000000{index:02X}, cc), nonce-bound"),
+            "{device}"
+        );
+    }
+    let untrusted = evidence(Some("on"), false);
+    assert_eq!(
+        untrusted[0]["reason"], "identity-untrusted-root",
+        "NVIDIA's root does not sign the test PKI"
+    );
+    assert_eq!(evidence(Some("off"), true)[0]["verdict"], "not offered (CC off)");
+    assert_eq!(evidence(Some("devtools"), true)[1]["reason"], "identity-devtools");
+    assert_eq!(evidence(None, true)[0]["verdict"], "not offered (CC not supported)");
+}

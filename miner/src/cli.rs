@@ -68,6 +68,17 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Ask every NVIDIA GPU for confidential-computing evidence over a fresh nonce and check it
+    /// as a validator would (PROTOCOL.md 19): per GPU its CC state, and `genuine NVIDIA ...` or
+    /// why not. Needs only the NVIDIA driver (NVML), not CUDA.
+    Evidence {
+        /// Trust the root certificates in this PEM file instead of NVIDIA's pinned device root.
+        #[arg(long, value_name = "PEM")]
+        roots: Option<std::path::PathBuf>,
+        /// Machine-readable output.
+        #[arg(long)]
+        json: bool,
+    },
     /// Print the public key of an existing key file (for allow-lists and registration).
     PublicKey {
         #[arg(long, env = "GPU_ATTEST_MINER_KEY_FILE", default_value = "miner.key")]

@@ -1,6 +1,6 @@
 //! `miner`: the thin binary over the gpu-attest-miner library.
 
-use anyhow::{Result, bail};
+use anyhow::{Context, Result, bail};
 use clap::Parser;
 use gpu_attest_miner::backends;
 use gpu_attest_miner::cli::{Cli, Command, ServeArgs};
@@ -51,6 +51,41 @@ fn run(cli: Cli) -> Result<()> {
             let identity = Identity::create_file(&key_file)?;
             println!("wrote {} (owner-only)", key_file.display());
             println!("public key: {}", identity.public_key());
+            Ok(())
+        }
+        Command::Evidence { roots, json } => {
+            let nvml = gpu_attest_shared::cuda::evidence::NvmlEvidence::open()
+                .map_err(|why| anyhow::anyhow!("no NVIDIA driver to ask for evidence ({why})"))?;
+            let anchors = match roots {
+                None => gpu_attest_shared::evidence::TrustAnchors::nvidia(),
+                Some(path) => {
+                    let pem = std::fs::read(&path).with_context(|| format!("reading {}", path.display()))?;
+                    let roots = gpu_attest_shared::evidence::DeviceChain::pem_to_der(&pem)
+                        .with_context(|| format!("{} holds no PEM certificates", path.display()))?;
+                    gpu_attest_shared::evidence::TrustAnchors::from_der(roots)
+                }
+            };
+            let trust = gpu_attest_shared::evidence::EvidenceTrust {
+                anchors,
+                table: Default::default(),
+            };
+            let now = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)?
+                .as_secs();
+            let found = gpu_attest_miner::evidence::check_own_evidence(&nvml, &trust, now)
+                .map_err(|why| anyhow::anyhow!(why))?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&found)?);
+            } else if found.is_empty() {
+                println!("NVML sees no GPU");
+            } else {
+                for device in &found {
+                    println!(
+                        "GPU {} {} ({}): {}; {}",
+                        device.index, device.name, device.uuid, device.cc_state, device.verdict
+                    );
+                }
+            }
             Ok(())
         }
         Command::Info { settings, json } => {

@@ -36,6 +36,29 @@ impl NvmlEvidence {
             .map_err(|e| format!("NVML at {} unavailable: {e}", library.display()))
     }
 
+    /// Every GPU NVML sees, by its NVML index, with its name and UUID: what `miner evidence`
+    /// asks, whether or not CUDA can run on it.
+    pub fn devices(&self) -> Result<Vec<DeviceInfo>, String> {
+        let count = self
+            .nvml
+            .device_count()
+            .map_err(|e| format!("NVML cannot count GPUs: {e}"))?;
+        (0..count)
+            .map(|index| {
+                let device = self
+                    .nvml
+                    .device_by_index(index)
+                    .map_err(|e| format!("GPU {index}: {e}"))?;
+                Ok(DeviceInfo {
+                    index,
+                    name: device.name().map_err(|e| format!("GPU {index}'s name: {e}"))?,
+                    uuid: device.uuid().map_err(|e| format!("GPU {index}'s UUID: {e}"))?,
+                    ..DeviceInfo::default()
+                })
+            })
+            .collect()
+    }
+
     /// One entry per device, in the order given, each asked with its own nonce. A device CC is
     /// off or unsupported on offers nothing, and says which; a device whose report or chain
     /// cannot be read offers nothing, with the problem beside it for the log, so that the
