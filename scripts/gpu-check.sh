@@ -7,6 +7,8 @@
 #   3. `miner bench` on CUDA (sizes 1024, 2048, 4096), against cuBLASLt int8 plus mix, with the
 #      memory walk over 512 MiB and then over most of each GPU's memory (checked against the
 #      CPU's walk, and read against the device's copy bandwidth), and the pool fill's rate;
+#   3b. `miner evidence`: each GPU's confidential-computing state and, where CC is on, its
+#      signed report checked against NVIDIA's root (PROTOCOL.md 19);
 #   4. one full attestation of protocol version 3 (the memory phase: 95% of each GPU's memory
 #      filled and walked): miner on the GPUs, validator on the CPU, sampled verification;
 #   5. one more with the validator on the GPUs as well, recomputing every chain;
@@ -86,6 +88,12 @@ echo "== memory walk (cuda): most of each GPU's memory"
 limit "$bin/miner" bench --backend cuda --sizes 1024 --seconds 2 --memory-mib 10000000 \
   2>&1 | tee "$out/walk.log" | grep -E "^memory walk|differs"
 record memory-walk "${PIPESTATUS[0]}"
+
+# What each GPU offers as confidential-computing evidence (PROTOCOL.md 19): usually "CC off" on
+# a rented host, which is a fact to record, not a failure.
+echo "== device evidence"
+limit "$bin/miner" evidence 2>&1 | tee "$out/evidence.log"
+record device-evidence "${PIPESTATUS[0]}"
 
 echo "== attestation: miner on GPU, validator on CPU"
 work="$out/attest"
@@ -172,7 +180,7 @@ fi
 echo
 echo "== summary ($(date -u +%FT%TZ))"
 printf '%s\n' "${summary[@]}" | tee "$out/summary.txt"
-for part in summary.txt info.log selftest.log gpu-tests.log kernel-compile.log bench.log walk.log host-memory.log attestation.log \
+for part in summary.txt info.log selftest.log gpu-tests.log kernel-compile.log bench.log walk.log evidence.log host-memory.log attestation.log \
   gpu-validator.log cpu-oracle.log host-cpu.log; do
   [ -f "$out/$part" ] && { echo "== $part"; cat "$out/$part"; echo; }
 done >"$out/report.txt"

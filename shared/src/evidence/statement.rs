@@ -164,5 +164,13 @@ mod tests {
                 "8edc04a956814516623e9107bd76d4ec6cd6c0bb5e2141e60bacc0a531cb9aeb".to_string()
             )
         );
+        let doc = include_str!("../../../PROTOCOL.md");
+        for quoted in [
+            "4acb15a1c6d139e191e823ff6bb8faf3c0fd4f5a7ef6a6b7777425acf8f31e72",
+            "b3ee581d479d5e0f29a9742769ca1939f9f171cee4fdbd9467b655ce7c99d95a",
+            "8edc04a956814516623e9107bd76d4ec6cd6c0bb5e2141e60bacc0a531cb9aeb",
+        ] {
+            assert!(doc.contains(quoted), "PROTOCOL.md 19.6 does not quote {quoted}");
+        }
     }
 }
