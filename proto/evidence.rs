@@ -42,7 +42,8 @@ pub fn evidence_from_wire(
     evidence: &[v1::DeviceEvidence],
     signature: &[u8],
 ) -> Result<Option<SignedEvidence>, WireError> {
-    if evidence.is_empty() && signature.is_empty() {
+    // An empty list states nothing, whatever the signature beside it (PROTOCOL.md 19.3).
+    if evidence.is_empty() {
         return Ok(None);
     }
     if evidence.len() > MAX_DEVICES as usize {

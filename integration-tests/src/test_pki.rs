@@ -142,13 +142,22 @@ pub const ROOT_NAME: &str = "CN=gpu-attest Test Device Root,O=gpu-attest tests";
 pub const INTERMEDIATE_NAME: &str = "CN=gpu-attest Test GH100 CA,O=gpu-attest tests";
 pub const LEAF_NAME: &str = "CN=GH100 Test FMC LF,O=gpu-attest tests";
 
+/// The per-device CA's name, as NVIDIA's `GH100 A01 GSP BROM` is one per part.
+pub fn brom_name(device_id: &str) -> String {
+    format!("CN=GH100 Test BROM {device_id},O=gpu-attest tests")
+}
+
 /// The firmware id test reports and leaves name.
 pub const FWID: [u8; 48] = [0x5a; 48];
 
-/// A root, an intermediate and one device's leaf.
+/// A root, a shared CA, one device's own CA (its "boot ROM") and that device's leaf: NVIDIA's
+/// shape, in four certificates instead of five.
 pub struct TestPki {
     pub root: Vec<u8>,
     pub intermediate: Vec<u8>,
+    /// The device's own CA, the leaf's issuer.
+    pub brom: Vec<u8>,
+    pub brom_key: SigningKey,
     pub leaf: Vec<u8>,
     /// The device's attestation key: it signs reports.
     pub leaf_key: SigningKey,
@@ -164,16 +173,9 @@ impl TestPki {
     pub fn device_with(seed: u8, chip: &str, device_id: &str, leaf_validity: (u64, u64)) -> Self {
         let root_key = key(1);
         let intermediate_key = key(2);
+        let brom_key = key(seed ^ 0x80);
         let leaf_key = key(seed);
-        let root = issue(
-            ROOT_NAME,
-            &root_key,
-            ROOT_NAME,
-            &root_key,
-            true,
-            (NOT_BEFORE, NOT_AFTER),
-            vec![],
-        );
+        let root = Self::anchors_der();
         let intermediate = issue(
             INTERMEDIATE_NAME,
             &intermediate_key,
@@ -183,11 +185,20 @@ impl TestPki {
             (NOT_BEFORE, NOT_AFTER),
             vec![],
         );
+        let brom = issue(
+            &brom_name(device_id),
+            &brom_key,
+            INTERMEDIATE_NAME,
+            &intermediate_key,
+            true,
+            (NOT_BEFORE, NOT_AFTER),
+            vec![],
+        );
         let leaf = issue(
             LEAF_NAME,
             &leaf_key,
-            INTERMEDIATE_NAME,
-            &intermediate_key,
+            &brom_name(device_id),
+            &brom_key,
             false,
             leaf_validity,
             vec![device_name(chip, device_id), fwid_extension(&FWID)],
@@ -195,38 +206,31 @@ impl TestPki {
         Self {
             root,
             intermediate,
+            brom,
+            brom_key,
             leaf,
             leaf_key,
         }
     }
 
-    /// Leaf, intermediate, root: the order a miner ships.
+    /// Leaf, device CA, shared CA, root: the order a miner ships.
     pub fn chain(&self) -> Vec<Vec<u8>> {
-        vec![self.leaf.clone(), self.intermediate.clone(), self.root.clone()]
+        vec![
+            self.leaf.clone(),
+            self.brom.clone(),
+            self.intermediate.clone(),
+            self.root.clone(),
+        ]
     }
 
     /// The chain as PEM, the way NVML hands it out.
     pub fn chain_pem(&self) -> String {
-        self.chain()
-            .iter()
-            .map(|der| {
-                use x509_cert::der::{EncodePem, pem::LineEnding};
-                <x509_cert::Certificate as x509_cert::der::Decode>::from_der(der)
-                    .expect("our own certificate")
-                    .to_pem(LineEnding::LF)
-                    .expect("PEM")
-            })
-            .collect()
+        self.chain().iter().map(|der| pem(der)).collect()
     }
 
     /// This PKI's root as PEM: what an operator's roots file would hold.
     pub fn root_pem() -> String {
-        use x509_cert::der::{Decode, EncodePem, pem::LineEnding};
-        let root = Self::anchors_der();
-        x509_cert::Certificate::from_der(&root)
-            .expect("our own root")
-            .to_pem(LineEnding::LF)
-            .expect("PEM")
+        pem(&Self::anchors_der())
     }
 
     fn anchors_der() -> Vec<u8> {
@@ -244,17 +248,17 @@ impl TestPki {
 
     /// Trust in this PKI's root alone.
     pub fn anchors() -> TrustAnchors {
-        let root_key = key(1);
-        TrustAnchors::from_der(vec![issue(
-            ROOT_NAME,
-            &root_key,
-            ROOT_NAME,
-            &root_key,
-            true,
-            (NOT_BEFORE, NOT_AFTER),
-            vec![],
-        )])
+        TrustAnchors::from_der(vec![Self::anchors_der()])
     }
+}
+
+/// A DER certificate as one PEM block.
+pub fn pem(der: &[u8]) -> String {
+    use x509_cert::der::{Decode, EncodePem, pem::LineEnding};
+    x509_cert::Certificate::from_der(der)
+        .expect("our own certificate")
+        .to_pem(LineEnding::LF)
+        .expect("PEM")
 }
 
 /// What a test report says.

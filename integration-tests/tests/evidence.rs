@@ -87,7 +87,7 @@ fn nvidia_sample_report_verifies_against_the_pinned_nvidia_root() {
     assert_eq!(genuine.project_sku.as_deref(), Some("0200"));
     assert_eq!(
         genuine.describe(),
-        "genuine NVIDIA GH100 1010/0200 (device 48B02D92494BADF4, cc), nonce-bound"
+        "genuine NVIDIA GH100 1010/0200 (device 48B02D92494BADF4), nonce-bound"
     );
 
     let fault = check_device_evidence(
@@ -119,7 +119,7 @@ fn valid_test_evidence_is_genuine_and_nonce_bound() {
     let described = check(&good_evidence(), &test_trust()).expect("valid evidence verifies");
     assert_eq!(
         described,
-        "genuine NVIDIA GH100 G520/0200 (device 00C0FFEE00000001, cc), nonce-bound"
+        "genuine NVIDIA GH100 G520/0200 (device 00C0FFEE00000001), nonce-bound"
     );
 }
 
@@ -148,11 +148,11 @@ fn each_kind_of_bad_evidence_is_refused_with_its_own_reason() {
     );
     assert_eq!(reason(&other_key, &trust), "identity-signature");
 
-    // The leaf claims the intermediate as its issuer but was signed by another key.
+    // The leaf claims the device's CA as its issuer but was signed by another key.
     let forged_leaf = test_pki::issue(
         test_pki::LEAF_NAME,
         &pki.leaf_key,
-        test_pki::INTERMEDIATE_NAME,
+        &test_pki::brom_name("00C0FFEE00000001"),
         &test_pki::key(0x66),
         false,
         (test_pki::NOT_BEFORE, test_pki::NOT_AFTER),
@@ -164,7 +164,12 @@ fn each_kind_of_bad_evidence_is_refused_with_its_own_reason() {
     let broken = offered(
         0,
         signed_report(&pki.leaf_key, &ReportSpec::new(nonce())),
-        vec![forged_leaf, pki.intermediate.clone(), pki.root.clone()],
+        vec![
+            forged_leaf,
+            pki.brom.clone(),
+            pki.intermediate.clone(),
+            pki.root.clone(),
+        ],
     );
     assert_eq!(reason(&broken, &trust), "identity-chain");
 

@@ -345,7 +345,7 @@ fn miner_evidence_reads_each_gpus_cc_state_and_checks_its_report() {
         assert_eq!(device["cc_state"], "CC on");
         assert_eq!(
             device["verdict"],
-            format!("genuine NVIDIA GH100 G520/0200 (device 00FACE00000000{index:02X}, cc), nonce-bound"),
+            format!("genuine NVIDIA GH100 G520/0200 (device 00FACE00000000{index:02X}), nonce-bound"),
             "{device}"
         );
     }

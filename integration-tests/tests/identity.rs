@@ -94,15 +94,14 @@ fn identity_config(dir: &TempDir, policy: IdentityPolicy) -> ValidatorConfig {
                 model: "cpu:".into(),
                 chip: "GH100".into(),
             }],
-            skus: Vec::new(),
+            ..IdentityConfig::default()
         },
         ..validator_config(dir, Policy::Sampled)
     }
 }
 
-/// One attestation by a validator that pins the test PKI's root; the verdict it reported is the
-/// one it stored, identity included.
-async fn attest_identity(url: &str, policy: IdentityPolicy) -> Verdict {
+/// A validator that pins the test PKI's root, with its database in the directory returned.
+async fn identity_validator(policy: IdentityPolicy) -> (Attestor, TempDir) {
     let dir = TempDir::new("identity");
     let config = identity_config(&dir, policy);
     let attestor = Attestor::new(
@@ -113,6 +112,12 @@ async fn attest_identity(url: &str, policy: IdentityPolicy) -> Verdict {
         Arc::new(Store::open(&config.database).await.unwrap()),
     )
     .with_evidence_anchors(TestPki::anchors());
+    (attestor, dir)
+}
+
+/// One attestation by `attestor`; the verdict it reported is the one it stored, identity
+/// included.
+async fn attest_with(attestor: &Attestor, url: &str) -> Verdict {
     let verdict = attestor
         .attest(url, &|_| {})
         .await
@@ -120,7 +125,7 @@ async fn attest_identity(url: &str, policy: IdentityPolicy) -> Verdict {
     let stored = attestor
         .store()
         .verdicts(&VerdictFilter {
-            limit: 10,
+            limit: 1,
             ..Default::default()
         })
         .await
@@ -131,6 +136,12 @@ async fn attest_identity(url: &str, policy: IdentityPolicy) -> Verdict {
         "the identity lines are stored as reported"
     );
     verdict
+}
+
+/// One attestation by a fresh validator.
+async fn attest_identity(url: &str, policy: IdentityPolicy) -> Verdict {
+    let (attestor, _dir) = identity_validator(policy).await;
+    attest_with(&attestor, url).await
 }
 
 fn statuses(verdict: &Verdict) -> Vec<IdentityStatus> {
@@ -155,7 +166,7 @@ async fn required_passes_when_every_device_is_genuine_and_nonce_bound() {
     assert_eq!(statuses(&verdict), vec![IdentityStatus::Genuine; 2]);
     assert_eq!(
         identity.devices[1].line,
-        "genuine NVIDIA GH100 G520/0200 (device 00C0FFEE00000001, cc), nonce-bound"
+        "genuine NVIDIA GH100 G520/0200 (device 00C0FFEE00000001), nonce-bound"
     );
 }
 
@@ -182,6 +193,29 @@ async fn one_genuine_part_cannot_stand_for_two_devices() {
         statuses(&verdict),
         vec![IdentityStatus::Genuine, IdentityStatus::Refused]
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_genuine_part_cannot_answer_for_two_miners() {
+    // Two miner keys whose "GPUs" are the same parts: one rented GPU answering for both.
+    let (attestor, _dir) = identity_validator(IdentityPolicy::Required).await;
+    let mut first = spawn_miner(miner(0x58, 1, Some(Answer::Genuine))).await;
+    let verdict = attest_with(&attestor, &first.url()).await;
+    first.stop();
+    assert!(verdict.passed, "reasons: {:?}", verdict.reasons);
+    let mut second = spawn_miner(miner(0x59, 1, Some(Answer::Genuine))).await;
+    let verdict = attest_with(&attestor, &second.url()).await;
+    assert_failed_with(&verdict, ReasonCode::IdentityDeviceMismatch);
+    assert!(
+        verdict.reasons[0].message.contains("answered for miner"),
+        "{:?}",
+        verdict.reasons
+    );
+    // The first key may use its part again.
+    let mut again = spawn_miner(miner(0x58, 1, Some(Answer::Genuine))).await;
+    assert!(attest_with(&attestor, &again.url()).await.passed);
+    second.stop();
+    again.stop();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -298,6 +332,7 @@ fn the_evidence_statement_must_be_whole_and_signed_by_the_miner() {
             &trust,
             &challenge,
             &commitment,
+            &commitment.inventory,
             &evidence,
             gpu_attest_integration_tests::test_pki::NOW,
         );

@@ -134,6 +134,8 @@ reason_codes! {
     IdentityDeviceMismatch = "identity-device-mismatch",
     /// A report whose project SKU the operator lists as another model.
     IdentitySkuMismatch = "identity-sku-mismatch",
+    /// Evidence for a model this validator knows no chip for, under `required`.
+    IdentityUnknownModel = "identity-unknown-model",
     /// A verdict stored before reasons had codes, or by a newer validator.
     Unclassified = "unclassified",
 }

@@ -27,8 +27,9 @@ const TCG_DICE_FWID: ObjectIdentifier = ObjectIdentifier::new_unwrap("2.23.133.5
 /// Bytes of a SHA-384 FWID: the last bytes of the FWID extension.
 const FWID_BYTES: usize = 48;
 
-/// The most certificates a chain may hold, and the most bytes one certificate may take.
-pub const MAX_CERTIFICATES: usize = 8;
+/// The most certificates a chain may hold (NVIDIA's Hopper chains hold 5), and the most bytes
+/// one certificate may take.
+pub const MAX_CERTIFICATES: usize = 10;
 pub const MAX_CERTIFICATE_BYTES: usize = 8 * 1024;
 
 /// NVIDIA's device root, `CN = NVIDIA Device Identity CA, O = NVIDIA`, valid from 2021-11-05 to
@@ -74,6 +75,10 @@ pub struct LeafIdentity {
     pub fwid: Option<Vec<u8>>,
     /// The attestation key that signs reports.
     pub key: VerifyingKey,
+    /// blake3 of the DER of the leaf's issuer. On NVIDIA's chains that is the device's own boot
+    /// ROM certificate, which NVIDIA provisions once per part: a second leaf under it is the
+    /// same part, whatever device id that leaf names.
+    pub issuer_fingerprint: [u8; 32],
 }
 
 /// A decoded chain, not yet trusted.
@@ -116,17 +121,37 @@ impl DeviceChain {
         })
     }
 
-    /// Decodes a PEM chain (as NVML hands it out) into DER certificates, leaf first.
+    /// Decodes a PEM chain (as NVML hands it out) into DER certificates, leaf first: each
+    /// `CERTIFICATE` block's bytes as they are, not re-encoded, so that the validator's
+    /// canonical-DER check sees what the GPU's driver gave.
     pub fn pem_to_der(pem: &[u8]) -> Result<Vec<Vec<u8>>, EvidenceFault> {
-        let certs = Certificate::load_pem_chain(pem)
-            .map_err(|error| EvidenceFault::Chain(format!("the PEM chain does not decode: {error}")))?;
-        certs
-            .iter()
-            .map(|cert| {
-                cert.to_der()
-                    .map_err(|error| EvidenceFault::Chain(format!("a certificate does not encode: {error}")))
-            })
-            .collect()
+        const BEGIN: &str = "-----BEGIN CERTIFICATE-----";
+        const END: &str = "-----END CERTIFICATE-----";
+        let text = std::str::from_utf8(pem)
+            .map_err(|_| EvidenceFault::Chain("the PEM chain is not text".into()))?
+            .trim_end_matches('\0');
+        let mut ders = Vec::new();
+        let mut rest = text;
+        while let Some(start) = rest.find(BEGIN) {
+            let after = &rest[start..];
+            let Some(end) = after.find(END) else {
+                return Err(EvidenceFault::Chain("a PEM certificate has no END line".into()));
+            };
+            let block = &after[..end + END.len()];
+            let (label, der) = x509_cert::der::pem::decode_vec(block.as_bytes())
+                .map_err(|error| EvidenceFault::Chain(format!("a PEM certificate does not decode: {error}")))?;
+            if label != "CERTIFICATE" {
+                return Err(EvidenceFault::Chain(format!(
+                    "a PEM block is a {label}, not a CERTIFICATE"
+                )));
+            }
+            ders.push(der);
+            rest = &after[end + END.len()..];
+        }
+        if ders.is_empty() {
+            return Err(EvidenceFault::Chain("the PEM chain holds no certificate".into()));
+        }
+        Ok(ders)
     }
 
     /// Checks the chain at `now_unix_secs` and returns what its leaf says of the device:
@@ -173,7 +198,9 @@ impl DeviceChain {
             verify_signed_by(child, issuer)
                 .map_err(|why| EvidenceFault::Chain(format!("certificate {position}: {why}")))?;
         }
-        leaf_identity(&self.certificates[0])
+        let mut identity = leaf_identity(&self.certificates[0])?;
+        identity.issuer_fingerprint = *blake3::hash(&self.ders[1]).as_bytes();
+        Ok(identity)
     }
 }
 
@@ -264,5 +291,6 @@ fn leaf_identity(leaf: &Certificate) -> Result<LeafIdentity, EvidenceFault> {
         device_id: device_id.to_string(),
         fwid,
         key,
+        issuer_fingerprint: [0; 32],
     })
 }

@@ -30,6 +30,8 @@ pub enum EvidenceFault {
     WrongNonce(String),
     #[error("the certified device is not the one the inventory claims: {0}")]
     DeviceMismatch(String),
+    #[error("the validator cannot judge this model's evidence: {0}")]
+    UnknownModel(String),
     #[error("the report's SKU is not the claimed model: {0}")]
     SkuMismatch(String),
 }
@@ -47,6 +49,7 @@ impl EvidenceFault {
             Self::Signature(_) => "identity-signature",
             Self::WrongNonce(_) => "identity-wrong-nonce",
             Self::DeviceMismatch(_) => "identity-device-mismatch",
+            Self::UnknownModel(_) => "identity-unknown-model",
             Self::SkuMismatch(_) => "identity-sku-mismatch",
         }
     }
@@ -76,20 +79,25 @@ pub struct GenuineDevice {
     pub device_id: String,
     pub project: Option<String>,
     pub project_sku: Option<String>,
-    /// `cc` or `ppcie`: the report's own feature flag where it states one, else `cc`.
-    pub mode: &'static str,
+    /// The CC feature the report's own opaque data states (`spt` single-GPU passthrough, `mpt`
+    /// multi-GPU passthrough, `ppcie` protected PCIe), when it states one.
+    pub mode: Option<&'static str>,
+    /// The leaf's issuer (on NVIDIA's chains, the part's own boot ROM certificate), hashed.
+    pub issuer_fingerprint: [u8; 32],
 }
 
 impl GenuineDevice {
-    /// `genuine NVIDIA GH100 1010/0200, nonce-bound`: the verdict's line for the device.
+    /// `genuine NVIDIA GH100 1010/0200 (device 48B02D92494BADF4), nonce-bound`: the verdict's
+    /// line for the device (PROTOCOL.md 19.5).
     pub fn describe(&self) -> String {
         let sku = match (&self.project, &self.project_sku) {
             (Some(project), Some(sku)) => format!(" {project}/{sku}"),
             _ => String::new(),
         };
+        let mode = self.mode.map(|mode| format!(", {mode}")).unwrap_or_default();
         format!(
-            "genuine NVIDIA {}{sku} (device {}, {}), nonce-bound",
-            self.chip, self.device_id, self.mode
+            "genuine NVIDIA {}{sku} (device {}{mode}), nonce-bound",
+            self.chip, self.device_id
         )
     }
 }
@@ -138,8 +146,8 @@ pub fn check_device_evidence(
     }
     match trust.table.chip_for(claimed_model) {
         None => {
-            return Err(EvidenceFault::DeviceMismatch(format!(
-                "the validator knows no chip for `{claimed_model}` (add it to [identity] chips)"
+            return Err(EvidenceFault::UnknownModel(format!(
+                "it knows no chip for `{claimed_model}` (an operator adds one to [[identity.chips]])"
             )));
         }
         Some(chip) if !chip.eq_ignore_ascii_case(&leaf.chip) => {
@@ -160,10 +168,11 @@ pub fn check_device_evidence(
             trust.table.models_for_sku(project, sku).join(" or ")
         )));
     }
-    let mode = if report.feature_flag() == Some(2) {
-        "ppcie"
-    } else {
-        "cc"
+    let mode = match report.feature_flag() {
+        Some(0) => Some("spt"),
+        Some(1) => Some("mpt"),
+        Some(2) => Some("ppcie"),
+        _ => None,
     };
     Ok(GenuineDevice {
         index: evidence.index,
@@ -172,10 +181,13 @@ pub fn check_device_evidence(
         project,
         project_sku,
         mode,
+        issuer_fingerprint: leaf.issuer_fingerprint,
     })
 }
 
-/// Each device's outcome: its evidence checked, and no certified device standing for two slots.
+/// Each device's outcome: its evidence checked, and no certified part standing for two slots.
+/// A part is its chip and device id (compared without regard to ASCII case) or its leaf's
+/// issuer: either seen before in the set makes the later slot a mismatch.
 pub fn check_evidence_set<'a>(
     evidence: impl IntoIterator<Item = (&'a DeviceEvidence, [u8; 32], &'a str)>,
     trust: &EvidenceTrust,
@@ -190,20 +202,26 @@ pub fn check_evidence_set<'a>(
             )
         })
         .collect();
-    let mut first_slot: HashMap<(String, String), u32> = HashMap::new();
+    let mut by_id: HashMap<(String, String), u32> = HashMap::new();
+    let mut by_issuer: HashMap<[u8; 32], u32> = HashMap::new();
     for (index, outcome) in &mut outcomes {
         let Ok(genuine) = outcome else { continue };
-        let key = (
+        let id = (
             genuine.chip.to_ascii_uppercase(),
             genuine.device_id.to_ascii_uppercase(),
         );
-        if let Some(first) = first_slot.get(&key) {
+        let first = by_id
+            .get(&id)
+            .or_else(|| by_issuer.get(&genuine.issuer_fingerprint))
+            .copied();
+        if let Some(first) = first {
             *outcome = Err(EvidenceFault::DeviceMismatch(format!(
-                "device {} is already device {first}'s evidence: one part cannot stand for two slots",
+                "device {} is the part that answered for device {first}: one part cannot stand for two slots",
                 genuine.device_id
             )));
         } else {
-            first_slot.insert(key, *index);
+            by_id.insert(id, *index);
+            by_issuer.insert(genuine.issuer_fingerprint, *index);
         }
     }
     outcomes

@@ -21,7 +21,7 @@ pub mod walk;
 pub use client::{MAX_MINER_MESSAGE_BYTES, normalise_url};
 
 use crate::config::{Policy, ValidatorConfig};
-use crate::device_identity::check_commitment_evidence;
+use crate::device_identity::{check_commitment_evidence, check_part_reuse};
 use crate::metrics::{Phase, ValidatorMetrics};
 use crate::planner::{Plan, PlanError, classes, plan};
 use crate::rates::RateBook;
@@ -364,7 +364,10 @@ impl Attestor {
         if !verify::check_statement(challenge, &work, commitment, signature, outcome) {
             return Ok(());
         }
-        self.check_identity(challenge, committed, outcome, on_event);
+        if outcome.reasons.is_empty() {
+            // As the walk: a verdict that has failed proves nothing, and its evidence is not read.
+            self.check_identity(challenge, committed, outcome, on_event).await?;
+        }
         let walked = match outcome.plan.memory.clone() {
             Some(memory) => {
                 if !walk::check_pools(commitment, &memory, outcome) {
@@ -429,24 +432,50 @@ impl Attestor {
         .await
     }
 
-    /// Device evidence under this validator's identity policy (PROTOCOL.md 19.4): cheap, so it
-    /// runs before the walk, which a failure here saves the miner.
-    fn check_identity(
+    /// Device evidence under this validator's identity policy (PROTOCOL.md 19.4): before the
+    /// walk, which a failure here saves the miner. The signature checks run on the blocking
+    /// pool: a claim of many devices costs a few hundred of them.
+    async fn check_identity(
         &self,
         challenge: &Challenge,
         committed: &Committed,
         outcome: &mut Outcome,
         on_event: &(dyn Fn(AttestEvent) + Send + Sync),
-    ) {
-        let (proof, reasons) = check_commitment_evidence(
-            &self.config.identity,
-            &self.evidence_trust,
-            challenge,
-            &committed.commitment,
-            &committed.evidence,
-            now_ms() / 1000,
+    ) -> Result<(), AttestError> {
+        let (config, trust, challenge_owned, commitment, claimed, evidence) = (
+            self.config.identity.clone(),
+            self.evidence_trust.clone(),
+            challenge.clone(),
+            committed.commitment.clone(),
+            outcome.plan.claim.devices.clone(),
+            committed.evidence.clone(),
         );
-        if let Some(proof) = &proof {
+        let now = now_ms();
+        let (proof, mut reasons) = tokio::task::spawn_blocking(move || {
+            check_commitment_evidence(
+                &config,
+                &trust,
+                &challenge_owned,
+                &commitment,
+                &claimed,
+                &evidence,
+                now / 1000,
+            )
+        })
+        .await
+        .map_err(|e| AttestError::Verify(format!("the evidence check failed: {e}")))?;
+        let mut proof = proof;
+        if let Some(proof) = &mut proof {
+            reasons.extend(
+                check_part_reuse(
+                    &self.store,
+                    proof,
+                    &challenge.params.miner_key,
+                    now,
+                    self.config.identity.part_reuse_ms(),
+                )
+                .await?,
+            );
             on_event(AttestEvent::Phase {
                 name: "identity",
                 detail: format!(
@@ -459,6 +488,7 @@ impl Attestor {
         }
         outcome.identity = proof;
         outcome.reasons.extend(reasons);
+        Ok(())
     }
 
     async fn store_verdict(

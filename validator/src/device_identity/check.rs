@@ -2,24 +2,30 @@
 
 use super::config::{IdentityConfig, IdentityPolicy};
 use super::proof::{DeviceIdentity, IdentityProof, IdentityStatus};
+use crate::attest::untrusted::miner_text;
 use crate::reason::{Reason, ReasonCode};
+use crate::store::{Store, StoreError};
 use gpu_attest_proto::WireError;
 use gpu_attest_proto::evidence::SignedEvidence;
 use gpu_attest_shared::evidence::{
     EvidenceFault, EvidenceTrust, check_evidence_set, evidence_statement_bytes, spdm_nonce,
 };
-use gpu_attest_shared::statement::{Challenge, Commitment};
+use gpu_attest_shared::identity::PublicKey;
+use gpu_attest_shared::statement::{Challenge, Commitment, DeviceInfo};
 
 /// The evidence as it came off the wire: `Ok(None)` when the miner sent none.
 pub type WireEvidence = Result<Option<SignedEvidence>, WireError>;
 
-/// Checks the evidence of a commitment that has passed PROTOCOL.md 14.4 (so its inventory is the
-/// challenge's). Returns what the verdict states, `None` under `off`, and the reasons it fails.
+/// Checks the evidence of a commitment that has passed PROTOCOL.md 14.4, against `claimed`, the
+/// devices the challenge was sized for. Returns what the verdict states, `None` under `off`, and
+/// the reasons it fails. Every text that comes from the miner's bytes (certificate names, say)
+/// is made safe to print first.
 pub fn check_commitment_evidence(
     config: &IdentityConfig,
     trust: &EvidenceTrust,
     challenge: &Challenge,
     commitment: &Commitment,
+    claimed: &[DeviceInfo],
     evidence: &WireEvidence,
     now_unix_secs: u64,
 ) -> (Option<IdentityProof>, Vec<Reason>) {
@@ -27,7 +33,7 @@ pub fn check_commitment_evidence(
         return (None, Vec::new());
     }
     let required = config.policy == IdentityPolicy::Required;
-    let inventory = &commitment.inventory;
+    let inventory = claimed;
     let all = |status: IdentityStatus, line: &str, reason: Option<&str>| IdentityProof {
         policy: config.policy.as_str().into(),
         devices: inventory
@@ -37,12 +43,13 @@ pub fn check_commitment_evidence(
                 status,
                 line: line.into(),
                 reason: reason.map(str::to_string),
+                part: None,
             })
             .collect(),
     };
     let signed = match evidence {
         Err(error) => {
-            let line = format!("the evidence does not decode: {error}");
+            let line = miner_text(&format!("the evidence does not decode: {error}"));
             let proof = all(
                 IdentityStatus::Refused,
                 &line,
@@ -129,9 +136,31 @@ pub fn check_commitment_evidence(
             Ok(genuine) => DeviceIdentity {
                 index,
                 status: IdentityStatus::Genuine,
-                line: genuine.describe(),
+                line: miner_text(&genuine.describe()),
                 reason: None,
+                part: Some((
+                    genuine.chip.to_ascii_uppercase(),
+                    genuine.device_id.to_ascii_uppercase(),
+                )),
             },
+            Err(EvidenceFault::UnknownModel(why)) => {
+                let line = miner_text(&format!(
+                    "offered, not judged: the validator cannot judge this model's evidence: {why}"
+                ));
+                if required {
+                    reasons.push(Reason::new(
+                        ReasonCode::IdentityUnknownModel,
+                        format!("device {index}: {line}"),
+                    ));
+                }
+                DeviceIdentity {
+                    index,
+                    status: IdentityStatus::Unjudged,
+                    line,
+                    reason: None,
+                    part: None,
+                }
+            }
             Err(EvidenceFault::NotOffered(state)) => {
                 if required {
                     reasons.push(Reason::new(
@@ -144,16 +173,19 @@ pub fn check_commitment_evidence(
                     status: IdentityStatus::NotOffered,
                     line: format!("not offered ({state})"),
                     reason: None,
+                    part: None,
                 }
             }
             Err(fault) => {
                 let code = ReasonCode::from_name(fault.reason());
-                reasons.push(Reason::new(code, format!("device {index}: {fault}")));
+                let line = miner_text(&fault.to_string());
+                reasons.push(Reason::new(code, format!("device {index}: {line}")));
                 DeviceIdentity {
                     index,
                     status: IdentityStatus::Refused,
-                    line: fault.to_string(),
+                    line,
                     reason: Some(code.as_str().into()),
+                    part: None,
                 }
             }
         })
@@ -165,4 +197,46 @@ pub fn check_commitment_evidence(
         }),
         reasons,
     )
+}
+
+/// PROTOCOL.md 19.4 step 4: a genuine part that a passing verdict saw under another miner key
+/// within `window_ms` is refused (`identity-device-mismatch`): one GPU rented out to answer for
+/// many miners is one GPU. Returns the reasons, and marks those devices refused in `proof`.
+pub async fn check_part_reuse(
+    store: &Store,
+    proof: &mut IdentityProof,
+    miner_key: &[u8; 32],
+    now_ms: u64,
+    window_ms: u64,
+) -> Result<Vec<Reason>, StoreError> {
+    let mut reasons = Vec::new();
+    if window_ms == 0 {
+        return Ok(reasons);
+    }
+    for device in &mut proof.devices {
+        let Some((chip, device_id)) = device.part.clone() else {
+            continue;
+        };
+        let Some(seen) = store
+            .part_seen_elsewhere(&chip, &device_id, miner_key, now_ms.saturating_sub(window_ms))
+            .await?
+        else {
+            continue;
+        };
+        let line = format!(
+            "part {chip}:{device_id} answered for miner {} {} s ago (verdict #{}): one part cannot stand for two miners",
+            PublicKey(seen.miner_key),
+            now_ms.saturating_sub(seen.seen_at_ms) / 1000,
+            seen.verdict_id
+        );
+        reasons.push(Reason::new(
+            ReasonCode::IdentityDeviceMismatch,
+            format!("device {}: {line}", device.index),
+        ));
+        device.status = IdentityStatus::Refused;
+        device.reason = Some(ReasonCode::IdentityDeviceMismatch.as_str().into());
+        device.line = line;
+        device.part = None;
+    }
+    Ok(reasons)
 }

@@ -37,6 +37,10 @@ pub struct IdentityConfig {
     /// Board project SKUs this operator knows, and the model word each is:
     /// `[[identity.skus]] project = "G520", project_sku = "0200", model = "H100"`.
     pub skus: Vec<SkuEntry>,
+    /// Hours during which a certified part seen in a passing verdict for one miner key is
+    /// refused for any other (PROTOCOL.md 19.4 step 4); 0 turns the check off. A part moved to
+    /// a new key waits this long.
+    pub part_reuse_hours: u64,
 }
 
 impl Default for IdentityConfig {
@@ -45,13 +49,25 @@ impl Default for IdentityConfig {
             policy: IdentityPolicy::WhenOffered,
             chips: Vec::new(),
             skus: Vec::new(),
+            part_reuse_hours: 24,
         }
     }
 }
 
 impl IdentityConfig {
+    /// The reuse window in milliseconds.
+    pub fn part_reuse_ms(&self) -> u64 {
+        self.part_reuse_hours.saturating_mul(3_600_000)
+    }
+
     /// Refuses rows no evidence could ever match, with the reason.
     pub fn problem(&self) -> Option<String> {
+        if self.part_reuse_hours > 24 * 365 {
+            return Some(format!(
+                "[identity] part_reuse_hours = {} is more than a year; 0 turns the check off",
+                self.part_reuse_hours
+            ));
+        }
         let blank = |text: &str| text.trim().is_empty() || text.split_whitespace().count() != 1;
         if let Some(row) = self.chips.iter().find(|row| blank(&row.model) || blank(&row.chip)) {
             return Some(format!(

@@ -6,6 +6,6 @@ pub mod check;
 pub mod config;
 pub mod proof;
 
-pub use check::check_commitment_evidence;
+pub use check::{check_commitment_evidence, check_part_reuse};
 pub use config::{IdentityConfig, IdentityPolicy};
 pub use proof::{DeviceIdentity, IdentityProof, IdentityStatus};

@@ -11,6 +11,9 @@ pub enum IdentityStatus {
     NotOffered,
     /// The device's evidence did not verify; `reason` says why.
     Refused,
+    /// The device offered evidence for a model this validator knows no chip for: not judged
+    /// (a failure only under `required`, as `identity-unknown-model`).
+    Unjudged,
 }
 
 impl IdentityStatus {
@@ -19,6 +22,7 @@ impl IdentityStatus {
             Self::Genuine => "genuine",
             Self::NotOffered => "not-offered",
             Self::Refused => "refused",
+            Self::Unjudged => "unjudged",
         }
     }
 }
@@ -33,6 +37,10 @@ pub struct DeviceIdentity {
     /// The reason code of a refusal (PROTOCOL.md 19.4).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
+    /// The certified part, `(chip, device id)`, of a genuine device: a passing verdict records
+    /// it, so that the same part answering for another miner key is seen.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub part: Option<(String, String)>,
 }
 
 /// The identity section of one verdict.

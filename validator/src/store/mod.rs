@@ -22,6 +22,7 @@ mod leases;
 mod miners;
 mod rates;
 mod schema;
+mod sightings;
 mod verdicts;
 
 pub use leases::{Lease, LeaseRefusal};
@@ -507,6 +508,7 @@ pub(crate) mod test_support {
                     status: crate::device_identity::IdentityStatus::NotOffered,
                     line: "not offered (CC not supported)".into(),
                     reason: None,
+                    part: None,
                 }],
             }),
         }

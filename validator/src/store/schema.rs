@@ -5,7 +5,8 @@
 //! that rate came from and the slack, passing verdicts leave rate observations, imported
 //! (shared) rates; 4 leases; 5 verdicts keep what the memory phase proved, and passing ones
 //! leave walk bandwidth observations (a table of their own: one observation of each kind per
-//! verdict); 6 verdicts keep what device evidence showed (PROTOCOL.md 19.5). SQLite keeps the version in `PRAGMA user_version` (as it always
+//! verdict); 6 verdicts keep what device evidence showed (PROTOCOL.md 19.5), and passing ones
+//! record the certified parts they saw (`part_sightings`). SQLite keeps the version in `PRAGMA user_version` (as it always
 //! has), PostgreSQL in the one-row table `schema_version`.
 
 use super::{Dialect, Store, StoreError};
@@ -54,6 +55,14 @@ CREATE TABLE IF NOT EXISTS verdicts (
     identity        TEXT NOT NULL DEFAULT ''
 );
 CREATE INDEX IF NOT EXISTS verdicts_by_miner ON verdicts (miner_url, id);
+CREATE TABLE IF NOT EXISTS part_sightings (
+    chip        TEXT NOT NULL,
+    device_id   TEXT NOT NULL,
+    miner_key   {blob} NOT NULL CHECK (length(miner_key) = 32),
+    verdict_id  {int} NOT NULL,
+    seen_at_ms  {int} NOT NULL
+);
+CREATE INDEX IF NOT EXISTS part_sightings_by_part ON part_sightings (chip, device_id, seen_at_ms);
 CREATE TABLE IF NOT EXISTS shared_rates (
     backend        TEXT NOT NULL,
     kernel         TEXT NOT NULL,

@@ -93,6 +93,7 @@ impl Store {
         let json = |value: serde_json::Result<String>| value.map_err(|e| StoreError::Corrupt(e.to_string()));
         let nonce = hex::decode(&v.nonce).map_err(|e| StoreError::Corrupt(format!("nonce: {e}")))?;
         let miner_key = hex::decode(&v.miner_key).map_err(|e| StoreError::Corrupt(format!("miner key: {e}")))?;
+        let miner_key_bytes = miner_key.clone();
         let global = hex::decode(&v.global_checksum).map_err(|e| StoreError::Corrupt(format!("checksum: {e}")))?;
         let t = &v.throughput;
         let mut tx = self.pool.begin().await?;
@@ -155,6 +156,12 @@ impl Store {
                 .bind(as_i64(v.created_at_ms))
                 .execute(&mut *tx)
                 .await?;
+        }
+        if v.passed
+            && let Some(identity) = &v.identity
+        {
+            let parts: Vec<(String, String)> = identity.devices.iter().filter_map(|d| d.part.clone()).collect();
+            super::sightings::record(&mut tx, &parts, &miner_key_bytes, id, v.created_at_ms).await?;
         }
         tx.commit().await?;
         as_u64(id)
