@@ -331,3 +331,213 @@ proptest! {
         );
     }
 }
+
+/// The chain checks one by one: each removed from `chain.rs` would let one of these through.
+#[test]
+fn chains_that_do_not_make_a_device_identity_are_refused() {
+    use test_pki::{
+        FWID, INTERMEDIATE_NAME, LEAF_NAME, NOT_AFTER, NOT_BEFORE, brom_name, device_name, fwid_extension, issue, key,
+    };
+    let trust = test_trust();
+    let pki = TestPki::device(0x21, "00C0FFEE00000001");
+    let report = signed_report(&pki.leaf_key, &ReportSpec::new(nonce()));
+    let with_chain = |chain: Vec<Vec<u8>>| offered(0, report.clone(), chain);
+    let reason = |evidence: &DeviceEvidence| check(evidence, &trust).unwrap_err();
+    let leaf_with = |issuer_key: &p384::ecdsa::SigningKey, extra| {
+        issue(
+            LEAF_NAME,
+            &pki.leaf_key,
+            &brom_name("00C0FFEE00000001"),
+            issuer_key,
+            false,
+            (NOT_BEFORE, NOT_AFTER),
+            extra,
+        )
+    };
+
+    // A device CA that is not a CA (no basic constraints with cA).
+    let not_a_ca = issue(
+        &brom_name("00C0FFEE00000001"),
+        &pki.brom_key,
+        INTERMEDIATE_NAME,
+        &key(2),
+        false,
+        (NOT_BEFORE, NOT_AFTER),
+        vec![],
+    );
+    let fault = reason(&with_chain(vec![
+        pki.leaf.clone(),
+        not_a_ca,
+        pki.intermediate.clone(),
+        pki.root.clone(),
+    ]));
+    assert_eq!(fault.reason(), "identity-chain", "{fault}");
+    assert!(fault.to_string().contains("is not a CA"), "{fault}");
+
+    // A leaf whose key usage does not allow signatures: built as a CA, whose usage is
+    // certificate signing only.
+    let signing_not_allowed = issue(
+        LEAF_NAME,
+        &pki.leaf_key,
+        &brom_name("00C0FFEE00000001"),
+        &pki.brom_key,
+        true,
+        (NOT_BEFORE, NOT_AFTER),
+        vec![device_name("GH100", "00C0FFEE00000001"), fwid_extension(&FWID)],
+    );
+    let fault = reason(&with_chain(vec![
+        signing_not_allowed,
+        pki.brom.clone(),
+        pki.intermediate.clone(),
+        pki.root.clone(),
+    ]));
+    assert!(fault.to_string().contains("may not sign"), "{fault}");
+
+    // A leaf that names no device.
+    let nameless = leaf_with(&pki.brom_key, vec![fwid_extension(&FWID)]);
+    let fault = reason(&with_chain(vec![
+        nameless,
+        pki.brom.clone(),
+        pki.intermediate.clone(),
+        pki.root.clone(),
+    ]));
+    assert!(fault.to_string().contains("names no NVIDIA device"), "{fault}");
+
+    // A device name not of the form NVIDIA:<chip>:<id>.
+    let misnamed = leaf_with(
+        &pki.brom_key,
+        vec![device_name("GH100:EXTRA", "1"), fwid_extension(&FWID)],
+    );
+    let fault = reason(&with_chain(vec![
+        misnamed,
+        pki.brom.clone(),
+        pki.intermediate.clone(),
+        pki.root.clone(),
+    ]));
+    assert_eq!(fault.reason(), "identity-chain", "{fault}");
+
+    // One certificate, the root alone, or more than the limit.
+    assert_eq!(reason(&with_chain(vec![pki.root.clone()])).reason(), "identity-chain");
+    assert_eq!(
+        reason(&with_chain(vec![pki.root.clone(), pki.root.clone()])).reason(),
+        "identity-chain",
+        "the root as its own leaf"
+    );
+    let too_long = std::iter::repeat_n(pki.intermediate.clone(), 10)
+        .chain([pki.root.clone()])
+        .collect();
+    assert_eq!(reason(&with_chain(too_long)).reason(), "identity-chain");
+
+    // A leaf not yet valid.
+    let future = TestPki::device_with(0x26, "GH100", "00C0FFEE00000006", (NOW + 3_600, NOT_AFTER));
+    let early = offered(
+        0,
+        signed_report(&future.leaf_key, &ReportSpec::new(nonce())),
+        future.chain(),
+    );
+    assert_eq!(reason(&early).reason(), "identity-chain-expired");
+
+    // A certificate in BER rather than DER: its outer length in the long form it need not take.
+    let mut ber = pki.leaf.clone();
+    assert_eq!(ber[1], 0x82, "a test leaf's length takes two bytes");
+    ber.splice(1..2, [0x83, 0x00]);
+    let fault = reason(&with_chain(vec![
+        ber,
+        pki.brom.clone(),
+        pki.intermediate.clone(),
+        pki.root.clone(),
+    ]));
+    assert_eq!(fault.reason(), "identity-chain", "{fault}");
+}
+
+#[test]
+fn one_part_is_one_part_whatever_its_id_is_spelled_or_whichever_leaf_it_shows() {
+    let nonce_of = |index| spdm_nonce(&[7; 32], &[8; 32], &Digest([9; 32]), index);
+    let slot0_pki = TestPki::device(0x21, "00c0ffee0000000a");
+    let slot0 = offered(
+        0,
+        signed_report(&slot0_pki.leaf_key, &ReportSpec::new(nonce_of(0))),
+        slot0_pki.chain(),
+    );
+    // The same id in another case, from another key and another device CA.
+    let shouting = TestPki::device(0x27, "00C0FFEE0000000A");
+    let slot1 = offered(
+        1,
+        signed_report(&shouting.leaf_key, &ReportSpec::new(nonce_of(1))),
+        shouting.chain(),
+    );
+    let outcomes = check_evidence_set(
+        [(&slot0, nonce_of(0), H100), (&slot1, nonce_of(1), H100)],
+        &test_trust(),
+        NOW,
+    );
+    assert_eq!(outcomes[1].1.as_ref().unwrap_err().reason(), "identity-device-mismatch");
+
+    // A second leaf under the first part's own CA, naming another id: a leaked per-part key
+    // minting devices is still that one part.
+    let minted_key = test_pki::key(0x28);
+    let minted = test_pki::issue(
+        test_pki::LEAF_NAME,
+        &minted_key,
+        &test_pki::brom_name("00c0ffee0000000a"),
+        &slot0_pki.brom_key,
+        false,
+        (test_pki::NOT_BEFORE, test_pki::NOT_AFTER),
+        vec![
+            test_pki::device_name("GH100", "00C0FFEE0000000B"),
+            test_pki::fwid_extension(&test_pki::FWID),
+        ],
+    );
+    let slot1 = offered(
+        1,
+        signed_report(&minted_key, &ReportSpec::new(nonce_of(1))),
+        vec![
+            minted,
+            slot0_pki.brom.clone(),
+            slot0_pki.intermediate.clone(),
+            slot0_pki.root.clone(),
+        ],
+    );
+    let outcomes = check_evidence_set(
+        [(&slot0, nonce_of(0), H100), (&slot1, nonce_of(1), H100)],
+        &test_trust(),
+        NOW,
+    );
+    assert!(
+        check_device_evidence(&slot1, &nonce_of(1), H100, &test_trust(), NOW).is_ok(),
+        "alone, the minted leaf verifies: only the part's CA gives it away"
+    );
+    assert_eq!(outcomes[1].1.as_ref().unwrap_err().reason(), "identity-device-mismatch");
+}
+
+/// A report's length fields changed to every value near the truth: the parser neither panics
+/// nor accepts, whatever the field claims.
+#[test]
+fn lying_length_fields_are_caught() {
+    let good = good_evidence();
+    let record_len_at = 37 + 5; // the response's 3-byte record length
+    let record_len = u32::from_le_bytes([
+        good.report[record_len_at],
+        good.report[record_len_at + 1],
+        good.report[record_len_at + 2],
+        0,
+    ]) as usize;
+    let opaque_len_at = 37 + 8 + record_len + 32;
+    for delta in [-300i64, -2, -1, 1, 2, 300, 0xFFFF, 0xFF_FFFF] {
+        let mut lying = good.clone();
+        let record = (record_len as i64 + delta).clamp(0, 0xFF_FFFF) as u32;
+        lying.report[record_len_at..record_len_at + 3].copy_from_slice(&record.to_le_bytes()[..3]);
+        assert!(matches!(
+            check(&lying, &test_trust()).unwrap_err().reason(),
+            "identity-malformed" | "identity-signature"
+        ));
+        let mut lying = good.clone();
+        let opaque = u16::from_le_bytes([good.report[opaque_len_at], good.report[opaque_len_at + 1]]) as i64;
+        let opaque = (opaque + delta).clamp(0, 0xFFFF) as u16;
+        lying.report[opaque_len_at..opaque_len_at + 2].copy_from_slice(&opaque.to_le_bytes());
+        assert!(matches!(
+            check(&lying, &test_trust()).unwrap_err().reason(),
+            "identity-malformed" | "identity-signature"
+        ));
+    }
+}
