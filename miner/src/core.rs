@@ -13,7 +13,7 @@ use crate::nonces::NonceLog;
 use gpu_attest_proto::convert::{OpenRequest, WalkRequest};
 use gpu_attest_shared::backend::ResidentPool;
 use gpu_attest_shared::engine::{self, DeviceProgress, Execution};
-use gpu_attest_shared::evidence::{DeviceEvidence, evidence_statement_bytes, spdm_nonce};
+use gpu_attest_shared::evidence::{CcState, DeviceEvidence, evidence_statement_bytes, spdm_nonce};
 use gpu_attest_shared::identity::{Identity, PublicKey};
 use gpu_attest_shared::inventory::{HardwareClaim, Inventory, MinerLimits};
 use gpu_attest_shared::memory::check::WalkOpening;
@@ -53,6 +53,25 @@ pub fn now_ms() -> u64 {
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_millis() as u64)
         .unwrap_or(0)
+}
+
+/// A device's evidence as sent: one over the wire's limits (PROTOCOL.md 19.3) would make the
+/// validator refuse the whole list, so it is sent as offering nothing instead.
+fn within_wire_limits(evidence: DeviceEvidence) -> DeviceEvidence {
+    use gpu_attest_shared::evidence::chain::{MAX_CERTIFICATE_BYTES, MAX_CERTIFICATES};
+    use gpu_attest_shared::evidence::spdm::MAX_REPORT_BYTES;
+    let fits = evidence.report.len() <= MAX_REPORT_BYTES
+        && evidence.certificates.len() <= MAX_CERTIFICATES
+        && evidence.certificates.iter().all(|c| c.len() <= MAX_CERTIFICATE_BYTES);
+    if fits {
+        evidence
+    } else {
+        tracing::warn!(
+            device = evidence.index,
+            "device evidence over the protocol's limits; sent as none"
+        );
+        DeviceEvidence::not_offered(evidence.index, evidence.cc_state)
+    }
 }
 
 /// A statement with this miner's signature over its signing bytes.
@@ -203,7 +222,20 @@ impl MinerCore {
                 )
             })
             .collect();
-        let evidence = self.evidence.gather(&devices, &nonces);
+        // The driver is trusted, but a wrapper that slices by a size it reports must not take
+        // the challenge down with it: a panic here is a device that offers nothing.
+        let gathered =
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.evidence.gather(&devices, &nonces)));
+        let evidence: Vec<DeviceEvidence> = match gathered {
+            Ok(evidence) if evidence.len() == devices.len() => evidence.into_iter().map(within_wire_limits).collect(),
+            Ok(_) | Err(_) => {
+                tracing::warn!("device evidence could not be gathered; every device offers none");
+                devices
+                    .iter()
+                    .map(|d| DeviceEvidence::not_offered(d.index, CcState::Unspecified))
+                    .collect()
+            }
+        };
         let statement = evidence_statement_bytes(
             &challenge.params.nonce,
             &self.public_key().0,

@@ -5,10 +5,12 @@
 //! request with a report signed (ECDSA P-384, SHA-384) by a device key whose X.509 chain ends at
 //! NVIDIA's device root. The miner asks for that report with a nonce derived from the challenge
 //! ([`spdm_nonce`]), so a report answers one challenge, one miner and one device slot, and cannot
-//! be replayed by another host or at another time.
+//! be replayed at another time or for another miner.
 //!
-//! Evidence proves that a genuine NVIDIA part of the named chip answered in the miner's host. It
-//! does not prove that this part did the work: the compute and memory phases carry that.
+//! Evidence proves that a genuine NVIDIA part of the named chip answered this challenge's nonce
+//! while it was open. It does not prove where that part is (a nonce can be passed to a GPU
+//! elsewhere), nor that it did the work: the compute and memory phases bound the work, and the
+//! validator's reuse check (one part, one miner key at a time) bounds the renting of parts.
 //!
 //! - [`spdm`] reads a report (request and response) without trusting any length in it.
 //! - [`chain`] checks a certificate chain up to a pinned root and reads the leaf's identity.
