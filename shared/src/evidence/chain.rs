@@ -7,7 +7,7 @@
 //! in a subject-alternative-name `otherName` (OID 1.3.6.1.4.1.412.274.1) as
 //! `NVIDIA:<chip>:<device id>`, and its firmware in the TCG DICE FWID extension (2.23.133.5.4.1).
 
-use super::check::EvidenceFault;
+use super::fault::EvidenceFault;
 use p384::ecdsa::signature::Verifier;
 use p384::ecdsa::{DerSignature, VerifyingKey};
 use x509_cert::Certificate;

@@ -16,15 +16,18 @@
 //! - [`chain`] checks a certificate chain up to a pinned root and reads the leaf's identity.
 //! - [`model`] maps a claimed model to its chip, and the operator's table of project SKUs.
 //! - [`check`] puts them together: one device's evidence against one challenge.
+//! - [`fault`] names why evidence proves nothing, one kind per verdict reason.
 
 pub mod chain;
 pub mod check;
+pub mod fault;
 pub mod model;
 pub mod spdm;
 pub mod statement;
 
 pub use chain::{DeviceChain, LeafIdentity, TrustAnchors};
-pub use check::{EvidenceFault, EvidenceTrust, GenuineDevice, check_device_evidence, check_evidence_set};
+pub use check::{EvidenceTrust, GenuineDevice, check_device_evidence, check_evidence_set};
+pub use fault::EvidenceFault;
 pub use model::{ChipEntry, SkuEntry, SkuTable, chip_of_model};
 pub use spdm::AttestationReport;
 pub use statement::{CcState, DeviceEvidence, EVIDENCE_DOMAIN, evidence_statement_bytes};

@@ -11,7 +11,7 @@
 //! The signature covers `request || response` up to the signature. Every length is checked
 //! against the bytes present before it is used, and nothing may follow the signature.
 
-use super::check::EvidenceFault;
+use super::fault::EvidenceFault;
 use std::collections::BTreeMap;
 
 /// Bytes in the GET_MEASUREMENTS request that opens a report.
