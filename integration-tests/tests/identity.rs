@@ -24,7 +24,7 @@ use gpu_attest_validator::attest::Attestor;
 use gpu_attest_validator::config::{Policy, ValidatorConfig};
 use gpu_attest_validator::device_identity::{IdentityConfig, IdentityPolicy, IdentityStatus};
 use gpu_attest_validator::reason::ReasonCode;
-use gpu_attest_validator::store::{Store, Verdict, VerdictFilter};
+use gpu_attest_validator::store::{Store, Verdict};
 use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
@@ -113,29 +113,6 @@ async fn identity_validator(policy: IdentityPolicy) -> (Attestor, TempDir) {
     )
     .with_evidence_anchors(TestPki::anchors());
     (attestor, dir)
-}
-
-/// One attestation by `attestor`; the verdict it reported is the one it stored, identity
-/// included.
-async fn attest_with(attestor: &Attestor, url: &str) -> Verdict {
-    let verdict = attestor
-        .attest(url, &|_| {})
-        .await
-        .expect("attestation runs to a verdict");
-    let stored = attestor
-        .store()
-        .verdicts(&VerdictFilter {
-            limit: 1,
-            ..Default::default()
-        })
-        .await
-        .unwrap();
-    assert_eq!(
-        stored,
-        vec![verdict.clone()],
-        "the identity lines are stored as reported"
-    );
-    verdict
 }
 
 /// One attestation by a fresh validator.

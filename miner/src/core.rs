@@ -13,7 +13,7 @@ use crate::nonces::NonceLog;
 use gpu_attest_proto::convert::{OpenRequest, WalkRequest};
 use gpu_attest_shared::backend::ResidentPool;
 use gpu_attest_shared::engine::{self, DeviceProgress, Execution};
-use gpu_attest_shared::evidence::{CcState, DeviceEvidence, evidence_statement_bytes, spdm_nonce};
+use gpu_attest_shared::evidence::{CcState, DeviceEvidence, evidence_statement_bytes, spdm_nonces};
 use gpu_attest_shared::identity::{Identity, PublicKey};
 use gpu_attest_shared::inventory::{HardwareClaim, Inventory, MinerLimits};
 use gpu_attest_shared::memory::check::WalkOpening;
@@ -212,16 +212,7 @@ impl MinerCore {
     pub fn gather_evidence(&self, accepted: &AcceptedChallenge) -> Signed<Vec<DeviceEvidence>> {
         let challenge = &accepted.challenge;
         let devices = self.selected.devices();
-        let nonces: Vec<[u8; 32]> = (0..devices.len() as u32)
-            .map(|index| {
-                spdm_nonce(
-                    &challenge.params.nonce,
-                    &challenge.params.miner_key,
-                    &challenge.inventory_digest,
-                    index,
-                )
-            })
-            .collect();
+        let nonces = spdm_nonces(challenge, devices.len());
         // The driver is trusted, but a wrapper that slices by a size it reports must not take
         // the challenge down with it: a panic here is a device that offers nothing.
         let gathered =

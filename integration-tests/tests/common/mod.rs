@@ -308,6 +308,22 @@ pub async fn attestor(config: &ValidatorConfig) -> Arc<Attestor> {
 pub async fn attest(url: &str, policy: Policy) -> (Verdict, TempDir) {
     let dir = TempDir::new("attest");
     let attestor = attestor(&validator_config(&dir, policy)).await;
+    let verdict = attest_with(&attestor, url).await;
+    let all = attestor
+        .store()
+        .verdicts(&VerdictFilter {
+            limit: 10,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(all.len(), 1, "a fresh validator stored one verdict");
+    (verdict, dir)
+}
+
+/// One attestation of the miner at `url` by `attestor`, checking that the verdict it reports is
+/// the newest it stored.
+pub async fn attest_with(attestor: &Attestor, url: &str) -> Verdict {
     let verdict = attestor
         .attest(url, &|_| {})
         .await
@@ -316,13 +332,13 @@ pub async fn attest(url: &str, policy: Policy) -> (Verdict, TempDir) {
     let stored = attestor
         .store()
         .verdicts(&VerdictFilter {
-            limit: 10,
+            limit: 1,
             ..Default::default()
         })
         .await
         .unwrap();
     assert_eq!(stored, vec![verdict.clone()]);
-    (verdict, dir)
+    verdict
 }
 
 /// The verdict failed, and one of its reasons is `code`.

@@ -60,6 +60,21 @@ pub fn spdm_nonce(
     *hasher.finalize().as_bytes()
 }
 
+/// The SPDM nonce of every slot `0..devices` of a challenge (19.2), as the miner asks its GPUs
+/// and the validator checks their reports.
+pub fn spdm_nonces(challenge: &crate::statement::Challenge, devices: usize) -> Vec<[u8; SPDM_NONCE_BYTES]> {
+    (0..devices as u32)
+        .map(|index| {
+            spdm_nonce(
+                &challenge.params.nonce,
+                &challenge.params.miner_key,
+                &challenge.inventory_digest,
+                index,
+            )
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

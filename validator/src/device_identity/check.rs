@@ -8,7 +8,7 @@ use crate::store::{Store, StoreError};
 use gpu_attest_proto::WireError;
 use gpu_attest_proto::evidence::SignedEvidence;
 use gpu_attest_shared::evidence::{
-    EvidenceFault, EvidenceTrust, check_evidence_set, evidence_statement_bytes, spdm_nonce,
+    EvidenceFault, EvidenceTrust, check_evidence_set, evidence_statement_bytes, spdm_nonces,
 };
 use gpu_attest_shared::identity::PublicKey;
 use gpu_attest_shared::statement::{Challenge, Commitment, DeviceInfo};
@@ -109,16 +109,7 @@ pub fn check_commitment_evidence(
         );
     }
 
-    let nonces: Vec<[u8; 32]> = (0..signed.devices.len() as u32)
-        .map(|index| {
-            spdm_nonce(
-                &challenge.params.nonce,
-                &challenge.params.miner_key,
-                &challenge.inventory_digest,
-                index,
-            )
-        })
-        .collect();
+    let nonces = spdm_nonces(challenge, signed.devices.len());
     let outcomes = check_evidence_set(
         signed
             .devices
