@@ -268,6 +268,8 @@ pub struct ReportSpec {
     pub project: &'static str,
     pub project_sku: &'static str,
     pub fwid: Option<[u8; 48]>,
+    /// The chip the opaque data names (field 35), if any.
+    pub chip_info: Option<&'static str>,
 }
 
 impl ReportSpec {
@@ -277,6 +279,7 @@ impl ReportSpec {
             project: "G520",
             project_sku: "0200",
             fwid: Some(FWID),
+            chip_info: None,
         }
     }
 }
@@ -316,6 +319,9 @@ pub fn signed_report(key: &SigningKey, spec: &ReportSpec) -> Vec<u8> {
     opaque_field(&mut opaque, 18, &padded(spec.project_sku, 5));
     if let Some(fwid) = &spec.fwid {
         opaque_field(&mut opaque, 20, fwid);
+    }
+    if let Some(chip) = spec.chip_info {
+        opaque_field(&mut opaque, 35, &padded(chip, 16));
     }
 
     report.extend_from_slice(&[0x11, 0x60, 0x00, 0x00, 2]);

@@ -249,6 +249,18 @@ fn each_kind_of_bad_evidence_is_refused_with_its_own_reason() {
     let stale_firmware = offered(0, signed_report(&pki.leaf_key, &other_firmware), pki.chain());
     assert_eq!(reason(&stale_firmware, &trust), "identity-chain");
 
+    let mut names_its_chip = ReportSpec::new(nonce());
+    names_its_chip.chip_info = Some("GH100");
+    let consistent = offered(0, signed_report(&pki.leaf_key, &names_its_chip), pki.chain());
+    assert!(check(&consistent, &trust).is_ok());
+    names_its_chip.chip_info = Some("GB100");
+    let inconsistent = offered(0, signed_report(&pki.leaf_key, &names_its_chip), pki.chain());
+    assert_eq!(
+        reason(&inconsistent, &trust),
+        "identity-device-mismatch",
+        "the report and its certificate disagree"
+    );
+
     let mut truncated = good_evidence();
     truncated.report.truncate(100);
     assert_eq!(reason(&truncated, &trust), "identity-malformed");

@@ -79,6 +79,10 @@ fn run(cli: Cli) -> Result<()> {
             } else if found.is_empty() {
                 println!("NVML sees no GPU");
             } else {
+                println!(
+                    "checked against the root(s) with SHA-256 {}",
+                    trust.anchors.sha256_fingerprints().join(", ")
+                );
                 for device in &found {
                     println!(
                         "GPU {} {} ({}): {}; {}",

@@ -59,6 +59,16 @@ impl TrustAnchors {
         Self { roots_der }
     }
 
+    /// The SHA-256 of each pinned root's DER, in hex: how PROTOCOL.md and an operator name a
+    /// root.
+    pub fn sha256_fingerprints(&self) -> Vec<String> {
+        use sha2::Digest as _;
+        self.roots_der
+            .iter()
+            .map(|der| hex::encode(sha2::Sha256::digest(der)))
+            .collect()
+    }
+
     fn pins(&self, der: &[u8]) -> bool {
         self.roots_der.iter().any(|root| root.as_slice() == der)
     }
@@ -293,4 +303,20 @@ fn leaf_identity(leaf: &Certificate) -> Result<LeafIdentity, EvidenceFault> {
         key,
         issuer_fingerprint: [0; 32],
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The root the validator pins is the one PROTOCOL.md 19.4 names by its SHA-256.
+    #[test]
+    fn the_pinned_root_is_the_one_protocol_md_names() {
+        let fingerprint = "102bf659d5419614c9d8e6aecebc80454eb26b1df6a769ac720b9a690b167b48";
+        assert_eq!(
+            TrustAnchors::nvidia().sha256_fingerprints(),
+            vec![fingerprint.to_string()]
+        );
+        assert!(include_str!("../../../PROTOCOL.md").contains(fingerprint));
+    }
 }

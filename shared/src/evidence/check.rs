@@ -112,6 +112,14 @@ pub fn check_device_evidence(
         }
         Some(_) => {}
     }
+    if let Some(chip_info) = report.opaque_text(opaque::CHIP_INFO)
+        && !chip_info.eq_ignore_ascii_case(&leaf.chip)
+    {
+        return Err(EvidenceFault::DeviceMismatch(format!(
+            "the report names chip {chip_info}, its certificate {}",
+            leaf.chip
+        )));
+    }
     let project = report.opaque_text(opaque::PROJECT);
     let project_sku = report.opaque_text(opaque::PROJECT_SKU);
     if let (Some(project), Some(sku)) = (&project, &project_sku)
