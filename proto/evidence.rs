@@ -3,8 +3,6 @@
 
 use crate::convert::WireError;
 use crate::v1;
-use gpu_attest_shared::evidence::chain::{MAX_CERTIFICATE_BYTES, MAX_CERTIFICATES};
-use gpu_attest_shared::evidence::spdm::MAX_REPORT_BYTES;
 use gpu_attest_shared::evidence::{CcState, DeviceEvidence};
 use gpu_attest_shared::partition::MAX_DEVICES;
 
@@ -57,30 +55,16 @@ pub fn evidence_from_wire(
         .map(|device| {
             let cc_state = CcState::from_wire(device.cc_state)
                 .ok_or_else(|| wire_err("evidence.cc_state", format!("unknown state {}", device.cc_state)))?;
-            if device.report.len() > MAX_REPORT_BYTES {
-                return Err(wire_err(
-                    "evidence.report",
-                    format!("more than {MAX_REPORT_BYTES} bytes"),
-                ));
-            }
-            if device.certificates.len() > MAX_CERTIFICATES {
-                return Err(wire_err(
-                    "evidence.certificates",
-                    format!("more than {MAX_CERTIFICATES}"),
-                ));
-            }
-            if device.certificates.iter().any(|c| c.len() > MAX_CERTIFICATE_BYTES) {
-                return Err(wire_err(
-                    "evidence.certificates",
-                    format!("a certificate of more than {MAX_CERTIFICATE_BYTES} bytes"),
-                ));
-            }
-            Ok(DeviceEvidence {
+            let entry = DeviceEvidence {
                 index: device.index,
                 cc_state,
                 report: device.report.clone(),
                 certificates: device.certificates.clone(),
-            })
+            };
+            match entry.wire_limit_problem() {
+                Some((field, problem)) => Err(wire_err(field, problem)),
+                None => Ok(entry),
+            }
         })
         .collect::<Result<Vec<_>, _>>()?;
     Ok(Some(SignedEvidence { devices, signature }))
@@ -89,6 +73,8 @@ pub fn evidence_from_wire(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use gpu_attest_shared::evidence::chain::{MAX_CERTIFICATE_BYTES, MAX_CERTIFICATES};
+    use gpu_attest_shared::evidence::spdm::MAX_REPORT_BYTES;
 
     fn device(index: u32) -> DeviceEvidence {
         DeviceEvidence {

@@ -58,19 +58,15 @@ pub fn now_ms() -> u64 {
 /// A device's evidence as sent: one over the wire's limits (PROTOCOL.md 19.3) would make the
 /// validator refuse the whole list, so it is sent as offering nothing instead.
 fn within_wire_limits(evidence: DeviceEvidence) -> DeviceEvidence {
-    use gpu_attest_shared::evidence::chain::{MAX_CERTIFICATE_BYTES, MAX_CERTIFICATES};
-    use gpu_attest_shared::evidence::spdm::MAX_REPORT_BYTES;
-    let fits = evidence.report.len() <= MAX_REPORT_BYTES
-        && evidence.certificates.len() <= MAX_CERTIFICATES
-        && evidence.certificates.iter().all(|c| c.len() <= MAX_CERTIFICATE_BYTES);
-    if fits {
-        evidence
-    } else {
-        tracing::warn!(
-            device = evidence.index,
-            "device evidence over the protocol's limits; sent as none"
-        );
-        DeviceEvidence::not_offered(evidence.index, evidence.cc_state)
+    match evidence.wire_limit_problem() {
+        None => evidence,
+        Some((field, problem)) => {
+            tracing::warn!(
+                device = evidence.index,
+                "device evidence's {field}: {problem}; sent as none"
+            );
+            DeviceEvidence::not_offered(evidence.index, evidence.cc_state)
+        }
     }
 }
 

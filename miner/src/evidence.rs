@@ -74,13 +74,10 @@ pub fn check_own_evidence(
     for nonce in &mut nonces {
         getrandom::fill(nonce).map_err(|e| format!("no randomness from the operating system: {e}"))?;
     }
-    let gathered = NvmlEvidence::gather(nvml, &devices, &nonces);
-    for problem in &gathered.problems {
-        warn!("{problem}");
-    }
+    let gathered = EvidenceSource::gather(nvml, &devices, &nonces);
     Ok(devices
         .iter()
-        .zip(&gathered.devices)
+        .zip(&gathered)
         .zip(&nonces)
         .map(|((device, evidence), nonce)| {
             let checked =

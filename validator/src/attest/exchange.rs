@@ -130,7 +130,6 @@ impl AcceptWindow {
     }
 }
 
-/// How the challenge stream ended, from the validator's side.
 /// A commitment as received: converted from the wire, nothing checked yet.
 pub struct Committed {
     pub commitment: Commitment,
@@ -139,6 +138,7 @@ pub struct Committed {
     pub evidence: WireEvidence,
 }
 
+/// How the challenge stream ended, from the validator's side.
 pub enum Received {
     Commitment(Box<Committed>),
     /// The attestation has failed; the outcome says why.

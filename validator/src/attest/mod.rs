@@ -451,7 +451,7 @@ impl Attestor {
             committed.evidence.clone(),
         );
         let now = now_ms();
-        let (proof, mut reasons) = tokio::task::spawn_blocking(move || {
+        let (mut proof, mut reasons) = tokio::task::spawn_blocking(move || {
             check_commitment_evidence(
                 &config,
                 &trust,
@@ -464,7 +464,6 @@ impl Attestor {
         })
         .await
         .map_err(|e| AttestError::Verify(format!("the evidence check failed: {e}")))?;
-        let mut proof = proof;
         if let Some(proof) = &mut proof {
             reasons.extend(
                 check_part_reuse(

@@ -33,10 +33,9 @@ pub fn check_commitment_evidence(
         return (None, Vec::new());
     }
     let required = config.policy == IdentityPolicy::Required;
-    let inventory = claimed;
     let all = |status: IdentityStatus, line: &str, reason: Option<&str>| IdentityProof {
         policy: config.policy.as_str().into(),
-        devices: inventory
+        devices: claimed
             .iter()
             .map(|device| DeviceIdentity {
                 index: device.index,
@@ -47,15 +46,15 @@ pub fn check_commitment_evidence(
             })
             .collect(),
     };
+    // A fault of the list as a whole refuses every device with it.
+    let refuse_all = |code: ReasonCode, line: String| {
+        let proof = all(IdentityStatus::Refused, &line, Some(code.as_str()));
+        (Some(proof), vec![Reason::new(code, line)])
+    };
     let signed = match evidence {
         Err(error) => {
             let line = miner_text(&format!("the evidence does not decode: {error}"));
-            let proof = all(
-                IdentityStatus::Refused,
-                &line,
-                Some(ReasonCode::IdentityMalformed.as_str()),
-            );
-            return (Some(proof), vec![Reason::new(ReasonCode::IdentityMalformed, line)]);
+            return refuse_all(ReasonCode::IdentityMalformed, line);
         }
         Ok(None) => {
             let proof = all(IdentityStatus::NotOffered, "not offered (not stated)", None);
@@ -71,7 +70,7 @@ pub fn check_commitment_evidence(
         }
         Ok(Some(signed)) => signed,
     };
-    let canonical = signed.devices.len() == inventory.len()
+    let canonical = signed.devices.len() == claimed.len()
         && signed
             .devices
             .iter()
@@ -81,14 +80,9 @@ pub fn check_commitment_evidence(
         let line = format!(
             "the evidence lists devices {:?}, not one per inventory device in index order (0..{})",
             signed.devices.iter().map(|d| d.index).collect::<Vec<_>>(),
-            inventory.len()
+            claimed.len()
         );
-        let proof = all(
-            IdentityStatus::Refused,
-            &line,
-            Some(ReasonCode::IdentityMalformed.as_str()),
-        );
-        return (Some(proof), vec![Reason::new(ReasonCode::IdentityMalformed, line)]);
+        return refuse_all(ReasonCode::IdentityMalformed, line);
     }
     let statement = evidence_statement_bytes(
         &commitment.work.nonce,
@@ -97,15 +91,9 @@ pub fn check_commitment_evidence(
         &signed.devices,
     );
     if commitment.miner_key.verify(&statement, &signed.signature).is_err() {
-        let line = "the evidence statement's signature does not verify with the miner's key".to_string();
-        let proof = all(
-            IdentityStatus::Refused,
-            &line,
-            Some(ReasonCode::IdentityStatementSignature.as_str()),
-        );
-        return (
-            Some(proof),
-            vec![Reason::new(ReasonCode::IdentityStatementSignature, line)],
+        return refuse_all(
+            ReasonCode::IdentityStatementSignature,
+            "the evidence statement's signature does not verify with the miner's key".into(),
         );
     }
 
@@ -115,7 +103,7 @@ pub fn check_commitment_evidence(
             .devices
             .iter()
             .zip(&nonces)
-            .zip(inventory)
+            .zip(claimed)
             .map(|((device, nonce), claimed)| (device, *nonce, claimed.name.as_str())),
         trust,
         now_unix_secs,
