@@ -47,6 +47,15 @@ pub enum Rejection {
         got_chain: u64,
         got_segment: u32,
     },
+    #[error(
+        "chain {chain} segment {segment} is not a sample of this challenge ({chains} chains of {segments} segments)"
+    )]
+    NoSuchSample {
+        chain: u64,
+        segment: u32,
+        chains: u64,
+        segments: u32,
+    },
     #[error("chain {chain}: opening has {got} checkpoint hashes, the challenge has {want} per chain")]
     CheckpointCount { chain: u64, got: usize, want: usize },
     #[error("chain {chain}: first checkpoint is not the hash of A_{chain}")]
@@ -147,6 +156,17 @@ pub fn verify_opening(
             want_segment: segment,
             got_chain: opening.chain,
             got_segment: opening.segment,
+        }
+        .into());
+    }
+    // The validator draws its requests within the challenge, but this check must not trust its
+    // caller for the indexing below.
+    if chain >= work.num_chains() || segment >= work.segments() {
+        return Err(Rejection::NoSuchSample {
+            chain,
+            segment,
+            chains: work.num_chains(),
+            segments: work.segments(),
         }
         .into());
     }

@@ -194,6 +194,20 @@ fn malformed_openings_are_rejected_not_panicked_on() {
     let mut o = good.clone();
     o.segment = 2;
     assert!(matches!(rejected(check(&o)), Rejection::OpeningForWrongRequest { .. }));
+
+    // A request outside the challenge, answered to the letter, is refused before any index is
+    // taken from it (found by the chain_opening fuzz target: it panicked on the segment).
+    let work = work();
+    for (chain, segment) in [(3, work.segments()), (work.num_chains(), 1), (3, u32::MAX)] {
+        let outside = SampleRequest { chain, segment };
+        let mut o = good.clone();
+        (o.chain, o.segment) = (chain, segment);
+        let result = verify_opening(&backend(), &work, &exec.commitment, outside, &o, &CancelToken::new());
+        assert!(
+            matches!(rejected(result), Rejection::NoSuchSample { .. }),
+            "chain {chain} segment {segment}"
+        );
+    }
     let mut o = good.clone();
     o.checkpoints.pop();
     assert_eq!(

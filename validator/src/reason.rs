@@ -149,7 +149,11 @@ impl From<&Rejection> for ReasonCode {
             Rejection::EmptyDeviceRoot(_) => ReasonCode::EmptyDeviceRoot,
             Rejection::GlobalChecksumMismatch { .. } => ReasonCode::GlobalChecksumMismatch,
             Rejection::ReexecutionMismatch { .. } => ReasonCode::ReexecutionMismatch,
-            Rejection::OpeningForWrongRequest { .. } => ReasonCode::OpeningForWrongRequest,
+            // A validator asks only for samples within its challenge: an opening that answers
+            // another is one for the wrong request.
+            Rejection::OpeningForWrongRequest { .. } | Rejection::NoSuchSample { .. } => {
+                ReasonCode::OpeningForWrongRequest
+            }
             Rejection::CheckpointCount { .. } => ReasonCode::CheckpointCount,
             Rejection::StartMatrixMismatch { .. } => ReasonCode::StartMatrixMismatch,
             Rejection::LeafNotCommitted { .. } => ReasonCode::LeafNotCommitted,
