@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # A long hostile-input run: each proptest target in integration-tests/tests/hostile_inputs.rs
-# with CASES cases (default 100000), optimised. CI runs the same targets with 256 cases each.
+# with CASES cases (default 100000), optimised. Random inputs, not coverage-guided: the
+# coverage-guided fuzz targets are scripts/fuzz.sh. CI runs the same targets with 256 cases each.
 # The test binary is built once and run directly, so editing sources meanwhile changes nothing.
 set -euo pipefail
 cd "$(dirname "$0")/.."

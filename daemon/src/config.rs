@@ -34,8 +34,13 @@ pub fn load_config<T: DeserializeOwned + Default>(path: Option<&Path>) -> Result
         path: shown.clone(),
         source,
     })?;
-    toml::from_str(&text).map_err(|e: toml::de::Error| ConfigError::Parse {
-        path: shown,
+    parse_config(&text, &shown)
+}
+
+/// The defaults overlaid with the TOML `text`, read from the file `shown` (for the message).
+pub fn parse_config<T: DeserializeOwned + Default>(text: &str, shown: &str) -> Result<T, ConfigError> {
+    toml::from_str(text).map_err(|e: toml::de::Error| ConfigError::Parse {
+        path: shown.to_owned(),
         location: e.span().map_or_else(String::new, |span| {
             let before = &text[..span.start.min(text.len())];
             let line = before.matches('\n').count() + 1;

@@ -11,17 +11,10 @@ use proptest::prelude::*;
 
 const H100: &str = "NVIDIA H100 80GB HBM3";
 
+/// NVIDIA's published Hopper report and its certificate chain (DER, leaf first).
 fn nvidia_sample() -> (Vec<u8>, Vec<Vec<u8>>) {
-    let data = concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/tests/data/nvidia/");
-    let report = hex::decode(
-        std::fs::read_to_string(format!("{data}hopper-attestation-report.hex"))
-            .unwrap()
-            .trim(),
-    )
-    .expect("the sample report is hex");
-    let chain = DeviceChain::pem_to_der(&std::fs::read(format!("{data}hopper-cert-chain.pem")).unwrap())
-        .expect("the sample chain is PEM");
-    (report, chain)
+    let (sample, _) = gpu_attest_integration_tests::hostile::nvidia_sample();
+    (sample.report.clone(), sample.certificates.clone())
 }
 
 fn offered(index: u32, report: Vec<u8>, certificates: Vec<Vec<u8>>) -> DeviceEvidence {

@@ -1,149 +1,32 @@
 //! Fuzzing with proptest: arbitrary and mutated wire messages through every decoder and
 //! verifier. Nothing may panic, and nothing altered may pass. CI runs the default case count;
-//! a longer run: `PROPTEST_CASES=200000 cargo test --release -p gpu-attest-integration-tests
-//! --test hostile_inputs`.
+//! `scripts/proptest-long.sh` runs many more. The coverage-guided fuzz targets
+//! (`scripts/fuzz.sh`) share the entry points of `hostile`.
 
 mod common;
 
 use common::*;
-use gpu_attest_proto::convert::{
-    challenge_from_wire, challenge_to_wire, commitment_from_wire, open_request_from_wire, opening_from_wire,
-    walk_opening_from_wire, walk_request_from_wire, walk_statement_from_wire,
-};
-use gpu_attest_proto::v1;
+use gpu_attest_integration_tests::hostile::{TARGETS, backend, check_any_walk_opening, honest, params};
+use gpu_attest_proto::convert::{challenge_to_wire, opening_from_wire};
 use gpu_attest_shared::commitment::{DeviceRoot, WorkCommitment};
-use gpu_attest_shared::cpu::CpuBackend;
 use gpu_attest_shared::digest::Digest;
-use gpu_attest_shared::engine::{self, Execution};
-use gpu_attest_shared::identity::Identity;
-use gpu_attest_shared::opening::{ChainOpening, SampleRequest, open_chain};
+use gpu_attest_shared::opening::SampleRequest;
 use gpu_attest_shared::partition::DeviceSlice;
 use gpu_attest_shared::statement::Challenge;
 use gpu_attest_shared::verify::{check_commitment, verify_opening};
-use gpu_attest_shared::{CancelToken, ChallengeParams, Work};
+use gpu_attest_shared::{CancelToken, ChallengeParams};
 use proptest::prelude::*;
-use prost::Message;
-use std::sync::OnceLock;
-
-fn params() -> ChallengeParams {
-    ChallengeParams {
-        nonce: [1; 32],
-        seed: [2; 32],
-        miner_key: Identity::from_seed([50; 32]).public_key().0,
-        n: 64,
-        num_chains: 5,
-        iterations: 4,
-        checkpoint_every: 2,
-    }
-}
-
-fn backend() -> &'static CpuBackend {
-    static B: OnceLock<CpuBackend> = OnceLock::new();
-    B.get_or_init(|| CpuBackend::new(1, None).unwrap().with_logical_devices(2))
-}
-
-/// One honest execution and a genuine opening, computed once.
-fn honest() -> &'static (Work, Execution, ChainOpening) {
-    static H: OnceLock<(Work, Execution, ChainOpening)> = OnceLock::new();
-    H.get_or_init(|| {
-        let work = Work::new(params()).unwrap();
-        let exec = engine::execute(backend(), &work, &|_| {}, &CancelToken::new()).unwrap();
-        let request = SampleRequest { chain: 3, segment: 1 };
-        let opening = open_chain(
-            backend(),
-            &work,
-            &exec.chains[3].checkpoints,
-            &exec.trees,
-            request,
-            &CancelToken::new(),
-        )
-        .unwrap();
-        (work, exec, opening)
-    })
-}
-
-/// Checks a decoded walk opening of any shape against a small walk (PROTOCOL.md 18.7's sizes):
-/// whatever it holds, the check answers, without panicking.
-fn check_any_walk_opening(
-    opening: &gpu_attest_shared::memory::check::WalkOpening,
-) -> Result<(), gpu_attest_shared::memory::check::WalkCheckError> {
-    use gpu_attest_shared::memory::walk::WalkSpec;
-    use gpu_attest_shared::memory::{MemoryParams, PoolSpec};
-    let pool = PoolSpec::with_entries(&honest().0, 0, 4);
-    let walk = WalkSpec {
-        nonce: [1; 32],
-        walk_seed: [2; 32],
-        device: 0,
-        pool_root: Digest([3; 32]),
-        entries: 4,
-        params: MemoryParams {
-            pool_permille: 1000,
-            walkers: 3,
-            walk_steps: 16,
-            walk_checkpoint_every: 4,
-        },
-    };
-    let is_made =
-        |entry: u64, bytes: &[u8]| gpu_attest_shared::memory::pool::entry_rows_match(&pool, entry, bytes, &[0, 255]);
-    gpu_attest_shared::memory::check::check_segment(
-        &walk,
-        &pool,
-        &Digest([4; 32]),
-        (opening.walker, opening.segment),
-        opening,
-        &is_made,
-    )
-}
 
 fn any_digest() -> impl Strategy<Value = Digest> {
     any::<[u8; 32]>().prop_map(Digest)
 }
 
 proptest! {
-    /// Any bytes: decoding and conversion never panic.
+    /// Any bytes, read as every input the fuzz targets take: decoding and checking never panic.
     #[test]
     fn arbitrary_bytes_never_panic_the_decoders(bytes in proptest::collection::vec(any::<u8>(), 0..2048)) {
-        if let Ok(c) = v1::Challenge::decode(bytes.as_slice())
-            && let Ok((challenge, sig)) = challenge_from_wire(&c)
-        {
-            let _ = challenge.verify(&sig);
-            let _ = Work::new(challenge.params);
-        }
-        if let Ok(c) = v1::Commitment::decode(bytes.as_slice())
-            && let Ok((commitment, sig)) = commitment_from_wire(&c)
-        {
-            let _ = commitment.verify(&sig);
-            let _ = check_commitment(&honest().0, &commitment.work);
-            if let Ok(Some(evidence)) = gpu_attest_proto::evidence::evidence_from_wire(&c.evidence, &c.evidence_signature) {
-                for device in &evidence.devices {
-                    let _ = gpu_attest_shared::evidence::check_device_evidence(
-                        device,
-                        &[0; 32],
-                        "NVIDIA H100 80GB HBM3",
-                        &gpu_attest_shared::evidence::EvidenceTrust::nvidia(Default::default()),
-                        1_764_000_000,
-                    );
-                }
-            }
-        }
-        if let Ok(o) = v1::ChainOpening::decode(bytes.as_slice()) {
-            let _ = opening_from_wire(&o, 64);
-            if let Some(walk) = &o.walk
-                && let Ok((_, opening, _)) = walk_opening_from_wire(walk)
-            {
-                let _ = check_any_walk_opening(&opening);
-            }
-        }
-        if let Ok(r) = v1::OpenChainsRequest::decode(bytes.as_slice()) {
-            let _ = open_request_from_wire(&r);
-        }
-        if let Ok(w) = v1::WalkStatement::decode(bytes.as_slice())
-            && let Ok((statement, sig)) = walk_statement_from_wire(&w)
-        {
-            let _ = statement.miner_key.verify(&statement.signing_bytes(), &sig);
-        }
-        if let Ok(r) = v1::WalkRequest::decode(bytes.as_slice()) {
-            let _ = walk_request_from_wire(&r);
+        for (_, entry_point) in TARGETS {
+            entry_point(&bytes);
         }
     }
 

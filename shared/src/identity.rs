@@ -165,9 +165,14 @@ impl Identity {
             }
         }
         let text = std::fs::read_to_string(path).map_err(io)?;
+        Self::from_key_text(&text).ok_or(KeyError::Malformed { path: shown })
+    }
+
+    /// A key file's contents: the 32-byte secret seed in hex, surrounding whitespace ignored.
+    pub fn from_key_text(text: &str) -> Option<Self> {
         let mut seed = [0u8; 32];
-        hex::decode_to_slice(text.trim(), &mut seed).map_err(|_| KeyError::Malformed { path: shown })?;
-        Ok(Self::from_seed(seed))
+        hex::decode_to_slice(text.trim(), &mut seed).ok()?;
+        Some(Self::from_seed(seed))
     }
 }
 

@@ -17,8 +17,8 @@ use tracing::{info, warn};
 
 /// The longest miner name and revocation reason kept: enough for any label or sentence, few
 /// enough that a full list of miners fits in one reply.
-const MAX_NAME_BYTES: usize = 128;
-const MAX_REASON_BYTES: usize = 512;
+pub const MAX_NAME_BYTES: usize = 128;
+pub const MAX_REASON_BYTES: usize = 512;
 
 const DEFAULT_PAGE: u32 = 50;
 const MAX_PAGE: u32 = 500;
