@@ -8,7 +8,9 @@
 //! fresh process, which gets the device back.
 
 use std::future::Future;
+use std::sync::Arc;
 use std::time::Duration;
+use tokio::sync::Notify;
 
 /// The exit status of a daemon stopped by a device fault (EX_TEMPFAIL): a restart is expected
 /// to fix it.
@@ -17,12 +19,31 @@ pub const EXIT_DEVICE_FAULT: u8 = 75;
 /// How often a serving daemon asks its backend for devices out of service.
 pub const WATCH_INTERVAL: Duration = Duration::from_secs(2);
 
+/// Rung by whatever finds a device out of service while the daemon serves (a challenge refused
+/// for it), so that the watcher asks the backend at once instead of at its next tick. A ring
+/// before the watcher waits is kept for it.
+#[derive(Clone, Debug, Default)]
+pub struct DeviceAlarm(Arc<Notify>);
+
+impl DeviceAlarm {
+    pub fn ring(&self) {
+        self.0.notify_one();
+    }
+}
+
 /// Resolves, with each device and its reason, once `probe` (the backend's `out_of_service`)
-/// reports any; asks every `interval`, the first time at once.
-pub async fn out_of_service(probe: impl Fn() -> Vec<(u32, String)>, interval: Duration) -> Vec<(u32, String)> {
+/// reports any; asks every `interval`, the first time at once, and whenever `alarm` rings.
+pub async fn out_of_service(
+    probe: impl Fn() -> Vec<(u32, String)>,
+    interval: Duration,
+    alarm: &DeviceAlarm,
+) -> Vec<(u32, String)> {
     let mut ticks = tokio::time::interval(interval);
     loop {
-        ticks.tick().await;
+        tokio::select! {
+            _ = ticks.tick() => {}
+            () = alarm.0.notified() => {}
+        }
         let devices = probe();
         if !devices.is_empty() {
             return devices;
@@ -30,19 +51,21 @@ pub async fn out_of_service(probe: impl Fn() -> Vec<(u32, String)>, interval: Du
     }
 }
 
-/// Completes when `shutdown` does or, first, when `probe` (the backend's `out_of_service`)
-/// reports a device: then it logs each device, sets service `S` NOT_SERVING and completes, so
-/// that, given to the server as its shutdown, it stops the server. `daemon` names the daemon in
-/// the log line. The caller tells the two endings apart by asking the backend again.
+/// Completes when `shutdown` does or, first, when `probe` (the backend's `out_of_service`),
+/// asked every `interval` and whenever `alarm` rings, reports a device: then it logs each
+/// device, sets service `S` NOT_SERVING and completes, so that, given to the server as its
+/// shutdown, it stops the server. `daemon` names the daemon in the log line. The caller tells
+/// the two endings apart by asking the backend again.
 pub async fn shutdown_or_device_lost<S: tonic::server::NamedService>(
     shutdown: impl Future<Output = ()>,
     probe: impl Fn() -> Vec<(u32, String)>,
+    (interval, alarm): (Duration, DeviceAlarm),
     health: tonic_health::server::HealthReporter,
     daemon: &'static str,
 ) {
     tokio::select! {
         () = shutdown => {}
-        lost = out_of_service(probe, WATCH_INTERVAL) => {
+        lost = out_of_service(probe, interval, &alarm) => {
             for (device, reason) in lost {
                 tracing::error!(device, %reason, "device out of service: the {daemon} stops so that a fresh process can use it");
             }
@@ -75,7 +98,7 @@ mod tests {
                 vec![(1, "CUDA_ERROR_ILLEGAL_ADDRESS".to_string())]
             }
         };
-        let devices = out_of_service(probe, Duration::from_millis(1)).await;
+        let devices = out_of_service(probe, Duration::from_millis(1), &DeviceAlarm::default()).await;
         assert_eq!(devices, [(1, "CUDA_ERROR_ILLEGAL_ADDRESS".to_string())]);
         assert_eq!(asked.load(Ordering::SeqCst), 4);
         assert_eq!(
@@ -88,9 +111,45 @@ mod tests {
     async fn waits_while_every_device_serves() {
         let waited = tokio::time::timeout(
             Duration::from_millis(50),
-            out_of_service(Vec::new, Duration::from_millis(1)),
+            out_of_service(Vec::new, Duration::from_millis(1), &DeviceAlarm::default()),
         )
         .await;
         assert!(waited.is_err(), "resolved with no device out of service");
+    }
+
+    /// A ring makes the watcher ask at once, long before its next tick; one rung before the
+    /// watcher waits is not lost.
+    #[tokio::test]
+    async fn an_alarm_makes_the_watcher_ask_at_once() {
+        let broken = std::sync::atomic::AtomicBool::new(false);
+        let probe = || {
+            if broken.load(Ordering::SeqCst) {
+                vec![(0, "CUDA_ERROR_ILLEGAL_ADDRESS".to_string())]
+            } else {
+                Vec::new()
+            }
+        };
+        let alarm = DeviceAlarm::default();
+        let hour = Duration::from_secs(3600);
+        let watcher = out_of_service(probe, hour, &alarm);
+        tokio::pin!(watcher);
+        // The first tick asks at once and finds every device serving.
+        assert!(
+            tokio::time::timeout(Duration::from_millis(50), &mut watcher)
+                .await
+                .is_err()
+        );
+        broken.store(true, Ordering::SeqCst);
+        assert!(
+            tokio::time::timeout(Duration::from_millis(50), &mut watcher)
+                .await
+                .is_err(),
+            "asked before its tick without being rung"
+        );
+        alarm.ring();
+        let devices = tokio::time::timeout(Duration::from_secs(5), &mut watcher)
+            .await
+            .expect("the ring is heard before the hour's tick");
+        assert_eq!(devices.len(), 1);
     }
 }

@@ -27,6 +27,9 @@ pub struct ServeOptions {
     pub connections: ConnectionLimits,
     /// How long a request may take to arrive, and how much unfinished requests may hold.
     pub requests: RequestIntake,
+    /// How often the daemon asks its backend for devices out of service, besides when a
+    /// refusal rings its [`crate::devices::DeviceAlarm`].
+    pub device_watch: Duration,
 }
 
 /// The default [`ServeOptions::drain_limit`]: long enough for a challenge's commitment to go
@@ -45,6 +48,7 @@ impl ServeOptions {
             drain_limit: DRAIN_LIMIT,
             connections: ConnectionLimits::default(),
             requests: RequestIntake::default(),
+            device_watch: crate::devices::WATCH_INTERVAL,
         }
     }
 }

@@ -439,10 +439,17 @@ async fn a_device_out_of_service_refuses_work_and_stops_the_miner() {
     let key = core.public_key();
     let (listener, address) = listener().await;
     let url = format!("http://{address}");
+    // The watcher asks once at the start and then not for an hour, so that only the refusal's
+    // alarm can stop the server: with a short interval its tick could stop the server before
+    // the refusal it is about to be asked for.
+    let options = gpu_attest_miner::server::ServeOptions {
+        device_watch: Duration::from_secs(3600),
+        ..miner_options()
+    };
     let server = tokio::spawn(gpu_attest_miner::server::serve(
         core,
         listener,
-        miner_options(),
+        options,
         std::future::pending(),
     ));
     let mut client = MinerClient::connect(url.clone()).await.unwrap();
@@ -469,7 +476,7 @@ async fn a_device_out_of_service_refuses_work_and_stops_the_miner() {
         "{}",
         refused.message()
     );
-    // The server stops within the watcher's interval, and takes no new connection.
+    // The refusal rang the alarm: the server stops, and takes no new connection.
     let stopped = tokio::time::timeout(Duration::from_secs(15), server)
         .await
         .expect("the miner still serves 15 s after a device went out of service")

@@ -10,6 +10,7 @@ use crate::evidence::EvidenceSource;
 use crate::memory::{HeldMemory, PoolPlan, pool_commitments};
 use crate::metrics::MinerMetrics;
 use crate::nonces::NonceLog;
+use gpu_attest_daemon::devices::DeviceAlarm;
 use gpu_attest_proto::convert::{OpenRequest, WalkRequest};
 use gpu_attest_shared::backend::ResidentPool;
 use gpu_attest_shared::engine::{self, DeviceProgress, Execution};
@@ -165,6 +166,9 @@ pub struct MinerCore {
     working: Arc<AtomicUsize>,
     /// Where device evidence comes from (PROTOCOL.md 19).
     evidence: Box<dyn EvidenceSource>,
+    /// Rung when a challenge is refused for a device out of service, so that the server stops
+    /// at once rather than at its watcher's next tick.
+    device_alarm: DeviceAlarm,
 }
 
 impl MinerCore {
@@ -190,7 +194,13 @@ impl MinerCore {
             metrics: MinerMetrics::default(),
             stopping: AtomicBool::new(false),
             working: Arc::new(AtomicUsize::new(0)),
+            device_alarm: DeviceAlarm::default(),
         }
+    }
+
+    /// What a refusal for a device out of service rings (see [`crate::server::serve`]).
+    pub fn device_alarm(&self) -> &DeviceAlarm {
+        &self.device_alarm
     }
 
     /// Takes device evidence from `source` instead of the backend's own (a test's PKI).
@@ -336,6 +346,7 @@ impl MinerCore {
         }
         let out_of_service = self.selected.backend.out_of_service();
         if !out_of_service.is_empty() {
+            self.device_alarm.ring();
             return Err(MinerError::OutOfService(out_of_service));
         }
         self.check_limits(&challenge, &work, now_ms)?;

@@ -72,7 +72,8 @@ pub async fn serve(
             }
         }
     };
-    let stop = devices::shutdown_or_device_lost::<MinerServer<MinerService>>(settled, probe, health, "miner");
+    let watch = (options.device_watch, core.device_alarm().clone());
+    let stop = devices::shutdown_or_device_lost::<MinerServer<MinerService>>(settled, probe, watch, health, "miner");
     let miner = MinerServer::new(MinerService::new(core))
         .max_decoding_message_size(MAX_REQUEST_BYTES)
         .max_encoding_message_size(MAX_RESPONSE_BYTES);

@@ -46,8 +46,15 @@ pub async fn serve(
         let attestor = attestor.clone();
         move || attestor.out_of_service()
     };
-    let stop =
-        devices::shutdown_or_device_lost::<ValidatorServer<ValidatorService>>(shutdown, probe, health, "validator");
+    // Nothing in the validator rings the alarm: a failed verification is noticed at the next tick.
+    let watch = (options.device_watch, devices::DeviceAlarm::default());
+    let stop = devices::shutdown_or_device_lost::<ValidatorServer<ValidatorService>>(
+        shutdown,
+        probe,
+        watch,
+        health,
+        "validator",
+    );
     let api = ValidatorServer::new(ValidatorService::new(attestor)).max_decoding_message_size(MAX_REQUEST_BYTES);
     let result = stack::serve(options, health_service, Routes::new(api), listener, stop).await;
     let _ = stop_tx.send(true);
