@@ -14,7 +14,7 @@ use gpu_attest_miner::config::{Limits, MinerConfig};
 use gpu_attest_miner::nonces::NonceLog;
 use gpu_attest_proto::convert::{
     challenge_from_wire, challenge_to_wire, commitment_from_wire, commitment_to_wire, inventory_from_wire,
-    inventory_to_wire, open_request_from_wire, opening_from_wire, opening_to_wire, sample_from_wire,
+    inventory_to_wire, open_request_from_wire, opening_from_wire, opening_to_wire, sample_from_wire, sample_to_wire,
     walk_opening_from_wire, walk_opening_to_wire, walk_request_from_wire, walk_statement_from_wire,
 };
 use gpu_attest_proto::evidence::{evidence_from_wire, evidence_to_wire};
@@ -24,6 +24,7 @@ use gpu_attest_shared::digest::Digest;
 use gpu_attest_shared::engine::{self, Execution};
 use gpu_attest_shared::evidence::{
     AttestationReport, CcState, DeviceChain, DeviceEvidence, EvidenceTrust, check_device_evidence,
+    evidence_statement_bytes,
 };
 use gpu_attest_shared::gemm::CpuGemm;
 use gpu_attest_shared::identity::{Identity, PublicKey};
@@ -35,14 +36,17 @@ use gpu_attest_shared::memory::walk::{WalkSpec, walk_all};
 use gpu_attest_shared::memory::{MemoryParams, PoolSpec};
 use gpu_attest_shared::opening::{ChainOpening, SampleRequest, open_chain};
 use gpu_attest_shared::params::PROTOCOL_VERSION;
-use gpu_attest_shared::statement::{Challenge, Commitment, opening_bytes};
+use gpu_attest_shared::statement::{Challenge, Commitment, open_request_bytes, opening_bytes};
 use gpu_attest_shared::verify::{check_commitment, verify_opening};
 use gpu_attest_shared::{Backend, CancelToken, ChallengeParams, Work};
 use gpu_attest_validator::attest::normalise_url;
+use gpu_attest_validator::attest::outcome::Outcome;
 use gpu_attest_validator::attest::untrusted::caller_text_problem;
-use gpu_attest_validator::config::ValidatorConfig;
+use gpu_attest_validator::attest::verify::check_statement;
+use gpu_attest_validator::attest::walk::check_pools;
+use gpu_attest_validator::config::{Policy, ValidatorConfig};
 use gpu_attest_validator::device_identity::check_commitment_evidence;
-use gpu_attest_validator::planner::{classes, plan};
+use gpu_attest_validator::planner::{Plan, classes, plan};
 use gpu_attest_validator::rates::RateBook;
 use gpu_attest_validator::rates::file::RateFile;
 use gpu_attest_validator::service::{MAX_NAME_BYTES, MAX_REASON_BYTES};
@@ -146,31 +150,51 @@ pub fn honest() -> &'static (Work, Execution, ChainOpening) {
     })
 }
 
-/// A miner that accepts challenges signed by [`validator`]; its nonce log is in memory.
-fn miner_core() -> &'static Arc<MinerCore> {
-    static CORE: OnceLock<Arc<MinerCore>> = OnceLock::new();
-    CORE.get_or_init(|| {
-        let cpu = Arc::new(
-            CpuBackend::new(1, None)
-                .expect("a one-thread CPU backend")
-                .with_logical_devices(2),
-        );
-        let selected = SelectedBackend {
-            kernel: cpu.kernel().to_string(),
-            backend: cpu,
-            name: "cpu".into(),
-            notes: Vec::new(),
-            self_checks: Vec::new(),
-        };
-        Arc::new(MinerCore::new(
-            Identity::from_seed(MINER_SEED),
-            HashSet::from([validator().public_key()]),
-            Limits::default(),
-            selected,
-            Duration::from_secs(60),
-            NonceLog::in_memory(),
-        ))
+/// A fresh miner that accepts challenges signed by [`validator`], with an empty nonce log of
+/// its own: made for each input, so that what one input does to the log (a nonce accepted)
+/// cannot change what the next one reaches. The backend is shared.
+fn fresh_miner_core() -> MinerCore {
+    static CPU: OnceLock<Arc<CpuBackend>> = OnceLock::new();
+    let cpu = CPU
+        .get_or_init(|| {
+            Arc::new(
+                CpuBackend::new(1, None)
+                    .expect("a one-thread CPU backend")
+                    .with_logical_devices(2),
+            )
+        })
+        .clone();
+    let selected = SelectedBackend {
+        kernel: cpu.kernel().to_string(),
+        backend: cpu,
+        name: "cpu".into(),
+        notes: Vec::new(),
+        self_checks: Vec::new(),
+    };
+    MinerCore::new(
+        Identity::from_seed(MINER_SEED),
+        HashSet::from([validator().public_key()]),
+        Limits::default(),
+        selected,
+        Duration::from_secs(60),
+        NonceLog::in_memory(),
+    )
+}
+
+/// The validator's plan for the seed inventory under the default configuration (the memory
+/// phase on): what a commitment's statement and pools are checked against.
+fn planned() -> &'static Plan {
+    static PLAN: OnceLock<Plan> = OnceLock::new();
+    PLAN.get_or_init(|| {
+        let config = default_config();
+        let rates = RateBook::shipped(config.rate_table(), config.calibration.clone());
+        plan(&seed_inventory(), config, &rates, true, [1; 32], [2; 32]).expect("the seed inventory is planned for")
     })
+}
+
+fn default_config() -> &'static ValidatorConfig {
+    static CONFIG: OnceLock<ValidatorConfig> = OnceLock::new();
+    CONFIG.get_or_init(ValidatorConfig::default)
 }
 
 /// Splits off the first byte, which picks among an entry point's variants.
@@ -188,15 +212,7 @@ fn selector(data: &[u8]) -> (u8, &[u8]) {
 pub fn wire_messages(data: &[u8]) {
     let (kind, bytes) = selector(data);
     match kind % 12 {
-        0 => {
-            if let Ok(wire) = v1::Challenge::decode(bytes)
-                && let Ok((challenge, signature)) = challenge_from_wire(&wire)
-            {
-                let _ = challenge.verify(&signature);
-                let _ = Work::new(challenge.params);
-                let _ = miner_core().accept(challenge, &signature, 1_764_000_000_000);
-            }
-        }
+        0 => challenge_received(kind, bytes),
         1 => commitment(bytes),
         2 => chain_opening(bytes),
         3 => walk_opening(bytes),
@@ -222,9 +238,8 @@ pub fn wire_messages(data: &[u8]) {
             // What the validator reads from a miner's challenge stream, event by event.
             if let Ok(event) = v1::ChallengeEvent::decode(bytes)
                 && let Some(v1::challenge_event::Event::Commitment(wire)) = event.event
-                && let Ok((commitment, signature)) = commitment_from_wire(&wire)
             {
-                let _ = commitment.verify(&signature);
+                commitment_received(kind >> 4, wire);
             }
         }
         9 => {
@@ -239,6 +254,24 @@ pub fn wire_messages(data: &[u8]) {
             let _ = v1::AttestEvent::decode(bytes);
         }
     }
+}
+
+/// A challenge as the miner receives it, through every acceptance check (PROTOCOL.md 14.3).
+/// With bit 4 of `flags` set it is first bound to the test miner and re-signed by its validator,
+/// since a fuzzer cannot forge a signature and would otherwise stop at the first check.
+fn challenge_received(flags: u8, bytes: &[u8]) {
+    let Ok(wire) = v1::Challenge::decode(bytes) else { return };
+    let Ok((mut challenge, mut signature)) = challenge_from_wire(&wire) else {
+        return;
+    };
+    if flags & 0x10 != 0 {
+        challenge.params.miner_key = miner().public_key().0;
+        challenge.validator_key = validator().public_key();
+        signature = challenge.sign(validator());
+    }
+    let _ = challenge.verify(&signature);
+    let _ = Work::new(challenge.params);
+    let _ = fresh_miner_core().accept(challenge, &signature, challenge_time());
 }
 
 /// The validator API's requests, through the checks its handlers make before the store.
@@ -271,28 +304,55 @@ fn validator_request(data: &[u8]) {
     }
 }
 
-/// A commitment as the validator receives it: decoded, its signature and work checked against
-/// the honest challenge, and the device evidence beside it checked under the default identity
-/// policy.
-pub fn commitment(bytes: &[u8]) {
-    let Ok(wire) = v1::Commitment::decode(bytes) else {
+/// A commitment as the validator receives it: decoded, its statement checked against the
+/// honest challenge and the validator's plan (signature, miner, inventory, then the pools of
+/// the memory phase), its work against the honest work, and the device evidence beside it under
+/// the default identity policy. The first byte's bit 0 re-signs the commitment, bit 1 its
+/// evidence, with the challenged miner's key: a fuzzer cannot forge either signature, and
+/// would otherwise never reach the checks behind them.
+pub fn commitment(data: &[u8]) {
+    let (flags, bytes) = selector(data);
+    if let Ok(wire) = v1::Commitment::decode(bytes) {
+        commitment_received(flags, wire);
+    }
+}
+
+fn commitment_received(flags: u8, mut wire: v1::Commitment) {
+    let Ok((commitment, mut signature)) = commitment_from_wire(&wire) else {
         return;
     };
-    let Ok((commitment, signature)) = commitment_from_wire(&wire) else {
-        return;
-    };
-    let _ = commitment.verify(&signature);
-    let _ = check_commitment(&honest().0, &commitment.work);
+    if flags & 1 != 0 {
+        signature = miner().sign(&commitment.signing_bytes());
+    }
+    let challenge = challenge();
+    let work = &honest().0;
+    let mut outcome = Outcome::new("http://fuzz.invalid", planned(), Policy::Sampled);
+    if check_statement(&challenge, work, &commitment, &signature, &mut outcome)
+        && let Some(memory) = &planned().memory
+    {
+        let _ = check_pools(&commitment, memory, &mut outcome);
+    }
+    let _ = check_commitment(work, &commitment.work);
+    if flags & 2 != 0
+        && let Ok(Some(decoded)) = evidence_from_wire(&wire.evidence, &[0; 64])
+    {
+        let statement = evidence_statement_bytes(
+            &challenge.params.nonce,
+            &miner().public_key().0,
+            &challenge.validator_key.0,
+            &decoded.devices,
+        );
+        wire.evidence_signature = miner().sign(&statement).to_vec();
+    }
     let evidence = evidence_from_wire(&wire.evidence, &wire.evidence_signature);
-    let config = ValidatorConfig::default();
     let _ = check_commitment_evidence(
-        &config.identity,
-        &evidence_trust(),
-        &challenge(),
+        &default_config().identity,
+        evidence_trust(),
+        &challenge,
         &commitment,
         &claim().devices,
         &evidence,
-        1_764_000_000,
+        crate::test_pki::NOW,
     );
 }
 
@@ -310,9 +370,11 @@ pub fn chain_opening(bytes: &[u8]) {
         return;
     };
     let (work, exec, _) = honest();
+    // A validator asks only for samples within its challenge: the one this opening names,
+    // brought within it.
     let request = SampleRequest {
-        chain: opening.chain,
-        segment: opening.segment,
+        chain: opening.chain % work.num_chains(),
+        segment: opening.segment % work.segments(),
     };
     // Verification re-executes one segment: bounded, since the opening's shape is checked
     // against the challenge first.
@@ -399,15 +461,21 @@ pub fn inventory(bytes: &[u8]) {
     let Ok(inventory) = inventory_from_wire(&wire) else {
         return;
     };
-    let config = ValidatorConfig::default();
-    let _ = classes(&inventory.claim, &config);
+    // The validator's connection checks an inventory before anything plans with it.
+    if inventory.check().is_err() {
+        return;
+    }
+    let config = default_config();
+    let _ = classes(&inventory.claim, config);
     let rates = RateBook::shipped(config.rate_table(), config.calibration.clone());
-    let _ = plan(&inventory, &config, &rates, true, [1; 32], [2; 32]);
+    let _ = plan(&inventory, config, &rates, true, [1; 32], [2; 32]);
+    let _ = plan(&inventory, config, &rates, false, [1; 32], [2; 32]);
 }
 
 /// The trust the validator places in NVIDIA's evidence, with the default SKU table.
-fn evidence_trust() -> EvidenceTrust {
-    EvidenceTrust::nvidia(Default::default())
+fn evidence_trust() -> &'static EvidenceTrust {
+    static TRUST: OnceLock<EvidenceTrust> = OnceLock::new();
+    TRUST.get_or_init(|| default_config().identity.trust())
 }
 
 /// One device's evidence as it travels (`DeviceEvidence`), checked against the nonce of
@@ -424,7 +492,7 @@ pub fn device_evidence(bytes: &[u8]) {
             device,
             &nvidia_sample().1,
             "NVIDIA H100 80GB HBM3",
-            &evidence_trust(),
+            evidence_trust(),
             crate::test_pki::NOW,
         );
     }
@@ -472,11 +540,27 @@ pub fn config_file(data: &[u8]) {
     let (kind, bytes) = selector(data);
     let Ok(text) = std::str::from_utf8(bytes) else { return };
     if kind % 2 == 0 {
-        if let Ok(config) = gpu_attest_daemon::config::parse_config::<MinerConfig>(text, "miner.toml") {
-            let _ = config.validate();
+        if let Ok(config) = gpu_attest_daemon::config::parse_config::<MinerConfig>(text, "miner.toml")
+            && config.validate().is_ok()
+        {
+            let _ = gpu_attest_miner::daemon::parse_allowed(&config.allowed_validators);
         }
-    } else if let Ok(config) = gpu_attest_daemon::config::parse_config::<ValidatorConfig>(text, "validator.toml") {
-        let _ = config.validate();
+    } else if let Ok(config) = gpu_attest_daemon::config::parse_config::<ValidatorConfig>(text, "validator.toml")
+        && config.validate().is_ok()
+    {
+        // What serve does with a valid file: plan with its rates, challenge and memory
+        // settings, and judge evidence with its chips and SKUs.
+        let rates = RateBook::shipped(config.rate_table(), config.calibration.clone())
+            .with_floor(config.deadline.first_contact_slack);
+        let _ = plan(&seed_inventory(), &config, &rates, true, [1; 32], [2; 32]);
+        let (sample, nonce) = nvidia_sample();
+        let _ = check_device_evidence(
+            sample,
+            nonce,
+            "NVIDIA H100 80GB HBM3",
+            &config.identity.trust(),
+            crate::test_pki::NOW,
+        );
     }
 }
 
@@ -484,14 +568,32 @@ pub fn config_file(data: &[u8]) {
 pub fn rate_file(bytes: &[u8]) {
     let Ok(text) = std::str::from_utf8(bytes) else { return };
     let Ok(file) = RateFile::parse(text) else { return };
-    let config = ValidatorConfig::default();
-    let mut rates = RateBook::shipped(config.rate_table(), config.calibration.clone());
-    for row in &file.classes {
+    let config = default_config();
+    let mut rates = RateBook::shipped(config.rate_table(), config.calibration.clone())
+        .with_floor(config.deadline.first_contact_slack);
+    for row in file.classes.iter().filter(|row| row.is_importable()) {
         rates.share(row.class(), row.rate());
     }
     for row in &file.classes {
         let _ = rates.expected(&row.class());
     }
+    let _ = plan(&seed_inventory(), config, &rates, true, [1; 32], [2; 32]);
+}
+
+/// The test miner's inventory: two logical CPU devices, this protocol version.
+fn seed_inventory() -> Inventory {
+    Inventory {
+        miner_key: miner().public_key(),
+        claim: claim(),
+        protocol_version: PROTOCOL_VERSION,
+        software_version: "fuzz seed".into(),
+        limits: MinerLimits::default(),
+    }
+}
+
+/// When the test miner receives its challenges: between their issue and their deadline.
+fn challenge_time() -> u64 {
+    challenge().issued_at_ms + 1000
 }
 
 /// Genuine inputs for each target, by target name and file name: what its corpus starts from.
@@ -510,19 +612,30 @@ pub fn seeds() -> Vec<(&'static str, &'static str, Vec<u8>)> {
         pools: None,
     };
     let commitment_wire = commitment_to_wire(&commitment, &miner().sign(&commitment.signing_bytes()));
-    let inventory_wire = inventory_to_wire(&Inventory {
-        miner_key: miner().public_key(),
-        claim: claim(),
-        protocol_version: PROTOCOL_VERSION,
-        software_version: "fuzz seed".into(),
-        limits: MinerLimits::default(),
-    });
+    let inventory_wire = inventory_to_wire(&seed_inventory());
     let nonce = work.params().nonce;
     let opening_wire = opening_to_wire(&nonce, opening, &miner().sign(&opening_bytes(&nonce, opening)));
     let walk = &honest_walk().opening;
     let walk_wire = walk_opening_to_wire(&nonce, walk, &miner().sign(&walk_opening_bytes(&nonce, walk)));
     let evidence_wire = evidence_to_wire(std::slice::from_ref(&nvidia_sample().0)).remove(0);
     let with_selector = |kind: u8, message: &[u8]| [&[kind][..], message].concat();
+    let samples = [SampleRequest { chain: 3, segment: 1 }];
+    let open_request = v1::OpenChainsRequest {
+        nonce: nonce.to_vec(),
+        samples: samples.iter().map(sample_to_wire).collect(),
+        validator_key: validator().public_key().0.to_vec(),
+        signature: validator().sign(&open_request_bytes(&nonce, &samples)).to_vec(),
+        walk_samples: Vec::new(),
+    };
+    let commitment_event = v1::ChallengeEvent {
+        event: Some(v1::challenge_event::Event::Commitment(commitment_wire.clone())),
+    };
+    // A version 3 challenge, the memory phase as the validator plans it; signed by the harness
+    // (selector bit 4).
+    let memory_challenge = Challenge {
+        memory: planned().memory.as_ref().map(|m| m.params),
+        ..challenge.clone()
+    };
     let miner_config = MinerConfig::default().to_toml();
     let validator_config = ValidatorConfig::default().to_toml();
     vec![
@@ -533,15 +646,50 @@ pub fn seeds() -> Vec<(&'static str, &'static str, Vec<u8>)> {
         ),
         (
             "wire_messages",
+            "challenge-with-memory",
+            with_selector(0x10, &challenge_to_wire(&memory_challenge, &[0; 64]).encode_to_vec()),
+        ),
+        (
+            "wire_messages",
             "commitment",
-            with_selector(1, &commitment_wire.encode_to_vec()),
+            with_selector(1, &with_selector(0, &commitment_wire.encode_to_vec())),
         ),
         (
             "wire_messages",
             "inventory",
             with_selector(4, &inventory_wire.encode_to_vec()),
         ),
-        ("commitment", "honest", commitment_wire.encode_to_vec()),
+        (
+            "wire_messages",
+            "open-chains-request",
+            with_selector(5, &open_request.encode_to_vec()),
+        ),
+        (
+            "wire_messages",
+            "challenge-event-commitment",
+            with_selector(8, &commitment_event.encode_to_vec()),
+        ),
+        (
+            "wire_messages",
+            "register-miner",
+            with_selector(
+                10,
+                &with_selector(
+                    0,
+                    &v1::RegisterMinerRequest {
+                        url: "http://10.0.0.7:50051".into(),
+                        name: "rack 4, host 2".into(),
+                        replace_key: false,
+                    }
+                    .encode_to_vec(),
+                ),
+            ),
+        ),
+        (
+            "commitment",
+            "honest",
+            with_selector(0, &commitment_wire.encode_to_vec()),
+        ),
         ("chain_opening", "honest", opening_wire.encode_to_vec()),
         ("walk_opening", "honest", walk_wire.encode_to_vec()),
         ("inventory", "cpu-two-devices", inventory_wire.encode_to_vec()),

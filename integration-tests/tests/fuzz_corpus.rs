@@ -98,7 +98,8 @@ fn the_seeds_pass_the_checks_they_seed() {
     };
     let (work, exec, _) = hostile::honest();
 
-    let wire = v1::Commitment::decode(seed("commitment", "honest").as_slice()).unwrap();
+    // The first byte is the target's flags (none: the miner's own signatures stand).
+    let wire = v1::Commitment::decode(&seed("commitment", "honest")[1..]).unwrap();
     let (commitment, signature) = commitment_from_wire(&wire).unwrap();
     commitment.verify(&signature).expect("the seed commitment is signed");
     check_commitment(work, &commitment.work).expect("the seed commitment is the honest work's");
