@@ -568,3 +568,93 @@ async fn a_verification_device_out_of_service_stops_the_validator() {
         "the listener is still open"
     );
 }
+
+/// An API that answers every page of verdicts with no verdicts and a next page: what a server
+/// that misbehaves (or one an attacker stands up) might send an operator's CLI.
+struct EndlessEmptyPages {
+    asked: Arc<std::sync::atomic::AtomicU32>,
+}
+
+#[tonic::async_trait]
+impl v1::validator_server::Validator for EndlessEmptyPages {
+    type AttestMinerStream = tokio_stream::Empty<Result<v1::AttestEvent, tonic::Status>>;
+
+    async fn register_miner(
+        &self,
+        _: tonic::Request<v1::RegisterMinerRequest>,
+    ) -> Result<tonic::Response<v1::MinerRecord>, tonic::Status> {
+        Err(tonic::Status::unimplemented("not this test's"))
+    }
+    async fn list_miners(
+        &self,
+        _: tonic::Request<v1::ListMinersRequest>,
+    ) -> Result<tonic::Response<v1::ListMinersResponse>, tonic::Status> {
+        Err(tonic::Status::unimplemented("not this test's"))
+    }
+    async fn remove_miner(
+        &self,
+        _: tonic::Request<v1::RemoveMinerRequest>,
+    ) -> Result<tonic::Response<v1::RemoveMinerResponse>, tonic::Status> {
+        Err(tonic::Status::unimplemented("not this test's"))
+    }
+    async fn revoke_miner_key(
+        &self,
+        _: tonic::Request<v1::RevokeMinerKeyRequest>,
+    ) -> Result<tonic::Response<v1::RevokeMinerKeyResponse>, tonic::Status> {
+        Err(tonic::Status::unimplemented("not this test's"))
+    }
+    async fn attest_miner(
+        &self,
+        _: tonic::Request<v1::AttestMinerRequest>,
+    ) -> Result<tonic::Response<Self::AttestMinerStream>, tonic::Status> {
+        Err(tonic::Status::unimplemented("not this test's"))
+    }
+    async fn list_verdicts(
+        &self,
+        _: tonic::Request<v1::ListVerdictsRequest>,
+    ) -> Result<tonic::Response<v1::ListVerdictsResponse>, tonic::Status> {
+        let asked = self.asked.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1;
+        Ok(tonic::Response::new(v1::ListVerdictsResponse {
+            verdicts: Vec::new(),
+            next_page_token: format!("page-{asked}"),
+        }))
+    }
+}
+
+/// The operator's client follows the API's pages only while they hold verdicts: an empty page
+/// that names a next one ends the listing instead of looping for ever.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_operator_stops_at_an_empty_page_that_names_a_next_one() {
+    let asked = Arc::new(std::sync::atomic::AtomicU32::new(0));
+    let (listener, address) = listener().await;
+    let service = v1::validator_server::ValidatorServer::new(EndlessEmptyPages { asked: asked.clone() });
+    let server = tokio::spawn(
+        tonic::transport::Server::builder()
+            .add_service(service)
+            .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener)),
+    );
+    let mut operator = gpu_attest_validator::operator::Operator::connect(
+        &format!("http://{address}"),
+        &gpu_attest_daemon::tls::TlsFiles::default(),
+    )
+    .await
+    .unwrap();
+    let query = gpu_attest_validator::store::VerdictFilter {
+        miner_url: None,
+        passed: None,
+        since_ms: 0,
+        before_id: None,
+        limit: 100,
+    };
+    let verdicts = tokio::time::timeout(std::time::Duration::from_secs(10), operator.verdicts(&query))
+        .await
+        .expect("the listing ends")
+        .unwrap();
+    assert!(verdicts.is_empty());
+    assert_eq!(
+        asked.load(std::sync::atomic::Ordering::SeqCst),
+        1,
+        "asked once, not again"
+    );
+    server.abort();
+}

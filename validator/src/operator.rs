@@ -215,8 +215,11 @@ impl Operator {
                 page_token,
             };
             let page = self.client.list_verdicts(request).await?.into_inner();
+            // An empty page that names a next one would have us ask forever: a server that
+            // misbehaves gets what it sent so far.
+            let progressed = !page.verdicts.is_empty();
             out.extend(page.verdicts.into_iter().map(VerdictSummary::from));
-            if page.next_page_token.is_empty() {
+            if page.next_page_token.is_empty() || !progressed {
                 break;
             }
             page_token = page.next_page_token;
