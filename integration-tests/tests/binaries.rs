@@ -5,7 +5,8 @@
 mod common;
 
 use common::process::{
-    Dir, assert_one_line_failure, attest, cmd, keygen, serve_miner, start, verdict_count, write_small_validator_config,
+    Dir, assert_one_line_failure, attest, cmd, keygen, serve_miner, start, start_logging, verdict_count,
+    write_small_validator_config,
 };
 use std::path::Path;
 use std::process::{Command, Output};
@@ -602,5 +603,53 @@ fn verdict_filters_that_match_nothing_are_refused_with_the_remedy() {
         String::from_utf8_lossy(&by_key.stderr).contains("takes the miner's URL"),
         "{}",
         String::from_utf8_lossy(&by_key.stderr)
+    );
+}
+
+/// Logs written to a file (or the journal) carry no colour escapes; `GPU_ATTEST_LOG_FORMAT=json`
+/// makes each line one JSON object, and an unknown format is refused in one line.
+#[test]
+fn logs_to_a_file_are_plain_text_or_json_lines_never_coloured() {
+    let d = Dir::fresh("logs");
+    let validator_key = keygen("validator", &d.0.join("v.key"));
+    keygen("miner", &d.0.join("m.key"));
+    for format in ["text", "json"] {
+        let log = d.0.join(format!("miner-{format}.log"));
+        let mut serve = serve_miner(&d.0, &validator_key);
+        serve
+            .env("GPU_ATTEST_LOG_FORMAT", format)
+            .env_remove("NO_COLOR")
+            .stderr(std::fs::File::create(&log).unwrap());
+        let (daemon, _) = start_logging(serve);
+        // The miner logs as it starts serving; give the lines time to reach the file.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while std::fs::read_to_string(&log).unwrap().lines().count() < 2 && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        drop(daemon);
+        let text = std::fs::read_to_string(&log).unwrap();
+        assert!(text.lines().count() >= 2, "{format}: too few log lines: {text}");
+        assert!(
+            !text.contains('\u{1b}'),
+            "{format}: colour escapes in a log file: {text}"
+        );
+        for line in text.lines() {
+            let parsed = serde_json::from_str::<serde_json::Value>(line);
+            match format {
+                "json" => {
+                    let event = parsed.unwrap_or_else(|e| panic!("not a JSON line ({e}): {line}"));
+                    assert!(event["level"].is_string() && event["fields"].is_object(), "{line}");
+                }
+                _ => assert!(parsed.is_err(), "a text log line is JSON: {line}"),
+            }
+        }
+    }
+    let out = serve_miner(&d.0, &validator_key)
+        .env("GPU_ATTEST_LOG_FORMAT", "yaml")
+        .output()
+        .unwrap();
+    assert_one_line_failure(
+        &out,
+        "GPU_ATTEST_LOG_FORMAT=\"yaml\" is not a log format: use text or json",
     );
 }

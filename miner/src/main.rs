@@ -201,7 +201,7 @@ fn serve(args: ServeArgs) -> Result<()> {
         print!("{}", config.to_toml());
         return Ok(());
     }
-    gpu_attest_daemon::logging::init_logging();
+    gpu_attest_daemon::logging::init_logging()?;
     let runtime = tokio::runtime::Runtime::new()?;
     runtime.block_on(daemon::run(
         config,

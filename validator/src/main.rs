@@ -231,7 +231,7 @@ fn miners(api: &ApiArgs, action: MinersAction) -> Result<ExitCode> {
 }
 
 fn serve(config: ValidatorConfig) -> Result<()> {
-    gpu_attest_daemon::logging::init_logging();
+    gpu_attest_daemon::logging::init_logging()?;
     let runtime = tokio::runtime::Runtime::new()?;
     runtime.block_on(daemon::run(config, gpu_attest_daemon::signals::shutdown_signal()))?;
     Ok(())

@@ -102,7 +102,14 @@ pub fn serve_miner(d: &Path, validator_key: &str) -> Command {
 
 /// Starts `serve` and returns it with the address it printed.
 pub fn start(mut command: Command) -> (Daemon, String) {
-    let mut child = command.stdout(Stdio::piped()).stderr(Stdio::null()).spawn().unwrap();
+    command.stderr(Stdio::null());
+    start_logging(command)
+}
+
+/// Starts `serve` with its stderr (its logs) wherever `command` sends it, and returns it with
+/// the address it printed.
+pub fn start_logging(mut command: Command) -> (Daemon, String) {
+    let mut child = command.stdout(Stdio::piped()).spawn().unwrap();
     let mut line = String::new();
     BufReader::new(child.stdout.take().unwrap())
         .read_line(&mut line)
