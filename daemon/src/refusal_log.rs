@@ -49,11 +49,22 @@ where
             if let Some(status) = tonic::Status::from_header_map(response.headers())
                 && status.code() != tonic::Code::Ok
             {
-                tracing::warn!(peer = %peer, %method, code = ?status.code(), message = status.message(), "request refused");
+                if is_health_answer(&method, status.code()) {
+                    tracing::debug!(peer = %peer, %method, message = status.message(), "health asked about a service not served here");
+                } else {
+                    tracing::warn!(peer = %peer, %method, code = ?status.code(), message = status.message(), "request refused");
+                }
             }
             Ok(response)
         })
     }
+}
+
+/// A health check about a service this daemon does not serve is answered NOT_FOUND: an answer
+/// to a probe (a load balancer asking about the other daemon's service, say), not a refusal
+/// worth a warning.
+fn is_health_answer(method: &str, code: tonic::Code) -> bool {
+    code == tonic::Code::NotFound && method.starts_with("/grpc.health.v1.Health/")
 }
 
 #[cfg(test)]
@@ -106,6 +117,20 @@ pub(crate) mod tests {
             "the message is logged decoded: {log}"
         );
         assert!(log.contains("OutOfRange"), "the code by its name: {log}");
+    }
+
+    #[test]
+    fn only_a_health_check_about_another_service_is_not_a_refusal() {
+        assert!(is_health_answer("/grpc.health.v1.Health/Check", tonic::Code::NotFound));
+        assert!(is_health_answer("/grpc.health.v1.Health/Watch", tonic::Code::NotFound));
+        assert!(!is_health_answer(
+            "/grpc.health.v1.Health/Check",
+            tonic::Code::ResourceExhausted
+        ));
+        assert!(!is_health_answer(
+            "/gpu_attest.v1.Miner/OpenChains",
+            tonic::Code::NotFound
+        ));
     }
 
     /// A service answering every request with `f`'s response.

@@ -57,12 +57,13 @@ impl ServeOptions {
 /// connection (a host powered off, a cable pulled) is noticed and its streams released.
 const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(30);
 
-/// Serves `api` and `health` (and reflection over both) on `listener` until `shutdown`
-/// completes, then lets in-flight calls finish for up to `options.drain_limit`.
+/// Serves `api` (the service named `api_name`) and `health` (and reflection over both) on
+/// `listener` until `shutdown` completes, then lets in-flight calls finish for up to
+/// `options.drain_limit`.
 pub async fn serve<H: Health>(
     options: ServeOptions,
     health: HealthServer<H>,
-    api: Routes,
+    (api_name, api): (&'static str, Routes),
     listener: TcpListener,
     shutdown: impl Future<Output = ()> + Send,
 ) -> Result<(), tonic::transport::Error> {
@@ -84,7 +85,7 @@ pub async fn serve<H: Health>(
         .layer(options.requests);
     let mut routes = api.add_service(health);
     // Built from descriptors embedded at compile time; should that ever fail, serve without it.
-    match reflection_services() {
+    match reflection_services(api_name) {
         Ok((v1, v1alpha)) => routes = routes.add_service(v1).add_service(v1alpha),
         Err(e) => tracing::error!(error = %e, "gRPC reflection is not served"),
     }
@@ -116,10 +117,13 @@ pub async fn serve<H: Health>(
     }
 }
 
-/// gRPC server reflection over this project's services and the health service, in both
-/// versions (v1, and the v1alpha that many clients, grpcurl among them, still ask for), so that
-/// generic clients work without the .proto files.
-fn reflection_services() -> Result<
+/// gRPC server reflection over the service `api_name`, the health service and reflection
+/// itself, in both versions (v1, and the v1alpha that many clients, grpcurl among them, still
+/// ask for), so that generic clients work without the .proto files. The other daemon's service
+/// shares the descriptors but is not listed: this daemon does not serve it.
+fn reflection_services(
+    api_name: &'static str,
+) -> Result<
     (
         tonic_reflection::server::v1::ServerReflectionServer<impl tonic_reflection::server::v1::ServerReflection>,
         tonic_reflection::server::v1alpha::ServerReflectionServer<
@@ -132,6 +136,10 @@ fn reflection_services() -> Result<
         tonic_reflection::server::Builder::configure()
             .register_encoded_file_descriptor_set(gpu_attest_proto::v1::FILE_DESCRIPTOR_SET)
             .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+            .with_service_name(api_name)
+            .with_service_name("grpc.health.v1.Health")
+            .with_service_name("grpc.reflection.v1.ServerReflection")
+            .with_service_name("grpc.reflection.v1alpha.ServerReflection")
     };
     Ok((builder().build_v1()?, builder().build_v1alpha()?))
 }

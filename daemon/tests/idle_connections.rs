@@ -85,7 +85,7 @@ async fn serve_with(total: usize, requests: RequestIntake) -> SocketAddr {
         ..ServeOptions::plaintext(PeerRateLimiter::new(60_000, 1_000), 16)
     };
     let (_reporter, health) = tonic_health::server::health_reporter();
-    let api = Routes::new(MinerServer::new(StandIn));
+    let api = ("gpu_attest.v1.Miner", Routes::new(MinerServer::new(StandIn)));
     tokio::spawn(stack::serve(options, health, api, listener, std::future::pending()));
     address
 }

@@ -444,7 +444,10 @@ async fn both_daemons_list_their_services_through_reflection() {
     let dir = TempDir::new("reflection");
     let validator = spawn_validator(attestor(&validator_config(&dir, Policy::Sampled)).await).await;
     let miner = spawn_miner(miner_core(28, &[], 1)).await;
-    for (server, service) in [(&miner, "gpu_attest.v1.Miner"), (&validator, "gpu_attest.v1.Validator")] {
+    for (server, service, other) in [
+        (&miner, "gpu_attest.v1.Miner", "gpu_attest.v1.Validator"),
+        (&validator, "gpu_attest.v1.Validator", "gpu_attest.v1.Miner"),
+    ] {
         let listed = [
             ("v1", reflected_services!(v1, server.url())),
             ("v1alpha", reflected_services!(v1alpha, server.url())),
@@ -456,6 +459,11 @@ async fn both_daemons_list_their_services_through_reflection() {
                     "{version}: {expected} not in {services:?}"
                 );
             }
+            // The descriptors hold both daemons' services; each lists only its own.
+            assert!(
+                !services.iter().any(|s| s == other),
+                "{version}: {service}'s daemon lists {other}: {services:?}"
+            );
         }
     }
 }

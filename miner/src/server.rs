@@ -77,5 +77,9 @@ pub async fn serve(
     let miner = MinerServer::new(MinerService::new(core))
         .max_decoding_message_size(MAX_REQUEST_BYTES)
         .max_encoding_message_size(MAX_RESPONSE_BYTES);
-    stack::serve(options, health_service, Routes::new(miner), listener, stop).await
+    let api = (
+        <MinerServer<MinerService> as tonic::server::NamedService>::NAME,
+        Routes::new(miner),
+    );
+    stack::serve(options, health_service, api, listener, stop).await
 }

@@ -56,7 +56,11 @@ pub async fn serve(
         "validator",
     );
     let api = ValidatorServer::new(ValidatorService::new(attestor)).max_decoding_message_size(MAX_REQUEST_BYTES);
-    let result = stack::serve(options, health_service, Routes::new(api), listener, stop).await;
+    let api = (
+        <ValidatorServer<ValidatorService> as tonic::server::NamedService>::NAME,
+        Routes::new(api),
+    );
+    let result = stack::serve(options, health_service, api, listener, stop).await;
     let _ = stop_tx.send(true);
     if let Some(task) = scheduler {
         let _ = task.await;
