@@ -10,6 +10,7 @@ mod connect_info;
 pub mod connections;
 pub mod devices;
 pub mod errors;
+pub mod exit;
 pub mod listen;
 pub mod logging;
 pub mod metrics;

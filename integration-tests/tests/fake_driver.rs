@@ -35,7 +35,7 @@ fn assert_refused_then_cpu(libs: &Path, env: &[(&str, &str)], needles: &[&str]) 
         let out = miner(libs, args, env);
         assert_eq!(
             out.status.code(),
-            Some(1),
+            Some(2),
             "{args:?}: {}",
             String::from_utf8_lossy(&out.stderr)
         );

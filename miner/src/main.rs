@@ -12,8 +12,17 @@ use gpu_attest_shared::identity::Identity;
 use std::process::ExitCode;
 use std::time::Duration;
 
-/// Errors end the process with one line on stderr, whatever RUST_BACKTRACE says. A device
-/// fault has an exit status of its own, so that a supervisor can tell it from a bad config.
+/// A self-check that a kernel failed: the command's answer is no, not an error.
+#[derive(Debug, thiserror::Error)]
+#[error("{failed} of {checked} kernels failed their self-check")]
+struct SelfCheckFailed {
+    failed: usize,
+    checked: usize,
+}
+
+/// Errors end the process with one line on stderr, whatever RUST_BACKTRACE says, and the exit
+/// statuses both binaries share (`gpu_attest_daemon::exit`): a device fault has one of its own,
+/// so that a supervisor can tell it from a bad config.
 fn main() -> ExitCode {
     let cli = Cli::parse();
     if !matches!(cli.command, Command::Serve(_)) {
@@ -33,9 +42,11 @@ fn main() -> ExitCode {
                 ),
             };
             if device_fault {
-                ExitCode::from(gpu_attest_daemon::devices::EXIT_DEVICE_FAULT)
+                ExitCode::from(gpu_attest_daemon::exit::DEVICE_FAULT)
+            } else if e.downcast_ref::<SelfCheckFailed>().is_some() {
+                ExitCode::from(gpu_attest_daemon::exit::ANSWER_NO)
             } else {
-                ExitCode::FAILURE
+                ExitCode::from(gpu_attest_daemon::exit::ERROR)
             }
         }
     }
@@ -178,7 +189,11 @@ fn run(cli: Cli) -> Result<()> {
                 println!("checked against the portable CPU kernel: {}", report.cases);
             }
             if failed > 0 {
-                bail!("{failed} of {} kernels failed their self-check", report.checks.len());
+                return Err(SelfCheckFailed {
+                    failed,
+                    checked: report.checks.len(),
+                }
+                .into());
             }
             // Asked for the GPU by name, checking the CPU alone is no answer: a deploy script
             // that gates on this must not go ahead on a host without one (as `serve` would not).

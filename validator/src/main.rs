@@ -14,11 +14,11 @@ use std::io::IsTerminal;
 use std::process::ExitCode;
 use std::time::Duration;
 
-/// `attest` exit codes: 0 pass, 1 fail verdict, 2 could not attest, and 75 when a GPU the
-/// validator verifies on faulted (a fresh process can use it again; one that faulted in the
-/// self-check is skipped next time).
-const EXIT_FAIL: u8 = 1;
-const EXIT_ERROR: u8 = 2;
+/// `attest` exits 0 on a pass, 1 on a fail verdict, 2 when it could not attest, and 75 when a
+/// GPU the validator verifies on faulted (a fresh process can use it again; one that faulted in
+/// the self-check is skipped next time): see `gpu_attest_daemon::exit`.
+const EXIT_FAIL: u8 = gpu_attest_daemon::exit::ANSWER_NO;
+const EXIT_ERROR: u8 = gpu_attest_daemon::exit::ERROR;
 
 fn main() -> ExitCode {
     let cli = Cli::parse();

@@ -72,10 +72,10 @@ impl Drop for Daemon {
     }
 }
 
-/// A failed command (the miner exits 1) that said why in one line.
+/// A failed command (exit status 2, an error) that said why in one line.
 pub fn assert_one_line_failure(out: &Output, needle: &str) {
-    assert!(!out.status.success());
     let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
     assert_eq!(stderr.lines().count(), 1, "{stderr}");
     assert!(stderr.starts_with("error: ") && stderr.contains(needle), "{stderr}");
 }

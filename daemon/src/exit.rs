@@ -1,0 +1,13 @@
+//! Exit statuses, the same for both binaries (README, "Exit statuses"), so that a script or a
+//! supervisor reads them one way.
+
+/// The command ran and its answer is no: an attestation whose verdict is FAIL, a self-check
+/// that a kernel failed.
+pub const ANSWER_NO: u8 = 1;
+
+/// The command could not do what was asked: bad usage, a bad config or key file, a peer out of
+/// reach, a database error. Command-line usage errors (clap's) have this status too.
+pub const ERROR: u8 = 2;
+
+/// A device went out of service (EX_TEMPFAIL): a fresh process is expected to get it back.
+pub use crate::devices::EXIT_DEVICE_FAULT as DEVICE_FAULT;
