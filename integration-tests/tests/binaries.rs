@@ -653,3 +653,21 @@ fn logs_to_a_file_are_plain_text_or_json_lines_never_coloured() {
         "GPU_ATTEST_LOG_FORMAT=\"yaml\" is not a log format: use text or json",
     );
 }
+
+/// `validator miners` pointed at the wrong place says what is wrong: an address without a
+/// scheme, and a miner's port instead of the validator's API.
+#[test]
+fn the_operator_cli_names_a_wrong_api_address() {
+    let out = miners("127.0.0.1:7071", &["list"]);
+    assert_one_line_failure(&out, "no scheme: write http://127.0.0.1:7071 (loopback)");
+
+    let d = Dir::fresh("wrong-api");
+    let validator_key = keygen("validator", &d.0.join("v.key"));
+    keygen("miner", &d.0.join("m.key"));
+    let (_miner, miner_url) = start(serve_miner(&d.0, &validator_key));
+    let out = miners(&miner_url, &["list"]);
+    assert_one_line_failure(
+        &out,
+        &format!("the server at {miner_url} does not serve the validator API"),
+    );
+}

@@ -29,6 +29,10 @@ pub enum OperatorError {
     Tls(TransportError),
     #[error("the validator refused ({code:?}): {message}")]
     Refused { code: tonic::Code, message: String },
+    #[error(
+        "the server at {url} does not serve the validator API ({message}); is --api the address `validator serve` listens on (its `listen` setting), not a miner's?"
+    )]
+    NotTheValidator { url: String, message: String },
     #[error("miner key must be 64 hex digits: {0}")]
     BadKey(String),
 }
@@ -136,6 +140,7 @@ impl From<v1::Verdict> for VerdictSummary {
 }
 
 pub struct Operator {
+    url: String,
     client: ValidatorClient<Channel>,
 }
 
@@ -147,6 +152,13 @@ impl Operator {
             url: url.into(),
             detail,
         };
+        // Without a scheme the address would parse as something else and fail to connect,
+        // which would read as a validator that is not running.
+        if !url.contains("://") {
+            return Err(bad_url(format!(
+                "no scheme: write http://{url} (loopback) or https://{url} (with --api-ca)"
+            )));
+        }
         let mut endpoint = Endpoint::from_shared(url.to_string())
             .map_err(|e| bad_url(e.to_string()))?
             .connect_timeout(CONNECT_TIMEOUT)
@@ -162,6 +174,7 @@ impl Operator {
             detail: error_chain(&e),
         })?;
         Ok(Operator {
+            url: url.into(),
             client: ValidatorClient::new(channel),
         })
     }
@@ -175,7 +188,13 @@ impl Operator {
             name: name.into(),
             replace_key,
         };
-        let miner: Miner = self.client.register_miner(request).await?.into_inner().into();
+        let miner: Miner = self
+            .client
+            .register_miner(request)
+            .await
+            .map_err(|s| self.refused(s))?
+            .into_inner()
+            .into();
         // Matched on the URL the validator stored: it normalises the one given.
         let change = match before.into_iter().find(|m| m.url == miner.url) {
             None => RegistrationChange::New,
@@ -190,15 +209,39 @@ impl Operator {
         Ok(Registration { miner, change })
     }
 
+    /// `status` as the error it is: a server without the Validator service (a miner's port, say)
+    /// answers UNIMPLEMENTED, which says nothing to an operator on its own.
+    fn refused(&self, status: tonic::Status) -> OperatorError {
+        if status.code() == tonic::Code::Unimplemented {
+            OperatorError::NotTheValidator {
+                url: self.url.clone(),
+                message: status.message().into(),
+            }
+        } else {
+            status.into()
+        }
+    }
+
     pub async fn list(&mut self) -> Result<Vec<Miner>, OperatorError> {
-        let miners = self.client.list_miners(v1::ListMinersRequest {}).await?.into_inner();
+        let miners = self
+            .client
+            .list_miners(v1::ListMinersRequest {})
+            .await
+            .map_err(|s| self.refused(s))?
+            .into_inner();
         Ok(miners.miners.into_iter().map(Miner::from).collect())
     }
 
     /// `true` if the miner was registered.
     pub async fn remove(&mut self, url: &str) -> Result<bool, OperatorError> {
         let request = v1::RemoveMinerRequest { url: url.into() };
-        Ok(self.client.remove_miner(request).await?.into_inner().removed)
+        Ok(self
+            .client
+            .remove_miner(request)
+            .await
+            .map_err(|s| self.refused(s))?
+            .into_inner()
+            .removed)
     }
 
     /// Stored verdicts, newest first, following the API's pages up to `query.limit`. The API
@@ -214,7 +257,12 @@ impl Operator {
                 page_size: (query.limit - out.len() as u32).min(500),
                 page_token,
             };
-            let page = self.client.list_verdicts(request).await?.into_inner();
+            let page = self
+                .client
+                .list_verdicts(request)
+                .await
+                .map_err(|s| self.refused(s))?
+                .into_inner();
             // An empty page that names a next one would have us ask forever: a server that
             // misbehaves gets what it sent so far.
             let progressed = !page.verdicts.is_empty();
@@ -238,6 +286,12 @@ impl Operator {
             miner_key: key.0.to_vec(),
             reason: reason.into(),
         };
-        Ok(self.client.revoke_miner_key(request).await?.into_inner().newly_revoked)
+        Ok(self
+            .client
+            .revoke_miner_key(request)
+            .await
+            .map_err(|s| self.refused(s))?
+            .into_inner()
+            .newly_revoked)
     }
 }
