@@ -212,6 +212,9 @@ impl Validator for ValidatorService {
         let url = normalise_url(&request.into_inner().url);
         let removed = self.attestor.store().remove_miner(&url).await?;
         self.attestor.metrics().forget_miner(&url);
+        if removed {
+            info!(%url, "miner removed");
+        }
         Ok(Response::new(v1::RemoveMinerResponse { removed }))
     }
 

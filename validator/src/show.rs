@@ -68,6 +68,7 @@ fn stored_verdict_line(v: &Verdict) -> String {
     verdict_line(&VerdictLine {
         id: v.id,
         passed: v.passed,
+        created_at_ms: v.created_at_ms,
         miner_url: &v.miner_url,
         measured_ms: v.measured_ms,
         deadline_ms: v.deadline_ms,
@@ -97,6 +98,7 @@ fn summary_line(v: &VerdictSummary) -> String {
     verdict_line(&VerdictLine {
         id: v.id,
         passed: v.passed,
+        created_at_ms: v.created_at_unix_ms,
         miner_url: &v.miner_url,
         measured_ms: v.measured_ms,
         deadline_ms: v.deadline_ms,
@@ -115,6 +117,8 @@ fn summary_line(v: &VerdictSummary) -> String {
 struct VerdictLine<'a> {
     id: u64,
     passed: bool,
+    /// When the verdict was stored, Unix milliseconds.
+    created_at_ms: u64,
     miner_url: &'a str,
     measured_ms: u64,
     deadline_ms: u64,
@@ -124,8 +128,8 @@ struct VerdictLine<'a> {
     reasons: &'a [String],
 }
 
-/// `#12    PASS  http://rig:7070  840 ms (deadline 2100 ms)  proved ..., expected ... (basis)`;
-/// a failure ends with its reasons instead.
+/// `#12    PASS  2026-11-25T11:04:34Z  http://rig:7070  840 ms (deadline 2100 ms)  proved ...,
+/// expected ... (basis)`, the time in UTC; a failure ends with its reasons instead.
 fn verdict_line(v: &VerdictLine) -> String {
     let detail = if v.passed {
         format!(
@@ -137,10 +141,12 @@ fn verdict_line(v: &VerdictLine) -> String {
     } else {
         v.reasons.join("; ")
     };
+    let stored = std::time::UNIX_EPOCH + std::time::Duration::from_millis(v.created_at_ms);
     format!(
-        "#{:<5} {}  {}  {} ms (deadline {} ms)  {detail}",
+        "#{:<5} {}  {}  {}  {} ms (deadline {} ms)  {detail}",
         v.id,
         if v.passed { "PASS" } else { "FAIL" },
+        humantime::format_rfc3339_seconds(stored),
         v.miner_url,
         v.measured_ms,
         v.deadline_ms
@@ -220,5 +226,13 @@ mod tests {
             assert_eq!(from_file, from_api);
             assert!(from_file.starts_with(&format!("#{:<5} ", v.id)), "{from_file}");
         }
+    }
+
+    #[test]
+    fn a_verdict_line_says_when_in_utc() {
+        let mut v = crate::store::test_support::passing_verdict([1; 32]);
+        v.created_at_ms = 1_795_000_000_123;
+        let line = stored_verdict_line(&v);
+        assert!(line.contains("  PASS  2026-11-18T11:06:40Z  "), "{line}");
     }
 }
