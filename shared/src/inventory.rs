@@ -6,11 +6,12 @@
 //! name exactly the same hardware: otherwise a miner could be sized as one CPU and be recorded
 //! as eight GPUs.
 
+use crate::device::DeviceInfo;
 use crate::digest::Digest;
+use crate::encoding::{put_inventory, put_str};
 use crate::identity::{PublicKey, SignatureError};
 use crate::params::{MIN_PROTOCOL_VERSION, PROTOCOL_VERSION};
 use crate::partition::MAX_DEVICES;
-use crate::statement::{DeviceInfo, claim_bytes};
 
 /// The backends this protocol version defines (PROTOCOL.md 14.2).
 pub const BACKENDS: [&str; 2] = ["cpu", "cuda"];
@@ -284,6 +285,17 @@ impl Inventory {
         }
         Ok(())
     }
+}
+
+const INVENTORY_DOMAIN: &[u8] = b"gpu-attest v1 inventory";
+
+/// The bytes an inventory digest hashes (PROTOCOL.md 13.5): backend, kernel, devices.
+pub fn claim_bytes(claim: &HardwareClaim) -> Vec<u8> {
+    let mut out = INVENTORY_DOMAIN.to_vec();
+    put_str(&mut out, &claim.backend);
+    put_str(&mut out, &claim.kernel);
+    put_inventory(&mut out, &claim.devices);
+    out
 }
 
 #[cfg(test)]

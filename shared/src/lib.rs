@@ -23,6 +23,7 @@ pub mod cpu;
 pub mod cuda;
 pub mod device;
 pub mod digest;
+mod encoding;
 pub mod engine;
 pub mod evidence;
 pub mod failure;

@@ -7,6 +7,7 @@
 use crate::commitment::{DeviceRoot, WorkCommitment};
 pub use crate::device::DeviceInfo;
 use crate::digest::Digest;
+use crate::encoding::{put_digests, put_inventory, put_str, put_u32};
 use crate::identity::{Identity, PublicKey, SignatureError};
 use crate::inventory::HardwareClaim;
 use crate::memory::params::MemoryParams;
@@ -21,7 +22,6 @@ const CHALLENGE_V3_DOMAIN: &[u8] = b"gpu-attest v3 challenge";
 const COMMITMENT_V3_DOMAIN: &[u8] = b"gpu-attest v3 commitment statement";
 pub(crate) const OPEN_REQUEST_DOMAIN: &[u8] = b"gpu-attest v1 open request";
 const OPENING_DOMAIN: &[u8] = b"gpu-attest v1 opening";
-const INVENTORY_DOMAIN: &[u8] = b"gpu-attest v1 inventory";
 
 /// What the validator signs when it issues work.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -171,15 +171,6 @@ fn commitment_v3_bytes(v2: Vec<u8>, pools: &[PoolCommitment]) -> Vec<u8> {
     out
 }
 
-/// The bytes an inventory digest hashes (PROTOCOL.md 13.5): backend, kernel, devices.
-pub fn claim_bytes(claim: &HardwareClaim) -> Vec<u8> {
-    let mut out = INVENTORY_DOMAIN.to_vec();
-    put_str(&mut out, &claim.backend);
-    put_str(&mut out, &claim.kernel);
-    put_inventory(&mut out, &claim.devices);
-    out
-}
-
 /// The validator's signed request for openings: only the challenge's issuer may make the miner
 /// recompute.
 pub fn open_request_bytes(nonce: &[u8; 32], samples: &[SampleRequest]) -> Vec<u8> {
@@ -203,41 +194,6 @@ pub fn opening_bytes(nonce: &[u8; 32], opening: &ChainOpening) -> Vec<u8> {
     put_digests(&mut out, &opening.proof.siblings);
     out.extend(opening.start.digest().0);
     out
-}
-
-pub(crate) fn put_u32(out: &mut Vec<u8>, len: usize) {
-    out.extend(
-        u32::try_from(len)
-            .expect("lengths in a statement fit in u32")
-            .to_le_bytes(),
-    );
-}
-
-fn put_str(out: &mut Vec<u8>, s: &str) {
-    put_u32(out, s.len());
-    out.extend(s.as_bytes());
-}
-
-pub(crate) fn put_digests(out: &mut Vec<u8>, digests: &[Digest]) {
-    put_u32(out, digests.len());
-    for d in digests {
-        out.extend(d.0);
-    }
-}
-
-fn put_inventory(out: &mut Vec<u8>, devices: &[DeviceInfo]) {
-    put_u32(out, devices.len());
-    for d in devices {
-        out.extend(d.index.to_le_bytes());
-        put_str(out, &d.name);
-        put_str(out, &d.uuid);
-        out.extend(d.memory_bytes.to_le_bytes());
-        out.extend(d.sm_count.to_le_bytes());
-        out.extend(d.compute_capability.0.to_le_bytes());
-        out.extend(d.compute_capability.1.to_le_bytes());
-        put_str(out, &d.pci_bus_id);
-        put_str(out, &d.driver_version);
-    }
 }
 
 fn put_devices(out: &mut Vec<u8>, devices: &[DeviceRoot]) {

@@ -5,10 +5,11 @@
 
 use super::check::WalkOpening;
 use crate::digest::Digest;
+use crate::encoding::{put_digests, put_u32};
 use crate::identity::PublicKey;
 use crate::opening::SampleRequest;
 pub use crate::statement::PoolCommitment;
-use crate::statement::{OPEN_REQUEST_DOMAIN, open_request_bytes, put_digests, put_u32, redomained};
+use crate::statement::{OPEN_REQUEST_DOMAIN, open_request_bytes, redomained};
 
 const OPEN_REQUEST_V3_DOMAIN: &[u8] = b"gpu-attest v3 open request";
 const WALK_REQUEST_DOMAIN: &[u8] = b"gpu-attest v3 walk request";
