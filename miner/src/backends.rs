@@ -1,12 +1,11 @@
 //! Chooses the compute backend from the configuration and the hardware present.
 
-use crate::config::{BackendChoice, GpuKernelChoice, MinerConfig};
+use crate::config::{BackendChoice, MinerConfig};
 use crate::selftest;
 use gpu_attest_shared::Backend;
 use gpu_attest_shared::cpu::CpuBackend;
-use gpu_attest_shared::cuda::compile::default_cache_dir;
 use gpu_attest_shared::cuda::detect::{Detection, GpuDetectError, detect};
-use gpu_attest_shared::cuda::{CudaBackend, CudaInitError, CudaOptions, GpuKernel};
+use gpu_attest_shared::cuda::{CudaBackend, CudaInitError};
 use gpu_attest_shared::selftest::checks::{CheckedKernelError, start_checked};
 use gpu_attest_shared::statement::DeviceInfo;
 use std::sync::Arc;
@@ -58,21 +57,6 @@ pub enum BackendSelectError {
     Cpu(String),
 }
 
-/// The CUDA options a configuration asks for.
-pub fn cuda_options(config: &MinerConfig) -> CudaOptions {
-    CudaOptions {
-        ordinals: (!config.gpu_devices.is_empty()).then(|| config.gpu_devices.clone()),
-        kernel: match config.gpu_kernel {
-            GpuKernelChoice::Auto => None,
-            GpuKernelChoice::Tiled => Some(GpuKernel::Tiled),
-            GpuKernelChoice::Tensor => Some(GpuKernel::Tensor),
-            GpuKernelChoice::Wgmma => Some(GpuKernel::Wgmma),
-        },
-        cache_dir: config.kernel_cache_dir.clone().or_else(default_cache_dir),
-        host_hashing: config.gpu_hash_on_host,
-    }
-}
-
 pub fn select(config: &MinerConfig) -> Result<SelectedBackend, BackendSelectError> {
     match config.backend {
         BackendChoice::Cpu => cpu(config, Vec::new()),
@@ -117,7 +101,7 @@ pub fn select_detected(
 /// [`GpuKernel::FASTEST_FIRST`] that every selected GPU runs and passed on. What every check
 /// found goes into the notes.
 fn start_checked_cuda(config: &MinerConfig, detection: &Detection) -> Result<SelectedBackend, BackendSelectError> {
-    let options = cuda_options(config);
+    let options = config.cuda_options();
     let (backend, checks) = start_checked(detection, &options, config.cpu_threads).map_err(|e| match e {
         CheckedKernelError::Cuda(e) => BackendSelectError::Cuda(e),
         CheckedKernelError::GpuFaulted(what) => BackendSelectError::GpuFaulted(what),

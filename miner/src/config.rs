@@ -4,6 +4,8 @@ pub use gpu_attest_daemon::config::ConfigError;
 use gpu_attest_daemon::config::{config_to_toml, load_config};
 use gpu_attest_daemon::metrics::MetricsConfig;
 use gpu_attest_daemon::tls::TlsFiles;
+use gpu_attest_shared::cuda::compile::default_cache_dir;
+use gpu_attest_shared::cuda::{CudaOptions, GpuKernel};
 use gpu_attest_shared::gemm::KernelChoice;
 use gpu_attest_shared::params::MIN_N;
 use serde::{Deserialize, Serialize};
@@ -144,6 +146,21 @@ impl Default for MinerConfig {
 }
 
 impl MinerConfig {
+    /// The CUDA options this configuration asks for.
+    pub fn cuda_options(&self) -> CudaOptions {
+        CudaOptions {
+            ordinals: (!self.gpu_devices.is_empty()).then(|| self.gpu_devices.clone()),
+            kernel: match self.gpu_kernel {
+                GpuKernelChoice::Auto => None,
+                GpuKernelChoice::Tiled => Some(GpuKernel::Tiled),
+                GpuKernelChoice::Tensor => Some(GpuKernel::Tensor),
+                GpuKernelChoice::Wgmma => Some(GpuKernel::Wgmma),
+            },
+            cache_dir: self.kernel_cache_dir.clone().or_else(default_cache_dir),
+            host_hashing: self.gpu_hash_on_host,
+        }
+    }
+
     /// Defaults overlaid with `path`'s TOML, if given.
     pub fn load(path: Option<&std::path::Path>) -> Result<Self, ConfigError> {
         load_config(path)

@@ -57,7 +57,7 @@ pub fn run(
     let mut checks = Vec::new();
     let mut gpu_note = None;
     if config.backend != crate::config::BackendChoice::Cpu {
-        let options = crate::backends::cuda_options(config);
+        let options = config.cuda_options();
         let gpu = match detection {
             Ok(d) => gpu_kernels(&mut suite, d, &options, &GpuKernel::ALL, fresh),
             Err(e) => Err(format!("no GPU: {e}")),

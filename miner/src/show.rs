@@ -1,7 +1,7 @@
 //! What the `miner` commands print: `info` (text and JSON), `bench` tables. Kept apart from the
 //! binary so that it stays a thin dispatch over the library, and from the work itself.
 
-use crate::backends::{self, SelectedBackend};
+use crate::backends::SelectedBackend;
 use crate::bench;
 use crate::config::MinerConfig;
 use gpu_attest_shared::cuda::detect::{Detection, GpuDetectError};
@@ -166,7 +166,7 @@ pub fn bench_gpus(
     memory_mib: usize,
     json: bool,
 ) -> Result<(), String> {
-    let options = backends::cuda_options(config);
+    let options = config.cuda_options();
     if !json {
         println!(
             "{:<7} {:>3} {:>5} {:>5} {:>10} {:>8} {:>7} {:>9} {:>10} {:>9} {:>9}  device",
