@@ -3,7 +3,6 @@
 //! The handles are cheap clones over shared atomics; the registry is built once, for the
 //! endpoint, from clones of them.
 
-use crate::attest::AttestError;
 use crate::store::Verdict;
 use gpu_attest_daemon::metrics::prometheus_client::metrics::counter::Counter;
 use gpu_attest_daemon::metrics::prometheus_client::metrics::family::Family;
@@ -141,9 +140,10 @@ impl ValidatorMetrics {
         }
     }
 
-    /// Counts what one attestation came to; `registered`: whether its miner is registered (only
-    /// those have a proven-rate series).
-    pub fn attested(&self, result: &Result<Verdict, AttestError>, registered: bool) {
+    /// Counts what one attestation came to: its verdict, or the kind of error that kept it from
+    /// one (`AttestError::kind`); `registered`: whether its miner is registered (only those have
+    /// a proven-rate series).
+    pub fn attested(&self, result: Result<&Verdict, &'static str>, registered: bool) {
         match result {
             Ok(verdict) => {
                 let outcome = if verdict.passed { "pass" } else { "fail" };
@@ -176,11 +176,11 @@ impl ValidatorMetrics {
                     }
                 }
             }
-            Err(e) => {
+            Err(kind) => {
                 self.attestations
                     .get_or_create(&vec![("outcome", "error".into())])
                     .inc();
-                self.errors.get_or_create(&vec![("kind", e.kind().to_string())]).inc();
+                self.errors.get_or_create(&vec![("kind", kind.to_string())]).inc();
             }
         }
     }

@@ -197,7 +197,8 @@ impl Attestor {
             Ok(v) => matches!(self.store.miner(&v.miner_url).await, Ok(Some(_))),
             Err(_) => false,
         };
-        self.metrics.attested(&result, registered);
+        self.metrics
+            .attested(result.as_ref().map_err(AttestError::kind), registered);
         result
     }
 
