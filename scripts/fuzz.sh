@@ -40,14 +40,19 @@ export RUSTC_BOOTSTRAP=1
 # Optimised, with debug assertions and overflow checks on, under AddressSanitizer: the shared
 # crate's aligned buffers are unsafe code, and an overflow is a finding, not a wrap.
 build_flags=(--release --debug-assertions --sanitizer address)
+# Built once, then run directly: `cargo fuzz run` would rebuild from the working tree before
+# each target, so a long run would test whatever the tree held when each target started.
 echo "== building the fuzz targets"
 cargo fuzz build "${build_flags[@]}" 2>&1 | { grep -v '^ *Compiling ' || true; }
+built="$PWD/fuzz/target/x86_64-unknown-linux-gnu/release"
 for target in "${targets[@]}"; do
-  [ -x "fuzz/target/x86_64-unknown-linux-gnu/release/$target" ] || {
+  [ -x "$built/$target" ] || {
     echo "fuzz target $target did not build" >&2
     exit 2
   }
 done
+# What cargo fuzz sets for ASan runs: the Rust runtime and libFuzzer define some globals twice.
+export ASAN_OPTIONS="detect_odr_violation=0${ASAN_OPTIONS:+:$ASAN_OPTIONS}"
 
 scratch=${FUZZ_KEEP:-$(mktemp -d /tmp/gpu-attest-fuzz.XXXXXX)}
 logs="$scratch/logs"
@@ -55,10 +60,10 @@ mkdir -p "$logs"
 
 run_one() {
   local target=$1
-  mkdir -p "$scratch/$target" "fuzz/corpus/$target"
-  if cargo fuzz run "${build_flags[@]}" "$target" "$scratch/$target" "fuzz/corpus/$target" -- \
+  mkdir -p "$scratch/$target" "fuzz/corpus/$target" "fuzz/artifacts/$target"
+  if "$built/$target" -artifact_prefix="fuzz/artifacts/$target/" \
     -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
-    >"$logs/$target.log" 2>&1; then
+    "$scratch/$target" "fuzz/corpus/$target" >"$logs/$target.log" 2>&1; then
     local reached execs
     # libFuzzer's last line, "#N<tab>DONE cov: C ft: F corp: K/S ...": edges covered, features,
     # corpus entries.
