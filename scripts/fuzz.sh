@@ -64,13 +64,15 @@ run_one() {
   if "$built/$target" -artifact_prefix="fuzz/artifacts/$target/" \
     -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
     "$scratch/$target" "fuzz/corpus/$target" >"$logs/$target.log" 2>&1; then
-    local reached execs
+    local reached execs edges
     # libFuzzer's last line, "#N<tab>DONE cov: C ft: F corp: K/S ...": edges covered, features,
     # corpus entries.
     reached=$(grep -E '^#[0-9]+[[:space:]]+DONE' "$logs/$target.log" | tail -n 1 |
       grep -oE 'cov: [0-9]+ ft: [0-9]+ corp: [0-9]+' || echo "coverage not reported")
     execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$logs/$target.log")
-    echo "$target: ${seconds} s, ${execs:-?} runs, 0 crashes, $reached"
+    # The edges instrumented in this target's binary, which "cov" counts against.
+    edges=$(sed -n 's/.*(\([0-9]*\) inline 8-bit counters).*/\1/p' "$logs/$target.log" | head -n 1)
+    echo "$target: ${seconds} s, ${execs:-?} runs, 0 crashes, $reached (of ${edges:-?} edges instrumented)"
   else
     echo "$target: CRASH (log: $logs/$target.log; input under fuzz/artifacts/$target/)" >&2
     tail -n 40 "$logs/$target.log" >&2
