@@ -205,14 +205,16 @@ fn selector(data: &[u8]) -> (u8, &[u8]) {
     }
 }
 
-/// Any wire message of either service, chosen by the first byte, decoded as the receiving side
-/// decodes it and checked as far as it reaches without a network: the miner's acceptance of a
-/// challenge, the conversions of every message that carries protocol values, and the
-/// validator API's checks of caller text.
+/// Any wire message of either service, chosen by the first byte's low four bits (its high four
+/// are flags for the message), decoded as the receiving side decodes it and checked as far as
+/// it reaches without a network: the miner's acceptance of a challenge, the conversions of
+/// every message that carries protocol values, and the validator API's checks of caller text.
 pub fn wire_messages(data: &[u8]) {
     let (kind, bytes) = selector(data);
-    match kind % 12 {
-        0 => challenge_received(kind, bytes),
+    match (kind & 0x0f) % 12 {
+        0 => {
+            let _ = challenge_received(kind, bytes);
+        }
         1 => commitment(bytes),
         2 => chain_opening(bytes),
         3 => walk_opening(bytes),
@@ -259,10 +261,13 @@ pub fn wire_messages(data: &[u8]) {
 /// A challenge as the miner receives it, through every acceptance check (PROTOCOL.md 14.3).
 /// With bit 4 of `flags` set it is first bound to the test miner and re-signed by its validator,
 /// since a fuzzer cannot forge a signature and would otherwise stop at the first check.
-fn challenge_received(flags: u8, bytes: &[u8]) {
-    let Ok(wire) = v1::Challenge::decode(bytes) else { return };
+/// Whether the miner accepted it.
+pub fn challenge_received(flags: u8, bytes: &[u8]) -> bool {
+    let Ok(wire) = v1::Challenge::decode(bytes) else {
+        return false;
+    };
     let Ok((mut challenge, mut signature)) = challenge_from_wire(&wire) else {
-        return;
+        return false;
     };
     if flags & 0x10 != 0 {
         challenge.params.miner_key = miner().public_key().0;
@@ -271,7 +276,9 @@ fn challenge_received(flags: u8, bytes: &[u8]) {
     }
     let _ = challenge.verify(&signature);
     let _ = Work::new(challenge.params);
-    let _ = fresh_miner_core().accept(challenge, &signature, challenge_time());
+    fresh_miner_core()
+        .accept(challenge, &signature, challenge_time())
+        .is_ok()
 }
 
 /// The validator API's requests, through the checks its handlers make before the store.

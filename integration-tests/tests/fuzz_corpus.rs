@@ -98,6 +98,14 @@ fn the_seeds_pass_the_checks_they_seed() {
     };
     let (work, exec, _) = hostile::honest();
 
+    // Both challenges, the version 3 one re-signed by the harness (its flag bit 4), are
+    // accepted by the miner: the fuzzer starts past every acceptance check.
+    for name in ["challenge", "challenge-with-memory"] {
+        let bytes = seed("wire_messages", name);
+        assert_eq!(bytes[0] & 0x0f, 0, "{name} is a challenge");
+        assert!(hostile::challenge_received(bytes[0], &bytes[1..]), "{name} is accepted");
+    }
+
     // The first byte is the target's flags (none: the miner's own signatures stand).
     let wire = v1::Commitment::decode(&seed("commitment", "honest")[1..]).unwrap();
     let (commitment, signature) = commitment_from_wire(&wire).unwrap();
