@@ -71,11 +71,6 @@ pub const TARGETS: &[(&str, EntryPoint)] = &[
     ("rate_file", rate_file),
 ];
 
-/// The entry point named `name`.
-pub fn target(name: &str) -> Option<EntryPoint> {
-    TARGETS.iter().find(|(n, _)| *n == name).map(|(_, f)| *f)
-}
-
 /// The validator's key in every challenge here, and the only one the miner accepts.
 fn validator() -> &'static Identity {
     static V: OnceLock<Identity> = OnceLock::new();
@@ -102,13 +97,21 @@ pub fn params() -> ChallengeParams {
     }
 }
 
-pub fn backend() -> &'static CpuBackend {
-    static B: OnceLock<CpuBackend> = OnceLock::new();
-    B.get_or_init(|| {
-        CpuBackend::new(1, None)
-            .expect("a one-thread CPU backend")
-            .with_logical_devices(2)
+/// One thread presenting two logical devices: the honest run's backend, and every fresh
+/// miner's.
+fn shared_cpu() -> &'static Arc<CpuBackend> {
+    static CPU: OnceLock<Arc<CpuBackend>> = OnceLock::new();
+    CPU.get_or_init(|| {
+        Arc::new(
+            CpuBackend::new(1, None)
+                .expect("a one-thread CPU backend")
+                .with_logical_devices(2),
+        )
     })
+}
+
+pub fn backend() -> &'static CpuBackend {
+    shared_cpu()
 }
 
 fn claim() -> HardwareClaim {
@@ -154,16 +157,7 @@ pub fn honest() -> &'static (Work, Execution, ChainOpening) {
 /// its own: made for each input, so that what one input does to the log (a nonce accepted)
 /// cannot change what the next one reaches. The backend is shared.
 fn fresh_miner_core() -> MinerCore {
-    static CPU: OnceLock<Arc<CpuBackend>> = OnceLock::new();
-    let cpu = CPU
-        .get_or_init(|| {
-            Arc::new(
-                CpuBackend::new(1, None)
-                    .expect("a one-thread CPU backend")
-                    .with_logical_devices(2),
-            )
-        })
-        .clone();
+    let cpu = shared_cpu().clone();
     let selected = SelectedBackend {
         kernel: cpu.kernel().to_string(),
         backend: cpu,
@@ -187,7 +181,7 @@ fn planned() -> &'static Plan {
     static PLAN: OnceLock<Plan> = OnceLock::new();
     PLAN.get_or_init(|| {
         let config = default_config();
-        let rates = RateBook::shipped(config.rate_table(), config.calibration.clone());
+        let rates = RateBook::of_config(config);
         plan(&seed_inventory(), config, &rates, true, [1; 32], [2; 32]).expect("the seed inventory is planned for")
     })
 }
@@ -474,7 +468,7 @@ pub fn inventory(bytes: &[u8]) {
     }
     let config = default_config();
     let _ = classes(&inventory.claim, config);
-    let rates = RateBook::shipped(config.rate_table(), config.calibration.clone());
+    let rates = RateBook::of_config(config);
     let _ = plan(&inventory, config, &rates, true, [1; 32], [2; 32]);
     let _ = plan(&inventory, config, &rates, false, [1; 32], [2; 32]);
 }
@@ -498,12 +492,15 @@ pub fn device_evidence(bytes: &[u8]) {
         let _ = check_device_evidence(
             device,
             &nvidia_sample().1,
-            "NVIDIA H100 80GB HBM3",
+            SAMPLE_MODEL,
             evidence_trust(),
             crate::test_pki::NOW,
         );
     }
 }
+
+/// The model NVIDIA's sample is checked as: the GPU its report and certificates are from.
+pub const SAMPLE_MODEL: &str = "NVIDIA H100 80GB HBM3";
 
 /// NVIDIA's published Hopper evidence (shared/tests/data/nvidia) as one device's evidence, and
 /// the requester nonce its report answers.
@@ -557,14 +554,13 @@ pub fn config_file(data: &[u8]) {
     {
         // What serve does with a valid file: plan with its rates, challenge and memory
         // settings, and judge evidence with its chips and SKUs.
-        let rates = RateBook::shipped(config.rate_table(), config.calibration.clone())
-            .with_floor(config.deadline.first_contact_slack);
+        let rates = RateBook::of_config(&config);
         let _ = plan(&seed_inventory(), &config, &rates, true, [1; 32], [2; 32]);
         let (sample, nonce) = nvidia_sample();
         let _ = check_device_evidence(
             sample,
             nonce,
-            "NVIDIA H100 80GB HBM3",
+            SAMPLE_MODEL,
             &config.identity.trust(),
             crate::test_pki::NOW,
         );
@@ -576,8 +572,7 @@ pub fn rate_file(bytes: &[u8]) {
     let Ok(text) = std::str::from_utf8(bytes) else { return };
     let Ok(file) = RateFile::parse(text) else { return };
     let config = default_config();
-    let mut rates = RateBook::shipped(config.rate_table(), config.calibration.clone())
-        .with_floor(config.deadline.first_contact_slack);
+    let mut rates = RateBook::of_config(config);
     for row in file.classes.iter().filter(|row| row.is_importable()) {
         rates.share(row.class(), row.rate());
     }

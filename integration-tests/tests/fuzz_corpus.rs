@@ -135,7 +135,7 @@ fn the_seeds_pass_the_checks_they_seed() {
     let wire = v1::Inventory::decode(seed("inventory", "cpu-two-devices").as_slice()).unwrap();
     let inventory = inventory_from_wire(&wire).unwrap();
     let config = ValidatorConfig::default();
-    let rates = RateBook::shipped(config.rate_table(), config.calibration.clone());
+    let rates = RateBook::of_config(&config);
     plan(&inventory, &config, &rates, true, [1; 32], [2; 32]).expect("the seed inventory is planned for");
 
     let wire = v1::DeviceEvidence::decode(seed("device_evidence", "nvidia-hopper-sample").as_slice()).unwrap();
@@ -145,7 +145,7 @@ fn the_seeds_pass_the_checks_they_seed() {
     check_device_evidence(
         &evidence.devices[0],
         &hostile::nvidia_sample().1,
-        "NVIDIA H100 80GB HBM3",
+        hostile::SAMPLE_MODEL,
         &EvidenceTrust::nvidia(Default::default()),
         gpu_attest_integration_tests::test_pki::NOW,
     )

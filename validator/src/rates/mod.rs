@@ -133,6 +133,13 @@ impl RateBook {
         self
     }
 
+    /// The tables `config` names, nothing observed yet: every class at first contact, and
+    /// observed rates added later floored as `config` says.
+    pub fn of_config(config: &ValidatorConfig) -> Self {
+        RateBook::shipped(config.rate_table(), config.calibration.clone())
+            .with_floor(config.deadline.first_contact_slack)
+    }
+
     /// The tables `config` names plus what `store` holds for `classes`.
     pub async fn load(
         store: &Store,
@@ -140,8 +147,7 @@ impl RateBook {
         classes: impl IntoIterator<Item = RateClass>,
         now_ms: u64,
     ) -> Result<Self, StoreError> {
-        let mut book = RateBook::shipped(config.rate_table(), config.calibration.clone())
-            .with_floor(config.deadline.first_contact_slack);
+        let mut book = RateBook::of_config(config);
         let since_ms = now_ms.saturating_sub(u64::from(book.calibration.max_age_days) * 86_400_000);
         let classes: std::collections::BTreeSet<RateClass> = classes.into_iter().collect();
         for class in &classes {
