@@ -88,6 +88,7 @@ pub fn challenge_to_wire(c: &Challenge, sig: &[u8; 64]) -> v1::Challenge {
         signature: sig.to_vec(),
         inventory_digest: c.inventory_digest.0.to_vec(),
         memory: c.memory.as_ref().map(memory_to_wire),
+        finish_by_unix_ms: c.finish_by_ms.unwrap_or(0),
     }
 }
 
@@ -119,6 +120,7 @@ pub fn challenge_from_wire(c: &v1::Challenge) -> Result<(Challenge, [u8; 64]), W
         validator_key: PublicKey(bytes32("validator_key", &c.validator_key)?),
         inventory_digest: Digest(bytes32("inventory_digest", &c.inventory_digest)?),
         memory: c.memory.as_ref().map(memory_from_wire),
+        finish_by_ms: (c.finish_by_unix_ms != 0).then_some(c.finish_by_unix_ms),
     };
     Ok((challenge, signature("signature", &c.signature)?))
 }
@@ -181,6 +183,7 @@ pub fn inventory_to_wire(i: &Inventory) -> v1::Inventory {
         limits: Some(limits_to_wire(&i.limits)),
         // Filled by the miner service from its self-check; never part of the inventory's claim.
         self_checks: Vec::new(),
+        takes_finish_by: i.takes_finish_by,
     }
 }
 
@@ -201,6 +204,7 @@ pub fn inventory_from_wire(i: &v1::Inventory) -> Result<Inventory, WireError> {
         protocol_version: i.protocol_version,
         software_version: i.software_version.clone(),
         limits: limits_from_wire(&i.limits.unwrap_or_default()),
+        takes_finish_by: i.takes_finish_by,
     })
 }
 

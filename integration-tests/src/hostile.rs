@@ -130,6 +130,8 @@ fn challenge() -> Challenge {
         validator_key: validator().public_key(),
         inventory_digest: claim().digest(),
         memory: None,
+        // As today's validators send to today's miners, so that the fuzzer starts on that path.
+        finish_by_ms: Some(1_764_000_120_000),
     }
 }
 
@@ -590,6 +592,7 @@ fn seed_inventory() -> Inventory {
         protocol_version: PROTOCOL_VERSION,
         software_version: "fuzz seed".into(),
         limits: MinerLimits::default(),
+        takes_finish_by: true,
     }
 }
 

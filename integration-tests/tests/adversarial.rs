@@ -31,6 +31,7 @@ fn now() -> u64 {
 
 fn challenge_for(miner: PublicKey, nonce: u8) -> Challenge {
     Challenge {
+        finish_by_ms: None,
         params: ChallengeParams {
             nonce: [nonce; 32],
             seed: [3; 32],

@@ -10,6 +10,7 @@ use gpu_attest_validator::attest::AttestEvent;
 use gpu_attest_validator::config::Policy;
 use gpu_attest_validator::rates::RateSource;
 use gpu_attest_validator::reason::ReasonCode;
+use gpu_attest_validator::store::Verdict;
 
 #[tokio::test(flavor = "multi_thread")]
 async fn honest_miner_passes_sampled_verification() {
@@ -122,29 +123,55 @@ async fn replayed_commitment_from_earlier_nonce_fails() {
     assert_failed_with(&second, ReasonCode::NonceMismatch);
 }
 
+/// A late commitment by the finish-by time is still a FAIL, but its work is verified and the
+/// verdict states the rate it proved: a marketplace can grade the host. It teaches the class
+/// nothing.
 #[tokio::test(flavor = "multi_thread")]
-async fn answering_after_the_deadline_fails() {
+async fn a_commitment_after_the_deadline_fails_and_states_the_rate_it_proved() {
     let miner = spawn_cheater(miner_core(9, &[validator_key()], 1), Cheat::Slow).await;
-    let (verdict, _dir) = attest(&miner.url(), Policy::Sampled).await;
+    let dir = TempDir::new("graded");
+    let mut config = validator_config(&dir, Policy::Sampled);
+    config.calibration.registered_only = false;
+    let attestor = attestor(&config).await;
+    let verdict = attest_with(&attestor, &miner.url()).await;
     assert_failed_with(&verdict, ReasonCode::LateCommitment);
+    assert_eq!(verdict.reasons.len(), 1, "only late: {:?}", verdict.reasons);
     assert!(verdict.measured_ms > verdict.deadline_ms);
+    assert_eq!(verdict.finish_by_ms, verdict.deadline_ms * 2);
+    assert!(verdict.measured_ms <= verdict.finish_by_ms);
+    let t = &verdict.throughput;
+    let proven = t.proven_ops_per_sec.expect("a graded miss states the rate it proved");
+    assert_eq!(proven, t.operations / (verdict.measured_ms as f64 / 1000.0));
+    assert_eq!(t.proven_to_expected, Some(proven / t.expected_ops_per_sec));
+    // Later than the deadline: less than the deadline's share of the class rate.
+    assert!(t.proven_to_expected.unwrap() < 1.0 / t.slack, "{t}");
+    let classes = attestor.store().rate_classes().await.unwrap();
+    assert!(classes.is_empty(), "a miss taught {classes:?}");
 }
 
-/// Full re-execution costs the validator as much as the work; a miner that has already failed
-/// does not get to make it spend that. (The cheat is late but honest, so the skipped
-/// re-execution is seen in the events: no progress after the commitment.)
+/// Without a finish-by time (the validator turned it off), a late commitment proves nothing.
 #[tokio::test(flavor = "multi_thread")]
-async fn a_late_commitment_is_not_reexecuted_under_the_full_policy() {
-    let miner = spawn_cheater(miner_core(63, &[validator_key()], 1), Cheat::Slow).await;
-    let dir = TempDir::new("late-full");
+async fn without_a_finish_by_time_a_late_commitment_proves_nothing() {
+    let miner = spawn_cheater(miner_core(64, &[validator_key()], 1), Cheat::Slow).await;
+    let dir = TempDir::new("late-no-finish-by");
+    let mut config = validator_config(&dir, Policy::Sampled);
+    config.deadline.finish_by = 1.0;
+    let verdict = attest_with(&*attestor(&config).await, &miner.url()).await;
+    assert_failed_with(&verdict, ReasonCode::LateCommitment);
+    assert_eq!(verdict.finish_by_ms, 0);
+    assert_eq!(verdict.throughput.proven_ops_per_sec, None);
+}
+
+/// The events of one attestation by a full-policy validator, from the commitment on.
+async fn full_policy_events_after_the_commitment(miner: &Running, tag: &str) -> (Verdict, Vec<AttestEvent>) {
+    let dir = TempDir::new(tag);
     let attestor = attestor(&validator_config(&dir, Policy::Full)).await;
     let events = std::sync::Mutex::new(Vec::new());
     let verdict = attestor
         .attest(&miner.url(), &|e| events.lock().unwrap().push(e))
         .await
         .unwrap();
-    assert_failed_with(&verdict, ReasonCode::LateCommitment);
-    let events = events.into_inner().unwrap();
+    let mut events = events.into_inner().unwrap();
     let committed = events
         .iter()
         .position(|e| {
@@ -157,17 +184,37 @@ async fn a_late_commitment_is_not_reexecuted_under_the_full_policy() {
             )
         })
         .expect("a commitment arrived");
-    let after: Vec<_> = events[committed..].iter().collect();
+    (verdict, events.split_off(committed))
+}
+
+/// Full re-execution costs the validator as much as the work. A commitment past the finish-by
+/// time proves nothing, so it does not get to make the validator spend that; one by the
+/// finish-by time is re-executed, since the rate its verdict states rests on it. (The cheats
+/// are late but honest, so re-execution shows as progress after the commitment.)
+#[tokio::test(flavor = "multi_thread")]
+async fn under_the_full_policy_only_a_late_commitment_that_can_prove_a_rate_is_reexecuted() {
+    let reexecuted = |after: &[AttestEvent]| after.iter().any(|e| matches!(e, AttestEvent::Progress(_)));
+
+    let past = spawn_cheater(miner_core(63, &[validator_key()], 1), Cheat::PastFinishBy).await;
+    let (verdict, after) = full_policy_events_after_the_commitment(&past, "past-finish-by-full").await;
+    let late = failed_with(&verdict, ReasonCode::LateCommitment);
+    assert!(late.message.contains("past the finish-by time"), "{late:?}");
+    assert!(verdict.measured_ms > verdict.finish_by_ms);
+    assert_eq!(verdict.throughput.proven_ops_per_sec, None);
     assert!(
         after.iter().any(
             |e| matches!(e, AttestEvent::Phase { name: "verifying", detail } if detail.contains("not re-executed"))
         ),
         "{after:?}"
     );
-    assert!(
-        !after.iter().any(|e| matches!(e, AttestEvent::Progress(_))),
-        "re-executed: {after:?}"
-    );
+    assert!(!reexecuted(&after), "re-executed: {after:?}");
+
+    let graded = spawn_cheater(miner_core(65, &[validator_key()], 1), Cheat::Slow).await;
+    let (verdict, after) = full_policy_events_after_the_commitment(&graded, "graded-full").await;
+    assert_failed_with(&verdict, ReasonCode::LateCommitment);
+    assert_eq!(verdict.reasons.len(), 1, "{:?}", verdict.reasons);
+    assert!(verdict.throughput.proven_ops_per_sec.is_some());
+    assert!(reexecuted(&after), "not re-executed: {after:?}");
 }
 
 /// A miner that could compute first and refuse only the runs it would fail would show nothing

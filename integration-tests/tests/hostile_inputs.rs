@@ -69,6 +69,7 @@ proptest! {
     ) {
         let core = miner_core(50, &[validator_key()], 1);
         let challenge = Challenge {
+            finish_by_ms: None,
             params: ChallengeParams { nonce, seed: [0; 32], miner_key: core.public_key().0, n, num_chains: chains, iterations, checkpoint_every: every },
             issued_at_ms: 0,
             deadline_ms: deadline,

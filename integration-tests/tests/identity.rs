@@ -250,6 +250,7 @@ fn the_evidence_statement_must_be_whole_and_signed_by_the_miner() {
         checkpoint_every: 2,
     };
     let challenge = Challenge {
+        finish_by_ms: None,
         params,
         issued_at_ms: 0,
         deadline_ms: 1,

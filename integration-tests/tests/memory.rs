@@ -282,6 +282,7 @@ fn assert_late(verdict: &Verdict) {
 fn v3_challenge(core: &gpu_attest_miner::MinerCore, nonce: u8) -> gpu_attest_proto::v1::Challenge {
     let now = gpu_attest_miner::core::now_ms();
     let challenge = gpu_attest_shared::statement::Challenge {
+        finish_by_ms: None,
         params: gpu_attest_shared::params::ChallengeParams {
             nonce: [nonce; 32],
             seed: [1; 32],

@@ -33,6 +33,7 @@ fn challenge(miner: PublicKey, nonce: u8, n: u32, chains: u64, iterations: u32, 
         validator_key: validator_key(),
         inventory_digest: cpu_claim(1).digest(),
         memory: None,
+        finish_by_ms: None,
     }
 }
 
@@ -88,6 +89,34 @@ async fn each_refusal_has_its_own_status() {
     assert_eq!(refused.code(), Code::ResourceExhausted);
     assert!(
         refused.message().contains("max_duration_ms=3600000") && refused.message().contains("max_duration_secs=3600"),
+        "{refused:?}"
+    );
+
+    // A finish-by time must come after the deadline, is signed, and is what the limit bounds.
+    let mut finish_first = good.clone();
+    finish_first.finish_by_ms = Some(good.deadline_ms);
+    let refused = client.run_challenge(signed(&finish_first)).await.unwrap_err();
+    assert_eq!(refused.code(), Code::InvalidArgument, "{refused:?}");
+    assert!(refused.message().contains("finish-by"), "{}", refused.message());
+    let mut stretched = signed(&Challenge {
+        finish_by_ms: Some(good.deadline_ms + 5_000),
+        ..good.clone()
+    });
+    stretched.finish_by_unix_ms += 60_000;
+    assert_eq!(code_of(&mut client, stretched).await, Code::Unauthenticated);
+    let unsigned = v1::Challenge {
+        finish_by_unix_ms: good.deadline_ms + 5_000,
+        ..signed(&good)
+    };
+    assert_eq!(code_of(&mut client, unsigned).await, Code::Unauthenticated);
+    let too_late = Challenge {
+        finish_by_ms: Some(now() + 10 * 3600 * 1000),
+        ..good.clone()
+    };
+    let refused = client.run_challenge(signed(&too_late)).await.unwrap_err();
+    assert_eq!(refused.code(), Code::ResourceExhausted);
+    assert!(
+        refused.message().contains("finish-by time") && refused.message().contains("max_duration_ms=3600000"),
         "{refused:?}"
     );
 
@@ -628,4 +657,43 @@ async fn a_miner_stopping_mid_challenge_finishes_it_and_its_openings_first() {
     assert!(refused.message().contains("stopping"), "{}", refused.message());
     let verdict = attestation.await.unwrap().expect("a verdict");
     assert!(verdict.passed, "{verdict:?}");
+}
+
+/// With a finish-by time, a miner that cannot make the deadline goes on and commits late (the
+/// validator can still measure the rate it proves); without one it stops at the deadline. And
+/// it says it takes one.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_miner_works_past_the_deadline_until_the_finish_by_time() {
+    let core = slow::slow_miner(58, Duration::from_millis(1_200));
+    assert!(core.inventory().takes_finish_by);
+    let key = core.public_key();
+    let miner = spawn_miner(core).await;
+    let mut client = connect(&miner).await;
+    let ends = |mut stream: tonic::Streaming<v1::ChallengeEvent>| async move {
+        loop {
+            match stream.message().await {
+                Ok(Some(v1::ChallengeEvent {
+                    event: Some(v1::challenge_event::Event::Commitment(_)),
+                })) => return Ok(now()),
+                Ok(Some(_)) => continue,
+                Ok(None) => return Err(Code::Ok),
+                Err(status) => return Err(status.code()),
+            }
+        }
+    };
+
+    let stopped = challenge(key, 1, 64, 1, 1, 600);
+    let stream = client.run_challenge(signed(&stopped)).await.unwrap().into_inner();
+    assert_eq!(ends(stream).await, Err(Code::DeadlineExceeded));
+
+    let late = Challenge {
+        finish_by_ms: Some(now() + 20_000),
+        ..challenge(key, 2, 64, 1, 1, 600)
+    };
+    let stream = client.run_challenge(signed(&late)).await.unwrap().into_inner();
+    let committed_at = ends(stream).await.expect("a commitment after the deadline");
+    assert!(
+        committed_at > late.deadline_ms,
+        "the slow miner was expected to be late"
+    );
 }

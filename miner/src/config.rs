@@ -42,7 +42,8 @@ pub struct Limits {
     pub max_n: u32,
     pub max_chains: u64,
     pub max_iterations: u32,
-    /// Longest deadline window (deadline minus now) accepted, in seconds.
+    /// Longest window accepted, in seconds: a challenge's deadline (or its finish-by time, when it
+    /// has one: the devices may be held until then) minus now.
     pub max_duration_secs: u64,
     /// Most openings one OpenChains request may ask for.
     pub max_samples: u32,

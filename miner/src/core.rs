@@ -106,9 +106,18 @@ pub struct AcceptedChallenge {
 }
 
 impl AcceptedChallenge {
-    /// Time left until the deadline by this machine's clock.
+    /// Time left to work by this machine's clock: until the finish-by time when the challenge
+    /// has one (a late commitment still proves its rate), else until the deadline.
     pub fn time_left(&self) -> Duration {
-        Duration::from_millis(self.challenge.deadline_ms.saturating_sub(now_ms()))
+        Duration::from_millis(self.challenge.stop_at_ms().saturating_sub(now_ms()))
+    }
+
+    /// What stops the work when it runs out of time, for people.
+    pub fn stop_named(&self) -> &'static str {
+        match self.challenge.finish_by_ms {
+            Some(_) => "finish-by time",
+            None => "deadline",
+        }
     }
 }
 
@@ -289,6 +298,8 @@ impl MinerCore {
             claim: self.claim(),
             protocol_version: self.protocol_version(),
             software_version: env!("CARGO_PKG_VERSION").to_string(),
+            // This miner works on until a challenge's finish-by time ([`Challenge::stop_at_ms`]).
+            takes_finish_by: true,
             limits: MinerLimits {
                 max_n: self.limits.max_n,
                 max_chains: self.limits.max_chains,
@@ -334,6 +345,14 @@ impl MinerCore {
             });
         }
         let work = Work::new(challenge.params)?;
+        if let Some(finish_by_ms) = challenge.finish_by_ms
+            && finish_by_ms <= challenge.deadline_ms
+        {
+            return Err(MinerError::FinishByBeforeDeadline {
+                deadline_ms: challenge.deadline_ms,
+                finish_by_ms,
+            });
+        }
         if challenge.memory.is_some() && !self.selected.backend.holds_pools() {
             return Err(MinerError::MemoryPhaseUnsupported(self.selected.name.clone()));
         }
@@ -399,12 +418,18 @@ impl MinerCore {
                 l.max_iterations
             ));
         }
-        let window = challenge.deadline_ms - now_ms;
+        // The devices may be held until the finish-by time, so that is what the limit bounds.
+        let window = challenge.stop_at_ms().saturating_sub(now_ms);
         if window > l.max_duration_secs.saturating_mul(1000) {
             // The validator reads the limit as the inventory's max_duration_ms; the miner's
             // operator sets it as max_duration_secs. Name both.
+            let stop = if challenge.finish_by_ms.is_some() {
+                "finish-by time"
+            } else {
+                "deadline"
+            };
             return over(format!(
-                "deadline {window} ms away > max_duration_ms={} (the miner's max_duration_secs={})",
+                "{stop} {window} ms away > max_duration_ms={} (the miner's max_duration_secs={})",
                 l.max_duration_secs.saturating_mul(1000),
                 l.max_duration_secs
             ));

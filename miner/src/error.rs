@@ -28,8 +28,12 @@ pub enum MinerError {
     InventoryChanged { planned: Digest, ours: Digest },
     #[error("challenge deadline passed {late_ms} ms ago by this miner's clock")]
     DeadlinePassed { late_ms: u64 },
-    #[error("the deadline arrived before the work finished; the work was stopped and the devices freed")]
-    DeadlineReached,
+    #[error("the challenge's {0} arrived before the work finished; the work was stopped and the devices freed")]
+    DeadlineReached(&'static str),
+    #[error(
+        "the challenge's finish-by time ({finish_by_ms}) is not after its deadline ({deadline_ms}); a validator sets it later, or not at all"
+    )]
+    FinishByBeforeDeadline { deadline_ms: u64, finish_by_ms: u64 },
     #[error("invalid challenge parameters: {0}")]
     Params(#[from] ParamsError),
     #[error("challenge exceeds this miner's limit: {0}")]
@@ -97,9 +101,11 @@ impl MinerError {
     /// The gRPC status code this error is answered with.
     pub fn code(&self) -> Code {
         match self {
-            MinerError::Wire(_) | MinerError::Params(_) | MinerError::NoSamples | MinerError::Memory(_) => {
-                Code::InvalidArgument
-            }
+            MinerError::Wire(_)
+            | MinerError::Params(_)
+            | MinerError::FinishByBeforeDeadline { .. }
+            | MinerError::NoSamples
+            | MinerError::Memory(_) => Code::InvalidArgument,
             MinerError::BadWalkSignature => Code::Unauthenticated,
             MinerError::AlreadyWalked(_) => Code::AlreadyExists,
             MinerError::NoMemoryPhase(_)
@@ -113,7 +119,7 @@ impl MinerError {
             MinerError::BadSignature(_) | MinerError::BadOpenSignature => Code::Unauthenticated,
             MinerError::WrongMiner { .. } | MinerError::InventoryChanged { .. } => Code::FailedPrecondition,
             MinerError::NonceReused(_) | MinerError::AlreadyOpened(_) => Code::AlreadyExists,
-            MinerError::DeadlinePassed { .. } | MinerError::DeadlineReached => Code::DeadlineExceeded,
+            MinerError::DeadlinePassed { .. } | MinerError::DeadlineReached(_) => Code::DeadlineExceeded,
             MinerError::OverLimit(_)
             | MinerError::Busy
             | MinerError::AwaitingOpenings(_)

@@ -178,7 +178,8 @@ impl Drop for CancelOnDrop {
     }
 }
 
-/// Runs an accepted challenge to its commitment, cancelling on disconnect or deadline.
+/// Runs an accepted challenge to its commitment, cancelling on disconnect or once the time to
+/// work has run out (the finish-by time, else the deadline).
 async fn run_accepted(
     core: Arc<MinerCore>,
     accepted: AcceptedChallenge,
@@ -195,6 +196,7 @@ async fn run_accepted(
         })))
         .await;
 
+    let stop_named = accepted.stop_named();
     let cancel = CancelToken::new();
     let watcher = {
         let (tx, cancel, time_left) = (tx.clone(), cancel.clone(), accepted.time_left());
@@ -261,9 +263,9 @@ async fn run_accepted(
                 info!(%nonce, "validator disconnected; challenge cancelled");
                 core.metrics().challenge(ChallengeOutcome::Cancelled, None);
             } else {
-                warn!(%nonce, compute_ms, "deadline passed; challenge cancelled");
+                warn!(%nonce, compute_ms, "{stop_named} passed; challenge cancelled");
                 core.metrics().challenge(ChallengeOutcome::DeadlineReached, None);
-                let _ = tx.send(Err(MinerError::DeadlineReached.into())).await;
+                let _ = tx.send(Err(MinerError::DeadlineReached(stop_named).into())).await;
             }
         }
         Err(e) => {

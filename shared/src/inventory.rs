@@ -192,7 +192,8 @@ pub struct MinerLimits {
     pub max_n: u32,
     pub max_chains: u64,
     pub max_iterations: u32,
-    /// Longest deadline window (deadline minus the miner's clock at arrival) it accepts.
+    /// Longest window (the deadline, or the finish-by time when the challenge has one, minus
+    /// the miner's clock at arrival) it accepts.
     pub max_duration_ms: u64,
     /// Most samples one open request may ask for.
     pub max_samples: u32,
@@ -206,6 +207,9 @@ pub struct Inventory {
     pub protocol_version: u32,
     pub software_version: String,
     pub limits: MinerLimits,
+    /// The miner takes a challenge's finish-by time (PROTOCOL.md 14.3): it works past the
+    /// deadline until then, so that a late commitment still proves its rate.
+    pub takes_finish_by: bool,
 }
 
 /// An inventory no challenge may be planned from.
@@ -371,6 +375,7 @@ mod tests {
     /// An inventory, of this protocol version, of the two GPUs of [`claim`].
     fn inventory() -> Inventory {
         Inventory {
+            takes_finish_by: false,
             miner_key: PublicKey([1; 32]),
             claim: claim(),
             protocol_version: PROTOCOL_VERSION,

@@ -20,6 +20,9 @@ const COMMITMENT_DOMAIN: &[u8] = b"gpu-attest v1 commitment statement";
 /// domains, with the memory phase's appended.
 const CHALLENGE_V3_DOMAIN: &[u8] = b"gpu-attest v3 challenge";
 const COMMITMENT_V3_DOMAIN: &[u8] = b"gpu-attest v3 commitment statement";
+/// What a challenge with a finish-by time appends to its domain (PROTOCOL.md 13.1): the same
+/// fields then `le64(finish_by_unix_ms)`, under a domain no challenge without one has.
+const FINISH_BY_SUFFIX: &[u8] = b" with finish-by";
 pub(crate) const OPEN_REQUEST_DOMAIN: &[u8] = b"gpu-attest v1 open request";
 const OPENING_DOMAIN: &[u8] = b"gpu-attest v1 opening";
 
@@ -38,15 +41,34 @@ pub struct Challenge {
     /// The memory phase (PROTOCOL.md 18): present in a version 3 challenge, which is signed
     /// under a domain of its own with these fields appended; absent in a version 2 one.
     pub memory: Option<MemoryParams>,
+    /// Validator's clock, Unix milliseconds: the miner may work past the deadline until then,
+    /// so that a late commitment still proves the rate it was made at (PROTOCOL.md 14.3). Only
+    /// for a miner whose inventory says it takes one; `None` stops the work at the deadline.
+    pub finish_by_ms: Option<u64>,
 }
 
 impl Challenge {
-    /// PROTOCOL.md 13.1, or 18.4 when the challenge carries a memory phase.
+    /// PROTOCOL.md 13.1, or 18.4 when the challenge carries a memory phase; either followed
+    /// by the finish-by time, under its own domain, when the challenge has one.
     pub fn signing_bytes(&self) -> Vec<u8> {
-        match &self.memory {
-            None => self.v2_signing_bytes(),
-            Some(memory) => challenge_v3_bytes(self.v2_signing_bytes(), memory),
+        let (bytes, domain) = match &self.memory {
+            None => (self.v2_signing_bytes(), CHALLENGE_DOMAIN),
+            Some(memory) => (challenge_v3_bytes(self.v2_signing_bytes(), memory), CHALLENGE_V3_DOMAIN),
+        };
+        match self.finish_by_ms {
+            None => bytes,
+            Some(finish_by_ms) => {
+                let mut out = redomained(bytes, domain, &[domain, FINISH_BY_SUFFIX].concat());
+                out.extend(finish_by_ms.to_le_bytes());
+                out
+            }
         }
+    }
+
+    /// When the miner stops working on it, by its own clock: the finish-by time if the
+    /// challenge has one, else the deadline.
+    pub fn stop_at_ms(&self) -> u64 {
+        self.finish_by_ms.unwrap_or(self.deadline_ms)
     }
 
     fn v2_signing_bytes(&self) -> Vec<u8> {
@@ -126,11 +148,11 @@ impl Commitment {
     }
 }
 
-/// `v2` with its version 1 domain `old` replaced by `new`: the same fields, another statement.
-pub(crate) fn redomained(v2: Vec<u8>, old: &[u8], new: &[u8]) -> Vec<u8> {
-    debug_assert!(v2.starts_with(old));
+/// `bytes` with its domain `old` replaced by `new`: the same fields, another statement.
+pub(crate) fn redomained(bytes: Vec<u8>, old: &[u8], new: &[u8]) -> Vec<u8> {
+    debug_assert!(bytes.starts_with(old));
     let mut out = new.to_vec();
-    out.extend_from_slice(&v2[old.len()..]);
+    out.extend_from_slice(&bytes[old.len()..]);
     out
 }
 
@@ -212,6 +234,7 @@ mod tests {
 
     fn challenge(validator: &Identity) -> Challenge {
         Challenge {
+            finish_by_ms: None,
             params: ChallengeParams {
                 nonce: [1; 32],
                 seed: [2; 32],

@@ -168,6 +168,7 @@ fn vector_challenge() -> (Challenge, Identity) {
         validator_key: validator.public_key(),
         inventory_digest: vector_claim().digest(),
         memory: None,
+        finish_by_ms: None,
     };
     (challenge, validator)
 }
@@ -198,6 +199,66 @@ fn signed_statement_vectors() {
         assert!(doc.contains(hex), "PROTOCOL.md does not quote {hex}");
     }
 }
+
+/// The challenge of 13.7 with a finish-by time (PROTOCOL.md 13.1), as version 2 and as version 3:
+/// its statement is the one without, under the domain with " with finish-by", then the time.
+#[test]
+fn finish_by_statement_vectors() {
+    let (challenge, validator) = vector_challenge();
+    let signed = |c: &Challenge| {
+        let bytes = c.signing_bytes();
+        let signature = c.sign(&validator);
+        c.verify(&signature).unwrap();
+        (bytes.len(), Digest::hash(&bytes).to_hex(), hex::encode(signature))
+    };
+    let v2 = Challenge {
+        finish_by_ms: Some(1_700_000_120_000),
+        ..challenge.clone()
+    };
+    let v3 = Challenge {
+        memory: Some(vector_memory_params()),
+        ..v2.clone()
+    };
+    let owned = |(len, hash, sig): (usize, &str, &str)| (len, hash.to_string(), sig.to_string());
+    assert_eq!(signed(&v2), owned(FINISH_BY_CHALLENGE));
+    assert_eq!(signed(&v3), owned(FINISH_BY_V3_CHALLENGE));
+    // The same fields, another domain, the time last.
+    let bytes = v2.signing_bytes();
+    let without = challenge.signing_bytes();
+    assert!(bytes.starts_with(b"gpu-attest v1 challenge with finish-by"));
+    assert_eq!(&bytes[bytes.len() - 8..], &1_700_000_120_000u64.to_le_bytes());
+    assert_eq!(&bytes[38..bytes.len() - 8], &without[23..]);
+    // A signature over one time does not verify over another, nor without one.
+    let signature = v2.sign(&validator);
+    let moved = Challenge {
+        finish_by_ms: Some(1_700_000_180_000),
+        ..v2.clone()
+    };
+    assert!(moved.verify(&signature).is_err());
+    assert!(challenge.verify(&signature).is_err());
+    let doc = include_str!("../../PROTOCOL.md");
+    for hex in [
+        FINISH_BY_CHALLENGE.1,
+        FINISH_BY_CHALLENGE.2,
+        FINISH_BY_V3_CHALLENGE.1,
+        FINISH_BY_V3_CHALLENGE.2,
+    ] {
+        assert!(doc.contains(hex), "PROTOCOL.md section 13.7 does not quote {hex}");
+    }
+}
+
+/// (length, blake3, the 13.7 validator's signature) of 13.7's challenge with
+/// `finish_by_unix_ms = 1700000120000`, without and with 18.7's memory phase.
+const FINISH_BY_CHALLENGE: (usize, &str, &str) = (
+    254,
+    "57d66c9f57a4f0c6d738cb6772bbaa01e005f4d182515e3acf26cb81f1d3739d",
+    "ea7e88b919f618c8275ae3debf96200621acafffad20447af3ecbbd39aa7c36ed3a24bf9ef13aa68d0a539eec91d3033501dc42422da109b85c55600a7855902",
+);
+const FINISH_BY_V3_CHALLENGE: (usize, &str, &str) = (
+    270,
+    "a93cc16402f335a0ff66f0028fbaffc6e00fccb0b1814cbf43670d23083810d8",
+    "6dfd3c170a810d14423657df7aca427edd529bd1133949a9ce2cdfdb6a2299c6bae55b4e80318b2daa8d61d7f6ff2873feefc01d2bfed850a775987dd9bafc0d",
+);
 
 /// The section 12 challenge on one device (the portable kernel; every kernel gives the same, as
 /// the test above checks): the Merkle proofs, the commitment statement and the opening of

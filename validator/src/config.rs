@@ -80,7 +80,16 @@ pub struct DeadlineConfig {
     /// failing verdict (`not-accepted`), so a miner cannot compute first and refuse only the
     /// runs it would fail.
     pub accept_ms: u64,
+    /// How long a miner that misses the deadline may go on, as a multiple of the deadline
+    /// (PROTOCOL.md 14.3): a commitment by then is still a FAIL, but it is verified and the
+    /// verdict says what rate it proved, so that a throttled or power-capped host can be told
+    /// from one without the hardware. 1.0 sends no finish-by time: the work stops at the deadline.
+    pub finish_by: f64,
 }
+
+/// The largest `finish_by`: past it a miner with a tenth of its claim still holds the validator's
+/// attention, and its own devices, for ten deadlines.
+pub const MAX_FINISH_BY: f64 = 4.0;
 
 impl DeadlineConfig {
     /// The tight slack for an observed rate on `backend`.
@@ -97,6 +106,7 @@ impl Default for DeadlineConfig {
             first_contact_slack: 3.0,
             min_ms: 2_000,
             accept_ms: 2_000,
+            finish_by: 2.0,
         }
     }
 }
@@ -260,6 +270,12 @@ impl ValidatorConfig {
                 return invalid(format!("deadline.{name} = {slack} must be at least 1.0"));
             }
         }
+        let finish_by = self.deadline.finish_by;
+        if !(finish_by.is_finite() && (1.0..=MAX_FINISH_BY).contains(&finish_by)) {
+            return invalid(format!(
+                "deadline.finish_by = {finish_by} must be in 1.0..={MAX_FINISH_BY} (a multiple of the deadline; 1.0 stops a miner's work at the deadline)"
+            ));
+        }
         if !(250..=60_000).contains(&self.deadline.accept_ms) {
             return invalid(format!(
                 "deadline.accept_ms = {} must be in 250..=60000 (a slow network's round trip or two, up to a minute): a miner accepts or refuses a challenge at once, and time past that is time to compute and then refuse",
@@ -390,6 +406,12 @@ mod tests {
             window.deadline.accept_ms = accept_ms;
             let err = window.validate().unwrap_err().to_string();
             assert!(err.contains("deadline.accept_ms"), "{accept_ms}: {err}");
+        }
+        for finish_by in [0.99, 4.01, f64::NAN] {
+            let mut late = ValidatorConfig::default();
+            late.deadline.finish_by = finish_by;
+            let err = late.validate().unwrap_err().to_string();
+            assert!(err.contains("deadline.finish_by"), "{finish_by}: {err}");
         }
     }
 

@@ -97,7 +97,9 @@ pub struct VerdictSummary {
     pub reasons: Vec<ReasonSummary>,
     pub measured_ms: u64,
     pub deadline_ms: u64,
-    /// 0 for a failed verdict, which proves nothing.
+    /// How long past sending the miner could go on and still prove its rate; 0 for none.
+    pub finish_by_ms: u64,
+    /// 0 for a failed verdict, which proves nothing, unless it is a graded miss (PROTOCOL.md 17).
     pub proven_ops_per_sec: f64,
     pub expected_ops_per_sec: f64,
     /// "calibrated", "shared" or "shipped" (first contact); empty if not recorded.
@@ -129,6 +131,7 @@ impl From<v1::Verdict> for VerdictSummary {
                 .collect(),
             measured_ms: v.measured_ms,
             deadline_ms: v.deadline_ms,
+            finish_by_ms: v.finish_by_ms,
             proven_ops_per_sec: v.proven_ops_per_sec,
             expected_ops_per_sec: v.expected_ops_per_sec,
             rate_source: v.rate_source,

@@ -30,6 +30,10 @@ pub struct Plan {
     pub expected_ms: u64,
     /// Time allowed from sending the challenge to receiving the commitment.
     pub deadline_ms: u64,
+    /// From sending the challenge, how long a miner that misses the deadline may go on
+    /// (PROTOCOL.md 15, step 11): a commitment by then still proves its rate, on a failing
+    /// verdict. 0: the challenge has no finish-by time.
+    pub finish_by_ms: u64,
     /// Openings to ask for under the sampled policy (0 under full re-execution).
     pub samples: u32,
     /// The memory phase (protocol version 3); `None` when the challenge has none.
@@ -306,15 +310,33 @@ pub fn plan(
         checkpoint_every: challenge.checkpoint_every,
     };
     params.validate()?;
+    let deadline_ms = timing.deadline_ms(num_chains);
     Ok(Plan {
         params,
         claim: claim.clone(),
         expectation,
         expected_ms: timing.expected_ms(num_chains),
-        deadline_ms: timing.deadline_ms(num_chains),
+        deadline_ms,
+        finish_by_ms: finish_by_ms(deadline_ms, config.deadline.finish_by, inventory),
         samples,
         memory,
     })
+}
+
+/// PROTOCOL.md 15, step 11: `factor` deadlines, within the miner's `max_duration_ms` less the
+/// clock allowance; none for a miner that does not take one, or when that leaves no time past
+/// the deadline. The limit shortens the late window, never the deadline's work: a miner with a
+/// tight limit gets the challenge it would have got, and less time to be late in.
+fn finish_by_ms(deadline_ms: u64, factor: f64, inventory: &Inventory) -> u64 {
+    if !inventory.takes_finish_by {
+        return 0;
+    }
+    let wanted = (deadline_ms as f64 * factor).ceil() as u64;
+    let finish_by = match inventory.limits.max_duration_ms {
+        0 => wanted,
+        max => wanted.min(max.saturating_sub(MINER_CLOCK_ALLOWANCE_MS)),
+    };
+    if finish_by > deadline_ms { finish_by } else { 0 }
 }
 
 #[cfg(test)]
@@ -359,6 +381,7 @@ mod tests {
                 max_duration_ms: 3_600_000,
                 max_samples: 64,
             },
+            takes_finish_by: true,
         }
     }
 
@@ -706,6 +729,38 @@ mod tests {
                 needed_ms,
             }) => assert!((2_000..2_010).contains(&needed_ms), "{needed_ms}"),
             other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn the_finish_by_time_is_deadlines_within_the_miners_limit() {
+        let mut inv = inventory("cuda", "tensor", &[H100]);
+        inv.limits.max_chains = 1 << 20;
+        let cfg = ChallengeConfig::default();
+        // The default, two deadlines.
+        let p = plan_for(&inv, &cfg).unwrap();
+        assert_eq!(p.finish_by_ms, p.deadline_ms * 2);
+        // A miner that does not take one gets none, and the same challenge otherwise.
+        inv.takes_finish_by = false;
+        let none = plan_for(&inv, &cfg).unwrap();
+        assert_eq!(none.finish_by_ms, 0);
+        assert_eq!(none.params.num_chains, p.params.num_chains);
+        inv.takes_finish_by = true;
+        // The miner's limit shortens the late window, not the work.
+        inv.limits.max_duration_ms = p.deadline_ms + MINER_CLOCK_ALLOWANCE_MS + 5_000;
+        let tight = plan_for(&inv, &cfg).unwrap();
+        assert_eq!(tight.params.num_chains, p.params.num_chains);
+        assert_eq!(tight.finish_by_ms, p.deadline_ms + 5_000);
+        // A limit the deadline already fills leaves no late window.
+        inv.limits.max_duration_ms = p.deadline_ms + MINER_CLOCK_ALLOWANCE_MS;
+        assert_eq!(plan_for(&inv, &cfg).unwrap().finish_by_ms, 0);
+        // A factor of 1 sends none; other factors round up.
+        for (factor, want) in [(1.0, 0), (1.25, (p.deadline_ms as f64 * 1.25).ceil() as u64)] {
+            inv.limits.max_duration_ms = 0;
+            let mut config = config(cfg.clone());
+            config.deadline.finish_by = factor;
+            let got = plan(&inv, &config, &shipped_book(), true, [0; 32], [0; 32]).unwrap();
+            assert_eq!(got.finish_by_ms, want, "factor {factor}");
         }
     }
 }

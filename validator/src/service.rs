@@ -90,6 +90,7 @@ pub fn verdict_to_wire(v: &Verdict) -> v1::Verdict {
         measured_ms: v.measured_ms,
         expected_ms: v.expected_ms,
         deadline_ms: v.deadline_ms,
+        finish_by_ms: v.finish_by_ms,
         inventory: v.inventory.iter().map(device_to_wire).collect(),
         backend: v.backend.clone(),
         kernel: v.kernel.clone(),

@@ -26,10 +26,17 @@ pub fn print_verdict(v: &Verdict, database: &str) {
         "  challenge n={} chains={} iterations={} checkpoint every {}; policy {}{}",
         v.params.n, v.params.num_chains, v.params.iterations, v.params.checkpoint_every, v.policy, samples
     );
+    let finish_by = match v.finish_by_ms {
+        0 => String::new(),
+        f => format!(", finish-by {f} ms"),
+    };
     println!(
-        "  answered in {} ms (expected {} ms, deadline {} ms)",
+        "  answered in {} ms (expected {} ms, deadline {} ms{finish_by})",
         v.measured_ms, v.expected_ms, v.deadline_ms
     );
+    if let (false, Some(ratio)) = (v.passed, v.throughput.proven_to_expected) {
+        println!("  {}", too_slow(ratio));
+    }
     println!("  {}", v.throughput);
     if let Some(memory) = &v.memory {
         println!("  {memory}");
@@ -131,12 +138,20 @@ struct VerdictLine<'a> {
 /// `#12    PASS  2026-11-25T11:04:34Z  http://rig:7070  840 ms (deadline 2100 ms)  proved ...,
 /// expected ... (basis)`, the time in UTC; a failure ends with its reasons instead.
 fn verdict_line(v: &VerdictLine) -> String {
+    let proved = format!(
+        "proved {}, expected {} ({})",
+        show_rate(v.proven_ops_per_sec),
+        show_rate(v.expectation.ops_per_sec),
+        v.expectation.basis()
+    );
     let detail = if v.passed {
+        proved
+    } else if v.proven_ops_per_sec > 0.0 && v.expectation.ops_per_sec > 0.0 {
+        // A graded miss: a failure that still proved a rate.
         format!(
-            "proved {}, expected {} ({})",
-            show_rate(v.proven_ops_per_sec),
-            show_rate(v.expectation.ops_per_sec),
-            v.expectation.basis()
+            "{}: {proved}; {}",
+            too_slow(v.proven_ops_per_sec / v.expectation.ops_per_sec),
+            v.reasons.join("; ")
         )
     } else {
         v.reasons.join("; ")
@@ -151,6 +166,11 @@ fn verdict_line(v: &VerdictLine) -> String {
         v.measured_ms,
         v.deadline_ms
     )
+}
+
+/// A graded miss for people: "too slow: proved 0.61x of the class rate".
+fn too_slow(proven_to_expected: f64) -> String {
+    format!("too slow: proved {proven_to_expected:.2}x of the class rate")
 }
 
 /// The rate table, as `validator rates` shows it.
@@ -220,12 +240,35 @@ mod tests {
         failed.passed = false;
         failed.throughput.proven_ops_per_sec = None;
         failed.reasons = vec![Reason::new(ReasonCode::GlobalChecksumMismatch, "chain 3 differs")];
-        for v in [passed, failed] {
+        let mut graded = crate::store::test_support::passing_verdict([1; 32]);
+        graded.id = 9;
+        graded.passed = false;
+        graded.reasons = vec![Reason::new(ReasonCode::LateCommitment, "after 400 ms")];
+        graded.finish_by_ms = 600;
+        for v in [passed, failed, graded] {
             let from_file = stored_verdict_line(&v);
             let from_api = summary_line(&VerdictSummary::from(verdict_to_wire(&v)));
             assert_eq!(from_file, from_api);
             assert!(from_file.starts_with(&format!("#{:<5} ", v.id)), "{from_file}");
         }
+    }
+
+    #[test]
+    fn a_graded_miss_says_how_much_of_the_class_rate_it_proved() {
+        let mut v = crate::store::test_support::passing_verdict([1; 32]);
+        v.passed = false;
+        v.reasons = vec![Reason::new(ReasonCode::LateCommitment, "after 400 ms")];
+        let t = &mut v.throughput;
+        t.proven_ops_per_sec = Some(0.61 * t.expected_ops_per_sec);
+        let line = stored_verdict_line(&v);
+        assert!(
+            line.contains("FAIL") && line.contains("too slow: proved 0.61x of the class rate"),
+            "{line}"
+        );
+        assert!(line.contains("after 400 ms"), "the reasons follow: {line}");
+        // Any other failure proves nothing and says only why.
+        v.throughput.proven_ops_per_sec = None;
+        assert!(!stored_verdict_line(&v).contains("too slow"));
     }
 
     #[test]

@@ -3,6 +3,7 @@
 //! hardware. The measured time, not the miner's report, is the evidence.
 
 use crate::rates::RateSource;
+use crate::reason::{Reason, ReasonCode};
 use crate::store::StoredParams;
 use serde::{Deserialize, Serialize};
 
@@ -27,7 +28,7 @@ pub struct Throughput {
     /// a version 3 challenge.
     pub operations: f64,
     /// Operations per second the measured time proves, `operations / measured`; only for a
-    /// passing verdict (a failed one proves nothing).
+    /// passing verdict or a graded miss ([`graded_miss`]): any other failure proves nothing.
     pub proven_ops_per_sec: Option<f64>,
     /// The proven rate spread over the devices the challenge was sized for.
     pub proven_ops_per_sec_per_device: Option<f64>,
@@ -43,6 +44,18 @@ pub struct Throughput {
     pub slack: f64,
 }
 
+/// Whether a failed verdict is a *graded miss* (PROTOCOL.md 17): every reason is a late
+/// commitment, and the commitment came by the challenge's finish-by time (`finish_by_ms` from
+/// sending; 0 when it had none). Its work was then verified as a pass's is, so it proves the rate
+/// its measured time implies: too slow, but by how much is known. Work past the finish-by time,
+/// or any other failure, proves nothing.
+pub fn graded_miss(reasons: &[Reason], measured_ms: u64, finish_by_ms: u64) -> bool {
+    !reasons.is_empty()
+        && reasons.iter().all(|r| r.code == ReasonCode::LateCommitment)
+        && finish_by_ms > 0
+        && measured_ms <= finish_by_ms
+}
+
 /// Operations a challenge with these parameters requires.
 pub fn operations(params: &StoredParams) -> f64 {
     2.0 * f64::from(params.n).powi(3) * params.num_chains as f64 * f64::from(params.iterations)
@@ -52,19 +65,19 @@ impl Throughput {
     /// What a verdict proves of `params`' chains and `fill_ops`, the operations that made the
     /// pools of a version 3 challenge (PROTOCOL.md 18.6): both are done within the measured
     /// time, and both are checked (the chains by their openings, the pools by their entries'
-    /// rows), so the proven rate counts both.
+    /// rows), so the proven rate counts both. `proves`: the verdict passed, or is a graded miss.
     pub fn of(
         params: &StoredParams,
         fill_ops: f64,
         devices: usize,
         measured_ms: u64,
         expected: &Expectation,
-        passed: bool,
+        proves: bool,
     ) -> Self {
         let expected_ops_per_sec = expected.ops_per_sec;
         let operations = operations(params) + fill_ops;
         // A commitment cannot arrive in less than a millisecond of measured time.
-        let proven = passed.then(|| operations / (measured_ms.max(1) as f64 / 1000.0));
+        let proven = proves.then(|| operations / (measured_ms.max(1) as f64 / 1000.0));
         Throughput {
             operations,
             proven_ops_per_sec: proven,
@@ -192,6 +205,19 @@ mod tests {
         );
         let shown = t.to_string();
         assert!(shown.contains("calibrated from 3 miners, slack 1.50"), "{shown}");
+    }
+
+    #[test]
+    fn only_a_late_commitment_by_the_finish_by_time_is_a_graded_miss() {
+        let late = || Reason::new(ReasonCode::LateCommitment, "after 5000 ms");
+        assert!(graded_miss(&[late()], 5_000, 6_000));
+        assert!(graded_miss(&[late()], 6_000, 6_000));
+        // Past the finish-by time, without one, a pass, or with any other reason: not graded.
+        assert!(!graded_miss(&[late()], 6_001, 6_000));
+        assert!(!graded_miss(&[late()], 5_000, 0));
+        assert!(!graded_miss(&[], 5_000, 6_000));
+        let wrong = Reason::new(ReasonCode::SegmentMismatch, "chain 2 segment 0");
+        assert!(!graded_miss(&[late(), wrong], 5_000, 6_000));
     }
 
     #[test]

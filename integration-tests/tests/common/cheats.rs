@@ -31,8 +31,11 @@ pub enum Cheat {
     WrongPartition,
     /// Answers every challenge after the first with the first one's (validly signed) commitment.
     ReplayFirstCommitment,
-    /// Computes honestly but sends the commitment after the deadline.
+    /// Computes honestly but sends the commitment after the deadline (and before the
+    /// challenge's finish-by time, when it has one).
     Slow,
+    /// Computes honestly but sends the commitment after the challenge's finish-by time.
+    PastFinishBy,
     /// Has another miner's key sign the commitment and claims to be that miner.
     ForeignKey,
     /// Answers openings with signatures that do not verify.
@@ -264,6 +267,7 @@ async fn after_accepting(
     accepted: gpu_attest_miner::core::AcceptedChallenge,
 ) -> Result<Vec<Result<v1::ChallengeEvent, Status>>, Status> {
     let deadline_ms = accepted.challenge.deadline_ms;
+    let finish_by_ms = accepted.challenge.finish_by_ms;
     let (worker, work) = (core.clone(), accepted.work.clone());
     let (accepted, honest) = tokio::task::spawn_blocking(move || {
         let result = worker.execute(&accepted, &|_| {}, &CancelToken::new());
@@ -338,9 +342,14 @@ async fn after_accepting(
         }
     }
     core.remember(accepted, kept);
-    if cheat == Cheat::Slow {
-        let late = deadline_ms.saturating_sub(gpu_attest_miner::core::now_ms()) + 300;
-        tokio::time::sleep(Duration::from_millis(late)).await;
+    let send_at = match cheat {
+        Cheat::Slow => Some(deadline_ms + 300),
+        Cheat::PastFinishBy => Some(finish_by_ms.expect("a challenge with a finish-by time") + 300),
+        _ => None,
+    };
+    if let Some(send_at) = send_at {
+        let wait = send_at.saturating_sub(gpu_attest_miner::core::now_ms());
+        tokio::time::sleep(Duration::from_millis(wait)).await;
     }
     let mut events = Vec::new();
     if cheat == Cheat::ImpossibleProgress {

@@ -186,14 +186,15 @@ pub async fn await_commitment(
                     )));
                 }
                 Err(status) if !answered => return Err(super::client::refused(url, status)),
-                // The miner gave up at the deadline: it could not do the work in time, which
-                // is what the deadline tests. Named as such, not as a generic failure.
+                // The miner gave up at the deadline (or the finish-by time): it could not do the
+                // work in time, which is what the deadline tests. Named as such, not as a
+                // generic failure.
                 Err(status) if status.code() == tonic::Code::DeadlineExceeded => {
                     return Ok(Received::Failed(Reason::new(
                         ReasonCode::CommitmentTimedOut,
                         format!(
-                            "no commitment by the deadline ({} ms): the miner stopped after {} ms ({})",
-                            plan.deadline_ms,
+                            "no commitment by the {}: the miner stopped after {} ms ({})",
+                            time_allowed(plan),
                             started.elapsed().as_millis(),
                             miner_text(status.message())
                         ),
@@ -253,11 +254,19 @@ pub async fn await_commitment(
         Err(_) => Ok(Received::Failed(Reason::new(
             ReasonCode::CommitmentTimedOut,
             format!(
-                "no commitment within {} ms (deadline {} ms)",
+                "no commitment within {} ms ({})",
                 started.elapsed().as_millis(),
-                plan.deadline_ms
+                time_allowed(plan)
             ),
         ))),
+    }
+}
+
+/// The time a miner had, for people: "deadline 4000 ms", with the finish-by time if any.
+fn time_allowed(plan: &Plan) -> String {
+    match plan.finish_by_ms {
+        0 => format!("deadline {} ms", plan.deadline_ms),
+        f => format!("deadline {} ms, finish-by time {f} ms", plan.deadline_ms),
     }
 }
 
@@ -293,6 +302,7 @@ mod tests {
             },
             expected_ms: 1,
             deadline_ms: 1,
+            finish_by_ms: 0,
             samples: 1,
             memory: None,
         }

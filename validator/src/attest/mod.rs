@@ -295,6 +295,7 @@ impl Attestor {
             validator_key: self.public_key(),
             inventory_digest: plan.claim.digest(),
             memory: plan.memory.as_ref().map(|m| m.params),
+            finish_by_ms: (plan.finish_by_ms > 0).then(|| issued_at_ms.saturating_add(plan.finish_by_ms)),
         }
     }
 
@@ -308,9 +309,10 @@ impl Attestor {
         outcome: &mut Outcome,
         on_event: &(dyn Fn(AttestEvent) + Send + Sync),
     ) -> Result<Option<Committed>, AttestError> {
-        // The miner cancels at the deadline itself; the grace covers a miner that does not.
+        // The miner stops at the finish-by time (else the deadline) itself; the grace covers a
+        // miner that does not.
         let grace = Duration::from_millis(plan.deadline_ms / 10 + 2_000);
-        let wait_limit = Duration::from_millis(plan.deadline_ms) + grace;
+        let wait_limit = Duration::from_millis(plan.deadline_ms.max(plan.finish_by_ms)) + grace;
         let signature = challenge.sign(&self.identity);
         let sent = Instant::now();
         let until = tokio::time::Instant::now() + wait_limit;
@@ -335,13 +337,7 @@ impl Attestor {
                     detail: format!("after {measured} ms"),
                 });
                 if measured > plan.deadline_ms {
-                    outcome.fail(
-                        crate::reason::ReasonCode::LateCommitment,
-                        format!(
-                            "commitment arrived after {measured} ms; the deadline was {} ms",
-                            plan.deadline_ms
-                        ),
-                    );
+                    outcome.fail(crate::reason::ReasonCode::LateCommitment, late(measured, plan));
                 }
                 Ok(Some(*committed))
             }
@@ -365,7 +361,7 @@ impl Attestor {
         if !verify::check_statement(challenge, &work, commitment, signature, outcome) {
             return Ok(());
         }
-        if outcome.reasons.is_empty() {
+        if outcome.may_prove() {
             // As the walk: a verdict that has failed proves nothing, and its evidence is not read.
             self.check_identity(challenge, committed, outcome, on_event).await?;
         }
@@ -374,7 +370,7 @@ impl Attestor {
                 if !walk::check_pools(commitment, &memory, outcome) {
                     return Ok(());
                 }
-                if !outcome.reasons.is_empty() {
+                if !outcome.may_prove() {
                     // The walk costs the miner seconds and proves nothing for a failed verdict.
                     on_event(AttestEvent::Phase {
                         name: "walking",
@@ -394,9 +390,10 @@ impl Attestor {
             }),
             None => None,
         };
-        if outcome.policy == Policy::Full && !outcome.reasons.is_empty() {
+        if outcome.policy == Policy::Full && !outcome.may_prove() {
             // Re-execution costs this validator as much as the work: a miner that has already
-            // failed (late, or naming other hardware) must not make it spend that for nothing.
+            // failed (past the finish-by time, or naming other hardware) must not make it spend
+            // that for nothing. A graded miss is re-executed: what it proves rests on it.
             on_event(AttestEvent::Phase {
                 name: "verifying",
                 detail: "Full policy: not re-executed, the verdict has already failed".into(),
@@ -553,6 +550,10 @@ fn check_url(url: &str) -> Result<(), AttestError> {
 /// anything, since a mixed claim's rate cannot be split between its classes; a failed verdict
 /// proves no rate at all.
 fn learned_from(verdict: &Verdict, claim: &HardwareClaim, miner_key: [u8; 32]) -> Vec<ClassObservation> {
+    // A graded miss proves a rate too, but a class's rate must not learn from its misses.
+    if !verdict.passed {
+        return Vec::new();
+    }
     let Some((class, units)) = homogeneous(claim, verdict.params.n) else {
         return Vec::new();
     };
@@ -576,12 +577,26 @@ fn learned_from(verdict: &Verdict, claim: &HardwareClaim, miner_key: [u8; 32]) -
     learned
 }
 
+/// Why a commitment after the deadline fails, and whether its work still counts: by the
+/// finish-by time it is verified and the verdict states the rate it proved; past it, nothing.
+fn late(measured: u64, plan: &Plan) -> String {
+    let late = format!(
+        "commitment arrived after {measured} ms; the deadline was {} ms",
+        plan.deadline_ms
+    );
+    match plan.finish_by_ms {
+        0 => late,
+        f if measured <= f => format!("{late} (by the finish-by time, {f} ms: the rate it proves is stated)"),
+        f => format!("{late}, and past the finish-by time, {f} ms: it proves nothing"),
+    }
+}
+
 fn announce(plan: &Plan, on_event: &(dyn Fn(AttestEvent) + Send + Sync)) {
     let p = &plan.params;
     on_event(AttestEvent::Phase {
         name: "challenge-sent",
         detail: format!(
-            "n={} chains={} iterations={} checkpoint every {} on {} device(s); expected {} ms at {} ({}), deadline {} ms",
+            "n={} chains={} iterations={} checkpoint every {} on {} device(s); expected {} ms at {} ({}), deadline {} ms{}",
             p.n,
             p.num_chains,
             p.iterations,
@@ -590,7 +605,11 @@ fn announce(plan: &Plan, on_event: &(dyn Fn(AttestEvent) + Send + Sync)) {
             plan.expected_ms,
             crate::throughput::show_rate(plan.expectation.ops_per_sec),
             plan.expectation.basis(),
-            plan.deadline_ms
+            plan.deadline_ms,
+            match plan.finish_by_ms {
+                0 => String::new(),
+                f => format!(", finish-by {f} ms"),
+            }
         ),
     });
 }

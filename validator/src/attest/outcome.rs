@@ -6,7 +6,7 @@ use crate::memory::MemoryProof;
 use crate::planner::Plan;
 use crate::reason::{Reason, ReasonCode};
 use crate::store::{StoredParams, Verdict};
-use crate::throughput::Throughput;
+use crate::throughput::{Throughput, graded_miss};
 use gpu_attest_shared::Digest;
 use gpu_attest_shared::identity::PublicKey;
 use gpu_attest_shared::verify::Rejection;
@@ -43,6 +43,14 @@ impl Outcome {
         self.reasons.push(Reason::new(code, message));
     }
 
+    /// Whether the verdict can still prove a rate: nothing has failed, or only a late
+    /// commitment that came by the finish-by time ([`graded_miss`]). Such work is verified as a
+    /// pass's is (its evidence read, its pools walked, its chains re-executed or opened); any
+    /// other verdict proves nothing, and checking it further would cost both sides for nothing.
+    pub fn may_prove(&self) -> bool {
+        self.reasons.is_empty() || graded_miss(&self.reasons, self.measured_ms, self.plan.finish_by_ms)
+    }
+
     pub fn reject(&mut self, rejection: &Rejection) {
         self.reasons.push(rejection.into());
     }
@@ -59,8 +67,9 @@ impl Outcome {
         let params = &self.plan.params;
         let stored = StoredParams::from(params);
         let passed = self.reasons.is_empty();
+        let proves = self.may_prove();
         let memory = self.memory.map(|mut m| {
-            m.settle(passed);
+            m.settle(proves);
             m
         });
         let throughput = Throughput::of(
@@ -69,7 +78,7 @@ impl Outcome {
             self.plan.claim.devices.len(),
             self.measured_ms,
             &self.plan.expectation,
-            passed,
+            proves,
         );
         Verdict {
             id: 0,
@@ -88,6 +97,7 @@ impl Outcome {
             measured_ms: self.measured_ms,
             expected_ms: self.plan.expected_ms,
             deadline_ms: self.plan.deadline_ms,
+            finish_by_ms: self.plan.finish_by_ms,
             inventory: self.plan.claim.devices,
             backend: self.plan.claim.backend,
             kernel: self.plan.claim.kernel,

@@ -74,10 +74,11 @@ impl MemoryProof {
         }
     }
 
-    /// Fills in what a verdict proves: on a pass, every pool and the walk's bandwidth.
-    pub fn settle(&mut self, passed: bool) {
+    /// Fills in what a verdict proves: on a pass or a graded miss (`proves`), every pool and the
+    /// walk's bandwidth.
+    pub fn settle(&mut self, proves: bool) {
         for device in &mut self.devices {
-            device.proven_bytes = if passed {
+            device.proven_bytes = if proves {
                 device
                     .pool_entries
                     .saturating_mul(gpu_attest_shared::memory::ENTRY_BYTES as u64)
@@ -85,7 +86,7 @@ impl MemoryProof {
                 0
             };
         }
-        self.proven_walk_bytes_per_sec = (passed && self.walk_measured_ms > 0)
+        self.proven_walk_bytes_per_sec = (proves && self.walk_measured_ms > 0)
             .then(|| self.walk_bytes as f64 / (self.walk_measured_ms as f64 / 1000.0));
     }
 

@@ -494,6 +494,7 @@ pub(crate) mod test_support {
             measured_ms: 50,
             expected_ms: 100,
             deadline_ms: 300,
+            finish_by_ms: 0,
             inventory: vec![DeviceInfo::default()],
             backend: "cpu".into(),
             kernel: "portable".into(),

@@ -6,14 +6,15 @@
 //! (shared) rates; 4 leases; 5 verdicts keep what the memory phase proved, and passing ones
 //! leave walk bandwidth observations (a table of their own: one observation of each kind per
 //! verdict); 6 verdicts keep what device evidence showed (PROTOCOL.md 19.5), and passing ones
-//! record the certified parts they saw (`part_sightings`). SQLite keeps the version in `PRAGMA user_version` (as it always
+//! record the certified parts they saw (`part_sightings`); 7 verdicts keep their challenge's
+//! finish-by time (PROTOCOL.md 14.3), which says whether a late one proved its rate. SQLite keeps the version in `PRAGMA user_version` (as it always
 //! has), PostgreSQL in the one-row table `schema_version`.
 
 use super::{Dialect, Store, StoreError};
 // Every statement run with AssertSqlSafe is built here from constants, never from input.
 use sqlx::{AssertSqlSafe, Executor};
 
-pub const SCHEMA_VERSION: i64 = 6;
+pub const SCHEMA_VERSION: i64 = 7;
 
 /// `{id}`: an auto-assigned 64-bit key; `{int}`, `{real}`, `{blob}`: 64-bit integer, double,
 /// bytes. Booleans are integers 0/1 in both, so that both read them the same way.
@@ -52,7 +53,8 @@ CREATE TABLE IF NOT EXISTS verdicts (
     rate_miners     {int} NOT NULL DEFAULT 0,
     slack           {real} NOT NULL DEFAULT 0,
     memory          TEXT NOT NULL DEFAULT '',
-    identity        TEXT NOT NULL DEFAULT ''
+    identity        TEXT NOT NULL DEFAULT '',
+    finish_by_ms    {int} NOT NULL DEFAULT 0
 );
 CREATE INDEX IF NOT EXISTS verdicts_by_miner ON verdicts (miner_url, id);
 CREATE TABLE IF NOT EXISTS part_sightings (
@@ -141,7 +143,7 @@ fn statements(dialect: Dialect) -> Vec<String> {
 /// Columns added to `verdicts` after version 1, by the version that added them. A fresh table
 /// has them from SCHEMA; an older SQLite file gets them here. (PostgreSQL stores start at 4:
 /// they get what came after from [`POSTGRES_ADDED_COLUMNS`].)
-const SQLITE_ADDED_COLUMNS: [(i64, &[&str]); 4] = [
+const SQLITE_ADDED_COLUMNS: [(i64, &[&str]); 5] = [
     // Rows from before keep 0: their expected rate is derived from expected_ms on read.
     (
         2,
@@ -163,13 +165,19 @@ const SQLITE_ADDED_COLUMNS: [(i64, &[&str]); 4] = [
         6,
         &["ALTER TABLE verdicts ADD COLUMN identity TEXT NOT NULL DEFAULT ''"],
     ),
+    // Rows from before read as challenges without a finish-by time: none is a graded miss.
+    (
+        7,
+        &["ALTER TABLE verdicts ADD COLUMN finish_by_ms INTEGER NOT NULL DEFAULT 0"],
+    ),
 ];
 
 /// Columns added to `verdicts` after a PostgreSQL store's first version (4), each idempotent:
 /// the migration runs them all in its one transaction.
-const POSTGRES_ADDED_COLUMNS: [&str; 2] = [
+const POSTGRES_ADDED_COLUMNS: [&str; 3] = [
     "ALTER TABLE verdicts ADD COLUMN IF NOT EXISTS memory TEXT NOT NULL DEFAULT ''",
     "ALTER TABLE verdicts ADD COLUMN IF NOT EXISTS identity TEXT NOT NULL DEFAULT ''",
+    "ALTER TABLE verdicts ADD COLUMN IF NOT EXISTS finish_by_ms BIGINT NOT NULL DEFAULT 0",
 ];
 
 /// Arbitrary, fixed: the advisory lock validators sharing a PostgreSQL database take while one

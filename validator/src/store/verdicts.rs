@@ -6,7 +6,7 @@ use crate::memory::MemoryProof;
 use crate::rates::RateSource;
 use crate::rates::class::WALK_KERNEL;
 use crate::reason::Reason;
-use crate::throughput::{Expectation, Throughput};
+use crate::throughput::{Expectation, Throughput, graded_miss};
 use gpu_attest_shared::params::ChallengeParams;
 use gpu_attest_shared::statement::DeviceInfo;
 use serde::{Deserialize, Serialize};
@@ -54,6 +54,9 @@ pub struct Verdict {
     pub measured_ms: u64,
     pub expected_ms: u64,
     pub deadline_ms: u64,
+    /// From sending the challenge, how long the miner could go on past the deadline and still
+    /// prove its rate (PROTOCOL.md 14.3); 0 when the challenge had no finish-by time.
+    pub finish_by_ms: u64,
     /// Stored as JSON with `DeviceInfo`'s own field names.
     pub inventory: Vec<DeviceInfo>,
     pub backend: String,
@@ -100,8 +103,9 @@ impl Store {
         let (id,): (i64,) = sqlx::query_as(
             "INSERT INTO verdicts (miner_url, miner_key, nonce, passed, reasons, policy, samples, params, measured_ms,
                                    expected_ms, deadline_ms, inventory, backend, kernel, global_checksum, created_at_ms,
-                                   expected_ops_per_sec, rate_source, rate_miners, slack, memory, identity)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22)
+                                   expected_ops_per_sec, rate_source, rate_miners, slack, memory, identity, finish_by_ms)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22,
+                     $23)
              RETURNING id",
         )
         .bind(&v.miner_url)
@@ -132,9 +136,13 @@ impl Store {
             Some(i) => json(serde_json::to_string(i))?,
             None => String::new(),
         })
+        .bind(as_i64(v.finish_by_ms))
         .fetch_one(&mut *tx)
         .await?;
-        for o in observations
+        // Only a pass teaches: a graded miss proves a rate too, but one below what its class
+        // must reach, and a class's rate must not learn from its misses.
+        let taught = if v.passed { observations } else { &[] };
+        for o in taught
             .iter()
             .filter(|o| o.ops_per_unit.is_finite() && o.ops_per_unit > 0.0)
         {
@@ -172,7 +180,7 @@ impl Store {
         let rows = sqlx::query(
             "SELECT id, miner_url, miner_key, nonce, passed, reasons, policy, samples, params, measured_ms,
                     expected_ms, deadline_ms, inventory, backend, kernel, global_checksum, created_at_ms,
-                    expected_ops_per_sec, rate_source, rate_miners, slack, memory, identity
+                    expected_ops_per_sec, rate_source, rate_miners, slack, memory, identity, finish_by_ms
              FROM verdicts
              WHERE ($1 IS NULL OR miner_url = $1) AND ($2 IS NULL OR passed = $2)
                AND created_at_ms >= $3 AND ($4 IS NULL OR id < $4)
@@ -227,21 +235,26 @@ fn verdict_from_row(r: &sqlx::any::AnyRow) -> Result<Verdict, StoreError> {
     } else {
         Some(serde_json::from_str(&identity_json).map_err(|e| corrupt("identity", e))?)
     };
+    let reasons: Vec<Reason> = serde_json::from_str(&r.try_get::<String, _>(5)?).map_err(|e| corrupt("reasons", e))?;
+    // 0 for verdicts stored before finish-by times: none of them is graded.
+    let finish_by_ms = as_u64(r.try_get(23)?)?;
+    let proves = passed || graded_miss(&reasons, measured_ms, finish_by_ms);
     let fill_ops = memory.as_ref().map_or(0.0, MemoryProof::fill_ops);
-    let throughput = Throughput::of(&params, fill_ops, inventory.len(), measured_ms, &expectation, passed);
+    let throughput = Throughput::of(&params, fill_ops, inventory.len(), measured_ms, &expectation, proves);
     Ok(Verdict {
         id: as_u64(r.try_get(0)?)?,
         miner_url: r.try_get(1)?,
         miner_key: hex::encode(r.try_get::<Vec<u8>, _>(2)?),
         nonce: hex::encode(r.try_get::<Vec<u8>, _>(3)?),
         passed,
-        reasons: serde_json::from_str(&r.try_get::<String, _>(5)?).map_err(|e| corrupt("reasons", e))?,
+        reasons,
         policy: r.try_get(6)?,
         samples: small(r.try_get(7)?, "samples")?,
         params,
         measured_ms,
         expected_ms,
         deadline_ms: as_u64(r.try_get(11)?)?,
+        finish_by_ms,
         inventory,
         backend: r.try_get(13)?,
         kernel: r.try_get(14)?,
