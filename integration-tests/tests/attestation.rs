@@ -149,6 +149,79 @@ async fn a_commitment_after_the_deadline_fails_and_states_the_rate_it_proved() {
     assert!(classes.is_empty(), "a miss taught {classes:?}");
 }
 
+/// A graded miss within the retest band gets one fresh challenge, and the verdict is the
+/// retest's: a host that stalled once is stored as its retest found it, with the first run on
+/// record inside the verdict, and never as a second verdict.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_miss_within_the_retest_band_is_retested_once_and_the_retest_decides() {
+    let dir = TempDir::new("retest");
+    let mut config = validator_config(&dir, Policy::Sampled);
+    // The cheats are 300 ms late on a deadline of about 1.6 s: inside a band of 2 deadlines.
+    config.deadline.retest_band = 2.0;
+    let attestor = attestor(&config).await;
+
+    let stalled_once = spawn_cheater(miner_core(66, &[validator_key()], 1), Cheat::SlowOnce).await;
+    let events = std::sync::Mutex::new(Vec::new());
+    let verdict = attestor
+        .attest(&stalled_once.url(), &|e| events.lock().unwrap().push(e))
+        .await
+        .unwrap();
+    assert!(verdict.passed, "the retest was on time: {:?}", verdict.reasons);
+    let first = verdict.first_run.as_ref().expect("the first run is on record");
+    assert_ne!(first.nonce, verdict.nonce, "the retest had a fresh challenge");
+    assert!(first.measured_ms > first.deadline_ms);
+    assert_eq!(first.reasons.len(), 1);
+    assert_eq!(first.reasons[0].code, ReasonCode::LateCommitment);
+    assert!(first.proven_ops_per_sec.is_some());
+    let retests = events
+        .into_inner()
+        .unwrap()
+        .into_iter()
+        .filter(|e| matches!(e, AttestEvent::Phase { name: "retest", .. }))
+        .count();
+    assert_eq!(retests, 1);
+
+    // Late every time: retested once, not twice, and the verdict is the retest's graded miss.
+    let always_late = spawn_cheater(miner_core(67, &[validator_key()], 1), Cheat::Slow).await;
+    let verdict = attestor.attest(&always_late.url(), &|_| {}).await.unwrap();
+    assert_failed_with(&verdict, ReasonCode::LateCommitment);
+    assert!(verdict.throughput.proven_ops_per_sec.is_some());
+    assert!(verdict.first_run.is_some());
+
+    let stored = attestor
+        .store()
+        .verdicts(&gpu_attest_validator::store::VerdictFilter {
+            limit: 10,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(stored.len(), 2, "one verdict per attestation");
+    assert!(stored.iter().all(|v| v.first_run.is_some()));
+}
+
+/// Late work is verified as strictly as on-time work: a late commitment whose work does not
+/// verify is no graded miss and states no rate, under either policy.
+#[tokio::test(flavor = "multi_thread")]
+async fn late_work_that_does_not_verify_proves_nothing() {
+    let miner = spawn_cheater(miner_core(68, &[validator_key()], 1), Cheat::LateSkipChains).await;
+    for policy in [Policy::Sampled, Policy::Full] {
+        let (verdict, _dir) = attest(&miner.url(), policy).await;
+        assert_failed_with(&verdict, ReasonCode::LateCommitment);
+        assert!(
+            verdict.measured_ms <= verdict.finish_by_ms,
+            "late, but by the finish-by time"
+        );
+        assert!(
+            verdict.reasons.iter().any(|r| r.code != ReasonCode::LateCommitment),
+            "{policy:?}: the skipped chains were not caught: {:?}",
+            verdict.reasons
+        );
+        assert_eq!(verdict.throughput.proven_ops_per_sec, None, "{policy:?}");
+        assert!(verdict.first_run.is_none(), "no retest for work that did not verify");
+    }
+}
+
 /// Without a finish-by time (the validator turned it off), a late commitment proves nothing.
 #[tokio::test(flavor = "multi_thread")]
 async fn without_a_finish_by_time_a_late_commitment_proves_nothing() {

@@ -696,4 +696,22 @@ async fn a_miner_works_past_the_deadline_until_the_finish_by_time() {
         committed_at > late.deadline_ms,
         "the slow miner was expected to be late"
     );
+
+    // Its operator may decline: the inventory says so, and the work stops at the deadline even
+    // when a finish-by time comes anyway.
+    let limits = gpu_attest_miner::config::Limits {
+        work_past_deadline: false,
+        ..Default::default()
+    };
+    let core = slow::slow_miner_with(59, Duration::from_millis(1_200), limits);
+    assert!(!core.inventory().takes_finish_by);
+    let key = core.public_key();
+    let declining = spawn_miner(core).await;
+    let mut client = connect(&declining).await;
+    let late = Challenge {
+        finish_by_ms: Some(now() + 20_000),
+        ..challenge(key, 3, 64, 1, 1, 600)
+    };
+    let stream = client.run_challenge(signed(&late)).await.unwrap().into_inner();
+    assert_eq!(ends(stream).await, Err(Code::DeadlineExceeded));
 }

@@ -52,6 +52,10 @@ pub struct Limits {
     pub request_burst: u32,
     /// Concurrent gRPC streams per connection.
     pub max_concurrent_streams: u32,
+    /// Keep working past a missed deadline until a challenge's finish-by time (PROTOCOL.md
+    /// 14.3), so that the validator can state the rate the late work proved. The inventory says
+    /// whether this miner does; `false` stops the work at the deadline and frees the devices.
+    pub work_past_deadline: bool,
 }
 
 impl Default for Limits {
@@ -65,6 +69,7 @@ impl Default for Limits {
             requests_per_minute: 120,
             request_burst: 30,
             max_concurrent_streams: 16,
+            work_past_deadline: true,
         }
     }
 }

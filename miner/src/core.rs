@@ -101,22 +101,26 @@ pub struct AcceptedChallenge {
     pub pool_plan: Option<PoolPlan>,
     /// The pools once filled ([`MinerCore::fill`]), until the commitment keeps them.
     pub pools: Option<Vec<Box<dyn ResidentPool>>>,
+    /// When the work stops by this machine's clock, Unix milliseconds ([`MinerCore::stop_at_ms`]).
+    stop_at_ms: u64,
     accepted_at: Instant,
     _devices: OwnedMutexGuard<()>,
 }
 
 impl AcceptedChallenge {
     /// Time left to work by this machine's clock: until the finish-by time when the challenge
-    /// has one (a late commitment still proves its rate), else until the deadline.
+    /// has one and this miner works past deadlines (a late commitment still proves its rate),
+    /// else until the deadline.
     pub fn time_left(&self) -> Duration {
-        Duration::from_millis(self.challenge.stop_at_ms().saturating_sub(now_ms()))
+        Duration::from_millis(self.stop_at_ms.saturating_sub(now_ms()))
     }
 
     /// What stops the work when it runs out of time, for people.
     pub fn stop_named(&self) -> &'static str {
-        match self.challenge.finish_by_ms {
-            Some(_) => "finish-by time",
-            None => "deadline",
+        if self.stop_at_ms == self.challenge.deadline_ms {
+            "deadline"
+        } else {
+            "finish-by time"
         }
     }
 }
@@ -298,8 +302,7 @@ impl MinerCore {
             claim: self.claim(),
             protocol_version: self.protocol_version(),
             software_version: env!("CARGO_PKG_VERSION").to_string(),
-            // This miner works on until a challenge's finish-by time ([`Challenge::stop_at_ms`]).
-            takes_finish_by: true,
+            takes_finish_by: self.limits.work_past_deadline,
             limits: MinerLimits {
                 max_n: self.limits.max_n,
                 max_chains: self.limits.max_chains,
@@ -393,6 +396,7 @@ impl MinerCore {
             return Err(MinerError::NonceReused(hex::encode(challenge.params.nonce)));
         }
         Ok(AcceptedChallenge {
+            stop_at_ms: self.stop_at_ms(&challenge),
             challenge,
             work,
             pool_plan,
@@ -418,15 +422,16 @@ impl MinerCore {
                 l.max_iterations
             ));
         }
-        // The devices may be held until the finish-by time, so that is what the limit bounds.
-        let window = challenge.stop_at_ms().saturating_sub(now_ms);
+        // The devices may be held until the work stops, so that is what the limit bounds.
+        let stop_at_ms = self.stop_at_ms(challenge);
+        let window = stop_at_ms.saturating_sub(now_ms);
         if window > l.max_duration_secs.saturating_mul(1000) {
             // The validator reads the limit as the inventory's max_duration_ms; the miner's
             // operator sets it as max_duration_secs. Name both.
-            let stop = if challenge.finish_by_ms.is_some() {
-                "finish-by time"
-            } else {
+            let stop = if stop_at_ms == challenge.deadline_ms {
                 "deadline"
+            } else {
+                "finish-by time"
             };
             return over(format!(
                 "{stop} {window} ms away > max_duration_ms={} (the miner's max_duration_secs={})",
@@ -435,6 +440,17 @@ impl MinerCore {
             ));
         }
         Ok(())
+    }
+
+    /// When the work on `challenge` stops by this machine's clock: its finish-by time, if it has
+    /// one and this miner works past deadlines; else its deadline. (A validator sends a
+    /// finish-by time only to a miner whose inventory takes one; one sent anyway to a miner whose
+    /// operator declined is not a reason to refuse honest work, only to stop at the deadline.)
+    fn stop_at_ms(&self, challenge: &Challenge) -> u64 {
+        match challenge.finish_by_ms {
+            Some(finish_by_ms) if self.limits.work_past_deadline => finish_by_ms,
+            _ => challenge.deadline_ms,
+        }
     }
 
     /// Frees the pools of every kept commitment.

@@ -65,12 +65,6 @@ impl Challenge {
         }
     }
 
-    /// When the miner stops working on it, by its own clock: the finish-by time if the
-    /// challenge has one, else the deadline.
-    pub fn stop_at_ms(&self) -> u64 {
-        self.finish_by_ms.unwrap_or(self.deadline_ms)
-    }
-
     fn v2_signing_bytes(&self) -> Vec<u8> {
         let mut out = CHALLENGE_DOMAIN.to_vec();
         out.extend(self.params.key_material());

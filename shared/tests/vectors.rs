@@ -228,6 +228,15 @@ fn finish_by_statement_vectors() {
     assert!(bytes.starts_with(b"gpu-attest v1 challenge with finish-by"));
     assert_eq!(&bytes[bytes.len() - 8..], &1_700_000_120_000u64.to_le_bytes());
     assert_eq!(&bytes[38..bytes.len() - 8], &without[23..]);
+    let bytes = v3.signing_bytes();
+    let without = Challenge {
+        finish_by_ms: None,
+        ..v3.clone()
+    }
+    .signing_bytes();
+    assert!(bytes.starts_with(b"gpu-attest v3 challenge with finish-by"));
+    assert_eq!(&bytes[bytes.len() - 8..], &1_700_000_120_000u64.to_le_bytes());
+    assert_eq!(&bytes[38..bytes.len() - 8], &without[23..]);
     // A signature over one time does not verify over another, nor without one.
     let signature = v2.sign(&validator);
     let moved = Challenge {

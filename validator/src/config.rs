@@ -82,9 +82,14 @@ pub struct DeadlineConfig {
     pub accept_ms: u64,
     /// How long a miner that misses the deadline may go on, as a multiple of the deadline
     /// (PROTOCOL.md 14.3): a commitment by then is still a FAIL, but it is verified and the
-    /// verdict says what rate it proved, so that a throttled or power-capped host can be told
-    /// from one without the hardware. 1.0 sends no finish-by time: the work stops at the deadline.
+    /// verdict says what rate it proved (how much compute, not which hardware: only device
+    /// evidence names that). 1.0 sends no finish-by time: the work stops at the deadline.
     pub finish_by: f64,
+    /// A graded miss whose commitment came within this many deadlines gets one immediate
+    /// retest with a fresh challenge, and the verdict is the retest's (PROTOCOL.md 14.7): an
+    /// honest host that stalled once is not stored as a FAIL. SECURITY.md has what it costs.
+    /// 1.0: no retests. At most `finish_by` (a later miss is never graded).
+    pub retest_band: f64,
 }
 
 /// The largest `finish_by`: past it a miner with a tenth of its claim still holds the validator's
@@ -107,6 +112,7 @@ impl Default for DeadlineConfig {
             min_ms: 2_000,
             accept_ms: 2_000,
             finish_by: 2.0,
+            retest_band: 1.15,
         }
     }
 }
@@ -276,6 +282,12 @@ impl ValidatorConfig {
                 "deadline.finish_by = {finish_by} must be in 1.0..={MAX_FINISH_BY} (a multiple of the deadline; 1.0 stops a miner's work at the deadline)"
             ));
         }
+        let band = self.deadline.retest_band;
+        if !(band.is_finite() && band >= 1.0 && band <= finish_by) {
+            return invalid(format!(
+                "deadline.retest_band = {band} must be in 1.0..=deadline.finish_by ({finish_by}): a retest follows only a miss whose late work was verified (1.0: no retests)"
+            ));
+        }
         if !(250..=60_000).contains(&self.deadline.accept_ms) {
             return invalid(format!(
                 "deadline.accept_ms = {} must be in 250..=60000 (a slow network's round trip or two, up to a minute): a miner accepts or refuses a challenge at once, and time past that is time to compute and then refuse",
@@ -406,6 +418,12 @@ mod tests {
             window.deadline.accept_ms = accept_ms;
             let err = window.validate().unwrap_err().to_string();
             assert!(err.contains("deadline.accept_ms"), "{accept_ms}: {err}");
+        }
+        for band in [0.99, 2.01, f64::INFINITY] {
+            let mut retest = ValidatorConfig::default();
+            retest.deadline.retest_band = band;
+            let err = retest.validate().unwrap_err().to_string();
+            assert!(err.contains("deadline.retest_band"), "{band}: {err}");
         }
         for finish_by in [0.99, 4.01, f64::NAN] {
             let mut late = ValidatorConfig::default();

@@ -41,6 +41,7 @@ pub struct ValidatorMetrics {
     attestations: Family<Labels, Counter>,
     failures: Family<Labels, Counter>,
     errors: Family<Labels, Counter>,
+    retests: Family<Labels, Counter>,
     phases: DurationFamily,
     verification: Histogram,
     proven_rate: Family<Labels, RealGauge>,
@@ -57,6 +58,7 @@ impl Default for ValidatorMetrics {
             attestations: Family::default(),
             failures: Family::default(),
             errors: Family::default(),
+            retests: Family::default(),
             phases: duration_family(),
             verification: duration_histogram(),
             proven_rate: Family::default(),
@@ -89,6 +91,11 @@ impl ValidatorMetrics {
             self.errors.clone(),
         );
         r.register(
+            "retests",
+            "Misses just past the deadline retested with a fresh challenge, by the retest's outcome (pass or fail); the stored verdict is the retest's",
+            self.retests.clone(),
+        );
+        r.register(
             "phase_seconds",
             "Time spent in each phase of an attestation",
             self.phases.clone(),
@@ -100,17 +107,17 @@ impl ValidatorMetrics {
         );
         r.register(
             "proven_ops_per_second",
-            "The rate each miner proved in its latest verdict (0 when it failed)",
+            "The rate each miner proved in its latest verdict (0 when it failed, except a graded miss: the rate its late work proved)",
             self.proven_rate.clone(),
         );
         r.register(
             "proven_memory_bytes",
-            "The memory each miner's latest verdict proved, all devices (0 when it failed; no series for a miner attested without the memory phase)",
+            "The memory each miner's latest verdict proved, all devices (0 when it failed, except a graded miss; no series for a miner attested without the memory phase)",
             self.proven_memory.clone(),
         );
         r.register(
             "proven_walk_bytes_per_second",
-            "The walk bandwidth per device each miner's latest verdict proved (0 when it failed)",
+            "The walk bandwidth per device each miner's latest verdict proved (0 when it failed, except a graded miss)",
             self.proven_walk_rate.clone(),
         );
         r.register(
@@ -143,6 +150,12 @@ impl ValidatorMetrics {
     /// Counts what one attestation came to: its verdict, or the kind of error that kept it from
     /// one (`AttestError::kind`); `registered`: whether its miner is registered (only those have
     /// a proven-rate series).
+    /// A retest ran to a verdict (PROTOCOL.md 14.7).
+    pub fn retested(&self, passed: bool) {
+        let outcome = if passed { "pass" } else { "fail" };
+        self.retests.get_or_create(&vec![("outcome", outcome.into())]).inc();
+    }
+
     pub fn attested(&self, result: Result<&Verdict, &'static str>, registered: bool) {
         match result {
             Ok(verdict) => {

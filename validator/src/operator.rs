@@ -97,7 +97,7 @@ pub struct VerdictSummary {
     pub reasons: Vec<ReasonSummary>,
     pub measured_ms: u64,
     pub deadline_ms: u64,
-    /// How long past sending the miner could go on and still prove its rate; 0 for none.
+    /// Time from sending by which a late commitment still proves its rate; 0 for none.
     pub finish_by_ms: u64,
     /// 0 for a failed verdict, which proves nothing, unless it is a graded miss (PROTOCOL.md 17).
     pub proven_ops_per_sec: f64,

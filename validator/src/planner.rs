@@ -30,9 +30,9 @@ pub struct Plan {
     pub expected_ms: u64,
     /// Time allowed from sending the challenge to receiving the commitment.
     pub deadline_ms: u64,
-    /// From sending the challenge, how long a miner that misses the deadline may go on
-    /// (PROTOCOL.md 15, step 11): a commitment by then still proves its rate, on a failing
-    /// verdict. 0: the challenge has no finish-by time.
+    /// Time from sending the challenge by which a late commitment still proves its rate, on a
+    /// failing verdict (PROTOCOL.md 15, step 11; from sending, not from the deadline). 0: the
+    /// challenge has no finish-by time.
     pub finish_by_ms: u64,
     /// Openings to ask for under the sampled policy (0 under full re-execution).
     pub samples: u32,

@@ -53,10 +53,11 @@ reason_codes! {
     MinerFailed = "miner-failed",
     /// The stream ended without a commitment.
     NoCommitment = "no-commitment",
-    /// No commitment by the deadline: the miner stopped at it (`DEADLINE_EXCEEDED`), or nothing
-    /// came within the deadline plus the grace.
+    /// No commitment in time: the miner stopped at the deadline, or at the finish-by time when
+    /// the challenge had one (`DEADLINE_EXCEEDED`), or nothing came within that plus the grace.
     CommitmentTimedOut = "commitment-timed-out",
-    /// The commitment arrived, but after the deadline by the validator's clock.
+    /// The commitment arrived, but after the deadline by the validator's clock (by the finish-by
+    /// time, it is verified and may be a graded miss: PROTOCOL.md 17).
     LateCommitment = "late-commitment",
     // The commitment itself.
     MalformedCommitment = "malformed-commitment",

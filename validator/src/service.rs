@@ -59,6 +59,16 @@ impl From<StoreError> for Status {
     }
 }
 
+fn fail_reasons_to_wire(reasons: &[crate::reason::Reason]) -> Vec<v1::FailReason> {
+    reasons
+        .iter()
+        .map(|r| v1::FailReason {
+            code: r.code.as_str().into(),
+            message: r.message.clone(),
+        })
+        .collect()
+}
+
 pub fn verdict_to_wire(v: &Verdict) -> v1::Verdict {
     let hex32 = |s: &str| hex::decode(s).unwrap_or_default();
     v1::Verdict {
@@ -68,14 +78,7 @@ pub fn verdict_to_wire(v: &Verdict) -> v1::Verdict {
         nonce: hex32(&v.nonce),
         passed: v.passed,
         reasons: v.reasons.iter().map(|r| r.message.clone()).collect(),
-        fail_reasons: v
-            .reasons
-            .iter()
-            .map(|r| v1::FailReason {
-                code: r.code.as_str().into(),
-                message: r.message.clone(),
-            })
-            .collect(),
+        fail_reasons: fail_reasons_to_wire(&v.reasons),
         policy: v.policy.clone(),
         samples: v.samples,
         params: Some(v1::ChallengeParams {
@@ -91,6 +94,15 @@ pub fn verdict_to_wire(v: &Verdict) -> v1::Verdict {
         expected_ms: v.expected_ms,
         deadline_ms: v.deadline_ms,
         finish_by_ms: v.finish_by_ms,
+        first_run: v.first_run.as_ref().map(|f| v1::FirstRun {
+            nonce: hex32(&f.nonce),
+            measured_ms: f.measured_ms,
+            expected_ms: f.expected_ms,
+            deadline_ms: f.deadline_ms,
+            finish_by_ms: f.finish_by_ms,
+            proven_ops_per_sec: f.proven_ops_per_sec.unwrap_or(0.0),
+            fail_reasons: fail_reasons_to_wire(&f.reasons),
+        }),
         inventory: v.inventory.iter().map(device_to_wire).collect(),
         backend: v.backend.clone(),
         kernel: v.kernel.clone(),

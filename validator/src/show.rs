@@ -37,6 +37,12 @@ pub fn print_verdict(v: &Verdict, database: &str) {
     if let (false, Some(ratio)) = (v.passed, v.throughput.proven_to_expected) {
         println!("  {}", too_slow(ratio));
     }
+    if let Some(first) = &v.first_run {
+        println!(
+            "  a retest: the first run (nonce {}) answered in {} ms of a {} ms deadline, within the retest band",
+            first.nonce, first.measured_ms, first.deadline_ms
+        );
+    }
     println!("  {}", v.throughput);
     if let Some(memory) = &v.memory {
         println!("  {memory}");

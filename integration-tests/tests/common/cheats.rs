@@ -36,6 +36,10 @@ pub enum Cheat {
     Slow,
     /// Computes honestly but sends the commitment after the challenge's finish-by time.
     PastFinishBy,
+    /// As `Slow` on its first challenge, then on time: an honest host that stalled once.
+    SlowOnce,
+    /// `SkipChains`, committed as late as `Slow`: late work that does not verify.
+    LateSkipChains,
     /// Has another miner's key sign the commitment and claims to be that miner.
     ForeignKey,
     /// Answers openings with signatures that do not verify.
@@ -278,7 +282,7 @@ async fn after_accepting(
     let honest = honest?;
     let devices = core.backend().backend.device_count();
     let (committed, kept): (Execution, Execution) = match cheat {
-        Cheat::SkipChains => {
+        Cheat::SkipChains | Cheat::LateSkipChains => {
             let mut chains = honest.chains.clone();
             let half = chains.len() / 2;
             garbage(&mut chains[half..]);
@@ -343,8 +347,12 @@ async fn after_accepting(
     }
     core.remember(accepted, kept);
     let send_at = match cheat {
-        Cheat::Slow => Some(deadline_ms + 300),
+        Cheat::Slow | Cheat::LateSkipChains => Some(deadline_ms + 300),
         Cheat::PastFinishBy => Some(finish_by_ms.expect("a challenge with a finish-by time") + 300),
+        Cheat::SlowOnce => {
+            let earlier = first.lock().unwrap().replace(commitment.clone());
+            earlier.is_none().then_some(deadline_ms + 300)
+        }
         _ => None,
     };
     if let Some(send_at) = send_at {

@@ -53,13 +53,18 @@ impl Backend for SlowBackend {
 /// An honest one-device miner keyed by `seed`, allowing the test validator, whose challenges
 /// take `extra` longer than the work.
 pub fn slow_miner(seed: u8, extra: Duration) -> Arc<MinerCore> {
+    slow_miner_with(seed, extra, gpu_attest_miner::config::Limits::default())
+}
+
+/// [`slow_miner`] with its own limits.
+pub fn slow_miner_with(seed: u8, extra: Duration, limits: gpu_attest_miner::config::Limits) -> Arc<MinerCore> {
     let cpu = super::test_cpu(super::TEST_CORES as usize);
     let backend = super::selected(cpu.kernel(), Arc::new(SlowBackend { cpu, extra }));
     super::miner_on(
         seed,
         &[super::validator_key()],
         backend,
-        gpu_attest_miner::config::Limits::default(),
+        limits,
         gpu_attest_miner::nonces::NonceLog::in_memory(),
     )
 }

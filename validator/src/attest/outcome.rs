@@ -106,6 +106,7 @@ impl Outcome {
             throughput,
             memory,
             identity: self.identity,
+            first_run: None,
         }
     }
 }

@@ -29,7 +29,7 @@ pub use leases::{Lease, LeaseRefusal};
 pub use miners::MinerRecord;
 pub use rates::ClassObservation;
 pub use schema::SCHEMA_VERSION;
-pub use verdicts::{StoredParams, Verdict, VerdictFilter};
+pub use verdicts::{FirstRun, StoredParams, Verdict, VerdictFilter};
 
 use gpu_attest_shared::identity::PublicKey;
 use sqlx::any::{AnyConnectOptions, AnyPoolOptions};
@@ -512,6 +512,7 @@ pub(crate) mod test_support {
                     part: None,
                 }],
             }),
+            first_run: None,
         }
     }
 

@@ -155,6 +155,60 @@ mod tests {
         }
     }
 
+    /// A retest's verdict that is a graded miss (PROTOCOL.md 14.7, 17) reads back whole, first
+    /// run and finish-by time included, proves its rate on reading too, and teaches nothing even
+    /// when handed an observation.
+    #[tokio::test]
+    async fn a_graded_retest_reads_back_whole_and_teaches_nothing() {
+        use crate::reason::{Reason, ReasonCode};
+        use crate::store::FirstRun;
+        for (store, _scratch) in crate::store::test_stores("graded").await {
+            let first = {
+                let mut v = passing_verdict([1; 32]);
+                v.passed = false;
+                v.measured_ms = 320;
+                v.reasons = vec![Reason::new(ReasonCode::LateCommitment, "first run, after 320 ms")];
+                v.finish_by_ms = 600;
+                FirstRun::from(&v)
+            };
+            let mut graded = passing_verdict([2; 32]);
+            graded.passed = false;
+            graded.measured_ms = 310;
+            graded.finish_by_ms = 600;
+            graded.reasons = vec![Reason::new(ReasonCode::LateCommitment, "after 310 ms")];
+            graded.throughput = crate::throughput::Throughput::of(
+                &graded.params,
+                graded.memory.as_ref().map_or(0.0, |m| m.fill_ops()),
+                1,
+                310,
+                &graded.throughput.expectation(),
+                true,
+            );
+            graded.first_run = Some(first);
+            assert!(store.claim_nonce(&[2; 32], "http://m", 1).await.unwrap());
+            let observation = ClassObservation {
+                class: class(),
+                miner_key: [2; 32],
+                ops_per_unit: 4.0e9,
+            };
+            let id = store
+                .record_verdict(&graded, std::slice::from_ref(&observation))
+                .await
+                .unwrap();
+            let read = store
+                .verdicts(&VerdictFilter {
+                    limit: 1,
+                    ..Default::default()
+                })
+                .await
+                .unwrap();
+            graded.id = id;
+            assert_eq!(read, vec![graded], "{:?}", store.dialect());
+            assert!(read[0].throughput.proven_ops_per_sec.is_some());
+            assert!(store.observations(&class(), 0).await.unwrap().is_empty());
+        }
+    }
+
     async fn together_or_not_at_all(store: &Store) {
         let observation = ClassObservation {
             class: class(),

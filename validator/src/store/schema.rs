@@ -7,7 +7,8 @@
 //! leave walk bandwidth observations (a table of their own: one observation of each kind per
 //! verdict); 6 verdicts keep what device evidence showed (PROTOCOL.md 19.5), and passing ones
 //! record the certified parts they saw (`part_sightings`); 7 verdicts keep their challenge's
-//! finish-by time (PROTOCOL.md 14.3), which says whether a late one proved its rate. SQLite keeps the version in `PRAGMA user_version` (as it always
+//! finish-by time (PROTOCOL.md 14.3), which says whether a late one proved its rate, and the
+//! first run a retest replaced (14.7). SQLite keeps the version in `PRAGMA user_version` (as it always
 //! has), PostgreSQL in the one-row table `schema_version`.
 
 use super::{Dialect, Store, StoreError};
@@ -54,7 +55,8 @@ CREATE TABLE IF NOT EXISTS verdicts (
     slack           {real} NOT NULL DEFAULT 0,
     memory          TEXT NOT NULL DEFAULT '',
     identity        TEXT NOT NULL DEFAULT '',
-    finish_by_ms    {int} NOT NULL DEFAULT 0
+    finish_by_ms    {int} NOT NULL DEFAULT 0,
+    first_run       TEXT NOT NULL DEFAULT ''
 );
 CREATE INDEX IF NOT EXISTS verdicts_by_miner ON verdicts (miner_url, id);
 CREATE TABLE IF NOT EXISTS part_sightings (
@@ -165,19 +167,24 @@ const SQLITE_ADDED_COLUMNS: [(i64, &[&str]); 5] = [
         6,
         &["ALTER TABLE verdicts ADD COLUMN identity TEXT NOT NULL DEFAULT ''"],
     ),
-    // Rows from before read as challenges without a finish-by time: none is a graded miss.
+    // Rows from before read as challenges without a finish-by time (none is a graded miss),
+    // and as first runs.
     (
         7,
-        &["ALTER TABLE verdicts ADD COLUMN finish_by_ms INTEGER NOT NULL DEFAULT 0"],
+        &[
+            "ALTER TABLE verdicts ADD COLUMN finish_by_ms INTEGER NOT NULL DEFAULT 0",
+            "ALTER TABLE verdicts ADD COLUMN first_run TEXT NOT NULL DEFAULT ''",
+        ],
     ),
 ];
 
 /// Columns added to `verdicts` after a PostgreSQL store's first version (4), each idempotent:
 /// the migration runs them all in its one transaction.
-const POSTGRES_ADDED_COLUMNS: [&str; 3] = [
+const POSTGRES_ADDED_COLUMNS: [&str; 4] = [
     "ALTER TABLE verdicts ADD COLUMN IF NOT EXISTS memory TEXT NOT NULL DEFAULT ''",
     "ALTER TABLE verdicts ADD COLUMN IF NOT EXISTS identity TEXT NOT NULL DEFAULT ''",
     "ALTER TABLE verdicts ADD COLUMN IF NOT EXISTS finish_by_ms BIGINT NOT NULL DEFAULT 0",
+    "ALTER TABLE verdicts ADD COLUMN IF NOT EXISTS first_run TEXT NOT NULL DEFAULT ''",
 ];
 
 /// Arbitrary, fixed: the advisory lock validators sharing a PostgreSQL database take while one

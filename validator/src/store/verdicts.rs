@@ -54,8 +54,9 @@ pub struct Verdict {
     pub measured_ms: u64,
     pub expected_ms: u64,
     pub deadline_ms: u64,
-    /// From sending the challenge, how long the miner could go on past the deadline and still
-    /// prove its rate (PROTOCOL.md 14.3); 0 when the challenge had no finish-by time.
+    /// Time from sending the challenge by which a late commitment still proves its rate
+    /// (PROTOCOL.md 14.3; from sending, like `deadline_ms`, not from the deadline); 0 when the
+    /// challenge had no finish-by time.
     pub finish_by_ms: u64,
     /// Stored as JSON with `DeviceInfo`'s own field names.
     pub inventory: Vec<DeviceInfo>,
@@ -72,6 +73,37 @@ pub struct Verdict {
     /// What it states of device identity (PROTOCOL.md 19.5); `None` under the `off` policy or
     /// before the evidence was read. Stored as JSON.
     pub identity: Option<IdentityProof>,
+    /// The run this verdict's retest replaced (PROTOCOL.md 14.7); `None` for a first run.
+    /// Stored as JSON.
+    pub first_run: Option<FirstRun>,
+}
+
+/// The run a retest replaced, as the retest's verdict records it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct FirstRun {
+    /// Hex, as the verdict's own.
+    pub nonce: String,
+    pub measured_ms: u64,
+    pub expected_ms: u64,
+    pub deadline_ms: u64,
+    pub finish_by_ms: u64,
+    /// What the late work proved (a first run is always a graded miss).
+    pub proven_ops_per_sec: Option<f64>,
+    pub reasons: Vec<Reason>,
+}
+
+impl From<&Verdict> for FirstRun {
+    fn from(v: &Verdict) -> Self {
+        FirstRun {
+            nonce: v.nonce.clone(),
+            measured_ms: v.measured_ms,
+            expected_ms: v.expected_ms,
+            deadline_ms: v.deadline_ms,
+            finish_by_ms: v.finish_by_ms,
+            proven_ops_per_sec: v.throughput.proven_ops_per_sec,
+            reasons: v.reasons.clone(),
+        }
+    }
 }
 
 #[derive(Clone, Debug, Default)]
@@ -103,9 +135,10 @@ impl Store {
         let (id,): (i64,) = sqlx::query_as(
             "INSERT INTO verdicts (miner_url, miner_key, nonce, passed, reasons, policy, samples, params, measured_ms,
                                    expected_ms, deadline_ms, inventory, backend, kernel, global_checksum, created_at_ms,
-                                   expected_ops_per_sec, rate_source, rate_miners, slack, memory, identity, finish_by_ms)
+                                   expected_ops_per_sec, rate_source, rate_miners, slack, memory, identity, finish_by_ms,
+                                   first_run)
              VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22,
-                     $23)
+                     $23, $24)
              RETURNING id",
         )
         .bind(&v.miner_url)
@@ -137,6 +170,10 @@ impl Store {
             None => String::new(),
         })
         .bind(as_i64(v.finish_by_ms))
+        .bind(match &v.first_run {
+            Some(f) => json(serde_json::to_string(f))?,
+            None => String::new(),
+        })
         .fetch_one(&mut *tx)
         .await?;
         // Only a pass teaches: a graded miss proves a rate too, but one below what its class
@@ -165,7 +202,9 @@ impl Store {
                 .execute(&mut *tx)
                 .await?;
         }
-        if v.passed
+        // A graded miss's devices did verified work for this key too: one GPU must not earn
+        // graded misses for many keys unseen (PROTOCOL.md 19.4, step 4).
+        if (v.passed || graded_miss(&v.reasons, v.measured_ms, v.finish_by_ms))
             && let Some(identity) = &v.identity
         {
             let parts: Vec<(String, String)> = identity.devices.iter().filter_map(|d| d.part.clone()).collect();
@@ -180,7 +219,8 @@ impl Store {
         let rows = sqlx::query(
             "SELECT id, miner_url, miner_key, nonce, passed, reasons, policy, samples, params, measured_ms,
                     expected_ms, deadline_ms, inventory, backend, kernel, global_checksum, created_at_ms,
-                    expected_ops_per_sec, rate_source, rate_miners, slack, memory, identity, finish_by_ms
+                    expected_ops_per_sec, rate_source, rate_miners, slack, memory, identity, finish_by_ms,
+                    first_run
              FROM verdicts
              WHERE ($1 IS NULL OR miner_url = $1) AND ($2 IS NULL OR passed = $2)
                AND created_at_ms >= $3 AND ($4 IS NULL OR id < $4)
@@ -239,6 +279,12 @@ fn verdict_from_row(r: &sqlx::any::AnyRow) -> Result<Verdict, StoreError> {
     // 0 for verdicts stored before finish-by times: none of them is graded.
     let finish_by_ms = as_u64(r.try_get(23)?)?;
     let proves = passed || graded_miss(&reasons, measured_ms, finish_by_ms);
+    let first_run_json: String = r.try_get(24)?;
+    let first_run: Option<FirstRun> = if first_run_json.is_empty() {
+        None
+    } else {
+        Some(serde_json::from_str(&first_run_json).map_err(|e| corrupt("first_run", e))?)
+    };
     let fill_ops = memory.as_ref().map_or(0.0, MemoryProof::fill_ops);
     let throughput = Throughput::of(&params, fill_ops, inventory.len(), measured_ms, &expectation, proves);
     Ok(Verdict {
@@ -263,5 +309,6 @@ fn verdict_from_row(r: &sqlx::any::AnyRow) -> Result<Verdict, StoreError> {
         throughput,
         memory,
         identity,
+        first_run,
     })
 }
