@@ -303,6 +303,9 @@ fn validator_request(data: &[u8]) {
             if let Ok(request) = v1::AttestMinerRequest::decode(bytes) {
                 let _ = normalise_url(&request.url);
             }
+            if let Ok(request) = v1::WatchVerdictsRequest::decode(bytes) {
+                let _ = normalise_url(&request.miner_url);
+            }
         }
     }
 }

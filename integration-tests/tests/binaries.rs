@@ -130,6 +130,28 @@ fn miners(api: &str, args: &[&str]) -> Output {
         .unwrap()
 }
 
+/// The first line a command that runs until stopped (`--follow`) prints, within 20 s; the
+/// command is killed then.
+fn first_line_of_follow(mut command: Command) -> String {
+    use std::io::BufRead;
+    let mut child = common::process::Daemon(
+        command
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::inherit())
+            .spawn()
+            .unwrap(),
+    );
+    let stdout = child.0.stdout.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut line = String::new();
+        let _ = std::io::BufReader::new(stdout).read_line(&mut line);
+        let _ = tx.send(line);
+    });
+    rx.recv_timeout(std::time::Duration::from_secs(20))
+        .expect("a followed verdict within 20 s")
+}
+
 fn stdout_of(out: &Output) -> String {
     assert_eq!(
         out.status.code(),
@@ -195,6 +217,21 @@ fn an_operator_manages_the_miners_of_a_running_validator() {
         "no verdicts"
     );
     assert!(stdout_of(&miners(&api, &["verdicts", "--miner", &miner_url])).contains("PASS"));
+    // Followed from the start, through the API and from the database file: the same verdict,
+    // as one JSON line each.
+    let mut through_api = cmd("validator");
+    through_api.args([
+        "miners", "--api", &api, "verdicts", "--follow", "--after", "0", "--json",
+    ]);
+    let followed: serde_json::Value = serde_json::from_str(&first_line_of_follow(through_api)).unwrap();
+    assert_eq!(followed["id"], listed[0]["id"]);
+    let mut from_file = cmd("validator");
+    from_file
+        .args(["verdicts", "--follow", "--after", "0", "--json", "--database"])
+        .arg(d.join("v.db"));
+    let followed: serde_json::Value = serde_json::from_str(&first_line_of_follow(from_file)).unwrap();
+    assert_eq!(followed["id"], listed[0]["id"]);
+    assert_eq!(followed["passed"], true);
 
     // Revoked once, then told it already was; the key can no longer be registered.
     let revoke = ["revoke", &miner_key, "--reason", "test"];

@@ -586,6 +586,14 @@ struct EndlessEmptyPages {
 #[tonic::async_trait]
 impl v1::validator_server::Validator for EndlessEmptyPages {
     type AttestMinerStream = tokio_stream::Empty<Result<v1::AttestEvent, tonic::Status>>;
+    type WatchVerdictsStream = tokio_stream::Empty<Result<v1::Verdict, tonic::Status>>;
+
+    async fn watch_verdicts(
+        &self,
+        _: tonic::Request<v1::WatchVerdictsRequest>,
+    ) -> Result<tonic::Response<Self::WatchVerdictsStream>, tonic::Status> {
+        Err(tonic::Status::unimplemented("not this test's"))
+    }
 
     async fn register_miner(
         &self,
@@ -665,4 +673,145 @@ async fn the_operator_stops_at_an_empty_page_that_names_a_next_one() {
         "asked once, not again"
     );
     server.abort();
+}
+
+/// The next verdict on a watch, within 15 s.
+async fn next_watched(watch: &mut tonic::Streaming<v1::Verdict>) -> v1::Verdict {
+    tokio::time::timeout(std::time::Duration::from_secs(15), watch.message())
+        .await
+        .expect("a verdict within 15 s")
+        .expect("the watch goes on")
+        .expect("the watch has not ended")
+}
+
+/// WatchVerdicts sends each verdict as it is stored, in order and once; a client that comes
+/// back, after the validator restarted, with the last id it saw gets everything stored meanwhile,
+/// by any validator on the database, and then the new ones.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_verdict_watch_misses_nothing_across_a_validator_restart() {
+    let dir = TempDir::new("watch");
+    let config = validator_config(&dir, Policy::Sampled);
+    let miner = spawn_miner(miner_core(23, &[validator_key()], 1)).await;
+    let mut validator = spawn_validator(attestor(&config).await).await;
+    let mut api = client(&validator).await;
+    let mut watch = api
+        .watch_verdicts(v1::WatchVerdictsRequest::default())
+        .await
+        .unwrap()
+        .into_inner();
+    let first = attest_via_api(&mut api, &miner.url()).await.2.unwrap();
+    let seen = next_watched(&mut watch).await;
+    assert_eq!((seen.id, &seen.nonce), (first.id, &first.nonce));
+
+    // The validator stops: the watch ends rather than hold the stop, and while no validator
+    // serves the API another one on the same database stores two verdicts.
+    validator.stop();
+    let ended = tokio::time::timeout(std::time::Duration::from_secs(10), watch.message()).await;
+    assert!(
+        matches!(ended, Ok(Ok(None)) | Ok(Err(_))),
+        "the watch ended with the server: {ended:?}"
+    );
+    drop((watch, api));
+    let other = attestor(&config).await;
+    let missed = [
+        other.attest(&miner.url(), &|_| {}).await.unwrap(),
+        other.attest(&miner.url(), &|_| {}).await.unwrap(),
+    ];
+
+    let validator = spawn_validator(attestor(&config).await).await;
+    let mut api = client(&validator).await;
+    let mut watch = api
+        .watch_verdicts(v1::WatchVerdictsRequest {
+            after_id: Some(seen.id),
+            miner_url: String::new(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    for stored in &missed {
+        let got = next_watched(&mut watch).await;
+        assert_eq!((got.id, hex::encode(&got.nonce)), (stored.id, stored.nonce.clone()));
+    }
+    // Then new ones, and only those: nothing is sent twice.
+    let fourth = attest_via_api(&mut api, &miner.url()).await.2.unwrap();
+    assert_eq!(next_watched(&mut watch).await.id, fourth.id);
+}
+
+/// A watch of one miner sends only its verdicts; a watch from an id replays from there.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_verdict_watch_keeps_to_its_miner_and_replays_from_an_id() {
+    let dir = TempDir::new("watch-filter");
+    let attestor = attestor(&validator_config(&dir, Policy::Sampled)).await;
+    let validator = spawn_validator(attestor.clone()).await;
+    let (one, two) = (
+        spawn_miner(miner_core(25, &[validator_key()], 1)).await,
+        spawn_miner(miner_core(26, &[validator_key()], 1)).await,
+    );
+    let mut stored = Vec::new();
+    for miner in [&one, &two, &one] {
+        stored.push(attestor.attest(&miner.url(), &|_| {}).await.unwrap());
+    }
+    let mut api = client(&validator).await;
+    let mut watch = api
+        .watch_verdicts(v1::WatchVerdictsRequest {
+            after_id: Some(0),
+            miner_url: one.url(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(next_watched(&mut watch).await.id, stored[0].id);
+    assert_eq!(next_watched(&mut watch).await.id, stored[2].id);
+    let later = attestor.attest(&two.url(), &|_| {}).await.unwrap();
+    let last = attestor.attest(&one.url(), &|_| {}).await.unwrap();
+    let got = next_watched(&mut watch).await;
+    assert_eq!(
+        got.id, last.id,
+        "miner two's verdict #{} was not for this watch",
+        later.id
+    );
+}
+
+/// The next verdict id the operator followed, within 20 s.
+async fn next_followed(followed: &mut tokio::sync::mpsc::UnboundedReceiver<u64>) -> u64 {
+    tokio::time::timeout(std::time::Duration::from_secs(20), followed.recv())
+        .await
+        .expect("followed within 20 s")
+        .expect("still following")
+}
+
+/// `validator miners verdicts --follow`'s client: it follows the validator, and when the
+/// validator restarts at its address it follows again from the last verdict it saw.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_operator_follows_verdicts_across_a_validator_restart() {
+    let dir = TempDir::new("follow");
+    let config = validator_config(&dir, Policy::Sampled);
+    let miner = spawn_miner(miner_core(27, &[validator_key()], 1)).await;
+    let serving = attestor(&config).await;
+    let (listener, address) = listener().await;
+    let mut validator = spawn_validator_on(serving.clone(), listener);
+    let (tx, mut followed) = tokio::sync::mpsc::unbounded_channel();
+    let follow = tokio::spawn(async move {
+        let mut operator = gpu_attest_validator::operator::Operator::connect(
+            &format!("http://{address}"),
+            &gpu_attest_daemon::tls::TlsFiles::default(),
+        )
+        .await
+        .unwrap();
+        operator
+            .follow(Some(0), None, |v| {
+                let _ = tx.send(v.id);
+            })
+            .await
+    });
+    let first = serving.attest(&miner.url(), &|_| {}).await.unwrap();
+    assert_eq!(next_followed(&mut followed).await, first.id);
+
+    validator.stop();
+    let meanwhile = attestor(&config).await.attest(&miner.url(), &|_| {}).await.unwrap();
+    // Back at the same address, as a restarted daemon is.
+    let listener = tokio::net::TcpListener::bind(address).await.unwrap();
+    let _validator = spawn_validator_on(attestor(&config).await, listener);
+    assert_eq!(next_followed(&mut followed).await, meanwhile.id);
+    follow.abort();
 }

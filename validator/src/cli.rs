@@ -117,6 +117,15 @@ pub struct VerdictFilterArgs {
     /// How many verdicts, newest first (at least 1).
     #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u32).range(1..))]
     pub limit: u32,
+    /// Print each verdict as it is stored, oldest first, until stopped (with --json, one object
+    /// a line), instead of the newest stored ones. --miner applies; --passed, --failed and
+    /// --limit do not.
+    #[arg(long, conflicts_with_all = ["passed", "failed"])]
+    pub follow: bool,
+    /// With --follow: first the stored verdicts with ids above this one (the last one seen
+    /// before), so that nothing stored meanwhile is missed.
+    #[arg(long, requires = "follow")]
+    pub after: Option<u64>,
 }
 
 /// A miner URL for `--miner`; a miner key given instead is refused with what to give, rather

@@ -18,6 +18,7 @@ pub mod service;
 pub mod show;
 pub mod store;
 pub mod throughput;
+pub mod watch;
 
 pub use attest::Attestor;
 pub use config::ValidatorConfig;

@@ -61,6 +61,17 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 );
             }
             let runtime = gpu_attest_daemon::signals::one_shot_runtime()?;
+            if filter.follow {
+                runtime.block_on(async {
+                    let store = Store::open_for_reading(&database).await?;
+                    let miner = filter.filter().miner_url;
+                    gpu_attest_validator::watch::follow_store(&store, filter.after, miner, |v| {
+                        show::print_followed_verdict(v, json)
+                    })
+                    .await
+                })?;
+                return Ok(ExitCode::SUCCESS);
+            }
             let verdicts = runtime.block_on(async {
                 let store = Store::open_for_reading(&database).await?;
                 let verdicts = store.verdicts(&filter.filter()).await;
@@ -203,6 +214,13 @@ fn miners(api: &ApiArgs, action: MinersAction) -> Result<ExitCode> {
                     return json(serde_json::json!({ "url": url, "removed": removed }));
                 }
                 println!("{}", if removed { "removed" } else { "was not registered" });
+            }
+            MinersAction::Verdicts { filter } if filter.follow => {
+                let json = api.json;
+                let miner = filter.filter().miner_url;
+                operator
+                    .follow(filter.after, miner, |v| show::print_followed_summary(&v, json))
+                    .await?;
             }
             MinersAction::Verdicts { filter } => {
                 let verdicts = operator.verdicts(&filter.filter()).await?;

@@ -37,6 +37,18 @@ pub enum OperatorError {
     BadKey(String),
 }
 
+/// How long `follow` waits before it asks again after losing the validator.
+const RECONNECT: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// A watch that ended this way ends because the validator went (a restart, a network fault,
+/// a connection closed to make room), not because it refused: worth following again.
+fn reconnectable(status: &tonic::Status) -> bool {
+    matches!(
+        status.code(),
+        tonic::Code::Unavailable | tonic::Code::Unknown | tonic::Code::Cancelled | tonic::Code::Aborted
+    )
+}
+
 impl From<tonic::Status> for OperatorError {
     fn from(s: tonic::Status) -> Self {
         OperatorError::Refused {
@@ -277,6 +289,68 @@ impl Operator {
         }
         out.truncate(query.limit as usize);
         Ok(out)
+    }
+
+    /// Every verdict the validator stores, as it stores it, oldest first (WatchVerdicts,
+    /// PROTOCOL.md 16.2): those with ids above `after` first when given, else only those stored
+    /// from now on. A lost connection is taken up again from the last verdict seen, so none is
+    /// missed across a restart of the validator; this returns only on a refusal.
+    pub async fn follow(
+        &mut self,
+        after: Option<u64>,
+        miner_url: Option<String>,
+        mut on_verdict: impl FnMut(VerdictSummary),
+    ) -> Result<(), OperatorError> {
+        // "From now on" is pinned to an id at once, so that a reconnect resumes from there.
+        let mut after = match after {
+            Some(id) => id,
+            None => self.newest_verdict_id().await?,
+        };
+        loop {
+            let request = v1::WatchVerdictsRequest {
+                after_id: Some(after),
+                miner_url: miner_url.clone().unwrap_or_default(),
+            };
+            let lost = match self.client.watch_verdicts(request).await {
+                Ok(stream) => {
+                    let mut stream = stream.into_inner();
+                    loop {
+                        match stream.message().await {
+                            Ok(Some(verdict)) => {
+                                after = after.max(verdict.id);
+                                on_verdict(VerdictSummary::from(verdict));
+                            }
+                            Ok(None) => break "the validator ended the stream".to_string(),
+                            Err(s) if reconnectable(&s) => break s.message().to_string(),
+                            Err(s) => return Err(self.refused(s)),
+                        }
+                    }
+                }
+                Err(s) if reconnectable(&s) => s.message().to_string(),
+                Err(s) => return Err(self.refused(s)),
+            };
+            eprintln!(
+                "lost the validator at {} ({lost}); following again from verdict #{after} in {} s",
+                self.url,
+                RECONNECT.as_secs()
+            );
+            tokio::time::sleep(RECONNECT).await;
+        }
+    }
+
+    /// The newest stored verdict's id (0 when there is none).
+    async fn newest_verdict_id(&mut self) -> Result<u64, OperatorError> {
+        let request = v1::ListVerdictsRequest {
+            page_size: 1,
+            ..Default::default()
+        };
+        let page = self
+            .client
+            .list_verdicts(request)
+            .await
+            .map_err(|s| self.refused(s))?
+            .into_inner();
+        Ok(page.verdicts.first().map_or(0, |v| v.id))
     }
 
     /// `true` if the key was not revoked before.

@@ -55,7 +55,15 @@ pub async fn serve(
         health,
         "validator",
     );
-    let api = ValidatorServer::new(ValidatorService::new(attestor)).max_decoding_message_size(MAX_REQUEST_BYTES);
+    // Verdict watchers end their streams as the drain starts (their clients come back from the
+    // last verdict they saw), rather than hold the stop for the drain limit.
+    let (stopping_tx, stopping) = watch::channel(false);
+    let stop = async move {
+        stop.await;
+        let _ = stopping_tx.send(true);
+    };
+    let api =
+        ValidatorServer::new(ValidatorService::new(attestor, stopping)).max_decoding_message_size(MAX_REQUEST_BYTES);
     let api = (
         <ValidatorServer<ValidatorService> as tonic::server::NamedService>::NAME,
         Routes::new(api),

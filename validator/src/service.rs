@@ -3,6 +3,7 @@
 use crate::attest::untrusted::caller_text_problem;
 use crate::attest::{AttestError, AttestEvent, Attestor, normalise_url, now_ms};
 use crate::store::{MinerRecord, StoreError, Verdict, VerdictFilter};
+use crate::watch::{self, Follower};
 use gpu_attest_daemon::connections::holds_connection;
 use gpu_attest_proto::convert::device_to_wire;
 use gpu_attest_proto::v1::{self, attest_event::Event, validator_server::Validator};
@@ -23,14 +24,28 @@ pub const MAX_REASON_BYTES: usize = 512;
 const DEFAULT_PAGE: u32 = 50;
 const MAX_PAGE: u32 = 500;
 
+/// Verdict watchers served at once: each holds a task and polls the database every second.
+pub const MAX_WATCHERS: usize = 64;
+
+/// Verdicts a watcher may have sent but not yet read: past this the watcher waits for its
+/// client, and reads nothing more from the database meanwhile.
+const WATCH_BUFFER: usize = 16;
+
 #[derive(Clone)]
 pub struct ValidatorService {
     attestor: Arc<Attestor>,
+    watchers: Arc<tokio::sync::Semaphore>,
+    /// Turns true when the server starts to stop: verdict watchers end their streams then.
+    stopping: tokio::sync::watch::Receiver<bool>,
 }
 
 impl ValidatorService {
-    pub fn new(attestor: Arc<Attestor>) -> Self {
-        ValidatorService { attestor }
+    pub fn new(attestor: Arc<Attestor>, stopping: tokio::sync::watch::Receiver<bool>) -> Self {
+        ValidatorService {
+            attestor,
+            watchers: Arc::new(tokio::sync::Semaphore::new(MAX_WATCHERS)),
+            stopping,
+        }
     }
 }
 
@@ -177,10 +192,50 @@ fn is_trusted_caller<T>(request: &Request<T>) -> bool {
 }
 
 type EventStream = Pin<Box<dyn Stream<Item = Result<v1::AttestEvent, Status>> + Send>>;
+type VerdictStream = Pin<Box<dyn Stream<Item = Result<v1::Verdict, Status>> + Send>>;
+
+/// Sends `follower`'s verdicts to `tx` until the client goes or the server stops, waking when
+/// this process stores a verdict or every [`watch::POLL`] for those other validators store.
+async fn run_watcher(
+    attestor: Arc<Attestor>,
+    mut follower: Follower,
+    tx: mpsc::Sender<Result<v1::Verdict, Status>>,
+    mut stopping: tokio::sync::watch::Receiver<bool>,
+    _permit: tokio::sync::OwnedSemaphorePermit,
+) {
+    let store = attestor.store().clone();
+    let mut stored = store.stored_verdicts();
+    loop {
+        if *stopping.borrow() {
+            return;
+        }
+        match follower.next(&store, now_ms()).await {
+            Ok(verdicts) => {
+                for v in &verdicts {
+                    if tx.send(Ok(verdict_to_wire(v))).await.is_err() {
+                        return;
+                    }
+                }
+            }
+            Err(e) => {
+                warn!(error = %e, "a verdict watcher could not read the database");
+                let _ = tx.send(Err(Status::from(e))).await;
+                return;
+            }
+        }
+        tokio::select! {
+            _ = tx.closed() => return,
+            _ = stopping.changed() => return,
+            _ = stored.changed() => {}
+            _ = tokio::time::sleep(watch::POLL) => {}
+        }
+    }
+}
 
 #[tonic::async_trait]
 impl Validator for ValidatorService {
     type AttestMinerStream = EventStream;
+    type WatchVerdictsStream = VerdictStream;
 
     async fn register_miner(
         &self,
@@ -298,6 +353,36 @@ impl Validator for ValidatorService {
             let _ = tx.send(last).await;
         });
         let response = Response::new(Box::pin(ReceiverStream::new(rx)) as Self::AttestMinerStream);
+        Ok(if trusted { holds_connection(response) } else { response })
+    }
+
+    async fn watch_verdicts(
+        &self,
+        request: Request<v1::WatchVerdictsRequest>,
+    ) -> Result<Response<Self::WatchVerdictsStream>, Status> {
+        let trusted = is_trusted_caller(&request);
+        let r = request.into_inner();
+        let permit = self.watchers.clone().try_acquire_owned().map_err(|_| {
+            Status::resource_exhausted(format!(
+                "this validator serves at most {MAX_WATCHERS} verdict watchers at once; close one, or retry later"
+            ))
+        })?;
+        let after_id = match r.after_id {
+            Some(id) => id,
+            None => self.attestor.store().newest_verdict_id().await?,
+        };
+        let miner_url = (!r.miner_url.is_empty()).then(|| normalise_url(&r.miner_url));
+        let (tx, rx) = mpsc::channel(WATCH_BUFFER);
+        tokio::spawn(run_watcher(
+            self.attestor.clone(),
+            Follower::after(after_id, miner_url),
+            tx,
+            self.stopping.clone(),
+            permit,
+        ));
+        let response = Response::new(Box::pin(ReceiverStream::new(rx)) as Self::WatchVerdictsStream);
+        // As attest_miner: only a trusted caller's watch keeps its connection from being closed
+        // to make room.
         Ok(if trusted { holds_connection(response) } else { response })
     }
 

@@ -91,6 +91,32 @@ fn stored_verdict_line(v: &Verdict) -> String {
     })
 }
 
+/// One verdict as `validator verdicts --follow` prints it: its line, or with `json` the verdict
+/// as one line of JSON. Flushed, since the output may be a pipe a script reads as it comes.
+pub fn print_followed_verdict(v: &Verdict, json: bool) {
+    print_followed(if json {
+        serde_json::to_string(v).unwrap_or_default()
+    } else {
+        stored_verdict_line(v)
+    });
+}
+
+/// One verdict as `validator miners verdicts --follow` prints it (as above).
+pub fn print_followed_summary(v: &VerdictSummary, json: bool) {
+    print_followed(if json {
+        serde_json::to_string(v).unwrap_or_default()
+    } else {
+        summary_line(v)
+    });
+}
+
+fn print_followed(line: String) {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(out, "{line}");
+    let _ = out.flush();
+}
+
 /// Verdicts from a running validator's API, one line each (`validator miners verdicts`): the
 /// same lines as `validator verdicts`, so that one reading (or one script) serves both.
 pub fn print_verdict_summaries(verdicts: &[VerdictSummary]) {

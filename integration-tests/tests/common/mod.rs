@@ -362,7 +362,13 @@ pub fn validator_options() -> gpu_attest_validator::server::ServeOptions {
 
 /// The real validator server around `attestor`, without the scheduler.
 pub async fn spawn_validator(attestor: Arc<Attestor>) -> Running {
-    let (listener, address) = listener().await;
+    let (listener, _) = listener().await;
+    spawn_validator_on(attestor, listener)
+}
+
+/// [`spawn_validator`] on `listener` (to come back at an address a client knows).
+pub fn spawn_validator_on(attestor: Arc<Attestor>, listener: TcpListener) -> Running {
+    let address = listener.local_addr().expect("a bound listener");
     let (stop, stopped) = oneshot::channel::<()>();
     tokio::spawn(gpu_attest_validator::server::serve(
         attestor,

@@ -133,6 +133,9 @@ pub struct Store {
     dialect: Dialect,
     /// Where it is, for messages: the file, or the URL without its password.
     location: String,
+    /// The id of the newest verdict this process stored: wakes verdict watchers at once (verdicts
+    /// other validators store in a shared database are found by polling).
+    stored: tokio::sync::watch::Sender<u64>,
 }
 
 /// How long opening a database may take before the attempt is given up, with the reason.
@@ -290,7 +293,13 @@ impl Store {
             pool,
             dialect,
             location: shown,
+            stored: tokio::sync::watch::Sender::new(0),
         })
+    }
+
+    /// Changes whenever this process stores a verdict (to its id).
+    pub fn stored_verdicts(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.stored.subscribe()
     }
 
     pub fn dialect(&self) -> Dialect {

@@ -211,7 +211,42 @@ impl Store {
             super::sightings::record(&mut tx, &parts, &miner_key_bytes, id, v.created_at_ms).await?;
         }
         tx.commit().await?;
-        as_u64(id)
+        let id = as_u64(id)?;
+        self.stored.send_replace(id);
+        Ok(id)
+    }
+
+    /// Up to `limit` verdicts with ids above `after_id`, oldest first, of one miner or all: what
+    /// a verdict watcher reads next ([`crate::watch`]).
+    pub async fn verdicts_after(
+        &self,
+        after_id: u64,
+        miner_url: Option<&str>,
+        limit: u32,
+    ) -> Result<Vec<Verdict>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT id, miner_url, miner_key, nonce, passed, reasons, policy, samples, params, measured_ms,
+                    expected_ms, deadline_ms, inventory, backend, kernel, global_checksum, created_at_ms,
+                    expected_ops_per_sec, rate_source, rate_miners, slack, memory, identity, finish_by_ms,
+                    first_run
+             FROM verdicts
+             WHERE id > $1 AND ($2 IS NULL OR miner_url = $2)
+             ORDER BY id ASC LIMIT $3",
+        )
+        .bind(as_i64(after_id))
+        .bind(miner_url.map(str::to_string))
+        .bind(i64::from(limit))
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter().map(verdict_from_row).collect()
+    }
+
+    /// The newest verdict's id, 0 when there is none.
+    pub async fn newest_verdict_id(&self) -> Result<u64, StoreError> {
+        let (id,): (Option<i64>,) = sqlx::query_as("SELECT MAX(id) FROM verdicts")
+            .fetch_one(&self.pool)
+            .await?;
+        id.map_or(Ok(0), as_u64)
     }
 
     /// Newest first.
