@@ -198,6 +198,17 @@ async fn a_miss_within_the_retest_band_is_retested_once_and_the_retest_decides()
         .unwrap();
     assert_eq!(stored.len(), 2, "one verdict per attestation");
     assert!(stored.iter().all(|v| v.first_run.is_some()));
+
+    // A retest is of the same key and hardware, or none: the first run's graded miss stands.
+    let changed = spawn_cheater(miner_core(69, &[validator_key()], 1), Cheat::SlowThenOtherHardware).await;
+    let verdict = attestor.attest(&changed.url(), &|_| {}).await.unwrap();
+    assert_failed_with(&verdict, ReasonCode::LateCommitment);
+    assert!(
+        verdict.throughput.proven_ops_per_sec.is_some(),
+        "the first run's grade stands"
+    );
+    assert!(verdict.first_run.is_none());
+    assert!(!verdict.inventory[0].name.contains("bigger"));
 }
 
 /// Late work is verified as strictly as on-time work: a late commitment whose work does not

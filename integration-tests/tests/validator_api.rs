@@ -770,6 +770,15 @@ async fn a_verdict_watch_keeps_to_its_miner_and_replays_from_an_id() {
         "miner two's verdict #{} was not for this watch",
         later.id
     );
+    // An id this database never gave is refused, not followed silently past every verdict.
+    let refused = api
+        .watch_verdicts(v1::WatchVerdictsRequest {
+            after_id: Some(last.id + 1_000),
+            miner_url: String::new(),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(refused.code(), Code::OutOfRange, "{refused:?}");
 }
 
 /// The next verdict id the operator followed, within 20 s.
@@ -798,11 +807,7 @@ async fn the_operator_follows_verdicts_across_a_validator_restart() {
         )
         .await
         .unwrap();
-        operator
-            .follow(Some(0), None, |v| {
-                let _ = tx.send(v.id);
-            })
-            .await
+        operator.follow(Some(0), None, |v| tx.send(v.id).is_ok()).await
     });
     let first = serving.attest(&miner.url(), &|_| {}).await.unwrap();
     assert_eq!(next_followed(&mut followed).await, first.id);

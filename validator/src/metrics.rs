@@ -92,7 +92,7 @@ impl ValidatorMetrics {
         );
         r.register(
             "retests",
-            "Misses just past the deadline retested with a fresh challenge, by the retest's outcome (pass or fail); the stored verdict is the retest's",
+            "Misses just past the deadline retested with a fresh challenge, by the retest's outcome: pass or fail (the stored verdict is the retest's), or error (the retest could not run; the first run's verdict is stored)",
             self.retests.clone(),
         );
         r.register(
@@ -147,15 +147,15 @@ impl ValidatorMetrics {
         }
     }
 
-    /// Counts what one attestation came to: its verdict, or the kind of error that kept it from
-    /// one (`AttestError::kind`); `registered`: whether its miner is registered (only those have
-    /// a proven-rate series).
-    /// A retest ran to a verdict (PROTOCOL.md 14.7).
-    pub fn retested(&self, passed: bool) {
-        let outcome = if passed { "pass" } else { "fail" };
+    /// A retest ran (PROTOCOL.md 14.7): `pass` or `fail`, its verdict's; `error` when it could
+    /// not run and the first run's verdict was stored.
+    pub fn retested(&self, outcome: &'static str) {
         self.retests.get_or_create(&vec![("outcome", outcome.into())]).inc();
     }
 
+    /// Counts what one attestation came to: its verdict, or the kind of error that kept it from
+    /// one (`AttestError::kind`); `registered`: whether its miner is registered (only those have
+    /// a proven-rate series).
     pub fn attested(&self, result: Result<&Verdict, &'static str>, registered: bool) {
         match result {
             Ok(verdict) => {

@@ -113,6 +113,8 @@ pub struct VerdictSummary {
     pub finish_by_ms: u64,
     /// 0 for a failed verdict, which proves nothing, unless it is a graded miss (PROTOCOL.md 17).
     pub proven_ops_per_sec: f64,
+    /// The verdict is a retest's: a first run within the retest band came before it (14.7).
+    pub retested: bool,
     pub expected_ops_per_sec: f64,
     /// "calibrated", "shared" or "shipped" (first contact); empty if not recorded.
     pub rate_source: String,
@@ -145,6 +147,7 @@ impl From<v1::Verdict> for VerdictSummary {
             deadline_ms: v.deadline_ms,
             finish_by_ms: v.finish_by_ms,
             proven_ops_per_sec: v.proven_ops_per_sec,
+            retested: v.first_run.is_some(),
             expected_ops_per_sec: v.expected_ops_per_sec,
             rate_source: v.rate_source,
             rate_miners: v.rate_miners,
@@ -294,12 +297,13 @@ impl Operator {
     /// Every verdict the validator stores, as it stores it, oldest first (WatchVerdicts,
     /// PROTOCOL.md 16.2): those with ids above `after` first when given, else only those stored
     /// from now on. A lost connection is taken up again from the last verdict seen, so none is
-    /// missed across a restart of the validator; this returns only on a refusal.
+    /// missed across a restart of the validator. Returns `Ok` once `on_verdict` says stop, and
+    /// otherwise only on a refusal.
     pub async fn follow(
         &mut self,
         after: Option<u64>,
         miner_url: Option<String>,
-        mut on_verdict: impl FnMut(VerdictSummary),
+        mut on_verdict: impl FnMut(VerdictSummary) -> bool,
     ) -> Result<(), OperatorError> {
         // "From now on" is pinned to an id at once, so that a reconnect resumes from there.
         let mut after = match after {
@@ -318,7 +322,9 @@ impl Operator {
                         match stream.message().await {
                             Ok(Some(verdict)) => {
                                 after = after.max(verdict.id);
-                                on_verdict(VerdictSummary::from(verdict));
+                                if !on_verdict(VerdictSummary::from(verdict)) {
+                                    return Ok(());
+                                }
                             }
                             Ok(None) => break "the validator ended the stream".to_string(),
                             Err(s) if reconnectable(&s) => break s.message().to_string(),

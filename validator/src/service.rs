@@ -61,7 +61,7 @@ impl From<AttestError> for Status {
             AttestError::Store(StoreError::KeyChanged { .. } | StoreError::Revoked(..)) => Code::FailedPrecondition,
             AttestError::Store(StoreError::KeyRegisteredElsewhere { .. }) => Code::AlreadyExists,
             AttestError::Store(StoreError::Unwritable(_)) => Code::Unavailable,
-            AttestError::Transport(_) => Code::FailedPrecondition,
+            AttestError::Transport(_) | AttestError::RetestChanged { .. } => Code::FailedPrecondition,
             AttestError::Verify(_) | AttestError::Store(_) | AttestError::Random(_) => Code::Internal,
         };
         Status::new(code, e.to_string())
@@ -194,8 +194,20 @@ fn is_trusted_caller<T>(request: &Request<T>) -> bool {
 type EventStream = Pin<Box<dyn Stream<Item = Result<v1::AttestEvent, Status>> + Send>>;
 type VerdictStream = Pin<Box<dyn Stream<Item = Result<v1::Verdict, Status>> + Send>>;
 
-/// Sends `follower`'s verdicts to `tx` until the client goes or the server stops, waking when
-/// this process stores a verdict or every [`watch::POLL`] for those other validators store.
+/// How long a watcher waits for its client to take a verdict before it ends the watch: a client
+/// that stops reading does not keep a watcher's place for good.
+const STALLED_CLIENT: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// What ends a watch when this validator stops: its client watches again from `last`.
+fn stopping_status(last: u64) -> Status {
+    Status::unavailable(format!(
+        "this validator is stopping; watch again with after_id = {last} to miss nothing"
+    ))
+}
+
+/// Sends `follower`'s verdicts to `tx` until the client goes, stops reading, or the server
+/// stops; it reads again at once when this process stores a verdict, and every [`watch::POLL`]
+/// for those other validators store.
 async fn run_watcher(
     attestor: Arc<Attestor>,
     mut follower: Follower,
@@ -207,25 +219,45 @@ async fn run_watcher(
     let mut stored = store.stored_verdicts();
     loop {
         if *stopping.borrow() {
+            let _ = tx.try_send(Err(stopping_status(follower.last())));
             return;
         }
-        match follower.next(&store, now_ms()).await {
-            Ok(verdicts) => {
-                for v in &verdicts {
-                    if tx.send(Ok(verdict_to_wire(v))).await.is_err() {
+        let step = match follower.next(&store).await {
+            Ok(step) => step,
+            Err(e) => {
+                warn!(error = %e, "a verdict watcher could not read the database");
+                let _ = tx
+                    .send(Err(Status::unavailable(format!(
+                        "this validator cannot read its verdicts now ({e}); watch again with after_id = {}",
+                        follower.last()
+                    ))))
+                    .await;
+                return;
+            }
+        };
+        for v in &step.verdicts {
+            tokio::select! {
+                sent = tokio::time::timeout(STALLED_CLIENT, tx.send(Ok(verdict_to_wire(v)))) => {
+                    // Gone, or not reading: the watch ends.
+                    if !matches!(sent, Ok(Ok(()))) {
                         return;
                     }
                 }
+                _ = stopping.changed() => {
+                    let _ = tx.try_send(Err(stopping_status(follower.last())));
+                    return;
+                }
             }
-            Err(e) => {
-                warn!(error = %e, "a verdict watcher could not read the database");
-                let _ = tx.send(Err(Status::from(e))).await;
-                return;
-            }
+        }
+        if step.more {
+            continue;
         }
         tokio::select! {
             _ = tx.closed() => return,
-            _ = stopping.changed() => return,
+            _ = stopping.changed() => {
+                let _ = tx.try_send(Err(stopping_status(follower.last())));
+                return;
+            }
             _ = stored.changed() => {}
             _ = tokio::time::sleep(watch::POLL) => {}
         }
@@ -367,9 +399,17 @@ impl Validator for ValidatorService {
                 "this validator serves at most {MAX_WATCHERS} verdict watchers at once; close one, or retry later"
             ))
         })?;
+        let newest = self.attestor.store().newest_verdict_id().await?;
         let after_id = match r.after_id {
+            // An id this database never gave: it was replaced or restored, and following from
+            // there would pass over every verdict up to it without a word.
+            Some(id) if id > newest => {
+                return Err(Status::out_of_range(format!(
+                    "after_id {id} is beyond this validator's newest verdict, #{newest}: its database is not the one that id came from; watch from 0, or without after_id"
+                )));
+            }
             Some(id) => id,
-            None => self.attestor.store().newest_verdict_id().await?,
+            None => newest,
         };
         let miner_url = (!r.miner_url.is_empty()).then(|| normalise_url(&r.miner_url));
         let (tx, rx) = mpsc::channel(WATCH_BUFFER);

@@ -93,28 +93,28 @@ fn stored_verdict_line(v: &Verdict) -> String {
 
 /// One verdict as `validator verdicts --follow` prints it: its line, or with `json` the verdict
 /// as one line of JSON. Flushed, since the output may be a pipe a script reads as it comes.
-pub fn print_followed_verdict(v: &Verdict, json: bool) {
+/// `false` once the output is gone (the reader closed the pipe): time to stop.
+pub fn print_followed_verdict(v: &Verdict, json: bool) -> bool {
     print_followed(if json {
         serde_json::to_string(v).unwrap_or_default()
     } else {
         stored_verdict_line(v)
-    });
+    })
 }
 
 /// One verdict as `validator miners verdicts --follow` prints it (as above).
-pub fn print_followed_summary(v: &VerdictSummary, json: bool) {
+pub fn print_followed_summary(v: &VerdictSummary, json: bool) -> bool {
     print_followed(if json {
         serde_json::to_string(v).unwrap_or_default()
     } else {
         summary_line(v)
-    });
+    })
 }
 
-fn print_followed(line: String) {
+fn print_followed(line: String) -> bool {
     use std::io::Write;
     let mut out = std::io::stdout().lock();
-    let _ = writeln!(out, "{line}");
-    let _ = out.flush();
+    writeln!(out, "{line}").and_then(|()| out.flush()).is_ok()
 }
 
 /// Verdicts from a running validator's API, one line each (`validator miners verdicts`): the

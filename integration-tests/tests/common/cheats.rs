@@ -40,6 +40,9 @@ pub enum Cheat {
     SlowOnce,
     /// `SkipChains`, committed as late as `Slow`: late work that does not verify.
     LateSkipChains,
+    /// As `Slow`, and once it has committed its inventory names another device: a retest would
+    /// be of other hardware.
+    SlowThenOtherHardware,
     /// Has another miner's key sign the commitment and claims to be that miner.
     ForeignKey,
     /// Answers openings with signatures that do not verify.
@@ -155,6 +158,9 @@ impl Miner for CheatingMiner {
                 .name
                 .push_str("\n  device 1: NVIDIA H100 80GB HBM3"),
             Cheat::UnknownBackend => inventory.backend = "rocm".into(),
+            Cheat::SlowThenOtherHardware if self.first.lock().unwrap().is_some() => {
+                inventory.devices[0].name = "cpu: a bigger one".into();
+            }
             _ => {}
         }
         Ok(Response::new(inventory))
@@ -352,6 +358,10 @@ async fn after_accepting(
         Cheat::SlowOnce => {
             let earlier = first.lock().unwrap().replace(commitment.clone());
             earlier.is_none().then_some(deadline_ms + 300)
+        }
+        Cheat::SlowThenOtherHardware => {
+            *first.lock().unwrap() = Some(commitment.clone());
+            Some(deadline_ms + 300)
         }
         _ => None,
     };

@@ -83,6 +83,8 @@ pub enum AttestError {
     },
     #[error("this validator could not verify: {0}")]
     Verify(String),
+    #[error("miner at {url} changed its {what} between a run and its retest; the first run's verdict stands")]
+    RetestChanged { url: String, what: &'static str },
     #[error(transparent)]
     Transport(#[from] gpu_attest_daemon::tls::TransportError),
     #[error(transparent)]
@@ -103,6 +105,7 @@ impl AttestError {
             AttestError::Refused { .. } => "refused",
             AttestError::KeyChanged { .. } => "key-changed",
             AttestError::Verify(_) => "verify",
+            AttestError::RetestChanged { .. } => "retest-changed",
             AttestError::Transport(_) => "transport",
             AttestError::Store(_) => "store",
             AttestError::Random(_) => "random",
@@ -217,7 +220,7 @@ impl Attestor {
         {
             return Err(bad);
         }
-        let first = self.run_once(&url, on_event).await?.into_verdict(now_ms());
+        let first = self.run_once(&url, None, on_event).await?.into_verdict(now_ms());
         let verdict = match retest::due(&first, &self.config.deadline) {
             None => first,
             Some(why) => {
@@ -225,16 +228,17 @@ impl Attestor {
                     name: "retest",
                     detail: why,
                 });
-                match self.run_once(&url, on_event).await {
+                match self.run_once(&url, Some(&first), on_event).await {
                     Ok(second) => {
                         let mut second = second.into_verdict(now_ms());
                         second.first_run = Some((&first).into());
-                        self.metrics.retested(second.passed);
+                        self.metrics.retested(if second.passed { "pass" } else { "fail" });
                         second
                     }
                     // The first run's verdict stands: a retest that could not run loses nothing.
                     Err(e) => {
                         tracing::warn!(miner = %url, error = %e, "the retest could not run; the first run's verdict is stored");
+                        self.metrics.retested("error");
                         first
                     }
                 }
@@ -246,10 +250,13 @@ impl Attestor {
         stored
     }
 
-    /// One challenge to `url`, from its inventory to its verified outcome, not yet stored.
+    /// One challenge to `url`, from its inventory to its verified outcome, not yet stored. A
+    /// retest (`first`: the run it would replace) must find the same key and hardware claim: a
+    /// verdict records one miner's runs, never another's miss beside its pass.
     async fn run_once(
         &self,
         url: &str,
+        first: Option<&Verdict>,
         on_event: &(dyn Fn(AttestEvent) + Send + Sync),
     ) -> Result<Outcome, AttestError> {
         let mut clock = Instant::now();
@@ -262,6 +269,16 @@ impl Attestor {
         let mut miner = MinerConnection::connect(&url, &self.config).await?;
         let inventory = miner.inventory().await?;
         self.check_known_key(&url, inventory.miner_key).await?;
+        if let Some(first) = first {
+            let changed = |what| AttestError::RetestChanged { url: url.clone(), what };
+            if inventory.miner_key.to_string() != first.miner_key {
+                return Err(changed("key"));
+            }
+            let claim = &inventory.claim;
+            if (&claim.backend, &claim.kernel, &claim.devices) != (&first.backend, &first.kernel, &first.inventory) {
+                return Err(changed("hardware claim"));
+            }
+        }
         let plan = self.plan(&url, &inventory).await?;
         let challenge = self.challenge(&plan);
         announce(&plan, on_event);
