@@ -61,7 +61,7 @@ impl Follower {
     /// waited for. Every miner's verdicts are read (a gap is a gap whoever's it is), and only the
     /// watched miner's are returned.
     pub async fn next(&mut self, store: &Store) -> Result<Step, StoreError> {
-        let rows = store.verdicts_after(self.last, None, BATCH).await?;
+        let rows = store.verdicts_after(self.last, BATCH).await?;
         Ok(self.take(rows, Instant::now()))
     }
 

@@ -106,6 +106,16 @@ impl From<&Verdict> for FirstRun {
     }
 }
 
+/// The columns [`verdict_from_row`] reads, in its order: one list for every query that reads
+/// whole verdicts, so that none falls out of step with the reader.
+macro_rules! verdict_columns {
+    () => {
+        "id, miner_url, miner_key, nonce, passed, reasons, policy, samples, params, measured_ms, \
+         expected_ms, deadline_ms, inventory, backend, kernel, global_checksum, created_at_ms, \
+         expected_ops_per_sec, rate_source, rate_miners, slack, memory, identity, finish_by_ms, first_run"
+    };
+}
+
 #[derive(Clone, Debug, Default)]
 pub struct VerdictFilter {
     pub miner_url: Option<String>,
@@ -216,25 +226,16 @@ impl Store {
         Ok(id)
     }
 
-    /// Up to `limit` verdicts with ids above `after_id`, oldest first, of one miner or all: what
-    /// a verdict watcher reads next ([`crate::watch`]).
-    pub async fn verdicts_after(
-        &self,
-        after_id: u64,
-        miner_url: Option<&str>,
-        limit: u32,
-    ) -> Result<Vec<Verdict>, StoreError> {
-        let rows = sqlx::query(
-            "SELECT id, miner_url, miner_key, nonce, passed, reasons, policy, samples, params, measured_ms,
-                    expected_ms, deadline_ms, inventory, backend, kernel, global_checksum, created_at_ms,
-                    expected_ops_per_sec, rate_source, rate_miners, slack, memory, identity, finish_by_ms,
-                    first_run
-             FROM verdicts
-             WHERE id > $1 AND ($2 IS NULL OR miner_url = $2)
-             ORDER BY id ASC LIMIT $3",
-        )
+    /// Up to `limit` verdicts with ids above `after_id`, oldest first, of every miner: what a
+    /// verdict watcher reads next ([`crate::watch`]; it keeps to its miner itself, since every
+    /// miner's verdicts move it on).
+    pub async fn verdicts_after(&self, after_id: u64, limit: u32) -> Result<Vec<Verdict>, StoreError> {
+        let rows = sqlx::query(concat!(
+            "SELECT ",
+            verdict_columns!(),
+            " FROM verdicts WHERE id > $1 ORDER BY id ASC LIMIT $2"
+        ))
         .bind(as_i64(after_id))
-        .bind(miner_url.map(str::to_string))
         .bind(i64::from(limit))
         .fetch_all(&self.pool)
         .await?;
@@ -251,16 +252,14 @@ impl Store {
 
     /// Newest first.
     pub async fn verdicts(&self, filter: &VerdictFilter) -> Result<Vec<Verdict>, StoreError> {
-        let rows = sqlx::query(
-            "SELECT id, miner_url, miner_key, nonce, passed, reasons, policy, samples, params, measured_ms,
-                    expected_ms, deadline_ms, inventory, backend, kernel, global_checksum, created_at_ms,
-                    expected_ops_per_sec, rate_source, rate_miners, slack, memory, identity, finish_by_ms,
-                    first_run
-             FROM verdicts
+        let rows = sqlx::query(concat!(
+            "SELECT ",
+            verdict_columns!(),
+            " FROM verdicts
              WHERE ($1 IS NULL OR miner_url = $1) AND ($2 IS NULL OR passed = $2)
                AND created_at_ms >= $3 AND ($4 IS NULL OR id < $4)
-             ORDER BY id DESC LIMIT $5",
-        )
+             ORDER BY id DESC LIMIT $5"
+        ))
         .bind(filter.miner_url.clone())
         .bind(filter.passed.map(i64::from))
         .bind(as_i64(filter.since_ms))
