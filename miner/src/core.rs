@@ -117,11 +117,7 @@ impl AcceptedChallenge {
 
     /// What stops the work when it runs out of time, for people.
     pub fn stop_named(&self) -> &'static str {
-        if self.stop_at_ms == self.challenge.deadline_ms {
-            "deadline"
-        } else {
-            "finish-by time"
-        }
+        stop_named(self.stop_at_ms, &self.challenge)
     }
 }
 
@@ -371,7 +367,8 @@ impl MinerCore {
             self.device_alarm.ring();
             return Err(MinerError::OutOfService(out_of_service));
         }
-        self.check_limits(&challenge, &work, now_ms)?;
+        let stop_at_ms = self.stop_at_ms(&challenge);
+        self.check_limits(&challenge, &work, stop_at_ms, now_ms)?;
         let devices = self.devices.clone().try_lock_owned().map_err(|_| MinerError::Busy)?;
         if let Some(waiting) = self.awaiting_openings(&challenge.validator_key) {
             return Err(MinerError::AwaitingOpenings(waiting));
@@ -396,7 +393,7 @@ impl MinerCore {
             return Err(MinerError::NonceReused(hex::encode(challenge.params.nonce)));
         }
         Ok(AcceptedChallenge {
-            stop_at_ms: self.stop_at_ms(&challenge),
+            stop_at_ms,
             challenge,
             work,
             pool_plan,
@@ -406,7 +403,8 @@ impl MinerCore {
         })
     }
 
-    fn check_limits(&self, challenge: &Challenge, work: &Work, now_ms: u64) -> Result<(), MinerError> {
+    /// `stop_at_ms`: when the work on `challenge` would stop ([`Self::stop_at_ms`]).
+    fn check_limits(&self, challenge: &Challenge, work: &Work, stop_at_ms: u64, now_ms: u64) -> Result<(), MinerError> {
         let l = &self.limits;
         let over = |what: String| Err(MinerError::OverLimit(what));
         if work.params().n > l.max_n {
@@ -423,16 +421,11 @@ impl MinerCore {
             ));
         }
         // The devices may be held until the work stops, so that is what the limit bounds.
-        let stop_at_ms = self.stop_at_ms(challenge);
         let window = stop_at_ms.saturating_sub(now_ms);
         if window > l.max_duration_secs.saturating_mul(1000) {
             // The validator reads the limit as the inventory's max_duration_ms; the miner's
             // operator sets it as max_duration_secs. Name both.
-            let stop = if stop_at_ms == challenge.deadline_ms {
-                "deadline"
-            } else {
-                "finish-by time"
-            };
+            let stop = stop_named(stop_at_ms, challenge);
             return over(format!(
                 "{stop} {window} ms away > max_duration_ms={} (the miner's max_duration_secs={})",
                 l.max_duration_secs.saturating_mul(1000),
@@ -803,5 +796,14 @@ pub struct WorkRunning(Arc<AtomicUsize>);
 impl Drop for WorkRunning {
     fn drop(&mut self) {
         self.0.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// What stops work that runs to `stop_at_ms` on `challenge`, for people.
+fn stop_named(stop_at_ms: u64, challenge: &Challenge) -> &'static str {
+    if stop_at_ms == challenge.deadline_ms {
+        "deadline"
+    } else {
+        "finish-by time"
     }
 }

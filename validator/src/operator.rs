@@ -346,17 +346,11 @@ impl Operator {
 
     /// The newest stored verdict's id (0 when there is none).
     async fn newest_verdict_id(&mut self) -> Result<u64, OperatorError> {
-        let request = v1::ListVerdictsRequest {
-            page_size: 1,
+        let newest = VerdictFilter {
+            limit: 1,
             ..Default::default()
         };
-        let page = self
-            .client
-            .list_verdicts(request)
-            .await
-            .map_err(|s| self.refused(s))?
-            .into_inner();
-        Ok(page.verdicts.first().map_or(0, |v| v.id))
+        Ok(self.verdicts(&newest).await?.first().map_or(0, |v| v.id))
     }
 
     /// `true` if the key was not revoked before.

@@ -274,8 +274,7 @@ impl Attestor {
             if inventory.miner_key.to_string() != first.miner_key {
                 return Err(changed("key"));
             }
-            let claim = &inventory.claim;
-            if (&claim.backend, &claim.kernel, &claim.devices) != (&first.backend, &first.kernel, &first.inventory) {
+            if inventory.claim != first.claim() {
                 return Err(changed("hardware claim"));
             }
         }
@@ -548,11 +547,7 @@ impl Attestor {
         mut verdict: Verdict,
         on_event: &(dyn Fn(AttestEvent) + Send + Sync),
     ) -> Result<Verdict, AttestError> {
-        let claim = HardwareClaim {
-            backend: verdict.backend.clone(),
-            kernel: verdict.kernel.clone(),
-            devices: verdict.inventory.clone(),
-        };
+        let claim = verdict.claim();
         // Written by into_verdict from the challenge's key, so it always reads back.
         let miner_key = PublicKey::from_hex(&verdict.miner_key)
             .ok_or_else(|| {

@@ -4,12 +4,13 @@
 
 use crate::config::DeadlineConfig;
 use crate::store::Verdict;
+use crate::throughput::graded_miss;
 
 /// Why `first` gets a retest, for the attestation's events; `None` when it does not. Only a
 /// graded miss (its work verified, so only its time failed) whose commitment came within
 /// `retest_band` deadlines, and never a retest itself: a miner gets at most two runs.
 pub fn due(first: &Verdict, deadline: &DeadlineConfig) -> Option<String> {
-    let graded = !first.passed && first.throughput.proven_ops_per_sec.is_some();
+    let graded = graded_miss(&first.reasons, first.measured_ms, first.finish_by_ms);
     if !graded || first.first_run.is_some() || first.deadline_ms == 0 {
         return None;
     }
@@ -55,6 +56,9 @@ mod tests {
         // A pass, a miss that proved nothing, and a retest are not retested.
         assert!(due(&passing_verdict([1; 32]), &config).is_none());
         let mut unverified = late(1_100);
+        unverified
+            .reasons
+            .push(Reason::new(ReasonCode::SegmentMismatch, "chain 2"));
         unverified.throughput.proven_ops_per_sec = None;
         assert!(due(&unverified, &config).is_none());
         let mut retest = late(1_100);

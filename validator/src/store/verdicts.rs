@@ -7,6 +7,7 @@ use crate::rates::RateSource;
 use crate::rates::class::WALK_KERNEL;
 use crate::reason::Reason;
 use crate::throughput::{Expectation, Throughput, graded_miss};
+use gpu_attest_shared::inventory::HardwareClaim;
 use gpu_attest_shared::params::ChallengeParams;
 use gpu_attest_shared::statement::DeviceInfo;
 use serde::{Deserialize, Serialize};
@@ -90,6 +91,17 @@ pub struct FirstRun {
     /// What the late work proved (a first run is always a graded miss).
     pub proven_ops_per_sec: Option<f64>,
     pub reasons: Vec<Reason>,
+}
+
+impl Verdict {
+    /// The hardware the challenge was sized for, as the verdict names it.
+    pub fn claim(&self) -> HardwareClaim {
+        HardwareClaim {
+            backend: self.backend.clone(),
+            kernel: self.kernel.clone(),
+            devices: self.inventory.clone(),
+        }
+    }
 }
 
 impl From<&Verdict> for FirstRun {
