@@ -657,6 +657,52 @@ mod tests {
         assert_eq!(p.memory.unwrap().params.walkers, 16);
     }
 
+    /// A CPU's small pool sits in its cache: once its bandwidth is learned, even the longest
+    /// walk of the configured walkers is short of the target, and the walkers are raised until
+    /// it is not (the soak found one-core CPU miners unattestable before).
+    #[test]
+    fn walkers_grow_until_a_fast_cpu_walks_for_the_target() {
+        let with_memory = ValidatorConfig::default();
+        let mut cpu = inventory("cpu", "avx2", &["cpu: test"]);
+        cpu.claim.devices[0].sm_count = 1;
+        cpu.claim.devices[0].memory_bytes = 16 << 20;
+        let mut book = shipped_book();
+        let class = crate::rates::class::walk_class(&cpu.claim, &cpu.claim.devices[0]);
+        let learned = 21e9;
+        book.share(
+            class,
+            crate::rates::SharedRate {
+                ops_per_unit: learned,
+                miners: 3,
+                observations: 3,
+            },
+        );
+        let m = plan(&cpu, &with_memory, &book, true, [0; 32], [0; 32])
+            .expect("a fast CPU is still attested")
+            .memory
+            .unwrap();
+        assert_eq!(m.bytes_per_sec, vec![learned], "the learned bandwidth times one core");
+        // 4 walkers walk at most 4096 * 8 steps of 64 KiB: 409 ms at 21 GB/s. 20 walkers reach
+        // the 2 s target, and the walk is then sized to it as usual.
+        assert_eq!(m.params.walkers, 20);
+        assert_eq!(m.params.walk_steps, 4006 * 8);
+        assert!((2_000..2_010).contains(&m.walk_expected_ms), "{}", m.walk_expected_ms);
+        // Walkers that already reach it are left as configured.
+        let slow = ValidatorConfig {
+            memory: MemoryConfig {
+                walkers_per_core: 64,
+                ..MemoryConfig::default()
+            },
+            ..ValidatorConfig::default()
+        };
+        let m = plan(&cpu, &slow, &book, true, [0; 32], [0; 32])
+            .unwrap()
+            .memory
+            .unwrap();
+        assert_eq!(m.params.walkers, 64);
+        assert!((2_000..2_100).contains(&m.walk_expected_ms), "{}", m.walk_expected_ms);
+    }
+
     #[test]
     fn the_fitted_chain_counts_are_exact() {
         for (rate, slack) in [(1.0e8, 2.0), (3.3e9, 1.3), (7.0e6, 1.0), (1.0e12, 3.0)] {

@@ -89,7 +89,7 @@ pub enum MemoryPlanError {
         entries: u64,
     },
     #[error(
-        "even the longest walk ({MAX_WALK_SEGMENTS} segments of {WALK_CHECKPOINT_EVERY} steps for {walkers} walkers) takes only {reach_ms:.0} ms at the expected bandwidth, under half of [memory] walk_target_ms = {target_ms}: raise walkers_per_gpu or walkers_per_core"
+        "even the longest walk ({MAX_WALK_SEGMENTS} segments of {WALK_CHECKPOINT_EVERY} steps for {walkers} walkers, the most a challenge may have) takes only {reach_ms:.0} ms at the expected bandwidth, under half of [memory] walk_target_ms = {target_ms}: lower walk_target_ms"
     )]
     WalkTooShort {
         walkers: u32,
@@ -169,18 +169,30 @@ pub fn plan_memory(
         config.first_contact_slack
     };
 
-    let walkers = walkers(claim, config);
     let every = WALK_CHECKPOINT_EVERY;
-    let step_bytes = f64::from(walkers) * ENTRY_BYTES as f64;
-    let walk_ms = |steps: u32| f64::from(steps) * step_bytes / slowest * 1000.0;
     let longest = MAX_WALK_SEGMENTS * every;
-    if walk_ms(longest) < config.walk_target_ms as f64 / 2.0 {
+    let target_ms = config.walk_target_ms as f64;
+    let reach_ms = |walkers: u32| f64::from(walkers) * ENTRY_BYTES as f64 * f64::from(longest) / slowest * 1000.0;
+    // A device whose small pool sits in a fast cache (a CPU with a few cores) walks even the
+    // longest walk of the configured walkers in less than the target, once its bandwidth is
+    // learned. More walkers make every step longer, so they are raised until the longest walk
+    // reaches the target: the walk keeps its length instead of the miner going unattested.
+    let configured = walkers(claim, config);
+    let walkers = if reach_ms(configured) >= target_ms {
+        configured
+    } else {
+        let needed = (f64::from(configured) * target_ms / reach_ms(configured)).ceil();
+        needed.clamp(f64::from(configured), f64::from(MAX_WALKERS)) as u32
+    };
+    if reach_ms(walkers) < target_ms / 2.0 {
         return Err(MemoryPlanError::WalkTooShort {
             walkers,
-            reach_ms: walk_ms(longest),
+            reach_ms: reach_ms(walkers),
             target_ms: config.walk_target_ms,
         });
     }
+    let step_bytes = f64::from(walkers) * ENTRY_BYTES as f64;
+    let walk_ms = |steps: u32| f64::from(steps) * step_bytes / slowest * 1000.0;
     let wanted = (config.walk_target_ms as f64 / 1000.0 * slowest / step_bytes / f64::from(every)).ceil();
     let walk_steps = (wanted.clamp(1.0, f64::from(MAX_WALK_SEGMENTS)) as u32) * every;
     let params = MemoryParams {
