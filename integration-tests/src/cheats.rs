@@ -1,7 +1,7 @@
-//! Dishonest miners for the tests: the real `MinerCore` with one step of the honest flow changed.
-//! They exist only here, never in the miner itself.
+//! Dishonest miners: the real `MinerCore` with one step of the honest flow changed. The tests
+//! serve them on loopback and the `cheating-miner` binary serves one as a daemon (for the soak,
+//! `scripts/soak.sh`). They exist only here, never in the miner itself.
 
-use super::Running;
 use gpu_attest_miner::MinerCore;
 use gpu_attest_miner::error::MinerError;
 use gpu_attest_proto::convert;
@@ -75,6 +75,47 @@ pub enum Cheat {
     NeverAccepts,
 }
 
+impl Cheat {
+    /// Every cheat with its name on the command line.
+    pub const NAMED: &'static [(Cheat, &'static str)] = &[
+        (Cheat::WrongGlobalChecksum, "wrong-global-checksum"),
+        (Cheat::SkipChains, "skip-chains"),
+        (Cheat::LeafChangedAfterCommit, "leaf-changed-after-commit"),
+        (Cheat::WrongPartition, "wrong-partition"),
+        (Cheat::ReplayFirstCommitment, "replay-first-commitment"),
+        (Cheat::Slow, "slow"),
+        (Cheat::PastFinishBy, "past-finish-by"),
+        (Cheat::SlowOnce, "slow-once"),
+        (Cheat::LateSkipChains, "late-skip-chains"),
+        (Cheat::SlowThenOtherHardware, "slow-then-other-hardware"),
+        (Cheat::ForeignKey, "foreign-key"),
+        (Cheat::BadOpeningSignatures, "bad-opening-signatures"),
+        (Cheat::StallOpenings, "stall-openings"),
+        (Cheat::OversizedOpenings, "oversized-openings"),
+        (Cheat::CommitsOtherHardware, "commits-other-hardware"),
+        (Cheat::ImpossibleProgress, "impossible-progress"),
+        (Cheat::TooManyDevices, "too-many-devices"),
+        (Cheat::ProtocolVersion1, "protocol-version-1"),
+        (Cheat::SameDeviceTwice, "same-device-twice"),
+        (Cheat::NameWithALineBreak, "name-with-a-line-break"),
+        (Cheat::UnknownBackend, "unknown-backend"),
+        (Cheat::RefusesAfterComputing, "refuses-after-computing"),
+        (Cheat::NeverAccepts, "never-accepts"),
+    ];
+
+    pub fn name(self) -> &'static str {
+        Cheat::NAMED
+            .iter()
+            .find(|(cheat, _)| *cheat == self)
+            .map(|(_, name)| *name)
+            .expect("every cheat is named")
+    }
+
+    pub fn from_name(name: &str) -> Option<Cheat> {
+        Cheat::NAMED.iter().find(|(_, n)| *n == name).map(|(cheat, _)| *cheat)
+    }
+}
+
 /// How long [`Cheat::RefusesAfterComputing`] waits after computing: past the accept window the
 /// tests give the validator.
 pub const PAST_THE_ACCEPT_WINDOW: Duration = Duration::from_millis(600);
@@ -103,24 +144,18 @@ pub struct CheatingMiner {
 
 type Events<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send>>;
 
-pub async fn spawn_cheater(core: Arc<MinerCore>, cheat: Cheat) -> Running {
-    let (listener, address) = super::listener().await;
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let service = CheatingMiner {
-        core,
-        cheat,
-        first: Arc::default(),
-    };
-    tokio::spawn(
-        tonic::transport::Server::builder()
-            .add_service(MinerServer::new(service).max_encoding_message_size(72 << 20))
-            .serve_with_incoming_shutdown(tokio_stream::wrappers::TcpListenerStream::new(listener), async {
-                let _ = stopped.await;
-            }),
-    );
-    Running {
-        address,
-        stop: Some(stop),
+impl CheatingMiner {
+    pub fn new(core: Arc<MinerCore>, cheat: Cheat) -> Self {
+        CheatingMiner {
+            core,
+            cheat,
+            first: Arc::default(),
+        }
+    }
+
+    /// The Miner service, sending messages as large as the real miner's.
+    pub fn into_service(self) -> MinerServer<CheatingMiner> {
+        MinerServer::new(self).max_encoding_message_size(gpu_attest_miner::server::MAX_RESPONSE_BYTES)
     }
 }
 
@@ -221,22 +256,21 @@ impl Miner for CheatingMiner {
         &self,
         request: Request<v1::OpenChainsRequest>,
     ) -> Result<Response<Self::OpenChainsStream>, Status> {
-        // Walk samples (a version 3 commitment) are not opened: these cheats play version 2.
+        // Walk samples (a version 3 commitment) are opened honestly, after the chains: these
+        // cheats are at the chains.
         let request = convert::open_request_from_wire(request.get_ref()).map_err(MinerError::from)?;
         let round = self.core.check_open_request(request)?;
-        let (recent, samples) = (round.recent, round.chains);
+        let (recent, samples, walks) = (round.recent, round.chains, round.walks);
         if self.cheat == Cheat::StallOpenings {
             return Ok(Response::new(Box::pin(tokio_stream::pending())));
         }
         let core = self.core.clone();
         let openings = tokio::task::spawn_blocking(move || {
-            samples
-                .into_iter()
-                .map(|s| {
-                    core.open(&recent, s, &CancelToken::new())
-                        .map(|o| gpu_attest_miner::wire::opening(&o))
-                        .map_err(Status::from)
-                })
+            let chains = samples.into_iter().map(|s| core.open(&recent, s, &CancelToken::new()));
+            let walks = walks.into_iter().map(|w| core.open_walk(&recent, w));
+            chains
+                .chain(walks)
+                .map(|o| o.map(|o| gpu_attest_miner::wire::opening(&o)).map_err(Status::from))
                 .collect::<Vec<_>>()
         })
         .await
@@ -280,7 +314,14 @@ async fn after_accepting(
     let finish_by_ms = accepted.challenge.finish_by_ms;
     let (worker, work) = (core.clone(), accepted.work.clone());
     let (accepted, honest) = tokio::task::spawn_blocking(move || {
-        let result = worker.execute(&accepted, &|_| {}, &CancelToken::new());
+        // The pools of a version 3 challenge are filled honestly: these cheats are at the chains.
+        let mut accepted = accepted;
+        let result = worker
+            .execute(&accepted, &|_| {}, &CancelToken::new())
+            .and_then(|execution| {
+                worker.fill(&mut accepted, &|_, _| {}, &CancelToken::new())?;
+                Ok(execution)
+            });
         (accepted, result)
     })
     .await
