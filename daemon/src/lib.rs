@@ -5,6 +5,7 @@
 //! out of service (`devices`).
 //! The wire types live apart, in `gpu-attest-proto`, for peers that want only those.
 
+pub mod certs;
 pub mod config;
 mod connect_info;
 pub mod connections;
@@ -17,6 +18,7 @@ pub mod metrics;
 pub mod rate_limit;
 pub mod refusal_log;
 pub mod requests;
+pub mod run;
 pub mod signals;
 pub mod stack;
 pub mod tls;

@@ -111,6 +111,62 @@ pub async fn serve(
     axum::serve(listener, app).with_graceful_shutdown(shutdown).await
 }
 
+/// A daemon's metrics endpoint from bind to stop, the same for both daemons. It is bound before
+/// the daemon's gRPC listener, whose `listening on` line says the daemon is up (which it would
+/// not be if the metrics port then turned out to be taken); announced and served once that line
+/// is out ([`Endpoint::serve`]); and stopped after the gRPC server ([`Serving::stop`]).
+pub struct Endpoint {
+    bound: Option<(TcpListener, SocketAddr)>,
+}
+
+impl Endpoint {
+    /// Binds `config.listen`, or nothing when it is unset.
+    pub async fn bind(config: &MetricsConfig) -> Result<Endpoint, MetricsError> {
+        let bound = match config.listen {
+            Some(address) => Some(bind(address, config.allow_remote).await?),
+            None => None,
+        };
+        Ok(Endpoint { bound })
+    }
+
+    /// Announces the endpoint and serves what `exposition` gives until [`Serving::stop`].
+    pub fn serve(self, exposition: impl FnOnce() -> Exposition) -> Serving {
+        let Some((listener, address)) = self.bound else {
+            return Serving { running: None };
+        };
+        announce(address);
+        tracing::info!(%address, "metrics served at /metrics");
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let task = tokio::spawn(serve(exposition(), listener, async {
+            let _ = stopped.await;
+        }));
+        Serving {
+            running: Some((stop, task)),
+        }
+    }
+}
+
+/// A metrics endpoint being served (or none, when none was configured).
+pub struct Serving {
+    running: Option<(
+        tokio::sync::oneshot::Sender<()>,
+        tokio::task::JoinHandle<std::io::Result<()>>,
+    )>,
+}
+
+impl Serving {
+    /// Stops serving and waits for the scrapes in flight.
+    pub async fn stop(self) {
+        let Some((stop, task)) = self.running else { return };
+        let _ = stop.send(());
+        match task.await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => tracing::warn!(error = %e, "the metrics endpoint failed"),
+            Err(e) => tracing::warn!(error = %e, "the metrics endpoint's task failed"),
+        }
+    }
+}
+
 /// One label set: `[("outcome", "pass")]`.
 pub type Labels = Vec<(&'static str, String)>;
 

@@ -613,6 +613,12 @@ impl v1::validator_server::Validator for EndlessEmptyPages {
     ) -> Result<tonic::Response<v1::RemoveMinerResponse>, tonic::Status> {
         Err(tonic::Status::unimplemented("not this test's"))
     }
+    async fn list_revoked_keys(
+        &self,
+        _: tonic::Request<v1::ListRevokedKeysRequest>,
+    ) -> Result<tonic::Response<v1::ListRevokedKeysResponse>, tonic::Status> {
+        Err(tonic::Status::unimplemented("not this test's"))
+    }
     async fn revoke_miner_key(
         &self,
         _: tonic::Request<v1::RevokeMinerKeyRequest>,

@@ -7,9 +7,9 @@ use crate::config::{ConfigError, MinerConfig};
 use crate::core::MinerCore;
 use crate::nonces::{NonceLog, NonceLogError};
 use crate::server;
-use gpu_attest_daemon::devices::{self, EXIT_DEVICE_FAULT};
 use gpu_attest_daemon::listen::BindError;
-use gpu_attest_daemon::metrics::MetricsError;
+use gpu_attest_daemon::metrics::{Endpoint, MetricsError};
+use gpu_attest_daemon::run::{Stopped, finish};
 use gpu_attest_daemon::tls::TransportError;
 use gpu_attest_shared::identity::{Identity, KeyError, PublicKey};
 use std::collections::HashSet;
@@ -38,13 +38,8 @@ pub enum DaemonError {
     Bind(#[from] BindError),
     #[error(transparent)]
     Metrics(#[from] MetricsError),
-    #[error("the gRPC server stopped: {0}")]
-    Server(String),
-    #[error(
-        "stopped because {}; a CUDA fault cannot be cleared inside the process, so the miner exits for its supervisor to restart it (exit status {EXIT_DEVICE_FAULT})",
-        devices::describe(.0)
-    )]
-    DevicesOutOfService(Vec<(u32, String)>),
+    #[error(transparent)]
+    Stopped(#[from] Stopped),
 }
 
 /// The validators' keys in `keys`, each checked.
@@ -106,12 +101,7 @@ pub async fn run(
         connections: gpu_attest_daemon::connections::limits_for_this_process(),
         ..server::plaintext_options(&config.limits)
     };
-    // The metrics port first: `listen::bind` announces the daemon as up, which it is not if the
-    // metrics port then turns out to be taken.
-    let metrics_listener = match config.metrics.listen {
-        Some(address) => Some(gpu_attest_daemon::metrics::bind(address, config.metrics.allow_remote).await?),
-        None => None,
-    };
+    let metrics = Endpoint::bind(&config.metrics).await?;
     let (listener, address) = gpu_attest_daemon::listen::bind(config.listen).await?;
     let selected = core.backend();
     info!(
@@ -122,35 +112,13 @@ pub async fn run(
         tls = options.tls.is_some(),
         "miner listening"
     );
-    let (stop_metrics, metrics_stopped) = tokio::sync::oneshot::channel::<()>();
-    let metrics = match metrics_listener {
-        Some((listener, bound)) => {
-            gpu_attest_daemon::metrics::announce(bound);
-            info!(address = %bound, "metrics served at /metrics");
-            Some(tokio::spawn(gpu_attest_daemon::metrics::serve(
-                core.metrics().exposition(),
-                listener,
-                async {
-                    let _ = metrics_stopped.await;
-                },
-            )))
-        }
-        None => None,
-    };
+    let metrics = metrics.serve(|| core.metrics().exposition());
     let reloader = tokio::spawn(reload_on_hangup(core.clone(), reload));
     let served = server::serve(core.clone(), listener, options, shutdown).await;
     reloader.abort();
-    let _ = stop_metrics.send(());
-    if let Some(task) = metrics {
-        let _ = task.await;
-    }
-    served.map_err(|e| DaemonError::Server(gpu_attest_daemon::errors::error_chain(&e)))?;
+    metrics.stop().await;
     let out_of_service = core.backend().backend.out_of_service();
-    if !out_of_service.is_empty() {
-        return Err(DaemonError::DevicesOutOfService(out_of_service));
-    }
-    info!("miner stopped");
-    Ok(())
+    Ok(finish("miner", served, out_of_service)?)
 }
 
 /// SIGHUP re-reads the configuration's allow-list: adding or revoking a validator needs no

@@ -2,6 +2,7 @@
 
 use anyhow::{Context, Result, bail};
 use clap::Parser;
+use gpu_attest_daemon::run::Stopped;
 use gpu_attest_miner::backends;
 use gpu_attest_miner::cli::{Cli, Command, ServeArgs};
 use gpu_attest_miner::config::BackendChoice;
@@ -34,7 +35,7 @@ fn main() -> ExitCode {
             // Each cause once: most of our errors already print their cause themselves.
             eprintln!("error: {}", gpu_attest_daemon::errors::error_chain(e.as_ref()));
             let device_fault = match e.downcast_ref::<daemon::DaemonError>() {
-                Some(daemon::DaemonError::DevicesOutOfService(_)) => true,
+                Some(daemon::DaemonError::Stopped(Stopped::DevicesOutOfService { .. })) => true,
                 Some(daemon::DaemonError::Backend(backends::BackendSelectError::GpuFaulted(_))) => true,
                 _ => matches!(
                     e.downcast_ref::<backends::BackendSelectError>(),

@@ -85,6 +85,24 @@ pub enum Command {
         #[arg(long, env = "GPU_ATTEST_VALIDATOR_KEY_FILE", default_value = "validator.key")]
         key_file: PathBuf,
     },
+    /// Make a private CA and the TLS certificates of a small deployment in an empty directory:
+    /// the validator's (server, and client towards miners), one per miner host, and an
+    /// operator's client certificate. For a first deployment; a PKI of your own works as well.
+    TlsCerts {
+        /// The directory to write into (created; files there are never overwritten).
+        #[arg(long)]
+        out: PathBuf,
+        /// A host name or address miners reach the validator's API by; repeatable. Default:
+        /// localhost.
+        #[arg(long = "validator-host")]
+        validator_hosts: Vec<String>,
+        /// A miner host name or address, as the validator's miner URLs name it; repeatable.
+        #[arg(long = "miner-host")]
+        miner_hosts: Vec<String>,
+        /// Days the certificates are valid.
+        #[arg(long, default_value_t = 825, value_parser = clap::value_parser!(u32).range(1..=3650))]
+        days: u32,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -102,6 +120,19 @@ pub enum RatesAction {
     /// Import another validator's rate file; its rows are used where this validator has not
     /// calibrated a class itself.
     Import { file: PathBuf },
+}
+
+/// The address a client on this host reaches `config`'s API at.
+pub fn api_address(config: &crate::ValidatorConfig) -> String {
+    let mut listen = config.listen;
+    if listen.ip().is_unspecified() {
+        listen.set_ip(match listen {
+            std::net::SocketAddr::V4(_) => std::net::Ipv4Addr::LOCALHOST.into(),
+            std::net::SocketAddr::V6(_) => std::net::Ipv6Addr::LOCALHOST.into(),
+        });
+    }
+    let scheme = if config.tls.cert.is_some() { "https" } else { "http" };
+    format!("{scheme}://{listen}")
 }
 
 /// Which stored verdicts to list, from the database or over the API alike.
@@ -148,17 +179,24 @@ impl VerdictFilterArgs {
     }
 }
 
+/// Where the installed validator's config is, read by `validator miners` for the API's address
+/// when neither `--api` nor `--config` is given.
+pub const INSTALLED_CONFIG: &str = "/etc/gpu-attest/validator.toml";
+
+/// The API address when nothing names one: `validator serve`'s default `listen`.
+pub const DEFAULT_API: &str = "http://127.0.0.1:7071";
+
 /// How to reach a running validator's API.
 #[derive(Debug, Args)]
 pub struct ApiArgs {
-    /// The API's address (`validator serve --listen`).
-    #[arg(
-        long,
-        env = "GPU_ATTEST_VALIDATOR_API",
-        default_value = "http://127.0.0.1:7071",
-        global = true
-    )]
-    pub api: String,
+    /// The API's address (`validator serve --listen`). Default: the `listen` address of the
+    /// validator's config (--config, else /etc/gpu-attest/validator.toml when it exists), else
+    /// http://127.0.0.1:7071.
+    #[arg(long, env = "GPU_ATTEST_VALIDATOR_API", global = true)]
+    pub api: Option<String>,
+    /// The validator's config file, read for its API address (`listen`, https when it has [tls]).
+    #[arg(long, env = "GPU_ATTEST_VALIDATOR_CONFIG", global = true)]
+    pub config: Option<PathBuf>,
     /// CA certificate (PEM) the API's certificate is checked against, for an https:// address.
     #[arg(long, env = "GPU_ATTEST_VALIDATOR_API_CA", global = true)]
     pub api_ca: Option<PathBuf>,
@@ -174,6 +212,22 @@ pub struct ApiArgs {
 }
 
 impl ApiArgs {
+    /// The API address: `--api`, else the config's `listen` (a wildcard address read as
+    /// loopback, https when the config serves TLS), else [`DEFAULT_API`].
+    pub fn address(&self) -> Result<String, crate::config::ConfigError> {
+        if let Some(api) = &self.api {
+            return Ok(api.clone());
+        }
+        let installed = std::path::Path::new(INSTALLED_CONFIG);
+        let path = match &self.config {
+            Some(path) => path.as_path(),
+            None if installed.exists() => installed,
+            None => return Ok(DEFAULT_API.into()),
+        };
+        let config = crate::ValidatorConfig::load(Some(path))?;
+        Ok(api_address(&config))
+    }
+
     pub fn tls(&self) -> gpu_attest_daemon::tls::TlsFiles {
         gpu_attest_daemon::tls::TlsFiles {
             cert: self.api_cert.clone(),
@@ -201,6 +255,11 @@ pub enum MinersAction {
     List,
     /// Stop attesting a miner (its verdicts stay).
     Remove { url: String },
+    /// List the revoked miner keys, newest first, with their reasons.
+    Revoked,
+    /// Attest a miner now, through the running validator (registered or not): its phases and
+    /// progress, then the stored verdict. Exit status 0 pass, 1 fail, 2 could not attest.
+    Attest { url: String },
     /// Stored verdicts, newest first (`validator verdicts` reads the database file instead).
     Verdicts {
         #[command(flatten)]
@@ -273,5 +332,41 @@ impl Settings {
         }
         c.validate()?;
         Ok(c)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_api_address_comes_from_the_flag_then_the_config() {
+        let mut config = crate::ValidatorConfig {
+            listen: "0.0.0.0:7171".parse().unwrap(),
+            ..Default::default()
+        };
+        assert_eq!(api_address(&config), "http://127.0.0.1:7171");
+        config.tls.cert = Some("validator.pem".into());
+        config.listen = "[::]:7171".parse().unwrap();
+        assert_eq!(api_address(&config), "https://[::1]:7171");
+        config.listen = "10.1.2.3:7171".parse().unwrap();
+        assert_eq!(api_address(&config), "https://10.1.2.3:7171");
+
+        let dir = std::env::temp_dir().join(format!("gpu-attest-api-address-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("validator.toml");
+        std::fs::write(&file, "listen = \"127.0.0.1:7272\"\n").unwrap();
+        let args = |api: Option<&str>, config: Option<&std::path::Path>| ApiArgs {
+            api: api.map(str::to_string),
+            config: config.map(std::path::Path::to_path_buf),
+            api_ca: None,
+            api_cert: None,
+            api_key: None,
+            json: false,
+        };
+        assert_eq!(args(None, Some(&file)).address().unwrap(), "http://127.0.0.1:7272");
+        assert_eq!(args(Some("http://h:1"), Some(&file)).address().unwrap(), "http://h:1");
+        assert!(args(None, Some(&dir.join("missing.toml"))).address().is_err());
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -8,7 +8,8 @@ use crate::scheduler::Schedule;
 use crate::server;
 use crate::store::{Store, StoreError};
 use gpu_attest_daemon::listen::BindError;
-use gpu_attest_daemon::metrics::MetricsError;
+use gpu_attest_daemon::metrics::{Endpoint, MetricsError};
+use gpu_attest_daemon::run::{Stopped, finish};
 use gpu_attest_daemon::tls::TransportError;
 use gpu_attest_shared::Backend;
 use gpu_attest_shared::cpu::CpuBackend;
@@ -51,14 +52,8 @@ pub enum DaemonError {
     Bind(#[from] BindError),
     #[error(transparent)]
     Metrics(#[from] MetricsError),
-    #[error("the gRPC server stopped: {0}")]
-    Server(String),
-    #[error(
-        "stopped because {}; a CUDA fault cannot be cleared inside the process, so the validator exits for its supervisor to restart it (exit status {})",
-        gpu_attest_daemon::devices::describe(.0),
-        gpu_attest_daemon::devices::EXIT_DEVICE_FAULT
-    )]
-    DevicesOutOfService(Vec<(u32, String)>),
+    #[error(transparent)]
+    Stopped(#[from] Stopped),
 }
 
 /// The attestor `config` describes: its key, its verification backend (GPUs only once they
@@ -128,46 +123,18 @@ pub async fn run(
         tracing::warn!("{warning}");
     }
     let attestor = Arc::new(attestor(&config).await?);
+    crate::metrics::restore(attestor.metrics(), attestor.store()).await?;
     let options = server::ServeOptions {
         tls,
         connections: gpu_attest_daemon::connections::limits_for_this_process(),
         ..server::plaintext_options(&config)
     };
-    // The metrics port first: `listen::bind` announces the daemon as up, which it is not if the
-    // metrics port then turns out to be taken.
-    let metrics_listener = match config.metrics.listen {
-        Some(address) => Some(gpu_attest_daemon::metrics::bind(address, config.metrics.allow_remote).await?),
-        None => None,
-    };
+    let metrics = Endpoint::bind(&config.metrics).await?;
     let (listener, address) = gpu_attest_daemon::listen::bind(config.listen).await?;
     info!(%address, validator_key = %attestor.public_key(), database = %attestor.store().location(), "validator listening");
-    let (stop_metrics, metrics_stopped) = tokio::sync::oneshot::channel::<()>();
-    let metrics = match metrics_listener {
-        Some((listener, bound)) => {
-            gpu_attest_daemon::metrics::announce(bound);
-            info!(address = %bound, "metrics served at /metrics");
-            let exposition = gpu_attest_daemon::metrics::Exposition::new(attestor.metrics().registry(), || {});
-            Some(tokio::spawn(gpu_attest_daemon::metrics::serve(
-                exposition,
-                listener,
-                async {
-                    let _ = metrics_stopped.await;
-                },
-            )))
-        }
-        None => None,
-    };
+    let metrics = metrics.serve(|| gpu_attest_daemon::metrics::Exposition::new(attestor.metrics().registry(), || {}));
     let schedule = config.schedule.enabled.then(|| Schedule::from_config(&config.schedule));
     let served = server::serve(attestor.clone(), listener, schedule, options, shutdown).await;
-    let _ = stop_metrics.send(());
-    if let Some(task) = metrics {
-        let _ = task.await;
-    }
-    served.map_err(|e| DaemonError::Server(gpu_attest_daemon::errors::error_chain(&e)))?;
-    let out_of_service = attestor.out_of_service();
-    if !out_of_service.is_empty() {
-        return Err(DaemonError::DevicesOutOfService(out_of_service));
-    }
-    info!("validator stopped");
-    Ok(())
+    metrics.stop().await;
+    Ok(finish("validator", served, attestor.out_of_service())?)
 }

@@ -2,6 +2,7 @@
 //! over it, and the integration tests run the same server in-process on port-0 listeners.
 
 pub mod attest;
+pub mod backoffs;
 pub mod cli;
 pub mod config;
 pub mod daemon;

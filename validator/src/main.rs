@@ -2,6 +2,7 @@
 
 use anyhow::{Context, Result, bail};
 use clap::Parser;
+use gpu_attest_daemon::run::Stopped;
 use gpu_attest_shared::identity::Identity;
 use gpu_attest_validator::attest::AttestEvent;
 use gpu_attest_validator::cli::{ApiArgs, Cli, Command, MinersAction, RatesAction, Settings};
@@ -32,9 +33,10 @@ fn main() -> ExitCode {
             eprintln!("error: {}", gpu_attest_daemon::errors::error_chain(e.as_ref()));
             // A device fault has a status of its own, so that a supervisor restarts the daemon.
             match e.downcast_ref::<daemon::DaemonError>() {
-                Some(daemon::DaemonError::DevicesOutOfService(_) | daemon::DaemonError::GpuFaulted(_)) => {
-                    ExitCode::from(gpu_attest_daemon::devices::EXIT_DEVICE_FAULT)
-                }
+                Some(
+                    daemon::DaemonError::Stopped(Stopped::DevicesOutOfService { .. })
+                    | daemon::DaemonError::GpuFaulted(_),
+                ) => ExitCode::from(gpu_attest_daemon::devices::EXIT_DEVICE_FAULT),
                 _ => ExitCode::from(EXIT_ERROR),
             }
         }
@@ -45,6 +47,31 @@ fn run(cli: Cli) -> Result<ExitCode> {
     match cli.command {
         Command::PublicKey { key_file } => {
             println!("{}", Identity::load_file(&key_file)?.public_key());
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::TlsCerts {
+            out,
+            validator_hosts,
+            miner_hosts,
+            days,
+        } => {
+            let request = gpu_attest_daemon::certs::CertsRequest {
+                validator_hosts,
+                miner_hosts,
+                days,
+            };
+            for path in gpu_attest_daemon::certs::make(&out, &request)? {
+                println!("wrote {}", path.display());
+            }
+            println!(
+                "validator: [tls] cert/key = validator.pem/validator.key, ca = ca.pem (mutual TLS); [miner_tls] ca = ca.pem, cert/key = validator.pem/validator.key"
+            );
+            println!(
+                "each miner: [tls] cert/key = miner-HOST.pem/miner-HOST.key, ca = ca.pem to require the validator's certificate"
+            );
+            println!(
+                "operators: --api https://HOST:PORT --api-ca ca.pem --api-cert operator.pem --api-key operator.key"
+            );
             Ok(ExitCode::SUCCESS)
         }
         Command::Keygen { key_file } => {
@@ -167,7 +194,8 @@ fn attest(settings: &Settings, miner: &str, json: bool) -> Result<ExitCode> {
 fn miners(api: &ApiArgs, action: MinersAction) -> Result<ExitCode> {
     let runtime = gpu_attest_daemon::signals::one_shot_runtime()?;
     runtime.block_on(async {
-        let mut operator = Operator::connect(&api.api, &api.tls()).await?;
+        let address = api.address()?;
+        let mut operator = Operator::connect(&address, &api.tls()).await?;
         let json = |value: serde_json::Value| -> Result<ExitCode> {
             println!("{}", serde_json::to_string_pretty(&value)?);
             Ok(ExitCode::SUCCESS)
@@ -205,7 +233,7 @@ fn miners(api: &ApiArgs, action: MinersAction) -> Result<ExitCode> {
                     println!("no miners registered");
                 }
                 for m in &miners {
-                    println!("{}  {}  key {}", m.url, m.name, m.miner_key);
+                    show::print_miner(m);
                 }
             }
             MinersAction::Remove { url } => {
@@ -214,6 +242,33 @@ fn miners(api: &ApiArgs, action: MinersAction) -> Result<ExitCode> {
                     return json(serde_json::json!({ "url": url, "removed": removed }));
                 }
                 println!("{}", if removed { "removed" } else { "was not registered" });
+            }
+            MinersAction::Revoked => {
+                let keys = operator.revoked().await?;
+                if api.json {
+                    return json(serde_json::to_value(&keys)?);
+                }
+                show::print_revoked(&keys);
+            }
+            MinersAction::Attest { url } => {
+                let json = api.json;
+                let verdict = operator
+                    .attest(&url, |event| {
+                        if !json {
+                            show::print_attest_event(event);
+                        }
+                    })
+                    .await?;
+                if json {
+                    println!("{}", serde_json::to_string_pretty(&verdict)?);
+                } else {
+                    show::print_verdict_summaries(std::slice::from_ref(&verdict));
+                }
+                return Ok(if verdict.passed {
+                    ExitCode::SUCCESS
+                } else {
+                    ExitCode::from(EXIT_FAIL)
+                });
             }
             MinersAction::Verdicts { filter } if filter.follow => {
                 let json = api.json;

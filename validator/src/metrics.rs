@@ -3,7 +3,7 @@
 //! The handles are cheap clones over shared atomics; the registry is built once, for the
 //! endpoint, from clones of them.
 
-use crate::store::Verdict;
+use crate::store::{Store, StoreError, Verdict, VerdictFilter};
 use gpu_attest_daemon::metrics::prometheus_client::metrics::counter::Counter;
 use gpu_attest_daemon::metrics::prometheus_client::metrics::family::Family;
 use gpu_attest_daemon::metrics::prometheus_client::metrics::gauge::Gauge;
@@ -47,6 +47,9 @@ pub struct ValidatorMetrics {
     proven_rate: Family<Labels, RealGauge>,
     proven_memory: Family<Labels, RealGauge>,
     proven_walk_rate: Family<Labels, RealGauge>,
+    expected_rate: Family<Labels, RealGauge>,
+    last_pass: Family<Labels, RealGauge>,
+    registered: Gauge,
     queue_depth: Gauge,
     in_backoff: Gauge,
     running: Gauge,
@@ -64,6 +67,9 @@ impl Default for ValidatorMetrics {
             proven_rate: Family::default(),
             proven_memory: Family::default(),
             proven_walk_rate: Family::default(),
+            expected_rate: Family::default(),
+            last_pass: Family::default(),
+            registered: Gauge::default(),
             queue_depth: Gauge::default(),
             in_backoff: Gauge::default(),
             running: Gauge::default(),
@@ -121,6 +127,21 @@ impl ValidatorMetrics {
             self.proven_walk_rate.clone(),
         );
         r.register(
+            "expected_ops_per_second",
+            "The rate each miner's latest verdict was timed by: its hardware class's rate for the devices it claimed (proven over expected is the share of the class rate it proved)",
+            self.expected_rate.clone(),
+        );
+        r.register(
+            "last_pass_timestamp_seconds",
+            "When each registered miner last passed (Unix time of the verdict); no series for one that never passed",
+            self.last_pass.clone(),
+        );
+        r.register(
+            "registered_miners",
+            "Miners registered with this validator (its database's, shared with any validator on the same PostgreSQL database)",
+            self.registered.clone(),
+        );
+        r.register(
             "scheduler_queue_depth",
             "Miners due for attestation and waiting for a free slot",
             self.queue_depth.clone(),
@@ -169,24 +190,7 @@ impl ValidatorMetrics {
                         .inc();
                 }
                 if registered {
-                    let miner = vec![("miner", verdict.miner_url.clone())];
-                    self.proven_rate
-                        .get_or_create(&miner)
-                        .set(verdict.throughput.proven_ops_per_sec.unwrap_or(0.0));
-                    match &verdict.memory {
-                        Some(memory) => {
-                            self.proven_memory
-                                .get_or_create(&miner)
-                                .set(memory.proven_bytes() as f64);
-                            self.proven_walk_rate
-                                .get_or_create(&miner)
-                                .set(memory.proven_walk_bytes_per_sec.unwrap_or(0.0));
-                        }
-                        None => {
-                            self.proven_memory.remove(&miner);
-                            self.proven_walk_rate.remove(&miner);
-                        }
-                    }
+                    self.latest_verdict(verdict);
                 }
             }
             Err(kind) => {
@@ -198,10 +202,51 @@ impl ValidatorMetrics {
         }
     }
 
+    /// The per-miner series of a registered miner's latest verdict: on each new one, and at
+    /// start from the store ([`restore`]), so that a restart does not empty them.
+    pub fn latest_verdict(&self, verdict: &Verdict) {
+        let miner = vec![("miner", verdict.miner_url.clone())];
+        self.proven_rate
+            .get_or_create(&miner)
+            .set(verdict.throughput.proven_ops_per_sec.unwrap_or(0.0));
+        self.expected_rate
+            .get_or_create(&miner)
+            .set(verdict.throughput.expected_ops_per_sec);
+        if verdict.passed {
+            self.passed_at(&verdict.miner_url, verdict.created_at_ms);
+        }
+        match &verdict.memory {
+            Some(memory) => {
+                self.proven_memory
+                    .get_or_create(&miner)
+                    .set(memory.proven_bytes() as f64);
+                self.proven_walk_rate
+                    .get_or_create(&miner)
+                    .set(memory.proven_walk_bytes_per_sec.unwrap_or(0.0));
+            }
+            None => {
+                self.proven_memory.remove(&miner);
+                self.proven_walk_rate.remove(&miner);
+            }
+        }
+    }
+
+    fn passed_at(&self, url: &str, at_ms: u64) {
+        self.last_pass
+            .get_or_create(&vec![("miner", url.to_string())])
+            .set(at_ms as f64 / 1000.0);
+    }
+
+    pub fn registered_miners(&self, count: usize) {
+        self.registered.set(i64::try_from(count).unwrap_or(i64::MAX));
+    }
+
     /// Drops a removed miner's series.
     pub fn forget_miner(&self, url: &str) {
         let miner = vec![("miner", url.to_string())];
         self.proven_rate.remove(&miner);
+        self.expected_rate.remove(&miner);
+        self.last_pass.remove(&miner);
         self.proven_memory.remove(&miner);
         self.proven_walk_rate.remove(&miner);
     }
@@ -213,4 +258,30 @@ impl ValidatorMetrics {
         self.in_backoff.set(as_gauge(in_backoff));
         self.running.set(as_gauge(running));
     }
+}
+
+/// Fills the per-miner series and the registered count from `store`: each registered miner's
+/// latest verdict, and its latest pass where that is older. A validator that restarts shows what
+/// its miners proved at once instead of after their next attestation.
+pub async fn restore(metrics: &ValidatorMetrics, store: &Store) -> Result<(), StoreError> {
+    let miners = store.miners().await?;
+    metrics.registered_miners(miners.len());
+    for miner in miners {
+        let newest = |passed: Option<bool>| VerdictFilter {
+            miner_url: Some(miner.url.clone()),
+            passed,
+            limit: 1,
+            ..VerdictFilter::default()
+        };
+        let Some(latest) = store.verdicts(&newest(None)).await?.pop() else {
+            continue;
+        };
+        metrics.latest_verdict(&latest);
+        if !latest.passed
+            && let Some(pass) = store.verdicts(&newest(Some(true))).await?.pop()
+        {
+            metrics.passed_at(&pass.miner_url, pass.created_at_ms);
+        }
+    }
+    Ok(())
 }

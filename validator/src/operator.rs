@@ -35,6 +35,8 @@ pub enum OperatorError {
     NotTheValidator { url: String, message: String },
     #[error("miner key must be 64 hex digits: {0}")]
     BadKey(String),
+    #[error("the validator at {0} ended the attestation without a verdict")]
+    NoVerdict(String),
 }
 
 /// How long `follow` waits before it asks again after losing the validator.
@@ -65,6 +67,18 @@ pub struct Miner {
     pub name: String,
     pub miner_key: String,
     pub registered_at_unix_ms: u64,
+    /// Its latest verdict (0: never attested), whether it passed, and when.
+    pub last_verdict_id: u64,
+    pub last_verdict_passed: bool,
+    pub last_verdict_at_unix_ms: u64,
+    /// Its latest pass; 0 if it never passed.
+    pub last_pass_at_unix_ms: u64,
+    /// When the scheduler attests it next; 0 before its first scheduled attempt.
+    pub next_due_unix_ms: u64,
+    /// Scheduled attempts in a row that could not attest it, and the latest one's error.
+    pub failures_in_a_row: u32,
+    pub last_error: String,
+    pub revoked: bool,
 }
 
 /// What `miners add` did: the registration as it now stands, and what changed.
@@ -96,8 +110,24 @@ impl From<v1::MinerRecord> for Miner {
             name: m.name,
             miner_key: hex::encode(m.miner_key),
             registered_at_unix_ms: m.registered_at_unix_ms,
+            last_verdict_id: m.last_verdict_id,
+            last_verdict_passed: m.last_verdict_passed,
+            last_verdict_at_unix_ms: m.last_verdict_at_unix_ms,
+            last_pass_at_unix_ms: m.last_pass_at_unix_ms,
+            next_due_unix_ms: m.next_due_unix_ms,
+            failures_in_a_row: m.failures_in_a_row,
+            last_error: m.last_error,
+            revoked: m.revoked,
         }
     }
+}
+
+/// A revoked miner key as the CLI prints it.
+#[derive(Debug, Serialize)]
+pub struct Revoked {
+    pub miner_key: String,
+    pub reason: String,
+    pub revoked_at_unix_ms: u64,
 }
 
 /// A stored verdict as the CLI prints it.
@@ -351,6 +381,48 @@ impl Operator {
             ..Default::default()
         };
         Ok(self.verdicts(&newest).await?.first().map_or(0, |v| v.id))
+    }
+
+    /// Every revoked key, newest revocation first.
+    pub async fn revoked(&mut self) -> Result<Vec<Revoked>, OperatorError> {
+        let keys = self
+            .client
+            .list_revoked_keys(v1::ListRevokedKeysRequest {})
+            .await
+            .map_err(|s| self.refused(s))?
+            .into_inner()
+            .keys;
+        Ok(keys
+            .into_iter()
+            .map(|k| Revoked {
+                miner_key: hex::encode(&k.miner_key),
+                reason: k.reason,
+                revoked_at_unix_ms: k.revoked_at_unix_ms,
+            })
+            .collect())
+    }
+
+    /// Attests the miner at `url` now (AttestMiner): `on_event` sees each phase and progress
+    /// event as the validator sends it, and the stored verdict is returned.
+    pub async fn attest(
+        &mut self,
+        url: &str,
+        mut on_event: impl FnMut(&v1::attest_event::Event),
+    ) -> Result<VerdictSummary, OperatorError> {
+        let mut events = self
+            .client
+            .attest_miner(v1::AttestMinerRequest { url: url.into() })
+            .await
+            .map_err(|s| self.refused(s))?
+            .into_inner();
+        while let Some(event) = events.message().await.map_err(|s| self.refused(s))? {
+            match event.event {
+                Some(v1::attest_event::Event::Verdict(verdict)) => return Ok(VerdictSummary::from(verdict)),
+                Some(other) => on_event(&other),
+                None => {}
+            }
+        }
+        Err(OperatorError::NoVerdict(self.url.clone()))
     }
 
     /// `true` if the key was not revoked before.

@@ -230,12 +230,11 @@ pub async fn run(attestor: Arc<Attestor>, schedule: Schedule, shutdown: watch::R
     let miners = move || {
         let store = store.clone();
         async move {
-            store
-                .store()
-                .miners()
-                .await
-                .map(|m| m.into_iter().map(|m| m.url).collect())
-                .map_err(|e| e.to_string())
+            let miners = store.store().miners().await.map_err(|e| e.to_string())?;
+            // Counted from each round's list, so that miners registered through another
+            // validator on a shared database count too.
+            store.metrics().registered_miners(miners.len());
+            Ok(miners.into_iter().map(|m| m.url).collect())
         }
     };
     let leased = schedule.clone();
@@ -326,13 +325,17 @@ async fn attest_leased(attestor: &Attestor, url: &str, holder: &str, schedule: &
         }
         Err(e) => {
             warn!(%url, error = %e, "scheduled attestation could not run");
+            attestor.backoffs().failed(url, errors.saturating_add(1), e.to_string());
             Attempt::Error
         }
     };
     drop(renewing); // before the release, so that no renewal follows it
     let errors_after = match attempt {
         Attempt::Error => errors.saturating_add(1),
-        _ => 0,
+        _ => {
+            attestor.backoffs().clear(url);
+            0
+        }
     };
     let next_due = crate::attest::now_ms() + schedule.next_delay(errors_after, 0.0).as_millis() as u64;
     if let Err(e) = store.release_lease(&lease, next_due).await {

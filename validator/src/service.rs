@@ -2,7 +2,8 @@
 
 use crate::attest::untrusted::caller_text_problem;
 use crate::attest::{AttestError, AttestEvent, Attestor, normalise_url, now_ms};
-use crate::store::{MinerRecord, StoreError, Verdict, VerdictFilter};
+use crate::backoffs::Backoff;
+use crate::store::{MinerRecord, MinerStanding, StoreError, Verdict, VerdictFilter};
 use crate::watch::{self, Follower};
 use gpu_attest_daemon::connections::holds_connection;
 use gpu_attest_proto::convert::device_to_wire;
@@ -40,6 +41,15 @@ pub struct ValidatorService {
 }
 
 impl ValidatorService {
+    /// Refreshes the registered-miners gauge after a registration changed; a store that cannot
+    /// be read now leaves it as it was (the scheduler's next round counts again).
+    async fn count_registered(&self) {
+        match self.attestor.store().miners().await {
+            Ok(miners) => self.attestor.metrics().registered_miners(miners.len()),
+            Err(e) => warn!(error = %e, "cannot count the registered miners for the metrics"),
+        }
+    }
+
     pub fn new(attestor: Arc<Attestor>, stopping: tokio::sync::watch::Receiver<bool>) -> Self {
         ValidatorService {
             attestor,
@@ -182,6 +192,23 @@ fn miner_to_wire(m: &MinerRecord) -> v1::MinerRecord {
         name: m.name.clone(),
         miner_key: m.miner_key.0.to_vec(),
         registered_at_unix_ms: m.registered_at_ms,
+        ..Default::default()
+    }
+}
+
+/// A registered miner with where it stands: the database's figures and this scheduler's backoff.
+fn standing_to_wire(m: &MinerRecord, s: &MinerStanding, backoff: Option<Backoff>) -> v1::MinerRecord {
+    let backoff = backoff.unwrap_or_default();
+    v1::MinerRecord {
+        last_verdict_id: s.last_verdict_id,
+        last_verdict_passed: s.last_verdict_passed,
+        last_verdict_at_unix_ms: s.last_verdict_at_ms,
+        last_pass_at_unix_ms: s.last_pass_at_ms,
+        next_due_unix_ms: s.next_due_ms,
+        failures_in_a_row: backoff.failures,
+        last_error: backoff.last_error,
+        revoked: s.revoked,
+        ..miner_to_wire(m)
     }
 }
 
@@ -295,13 +322,18 @@ impl Validator for ValidatorService {
             .register_miner(&url, name, key, request.replace_key, now_ms())
             .await?;
         info!(%url, miner_key = %key, replace_key = request.replace_key, "miner registered");
+        self.count_registered().await;
         Ok(Response::new(miner_to_wire(&record)))
     }
 
     async fn list_miners(&self, _: Request<v1::ListMinersRequest>) -> Result<Response<v1::ListMinersResponse>, Status> {
-        let miners = self.attestor.store().miners().await?;
+        let miners = self.attestor.store().miner_standings().await?;
+        let backoffs = self.attestor.backoffs();
         Ok(Response::new(v1::ListMinersResponse {
-            miners: miners.iter().map(miner_to_wire).collect(),
+            miners: miners
+                .iter()
+                .map(|(m, s)| standing_to_wire(m, s, backoffs.get(&m.url)))
+                .collect(),
         }))
     }
 
@@ -312,8 +344,10 @@ impl Validator for ValidatorService {
         let url = normalise_url(&request.into_inner().url);
         let removed = self.attestor.store().remove_miner(&url).await?;
         self.attestor.metrics().forget_miner(&url);
+        self.attestor.backoffs().clear(&url);
         if removed {
             info!(%url, "miner removed");
+            self.count_registered().await;
         }
         Ok(Response::new(v1::RemoveMinerResponse { removed }))
     }
@@ -338,6 +372,23 @@ impl Validator for ValidatorService {
             .await?;
         warn!(miner_key = %key, reason = %request.reason, "miner key revoked");
         Ok(Response::new(v1::RevokeMinerKeyResponse { newly_revoked }))
+    }
+
+    async fn list_revoked_keys(
+        &self,
+        _: Request<v1::ListRevokedKeysRequest>,
+    ) -> Result<Response<v1::ListRevokedKeysResponse>, Status> {
+        let keys = self.attestor.store().revoked_keys().await?;
+        Ok(Response::new(v1::ListRevokedKeysResponse {
+            keys: keys
+                .into_iter()
+                .map(|k| v1::RevokedKey {
+                    miner_key: k.miner_key.0.to_vec(),
+                    reason: k.reason,
+                    revoked_at_unix_ms: k.revoked_at_ms,
+                })
+                .collect(),
+        }))
     }
 
     async fn attest_miner(

@@ -117,6 +117,63 @@ fn print_followed(line: String) -> bool {
     writeln!(out, "{line}").and_then(|()| out.flush()).is_ok()
 }
 
+/// A registered miner and where it stands (`validator miners list`): its line, then what is
+/// known of it, indented.
+pub fn print_miner(m: &crate::operator::Miner) {
+    println!("{}  {}  key {}", m.url, m.name, m.miner_key);
+    if m.revoked {
+        println!("    REVOKED: never challenged again");
+    }
+    if m.last_verdict_id == 0 {
+        println!("    not attested yet");
+    } else {
+        let passed = if m.last_pass_at_unix_ms == 0 {
+            "never passed".to_string()
+        } else {
+            format!("last pass {}", utc(m.last_pass_at_unix_ms))
+        };
+        println!(
+            "    last verdict #{} {} {}; {passed}",
+            m.last_verdict_id,
+            if m.last_verdict_passed { "PASS" } else { "FAIL" },
+            utc(m.last_verdict_at_unix_ms)
+        );
+    }
+    if m.failures_in_a_row > 0 {
+        println!(
+            "    backing off: {} scheduled attempts in a row could not attest it; latest: {}",
+            m.failures_in_a_row, m.last_error
+        );
+    }
+    if m.next_due_unix_ms > 0 {
+        println!("    next attestation due {}", utc(m.next_due_unix_ms));
+    }
+}
+
+/// Revoked keys, one line each (`validator miners revoked`).
+pub fn print_revoked(keys: &[crate::operator::Revoked]) {
+    if keys.is_empty() {
+        println!("no miner key is revoked");
+    }
+    for k in keys {
+        println!("{}  revoked {}  {}", k.miner_key, utc(k.revoked_at_unix_ms), k.reason);
+    }
+}
+
+/// One event of an attestation through the API (`validator miners attest`), on stderr: each
+/// phase, and each device's progress once it has computed all its chains (every step of it
+/// would flood a terminal or a log).
+pub fn print_attest_event(event: &gpu_attest_proto::v1::attest_event::Event) {
+    use gpu_attest_proto::v1::attest_event::Event;
+    match event {
+        Event::Phase(phase) => eprintln!("{}: {}", phase.name, phase.detail),
+        Event::Progress(p) if p.total > 0 && p.done == p.total => {
+            eprintln!("device {}: {} of {} chains computed", p.device, p.done, p.total)
+        }
+        _ => {}
+    }
+}
+
 /// Verdicts from a running validator's API, one line each (`validator miners verdicts`): the
 /// same lines as `validator verdicts`, so that one reading (or one script) serves both.
 pub fn print_verdict_summaries(verdicts: &[VerdictSummary]) {
@@ -188,16 +245,20 @@ fn verdict_line(v: &VerdictLine) -> String {
     } else {
         v.reasons.join("; ")
     };
-    let stored = std::time::UNIX_EPOCH + std::time::Duration::from_millis(v.created_at_ms);
     format!(
         "#{:<5} {}  {}  {}  {} ms (deadline {} ms)  {detail}",
         v.id,
         if v.passed { "PASS" } else { "FAIL" },
-        humantime::format_rfc3339_seconds(stored),
+        utc(v.created_at_ms),
         v.miner_url,
         v.measured_ms,
         v.deadline_ms
     )
+}
+
+/// A Unix time in milliseconds as UTC to the second: `2026-11-25T11:04:34Z`.
+fn utc(unix_ms: u64) -> humantime::Rfc3339Timestamp {
+    humantime::format_rfc3339_seconds(std::time::UNIX_EPOCH + std::time::Duration::from_millis(unix_ms))
 }
 
 /// A graded miss for people: "too slow: proved 0.61x of the class rate".

@@ -122,6 +122,8 @@ pub struct Attestor {
     metrics: ValidatorMetrics,
     /// The roots and tables device evidence is checked against (PROTOCOL.md 19.4).
     evidence_trust: EvidenceTrust,
+    /// The miners the scheduler could not attest lately (`miners list` shows them).
+    backoffs: crate::backoffs::Backoffs,
 }
 
 pub(crate) fn random32() -> Result<[u8; 32], AttestError> {
@@ -147,6 +149,7 @@ impl Attestor {
             store,
             metrics: ValidatorMetrics::default(),
             evidence_trust,
+            backoffs: crate::backoffs::Backoffs::default(),
         }
     }
 
@@ -159,6 +162,10 @@ impl Attestor {
 
     pub fn metrics(&self) -> &ValidatorMetrics {
         &self.metrics
+    }
+
+    pub fn backoffs(&self) -> &crate::backoffs::Backoffs {
+        &self.backoffs
     }
 
     pub fn public_key(&self) -> PublicKey {

@@ -11,6 +11,27 @@ pub struct MinerRecord {
     pub registered_at_ms: u64,
 }
 
+/// Where a registered miner stands, as the database tells it: its latest verdict, its latest
+/// pass, when the scheduler attests it next, and whether its key is revoked. Times are Unix ms;
+/// 0 where there is none.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct MinerStanding {
+    pub last_verdict_id: u64,
+    pub last_verdict_passed: bool,
+    pub last_verdict_at_ms: u64,
+    pub last_pass_at_ms: u64,
+    pub next_due_ms: u64,
+    pub revoked: bool,
+}
+
+/// A miner key that is never challenged or registered again.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RevokedKey {
+    pub miner_key: PublicKey,
+    pub reason: String,
+    pub revoked_at_ms: u64,
+}
+
 fn key_from(bytes: &[u8]) -> Result<PublicKey, StoreError> {
     PublicKey::from_slice(bytes).map_err(|e| StoreError::Corrupt(e.to_string()))
 }
@@ -98,6 +119,45 @@ impl Store {
         self.select_miners(None).await
     }
 
+    /// Every registered miner with where it stands, in URL order. One statement: each figure is
+    /// an indexed lookup (verdicts by miner and id, leases and revoked keys by key).
+    pub async fn miner_standings(&self) -> Result<Vec<(MinerRecord, MinerStanding)>, StoreError> {
+        type Row = (String, String, Vec<u8>, i64, i64, i64, i64, i64, i64, i64);
+        let rows: Vec<Row> = sqlx::query_as(
+            "SELECT m.url, m.name, m.miner_key, m.registered_at_ms, \
+                COALESCE((SELECT v.id FROM verdicts v WHERE v.miner_url = m.url ORDER BY v.id DESC LIMIT 1), 0), \
+                COALESCE((SELECT v.passed FROM verdicts v WHERE v.miner_url = m.url ORDER BY v.id DESC LIMIT 1), 0), \
+                COALESCE((SELECT v.created_at_ms FROM verdicts v WHERE v.miner_url = m.url ORDER BY v.id DESC LIMIT 1), 0), \
+                COALESCE((SELECT v.created_at_ms FROM verdicts v WHERE v.miner_url = m.url AND v.passed = 1 \
+                    ORDER BY v.id DESC LIMIT 1), 0), \
+                COALESCE((SELECT l.next_due_ms FROM leases l WHERE l.miner_url = m.url), 0), \
+                (SELECT COUNT(*) FROM revoked_keys r WHERE r.miner_key = m.miner_key) \
+             FROM miners m ORDER BY m.url",
+        )
+        .fetch_all(&self.pool)
+        .await?;
+        rows.into_iter()
+            .map(|(url, name, key, at, id, passed, verdict_at, pass_at, due, revoked)| {
+                Ok((
+                    MinerRecord {
+                        url,
+                        name,
+                        miner_key: key_from(&key)?,
+                        registered_at_ms: as_u64(at)?,
+                    },
+                    MinerStanding {
+                        last_verdict_id: as_u64(id)?,
+                        last_verdict_passed: passed == 1,
+                        last_verdict_at_ms: as_u64(verdict_at)?,
+                        last_pass_at_ms: as_u64(pass_at)?,
+                        next_due_ms: as_u64(due)?,
+                        revoked: revoked > 0,
+                    },
+                ))
+            })
+            .collect()
+    }
+
     /// Every registered miner, or only the one at `url`.
     async fn select_miners(&self, url: Option<&str>) -> Result<Vec<MinerRecord>, StoreError> {
         let rows: Vec<(String, String, Vec<u8>, i64)> = match url {
@@ -136,6 +196,24 @@ impl Store {
         .execute(&self.pool)
         .await?;
         Ok(inserted.rows_affected() == 1)
+    }
+
+    /// Every revoked key, newest revocation first.
+    pub async fn revoked_keys(&self) -> Result<Vec<RevokedKey>, StoreError> {
+        let rows: Vec<(Vec<u8>, String, i64)> = sqlx::query_as(
+            "SELECT miner_key, reason, revoked_at_ms FROM revoked_keys ORDER BY revoked_at_ms DESC, miner_key",
+        )
+        .fetch_all(&self.pool)
+        .await?;
+        rows.into_iter()
+            .map(|(key, reason, at)| {
+                Ok(RevokedKey {
+                    miner_key: key_from(&key)?,
+                    reason,
+                    revoked_at_ms: as_u64(at)?,
+                })
+            })
+            .collect()
     }
 
     pub async fn check_not_revoked(&self, key: &PublicKey) -> Result<(), StoreError> {

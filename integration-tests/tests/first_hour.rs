@@ -1,0 +1,159 @@
+//! An operator's first hour, through the real binaries: certificates made by `validator
+//! tls-certs` carry a miner and a validator over mutual TLS, and the validator's API over mutual
+//! TLS to an operator, who attests the miner with `validator miners attest`.
+
+mod common;
+
+use common::operated::{start_logged, validator_serve};
+use common::process::{Dir, cmd, keygen};
+use std::path::Path;
+
+fn tls_certs(d: &Path) -> std::path::PathBuf {
+    let pki = d.join("pki");
+    let out = cmd("validator")
+        .args([
+            "tls-certs",
+            "--validator-host",
+            "localhost",
+            "--miner-host",
+            "localhost",
+            "--out",
+        ])
+        .arg(&pki)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(said.contains("wrote") && said.contains("operator.pem"), "{said}");
+    pki
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_certificates_tls_certs_makes_carry_mutual_tls_both_ways() {
+    let dir = Dir::fresh("first-hour-tls");
+    let d = &dir.0;
+    let pki = tls_certs(d);
+    // A second run never overwrites what the first made.
+    let again = cmd("validator")
+        .args(["tls-certs", "--miner-host", "localhost", "--out"])
+        .arg(&pki)
+        .output()
+        .unwrap();
+    assert_eq!(again.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&again.stderr).contains("never overwrites"));
+
+    let validator_key = keygen("validator", &d.join("v.key"));
+    keygen("miner", &d.join("m.key"));
+    // The miner serves TLS with its certificate and requires the validator's (mutual TLS).
+    std::fs::write(
+        d.join("miner.toml"),
+        format!(
+            "listen = \"127.0.0.1:0\"\nkey_file = {:?}\nallowed_validators = [{validator_key:?}]\n\
+             backend = \"cpu\"\ncpu_threads = 1\n\
+             [tls]\ncert = {:?}\nkey = {:?}\nca = {:?}\n",
+            d.join("m.key"),
+            pki.join("miner-localhost.pem"),
+            pki.join("miner-localhost.key"),
+            pki.join("ca.pem"),
+        ),
+    )
+    .unwrap();
+    let mut serve = cmd("miner");
+    serve.args(["serve", "--config"]).arg(d.join("miner.toml"));
+    let miner = start_logged(serve, d.join("miner.log"), false);
+    let port = miner.url.rsplit(':').next().unwrap().to_string();
+    let miner_url = format!("https://localhost:{port}");
+
+    // The validator's API requires the operator's certificate; it presents its own to miners.
+    std::fs::write(
+        d.join("validator.toml"),
+        format!(
+            "key_file = {:?}\nsamples = 4\ncpu_threads = 1\n\
+             [challenge]\ncpu_n = 64\niterations = 4\ncheckpoint_every = 2\ntarget_seconds = 0.5\n\
+             [deadline]\nmin_ms = 2000\n\
+             [[rates]]\nbackend = \"cpu\"\nops_per_sec = 2e9\n\
+             [tls]\ncert = {:?}\nkey = {:?}\nca = {:?}\n\
+             [miner_tls]\ncert = {:?}\nkey = {:?}\nca = {:?}\n",
+            d.join("v.key"),
+            pki.join("validator.pem"),
+            pki.join("validator.key"),
+            pki.join("ca.pem"),
+            pki.join("validator.pem"),
+            pki.join("validator.key"),
+            pki.join("ca.pem"),
+        ),
+    )
+    .unwrap();
+    let validator = start_logged(validator_serve(d, &d.join("v.db")), d.join("validator.log"), false);
+    let api = format!("https://localhost:{}", validator.url.rsplit(':').next().unwrap());
+    let operator = |args: &[&str], with_cert: bool| {
+        let mut command = cmd("validator");
+        command
+            .args(["miners", "--api", &api, "--api-ca"])
+            .arg(pki.join("ca.pem"));
+        if with_cert {
+            command
+                .arg("--api-cert")
+                .arg(pki.join("operator.pem"))
+                .arg("--api-key")
+                .arg(pki.join("operator.key"));
+        }
+        command.args(args).output().unwrap()
+    };
+
+    let added = operator(&["add", &miner_url, "--name", "tls-rig"], true);
+    assert!(
+        added.status.success(),
+        "{}\nvalidator: {}\nminer: {}",
+        String::from_utf8_lossy(&added.stderr),
+        validator.log(),
+        miner.log()
+    );
+    let listed = operator(&["list"], true);
+    assert!(String::from_utf8_lossy(&listed.stdout).contains("tls-rig"));
+    // Without the operator's certificate the API refuses the connection.
+    let refused = operator(&["list"], false);
+    assert!(!refused.status.success());
+
+    // `miners attest`: the validator attests the miner over mutual TLS, with these
+    // certificates alone, and the operator sees the phases and the verdict.
+    let attested = operator(&["attest", &miner_url], true);
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&attested.stdout),
+        String::from_utf8_lossy(&attested.stderr),
+    );
+    assert_eq!(
+        attested.status.code(),
+        Some(0),
+        "{stdout}\n{stderr}\n{}",
+        validator.log()
+    );
+    assert!(stdout.contains("PASS") && stdout.contains(&miner_url), "{stdout}");
+    assert!(
+        stderr.contains("challenge-sent") && stderr.contains("verifying"),
+        "{stderr}"
+    );
+
+    // `miners list` shows where the miner stands.
+    let listed = operator(&["list"], true);
+    let text = String::from_utf8_lossy(&listed.stdout);
+    assert!(
+        text.contains("last verdict #1 PASS 20") && text.contains("; last pass 20"),
+        "{text}"
+    );
+
+    // Revocations can be listed, with their reasons.
+    let none = operator(&["revoked"], true);
+    assert_eq!(String::from_utf8_lossy(&none.stdout).trim(), "no miner key is revoked");
+    let listed = operator(&["list", "--json"], true);
+    let miners: serde_json::Value = serde_json::from_slice(&listed.stdout).unwrap();
+    let key = miners[0]["miner_key"].as_str().unwrap().to_string();
+    let revoked = operator(&["revoke", &key, "--reason", "retired rig"], true);
+    assert!(revoked.status.success(), "{}", String::from_utf8_lossy(&revoked.stderr));
+    let listed = operator(&["revoked"], true);
+    let text = String::from_utf8_lossy(&listed.stdout);
+    assert!(text.starts_with(&key) && text.contains("retired rig"), "{text}");
+    assert!(text.contains(" revoked 20"), "the time it was revoked, in UTC: {text}");
+    let listed = operator(&["list"], true);
+    assert!(String::from_utf8_lossy(&listed.stdout).contains("REVOKED"));
+}
