@@ -7,6 +7,7 @@ pub mod cheats;
 pub mod fake_driver;
 pub mod fleet;
 pub mod memory_cheats;
+pub mod operated;
 pub mod pki;
 pub mod process;
 pub mod slow;
