@@ -1,0 +1,180 @@
+"""The client against a real validator daemon and real CPU miners on loopback."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+from gpu_attest_client import (
+    AlreadyExists,
+    AsyncClient,
+    Client,
+    FailedPrecondition,
+    InvalidArgument,
+    OutOfRange,
+    Phase,
+    Progress,
+    RateSource,
+    ReasonCode,
+    Unavailable,
+    Verdict,
+)
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+
+
+@pytest.fixture(scope="module")
+def api(validator):
+    with Client(validator.url) as client:
+        yield client
+
+
+def test_miners_are_registered_listed_renamed_and_removed(api, honest_miner):
+    record = api.register_miner(honest_miner.url, "rig-1")
+    assert (record.url, record.name) == (honest_miner.url, "rig-1")
+    assert len(record.miner_key) == 64 and int(record.miner_key, 16) >= 0
+    assert [m.name for m in api.list_miners() if m.url == honest_miner.url] == ["rig-1"]
+    renamed = api.register_miner(honest_miner.url, "rig-one")
+    assert (renamed.name, renamed.miner_key) == ("rig-one", record.miner_key)
+    assert api.remove_miner(honest_miner.url) is True
+    assert api.remove_miner(honest_miner.url) is False
+    assert honest_miner.url not in [m.url for m in api.list_miners()]
+
+
+def test_an_attestation_shows_its_phases_and_progress_then_the_stored_verdict(api, honest_miner):
+    events = []
+    verdict = api.attest(honest_miner.url, on_event=events.append)
+    assert verdict.passed, verdict.reasons
+    assert verdict.reasons == [] and verdict.codes == []
+    phases = [e.name for e in events if isinstance(e, Phase)]
+    assert phases[:2] == ["challenge-sent", "computing"], phases
+    assert "verifying" in phases
+    progress = [e for e in events if isinstance(e, Progress)]
+    assert progress and all(0 < p.done <= p.total for p in progress if p.total)
+    # First contact: timed by the shipped table, so a weights policy can weigh it down.
+    assert verdict.rate_source == RateSource.SHIPPED and verdict.first_contact
+    assert verdict.proven_ops_per_sec > 0 and verdict.proven_to_expected > 0
+    assert verdict.proven_memory_bytes and verdict.proven_memory_bytes > 0
+    assert verdict.backend == "cpu" and len(verdict.devices) == 1
+    stored = next(api.list_verdicts(miner_url=honest_miner.url, limit=1))
+    assert (stored.id, stored.passed, stored.miner_key) == (verdict.id, True, verdict.miner_key)
+    # Registered, its standing shows the verdict.
+    api.register_miner(honest_miner.url)
+    standing = next(m for m in api.list_miners() if m.url == honest_miner.url)
+    assert (standing.last_verdict_id, standing.last_verdict_passed) == (verdict.id, True)
+    assert standing.last_pass_at == standing.last_verdict_at == verdict.created_at
+    assert not standing.revoked and standing.failures_in_a_row == 0
+
+
+def test_a_failed_verdict_gives_its_reasons_as_codes(api, cheating_miner):
+    verdict = api.attest(cheating_miner.url)
+    assert not verdict.passed
+    assert ReasonCode.GLOBAL_CHECKSUM_MISMATCH in verdict.codes, verdict.reasons
+    assert all(isinstance(r.code, ReasonCode) and r.message for r in verdict.reasons)
+    failed = list(api.list_verdicts(passed=False))
+    assert verdict.id in [v.id for v in failed]
+    assert all(not v.passed for v in failed)
+
+
+def test_verdicts_are_listed_newest_first_a_page_at_a_time(api, honest_miner):
+    for _ in range(2):
+        assert api.attest(honest_miner.url).passed
+    everything = list(api.list_verdicts(page_size=1))
+    assert len(everything) >= 3
+    ids = [v.id for v in everything]
+    assert ids == sorted(ids, reverse=True) and len(set(ids)) == len(ids)
+    assert [v.id for v in api.list_verdicts(limit=2)] == ids[:2]
+    with pytest.raises(ValueError):
+        list(api.list_verdicts(page_size=501))
+
+
+def test_watched_verdicts_arrive_as_stored_and_resume_after_an_id(api, honest_miner):
+    newest = next(api.list_verdicts(limit=1)).id
+    seen = []
+    watching = threading.Thread(
+        target=lambda: seen.append(next(iter(api.watch_verdicts(after_id=newest)))), daemon=True
+    )
+    watching.start()
+    verdict = api.attest(honest_miner.url)
+    watching.join(timeout=60)
+    assert [v.id for v in seen] == [verdict.id]
+    # A client that saw up to `newest` misses nothing when it calls again with that id.
+    resumed = next(iter(api.watch_verdicts(after_id=newest)))
+    assert resumed.id == verdict.id
+    with pytest.raises(OutOfRange) as beyond:
+        next(iter(api.watch_verdicts(after_id=verdict.id + 1000)))
+    assert beyond.value.message
+
+
+def test_errors_carry_the_status_and_the_validators_message(api, honest_miner, cheating_miner):
+    with pytest.raises(InvalidArgument) as no_url:
+        api.register_miner("")
+    assert "url is required" in no_url.value.message
+    with pytest.raises(Unavailable) as nobody:
+        api.register_miner("http://127.0.0.1:1")
+    assert "127.0.0.1:1" in nobody.value.message
+    # One key is one miner: the same miner under a second URL is refused.
+    api.register_miner(honest_miner.url)
+    alias = honest_miner.url.replace("127.0.0.1", "localhost")
+    with pytest.raises(AlreadyExists):
+        api.register_miner(alias)
+    # A revoked key is never registered again.
+    cheater = api.register_miner(cheating_miner.url)
+    assert api.revoke_miner_key(cheater.miner_key, "forged checksums") is True
+    assert api.revoke_miner_key(bytes.fromhex(cheater.miner_key), "again") is False
+    revoked = api.list_revoked_keys()
+    assert [(k.miner_key, k.reason) for k in revoked] == [(cheater.miner_key, "forged checksums")]
+    assert next(m for m in api.list_miners() if m.url == cheating_miner.url).revoked
+    with pytest.raises(FailedPrecondition) as revoked:
+        api.register_miner(cheating_miner.url)
+    assert "revoked" in revoked.value.message
+    with pytest.raises(ValueError):
+        api.revoke_miner_key("beef", "too short")
+
+
+def test_the_asyncio_client_makes_the_same_calls(validator, honest_miner):
+    async def run():
+        async with AsyncClient(validator.url) as api:
+            record = await api.register_miner(honest_miner.url, "async-rig")
+            assert record.name == "async-rig"
+            assert honest_miner.url in [m.url for m in await api.list_miners()]
+            events = []
+            verdict = await api.attest(honest_miner.url, on_event=events.append)
+            assert verdict.passed and any(isinstance(e, Phase) for e in events)
+            listed = [v async for v in api.list_verdicts(limit=1)]
+            assert listed[0].id == verdict.id
+            with pytest.raises(InvalidArgument):
+                await api.register_miner("")
+            return verdict
+
+    assert isinstance(asyncio.run(run()), Verdict)
+
+
+def test_api_addresses_are_checked_before_connecting():
+    for bad in ("127.0.0.1:7071", "ftp://127.0.0.1:7071", "http://127.0.0.1:7071/v1"):
+        with pytest.raises(ValueError):
+            Client(bad)
+    with pytest.raises(ValueError, match="TLS files"):
+        Client("http://127.0.0.1:7071", ca="ca.pem")
+    with pytest.raises(ValueError, match="both or neither"):
+        Client("https://127.0.0.1:7071", cert="client.pem")
+
+
+def test_the_weights_example_scores_passes_and_zeroes_cheaters(validator, honest_miner, cheating_miner):
+    run = subprocess.run(
+        [sys.executable, str(EXAMPLES / "weights.py"), "--api", validator.url, "--json"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert run.returncode == 0, run.stderr
+    weights = json.loads(run.stdout)
+    assert weights[honest_miner.url] == pytest.approx(1.0)
+    assert weights[cheating_miner.url] == 0.0
+    assert sum(weights.values()) == pytest.approx(1.0)

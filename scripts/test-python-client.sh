@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# The Python client's tests (clients/python) against a real validator daemon and real CPU miners
+# on loopback: builds the binaries, installs the client (its gRPC stubs generated from proto/ as
+# it is built) with pytest into target/pyclient-venv, and runs pytest. Extra arguments go to
+# pytest.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+echo "== building the daemons the client is tested against" >&2
+cargo build --locked -q -p gpu-attest-miner -p gpu-attest-validator -p gpu-attest-integration-tests \
+    --bin miner --bin validator --bin cheating-miner
+
+venv=target/pyclient-venv
+[ -x "$venv/bin/python" ] || python3 -m venv "$venv"
+echo "== installing the client and pytest" >&2
+"$venv/bin/pip" install -q './clients/python[test]'
+# The same version number from a changed tree: reinstalled, so that the tests see this tree.
+"$venv/bin/pip" install -q --force-reinstall --no-deps ./clients/python
+
+export GPU_ATTEST_BIN_DIR="$PWD/target/debug"
+status=0
+"$venv/bin/python" -m pytest -q clients/python/tests -p no:cacheprovider "$@" || status=$?
+# pytest's 5 is "no test ran": a run that tested nothing has failed.
+[ "$status" -ne 5 ] || { echo "test-python-client.sh: pytest ran no test" >&2; exit 1; }
+exit "$status"
