@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# Builds the gpu-attest Debian package with cargo-deb (installed pinned into target/tools): both
+# daemons in /usr/bin, their systemd units (not enabled), the example configs, the Grafana
+# dashboard and the alert rules (miner/Cargo.toml, [package.metadata.deb]).
+#
+#   scripts/package-deb.sh            # target/debian/gpu-attest_VERSION_ARCH.deb, release build
+#   scripts/package-deb.sh --check    # then install it with dpkg, run both binaries from the
+#                                     # installed paths, and remove it again (needs root)
+#
+# PROFILE=dev packages the test build instead (CI does, to check the packaging without a
+# release build; such a package is for checking, not for hosts).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+check=false
+case "${1:-}" in
+"") ;;
+--check) check=true ;;
+*) echo "usage: package-deb.sh [--check]" >&2; exit 2 ;;
+esac
+profile=${PROFILE:-release}
+
+cargo_deb_version=3.8.0
+tools=target/tools
+if ! "$tools/bin/cargo-deb" --version 2>/dev/null | grep -q "$cargo_deb_version"; then
+    echo "== installing cargo-deb $cargo_deb_version" >&2
+    cargo install cargo-deb --version "$cargo_deb_version" --locked --root "$tools" --quiet
+fi
+
+echo "== building both daemons ($profile)" >&2
+cargo build --locked -q --profile "$profile" -p gpu-attest-miner -p gpu-attest-validator --bin miner --bin validator
+echo "== packaging" >&2
+deb=$("$tools/bin/cargo-deb" -p gpu-attest-miner --no-build --profile "$profile" --quiet)
+echo "$deb"
+
+if $check; then
+    [ "$(id -u)" = 0 ] || { echo "package-deb.sh --check installs the package: run it as root" >&2; exit 2; }
+    echo "== installing $deb with dpkg" >&2
+    dpkg -i "$deb"
+    trap 'dpkg -r gpu-attest >/dev/null || true' EXIT
+    dpkg -L gpu-attest | grep -E '^/(usr/bin/(miner|validator)|(usr/)?lib/systemd/system/gpu-attest-(miner|validator)\.service|usr/share/doc/gpu-attest/examples/(miner|validator)\.example\.toml|usr/share/gpu-attest/grafana/(gpu-attest\.json|alerts\.yml))$' \
+        | sort >target/debian/installed.txt
+    [ "$(wc -l <target/debian/installed.txt)" -eq 8 ] \
+        || { echo "the package lacks files:" >&2; dpkg -L gpu-attest >&2; exit 1; }
+    /usr/bin/miner --version
+    /usr/bin/validator --version
+    echo "== installed and ran from /usr/bin; removing it again" >&2
+fi
