@@ -231,6 +231,8 @@ impl Attestor {
         let verdict = match retest::due(&first, &self.config.deadline) {
             None => first,
             Some(why) => {
+                // Logged, since a scheduled attestation shows its phases to nobody.
+                tracing::info!(miner = %url, reason = %why, "retesting a miss within the retest band");
                 on_event(AttestEvent::Phase {
                     name: "retest",
                     detail: why,
