@@ -26,7 +26,7 @@ use gpu_attest_shared::evidence::{
     AttestationReport, CcState, DeviceChain, DeviceEvidence, EvidenceTrust, check_device_evidence,
     evidence_statement_bytes,
 };
-use gpu_attest_shared::gemm::CpuGemm;
+use gpu_attest_shared::gemm::{CpuGemm, KernelKind};
 use gpu_attest_shared::identity::{Identity, PublicKey};
 use gpu_attest_shared::inventory::{HardwareClaim, Inventory, MinerLimits};
 use gpu_attest_shared::memory::check::{WalkCheckError, WalkOpening, check_segment, open_segment};
@@ -103,8 +103,11 @@ fn shared_cpu() -> &'static Arc<CpuBackend> {
     static CPU: OnceLock<Arc<CpuBackend>> = OnceLock::new();
     CPU.get_or_init(|| {
         Arc::new(
-            CpuBackend::new(1, None)
+            // The portable kernel and a fixed model name: the claim, and so the seeds made from
+            // it, are the same bytes on every host.
+            CpuBackend::new(1, Some(KernelKind::Portable))
                 .expect("a one-thread CPU backend")
+                .named("fuzz harness")
                 .with_logical_devices(2),
         )
     })

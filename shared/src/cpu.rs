@@ -62,6 +62,17 @@ impl CpuBackend {
         self
     }
 
+    /// Names each device `cpu: {model}` instead of this host's model: for inputs that must be
+    /// the same bytes on every host (the fuzz seeds), whatever CPU makes them.
+    pub fn named(mut self, model: &str) -> Self {
+        self.stated = DeviceInfo {
+            name: format!("cpu: {model}"),
+            ..self.stated
+        }
+        .fitted();
+        self
+    }
+
     pub fn kernel(&self) -> KernelKind {
         self.gemm.kernel()
     }
