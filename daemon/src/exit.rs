@@ -11,3 +11,26 @@ pub const ERROR: u8 = 2;
 
 /// A device went out of service (EX_TEMPFAIL): a fresh process is expected to get it back.
 pub use crate::devices::EXIT_DEVICE_FAULT as DEVICE_FAULT;
+
+/// What a command that ran to its end says: yes (a pass, a job done) or no (a fail verdict, a
+/// kernel that failed its self-check). Errors are the other statuses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Answer {
+    Yes,
+    No,
+}
+
+impl Answer {
+    /// Yes for a pass, no for a fail.
+    pub fn from_passed(passed: bool) -> Self {
+        if passed { Answer::Yes } else { Answer::No }
+    }
+
+    /// Its exit status: 0, or [`ANSWER_NO`].
+    pub fn exit_status(self) -> u8 {
+        match self {
+            Answer::Yes => 0,
+            Answer::No => ANSWER_NO,
+        }
+    }
+}

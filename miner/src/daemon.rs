@@ -7,10 +7,7 @@ use crate::config::{ConfigError, MinerConfig};
 use crate::core::MinerCore;
 use crate::nonces::{NonceLog, NonceLogError};
 use crate::server;
-use gpu_attest_daemon::listen::BindError;
-use gpu_attest_daemon::metrics::{Endpoint, MetricsError};
-use gpu_attest_daemon::run::{Stopped, finish};
-use gpu_attest_daemon::tls::TransportError;
+use gpu_attest_daemon::run::{Daemon, Network, ServeError};
 use gpu_attest_shared::identity::{Identity, KeyError, PublicKey};
 use std::collections::HashSet;
 use std::future::Future;
@@ -33,13 +30,7 @@ pub enum DaemonError {
     #[error(transparent)]
     Nonces(#[from] NonceLogError),
     #[error(transparent)]
-    Transport(#[from] TransportError),
-    #[error(transparent)]
-    Bind(#[from] BindError),
-    #[error(transparent)]
-    Metrics(#[from] MetricsError),
-    #[error(transparent)]
-    Stopped(#[from] Stopped),
+    Serve(#[from] ServeError),
 }
 
 /// The validators' keys in `keys`, each checked.
@@ -89,36 +80,43 @@ pub async fn run(
     reload: impl Fn() -> Result<MinerConfig, ConfigError> + Send + 'static,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), DaemonError> {
-    let tls = config.tls.server_config()?;
-    if let Some(warning) =
-        gpu_attest_daemon::tls::check_plaintext_server(config.listen, tls.is_some(), config.allow_plaintext)?
-    {
-        warn!("{warning}");
-    }
+    let network = Network {
+        listen: config.listen,
+        tls: &config.tls,
+        allow_plaintext: config.allow_plaintext,
+        metrics: &config.metrics,
+    };
+    let tls = network.server_tls()?;
     let core = Arc::new(core(&config)?);
     let options = server::ServeOptions {
         tls,
         connections: gpu_attest_daemon::connections::limits_for_this_process(),
         ..server::plaintext_options(&config.limits)
     };
-    let metrics = Endpoint::bind(&config.metrics).await?;
-    let (listener, address) = gpu_attest_daemon::listen::bind(config.listen).await?;
-    let selected = core.backend();
-    info!(
-        %address,
-        miner_key = %core.public_key(),
-        backend = %selected.name,
-        kernel = %selected.kernel,
-        tls = options.tls.is_some(),
-        "miner listening"
-    );
-    let metrics = metrics.serve(|| core.metrics().exposition());
-    let reloader = tokio::spawn(reload_on_hangup(core.clone(), reload));
-    let served = server::serve(core.clone(), listener, options, shutdown).await;
-    reloader.abort();
-    metrics.stop().await;
-    let out_of_service = core.backend().backend.out_of_service();
-    Ok(finish("miner", served, out_of_service)?)
+    let with_tls = options.tls.is_some();
+    let daemon = Daemon {
+        name: "miner",
+        exposition: || core.metrics().exposition(),
+        announce: |address| {
+            let selected = core.backend();
+            info!(
+                %address,
+                miner_key = %core.public_key(),
+                backend = %selected.name,
+                kernel = %selected.kernel,
+                tls = with_tls,
+                "miner listening"
+            )
+        },
+        grpc: |listener| async {
+            let reloader = tokio::spawn(reload_on_hangup(core.clone(), reload));
+            let served = server::serve(core.clone(), listener, options, shutdown).await;
+            reloader.abort();
+            served
+        },
+        out_of_service: || core.backend().backend.out_of_service(),
+    };
+    Ok(gpu_attest_daemon::run::serve(network, daemon).await?)
 }
 
 /// SIGHUP re-reads the configuration's allow-list: adding or revoking a validator needs no

@@ -4,6 +4,7 @@
 pub mod backends;
 pub mod bench;
 pub mod cli;
+pub mod commands;
 pub mod config;
 pub mod core;
 pub mod daemon;

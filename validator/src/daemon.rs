@@ -7,10 +7,7 @@ use crate::config::{ValidatorConfig, VerifyBackend};
 use crate::scheduler::Schedule;
 use crate::server;
 use crate::store::{Store, StoreError};
-use gpu_attest_daemon::listen::BindError;
-use gpu_attest_daemon::metrics::{Endpoint, MetricsError};
-use gpu_attest_daemon::run::{Stopped, finish};
-use gpu_attest_daemon::tls::TransportError;
+use gpu_attest_daemon::run::{Daemon, Network, ServeError};
 use gpu_attest_shared::Backend;
 use gpu_attest_shared::cpu::CpuBackend;
 use gpu_attest_shared::cuda::compile::default_cache_dir;
@@ -46,21 +43,18 @@ pub enum DaemonError {
     GpuFaulted(String),
     #[error(transparent)]
     Store(#[from] StoreError),
+    /// The TLS files it reaches miners with (`[miner_tls]`).
     #[error(transparent)]
-    Transport(#[from] TransportError),
+    MinerTls(gpu_attest_daemon::tls::TransportError),
     #[error(transparent)]
-    Bind(#[from] BindError),
-    #[error(transparent)]
-    Metrics(#[from] MetricsError),
-    #[error(transparent)]
-    Stopped(#[from] Stopped),
+    Serve(#[from] ServeError),
 }
 
 /// The attestor `config` describes: its key, its verification backend (GPUs only once they
 /// reproduce the CPU's checkpoints) and its store.
 pub async fn attestor(config: &ValidatorConfig) -> Result<Attestor, DaemonError> {
     // A missing CA or client certificate fails now, not at every attestation.
-    config.miner_tls.check_readable()?;
+    config.miner_tls.check_readable().map_err(DaemonError::MinerTls)?;
     let identity = Identity::load_file(&config.key_file).map_err(|source| DaemonError::Key {
         path: config.key_file.display().to_string(),
         source,
@@ -116,12 +110,13 @@ pub async fn run(
     config: ValidatorConfig,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), DaemonError> {
-    let tls = config.tls.server_config()?;
-    if let Some(warning) =
-        gpu_attest_daemon::tls::check_plaintext_server(config.listen, tls.is_some(), config.allow_plaintext)?
-    {
-        tracing::warn!("{warning}");
-    }
+    let network = Network {
+        listen: config.listen,
+        tls: &config.tls,
+        allow_plaintext: config.allow_plaintext,
+        metrics: &config.metrics,
+    };
+    let tls = network.server_tls()?;
     let attestor = Arc::new(attestor(&config).await?);
     crate::metrics::restore(attestor.metrics(), attestor.store()).await?;
     let options = server::ServeOptions {
@@ -129,12 +124,13 @@ pub async fn run(
         connections: gpu_attest_daemon::connections::limits_for_this_process(),
         ..server::plaintext_options(&config)
     };
-    let metrics = Endpoint::bind(&config.metrics).await?;
-    let (listener, address) = gpu_attest_daemon::listen::bind(config.listen).await?;
-    info!(%address, validator_key = %attestor.public_key(), database = %attestor.store().location(), "validator listening");
-    let metrics = metrics.serve(|| gpu_attest_daemon::metrics::Exposition::new(attestor.metrics().registry(), || {}));
     let schedule = config.schedule.enabled.then(|| Schedule::from_config(&config.schedule));
-    let served = server::serve(attestor.clone(), listener, schedule, options, shutdown).await;
-    metrics.stop().await;
-    Ok(finish("validator", served, attestor.out_of_service())?)
+    let daemon = Daemon {
+        name: "validator",
+        exposition: || gpu_attest_daemon::metrics::Exposition::new(attestor.metrics().registry(), || {}),
+        announce: |address| info!(%address, validator_key = %attestor.public_key(), database = %attestor.store().location(), "validator listening"),
+        grpc: |listener| server::serve(attestor.clone(), listener, schedule, options, shutdown),
+        out_of_service: || attestor.out_of_service(),
+    };
+    Ok(gpu_attest_daemon::run::serve(network, daemon).await?)
 }

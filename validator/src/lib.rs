@@ -4,6 +4,7 @@
 pub mod attest;
 pub mod backoffs;
 pub mod cli;
+pub mod commands;
 pub mod config;
 pub mod daemon;
 pub mod device_identity;

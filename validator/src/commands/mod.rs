@@ -1,0 +1,141 @@
+//! The `validator` subcommands: what each does, so that the binary only parses its command line
+//! and dispatches here. Each command answers yes or no (an exit status of 0 or 1), or fails with
+//! a [`CommandError`] that knows its own exit status.
+
+mod attest;
+mod keys;
+mod miners;
+mod rates;
+mod serve;
+mod verdicts;
+
+use crate::cli::{Command, RatesAction};
+use crate::config::ConfigError;
+use crate::daemon::DaemonError;
+use crate::operator::OperatorError;
+use crate::rates::report::RatesError;
+use crate::store::StoreError;
+use gpu_attest_daemon::certs::CertsError;
+use gpu_attest_daemon::logging::UnknownLogFormat;
+use gpu_attest_daemon::run::{ServeError, Stopped};
+use gpu_attest_shared::identity::KeyError;
+use std::path::PathBuf;
+use thiserror::Error;
+
+pub use gpu_attest_daemon::exit::Answer;
+
+/// Why a command could not do what was asked.
+#[derive(Debug, Error)]
+pub enum CommandError {
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    #[error(transparent)]
+    Key(#[from] KeyError),
+    #[error(transparent)]
+    Certs(#[from] CertsError),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error(transparent)]
+    Daemon(#[from] DaemonError),
+    #[error(transparent)]
+    Attest(#[from] crate::attest::AttestError),
+    #[error(transparent)]
+    Operator(#[from] OperatorError),
+    #[error(transparent)]
+    Logging(#[from] UnknownLogFormat),
+    #[error("importing {}", path.display())]
+    Import { path: PathBuf, source: RatesError },
+    #[error("no database at {}; run `validator attest` or `validator serve` first", .0.display())]
+    NoDatabase(PathBuf),
+    #[error("{action} {}", path.display())]
+    File {
+        action: &'static str,
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("cannot start the async runtime")]
+    Runtime(#[source] std::io::Error),
+    #[error("cannot write the output as JSON")]
+    Json(#[from] serde_json::Error),
+}
+
+impl CommandError {
+    /// A device fault has a status of its own, so that a supervisor restarts the daemon; every
+    /// other error is the shared "could not do it" status.
+    pub fn exit_status(&self) -> u8 {
+        match self {
+            CommandError::Daemon(
+                DaemonError::Serve(ServeError::Stopped(Stopped::DevicesOutOfService { .. }))
+                | DaemonError::GpuFaulted(_),
+            ) => gpu_attest_daemon::exit::DEVICE_FAULT,
+            _ => gpu_attest_daemon::exit::ERROR,
+        }
+    }
+}
+
+/// Runs `command` to its end (`serve` until SIGINT or SIGTERM).
+pub fn run(command: Command) -> Result<Answer, CommandError> {
+    match command {
+        Command::PublicKey { key_file } => keys::public_key(&key_file),
+        Command::Keygen { key_file } => keys::keygen(&key_file),
+        Command::TlsCerts {
+            out,
+            validator_hosts,
+            miner_hosts,
+            days,
+        } => keys::tls_certs(
+            &out,
+            gpu_attest_daemon::certs::CertsRequest {
+                validator_hosts,
+                miner_hosts,
+                days,
+            },
+        ),
+        Command::Verdicts { database, filter, json } => verdicts::list_or_follow(&database, &filter, json),
+        Command::Attest { settings, miner, json } => attest::attest_once(&settings, &miner, json),
+        Command::Rates {
+            config,
+            database,
+            action,
+        } => rates::rates(
+            config.as_deref(),
+            database,
+            action.unwrap_or(RatesAction::Show { json: false }),
+        ),
+        Command::Miners { api, action } => miners::miners(&api, action),
+        Command::Serve {
+            settings,
+            listen,
+            no_schedule,
+            metrics_listen,
+            print_config,
+        } => serve::serve(
+            &settings,
+            serve::Overrides {
+                listen,
+                no_schedule,
+                metrics_listen,
+            },
+            print_config,
+        ),
+    }
+}
+
+/// The runtime a one-shot command's calls run on.
+fn runtime() -> Result<tokio::runtime::Runtime, CommandError> {
+    gpu_attest_daemon::signals::one_shot_runtime().map_err(CommandError::Runtime)
+}
+
+/// Prints `value` as pretty JSON on stdout.
+fn print_json(value: &impl serde::Serialize) -> Result<(), CommandError> {
+    println!("{}", serde_json::to_string_pretty(value)?);
+    Ok(())
+}
+
+/// Refuses a SQLite database file that is not there, for the commands that only read one.
+fn require_database(database: &std::path::Path) -> Result<(), CommandError> {
+    if !crate::store::is_postgres(database) && !database.exists() {
+        return Err(CommandError::NoDatabase(database.to_path_buf()));
+    }
+    Ok(())
+}
