@@ -184,6 +184,9 @@ pub fn inventory_to_wire(i: &Inventory) -> v1::Inventory {
         // Filled by the miner service from its self-check; never part of the inventory's claim.
         self_checks: Vec::new(),
         takes_finish_by: i.takes_finish_by,
+        // Answered by the miner service to the validator key its request names; never part of
+        // the inventory's claim either.
+        validator_standing: v1::ValidatorStanding::Unstated as i32,
     }
 }
 

@@ -103,7 +103,7 @@ async fn client(address: SocketAddr) -> Result<MinerClient<tonic::transport::Cha
 async fn inventory(address: SocketAddr) -> Result<MinerClient<tonic::transport::Channel>, String> {
     let mut miner = client(address).await.map_err(|e| e.to_string())?;
     miner
-        .get_inventory(v1::GetInventoryRequest {})
+        .get_inventory(v1::GetInventoryRequest::default())
         .await
         .map_err(|s| s.to_string())?;
     Ok(miner)
@@ -165,7 +165,7 @@ async fn a_slow_unary_call_keeps_its_connection_only_if_its_handler_holds_it() {
         let address = serve(1).await;
         let mut caller = client(address).await.unwrap();
         let call = tokio::spawn(async move {
-            let mut request = Request::new(v1::GetInventoryRequest {});
+            let mut request = Request::new(v1::GetInventoryRequest::default());
             request.metadata_mut().insert("slow", "1".parse().unwrap());
             if held {
                 request.metadata_mut().insert("held", "1".parse().unwrap());

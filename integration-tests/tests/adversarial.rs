@@ -324,7 +324,7 @@ async fn idle_connections_cannot_take_the_miner_off_the_network() {
         async move {
             let channel = endpoint.connect().await.map_err(|e| e.to_string())?;
             MinerClient::new(channel)
-                .get_inventory(v1::GetInventoryRequest {})
+                .get_inventory(v1::GetInventoryRequest::default())
                 .await
                 .map_err(|s| s.to_string())
         }
@@ -425,7 +425,7 @@ async fn a_flooding_peer_is_limited_while_others_are_served() {
     let mut flooder = connect_from("127.0.0.1").await;
     let mut refused = 0;
     for _ in 0..20 {
-        if let Err(s) = flooder.get_inventory(v1::GetInventoryRequest {}).await {
+        if let Err(s) = flooder.get_inventory(v1::GetInventoryRequest::default()).await {
             assert_eq!(s.code(), Code::ResourceExhausted);
             assert!(s.message().contains("rate limit"), "{}", s.message());
             refused += 1;
@@ -448,7 +448,7 @@ async fn a_flooding_peer_is_limited_while_others_are_served() {
     // Another address is unaffected.
     let mut other = connect_from("127.0.0.2").await;
     other
-        .get_inventory(v1::GetInventoryRequest {})
+        .get_inventory(v1::GetInventoryRequest::default())
         .await
         .expect("second peer served");
 }

@@ -340,7 +340,7 @@ async fn only_registered_unrevoked_miners_teach_their_class_rate() {
     assert!(verdict.passed, "{:?}", verdict.reasons);
     assert!(store.rate_classes().await.unwrap().is_empty());
     // Registered, its pass records the rate it proved for its class, per core.
-    let key = attestor.inventory(&miner.url()).await.unwrap().miner_key;
+    let key = attestor.inventory(&miner.url()).await.unwrap().0.miner_key;
     let url = gpu_attest_validator::attest::normalise_url(&miner.url());
     store.register_miner(&url, Some("rig"), key, false, 0).await.unwrap();
     let verdict = attestor.attest(&miner.url(), &|_| {}).await.unwrap();

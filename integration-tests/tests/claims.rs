@@ -299,7 +299,9 @@ async fn an_open_request_is_not_held_to_a_rate_a_stranger_at_the_address_spent()
                 if started.load(Ordering::Relaxed)
                     && let Ok(mut client) = gpu_attest_proto::v1::miner_client::MinerClient::connect(url.clone()).await
                 {
-                    let _ = client.get_inventory(gpu_attest_proto::v1::GetInventoryRequest {}).await;
+                    let _ = client
+                        .get_inventory(gpu_attest_proto::v1::GetInventoryRequest::default())
+                        .await;
                 }
                 tokio::time::sleep(Duration::from_millis(20)).await;
             }
@@ -323,7 +325,7 @@ async fn an_open_request_is_not_held_to_a_rate_a_stranger_at_the_address_spent()
         .await
         .unwrap();
     let refused = client
-        .get_inventory(gpu_attest_proto::v1::GetInventoryRequest {})
+        .get_inventory(gpu_attest_proto::v1::GetInventoryRequest::default())
         .await
         .expect_err("the address still had budget: the test proves nothing");
     assert_eq!(refused.code(), tonic::Code::ResourceExhausted, "{refused:?}");

@@ -1,11 +1,12 @@
 //! An operator's first hour, through the real binaries: certificates made by `validator
 //! tls-certs` carry a miner and a validator over mutual TLS, and the validator's API over mutual
-//! TLS to an operator, who attests the miner with `validator miners attest`.
+//! TLS to an operator, who attests the miner with `validator miners attest`; a miner whose
+//! allow-list lacks the validator is named at once, and then in `miners list`.
 
 mod common;
 
 use common::operated::{start_logged, validator_serve};
-use common::process::{Dir, cmd, keygen};
+use common::process::{Dir, cmd, keygen, write_small_validator_config};
 use std::path::Path;
 
 fn tls_certs(d: &Path) -> std::path::PathBuf {
@@ -101,7 +102,7 @@ async fn the_certificates_tls_certs_makes_carry_mutual_tls_both_ways() {
         command.args(args).output().unwrap()
     };
 
-    let added = operator(&["add", &miner_url, "--name", "tls-rig"], true);
+    let added = operator(&["add", &miner_url, "--name", "tls-rig", "--json"], true);
     assert!(
         added.status.success(),
         "{}\nvalidator: {}\nminer: {}",
@@ -109,6 +110,10 @@ async fn the_certificates_tls_certs_makes_carry_mutual_tls_both_ways() {
         validator.log(),
         miner.log()
     );
+    // The miner allows this validator, and said so as it was registered: no warning.
+    let registration: serde_json::Value = serde_json::from_slice(&added.stdout).unwrap();
+    assert_eq!(registration["allows_this_validator"], true, "{registration}");
+    assert!(!String::from_utf8_lossy(&added.stderr).contains("warning"));
     let listed = operator(&["list"], true);
     assert!(String::from_utf8_lossy(&listed.stdout).contains("tls-rig"));
     // Without the operator's certificate the API refuses the connection.
@@ -156,4 +161,91 @@ async fn the_certificates_tls_certs_makes_carry_mutual_tls_both_ways() {
     assert!(text.contains(" revoked 20"), "the time it was revoked, in UTC: {text}");
     let listed = operator(&["list"], true);
     assert!(String::from_utf8_lossy(&listed.stdout).contains("REVOKED"));
+}
+
+/// A miner that would refuse this validator: `miners add` says so at once (the registration
+/// stands, so that adding the key on the miner's side is all that is left), and once the
+/// scheduler has tried it, `miners list` shows the refusal and the backoff.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_miner_that_refuses_this_validator_is_named_at_once_and_in_the_list() {
+    let dir = Dir::fresh("first-hour-refusing");
+    let d = &dir.0;
+    write_small_validator_config(d);
+    // A first scheduled attempt within two seconds of registering, not within ten minutes.
+    let mut config = std::fs::read_to_string(d.join("validator.toml")).unwrap();
+    config.push_str("[schedule]\ninterval_secs = 2\n");
+    std::fs::write(d.join("validator.toml"), config).unwrap();
+    keygen("validator", &d.join("v.key"));
+    let someone_else = keygen("validator", &d.join("other.key"));
+    keygen("miner", &d.join("m.key"));
+    std::fs::write(
+        d.join("miner.toml"),
+        format!(
+            "listen = \"127.0.0.1:0\"\nkey_file = {:?}\nallowed_validators = [{someone_else:?}]\n\
+             backend = \"cpu\"\ncpu_threads = 1\n",
+            d.join("m.key"),
+        ),
+    )
+    .unwrap();
+    let mut serve = cmd("miner");
+    serve.args(["serve", "--config"]).arg(d.join("miner.toml"));
+    let miner = start_logged(serve, d.join("miner.log"), false);
+    // Scheduled, so that the refusal reaches the miner's standing.
+    let mut serve = cmd("validator");
+    serve
+        .args(["serve", "--listen", "127.0.0.1:0", "--config"])
+        .arg(d.join("validator.toml"));
+    let validator = start_logged(serve, d.join("validator.log"), false);
+    let operator = |args: &[&str]| {
+        cmd("validator")
+            .args(["miners", "--api", &validator.url])
+            .args(args)
+            .output()
+            .unwrap()
+    };
+
+    let added = operator(&["add", &miner.url, "--name", "stranger"]);
+    let stderr = String::from_utf8_lossy(&added.stderr);
+    assert_eq!(added.status.code(), Some(0), "{stderr}\n{}", validator.log());
+    assert!(
+        stderr.contains("warning:")
+            && stderr.contains("does not allow this validator")
+            && stderr.contains("allowed_validators"),
+        "{stderr}"
+    );
+    let again = operator(&["add", &miner.url, "--json"]);
+    let registration: serde_json::Value = serde_json::from_slice(&again.stdout).unwrap();
+    assert_eq!(registration["allows_this_validator"], false, "{registration}");
+    assert!(
+        validator.log().contains("does not allow this validator"),
+        "the daemon's log says it too: {}",
+        validator.log()
+    );
+
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let listed = loop {
+        let listed = String::from_utf8_lossy(&operator(&["list"]).stdout).to_string();
+        if listed.contains("backing off") {
+            break listed;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the scheduler's refusal never reached `miners list`: {listed}\n{}",
+            validator.log()
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+    };
+    assert!(
+        listed.contains("stranger") && listed.contains("not attested yet") && listed.contains("next attestation due"),
+        "{listed}"
+    );
+    assert!(
+        listed.to_lowercase().contains("allow"),
+        "the latest error names the allow-list: {listed}"
+    );
+
+    // Removing it is logged, for whoever reads the daemon's log later.
+    let removed = operator(&["remove", &miner.url]);
+    assert_eq!(String::from_utf8_lossy(&removed.stdout).trim(), "removed");
+    assert!(validator.log().contains("miner removed"), "{}", validator.log());
 }

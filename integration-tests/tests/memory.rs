@@ -352,7 +352,7 @@ async fn walk_requests_and_walk_samples_are_refused_by_status() {
     let miner = spawn_miner(core.clone()).await;
     let mut client = MinerClient::connect(miner.url()).await.unwrap();
     let inventory = client
-        .get_inventory(gpu_attest_proto::v1::GetInventoryRequest {})
+        .get_inventory(gpu_attest_proto::v1::GetInventoryRequest::default())
         .await
         .unwrap();
     assert_eq!(inventory.into_inner().protocol_version, 3);

@@ -555,7 +555,7 @@ async fn the_inventory_reports_the_self_check_outside_the_claim() {
     let miner = spawn_miner(core).await;
     let wire = connect(&miner)
         .await
-        .get_inventory(v1::GetInventoryRequest {})
+        .get_inventory(v1::GetInventoryRequest::default())
         .await
         .unwrap()
         .into_inner();

@@ -265,7 +265,9 @@ impl MinerCore {
         current.len()
     }
 
-    fn is_allowed(&self, key: &PublicKey) -> bool {
+    /// Whether the allow-list holds `key`: challenges and open requests signed by any other
+    /// validator are refused.
+    pub fn is_allowed(&self, key: &PublicKey) -> bool {
         self.allowed.read().unwrap_or_else(|p| p.into_inner()).contains(key)
     }
 

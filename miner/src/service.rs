@@ -10,6 +10,7 @@ use gpu_attest_proto::convert::{
 };
 use gpu_attest_proto::v1::{self, challenge_event::Event, miner_server::Miner};
 use gpu_attest_shared::engine::EngineError;
+use gpu_attest_shared::identity::PublicKey;
 use gpu_attest_shared::{BackendError, CancelToken};
 use std::pin::Pin;
 use std::sync::Arc;
@@ -37,6 +38,17 @@ impl MinerService {
     }
 }
 
+/// Whether the allow-list holds the validator key a GetInventory request `asked` about, so that
+/// an operator registering this miner learns at once that its challenges would be refused:
+/// unstated when `asked` is not 32 bytes (a validator that asks nothing).
+fn standing_of(core: &MinerCore, asked: &[u8]) -> v1::ValidatorStanding {
+    match <[u8; 32]>::try_from(asked) {
+        Ok(key) if core.is_allowed(&PublicKey(key)) => v1::ValidatorStanding::Allowed,
+        Ok(_) => v1::ValidatorStanding::NotAllowed,
+        Err(_) => v1::ValidatorStanding::Unstated,
+    }
+}
+
 fn peer(request: &Request<impl Sized>) -> String {
     request
         .remote_addr()
@@ -49,9 +61,13 @@ impl Miner for MinerService {
     type RunChallengeStream = EventStream<v1::ChallengeEvent>;
     type OpenChainsStream = EventStream<v1::ChainOpening>;
 
-    async fn get_inventory(&self, _: Request<v1::GetInventoryRequest>) -> Result<Response<v1::Inventory>, Status> {
+    async fn get_inventory(
+        &self,
+        request: Request<v1::GetInventoryRequest>,
+    ) -> Result<Response<v1::Inventory>, Status> {
         let mut inventory = inventory_to_wire(&self.core.inventory());
         inventory.self_checks = crate::selftest::to_wire(&self.core.backend().self_checks);
+        inventory.validator_standing = standing_of(&self.core, &request.get_ref().validator_key) as i32;
         Ok(Response::new(inventory))
     }
 

@@ -87,6 +87,9 @@ pub struct Registration {
     #[serde(flatten)]
     pub miner: Miner,
     pub change: RegistrationChange,
+    /// Whether the miner said its allow-list holds this validator's key: `Some(false)` means it
+    /// will refuse every challenge; `None`, that it did not say (PROTOCOL.md 14.2).
+    pub allows_this_validator: Option<bool>,
 }
 
 #[derive(Debug, PartialEq, Eq, Serialize)]
@@ -236,13 +239,18 @@ impl Operator {
             name: name.into(),
             replace_key,
         };
-        let miner: Miner = self
+        let record = self
             .client
             .register_miner(request)
             .await
             .map_err(|s| self.refused(s))?
-            .into_inner()
-            .into();
+            .into_inner();
+        let allows_this_validator = match record.allows_this_validator() {
+            v1::ValidatorStanding::Allowed => Some(true),
+            v1::ValidatorStanding::NotAllowed => Some(false),
+            v1::ValidatorStanding::Unstated => None,
+        };
+        let miner = Miner::from(record);
         // Matched on the URL the validator stored: it normalises the one given.
         let change = match before.into_iter().find(|m| m.url == miner.url) {
             None => RegistrationChange::New,
@@ -254,7 +262,11 @@ impl Operator {
             },
             Some(_) => RegistrationChange::Unchanged,
         };
-        Ok(Registration { miner, change })
+        Ok(Registration {
+            miner,
+            change,
+            allows_this_validator,
+        })
     }
 
     /// `status` as the error it is: a server without the Validator service (a miner's port, say)

@@ -313,7 +313,7 @@ impl Validator for ValidatorService {
             return Err(Status::invalid_argument(problem));
         }
         let url = normalise_url(&request.url);
-        let inventory = self.attestor.inventory(&url).await?;
+        let (inventory, standing) = self.attestor.inventory(&url).await?;
         let key = inventory.miner_key;
         let name = (!request.name.is_empty()).then_some(request.name.as_str());
         let record = self
@@ -322,8 +322,13 @@ impl Validator for ValidatorService {
             .register_miner(&url, name, key, request.replace_key, now_ms())
             .await?;
         info!(%url, miner_key = %key, replace_key = request.replace_key, "miner registered");
+        if standing == v1::ValidatorStanding::NotAllowed {
+            warn!(%url, validator_key = %self.attestor.public_key(), "the miner says it does not allow this validator: it will refuse every challenge until its operator adds this key to its allowed_validators");
+        }
         self.count_registered().await;
-        Ok(Response::new(miner_to_wire(&record)))
+        let mut record = miner_to_wire(&record);
+        record.set_allows_this_validator(standing);
+        Ok(Response::new(record))
     }
 
     async fn list_miners(&self, _: Request<v1::ListMinersRequest>) -> Result<Response<v1::ListMinersResponse>, Status> {

@@ -38,8 +38,11 @@ def api(validator):
 def test_miners_are_registered_listed_renamed_and_removed(api, honest_miner):
     record = api.register_miner(honest_miner.url, "rig-1")
     assert (record.url, record.name) == (honest_miner.url, "rig-1")
+    # The miner said, as it was registered, that it allows this validator; a listing says nothing.
+    assert record.allows_this_validator is True
     assert len(record.miner_key) == 64 and int(record.miner_key, 16) >= 0
-    assert [m.name for m in api.list_miners() if m.url == honest_miner.url] == ["rig-1"]
+    listed = [m for m in api.list_miners() if m.url == honest_miner.url]
+    assert [(m.name, m.allows_this_validator) for m in listed] == [("rig-1", None)]
     renamed = api.register_miner(honest_miner.url, "rig-one")
     assert (renamed.name, renamed.miner_key) == ("rig-one", record.miner_key)
     assert api.remove_miner(honest_miner.url) is True

@@ -41,7 +41,7 @@ pub async fn honest_miners(first_seed: u8, count: u8) -> Vec<Running> {
 pub async fn calibrate(attestor: &Attestor, miners: &[Running], rounds: u32) -> Vec<Verdict> {
     // Registered first: only the operator's registered miners teach the validator their class.
     for miner in miners {
-        let key = attestor.inventory(&miner.url()).await.expect("inventory").miner_key;
+        let key = attestor.inventory(&miner.url()).await.expect("inventory").0.miner_key;
         let url = gpu_attest_validator::attest::normalise_url(&miner.url());
         attestor
             .store()

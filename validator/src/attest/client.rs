@@ -8,6 +8,7 @@ use gpu_attest_daemon::errors::error_chain;
 use gpu_attest_daemon::tls::check_plaintext_client;
 use gpu_attest_proto::convert::{challenge_to_wire, inventory_from_wire};
 use gpu_attest_proto::v1::{self, miner_client::MinerClient};
+use gpu_attest_shared::identity::PublicKey;
 use gpu_attest_shared::inventory::Inventory;
 use gpu_attest_shared::statement::Challenge;
 use std::time::Duration;
@@ -112,9 +113,13 @@ impl MinerConnection {
         &self.url
     }
 
-    /// The miner's inventory, converted and checked (protocol version, device count).
-    pub async fn inventory(&mut self) -> Result<Inventory, AttestError> {
-        let mut request = tonic::Request::new(v1::GetInventoryRequest {});
+    /// The miner's inventory, converted and checked (protocol version, device count), and
+    /// whether the miner says its allow-list holds `asking`, this validator's key: a hint for
+    /// operators that nothing else may rely on (PROTOCOL.md 14.2).
+    pub async fn inventory(&mut self, asking: PublicKey) -> Result<(Inventory, v1::ValidatorStanding), AttestError> {
+        let mut request = tonic::Request::new(v1::GetInventoryRequest {
+            validator_key: asking.0.to_vec(),
+        });
         request.set_timeout(INVENTORY_TIMEOUT);
         let wire = self
             .client
@@ -147,7 +152,10 @@ impl MinerConnection {
             url: self.url.clone(),
             source,
         })?;
-        Ok(inventory)
+        // An enum value this release does not know says nothing.
+        let standing =
+            v1::ValidatorStanding::try_from(wire.validator_standing).unwrap_or(v1::ValidatorStanding::Unstated);
+        Ok((inventory, standing))
     }
 
     /// Sends the signed challenge; a refusal before the stream starts is an error, not a verdict.

@@ -190,11 +190,18 @@ impl Attestor {
         }
     }
 
-    /// Fetches and checks a miner's inventory (registration uses it too).
-    pub async fn inventory(&self, url: &str) -> Result<Inventory, AttestError> {
+    /// Fetches and checks a miner's inventory, with whether the miner says it allows this
+    /// validator (registration uses both).
+    pub async fn inventory(
+        &self,
+        url: &str,
+    ) -> Result<(Inventory, gpu_attest_proto::v1::ValidatorStanding), AttestError> {
         let url = normalise_url(url);
         check_url(&url)?;
-        MinerConnection::connect(&url, &self.config).await?.inventory().await
+        MinerConnection::connect(&url, &self.config)
+            .await?
+            .inventory(self.public_key())
+            .await
     }
 
     /// Attests the miner at `url` and stores the verdict.
@@ -276,7 +283,7 @@ impl Attestor {
         };
         let url = url.to_string();
         let mut miner = MinerConnection::connect(&url, &self.config).await?;
-        let inventory = miner.inventory().await?;
+        let (inventory, _) = miner.inventory(self.public_key()).await?;
         self.check_known_key(&url, inventory.miner_key).await?;
         if let Some(first) = first {
             let changed = |what| AttestError::RetestChanged { url: url.clone(), what };

@@ -21,6 +21,12 @@ pub(super) fn miners(api: &ApiArgs, action: MinersAction) -> Result<Answer, Comm
                 } else {
                     print_registration(&registration);
                 }
+                if registration.allows_this_validator == Some(false) {
+                    eprintln!(
+                        "warning: {} says it does not allow this validator: it will refuse every challenge until its operator adds this validator's public key (`validator public-key`) to the miner's allowed_validators and reloads it",
+                        registration.miner.url
+                    );
+                }
             }
             MinersAction::List => {
                 let miners = operator.list().await?;

@@ -134,6 +134,10 @@ class MinerRecord:
     failures_in_a_row: int
     last_error: str
     revoked: bool
+    # ``register_miner`` only: whether the miner said its allow-list holds this validator's key
+    # (False: it will refuse every challenge until its operator adds the key); None when it did
+    # not say, and always from ``list_miners``.
+    allows_this_validator: Optional[bool]
     raw: Any = field(repr=False, compare=False)
 
     @classmethod
@@ -152,6 +156,8 @@ class MinerRecord:
             failures_in_a_row=m.failures_in_a_row,
             last_error=m.last_error,
             revoked=m.revoked,
+            # ValidatorStanding: 1 ALLOWED, 2 NOT_ALLOWED, 0 UNSTATED (common.proto).
+            allows_this_validator={1: True, 2: False}.get(m.allows_this_validator),
             raw=m,
         )
 
