@@ -1,8 +1,8 @@
 //! What the gpu-attest miner and validator daemons share, so that both behave alike on the
 //! network and on the host: one gRPC server stack (`stack`), the transport policy (`tls`,
 //! `rate_limit`, `requests`), the refusal log, which connection a call came on (`connect_info`), config files, logs, the listening socket, signals, the
-//! Prometheus metrics endpoint, errors on one line (`errors`), and stopping when a device goes
-//! out of service (`devices`).
+//! Prometheus metrics endpoint, errors on one line (`errors`), places for long calls bounded per
+//! client (`slots`), and stopping when a device goes out of service (`devices`).
 //! The wire types live apart, in `gpu-attest-proto`, for peers that want only those.
 
 pub mod certs;
@@ -20,6 +20,7 @@ pub mod refusal_log;
 pub mod requests;
 pub mod run;
 pub mod signals;
+pub mod slots;
 pub mod stack;
 pub mod tls;
 

@@ -787,6 +787,47 @@ async fn a_verdict_watch_keeps_to_its_miner_and_replays_from_an_id() {
     assert_eq!(refused.code(), Code::OutOfRange, "{refused:?}");
 }
 
+/// One client (one address) holds at most 8 watches: the ninth is refused with a message that
+/// says why, and a watch it closes gives its place back.
+#[tokio::test(flavor = "multi_thread")]
+async fn one_client_holds_at_most_eight_verdict_watches() {
+    use gpu_attest_validator::service::MAX_WATCHERS_PER_CLIENT;
+    let dir = TempDir::new("watch-bound");
+    let validator = spawn_validator(attestor(&validator_config(&dir, Policy::Sampled)).await).await;
+    let api = client(&validator).await;
+    let watch = |mut api: ValidatorClient<tonic::transport::Channel>| async move {
+        api.watch_verdicts(v1::WatchVerdictsRequest {
+            after_id: None,
+            miner_url: String::new(),
+        })
+        .await
+    };
+    let mut held = Vec::new();
+    for _ in 0..MAX_WATCHERS_PER_CLIENT {
+        held.push(watch(api.clone()).await.expect("a watch within the bound").into_inner());
+    }
+    let refused = watch(api.clone()).await.unwrap_err();
+    assert_eq!(refused.code(), Code::ResourceExhausted, "{refused:?}");
+    assert!(
+        refused
+            .message()
+            .contains("this client already holds 8 verdict watches"),
+        "{refused:?}"
+    );
+    // A closed watch gives its place back as soon as its (idle) watcher sees the stream gone.
+    drop(held.pop());
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        match watch(api.clone()).await {
+            Ok(_) => break,
+            Err(e) if e.code() == Code::ResourceExhausted && std::time::Instant::now() < deadline => {
+                tokio::time::sleep(std::time::Duration::from_millis(100)).await
+            }
+            Err(e) => panic!("the closed watch's place was not given back: {e:?}"),
+        }
+    }
+}
+
 /// The next verdict id the operator followed, within 20 s.
 async fn next_followed(followed: &mut tokio::sync::mpsc::UnboundedReceiver<u64>) -> u64 {
     tokio::time::timeout(std::time::Duration::from_secs(20), followed.recv())

@@ -6,6 +6,7 @@ use crate::backoffs::Backoff;
 use crate::store::{MinerRecord, MinerStanding, StoreError, Verdict, VerdictFilter};
 use crate::watch::{self, Follower};
 use gpu_attest_daemon::connections::holds_connection;
+use gpu_attest_daemon::slots::{Crowded, Slot, Slots};
 use gpu_attest_proto::convert::device_to_wire;
 use gpu_attest_proto::v1::{self, attest_event::Event, validator_server::Validator};
 use gpu_attest_shared::identity::PublicKey;
@@ -28,6 +29,11 @@ const MAX_PAGE: u32 = 500;
 /// Verdict watchers served at once: each holds a task and polls the database every second.
 pub const MAX_WATCHERS: usize = 64;
 
+/// Verdict watchers one client (one address) may hold at once: enough for a dashboard, a
+/// scheduler and a few scripts on one host, and few enough that one client cannot take every
+/// place.
+pub const MAX_WATCHERS_PER_CLIENT: usize = 8;
+
 /// Verdicts a watcher may have sent but not yet read: past this the watcher waits for its
 /// client, and reads nothing more from the database meanwhile.
 const WATCH_BUFFER: usize = 16;
@@ -35,7 +41,7 @@ const WATCH_BUFFER: usize = 16;
 #[derive(Clone)]
 pub struct ValidatorService {
     attestor: Arc<Attestor>,
-    watchers: Arc<tokio::sync::Semaphore>,
+    watchers: Arc<Slots>,
     /// Turns true when the server starts to stop: verdict watchers end their streams then.
     stopping: tokio::sync::watch::Receiver<bool>,
 }
@@ -53,7 +59,7 @@ impl ValidatorService {
     pub fn new(attestor: Arc<Attestor>, stopping: tokio::sync::watch::Receiver<bool>) -> Self {
         ValidatorService {
             attestor,
-            watchers: Arc::new(tokio::sync::Semaphore::new(MAX_WATCHERS)),
+            watchers: Arc::new(Slots::new(MAX_WATCHERS, MAX_WATCHERS_PER_CLIENT)),
             stopping,
         }
     }
@@ -240,7 +246,7 @@ async fn run_watcher(
     mut follower: Follower,
     tx: mpsc::Sender<Result<v1::Verdict, Status>>,
     mut stopping: tokio::sync::watch::Receiver<bool>,
-    _permit: tokio::sync::OwnedSemaphorePermit,
+    _place: Slot,
 ) {
     let store = attestor.store().clone();
     let mut stored = store.stored_verdicts();
@@ -449,12 +455,19 @@ impl Validator for ValidatorService {
         request: Request<v1::WatchVerdictsRequest>,
     ) -> Result<Response<Self::WatchVerdictsStream>, Status> {
         let trusted = is_trusted_caller(&request);
+        let client = request.remote_addr().map(|a| a.ip());
         let r = request.into_inner();
-        let permit = self.watchers.clone().try_acquire_owned().map_err(|_| {
-            Status::resource_exhausted(format!(
-                "this validator serves at most {MAX_WATCHERS} verdict watchers at once; close one, or retry later"
-            ))
-        })?;
+        let place = self
+            .watchers
+            .take(client)
+            .map_err(|crowded| match crowded {
+                Crowded::ClientFull(n) => Status::resource_exhausted(format!(
+                    "this client already holds {n} verdict watches, as many as one client may; close one (one watch without miner_url follows every miner)"
+                )),
+                Crowded::Full(n) => Status::resource_exhausted(format!(
+                    "this validator serves at most {n} verdict watchers at once; close one, or retry later"
+                )),
+            })?;
         let newest = self.attestor.store().newest_verdict_id().await?;
         let after_id = match r.after_id {
             // An id this database never gave: it was replaced or restored, and following from
@@ -474,7 +487,7 @@ impl Validator for ValidatorService {
             Follower::after(after_id, miner_url),
             tx,
             self.stopping.clone(),
-            permit,
+            place,
         ));
         let response = Response::new(Box::pin(ReceiverStream::new(rx)) as Self::WatchVerdictsStream);
         // As attest_miner: only a trusted caller's watch keeps its connection from being closed
