@@ -36,8 +36,9 @@ echo "$deb"
 if $check; then
     [ "$(id -u)" = 0 ] || { echo "package-deb.sh --check installs the package: run it as root" >&2; exit 2; }
     echo "== installing $deb with dpkg" >&2
+    # Removed again however the check ends, a half-done install included.
+    trap 'dpkg -r gpu-attest >/dev/null 2>&1 || true' EXIT
     dpkg -i "$deb"
-    trap 'dpkg -r gpu-attest >/dev/null || true' EXIT
     dpkg -L gpu-attest | grep -E '^/(usr/bin/(miner|validator)|(usr/)?lib/systemd/system/gpu-attest-(miner|validator)\.service|usr/share/doc/gpu-attest/examples/(miner|validator)\.example\.toml|usr/share/gpu-attest/grafana/(gpu-attest\.json|alerts\.yml))$' \
         | sort >target/debian/installed.txt
     [ "$(wc -l <target/debian/installed.txt)" -eq 8 ] \
