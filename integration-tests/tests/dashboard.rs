@@ -230,8 +230,24 @@ async fn every_dashboard_and_alert_query_names_exported_metrics_and_labels() {
             .unwrap();
         assert!(added.status.success(), "{}", String::from_utf8_lossy(&added.stderr));
     }
-    let pass = attest_via_api(&validator.url, &honest.url, || {}).await.unwrap();
+    // Both daemons are scraped while the miner computes, as Prometheus would, and again at
+    // the end: the queries are checked against both.
+    let mut during = String::new();
+    let pass = attest_via_api(&validator.url, &honest.url, || {
+        during = format!(
+            "{}\n{}",
+            scrape(validator.metrics.as_ref().unwrap()),
+            scrape(honest.metrics.as_ref().unwrap())
+        )
+    })
+    .await
+    .unwrap();
     assert!(pass.passed, "{:?}", pass.reasons);
+    assert!(
+        during.contains("gpu_attest_validator_scheduler_running")
+            && during.contains("gpu_attest_miner_cpu_load_average_1m"),
+        "both endpoints answer mid-attestation: {during}"
+    );
     let fail = attest_via_api(&validator.url, &wrong.url, || {}).await.unwrap();
     assert!(!fail.passed);
     let retested = attest_via_api(&validator.url, &stalled.url, || {}).await.unwrap();
@@ -245,7 +261,7 @@ async fn every_dashboard_and_alert_query_names_exported_metrics_and_labels() {
     assert_eq!(error.unwrap_err().code(), tonic::Code::Unavailable);
 
     let exposition = format!(
-        "{}\n{}",
+        "{during}\n{}\n{}",
         scrape(validator.metrics.as_ref().unwrap()),
         scrape(honest.metrics.as_ref().unwrap())
     );

@@ -285,3 +285,77 @@ pub async fn restore(metrics: &ValidatorMetrics, store: &Store) -> Result<(), St
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::test_support::{passing_verdict, test_stores};
+    use gpu_attest_daemon::metrics::prometheus_client::encoding::text::encode;
+    use gpu_attest_shared::identity::PublicKey;
+
+    /// The value of the sample `series` (name and labels, as the exposition writes them).
+    fn sample(text: &str, series: &str) -> Option<f64> {
+        text.lines()
+            .find_map(|line| line.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
+    }
+
+    /// A restarted validator's per-miner series come back from the store: the latest verdict's
+    /// rates, the latest pass even behind a later fail, and the registered count; a miner never
+    /// attested has no series.
+    #[tokio::test]
+    async fn restore_refills_the_per_miner_series_from_the_store() {
+        for (store, _scratch) in test_stores("metrics-restore").await {
+            let now = 5_000_000;
+            for (url, key) in [("http://a", 1u8), ("http://b", 2), ("http://never", 3)] {
+                store
+                    .register_miner(url, None, PublicKey([key; 32]), false, now)
+                    .await
+                    .unwrap();
+            }
+            // Each verdict's nonce issued first, as an attestation does.
+            for (nonce, url) in [([1; 32], "http://a"), ([2; 32], "http://a"), ([3; 32], "http://b")] {
+                assert!(store.claim_nonce(&nonce, url, now).await.unwrap());
+            }
+            let mut passed = passing_verdict([1; 32]);
+            passed.miner_url = "http://a".into();
+            passed.created_at_ms = 2_000_000;
+            store.insert_verdict(&passed).await.unwrap();
+            let mut failed = passing_verdict([2; 32]);
+            failed.miner_url = "http://a".into();
+            failed.created_at_ms = 3_000_000;
+            failed.passed = false;
+            failed.throughput.proven_ops_per_sec = None;
+            store.insert_verdict(&failed).await.unwrap();
+            let mut b = passing_verdict([3; 32]);
+            b.miner_url = "http://b".into();
+            b.created_at_ms = 4_000_000;
+            store.insert_verdict(&b).await.unwrap();
+
+            let metrics = ValidatorMetrics::default();
+            restore(&metrics, &store).await.unwrap();
+            let mut text = String::new();
+            encode(&mut text, &metrics.registry()).unwrap();
+            let series =
+                |name: &str, miner: &str| sample(&text, &format!("gpu_attest_validator_{name}{{miner=\"{miner}\"}}"));
+            assert_eq!(
+                sample(&text, "gpu_attest_validator_registered_miners"),
+                Some(3.0),
+                "{text}"
+            );
+            assert_eq!(
+                series("proven_ops_per_second", "http://a"),
+                Some(0.0),
+                "the latest, failed verdict"
+            );
+            assert_eq!(
+                series("last_pass_timestamp_seconds", "http://a"),
+                Some(2_000.0),
+                "{text}"
+            );
+            let proven_b = b.throughput.proven_ops_per_sec.unwrap();
+            assert_eq!(series("proven_ops_per_second", "http://b"), Some(proven_b), "{text}");
+            assert_eq!(series("last_pass_timestamp_seconds", "http://b"), Some(4_000.0));
+            assert!(!text.contains("http://never"), "{text}");
+        }
+    }
+}

@@ -289,6 +289,26 @@ mod tests {
         }
     }
 
+    /// The codes of PROTOCOL.md's table in section 16, which peers and the Python client are
+    /// built from: every code this validator can store is there, and nothing else.
+    #[test]
+    fn every_code_is_the_protocols_table() {
+        let text = include_str!("../../PROTOCOL.md");
+        let section = &text[text.find("## 16. Verdict reasons").expect("section 16")..];
+        let section = &section[..section.find("\n## 17.").expect("section 17 follows")];
+        let table = &section[section.find("| code | meaning |").expect("the table")..];
+        let table = &table[..table.find("\n\n").unwrap_or(table.len())];
+        let mut documented: Vec<&str> = table
+            .lines()
+            .skip(2)
+            .flat_map(|row| row.split('|').nth(1).unwrap_or("").split('`').skip(1).step_by(2))
+            .collect();
+        documented.sort_unstable();
+        let mut ours: Vec<&str> = ReasonCode::ALL.iter().map(|c| c.as_str()).collect();
+        ours.sort_unstable();
+        assert_eq!(ours, documented);
+    }
+
     #[test]
     fn names_are_unique_and_round_trip() {
         let mut seen = std::collections::HashSet::new();

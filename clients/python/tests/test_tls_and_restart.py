@@ -1,0 +1,127 @@
+"""The client over mutual TLS with the certificates `validator tls-certs` makes, and verdict
+followers (sync and asyncio) that lose nothing: across a validator restart, and for a verdict
+stored before the watch opened."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import Daemon, binary
+from gpu_attest_client import AsyncClient, Client, GpuAttestError
+
+
+def start_validator(workdir: Path, name: str, listen: str = "127.0.0.1:0", extra: str = "") -> Daemon:
+    home = workdir / name
+    home.mkdir(exist_ok=True)
+    config = home / "validator.toml"
+    config.write_text(
+        f"""
+listen = "{listen}"
+key_file = "{workdir / 'validator.key'}"
+database = "{home / 'validator.db'}"
+cpu_threads = 1
+[challenge]
+target_seconds = 1.0
+[schedule]
+enabled = false
+{extra}
+"""
+    )
+    return Daemon([binary("validator"), "serve", "--config", str(config)], home, name)
+
+
+def port(daemon: Daemon) -> str:
+    return daemon.address.rsplit(":", 1)[1]
+
+
+def test_mutual_tls_with_the_certificates_tls_certs_makes(workdir, validator_key):
+    pki = workdir / "pki"
+    subprocess.run(
+        [binary("validator"), "tls-certs", "--out", str(pki), "--validator-host", "localhost",
+         "--miner-host", "localhost"],
+        check=True,
+        capture_output=True,
+    )
+    tls = f'[tls]\ncert = "{pki / "validator.pem"}"\nkey = "{pki / "validator.key"}"\nca = "{pki / "ca.pem"}"\n'
+    daemon = start_validator(workdir, "tls-validator", extra=tls)
+    try:
+        api = f"https://localhost:{port(daemon)}"
+        files = dict(ca=pki / "ca.pem", cert=pki / "operator.pem", key=pki / "operator.key")
+        with Client(api, **files) as client:
+            assert client.list_miners() == []
+
+        async def listed():
+            async with AsyncClient(api, **files) as client:
+                return await client.list_miners()
+
+        assert asyncio.run(listed()) == []
+        # The API requires the operator's certificate: without it the call fails with a status.
+        with Client(api, ca=pki / "ca.pem", timeout=10) as client:
+            with pytest.raises(GpuAttestError):
+                client.list_miners()
+        # And a certificate of another CA's making is not the validator's: refused too.
+        other = workdir / "other-pki"
+        subprocess.run(
+            [binary("validator"), "tls-certs", "--out", str(other), "--validator-host", "localhost"],
+            check=True,
+            capture_output=True,
+        )
+        with Client(api, ca=other / "ca.pem", cert=other / "operator.pem", key=other / "operator.key",
+                    timeout=10) as client:
+            with pytest.raises(GpuAttestError):
+                client.list_miners()
+    finally:
+        daemon.stop()
+
+
+def test_following_verdicts_loses_nothing_across_a_validator_restart(workdir, validator_key, honest_miner):
+    first = start_validator(workdir, "restarting")
+    api = f"http://127.0.0.1:{port(first)}"
+    with Client(api) as client:
+        before = client.attest(honest_miner.url)
+    seen = []
+
+    def follow():
+        with Client(api) as client:
+            for verdict in client.follow_verdicts(after_id=0, retry_seconds=0.2):
+                seen.append(verdict.id)
+                if len(seen) == 3:
+                    return
+
+    follower = threading.Thread(target=follow, daemon=True)
+    follower.start()
+    deadline = time.monotonic() + 30
+    while seen != [before.id]:
+        assert time.monotonic() < deadline, f"the stored verdict was not replayed: {seen}"
+        time.sleep(0.05)
+    first.stop()
+    # The same database and address: the follower comes back by itself.
+    second = start_validator(workdir, "restarting", listen=f"127.0.0.1:{port(first)}")
+    try:
+        with Client(api) as client:
+            later = [client.attest(honest_miner.url).id for _ in range(2)]
+        follower.join(timeout=60)
+        assert seen == [before.id] + later
+    finally:
+        second.stop()
+
+
+def test_the_asyncio_follower_gets_a_verdict_stored_before_it_opened(validator, honest_miner):
+    async def run():
+        async with AsyncClient(validator.url) as client:
+            newest = [v async for v in client.list_verdicts(limit=1)]
+            after = newest[0].id if newest else 0
+            verdict = await client.attest(honest_miner.url)
+            followed = client.follow_verdicts(after_id=after)
+            got = await asyncio.wait_for(followed.__anext__(), 60)
+            await followed.aclose()
+            return verdict.id, got.id
+
+    stored, followed = asyncio.run(run())
+    assert followed == stored
