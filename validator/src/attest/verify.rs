@@ -113,10 +113,16 @@ pub async fn full(
     let mut job = std::pin::pin!(job);
     let result = loop {
         tokio::select! {
+            biased;
             Some(p) = rx.recv() => on_event(AttestEvent::Progress(p)),
             joined = &mut job => break joined,
         }
     };
+    // A re-execution that ends within one poll has sent its progress all the same: passed on,
+    // not dropped with the channel (a fast verifier otherwise reported none).
+    while let Ok(p) = rx.try_recv() {
+        on_event(AttestEvent::Progress(p));
+    }
     match result.map_err(|e| AttestError::Verify(e.to_string()))? {
         Ok(()) => Ok(()),
         Err(VerifyError::Rejected(r)) => {
