@@ -1,8 +1,10 @@
 //! Places for long-lived calls (a verdict watch holds a task for as long as its client stays),
-//! bounded in all and per client, so that one client cannot take every place. A client is the
-//! peer's IP address, as the connection table and the rate limiter count it; calls with no
-//! known address (an in-process transport) share one client.
+//! bounded in all and per client, so that one client cannot take every place. A client is what
+//! the connection table and the rate limiter count a peer as: its IPv4 address, or its IPv6 /64
+//! (one host commonly holds a whole /64). Calls with no known address (an in-process transport)
+//! share one client, and so do all the callers behind one address, a local proxy's included.
 
+use crate::connections::counted_as;
 use std::collections::HashMap;
 use std::net::IpAddr;
 use std::sync::{Arc, Mutex};
@@ -49,7 +51,8 @@ impl Slots {
 
     /// A place for `client`, or why there is none. The client's own limit is checked first, so
     /// that a client at its limit is told so even when every place is taken.
-    pub fn take(&self, client: Option<IpAddr>) -> Result<Slot, Crowded> {
+    pub fn take(&self, peer: Option<IpAddr>) -> Result<Slot, Crowded> {
+        let client = peer.map(counted_as);
         let mut held = self.held.lock().unwrap_or_else(|p| p.into_inner());
         let mine = held.by_client.get(&client).copied().unwrap_or(0);
         if mine >= self.per_client {
@@ -107,6 +110,25 @@ mod tests {
         assert!(slots.take(client(3)).is_ok());
         drop(first);
         assert_eq!(slots.in_use(), 0);
+    }
+
+    #[test]
+    fn one_ipv6_host_is_one_client_whatever_its_address_in_its_64() {
+        let slots = Slots::new(8, 2);
+        let host = |last: u16| Some(IpAddr::from([0x2001, 0xdb8, 0, 1, 0, 0, 0, last]));
+        let _held = [slots.take(host(1)).unwrap(), slots.take(host(2)).unwrap()];
+        assert_eq!(slots.take(host(3)).unwrap_err(), Crowded::ClientFull(2));
+        // Another /64 is another client.
+        assert!(
+            slots
+                .take(Some(IpAddr::from([0x2001, 0xdb8, 0, 2, 0, 0, 0, 1])))
+                .is_ok()
+        );
+        // An IPv4-mapped address is the IPv4 address it maps.
+        let _v4 = slots.take(client(5)).unwrap();
+        let mapped = Some(IpAddr::from(std::net::Ipv4Addr::new(192, 0, 2, 5).to_ipv6_mapped()));
+        let _mapped = slots.take(mapped).unwrap();
+        assert_eq!(slots.take(client(5)).unwrap_err(), Crowded::ClientFull(2));
     }
 
     #[test]

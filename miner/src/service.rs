@@ -19,7 +19,7 @@ use tokio::sync::mpsc;
 use tokio_stream::Stream;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status};
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 type EventStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send>>;
 
@@ -67,7 +67,12 @@ impl Miner for MinerService {
     ) -> Result<Response<v1::Inventory>, Status> {
         let mut inventory = inventory_to_wire(&self.core.inventory());
         inventory.self_checks = crate::selftest::to_wire(&self.core.backend().self_checks);
-        inventory.validator_standing = standing_of(&self.core, &request.get_ref().validator_key) as i32;
+        let standing = standing_of(&self.core, &request.get_ref().validator_key);
+        if standing == v1::ValidatorStanding::NotAllowed {
+            // What a refused challenge would have said, without the warning one logs.
+            debug!(peer = %peer(&request), validator = %hex::encode(&request.get_ref().validator_key), "inventory asked for by a validator that is not allowed");
+        }
+        inventory.validator_standing = standing as i32;
         Ok(Response::new(inventory))
     }
 

@@ -5,6 +5,8 @@ stored before the watch opened."""
 from __future__ import annotations
 
 import asyncio
+import random
+import socket
 import subprocess
 import threading
 import time
@@ -13,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from conftest import Daemon, binary
-from gpu_attest_client import AsyncClient, Client, GpuAttestError
+from gpu_attest_client import AsyncClient, Client, Unavailable
 
 
 def start_validator(workdir: Path, name: str, listen: str = "127.0.0.1:0", extra: str = "") -> Daemon:
@@ -61,28 +63,43 @@ def test_mutual_tls_with_the_certificates_tls_certs_makes(workdir, validator_key
                 return await client.list_miners()
 
         assert asyncio.run(listed()) == []
-        # The API requires the operator's certificate: without it the call fails with a status.
+        # The API requires the operator's certificate: without it the handshake fails.
         with Client(api, ca=pki / "ca.pem", timeout=10) as client:
-            with pytest.raises(GpuAttestError):
+            with pytest.raises(Unavailable):
                 client.list_miners()
-        # And a certificate of another CA's making is not the validator's: refused too.
+        # An operator certificate of another CA's making is refused by the validator, though
+        # the client trusts the validator's own certificate.
         other = workdir / "other-pki"
         subprocess.run(
             [binary("validator"), "tls-certs", "--out", str(other), "--validator-host", "localhost"],
             check=True,
             capture_output=True,
         )
-        with Client(api, ca=other / "ca.pem", cert=other / "operator.pem", key=other / "operator.key",
+        with Client(api, ca=pki / "ca.pem", cert=other / "operator.pem", key=other / "operator.key",
                     timeout=10) as client:
-            with pytest.raises(GpuAttestError):
+            with pytest.raises(Unavailable):
                 client.list_miners()
     finally:
         daemon.stop()
 
 
+def free_port_outside_the_ephemeral_range() -> int:
+    """A port the restarted validator binds again: below Linux's ephemeral range (32768 and up),
+    so that the follower's own redials can never be given it as their source port."""
+    for candidate in random.sample(range(20000, 32000), 200):
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", candidate))
+            except OSError:
+                continue
+            return candidate
+    raise RuntimeError("no free port in 20000..32000")
+
+
 def test_following_verdicts_loses_nothing_across_a_validator_restart(workdir, validator_key, honest_miner):
-    first = start_validator(workdir, "restarting")
-    api = f"http://127.0.0.1:{port(first)}"
+    address = f"127.0.0.1:{free_port_outside_the_ephemeral_range()}"
+    first = start_validator(workdir, "restarting", listen=address)
+    api = f"http://{address}"
     with Client(api) as client:
         before = client.attest(honest_miner.url)
     seen = []
@@ -102,7 +119,7 @@ def test_following_verdicts_loses_nothing_across_a_validator_restart(workdir, va
         time.sleep(0.05)
     first.stop()
     # The same database and address: the follower comes back by itself.
-    second = start_validator(workdir, "restarting", listen=f"127.0.0.1:{port(first)}")
+    second = start_validator(workdir, "restarting", listen=address)
     try:
         with Client(api) as client:
             later = [client.attest(honest_miner.url).id for _ in range(2)]

@@ -130,7 +130,7 @@ pub fn limits_for_this_process() -> ConnectionLimits {
 
 /// The address a connection, or a call, counts against: an IPv4 address, or an IPv6 /64, since
 /// one host commonly holds a whole /64 and could otherwise take a new address per connection.
-pub(crate) fn counted_as(ip: IpAddr) -> IpAddr {
+pub fn counted_as(ip: IpAddr) -> IpAddr {
     match ip {
         IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
             Some(v4) => IpAddr::V4(v4),
