@@ -7,7 +7,8 @@ nvdisasm's SASS.
 For every `<kernel>-<arch>.cubin` in CUBIN_DIR (written by the kernel compile test), this
 disassembles the GEMM function and finds its main loop: of the loops (a label and a branch back
 to it), the one holding the most MMA instructions (IMMA, IGMMA/HGMMA; IDP.4A for the tiled
-kernel). It prints, per kernel and architecture, the loop's instructions per iteration, split
+kernel), the innermost of such loops nested in each other (the TMA kernel's tile loop holds its
+k loop). It prints, per kernel and architecture, the loop's instructions per iteration, split
 into MMA and the rest (shared-memory loads, async copies, barriers and waits, and everything
 else: address arithmetic, predicates, loop control). The "other" column is the overhead to cut.
 
@@ -21,9 +22,14 @@ import re
 import subprocess
 import sys
 
-GEMM_FN = {"tiled": "gemm_mix_tiled", "tensor": "gemm_mix_tensor", "wgmma": "gemm_mix_wgmma"}
+GEMM_FN = {
+    "tiled": "gemm_mix_tiled",
+    "tensor": "gemm_mix_tensor",
+    "wgmma": "gemm_mix_wgmma",
+    "tma": "gemm_mix_tma",
+}
 # Bytes of k one iteration of the main loop covers (the kernels' BK): one k-tile per iteration.
-K_PER_ITERATION = {"tiled": 32, "tensor": 64, "wgmma": 128}
+K_PER_ITERATION = {"tiled": 32, "tensor": 64, "wgmma": 128, "tma": 128}
 INSTR = re.compile(r"/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)([^;]*);")
 LABEL = re.compile(r"^\s*(\.L_x_\d+):")
 TARGET = re.compile(r"`\((\.L_x_\d+)\)")
@@ -35,7 +41,7 @@ def classify(op):
         return "mma"
     if base in ("LDS", "LDSM"):
         return "smem load"
-    if base in ("LDGSTS", "LDG", "UTMALDG"):
+    if base in ("LDGSTS", "LDG", "UTMALDG", "UBLKCP"):
         return "global/async copy"
     if base in ("BAR", "DEPBAR", "WARPGROUP", "WARPSYNC", "ARRIVES", "SYNCS"):
         return "barrier/wait"
@@ -54,9 +60,10 @@ def function_lines(sass, name):
 
 
 def main_loop(lines):
-    """(instructions of the loop body, as opcodes) of the loop with the most MMAs."""
+    """(instructions of the loop body, as opcodes) of the loop with the most MMAs; of several
+    (a persistent kernel's tile loop holds its k loop), the innermost, the shortest."""
     bodies, _ = loops(lines)
-    return max(bodies, key=lambda loop: (sum(classify(o) == "mma" for o in loop), len(loop)), default=[])
+    return max(bodies, key=lambda loop: (sum(classify(o) == "mma" for o in loop), -len(loop)), default=[])
 
 
 def loops(lines):

@@ -136,6 +136,7 @@ REFUSE(cuModuleLoadData)
 REFUSE(cuModuleUnload)
 REFUSE(cuModuleGetFunction)
 REFUSE(cuFuncSetAttribute)
+REFUSE(cuTensorMapEncodeTiled)
 #ifndef FAKE_CUDA_OMIT_LAUNCH
 REFUSE(cuLaunchKernel)
 #endif

@@ -33,6 +33,9 @@ pub enum GpuKernelChoice {
     Tensor,
     /// int8 warpgroup MMA, Hopper (compute capability 9.0) only.
     Wgmma,
+    /// wgmma fed by TMA, warp-specialised, persistent: Hopper only, and opt-in until a GPU run
+    /// has measured it (`auto` does not choose it yet). Checked like every kernel before use.
+    Tma,
 }
 
 /// What this miner agrees to run. A challenge beyond any limit is refused before work starts.
@@ -161,6 +164,7 @@ impl MinerConfig {
                 GpuKernelChoice::Tiled => Some(GpuKernel::Tiled),
                 GpuKernelChoice::Tensor => Some(GpuKernel::Tensor),
                 GpuKernelChoice::Wgmma => Some(GpuKernel::Wgmma),
+                GpuKernelChoice::Tma => Some(GpuKernel::Tma),
             },
             cache_dir: self.kernel_cache_dir.clone().or_else(default_cache_dir),
             host_hashing: self.gpu_hash_on_host,

@@ -75,6 +75,21 @@ fn every_kernel_compiles_for_every_target_architecture() {
                     assert!(ptx.contains("fence.proxy.async.shared::cta"));
                     assert!(ptx.contains(".target sm_90a"), "wgmma needs the sm_90a target");
                 }
+                GpuKernel::Tma => {
+                    assert!(ptx.contains("wgmma.mma_async.sync.aligned.m64n256k32.s32.s8.s8"));
+                    assert!(ptx.contains("cp.async.bulk.tensor.3d.shared::cluster.global"));
+                    assert!(ptx.contains("mbarrier.try_wait.parity.shared::cta.b64"));
+                    assert!(ptx.contains("mbarrier.arrive.expect_tx.shared::cta.b64"));
+                    assert!(ptx.contains("setmaxnreg.inc.sync.aligned.u32 232"));
+                    assert!(ptx.contains("setmaxnreg.dec.sync.aligned.u32 40"));
+                    // The tensor maps are read from the parameter space, where the host put them.
+                    assert!(ptx.contains(".param .align 64 .b8 gemm_mix_tma_param_0[128]"));
+                    assert!(!ptx.contains("cp.async.cg.shared.global"), "TMA alone feeds it");
+                    assert!(ptx.contains(".target sm_90a"), "TMA kernel needs the sm_90a target");
+                    // The launch bounds fix the entry register count (384 threads, one block an
+                    // SM: 168) that setmaxnreg moves from the producer to the consumers.
+                    assert!(ptx.contains(".maxntid 384") && ptx.contains(".minnctapersm 1"));
+                }
                 GpuKernel::Tiled => assert!(ptx.contains("dp4a.s32.s32"), "the tiled kernel must use dp4a"),
             }
             if let Some(ptxas) = &ptxas {
@@ -183,6 +198,12 @@ fn assemble(ptxas: &PathBuf, name: &str, arch: u32, suffix: &str, ptx: &str, che
     );
     // ptxas warns when it has to serialize wgmma (a wrong fence, accumulators it cannot keep in
     // registers): the kernel would still be exact, but at a fraction of its speed.
+    // Without a register count it can rely on at entry, ptxas drops setmaxnreg (C7508, on an info
+    // line): the TMA kernel's consumers would then run without the registers it gives them.
+    assert!(
+        !log.contains("C7508") && !log.contains("'setmaxnreg' ignored"),
+        "{name} on sm_{arch}: ptxas ignored setmaxnreg:\n{log}"
+    );
     for warning in log.lines().filter(|l| l.contains("warning")) {
         println!("sm_{arch} {name}: {warning}");
         assert!(!warning.contains("wgmma"), "{name} on sm_{arch}: {warning}");

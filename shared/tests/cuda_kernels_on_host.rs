@@ -16,6 +16,7 @@ mod common;
 use gpu_attest_shared::Digest;
 use gpu_attest_shared::cuda::GpuKernel;
 use gpu_attest_shared::cuda::kernels::AuxModule;
+use gpu_attest_shared::cuda::tma::OperandMap;
 use gpu_attest_shared::gemm::naive;
 use gpu_attest_shared::matrix::{Matrix, generate};
 use gpu_attest_shared::memory::ENTRY_BYTES;
@@ -49,7 +50,7 @@ const SHIM: &str = r#"
 extern "C" unsigned char __start_ga_shared[], __stop_ga_shared[];
 #define __align__(x) __attribute__((aligned(x)))
 struct ga_dim3 { unsigned x, y, z; };
-static thread_local ga_dim3 blockIdx, threadIdx, blockDim;
+static thread_local ga_dim3 blockIdx, threadIdx, blockDim, gridDim;
 struct uint4 { unsigned x, y, z, w; };
 static inline uint4 make_uint4(unsigned a, unsigned b, unsigned c, unsigned d) { return uint4{a, b, c, d}; }
 struct char2 { signed char x, y; };
@@ -156,6 +157,7 @@ static inline void tc_mma(int* c, int a0, int a1, int a2, int a3, int b0, int b1
 // wgmma (gemm_wgmma.cu). Dynamic shared memory is one 1024-aligned buffer, and a shared address
 // is an offset into it, so descriptors built by the kernel decode to host pointers here.
 static unsigned char* wg_smem_raw;
+static size_t ga_dynamic_smem_bytes;
 static inline unsigned ga_smem_addr(const void* p) { return (unsigned)((const unsigned char*)p - wg_smem_raw); }
 static inline void wg_fence_proxy_async() {}
 static inline void wg_fence() {}
@@ -200,13 +202,152 @@ static inline void wg_commit() {
     ga_wgmma_groups.push_back(std::move(ga_wgmma_open));
     ga_wgmma_open.clear();
 }
+// wait_group is .sync.aligned: the warp executes it together, so no lane goes on (to free a
+// stage, say) before every lane's groups are retired.
 template <int Pending>
 static inline void wg_wait() {
     while (ga_wgmma_groups.size() > (size_t)Pending) {
         for (const ga_wgmma_op& op : ga_wgmma_groups.front()) ga_wgmma_now(op.d, op.a, op.b);
         ga_wgmma_groups.pop_front();
     }
+    (*ga_warp_barriers)[threadIdx.x >> 5]->arrive_and_wait();
 }
+"#;
+
+/// The TMA kernel's machinery (kernels/tma.cuh), after that file's `ga_tensor_map`: mbarriers
+/// with phases, transaction counts and arrival counts, and tile loads that write garbage at issue
+/// and land only when a thread waiting on their barrier would otherwise wait. A wait on a phase
+/// that has completed (or on the parity of the one before the current) passes at once, as
+/// try_wait.parity does, landing nothing; a wait that never completes aborts the run.
+const TMA_SHIM: &str = r#"
+#define __grid_constant__
+#include <chrono>
+#include <condition_variable>
+#include <map>
+#include <mutex>
+
+// The tensor map as the harness builds it from the host's numbers (shared/src/cuda/tma.rs):
+// opaque[0] the base, [1..3] the dims, [4..5] the row and matrix strides, [6..8] the box.
+// The map is copied: the kernel's parameter lives on the issuing thread's stack here, and a load
+// may land after that thread has finished.
+struct ga_load { unsigned char* dst; ga_tensor_map map; int c0, c1, c2; };
+struct ga_mbarrier {
+    u32 expected = 0, pending = 0, phase = 0;
+    long long tx = 0;
+    std::vector<ga_load> loads;
+};
+static std::mutex ga_mbar_mutex;
+static std::condition_variable ga_mbar_changed;
+static std::map<const void*, ga_mbarrier> ga_mbars;
+
+static ga_mbarrier& ga_mbar(const void* bar) {
+    auto it = ga_mbars.find(bar);
+    if (it == ga_mbars.end()) { fprintf(stderr, "an mbarrier used before mbarrier.init\n"); abort(); }
+    return it->second;
+}
+
+// The phase completes once every arrival and every transaction byte is in.
+static void ga_mbar_complete_if_done(ga_mbarrier& b) {
+    if (b.pending == 0 && b.tx == 0) {
+        b.phase += 1;
+        b.pending = b.expected;
+        ga_mbar_changed.notify_all();
+    }
+}
+
+static void ga_mbar_init(u64* bar, u32 arrivals) {
+    std::lock_guard<std::mutex> lock(ga_mbar_mutex);
+    ga_mbarrier fresh;
+    fresh.expected = fresh.pending = arrivals;
+    ga_mbars[bar] = fresh;
+}
+static void ga_mbar_init_fence() {}
+
+static void ga_mbar_arrive_locked(ga_mbarrier& b) {
+    if (b.pending == 0) { fprintf(stderr, "more arrivals on an mbarrier than its phase expects\n"); abort(); }
+    b.pending -= 1;
+    ga_mbar_complete_if_done(b);
+}
+static void ga_mbar_arrive(u64* bar) {
+    std::lock_guard<std::mutex> lock(ga_mbar_mutex);
+    ga_mbar_arrive_locked(ga_mbar(bar));
+}
+static void ga_mbar_arrive_expect_tx(u64* bar, u32 bytes) {
+    std::lock_guard<std::mutex> lock(ga_mbar_mutex);
+    ga_mbarrier& b = ga_mbar(bar);
+    b.tx += bytes;
+    ga_mbar_arrive_locked(b);
+}
+
+// One box into shared memory, in the 128-byte swizzle (address bits 4-6 XORed with bits 7-9, as
+// wgmma reads it), zeros outside the tensor.
+static void ga_land(const ga_load& l) {
+    const u64* m = l.map.opaque;
+    const i8* base = (const i8*)m[0];
+    const u64 dims[3] = {m[1], m[2], m[3]};
+    const u32 box0 = (u32)m[6], box1 = (u32)m[7];
+    for (u32 r = 0; r < box1; ++r)
+        for (u32 k = 0; k < box0; ++k) {
+            const u64 gk = (u64)l.c0 + k, gr = (u64)l.c1 + r, gz = (u64)l.c2;
+            const bool in = l.c0 >= 0 && l.c1 >= 0 && l.c2 >= 0 && gk < dims[0] && gr < dims[1] && gz < dims[2];
+            unsigned addr = (unsigned)(l.dst - wg_smem_raw) + r * box0 + k;
+            addr ^= ((addr >> 7) & 7) << 4;
+            wg_smem_raw[addr] = in ? (unsigned char)base[gz * m[5] + gr * m[4] + gk] : 0;
+        }
+}
+
+static void ga_tma_load_3d(void* dst, const ga_tensor_map* map, u64* bar, int c0, int c1, int c2) {
+    const u64* m = map->opaque;
+    const u32 box_bytes = (u32)(m[6] * m[7] * m[8]);
+    const unsigned at = (unsigned)((unsigned char*)dst - wg_smem_raw);
+    if (m[6] != 128 || m[8] != 1) { fprintf(stderr, "a TMA box other than 128 bytes of k by rows of one matrix\n"); abort(); }
+    if (at % 1024 != 0) { fprintf(stderr, "a 128-byte-swizzled TMA box not 1024-byte aligned\n"); abort(); }
+    if (at + box_bytes > ga_dynamic_smem_bytes) { fprintf(stderr, "a TMA box past the shared memory\n"); abort(); }
+    std::lock_guard<std::mutex> lock(ga_mbar_mutex);
+    ga_mbarrier& b = ga_mbar(bar);
+    memset(dst, 0xa5, box_bytes);
+    b.loads.push_back(ga_load{(unsigned char*)dst, *map, c0, c1, c2});
+}
+static void ga_tma_prefetch_map(const ga_tensor_map*) {}
+
+// How long one wait may go unanswered before the run is called a deadlock.
+static std::chrono::milliseconds ga_deadlock_after() {
+    const char* v = getenv("GA_EMULATION_DEADLOCK_MS");
+    return std::chrono::milliseconds(v ? atol(v) : 60000);
+}
+
+static bool ga_mbar_try_wait(u64* bar, u32 parity) {
+    using clock = std::chrono::steady_clock;
+    static thread_local bool waiting = false;
+    static thread_local clock::time_point since;
+    std::unique_lock<std::mutex> lock(ga_mbar_mutex);
+    ga_mbarrier& b = ga_mbar(bar);
+    // The phase of this parity has completed: the current one has the other parity.
+    auto passed = [&] { return (b.phase & 1) != (parity & 1); };
+    if (!passed()) {
+        // Only now, with a thread about to wait, do the loads land.
+        for (const ga_load& l : b.loads) { ga_land(l); b.tx -= (long long)(l.map.opaque[6] * l.map.opaque[7] * l.map.opaque[8]); }
+        b.loads.clear();
+        ga_mbar_complete_if_done(b);
+    }
+    if (!passed()) ga_mbar_changed.wait_for(lock, std::chrono::milliseconds(1));
+    if (passed()) { waiting = false; return true; }
+    if (!waiting) { waiting = true; since = clock::now(); }
+    if (clock::now() - since > ga_deadlock_after()) {
+        fprintf(stderr, "deadlock: an mbarrier phase never completed (thread %u)\n", threadIdx.x);
+        abort();
+    }
+    return false;
+}
+
+// No timer here: the emulated try_wait aborts a wait that never completes.
+static void ga_mbar_wait(u64* bar, u32 parity) {
+    while (!ga_mbar_try_wait(bar, parity)) {
+    }
+}
+
+template <u32 Registers> static inline void ga_setmaxnreg_dec() {}
+template <u32 Registers> static inline void ga_setmaxnreg_inc() {}
 "#;
 
 const HARNESS: &str = r#"
@@ -227,6 +368,7 @@ static void launch_threads(unsigned gx, unsigned gy, unsigned gz, unsigned bx, u
                 for (unsigned t = 0; t < threads; ++t)
                     pool.emplace_back([=, &f] {
                         blockDim = {bx, by, 1};
+                        gridDim = {gx, gy, gz};
                         blockIdx = {x, y, z};
                         threadIdx = {t % bx, t / bx, 0};
                         f();
@@ -246,6 +388,19 @@ template <class F> static void launch(unsigned gx, unsigned gy, unsigned bx, F f
                 threadIdx = {t, 0, 0};
                 f();
             }
+}
+
+// A tensor map from the host's numbers (`OperandMap::to_arg`: d0,d1,d2,s1,s2,b0,b1,b2).
+static ga_tensor_map ga_parse_map(const char* arg, const void* base) {
+    ga_tensor_map map{};
+    map.opaque[0] = (u64)base;
+    const char* p = arg;
+    for (int i = 1; i <= 8; ++i) {
+        char* end;
+        map.opaque[i] = strtoull(p, &end, 10);
+        p = *end == ',' ? end + 1 : end;
+    }
+    return map;
 }
 
 static std::vector<unsigned char> read_stdin() {
@@ -281,7 +436,7 @@ int main(int argc, char** argv) {
             nodes = next;
         }
         fwrite(a.data(), 4, count * 8, stdout);
-    } else if (mode == "gemm") {  // gemm tiled|tensor|wgmma N COUNT STEP < X matrices, then B matrices
+    } else if (mode == "gemm") {  // gemm tiled|tensor|wgmma|tma N COUNT STEP [...] < X matrices, then B matrices
         std::string kind = argv[2];
         unsigned n = (unsigned)strtoul(argv[3], 0, 10), count = (unsigned)strtoul(argv[4], 0, 10);
         u32 step = (u32)strtoul(argv[5], 0, 10);
@@ -297,10 +452,19 @@ int main(int argc, char** argv) {
             const unsigned tiles = (n + 127) / 128;
             launch_threads(tiles, tiles, count, TC_THREADS, 1,
                            [&] { gemm_mix_tensor(x, bt.data(), out.data(), (int)n, step); });
-        } else {
+        } else if (kind == "wgmma") {
             wg_smem_raw = (unsigned char*)aligned_alloc(1024, WG_SMEM_BYTES);
             launch_threads((n + WG_BN - 1) / WG_BN, (n + WG_BM - 1) / WG_BM, count, WG_THREADS, 1,
                            [&] { gemm_mix_wgmma(x, bt.data(), out.data(), (int)n, step); });
+            free(wg_smem_raw);
+        } else {  // gemm tma N COUNT STEP BLOCKS X_MAP BT_MAP: the persistent grid, the host's maps
+            const unsigned blocks = (unsigned)strtoul(argv[6], 0, 10);
+            ga_tensor_map x_map = ga_parse_map(argv[7], x), bt_map = ga_parse_map(argv[8], bt.data());
+            ga_dynamic_smem_bytes = TMA_SMEM_BYTES;
+            wg_smem_raw = (unsigned char*)aligned_alloc(1024, TMA_SMEM_BYTES);
+            memset(wg_smem_raw, 0xa5, TMA_SMEM_BYTES);  // garbage, as a GPU's shared memory holds
+            launch_threads(blocks, 1, 1, TMA_THREADS, 1,
+                           [&] { gemm_mix_tma(x_map, bt_map, out.data(), (int)n, (int)count, step); });
             free(wg_smem_raw);
         }
         fwrite(out.data(), 1, out.size(), stdout);
@@ -308,6 +472,7 @@ int main(int argc, char** argv) {
         printf("tiled %d %d %d 0\n", TILED_BM, TILED_BN, TILED_THREADS);
         printf("tensor %d %d %d 0\n", TC_BM, TC_BN, TC_THREADS);
         printf("wgmma %d %d %d %d\n", WG_BM, WG_BN, WG_THREADS, WG_SMEM_BYTES);
+        printf("tma %d %d %d %d\n", TMA_BM, TMA_BN, TMA_THREADS, TMA_SMEM_BYTES);
         printf("walk %d\n", WALK_THREADS);
     } else if (mode == "walk") {  // walk P WALKERS FIRST_STEP STEPS EVERY < pool, then WALKERS + 1 states
         // One block past the walkers, and a state slot past theirs that it must not touch.
@@ -343,62 +508,103 @@ int main(int argc, char** argv) {
 /// The harness binary, built once per test process; `None` without a C++ compiler.
 fn harness() -> Option<&'static Path> {
     static BUILT: OnceLock<Option<PathBuf>> = OnceLock::new();
-    BUILT
-        .get_or_init(|| {
-            let kernels = Path::new(env!("CARGO_MANIFEST_DIR")).join("../kernels");
-            let read = |name: &str| std::fs::read_to_string(kernels.join(name)).unwrap();
-            let source = [
-                SHIM.to_string(),
-                read("common.cuh"),
-                read("chacha8.cu"),
-                read("transpose.cu"),
-                read("blake3.cu"),
-                read("mix.cu"),
-                read("gemm_tiled.cu"),
-                read("cp_async.cuh"),
-                read("gemm_tensor.cu"),
-                read("gemm_wgmma.cu"),
-                read("walk.cu"),
-                HARNESS.to_string(),
-            ]
-            .join("\n");
-            let dir = std::env::temp_dir().join(format!("gpu-attest-host-kernels-{}", std::process::id()));
-            std::fs::create_dir_all(&dir).unwrap();
-            std::fs::write(dir.join("harness.cpp"), source).unwrap();
-            let cxx = std::env::var("CXX").unwrap_or_else(|_| "c++".into());
-            let built = Command::new(&cxx)
-                .args(["-O2", "-std=c++20", "-pthread", "-o"])
-                .arg(dir.join("harness"))
-                .arg(dir.join("harness.cpp"))
-                .output();
-            match built {
-                Ok(out) if out.status.success() => Some(dir.join("harness")),
-                Ok(out) => panic!(
-                    "the kernels do not compile as C++ for the host run:\n{}",
-                    String::from_utf8_lossy(&out.stderr)
-                ),
-                Err(e) => {
-                    common::skipped(&format!("no C++ compiler ({cxx}: {e})"));
-                    None
-                }
-            }
-        })
-        .as_deref()
+    BUILT.get_or_init(|| build_harness("harness", &[])).as_deref()
 }
 
-fn run(args: &[&str], input: &[u8]) -> Vec<u8> {
-    let mut child = Command::new(harness().unwrap())
+/// A kernel source edit for a mutant: in `file`, the one occurrence of `from` becomes `to`.
+struct Mutation {
+    file: &'static str,
+    from: &'static str,
+    to: &'static str,
+}
+
+/// Builds the harness from the kernels as they are, or with `mutations` applied (each must
+/// match exactly once, so a mutant cannot silently stop being one when the kernel changes).
+fn build_harness(name: &str, mutations: &[Mutation]) -> Option<PathBuf> {
+    let kernels = Path::new(env!("CARGO_MANIFEST_DIR")).join("../kernels");
+    let read = |file: &str| {
+        let mut text = std::fs::read_to_string(kernels.join(file)).unwrap();
+        for m in mutations.iter().filter(|m| m.file == file) {
+            assert_eq!(
+                text.matches(m.from).count(),
+                1,
+                "mutant {name}: {:?} must occur once in {file}",
+                m.from
+            );
+            text = text.replace(m.from, m.to);
+        }
+        text
+    };
+    let source = [
+        SHIM.to_string(),
+        read("common.cuh"),
+        read("chacha8.cu"),
+        read("transpose.cu"),
+        read("blake3.cu"),
+        read("mix.cu"),
+        read("gemm_tiled.cu"),
+        read("cp_async.cuh"),
+        read("gemm_tensor.cu"),
+        read("wgmma.cuh"),
+        read("gemm_wgmma.cu"),
+        read("tma.cuh"),
+        TMA_SHIM.to_string(),
+        read("gemm_tma.cu"),
+        read("walk.cu"),
+        HARNESS.to_string(),
+    ]
+    .join("\n");
+    let dir = std::env::temp_dir().join(format!("gpu-attest-host-kernels-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let cpp = dir.join(format!("{name}.cpp"));
+    std::fs::write(&cpp, source).unwrap();
+    let cxx = std::env::var("CXX").unwrap_or_else(|_| "c++".into());
+    let built = Command::new(&cxx)
+        .args(["-O2", "-std=c++20", "-pthread", "-o"])
+        .arg(dir.join(name))
+        .arg(&cpp)
+        .output();
+    match built {
+        Ok(out) if out.status.success() => Some(dir.join(name)),
+        Ok(out) => panic!(
+            "the kernels ({name}) do not compile as C++ for the host run:\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        ),
+        Err(e) => {
+            common::skipped(&format!("no C++ compiler ({cxx}: {e})"));
+            None
+        }
+    }
+}
+
+/// Runs `binary` with `args` on `input`: its exit status, standard output and standard error.
+fn run_binary(binary: &Path, args: &[&str], input: &[u8], envs: &[(&str, &str)]) -> std::process::Output {
+    let mut child = Command::new(binary)
         .args(args)
+        .envs(envs.iter().copied())
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
         .spawn()
         .unwrap();
     let mut stdin = child.stdin.take().unwrap();
     let input = input.to_vec();
-    let writer = std::thread::spawn(move || stdin.write_all(&input));
+    // A harness that aborts early closes its input: that write error is the run's, not ours.
+    let writer = std::thread::spawn(move || {
+        let _ = stdin.write_all(&input);
+    });
     let out = child.wait_with_output().unwrap();
-    writer.join().unwrap().unwrap();
-    assert!(out.status.success(), "harness {args:?} failed");
+    writer.join().unwrap();
+    out
+}
+
+fn run(args: &[&str], input: &[u8]) -> Vec<u8> {
+    let out = run_binary(harness().unwrap(), args, input, &[]);
+    assert!(
+        out.status.success(),
+        "harness {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     out.stdout
 }
 
@@ -492,6 +698,28 @@ fn device_mix_pass_matches_mix_rs() {
     }
 }
 
+/// `count` X matrices then `count` B matrices of n x n random bytes, the first pair all -128
+/// (all -128 against all -128 reaches the largest sums).
+fn gemm_input(rng: &mut ChaCha8Rng, n: usize, count: usize) -> Vec<u8> {
+    let mut input = vec![0u8; 2 * count * n * n];
+    rng.fill_bytes(&mut input);
+    input[..n * n].fill(0x80);
+    input[count * n * n..count * n * n + n * n].fill(0x80);
+    input
+}
+
+/// The chain step of every pair of `input` (as [`gemm_input`] lays it out), by the naive GEMM.
+fn naive_steps(input: &[u8], n: usize, count: usize, step: u32) -> Vec<Vec<u8>> {
+    (0..count)
+        .map(|z| {
+            let x = Matrix::from_bytes(n, &input[z * n * n..(z + 1) * n * n]).unwrap();
+            let b_at = (count + z) * n * n;
+            let b = Matrix::from_bytes(n, &input[b_at..b_at + n * n]).unwrap();
+            naive::step(&x, &b, step).as_bytes().to_vec()
+        })
+        .collect()
+}
+
 #[test]
 fn device_gemm_kernels_match_the_naive_step() {
     if harness().is_none() {
@@ -512,30 +740,117 @@ fn device_gemm_kernels_match_the_naive_step() {
         (576, &["wgmma"]),
     ] {
         let count = if n > 320 { 1 } else { 2 };
-        let mut input = vec![0u8; 2 * count * n * n];
-        rng.fill_bytes(&mut input);
-        // Extremes in the first matrix pair: all -128 against all -128 reaches the largest sums.
-        input[..n * n].fill(0x80);
-        input[count * n * n..count * n * n + n * n].fill(0x80);
+        let input = gemm_input(&mut rng, n, count);
+        let step = 5u32;
+        let want = naive_steps(&input, n, count, step);
         for &kind in kinds {
-            let step = 5u32;
             let got = run(
                 &["gemm", kind, &n.to_string(), &count.to_string(), &step.to_string()],
                 &input,
             );
-            for z in 0..count {
-                let x = Matrix::from_bytes(n, &input[z * n * n..(z + 1) * n * n]).unwrap();
-                let b_at = (count + z) * n * n;
-                let b = Matrix::from_bytes(n, &input[b_at..b_at + n * n]).unwrap();
-                let want = naive::step(&x, &b, step);
+            for (z, want) in want.iter().enumerate() {
                 assert_eq!(
                     &got[z * n * n..(z + 1) * n * n],
-                    want.as_bytes(),
+                    &want[..],
                     "{kind} kernel, n={n}, matrix {z}"
                 );
             }
         }
     }
+}
+
+/// The TMA kernel's arguments: its persistent grid of `blocks`, and the tensor maps the host
+/// encodes (`OperandMap`, the same numbers the CUDA backend hands cuTensorMapEncodeTiled).
+fn tma_args(n: usize, count: usize, step: u32, blocks: u32) -> Vec<String> {
+    let (rows, columns) = GpuKernel::Tma.block_tile();
+    let x_map = OperandMap::new(n, count, rows).unwrap();
+    let bt_map = OperandMap::new(n, count, columns).unwrap();
+    [
+        "gemm",
+        "tma",
+        &n.to_string(),
+        &count.to_string(),
+        &step.to_string(),
+        &blocks.to_string(),
+    ]
+    .into_iter()
+    .map(String::from)
+    .chain([x_map.to_arg(), bt_map.to_arg()])
+    .collect()
+}
+
+/// The TMA kernel against the naive step, on persistent grids that give a block several tiles
+/// (its stages and phases running on from one tile into the next), an uneven share of them, or
+/// none at all, with k-tiles fewer than the stages and more, the last one half past n.
+#[test]
+fn device_tma_kernel_matches_the_naive_step() {
+    if harness().is_none() {
+        return;
+    }
+    let mut rng = ChaCha8Rng::from_seed([23; 32]);
+    // (n, matrices, blocks): 64, two one-k-tile tiles in one block; 64 on two blocks, one idle;
+    // 192, four tiles (partial rows and columns) over three blocks; 320, twelve tiles of three
+    // k-tiles on two blocks, so each block's phases wrap round four stages several times; 576,
+    // fifteen tiles of five k-tiles (the last half outside the tensor) over four blocks.
+    for (n, count, blocks) in [
+        (64usize, 2usize, 1u32),
+        (64, 1, 2),
+        (192, 2, 3),
+        (320, 2, 2),
+        (576, 1, 4),
+    ] {
+        let input = gemm_input(&mut rng, n, count);
+        let step = 9u32;
+        let args = tma_args(n, count, step, blocks);
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let got = run(&args, &input);
+        for (z, want) in naive_steps(&input, n, count, step).iter().enumerate() {
+            assert_eq!(
+                &got[z * n * n..(z + 1) * n * n],
+                &want[..],
+                "tma kernel, n={n}, {blocks} blocks, matrix {z}"
+            );
+        }
+    }
+}
+
+/// The emulation is strict enough to catch a pipeline bug: a consumer that waits on the parity of
+/// the phase before the one it needs passes at once, before the tile has landed, and must
+/// compute something else (or trip the emulation's barrier checks).
+#[test]
+fn a_tma_consumer_that_waits_one_phase_too_early_fails_in_the_emulation() {
+    if harness().is_none() {
+        return;
+    }
+    let mutant = build_harness(
+        "tma-wait-one-phase-early",
+        &[Mutation {
+            file: "gemm_tma.cu",
+            from: "ga_mbar_wait(&full[stage], phase)",
+            to: "ga_mbar_wait(&full[stage], phase ^ 1)",
+        }],
+    )
+    .unwrap();
+    let mut rng = ChaCha8Rng::from_seed([24; 32]);
+    let (n, count, step) = (192usize, 2usize, 9u32);
+    let input = gemm_input(&mut rng, n, count);
+    let args = tma_args(n, count, step, 2);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let out = run_binary(&mutant, &args, &input, &[("GA_EMULATION_DEADLOCK_MS", "5000")]);
+    let want: Vec<u8> = naive_steps(&input, n, count, step).concat();
+    let caught = !out.status.success() || out.stdout != want;
+    assert!(
+        caught,
+        "the mutant computed the right product: the emulation lets early waits pass"
+    );
+    println!(
+        "mutant caught: {}",
+        if out.status.success() {
+            "wrong product".to_string()
+        } else {
+            format!("aborted: {}", String::from_utf8_lossy(&out.stderr).trim())
+        }
+    );
 }
 
 /// The walk kernel's launches, `first..first + steps` from `starts`: (each walker's checkpoints,

@@ -11,10 +11,12 @@
 use super::compile::{self, CompiledModule, KernelBuildError};
 use super::detect::{GpuInfo, driver_error_text};
 use super::kernels::{BLAKE3_CHUNKS_FN, BLAKE3_PARENTS_FN, GENERATE_FN, GpuKernel, MIX_FN, TRANSPOSE_FN};
+use super::tma::OperandMap;
 use crate::backend::BackendError;
 use crate::matrix::{a_stream, b_stream};
 use cudarc::driver::{
-    CudaContext, CudaEvent, CudaFunction, CudaSlice, CudaStream, DriverError, LaunchConfig, PushKernelArg, result, sys,
+    CudaContext, CudaEvent, CudaFunction, CudaSlice, CudaStream, DevicePtr, DriverError, LaunchConfig, PushKernelArg,
+    result, sys,
 };
 use cudarc::nvrtc::Ptx;
 use std::ops::Range;
@@ -281,6 +283,12 @@ impl DeviceRuntime {
         n: usize,
         step: u32,
     ) -> Result<(), BackendError> {
+        if self.kernel.is_persistent() {
+            // The guards record cudarc's read events once the launch is queued.
+            let (x_base, _x_read) = x.device_ptr(&self.stream);
+            let (bt_base, _bt_read) = bt.device_ptr(&self.stream);
+            return self.launch_persistent(x_base, bt_base, out, count, n, step);
+        }
         let (tile_rows, tile_cols) = self.kernel.block_tile();
         let n_arg = n as i32;
         let cfg = LaunchConfig {
@@ -295,6 +303,49 @@ impl DeviceRuntime {
         let mut launch = self.stream.launch_builder(&self.gemm);
         launch.arg(x).arg(bt).arg(out).arg(&n_arg).arg(&step);
         // SAFETY: matches gemm_mix_*(const i8*, const i8*, i8*, int, u32); all three buffers hold
+        // count * n * n bytes.
+        unsafe { launch.launch(cfg) }.map(|_| ()).map_err(|e| self.err(e))
+    }
+
+    /// The persistent kernel's launch (`gemm_mix_tma`): X and Bt through tensor maps encoded for
+    /// this launch's buffers, one block per SM or per output tile, whichever is fewer.
+    fn launch_persistent(
+        &self,
+        x_base: u64,
+        bt_base: u64,
+        out: &mut CudaSlice<i8>,
+        count: usize,
+        n: usize,
+        step: u32,
+    ) -> Result<(), BackendError> {
+        let (tile_rows, tile_cols) = self.kernel.block_tile();
+        let map = |base: u64, rows: u32| {
+            OperandMap::new(n, count, rows)
+                .and_then(|m| m.encode(base))
+                .map_err(|e| BackendError::Device {
+                    device: self.index,
+                    detail: e.to_string(),
+                })
+        };
+        let (x_map, bt_map) = (map(x_base, tile_rows)?, map(bt_base, tile_cols)?);
+        let tiles =
+            (n as u64).div_ceil(u64::from(tile_rows)) * (n as u64).div_ceil(u64::from(tile_cols)) * count as u64;
+        let cfg = LaunchConfig {
+            grid_dim: (tiles.min(u64::from(self.gpu.sm_count.max(1))) as u32, 1, 1),
+            block_dim: (self.kernel.block_threads(), 1, 1),
+            shared_mem_bytes: self.kernel.dynamic_shared_bytes(),
+        };
+        let (n_arg, count_arg) = (n as i32, count as i32);
+        let mut launch = self.stream.launch_builder(&self.gemm);
+        launch
+            .arg(&x_map)
+            .arg(&bt_map)
+            .arg(out)
+            .arg(&n_arg)
+            .arg(&count_arg)
+            .arg(&step);
+        // SAFETY: matches gemm_mix_tma(ga_tensor_map, ga_tensor_map, i8*, int, int, u32); the maps
+        // describe count n x n matrices at the bases of buffers that hold them, and `out` holds
         // count * n * n bytes.
         unsafe { launch.launch(cfg) }.map(|_| ()).map_err(|e| self.err(e))
     }
@@ -403,6 +454,11 @@ impl DeviceRuntime {
     pub(crate) fn inject_fault(&self) -> Result<(), BackendError> {
         const UNMAPPED: u64 = 0x10;
         let (n, step) = (64i32, 0u32);
+        if self.kernel.is_persistent() {
+            let mut out = self.alloc(64 * 64)?;
+            self.launch_persistent(UNMAPPED, UNMAPPED, &mut out, 1, 64, step)?;
+            return self.synchronize();
+        }
         let cfg = LaunchConfig {
             grid_dim: (1, 1, 1),
             block_dim: (self.kernel.block_threads(), 1, 1),

@@ -113,6 +113,8 @@ pub const REQUIRED_SYMBOLS: &[&str] = &[
     "cuModuleGetFunction",
     "cuFuncSetAttribute",
     "cuLaunchKernel",
+    // The TMA kernel's tensor maps (CUDA 12.0 and later).
+    "cuTensorMapEncodeTiled",
 ];
 
 /// The entry point event timing needs under cudarc's CUDA 13 bindings (CUDA 12.8 and later).

@@ -15,7 +15,10 @@ const TRANSPOSE: &str = include_str!("../../../kernels/transpose.cu");
 const CP_ASYNC: &str = include_str!("../../../kernels/cp_async.cuh");
 const GEMM_TILED: &str = include_str!("../../../kernels/gemm_tiled.cu");
 const GEMM_TENSOR: &str = include_str!("../../../kernels/gemm_tensor.cu");
+const WGMMA: &str = include_str!("../../../kernels/wgmma.cuh");
 const GEMM_WGMMA: &str = include_str!("../../../kernels/gemm_wgmma.cu");
+const TMA: &str = include_str!("../../../kernels/tma.cuh");
+const GEMM_TMA: &str = include_str!("../../../kernels/gemm_tma.cu");
 const MIX: &str = include_str!("../../../kernels/mix.cu");
 const BLAKE3: &str = include_str!("../../../kernels/blake3.cu");
 const WALK: &str = include_str!("../../../kernels/walk.cu");
@@ -87,7 +90,7 @@ impl fmt::Display for AuxModule {
     }
 }
 
-/// The GEMM+mix kernels. Both are exact; they differ only in speed and in the GPUs they run on.
+/// The GEMM+mix kernels. All are exact; they differ only in speed and in the GPUs they run on.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum GpuKernel {
     /// CUDA cores: dp4a on shared-memory tiles. Any GPU from compute capability 6.1.
@@ -99,14 +102,24 @@ pub enum GpuKernel {
     /// from swizzled shared memory. Compute capability 9.0 only (`sm_90a` code runs nowhere
     /// else). Bit-exact against the CPU on an H100 (BENCHMARKS.md), and the fastest there.
     Wgmma,
+    /// The same wgmma fed by TMA: a producer warpgroup loads whole tiles into mbarrier-guarded
+    /// stages while two consumer warpgroups multiply, on a persistent grid that overlaps one
+    /// tile's epilogue with the next tile's loads (`kernels/gemm_tma.cu`). Compute capability 9.0
+    /// only. Opt-in (`--gpu-kernel tma`): `auto` does not choose it until a GPU run has measured
+    /// it against wgmma ([`GpuKernel::FASTEST_FIRST`]).
+    Tma,
 }
 
 impl GpuKernel {
-    pub const ALL: [GpuKernel; 3] = [GpuKernel::Tiled, GpuKernel::Tensor, GpuKernel::Wgmma];
+    pub const ALL: [GpuKernel; 4] = [GpuKernel::Tiled, GpuKernel::Tensor, GpuKernel::Wgmma, GpuKernel::Tma];
 
     /// Every kernel, fastest first where a device runs several: on an H100 (`miner bench`,
     /// BENCHMARKS.md) wgmma runs n = 2048 at 1.5x the tensor kernel's rate, and the tensor
     /// kernel at 7x the tiled one's. `auto` takes the first that runs and passes its self-check.
+    ///
+    /// The TMA kernel is not here yet: it has not run on a GPU. Once `scripts/gpu-check.sh` has
+    /// measured it bit-exact and faster than wgmma, it goes first in this list, and that is the
+    /// whole switch that makes it the default on Hopper.
     pub const FASTEST_FIRST: [GpuKernel; 3] = [GpuKernel::Wgmma, GpuKernel::Tensor, GpuKernel::Tiled];
 
     /// The oldest compute capability the kernel's instructions exist on.
@@ -114,14 +127,14 @@ impl GpuKernel {
         match self {
             GpuKernel::Tiled => (6, 1),
             GpuKernel::Tensor => (8, 0),
-            GpuKernel::Wgmma => (9, 0),
+            GpuKernel::Wgmma | GpuKernel::Tma => (9, 0),
         }
     }
 
     pub fn supports(self, compute_capability: (u32, u32)) -> bool {
         match self {
             // Architecture-specific (sm_90a) features exist on 9.0 alone, not on later GPUs.
-            GpuKernel::Wgmma => compute_capability == (9, 0),
+            GpuKernel::Wgmma | GpuKernel::Tma => compute_capability == (9, 0),
             _ => compute_capability >= self.min_compute_capability(),
         }
     }
@@ -130,16 +143,16 @@ impl GpuKernel {
     pub fn requirement(self) -> String {
         let (major, minor) = self.min_compute_capability();
         match self {
-            GpuKernel::Wgmma => format!("compute capability {major}.{minor} exactly (Hopper)"),
+            GpuKernel::Wgmma | GpuKernel::Tma => format!("compute capability {major}.{minor} exactly (Hopper)"),
             _ => format!("compute capability {major}.{minor} or later"),
         }
     }
 
     /// What NVRTC's target name needs after `compute_NN`: `a` for architecture-specific
-    /// instructions (wgmma), nothing for the portable ones.
+    /// instructions (wgmma, TMA, setmaxnreg), nothing for the portable ones.
     pub fn arch_suffix(self) -> &'static str {
         match self {
-            GpuKernel::Wgmma => "a",
+            GpuKernel::Wgmma | GpuKernel::Tma => "a",
             _ => "",
         }
     }
@@ -157,17 +170,26 @@ impl GpuKernel {
             GpuKernel::Tiled => "gemm_mix_tiled",
             GpuKernel::Tensor => "gemm_mix_tensor",
             GpuKernel::Wgmma => "gemm_mix_wgmma",
+            GpuKernel::Tma => "gemm_mix_tma",
         }
     }
 
     /// Output tile of one thread block, (rows, columns): the launch grid is
-    /// (ceil(n / columns), ceil(n / rows)).
+    /// (ceil(n / columns), ceil(n / rows)), but for a persistent kernel, whose blocks walk the
+    /// tiles (see [`GpuKernel::is_persistent`]).
     pub fn block_tile(self) -> (u32, u32) {
         match self {
             GpuKernel::Tiled => (64, 64),
             GpuKernel::Tensor => (128, 128),
-            GpuKernel::Wgmma => (128, 256),
+            GpuKernel::Wgmma | GpuKernel::Tma => (128, 256),
         }
+    }
+
+    /// Whether the kernel runs a persistent grid (at most one block per SM, each taking the
+    /// output tiles of the whole batch in turn) and reads its operands through tensor maps,
+    /// rather than one block per output tile reading plain pointers.
+    pub fn is_persistent(self) -> bool {
+        matches!(self, GpuKernel::Tma)
     }
 
     /// Dynamic shared memory the GEMM+mix entry point needs (beyond its static arrays); above
@@ -178,6 +200,8 @@ impl GpuKernel {
             // WG_SMEM_BYTES in gemm_wgmma.cu: four stages of (128 + 256) x 128 bytes, plus 1 KiB
             // of alignment.
             GpuKernel::Wgmma => 4 * (128 + 256) * 128 + 1024,
+            // TMA_SMEM_BYTES in gemm_tma.cu: the same stages (its barriers are static).
+            GpuKernel::Tma => 4 * (128 + 256) * 128 + 1024,
         }
     }
 
@@ -187,6 +211,8 @@ impl GpuKernel {
             GpuKernel::Tiled => 256,
             GpuKernel::Tensor => 128,
             GpuKernel::Wgmma => 256,
+            // A producer warpgroup and two consumer warpgroups.
+            GpuKernel::Tma => 384,
         }
     }
 
@@ -196,7 +222,9 @@ impl GpuKernel {
         let gemm: &[&str] = match self {
             GpuKernel::Tiled => &[GEMM_TILED],
             GpuKernel::Tensor => &[CP_ASYNC, GEMM_TENSOR],
-            GpuKernel::Wgmma => &[CP_ASYNC, GEMM_WGMMA],
+            GpuKernel::Wgmma => &[CP_ASYNC, WGMMA, GEMM_WGMMA],
+            // cp_async.cuh for its shared-address conversion; the kernel issues no cp.async.
+            GpuKernel::Tma => &[CP_ASYNC, WGMMA, TMA, GEMM_TMA],
         };
         [COMMON, CHACHA8, TRANSPOSE, MIX, BLAKE3]
             .iter()
@@ -213,6 +241,7 @@ impl fmt::Display for GpuKernel {
             GpuKernel::Tiled => "tiled",
             GpuKernel::Tensor => "tensor",
             GpuKernel::Wgmma => "wgmma",
+            GpuKernel::Tma => "tma",
         })
     }
 }
@@ -225,7 +254,10 @@ impl std::str::FromStr for GpuKernel {
             "tiled" => Ok(GpuKernel::Tiled),
             "tensor" => Ok(GpuKernel::Tensor),
             "wgmma" => Ok(GpuKernel::Wgmma),
-            other => Err(format!("unknown GPU kernel {other:?}; expected tiled, tensor or wgmma")),
+            "tma" => Ok(GpuKernel::Tma),
+            other => Err(format!(
+                "unknown GPU kernel {other:?}; expected tiled, tensor, wgmma or tma"
+            )),
         }
     }
 }
@@ -248,6 +280,19 @@ mod tests {
         assert!(GpuKernel::Wgmma.supports((9, 0)));
         assert!(!GpuKernel::Wgmma.supports((8, 9)));
         assert!(!GpuKernel::Wgmma.supports((10, 0)));
+        assert!(GpuKernel::Tma.supports((9, 0)));
+        assert!(!GpuKernel::Tma.supports((10, 0)));
+    }
+
+    /// The TMA kernel stays opt-in until a GPU has measured it: `auto` never picks it.
+    #[test]
+    fn auto_does_not_choose_the_unmeasured_tma_kernel() {
+        assert!(!GpuKernel::FASTEST_FIRST.contains(&GpuKernel::Tma));
+        assert!(
+            GpuKernel::ALL.contains(&GpuKernel::Tma),
+            "the self-check and bench still cover it"
+        );
+        assert_eq!(GpuKernel::best_for((9, 0)), Some(GpuKernel::Wgmma));
     }
 
     #[test]
@@ -264,7 +309,8 @@ mod tests {
             ] {
                 assert!(
                     src.contains(&format!("extern \"C\" __global__ void {name}("))
-                        || src.contains(&format!("{name}(const i8* x")),
+                        || src.contains(&format!("{name}(const i8* x"))
+                        || src.contains(&format!("{name}(const __grid_constant__ ga_tensor_map x_map")),
                     "{kernel} module lacks {name}"
                 );
             }

@@ -32,6 +32,7 @@ pub mod pool;
 mod slots;
 pub mod telemetry;
 mod timing;
+pub mod tma;
 pub mod walk;
 
 pub use backend::CudaBackend;

@@ -1,0 +1,189 @@
+//! The tensor maps the TMA kernel (`kernels/gemm_tma.cu`) loads its tiles through: what each
+//! describes ([`OperandMap`], plain numbers the host tests hand to the kernel's emulation too),
+//! and its encoding by the driver (`cuTensorMapEncodeTiled`) into the 128 opaque bytes the
+//! kernel takes as a parameter.
+//!
+//! A batch of `count` n x n int8 matrices is one 3-d tensor: k (innermost, contiguous), rows,
+//! matrices. A box is 128 bytes of k by the kernel's tile rows (128 of X, 256 of Bt) of one
+//! matrix, in the 128-byte swizzle wgmma's descriptors read. Rows and k past n lie outside the
+//! tensor, and TMA writes zeros for them: no box reads into the next matrix.
+
+use cudarc::driver::{DeviceRepr, DriverError, sys};
+
+/// Bytes of k one box covers: the kernel's TMA_BK, and the most the 128-byte swizzle allows.
+pub const BOX_K: u32 = 128;
+
+/// One operand's tensor map, as numbers: the layout of the tensor in global memory and the box
+/// one load moves.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct OperandMap {
+    /// Elements (bytes) per dimension: k, rows, matrices.
+    pub dims: [u64; 3],
+    /// Bytes between consecutive rows, and between consecutive matrices.
+    pub strides: [u64; 2],
+    /// The box: bytes of k, rows, matrices.
+    pub box_dims: [u32; 3],
+}
+
+#[derive(Debug, thiserror::Error, Clone, PartialEq, Eq)]
+pub enum TensorMapError {
+    /// What the driver requires of a tiled tensor map, checked before asking it so the error
+    /// says which rule.
+    #[error("a tensor map for n = {n}, {count} matrices, {rows}-row boxes is not possible: {why}")]
+    Unsupported {
+        n: usize,
+        count: usize,
+        rows: u32,
+        why: &'static str,
+    },
+    #[error("the tensor map's base address {0:#x} is not 16-byte aligned")]
+    Misaligned(u64),
+    #[error("cuTensorMapEncodeTiled refused the tensor map: {0}")]
+    Driver(String),
+}
+
+impl OperandMap {
+    /// The map of `count` n x n matrices read in boxes of `rows` rows by [`BOX_K`] bytes of k.
+    /// Refuses what `cuTensorMapEncodeTiled` would (PTX ISA and CUDA driver API, "Tensor Map"):
+    /// strides a multiple of 16 below 2^40, box sides of 1 to 256 elements, the innermost at
+    /// most the swizzle's 128 bytes, at most 2^32 elements a dimension.
+    pub fn new(n: usize, count: usize, rows: u32) -> Result<OperandMap, TensorMapError> {
+        let refuse = |why| Err(TensorMapError::Unsupported { n, count, rows, why });
+        if n == 0 || count == 0 {
+            return refuse("the tensor is empty");
+        }
+        let (n64, count64) = (n as u64, count as u64);
+        if !n64.is_multiple_of(16) {
+            return refuse("rows must be a multiple of 16 bytes apart");
+        }
+        if n64 > 1 << 32 || count64 > 1 << 32 {
+            return refuse("a dimension holds more than 2^32 elements");
+        }
+        let matrix_stride = n64 * n64;
+        if matrix_stride >= 1 << 40 {
+            return refuse("a matrix is 2^40 bytes or more");
+        }
+        if !(1..=256).contains(&rows) {
+            return refuse("a box side must be 1 to 256 elements");
+        }
+        Ok(OperandMap {
+            dims: [n64, n64, count64],
+            strides: [n64, matrix_stride],
+            box_dims: [BOX_K, rows, 1],
+        })
+    }
+
+    /// The box's bytes: what one load counts against its barrier, zeros past the tensor included.
+    pub fn box_bytes(&self) -> u32 {
+        self.box_dims.iter().product()
+    }
+
+    /// The map in the form the host emulation's harness reads (`d0,d1,d2,s1,s2,b0,b1,b2`).
+    pub fn to_arg(&self) -> String {
+        let [d0, d1, d2] = self.dims;
+        let [s1, s2] = self.strides;
+        let [b0, b1, b2] = self.box_dims;
+        format!("{d0},{d1},{d2},{s1},{s2},{b0},{b1},{b2}")
+    }
+
+    /// Encodes the map of the tensor at device address `base`.
+    pub fn encode(&self, base: u64) -> Result<TensorMap, TensorMapError> {
+        if !base.is_multiple_of(16) {
+            return Err(TensorMapError::Misaligned(base));
+        }
+        let element_strides = [1u32; 3];
+        let mut map = std::mem::MaybeUninit::<sys::CUtensorMap>::uninit();
+        // SAFETY: every pointer is to a live local array of the rank's length (strides: rank - 1),
+        // and `map` is written by the call before it is read; encoding only reads these and
+        // writes the map, it touches no device memory.
+        unsafe {
+            sys::cuTensorMapEncodeTiled(
+                map.as_mut_ptr(),
+                sys::CUtensorMapDataType::CU_TENSOR_MAP_DATA_TYPE_UINT8,
+                3,
+                base as *mut std::ffi::c_void,
+                self.dims.as_ptr(),
+                self.strides.as_ptr(),
+                self.box_dims.as_ptr(),
+                element_strides.as_ptr(),
+                sys::CUtensorMapInterleave::CU_TENSOR_MAP_INTERLEAVE_NONE,
+                sys::CUtensorMapSwizzle::CU_TENSOR_MAP_SWIZZLE_128B,
+                sys::CUtensorMapL2promotion::CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                sys::CUtensorMapFloatOOBfill::CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE,
+            )
+            .result()
+            .map_err(|e: DriverError| TensorMapError::Driver(super::detect::driver_error_text(&e)))?;
+            Ok(TensorMap(map.assume_init()))
+        }
+    }
+}
+
+/// An encoded tensor map, passed to the kernel by value (`const __grid_constant__
+/// ga_tensor_map`).
+#[derive(Clone, Copy, Debug)]
+#[repr(transparent)]
+pub struct TensorMap(sys::CUtensorMap);
+
+// SAFETY: a plain 128-byte, 64-byte-aligned (or more) C struct, the layout of the kernel's
+// `ga_tensor_map` parameter: the driver copies its bytes into the launch's parameter space.
+unsafe impl DeviceRepr for TensorMap {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_batch_is_one_tensor_of_k_rows_and_matrices() {
+        let x = OperandMap::new(2048, 3, 128).unwrap();
+        assert_eq!(x.dims, [2048, 2048, 3]);
+        assert_eq!(x.strides, [2048, 2048 * 2048]);
+        assert_eq!(x.box_dims, [128, 128, 1]);
+        assert_eq!(x.box_bytes(), 16384);
+        let bt = OperandMap::new(64, 1, 256).unwrap();
+        // A box larger than the tensor is allowed: TMA fills what lies outside with zeros.
+        assert_eq!(bt.box_bytes(), 32768);
+        assert_eq!(bt.to_arg(), "64,64,1,64,4096,128,256,1");
+    }
+
+    /// The kernel announces one stage's bytes (TMA_STAGE_BYTES) to each `full` barrier and then
+    /// loads one box of each map: if the two differed, the phase would never complete.
+    #[test]
+    fn the_two_boxes_are_exactly_the_stage_the_kernel_waits_for() {
+        use crate::cuda::GpuKernel;
+        let (rows, columns) = GpuKernel::Tma.block_tile();
+        let stage = (GpuKernel::Tma.dynamic_shared_bytes() - 1024) / 4;
+        for n in [64, 192, 2048] {
+            let x = OperandMap::new(n, 2, rows).unwrap();
+            let bt = OperandMap::new(n, 2, columns).unwrap();
+            assert_eq!(x.box_bytes() + bt.box_bytes(), stage, "n = {n}");
+        }
+    }
+
+    #[test]
+    fn maps_the_driver_would_refuse_are_refused_with_the_rule() {
+        for (n, count, rows, rule) in [
+            (0, 1, 128, "empty"),
+            (64, 0, 128, "empty"),
+            (72, 1, 128, "multiple of 16"),
+            (64, 1, 0, "box side"),
+            (64, 1, 257, "box side"),
+            (1 << 20, 1, 128, "2^40"),
+        ] {
+            let err = OperandMap::new(n, count, rows).unwrap_err();
+            assert!(err.to_string().contains(rule), "{n} {count} {rows}: {err}");
+        }
+    }
+
+    #[test]
+    fn a_misaligned_base_is_refused_before_the_driver_is_asked() {
+        let map = OperandMap::new(64, 1, 128).unwrap();
+        assert_eq!(map.encode(8).unwrap_err(), TensorMapError::Misaligned(8));
+    }
+
+    /// The kernel's parameter is 128 bytes; the driver copies exactly what the type holds.
+    #[test]
+    fn the_encoded_map_is_the_kernels_128_bytes() {
+        assert_eq!(std::mem::size_of::<TensorMap>(), 128);
+        assert!(std::mem::align_of::<TensorMap>() >= 64);
+    }
+}
