@@ -27,7 +27,7 @@ use gpu_attest_validator::rates::class::walk_class;
 use gpu_attest_validator::reason::ReasonCode;
 use gpu_attest_validator::store::Verdict;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 use tokio::sync::Mutex;
 
 /// One memory attestation at a time: each is timed against the machine's honest bandwidth.
@@ -194,6 +194,29 @@ async fn an_honest_miner_proves_its_memory_and_bandwidth() {
         assert_eq!(verdict.throughput.operations, chains + entries as f64 * 2f64.powi(31));
         // The pass teaches the validator its walk class: the proven bandwidth per core.
         assert_eq!(observed, vec![proven / f64::from(TEST_CORES)]);
+    }
+}
+
+/// A commitment's pools are freed once its one opening round is over, not kept until the
+/// commitment expires (10 minutes by default, far past the end of this test): an attestation
+/// leaves none held. Both policies open a round for a version 3 commitment (the full policy
+/// re-executes the chains but samples the walk).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_miner_frees_its_pools_once_the_opening_round_is_over() {
+    for policy in [Policy::Sampled, Policy::Full] {
+        let core = honest(0x43);
+        let verdict = attest_memory(core.clone(), policy).await;
+        assert!(verdict.passed, "{policy:?}: {:?}", verdict.reasons);
+        // The round ends on the miner once the validator has read its stream: allow it a moment.
+        let waited = Instant::now();
+        while core.commitments_holding_pools() != 0 && waited.elapsed() < Duration::from_secs(10) {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert_eq!(
+            core.commitments_holding_pools(),
+            0,
+            "{policy:?}: pools held after the round"
+        );
     }
 }
 

@@ -458,6 +458,29 @@ impl MinerCore {
         }
     }
 
+    /// Ends what a commitment holds once its one opening round is over: nothing may read its
+    /// pools after that (a second open request is refused, and the walk came before the round),
+    /// so they are freed now rather than when the commitment expires (`keep_commitments_secs`).
+    /// Kept until expiry, every recent challenge's pools were held at once, and an hour-long
+    /// soak saw the miners' memory rise in steps. The commitment itself stays, so the hold
+    /// spacing still sees it and a repeated open request still gets "already opened".
+    pub fn finish_round(&self, recent: &RecentCommitment) {
+        if let Some(memory) = &recent.memory {
+            memory.release();
+        }
+    }
+
+    /// How many kept commitments still hold their pools: those awaiting their walk or opening
+    /// round, or kept by a validator that never opens (the full policy) until they expire or
+    /// another challenge needs the memory.
+    pub fn commitments_holding_pools(&self) -> usize {
+        let recent = self.recent.lock().unwrap_or_else(|p| p.into_inner());
+        recent
+            .iter()
+            .filter(|r| r.memory.as_ref().is_some_and(HeldMemory::holds_pools))
+            .count()
+    }
+
     /// Another validator whose fresh commitment has not been opened yet, if any. Only a
     /// validator's newest commitment holds: one that has committed again since has moved on.
     fn awaiting_openings(&self, asking: &PublicKey) -> Option<PublicKey> {

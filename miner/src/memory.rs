@@ -150,6 +150,11 @@ impl HeldMemory {
         self.pools.lock().unwrap_or_else(|p| p.into_inner()).take();
     }
 
+    /// Whether the pools are still held (not yet released).
+    pub fn holds_pools(&self) -> bool {
+        self.pools.lock().unwrap_or_else(|p| p.into_inner()).is_some()
+    }
+
     /// Marks the commitment's one walk as asked for; `false` if it already was.
     pub fn claim_walk(&self) -> bool {
         !self.walk_requested.swap(true, Ordering::SeqCst)

@@ -89,6 +89,7 @@ pub async fn run_round(
     };
     round.run(samples).await;
     stopper.abort();
+    core.finish_round(&recent);
 }
 
 /// What one round works with.
