@@ -98,10 +98,44 @@ echo "== device evidence"
 limit "$bin/miner" evidence 2>&1 | tee "$out/evidence.log"
 record device-evidence "${PIPESTATUS[0]}"
 
+# Which Hopper kernel `auto` should take, from the bench above: the TMA kernel against wgmma and
+# cuBLASLt plus the mix at each size, beside issue 33's bars (70% of the int8 peak at n = 2048,
+# 60% at 1024, 3x cuBLASLt plus the mix at 2048). `auto` follows GpuKernel::FASTEST_FIRST; moving
+# Tma first there is the switch, once this says it is exact (self-check, GPU tests) and faster.
+compute_cap=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -n 1)
+if [ "$compute_cap" = "9.0" ] && [ -s "$out/bench.json" ]; then
+  echo "== the TMA kernel against wgmma (from the bench)"
+  python3 - "$out/bench.json" <<'PY' 2>&1 | tee "$out/kernel-choice.log"
+import json, sys
+def rows(node):
+    if isinstance(node, dict):
+        if "kernel" in node and "tops" in node:
+            yield node
+        for value in node.values():
+            yield from rows(value)
+    elif isinstance(node, list):
+        for value in node:
+            yield from rows(value)
+found = {}
+for r in rows(json.load(open(sys.argv[1]))):
+    found[(r["kernel"], r["device"], r["n"])] = r
+for (kernel, device, n), tma in sorted(found.items()):
+    if kernel != "tma" or ("wgmma", device, n) not in found:
+        continue
+    wgmma = found[("wgmma", device, n)]
+    peak = tma.get("peak_tops")
+    share = f"{tma['tops'] / peak:.0%} of peak" if peak else "peak unknown"
+    lt = tma.get("cublaslt_seconds")
+    vs_lt = f"{lt / tma['seconds']:.2f}x cuBLASLt+mix" if lt else "no cuBLASLt figure"
+    verdict = "faster" if tma["tops"] > wgmma["tops"] else "NOT faster"
+    print(f"device {device} n={n}: tma {tma['tops']:.1f} TOPS ({share}, {vs_lt}), wgmma {wgmma['tops']:.1f}: "
+          f"tma is {tma['tops'] / wgmma['tops']:.2f}x, {verdict}")
+PY
+fi
+
 # Hopper kernels under Nsight Compute: one launch each of wgmma and tma at n = 2048 (8 chains,
 # after the bench's warm-up launches), the tensor pipe's share of the elapsed cycles and the
 # duration. Metric names differ between ncu versions, so only those this ncu knows are asked for.
-compute_cap=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -n 1)
 if [ "$compute_cap" = "9.0" ] && command -v ncu >/dev/null; then
   echo "== Nsight Compute: wgmma and tma at n = 2048, tensor pipe utilisation"
   known=$(ncu --query-metrics 2>/dev/null | awk '{print $1}')
@@ -233,7 +267,7 @@ fi
 echo
 echo "== summary ($(date -u +%FT%TZ))"
 printf '%s\n' "${summary[@]}" | tee "$out/summary.txt"
-for part in summary.txt info.log selftest.log gpu-tests.log kernel-compile.log bench.log ncu.log walk.log evidence.log \
+for part in summary.txt info.log selftest.log gpu-tests.log kernel-compile.log bench.log kernel-choice.log ncu.log walk.log evidence.log \
   host-memory.log attestation.log gpu-validator.log attestation-tma.log cpu-oracle.log host-cpu.log; do
   [ -f "$out/$part" ] && { echo "== $part"; cat "$out/$part"; echo; }
 done >"$out/report.txt"
