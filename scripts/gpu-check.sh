@@ -182,14 +182,22 @@ miner_down() {
   wait "$miner_pid" 2>/dev/null
 }
 
+# `attest_sampled LOG`: one attestation of the miner at $address by a validator on the CPU,
+# sampled verification, into $out/LOG; its exit status.
+attest_sampled() {
+  limit "$bin/validator" attest --miner "http://$address" --key-file "$work/validator.key" \
+    --database "$work/validator.db" --backend cpu --policy sampled --target-seconds "${TARGET_SECONDS:-10}" \
+    >"$out/$1" 2>&1
+  local status=$?
+  cat "$out/$1"
+  return $status
+}
+
 echo "== attestation: miner on GPU, validator on CPU"
 miner_up auto
 if [ -n "$address" ]; then
-  limit "$bin/validator" attest --miner "http://$address" --key-file "$work/validator.key" \
-    --database "$work/validator.db" --backend cpu --policy sampled --target-seconds "${TARGET_SECONDS:-10}" \
-    >"$out/attestation.log" 2>&1
+  attest_sampled attestation.log
   status=$?
-  cat "$out/attestation.log"
   echo "== attestation: validator on the GPU too, every chain recomputed"
   limit "$bin/validator" attest --miner "http://$address" --key-file "$work/validator.key" \
     --database "$work/validator.db" --backend cuda --policy full --target-seconds "${TARGET_SECONDS_FULL:-5}" \
@@ -211,11 +219,8 @@ if [ "$compute_cap" = "9.0" ]; then
   echo "== attestation: miner on the TMA kernel, validator on CPU"
   miner_up tma
   if [ -n "$address" ]; then
-    limit "$bin/validator" attest --miner "http://$address" --key-file "$work/validator.key" \
-      --database "$work/validator.db" --backend cpu --policy sampled --target-seconds "${TARGET_SECONDS:-10}" \
-      >"$out/attestation-tma.log" 2>&1
+    attest_sampled attestation-tma.log
     tma_status=$?
-    cat "$out/attestation-tma.log"
   else
     echo "the miner did not start on the TMA kernel:"; cat "$out/miner-tma.log"
     tma_status=2
