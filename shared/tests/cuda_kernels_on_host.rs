@@ -279,6 +279,12 @@ static void ga_mbar_arrive_expect_tx(u64* bar, u32 bytes) {
     ga_mbar_arrive_locked(b);
 }
 
+// The bytes one load of `map` moves and counts against its barrier: the whole box, zeros
+// outside the tensor included.
+static u32 ga_box_bytes(const ga_tensor_map& map) {
+    return (u32)(map.opaque[6] * map.opaque[7] * map.opaque[8]);
+}
+
 // One box into shared memory, in the 128-byte swizzle (address bits 4-6 XORed with bits 7-9, as
 // wgmma reads it), zeros outside the tensor.
 static void ga_land(const ga_load& l) {
@@ -298,7 +304,7 @@ static void ga_land(const ga_load& l) {
 
 static void ga_tma_load_3d(void* dst, const ga_tensor_map* map, u64* bar, int c0, int c1, int c2) {
     const u64* m = map->opaque;
-    const u32 box_bytes = (u32)(m[6] * m[7] * m[8]);
+    const u32 box_bytes = ga_box_bytes(*map);
     const unsigned at = (unsigned)((unsigned char*)dst - wg_smem_raw);
     if (m[6] != 128 || m[8] != 1) { fprintf(stderr, "a TMA box other than 128 bytes of k by rows of one matrix\n"); abort(); }
     if (at % 1024 != 0) { fprintf(stderr, "a 128-byte-swizzled TMA box not 1024-byte aligned\n"); abort(); }
@@ -326,7 +332,7 @@ static bool ga_mbar_try_wait(u64* bar, u32 parity) {
     auto passed = [&] { return (b.phase & 1) != (parity & 1); };
     if (!passed()) {
         // Only now, with a thread about to wait, do the loads land.
-        for (const ga_load& l : b.loads) { ga_land(l); b.tx -= (long long)(l.map.opaque[6] * l.map.opaque[7] * l.map.opaque[8]); }
+        for (const ga_load& l : b.loads) { ga_land(l); b.tx -= ga_box_bytes(l.map); }
         b.loads.clear();
         ga_mbar_complete_if_done(b);
     }
