@@ -11,6 +11,7 @@ use std::process::ExitCode;
 /// self-check, 2 when a command could not do what was asked, and a status of its own for a
 /// device fault, so that a supervisor can tell it from a bad config.
 fn main() -> ExitCode {
+    gpu_attest_daemon::allocator::return_freed_memory();
     let cli = Cli::parse();
     if !matches!(cli.command, Command::Serve(_)) {
         gpu_attest_daemon::signals::end_quietly_when_output_closes();

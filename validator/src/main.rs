@@ -10,6 +10,7 @@ use std::process::ExitCode;
 /// (`gpu_attest_daemon::exit`): 0 yes, 1 no (a fail verdict), 2 could not do it, 75 a GPU the
 /// validator verifies on faulted (a fresh process can use it again).
 fn main() -> ExitCode {
+    gpu_attest_daemon::allocator::return_freed_memory();
     let cli = Cli::parse();
     if !matches!(cli.command, Command::Serve { .. }) {
         gpu_attest_daemon::signals::end_quietly_when_output_closes();

@@ -1,0 +1,37 @@
+//! How the daemons' memory allocator hands freed memory back to the system.
+//!
+//! glibc's malloc raises its mmap threshold, by default, to the size of each large block it
+//! frees (up to 32 MiB), and its trim threshold to twice that. That saves repeated mappings
+//! for a program that keeps making buffers of one size, but in a daemon it pins memory: once a
+//! 15 MiB block (a memory pool, a large message) has been freed, every later block below that size is carved
+//! from a per-thread arena, and an arena keeps up to twice that free. The hour-long soak
+//! (BENCHMARKS.md) saw each miner's resident size climb in steps of such blocks, one arena at a
+//! time, long past warm-up.
+//!
+//! Fixing the threshold turns that adjustment off: a block of [`MAP_FROM_BYTES`] or more is
+//! always a mapping of its own, returned when freed, and an arena gives back its free top
+//! beyond glibc's default trim threshold (128 KiB). Smaller blocks (a CPU miner's matrices up
+//! to n = 2048, each GEMM step's packed operand) still come from the arenas' free lists,
+//! so no step of the work pays for a fresh mapping and its page faults.
+//!
+//! Other allocators (musl, jemalloc) decide for themselves; this changes nothing there.
+
+/// The size from which a block is always mapped on its own: above a 2048 x 2048 int8 matrix
+/// (4 MiB), so the CPU kernels' per-step buffers stay in the arenas.
+pub const MAP_FROM_BYTES: usize = 8 << 20;
+
+/// Makes the allocator give large freed blocks straight back (see the module). Call it first
+/// thing in `main`, before threads start. Returns whether the allocator took the setting:
+/// false where it is not glibc's, or glibc refused.
+pub fn return_freed_memory() -> bool {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    {
+        // SAFETY: mallopt only sets a tuning parameter of the allocator; it is thread-safe in
+        // glibc and takes effect for later allocations.
+        unsafe { libc::mallopt(libc::M_MMAP_THRESHOLD, MAP_FROM_BYTES as libc::c_int) == 1 }
+    }
+    #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+    {
+        false
+    }
+}
