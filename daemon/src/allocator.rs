@@ -17,7 +17,10 @@
 //! Other allocators (musl, jemalloc) decide for themselves; this changes nothing there.
 
 /// The size from which a block is always mapped on its own: above a 2048 x 2048 int8 matrix
-/// (4 MiB), so the CPU kernels' per-step buffers stay in the arenas.
+/// (4 MiB), so the CPU kernels' per-step buffers stay in the arenas up to that size. At
+/// n = 4096 (a CPU validator re-executing a GPU chain) each step's 16 MiB packed operand is
+/// mapped afresh: its page faults are a few milliseconds beside a step of tens, the price of
+/// not keeping it.
 pub const MAP_FROM_BYTES: usize = 8 << 20;
 
 /// Makes the allocator give large freed blocks straight back (see the module). Call it first

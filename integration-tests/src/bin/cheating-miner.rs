@@ -113,6 +113,8 @@ async fn serve(args: Args, cheat: Option<Cheat>) -> Result<(), String> {
 }
 
 fn main() -> ExitCode {
+    // Set up as the real `miner` binary is, so the soak compares like with like.
+    gpu_attest_daemon::allocator::return_freed_memory();
     let args = Args::parse();
     if args.list {
         for (_, name) in Cheat::NAMED {
