@@ -158,20 +158,28 @@ TOML
 done
 
 echo "== soaking for $minutes minutes (samples every ${sample_secs}s in $work/samples.csv)" >&2
-# One row per daemon per sample: seconds since start, daemon, role, RSS in KiB, descriptors.
+# One row per daemon per sample: seconds since start, daemon, role, RSS in KiB, descriptors, and
+# the anonymous part of the RSS in KiB (what the daemon allocated, without its own code paged in).
 # One row per database: seconds, database, "db", its size in bytes, verdicts stored.
-echo "seconds,daemon,role,rss_kib,fds" >"$work/samples.csv"
+echo "seconds,daemon,role,rss_kib,fds,rss_anon_kib" >"$work/samples.csv"
 echo "seconds,database,bytes,verdicts" >"$work/databases.csv"
 # Sampling never stops the soak: a figure that cannot be read is written as 0.
+# "RSS,descriptors,anonymous RSS" of one process, in KiB.
+memory_and_fds() {
+    local pid=$1 rss anon
+    rss=$(awk '/^VmRSS/ {print $2}' "/proc/$pid/status" 2>/dev/null || true)
+    anon=$(awk '/^RssAnon/ {print $2}' "/proc/$pid/status" 2>/dev/null || true)
+    echo "${rss:-0},$(ls "/proc/$pid/fd" 2>/dev/null | wc -l),${anon:-0}"
+}
 sample() {
     local t=$1 name pid
     for db in sqlite postgres; do
         pid=${validator_pid[$db]}
-        echo "$t,validator-$db,validator,$(awk '/^VmRSS/ {print $2}' "/proc/$pid/status" 2>/dev/null || echo 0),$(ls "/proc/$pid/fd" 2>/dev/null | wc -l)"
+        echo "$t,validator-$db,validator,$(memory_and_fds "$pid")"
     done >>"$work/samples.csv"
     for name in $names; do
         pid=${miner_pid[$name]}
-        echo "$t,$name,miner,$(awk '/^VmRSS/ {print $2}' "/proc/$pid/status" 2>/dev/null || echo 0),$(ls "/proc/$pid/fd" 2>/dev/null | wc -l)"
+        echo "$t,$name,miner,$(memory_and_fds "$pid")"
     done >>"$work/samples.csv"
     local sqlite_bytes=0 postgres_bytes
     for file in "$work/validators/validator.db" "$work/validators/validator.db-wal"; do

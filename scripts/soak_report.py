@@ -2,7 +2,8 @@
 
     python scripts/soak_report.py SOAK_DIR MINUTES
 
-Reads what soak.sh left in SOAK_DIR: samples.csv (RSS and descriptors of every daemon),
+Reads what soak.sh left in SOAK_DIR: samples.csv (RSS, its anonymous part, and descriptors of
+every daemon),
 databases.csv (each database's size and its validator's verdict count), miners.txt (each miner's
 name, address and whether it is honest), validators/<db>.verdicts.json (every stored verdict) and
 validators/<db>.metrics (each validator's counters just before it stopped). Writes report.txt
@@ -57,22 +58,22 @@ def counters(path):
     return outcomes, errors
 
 
-def growth(rows, minutes):
-    """For one daemon's samples: (steady start KiB, end KiB, growth KiB, fd growth), judged
-    between the end of warm-up and the end as the mean of the first and last quarter of that
-    window, so that one busy sample does not count as growth."""
+def growth(rows, minutes, column):
+    """For one daemon's samples of `column` (KiB): (steady start KiB, end KiB, growth KiB, fd
+    growth), judged between the end of warm-up and the end as the mean of the first and last
+    quarter of that window, so that one busy sample does not count as growth."""
     rows = sorted(rows, key=lambda r: int(r["seconds"]))
     start = minutes * 60 * WARM_UP_SHARE
-    steady = [r for r in rows if int(r["seconds"]) >= start and int(r["rss_kib"]) > 0]
+    steady = [r for r in rows if int(r["seconds"]) >= start and int(r.get(column) or 0) > 0]
     if len(steady) < 8:
         return None
     quarter = max(2, len(steady) // 4)
     mean = lambda xs: sum(xs) / len(xs)
-    first_rss = mean([int(r["rss_kib"]) for r in steady[:quarter]])
-    last_rss = mean([int(r["rss_kib"]) for r in steady[-quarter:]])
+    first = mean([int(r[column]) for r in steady[:quarter]])
+    last = mean([int(r[column]) for r in steady[-quarter:]])
     first_fds = max(int(r["fds"]) for r in steady[:quarter])
     last_fds = max(int(r["fds"]) for r in steady[-quarter:])
-    return first_rss, last_rss, last_rss - first_rss, last_fds - first_fds
+    return first, last, last - first, last_fds - first_fds
 
 
 def main():
@@ -140,26 +141,35 @@ def main():
     for row in samples:
         by_daemon[row["daemon"]].append(row)
     say("")
+    # A leak is memory the daemon allocated: judged on the anonymous RSS. The rest of the RSS is
+    # mostly the binary's own code, paged in as paths first run (bounded by its size, and the
+    # kernel can drop it). Samples from before the anonymous column fall back to the whole RSS.
+    judged_column = "rss_anon_kib" if samples and "rss_anon_kib" in samples[0] else "rss_kib"
+    judged_name = "anonymous RSS" if judged_column == "rss_anon_kib" else "RSS"
     if minutes < MIN_MINUTES_FOR_GROWTH:
         say(f"memory and descriptors: not judged (a soak under {MIN_MINUTES_FOR_GROWTH} min shows start-up, not steady state)")
     else:
-        say(f"memory and descriptors past warm-up (the first {WARM_UP_SHARE:.0%}): "
-            "RSS at its start and end (MiB), growth, descriptor growth")
+        judged_part = "growth, and the same of the anonymous RSS (judged)" if judged_column != "rss_kib" else "growth (judged)"
+        say(f"memory and descriptors past warm-up (the first {WARM_UP_SHARE:.0%}): RSS at its start and end "
+            f"(MiB), {judged_part}, descriptor growth")
     for daemon, rows in sorted(by_daemon.items()):
         peak = max(int(r["rss_kib"]) for r in rows) / 1024
         peak_fds = max(int(r["fds"]) for r in rows)
-        judged = growth(rows, minutes) if minutes >= MIN_MINUTES_FOR_GROWTH else None
-        if judged is None:
+        judged = growth(rows, minutes, judged_column) if minutes >= MIN_MINUTES_FOR_GROWTH else None
+        whole = growth(rows, minutes, "rss_kib") if minutes >= MIN_MINUTES_FOR_GROWTH else None
+        if judged is None or whole is None:
             say(f"  {daemon:<34} peak {peak:6.1f} MiB, {peak_fds} descriptors")
             continue
         first, last, grew, fds = judged
-        say(f"  {daemon:<34} {first / 1024:6.1f} -> {last / 1024:6.1f} MiB ({grew / 1024:+.1f}), "
-            f"descriptors {fds:+d}; peak {peak:.1f} MiB, {peak_fds} descriptors")
+        line = f"  {daemon:<34} {whole[0] / 1024:6.1f} -> {whole[1] / 1024:6.1f} MiB ({whole[2] / 1024:+.1f})"
+        if judged_column != "rss_kib":
+            line += f", anonymous {first / 1024:6.1f} -> {last / 1024:6.1f} ({grew / 1024:+.1f})"
+        say(f"{line}, descriptors {fds:+d}; peak {peak:.1f} MiB, {peak_fds} descriptors")
         # The restarting miner starts afresh every few minutes: its curve is a saw, not a trend.
         if daemon == "restarting":
             continue
         if grew > max(RSS_GROWTH_KIB, RSS_GROWTH_SHARE * first):
-            failures.append(f"{daemon} grew by {grew / 1024:.1f} MiB past warm-up")
+            failures.append(f"{daemon} grew by {grew / 1024:.1f} MiB of {judged_name} past warm-up")
         if fds > FD_GROWTH:
             failures.append(f"{daemon} holds {fds} more descriptors than after warm-up")
 
