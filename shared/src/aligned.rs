@@ -121,18 +121,18 @@ impl Clone for AlignedBytes {
     /// it is also given back when dropped. Where no mapping can be had the copy goes on the
     /// heap, whose allocation fails as `Vec::clone`'s does.
     fn clone(&self) -> Self {
-        let mut copy = match &self.lines {
-            Lines::Heap(lines) => {
-                return AlignedBytes {
-                    lines: Lines::Heap(lines.clone()),
-                    len: self.len,
-                };
-            }
+        match &self.lines {
+            Lines::Heap(lines) => AlignedBytes {
+                lines: Lines::Heap(lines.clone()),
+                len: self.len,
+            },
             #[cfg(target_os = "linux")]
-            Lines::Mapped(_) => AlignedBytes::try_zeroed(self.len).unwrap_or_else(|| AlignedBytes::zeroed(self.len)),
-        };
-        copy.as_mut_slice().copy_from_slice(self.as_slice());
-        copy
+            Lines::Mapped(_) => {
+                let mut copy = AlignedBytes::try_zeroed(self.len).unwrap_or_else(|| AlignedBytes::zeroed(self.len));
+                copy.as_mut_slice().copy_from_slice(self.as_slice());
+                copy
+            }
+        }
     }
 }
 
@@ -142,8 +142,8 @@ mod mapping {
     use super::Line;
     use std::ptr::NonNull;
 
-    /// The size from which a buffer is mapped rather than allocated: a huge page, the size at
-    /// which glibc would map it itself before raising its threshold.
+    /// The size from which a buffer is mapped rather than allocated: one huge page. A smaller
+    /// buffer would gain nothing from huge pages and stays with the allocator.
     pub(super) const MIN_BYTES: usize = 1 << 21;
 
     /// `lines` cache lines, page-aligned, owned: unmapped on drop.
