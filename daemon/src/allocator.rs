@@ -3,8 +3,8 @@
 //! glibc's malloc raises its mmap threshold, by default, to the size of each large block it
 //! frees (up to 32 MiB), and its trim threshold to twice that. That saves repeated mappings
 //! for a program that keeps making buffers of one size, but in a daemon it pins memory: once a
-//! 15 MiB block (a memory pool, a large message) has been freed, every later block below that size is carved
-//! from a per-thread arena, and an arena keeps up to twice that free. The hour-long soak
+//! 15 MiB block (a memory pool, a large message) has been freed, every later block below that
+//! size is carved from a per-thread arena, and an arena keeps up to twice that free. The soak
 //! (BENCHMARKS.md) saw each miner's resident size climb in steps of such blocks, one arena at a
 //! time, long past warm-up.
 //!
