@@ -18,8 +18,9 @@
 #   6. the host's CPU: every CPU kernel it runs against the oracle (GPU hosts are where AMX is
 #      found), the memory phase's bandwidths on its memory,
 #      and where it has AMX, the AMX kernel's k block and cache hints swept (2 threads
-#      and all) and the engine against ONNX Runtime at 2 threads (when Python has onnxruntime
-#      and onnx).
+#      and all; HOST_CPU_SWEEP_ROUNDS rounds, default 3) and the engine against ONNX Runtime
+#      at 2 threads (when Python has onnxruntime and onnx); HOST_CPU_SWEEP_ROUNDS=0 leaves both
+#      out, for a short lease.
 # Each step runs under a time limit (STEP_TIMEOUT seconds, default 900): a kernel that hangs on a
 # new GPU fails its step instead of hanging the check, and the steps after it still run.
 # Prints a summary and exits non-zero if any step failed. Logs go to $OUT (or target/gpu-check),
@@ -238,13 +239,16 @@ echo "== host CPU: the memory phase of protocol version 3 (read, copy and walk b
 limit "$bin/miner" bench --backend cpu --sizes 256 --seconds 2 --memory-mib 2048 2>&1 | tee "$out/host-memory.log" |
   grep -E "^memory"
 record host-memory "${PIPESTATUS[0]}"
-if GPU_ATTEST_CPU_KERNEL=amx "$bin/miner" info --backend cpu >/dev/null 2>&1; then
+sweep_rounds=${HOST_CPU_SWEEP_ROUNDS:-3}
+if [ "$sweep_rounds" -eq 0 ]; then
+  echo "(HOST_CPU_SWEEP_ROUNDS=0: the AMX sweep and the comparison with ONNX Runtime are left out)" | tee "$out/host-cpu.log"
+elif GPU_ATTEST_CPU_KERNEL=amx "$bin/miner" info --backend cpu >/dev/null 2>&1; then
   echo "== host CPU: the AMX kernel's k block and cache hints, on 2 threads and on all, interleaved over rounds" |
     tee "$out/host-cpu.log"
   sweep_status=0
   # "block/hints": the blocks with the hints on (the default), then the default block and one
   # pass with them off, to measure what the hints buy.
-  for round in 1 2 3; do
+  for round in $(seq "$sweep_rounds"); do
     for threads in 2 0; do
       for setting in 512/auto 1024/auto 2048/auto 8192/auto 1024/off 8192/off; do
         block=${setting%/*} hints=${setting#*/}
