@@ -83,8 +83,9 @@ pub fn classes(claim: &HardwareClaim, config: &ValidatorConfig) -> Vec<RateClass
     compute.chain(walk).collect()
 }
 
-/// Seconds the pools take to fill, at twice each device's expected compute time for them
-/// (PROTOCOL.md 18.6 step 5: GEMMs at n = 256 may run below the class's rate at its own n).
+/// Seconds the pools take to fill: each device's pool at its compute rate, each fill operation
+/// counted as the fill's weight in chain operations (PROTOCOL.md 18.6 step 5: GEMMs at n = 256
+/// run several times below the class's rate at its own n on GPUs; [`crate::memory::fill`]).
 fn fill_seconds(claim: &HardwareClaim, n: u32, rates: &RateBook, memory: &MemoryPlan) -> f64 {
     claim
         .devices
@@ -92,7 +93,7 @@ fn fill_seconds(claim: &HardwareClaim, n: u32, rates: &RateBook, memory: &Memory
         .zip(&memory.pools)
         .map(|(device, pool)| {
             let rate = rates.expected(&RateClass::of(claim, device, n)).ops_per_unit * units(&claim.backend, device);
-            2.0 * pool.fill_ops() / rate
+            memory.fill_weight * pool.fill_ops() / rate
         })
         .fold(0.0, f64::max)
 }
@@ -597,8 +598,10 @@ mod tests {
         assert!((2.0..2.01).contains(&seconds), "{seconds}");
         assert_eq!(m.walk_expected_ms, (seconds * 1000.0).ceil() as u64);
         assert_eq!(m.walk_deadline_ms, m.walk_expected_ms * 2);
-        // The fill is added to the chains' time: twice its operations at the compute rate.
-        let fill_ms = 2.0 * m.pools[0].fill_ops() / H100_RATE * 1000.0;
+        // The fill is added to the chains' time: its operations at the compute rate, each
+        // counted as the tensor kernel's fill weight, 3 (PROTOCOL.md 18.6).
+        assert_eq!(m.fill_weight, 3.0);
+        let fill_ms = 3.0 * m.pools[0].fill_ops() / H100_RATE * 1000.0;
         let without = plan(
             &inv,
             &config(ChallengeConfig::default()),

@@ -175,6 +175,7 @@ pub fn verdict_to_wire(v: &Verdict) -> v1::Verdict {
             bandwidth_source: m.bandwidth_source.clone(),
             bandwidth_miners: m.bandwidth_miners,
             slack: m.slack,
+            fill_weight: m.fill_weight,
         }),
         identity: v.identity.as_ref().map(|i| v1::IdentityVerdict {
             policy: i.policy.clone(),

@@ -2,6 +2,7 @@
 //! the time this validator measured, beside the rate the planner expected of the claimed
 //! hardware. The measured time, not the miner's report, is the evidence.
 
+use crate::memory::FillWork;
 use crate::rates::RateSource;
 use crate::reason::{Reason, ReasonCode};
 use crate::store::StoredParams;
@@ -27,7 +28,8 @@ pub struct Throughput {
     /// Operations the challenge required: 2 n^3 M K, plus the pools' fill (2^31 an entry) in
     /// a version 3 challenge.
     pub operations: f64,
-    /// Operations per second the measured time proves, `operations / measured`; only for a
+    /// The rate at the challenge's n that the measured time proves: the chains' operations
+    /// plus the fill's at its weight (PROTOCOL.md 18.6), over the measured time. Only for a
     /// passing verdict or a graded miss ([`graded_miss`]): any other failure proves nothing.
     pub proven_ops_per_sec: Option<f64>,
     /// The proven rate spread over the devices the challenge was sized for.
@@ -62,22 +64,27 @@ pub fn operations(params: &StoredParams) -> f64 {
 }
 
 impl Throughput {
-    /// What a verdict proves of `params`' chains and `fill_ops`, the operations that made the
-    /// pools of a version 3 challenge (PROTOCOL.md 18.6): both are done within the measured
-    /// time, and both are checked (the chains by their openings, the pools by their entries'
-    /// rows), so the proven rate counts both. `proves`: the verdict passed, or is a graded miss.
+    /// What a verdict proves of `params`' chains and `fill`, the pools of a version 3
+    /// challenge (PROTOCOL.md 18.6): both are done within the measured time, and both are
+    /// checked (the chains by their openings, the pools by their entries' rows), so the proven
+    /// rate counts both. The fill counts at its weight, as the planner timed it: a kernel fills
+    /// at n = 256 several times slower than it runs the chains, and the rate proven is the
+    /// chains' rate, comparable with a verdict without pools and with the class's rate.
+    /// `proves`: the verdict passed, or is a graded miss.
     pub fn of(
         params: &StoredParams,
-        fill_ops: f64,
+        fill: FillWork,
         devices: usize,
         measured_ms: u64,
         expected: &Expectation,
         proves: bool,
     ) -> Self {
         let expected_ops_per_sec = expected.ops_per_sec;
-        let operations = operations(params) + fill_ops;
+        let chains = operations(params);
+        let operations = chains + fill.ops;
+        let timed_as = chains + fill.weighted_ops();
         // A commitment cannot arrive in less than a millisecond of measured time.
-        let proven = proves.then(|| operations / (measured_ms.max(1) as f64 / 1000.0));
+        let proven = proves.then(|| timed_as / (measured_ms.max(1) as f64 / 1000.0));
         Throughput {
             operations,
             proven_ops_per_sec: proven,
@@ -193,7 +200,7 @@ mod tests {
     #[test]
     fn a_pass_proves_operations_over_the_measured_time() {
         // 10 chains of n = 1024, K = 4: 8.59e10 operations, in 2 s on 2 devices.
-        let t = Throughput::of(&params(1024, 10, 4), 0.0, 2, 2_000, &expected(1.0e10), true);
+        let t = Throughput::of(&params(1024, 10, 4), FillWork::NONE, 2, 2_000, &expected(1.0e10), true);
         assert_eq!(t.operations, 2.0 * 1024f64.powi(3) * 10.0 * 4.0);
         let proven = t.proven_ops_per_sec.unwrap();
         assert!((proven - t.operations / 2.0).abs() < 1.0);
@@ -205,6 +212,38 @@ mod tests {
         );
         let shown = t.to_string();
         assert!(shown.contains("calibrated from 3 miners, slack 1.50"), "{shown}");
+    }
+
+    /// A host whose chains run at the class's rate, and whose fill runs at that rate over the
+    /// fill's weight, proves the class's rate, not one diluted by the slower fill. The H200
+    /// attestation of BENCHMARKS.md (17999 chains of n = 2048, K = 16, and a pool of 135998 MiB)
+    /// proved 3.77e14 op/s when the fill counted once, while its chains ran at about 9e14: a
+    /// class learned from such passes would have timed every later challenge 2.4 times loose.
+    #[test]
+    fn a_pass_with_pools_proves_the_rate_its_chains_run_at() {
+        let params = params(2048, 17_999, 16);
+        let rate = 9.0e14;
+        let fill = FillWork {
+            ops: 2_175_968.0 * 2f64.powi(31),
+            weight: 4.0,
+        };
+        let seconds = operations(&params) / rate + fill.ops / (rate / fill.weight);
+        let measured_ms = (seconds * 1000.0).round() as u64;
+        let t = Throughput::of(&params, fill, 1, measured_ms, &expected(rate), true);
+        let proven = t.proven_ops_per_sec.unwrap();
+        assert!(
+            (proven / rate - 1.0).abs() < 1e-3,
+            "proved {proven:e} of a class at {rate:e}"
+        );
+        assert!((t.proven_to_expected.unwrap() - 1.0).abs() < 1e-3);
+        assert_eq!(
+            t.operations,
+            operations(&params) + fill.ops,
+            "the work stated is the work done"
+        );
+        // Counted once, the same time would prove well under half the rate.
+        let plain = (operations(&params) + fill.ops) / (measured_ms as f64 / 1000.0);
+        assert!(plain < 0.45 * rate, "{plain:e}");
     }
 
     #[test]
@@ -222,7 +261,7 @@ mod tests {
 
     #[test]
     fn a_fail_proves_nothing() {
-        let t = Throughput::of(&params(64, 5, 4), 0.0, 1, 100, &expected(1.0e8), false);
+        let t = Throughput::of(&params(64, 5, 4), FillWork::NONE, 1, 100, &expected(1.0e8), false);
         assert!(t.operations > 0.0);
         assert_eq!(t.proven_ops_per_sec, None);
         assert_eq!(t.proven_ops_per_sec_per_device, None);

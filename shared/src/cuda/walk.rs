@@ -141,9 +141,9 @@ pub struct WalkBench {
     /// The pool's fill: its entries made as a challenge's are (chains of n = 256, hashed).
     pub fill_seconds: f64,
     pub fill_entries_per_sec: f64,
-    /// The fill's int8 rate, `P * 2 * 256^3 * 64` operations over its seconds: what the
-    /// validator's fill budget (PROTOCOL.md 18.6, step 5) assumes is at least half the class's
-    /// rate.
+    /// The fill's int8 rate, `P * 2 * 256^3 * 64` operations over its seconds: the validator's
+    /// fill budget (PROTOCOL.md 18.6, step 5) assumes it is at least the class's rate over the
+    /// kernel's fill weight (a quarter on wgmma).
     pub fill_tops: f64,
 }
 

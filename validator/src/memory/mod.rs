@@ -1,11 +1,14 @@
 //! The memory phase as the validator sees it (PROTOCOL.md 18): what it asks for
-//! ([`config`]), how it sizes and times the walk from bandwidth classes ([`plan`]), and what a
-//! verdict states of it ([`proof`]). The exchange itself is `attest::walk`.
+//! ([`config`]), what the fill costs in chain operations ([`fill`]), how it sizes and times the
+//! walk from bandwidth classes ([`plan`]), and what a verdict states of it ([`proof`]). The
+//! exchange itself is `attest::walk`.
 
 pub mod config;
+pub mod fill;
 pub mod plan;
 pub mod proof;
 
 pub use config::MemoryConfig;
+pub use fill::FillWork;
 pub use plan::{MemoryPlan, PlannedPool};
 pub use proof::{DeviceMemory, MemoryProof};

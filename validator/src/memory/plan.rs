@@ -55,6 +55,9 @@ pub struct MemoryPlan {
     pub walk_deadline_ms: u64,
     /// Walk segments to open.
     pub samples: u32,
+    /// Chain operations at the class's rate one fill operation is timed as
+    /// ([`super::fill::fill_weight`]).
+    pub fill_weight: f64,
 }
 
 impl MemoryPlan {
@@ -212,5 +215,6 @@ pub fn plan_memory(
         walk_expected_ms,
         walk_deadline_ms: (walk_expected_ms as f64 * slack).ceil() as u64,
         samples: config.walk_samples,
+        fill_weight: super::fill::fill_weight(&inventory.claim.backend, &inventory.claim.kernel),
     }))
 }

@@ -3,6 +3,7 @@
 //! it proved beside the one expected.
 
 use super::MemoryPlan;
+use super::fill::{FillWork, LEGACY_FILL_WEIGHT};
 use serde::{Deserialize, Serialize};
 
 /// One device's memory, as a verdict states it.
@@ -42,6 +43,15 @@ pub struct MemoryProof {
     pub bandwidth_miners: u32,
     /// Walk deadline over expected walk time.
     pub slack: f64,
+    /// Chain operations at the class's rate that one fill operation was timed as (PROTOCOL.md
+    /// 18.6 step 5, [`super::fill::fill_weight`]); verdicts stored before it was recorded were
+    /// timed with 2.
+    #[serde(default = "legacy_fill_weight")]
+    pub fill_weight: f64,
+}
+
+fn legacy_fill_weight() -> f64 {
+    LEGACY_FILL_WEIGHT
 }
 
 impl MemoryProof {
@@ -71,6 +81,7 @@ impl MemoryProof {
             bandwidth_source: plan.source.as_str().into(),
             bandwidth_miners: plan.miners,
             slack: plan.slack,
+            fill_weight: plan.fill_weight,
         }
     }
 
@@ -103,6 +114,14 @@ impl MemoryProof {
             .sum()
     }
 
+    /// The pools' fill as the verdict's throughput counts it: its operations and their weight.
+    pub fn fill_work(&self) -> FillWork {
+        FillWork {
+            ops: self.fill_ops(),
+            weight: self.fill_weight,
+        }
+    }
+
     /// The memory claimed in all, bytes.
     pub fn claimed_bytes(&self) -> u64 {
         self.devices.iter().map(|d| d.claimed_bytes).sum()
@@ -131,9 +150,33 @@ impl std::fmt::Display for MemoryProof {
         }
         write!(
             f,
-            "expected {:.1} GB/s ({})",
+            "expected {:.1} GB/s ({}); the fill timed as {} chain operations each",
             self.expected_walk_bytes_per_sec / 1e9,
-            self.bandwidth_source
+            self.bandwidth_source,
+            self.fill_weight
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A proof stored before the fill's weight was recorded reads back with the factor it was
+    /// timed with, so its proven rate is recomputed as its deadline was set.
+    #[test]
+    fn a_proof_stored_without_a_fill_weight_reads_back_with_the_old_factor() {
+        let stored = r#"{"pool_permille":950,"walkers":8,"walk_steps":64,"walk_checkpoint_every":8,
+            "walk_samples":64,"devices":[{"claimed_bytes":1048576,"pool_entries":15,"proven_bytes":983040}],
+            "walk_bytes":33554432,"walk_measured_ms":20,"walk_expected_ms":50,"walk_deadline_ms":100,
+            "expected_walk_bytes_per_sec":4.0e9,"proven_walk_bytes_per_sec":null,
+            "bandwidth_source":"shipped","bandwidth_miners":0,"slack":2.0}"#;
+        let proof: MemoryProof = serde_json::from_str(stored).unwrap();
+        assert_eq!(proof.fill_weight, LEGACY_FILL_WEIGHT);
+        let work = proof.fill_work();
+        assert_eq!(work.ops, 15.0 * 2f64.powi(31));
+        assert_eq!(work.weighted_ops(), 2.0 * work.ops);
+        let again: MemoryProof = serde_json::from_str(&serde_json::to_string(&proof).unwrap()).unwrap();
+        assert_eq!(again, proof, "the weight is written back out");
     }
 }

@@ -440,6 +440,7 @@ pub(crate) mod test_support {
             bandwidth_source: "shipped".into(),
             bandwidth_miners: 0,
             slack: 2.0,
+            fill_weight: 1.25,
         };
         Verdict {
             id: 0,
@@ -450,7 +451,7 @@ pub(crate) mod test_support {
             reasons: Vec::new(),
             policy: "sampled".into(),
             samples: 8,
-            throughput: Throughput::of(&params, memory.fill_ops(), 1, 50, &expectation, true),
+            throughput: Throughput::of(&params, memory.fill_work(), 1, 50, &expectation, true),
             params,
             measured_ms: 50,
             expected_ms: 100,

@@ -178,7 +178,10 @@ mod tests {
             graded.reasons = vec![Reason::new(ReasonCode::LateCommitment, "after 310 ms")];
             graded.throughput = crate::throughput::Throughput::of(
                 &graded.params,
-                graded.memory.as_ref().map_or(0.0, |m| m.fill_ops()),
+                graded
+                    .memory
+                    .as_ref()
+                    .map_or(crate::memory::FillWork::NONE, |m| m.fill_work()),
                 1,
                 310,
                 &graded.throughput.expectation(),
