@@ -86,6 +86,23 @@ record bench "${PIPESTATUS[0]}"
 limit "$bin/miner" bench --backend cuda --sizes "${BENCH_SIZES:-1024,2048,4096}" --seconds 1 --json \
   >"$out/bench.json" 2>/dev/null || true
 
+# What a fill operation costs in chain operations on the kernel `auto` mines on: the validator
+# times the fill at a weight per kernel (PROTOCOL.md 18.6 step 5), set from such figures; on a
+# new GPU model a ratio above that weight means honest miners are short of time.
+if [ -s "$out/bench.json" ]; then
+  echo "== the fill's cost in chain operations (PROTOCOL.md 18.6's fill weight)"
+  python3 - "$out/bench.json" "$(sed -n 's/^backend: cuda (\(.*\) kernel)$/\1/p' "$out/info.log")" <<'PY' 2>&1 | tee "$out/fill-weight.log"
+import json, sys
+bench, kernel = json.load(open(sys.argv[1])), sys.argv[2]
+for walk in bench.get("memory") or []:
+    rows = [r for r in bench["rows"] if r["kernel"] == kernel and r["device"] == walk["device"] and r["n"] == 2048]
+    if rows and walk.get("fill_tops"):
+        chains = rows[0]["tops"]
+        print(f"device {walk['device']} ({walk['name']}): {kernel} runs n = 2048 at {chains:.1f} TOPS and fills at "
+              f"{walk['fill_tops']:.1f}: a fill operation costs {chains / walk['fill_tops']:.2f} chain operations")
+PY
+fi
+
 # The bench above walks a 512 MiB pool (past the L2); this one walks 90% of each GPU's free
 # memory, where the TLB's reach is what a real pool meets, and checks the walk against the CPU's.
 echo "== memory walk (cuda): most of each GPU's memory"
@@ -276,7 +293,7 @@ fi
 echo
 echo "== summary ($(date -u +%FT%TZ))"
 printf '%s\n' "${summary[@]}" | tee "$out/summary.txt"
-for part in summary.txt info.log selftest.log gpu-tests.log kernel-compile.log bench.log kernel-choice.log ncu.log walk.log evidence.log \
+for part in summary.txt info.log selftest.log gpu-tests.log kernel-compile.log bench.log fill-weight.log kernel-choice.log ncu.log walk.log evidence.log \
   host-memory.log attestation.log gpu-validator.log attestation-tma.log cpu-oracle.log host-cpu.log; do
   [ -f "$out/$part" ] && { echo "== $part"; cat "$out/$part"; echo; }
 done >"$out/report.txt"
