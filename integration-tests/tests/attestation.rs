@@ -8,9 +8,11 @@ use common::cheats::{Cheat, spawn_cheater};
 use common::*;
 use gpu_attest_validator::attest::AttestEvent;
 use gpu_attest_validator::config::Policy;
+use gpu_attest_validator::memory::FillWork;
 use gpu_attest_validator::rates::RateSource;
 use gpu_attest_validator::reason::ReasonCode;
 use gpu_attest_validator::store::Verdict;
+use gpu_attest_validator::throughput::operations;
 
 #[tokio::test(flavor = "multi_thread")]
 async fn honest_miner_passes_sampled_verification() {
@@ -142,7 +144,12 @@ async fn a_commitment_after_the_deadline_fails_and_states_the_rate_it_proved() {
     let t = &verdict.throughput;
     let proven = t.proven_ops_per_sec.expect("a graded miss states the rate it proved");
     assert_eq!(proven, t.operations / (verdict.measured_ms as f64 / 1000.0));
-    assert_eq!(t.proven_to_expected, Some(proven / t.expected_ops_per_sec));
+    // The share of the class's rate counts the work as the deadline did: the pools' fill (if
+    // the challenge had them) at its weight.
+    let fill = verdict.memory.as_ref().map_or(FillWork::NONE, |m| m.fill_work());
+    let timed = operations(&verdict.params) + fill.weighted_ops();
+    let share = timed / (verdict.measured_ms as f64 / 1000.0) / t.expected_ops_per_sec;
+    assert_eq!(t.proven_to_expected, Some(share));
     // Later than the deadline: less than the deadline's share of the class rate.
     assert!(t.proven_to_expected.unwrap() < 1.0 / t.slack, "{t}");
     let classes = attestor.store().rate_classes().await.unwrap();

@@ -146,6 +146,8 @@ pub struct VerdictSummary {
     pub finish_by_ms: u64,
     /// 0 for a failed verdict, which proves nothing, unless it is a graded miss (PROTOCOL.md 17).
     pub proven_ops_per_sec: f64,
+    /// The share of the class's rate proven, the fill at its weight (PROTOCOL.md 17); 0 likewise.
+    pub proven_to_expected: f64,
     /// The verdict is a retest's: a first run within the retest band came before it (14.7).
     pub retested: bool,
     pub expected_ops_per_sec: f64,
@@ -180,6 +182,7 @@ impl From<v1::Verdict> for VerdictSummary {
             deadline_ms: v.deadline_ms,
             finish_by_ms: v.finish_by_ms,
             proven_ops_per_sec: v.proven_ops_per_sec,
+            proven_to_expected: v.proven_to_expected,
             retested: v.first_run.is_some(),
             expected_ops_per_sec: v.expected_ops_per_sec,
             rate_source: v.rate_source,

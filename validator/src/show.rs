@@ -86,6 +86,7 @@ fn stored_verdict_line(v: &Verdict) -> String {
         measured_ms: v.measured_ms,
         deadline_ms: v.deadline_ms,
         proven_ops_per_sec: t.proven_ops_per_sec.unwrap_or(0.0),
+        proven_to_expected: t.proven_to_expected.unwrap_or(0.0),
         expectation: t.expectation(),
         reasons: &reasons,
     })
@@ -199,6 +200,7 @@ fn summary_line(v: &VerdictSummary) -> String {
         measured_ms: v.measured_ms,
         deadline_ms: v.deadline_ms,
         proven_ops_per_sec: v.proven_ops_per_sec,
+        proven_to_expected: v.proven_to_expected,
         expectation: Expectation {
             ops_per_sec: v.expected_ops_per_sec,
             source: RateSource::parse(&v.rate_source),
@@ -219,6 +221,8 @@ struct VerdictLine<'a> {
     measured_ms: u64,
     deadline_ms: u64,
     proven_ops_per_sec: f64,
+    /// The share of the class's rate proven, the fill at its weight (0 when none).
+    proven_to_expected: f64,
     expectation: Expectation,
     /// Each as "message (code)".
     reasons: &'a [String],
@@ -235,13 +239,9 @@ fn verdict_line(v: &VerdictLine) -> String {
     );
     let detail = if v.passed {
         proved
-    } else if v.proven_ops_per_sec > 0.0 && v.expectation.ops_per_sec > 0.0 {
+    } else if v.proven_to_expected > 0.0 {
         // A graded miss: a failure that still proved a rate.
-        format!(
-            "{}: {proved}; {}",
-            too_slow(v.proven_ops_per_sec / v.expectation.ops_per_sec),
-            v.reasons.join("; ")
-        )
+        format!("{}: {proved}; {}", too_slow(v.proven_to_expected), v.reasons.join("; "))
     } else {
         v.reasons.join("; ")
     };
@@ -352,7 +352,9 @@ mod tests {
         v.passed = false;
         v.reasons = vec![Reason::new(ReasonCode::LateCommitment, "after 400 ms")];
         let t = &mut v.throughput;
-        t.proven_ops_per_sec = Some(0.61 * t.expected_ops_per_sec);
+        t.proven_ops_per_sec = Some(0.4 * t.expected_ops_per_sec);
+        // The share states the class's rate, the fill at its weight: not proven over expected.
+        t.proven_to_expected = Some(0.61);
         let line = stored_verdict_line(&v);
         assert!(
             line.contains("FAIL") && line.contains("too slow: proved 0.61x of the class rate"),
@@ -361,6 +363,7 @@ mod tests {
         assert!(line.contains("after 400 ms"), "the reasons follow: {line}");
         // Any other failure proves nothing and says only why.
         v.throughput.proven_ops_per_sec = None;
+        v.throughput.proven_to_expected = None;
         assert!(!stored_verdict_line(&v).contains("too slow"));
     }
 

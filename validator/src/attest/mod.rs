@@ -620,8 +620,8 @@ fn check_url(url: &str) -> Result<(), AttestError> {
     }
 }
 
-/// What a passing verdict teaches about its hardware class: the proven rate per unit, and the
-/// proven walk bandwidth per unit of its walk class. Only a claim of one class teaches
+/// What a passing verdict teaches about its hardware class: the class rate it proves per unit
+/// (the fill counted at its weight), and the proven walk bandwidth per unit of its walk class. Only a claim of one class teaches
 /// anything, since a mixed claim's rate cannot be split between its classes; a failed verdict
 /// teaches nothing, a graded miss included (its rate is below what the class must reach).
 fn learned_from(verdict: &Verdict, claim: &HardwareClaim, miner_key: [u8; 32]) -> Vec<ClassObservation> {
@@ -632,7 +632,9 @@ fn learned_from(verdict: &Verdict, claim: &HardwareClaim, miner_key: [u8; 32]) -
         return Vec::new();
     };
     let mut learned = Vec::new();
-    if let Some(proven) = verdict.throughput.proven_ops_per_sec {
+    // The class's rate, not the plain operations over the time: a pass with pools spent most of
+    // its time filling at n = 256, which the deadline timed at the fill's weight.
+    if let Some(proven) = verdict.throughput.proven_class_rate() {
         learned.push(ClassObservation {
             class,
             miner_key,

@@ -176,7 +176,10 @@ class RevokedKey:
 @dataclass(frozen=True)
 class Verdict:
     """A stored verdict. ``proven_to_expected`` is the share of the class rate proven: on a
-    pass at least 1/slack, on a graded miss (a FAIL whose late work verified) below that."""
+    pass at least 1/slack, on a graded miss (a FAIL whose late work verified) below that. It
+    counts a memory phase's pool fill at its weight, as the deadline does (PROTOCOL.md 18.6),
+    while ``proven_ops_per_sec`` counts every operation once: with pools, the share is the
+    larger, and ``proven_ops_per_sec`` the bound no faster fill kernel can break."""
 
     id: int
     miner_url: str
