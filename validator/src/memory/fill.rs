@@ -13,9 +13,10 @@
 //!   3.0 for chains at n = 256, the CPU challenge's own size, 1.2 times.
 //!
 //! Each weight sits just above its measurement, so an honest host's fill fits its budget. The
-//! weight is also what makes a version 3 pass teach its class's rate: the proven rate counts the
-//! fill at this weight ([`crate::throughput`]), so a class learned from passes with pools has
-//! the rate its chains run at, not one diluted by the slower fill.
+//! weight is also what makes a version 3 pass teach its class's rate: the share of the class's
+//! rate a verdict proves counts the fill at this weight ([`crate::throughput`]), so a class
+//! learned from passes with pools has the rate its chains run at, not one diluted by the slower
+//! fill. The weight is a budget, not a proof: the proven rate counts each fill operation once.
 
 /// The weight of the fill for a claim on `backend` with `kernel`: chain operations at the
 /// class's rate per fill operation. The table is normative (PROTOCOL.md 18.6): validators that
@@ -27,8 +28,8 @@ pub fn fill_weight(backend: &str, kernel: &str) -> f64 {
         ("cuda", "tensor") => 3.0,
         ("cuda", "wgmma") => 4.0,
         ("cuda", "tma") => 4.5,
-        // A kernel this table does not know yet: the Hopper figure, the slowest fill measured
-        // against its own chains but one.
+        // A backend or kernel this table does not know yet: wgmma's weight, the one measured
+        // on the kernel `auto` mines on where the fill lags the chains most.
         _ => 4.0,
     }
 }
