@@ -173,32 +173,16 @@ else
   echo "(not a Hopper GPU, or no ncu on the PATH: the Nsight Compute step is left out)"
 fi
 
-# `miner_up KERNEL`: a miner on the GPUs with that GPU kernel (auto, or one named), its address
-# in $address ("" if it did not start). `miner_down`: drains it for at most 30 s (it drains for
-# 25 s after SIGTERM), then stops it outright, so a miner hung on its GPU cannot hang the check.
+# `miner_on KERNEL`: a miner on the GPUs with that GPU kernel (auto, or one named), its address
+# in $address ("" if it did not start); `miner_down` stops it (miner_up.sh beside this script).
 work="$out/attest"
 mkdir -p "$work"
 "$bin/miner" keygen --key-file "$work/miner.key" >/dev/null 2>&1 || true
 "$bin/validator" keygen --key-file "$work/validator.key" >/dev/null 2>&1 || true
 validator_key=$("$bin/validator" public-key --key-file "$work/validator.key")
-miner_up() {
-  "$bin/miner" serve --backend cuda --gpu-kernel "$1" --listen 127.0.0.1:0 --key-file "$work/miner.key" \
-    --allow-validator "$validator_key" >"$work/miner.out" 2>"$out/miner-$1.log" &
-  miner_pid=$!
-  address=
-  for _ in $(seq 600); do
-    address=$(sed -n 's/^listening on //p' "$work/miner.out")
-    [ -n "$address" ] && break
-    kill -0 "$miner_pid" 2>/dev/null || break
-    sleep 0.1
-  done
-}
-miner_down() {
-  kill "$miner_pid" 2>/dev/null
-  for _ in $(seq 300); do kill -0 "$miner_pid" 2>/dev/null || break; sleep 0.1; done
-  kill -9 "$miner_pid" 2>/dev/null
-  wait "$miner_pid" 2>/dev/null
-}
+# shellcheck source=miner_up.sh
+. "$(dirname "$0")/miner_up.sh"
+miner_on() { miner_up "$out/miner-$1.log" --backend cuda --gpu-kernel "$1"; }
 
 # `attest_sampled LOG`: one attestation of the miner at $address by a validator on the CPU,
 # sampled verification, into $out/LOG; its exit status.
@@ -212,7 +196,7 @@ attest_sampled() {
 }
 
 echo "== attestation: miner on GPU, validator on CPU"
-miner_up auto
+miner_on auto
 if [ -n "$address" ]; then
   attest_sampled attestation.log
   status=$?
@@ -235,7 +219,7 @@ record gpu-validator $gpu_validator
 # (the issue's bar: within 5%), checked on arrival by the miner's self-check like any kernel.
 if [ "$compute_cap" = "9.0" ]; then
   echo "== attestation: miner on the TMA kernel, validator on CPU"
-  miner_up tma
+  miner_on tma
   if [ -n "$address" ]; then
     attest_sampled attestation-tma.log
     tma_status=$?

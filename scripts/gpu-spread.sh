@@ -20,7 +20,8 @@ out=${OUT:-target/gpu-spread}
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
 work=$(mktemp -d)
-trap 'kill "$miner_pid" 2>/dev/null; wait 2>/dev/null; rm -rf "$work"' EXIT
+miner_pid=
+trap '[ -n "$miner_pid" ] && miner_down; rm -rf "$work"' EXIT
 
 "$bin/miner" keygen --key-file "$work/miner.key" >/dev/null
 "$bin/validator" keygen --key-file "$work/validator.key" >/dev/null
@@ -43,16 +44,9 @@ enabled = ${MEMORY:-false}
 required = false
 EOF
 
-"$bin/miner" serve --backend "${MINER_BACKEND:-cuda}" --listen 127.0.0.1:0 --key-file "$work/miner.key" \
-  --allow-validator "$validator_key" >"$work/miner.out" 2>"$out/spread-miner.log" &
-miner_pid=$!
-address=
-for _ in $(seq 600); do
-  address=$(sed -n 's/^listening on //p' "$work/miner.out")
-  [ -n "$address" ] && break
-  kill -0 "$miner_pid" 2>/dev/null || break
-  sleep 0.1
-done
+# shellcheck source=miner_up.sh
+. "$(dirname "$0")/miner_up.sh"
+miner_up "$out/spread-miner.log" --backend "${MINER_BACKEND:-cuda}"
 if [ -z "$address" ]; then
   echo "gpu-spread: the miner did not start:" >&2
   cat "$out/spread-miner.log" >&2
