@@ -156,7 +156,11 @@ def main():
         peak = max(int(r["rss_kib"]) for r in rows) / 1024
         peak_fds = max(int(r["fds"]) for r in rows)
         judged = growth(rows, minutes, judged_column) if minutes >= MIN_MINUTES_FOR_GROWTH else None
-        whole = judged if judged_column == "rss_kib" else growth(rows, minutes, "rss_kib") if judged else None
+        # The whole RSS's growth beside the judged one, computed again only when it differs.
+        if judged is None or judged_column == "rss_kib":
+            whole = judged
+        else:
+            whole = growth(rows, minutes, "rss_kib")
         if judged is None or whole is None:
             say(f"  {daemon:<34} peak {peak:6.1f} MiB, {peak_fds} descriptors")
             continue

@@ -8,7 +8,7 @@ use common::cheats::{Cheat, spawn_cheater};
 use common::*;
 use gpu_attest_validator::attest::AttestEvent;
 use gpu_attest_validator::config::Policy;
-use gpu_attest_validator::memory::FillWork;
+use gpu_attest_validator::memory::MemoryProof;
 use gpu_attest_validator::rates::RateSource;
 use gpu_attest_validator::reason::ReasonCode;
 use gpu_attest_validator::store::Verdict;
@@ -146,7 +146,7 @@ async fn a_commitment_after_the_deadline_fails_and_states_the_rate_it_proved() {
     assert_eq!(proven, t.operations / (verdict.measured_ms as f64 / 1000.0));
     // The share of the class's rate counts the work as the deadline did: the pools' fill (if
     // the challenge had them) at its weight.
-    let fill = verdict.memory.as_ref().map_or(FillWork::NONE, |m| m.fill_work());
+    let fill = MemoryProof::fill_work_of(verdict.memory.as_ref());
     let timed = operations(&verdict.params) + fill.weighted_ops();
     let share = timed / (verdict.measured_ms as f64 / 1000.0) / t.expected_ops_per_sec;
     assert_eq!(t.proven_to_expected, Some(share));

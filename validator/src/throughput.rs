@@ -104,9 +104,7 @@ impl Throughput {
             slack: expected.slack,
         }
     }
-}
 
-impl Throughput {
     /// The class's rate this verdict proves: its share of the class's rate times that rate,
     /// the fill counted at its weight (PROTOCOL.md 15.1, 18.6). What a pass teaches its class.
     pub fn proven_class_rate(&self) -> Option<f64> {

@@ -621,9 +621,10 @@ fn check_url(url: &str) -> Result<(), AttestError> {
 }
 
 /// What a passing verdict teaches about its hardware class: the class rate it proves per unit
-/// (the fill counted at its weight), and the proven walk bandwidth per unit of its walk class. Only a claim of one class teaches
-/// anything, since a mixed claim's rate cannot be split between its classes; a failed verdict
-/// teaches nothing, a graded miss included (its rate is below what the class must reach).
+/// (the fill counted at its weight), and the proven walk bandwidth per unit of its walk class.
+/// Only a claim of one class teaches anything, since a mixed claim's rate cannot be split
+/// between its classes; a failed verdict teaches nothing, a graded miss included (its rate is
+/// below what the class must reach).
 fn learned_from(verdict: &Verdict, claim: &HardwareClaim, miner_key: [u8; 32]) -> Vec<ClassObservation> {
     if !verdict.passed {
         return Vec::new();

@@ -2,7 +2,7 @@
 
 use crate::config::Policy;
 use crate::device_identity::IdentityProof;
-use crate::memory::{FillWork, MemoryProof};
+use crate::memory::MemoryProof;
 use crate::planner::Plan;
 use crate::reason::{Reason, ReasonCode};
 use crate::store::{StoredParams, Verdict};
@@ -74,7 +74,7 @@ impl Outcome {
         });
         let throughput = Throughput::of(
             &stored,
-            memory.as_ref().map_or(FillWork::NONE, MemoryProof::fill_work),
+            MemoryProof::fill_work_of(memory.as_ref()),
             self.plan.claim.devices.len(),
             self.measured_ms,
             &self.plan.expectation,

@@ -122,6 +122,11 @@ impl MemoryProof {
         }
     }
 
+    /// The fill of a verdict's memory phase, if it had one: nothing filled without it.
+    pub fn fill_work_of(memory: Option<&MemoryProof>) -> FillWork {
+        memory.map_or(FillWork::NONE, MemoryProof::fill_work)
+    }
+
     /// The memory claimed in all, bytes.
     pub fn claimed_bytes(&self) -> u64 {
         self.devices.iter().map(|d| d.claimed_bytes).sum()

@@ -178,10 +178,7 @@ mod tests {
             graded.reasons = vec![Reason::new(ReasonCode::LateCommitment, "after 310 ms")];
             graded.throughput = crate::throughput::Throughput::of(
                 &graded.params,
-                graded
-                    .memory
-                    .as_ref()
-                    .map_or(crate::memory::FillWork::NONE, |m| m.fill_work()),
+                crate::memory::MemoryProof::fill_work_of(graded.memory.as_ref()),
                 1,
                 310,
                 &graded.throughput.expectation(),

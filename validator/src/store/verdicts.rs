@@ -2,7 +2,7 @@
 
 use super::{ClassObservation, Store, StoreError, as_i64, as_u64};
 use crate::device_identity::IdentityProof;
-use crate::memory::{FillWork, MemoryProof};
+use crate::memory::MemoryProof;
 use crate::rates::RateSource;
 use crate::rates::class::WALK_KERNEL;
 use crate::reason::Reason;
@@ -331,7 +331,7 @@ fn verdict_from_row(r: &sqlx::any::AnyRow) -> Result<Verdict, StoreError> {
     } else {
         Some(serde_json::from_str(&first_run_json).map_err(|e| corrupt("first_run", e))?)
     };
-    let fill = memory.as_ref().map_or(FillWork::NONE, MemoryProof::fill_work);
+    let fill = MemoryProof::fill_work_of(memory.as_ref());
     let throughput = Throughput::of(&params, fill, inventory.len(), measured_ms, &expectation, proves);
     Ok(Verdict {
         id: as_u64(r.try_get(0)?)?,
