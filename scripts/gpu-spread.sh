@@ -8,8 +8,9 @@
 #
 # The memory phase is off by default: it has deadlines of its own, and filling 95% of a large
 # GPU on every one of RUNS attestations takes most of the time (19 s on an H200); this measures
-# the compute deadline's spread. MEMORY=true turns it on, to see the fill's share of the spread. The target is short (TARGET_SECONDS, default 3, as the CPU slack bench),
-# which times worse than the 30 s default, so the spread is, if anything, overstated.
+# the compute deadline's spread. MEMORY=true turns it on, to see the fill's share of the
+# spread. The target is short (TARGET_SECONDS, default 3, as the CPU slack bench), which times
+# worse than the 30 s default, so the spread is, if anything, overstated.
 #   usage: gpu-spread.sh [RUNS] [BIN_DIR]     (default 50 runs; BIN_DIR: this script's folder)
 # MINER_BACKEND=cpu runs the same loop on a host without a GPU (to try the script).
 # Output: $OUT (or target/gpu-spread)/verdicts.json, the verdicts one after another, and spread.txt.
