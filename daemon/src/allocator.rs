@@ -14,6 +14,12 @@
 //! to n = 2048, each GEMM step's packed operand) still come from the arenas' free lists,
 //! so no step of the work pays for a fresh mapping and its page faults.
 //!
+//! That leaves the blocks below the threshold. An arena gives memory back only from its top, so
+//! a round's freed blocks that lie below one still held (a kept commitment, a connection's
+//! buffer) stay resident until the arena reuses them, and which arena a thread gets varies from
+//! round to round. [`release_free_memory`] hands back every free page of every arena; a daemon
+//! calls it when its work goes idle.
+//!
 //! Other allocators (musl, jemalloc) decide for themselves; this changes nothing there.
 
 /// The size from which a block is always mapped on its own: above a 2048 x 2048 int8 matrix
@@ -32,6 +38,23 @@ pub fn return_freed_memory() -> bool {
         // SAFETY: mallopt only sets a tuning parameter of the allocator; it is thread-safe in
         // glibc and takes effect for later allocations.
         unsafe { libc::mallopt(libc::M_MMAP_THRESHOLD, MAP_FROM_BYTES as libc::c_int) == 1 }
+    }
+    #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+    {
+        false
+    }
+}
+
+/// Hands every whole free page in the allocator's arenas back to the system (glibc's
+/// `malloc_trim`), wherever it lies in its arena. It walks every arena under its lock, a few
+/// milliseconds for a daemon's tens of MiB, so call it when work has gone idle, not per request.
+/// Returns whether any memory was released: false where the allocator is not glibc's.
+pub fn release_free_memory() -> bool {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    {
+        // SAFETY: malloc_trim takes each arena's lock itself and only releases pages of free
+        // chunks; it is safe to call from any thread at any time.
+        unsafe { libc::malloc_trim(0) == 1 }
     }
     #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
     {

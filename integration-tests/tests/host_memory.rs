@@ -1,6 +1,7 @@
 //! Freed memory goes back to the operating system, whichever thread made and freed it: a pool
-//! (a buffer sized from a claim) when it is dropped, and any large block once a daemon's `main`
-//! has set the allocator up (`gpu_attest_daemon::allocator`).
+//! (a buffer sized from a claim) when it is dropped, any large block once a daemon's `main`
+//! has set the allocator up (`gpu_attest_daemon::allocator`), and small blocks freed below
+//! ones still held once the daemon releases free memory on going idle.
 //!
 //! The failure this guards against was seen in the hour-long soak (BENCHMARKS.md): a miner
 //! freed each 15 MiB pool after its round, yet its resident size kept growing by a pool at a
@@ -67,6 +68,20 @@ fn heap_round() {
     assert_eq!(std::hint::black_box(&smaller)[0], 0x3C);
 }
 
+/// Blocks under the mmap threshold, as a round makes them (a CPU miner's matrices), every page
+/// touched; all but every eighth freed. The ones kept (a kept commitment, a connection's buffer)
+/// sit above the freed ones, so the arena cannot give those back from its top.
+fn fragmented_round() -> Vec<Vec<u8>> {
+    const BLOCK_BYTES: usize = 1 << 20;
+    let blocks: Vec<Vec<u8>> = (0..24u8).map(|i| vec![i | 1; BLOCK_BYTES]).collect();
+    blocks
+        .into_iter()
+        .enumerate()
+        .filter(|(i, _)| i % 8 == 7)
+        .map(|(_, block)| block)
+        .collect()
+}
+
 #[test]
 fn freed_pools_and_large_blocks_go_back_to_the_system() {
     println!("pools, before any allocator setting:");
@@ -88,4 +103,26 @@ fn freed_pools_and_large_blocks_go_back_to_the_system() {
         "resident memory grew by {grown} bytes after heap blocks of up to {POOL_BYTES} bytes were \
          freed: the allocator keeps them instead of returning them"
     );
+
+    println!("small blocks freed below kept ones, then released as a daemon does when it goes idle:");
+    let before = resident_bytes();
+    let kept = fragmented_round();
+    let held = resident_bytes();
+    let started = std::time::Instant::now();
+    let released = gpu_attest_daemon::allocator::release_free_memory();
+    let took = started.elapsed();
+    let after = resident_bytes();
+    let kept_bytes: u64 = kept.iter().map(|block| block.len() as u64).sum();
+    println!(
+        "resident before {before} bytes, with 24 MiB made and 21 MiB of it freed {held} bytes, \
+         after the release {after} bytes (released: {released}, in {took:?})"
+    );
+    assert!(
+        after.saturating_sub(before) < kept_bytes + (4 << 20),
+        "resident memory stayed {} bytes above where it started after 21 MiB of blocks were freed \
+         and the free memory released, with {kept_bytes} bytes still held: the release leaves \
+         freed memory resident",
+        after.saturating_sub(before)
+    );
+    drop(kept);
 }

@@ -777,6 +777,28 @@ impl MinerCore {
         WorkRunning(self.working.clone())
     }
 
+    /// Ends work counted by `running` and, once no other challenge or round runs, hands the
+    /// memory it freed back to the system ([`gpu_attest_daemon::allocator::release_free_memory`]).
+    /// Only for work an allowed validator asked for: a refused request just drops its guard, so
+    /// a stranger's requests cannot make the miner walk its arenas again and again.
+    ///
+    /// Why: a round frees its matrices and messages below blocks that outlive it (the kept
+    /// commitment, the next connection's buffers), where the allocator cannot give them back,
+    /// and the hour-long soak (BENCHMARKS.md) saw honest miners' resident memory creep up by
+    /// such blocks for the whole hour.
+    pub fn work_ended(&self, running: WorkRunning) {
+        drop(running);
+        if self.working.load(Ordering::SeqCst) == 0 {
+            let started = Instant::now();
+            let released = gpu_attest_daemon::allocator::release_free_memory();
+            tracing::debug!(
+                released,
+                micros = started.elapsed().as_micros() as u64,
+                "idle: free memory handed back to the system"
+            );
+        }
+    }
+
     /// Stops taking challenges, then waits, up to `within`, for the challenge in flight to be
     /// committed and its opening round to run: a miner restarted mid-challenge would otherwise
     /// fail an attestation it has done the work for. A commitment counts as awaiting its round

@@ -105,8 +105,8 @@ impl Miner for MinerService {
         let (tx, rx) = mpsc::channel(EVENT_BUFFER);
         let core = self.core.clone();
         tokio::spawn(async move {
-            run_accepted(core, accepted, tx).await;
-            drop(running);
+            run_accepted(core.clone(), accepted, tx).await;
+            core.work_ended(running);
         });
         // An allowed validator's challenge keeps its connection until the commitment is out.
         Ok(holds_connection(Response::new(Box::pin(ReceiverStream::new(rx)))))
@@ -137,8 +137,8 @@ impl Miner for MinerService {
                 .map(Sample::Chain)
                 .chain(round.walks.into_iter().map(Sample::Walk))
                 .collect();
-            run_round(core, round.recent, samples, tx, limits).await;
-            drop(running);
+            run_round(core.clone(), round.recent, samples, tx, limits).await;
+            core.work_ended(running);
         });
         // So does its opening round, which ends on its own (`RoundLimits`).
         Ok(holds_connection(Response::new(Box::pin(ReceiverStream::new(rx)))))
@@ -176,7 +176,7 @@ impl Miner for MinerService {
         let walked = tokio::task::spawn_blocking(move || core.walk(&recent, &walk, &worker_cancel)).await;
         deadline_watch.abort();
         drop(devices);
-        drop(running);
+        self.core.work_ended(running);
         let statement = match walked {
             Ok(result) => result
                 .map(|signed| crate::wire::walk_statement(&signed))
