@@ -205,6 +205,7 @@ impl Miner for CheatingMiner {
         &self,
         request: Request<v1::Challenge>,
     ) -> Result<Response<Self::RunChallengeStream>, Status> {
+        let running = self.core.work_started();
         let (challenge, signature) = convert::challenge_from_wire(request.get_ref()).map_err(MinerError::from)?;
         let accepted = self
             .core
@@ -238,6 +239,7 @@ impl Miner for CheatingMiner {
             }))
             .await;
         let (core, cheat, first) = (self.core.clone(), self.cheat, self.first.clone());
+        let core_after = core.clone();
         tokio::spawn(async move {
             let events = match after_accepting(core, cheat, &first, accepted).await {
                 Ok(events) => events,
@@ -248,6 +250,7 @@ impl Miner for CheatingMiner {
                     break;
                 }
             }
+            core_after.work_ended(running);
         });
         Ok(Response::new(Box::pin(tokio_stream::wrappers::ReceiverStream::new(rx))))
     }
@@ -258,6 +261,7 @@ impl Miner for CheatingMiner {
     ) -> Result<Response<Self::OpenChainsStream>, Status> {
         // Walk samples (a version 3 commitment) are opened honestly, after the chains: these
         // cheats are at the chains.
+        let running = self.core.work_started();
         let request = convert::open_request_from_wire(request.get_ref()).map_err(MinerError::from)?;
         let round = self.core.check_open_request(request)?;
         let (recent, samples, walks) = (round.recent, round.chains, round.walks);
@@ -268,13 +272,18 @@ impl Miner for CheatingMiner {
         let openings = tokio::task::spawn_blocking(move || {
             let chains = samples.into_iter().map(|s| core.open(&recent, s, &CancelToken::new()));
             let walks = walks.into_iter().map(|w| core.open_walk(&recent, w));
-            chains
+            let openings = chains
                 .chain(walks)
                 .map(|o| o.map(|o| gpu_attest_miner::wire::opening(&o)).map_err(Status::from))
-                .collect::<Vec<_>>()
+                .collect::<Vec<_>>();
+            // The round is over, as the real miner's ends: its pools go, and so does the
+            // memory it freed, so that the soak measures the cheats and not a leakier copy.
+            core.finish_round(&recent);
+            openings
         })
         .await
         .unwrap();
+        self.core.work_ended(running);
         let cheat = self.cheat;
         let openings = openings.into_iter().map(move |o| {
             o.map(|mut o| {
@@ -293,12 +302,15 @@ impl Miner for CheatingMiner {
 
     /// Walks honestly: these cheats are at the chains.
     async fn walk_pool(&self, request: Request<v1::WalkRequest>) -> Result<Response<v1::WalkStatement>, Status> {
+        let running = self.core.work_started();
         let request = convert::walk_request_from_wire(request.get_ref()).map_err(MinerError::from)?;
         let (recent, walk) = self.core.check_walk_request(request)?;
         let core = self.core.clone();
         let statement = tokio::task::spawn_blocking(move || core.walk(&recent, &walk, &CancelToken::new()))
             .await
-            .unwrap()?;
+            .unwrap();
+        self.core.work_ended(running);
+        let statement = statement?;
         Ok(Response::new(gpu_attest_miner::wire::walk_statement(&statement)))
     }
 }
