@@ -3,6 +3,7 @@
 //! `scripts/soak.sh`). They exist only here, never in the miner itself.
 
 use gpu_attest_miner::MinerCore;
+use gpu_attest_miner::core::WorkRunning;
 use gpu_attest_miner::error::MinerError;
 use gpu_attest_proto::convert;
 use gpu_attest_proto::v1::{self, challenge_event::Event, miner_server::Miner, miner_server::MinerServer};
@@ -283,7 +284,10 @@ impl Miner for CheatingMiner {
         })
         .await
         .unwrap();
-        self.core.work_ended(running);
+        let ends = EndsWorkOnDrop {
+            core: self.core.clone(),
+            running: Some(running),
+        };
         let cheat = self.cheat;
         let openings = openings.into_iter().map(move |o| {
             o.map(|mut o| {
@@ -295,9 +299,11 @@ impl Miner for CheatingMiner {
                 o
             })
         });
-        Ok(Response::new(Box::pin(tokio_stream::iter(
-            openings.collect::<Vec<_>>(),
-        ))))
+        let openings = tokio_stream::StreamExt::map(tokio_stream::iter(openings.collect::<Vec<_>>()), move |o| {
+            let _ends_with_the_stream = &ends;
+            o
+        });
+        Ok(Response::new(Box::pin(openings)))
     }
 
     /// Walks honestly: these cheats are at the chains.
@@ -312,6 +318,24 @@ impl Miner for CheatingMiner {
         self.core.work_ended(running);
         let statement = statement?;
         Ok(Response::new(gpu_attest_miner::wire::walk_statement(&statement)))
+    }
+}
+
+/// Ends an opening round's work when the stream of its openings is dropped (the stream is
+/// dropped before the closure that holds this): the openings, all computed before the first is
+/// sent, are freed only then, and the real miner too releases free memory once its round's
+/// last opening is gone. Ended earlier, the freed openings stayed resident until the next
+/// release, and the soak saw these cheaters swing by their size.
+struct EndsWorkOnDrop {
+    core: Arc<MinerCore>,
+    running: Option<WorkRunning>,
+}
+
+impl Drop for EndsWorkOnDrop {
+    fn drop(&mut self) {
+        if let Some(running) = self.running.take() {
+            self.core.work_ended(running);
+        }
     }
 }
 
