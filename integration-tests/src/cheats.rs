@@ -277,8 +277,9 @@ impl Miner for CheatingMiner {
                 .chain(walks)
                 .map(|o| o.map(|o| gpu_attest_miner::wire::opening(&o)).map_err(Status::from))
                 .collect::<Vec<_>>();
-            // The round is over, as the real miner's ends: its pools go, and so does the
-            // memory it freed, so that the soak measures the cheats and not a leakier copy.
+            // The round is over, as the real miner's ends: its pools go now, and the memory it
+            // freed once its openings are dropped (`EndsWorkOnDrop`), so that the soak measures
+            // the cheats and not a leakier copy of the miner.
             core.finish_round(&recent);
             openings
         })
