@@ -240,9 +240,8 @@ impl Miner for CheatingMiner {
             }))
             .await;
         let (core, cheat, first) = (self.core.clone(), self.cheat, self.first.clone());
-        let core_after = core.clone();
         tokio::spawn(async move {
-            let events = match after_accepting(core, cheat, &first, accepted).await {
+            let events = match after_accepting(core.clone(), cheat, &first, accepted).await {
                 Ok(events) => events,
                 Err(status) => vec![Err(status)],
             };
@@ -251,7 +250,7 @@ impl Miner for CheatingMiner {
                     break;
                 }
             }
-            core_after.work_ended(running);
+            core.work_ended(running);
         });
         Ok(Response::new(Box::pin(tokio_stream::wrappers::ReceiverStream::new(rx))))
     }
