@@ -1,9 +1,10 @@
 //! What the gpu-attest miner and validator daemons share, so that both behave alike on the
 //! network and on the host: how freed memory goes back to the system (`allocator`), one gRPC
-//! server stack (`stack`), the transport policy (`tls`, `rate_limit`, `requests`), the refusal
-//! log, which connection a call came on (`connect_info`), config files, logs, the listening
-//! socket, signals, the Prometheus metrics endpoint, errors on one line (`errors`), places for
-//! long calls bounded per client (`slots`), and stopping when a device goes out of service
+//! server stack (`stack`), the transport policy (`tls`, `rate_limit`, `requests`), dialling a
+//! peer with one bound on connect and handshake together (`dial`), the refusal log, which
+//! connection a call came on (`connect_info`), config files, logs, the listening socket,
+//! signals, the Prometheus metrics endpoint, errors on one line (`errors`), places for long
+//! calls bounded per client (`slots`), and stopping when a device goes out of service
 //! (`devices`).
 //! The wire types live apart, in `gpu-attest-proto`, for peers that want only those.
 
@@ -13,6 +14,7 @@ pub mod config;
 mod connect_info;
 pub mod connections;
 pub mod devices;
+pub mod dial;
 pub mod errors;
 pub mod exit;
 pub mod listen;

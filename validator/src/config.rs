@@ -80,6 +80,12 @@ pub struct DeadlineConfig {
     /// failing verdict (`not-accepted`), so a miner cannot compute first and refuse only the
     /// runs it would fail.
     pub accept_ms: u64,
+    /// How long a miner has to be reached, in milliseconds: the TCP connect, TLS and HTTP/2
+    /// handshakes together, and then again its answer to `GetInventory`. Past it the attempt
+    /// fails as `timed-out` and the scheduler backs off, so a host that accepts connections and
+    /// never answers (or is stopped) holds a scheduler slot this long, not for as long as its
+    /// socket stays open.
+    pub connect_ms: u64,
     /// How long a miner that misses the deadline may go on, as a multiple of the deadline
     /// (PROTOCOL.md 14.3): a commitment by then is still a FAIL, but it is verified and the
     /// verdict says what rate it proved (how much compute, not which hardware: only device
@@ -111,6 +117,7 @@ impl Default for DeadlineConfig {
             first_contact_slack: 3.0,
             min_ms: 2_000,
             accept_ms: 2_000,
+            connect_ms: 10_000,
             finish_by: 2.0,
             retest_band: 1.15,
         }
@@ -294,6 +301,12 @@ impl ValidatorConfig {
                 self.deadline.accept_ms
             ));
         }
+        if !(250..=15_000).contains(&self.deadline.connect_ms) {
+            return invalid(format!(
+                "deadline.connect_ms = {} must be in 250..=15000: long enough for a TLS handshake over a slow link, and short enough that a host that never answers cannot hold a scheduler slot for long (and that registering a miner, which dials it and asks its inventory, fits the operator's 30 s call)",
+                self.deadline.connect_ms
+            ));
+        }
         if self.schedule.concurrency == 0 {
             return invalid("schedule.concurrency = 0 would attest no miner at all".into());
         }
@@ -418,6 +431,12 @@ mod tests {
             window.deadline.accept_ms = accept_ms;
             let err = window.validate().unwrap_err().to_string();
             assert!(err.contains("deadline.accept_ms"), "{accept_ms}: {err}");
+        }
+        for connect_ms in [0, 249, 15_001] {
+            let mut reach = ValidatorConfig::default();
+            reach.deadline.connect_ms = connect_ms;
+            let err = reach.validate().unwrap_err().to_string();
+            assert!(err.contains("deadline.connect_ms"), "{connect_ms}: {err}");
         }
         for band in [0.99, 2.01, f64::INFINITY] {
             let mut retest = ValidatorConfig::default();

@@ -3,6 +3,7 @@
 //! hand-written client and without stopping it.
 
 use crate::store::VerdictFilter;
+use gpu_attest_daemon::dial::dial;
 use gpu_attest_daemon::errors::error_chain;
 use gpu_attest_daemon::tls::{TlsFiles, TransportError, check_plaintext_client};
 use gpu_attest_proto::v1::{self, validator_client::ValidatorClient};
@@ -11,8 +12,12 @@ use serde::Serialize;
 use std::time::Duration;
 use tonic::transport::{Channel, Endpoint};
 
+/// The TCP connect alone.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
-/// Registration fetches the miner's inventory, which has its own 15 s of timeouts.
+/// The TCP connect and the TLS and HTTP/2 handshakes together.
+const DIAL_TIMEOUT: Duration = Duration::from_secs(10);
+/// Registration fetches the miner's inventory: the validator dials the miner and asks it, each
+/// within its `deadline.connect_ms` (at most 15 s).
 const CALL_TIMEOUT: Duration = Duration::from_secs(30);
 
 #[derive(Debug, thiserror::Error)]
@@ -223,10 +228,12 @@ impl Operator {
         } else if check_plaintext_client(url, false).is_err() {
             return Err(OperatorError::Plaintext(url.into()));
         }
-        let channel = endpoint.connect().await.map_err(|e| OperatorError::Unreachable {
-            url: url.into(),
-            detail: error_chain(&e),
-        })?;
+        let channel = dial(&endpoint, DIAL_TIMEOUT)
+            .await
+            .map_err(|e| OperatorError::Unreachable {
+                url: url.into(),
+                detail: error_chain(&e),
+            })?;
         Ok(Operator {
             url: url.into(),
             client: ValidatorClient::new(channel),

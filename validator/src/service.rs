@@ -70,7 +70,8 @@ impl From<AttestError> for Status {
         let code = match &e {
             AttestError::BadUrl { .. } => Code::InvalidArgument,
             AttestError::Plan { .. } | AttestError::Inventory { .. } => Code::FailedPrecondition,
-            AttestError::Unreachable { .. } => Code::Unavailable,
+            // The miner, not this call, ran out of time: a transient condition, retried later.
+            AttestError::Unreachable { .. } | AttestError::TimedOut { .. } => Code::Unavailable,
             AttestError::NotAMiner { .. } | AttestError::Refused { .. } | AttestError::KeyChanged { .. } => {
                 Code::FailedPrecondition
             }

@@ -4,6 +4,7 @@
 use super::AttestError;
 use super::untrusted::miner_text;
 use crate::config::ValidatorConfig;
+use gpu_attest_daemon::dial::{DialError, dial};
 use gpu_attest_daemon::errors::error_chain;
 use gpu_attest_daemon::tls::check_plaintext_client;
 use gpu_attest_proto::convert::{challenge_to_wire, inventory_from_wire};
@@ -27,8 +28,9 @@ pub const MAX_MINER_MESSAGE_BYTES: usize = 1 << 20;
 pub fn max_opening_bytes(n: usize) -> usize {
     n * n + MAX_MINER_MESSAGE_BYTES
 }
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
-const INVENTORY_TIMEOUT: Duration = Duration::from_secs(10);
+/// The TCP connect alone, inside the whole dial's bound (`deadline.connect_ms`): a host that
+/// does not answer SYNs is given up on sooner.
+const TCP_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Accepts `host:port` as shorthand for `http://host:port`.
 pub fn normalise_url(url: &str) -> String {
@@ -80,10 +82,13 @@ pub fn shown_url(url: &str) -> String {
 pub struct MinerConnection {
     url: String,
     client: MinerClient<Channel>,
+    /// The bound on reaching the miner, used again for its answer to `GetInventory`.
+    answer_within: Duration,
 }
 
 impl MinerConnection {
-    /// Connects to the miner at `url` (already normalised) with the validator's TLS settings.
+    /// Connects to the miner at `url` (already normalised) with the validator's TLS settings,
+    /// within `deadline.connect_ms` for the TCP connect and the handshakes together.
     pub async fn connect(url: &str, config: &ValidatorConfig) -> Result<Self, AttestError> {
         let bad_url = |detail: String| AttestError::BadUrl {
             url: shown_url(url),
@@ -91,7 +96,7 @@ impl MinerConnection {
         };
         let mut endpoint = Endpoint::from_shared(url.to_string())
             .map_err(|e| bad_url(e.to_string()))?
-            .connect_timeout(CONNECT_TIMEOUT);
+            .connect_timeout(TCP_CONNECT_TIMEOUT);
         if url.starts_with("https://") {
             endpoint = endpoint
                 .tls_config(config.miner_tls.client_config(url)?)
@@ -99,13 +104,21 @@ impl MinerConnection {
         } else if let Some(warning) = check_plaintext_client(url, config.allow_plaintext_miners)? {
             tracing::warn!("{warning}");
         }
-        let channel = endpoint.connect().await.map_err(|e| AttestError::Unreachable {
-            url: url.into(),
-            detail: error_chain(&e),
+        let answer_within = Duration::from_millis(config.deadline.connect_ms);
+        let channel = dial(&endpoint, answer_within).await.map_err(|e| match e {
+            DialError::TimedOut { .. } => AttestError::TimedOut {
+                url: url.into(),
+                detail: e.to_string(),
+            },
+            DialError::Transport(e) => AttestError::Unreachable {
+                url: url.into(),
+                detail: error_chain(&e),
+            },
         })?;
         Ok(MinerConnection {
             url: url.into(),
             client: MinerClient::new(channel).max_decoding_message_size(MAX_MINER_MESSAGE_BYTES),
+            answer_within,
         })
     }
 
@@ -117,14 +130,22 @@ impl MinerConnection {
     /// whether the miner says its allow-list holds `asking`, this validator's key: a hint for
     /// operators that nothing else may rely on (PROTOCOL.md 14.2).
     pub async fn inventory(&mut self, asking: PublicKey) -> Result<(Inventory, v1::ValidatorStanding), AttestError> {
-        let mut request = tonic::Request::new(v1::GetInventoryRequest {
+        // The bound is kept here, not sent as the call's grpc-timeout: tonic would then enforce
+        // it too, at the same instant, and report its own expiry as a cancelled call.
+        let request = tonic::Request::new(v1::GetInventoryRequest {
             validator_key: asking.0.to_vec(),
         });
-        request.set_timeout(INVENTORY_TIMEOUT);
-        let wire = self
-            .client
-            .get_inventory(request)
-            .await
+        let answered = tokio::time::timeout(self.answer_within, self.client.get_inventory(request)).await;
+        let Ok(answered) = answered else {
+            return Err(AttestError::TimedOut {
+                url: self.url.clone(),
+                detail: format!(
+                    "connected, but no answer to GetInventory within {} ms (a host that accepts connections and never answers, one that is stopped or overloaded, or something that is not a gRPC server)",
+                    self.answer_within.as_millis()
+                ),
+            });
+        };
+        let wire = answered
             .map_err(|s| match s.code() {
                 // Cancelled: the connection ended under the call (the client's own status for a
                 // connection its peer closed or reset, as a crowded miner does): not an answer.

@@ -65,6 +65,9 @@ pub enum AttestError {
     BadUrl { url: String, detail: String },
     #[error("cannot reach miner at {url}: {detail}")]
     Unreachable { url: String, detail: String },
+    /// A bound on one network step passed (`deadline.connect_ms`): not an answer, wrong or right.
+    #[error("miner at {url} timed out: {detail}")]
+    TimedOut { url: String, detail: String },
     #[error("{url} is not a gpu-attest miner ({detail})")]
     NotAMiner { url: String, detail: String },
     #[error("miner at {url} cannot be attested: {source}")]
@@ -99,6 +102,7 @@ impl AttestError {
         match self {
             AttestError::BadUrl { .. } => "bad-url",
             AttestError::Unreachable { .. } => "unreachable",
+            AttestError::TimedOut { .. } => "timed-out",
             AttestError::NotAMiner { .. } => "not-a-miner",
             AttestError::Inventory { .. } => "inventory",
             AttestError::Plan { .. } => "plan",
