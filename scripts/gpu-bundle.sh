@@ -13,7 +13,7 @@ cargo build --release --locked -q -p gpu-attest-miner -p gpu-attest-validator
 cp target/release/miner target/release/validator "$dest/"
 
 echo "== building the GPU test binaries" >&2
-cargo test --release --locked -q -p gpu-attest-shared --test cuda_backend --test cuda_fault_recovery \
+cargo test --release --locked -q -p gpu-attest-kernels -p gpu-attest-shared --test cuda_backend --test cuda_fault_recovery \
   --test cuda_kernels_compile --test gemm_oracle \
   --no-run --message-format=json |
   python3 -c '

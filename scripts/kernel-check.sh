@@ -27,7 +27,7 @@ cubins=target/kernel-check/cubins
 rm -rf "$cubins"
 LD_LIBRARY_PATH="$PWD/$cuda/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
 GPU_ATTEST_PTXAS="$PWD/$cuda/bin/ptxas" GPU_ATTEST_REQUIRE_NVRTC=1 GPU_ATTEST_CUBIN_DIR="$PWD/$cubins" \
-  cargo test --locked -p gpu-attest-shared --test cuda_kernels_compile -- --nocapture
+  cargo test --locked -p gpu-attest-kernels --test cuda_kernels_compile -- --nocapture
 
 echo "== GEMM main loops and the walk's step: SASS instructions per iteration" >&2
 python3 scripts/sass_main_loop.py "$cuda/bin/nvdisasm" "$cubins"

@@ -12,7 +12,7 @@ k loop). It prints, per kernel and architecture, the loop's instructions per ite
 into MMA and the rest (shared-memory loads, async copies, barriers and waits, and everything
 else: address arithmetic, predicates, loop control). The "other" column is the overhead to cut.
 
-For `walk-<arch>.cubin` (kernels/walk.cu) it prints the step loop instead: one iteration is one
+For `walk-<arch>.cubin` (kernels/cuda/walk.cu) it prints the step loop instead: one iteration is one
 walker's step, 64 KiB read by the block's 128 threads. Per thread, the global loads (16 bytes
 each: 32 make a thread's 512 bytes), dp4a, shuffles and barriers of a step; and the BLAKE3 loop
 nested in it, one iteration a 64-byte block (five a step), which only the hashing lanes run.

@@ -496,7 +496,7 @@ fn the_cpu_kernel_is_chosen_by_setting_or_environment_and_reported() {
 /// vector and a mid-sized challenge, says why there is no GPU, and passes.
 #[test]
 fn selftest_without_a_gpu_checks_the_cpu_kernels_and_says_so() {
-    if gpu_attest_shared::cuda::detect::detect().is_ok() {
+    if gpu_attest_kernels::detect::detect().is_ok() {
         gpu_attest_shared::prerequisite::skip(
             "selftest_without_a_gpu_checks_the_cpu_kernels_and_says_so",
             "this host has a GPU, so `selftest` checks it (see the GPU tests)",

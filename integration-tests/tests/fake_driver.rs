@@ -130,7 +130,7 @@ fn a_driver_library_missing_an_entry_point_is_named_not_called() {
 fn nvml_without_libcuda_is_a_broken_install_not_no_gpu() {
     // The real driver library, where there is one, is found whatever LD_LIBRARY_PATH says.
     // SAFETY: only tries to load the library.
-    if gpu_attest_shared::cuda::detect::driver_present() {
+    if gpu_attest_kernels::detect::driver_present() {
         gpu_attest_shared::prerequisite::skip(
             "nvml_without_libcuda_is_a_broken_install_not_no_gpu",
             "this host has a real libcuda, so its absence cannot be faked here",

@@ -20,7 +20,7 @@ use gpu_attest_shared::memory::params::pool_entries;
 use gpu_attest_shared::memory::pool::HostPool;
 use gpu_attest_shared::memory::walk::{WalkSpec, walk_all};
 use gpu_attest_shared::memory::{MemoryParams, PoolSpec};
-use gpu_attest_shared::{Backend, CancelToken, Work, selftest};
+use gpu_attest_shared::{Backend, CancelToken, Work, vectors};
 use gpu_attest_validator::config::{Policy, RateEntry, ValidatorConfig};
 use gpu_attest_validator::memory::MemoryConfig;
 use gpu_attest_validator::rates::class::walk_class;
@@ -40,7 +40,7 @@ const TEST_WALK_SLACK: f64 = 2.5;
 /// of the test pool's size on the test miners' two threads.
 fn honest_walk_rate_per_core() -> f64 {
     let gemm = CpuGemm::new(TEST_CORES as usize, None).unwrap();
-    let work = Work::new(selftest::vector_params()).unwrap();
+    let work = Work::new(vectors::vector_params()).unwrap();
     let spec = PoolSpec::new(&work, 0, TEST_MEMORY_BYTES, 950).unwrap();
     let pool = HostPool::fill(&gemm, &spec, &|_| {}, &CancelToken::new()).unwrap();
     let walk = WalkSpec {

@@ -2,11 +2,11 @@
 
 use crate::config::{BackendChoice, MinerConfig};
 use crate::selftest;
+use gpu_attest_kernels::checks::{CheckedKernelError, start_checked};
+use gpu_attest_kernels::detect::{Detection, GpuDetectError, detect};
+use gpu_attest_kernels::{CudaBackend, CudaInitError};
 use gpu_attest_shared::Backend;
 use gpu_attest_shared::cpu::CpuBackend;
-use gpu_attest_shared::cuda::detect::{Detection, GpuDetectError, detect};
-use gpu_attest_shared::cuda::{CudaBackend, CudaInitError};
-use gpu_attest_shared::selftest::checks::{CheckedKernelError, start_checked};
 use gpu_attest_shared::statement::DeviceInfo;
 use std::sync::Arc;
 

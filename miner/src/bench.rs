@@ -1,12 +1,12 @@
 //! `miner bench`: GEMM throughput per backend, kernel and device; on GPUs also against
 //! cuBLASLt int8 plus a mix pass, and a whole challenge against its GEMM-only time.
 
+use gpu_attest_kernels::bench::{int8_peak_tops, step_floor_seconds};
+use gpu_attest_kernels::walk::WalkBench;
+use gpu_attest_kernels::{CudaBackend, CudaInitError, CudaOptions, GpuKernel};
 use gpu_attest_shared::Backend;
 use gpu_attest_shared::backend::CancelToken;
 use gpu_attest_shared::cpu::CpuBackend;
-use gpu_attest_shared::cuda::bench::{int8_peak_tops, step_floor_seconds};
-use gpu_attest_shared::cuda::walk::WalkBench;
-use gpu_attest_shared::cuda::{CudaBackend, CudaInitError, CudaOptions, GpuKernel};
 use gpu_attest_shared::gemm::{CpuGemm, GemmError, KernelKind, PackedB, register_peak};
 use gpu_attest_shared::matrix::{Matrix, generate, generate_a};
 use gpu_attest_shared::memory::bench::MemoryBench;
@@ -230,7 +230,7 @@ pub struct GpuBenchRow {
     pub tops: f64,
     /// The device's dense int8 peak, when known.
     pub peak_tops: Option<f64>,
-    /// DESIGN.md's floor for one step, and the share of it reached (floor / achieved time).
+    /// The floor for one step (BENCHMARKS.md), and the share of it reached (floor / achieved time).
     pub floor_seconds: Option<f64>,
     pub share_of_floor: Option<f64>,
     /// cuBLASLt int8 GEMM then a separate mix pass, per step; or why it did not run.

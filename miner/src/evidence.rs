@@ -1,7 +1,7 @@
 //! Where a miner's device evidence comes from (PROTOCOL.md 19): NVML on a CUDA host, nothing on
 //! the CPU backend, or a source a test supplies.
 
-use gpu_attest_shared::cuda::evidence::NvmlEvidence;
+use gpu_attest_kernels::evidence::NvmlEvidence;
 use gpu_attest_shared::evidence::{CcState, DeviceEvidence};
 use gpu_attest_shared::statement::DeviceInfo;
 use tracing::warn;

@@ -7,7 +7,7 @@ use gpu_attest_daemon::metrics::prometheus_client::metrics::family::Family;
 use gpu_attest_daemon::metrics::prometheus_client::metrics::histogram::Histogram;
 use gpu_attest_daemon::metrics::prometheus_client::registry::Registry;
 use gpu_attest_daemon::metrics::{Exposition, Labels, RealGauge, duration_histogram};
-use gpu_attest_shared::cuda::telemetry::{GpuReading, Telemetry};
+use gpu_attest_kernels::telemetry::{GpuReading, Telemetry};
 use std::time::Duration;
 
 /// How a challenge ended, as counted.

@@ -1,6 +1,6 @@
 //! The miner's self-check (`miner selftest`, and the GPU check at the start of `miner serve`):
 //! the checks themselves, their cache and the choice of kernel are
-//! [`gpu_attest_shared::selftest::checks`], which the validator runs too; here is what only the
+//! [`gpu_attest_kernels::checks`], which the validator runs too; here is what only the
 //! miner does with them: the `miner selftest` report and the inventory's copy.
 //!
 //! Under `auto`, when no GPU kernel passed, the miner falls back to the CPU with the reason; a
@@ -8,11 +8,11 @@
 //! information for operators; a validator never trusts it.
 
 use crate::config::MinerConfig;
-use gpu_attest_shared::cuda::GpuKernel;
-use gpu_attest_shared::cuda::detect::Detection;
+use gpu_attest_kernels::GpuKernel;
+pub use gpu_attest_kernels::checks::{KernelCheck, Outcome};
+use gpu_attest_kernels::checks::{LazySuite, cpu_kernels, gpu_kernels};
+use gpu_attest_kernels::detect::Detection;
 use gpu_attest_shared::selftest::MID_N;
-pub use gpu_attest_shared::selftest::checks::{KernelCheck, Outcome};
-use gpu_attest_shared::selftest::checks::{LazySuite, cpu_kernels, gpu_kernels};
 use serde::Serialize;
 
 /// The self-check as GetInventory reports it: information for operators, under no signature.
@@ -48,7 +48,7 @@ pub struct Report {
 /// `say` receives each line as it is known, for a person watching.
 pub fn run(
     config: &MinerConfig,
-    detection: &Result<Detection, gpu_attest_shared::cuda::GpuDetectError>,
+    detection: &Result<Detection, gpu_attest_kernels::GpuDetectError>,
     mid_n: u32,
     fresh: bool,
     say: impl Fn(&str),

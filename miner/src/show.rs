@@ -4,7 +4,7 @@
 use crate::backends::SelectedBackend;
 use crate::bench;
 use crate::config::MinerConfig;
-use gpu_attest_shared::cuda::detect::{Detection, GpuDetectError};
+use gpu_attest_kernels::detect::{Detection, GpuDetectError};
 use gpu_attest_shared::gemm::KernelKind;
 use std::time::Duration;
 

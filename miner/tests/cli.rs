@@ -16,7 +16,7 @@ fn temp_dir(tag: &str) -> std::path::PathBuf {
 /// These run where CI runs, on a host without an NVIDIA driver; on a GPU host they say so and
 /// skip, since the GPU path has its own checks (scripts/gpu-check.sh).
 fn skip_on_gpu_host(test: &str) -> bool {
-    let has_driver = gpu_attest_shared::cuda::detect::driver_present();
+    let has_driver = gpu_attest_kernels::detect::driver_present();
     if has_driver {
         use std::io::Write;
         let _ = writeln!(std::io::stderr(), "SKIPPED: {test}: this host has an NVIDIA driver");

@@ -12,7 +12,7 @@ use gpu_attest_shared::matrix::generate;
 use gpu_attest_shared::memory::pool::{EntrySource, make_entry};
 use gpu_attest_shared::memory::walk::{WalkSpec, walk_all};
 use gpu_attest_shared::memory::{ENTRY_BYTES, MemoryParams, PoolSpec};
-use gpu_attest_shared::{Digest, Work, selftest};
+use gpu_attest_shared::{Digest, Work, vectors};
 use std::borrow::Cow;
 use std::io::Write;
 use std::os::unix::fs::FileExt;
@@ -70,7 +70,7 @@ fn main() {
     let path = dir.join("pool");
     std::fs::File::create(&path).unwrap().write_all(&bytes).unwrap();
     let file = std::fs::File::open(&path).unwrap();
-    let work = Work::new(selftest::vector_params()).unwrap();
+    let work = Work::new(vectors::vector_params()).unwrap();
     let spec = PoolSpec::with_entries(&work, 0, entries as u64);
 
     let walk = |source: &Partial, steps: u32| {

@@ -11,7 +11,7 @@ use gpu_attest_shared::merkle::{MerkleTree, empty_root, root_of};
 use gpu_attest_shared::mix::mix;
 use gpu_attest_shared::partition::canonical_partition;
 use gpu_attest_shared::reference;
-use gpu_attest_shared::selftest::vector_params;
+use gpu_attest_shared::vectors::vector_params;
 
 fn main() {
     let params = vector_params();

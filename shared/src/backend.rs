@@ -189,7 +189,7 @@ mod tests {
     /// A backend that cannot hold a pool says so in words, rather than filling nothing.
     #[test]
     fn a_backend_without_pools_refuses_to_fill_one() {
-        let work = Work::new(crate::selftest::vector_params()).unwrap();
+        let work = Work::new(crate::vectors::vector_params()).unwrap();
         let spec = PoolSpec::with_entries(&work, 0, 4);
         let refused = Bare.fill_pool(&spec, &|_| {}, &CancelToken::new()).err().unwrap();
         assert_eq!(

@@ -13,14 +13,18 @@
 //! - [`inventory`]: the hardware a miner claims and the limits it sets.
 //! - [`memory`]: the memory proof of version 3: a resident pool and a walk over it.
 //! - [`reference`]: the work function written out plainly, the oracle every fast path is
-//!   tested against.
+//!   tested against; [`vectors`]: PROTOCOL.md's vector challenge; [`selftest`]: a backend
+//!   checked against both before anyone relies on it.
+//!
+//! No GPU code lives here: the CUDA backend is the `gpu-attest-kernels` crate, one more
+//! implementation of [`Backend`]. So a peer or a validator that needs only the protocol builds
+//! no cudarc and no NVML.
 
 pub mod aligned;
 pub mod backend;
 pub mod chain;
 pub mod commitment;
 pub mod cpu;
-pub mod cuda;
 pub mod device;
 pub mod digest;
 mod encoding;
@@ -42,6 +46,7 @@ pub mod prerequisite;
 pub mod reference;
 pub mod selftest;
 pub mod statement;
+pub mod vectors;
 pub mod verify;
 
 pub use backend::{Backend, BackendError, CancelToken};

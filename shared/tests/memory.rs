@@ -9,14 +9,14 @@ use gpu_attest_shared::memory::pool::{HostPool, PoolBytes, entry_leaf, entry_row
 use gpu_attest_shared::memory::walk::{DeviceWalk, WalkSpec, walk_all};
 use gpu_attest_shared::memory::{MemoryParams, PoolSpec};
 use gpu_attest_shared::merkle::root_of;
-use gpu_attest_shared::{CancelToken, Digest, Work, reference, selftest};
+use gpu_attest_shared::{CancelToken, Digest, Work, reference, vectors};
 use rand_chacha::ChaCha8Rng;
 use rand_chacha::rand_core::SeedableRng;
 use std::sync::OnceLock;
 
 /// The pool of PROTOCOL.md 18.7: device 0 of section 12's challenge, 4 entries.
 fn vector_pool() -> PoolSpec {
-    let work = Work::new(selftest::vector_params()).unwrap();
+    let work = Work::new(vectors::vector_params()).unwrap();
     PoolSpec::new(&work, 0, 4 * 65536, 1000).unwrap()
 }
 
@@ -37,7 +37,7 @@ fn walk_params() -> MemoryParams {
 
 fn walk_spec(pool_root: Digest) -> WalkSpec {
     WalkSpec {
-        nonce: selftest::vector_params().nonce,
+        nonce: vectors::vector_params().nonce,
         walk_seed: core::array::from_fn(|i| 0x60 + i as u8),
         device: 0,
         pool_root,
@@ -314,7 +314,7 @@ fn the_cpu_backend_holds_a_pool_and_walks_it_as_the_engine_does() {
     assert!(held.open(&walk, &spec, 3, 0).unwrap().is_none(), "walker 3 of 3");
     assert!(held.open(&walk, &spec, 0, 4).unwrap().is_none(), "segment 4 of 4");
     // A pool of a device the backend does not have is refused, not filled.
-    let work = Work::new(selftest::vector_params()).unwrap();
+    let work = Work::new(vectors::vector_params()).unwrap();
     let elsewhere = PoolSpec::with_entries(&work, 1, 4);
     assert!(matches!(
         backend.fill_pool(&elsewhere, &|_| {}, &CancelToken::new()),

@@ -19,8 +19,8 @@ use gpu_attest_shared::merkle::{MerkleTree, empty_root};
 use gpu_attest_shared::mix::mix;
 use gpu_attest_shared::opening::{ChainOpening, SampleRequest};
 use gpu_attest_shared::reference;
-use gpu_attest_shared::selftest;
 use gpu_attest_shared::statement::{Challenge, Commitment, DeviceInfo, open_request_bytes, opening_bytes};
+use gpu_attest_shared::vectors;
 use gpu_attest_shared::{CancelToken, ChallengeParams, Digest, Work};
 
 const KEY: &str = "a71536a24a879fe95e09d580e7547ace15ba2ae8c1710d4b078abcceb30a4e36";
@@ -29,7 +29,7 @@ const B0_PREFIX: &str = "a80c344530341c939963c5744824eedf";
 const A4_PREFIX: &str = "6dec128db9a05a5cf098a40c4990f0ef";
 /// The vector's chain-0 checkpoints: the constant `miner selftest` checks its reference against,
 /// so this test also proves that constant is PROTOCOL.md's and what every kernel computes.
-const CHAIN0_CHECKPOINTS: [&str; 3] = selftest::VECTOR_CHAIN0_CHECKPOINTS;
+const CHAIN0_CHECKPOINTS: [&str; 3] = vectors::VECTOR_CHAIN0_CHECKPOINTS;
 const LEAVES: [&str; 5] = [
     "6fceac3428e7b5076287c8d4663f3e52ce037c63f4212bae8430afef362a3a5b",
     "617fd794976182f2ddc8db2130154b6e04973683d921586090167cfd45177b9e",
@@ -78,7 +78,7 @@ const MIX: [(i32, u32, u32, u32, i8); 7] = [
 
 /// PROTOCOL.md section 12's challenge, as `miner selftest` runs it.
 fn params() -> ChallengeParams {
-    selftest::vector_params()
+    vectors::vector_params()
 }
 
 #[test]

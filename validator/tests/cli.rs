@@ -40,7 +40,7 @@ fn attest_without_a_key_says_how_to_make_one() {
 /// is written to the database.
 #[test]
 fn gpu_verification_without_a_gpu_is_one_clear_line() {
-    if gpu_attest_shared::cuda::detect::driver_present() {
+    if gpu_attest_kernels::detect::driver_present() {
         use std::io::Write;
         let _ = writeln!(std::io::stderr(), "SKIPPED: this host has an NVIDIA driver");
         return;

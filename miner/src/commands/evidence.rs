@@ -2,7 +2,7 @@
 //! a validator would (PROTOCOL.md 19). Needs only the NVIDIA driver (NVML), not CUDA.
 
 use super::{Answer, CommandError, print_json};
-use gpu_attest_shared::cuda::evidence::NvmlEvidence;
+use gpu_attest_kernels::evidence::NvmlEvidence;
 use gpu_attest_shared::evidence::{DeviceChain, EvidenceTrust, TrustAnchors};
 use std::path::Path;
 

@@ -3,7 +3,7 @@
 use super::{Answer, CommandError, print_json};
 use crate::cli::Settings;
 use crate::{backends, show};
-use gpu_attest_shared::cuda::detect::detect;
+use gpu_attest_kernels::detect::detect;
 
 pub(super) fn info(settings: &Settings, json: bool) -> Result<Answer, CommandError> {
     let config = settings.resolve()?;

@@ -3,7 +3,7 @@
 use super::{Answer, CommandError, check_size, print_json};
 use crate::cli::Settings;
 use crate::config::BackendChoice;
-use gpu_attest_shared::cuda::detect::detect;
+use gpu_attest_kernels::detect::detect;
 
 /// Yes when every kernel checked passed; no when one failed. Asked for the GPU by name, a host
 /// whose GPU kernels could not be checked is an error, not a yes.

@@ -116,7 +116,7 @@ pub fn measure(gemm: &CpuGemm, bytes: usize, budget: Duration) -> Result<MemoryB
 
     // Fill: pools of one entry a thread, made as the miner makes them, until the budget is
     // spent (at least one).
-    let work = Work::new(crate::selftest::vector_params()).expect("the vector challenge is valid");
+    let work = Work::new(crate::vectors::vector_params()).expect("the vector challenge is valid");
     let fill_spec = PoolSpec::with_entries(&work, 0, threads as u64);
     let (start, mut made) = (Instant::now(), 0u64);
     while made == 0 || start.elapsed() < budget {

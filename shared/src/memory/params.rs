@@ -250,7 +250,7 @@ mod tests {
 
     #[test]
     fn a_pool_too_small_or_too_large_is_refused() {
-        let work = crate::params::Work::new(crate::selftest::vector_params()).unwrap();
+        let work = crate::params::Work::new(crate::vectors::vector_params()).unwrap();
         assert!(matches!(
             PoolSpec::new(&work, 0, 1000, 900),
             Err(MemoryError::PoolSize { entries: 0, .. })
@@ -265,7 +265,7 @@ mod tests {
 
     #[test]
     fn every_device_and_size_has_its_own_key() {
-        let work = crate::params::Work::new(crate::selftest::vector_params()).unwrap();
+        let work = crate::params::Work::new(crate::vectors::vector_params()).unwrap();
         let keys = [
             PoolSpec::with_entries(&work, 0, 16),
             PoolSpec::with_entries(&work, 1, 16),

@@ -351,7 +351,7 @@ mod tests {
     use crate::params::Work;
 
     fn spec() -> PoolSpec {
-        PoolSpec::with_entries(&Work::new(crate::selftest::vector_params()).unwrap(), 2, 7)
+        PoolSpec::with_entries(&Work::new(crate::vectors::vector_params()).unwrap(), 2, 7)
     }
 
     #[test]

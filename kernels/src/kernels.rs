@@ -9,19 +9,19 @@
 
 use std::fmt;
 
-const COMMON: &str = include_str!("../../../kernels/common.cuh");
-const CHACHA8: &str = include_str!("../../../kernels/chacha8.cu");
-const TRANSPOSE: &str = include_str!("../../../kernels/transpose.cu");
-const CP_ASYNC: &str = include_str!("../../../kernels/cp_async.cuh");
-const GEMM_TILED: &str = include_str!("../../../kernels/gemm_tiled.cu");
-const GEMM_TENSOR: &str = include_str!("../../../kernels/gemm_tensor.cu");
-const WGMMA: &str = include_str!("../../../kernels/wgmma.cuh");
-const GEMM_WGMMA: &str = include_str!("../../../kernels/gemm_wgmma.cu");
-const TMA: &str = include_str!("../../../kernels/tma.cuh");
-const GEMM_TMA: &str = include_str!("../../../kernels/gemm_tma.cu");
-const MIX: &str = include_str!("../../../kernels/mix.cu");
-const BLAKE3: &str = include_str!("../../../kernels/blake3.cu");
-const WALK: &str = include_str!("../../../kernels/walk.cu");
+const COMMON: &str = include_str!("../cuda/common.cuh");
+const CHACHA8: &str = include_str!("../cuda/chacha8.cu");
+const TRANSPOSE: &str = include_str!("../cuda/transpose.cu");
+const CP_ASYNC: &str = include_str!("../cuda/cp_async.cuh");
+const GEMM_TILED: &str = include_str!("../cuda/gemm_tiled.cu");
+const GEMM_TENSOR: &str = include_str!("../cuda/gemm_tensor.cu");
+const WGMMA: &str = include_str!("../cuda/wgmma.cuh");
+const GEMM_WGMMA: &str = include_str!("../cuda/gemm_wgmma.cu");
+const TMA: &str = include_str!("../cuda/tma.cuh");
+const GEMM_TMA: &str = include_str!("../cuda/gemm_tma.cu");
+const MIX: &str = include_str!("../cuda/mix.cu");
+const BLAKE3: &str = include_str!("../cuda/blake3.cu");
+const WALK: &str = include_str!("../cuda/walk.cu");
 
 /// Entry points every module exports.
 pub const GENERATE_FN: &str = "chacha8_generate";
@@ -39,7 +39,7 @@ pub const WALK_FN: &str = "walk_steps";
 /// [`GpuKernel`]), and compile-checked beside them (tests/cuda_kernels_compile.rs).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum AuxModule {
-    /// The walk over a device's pool (`kernels/walk.cu`): one block per walker, each step a
+    /// The walk over a device's pool (`kernels/cuda/walk.cu`): one block per walker, each step a
     /// 64 KiB entry read with dp4a, then the step's BLAKE3.
     Walk,
 }
@@ -104,7 +104,7 @@ pub enum GpuKernel {
     Wgmma,
     /// The same wgmma fed by TMA: a producer warpgroup loads whole tiles into mbarrier-guarded
     /// stages while two consumer warpgroups multiply, on a persistent grid that overlaps one
-    /// tile's epilogue with the next tile's loads (`kernels/gemm_tma.cu`). Compute capability 9.0
+    /// tile's epilogue with the next tile's loads (`kernels/cuda/gemm_tma.cu`). Compute capability 9.0
     /// only. Opt-in (`--gpu-kernel tma`): `auto` does not choose it until a GPU run has measured
     /// it against wgmma ([`GpuKernel::FASTEST_FIRST`]).
     Tma,

@@ -1,5 +1,5 @@
 //! A device's pool held on its GPU (PROTOCOL.md 18.2 to 18.5): filled by the chain pipeline at
-//! n = 256 straight into device memory, walked there by `kernels/walk.cu`, and opened entry by
+//! n = 256 straight into device memory, walked there by `kernels/cuda/walk.cu`, and opened entry by
 //! entry. The pool never passes through the host: only its leaves (32 bytes an entry), the walk's
 //! checkpoints and the few entries an opening carries come back.
 
@@ -7,14 +7,14 @@ use super::device::{DeviceRuntime, backend_error, free_after_sync};
 use super::pipeline::{digest_from_words, key_words};
 use super::plan;
 use super::walk::DeviceWalker;
-use crate::backend::{BackendError, CancelToken, ResidentPool};
-use crate::digest::Digest;
-use crate::memory::check::CommittedEntries;
-use crate::memory::pool::no_such_entry;
-use crate::memory::walk::{DeviceWalk, WalkSpec, WalkerTrace};
-use crate::memory::{ENTRY_BYTES, MemoryParams, PoolSpec};
-use crate::merkle::{MerkleProof, MerkleTree};
 use cudarc::driver::{CudaEvent, CudaSlice, CudaStream, sys};
+use gpu_attest_shared::backend::{BackendError, CancelToken, ResidentPool};
+use gpu_attest_shared::digest::Digest;
+use gpu_attest_shared::memory::check::CommittedEntries;
+use gpu_attest_shared::memory::pool::no_such_entry;
+use gpu_attest_shared::memory::walk::{DeviceWalk, WalkSpec, WalkerTrace};
+use gpu_attest_shared::memory::{ENTRY_BYTES, MemoryParams, PoolSpec};
+use gpu_attest_shared::merkle::{MerkleProof, MerkleTree};
 use std::borrow::Cow;
 use std::sync::Arc;
 

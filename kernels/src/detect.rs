@@ -7,8 +7,8 @@
 //! missing, never by index. NVML is optional: without it the driver's facts are reported alone.
 
 use super::driver::{self, CudaVersion, MIN_DRIVER};
-use crate::statement::DeviceInfo;
 use cudarc::driver::{result, sys};
+use gpu_attest_shared::statement::DeviceInfo;
 use thiserror::Error;
 
 /// One CUDA device as the miner reports it.

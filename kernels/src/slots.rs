@@ -13,7 +13,7 @@
 //!
 //! Generic over the runtime so that this state machine is tested without a GPU.
 
-use crate::backend::BackendError;
+use gpu_attest_shared::backend::BackendError;
 use std::ops::Deref;
 use std::sync::{Mutex, MutexGuard};
 

@@ -5,13 +5,13 @@
 
 use super::device::{DeviceRuntime, hash_scratch_words};
 use super::plan;
-use crate::backend::{BackendError, CancelToken, ChainProgress};
-use crate::chain::ChainResult;
-use crate::digest::Digest;
-use crate::matrix::Matrix;
-use crate::memory::{ENTRY_BYTES, ENTRY_N, ENTRY_STEPS};
-use crate::params::Work;
 use cudarc::driver::{CudaEvent, CudaSlice};
+use gpu_attest_shared::backend::{BackendError, CancelToken, ChainProgress};
+use gpu_attest_shared::chain::ChainResult;
+use gpu_attest_shared::digest::Digest;
+use gpu_attest_shared::matrix::Matrix;
+use gpu_attest_shared::memory::{ENTRY_BYTES, ENTRY_N, ENTRY_STEPS};
+use gpu_attest_shared::params::Work;
 use rayon::prelude::*;
 use std::collections::VecDeque;
 use std::ops::Range;

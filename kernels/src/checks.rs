@@ -9,14 +9,14 @@
 //! its GPU is cached as failed, so that the restart such a fault needs (a CUDA fault cannot be
 //! cleared inside the process) goes on to the next kernel instead of faulting the GPU again.
 
-use super::{MID_N, SelftestError, Suite};
-use crate::Backend;
-use crate::cpu::CpuBackend;
-use crate::cuda::compile::{nvrtc_version, write_atomically};
-use crate::cuda::detect::{Detection, GpuInfo};
-use crate::cuda::options::{kernels_all_support, select_gpus};
-use crate::cuda::{CudaBackend, CudaInitError, CudaOptions, GpuKernel};
-use crate::gemm::KernelKind;
+use crate::compile::{nvrtc_version, write_atomically};
+use crate::detect::{Detection, GpuInfo};
+use crate::options::{kernels_all_support, select_gpus};
+use crate::{CudaBackend, CudaInitError, CudaOptions, GpuKernel};
+use gpu_attest_shared::Backend;
+use gpu_attest_shared::cpu::CpuBackend;
+use gpu_attest_shared::gemm::KernelKind;
+use gpu_attest_shared::selftest::{MID_N, SelftestError, Suite};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 use thiserror::Error;

@@ -11,9 +11,9 @@
 mod common;
 
 use common::skipped;
-use gpu_attest_shared::cuda::GpuKernel;
-use gpu_attest_shared::cuda::compile::{compile_aux_ptx, compile_ptx, nvrtc_present, nvrtc_version, supported_archs};
-use gpu_attest_shared::cuda::kernels::AuxModule;
+use gpu_attest_kernels::GpuKernel;
+use gpu_attest_kernels::compile::{compile_aux_ptx, compile_ptx, nvrtc_present, nvrtc_version, supported_archs};
+use gpu_attest_kernels::kernels::AuxModule;
 use std::path::PathBuf;
 use std::process::Command;
 

@@ -1,4 +1,4 @@
-//! The memory walk on a device (PROTOCOL.md 18.3): the host side of `kernels/walk.cu`, loaded
+//! The memory walk on a device (PROTOCOL.md 18.3): the host side of `kernels/cuda/walk.cu`, loaded
 //! once per device and launched by a pool's walk (`super::pool`), and `miner bench`'s walk: a
 //! pool walked at full speed against the device's own copy bandwidth, and a small pool walked on
 //! the device and on the CPU, compared checkpoint by checkpoint (over two launches, so that a
@@ -9,13 +9,13 @@ use super::device::{DeviceRuntime, backend_error};
 use super::kernels::{AuxModule, WALK_FN};
 // A state is a digest as the kernel holds it: eight little-endian words, as a ChaCha8 key is.
 use super::pipeline::key_words;
-use crate::backend::{BackendError, CancelToken};
-use crate::digest::Digest;
-use crate::memory::pool::PoolBytes;
-use crate::memory::walk::{WalkSpec, walk_all};
-use crate::memory::{ENTRY_BYTES, MemoryParams};
 use cudarc::driver::{CudaFunction, CudaSlice, CudaStream, CudaViewMut, LaunchConfig, PushKernelArg};
 use cudarc::nvrtc::Ptx;
+use gpu_attest_shared::backend::{BackendError, CancelToken};
+use gpu_attest_shared::digest::Digest;
+use gpu_attest_shared::memory::pool::PoolBytes;
+use gpu_attest_shared::memory::walk::{WalkSpec, walk_all};
+use gpu_attest_shared::memory::{ENTRY_BYTES, MemoryParams};
 use std::time::Duration;
 
 /// The walk kernel, loaded into one device's context.
@@ -182,11 +182,13 @@ pub fn bench_walk(
     let mut states = rt.alloc_words(walkers as usize * 8)?;
     let mut checkpoints = rt.alloc_words(checkpoint_words)?;
     // A real pool, as a challenge's is filled: its fill is the memory phase's compute.
-    let work = crate::params::Work::new(crate::selftest::vector_params()).map_err(|e| BackendError::Device {
-        device: rt.index,
-        detail: e.to_string(),
+    let work = gpu_attest_shared::params::Work::new(gpu_attest_shared::vectors::vector_params()).map_err(|e| {
+        BackendError::Device {
+            device: rt.index,
+            detail: e.to_string(),
+        }
     })?;
-    let pool_spec = crate::memory::PoolSpec::with_entries(&work, rt.index, entries);
+    let pool_spec = gpu_attest_shared::memory::PoolSpec::with_entries(&work, rt.index, entries);
     let started = std::time::Instant::now();
     let filled = rt.fill_pool(&pool_spec, &|_| {}, &CancelToken::new())?;
     let fill_seconds = started.elapsed().as_secs_f64();
