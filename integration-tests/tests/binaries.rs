@@ -522,13 +522,13 @@ fn selftest_without_a_gpu_checks_the_cpu_kernels_and_says_so() {
     assert_one_line_failure(&out, "--backend cuda was asked for, but no GPU kernel could be checked");
 }
 
-/// The example configs the systemd units point at (scripts/systemd/) are ones the daemons load.
+/// The example configs the systemd units point at (deploy/systemd/) are ones the daemons load.
 #[test]
 fn the_service_example_configs_load() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"))
         .parent()
         .unwrap()
-        .join("scripts/systemd");
+        .join("deploy/systemd");
     for (bin, file, key) in [
         ("miner", "miner.example.toml", "/var/lib/gpu-attest-miner/miner.key"),
         (

@@ -1,4 +1,4 @@
-//! The Grafana dashboard (`scripts/grafana/gpu-attest.json`) and the Prometheus alert rules
+//! The Grafana dashboard (`deploy/grafana/gpu-attest.json`) and the Prometheus alert rules
 //! beside it (`alerts.yml`) query only metrics the daemons export, with the labels they use. The
 //! real binaries run an attestation of each kind the panels show (a pass, a fail with a reason,
 //! a retest, an error); the miner reads its GPUs from the fake NVML. Then both endpoints are
@@ -26,7 +26,7 @@ struct Query {
 }
 
 fn grafana_dir() -> std::path::PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/grafana")
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/grafana")
 }
 
 /// The words of `text` that name a metric of ours.
