@@ -4,8 +4,8 @@
 use crate::v1;
 use gpu_attest_shared::commitment::{DeviceRoot, WorkCommitment};
 use gpu_attest_shared::digest::Digest;
-use gpu_attest_shared::identity::PublicKey;
 use gpu_attest_shared::inventory::{HardwareClaim, Inventory, MinerLimits};
+use gpu_attest_shared::keys::PublicKey;
 use gpu_attest_shared::matrix::Matrix;
 use gpu_attest_shared::memory::check::{OpenedEntry, WalkOpening};
 use gpu_attest_shared::memory::params::{ENTRY_BYTES, MAX_WALK_CHECKPOINT_EVERY, MAX_WALK_SEGMENTS, MemoryParams};

@@ -73,7 +73,7 @@ pub fn evidence_from_wire(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use gpu_attest_shared::evidence::chain::{MAX_CERTIFICATE_BYTES, MAX_CERTIFICATES};
+    use gpu_attest_shared::evidence::cert_chain::{MAX_CERTIFICATE_BYTES, MAX_CERTIFICATES};
     use gpu_attest_shared::evidence::spdm::MAX_REPORT_BYTES;
 
     fn device(index: u32) -> DeviceEvidence {

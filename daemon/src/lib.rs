@@ -2,7 +2,7 @@
 //! network and on the host: how freed memory goes back to the system (`allocator`), one gRPC
 //! server stack (`stack`), the transport policy (`tls`, `rate_limit`, `requests`), dialling a
 //! peer with one bound on connect and handshake together (`dial`), the refusal log, which
-//! connection a call came on (`connect_info`), config files, logs, the listening socket,
+//! connection a call came on (`connect_info`), config files, the key file commands (`key_files`), logs, the listening socket,
 //! signals, the Prometheus metrics endpoint, errors on one line (`errors`), places for long
 //! calls bounded per client (`slots`), and stopping when a device goes out of service
 //! (`devices`).
@@ -17,6 +17,7 @@ pub mod devices;
 pub mod dial;
 pub mod errors;
 pub mod exit;
+pub mod key_files;
 pub mod listen;
 pub mod logging;
 pub mod metrics;

@@ -22,7 +22,7 @@ use common::*;
 use gpu_attest_miner::config::Limits;
 use gpu_attest_miner::nonces::NonceLog;
 use gpu_attest_proto::v1::{self, attest_event::Event, validator_client::ValidatorClient};
-use gpu_attest_shared::identity::{Identity, PublicKey};
+use gpu_attest_shared::keys::{KeyPair, PublicKey};
 use gpu_attest_validator::store::{Store, VerdictFilter};
 use std::collections::{HashMap, HashSet};
 use std::io::{BufRead, BufReader};
@@ -123,7 +123,7 @@ async fn main() {
         seed[..8].copy_from_slice(&(i as u64 + 1).to_le_bytes());
         seed[8] = 0x4c;
         let core = Arc::new(gpu_attest_miner::MinerCore::new(
-            Identity::from_seed(seed),
+            KeyPair::from_seed(seed),
             HashSet::from([validator_key]),
             Limits::default(),
             backend.clone(),

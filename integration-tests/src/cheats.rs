@@ -417,7 +417,7 @@ async fn after_accepting(
     }
     let mut commitment = gpu_attest_miner::wire::commitment(&core.sign_commitment(&statement), None);
     if cheat == Cheat::ForeignKey {
-        let other = gpu_attest_shared::identity::Identity::from_seed([0xf0; 32]);
+        let other = gpu_attest_shared::keys::KeyPair::from_seed([0xf0; 32]);
         statement.miner_key = other.public_key();
         commitment = gpu_attest_proto::convert::commitment_to_wire(&statement, &statement.sign(&other));
     }

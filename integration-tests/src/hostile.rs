@@ -27,8 +27,8 @@ use gpu_attest_shared::evidence::{
     evidence_statement_bytes,
 };
 use gpu_attest_shared::gemm::{CpuGemm, KernelKind};
-use gpu_attest_shared::identity::{Identity, PublicKey};
 use gpu_attest_shared::inventory::{HardwareClaim, Inventory, MinerLimits};
+use gpu_attest_shared::keys::{KeyPair, PublicKey};
 use gpu_attest_shared::memory::check::{WalkCheckError, WalkOpening, check_segment, open_segment};
 use gpu_attest_shared::memory::pool::{HostPool, entry_rows_match};
 use gpu_attest_shared::memory::statement::walk_opening_bytes;
@@ -72,16 +72,16 @@ pub const TARGETS: &[(&str, EntryPoint)] = &[
 ];
 
 /// The validator's key in every challenge here, and the only one the miner accepts.
-fn validator() -> &'static Identity {
-    static V: OnceLock<Identity> = OnceLock::new();
-    V.get_or_init(|| Identity::from_seed([60; 32]))
+fn validator() -> &'static KeyPair {
+    static V: OnceLock<KeyPair> = OnceLock::new();
+    V.get_or_init(|| KeyPair::from_seed([60; 32]))
 }
 
 const MINER_SEED: [u8; 32] = [50; 32];
 
-fn miner() -> &'static Identity {
-    static M: OnceLock<Identity> = OnceLock::new();
-    M.get_or_init(|| Identity::from_seed(MINER_SEED))
+fn miner() -> &'static KeyPair {
+    static M: OnceLock<KeyPair> = OnceLock::new();
+    M.get_or_init(|| KeyPair::from_seed(MINER_SEED))
 }
 
 /// A small challenge (n = 64, 5 chains of 4 steps, 2 segments) over two logical CPU devices.
@@ -171,7 +171,7 @@ fn fresh_miner_core() -> MinerCore {
         self_checks: Vec::new(),
     };
     MinerCore::new(
-        Identity::from_seed(MINER_SEED),
+        KeyPair::from_seed(MINER_SEED),
         HashSet::from([validator().public_key()]),
         Limits::default(),
         selected,
@@ -537,7 +537,7 @@ pub fn nvidia_sample() -> &'static (DeviceEvidence, [u8; 32]) {
 /// key, as `allowed_validators` and the CLI's key arguments read it.
 pub fn key_file(bytes: &[u8]) {
     let Ok(text) = std::str::from_utf8(bytes) else { return };
-    if let Some(identity) = Identity::from_key_text(text) {
+    if let Some(identity) = KeyPair::from_key_text(text) {
         let _ = identity.public_key().check_usable();
     }
     if let Some(key) = PublicKey::from_hex(text) {

@@ -13,7 +13,7 @@ use gpu_attest_miner::nonces::NonceLog;
 use gpu_attest_miner::server::ServeOptions;
 use gpu_attest_proto::convert::challenge_to_wire;
 use gpu_attest_proto::v1::{self, miner_client::MinerClient};
-use gpu_attest_shared::identity::{Identity, PublicKey};
+use gpu_attest_shared::keys::{KeyPair, PublicKey};
 use gpu_attest_shared::params::ChallengeParams;
 use gpu_attest_shared::statement::Challenge;
 use gpu_attest_validator::attest::AttestError;
@@ -50,7 +50,7 @@ fn challenge_for(miner: PublicKey, nonce: u8) -> Challenge {
 }
 
 fn signed(c: &Challenge) -> v1::Challenge {
-    challenge_to_wire(c, &c.sign(&Identity::from_seed([VALIDATOR_SEED; 32])))
+    challenge_to_wire(c, &c.sign(&KeyPair::from_seed([VALIDATOR_SEED; 32])))
 }
 
 /// An honest attestation against `url` with a fresh validator database.
@@ -142,7 +142,7 @@ async fn hostile_challenges_are_refused_and_the_miner_keeps_serving() {
     assert_eq!(code(client.run_challenge(unsigned).await), Code::InvalidArgument);
     // Signed by a key other than the one it names.
     let c = challenge_for(key, 2);
-    let forged = challenge_to_wire(&c, &c.sign(&Identity::from_seed([0x12; 32])));
+    let forged = challenge_to_wire(&c, &c.sign(&KeyPair::from_seed([0x12; 32])));
     assert_eq!(code(client.run_challenge(forged).await), Code::Unauthenticated);
     // Expired.
     let mut expired = challenge_for(key, 3);
@@ -194,7 +194,7 @@ async fn replay_is_refused_across_a_miner_restart() {
     let log = dir.path("nonces.log");
     let make = || {
         gpu_attest_miner::MinerCore::new(
-            Identity::from_seed([42; 32]),
+            KeyPair::from_seed([42; 32]),
             [validator_key()].into_iter().collect(),
             gpu_attest_miner::config::Limits::default(),
             cpu_backend(1),
@@ -202,8 +202,8 @@ async fn replay_is_refused_across_a_miner_restart() {
             NonceLog::open(&log, now()).unwrap(),
         )
     };
-    let challenge = challenge_for(Identity::from_seed([42; 32]).public_key(), 9);
-    let signature = challenge.sign(&Identity::from_seed([VALIDATOR_SEED; 32]));
+    let challenge = challenge_for(KeyPair::from_seed([42; 32]).public_key(), 9);
+    let signature = challenge.sign(&KeyPair::from_seed([VALIDATOR_SEED; 32]));
     drop(make().accept(challenge.clone(), &signature, now()).unwrap());
     // A new process on the same state file.
     let err = make()
@@ -239,7 +239,7 @@ async fn a_revoked_validator_can_neither_challenge_nor_open() {
         .await
         .unwrap();
     let nonce: [u8; 32] = hex::decode(&verdicts[0].nonce).unwrap().try_into().unwrap();
-    let validator = Identity::from_seed([VALIDATOR_SEED; 32]);
+    let validator = KeyPair::from_seed([VALIDATOR_SEED; 32]);
     let samples = [gpu_attest_shared::opening::SampleRequest { chain: 0, segment: 0 }];
     let request = signed_open_request(nonce, &validator, &samples);
     let mut client = MinerClient::connect(miner.url()).await.unwrap();

@@ -11,7 +11,7 @@ mod common;
 use common::operated::{Started, start_logged};
 use common::process::{Dir, cmd, keygen, sample, scrape};
 use gpu_attest_proto::v1::{self, validator_client::ValidatorClient};
-use gpu_attest_shared::identity::PublicKey;
+use gpu_attest_shared::keys::PublicKey;
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
@@ -198,7 +198,7 @@ async fn stuck_hosts_cannot_hold_the_schedulers_one_slot() {
     {
         let store = gpu_attest_validator::store::Store::open(&d.join("v.db")).await.unwrap();
         let key_of = |home: &str| {
-            gpu_attest_shared::identity::Identity::load_file(&d.join(home).join("m.key"))
+            gpu_attest_shared::keys::KeyPair::load_file(&d.join(home).join("m.key"))
                 .unwrap()
                 .public_key()
         };

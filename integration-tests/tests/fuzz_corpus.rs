@@ -9,7 +9,7 @@ use gpu_attest_proto::evidence::evidence_from_wire;
 use gpu_attest_proto::v1;
 use gpu_attest_shared::CancelToken;
 use gpu_attest_shared::evidence::{EvidenceTrust, check_device_evidence};
-use gpu_attest_shared::identity::{Identity, PublicKey};
+use gpu_attest_shared::keys::{KeyPair, PublicKey};
 use gpu_attest_shared::opening::SampleRequest;
 use gpu_attest_shared::verify::{check_commitment, verify_opening};
 use gpu_attest_validator::config::ValidatorConfig;
@@ -152,7 +152,7 @@ fn the_seeds_pass_the_checks_they_seed() {
     .expect("NVIDIA's sample is genuine");
 
     let text = String::from_utf8(seed("key_file", "secret-key")).unwrap();
-    assert!(Identity::from_key_text(&text).is_some());
+    assert!(KeyPair::from_key_text(&text).is_some());
     let text = String::from_utf8(seed("key_file", "public-key")).unwrap();
     PublicKey::from_hex(&text).unwrap().check_usable().unwrap();
 

@@ -18,7 +18,7 @@ use gpu_attest_miner::evidence::EvidenceSource;
 use gpu_attest_miner::nonces::NonceLog;
 use gpu_attest_shared::cpu::CpuBackend;
 use gpu_attest_shared::evidence::{CcState, ChipEntry, DeviceEvidence};
-use gpu_attest_shared::identity::Identity;
+use gpu_attest_shared::keys::KeyPair;
 use gpu_attest_shared::statement::DeviceInfo;
 use gpu_attest_validator::attest::Attestor;
 use gpu_attest_validator::config::{Policy, ValidatorConfig};
@@ -72,7 +72,7 @@ impl EvidenceSource for TestGpus {
 
 fn miner(seed: u8, devices: u32, answer: Option<Answer>) -> Arc<MinerCore> {
     let core = MinerCore::new(
-        Identity::from_seed([seed; 32]),
+        KeyPair::from_seed([seed; 32]),
         HashSet::from([validator_key()]),
         Limits::default(),
         cpu_backend(devices),
@@ -105,7 +105,7 @@ async fn identity_validator(policy: IdentityPolicy) -> (Attestor, TempDir) {
     let dir = TempDir::new("identity");
     let config = identity_config(&dir, policy);
     let attestor = Attestor::new(
-        Identity::from_seed([VALIDATOR_SEED; 32]),
+        KeyPair::from_seed([VALIDATOR_SEED; 32]),
         config.clone(),
         Arc::new(CpuBackend::new(2, None).unwrap()),
         false,
@@ -231,8 +231,8 @@ fn the_evidence_statement_must_be_whole_and_signed_by_the_miner() {
     use gpu_attest_shared::{ChallengeParams, Digest};
     use gpu_attest_validator::device_identity::check_commitment_evidence;
 
-    let miner = Identity::from_seed([0x56; 32]);
-    let validator = Identity::from_seed([VALIDATOR_SEED; 32]);
+    let miner = KeyPair::from_seed([0x56; 32]);
+    let validator = KeyPair::from_seed([VALIDATOR_SEED; 32]);
     let inventory: Vec<DeviceInfo> = (0..2)
         .map(|index| DeviceInfo {
             index,
@@ -284,7 +284,7 @@ fn the_evidence_statement_must_be_whole_and_signed_by_the_miner() {
             }
         })
         .collect();
-    let signed_by = |signer: &Identity, devices: Vec<DeviceEvidence>| {
+    let signed_by = |signer: &KeyPair, devices: Vec<DeviceEvidence>| {
         let bytes = evidence_statement_bytes(
             &params.nonce,
             &miner.public_key().0,
@@ -324,7 +324,7 @@ fn the_evidence_statement_must_be_whole_and_signed_by_the_miner() {
         "whole and signed: genuine"
     );
     assert_eq!(
-        codes(signed_by(&Identity::from_seed([0x57; 32]), devices.clone())),
+        codes(signed_by(&KeyPair::from_seed([0x57; 32]), devices.clone())),
         vec![ReasonCode::IdentityStatementSignature]
     );
     assert_eq!(

@@ -326,12 +326,12 @@ fn v3_challenge(core: &gpu_attest_miner::MinerCore, nonce: u8) -> gpu_attest_pro
             walk_checkpoint_every: 8,
         }),
     };
-    let validator = gpu_attest_shared::identity::Identity::from_seed([VALIDATOR_SEED; 32]);
+    let validator = gpu_attest_shared::keys::KeyPair::from_seed([VALIDATOR_SEED; 32]);
     gpu_attest_proto::convert::challenge_to_wire(&challenge, &challenge.sign(&validator))
 }
 
 /// A walk request for `nonce`, signed by `signer`.
-fn walk_request(nonce: u8, signer: &gpu_attest_shared::identity::Identity) -> gpu_attest_proto::v1::WalkRequest {
+fn walk_request(nonce: u8, signer: &gpu_attest_shared::keys::KeyPair) -> gpu_attest_proto::v1::WalkRequest {
     let (nonce, seed, deadline) = ([nonce; 32], [7; 32], gpu_attest_miner::core::now_ms() + 10_000);
     gpu_attest_proto::convert::walk_request_to_wire(&gpu_attest_proto::convert::WalkRequest {
         nonce,
@@ -366,11 +366,11 @@ async fn committed(
 #[tokio::test(flavor = "multi_thread")]
 async fn walk_requests_and_walk_samples_are_refused_by_status() {
     use gpu_attest_proto::v1::miner_client::MinerClient;
-    use gpu_attest_shared::identity::Identity;
+    use gpu_attest_shared::keys::KeyPair;
     use gpu_attest_shared::memory::statement::{WalkSample, open_request_bytes_v3};
     use tonic::Code;
     let _turn = TURN.lock().await;
-    let validator = Identity::from_seed([VALIDATOR_SEED; 32]);
+    let validator = KeyPair::from_seed([VALIDATOR_SEED; 32]);
     let core = honest(0x47);
     let miner = spawn_miner(core.clone()).await;
     let mut client = MinerClient::connect(miner.url()).await.unwrap();
@@ -422,7 +422,7 @@ async fn walk_requests_and_walk_samples_are_refused_by_status() {
         client.walk_pool(forged).await.unwrap_err().code(),
         Code::Unauthenticated
     );
-    let stranger = Identity::from_seed([0x99; 32]);
+    let stranger = KeyPair::from_seed([0x99; 32]);
     assert_eq!(
         client
             .walk_pool(walk_request(0x51, &stranger))

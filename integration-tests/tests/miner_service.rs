@@ -6,7 +6,7 @@ mod common;
 use common::*;
 use gpu_attest_proto::convert::challenge_to_wire;
 use gpu_attest_proto::v1::{self, miner_client::MinerClient};
-use gpu_attest_shared::identity::{Identity, PublicKey};
+use gpu_attest_shared::keys::{KeyPair, PublicKey};
 use gpu_attest_shared::params::ChallengeParams;
 use gpu_attest_shared::statement::Challenge;
 use std::sync::Arc;
@@ -38,7 +38,7 @@ fn challenge(miner: PublicKey, nonce: u8, n: u32, chains: u64, iterations: u32, 
 }
 
 fn signed(c: &Challenge) -> v1::Challenge {
-    challenge_to_wire(c, &c.sign(&Identity::from_seed([VALIDATOR_SEED; 32])))
+    challenge_to_wire(c, &c.sign(&KeyPair::from_seed([VALIDATOR_SEED; 32])))
 }
 
 async fn connect(miner: &Running) -> MinerClient<tonic::transport::Channel> {
@@ -64,7 +64,7 @@ async fn each_refusal_has_its_own_status() {
     forged.signature[0] ^= 1;
     assert_eq!(code_of(&mut client, forged).await, Code::Unauthenticated);
 
-    let stranger = Identity::from_seed([0x77; 32]);
+    let stranger = KeyPair::from_seed([0x77; 32]);
     let mut foreign = good.clone();
     foreign.validator_key = stranger.public_key();
     let wire = challenge_to_wire(&foreign, &foreign.sign(&stranger));
@@ -211,7 +211,7 @@ async fn miner_that_committed(
 #[tokio::test(flavor = "multi_thread")]
 async fn openings_only_for_the_issuing_validator_and_known_commitments() {
     let (_miner, mut client, c) = miner_that_committed(34, &[]).await;
-    let validator = Identity::from_seed([VALIDATOR_SEED; 32]);
+    let validator = KeyPair::from_seed([VALIDATOR_SEED; 32]);
     let samples = vec![gpu_attest_shared::opening::SampleRequest { chain: 1, segment: 1 }];
     let request = signed_open_request;
     let mut ok = client
@@ -223,7 +223,7 @@ async fn openings_only_for_the_issuing_validator_and_known_commitments() {
     assert_eq!((opening.chain, opening.segment), (1, 1));
     assert_eq!(opening.start_matrix.len(), 64 * 64);
 
-    let stranger = Identity::from_seed([0x55; 32]);
+    let stranger = KeyPair::from_seed([0x55; 32]);
     let err = client
         .open_chains(request(c.params.nonce, &stranger, &samples))
         .await
@@ -276,7 +276,7 @@ async fn openings_only_for_the_issuing_validator_and_known_commitments() {
 #[tokio::test(flavor = "multi_thread")]
 async fn an_open_request_is_single_use() {
     let (_miner, mut client, c) = miner_that_committed(35, &[]).await;
-    let validator = Identity::from_seed([VALIDATOR_SEED; 32]);
+    let validator = KeyPair::from_seed([VALIDATOR_SEED; 32]);
     let signed_request = |samples: &[_]| signed_open_request(c.params.nonce, &validator, samples);
     let samples = [gpu_attest_shared::opening::SampleRequest { chain: 0, segment: 1 }];
     let captured = signed_request(&samples);
@@ -307,7 +307,7 @@ fn committed_and_asked(
     Vec<gpu_attest_miner::openings::Sample>,
 ) {
     let c = challenge(core.public_key(), nonce, 64, 2, 2, deadline_in_ms);
-    let signature = c.sign(&Identity::from_seed([VALIDATOR_SEED; 32]));
+    let signature = c.sign(&KeyPair::from_seed([VALIDATOR_SEED; 32]));
     let accepted = core
         .accept(c.clone(), &signature, gpu_attest_miner::core::now_ms())
         .unwrap();
@@ -315,7 +315,7 @@ fn committed_and_asked(
         .execute(&accepted, &|_| {}, &gpu_attest_shared::CancelToken::new())
         .unwrap();
     core.commit(accepted, execution, 1);
-    let validator = Identity::from_seed([VALIDATOR_SEED; 32]);
+    let validator = KeyPair::from_seed([VALIDATOR_SEED; 32]);
     let request = signed_open_request(c.params.nonce, &validator, samples);
     let round = core
         .check_open_request(gpu_attest_proto::convert::open_request_from_wire(&request).unwrap())
@@ -392,7 +392,7 @@ async fn the_hand_over_follows_the_work_not_the_deadline() {
 
 /// The test validator opens chain 0's first segment of its commitment `nonce`, to the end.
 async fn open_one_segment(client: &mut MinerClient<tonic::transport::Channel>, nonce: [u8; 32]) {
-    let validator = Identity::from_seed([VALIDATOR_SEED; 32]);
+    let validator = KeyPair::from_seed([VALIDATOR_SEED; 32]);
     let sample = [gpu_attest_shared::opening::SampleRequest { chain: 0, segment: 0 }];
     let mut opened = client
         .open_chains(signed_open_request(nonce, &validator, &sample))
@@ -407,7 +407,7 @@ async fn open_one_segment(client: &mut MinerClient<tonic::transport::Channel>, n
 /// So for a few seconds, until the commitment is opened, other validators are asked to retry.
 #[tokio::test(flavor = "multi_thread")]
 async fn another_validator_waits_while_a_fresh_commitment_is_unopened() {
-    let other = Identity::from_seed([0x66; 32]);
+    let other = KeyPair::from_seed([0x66; 32]);
     let (_miner, mut client, c) = miner_that_committed(36, &[other.public_key()]).await;
     let mut theirs = challenge(PublicKey(c.params.miner_key), 2, 64, 1, 1, 10_000);
     theirs.validator_key = other.public_key();
@@ -426,7 +426,7 @@ async fn another_validator_waits_while_a_fresh_commitment_is_unopened() {
 /// seconds, opened just inside the hold or never, would keep every other validator out.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_validator_that_challenges_in_a_loop_gets_no_hold() {
-    let other = Identity::from_seed([0x67; 32]);
+    let other = KeyPair::from_seed([0x67; 32]);
     let (_miner, mut client, first) = miner_that_committed(38, &[other.public_key()]).await;
     let key = PublicKey(first.params.miner_key);
     // The first commitment is opened, as late in its hold as a looping validator would.

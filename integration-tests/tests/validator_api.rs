@@ -539,7 +539,7 @@ async fn a_verification_device_out_of_service_stops_the_validator() {
         broken: false.into(),
     });
     let attestor = Arc::new(gpu_attest_validator::Attestor::new(
-        gpu_attest_shared::identity::Identity::from_seed([VALIDATOR_SEED; 32]),
+        gpu_attest_shared::keys::KeyPair::from_seed([VALIDATOR_SEED; 32]),
         config.clone(),
         backend.clone(),
         true,

@@ -15,8 +15,8 @@ use gpu_attest_proto::convert::{OpenRequest, WalkRequest};
 use gpu_attest_shared::backend::ResidentPool;
 use gpu_attest_shared::engine::{self, DeviceProgress, Execution};
 use gpu_attest_shared::evidence::{CcState, DeviceEvidence, evidence_statement_bytes, spdm_nonces};
-use gpu_attest_shared::identity::{Identity, PublicKey};
 use gpu_attest_shared::inventory::{HardwareClaim, Inventory, MinerLimits};
+use gpu_attest_shared::keys::{KeyPair, PublicKey};
 use gpu_attest_shared::memory::check::WalkOpening;
 use gpu_attest_shared::memory::statement::{
     WalkSample, WalkStatement, open_request_bytes_v3, walk_opening_bytes, walk_request_bytes,
@@ -155,7 +155,7 @@ pub struct RecentCommitment {
 }
 
 pub struct MinerCore {
-    identity: Identity,
+    identity: KeyPair,
     /// Replaced whole on reload (SIGHUP): removing a key revokes that validator at once, for
     /// new challenges and for openings alike.
     allowed: RwLock<HashSet<PublicKey>>,
@@ -182,7 +182,7 @@ pub struct MinerCore {
 
 impl MinerCore {
     pub fn new(
-        identity: Identity,
+        identity: KeyPair,
         allowed: HashSet<PublicKey>,
         limits: Limits,
         selected: SelectedBackend,

@@ -8,7 +8,7 @@ use crate::core::MinerCore;
 use crate::nonces::{NonceLog, NonceLogError};
 use crate::server;
 use gpu_attest_daemon::run::{Daemon, Network, ServeError};
-use gpu_attest_shared::identity::{Identity, KeyError, PublicKey};
+use gpu_attest_shared::keys::{KeyError, KeyPair, PublicKey};
 use std::collections::HashSet;
 use std::future::Future;
 use std::sync::Arc;
@@ -47,7 +47,7 @@ pub fn parse_allowed(keys: &[String]) -> Result<HashSet<PublicKey>, DaemonError>
 /// The miner `config` describes, its backend selected and checked.
 pub fn core(config: &MinerConfig) -> Result<MinerCore, DaemonError> {
     let selected = backends::select(config)?;
-    let identity = Identity::load_file(&config.key_file).map_err(|source| DaemonError::Key {
+    let identity = KeyPair::load_file(&config.key_file).map_err(|source| DaemonError::Key {
         path: config.key_file.display().to_string(),
         source,
     })?;
@@ -149,7 +149,7 @@ mod tests {
     /// allow-list is a mistake to name at start, not a validator that is silently never served.
     #[test]
     fn the_allow_list_takes_only_keys_that_can_sign() {
-        let real = Identity::from_seed([3; 32]).public_key().to_hex();
+        let real = KeyPair::from_seed([3; 32]).public_key().to_hex();
         assert_eq!(parse_allowed(std::slice::from_ref(&real)).unwrap().len(), 1);
         let identity_point = format!("01{}", "00".repeat(31));
         for bad in [

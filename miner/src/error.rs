@@ -2,7 +2,7 @@
 
 use gpu_attest_proto::WireError;
 use gpu_attest_shared::engine::EngineError;
-use gpu_attest_shared::identity::PublicKey;
+use gpu_attest_shared::keys::PublicKey;
 use gpu_attest_shared::memory::MemoryError;
 use gpu_attest_shared::memory::statement::WalkSample;
 use gpu_attest_shared::opening::OpenError;

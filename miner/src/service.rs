@@ -10,7 +10,7 @@ use gpu_attest_proto::convert::{
 };
 use gpu_attest_proto::v1::{self, challenge_event::Event, miner_server::Miner};
 use gpu_attest_shared::engine::EngineError;
-use gpu_attest_shared::identity::PublicKey;
+use gpu_attest_shared::keys::PublicKey;
 use gpu_attest_shared::{BackendError, CancelToken};
 use std::pin::Pin;
 use std::sync::Arc;

@@ -9,7 +9,7 @@
 use crate::device::DeviceInfo;
 use crate::digest::Digest;
 use crate::encoding::{put_inventory, put_str};
-use crate::identity::{PublicKey, SignatureError};
+use crate::keys::{PublicKey, SignatureError};
 use crate::params::{MIN_PROTOCOL_VERSION, PROTOCOL_VERSION};
 use crate::partition::MAX_DEVICES;
 
@@ -419,7 +419,7 @@ mod tests {
             );
             assert!(err.to_string().contains(&hex::encode(key)), "{err}");
         }
-        let real = crate::identity::Identity::from_seed([9; 32]).public_key();
+        let real = crate::keys::KeyPair::from_seed([9; 32]).public_key();
         Inventory {
             miner_key: real,
             ..inventory()

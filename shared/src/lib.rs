@@ -9,7 +9,7 @@
 //! - [`backend`], [`cpu`], [`engine`]: who computes it, and how devices split the work;
 //!   [`failure`]: how that work is stopped, and fails.
 //! - [`opening`], [`verify`]: sampled openings and the validator's checks.
-//! - [`identity`], [`statement`]: ed25519 keys and the canonical encodings they sign.
+//! - [`keys`], [`statement`]: ed25519 keys and the canonical encodings they sign.
 //! - [`inventory`]: the hardware a miner claims and the limits it sets.
 //! - [`memory`]: the memory proof of version 3: a resident pool and a walk over it.
 //! - [`reference`]: the work function written out plainly, the oracle every fast path is
@@ -32,8 +32,8 @@ pub mod engine;
 pub mod evidence;
 pub mod failure;
 pub mod gemm;
-pub mod identity;
 pub mod inventory;
+pub mod keys;
 pub mod matrix;
 pub mod memory;
 pub mod merkle;

@@ -8,8 +8,8 @@ use crate::commitment::{DeviceRoot, WorkCommitment};
 pub use crate::device::DeviceInfo;
 use crate::digest::Digest;
 use crate::encoding::{put_digests, put_inventory, put_str, put_u32};
-use crate::identity::{Identity, PublicKey, SignatureError};
 use crate::inventory::HardwareClaim;
+use crate::keys::{KeyPair, PublicKey, SignatureError};
 use crate::memory::params::MemoryParams;
 use crate::opening::{ChainOpening, SampleRequest};
 use crate::params::ChallengeParams;
@@ -75,7 +75,7 @@ impl Challenge {
         out
     }
 
-    pub fn sign(&self, validator: &Identity) -> [u8; 64] {
+    pub fn sign(&self, validator: &KeyPair) -> [u8; 64] {
         validator.sign(&self.signing_bytes())
     }
 
@@ -124,7 +124,7 @@ impl Commitment {
         out
     }
 
-    pub fn sign(&self, miner: &Identity) -> [u8; 64] {
+    pub fn sign(&self, miner: &KeyPair) -> [u8; 64] {
         miner.sign(&self.signing_bytes())
     }
 
@@ -226,7 +226,7 @@ fn put_devices(out: &mut Vec<u8>, devices: &[DeviceRoot]) {
 mod tests {
     use super::*;
 
-    fn challenge(validator: &Identity) -> Challenge {
+    fn challenge(validator: &KeyPair) -> Challenge {
         Challenge {
             finish_by_ms: None,
             params: ChallengeParams {
@@ -248,7 +248,7 @@ mod tests {
 
     #[test]
     fn challenge_signature_covers_every_field() {
-        let v = Identity::from_seed([9; 32]);
+        let v = KeyPair::from_seed([9; 32]);
         let c = challenge(&v);
         let sig = c.sign(&v);
         c.verify(&sig).unwrap();
@@ -262,13 +262,13 @@ mod tests {
         other_hardware.inventory_digest = Digest([6; 32]);
         assert_eq!(other_hardware.verify(&sig), Err(SignatureError::Invalid));
         let mut other_validator = c;
-        other_validator.validator_key = Identity::from_seed([8; 32]).public_key();
+        other_validator.validator_key = KeyPair::from_seed([8; 32]).public_key();
         assert_eq!(other_validator.verify(&sig), Err(SignatureError::Invalid));
     }
 
     #[test]
     fn domains_separate_kinds_of_statement() {
-        let v = Identity::from_seed([9; 32]);
+        let v = KeyPair::from_seed([9; 32]);
         let c = challenge(&v);
         let sig = c.sign(&v);
         // The same signature never verifies as an open request over the same nonce.

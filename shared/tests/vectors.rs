@@ -4,9 +4,9 @@
 use gpu_attest_shared::cpu::CpuBackend;
 use gpu_attest_shared::engine;
 use gpu_attest_shared::gemm::{CpuGemm, KernelKind};
-use gpu_attest_shared::identity::Identity;
-use gpu_attest_shared::identity::PublicKey;
 use gpu_attest_shared::inventory::HardwareClaim;
+use gpu_attest_shared::keys::KeyPair;
+use gpu_attest_shared::keys::PublicKey;
 use gpu_attest_shared::matrix::{generate_a, generate_b};
 use gpu_attest_shared::memory::check::open_segment;
 use gpu_attest_shared::memory::pool::HostPool;
@@ -159,8 +159,8 @@ fn vector_claim() -> HardwareClaim {
 
 /// The challenge of the statement vectors, signed by the validator whose secret seed is
 /// `80 81 .. 9f`.
-fn vector_challenge() -> (Challenge, Identity) {
-    let validator = Identity::from_seed(std::array::from_fn(|i| 0x80 + i as u8));
+fn vector_challenge() -> (Challenge, KeyPair) {
+    let validator = KeyPair::from_seed(std::array::from_fn(|i| 0x80 + i as u8));
     let challenge = Challenge {
         params: params(),
         issued_at_ms: 1_700_000_000_000,

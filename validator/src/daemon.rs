@@ -16,7 +16,7 @@ use gpu_attest_shared::Backend;
 use gpu_attest_shared::cpu::CpuBackend;
 use gpu_attest_shared::gemm::GemmError;
 use gpu_attest_shared::gemm::UnknownKernel;
-use gpu_attest_shared::identity::{Identity, KeyError};
+use gpu_attest_shared::keys::{KeyError, KeyPair};
 use std::future::Future;
 use std::sync::Arc;
 use thiserror::Error;
@@ -55,7 +55,7 @@ pub enum DaemonError {
 pub async fn attestor(config: &ValidatorConfig) -> Result<Attestor, DaemonError> {
     // A missing CA or client certificate fails now, not at every attestation.
     config.miner_tls.check_readable().map_err(DaemonError::MinerTls)?;
-    let identity = Identity::load_file(&config.key_file).map_err(|source| DaemonError::Key {
+    let identity = KeyPair::load_file(&config.key_file).map_err(|source| DaemonError::Key {
         path: config.key_file.display().to_string(),
         source,
     })?;

@@ -291,7 +291,7 @@ mod tests {
     use super::*;
     use crate::store::test_support::{passing_verdict, test_stores};
     use gpu_attest_daemon::metrics::prometheus_client::encoding::text::encode;
-    use gpu_attest_shared::identity::PublicKey;
+    use gpu_attest_shared::keys::PublicKey;
 
     /// The value of the sample `series` (name and labels, as the exposition writes them).
     fn sample(text: &str, series: &str) -> Option<f64> {

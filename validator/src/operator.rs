@@ -7,7 +7,7 @@ use gpu_attest_daemon::dial::dial;
 use gpu_attest_daemon::errors::error_chain;
 use gpu_attest_daemon::tls::{TlsFiles, TransportError, check_plaintext_client};
 use gpu_attest_proto::v1::{self, validator_client::ValidatorClient};
-use gpu_attest_shared::identity::PublicKey;
+use gpu_attest_shared::keys::PublicKey;
 use serde::Serialize;
 use std::time::Duration;
 use tonic::transport::{Channel, Endpoint};

@@ -346,8 +346,8 @@ mod tests {
     use crate::memory::MemoryConfig;
     use crate::rates::calibration::{CalibrationConfig, Observation};
     use crate::rates::shipped::shipped_rates;
-    use gpu_attest_shared::identity::Identity;
     use gpu_attest_shared::inventory::MinerLimits;
+    use gpu_attest_shared::keys::KeyPair;
     use gpu_attest_shared::params::PROTOCOL_VERSION;
     use gpu_attest_shared::statement::DeviceInfo;
 
@@ -358,7 +358,7 @@ mod tests {
 
     fn inventory(backend: &str, kernel: &str, names: &[&str]) -> Inventory {
         Inventory {
-            miner_key: Identity::from_seed([7; 32]).public_key(),
+            miner_key: KeyPair::from_seed([7; 32]).public_key(),
             claim: HardwareClaim {
                 backend: backend.into(),
                 kernel: kernel.into(),

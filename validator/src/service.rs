@@ -9,7 +9,7 @@ use gpu_attest_daemon::connections::holds_connection;
 use gpu_attest_daemon::slots::{Crowded, Slot, Slots};
 use gpu_attest_proto::convert::device_to_wire;
 use gpu_attest_proto::v1::{self, attest_event::Event, validator_server::Validator};
-use gpu_attest_shared::identity::PublicKey;
+use gpu_attest_shared::keys::PublicKey;
 use std::pin::Pin;
 use std::sync::Arc;
 use tokio::sync::mpsc;

@@ -14,7 +14,7 @@ use gpu_attest_miner::backends::SelectedBackend;
 use gpu_attest_miner::config::Limits;
 use gpu_attest_miner::nonces::NonceLog;
 use gpu_attest_shared::cpu::{CpuBackend, DEFAULT_CLAIMED_MEMORY_BYTES};
-use gpu_attest_shared::identity::{Identity, PublicKey};
+use gpu_attest_shared::keys::{KeyPair, PublicKey};
 use std::collections::HashSet;
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -72,7 +72,7 @@ fn backend(args: &Args) -> Result<SelectedBackend, String> {
 
 async fn serve(args: Args, cheat: Option<Cheat>) -> Result<(), String> {
     let key_file = args.key_file.as_ref().expect("clap requires it without --list");
-    let identity = Identity::load_file(key_file).map_err(|e| format!("{}: {e}", key_file.display()))?;
+    let identity = KeyPair::load_file(key_file).map_err(|e| format!("{}: {e}", key_file.display()))?;
     let mut allowed = HashSet::new();
     for key in &args.allowed {
         allowed.insert(PublicKey::from_hex(key).ok_or_else(|| format!("--allow-validator {key}: not a public key"))?);

@@ -19,8 +19,8 @@ use gpu_attest_miner::config::Limits;
 use gpu_attest_miner::nonces::NonceLog;
 use gpu_attest_miner::server::ServeOptions;
 use gpu_attest_shared::cpu::CpuBackend;
-use gpu_attest_shared::identity::{Identity, PublicKey};
 use gpu_attest_shared::inventory::HardwareClaim;
+use gpu_attest_shared::keys::{KeyPair, PublicKey};
 use gpu_attest_validator::Attestor;
 use gpu_attest_validator::config::{ChallengeConfig, DeadlineConfig, Policy, RateEntry, ValidatorConfig};
 use gpu_attest_validator::memory::MemoryConfig;
@@ -133,7 +133,7 @@ pub fn miner_on(
     nonces: NonceLog,
 ) -> Arc<MinerCore> {
     Arc::new(MinerCore::new(
-        Identity::from_seed([seed; 32]),
+        KeyPair::from_seed([seed; 32]),
         allowed.iter().copied().collect::<HashSet<_>>(),
         limits,
         backend,
@@ -155,7 +155,7 @@ pub fn cpu_claim(devices: u32) -> HardwareClaim {
 /// An open request for `samples` of the commitment `nonce`, signed by `signer` (PROTOCOL.md 13.3).
 pub fn signed_open_request(
     nonce: [u8; 32],
-    signer: &Identity,
+    signer: &KeyPair,
     samples: &[gpu_attest_shared::opening::SampleRequest],
 ) -> gpu_attest_proto::v1::OpenChainsRequest {
     gpu_attest_proto::v1::OpenChainsRequest {
@@ -243,7 +243,7 @@ impl Drop for TempDir {
 pub const VALIDATOR_SEED: u8 = 0xee;
 
 pub fn validator_key() -> PublicKey {
-    Identity::from_seed([VALIDATOR_SEED; 32]).public_key()
+    KeyPair::from_seed([VALIDATOR_SEED; 32]).public_key()
 }
 
 /// The test rate table's CPU rate, per core: test miners state 2 cores, so 1.3e7 ops/s each.
@@ -296,7 +296,7 @@ pub async fn attestor(config: &ValidatorConfig) -> Arc<Attestor> {
     let store = Store::open(&config.database).await.unwrap();
     let backend = CpuBackend::new(2, None).unwrap();
     Arc::new(Attestor::new(
-        Identity::from_seed([VALIDATOR_SEED; 32]),
+        KeyPair::from_seed([VALIDATOR_SEED; 32]),
         config.clone(),
         Arc::new(backend),
         false,

@@ -5,7 +5,6 @@
 mod benchmark;
 mod evidence;
 mod info;
-mod keys;
 mod selfcheck;
 mod serve;
 
@@ -16,7 +15,7 @@ use crate::daemon::DaemonError;
 use gpu_attest_daemon::logging::UnknownLogFormat;
 use gpu_attest_daemon::run::{ServeError, Stopped};
 use gpu_attest_shared::gemm::{GemmError, UnknownKernel};
-use gpu_attest_shared::identity::KeyError;
+use gpu_attest_shared::keys::KeyError;
 use std::path::PathBuf;
 use thiserror::Error;
 
@@ -91,8 +90,14 @@ impl CommandError {
 /// Runs `command` to its end (`serve` until SIGINT or SIGTERM).
 pub fn run(command: Command) -> Result<Answer, CommandError> {
     match command {
-        Command::PublicKey { key_file } => keys::public_key(&key_file),
-        Command::Keygen { key_file } => keys::keygen(&key_file),
+        Command::PublicKey { key_file } => {
+            gpu_attest_daemon::key_files::print_public_key(&key_file)?;
+            Ok(Answer::Yes)
+        }
+        Command::Keygen { key_file } => {
+            gpu_attest_daemon::key_files::create_and_print(&key_file)?;
+            Ok(Answer::Yes)
+        }
         Command::Evidence { roots, json } => evidence::check(roots.as_deref(), json),
         Command::Info { settings, json } => info::info(&settings, json),
         Command::Bench {

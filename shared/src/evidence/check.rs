@@ -1,6 +1,6 @@
 //! One device's evidence against one challenge, and a commitment's evidence as a whole.
 
-use super::chain::{DeviceChain, TrustAnchors};
+use super::cert_chain::{DeviceChain, TrustAnchors};
 use super::fault::EvidenceFault;
 use super::model::SkuTable;
 use super::spdm::{AttestationReport, opaque};

@@ -13,19 +13,19 @@
 //! validator's reuse check (one part, one miner key at a time) bounds the renting of parts.
 //!
 //! - [`spdm`] reads a report (request and response) without trusting any length in it.
-//! - [`chain`] checks a certificate chain up to a pinned root and reads the leaf's identity.
+//! - [`cert_chain`] checks a certificate chain up to a pinned root and reads the leaf's identity.
 //! - [`model`] maps a claimed model to its chip, and the operator's table of project SKUs.
 //! - [`check`] puts them together: one device's evidence against one challenge.
 //! - [`fault`] names why evidence proves nothing, one kind per verdict reason.
 
-pub mod chain;
+pub mod cert_chain;
 pub mod check;
 pub mod fault;
 pub mod model;
 pub mod spdm;
 pub mod statement;
 
-pub use chain::{DeviceChain, LeafIdentity, TrustAnchors};
+pub use cert_chain::{DeviceChain, LeafIdentity, TrustAnchors};
 pub use check::{EvidenceTrust, GenuineDevice, check_device_evidence, check_evidence_set};
 pub use fault::EvidenceFault;
 pub use model::{ChipEntry, SkuEntry, SkuTable, chip_of_model};

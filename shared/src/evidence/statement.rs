@@ -79,7 +79,7 @@ impl DeviceEvidence {
     /// The first wire limit of PROTOCOL.md 19.3 this entry breaks, as the field at fault and
     /// what is wrong with it; `None` when it keeps them all.
     pub fn wire_limit_problem(&self) -> Option<(&'static str, String)> {
-        use super::chain::{MAX_CERTIFICATE_BYTES, MAX_CERTIFICATES};
+        use super::cert_chain::{MAX_CERTIFICATE_BYTES, MAX_CERTIFICATES};
         use super::spdm::MAX_REPORT_BYTES;
         if self.report.len() > MAX_REPORT_BYTES {
             return Some(("evidence.report", format!("more than {MAX_REPORT_BYTES} bytes")));

@@ -6,7 +6,7 @@
 use super::check::WalkOpening;
 use crate::digest::Digest;
 use crate::encoding::{put_digests, put_u32};
-use crate::identity::PublicKey;
+use crate::keys::PublicKey;
 use crate::opening::SampleRequest;
 pub use crate::statement::PoolCommitment;
 use crate::statement::{OPEN_REQUEST_DOMAIN, open_request_bytes, redomained};

@@ -35,8 +35,8 @@ use client::MinerConnection;
 use exchange::{AcceptWindow, Committed, Received, await_commitment};
 use gpu_attest_shared::engine::DeviceProgress;
 use gpu_attest_shared::evidence::EvidenceTrust;
-use gpu_attest_shared::identity::{Identity, PublicKey};
 use gpu_attest_shared::inventory::{HardwareClaim, Inventory, InventoryError};
+use gpu_attest_shared::keys::{KeyPair, PublicKey};
 use gpu_attest_shared::statement::Challenge;
 use gpu_attest_shared::{Backend, Work};
 use outcome::Outcome;
@@ -118,7 +118,7 @@ impl AttestError {
 }
 
 pub struct Attestor {
-    identity: Identity,
+    identity: KeyPair,
     config: ValidatorConfig,
     backend: Arc<dyn Backend>,
     backend_is_gpu: bool,
@@ -138,7 +138,7 @@ pub(crate) fn random32() -> Result<[u8; 32], AttestError> {
 
 impl Attestor {
     pub fn new(
-        identity: Identity,
+        identity: KeyPair,
         config: ValidatorConfig,
         backend: Arc<dyn Backend>,
         backend_is_gpu: bool,

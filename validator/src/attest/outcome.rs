@@ -8,7 +8,7 @@ use crate::reason::{Reason, ReasonCode};
 use crate::store::{StoredParams, Verdict};
 use crate::throughput::{Throughput, graded_miss};
 use gpu_attest_shared::Digest;
-use gpu_attest_shared::identity::PublicKey;
+use gpu_attest_shared::keys::PublicKey;
 use gpu_attest_shared::verify::Rejection;
 
 pub struct Outcome {

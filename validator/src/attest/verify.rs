@@ -9,7 +9,7 @@ use super::{AttestError, AttestEvent, random32};
 use crate::reason::ReasonCode;
 use gpu_attest_proto::convert::{opening_from_wire, sample_to_wire, walk_sample_to_wire};
 use gpu_attest_proto::v1;
-use gpu_attest_shared::identity::{Identity, PublicKey};
+use gpu_attest_shared::keys::{KeyPair, PublicKey};
 use gpu_attest_shared::memory::statement::{WalkSample, open_request_bytes_v3};
 use gpu_attest_shared::opening::{SampleRequest, draw_samples};
 use gpu_attest_shared::statement::{Challenge, Commitment, open_request_bytes, opening_bytes};
@@ -144,7 +144,7 @@ pub struct WalkOpenings<'a> {
 #[allow(clippy::too_many_arguments)]
 pub async fn sampled(
     miner: &mut MinerConnection,
-    identity: &Identity,
+    identity: &KeyPair,
     backend: Arc<dyn Backend>,
     work: &Work,
     commitment: &Commitment,

@@ -13,7 +13,7 @@ use gpu_attest_proto::convert::{WalkRequest, walk_opening_from_wire, walk_reques
 use gpu_attest_proto::v1;
 use gpu_attest_shared::Work;
 use gpu_attest_shared::digest::Digest;
-use gpu_attest_shared::identity::Identity;
+use gpu_attest_shared::keys::KeyPair;
 use gpu_attest_shared::memory::PoolSpec;
 use gpu_attest_shared::memory::check::{check_segment, draw_rows};
 use gpu_attest_shared::memory::pool::entry_rows_match;
@@ -111,7 +111,7 @@ impl WalkContext {
 /// failed (the outcome says why) and nothing is left to open.
 pub async fn request_walk(
     miner: &mut MinerConnection,
-    identity: &Identity,
+    identity: &KeyPair,
     work: &Work,
     commitment: &Commitment,
     outcome: &mut Outcome,
@@ -131,7 +131,7 @@ pub async fn request_walk(
 /// The walk and its statement's checks: the context and the walk time, when it passed them.
 async fn walk_and_check(
     miner: &mut MinerConnection,
-    identity: &Identity,
+    identity: &KeyPair,
     work: &Work,
     commitment: &Commitment,
     plan: &MemoryPlan,

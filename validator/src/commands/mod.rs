@@ -3,7 +3,7 @@
 //! a [`CommandError`] that knows its own exit status.
 
 mod attest;
-mod keys;
+mod certs;
 mod miners;
 mod rates;
 mod serve;
@@ -18,7 +18,7 @@ use crate::store::StoreError;
 use gpu_attest_daemon::certs::CertsError;
 use gpu_attest_daemon::logging::UnknownLogFormat;
 use gpu_attest_daemon::run::{ServeError, Stopped};
-use gpu_attest_shared::identity::KeyError;
+use gpu_attest_shared::keys::KeyError;
 use std::path::PathBuf;
 use thiserror::Error;
 
@@ -76,14 +76,20 @@ impl CommandError {
 /// Runs `command` to its end (`serve` until SIGINT or SIGTERM).
 pub fn run(command: Command) -> Result<Answer, CommandError> {
     match command {
-        Command::PublicKey { key_file } => keys::public_key(&key_file),
-        Command::Keygen { key_file } => keys::keygen(&key_file),
+        Command::PublicKey { key_file } => {
+            gpu_attest_daemon::key_files::print_public_key(&key_file)?;
+            Ok(Answer::Yes)
+        }
+        Command::Keygen { key_file } => {
+            gpu_attest_daemon::key_files::create_and_print(&key_file)?;
+            Ok(Answer::Yes)
+        }
         Command::TlsCerts {
             out,
             validator_hosts,
             miner_hosts,
             days,
-        } => keys::tls_certs(
+        } => certs::tls_certs(
             &out,
             gpu_attest_daemon::certs::CertsRequest {
                 validator_hosts,

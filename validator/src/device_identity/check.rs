@@ -10,7 +10,7 @@ use gpu_attest_proto::evidence::SignedEvidence;
 use gpu_attest_shared::evidence::{
     EvidenceFault, EvidenceTrust, check_evidence_set, evidence_statement_bytes, spdm_nonces,
 };
-use gpu_attest_shared::identity::PublicKey;
+use gpu_attest_shared::keys::PublicKey;
 use gpu_attest_shared::statement::{Challenge, Commitment, DeviceInfo};
 
 /// The evidence as it came off the wire: `Ok(None)` when the miner sent none.

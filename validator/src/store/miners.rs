@@ -1,7 +1,7 @@
 //! Registered miners and revoked keys.
 
 use super::{Store, StoreError, as_i64, as_u64};
-use gpu_attest_shared::identity::PublicKey;
+use gpu_attest_shared::keys::PublicKey;
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct MinerRecord {

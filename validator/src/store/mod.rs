@@ -31,7 +31,7 @@ pub use rates::ClassObservation;
 pub use schema::SCHEMA_VERSION;
 pub use verdicts::{FirstRun, StoredParams, Verdict, VerdictFilter};
 
-use gpu_attest_shared::identity::PublicKey;
+use gpu_attest_shared::keys::PublicKey;
 use sqlx::any::{AnyConnectOptions, AnyPoolOptions};
 use sqlx::{AnyPool, AssertSqlSafe, Executor};
 use std::path::Path;

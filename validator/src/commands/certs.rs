@@ -1,23 +1,9 @@
-//! `validator public-key`, `keygen` and `tls-certs`: the files a deployment starts from.
+//! `validator tls-certs`: the certificates a first deployment starts from (the key files come
+//! from `keygen`, which both daemons share).
 
 use super::{Answer, CommandError};
 use gpu_attest_daemon::certs::CertsRequest;
-use gpu_attest_shared::identity::Identity;
 use std::path::Path;
-
-/// Prints the public key of an existing key file, for allow-lists and registration.
-pub(super) fn public_key(key_file: &Path) -> Result<Answer, CommandError> {
-    println!("{}", Identity::load_file(key_file)?.public_key());
-    Ok(Answer::Yes)
-}
-
-/// Creates the validator's key file (owner-only; never overwrites) and prints its public key.
-pub(super) fn keygen(key_file: &Path) -> Result<Answer, CommandError> {
-    let identity = Identity::create_file(key_file)?;
-    println!("wrote {} (owner-only)", key_file.display());
-    println!("public key: {}", identity.public_key());
-    Ok(Answer::Yes)
-}
 
 /// Makes a private CA and the certificates `request` names in `out`, then says which config
 /// setting takes which file.

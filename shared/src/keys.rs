@@ -1,4 +1,5 @@
-//! ed25519 identities of miners and validators, and their key files.
+//! The ed25519 keys of miners and validators (who signs a statement), and their key files. Not
+//! to be confused with a GPU's identity, which device evidence proves (`evidence`).
 //!
 //! A key file holds the 32-byte secret seed as 64 hex digits and one newline. It is created
 //! owner-only (0600) and refused at load if group or others can read it. The secret never
@@ -14,7 +15,7 @@ use thiserror::Error;
 pub enum KeyError {
     #[error("key file {path}: {source}")]
     Io { path: String, source: std::io::Error },
-    #[error("key file {path} already exists; refusing to overwrite an identity")]
+    #[error("key file {path} already exists; refusing to overwrite a key")]
     Exists { path: String },
     #[error("key file {path} is readable by group or others (mode {mode:o}); run `chmod 600 {path}`")]
     Permissions { path: String, mode: u32 },
@@ -97,17 +98,17 @@ impl fmt::Debug for PublicKey {
 }
 
 /// A secret signing key with its public half.
-pub struct Identity {
+pub struct KeyPair {
     signing: SigningKey,
 }
 
-impl fmt::Debug for Identity {
+impl fmt::Debug for KeyPair {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "Identity(public {}, secret redacted)", self.public_key())
+        write!(f, "KeyPair(public {}, secret redacted)", self.public_key())
     }
 }
 
-impl Identity {
+impl KeyPair {
     pub fn generate() -> Result<Self, KeyError> {
         let mut seed = [0u8; 32];
         getrandom::fill(&mut seed).map_err(|e| KeyError::Random(e.to_string()))?;
@@ -115,7 +116,7 @@ impl Identity {
     }
 
     pub fn from_seed(seed: [u8; 32]) -> Self {
-        Identity {
+        KeyPair {
             signing: SigningKey::from_bytes(&seed),
         }
     }
@@ -182,7 +183,7 @@ mod tests {
 
     #[test]
     fn sign_and_verify() {
-        let id = Identity::from_seed([5; 32]);
+        let id = KeyPair::from_seed([5; 32]);
         let sig = id.sign(b"message");
         id.public_key().verify(b"message", &sig).unwrap();
         assert_eq!(id.public_key().verify(b"other", &sig), Err(SignatureError::Invalid));
@@ -201,18 +202,18 @@ mod tests {
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join("id.key");
         let _ = std::fs::remove_file(&path);
-        let made = Identity::create_file(&path).unwrap();
+        let made = KeyPair::create_file(&path).unwrap();
         assert_eq!(std::fs::metadata(&path).unwrap().permissions().mode() & 0o777, 0o600);
-        assert_eq!(Identity::load_file(&path).unwrap().public_key(), made.public_key());
-        assert!(matches!(Identity::create_file(&path), Err(KeyError::Exists { .. })));
+        assert_eq!(KeyPair::load_file(&path).unwrap().public_key(), made.public_key());
+        assert!(matches!(KeyPair::create_file(&path), Err(KeyError::Exists { .. })));
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
         assert!(matches!(
-            Identity::load_file(&path),
+            KeyPair::load_file(&path),
             Err(KeyError::Permissions { mode: 0o644, .. })
         ));
         std::fs::write(&path, "not hex\n").unwrap();
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
-        assert!(matches!(Identity::load_file(&path), Err(KeyError::Malformed { .. })));
+        assert!(matches!(KeyPair::load_file(&path), Err(KeyError::Malformed { .. })));
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

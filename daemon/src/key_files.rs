@@ -1,0 +1,19 @@
+//! `public-key` and `keygen`, which both daemons offer alike: the ed25519 key a daemon signs
+//! its statements with, in a file of its own (`gpu_attest_shared::keys`).
+
+use gpu_attest_shared::keys::{KeyError, KeyPair};
+use std::path::Path;
+
+/// Prints the public key of an existing key file, for allow-lists and registration.
+pub fn print_public_key(key_file: &Path) -> Result<(), KeyError> {
+    println!("{}", KeyPair::load_file(key_file)?.public_key());
+    Ok(())
+}
+
+/// Creates a key file (owner-only; never overwrites) and prints where, and its public key.
+pub fn create_and_print(key_file: &Path) -> Result<(), KeyError> {
+    let keys = KeyPair::create_file(key_file)?;
+    println!("wrote {} (owner-only)", key_file.display());
+    println!("public key: {}", keys.public_key());
+    Ok(())
+}
