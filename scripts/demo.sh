@@ -9,7 +9,8 @@ profile=${PROFILE:-release}
 flag=$([ "$profile" = release ] && echo --release || true)
 echo "== building miner and validator ($profile)" >&2
 cargo build $flag --locked -q -p gpu-attest-miner -p gpu-attest-validator
-bin=target/$profile
+# Cargo's dev profile builds into target/debug.
+bin=target/$([ "$profile" = dev ] && echo debug || echo "$profile")
 
 # Keys and the verdict database persist here between runs: `validator verdicts --database
 # target/demo/validator.db` lists every demo verdict.
