@@ -8,10 +8,14 @@
 //! (`devices`).
 //! The wire types live apart, in `gpu-attest-proto`, for peers that want only those.
 
+// glibc's mallopt and malloc_trim.
+#[allow(unsafe_code)]
 pub mod allocator;
 pub mod certs;
 pub mod config;
 mod connect_info;
+// getrlimit/setrlimit for the open-files limit, and shutdown(2) of a socket being written to.
+#[allow(unsafe_code)]
 pub mod connections;
 pub mod devices;
 pub mod dial;
@@ -25,6 +29,8 @@ pub mod rate_limit;
 pub mod refusal_log;
 pub mod requests;
 pub mod run;
+// SIGPIPE's disposition and the worker threads' signal masks.
+#[allow(unsafe_code)]
 pub mod signals;
 pub mod slots;
 pub mod stack;

@@ -20,6 +20,9 @@
 //! - [`backend`]: the [`Backend`](gpu_attest_shared::Backend) over all of them.
 //! - [`checks`]: each kernel's self-check on each device, cached, and the kernel chosen from them.
 
+// Driver, NVRTC and NVML calls through cudarc's raw bindings, and device memory the kernels
+// read and write: this crate is the one place GPU code is unsafe.
+#![allow(unsafe_code)]
 pub mod backend;
 pub mod bench;
 pub mod checks;

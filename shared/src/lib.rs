@@ -20,6 +20,8 @@
 //! implementation of [`Backend`]. So a peer or a validator that needs only the protocol builds
 //! no cudarc and no NVML.
 
+// Page-aligned, mmap-backed buffers: the pool's memory and the GEMMs' operands.
+#[allow(unsafe_code)]
 pub mod aligned;
 pub mod backend;
 pub mod chain;
@@ -31,10 +33,14 @@ mod encoding;
 pub mod engine;
 pub mod evidence;
 pub mod failure;
+// The SIMD kernels (AVX2, AVX-512 VNNI, AVX-VNNI, AMX) are intrinsics behind CPU-feature checks.
+#[allow(unsafe_code)]
 pub mod gemm;
 pub mod inventory;
 pub mod keys;
 pub mod matrix;
+// The pool and the walk read the aligned buffers as the walk's hashing lanes need them.
+#[allow(unsafe_code)]
 pub mod memory;
 pub mod merkle;
 pub mod mix;

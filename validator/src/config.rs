@@ -103,6 +103,44 @@ pub struct DeadlineConfig {
 pub const MAX_FINISH_BY: f64 = 4.0;
 
 impl DeadlineConfig {
+    /// What is wrong with these settings, for a person: the first problem found.
+    pub fn problem(&self) -> Option<String> {
+        for (name, slack) in [
+            ("slack", self.slack),
+            ("cpu_slack", self.cpu_slack),
+            ("first_contact_slack", self.first_contact_slack),
+        ] {
+            if !(slack.is_finite() && slack >= 1.0) {
+                return Some(format!("deadline.{name} = {slack} must be at least 1.0"));
+            }
+        }
+        let finish_by = self.finish_by;
+        if !(finish_by.is_finite() && (1.0..=MAX_FINISH_BY).contains(&finish_by)) {
+            return Some(format!(
+                "deadline.finish_by = {finish_by} must be in 1.0..={MAX_FINISH_BY} (a multiple of the deadline; 1.0 stops a miner's work at the deadline)"
+            ));
+        }
+        let band = self.retest_band;
+        if !(band.is_finite() && band >= 1.0 && band <= finish_by) {
+            return Some(format!(
+                "deadline.retest_band = {band} must be in 1.0..=deadline.finish_by ({finish_by}): a retest follows only a miss whose late work was verified (1.0: no retests)"
+            ));
+        }
+        if !(250..=60_000).contains(&self.accept_ms) {
+            return Some(format!(
+                "deadline.accept_ms = {} must be in 250..=60000 (a slow network's round trip or two, up to a minute): a miner accepts or refuses a challenge at once, and time past that is time to compute and then refuse",
+                self.accept_ms
+            ));
+        }
+        if !(250..=15_000).contains(&self.connect_ms) {
+            return Some(format!(
+                "deadline.connect_ms = {} must be in 250..=15000: long enough for a TLS handshake over a slow link, and short enough that a host that never answers cannot hold a scheduler slot for long (and that registering a miner, which dials it and asks its inventory, fits the operator's 30 s call)",
+                self.connect_ms
+            ));
+        }
+        None
+    }
+
     /// The tight slack for an observed rate on `backend`.
     pub fn observed_slack(&self, backend: &str) -> f64 {
         if backend == "cpu" { self.cpu_slack } else { self.slack }
@@ -143,6 +181,52 @@ pub struct ScheduleConfig {
     /// every third of this while it works). Validators sharing a PostgreSQL database split the
     /// miners by these leases; one that dies mid-attestation loses its miners this long after.
     pub lease_secs: u64,
+}
+
+impl ScheduleConfig {
+    /// What is wrong with these settings, for a person: the first problem found.
+    pub fn problem(&self) -> Option<String> {
+        if self.interval_secs == 0 {
+            return Some(
+                "schedule.interval_secs = 0 would attest every miner again the moment it is done; at least 1".into(),
+            );
+        }
+        if self.concurrency == 0 {
+            return Some("schedule.concurrency = 0 would attest no miner at all".into());
+        }
+        if !(0.0..1.0).contains(&self.jitter) {
+            return Some(format!(
+                "schedule.jitter = {} must be at least 0 and below 1",
+                self.jitter
+            ));
+        }
+        if self.backoff_initial_secs == 0 || self.backoff_max_secs < self.backoff_initial_secs {
+            return Some(format!(
+                "schedule.backoff_initial_secs = {} must be at least 1 and at most backoff_max_secs = {}",
+                self.backoff_initial_secs, self.backoff_max_secs
+            ));
+        }
+        // Bounded so that every time computed from them fits (and a lease always runs out).
+        const A_MONTH_SECS: u64 = 31 * 86_400;
+        for (name, secs) in [
+            ("interval_secs", self.interval_secs),
+            ("backoff_max_secs", self.backoff_max_secs),
+            ("lease_secs", self.lease_secs),
+        ] {
+            if secs > A_MONTH_SECS {
+                return Some(format!(
+                    "schedule.{name} = {secs} is more than a month ({A_MONTH_SECS} s)"
+                ));
+            }
+        }
+        if self.lease_secs < 3 {
+            return Some(format!(
+                "schedule.lease_secs = {} must be at least 3 (a lease is renewed every third of it)",
+                self.lease_secs
+            ));
+        }
+        None
+    }
 }
 
 impl Default for ScheduleConfig {
@@ -246,110 +330,52 @@ impl ValidatorConfig {
 
     /// Refuses settings that would make verification meaningless or challenges invalid.
     pub fn validate(&self) -> Result<(), ConfigError> {
-        let invalid = |what: String| Err(ConfigError::Invalid(what));
+        let problem = self
+            .verification_problem()
+            .or_else(|| self.memory.problem())
+            .or_else(|| self.identity.problem())
+            .or_else(|| self.deadline.problem())
+            .or_else(|| self.schedule.problem())
+            .or_else(|| self.calibration_problem())
+            .or_else(|| self.challenge_problem());
+        match problem {
+            Some(problem) => Err(ConfigError::Invalid(problem)),
+            None => Ok(()),
+        }
+    }
+
+    /// What is wrong with how the validator verifies: its sample counts and threads.
+    fn verification_problem(&self) -> Option<String> {
         if self.policy != Policy::Full && !(1..=1024).contains(&self.samples) {
-            return invalid(format!(
+            return Some(format!(
                 "samples = {} must be in 1..=1024 (0 would check no work at all)",
                 self.samples
             ));
         }
         if self.policy != Policy::Full && self.min_samples == 0 {
-            return invalid("min_samples = 0 would let a miner be attested with no opening at all".into());
+            return Some("min_samples = 0 would let a miner be attested with no opening at all".into());
         }
         if self.cpu_threads > gpu_attest_daemon::config::MAX_CPU_THREADS {
-            return invalid(format!(
+            return Some(format!(
                 "cpu_threads = {} is more than {}; 0 uses every core",
                 self.cpu_threads,
                 gpu_attest_daemon::config::MAX_CPU_THREADS
             ));
         }
-        if let Some(problem) = self.memory.problem() {
-            return invalid(problem);
-        }
-        if let Some(problem) = self.identity.problem() {
-            return invalid(problem);
-        }
-        if self.schedule.interval_secs == 0 {
-            return invalid(
-                "schedule.interval_secs = 0 would attest every miner again the moment it is done; at least 1".into(),
-            );
-        }
-        for (name, slack) in [
-            ("slack", self.deadline.slack),
-            ("cpu_slack", self.deadline.cpu_slack),
-            ("first_contact_slack", self.deadline.first_contact_slack),
-        ] {
-            if !(slack.is_finite() && slack >= 1.0) {
-                return invalid(format!("deadline.{name} = {slack} must be at least 1.0"));
-            }
-        }
-        let finish_by = self.deadline.finish_by;
-        if !(finish_by.is_finite() && (1.0..=MAX_FINISH_BY).contains(&finish_by)) {
-            return invalid(format!(
-                "deadline.finish_by = {finish_by} must be in 1.0..={MAX_FINISH_BY} (a multiple of the deadline; 1.0 stops a miner's work at the deadline)"
-            ));
-        }
-        let band = self.deadline.retest_band;
-        if !(band.is_finite() && band >= 1.0 && band <= finish_by) {
-            return invalid(format!(
-                "deadline.retest_band = {band} must be in 1.0..=deadline.finish_by ({finish_by}): a retest follows only a miss whose late work was verified (1.0: no retests)"
-            ));
-        }
-        if !(250..=60_000).contains(&self.deadline.accept_ms) {
-            return invalid(format!(
-                "deadline.accept_ms = {} must be in 250..=60000 (a slow network's round trip or two, up to a minute): a miner accepts or refuses a challenge at once, and time past that is time to compute and then refuse",
-                self.deadline.accept_ms
-            ));
-        }
-        if !(250..=15_000).contains(&self.deadline.connect_ms) {
-            return invalid(format!(
-                "deadline.connect_ms = {} must be in 250..=15000: long enough for a TLS handshake over a slow link, and short enough that a host that never answers cannot hold a scheduler slot for long (and that registering a miner, which dials it and asks its inventory, fits the operator's 30 s call)",
-                self.deadline.connect_ms
-            ));
-        }
-        if self.schedule.concurrency == 0 {
-            return invalid("schedule.concurrency = 0 would attest no miner at all".into());
-        }
-        if !(0.0..1.0).contains(&self.schedule.jitter) {
-            return invalid(format!(
-                "schedule.jitter = {} must be at least 0 and below 1",
-                self.schedule.jitter
-            ));
-        }
-        if self.schedule.backoff_initial_secs == 0
-            || self.schedule.backoff_max_secs < self.schedule.backoff_initial_secs
-        {
-            return invalid(format!(
-                "schedule.backoff_initial_secs = {} must be at least 1 and at most backoff_max_secs = {}",
-                self.schedule.backoff_initial_secs, self.schedule.backoff_max_secs
-            ));
-        }
-        // Bounded so that every time computed from them fits (and a lease always runs out).
-        const A_MONTH_SECS: u64 = 31 * 86_400;
-        for (name, secs) in [
-            ("interval_secs", self.schedule.interval_secs),
-            ("backoff_max_secs", self.schedule.backoff_max_secs),
-            ("lease_secs", self.schedule.lease_secs),
-        ] {
-            if secs > A_MONTH_SECS {
-                return invalid(format!(
-                    "schedule.{name} = {secs} is more than a month ({A_MONTH_SECS} s)"
-                ));
-            }
-        }
-        if self.schedule.lease_secs < 3 {
-            return invalid(format!(
-                "schedule.lease_secs = {} must be at least 3 (a lease is renewed every third of it)",
-                self.schedule.lease_secs
-            ));
-        }
-        if self.calibration.min_miners == 0 {
-            return invalid(
-                "calibration.min_miners = 0 would learn a rate from no miner at all; 1 trusts a single miner".into(),
-            );
-        }
+        None
+    }
+
+    fn calibration_problem(&self) -> Option<String> {
+        (self.calibration.min_miners == 0).then(|| {
+            "calibration.min_miners = 0 would learn a rate from no miner at all; 1 trusts a single miner".into()
+        })
+    }
+
+    /// What is wrong with the challenges this config sizes: the target time, the rate rows and
+    /// the shape of the work at both sizes.
+    fn challenge_problem(&self) -> Option<String> {
         if self.challenge.target_seconds.is_nan() || self.challenge.target_seconds < 0.0 {
-            return invalid(format!(
+            return Some(format!(
                 "challenge.target_seconds = {} must be >= 0",
                 self.challenge.target_seconds
             ));
@@ -361,12 +387,12 @@ impl ValidatorConfig {
                 && r.peak_ops_per_sec >= 0.0
         };
         if let Some(r) = self.rates.iter().find(|r| !sane(r)) {
-            return invalid(format!(
+            return Some(format!(
                 "[[rates]] row for backend {:?} model {:?}: ops_per_sec must be positive and peak_ops_per_sec positive or 0",
                 r.backend, r.model
             ));
         }
-        for n in [self.challenge.gpu_n, self.challenge.cpu_n] {
+        [self.challenge.gpu_n, self.challenge.cpu_n].into_iter().find_map(|n| {
             let probe = gpu_attest_shared::ChallengeParams {
                 nonce: [0; 32],
                 seed: [0; 32],
@@ -376,11 +402,8 @@ impl ValidatorConfig {
                 iterations: self.challenge.iterations,
                 checkpoint_every: self.challenge.checkpoint_every,
             };
-            probe
-                .validate()
-                .map_err(|e| ConfigError::Invalid(format!("[challenge]: {e}")))?;
-        }
-        Ok(())
+            probe.validate().err().map(|e| format!("[challenge]: {e}"))
+        })
     }
 
     /// The table first contact is timed by: this config's rows, then the shipped ones.

@@ -169,82 +169,14 @@ pub async fn await_commitment(
                     None => return Ok(Received::Failed(window.missed())),
                 }
             };
-            let event = match next {
-                Ok(Some(v1::ChallengeEvent { event: Some(event) })) => event,
-                // An empty event (a oneof this version does not know) says nothing: skipped.
-                Ok(Some(v1::ChallengeEvent { event: None })) => continue,
-                Ok(None) if !answered => {
-                    return Err(AttestError::NotAMiner {
-                        url: url.into(),
-                        detail: "it ended the challenge stream without accepting or refusing".into(),
-                    });
-                }
-                Ok(None) => {
-                    return Ok(Received::Failed(Reason::new(
-                        ReasonCode::NoCommitment,
-                        "miner ended the stream without a commitment",
-                    )));
-                }
-                Err(status) if !answered => return Err(super::client::refused(url, status)),
-                // The miner gave up at the deadline (or the finish-by time): it could not do the
-                // work in time, which is what the deadline tests. Named as such, not as a
-                // generic failure.
-                Err(status) if status.code() == tonic::Code::DeadlineExceeded => {
-                    return Ok(Received::Failed(Reason::new(
-                        ReasonCode::CommitmentTimedOut,
-                        format!(
-                            "no commitment by the {}: the miner stopped after {} ms ({})",
-                            time_allowed(plan),
-                            started.elapsed().as_millis(),
-                            miner_text(status.message())
-                        ),
-                    )));
-                }
-                Err(status) => {
-                    return Ok(Received::Failed(Reason::new(
-                        ReasonCode::MinerFailed,
-                        format!(
-                            "miner failed after accepting the challenge ({:?}): {}",
-                            status.code(),
-                            miner_text(status.message())
-                        ),
-                    )));
-                }
+            let event = match classify(next, answered, url, plan, started) {
+                Read::Event(event) => event,
+                Read::Skip => continue,
+                Read::Done(done) => return done,
             };
             answered = true;
-            match event {
-                Event::Accepted(a) => {
-                    if let Err(reason) = check.accepted(&a) {
-                        return Ok(Received::Failed(reason));
-                    }
-                    on_event(AttestEvent::Phase {
-                        name: "computing",
-                        detail: format!("miner accepted: {} device(s), {} backend", a.devices, a.backend),
-                    });
-                }
-                Event::Progress(p) => match check.progress(&p) {
-                    Ok(progress) => on_event(AttestEvent::Progress(progress)),
-                    Err(reason) => return Ok(Received::Failed(reason)),
-                },
-                Event::Commitment(c) if check.accepted => {
-                    return Ok(match commitment_from_wire(&c) {
-                        Ok((commitment, signature)) => Received::Commitment(Box::new(Committed {
-                            commitment,
-                            signature,
-                            evidence: evidence_from_wire(&c.evidence, &c.evidence_signature),
-                        })),
-                        Err(e) => Received::Failed(Reason::new(
-                            ReasonCode::MalformedCommitment,
-                            format!("malformed commitment: {e}"),
-                        )),
-                    });
-                }
-                Event::Commitment(_) => {
-                    return Ok(Received::Failed(Reason::new(
-                        ReasonCode::StreamOutOfOrder,
-                        "miner sent a commitment before accepting the challenge",
-                    )));
-                }
+            if let Some(received) = handle(&mut check, event, on_event) {
+                return Ok(received);
             }
         }
     };
@@ -258,6 +190,98 @@ pub async fn await_commitment(
                 started.elapsed().as_millis(),
                 time_allowed(plan)
             ),
+        ))),
+    }
+}
+
+/// What one read of the challenge stream came to.
+enum Read {
+    Event(Event),
+    /// An empty event (a oneof this version does not know) says nothing: skipped.
+    Skip,
+    /// The stream ended, or failed: the attestation's outcome, or no verdict at all.
+    Done(Result<Received, AttestError>),
+}
+
+/// One read of the stream, `answered` saying whether the miner has sent an event yet: before
+/// that, an end or an error is a refusal (no verdict); after it, a failure.
+fn classify(
+    next: Result<Option<v1::ChallengeEvent>, tonic::Status>,
+    answered: bool,
+    url: &str,
+    plan: &Plan,
+    started: Instant,
+) -> Read {
+    let failed = |code, message: String| Read::Done(Ok(Received::Failed(Reason::new(code, message))));
+    match next {
+        Ok(Some(v1::ChallengeEvent { event: Some(event) })) => Read::Event(event),
+        Ok(Some(v1::ChallengeEvent { event: None })) => Read::Skip,
+        Ok(None) if !answered => Read::Done(Err(AttestError::NotAMiner {
+            url: url.into(),
+            detail: "it ended the challenge stream without accepting or refusing".into(),
+        })),
+        Ok(None) => failed(
+            ReasonCode::NoCommitment,
+            "miner ended the stream without a commitment".into(),
+        ),
+        Err(status) if !answered => Read::Done(Err(super::client::refused(url, status))),
+        // The miner gave up at the deadline (or the finish-by time): it could not do the work
+        // in time, which is what the deadline tests. Named as such, not as a generic failure.
+        Err(status) if status.code() == tonic::Code::DeadlineExceeded => failed(
+            ReasonCode::CommitmentTimedOut,
+            format!(
+                "no commitment by the {}: the miner stopped after {} ms ({})",
+                time_allowed(plan),
+                started.elapsed().as_millis(),
+                miner_text(status.message())
+            ),
+        ),
+        Err(status) => failed(
+            ReasonCode::MinerFailed,
+            format!(
+                "miner failed after accepting the challenge ({:?}): {}",
+                status.code(),
+                miner_text(status.message())
+            ),
+        ),
+    }
+}
+
+/// Checks one event against the plan and relays it; `Some` once the stream has given its
+/// outcome (the commitment, or a failure).
+fn handle(check: &mut StreamCheck, event: Event, on_event: &(dyn Fn(AttestEvent) + Send + Sync)) -> Option<Received> {
+    match event {
+        Event::Accepted(a) => {
+            if let Err(reason) = check.accepted(&a) {
+                return Some(Received::Failed(reason));
+            }
+            on_event(AttestEvent::Phase {
+                name: "computing",
+                detail: format!("miner accepted: {} device(s), {} backend", a.devices, a.backend),
+            });
+            None
+        }
+        Event::Progress(p) => match check.progress(&p) {
+            Ok(progress) => {
+                on_event(AttestEvent::Progress(progress));
+                None
+            }
+            Err(reason) => Some(Received::Failed(reason)),
+        },
+        Event::Commitment(c) if check.accepted => Some(match commitment_from_wire(&c) {
+            Ok((commitment, signature)) => Received::Commitment(Box::new(Committed {
+                commitment,
+                signature,
+                evidence: evidence_from_wire(&c.evidence, &c.evidence_signature),
+            })),
+            Err(e) => Received::Failed(Reason::new(
+                ReasonCode::MalformedCommitment,
+                format!("malformed commitment: {e}"),
+            )),
+        }),
+        Event::Commitment(_) => Some(Received::Failed(Reason::new(
+            ReasonCode::StreamOutOfOrder,
+            "miner sent a commitment before accepting the challenge",
         ))),
     }
 }
