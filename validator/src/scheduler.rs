@@ -122,7 +122,10 @@ pub async fn run_with<M, MF, A, F, R>(
 {
     let mut slots: HashMap<String, Slot> = HashMap::new();
     let mut running: HashSet<String> = HashSet::new();
-    let mut tasks: JoinSet<(String, Attempt)> = JoinSet::new();
+    let mut tasks: JoinSet<Attempt> = JoinSet::new();
+    // Which miner each task attests: a task that panics returns nothing, and its miner must
+    // still leave `running`, or it would hold a slot (and never be attested again) for good.
+    let mut task_urls: HashMap<tokio::task::Id, String> = HashMap::new();
     let mut unit = move || (rng.next_u64() >> 11) as f64 / (1u64 << 53) as f64;
     let mut next_refresh = Instant::now();
     loop {
@@ -160,7 +163,7 @@ pub async fn run_with<M, MF, A, F, R>(
             running.insert(url.clone());
             let errors = slots.get(&url).map_or(0, |s| s.errors);
             let attempt = attest(url.clone(), errors);
-            tasks.spawn(async move { (url, attempt.await) });
+            task_urls.insert(tasks.spawn(attempt).id(), url);
         }
         report(SchedulerState {
             queued,
@@ -177,8 +180,15 @@ pub async fn run_with<M, MF, A, F, R>(
             .unwrap_or(next_refresh)
             .min(next_refresh);
         tokio::select! {
-            Some(joined) = tasks.join_next(), if !tasks.is_empty() => {
-                let Ok((url, attempt)) = joined else { continue };
+            Some(joined) = tasks.join_next_with_id(), if !tasks.is_empty() => {
+                let (id, attempt) = match joined {
+                    Ok((id, attempt)) => (id, attempt),
+                    Err(failed) => {
+                        warn!(url = task_urls.get(&failed.id()).map_or("?", String::as_str), error = %failed, "attestation task failed; backing off as from an error");
+                        (failed.id(), Attempt::Error)
+                    }
+                };
+                let Some(url) = task_urls.remove(&id) else { continue };
                 running.remove(&url);
                 let Some(slot) = slots.get_mut(&url) else { continue };
                 if let Attempt::Held(retry_in) = attempt {
@@ -473,5 +483,62 @@ mod tests {
                 "backoff {i}: {gap} s, want about {want} s ({down:?})"
             );
         }
+    }
+
+    /// An attestation that panics (a library's `expect` on a hostile peer's bytes, say) gives
+    /// its slot back and backs its miner off, as an error does: with one slot, a miner whose
+    /// every attempt panics must not stop the others being attested.
+    #[tokio::test(start_paused = true)]
+    async fn a_panicking_attestation_gives_its_slot_back_and_backs_off() {
+        let s = Schedule {
+            concurrency: 1,
+            ..schedule()
+        };
+        let started = Instant::now();
+        let calls: Arc<Mutex<Vec<(String, u64)>>> = Arc::default();
+        let (stop, stopped) = watch::channel(false);
+        let miners = || async { Ok(["boom", "fine"].map(String::from).to_vec()) };
+        let attest = {
+            let calls = calls.clone();
+            move |url: String, _errors: u32| {
+                let calls = calls.clone();
+                async move {
+                    calls.lock().unwrap().push((url.clone(), started.elapsed().as_secs()));
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                    assert!(url != "boom", "the attestation of {url} panicked");
+                    Attempt::Verdict
+                }
+            }
+        };
+        let runner = tokio::spawn(run_with(
+            s,
+            miners,
+            attest,
+            |_| {},
+            ChaCha8Rng::from_seed([5; 32]),
+            stopped,
+        ));
+        tokio::time::sleep(Duration::from_secs(2000)).await;
+        stop.send(true).unwrap();
+        runner.await.unwrap();
+        let calls = calls.lock().unwrap();
+        let times = |url: &str| {
+            calls
+                .iter()
+                .filter(|(u, _)| u == url)
+                .map(|&(_, t)| t)
+                .collect::<Vec<_>>()
+        };
+        let (boom, fine) = (times("boom"), times("fine"));
+        assert!(
+            fine.len() >= 3,
+            "the other miner goes on being attested: {fine:?} (boom {boom:?})"
+        );
+        // Backed off as an error: 30, 60, 120 ... s apart, not once every interval.
+        assert!(
+            boom.len() >= 4,
+            "the panicking miner is retried with a backoff: {boom:?}"
+        );
+        assert!(boom[1] - boom[0] < 100, "{boom:?}");
     }
 }
