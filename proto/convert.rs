@@ -250,11 +250,19 @@ pub fn commitment_to_wire(c: &Commitment, sig: &[u8; 64]) -> v1::Commitment {
 }
 
 pub fn commitment_from_wire(c: &v1::Commitment) -> Result<(Commitment, [u8; 64]), WireError> {
-    if c.devices.len() > MAX_DEVICES as usize
-        || c.inventory.len() > MAX_DEVICES as usize
-        || c.pools.len() > MAX_DEVICES as usize
-    {
-        return Err(wire_err("devices", format!("more than {MAX_DEVICES} devices")));
+    // Each list is named by its own field: a commitment with 65 pools has too many pools, not
+    // too many devices.
+    for (field, len, what) in [
+        ("devices", c.devices.len(), "device roots"),
+        ("inventory", c.inventory.len(), "devices in its inventory"),
+        ("pools", c.pools.len(), "pools"),
+    ] {
+        if len > MAX_DEVICES as usize {
+            return Err(wire_err(
+                field,
+                format!("{len} {what}, more than the {MAX_DEVICES} a claim may hold"),
+            ));
+        }
     }
     let devices = c
         .devices
@@ -613,5 +621,15 @@ mod tests {
         };
         let (back, _) = commitment_from_wire(&commitment_to_wire(&v3, &[6; 64])).unwrap();
         assert_eq!(back, v3);
+
+        // Each list over the limit is named by its own field.
+        let mut wire = commitment_to_wire(&v3, &[6; 64]);
+        wire.pools = vec![wire.pools[0].clone(); MAX_DEVICES as usize + 1];
+        let error = commitment_from_wire(&wire).unwrap_err();
+        assert_eq!(error.field, "pools", "{error}");
+        assert!(error.to_string().contains("65 pools"), "{error}");
+        let mut wire = commitment_to_wire(&v3, &[6; 64]);
+        wire.inventory = vec![wire.inventory[0].clone(); MAX_DEVICES as usize + 1];
+        assert_eq!(commitment_from_wire(&wire).unwrap_err().field, "inventory");
     }
 }

@@ -6,6 +6,7 @@
 mod common;
 
 use common::cheats::{Cheat, spawn_cheater};
+use common::mangled::{Mangle, spawn_mangled};
 use common::pki::Pki;
 use common::*;
 use gpu_attest_daemon::PeerRateLimiter;
@@ -278,8 +279,75 @@ async fn openings_with_bad_signatures_fail() {
 async fn openings_larger_than_the_challenge_needs_are_refused_while_decoding() {
     let miner = spawn_cheater(miner_core(50, &[validator_key()], 1), Cheat::OversizedOpenings).await;
     let (verdict, _dir) = attest(&miner.url(), Policy::Sampled).await;
-    let reason = failed_with(&verdict, ReasonCode::OpeningFailed);
-    assert!(reason.message.contains("OutOfRange"), "{reason:?}");
+    let reason = failed_with(&verdict, ReasonCode::MalformedOpening);
+    assert!(reason.message.contains("length too large"), "{reason:?}");
+}
+
+/// What a validator cannot decode (a length prefix past its limit, one that promises more than
+/// follows, bytes that are no message) was sent, not refused or failed (PROTOCOL.md 14.1): a
+/// challenge-stream event is a malformed commitment, whenever it comes; an opening a malformed
+/// opening; an inventory makes the host no miner, with no verdict stored. A stream that ends
+/// inside a message its length prefix promised reads, through tonic, as a stream that ended: for
+/// the challenge stream before `Accepted`, no miner; for the openings, an opening missing.
+#[tokio::test(flavor = "multi_thread")]
+async fn undecodable_messages_are_malformed_never_refused() {
+    let decoded = |message: &str| message.contains("could not be decoded");
+    for (seed, mangle) in (70..).step_by(3).zip(Mangle::ALL) {
+        let stream = spawn_mangled(
+            miner_core(seed, &[validator_key()], 1),
+            "/gpu_attest.v1.Miner/RunChallenge",
+            mangle,
+        )
+        .await;
+        let dir = TempDir::new("mangled-stream");
+        let config = validator_config(&dir, Policy::Sampled);
+        let result = attestor(&config).await.attest(&stream.url(), &|_| {}).await;
+        match (mangle, result) {
+            (Mangle::LyingLength, Err(AttestError::NotAMiner { detail, .. })) => {
+                assert!(detail.contains("ended the challenge stream"), "{detail}");
+            }
+            (Mangle::LyingLength, other) => panic!("a stream ended inside its first event: {other:?}"),
+            (_, Ok(verdict)) => {
+                let reason = failed_with(&verdict, ReasonCode::MalformedCommitment);
+                assert!(decoded(&reason.message), "{mangle:?}: {reason:?}");
+            }
+            (_, Err(e)) => panic!("{mangle:?}: no verdict: {e}"),
+        }
+
+        let openings = spawn_mangled(
+            miner_core(seed + 1, &[validator_key()], 1),
+            "/gpu_attest.v1.Miner/OpenChains",
+            mangle,
+        )
+        .await;
+        let (verdict, _dir) = attest(&openings.url(), Policy::Sampled).await;
+        match mangle {
+            Mangle::LyingLength => assert_failed_with(&verdict, ReasonCode::OpeningMissing),
+            _ => {
+                let reason = failed_with(&verdict, ReasonCode::MalformedOpening);
+                assert!(decoded(&reason.message), "{mangle:?}: {reason:?}");
+            }
+        }
+        assert!(
+            !verdict.reasons.iter().any(|r| r.code == ReasonCode::OpeningFailed),
+            "{mangle:?}: {:?}",
+            verdict.reasons
+        );
+
+        let inventory = spawn_mangled(
+            miner_core(seed + 2, &[validator_key()], 1),
+            "/gpu_attest.v1.Miner/GetInventory",
+            mangle,
+        )
+        .await;
+        let dir = TempDir::new("mangled-inventory");
+        let config = validator_config(&dir, Policy::Sampled);
+        let result = attestor(&config).await.attest(&inventory.url(), &|_| {}).await;
+        assert!(
+            matches!(&result, Err(AttestError::NotAMiner { detail, .. }) if decoded(detail)),
+            "{mangle:?}: {result:?}"
+        );
+    }
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -10,6 +10,7 @@
 
 mod common;
 
+use common::mangled::{Mangle, spawn_mangled};
 use common::memory_cheats::{CheatingPools, MemoryCheat, serve_entries};
 use common::*;
 use gpu_attest_miner::config::Limits;
@@ -150,6 +151,30 @@ async fn attest_registered(core: Arc<gpu_attest_miner::MinerCore>, policy: Polic
         .map(|o| o.ops_per_unit)
         .collect();
     (verdict, observed)
+}
+
+/// A walk statement this validator cannot decode (a length prefix past its 1 MiB limit, one that
+/// promises more than follows, bytes that are no message) is the miner's malformed walk, never
+/// its refusal (PROTOCOL.md 14.1, 18.4).
+#[tokio::test(flavor = "multi_thread")]
+async fn an_undecodable_walk_statement_is_malformed_not_refused() {
+    for (seed, mangle) in (90..).zip(Mangle::ALL) {
+        let _turn = TURN.lock().await;
+        let miner = spawn_mangled(honest(seed), "/gpu_attest.v1.Miner/WalkPool", mangle).await;
+        let dir = TempDir::new("mangled-walk");
+        let attestor = attestor(&memory_config(&dir, Policy::Sampled)).await;
+        let verdict = attestor.attest(&miner.url(), &|_| {}).await.expect("a verdict");
+        let reason = failed_with(&verdict, ReasonCode::MalformedWalk);
+        assert!(
+            reason.message.contains("could not be decoded"),
+            "{mangle:?}: {reason:?}"
+        );
+        assert!(
+            !verdict.reasons.iter().any(|r| r.code == ReasonCode::WalkRefused),
+            "{mangle:?}: {:?}",
+            verdict.reasons
+        );
+    }
 }
 
 /// The entry server of the slower-tier cheat: this binary, started again by the cheat with the

@@ -6,6 +6,7 @@ pub mod breakable;
 pub mod cheats;
 pub mod fake_driver;
 pub mod fleet;
+pub mod mangled;
 pub mod memory_cheats;
 pub mod operated;
 pub mod pki;

@@ -2,6 +2,7 @@
 //! openings go over the same channel, so the miner that was sized is the miner that answers.
 
 use super::AttestError;
+use super::decoding::own_decode_failure;
 use super::untrusted::miner_text;
 use crate::config::ValidatorConfig;
 use gpu_attest_daemon::dial::{DialError, dial};
@@ -147,6 +148,10 @@ impl MinerConnection {
         };
         let wire = answered
             .map_err(|s| match s.code() {
+                _ if own_decode_failure(&s).is_some() => AttestError::NotAMiner {
+                    url: self.url.clone(),
+                    detail: format!("its inventory: {}", own_decode_failure(&s).unwrap_or_default()),
+                },
                 // Cancelled: the connection ended under the call (the client's own status for a
                 // connection its peer closed or reset, as a crowded miner does): not an answer.
                 Code::Unavailable | Code::DeadlineExceeded | Code::Cancelled => AttestError::Unreachable {

@@ -2,6 +2,7 @@
 //! `Commitment`. Every event is checked against the plan before anything is relayed, so an API
 //! client never sees a miner's impossible claims as if they were facts.
 
+use super::decoding::own_decode_failure;
 use super::untrusted::miner_text;
 use super::{AttestError, AttestEvent};
 use crate::device_identity::check::WireEvidence;
@@ -213,6 +214,16 @@ fn classify(
     started: Instant,
 ) -> Read {
     let failed = |code, message: String| Read::Done(Ok(Received::Failed(Reason::new(code, message))));
+    // What this validator could not decode was sent, not refused: a verdict, whenever it came
+    // (PROTOCOL.md 14.1). The events lead to the commitment, whose reason it takes.
+    if let Err(status) = &next
+        && let Some(why) = own_decode_failure(status)
+    {
+        return failed(
+            ReasonCode::MalformedCommitment,
+            format!("a message of the challenge stream: {why}"),
+        );
+    }
     match next {
         Ok(Some(v1::ChallengeEvent { event: Some(event) })) => Read::Event(event),
         Ok(Some(v1::ChallengeEvent { event: None })) => Read::Skip,

@@ -5,7 +5,8 @@
 //! refusal within the accept window are errors and store no verdict; once the miner has accepted,
 //! or the window has passed, every outcome is a verdict, pass or fail, with all its reasons.
 //!
-//! - [`client`]: the one connection to the miner, and wire types turned into the engine's.
+//! - [`client`]: the one connection to the miner, and wire types turned into the engine's;
+//!   [`decoding`]: a message this validator could not decode, told from a miner's status.
 //! - [`exchange`]: the challenge stream, each event checked against the plan.
 //! - [`verify`]: the commitment's checks and the verification of the work.
 //! - [`outcome`]: the verdict being assembled.
@@ -14,6 +15,7 @@
 //! - [`walk`]: the memory phase's walk and its openings.
 
 pub mod client;
+pub mod decoding;
 pub mod exchange;
 pub mod outcome;
 pub mod retest;

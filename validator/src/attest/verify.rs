@@ -2,6 +2,7 @@
 //! work itself, by sampled openings (PROTOCOL.md section 9) or full re-execution (section 10).
 
 use super::client::MinerConnection;
+use super::decoding::own_decode_failure;
 use super::outcome::Outcome;
 use super::untrusted::miner_text;
 use super::walk::WalkContext;
@@ -217,10 +218,19 @@ pub async fn sampled(
                 return Ok(());
             }
             Ok(Err(s)) => {
-                outcome.fail(
-                    ReasonCode::OpeningFailed,
-                    format!("opening {sample} failed ({:?}): {}", s.code(), miner_text(s.message())),
-                );
+                match own_decode_failure(&s) {
+                    Some(why) => {
+                        let code = match sample {
+                            Due::Chain(_) => ReasonCode::MalformedOpening,
+                            Due::Walk(..) => ReasonCode::MalformedWalkOpening,
+                        };
+                        outcome.fail(code, format!("opening {sample}: {why}"));
+                    }
+                    None => outcome.fail(
+                        ReasonCode::OpeningFailed,
+                        format!("opening {sample} failed ({:?}): {}", s.code(), miner_text(s.message())),
+                    ),
+                }
                 return Ok(());
             }
             Err(_) => {

@@ -4,6 +4,7 @@
 //! checked with rows of its entries that this validator draws after the opening arrived.
 
 use super::client::MinerConnection;
+use super::decoding::own_decode_failure;
 use super::outcome::Outcome;
 use super::untrusted::miner_text;
 use super::{AttestError, AttestEvent, now_ms, random32};
@@ -179,6 +180,11 @@ async fn walk_and_check(
                     plan.walk_deadline_ms
                 ),
             );
+            return Ok(None);
+        }
+        Ok(Err(status)) if own_decode_failure(&status).is_some() => {
+            let why = own_decode_failure(&status).unwrap_or_default();
+            outcome.fail(ReasonCode::MalformedWalk, format!("walk statement: {why}"));
             return Ok(None);
         }
         Ok(Err(status)) => {
