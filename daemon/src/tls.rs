@@ -45,6 +45,17 @@ pub enum TransportError {
     PlaintextClient(String),
     #[error("https:// URL {0} needs a CA certificate to check the server against (miner_tls.ca)")]
     NoCa(String),
+    #[error("{what} {path} holds no {expected} in PEM form ({detail})")]
+    NotPem {
+        what: &'static str,
+        path: String,
+        expected: &'static str,
+        detail: String,
+    },
+    #[error(
+        "the TLS key {key} is not the key of the certificate {cert} ({detail}): give [tls] the key that was made with that certificate"
+    )]
+    KeyMismatch { cert: String, key: String, detail: String },
 }
 
 fn read(what: &'static str, path: &Path) -> Result<Vec<u8>, TransportError> {
@@ -64,8 +75,14 @@ impl TlsFiles {
         }
     }
 
-    /// The server TLS config, or `None` for plaintext.
+    /// The server TLS config, or `None` for plaintext. The certificate and key are checked
+    /// against each other here, so that a daemon refuses to start, naming both files, before it
+    /// says it listens; a key that group or others may read is logged as a warning.
     pub fn server_config(&self) -> Result<Option<ServerTlsConfig>, TransportError> {
+        if let (Some(cert), Some(key)) = (&self.cert, &self.key) {
+            check_key_matches_certificate(cert, key)?;
+            warn_if_exposed(key);
+        }
         let Some(identity) = self.identity()? else {
             return match self.ca {
                 Some(_) => Err(TransportError::ClientCaWithoutIdentity),
@@ -79,10 +96,14 @@ impl TlsFiles {
         Ok(Some(config))
     }
 
-    /// Reads every file named, so that a daemon refuses to start with a missing or unreadable
-    /// one instead of failing later, at each connection that needs it.
+    /// Reads every file named, and checks a certificate against its key, so that a daemon
+    /// refuses to start with a missing, unreadable or mismatched one instead of failing later,
+    /// at each connection that needs it.
     pub fn check_readable(&self) -> Result<(), TransportError> {
         self.identity()?;
+        if let (Some(cert), Some(key)) = (&self.cert, &self.key) {
+            check_key_matches_certificate(cert, key)?;
+        }
         if let Some(ca) = &self.ca {
             read("CA", ca)?;
         }
@@ -97,6 +118,54 @@ impl TlsFiles {
             config = config.identity(identity);
         }
         Ok(config)
+    }
+}
+
+/// Whether the private key in `key` is the key of the first certificate in `cert` (both PEM), as
+/// rustls checks it when a server starts.
+fn check_key_matches_certificate(cert: &Path, key: &Path) -> Result<(), TransportError> {
+    use rustls_pki_types::pem::PemObject;
+    use rustls_pki_types::{CertificateDer, PrivateKeyDer};
+    let not_pem = |what, path: &Path, expected, detail: String| TransportError::NotPem {
+        what,
+        path: path.display().to_string(),
+        expected,
+        detail,
+    };
+    let cert_pem = read("certificate", cert)?;
+    let certificates = CertificateDer::pem_slice_iter(&cert_pem)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| not_pem("certificate", cert, "certificate", e.to_string()))?;
+    if certificates.is_empty() {
+        return Err(not_pem("certificate", cert, "certificate", "none found".into()));
+    }
+    let private_key = PrivateKeyDer::from_pem_slice(&read("key", key)?)
+        .map_err(|e| not_pem("key", key, "private key", e.to_string()))?;
+    let provider = rustls::crypto::ring::default_provider();
+    rustls::sign::CertifiedKey::from_der(certificates, private_key, &provider)
+        .map(|_| ())
+        .map_err(|e| TransportError::KeyMismatch {
+            cert: cert.display().to_string(),
+            key: key.display().to_string(),
+            detail: e.to_string(),
+        })
+}
+
+/// Logs a warning when group or others may read the TLS private key at `key`: unlike the
+/// ed25519 key (refused), it may be shared with a group the daemon's user is in on purpose.
+fn warn_if_exposed(key: &Path) {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        if let Ok(meta) = std::fs::metadata(key)
+            && meta.permissions().mode() & 0o004 != 0
+        {
+            tracing::warn!(
+                key = %key.display(),
+                mode = format!("{:o}", meta.permissions().mode() & 0o777),
+                "the TLS private key is readable by every user of this host; run `chmod o-r` on it (and g-r unless a group shares it on purpose)"
+            );
+        }
     }
 }
 

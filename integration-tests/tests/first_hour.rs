@@ -249,3 +249,58 @@ async fn a_miner_that_refuses_this_validator_is_named_at_once_and_in_the_list() 
     assert_eq!(String::from_utf8_lossy(&removed.stdout).trim(), "removed");
     assert!(validator.log().contains("miner removed"), "{}", validator.log());
 }
+
+/// A TLS key that is not its certificate's stops the daemon before it says it listens, naming
+/// both files; a key every user may read is logged as a warning.
+#[test]
+fn a_tls_key_that_is_not_the_certificates_is_refused_before_listening() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = Dir::fresh("tls-key-mismatch");
+    let d = &dir.0;
+    let pki = tls_certs(d);
+    keygen("miner", &d.join("m.key"));
+    let write_config = |key: &str| {
+        std::fs::write(
+            d.join("miner.toml"),
+            format!(
+                "listen = \"127.0.0.1:0\"\nkey_file = {:?}\nbackend = \"cpu\"\ncpu_threads = 1\n\
+                 [tls]\ncert = {:?}\nkey = {:?}\n",
+                d.join("m.key"),
+                pki.join("miner-localhost.pem"),
+                pki.join(key),
+            ),
+        )
+        .unwrap();
+    };
+    write_config("validator.key");
+    let out = cmd("miner")
+        .args(["serve", "--config"])
+        .arg(d.join("miner.toml"))
+        .output()
+        .unwrap();
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert_eq!(out.status.code(), Some(2), "{stdout}\n{stderr}");
+    assert!(!stdout.contains("listening on"), "announced before checking: {stdout}");
+    let last = stderr.lines().last().unwrap_or_default();
+    assert!(
+        last.contains("is not the key of the certificate")
+            && last.contains("validator.key")
+            && last.contains("miner-localhost.pem"),
+        "{stderr}"
+    );
+
+    // The right key, readable by everyone: it serves, and says what to fix.
+    write_config("miner-localhost.key");
+    std::fs::set_permissions(pki.join("miner-localhost.key"), std::fs::Permissions::from_mode(0o644)).unwrap();
+    let mut serve = cmd("miner");
+    serve.args(["serve", "--config"]).arg(d.join("miner.toml"));
+    let miner = start_logged(serve, d.join("miner.log"), false);
+    let log = miner.log();
+    assert!(
+        log.contains("readable by every user") && log.contains("chmod o-r"),
+        "{log}"
+    );
+}
