@@ -867,3 +867,39 @@ async fn the_operator_follows_verdicts_across_a_validator_restart() {
     assert_eq!(next_followed(&mut followed).await, meanwhile.id);
     follow.abort();
 }
+
+/// A client that goes away does not stop its attestation (it runs on to its stored verdict), and
+/// the next request for that miner follows it to that verdict instead of challenging the miner
+/// again, which would be refused as busy.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_request_for_a_miner_being_attested_follows_that_attestation() {
+    let dir = TempDir::new("api-follow");
+    let attestor = attestor(&validator_config(&dir, Policy::Sampled)).await;
+    let validator = spawn_validator(attestor.clone()).await;
+    // Slow: it commits after the deadline, so the attestation lasts seconds.
+    let miner = common::cheats::spawn_cheater(miner_core(61, &[validator_key()], 1), common::cheats::Cheat::Slow).await;
+
+    let mut first = client(&validator).await;
+    let mut abandoned = first
+        .attest_miner(v1::AttestMinerRequest { url: miner.url() })
+        .await
+        .unwrap()
+        .into_inner();
+    abandoned.message().await.unwrap().expect("a first event");
+    drop(abandoned);
+    drop(first);
+
+    let (phases, _, verdict) = attest_via_api(&mut client(&validator).await, &miner.url()).await;
+    let verdict = verdict.unwrap_or_else(|s| panic!("the second request got {s:?} after {phases:?}"));
+    assert_eq!(phases.first().map(String::as_str), Some("following"), "{phases:?}");
+    let stored = attestor
+        .store()
+        .verdicts(&gpu_attest_validator::store::VerdictFilter {
+            limit: 10,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(stored.len(), 1, "one attestation, one verdict");
+    assert_eq!(stored[0].id, verdict.id);
+}

@@ -8,6 +8,7 @@ pub mod commands;
 pub mod config;
 pub mod daemon;
 pub mod device_identity;
+pub mod in_flight;
 pub mod memory;
 pub mod metrics;
 pub mod operator;

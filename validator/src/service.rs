@@ -3,6 +3,7 @@
 use crate::attest::untrusted::caller_text_problem;
 use crate::attest::{AttestError, AttestEvent, Attestor, normalise_url, now_ms};
 use crate::backoffs::Backoff;
+use crate::in_flight::{InFlight, Joined};
 use crate::store::{MinerRecord, MinerStanding, StoreError, Verdict, VerdictFilter};
 use crate::watch::{self, Follower};
 use gpu_attest_daemon::connections::holds_connection;
@@ -41,6 +42,8 @@ const WATCH_BUFFER: usize = 16;
 #[derive(Clone)]
 pub struct ValidatorService {
     attestor: Arc<Attestor>,
+    /// Attestations the API is running, which a second request for the same miner follows.
+    in_flight: InFlight,
     watchers: Arc<Slots>,
     /// Turns true when the server starts to stop: verdict watchers end their streams then.
     stopping: tokio::sync::watch::Receiver<bool>,
@@ -59,6 +62,7 @@ impl ValidatorService {
     pub fn new(attestor: Arc<Attestor>, stopping: tokio::sync::watch::Receiver<bool>) -> Self {
         ValidatorService {
             attestor,
+            in_flight: InFlight::default(),
             watchers: Arc::new(Slots::new(MAX_WATCHERS, MAX_WATCHERS_PER_CLIENT)),
             stopping,
         }
@@ -418,10 +422,31 @@ impl Validator for ValidatorService {
             return Err(Status::invalid_argument("url is required"));
         }
         let (tx, rx) = mpsc::channel(256);
+        let respond = |rx| {
+            let response = Response::new(Box::pin(ReceiverStream::new(rx)) as Self::AttestMinerStream);
+            if trusted { holds_connection(response) } else { response }
+        };
+        let publisher = match self.in_flight.join(&normalise_url(&url)) {
+            Joined::Started(publisher) => publisher,
+            // An earlier request is attesting this miner (its client may have gone): this one
+            // follows it rather than challenge the miner again, which would refuse as busy.
+            Joined::Following(followed) => {
+                let _ = tx.try_send(Ok(v1::AttestEvent {
+                    event: Some(Event::Phase(v1::Phase {
+                        name: "following".into(),
+                        detail: "an earlier request is attesting this miner; following that attestation to its verdict"
+                            .into(),
+                    })),
+                }));
+                tokio::spawn(crate::in_flight::follow(followed, tx));
+                return Ok(respond(rx));
+            }
+        };
         let attestor = self.attestor.clone();
-        // The attestation runs to its stored verdict even if the caller goes away.
+        // The attestation runs to its stored verdict even if the caller goes away; a later
+        // request for the same miner follows it meanwhile.
         tokio::spawn(async move {
-            let events = tx.clone();
+            let (events, followers) = (tx.clone(), publisher.events());
             let forward = move |e: AttestEvent| {
                 let event = match e {
                     AttestEvent::Phase { name, detail } => Event::Phase(v1::Phase {
@@ -434,7 +459,9 @@ impl Validator for ValidatorService {
                         total: p.total,
                     }),
                 };
-                let _ = events.try_send(Ok(v1::AttestEvent { event: Some(event) }));
+                let event = v1::AttestEvent { event: Some(event) };
+                let _ = followers.send(Ok(event.clone()));
+                let _ = events.try_send(Ok(event));
             };
             let result = attestor.attest(&url, &forward).await;
             let last = match result {
@@ -446,10 +473,10 @@ impl Validator for ValidatorService {
                     Err(Status::from(e))
                 }
             };
+            publisher.finish(last.clone());
             let _ = tx.send(last).await;
         });
-        let response = Response::new(Box::pin(ReceiverStream::new(rx)) as Self::AttestMinerStream);
-        Ok(if trusted { holds_connection(response) } else { response })
+        Ok(respond(rx))
     }
 
     async fn watch_verdicts(
