@@ -190,6 +190,10 @@ async fn an_honest_miner_proves_its_memory_and_bandwidth() {
     for policy in [Policy::Sampled, Policy::Full] {
         let (verdict, observed) = attest_registered(honest(0x41), policy).await;
         assert!(verdict.passed, "{policy:?}: {:?}", verdict.reasons);
+        assert_eq!(
+            verdict.protocol_version, 3,
+            "judged under version 3, with its memory phase"
+        );
         let memory = verdict.memory.expect("a version 3 verdict states its memory");
         eprintln!(
             "{policy:?}: walk {} ms measured, expected {} ms, deadline {} ms",

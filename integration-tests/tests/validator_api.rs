@@ -92,6 +92,8 @@ async fn register_attest_list_and_page() {
         // One miner never calibrates a class: every verdict is at first contact.
         assert_eq!((verdict.rate_source.as_str(), verdict.rate_miners), ("shipped", 0));
         assert_eq!(verdict.slack, 2.0);
+        // Without the memory phase (this config's), version 2's rules judged it.
+        assert_eq!(verdict.protocol_version, 2);
         assert_eq!(phases.first().map(String::as_str), Some("challenge-sent"));
         assert!(phases.iter().any(|p| p == "verifying"), "{phases:?}");
         assert!(progress > 0, "no progress events");

@@ -161,6 +161,8 @@ pub struct VerdictSummary {
     pub rate_miners: u32,
     pub slack: f64,
     pub created_at_unix_ms: u64,
+    /// The protocol version whose rules judged it: 3 with the memory phase, 2 without.
+    pub protocol_version: u32,
 }
 
 #[derive(Debug, Serialize)]
@@ -194,6 +196,7 @@ impl From<v1::Verdict> for VerdictSummary {
             rate_miners: v.rate_miners,
             slack: v.slack,
             created_at_unix_ms: v.created_at_unix_ms,
+            protocol_version: v.protocol_version,
         }
     }
 }

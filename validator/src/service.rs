@@ -130,6 +130,7 @@ pub fn verdict_to_wire(v: &Verdict) -> v1::Verdict {
         expected_ms: v.expected_ms,
         deadline_ms: v.deadline_ms,
         finish_by_ms: v.finish_by_ms,
+        protocol_version: v.protocol_version,
         first_run: v.first_run.as_ref().map(|f| v1::FirstRun {
             nonce: hex32(&f.nonce),
             measured_ms: f.measured_ms,

@@ -47,6 +47,7 @@ def verdict(
         slack=1.5,
         proven_memory_bytes=None,
         retested=False,
+        protocol_version=3,
         raw=None,
     )
 

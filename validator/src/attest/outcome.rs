@@ -104,6 +104,7 @@ impl Outcome {
             global_checksum: self.global.to_hex(),
             created_at_ms,
             throughput,
+            protocol_version: crate::store::judged_under(memory.as_ref()),
             memory,
             identity: self.identity,
             first_run: None,

@@ -29,7 +29,7 @@ pub use leases::{Lease, LeaseRefusal};
 pub use miners::{MinerRecord, MinerStanding, RevokedKey};
 pub use rates::ClassObservation;
 pub use schema::SCHEMA_VERSION;
-pub use verdicts::{FirstRun, StoredParams, Verdict, VerdictFilter};
+pub use verdicts::{FirstRun, StoredParams, Verdict, VerdictFilter, judged_under};
 
 use gpu_attest_shared::keys::PublicKey;
 use sqlx::any::{AnyConnectOptions, AnyPoolOptions};
@@ -463,6 +463,7 @@ pub(crate) mod test_support {
             global_checksum: hex::encode([3u8; 32]),
             created_at_ms: 1_000,
             memory: Some(memory),
+            protocol_version: 3,
             // Its device's evidence: stored and read back with the verdict (PROTOCOL.md 19.5).
             identity: Some(crate::device_identity::IdentityProof {
                 policy: "when-offered".into(),

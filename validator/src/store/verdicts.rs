@@ -77,6 +77,16 @@ pub struct Verdict {
     /// The run this verdict's retest replaced (PROTOCOL.md 14.7); `None` for a first run.
     /// Stored as JSON.
     pub first_run: Option<FirstRun>,
+    /// The protocol version whose rules judged it (PROTOCOL.md 16.1): 3 when the challenge
+    /// carried the memory phase, 2 when it did not. Not a column of its own: every version-3
+    /// verdict is stored with its memory phase, so it is derived from that on reading
+    /// ([`judged_under`]).
+    pub protocol_version: u32,
+}
+
+/// The protocol version a verdict with (or without) a memory phase was judged under.
+pub fn judged_under(memory: Option<&MemoryProof>) -> u32 {
+    if memory.is_some() { 3 } else { 2 }
 }
 
 /// The run a retest replaced, as the retest's verdict records it.
@@ -333,6 +343,7 @@ fn verdict_from_row(r: &sqlx::any::AnyRow) -> Result<Verdict, StoreError> {
     };
     let fill = MemoryProof::fill_work_of(memory.as_ref());
     let throughput = Throughput::of(&params, fill, inventory.len(), measured_ms, &expectation, proves);
+    let protocol_version = judged_under(memory.as_ref());
     Ok(Verdict {
         id: as_u64(r.try_get(0)?)?,
         miner_url: r.try_get(1)?,
@@ -356,5 +367,6 @@ fn verdict_from_row(r: &sqlx::any::AnyRow) -> Result<Verdict, StoreError> {
         memory,
         identity,
         first_run,
+        protocol_version,
     })
 }

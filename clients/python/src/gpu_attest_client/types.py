@@ -201,6 +201,9 @@ class Verdict:
     slack: float
     proven_memory_bytes: Optional[int]
     retested: bool
+    #: The protocol version whose rules judged it: 3 with the memory phase, 2 without; 0 from a
+    #: validator older than the field.
+    protocol_version: int
     raw: Any = field(repr=False, compare=False)
 
     @property
@@ -238,6 +241,7 @@ class Verdict:
             slack=v.slack,
             proven_memory_bytes=memory,
             retested=v.HasField("first_run"),
+            protocol_version=v.protocol_version,
             raw=v,
         )
 
