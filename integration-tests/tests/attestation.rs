@@ -195,14 +195,7 @@ async fn a_miss_within_the_retest_band_is_retested_once_and_the_retest_decides()
     assert!(verdict.throughput.proven_ops_per_sec.is_some());
     assert!(verdict.first_run.is_some());
 
-    let stored = attestor
-        .store()
-        .verdicts(&gpu_attest_validator::store::VerdictFilter {
-            limit: 10,
-            ..Default::default()
-        })
-        .await
-        .unwrap();
+    let stored = stored_verdicts(&attestor).await;
     assert_eq!(stored.len(), 2, "one verdict per attestation");
     assert!(stored.iter().all(|v| v.first_run.is_some()));
 

@@ -894,14 +894,7 @@ async fn a_request_for_a_miner_being_attested_follows_that_attestation() {
     let (phases, _, verdict) = attest_via_api(&mut client(&validator).await, &miner.url()).await;
     let verdict = verdict.unwrap_or_else(|s| panic!("the second request got {s:?} after {phases:?}"));
     assert_eq!(phases.first().map(String::as_str), Some("following"), "{phases:?}");
-    let stored = attestor
-        .store()
-        .verdicts(&gpu_attest_validator::store::VerdictFilter {
-            limit: 10,
-            ..Default::default()
-        })
-        .await
-        .unwrap();
+    let stored = stored_verdicts(&attestor).await;
     assert_eq!(stored.len(), 1, "one attestation, one verdict");
     assert_eq!(stored[0].id, verdict.id);
 }

@@ -111,7 +111,7 @@ pub async fn run_with<M, MF, A, F, R>(
     miners: M,
     attest: A,
     report: R,
-    mut rng: ChaCha8Rng,
+    rng: ChaCha8Rng,
     mut shutdown: watch::Receiver<bool>,
 ) where
     M: Fn() -> MF,
@@ -120,13 +120,16 @@ pub async fn run_with<M, MF, A, F, R>(
     R: Fn(SchedulerState),
     F: Future<Output = Attempt> + Send + 'static,
 {
-    let mut slots: HashMap<String, Slot> = HashMap::new();
-    let mut running: HashSet<String> = HashSet::new();
+    let mut timetable = Timetable {
+        schedule,
+        slots: HashMap::new(),
+        running: HashSet::new(),
+        rng,
+    };
     let mut tasks: JoinSet<Attempt> = JoinSet::new();
     // Which miner each task attests: a task that panics returns nothing, and its miner must
     // still leave `running`, or it would hold a slot (and never be attested again) for good.
     let mut task_urls: HashMap<tokio::task::Id, String> = HashMap::new();
-    let mut unit = move || (rng.next_u64() >> 11) as f64 / (1u64 << 53) as f64;
     let mut next_refresh = Instant::now();
     loop {
         if *shutdown.borrow() {
@@ -135,50 +138,25 @@ pub async fn run_with<M, MF, A, F, R>(
         let now = Instant::now();
         if now >= next_refresh {
             match miners().await {
-                Ok(urls) => {
-                    let listed: HashSet<&String> = urls.iter().collect();
-                    slots.retain(|url, _| listed.contains(url) || running.contains(url));
-                    for url in &urls {
-                        slots.entry(url.clone()).or_insert_with(|| Slot {
-                            due: now + schedule.first_delay(unit()),
-                            errors: 0,
-                        });
-                    }
-                }
+                Ok(urls) => timetable.relist(&urls, now),
                 Err(e) => warn!(error = %e, "scheduler cannot read registered miners"),
             }
-            next_refresh = now + REFRESH.min(schedule.interval);
+            next_refresh = now + REFRESH.min(timetable.schedule.interval);
         }
-        // Start what is due, earliest first, up to the concurrency bound.
-        let mut due: Vec<(&String, Instant)> = slots
-            .iter()
-            .filter(|(url, slot)| slot.due <= now && !running.contains(*url))
-            .map(|(url, slot)| (url, slot.due))
-            .collect();
-        due.sort_by_key(|&(_, at)| at);
-        let free = schedule.concurrency.saturating_sub(running.len());
-        let starting: Vec<String> = due.iter().take(free).map(|&(url, _)| url.clone()).collect();
-        let queued = due.len() - starting.len();
-        for url in starting {
-            running.insert(url.clone());
-            let errors = slots.get(&url).map_or(0, |s| s.errors);
+        let (starting, queued) = timetable.start_due(now);
+        for (url, errors) in starting {
             let attempt = attest(url.clone(), errors);
             task_urls.insert(tasks.spawn(attempt).id(), url);
         }
         report(SchedulerState {
             queued,
-            in_backoff: slots.values().filter(|s| s.errors > 0).count(),
-            running: running.len(),
+            in_backoff: timetable.in_backoff(),
+            running: timetable.running.len(),
         });
         // Sleep until the next miner is due (or the list is read again), a task ends, or shutdown.
-        // Miners already due are waiting for a free slot: only a task ending wakes them.
-        let wake = slots
-            .iter()
-            .filter(|(url, slot)| !running.contains(*url) && slot.due > now)
-            .map(|(_, slot)| slot.due)
-            .min()
-            .unwrap_or(next_refresh)
-            .min(next_refresh);
+        let wake = timetable
+            .next_due(now)
+            .map_or(next_refresh, |due| due.min(next_refresh));
         tokio::select! {
             Some(joined) = tasks.join_next_with_id(), if !tasks.is_empty() => {
                 let (id, attempt) = match joined {
@@ -188,29 +166,8 @@ pub async fn run_with<M, MF, A, F, R>(
                         (failed.id(), Attempt::Error)
                     }
                 };
-                let Some(url) = task_urls.remove(&id) else { continue };
-                running.remove(&url);
-                let Some(slot) = slots.get_mut(&url) else { continue };
-                if let Attempt::Held(retry_in) = attempt {
-                    // Not ours this time; the holder keeps its own backoff.
-                    slot.due = Instant::now() + retry_in.mul_f64(1.0 + schedule.jitter * unit());
-                    continue;
-                }
-                slot.errors = match attempt {
-                    Attempt::Verdict | Attempt::Held(_) => 0,
-                    Attempt::Error => slot.errors.saturating_add(1),
-                };
-                let (errors, delay) = (slot.errors, schedule.next_delay(slot.errors, unit()));
-                slot.due = Instant::now() + delay;
-                if errors > 0 {
-                    let in_backoff = slots.values().filter(|s| s.errors > 0).count();
-                    warn!(
-                        %url,
-                        failures_in_a_row = errors,
-                        retry_in_secs = delay.as_secs(),
-                        miners_in_backoff = in_backoff,
-                        "miner could not be attested; backing off"
-                    );
+                if let Some(url) = task_urls.remove(&id) {
+                    timetable.settle(&url, attempt);
                 }
             }
             _ = tokio::time::sleep_until(wake) => {}
@@ -219,6 +176,100 @@ pub async fn run_with<M, MF, A, F, R>(
     }
     tasks.abort_all();
     info!("scheduler stopped");
+}
+
+/// Every listed miner's place in the schedule, and which are being attested now.
+struct Timetable {
+    schedule: Schedule,
+    slots: HashMap<String, Slot>,
+    running: HashSet<String>,
+    rng: ChaCha8Rng,
+}
+
+impl Timetable {
+    /// A uniform draw in 0..1, for the jitter.
+    fn unit(&mut self) -> f64 {
+        (self.rng.next_u64() >> 11) as f64 / (1u64 << 53) as f64
+    }
+
+    /// The registered miners are `urls` now: a new one is first due at a random point of the
+    /// first interval; one no longer listed is forgotten once it is not running.
+    fn relist(&mut self, urls: &[String], now: Instant) {
+        let listed: HashSet<&String> = urls.iter().collect();
+        let running = &self.running;
+        self.slots
+            .retain(|url, _| listed.contains(url) || running.contains(url));
+        for url in urls {
+            if !self.slots.contains_key(url) {
+                let unit = self.unit();
+                let due = now + self.schedule.first_delay(unit);
+                self.slots.insert(url.clone(), Slot { due, errors: 0 });
+            }
+        }
+    }
+
+    /// The miners to start now, earliest due first, up to the concurrency bound (each with its
+    /// failures in a row, now marked running), and how many more are due and wait for a slot.
+    fn start_due(&mut self, now: Instant) -> (Vec<(String, u32)>, usize) {
+        let mut due: Vec<(&String, &Slot)> = self
+            .slots
+            .iter()
+            .filter(|(url, slot)| slot.due <= now && !self.running.contains(*url))
+            .collect();
+        due.sort_by_key(|&(_, slot)| slot.due);
+        let free = self.schedule.concurrency.saturating_sub(self.running.len());
+        let starting: Vec<(String, u32)> = due
+            .iter()
+            .take(free)
+            .map(|&(url, slot)| (url.clone(), slot.errors))
+            .collect();
+        let queued = due.len() - starting.len();
+        self.running.extend(starting.iter().map(|(url, _)| url.clone()));
+        (starting, queued)
+    }
+
+    /// When the next miner not yet due becomes due. Miners already due are waiting for a free
+    /// slot: only a task ending wakes them.
+    fn next_due(&self, now: Instant) -> Option<Instant> {
+        self.slots
+            .iter()
+            .filter(|(url, slot)| !self.running.contains(*url) && slot.due > now)
+            .map(|(_, slot)| slot.due)
+            .min()
+    }
+
+    fn in_backoff(&self) -> usize {
+        self.slots.values().filter(|s| s.errors > 0).count()
+    }
+
+    /// `url`'s attempt ended as `attempt`: it is due again after the interval, or its backoff,
+    /// or when the validator that holds it says.
+    fn settle(&mut self, url: &str, attempt: Attempt) {
+        self.running.remove(url);
+        let unit = self.unit();
+        let (jitter, schedule) = (self.schedule.jitter, self.schedule.clone());
+        let Some(slot) = self.slots.get_mut(url) else { return };
+        if let Attempt::Held(retry_in) = attempt {
+            // Not ours this time; the holder keeps its own backoff.
+            slot.due = Instant::now() + retry_in.mul_f64(1.0 + jitter * unit);
+            return;
+        }
+        slot.errors = match attempt {
+            Attempt::Verdict | Attempt::Held(_) => 0,
+            Attempt::Error => slot.errors.saturating_add(1),
+        };
+        let (errors, delay) = (slot.errors, schedule.next_delay(slot.errors, unit));
+        slot.due = Instant::now() + delay;
+        if errors > 0 {
+            warn!(
+                %url,
+                failures_in_a_row = errors,
+                retry_in_secs = delay.as_secs(),
+                miners_in_backoff = self.in_backoff(),
+                "miner could not be attested; backing off"
+            );
+        }
+    }
 }
 
 fn quiet(_: AttestEvent) {}

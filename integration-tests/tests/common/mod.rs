@@ -311,16 +311,24 @@ pub async fn attest(url: &str, policy: Policy) -> (Verdict, TempDir) {
     let dir = TempDir::new("attest");
     let attestor = attestor(&validator_config(&dir, policy)).await;
     let verdict = attest_with(&attestor, url).await;
-    let all = attestor
+    assert_eq!(
+        stored_verdicts(&attestor).await.len(),
+        1,
+        "a fresh validator stored one verdict"
+    );
+    (verdict, dir)
+}
+
+/// The newest hundred verdicts `attestor` has stored, newest first.
+pub async fn stored_verdicts(attestor: &Attestor) -> Vec<Verdict> {
+    attestor
         .store()
         .verdicts(&VerdictFilter {
-            limit: 10,
+            limit: 100,
             ..Default::default()
         })
         .await
-        .unwrap();
-    assert_eq!(all.len(), 1, "a fresh validator stored one verdict");
-    (verdict, dir)
+        .unwrap()
 }
 
 /// One attestation of the miner at `url` by `attestor`, checking that the verdict it reports is

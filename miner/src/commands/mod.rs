@@ -12,6 +12,7 @@ use crate::backends::BackendSelectError;
 use crate::cli::Command;
 use crate::config::ConfigError;
 use crate::daemon::DaemonError;
+use gpu_attest_daemon::key_files;
 use gpu_attest_daemon::logging::UnknownLogFormat;
 use gpu_attest_daemon::run::{ServeError, Stopped};
 use gpu_attest_shared::gemm::{GemmError, UnknownKernel};
@@ -90,14 +91,8 @@ impl CommandError {
 /// Runs `command` to its end (`serve` until SIGINT or SIGTERM).
 pub fn run(command: Command) -> Result<Answer, CommandError> {
     match command {
-        Command::PublicKey { key_file } => {
-            gpu_attest_daemon::key_files::print_public_key(&key_file)?;
-            Ok(Answer::Yes)
-        }
-        Command::Keygen { key_file } => {
-            gpu_attest_daemon::key_files::create_and_print(&key_file)?;
-            Ok(Answer::Yes)
-        }
+        Command::PublicKey { key_file } => Ok(key_files::print_public_key(&key_file).map(|()| Answer::Yes)?),
+        Command::Keygen { key_file } => Ok(key_files::create_and_print(&key_file).map(|()| Answer::Yes)?),
         Command::Evidence { roots, json } => evidence::check(roots.as_deref(), json),
         Command::Info { settings, json } => info::info(&settings, json),
         Command::Bench {

@@ -16,6 +16,7 @@ use crate::operator::OperatorError;
 use crate::rates::report::RatesError;
 use crate::store::StoreError;
 use gpu_attest_daemon::certs::CertsError;
+use gpu_attest_daemon::key_files;
 use gpu_attest_daemon::logging::UnknownLogFormat;
 use gpu_attest_daemon::run::{ServeError, Stopped};
 use gpu_attest_shared::keys::KeyError;
@@ -76,14 +77,8 @@ impl CommandError {
 /// Runs `command` to its end (`serve` until SIGINT or SIGTERM).
 pub fn run(command: Command) -> Result<Answer, CommandError> {
     match command {
-        Command::PublicKey { key_file } => {
-            gpu_attest_daemon::key_files::print_public_key(&key_file)?;
-            Ok(Answer::Yes)
-        }
-        Command::Keygen { key_file } => {
-            gpu_attest_daemon::key_files::create_and_print(&key_file)?;
-            Ok(Answer::Yes)
-        }
+        Command::PublicKey { key_file } => Ok(key_files::print_public_key(&key_file).map(|()| Answer::Yes)?),
+        Command::Keygen { key_file } => Ok(key_files::create_and_print(&key_file).map(|()| Answer::Yes)?),
         Command::TlsCerts {
             out,
             validator_hosts,

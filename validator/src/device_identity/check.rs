@@ -8,7 +8,7 @@ use crate::store::{Store, StoreError};
 use gpu_attest_proto::WireError;
 use gpu_attest_proto::evidence::SignedEvidence;
 use gpu_attest_shared::evidence::{
-    EvidenceFault, EvidenceTrust, check_evidence_set, evidence_statement_bytes, spdm_nonces,
+    EvidenceFault, EvidenceTrust, GenuineDevice, check_evidence_set, evidence_statement_bytes, spdm_nonces,
 };
 use gpu_attest_shared::keys::PublicKey;
 use gpu_attest_shared::statement::{Challenge, Commitment, DeviceInfo};
@@ -70,31 +70,8 @@ pub fn check_commitment_evidence(
         }
         Ok(Some(signed)) => signed,
     };
-    let canonical = signed.devices.len() == claimed.len()
-        && signed
-            .devices
-            .iter()
-            .enumerate()
-            .all(|(position, device)| device.index as usize == position);
-    if !canonical {
-        let line = format!(
-            "the evidence lists devices {:?}, not one per inventory device in index order (0..{})",
-            signed.devices.iter().map(|d| d.index).collect::<Vec<_>>(),
-            claimed.len()
-        );
-        return refuse_all(ReasonCode::IdentityMalformed, line);
-    }
-    let statement = evidence_statement_bytes(
-        &commitment.work.nonce,
-        &commitment.miner_key.0,
-        &commitment.validator_key.0,
-        &signed.devices,
-    );
-    if commitment.miner_key.verify(&statement, &signed.signature).is_err() {
-        return refuse_all(
-            ReasonCode::IdentityStatementSignature,
-            "the evidence statement's signature does not verify with the miner's key".into(),
-        );
+    if let Some((code, line)) = statement_fault(signed, claimed, commitment) {
+        return refuse_all(code, line);
     }
 
     let nonces = spdm_nonces(challenge, signed.devices.len());
@@ -111,63 +88,7 @@ pub fn check_commitment_evidence(
     let mut reasons = Vec::new();
     let devices = outcomes
         .into_iter()
-        .map(|(index, outcome)| match outcome {
-            Ok(genuine) => DeviceIdentity {
-                index,
-                status: IdentityStatus::Genuine,
-                line: miner_text(&genuine.describe()),
-                reason: None,
-                part: Some((
-                    genuine.chip.to_ascii_uppercase(),
-                    genuine.device_id.to_ascii_uppercase(),
-                )),
-            },
-            Err(EvidenceFault::UnknownModel(why)) => {
-                let line = miner_text(&format!(
-                    "offered, not judged: the validator cannot judge this model's evidence: {why}"
-                ));
-                if required {
-                    reasons.push(Reason::new(
-                        ReasonCode::IdentityUnknownModel,
-                        format!("device {index}: {line}"),
-                    ));
-                }
-                DeviceIdentity {
-                    index,
-                    status: IdentityStatus::Unjudged,
-                    line,
-                    reason: None,
-                    part: None,
-                }
-            }
-            Err(EvidenceFault::NotOffered(state)) => {
-                if required {
-                    reasons.push(Reason::new(
-                        ReasonCode::IdentityNotOffered,
-                        format!("device {index} offers no evidence ({state}), and this validator requires it"),
-                    ));
-                }
-                DeviceIdentity {
-                    index,
-                    status: IdentityStatus::NotOffered,
-                    line: format!("not offered ({state})"),
-                    reason: None,
-                    part: None,
-                }
-            }
-            Err(fault) => {
-                let code = ReasonCode::from_name(fault.reason());
-                let line = miner_text(&fault.to_string());
-                reasons.push(Reason::new(code, format!("device {index}: {line}")));
-                DeviceIdentity {
-                    index,
-                    status: IdentityStatus::Refused,
-                    line,
-                    reason: Some(code.as_str().into()),
-                    part: None,
-                }
-            }
-        })
+        .map(|(index, outcome)| judge_device(index, outcome, required, &mut reasons))
         .collect();
     (
         Some(IdentityProof {
@@ -176,6 +97,112 @@ pub fn check_commitment_evidence(
         }),
         reasons,
     )
+}
+
+/// What is wrong with the evidence list as a whole, if anything: not one entry per claimed
+/// device in index order, or a statement the miner's key did not sign.
+fn statement_fault(
+    signed: &SignedEvidence,
+    claimed: &[DeviceInfo],
+    commitment: &Commitment,
+) -> Option<(ReasonCode, String)> {
+    let canonical = signed.devices.len() == claimed.len()
+        && signed
+            .devices
+            .iter()
+            .enumerate()
+            .all(|(position, device)| device.index as usize == position);
+    if !canonical {
+        let line = format!(
+            "the evidence lists devices {:?}, not one per inventory device in index order (0..{})",
+            signed.devices.iter().map(|d| d.index).collect::<Vec<_>>(),
+            claimed.len()
+        );
+        return Some((ReasonCode::IdentityMalformed, line));
+    }
+    let statement = evidence_statement_bytes(
+        &commitment.work.nonce,
+        &commitment.miner_key.0,
+        &commitment.validator_key.0,
+        &signed.devices,
+    );
+    commitment
+        .miner_key
+        .verify(&statement, &signed.signature)
+        .is_err()
+        .then(|| {
+            (
+                ReasonCode::IdentityStatementSignature,
+                "the evidence statement's signature does not verify with the miner's key".into(),
+            )
+        })
+}
+
+/// What one device's checked evidence says, as its verdict states it; a failure, or an absence
+/// a `required` policy does not accept, adds its reason to `reasons`.
+fn judge_device(
+    index: u32,
+    outcome: Result<GenuineDevice, EvidenceFault>,
+    required: bool,
+    reasons: &mut Vec<Reason>,
+) -> DeviceIdentity {
+    match outcome {
+        Ok(genuine) => DeviceIdentity {
+            index,
+            status: IdentityStatus::Genuine,
+            line: miner_text(&genuine.describe()),
+            reason: None,
+            part: Some((
+                genuine.chip.to_ascii_uppercase(),
+                genuine.device_id.to_ascii_uppercase(),
+            )),
+        },
+        Err(EvidenceFault::UnknownModel(why)) => {
+            let line = miner_text(&format!(
+                "offered, not judged: the validator cannot judge this model's evidence: {why}"
+            ));
+            if required {
+                reasons.push(Reason::new(
+                    ReasonCode::IdentityUnknownModel,
+                    format!("device {index}: {line}"),
+                ));
+            }
+            DeviceIdentity {
+                index,
+                status: IdentityStatus::Unjudged,
+                line,
+                reason: None,
+                part: None,
+            }
+        }
+        Err(EvidenceFault::NotOffered(state)) => {
+            if required {
+                reasons.push(Reason::new(
+                    ReasonCode::IdentityNotOffered,
+                    format!("device {index} offers no evidence ({state}), and this validator requires it"),
+                ));
+            }
+            DeviceIdentity {
+                index,
+                status: IdentityStatus::NotOffered,
+                line: format!("not offered ({state})"),
+                reason: None,
+                part: None,
+            }
+        }
+        Err(fault) => {
+            let code = ReasonCode::from_name(fault.reason());
+            let line = miner_text(&fault.to_string());
+            reasons.push(Reason::new(code, format!("device {index}: {line}")));
+            DeviceIdentity {
+                index,
+                status: IdentityStatus::Refused,
+                line,
+                reason: Some(code.as_str().into()),
+                part: None,
+            }
+        }
+    }
 }
 
 /// PROTOCOL.md 19.4 step 4: a genuine part that a passing verdict saw under another miner key
