@@ -129,6 +129,41 @@ def test_following_verdicts_loses_nothing_across_a_validator_restart(workdir, va
         second.stop()
 
 
+def test_following_from_now_misses_nothing_stored_while_it_reconnects(workdir, validator_key, honest_miner):
+    """Without after_id, the follower starts after the newest verdict when it is called: a
+    restart before its first verdict, and a verdict stored while it reconnects, lose nothing."""
+    address = f"127.0.0.1:{free_port_outside_the_ephemeral_range()}"
+    first = start_validator(workdir, "from-now", listen=address)
+    api = f"http://{address}"
+    with Client(api) as client:
+        old = client.attest(honest_miner.url).id
+    seen = []
+    started = threading.Event()
+
+    def follow():
+        with Client(api) as client:
+            verdicts = client.follow_verdicts(retry_seconds=0.2)
+            started.set()
+            for verdict in verdicts:
+                seen.append(verdict.id)
+                return
+
+    follower = threading.Thread(target=follow, daemon=True)
+    follower.start()
+    assert started.wait(30)
+    time.sleep(1.0)  # the follower is watching, with no verdict yet
+    first.stop()
+    second = start_validator(workdir, "from-now", listen=address)
+    try:
+        # Stored while the follower may still be reconnecting.
+        with Client(api) as client:
+            new = client.attest(honest_miner.url).id
+        follower.join(timeout=60)
+        assert seen == [new], f"followed {seen}; stored {old} before and {new} after the restart"
+    finally:
+        second.stop()
+
+
 def test_the_asyncio_follower_gets_a_verdict_stored_before_it_opened(validator, honest_miner):
     async def run():
         async with AsyncClient(validator.url) as client:

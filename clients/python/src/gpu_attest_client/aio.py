@@ -111,6 +111,13 @@ class AsyncClient:
         last = after_id
         while True:
             try:
+                if last is None:
+                    # As Client.follow_verdicts: the starting point is fixed before the first
+                    # watch, so a reconnect before the first verdict misses none.
+                    newest_id = 0
+                    async for newest in self.list_verdicts(limit=1, page_size=1):
+                        newest_id = newest.id
+                    last = newest_id
                 async for verdict in self.watch_verdicts(last, miner_url):
                     last = verdict.id
                     yield verdict

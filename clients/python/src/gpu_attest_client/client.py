@@ -141,6 +141,12 @@ class Client:
         last = after_id
         while True:
             try:
+                if last is None:
+                    # Where to start is fixed before the first watch, not at its first verdict:
+                    # a reconnect before that verdict resumes from here and misses none stored
+                    # meanwhile.
+                    newest = next(self.list_verdicts(limit=1, page_size=1), None)
+                    last = newest.id if newest is not None else 0
                 for verdict in self.watch_verdicts(last, miner_url):
                     last = verdict.id
                     yield verdict
