@@ -43,7 +43,9 @@ pub enum TransportError {
         "refusing plaintext to {0}: use an https:// URL with a CA configured, or set allow_plaintext_miners = true to accept the risk"
     )]
     PlaintextClient(String),
-    #[error("https:// URL {0} needs a CA certificate to check the server against (miner_tls.ca)")]
+    #[error(
+        "https:// URL {0} needs a CA certificate to check the server against: [miner_tls] ca for miners, --api-ca for the validator API"
+    )]
     NoCa(String),
     #[error("{what} {path} holds no {expected} in PEM form ({detail})")]
     NotPem {
@@ -113,6 +115,11 @@ impl TlsFiles {
     /// The client TLS config for `https://` URLs.
     pub fn client_config(&self, url: &str) -> Result<ClientTlsConfig, TransportError> {
         let ca = self.ca.as_ref().ok_or_else(|| TransportError::NoCa(url.to_string()))?;
+        // A key that is not the certificate's, or no key at all, named with its file (tonic
+        // would say only that the address is invalid).
+        if let (Some(cert), Some(key)) = (&self.cert, &self.key) {
+            check_key_matches_certificate(cert, key)?;
+        }
         let mut config = ClientTlsConfig::new().ca_certificate(Certificate::from_pem(read("CA", ca)?));
         if let Some(identity) = self.identity()? {
             config = config.identity(identity);

@@ -119,6 +119,15 @@ async fn the_certificates_tls_certs_makes_carry_mutual_tls_both_ways() {
     // Without the operator's certificate the API refuses the connection.
     let refused = operator(&["list"], false);
     assert!(!refused.status.success());
+    let said = String::from_utf8_lossy(&refused.stderr);
+    assert!(said.contains("--api-cert and --api-key"), "{said}");
+    // Plaintext to the TLS API: the error says to use https://.
+    let plaintext = cmd("validator")
+        .args(["miners", "--api", &api.replacen("https://", "http://", 1), "list"])
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&plaintext.stderr);
+    assert!(!plaintext.status.success() && said.contains("use https://"), "{said}");
 
     // `miners attest`: the validator attests the miner over mutual TLS, with these
     // certificates alone, and the operator sees the phases and the verdict.

@@ -38,6 +38,12 @@ pub enum OperatorError {
         "the server at {url} does not serve the validator API ({message}); is --api the address `validator serve` listens on (its `listen` setting), not a miner's?"
     )]
     NotTheValidator { url: String, message: String },
+    #[error("the connection to the validator API at {url} failed ({detail}); {hint}")]
+    Transport {
+        url: String,
+        detail: String,
+        hint: &'static str,
+    },
     #[error("miner key must be 64 hex digits: {0}")]
     BadKey(String),
     #[error("the validator at {0} ended the attestation without a verdict")]
@@ -204,6 +210,8 @@ impl From<v1::Verdict> for VerdictSummary {
 pub struct Operator {
     url: String,
     client: ValidatorClient<Channel>,
+    /// Whether it presents a client certificate (`--api-cert`, `--api-key`).
+    presents_certificate: bool,
 }
 
 impl Operator {
@@ -240,6 +248,7 @@ impl Operator {
         Ok(Operator {
             url: url.into(),
             client: ValidatorClient::new(channel),
+            presents_certificate: tls.cert.is_some() && tls.key.is_some(),
         })
     }
 
@@ -286,13 +295,41 @@ impl Operator {
     /// answers UNIMPLEMENTED, which says nothing to an operator on its own.
     fn refused(&self, status: tonic::Status) -> OperatorError {
         if status.code() == tonic::Code::Unimplemented {
-            OperatorError::NotTheValidator {
+            return OperatorError::NotTheValidator {
                 url: self.url.clone(),
                 message: status.message().into(),
-            }
-        } else {
-            status.into()
+            };
         }
+        if let Some(hint) = self.transport_hint(&status) {
+            return OperatorError::Transport {
+                url: self.url.clone(),
+                detail: status.message().into(),
+                hint,
+            };
+        }
+        status.into()
+    }
+
+    /// What a connection that failed under a call most likely needs, where the transport's own
+    /// words ("h2 protocol error", "transport error") would not tell an operator.
+    fn transport_hint(&self, status: &tonic::Status) -> Option<&'static str> {
+        let message = status.message();
+        let transport = matches!(
+            status.code(),
+            tonic::Code::Unknown | tonic::Code::Unavailable | tonic::Code::Cancelled | tonic::Code::Internal
+        ) && ["h2 protocol error", "transport error", "operation was canceled"]
+            .iter()
+            .any(|words| message.contains(words));
+        if !transport {
+            return None;
+        }
+        Some(if self.url.starts_with("http://") {
+            "is the API served over TLS? Then use https:// with --api-ca"
+        } else if !self.presents_certificate {
+            "does the API require a client certificate (its [tls] ca is set)? Then give --api-cert and --api-key"
+        } else {
+            "the TLS session failed: is the client certificate one the API's CA signed?"
+        })
     }
 
     pub async fn list(&mut self) -> Result<Vec<Miner>, OperatorError> {
