@@ -77,20 +77,31 @@ impl TlsFiles {
         }
     }
 
+    /// As [`identity`](Self::identity), with the key checked against the certificate as rustls
+    /// checks it when a server starts, so that a mismatch is named with both files before a
+    /// daemon says it listens (tonic finds it only as it starts serving, or at each dial).
+    fn checked_identity(&self) -> Result<Option<Identity>, TransportError> {
+        let (Some(cert), Some(key)) = (&self.cert, &self.key) else {
+            return self.identity();
+        };
+        let (cert_pem, key_pem) = (read("certificate", cert)?, read("key", key)?);
+        check_key_matches_certificate(&cert_pem, cert, &key_pem, key)?;
+        Ok(Some(Identity::from_pem(cert_pem, key_pem)))
+    }
+
     /// The server TLS config, or `None` for plaintext. The certificate and key are checked
     /// against each other here, so that a daemon refuses to start, naming both files, before it
     /// says it listens; a key that group or others may read is logged as a warning.
     pub fn server_config(&self) -> Result<Option<ServerTlsConfig>, TransportError> {
-        if let (Some(cert), Some(key)) = (&self.cert, &self.key) {
-            check_key_matches_certificate(cert, key)?;
-            warn_if_exposed(key);
-        }
-        let Some(identity) = self.identity()? else {
+        let Some(identity) = self.checked_identity()? else {
             return match self.ca {
                 Some(_) => Err(TransportError::ClientCaWithoutIdentity),
                 None => Ok(None),
             };
         };
+        if let Some(key) = &self.key {
+            warn_if_exposed(key);
+        }
         let mut config = ServerTlsConfig::new().identity(identity);
         if let Some(ca) = &self.ca {
             config = config.client_ca_root(Certificate::from_pem(read("client CA", ca)?));
@@ -98,14 +109,11 @@ impl TlsFiles {
         Ok(Some(config))
     }
 
-    /// Reads every file named, and checks a certificate against its key, so that a daemon
-    /// refuses to start with a missing, unreadable or mismatched one instead of failing later,
-    /// at each connection that needs it.
+    /// Reads every file named, and checks the certificate against its key, so that a daemon (or
+    /// a command) refuses to start with a missing, unreadable or mismatched one instead of
+    /// failing later, at each connection that needs it.
     pub fn check_readable(&self) -> Result<(), TransportError> {
-        self.identity()?;
-        if let (Some(cert), Some(key)) = (&self.cert, &self.key) {
-            check_key_matches_certificate(cert, key)?;
-        }
+        self.checked_identity()?;
         if let Some(ca) = &self.ca {
             read("CA", ca)?;
         }
@@ -115,11 +123,6 @@ impl TlsFiles {
     /// The client TLS config for `https://` URLs.
     pub fn client_config(&self, url: &str) -> Result<ClientTlsConfig, TransportError> {
         let ca = self.ca.as_ref().ok_or_else(|| TransportError::NoCa(url.to_string()))?;
-        // A key that is not the certificate's, or no key at all, named with its file (tonic
-        // would say only that the address is invalid).
-        if let (Some(cert), Some(key)) = (&self.cert, &self.key) {
-            check_key_matches_certificate(cert, key)?;
-        }
         let mut config = ClientTlsConfig::new().ca_certificate(Certificate::from_pem(read("CA", ca)?));
         if let Some(identity) = self.identity()? {
             config = config.identity(identity);
@@ -128,9 +131,14 @@ impl TlsFiles {
     }
 }
 
-/// Whether the private key in `key` is the key of the first certificate in `cert` (both PEM), as
-/// rustls checks it when a server starts.
-fn check_key_matches_certificate(cert: &Path, key: &Path) -> Result<(), TransportError> {
+/// Whether the private key `key_pem` (read from `key`) is the key of the first certificate in
+/// `cert_pem` (read from `cert`), as rustls checks it when a server starts.
+fn check_key_matches_certificate(
+    cert_pem: &[u8],
+    cert: &Path,
+    key_pem: &[u8],
+    key: &Path,
+) -> Result<(), TransportError> {
     use rustls_pki_types::pem::PemObject;
     use rustls_pki_types::{CertificateDer, PrivateKeyDer};
     let not_pem = |what, path: &Path, expected, detail: String| TransportError::NotPem {
@@ -139,15 +147,14 @@ fn check_key_matches_certificate(cert: &Path, key: &Path) -> Result<(), Transpor
         expected,
         detail,
     };
-    let cert_pem = read("certificate", cert)?;
-    let certificates = CertificateDer::pem_slice_iter(&cert_pem)
+    let certificates = CertificateDer::pem_slice_iter(cert_pem)
         .collect::<Result<Vec<_>, _>>()
         .map_err(|e| not_pem("certificate", cert, "certificate", e.to_string()))?;
     if certificates.is_empty() {
         return Err(not_pem("certificate", cert, "certificate", "none found".into()));
     }
-    let private_key = PrivateKeyDer::from_pem_slice(&read("key", key)?)
-        .map_err(|e| not_pem("key", key, "private key", e.to_string()))?;
+    let private_key =
+        PrivateKeyDer::from_pem_slice(key_pem).map_err(|e| not_pem("key", key, "private key", e.to_string()))?;
     let provider = rustls::crypto::ring::default_provider();
     rustls::sign::CertifiedKey::from_der(certificates, private_key, &provider)
         .map(|_| ())

@@ -234,6 +234,9 @@ impl Operator {
             .connect_timeout(CONNECT_TIMEOUT)
             .timeout(CALL_TIMEOUT);
         if url.starts_with("https://") {
+            // A client key that is not its certificate's is named with its files here, not
+            // reported by tonic as an invalid address.
+            tls.check_readable().map_err(OperatorError::Tls)?;
             let config = tls.client_config(url).map_err(OperatorError::Tls)?;
             endpoint = endpoint.tls_config(config).map_err(|e| bad_url(e.to_string()))?;
         } else if check_plaintext_client(url, false).is_err() {
