@@ -9,12 +9,12 @@
 mod common;
 
 use common::operated::{Started, start_logged};
-use common::process::{Dir, cmd, keygen, sample, scrape};
+use common::process::{Dir, cmd, keygen, sample, scrape, signal, tls_certs};
 use gpu_attest_proto::v1::{self, validator_client::ValidatorClient};
 use gpu_attest_shared::keys::PublicKey;
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
@@ -56,18 +56,6 @@ fn hold(mut socket: TcpStream, stuck: Stuck) {
     while socket.read(&mut buffer).is_ok_and(|n| n > 0) {}
 }
 
-/// CA, miner and validator certificates for `localhost`, made by `validator tls-certs`.
-fn tls_certs(d: &Path) -> PathBuf {
-    let pki = d.join("pki");
-    let out = cmd("validator")
-        .args(["tls-certs", "--miner-host", "localhost", "--out"])
-        .arg(&pki)
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    pki
-}
-
 /// The validator's config: small CPU challenges without the memory phase, `deadline.connect_ms`
 /// of [`CONNECT_MS`], TLS towards miners, and a schedule of one slot when `schedule`.
 fn write_validator_config(d: &Path, pki: &Path, schedule: bool) {
@@ -94,7 +82,7 @@ fn write_validator_config(d: &Path, pki: &Path, schedule: bool) {
     std::fs::write(d.join("validator.toml"), config).unwrap();
 }
 
-/// A real miner serving mutual TLS with the certificates of [`tls_certs`], in its own
+/// A real miner serving mutual TLS with the certificates of `tls_certs`, in its own
 /// directory `home` (its key and nonce log); its `https://localhost:PORT` URL.
 fn tls_miner(d: &Path, home: &str, pki: &Path, validator_key: &str) -> (Started, String) {
     let home = d.join(home);
@@ -139,11 +127,6 @@ fn output_within(mut command: Command, limit: Duration) -> Output {
         std::thread::sleep(Duration::from_millis(50));
     }
     child.wait_with_output().unwrap()
-}
-
-fn signal(pid: i32, signal: &str) {
-    let status = Command::new("kill").args([signal, &pid.to_string()]).status().unwrap();
-    assert!(status.success(), "kill {signal} {pid}");
 }
 
 #[test]

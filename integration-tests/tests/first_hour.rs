@@ -6,28 +6,7 @@
 mod common;
 
 use common::operated::{start_logged, validator_serve};
-use common::process::{Dir, cmd, keygen, write_small_validator_config};
-use std::path::Path;
-
-fn tls_certs(d: &Path) -> std::path::PathBuf {
-    let pki = d.join("pki");
-    let out = cmd("validator")
-        .args([
-            "tls-certs",
-            "--validator-host",
-            "localhost",
-            "--miner-host",
-            "localhost",
-            "--out",
-        ])
-        .arg(&pki)
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let said = String::from_utf8_lossy(&out.stdout);
-    assert!(said.contains("wrote") && said.contains("operator.pem"), "{said}");
-    pki
-}
+use common::process::{Dir, cmd, keygen, tls_certs, write_small_validator_config};
 
 #[tokio::test(flavor = "multi_thread")]
 async fn the_certificates_tls_certs_makes_carry_mutual_tls_both_ways() {

@@ -6,7 +6,7 @@
 mod common;
 
 use common::operated::{Started, attest_via_api, start_logged, validator_serve};
-use common::process::{Dir, cmd, keygen, sample, scrape, serve_miner, write_small_validator_config};
+use common::process::{Dir, cmd, keygen, sample, scrape, serve_miner, signal, write_small_validator_config};
 use gpu_attest_proto::v1::{self, validator_client::ValidatorClient};
 use std::fs::File;
 use std::io::Write;
@@ -23,11 +23,6 @@ fn stored_verdicts(database: &Path) -> Vec<serde_json::Value> {
         .unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     serde_json::from_slice(&out.stdout).unwrap()
-}
-
-fn signal(pid: i32, signal: &str) {
-    let status = Command::new("kill").args([signal, &pid.to_string()]).status().unwrap();
-    assert!(status.success(), "kill {signal} {pid}");
 }
 
 /// A validator config whose challenges keep a 1-thread miner busy for seconds (the rate is set

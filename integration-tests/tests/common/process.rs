@@ -189,3 +189,31 @@ pub fn sample(text: &str, series: &str) -> Option<f64> {
         .find_map(|line| line.strip_prefix(series)?.strip_prefix(' '))
         .and_then(|value| value.split_whitespace().next()?.parse().ok())
 }
+
+/// Sends `signal` (`-STOP`, `-KILL`, ...) to the process `pid`, as `kill` does.
+pub fn signal(pid: i32, signal: &str) {
+    let status = Command::new("kill").args([signal, &pid.to_string()]).status().unwrap();
+    assert!(status.success(), "kill {signal} {pid}");
+}
+
+/// A private CA and certificates for `localhost` (validator, operator, one miner) in `d/pki`,
+/// made by `validator tls-certs`; the folder.
+pub fn tls_certs(d: &Path) -> PathBuf {
+    let pki = d.join("pki");
+    let out = cmd("validator")
+        .args([
+            "tls-certs",
+            "--validator-host",
+            "localhost",
+            "--miner-host",
+            "localhost",
+            "--out",
+        ])
+        .arg(&pki)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(said.contains("wrote") && said.contains("operator.pem"), "{said}");
+    pki
+}

@@ -147,24 +147,24 @@ impl MinerConnection {
             });
         };
         let wire = answered
-            .map_err(|s| match s.code() {
-                _ if own_decode_failure(&s).is_some() => AttestError::NotAMiner {
+            .map_err(|s| match (own_decode_failure(&s), s.code()) {
+                (Some(why), _) => AttestError::NotAMiner {
                     url: self.url.clone(),
-                    detail: format!("its inventory: {}", own_decode_failure(&s).unwrap_or_default()),
+                    detail: format!("its inventory: {why}"),
                 },
                 // Cancelled: the connection ended under the call (the client's own status for a
                 // connection its peer closed or reset, as a crowded miner does): not an answer.
-                Code::Unavailable | Code::DeadlineExceeded | Code::Cancelled => AttestError::Unreachable {
+                (None, Code::Unavailable | Code::DeadlineExceeded | Code::Cancelled) => AttestError::Unreachable {
                     url: self.url.clone(),
                     detail: miner_text(s.message()),
                 },
                 // The connection failed under the call (tonic reports that as Unknown, with the
                 // transport error as its source): the miner did not answer, wrongly or at all.
-                Code::Unknown if std::error::Error::source(&s).is_some() => AttestError::Unreachable {
+                (None, Code::Unknown) if std::error::Error::source(&s).is_some() => AttestError::Unreachable {
                     url: self.url.clone(),
                     detail: error_chain(&s),
                 },
-                code => AttestError::NotAMiner {
+                (None, code) => AttestError::NotAMiner {
                     url: self.url.clone(),
                     detail: format!("GetInventory answered {code:?}: {}", miner_text(s.message())),
                 },

@@ -182,20 +182,18 @@ async fn walk_and_check(
             );
             return Ok(None);
         }
-        Ok(Err(status)) if own_decode_failure(&status).is_some() => {
-            let why = own_decode_failure(&status).unwrap_or_default();
-            outcome.fail(ReasonCode::MalformedWalk, format!("walk statement: {why}"));
-            return Ok(None);
-        }
         Ok(Err(status)) => {
-            outcome.fail(
-                ReasonCode::WalkRefused,
-                format!(
-                    "miner refused or failed the walk ({:?}): {}",
-                    status.code(),
-                    miner_text(status.message())
+            match own_decode_failure(&status) {
+                Some(why) => outcome.fail(ReasonCode::MalformedWalk, format!("walk statement: {why}")),
+                None => outcome.fail(
+                    ReasonCode::WalkRefused,
+                    format!(
+                        "miner refused or failed the walk ({:?}): {}",
+                        status.code(),
+                        miner_text(status.message())
+                    ),
                 ),
-            );
+            }
             return Ok(None);
         }
         Ok(Ok(wire)) => wire,
