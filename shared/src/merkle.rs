@@ -151,6 +151,53 @@ pub fn verify_proof(
     }
 }
 
+/// The root of [`MerkleTree`] over leaves that arrive one at a time, with at most 64 nodes held:
+/// what a walker needs to commit to every one of its states without keeping them (a walk's trace
+/// is far larger than its tree's right edge).
+///
+/// Why it equals the tree: level-by-level pairing with the odd node promoted splits `count`
+/// leaves into perfect subtrees of the sizes of `count`'s set bits, largest first, and joins them
+/// from the right. The fold keeps one finished subtree per set bit of the count so far, merges
+/// equal sizes as they meet, and joins what is left from the right in [`MerkleFold::root`].
+#[derive(Clone, Debug, Default)]
+pub struct MerkleFold {
+    /// Finished perfect subtrees, largest (oldest) first, with their heights.
+    pending: Vec<(u32, Digest)>,
+    count: u64,
+}
+
+impl MerkleFold {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    pub fn push(&mut self, leaf: &Digest) {
+        let mut node = (0, leaf_node(leaf));
+        while let Some(&(height, left)) = self.pending.last() {
+            if height != node.0 {
+                break;
+            }
+            self.pending.pop();
+            node = (height + 1, inner_node(&left, &node.1));
+        }
+        self.pending.push(node);
+        self.count += 1;
+    }
+
+    pub fn leaf_count(&self) -> u64 {
+        self.count
+    }
+
+    /// The root over every leaf pushed so far; [`empty_root`] if none.
+    pub fn root(&self) -> Digest {
+        let mut nodes = self.pending.iter().rev().map(|(_, node)| *node);
+        match nodes.next() {
+            None => empty_root(),
+            Some(last) => nodes.fold(last, |right, left| inner_node(&left, &right)),
+        }
+    }
+}
+
 /// How many siblings the proof of `index` in a tree of `count` leaves has.
 fn proof_len(index: u64, count: u64) -> usize {
     let (mut pos, mut len, mut siblings) = (index, count, 0);
@@ -181,6 +228,20 @@ mod tests {
         // Three leaves: the third is promoted past level one.
         assert_eq!(root_of(&l), inner_node(&inner_node(&n0, &n1), &n2));
         assert_eq!(root_of(&[]), empty_root());
+    }
+
+    #[test]
+    fn the_fold_gives_the_tree_root_at_every_count() {
+        let l = leaves(70);
+        let mut fold = MerkleFold::new();
+        assert_eq!(fold.root(), empty_root());
+        for (count, leaf) in l.iter().enumerate() {
+            fold.push(leaf);
+            assert_eq!(fold.root(), root_of(&l[..=count]), "after {} leaves", count + 1);
+        }
+        assert_eq!(fold.leaf_count(), 70);
+        // 70 = 64 + 4 + 2: three subtrees held, not 70 leaves.
+        assert_eq!(fold.pending.len(), 3);
     }
 
     #[test]

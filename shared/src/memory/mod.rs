@@ -7,6 +7,9 @@
 //!   memory.
 //! - [`walk`]: the walk's start states, its step, walker traces and the walk root.
 //! - [`check`]: the validator's check of one opened walk segment.
+//! - [`slice`], [`bound`]: version 4's parts that stand alone (docs/design/protocol-v4.md): a
+//!   64 KiB slice of a chain state proven against the state's BLAKE3 hash, and the clock and
+//!   opening bounds against the best cheater, from which a planner sizes its openings.
 //! - [`statement`]: the signed statements of the memory phase (challenge, commitment, walk
 //!   request and statement, open request, walk opening).
 //!
@@ -18,9 +21,11 @@
 //! they are not); the openings catch faked steps and fake entries.
 
 pub mod bench;
+pub mod bound;
 pub mod check;
 pub mod params;
 pub mod pool;
+pub mod slice;
 pub mod statement;
 pub mod walk;
 

@@ -1,0 +1,355 @@
+//! What a version 4 walk catches, computed against the best cheater known
+//! (docs/design/protocol-v4.md sections 4 and 6), so that a planner sizes its openings from the
+//! arithmetic instead of a constant, and so that every figure the design and SECURITY.md give can
+//! be reproduced (`cargo run -p gpu-attest-shared --example memory_bounds`).
+//!
+//! The clock: a device short of a share `x` of its pool makes the missing bytes up from other
+//! sources at once, while it reads the rest. Sources delivering `sum r_i` bytes a second hide, in
+//! a deadline of `S` times the expected walk at rate `b`, a shortfall of up to
+//! `x* = S * sum r_i / b`. What lies beyond `x*` the cheater must fake, and the openings catch a
+//! faked step; but a cheater grinds (after a faked step it chooses the next state, and tries
+//! candidates until the steps that follow hit slices it holds), so it fakes only `phi_min` of its
+//! steps, below `x - x*`.
+
+/// Published figures of one GPU model: the sources a cheater on it can draw from.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct DeviceModel {
+    pub name: &'static str,
+    /// Device memory bandwidth, bytes a second (datasheet).
+    pub bandwidth: f64,
+    /// Dense int8 tensor peak, operations a second (datasheet; half the sparse figure).
+    pub int8_peak: f64,
+    /// Payload ceiling of the host link, one direction, bytes a second.
+    pub host_link: f64,
+    /// NVLink to peer GPUs, one direction, bytes a second; `None` without NVLink.
+    pub peer_link: Option<f64>,
+    /// NVLink-C2C to a Grace CPU's memory, one direction, bytes a second.
+    pub c2c: Option<f64>,
+}
+
+const GB: f64 = 1e9;
+const TB: f64 = 1e12;
+/// PCIe payload ceilings, x16, one direction: `GT/s * 16 lanes * 128/130 / 8`.
+pub const PCIE_GEN4_X16: f64 = 16.0 * 16.0 * 128.0 / 130.0 / 8.0 * GB;
+pub const PCIE_GEN5_X16: f64 = 32.0 * 16.0 * 128.0 / 130.0 / 8.0 * GB;
+
+/// The models the design's tables cover (NVIDIA datasheets; the Ada whitepaper for the RTX 4090).
+pub const MODELS: &[DeviceModel] = &[
+    DeviceModel {
+        name: "H100 SXM",
+        bandwidth: 3.35 * TB,
+        int8_peak: 1979.0 * TB,
+        host_link: PCIE_GEN5_X16,
+        peer_link: Some(450.0 * GB),
+        c2c: None,
+    },
+    DeviceModel {
+        name: "H200",
+        bandwidth: 4.8 * TB,
+        int8_peak: 1979.0 * TB,
+        host_link: PCIE_GEN5_X16,
+        peer_link: Some(450.0 * GB),
+        c2c: None,
+    },
+    DeviceModel {
+        name: "A100 80GB SXM",
+        bandwidth: 2.039 * TB,
+        int8_peak: 624.0 * TB,
+        host_link: PCIE_GEN4_X16,
+        peer_link: Some(300.0 * GB),
+        c2c: None,
+    },
+    DeviceModel {
+        name: "RTX 4090",
+        bandwidth: 1.008 * TB,
+        int8_peak: 660.6 * TB,
+        host_link: PCIE_GEN4_X16,
+        peer_link: None,
+        c2c: None,
+    },
+    DeviceModel {
+        name: "GH200 96 GB",
+        bandwidth: 4.0 * TB,
+        int8_peak: 1979.0 * TB,
+        host_link: 0.0,
+        peer_link: Some(450.0 * GB),
+        c2c: Some(450.0 * GB),
+    },
+    DeviceModel {
+        name: "GH200 144 GB",
+        bandwidth: 4.9 * TB,
+        int8_peak: 1979.0 * TB,
+        host_link: 0.0,
+        peer_link: Some(450.0 * GB),
+        c2c: Some(450.0 * GB),
+    },
+];
+
+/// The model named `name` in [`MODELS`].
+pub fn model(name: &str) -> Option<&'static DeviceModel> {
+    MODELS.iter().find(|m| m.name == name)
+}
+
+/// Which sources a cheater uses together (the design's rows).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Sources {
+    /// A: the device's own idle tensor cores make missing slices again.
+    Regenerate,
+    /// B: anything behind the host link (host memory, drives, the host's CPUs).
+    HostLink,
+    /// C: A and B at once.
+    RegenerateAndHost,
+    /// E: C plus NVLink peers (their spare memory, compute and host links), capped by this
+    /// device's own NVLink; on a GH200, A plus Grace over C2C plus peers.
+    WithPeers,
+    /// A GH200's row: A plus Grace's memory and CPUs over C2C.
+    RegenerateAndGrace,
+}
+
+impl DeviceModel {
+    /// Bytes a second of missing pool that regeneration delivers: `P / kappa`.
+    pub fn regeneration_rate(&self, kappa: f64) -> f64 {
+        self.int8_peak / kappa
+    }
+
+    /// `sum r_i` for `sources`, or `None` where the model lacks them (peers without NVLink, Grace
+    /// without C2C).
+    pub fn source_rate(&self, sources: Sources, kappa: f64) -> Option<f64> {
+        let regenerate = self.regeneration_rate(kappa);
+        let outside = match self.c2c {
+            Some(c2c) => c2c,
+            None => self.host_link,
+        };
+        Some(match sources {
+            Sources::Regenerate => regenerate,
+            Sources::HostLink if self.c2c.is_none() => self.host_link,
+            Sources::RegenerateAndHost if self.c2c.is_none() => regenerate + self.host_link,
+            Sources::RegenerateAndGrace => regenerate + self.c2c?,
+            Sources::WithPeers => regenerate + outside + self.peer_link?,
+            Sources::HostLink | Sources::RegenerateAndHost => return None,
+        })
+    }
+}
+
+/// How the deadline of a walk is set: `S` times the time at `rate` bytes a second.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct WalkClock {
+    pub slack: f64,
+    /// The rate the expected time is computed from: a class's learned rate, or the shipped
+    /// first-contact share of the datasheet bandwidth.
+    pub rate: f64,
+}
+
+impl WalkClock {
+    /// `x* = S * sum r_i / b`: the largest share of the pool the clock cannot see missing.
+    pub fn undetected_shortfall(&self, source_rate: f64) -> f64 {
+        self.slack * source_rate / self.rate
+    }
+}
+
+/// The pool shortfall of a device that holds `held` of its claim, with a pool of `pool_share` of
+/// the claim: `1 - held / p` (0 when it holds the pool).
+pub fn shortfall_holding(held: f64, pool_share: f64) -> f64 {
+    (1.0 - held / pool_share).max(0.0)
+}
+
+/// The fewest faked steps, as a share of the walk, of a cheater short by `x` whose clock hides
+/// `x_star`, with `reads` walk-lengths of reads in the deadline at its full bandwidth (`S / eta`,
+/// `eta` the honest walk's share of that bandwidth): the root of
+/// `phi (1 + 2x + x r) = x - x*` with `(1 - x)^(-r) = 1 + x (gamma / phi + r)` and
+/// `gamma = reads - 1 + x* + phi` (design 6.2). `None` when `x <= x*`: the clock leaves nothing to
+/// fake.
+pub fn least_faked_share(x: f64, x_star: f64, reads: f64) -> Option<f64> {
+    let faked = x - x_star;
+    if !(faked > 0.0 && x < 1.0 && reads >= 1.0) {
+        return None;
+    }
+    let excess = |phi: f64| {
+        let gamma = reads - 1.0 + x_star + phi;
+        let run = held_run(x, gamma / phi);
+        phi * (1.0 + 2.0 * x + x * run) - faked
+    };
+    // `excess` rises with phi, is negative near 0 and positive at `faked`.
+    Some(bisect(1e-12, faked, excess))
+}
+
+/// The run `r` of held indices that a waste of `waste` reads per fake buys:
+/// `(1 - x)^(-r) = 1 + x (waste + r)`.
+fn held_run(x: f64, waste: f64) -> f64 {
+    let gap = |r: f64| (-r * (1.0 - x).ln()).exp() - 1.0 - x * (waste + r);
+    // gap(0) < 0; grow the bracket until it turns.
+    let mut high = 1.0;
+    while gap(high) < 0.0 && high < 1e9 {
+        high *= 2.0;
+    }
+    bisect(0.0, high, gap)
+}
+
+/// The root of an increasing `f` in `[low, high]`.
+fn bisect(mut low: f64, mut high: f64, f: impl Fn(f64) -> f64) -> f64 {
+    for _ in 0..200 {
+        let mid = 0.5 * (low + high);
+        if f(mid) > 0.0 {
+            high = mid;
+        } else {
+            low = mid;
+        }
+    }
+    low
+}
+
+/// Openings that catch a share `faked` of bad steps with probability at least `1 - pass`:
+/// `ceil(ln(1 / pass) / -ln(1 - faked))`.
+pub fn openings_for(faked: f64, pass: f64) -> u32 {
+    ((1.0 / pass).ln() / -(1.0 - faked).ln()).ceil() as u32
+}
+
+/// The design's parameters: pool share, regeneration cost per byte, calibrated slack, the honest
+/// walk's share of the datasheet bandwidth, and the pass probability openings are sized for.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Design {
+    pub pool_share: f64,
+    pub kappa: f64,
+    pub slack: f64,
+    pub eta: f64,
+    pub pass: f64,
+}
+
+pub const VERSION_4: Design = Design {
+    pool_share: 0.96,
+    kappa: 131_072.0,
+    slack: 1.25,
+    eta: 0.9,
+    pass: 0.005,
+};
+
+/// One model's sizing at the design's parameters, for a device holding 90% of its claim.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Sizing {
+    /// Shortfall of a device holding 90% of its claim.
+    pub shortfall: f64,
+    /// `x*` for the sources (row C or the GH200's Grace-less row A).
+    pub undetected: f64,
+    /// `phi_min`; `None` when the clock alone does not catch the 90% holder.
+    pub faked: Option<f64>,
+    /// Walk steps to open, and rows to check, for `pass`.
+    pub openings: Option<u32>,
+    pub row_checks: Option<u32>,
+}
+
+impl Design {
+    pub fn calibrated_clock(&self, model: &DeviceModel) -> WalkClock {
+        WalkClock {
+            slack: self.slack,
+            rate: self.eta * model.bandwidth,
+        }
+    }
+
+    /// Sizes the openings of `model` against `sources` for a device holding 90% of its claim.
+    pub fn size(&self, model: &DeviceModel, sources: Sources) -> Option<Sizing> {
+        let rate = model.source_rate(sources, self.kappa)?;
+        let undetected = self.calibrated_clock(model).undetected_shortfall(rate);
+        let shortfall = shortfall_holding(0.9, self.pool_share);
+        let faked = least_faked_share(shortfall, undetected, self.slack / self.eta);
+        Some(Sizing {
+            shortfall,
+            undetected,
+            faked,
+            openings: faked.map(|phi| openings_for(phi, self.pass)),
+            row_checks: faked.map(|_| openings_for(shortfall - undetected, self.pass)),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pct(x: f64) -> f64 {
+        (x * 10_000.0).round() / 100.0
+    }
+
+    fn row(name: &str, sources: Sources) -> Sizing {
+        VERSION_4.size(model(name).unwrap(), sources).unwrap()
+    }
+
+    /// The design's table 4.4, rows A to E, to its two decimals.
+    #[test]
+    fn the_clock_bounds_match_the_design_table() {
+        let cases = [
+            ("H100 SXM", Sources::Regenerate, 0.63),
+            ("H100 SXM", Sources::HostLink, 2.61),
+            ("H100 SXM", Sources::RegenerateAndHost, 3.24),
+            ("H100 SXM", Sources::WithPeers, 21.89),
+            ("H200", Sources::RegenerateAndHost, 2.26),
+            ("A100 80GB SXM", Sources::RegenerateAndHost, 2.47),
+            ("RTX 4090", Sources::HostLink, 4.34),
+            ("RTX 4090", Sources::RegenerateAndHost, 5.04),
+            ("GH200 96 GB", Sources::RegenerateAndGrace, 16.15),
+            ("GH200 144 GB", Sources::RegenerateAndGrace, 13.19),
+        ];
+        for (name, sources, want) in cases {
+            let got = pct(row(name, sources).undetected);
+            assert!(
+                (got - want).abs() <= 0.01,
+                "{name} {sources:?}: x* {got}% against {want}%"
+            );
+        }
+        assert_eq!(
+            model("RTX 4090").unwrap().source_rate(Sources::WithPeers, 131_072.0),
+            None
+        );
+        assert_eq!(
+            model("GH200 96 GB").unwrap().source_rate(Sources::HostLink, 131_072.0),
+            None
+        );
+    }
+
+    /// The design's table 6.3: faked share, openings and row checks per model. (The table was
+    /// first worked from `x*` rounded to two decimals; these are the unrounded figures, one to six
+    /// openings fewer.)
+    #[test]
+    fn the_opening_counts_match_the_design_table() {
+        let cases = [
+            ("H100 SXM", Sources::RegenerateAndHost, 1.126, 468, 174),
+            ("H200", Sources::RegenerateAndHost, 1.618, 325, 131),
+            ("A100 80GB SXM", Sources::RegenerateAndHost, 1.509, 349, 138),
+            ("RTX 4090", Sources::RegenerateAndHost, 0.350, 1512, 434),
+            ("GH200 96 GB", Sources::Regenerate, 2.570, 204, 90),
+        ];
+        for (name, sources, phi, openings, rows) in cases {
+            let sizing = row(name, sources);
+            let got = sizing.faked.unwrap() * 100.0;
+            assert!((got - phi).abs() < 0.0006, "{name}: phi_min {got}% against {phi}%");
+            assert_eq!(sizing.openings, Some(openings), "{name}");
+            assert_eq!(sizing.row_checks, Some(rows), "{name}");
+        }
+    }
+
+    #[test]
+    fn grinding_lowers_the_faked_share_below_the_naive_one() {
+        // The design's worked case: x = 6.25%, f = 1%: 0.89% without grinding, 0.273% with it.
+        let x = 0.0625;
+        let phi = least_faked_share(x, x - 0.01, 1.25 / 0.9).unwrap();
+        assert!((phi * 100.0 - 0.273).abs() < 0.001, "{phi}");
+        assert!(phi < 0.01 / (1.0 + 2.0 * x));
+        // A larger budget of spare reads lets the cheater grind more, and fake less.
+        assert!(least_faked_share(x, x - 0.01, 2.0).unwrap() < phi);
+    }
+
+    #[test]
+    fn nothing_to_fake_where_the_clock_hides_the_whole_shortfall() {
+        assert_eq!(least_faked_share(0.05, 0.05, 1.4), None);
+        assert_eq!(least_faked_share(0.05, 0.2, 1.4), None);
+        assert!(row("H100 SXM", Sources::WithPeers).faked.is_none());
+        assert!(row("H100 SXM", Sources::WithPeers).openings.is_none());
+    }
+
+    #[test]
+    fn openings_follow_the_pass_probability() {
+        assert_eq!(openings_for(0.01, 0.005), 528);
+        assert!(openings_for(0.01, 0.001) > openings_for(0.01, 0.005));
+        assert_eq!(shortfall_holding(0.9, 0.96), 1.0 - 0.9 / 0.96);
+        assert_eq!(shortfall_holding(0.99, 0.96), 0.0);
+    }
+}

@@ -1,0 +1,252 @@
+//! A 64 KiB slice of a chain state, proven against the state's BLAKE3 hash (protocol version 4,
+//! docs/design/protocol-v4.md 2.3).
+//!
+//! Version 4 walks over slices of the pool chains' final states, and every such state is already
+//! committed: its hash `blake3(X_{i,K})` is the chain's last checkpoint, inside the chain's leaf
+//! and so the device root. BLAKE3 hashes a message as a binary tree of 1 KiB chunks whose left
+//! subtree is always the largest power of two of chunks smaller than the whole; for a state that is
+//! a whole number of 64 KiB slices, every aligned slice is then a complete subtree. A slice is
+//! proven by the chaining values of the sibling subtrees on its path to the root (6 of them, 192
+//! bytes, at n = 2048), so no second tree is built and the miner hashes nothing new until a slice
+//! is opened.
+
+use crate::digest::Digest;
+use blake3::hazmat::{ChainingValue, HasherExt, Mode, left_subtree_len, merge_subtrees_non_root, merge_subtrees_root};
+use thiserror::Error;
+
+/// Bytes in one slice: one walk step's read.
+pub const SLICE_BYTES: usize = 1 << 16;
+/// Largest state a slice is proven in: n = 8192, 64 MiB, 1024 slices.
+pub const MAX_STATE_BYTES: u64 = 1 << 26;
+
+/// The sibling chaining values on a slice's path to its state's hash, bottom first.
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub struct SlicePath {
+    pub siblings: Vec<ChainingValue>,
+}
+
+#[derive(Debug, Error, Clone, PartialEq, Eq)]
+pub enum SliceError {
+    #[error("a state of {0} bytes is not a whole number of 64 KiB slices in 1..=1024")]
+    NotWholeSlices(u64),
+    #[error("slice {slice} is outside a state of {count} slices")]
+    OutOfRange { slice: u64, count: u64 },
+    #[error("a slice is 65536 bytes, got {0}")]
+    WrongLength(usize),
+    #[error("slice {slice}'s path has {got} siblings, its place in the state needs {want}")]
+    PathLength { slice: u64, got: usize, want: usize },
+    #[error("slice {slice} and its path do not hash to the committed state")]
+    Mismatch { slice: u64 },
+}
+
+/// One level of a slice's path: where the sibling subtree lies and on which side.
+#[derive(Clone, Copy, Debug)]
+struct Level {
+    slice_is_left: bool,
+    sibling_start: u64,
+    sibling_len: u64,
+}
+
+/// The levels from the state's root down to slice `slice`, root first. The shape depends on the
+/// state's length and the slice's index alone, so a verifier rebuilds it and takes nothing but
+/// chaining values from the prover.
+fn levels(state_bytes: u64, slice: u64) -> Result<Vec<Level>, SliceError> {
+    let slice_bytes = SLICE_BYTES as u64;
+    if state_bytes == 0 || !state_bytes.is_multiple_of(slice_bytes) || state_bytes > MAX_STATE_BYTES {
+        return Err(SliceError::NotWholeSlices(state_bytes));
+    }
+    let count = state_bytes / slice_bytes;
+    if slice >= count {
+        return Err(SliceError::OutOfRange { slice, count });
+    }
+    let target = slice * slice_bytes;
+    let (mut start, mut len) = (0, state_bytes);
+    let mut levels = Vec::new();
+    while len > slice_bytes {
+        // A power of two of bytes at least half of `len`, so at least one slice: the subtree
+        // boundaries below stay on slice boundaries.
+        let left = left_subtree_len(len);
+        if target < start + left {
+            levels.push(Level {
+                slice_is_left: true,
+                sibling_start: start + left,
+                sibling_len: len - left,
+            });
+            len = left;
+        } else {
+            levels.push(Level {
+                slice_is_left: false,
+                sibling_start: start,
+                sibling_len: left,
+            });
+            start += left;
+            len -= left;
+        }
+    }
+    Ok(levels)
+}
+
+/// The chaining value of the subtree `bytes` that starts `offset` bytes into the message.
+fn subtree(bytes: &[u8], offset: u64) -> ChainingValue {
+    let mut hasher = blake3::Hasher::new();
+    hasher.set_input_offset(offset);
+    hasher.update(bytes);
+    hasher.finalize_non_root()
+}
+
+/// The path of slice `slice` of `state`, made from the state itself (the miner's side).
+pub fn slice_path(state: &[u8], slice: u64) -> Result<SlicePath, SliceError> {
+    let mut siblings: Vec<ChainingValue> = levels(state.len() as u64, slice)?
+        .iter()
+        .map(|level| {
+            let (start, len) = (level.sibling_start as usize, level.sibling_len as usize);
+            subtree(&state[start..start + len], level.sibling_start)
+        })
+        .collect();
+    siblings.reverse();
+    Ok(SlicePath { siblings })
+}
+
+/// Checks that `bytes` are slice `slice` of a state of `state_bytes` bytes whose BLAKE3 hash is
+/// `state_hash` (the validator's side).
+pub fn verify_slice(
+    state_hash: &Digest,
+    state_bytes: u64,
+    slice: u64,
+    bytes: &[u8],
+    path: &SlicePath,
+) -> Result<(), SliceError> {
+    let levels = levels(state_bytes, slice)?;
+    if bytes.len() != SLICE_BYTES {
+        return Err(SliceError::WrongLength(bytes.len()));
+    }
+    if path.siblings.len() != levels.len() {
+        return Err(SliceError::PathLength {
+            slice,
+            got: path.siblings.len(),
+            want: levels.len(),
+        });
+    }
+    let root: Digest = match levels.split_first() {
+        // A state of one slice: the slice is the whole message.
+        None => blake3::hash(bytes).into(),
+        Some((top, below)) => {
+            let mut node = subtree(bytes, slice * SLICE_BYTES as u64);
+            let join = |node: &ChainingValue, sibling: &ChainingValue, level: &Level| {
+                if level.slice_is_left {
+                    (*node, *sibling)
+                } else {
+                    (*sibling, *node)
+                }
+            };
+            // Bottom up: `path` is bottom first, `levels` root first.
+            for (level, sibling) in below.iter().rev().zip(&path.siblings) {
+                let (left, right) = join(&node, sibling, level);
+                node = merge_subtrees_non_root(&left, &right, Mode::Hash);
+            }
+            let (left, right) = join(&node, path.siblings.last().expect("length checked"), top);
+            merge_subtrees_root(&left, &right, Mode::Hash).into()
+        }
+    };
+    if &root == state_hash {
+        Ok(())
+    } else {
+        Err(SliceError::Mismatch { slice })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rand_chacha::ChaCha8Rng;
+    use rand_chacha::rand_core::{Rng, SeedableRng};
+
+    fn random_state(n: usize) -> Vec<u8> {
+        let mut bytes = vec![0u8; n * n];
+        ChaCha8Rng::seed_from_u64(n as u64).fill_bytes(&mut bytes);
+        bytes
+    }
+
+    fn slice_of(state: &[u8], slice: u64) -> &[u8] {
+        &state[slice as usize * SLICE_BYTES..][..SLICE_BYTES]
+    }
+
+    #[test]
+    fn every_slice_proves_against_the_states_own_blake3_hash() {
+        // Powers of two and not (n = 768 is 9 slices: 8 on the left, 1 on the right).
+        for n in [256, 512, 768, 1024, 2048] {
+            let state = random_state(n);
+            let hash: Digest = blake3::hash(&state).into();
+            let count = (n * n / SLICE_BYTES) as u64;
+            for slice in 0..count {
+                let path = slice_path(&state, slice).unwrap();
+                verify_slice(&hash, state.len() as u64, slice, slice_of(&state, slice), &path)
+                    .unwrap_or_else(|e| panic!("n = {n}, slice {slice}: {e}"));
+            }
+        }
+    }
+
+    #[test]
+    fn a_path_has_one_sibling_per_level() {
+        let state = random_state(2048);
+        assert_eq!(slice_path(&state, 17).unwrap().siblings.len(), 6);
+        let state = random_state(768);
+        assert_eq!(slice_path(&state, 0).unwrap().siblings.len(), 4);
+        assert_eq!(slice_path(&state, 8).unwrap().siblings.len(), 1);
+        assert!(slice_path(&random_state(256), 0).unwrap().siblings.is_empty());
+    }
+
+    #[test]
+    fn a_changed_byte_sibling_or_index_fails() {
+        let state = random_state(1024);
+        let (hash, len): (Digest, u64) = (blake3::hash(&state).into(), state.len() as u64);
+        let path = slice_path(&state, 5).unwrap();
+        let mut bytes = slice_of(&state, 5).to_vec();
+        bytes[40_000] ^= 1;
+        assert_eq!(
+            verify_slice(&hash, len, 5, &bytes, &path),
+            Err(SliceError::Mismatch { slice: 5 })
+        );
+        let mut bad = path.clone();
+        bad.siblings[2][0] ^= 1;
+        assert!(verify_slice(&hash, len, 5, slice_of(&state, 5), &bad).is_err());
+        // Slice 4's bytes under slice 5's path, and the right bytes at the wrong index.
+        assert!(verify_slice(&hash, len, 5, slice_of(&state, 4), &path).is_err());
+        assert!(verify_slice(&hash, len, 4, slice_of(&state, 5), &path).is_err());
+        // A single-slice state's hash is not any slice's of a larger one.
+        assert!(verify_slice(&hash, 65536, 0, slice_of(&state, 0), &SlicePath::default()).is_err());
+    }
+
+    #[test]
+    fn malformed_inputs_are_errors_not_panics() {
+        let state = random_state(512);
+        let (hash, len): (Digest, u64) = (blake3::hash(&state).into(), state.len() as u64);
+        let path = slice_path(&state, 1).unwrap();
+        assert_eq!(
+            verify_slice(&hash, len, 4, slice_of(&state, 1), &path),
+            Err(SliceError::OutOfRange { slice: 4, count: 4 })
+        );
+        assert_eq!(
+            verify_slice(&hash, len, 1, &[0; 100], &path),
+            Err(SliceError::WrongLength(100))
+        );
+        let short = SlicePath {
+            siblings: path.siblings[..1].to_vec(),
+        };
+        assert_eq!(
+            verify_slice(&hash, len, 1, slice_of(&state, 1), &short),
+            Err(SliceError::PathLength {
+                slice: 1,
+                got: 1,
+                want: 2
+            })
+        );
+        for bad_len in [0, 1000, 65537, MAX_STATE_BYTES + 65536] {
+            assert_eq!(
+                verify_slice(&hash, bad_len, 0, slice_of(&state, 0), &path),
+                Err(SliceError::NotWholeSlices(bad_len))
+            );
+        }
+        assert!(slice_path(&state[..1000], 0).is_err());
+    }
+}
