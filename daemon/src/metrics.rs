@@ -170,6 +170,23 @@ impl Serving {
 /// One label set: `[("outcome", "pass")]`.
 pub type Labels = Vec<(&'static str, String)>;
 
+/// Registers `<prefix>_build_info{version, protocol_version} 1`: a series that is there
+/// whenever the daemon is, so that an alert on `absent()` of it fires when the daemon is not
+/// scraped, and so that a dashboard can tell which release answered.
+pub fn register_build_info(registry: &mut Registry) {
+    registry.register(
+        "build",
+        "This daemon's release and the newest protocol version it speaks (always 1)",
+        prometheus_client::metrics::info::Info::new(vec![
+            ("version", env!("CARGO_PKG_VERSION").to_string()),
+            (
+                "protocol_version",
+                gpu_attest_shared::params::PROTOCOL_VERSION.to_string(),
+            ),
+        ]),
+    );
+}
+
 /// A histogram of durations in seconds, from 10 ms to about 3 hours in doubling buckets.
 pub fn duration_histogram() -> Histogram {
     Histogram::new(prometheus_client::metrics::histogram::exponential_buckets(

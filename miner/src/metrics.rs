@@ -112,6 +112,7 @@ impl MinerMetrics {
     /// and the CPU's load read at each scrape.
     pub fn exposition(&self) -> Exposition {
         let mut r = Registry::with_prefix("gpu_attest_miner");
+        gpu_attest_daemon::metrics::register_build_info(&mut r);
         r.register(
             "challenges",
             "Challenges by outcome (refusals with their gRPC code)",

@@ -3,13 +3,15 @@
 //! The handles are cheap clones over shared atomics; the registry is built once, for the
 //! endpoint, from clones of them.
 
-use crate::store::{Store, StoreError, Verdict, VerdictFilter};
+use crate::store::{MinerRecord, Store, StoreError, Verdict, VerdictFilter};
 use gpu_attest_daemon::metrics::prometheus_client::metrics::counter::Counter;
 use gpu_attest_daemon::metrics::prometheus_client::metrics::family::Family;
 use gpu_attest_daemon::metrics::prometheus_client::metrics::gauge::Gauge;
 use gpu_attest_daemon::metrics::prometheus_client::metrics::histogram::Histogram;
 use gpu_attest_daemon::metrics::prometheus_client::registry::Registry;
-use gpu_attest_daemon::metrics::{DurationFamily, Labels, RealGauge, duration_family, duration_histogram};
+use gpu_attest_daemon::metrics::{
+    DurationFamily, Labels, RealGauge, duration_family, duration_histogram, register_build_info,
+};
 use std::time::Duration;
 
 /// The steps of one attestation, timed separately.
@@ -49,6 +51,7 @@ pub struct ValidatorMetrics {
     proven_walk_rate: Family<Labels, RealGauge>,
     expected_rate: Family<Labels, RealGauge>,
     last_pass: Family<Labels, RealGauge>,
+    registered_at: Family<Labels, RealGauge>,
     registered: Gauge,
     queue_depth: Gauge,
     in_backoff: Gauge,
@@ -57,7 +60,7 @@ pub struct ValidatorMetrics {
 
 impl Default for ValidatorMetrics {
     fn default() -> Self {
-        ValidatorMetrics {
+        let metrics = ValidatorMetrics {
             attestations: Family::default(),
             failures: Family::default(),
             errors: Family::default(),
@@ -69,11 +72,18 @@ impl Default for ValidatorMetrics {
             proven_walk_rate: Family::default(),
             expected_rate: Family::default(),
             last_pass: Family::default(),
+            registered_at: Family::default(),
             registered: Gauge::default(),
             queue_depth: Gauge::default(),
             in_backoff: Gauge::default(),
             running: Gauge::default(),
+        };
+        // Each outcome's series from the start, at 0: `increase()` over a counter's first
+        // sample sees nothing, so an alert would miss the first failures after a restart.
+        for outcome in ["pass", "fail", "error"] {
+            drop(metrics.attestations.get_or_create(&vec![("outcome", outcome.into())]));
         }
+        metrics
     }
 }
 
@@ -81,6 +91,7 @@ impl ValidatorMetrics {
     /// A registry over these metrics, for the endpoint.
     pub fn registry(&self) -> Registry {
         let mut r = Registry::with_prefix("gpu_attest_validator");
+        register_build_info(&mut r);
         r.register(
             "attestations",
             "Attestations by outcome: pass and fail are stored verdicts, error is an attestation that could not run (no verdict)",
@@ -88,7 +99,7 @@ impl ValidatorMetrics {
         );
         r.register(
             "attestation_failures",
-            "Reasons failed verdicts gave, by reason code (a verdict may give several)",
+            "Reasons failed verdicts gave, by reason code and miner (a verdict may give several)",
             self.failures.clone(),
         );
         r.register(
@@ -135,6 +146,11 @@ impl ValidatorMetrics {
             "last_pass_timestamp_seconds",
             "When each registered miner last passed (Unix time of the verdict); no series for one that never passed",
             self.last_pass.clone(),
+        );
+        r.register(
+            "miner_registered_timestamp_seconds",
+            "When each registered miner was registered (Unix time): with last_pass_timestamp_seconds, a miner that never passed",
+            self.registered_at.clone(),
         );
         r.register(
             "registered_miners",
@@ -186,7 +202,10 @@ impl ValidatorMetrics {
                     .inc();
                 for reason in &verdict.reasons {
                     self.failures
-                        .get_or_create(&vec![("reason", reason.code.as_str().to_string())])
+                        .get_or_create(&vec![
+                            ("reason", reason.code.as_str().to_string()),
+                            ("miner", verdict.miner_url.clone()),
+                        ])
                         .inc();
                 }
                 if registered {
@@ -237,8 +256,15 @@ impl ValidatorMetrics {
             .set(at_ms as f64 / 1000.0);
     }
 
-    pub fn registered_miners(&self, count: usize) {
-        self.registered.set(i64::try_from(count).unwrap_or(i64::MAX));
+    /// The registered miners, as the store lists them now: their count, and when each was
+    /// registered (a series that is there before the miner's first pass).
+    pub fn registered_miners(&self, miners: &[MinerRecord]) {
+        self.registered.set(i64::try_from(miners.len()).unwrap_or(i64::MAX));
+        for miner in miners {
+            self.registered_at
+                .get_or_create(&vec![("miner", miner.url.clone())])
+                .set(miner.registered_at_ms as f64 / 1000.0);
+        }
     }
 
     /// Drops a removed miner's series.
@@ -247,6 +273,7 @@ impl ValidatorMetrics {
         self.proven_rate.remove(&miner);
         self.expected_rate.remove(&miner);
         self.last_pass.remove(&miner);
+        self.registered_at.remove(&miner);
         self.proven_memory.remove(&miner);
         self.proven_walk_rate.remove(&miner);
     }
@@ -265,7 +292,7 @@ impl ValidatorMetrics {
 /// its miners proved at once instead of after their next attestation.
 pub async fn restore(metrics: &ValidatorMetrics, store: &Store) -> Result<(), StoreError> {
     let miners = store.miners().await?;
-    metrics.registered_miners(miners.len());
+    metrics.registered_miners(&miners);
     for miner in miners {
         let newest = |passed: Option<bool>| VerdictFilter {
             miner_url: Some(miner.url.clone()),
@@ -355,7 +382,49 @@ mod tests {
             let proven_b = b.throughput.proven_ops_per_sec.unwrap();
             assert_eq!(series("proven_ops_per_second", "http://b"), Some(proven_b), "{text}");
             assert_eq!(series("last_pass_timestamp_seconds", "http://b"), Some(4_000.0));
-            assert!(!text.contains("http://never"), "{text}");
+            // A miner never attested: registered, so an alert can see that it never passed,
+            // and nothing else.
+            assert_eq!(
+                series("miner_registered_timestamp_seconds", "http://never"),
+                Some(5_000.0)
+            );
+            assert_eq!(text.matches("http://never").count(), 1, "{text}");
         }
+    }
+
+    /// What an alert needs from the first scrape: every outcome counted from 0, the release, and
+    /// failures by miner.
+    #[test]
+    fn a_fresh_validator_exports_its_build_and_zero_counters() {
+        let metrics = ValidatorMetrics::default();
+        let mut text = String::new();
+        encode(&mut text, &metrics.registry()).unwrap();
+        for outcome in ["pass", "fail", "error"] {
+            let series = format!("gpu_attest_validator_attestations_total{{outcome=\"{outcome}\"}}");
+            assert_eq!(sample(&text, &series), Some(0.0), "{text}");
+        }
+        let build = text
+            .lines()
+            .find(|l| l.starts_with("gpu_attest_validator_build_info{"))
+            .unwrap_or_else(|| panic!("no build info in {text}"));
+        assert!(
+            build.contains(&format!("version=\"{}\"", env!("CARGO_PKG_VERSION"))),
+            "{build}"
+        );
+        assert!(build.ends_with(" 1"), "{build}");
+
+        let mut failed = crate::store::test_support::passing_verdict([9; 32]);
+        failed.passed = false;
+        failed.miner_url = "http://c".into();
+        failed.reasons = vec![crate::reason::Reason::new(
+            crate::reason::ReasonCode::ReexecutionMismatch,
+            "x",
+        )];
+        metrics.attested(Ok(&failed), false);
+        text.clear();
+        encode(&mut text, &metrics.registry()).unwrap();
+        let series =
+            "gpu_attest_validator_attestation_failures_total{reason=\"reexecution-mismatch\",miner=\"http://c\"}";
+        assert_eq!(sample(&text, series), Some(1.0), "{text}");
     }
 }

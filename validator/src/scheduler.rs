@@ -294,7 +294,7 @@ pub async fn run(attestor: Arc<Attestor>, schedule: Schedule, shutdown: watch::R
             let miners = store.store().miners().await.map_err(|e| e.to_string())?;
             // Counted from each round's list, so that miners registered through another
             // validator on a shared database count too.
-            store.metrics().registered_miners(miners.len());
+            store.metrics().registered_miners(&miners);
             Ok(miners.into_iter().map(|m| m.url).collect())
         }
     };

@@ -54,7 +54,7 @@ impl ValidatorService {
     /// be read now leaves it as it was (the scheduler's next round counts again).
     async fn count_registered(&self) {
         match self.attestor.store().miners().await {
-            Ok(miners) => self.attestor.metrics().registered_miners(miners.len()),
+            Ok(miners) => self.attestor.metrics().registered_miners(&miners),
             Err(e) => warn!(error = %e, "cannot count the registered miners for the metrics"),
         }
     }
