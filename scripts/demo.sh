@@ -7,8 +7,10 @@ cd "$(dirname "$0")/.."
 
 profile=${PROFILE:-release}
 flag=$([ "$profile" = release ] && echo --release || true)
-echo "== building miner and validator ($profile)" >&2
-cargo build $flag --locked -q -p gpu-attest-miner -p gpu-attest-validator
+# Cargo's own progress, not -q: a first build takes several minutes on two cores, and a silent
+# one looks hung.
+echo "== building miner and validator ($profile; the first build takes minutes)" >&2
+cargo build $flag --locked -p gpu-attest-miner -p gpu-attest-validator
 # Cargo's dev profile builds into target/debug.
 bin=target/$([ "$profile" = dev ] && echo debug || echo "$profile")
 
