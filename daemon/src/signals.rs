@@ -40,6 +40,14 @@ fn block_sigpipe_on_this_thread() {
 
 /// Completes on SIGINT or SIGTERM, for a graceful shutdown.
 pub async fn shutdown_signal() {
+    interrupted().await;
+    tracing::info!("shutdown signal received; finishing in-flight calls");
+}
+
+/// Completes on the next SIGINT or SIGTERM. Once tokio listens for a signal its default action
+/// (stopping the process) is gone for good, so a daemon that is draining listens again for an
+/// operator's second Ctrl-C.
+pub async fn interrupted() {
     let ctrl_c = async {
         let _ = tokio::signal::ctrl_c().await;
     };
@@ -55,5 +63,4 @@ pub async fn shutdown_signal() {
     #[cfg(not(unix))]
     let term = std::future::pending::<()>();
     tokio::select! { _ = ctrl_c => {}, _ = term => {} }
-    tracing::info!("shutdown signal received; finishing in-flight calls");
 }

@@ -59,7 +59,7 @@ const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(30);
 
 /// Serves `api` (the service named `api_name`) and `health` (and reflection over both) on
 /// `listener` until `shutdown` completes, then lets in-flight calls finish for up to
-/// `options.drain_limit`.
+/// `options.drain_limit`, or until a second interrupt (SIGINT or SIGTERM) says not to wait.
 pub async fn serve<H: Health>(
     options: ServeOptions,
     health: HealthServer<H>,
@@ -99,21 +99,27 @@ pub async fn serve<H: Health>(
         .serve_with_incoming_shutdown(incoming, shutdown);
     let drain_limit = options.drain_limit;
     let drain_over = async move {
-        match drain_started.await {
-            Ok(()) => tokio::time::sleep(drain_limit).await,
+        if drain_started.await.is_err() {
             // The server ended without a shutdown: the other branch has its result.
-            Err(_) => std::future::pending().await,
+            return std::future::pending().await;
+        }
+        tracing::info!(
+            seconds = drain_limit.as_secs_f64(),
+            "open calls have up to the drain limit to finish; interrupt again (Ctrl-C or SIGTERM) to stop now"
+        );
+        tokio::select! {
+            () = tokio::time::sleep(drain_limit) => tracing::warn!(
+                seconds = drain_limit.as_secs_f64(),
+                "calls still open after the drain limit; stopping without them"
+            ),
+            () = crate::signals::interrupted() => {
+                tracing::warn!("interrupted again: stopping now, without the calls still open");
+            }
         }
     };
     tokio::select! {
         result = served => result,
-        () = drain_over => {
-            tracing::warn!(
-                seconds = drain_limit.as_secs_f64(),
-                "calls still open after the drain limit; stopping without them"
-            );
-            Ok(())
-        }
+        () = drain_over => Ok(()),
     }
 }
 

@@ -232,6 +232,61 @@ async fn a_miner_that_stalls_its_stream_times_out_and_the_validator_serves_on() 
 }
 
 /// What the store says about `database`: verdict nonces, and how many nonces were issued.
+/// A draining daemon waits for its open calls up to the drain limit (25 s), but an operator who
+/// interrupts it again means now: the second Ctrl-C stops it at once, and the log says so.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_second_interrupt_stops_a_draining_miner_at_once() {
+    use tonic_health::pb::{HealthCheckRequest, health_client::HealthClient};
+    let dir = Dir::fresh("second-interrupt");
+    let (_key, mut miner) = miner_for(&dir.0, false);
+    // A health Watch stream never ends by itself: it holds the drain open.
+    let channel = tonic::transport::Endpoint::from_shared(miner.url.clone())
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let mut watch = HealthClient::new(channel)
+        .watch(HealthCheckRequest { service: String::new() })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(watch.message().await.unwrap().is_some());
+
+    let pid = miner.pid();
+    signal(pid, "-INT");
+    let exited = |miner: &mut Started, within: Duration| {
+        let until = std::time::Instant::now() + within;
+        loop {
+            if let Some(status) = miner.daemon.0.try_wait().unwrap() {
+                return Some(status);
+            }
+            if std::time::Instant::now() > until {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    };
+    assert!(
+        exited(&mut miner, Duration::from_secs(2)).is_none(),
+        "the first interrupt drains (the Watch stream is open); log: {}",
+        miner.log()
+    );
+    assert!(
+        miner.log().contains("interrupt again"),
+        "the log says how to stop now: {}",
+        miner.log()
+    );
+    signal(pid, "-INT");
+    let status = exited(&mut miner, Duration::from_secs(8))
+        .unwrap_or_else(|| panic!("still draining 8 s after a second interrupt; log: {}", miner.log()));
+    assert!(status.success(), "{status:?}; log: {}", miner.log());
+    assert!(
+        miner.log().contains("interrupted again: stopping now"),
+        "{}",
+        miner.log()
+    );
+}
+
 async fn nonces_of(database: &Path) -> (Vec<String>, u64) {
     let store = gpu_attest_validator::store::Store::open(database).await.unwrap();
     let verdicts = store
