@@ -48,8 +48,12 @@ pub async fn shutdown_signal() {
 /// (stopping the process) is gone for good, so a daemon that is draining listens again for an
 /// operator's second Ctrl-C.
 pub async fn interrupted() {
+    // A listener that cannot be set up (a runtime without signals) never completes: read as
+    // an interrupt, it would stop a daemon, or end its drain, at once.
     let ctrl_c = async {
-        let _ = tokio::signal::ctrl_c().await;
+        if tokio::signal::ctrl_c().await.is_err() {
+            std::future::pending::<()>().await;
+        }
     };
     #[cfg(unix)]
     let term = async {

@@ -82,9 +82,10 @@ async fn the_metrics_move_during_an_attestation() {
         sample(&before.0, "gpu_attest_miner_challenges_total{outcome=\"committed\"}"),
         None
     );
+    // Each outcome's counter is there from the start, at 0, so that `increase()` sees the first.
     assert_eq!(
         sample(&before.1, "gpu_attest_validator_attestations_total{outcome=\"pass\"}"),
-        None
+        Some(0.0)
     );
 
     // Registered, so that its proven rate gets a series of its own.
