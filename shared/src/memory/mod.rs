@@ -7,9 +7,11 @@
 //!   memory.
 //! - [`walk`]: the walk's start states, its step, walker traces and the walk root.
 //! - [`check`]: the validator's check of one opened walk segment.
-//! - [`slice`], [`bound`]: version 4's parts that stand alone (docs/design/protocol-v4.md): a
-//!   64 KiB slice of a chain state proven against the state's BLAKE3 hash, and the clock and
-//!   opening bounds against the best cheater, from which a planner sizes its openings.
+//! - [`chain_pool`], [`slice`], [`slice_walk`], [`bound`]: version 4's engine, not yet on the
+//!   wire (docs/design/protocol-v4.md): the pool as the pool chains' final states, a 64 KiB
+//!   slice of one proven against the state's BLAKE3 hash, the walk over slices with every state
+//!   committed and the check of one opened step, and the clock and opening bounds against the
+//!   best cheater, from which a planner sizes its openings.
 //! - [`statement`]: the signed statements of the memory phase (challenge, commitment, walk
 //!   request and statement, open request, walk opening).
 //!
@@ -22,10 +24,12 @@
 
 pub mod bench;
 pub mod bound;
+pub mod chain_pool;
 pub mod check;
 pub mod params;
 pub mod pool;
 pub mod slice;
+pub mod slice_walk;
 pub mod statement;
 pub mod walk;
 

@@ -66,6 +66,12 @@ pub fn walk_vector(state: &Digest) -> [i8; ENTRY_N] {
 /// One walk step, step number `t` of its walker: `y = E * v` (int32, exact),
 /// `z[r] = mix(y[r], t, r, 0)`, `s' = blake3("gpu-attest v3 walk step" || s || z)`.
 pub fn step(entry: &[i8], state: &Digest, t: u32) -> Digest {
+    step_under(STEP_CONTEXT, entry, state, t)
+}
+
+/// [`step`] under the domain `context`: version 4 takes the same step over a 64 KiB slice of a
+/// chain state, under its own domain.
+pub fn step_under(context: &[u8], entry: &[i8], state: &Digest, t: u32) -> Digest {
     assert_eq!(entry.len(), ENTRY_BYTES, "a pool entry is 256 x 256 bytes");
     let y = matvec(entry, &walk_vector(state));
     let mut z = [0u8; ENTRY_N];
@@ -73,7 +79,7 @@ pub fn step(entry: &[i8], state: &Digest, t: u32) -> Digest {
         *out = mix(y, t, r as u32, 0) as u8;
     }
     let mut h = blake3::Hasher::new();
-    h.update(STEP_CONTEXT);
+    h.update(context);
     h.update(state.as_bytes());
     h.update(&z);
     h.finalize().into()

@@ -1,0 +1,159 @@
+//! Protocol version 4's pool (docs/design/protocol-v4.md 2.1 and 2.2): the final states
+//! `X_{i,K}` of the first `N_j` chains of device `j`, kept resident, read by the walk in 64 KiB
+//! slices. Nothing is computed for the pool beyond the chains themselves.
+//!
+//! A slice is checked two ways: against the state's hash (the chain's last checkpoint, by the
+//! slice's BLAKE3 path, [`super::slice`]), and against the work function, one row at a time: row
+//! `r` of `X_{i,K}` depends only on row `r` of `A_i` and on `B_i`, so a validator makes it with
+//! `K` vector-matrix products instead of the whole chain ([`state_row`]).
+
+use super::slice::SLICE_BYTES;
+use crate::matrix::{a_stream, generate_b};
+use crate::mix::mix;
+use crate::params::Work;
+use rand_chacha::ChaCha8Rng;
+use rand_chacha::rand_core::{Rng, SeedableRng};
+use thiserror::Error;
+
+/// One device's pool: chains `first_chain .. first_chain + chains` of the challenge, whose final
+/// states are `n x n` bytes each.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ChainPool {
+    pub device: u32,
+    pub first_chain: u64,
+    pub chains: u64,
+    pub n: usize,
+}
+
+#[derive(Debug, Error, Clone, PartialEq, Eq)]
+pub enum ChainPoolError {
+    #[error("n = {0} is not a multiple of 256: a state must be whole 64 KiB slices")]
+    NotWholeSlices(usize),
+    #[error("device {device}'s pool has no chains")]
+    Empty { device: u32 },
+}
+
+impl ChainPool {
+    pub fn new(device: u32, first_chain: u64, chains: u64, n: usize) -> Result<Self, ChainPoolError> {
+        if n == 0 || !n.is_multiple_of(256) {
+            return Err(ChainPoolError::NotWholeSlices(n));
+        }
+        if chains == 0 {
+            return Err(ChainPoolError::Empty { device });
+        }
+        Ok(ChainPool {
+            device,
+            first_chain,
+            chains,
+            n,
+        })
+    }
+
+    /// Bytes in one state, `n^2`.
+    pub fn state_bytes(&self) -> u64 {
+        (self.n * self.n) as u64
+    }
+
+    /// `R = n^2 / 65536`: slices in one state.
+    pub fn slices_per_state(&self) -> u64 {
+        self.state_bytes() / SLICE_BYTES as u64
+    }
+
+    /// `P_j = N_j * R`: slices the walk chooses among.
+    pub fn slices(&self) -> u64 {
+        self.chains * self.slices_per_state()
+    }
+
+    /// Pool slice `e`: the chain whose state holds it, and the slice's index in that state.
+    pub fn locate(&self, e: u64) -> (u64, u64) {
+        let r = self.slices_per_state();
+        (self.first_chain + e / r, e % r)
+    }
+
+    /// State rows in one slice: `65536 / n`.
+    pub fn rows_per_slice(&self) -> u32 {
+        (SLICE_BYTES / self.n) as u32
+    }
+}
+
+/// Row `row` of `X_{chain, work.iterations()}`, made alone: `x_0` is row `row` of `A_chain` (its
+/// `n` bytes of ChaCha8 stream `2 chain` at offset `row * n`), and
+/// `x_{k+1}[c] = mix(sum over i of x_k[i] * B[i][c], k, row, c)`, exactly the chain's step.
+pub fn state_row(work: &Work, chain: u64, row: u32) -> Vec<i8> {
+    let n = work.n();
+    let b = generate_b(work.key(), chain, n);
+    let b = b.as_slice();
+    let mut x = vec![0u8; n];
+    let mut rng = ChaCha8Rng::from_seed(*work.key());
+    rng.set_stream(a_stream(chain));
+    rng.set_word_pos(u128::from(row) * n as u128 / 4);
+    rng.fill_bytes(&mut x);
+    let mut x: Vec<i8> = x.into_iter().map(|v| v as i8).collect();
+    let mut y = vec![0i32; n];
+    for k in 0..work.iterations() {
+        y.fill(0);
+        for (&xi, b_row) in x.iter().zip(b.chunks_exact(n)) {
+            let xi = i32::from(xi);
+            for (acc, &bc) in y.iter_mut().zip(b_row) {
+                *acc += xi * i32::from(bc);
+            }
+        }
+        for (c, (out, &acc)) in x.iter_mut().zip(&y).enumerate() {
+            *out = mix(acc, k, row, c as u32);
+        }
+    }
+    x
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::params::{ChallengeParams, Work};
+    use crate::reference;
+
+    fn work(n: u32, iterations: u32) -> Work {
+        Work::new(ChallengeParams {
+            seed: [7; 32],
+            nonce: [9; 32],
+            miner_key: [1; 32],
+            n,
+            num_chains: 6,
+            iterations,
+            checkpoint_every: iterations,
+        })
+        .unwrap()
+    }
+
+    #[test]
+    fn a_row_made_alone_is_the_chains_row() {
+        for (n, iterations) in [(256, 3), (512, 2)] {
+            let work = work(n, iterations);
+            let n = n as usize;
+            let state = reference::chain_state(work.key(), 4, n, iterations);
+            for row in [0, 1, 77, n as u32 - 1] {
+                let at = row as usize * n;
+                assert_eq!(
+                    state_row(&work, 4, row),
+                    state.as_slice()[at..at + n],
+                    "n = {n}, row {row}"
+                );
+            }
+            // Another chain's row is not this one's.
+            assert_ne!(state_row(&work, 5, 0), state.as_slice()[..n]);
+        }
+    }
+
+    #[test]
+    fn slices_are_located_in_their_chains() {
+        let pool = ChainPool::new(1, 10, 3, 512).unwrap();
+        assert_eq!(
+            (pool.slices_per_state(), pool.slices(), pool.rows_per_slice()),
+            (4, 12, 128)
+        );
+        assert_eq!(pool.locate(0), (10, 0));
+        assert_eq!(pool.locate(5), (11, 1));
+        assert_eq!(pool.locate(11), (12, 3));
+        assert_eq!(ChainPool::new(0, 0, 1, 300), Err(ChainPoolError::NotWholeSlices(300)));
+        assert_eq!(ChainPool::new(2, 0, 0, 256), Err(ChainPoolError::Empty { device: 2 }));
+    }
+}

@@ -1,0 +1,304 @@
+//! Protocol version 4's walk and its openings (docs/design/protocol-v4.md 2.4 and 2.5): `W`
+//! walkers per device, each `L` steps over 64 KiB slices of the pool chains' final states, every
+//! state committed (`c_w = 1`), so that each faked step is a failed opening of its own.
+//!
+//! A walker's states are the leaves of its own Merkle tree, folded as it walks
+//! ([`crate::merkle::MerkleFold`]); the device's walk root is the tree over the walker roots.
+//! An opening of step `t` proves `s_t` and `s_{t+1}` in the walker's tree, the walker's start
+//! (which the validator computes itself, so that no walker may choose where it begins), the
+//! slice `s_t` names against its chain's committed state, and the step between them.
+
+use super::chain_pool::{ChainPool, state_row};
+use super::slice::{SliceError, SlicePath, verify_slice};
+use super::walk::{entry_index, step_under};
+use crate::chain::leaf_hash;
+use crate::digest::Digest;
+use crate::matrix::Matrix;
+use crate::merkle::{MerkleFold, MerkleProof, MerkleTree, verify_proof};
+use crate::params::Work;
+use rayon::prelude::*;
+use thiserror::Error;
+
+const START_CONTEXT: &[u8] = b"gpu-attest v4 walk start";
+const STEP_CONTEXT: &[u8] = b"gpu-attest v4 walk step";
+
+/// What every device's walk of one challenge is bound to.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SliceWalk {
+    pub nonce: [u8; 32],
+    /// Drawn by the validator after the commitment arrived.
+    pub walk_seed: [u8; 32],
+    /// G, the commitment's global root: the walk starts from what was committed.
+    pub global: Digest,
+    /// W, walkers per device.
+    pub walkers: u32,
+    /// L, steps per walker.
+    pub steps: u32,
+}
+
+impl SliceWalk {
+    /// `s_{w,0} = blake3("gpu-attest v4 walk start" || nonce || walk_seed || G || le32(j) ||
+    /// le32(w))`.
+    pub fn start_state(&self, device: u32, walker: u32) -> Digest {
+        let mut h = blake3::Hasher::new();
+        h.update(START_CONTEXT);
+        h.update(&self.nonce);
+        h.update(&self.walk_seed);
+        h.update(self.global.as_bytes());
+        h.update(&device.to_le_bytes());
+        h.update(&walker.to_le_bytes());
+        h.finalize().into()
+    }
+}
+
+/// Step `t` over `slice` (65536 bytes read as a 256 x 256 int8 matrix): version 3's step
+/// under version 4's domain.
+pub fn step(slice: &[u8], state: &Digest, t: u32) -> Digest {
+    step_under(STEP_CONTEXT, bytemuck::cast_slice(slice), state, t)
+}
+
+/// Where a walk reads its slices: a device's resident pool.
+pub trait SliceSource: Sync {
+    fn pool(&self) -> &ChainPool;
+    /// Pool slice `e` (65536 bytes).
+    fn slice(&self, e: u64) -> &[u8];
+}
+
+/// A pool's states in host memory, in chain order (the CPU backend's pool).
+pub struct HeldStates {
+    pool: ChainPool,
+    states: Vec<Matrix>,
+}
+
+impl HeldStates {
+    /// `states[k]` is the final state of chain `pool.first_chain + k`.
+    pub fn new(pool: ChainPool, states: Vec<Matrix>) -> Option<Self> {
+        let fits = states.len() as u64 == pool.chains && states.iter().all(|s| s.n() == pool.n);
+        fits.then_some(HeldStates { pool, states })
+    }
+
+    pub fn state(&self, chain: u64) -> &Matrix {
+        &self.states[(chain - self.pool.first_chain) as usize]
+    }
+}
+
+impl SliceSource for HeldStates {
+    fn pool(&self) -> &ChainPool {
+        &self.pool
+    }
+
+    fn slice(&self, e: u64) -> &[u8] {
+        let (chain, q) = self.pool.locate(e);
+        &self.state(chain).as_bytes()[q as usize * super::slice::SLICE_BYTES..][..super::slice::SLICE_BYTES]
+    }
+}
+
+/// Every state of walker `walker` on `source`'s device: `s_0 ..= s_L`.
+pub fn walker_states(walk: &SliceWalk, source: &dyn SliceSource, walker: u32) -> Vec<Digest> {
+    let pool = source.pool();
+    let mut states = Vec::with_capacity(walk.steps as usize + 1);
+    let mut s = walk.start_state(pool.device, walker);
+    states.push(s);
+    for t in 0..walk.steps {
+        s = step(source.slice(entry_index(&s, pool.slices())), &s, t);
+        states.push(s);
+    }
+    states
+}
+
+/// One device's walk: each walker's root and the device's walk root over them.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DeviceWalk {
+    pub walker_roots: Vec<Digest>,
+    pub root: Digest,
+}
+
+/// Walks every walker of `source`'s device, folding each walker's states into its tree as it
+/// goes (nothing of the trace is kept).
+pub fn walk_device(walk: &SliceWalk, source: &dyn SliceSource) -> DeviceWalk {
+    let pool = source.pool();
+    let walker_roots: Vec<Digest> = (0..walk.walkers)
+        .into_par_iter()
+        .map(|w| {
+            let mut tree = MerkleFold::new();
+            let mut s = walk.start_state(pool.device, w);
+            tree.push(&s);
+            for t in 0..walk.steps {
+                s = step(source.slice(entry_index(&s, pool.slices())), &s, t);
+                tree.push(&s);
+            }
+            tree.root()
+        })
+        .collect();
+    let root = MerkleTree::new(&walker_roots).root();
+    DeviceWalk { walker_roots, root }
+}
+
+/// The opening of step `step` of walker `walker` (design 2.5).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StepOpening {
+    pub walker: u32,
+    pub step: u32,
+    /// The walker's root and its place among the device's `W` walker roots.
+    pub walker_root: Digest,
+    pub walker_proof: MerkleProof,
+    /// `s_0`'s place in the walker's tree (the validator computes `s_0` itself).
+    pub start_proof: MerkleProof,
+    pub before: Digest,
+    pub before_proof: MerkleProof,
+    pub after: Digest,
+    pub after_proof: MerkleProof,
+    /// The slice `before` names, and its path to its state's hash.
+    pub slice: Vec<u8>,
+    pub slice_path: SlicePath,
+    /// The checkpoint hashes of the slice's chain (the last is its state's hash), and the chain
+    /// leaf's place in the device root.
+    pub checkpoints: Vec<Digest>,
+    pub chain_proof: MerkleProof,
+}
+
+/// Opens step `step` of walker `walker` by walking it again; `chain` gives a chain's checkpoint
+/// hashes and its leaf's proof in the device root, as the miner kept them from the chains.
+pub fn open_step(
+    walk: &SliceWalk,
+    source: &dyn SliceSource,
+    walker_roots: &[Digest],
+    walker: u32,
+    step: u32,
+    chain: impl Fn(u64) -> (Vec<Digest>, MerkleProof),
+) -> Option<StepOpening> {
+    if walker >= walk.walkers || step >= walk.steps || walker_roots.len() != walk.walkers as usize {
+        return None;
+    }
+    let pool = source.pool();
+    let states = walker_states(walk, source, walker);
+    let tree = MerkleTree::new(&states);
+    let e = entry_index(&states[step as usize], pool.slices());
+    let (chain_index, q) = pool.locate(e);
+    let (checkpoints, chain_proof) = chain(chain_index);
+    let state = source.slice(e);
+    // The path is cut from the whole state, which the source holds.
+    let whole = pool_state(source, chain_index);
+    Some(StepOpening {
+        walker,
+        step,
+        walker_root: walker_roots[walker as usize],
+        walker_proof: MerkleTree::new(walker_roots).proof(u64::from(walker))?,
+        start_proof: tree.proof(0)?,
+        before: states[step as usize],
+        before_proof: tree.proof(u64::from(step))?,
+        after: states[step as usize + 1],
+        after_proof: tree.proof(u64::from(step) + 1)?,
+        slice: state.to_vec(),
+        slice_path: super::slice::slice_path(&whole, q).ok()?,
+        checkpoints,
+        chain_proof,
+    })
+}
+
+/// The whole final state of `chain`, gathered from its slices.
+fn pool_state(source: &dyn SliceSource, chain: u64) -> Vec<u8> {
+    let pool = source.pool();
+    let first = (chain - pool.first_chain) * pool.slices_per_state();
+    (first..first + pool.slices_per_state())
+        .flat_map(|e| source.slice(e).iter().copied())
+        .collect()
+}
+
+/// What the validator holds of one device when it checks an opening.
+#[derive(Clone, Copy, Debug)]
+pub struct DeviceCommitments {
+    /// `root_j` of the commitment, over the device's `chains` chain leaves.
+    pub device_root: Digest,
+    pub device_chains: u64,
+    /// The device's signed walk root.
+    pub walk_root: Digest,
+}
+
+/// Why an opened step fails, each its own reason (design 2.5).
+#[derive(Debug, Error, Clone, PartialEq, Eq)]
+pub enum StepRejection {
+    #[error("step {step} of walker {walker} is outside the walk")]
+    OutOfRange { walker: u32, step: u32 },
+    #[error("walker {0}'s root is not in the device's walk root")]
+    WalkerNotCommitted(u32),
+    #[error("walker {0}'s tree does not begin at the start state the challenge gives it")]
+    StartNotCommitted(u32),
+    #[error("the states of step {step} of walker {walker} are not in the walker's tree")]
+    StateNotCommitted { walker: u32, step: u32 },
+    #[error("chain {0}'s checkpoints are not the ones its leaf committed")]
+    ChainNotCommitted(u64),
+    #[error("the slice is not part of chain {chain}'s committed state: {error}")]
+    SliceNotCommitted { chain: u64, error: SliceError },
+    #[error("step {step} of walker {walker} over its slice does not give the next committed state")]
+    StepMismatch { walker: u32, step: u32 },
+    #[error("row {row} of chain {chain}'s final state is not the work function's")]
+    PoolStateMismatch { chain: u64, row: u32 },
+}
+
+/// Checks one opened step of `pool`'s device, with the rows `rows` (indices among the slice's
+/// `65536 / n` state rows, drawn by the validator after the opening arrived) made again from
+/// the work function.
+pub fn check_step(
+    work: &Work,
+    walk: &SliceWalk,
+    pool: &ChainPool,
+    committed: &DeviceCommitments,
+    opening: &StepOpening,
+    rows: &[u32],
+) -> Result<(), StepRejection> {
+    let (w, t) = (opening.walker, opening.step);
+    if w >= walk.walkers || t >= walk.steps {
+        return Err(StepRejection::OutOfRange { walker: w, step: t });
+    }
+    let walkers = u64::from(walk.walkers);
+    verify_proof(
+        &committed.walk_root,
+        &opening.walker_root,
+        u64::from(w),
+        walkers,
+        &opening.walker_proof,
+    )
+    .map_err(|_| StepRejection::WalkerNotCommitted(w))?;
+    let states = u64::from(walk.steps) + 1;
+    let start = walk.start_state(pool.device, w);
+    verify_proof(&opening.walker_root, &start, 0, states, &opening.start_proof)
+        .map_err(|_| StepRejection::StartNotCommitted(w))?;
+    let in_tree =
+        |state: &Digest, at: u64, proof: &MerkleProof| verify_proof(&opening.walker_root, state, at, states, proof);
+    in_tree(&opening.before, u64::from(t), &opening.before_proof)
+        .and(in_tree(&opening.after, u64::from(t) + 1, &opening.after_proof))
+        .map_err(|_| StepRejection::StateNotCommitted { walker: w, step: t })?;
+
+    let (chain, q) = pool.locate(entry_index(&opening.before, pool.slices()));
+    let position = chain - pool.first_chain;
+    let whole_chain = opening.checkpoints.len() == work.checkpoints_per_chain();
+    if !whole_chain
+        || verify_proof(
+            &committed.device_root,
+            &leaf_hash(chain, &opening.checkpoints),
+            position,
+            committed.device_chains,
+            &opening.chain_proof,
+        )
+        .is_err()
+    {
+        return Err(StepRejection::ChainNotCommitted(chain));
+    }
+    let state_hash = opening.checkpoints.last().expect("a chain has checkpoints");
+    verify_slice(state_hash, pool.state_bytes(), q, &opening.slice, &opening.slice_path)
+        .map_err(|error| StepRejection::SliceNotCommitted { chain, error })?;
+    if step(&opening.slice, &opening.before, t) != opening.after {
+        return Err(StepRejection::StepMismatch { walker: w, step: t });
+    }
+    let n = pool.n;
+    for &r in rows {
+        let row = q as u32 * pool.rows_per_slice() + r % pool.rows_per_slice();
+        let at = (r % pool.rows_per_slice()) as usize * n;
+        let made = state_row(work, chain, row);
+        if bytemuck::cast_slice::<i8, u8>(&made) != &opening.slice[at..at + n] {
+            return Err(StepRejection::PoolStateMismatch { chain, row });
+        }
+    }
+    Ok(())
+}

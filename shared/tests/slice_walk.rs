@@ -1,0 +1,319 @@
+//! Version 4's walk over the pool chains' final states, end to end in the engine: a device's
+//! chains committed as the chain phase commits them, its pool walked, steps opened and checked.
+//! Each cheater here is one of docs/design/protocol-v4.md section 9's, and each check it fails
+//! is the defence named there. (The daemons do not speak version 4 yet: these are the engine's
+//! tests, with chains made by the naive reference.)
+
+use gpu_attest_shared::chain::leaf_hash;
+use gpu_attest_shared::digest::Digest;
+use gpu_attest_shared::matrix::Matrix;
+use gpu_attest_shared::memory::chain_pool::ChainPool;
+use gpu_attest_shared::memory::slice::slice_path;
+use gpu_attest_shared::memory::slice_walk::{
+    DeviceCommitments, HeldStates, SliceSource, SliceWalk, StepOpening, StepRejection, check_step, open_step, step,
+    walk_device, walker_states,
+};
+use gpu_attest_shared::memory::walk::entry_index;
+use gpu_attest_shared::merkle::{MerkleProof, MerkleTree};
+use gpu_attest_shared::params::{ChallengeParams, Work};
+use gpu_attest_shared::reference;
+use rand_chacha::ChaCha8Rng;
+use rand_chacha::rand_core::{Rng, SeedableRng};
+
+/// One device of a challenge at n = 512 (4 slices a state): 6 chains of 2 steps, the first 4
+/// of them its pool. Small enough for the naive reference; the planner's floor on K does not
+/// apply to the engine.
+struct Device {
+    work: Work,
+    pool: ChainPool,
+    chains: Vec<Vec<Digest>>,
+    states: Vec<Matrix>,
+}
+
+const N: u32 = 512;
+const CHAINS: u64 = 6;
+const POOL_CHAINS: u64 = 4;
+
+impl Device {
+    fn honest() -> Self {
+        let work = Work::new(ChallengeParams {
+            nonce: [3; 32],
+            seed: [4; 32],
+            miner_key: [5; 32],
+            n: N,
+            num_chains: CHAINS,
+            iterations: 2,
+            checkpoint_every: 1,
+        })
+        .unwrap();
+        let chains = (0..CHAINS).map(|i| reference::chain(&work, i).checkpoints).collect();
+        let states = (0..POOL_CHAINS)
+            .map(|i| reference::chain_state(work.key(), i, N as usize, 2))
+            .collect();
+        Device {
+            pool: ChainPool::new(0, 0, POOL_CHAINS, N as usize).unwrap(),
+            work,
+            chains,
+            states,
+        }
+    }
+
+    fn leaves(&self) -> Vec<Digest> {
+        self.chains
+            .iter()
+            .enumerate()
+            .map(|(i, c)| leaf_hash(i as u64, c))
+            .collect()
+    }
+
+    fn held(&self) -> HeldStates {
+        HeldStates::new(self.pool, self.states.clone()).unwrap()
+    }
+
+    fn chain_opening(&self) -> impl Fn(u64) -> (Vec<Digest>, MerkleProof) + '_ {
+        let tree = MerkleTree::new(&self.leaves());
+        move |i| (self.chains[i as usize].clone(), tree.proof(i).unwrap())
+    }
+
+    fn committed(&self, walk_root: Digest) -> DeviceCommitments {
+        DeviceCommitments {
+            device_root: MerkleTree::new(&self.leaves()).root(),
+            device_chains: CHAINS,
+            walk_root,
+        }
+    }
+}
+
+fn walk() -> SliceWalk {
+    SliceWalk {
+        nonce: [3; 32],
+        walk_seed: [8; 32],
+        global: Digest([9; 32]),
+        walkers: 3,
+        steps: 24,
+    }
+}
+
+/// Every row of a slice at n = 512: 128.
+fn all_rows() -> Vec<u32> {
+    (0..128).collect()
+}
+
+#[test]
+fn an_honest_device_passes_every_opened_step() {
+    let device = Device::honest();
+    let walk = walk();
+    let held = device.held();
+    let walked = walk_device(&walk, &held);
+    let committed = device.committed(walked.root);
+    for w in 0..walk.walkers {
+        // The folded root is the tree over the whole trace.
+        assert_eq!(
+            walked.walker_roots[w as usize],
+            MerkleTree::new(&walker_states(&walk, &held, w)).root()
+        );
+        for t in [0, 1, 11, walk.steps - 1] {
+            let opening = open_step(&walk, &held, &walked.walker_roots, w, t, device.chain_opening()).unwrap();
+            check_step(&device.work, &walk, &device.pool, &committed, &opening, &all_rows())
+                .unwrap_or_else(|e| panic!("walker {w}, step {t}: {e}"));
+        }
+    }
+    // Walks bound to another seed or device differ.
+    let other = SliceWalk {
+        walk_seed: [1; 32],
+        ..walk.clone()
+    };
+    assert_ne!(walk_device(&other, &held).root, walked.root);
+    assert!(
+        open_step(
+            &walk,
+            &held,
+            &walked.walker_roots,
+            0,
+            walk.steps,
+            device.chain_opening()
+        )
+        .is_none()
+    );
+}
+
+/// A cheater that faked step `t` (it did not hold the slice) and chose the state after it: the
+/// rest of its trace is honest from there, and committed. Opening the faked step fails on its
+/// own, and every other step passes: with every state committed, one fake buys one step.
+#[test]
+fn a_faked_step_fails_its_own_opening_and_no_other() {
+    let device = Device::honest();
+    let walk = walk();
+    let held = device.held();
+    let faked_at = 9usize;
+    let mut states = walker_states(&walk, &held, 0);
+    states[faked_at + 1] = Digest([0xAB; 32]);
+    for t in faked_at + 1..walk.steps as usize {
+        let e = entry_index(&states[t], device.pool.slices());
+        states[t + 1] = step(held.slice(e), &states[t], t as u32);
+    }
+    let mut roots = walk_device(&walk, &held).walker_roots;
+    let tree = MerkleTree::new(&states);
+    roots[0] = tree.root();
+    let committed = device.committed(MerkleTree::new(&roots).root());
+    let open = |t: usize| {
+        let mut opening = open_step(&walk, &held, &roots, 0, t as u32, device.chain_opening()).unwrap();
+        // The cheater answers from its own trace.
+        opening.start_proof = tree.proof(0).unwrap();
+        opening.before = states[t];
+        opening.after = states[t + 1];
+        opening.before_proof = tree.proof(t as u64).unwrap();
+        opening.after_proof = tree.proof(t as u64 + 1).unwrap();
+        prove_slice(
+            &device,
+            &held,
+            entry_index(&states[t], device.pool.slices()),
+            &mut opening,
+        );
+        check_step(&device.work, &walk, &device.pool, &committed, &opening, &[0, 127])
+    };
+    assert_eq!(
+        open(faked_at),
+        Err(StepRejection::StepMismatch {
+            walker: 0,
+            step: faked_at as u32
+        })
+    );
+    for t in (0..walk.steps as usize).filter(|&t| t != faked_at) {
+        assert_eq!(open(t), Ok(()), "step {t}");
+    }
+}
+
+/// The parts of an opening that prove pool slice `e`: its bytes, its path, its chain's
+/// checkpoints and the chain's place in the device root.
+fn prove_slice(device: &Device, held: &HeldStates, e: u64, opening: &mut StepOpening) {
+    let (chain, q) = device.pool.locate(e);
+    let (checkpoints, chain_proof) = device.chain_opening()(chain);
+    opening.slice = held.slice(e).to_vec();
+    opening.slice_path = slice_path(device.states[chain as usize].as_bytes(), q).unwrap();
+    opening.checkpoints = checkpoints;
+    opening.chain_proof = chain_proof;
+}
+
+/// A cheater that committed a cheap state for one pool chain (random bytes, with their true
+/// hash as the chain's last checkpoint, so its leaf and device root agree) and walks it
+/// honestly: the slice path and the step hold; the row made from `A_i` does not.
+#[test]
+fn a_cheap_pool_state_fails_its_row_check() {
+    let mut device = Device::honest();
+    let cheap = 2usize;
+    let mut bytes = vec![0u8; (N * N) as usize];
+    ChaCha8Rng::seed_from_u64(1).fill_bytes(&mut bytes);
+    device.states[cheap] = Matrix::from_bytes(N as usize, &bytes).unwrap();
+    *device.chains[cheap].last_mut().unwrap() = device.states[cheap].digest();
+    let walk = SliceWalk {
+        walkers: 4,
+        steps: 40,
+        ..walk()
+    };
+    let held = device.held();
+    let walked = walk_device(&walk, &held);
+    let committed = device.committed(walked.root);
+    let mut caught = 0;
+    for w in 0..walk.walkers {
+        let states = walker_states(&walk, &held, w);
+        for t in 0..walk.steps {
+            let e = entry_index(&states[t as usize], device.pool.slices());
+            let opening = open_step(&walk, &held, &walked.walker_roots, w, t, device.chain_opening()).unwrap();
+            let checked = check_step(&device.work, &walk, &device.pool, &committed, &opening, &[5]);
+            if device.pool.locate(e).0 == cheap as u64 {
+                let row = device.pool.locate(e).1 as u32 * 128 + 5;
+                assert_eq!(
+                    checked,
+                    Err(StepRejection::PoolStateMismatch {
+                        chain: cheap as u64,
+                        row
+                    })
+                );
+                caught += 1;
+            } else {
+                assert_eq!(checked, Ok(()), "walker {w} step {t}");
+            }
+        }
+    }
+    assert!(caught > 0, "the walk read the cheap state");
+}
+
+/// A miner that answers a step with bytes of another slice (one it holds, in place of the one
+/// it lacks) fails the slice's path to its state's hash.
+#[test]
+fn a_slice_that_is_not_its_states_fails_its_path() {
+    let device = Device::honest();
+    let walk = walk();
+    let held = device.held();
+    let walked = walk_device(&walk, &held);
+    let committed = device.committed(walked.root);
+    let mut opening = open_step(&walk, &held, &walked.walker_roots, 1, 5, device.chain_opening()).unwrap();
+    let e = entry_index(&opening.before, device.pool.slices());
+    let other = (e + 1) % device.pool.slices();
+    opening.slice = held.slice(other).to_vec();
+    let (chain, _) = device.pool.locate(e);
+    assert!(matches!(
+        check_step(&device.work, &walk, &device.pool, &committed, &opening, &[]),
+        Err(StepRejection::SliceNotCommitted { chain: c, .. }) if c == chain
+    ));
+}
+
+/// A walker that began somewhere of its own choosing (ground for a run of held slices) fails
+/// every opening, since each proves the start the challenge gives it.
+#[test]
+fn a_walker_that_chose_its_start_fails_every_opening() {
+    let device = Device::honest();
+    let walk = walk();
+    let held = device.held();
+    let mut states = vec![Digest([0x11; 32])];
+    for t in 0..walk.steps {
+        let s = *states.last().unwrap();
+        let e = entry_index(&s, device.pool.slices());
+        states.push(step(held.slice(e), &s, t));
+    }
+    let tree = MerkleTree::new(&states);
+    let mut roots = walk_device(&walk, &held).walker_roots;
+    roots[2] = tree.root();
+    let committed = device.committed(MerkleTree::new(&roots).root());
+    let mut opening = open_step(&walk, &held, &roots, 2, 7, device.chain_opening()).unwrap();
+    opening.start_proof = tree.proof(0).unwrap();
+    opening.before = states[7];
+    opening.after = states[8];
+    opening.before_proof = tree.proof(7).unwrap();
+    opening.after_proof = tree.proof(8).unwrap();
+    assert_eq!(
+        check_step(&device.work, &walk, &device.pool, &committed, &opening, &[]),
+        Err(StepRejection::StartNotCommitted(2))
+    );
+}
+
+/// A state not in the walker's tree, a walker root not in the walk root, and checkpoints that
+/// are not the chain's each fail as what they are.
+#[test]
+fn uncommitted_parts_fail_as_what_they_are() {
+    let device = Device::honest();
+    let walk = walk();
+    let held = device.held();
+    let walked = walk_device(&walk, &held);
+    let committed = device.committed(walked.root);
+    let honest = open_step(&walk, &held, &walked.walker_roots, 0, 3, device.chain_opening()).unwrap();
+    let check = |o: &StepOpening| check_step(&device.work, &walk, &device.pool, &committed, o, &[]);
+    assert_eq!(check(&honest), Ok(()));
+
+    let mut o = honest.clone();
+    o.after = Digest([1; 32]);
+    assert_eq!(check(&o), Err(StepRejection::StateNotCommitted { walker: 0, step: 3 }));
+    let mut o = honest.clone();
+    o.walker_root = Digest([2; 32]);
+    assert_eq!(check(&o), Err(StepRejection::WalkerNotCommitted(0)));
+    let mut o = honest.clone();
+    o.checkpoints[0] = Digest([3; 32]);
+    assert!(matches!(check(&o), Err(StepRejection::ChainNotCommitted(_))));
+    let mut o = honest.clone();
+    o.checkpoints.pop();
+    assert!(matches!(check(&o), Err(StepRejection::ChainNotCommitted(_))));
+    let mut o = honest;
+    o.step = walk.steps;
+    assert!(matches!(check(&o), Err(StepRejection::OutOfRange { .. })));
+}
