@@ -1,0 +1,152 @@
+//! Known-answer vectors of version 4's memory proof (PROTOCOL.md 19.6): the pool chains' final
+//! states, a slice's path, one state row, the walk and one opened step. The chains come from the
+//! fast engine and are checked against the naive reference; every value is checked to appear
+//! verbatim in PROTOCOL.md.
+
+use gpu_attest_shared::cpu::CpuBackend;
+use gpu_attest_shared::engine;
+use gpu_attest_shared::memory::chain_pool::{ChainPool, state_row};
+use gpu_attest_shared::memory::slice::slice_path;
+use gpu_attest_shared::memory::slice_walk::{
+    DeviceCommitments, HeldStates, SliceSource, SliceWalk, check_step, open_step, walk_device, walker_states,
+};
+use gpu_attest_shared::merkle::MerkleTree;
+use gpu_attest_shared::reference;
+use gpu_attest_shared::{CancelToken, ChallengeParams, Digest, Work};
+
+/// PROTOCOL.md 19.6: section 12's nonce, seed and miner key, n = 512, M = 3, K = 2, c = 1.
+fn params() -> ChallengeParams {
+    ChallengeParams {
+        n: 512,
+        num_chains: 3,
+        iterations: 2,
+        checkpoint_every: 1,
+        ..gpu_attest_shared::vectors::vector_params()
+    }
+}
+
+fn walk_seed() -> [u8; 32] {
+    core::array::from_fn(|i| 0x60 + i as u8)
+}
+
+/// (name, hex) as PROTOCOL.md 19.6 quotes them.
+const VECTORS: [(&str, &str); 13] = [
+    ("G", "61d3d19f1445438360a6d818bfd087ff3f4f95bb12c851196699e2927251713a"),
+    (
+        "h_{0,2}",
+        "fc72cc51134898d1f8faf1cad7f99593328486fd76fcd2180b30c80234cfafd8",
+    ),
+    (
+        "h_{1,2}",
+        "5c1e1c0f411ab1ac6ffb0191fae13e874a6fa3b12ee00a9a6d1bbde921835837",
+    ),
+    (
+        "slice 3 of X_{1,2}: path sibling 0",
+        "7966f88088b6f8618cb057817245d359817870bd0db5f8a50e5c89b22afc10e6",
+    ),
+    (
+        "slice 3 of X_{1,2}: path sibling 1",
+        "e66b3a6033681b6c92facb00b3ffde7634a0626efd79572e75c581fac4f33a10",
+    ),
+    ("row 200 of X_{1,2}, bytes 0..16", "871018074048cc4b08e4a72530235ffa"),
+    (
+        "s_{0,0}",
+        "9be9d4d4fbaa1dde56860e7734005e4cdecf3fe54cb791086954d38b6d1139ff",
+    ),
+    (
+        "s_{0,1}",
+        "dd4e098cf2e7307c1b24739e270fdaa8a16e265467e240abc2887d5d82a177e2",
+    ),
+    (
+        "s_{0,8}",
+        "443151e75a85a5d87c4c5b1fc3007624902565fae5d6fa4bae3e88e35785b721",
+    ),
+    (
+        "walker root 0",
+        "bdeac83a16e3a8f48520a88286865e17e9815a02b9b36c8d82b58d0d3ea4e1fa",
+    ),
+    (
+        "walker root 1",
+        "38698f51c74b267b52271242aa8ff957c31fd961dbe9c823cd85523e3527222e",
+    ),
+    (
+        "walk_root_0",
+        "36a2a25de267bf7f64b56911b53dcefe1de76b6a0bf944f8a395d0ee28a3de9a",
+    ),
+    ("step 5 of walker 1 reads slice", "5"),
+];
+
+#[test]
+fn version_4_engine_vectors() {
+    let work = Work::new(params()).unwrap();
+    let backend = CpuBackend::new(1, None).unwrap();
+    let exec = engine::execute(&backend, &work, &|_| {}, &CancelToken::new()).unwrap();
+    let pool = ChainPool::new(0, 0, 2, 512).unwrap();
+    let states: Vec<_> = (0..2).map(|i| reference::chain_state(work.key(), i, 512, 2)).collect();
+    for (i, state) in states.iter().enumerate() {
+        assert_eq!(
+            Some(&state.digest()),
+            exec.chains[i].checkpoints.last(),
+            "the engine's chain {i} ends in the reference's state"
+        );
+    }
+    let walk = SliceWalk {
+        nonce: params().nonce,
+        walk_seed: walk_seed(),
+        global: exec.commitment.global,
+        walkers: 2,
+        steps: 8,
+    };
+    let held = HeldStates::new(pool, states.clone()).unwrap();
+    let walked = walk_device(&walk, &held);
+    let trace = walker_states(&walk, &held, 0);
+    let path = slice_path(states[1].as_bytes(), 3).unwrap();
+    let row: Vec<u8> = state_row(&work, 1, 200).iter().map(|&v| v as u8).collect();
+    assert_eq!(row, states[1].as_bytes()[200 * 512..201 * 512]);
+    let step5 = gpu_attest_shared::memory::walk::entry_index(&walker_states(&walk, &held, 1)[5], pool.slices());
+
+    // The opened step checks, as a validator would, rows drawn from every part of the slice.
+    let leaves: Vec<Digest> = exec.chains.iter().map(|c| c.leaf()).collect();
+    let tree = MerkleTree::new(&leaves);
+    let opening = open_step(&walk, &held, &walked.walker_roots, 1, 5, |i| {
+        (exec.chains[i as usize].checkpoints.clone(), tree.proof(i).unwrap())
+    })
+    .unwrap();
+    let committed = DeviceCommitments {
+        device_root: exec.commitment.devices[0].root,
+        device_chains: 3,
+        walk_root: walked.root,
+    };
+    check_step(&work, &walk, &pool, &committed, &opening, &[0, 63, 127]).unwrap();
+    assert_eq!(held.slice(step5), opening.slice.as_slice());
+
+    let got: [(&str, String); 13] = [
+        ("G", exec.commitment.global.to_hex()),
+        ("h_{0,2}", states[0].digest().to_hex()),
+        ("h_{1,2}", states[1].digest().to_hex()),
+        ("slice 3 of X_{1,2}: path sibling 0", hex::encode(path.siblings[0])),
+        ("slice 3 of X_{1,2}: path sibling 1", hex::encode(path.siblings[1])),
+        ("row 200 of X_{1,2}, bytes 0..16", hex::encode(&row[..16])),
+        ("s_{0,0}", trace[0].to_hex()),
+        ("s_{0,1}", trace[1].to_hex()),
+        ("s_{0,8}", trace[8].to_hex()),
+        ("walker root 0", walked.walker_roots[0].to_hex()),
+        ("walker root 1", walked.walker_roots[1].to_hex()),
+        ("walk_root_0", walked.root.to_hex()),
+        ("step 5 of walker 1 reads slice", step5.to_string()),
+    ];
+    let printed: String = got
+        .iter()
+        .map(|(name, value)| format!("| {name} | `{value}` |\n"))
+        .collect();
+    for ((name, want), (_, value)) in VECTORS.iter().zip(&got) {
+        assert_eq!(want, value, "{name}; all of them:\n{printed}");
+    }
+    let doc = include_str!("../../PROTOCOL.md");
+    for (name, value) in &got {
+        assert!(
+            doc.contains(&format!("| {name} | `{value}` |")),
+            "PROTOCOL.md 19.6 lacks {name} = {value}"
+        );
+    }
+}
