@@ -55,6 +55,14 @@ pub enum Dialect {
 pub enum StoreError {
     #[error("database {location}: {source}")]
     Open { location: String, source: sqlx::Error },
+    #[error(
+        "database {location} cannot be opened for writing ({source}): the validator writes the file and creates {location}-wal and {location}-shm beside it, so the directory {directory} must exist, and it and the file must be writable by the user the validator runs as (`validator verdicts --database` reads a file it may only read)"
+    )]
+    NotWritable {
+        location: String,
+        directory: String,
+        source: sqlx::Error,
+    },
     #[error("database {location} has schema version {found}; this validator knows version {SCHEMA_VERSION}")]
     SchemaVersion { location: String, found: i64 },
     #[error(
@@ -177,8 +185,26 @@ async fn probe_in_time(options: &AnyConnectOptions, dialect: Dialect, access: Ac
         })
 }
 
-/// SQLite's refusal to read a WAL database whose shared-memory file it cannot create:
-/// SQLITE_READONLY (8) or SQLITE_CANTOPEN (14), with their extended codes.
+/// Why a SQLite file could not be opened to write: a file or directory this validator may not
+/// write, or a directory that does not exist, said as such; anything else as it came.
+pub(super) fn opening_to_write_failed(location: &str, file: &Path, source: sqlx::Error) -> StoreError {
+    if needs_shared_memory_file(&source) {
+        StoreError::NotWritable {
+            location: location.to_string(),
+            directory: file.parent().map(|d| d.display().to_string()).unwrap_or_default(),
+            source,
+        }
+    } else {
+        StoreError::Open {
+            location: location.to_string(),
+            source,
+        }
+    }
+}
+
+/// SQLite's refusal to read a WAL database whose shared-memory file it cannot create, or to
+/// open a file it may not write: SQLITE_READONLY (8) or SQLITE_CANTOPEN (14), with their
+/// extended codes.
 fn needs_shared_memory_file(e: &sqlx::Error) -> bool {
     e.as_database_error()
         .and_then(|db| db.code())
@@ -244,7 +270,13 @@ impl Store {
             options = AnyConnectOptions::from_str(&format!("{url}&immutable=true")).map_err(open_err)?;
             probed = probe_in_time(&options, dialect, access).await;
         }
-        probed.map_err(open_err)?;
+        // A SQLite file this validator may not write (or whose directory it may not write, or
+        // that does not exist) fails here or when the pool first sets the journal mode.
+        let open_failure = |source: sqlx::Error| match (&file, access) {
+            (Some(file), Access::ReadWrite) => opening_to_write_failed(&shown, file, source),
+            _ => open_err(source),
+        };
+        probed.map_err(open_failure)?;
         let pool = match dialect {
             Dialect::Sqlite => {
                 AnyPoolOptions::new()
@@ -288,7 +320,7 @@ impl Store {
                     .await
             }
         }
-        .map_err(open_err)?;
+        .map_err(open_failure)?;
         Ok(Store {
             pool,
             dialect,
@@ -656,6 +688,22 @@ mod tests {
             reader.close().await;
             writer.close().await;
         }
+    }
+
+    /// A database the validator cannot open for writing (here a directory that does not exist,
+    /// which even root cannot write into) names the directory and what the validator needs.
+    #[tokio::test]
+    async fn a_database_that_cannot_be_written_says_what_the_validator_needs() {
+        let path = std::env::temp_dir().join(format!("gpu-attest-no-such-dir-{}/v.db", std::process::id()));
+        let err = Store::open(&path).await.err().expect("no directory to create it in");
+        assert!(matches!(err, StoreError::NotWritable { .. }), "{err}");
+        let message = err.to_string();
+        let directory = path.parent().unwrap().display().to_string();
+        assert!(
+            message.contains(&format!("directory {directory} must exist")),
+            "{message}"
+        );
+        assert!(message.contains("-wal"), "{message}");
     }
 
     #[tokio::test]

@@ -14,6 +14,7 @@
 use super::{Dialect, Store, StoreError};
 // Every statement run with AssertSqlSafe is built here from constants, never from input.
 use sqlx::{AssertSqlSafe, Executor};
+use std::path::Path;
 
 pub const SCHEMA_VERSION: i64 = 7;
 
@@ -195,9 +196,13 @@ const MIGRATION_LOCK: i64 = 0x6770_7561_7474_6573;
 const MIGRATION_WAIT_SECS: u64 = 60;
 
 pub(super) async fn migrate(store: &Store) -> Result<(), StoreError> {
-    let open_err = |source| StoreError::Open {
-        location: store.location.clone(),
-        source,
+    // Migrating is the first write: a SQLite file that may not be written fails here.
+    let open_err = |source| match store.dialect {
+        Dialect::Sqlite => super::opening_to_write_failed(&store.location, Path::new(&store.location), source),
+        Dialect::Postgres => StoreError::Open {
+            location: store.location.clone(),
+            source,
+        },
     };
     // One connection throughout: PRAGMAs and advisory locks belong to a connection.
     let mut conn = store.pool.acquire().await.map_err(open_err)?;
