@@ -195,6 +195,14 @@ async fn a_miner_killed_mid_challenge_fails_its_verdict_and_the_validator_serves
     assert!(!verdict.passed);
     let codes: Vec<&str> = verdict.fail_reasons.iter().map(|r| r.code.as_str()).collect();
     assert_eq!(codes, ["miner-failed"], "{:?}", verdict.fail_reasons);
+    // Said as what happened to the connection, not as the HTTP/2 library's words alone.
+    assert!(
+        verdict.fail_reasons[0]
+            .message
+            .contains("connection closed after it accepted the challenge"),
+        "{:?}",
+        verdict.fail_reasons
+    );
     let stored = stored_verdicts(&database);
     assert_eq!(stored.len(), 1);
     assert_eq!(stored[0]["passed"], false);
@@ -286,6 +294,47 @@ async fn a_second_interrupt_stops_a_draining_miner_at_once() {
         "{}",
         miner.log()
     );
+}
+
+/// A one-shot `validator attest` interrupted mid-challenge says what it left: the challenge was
+/// sent and abandoned, and no verdict was stored (the database agrees).
+#[test]
+fn an_interrupted_one_shot_attest_says_that_nothing_was_stored() {
+    use std::io::{BufRead, BufReader};
+    let dir = Dir::fresh("interrupted-attest");
+    let d = &dir.0;
+    let (_key, miner) = miner_for(d, false);
+    write_long_challenge_config(d);
+    let database = d.join("v.db");
+    let mut attest = cmd("validator")
+        .args(["attest", "--miner", &miner.url, "--config"])
+        .arg(d.join("validator.toml"))
+        .arg("--database")
+        .arg(&database)
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stderr = BufReader::new(attest.stderr.take().unwrap()).lines();
+    // Phases go to stderr one a line off a terminal; interrupt once the miner is computing.
+    let mut seen = Vec::new();
+    for line in stderr.by_ref() {
+        let line = line.unwrap();
+        seen.push(line.clone());
+        if line.starts_with("computing:") {
+            break;
+        }
+    }
+    assert!(seen.iter().any(|l| l.starts_with("computing:")), "{seen:?}");
+    signal(attest.id() as i32, "-INT");
+    let rest: Vec<String> = stderr.map(Result::unwrap).collect();
+    let status = attest.wait().unwrap();
+    assert_eq!(status.code(), Some(2), "{rest:?}");
+    let last = rest.last().cloned().unwrap_or_default();
+    assert!(
+        last.starts_with("error: interrupted: the challenge was sent and abandoned; no verdict was stored"),
+        "{rest:?}"
+    );
+    assert!(stored_verdicts(&database).is_empty());
 }
 
 async fn nonces_of(database: &Path) -> (Vec<String>, u64) {

@@ -247,6 +247,15 @@ fn classify(
                 miner_text(status.message())
             ),
         ),
+        // A status with a source was made here from the connection's error, not sent by the
+        // miner: the connection went (the miner shut down or crashed, or the network failed).
+        Err(status) if std::error::Error::source(&status).is_some() => failed(
+            ReasonCode::MinerFailed,
+            format!(
+                "the miner's connection closed after it accepted the challenge, without a word from the miner: it shut down, crashed or lost its network ({})",
+                miner_text(status.message())
+            ),
+        ),
         Err(status) => failed(
             ReasonCode::MinerFailed,
             format!(

@@ -7,6 +7,7 @@ use crate::cli::Settings;
 use crate::{daemon, show};
 use indicatif::{ProgressBar, ProgressStyle};
 use std::io::IsTerminal;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 /// Attests the miner at `miner` once: yes on a pass, no on a fail verdict.
@@ -24,14 +25,39 @@ pub(super) fn attest_once(settings: &Settings, miner: &str, json: bool) -> Resul
         (None, AttestEvent::Phase { name, detail }) if !json => eprintln!("{name}: {detail}"),
         (None, _) => {}
     };
+    let stored = attestor.store().stored_verdicts();
+    let challenged = AtomicBool::new(false);
+    let on_event = |e: AttestEvent| {
+        if matches!(
+            e,
+            AttestEvent::Phase {
+                name: "challenge-sent",
+                ..
+            }
+        ) {
+            challenged.store(true, Ordering::Relaxed);
+        }
+        on_event(e);
+    };
+    // An interrupt ends the attestation where it stands (a verdict is written in one
+    // transaction, so it is stored whole or not at all) and says which.
     let verdict = runtime.block_on(async {
-        let verdict = attestor.attest(miner, &on_event).await;
+        let verdict = tokio::select! {
+            verdict = attestor.attest(miner, &on_event) => Some(verdict),
+            () = gpu_attest_daemon::signals::interrupted() => None,
+        };
         attestor.store().close().await;
         verdict
     });
     if let Some(bar) = &bar {
         bar.finish_and_clear();
     }
+    let Some(verdict) = verdict else {
+        return Err(CommandError::Interrupted(interrupted_at(
+            *stored.borrow(),
+            challenged.load(Ordering::Relaxed),
+        )));
+    };
     let verdict = verdict?;
     if json {
         print_json(&verdict)?;
@@ -39,6 +65,16 @@ pub(super) fn attest_once(settings: &Settings, miner: &str, json: bool) -> Resul
         show::print_verdict(&verdict, attestor.store().location());
     }
     Ok(Answer::from_passed(verdict.passed))
+}
+
+/// What an interrupted one-shot attestation left: `stored_id` is the newest verdict this
+/// process stored (0: none).
+fn interrupted_at(stored_id: u64, challenged: bool) -> String {
+    match (stored_id, challenged) {
+        (0, false) => "no challenge was sent and no verdict was stored".into(),
+        (0, true) => "the challenge was sent and abandoned; no verdict was stored (its nonce is recorded as used, so it is never issued again)".into(),
+        (id, _) => format!("after its verdict was stored, as #{id} (`validator verdicts` shows it)"),
+    }
 }
 
 /// A spinner with the phase and a bar of chains done, for a terminal.

@@ -58,6 +58,9 @@ pub enum CommandError {
     Runtime(#[source] std::io::Error),
     #[error("cannot write the output as JSON")]
     Json(#[from] serde_json::Error),
+    /// Ctrl-C or SIGTERM during a one-shot attestation: what was stored by then.
+    #[error("interrupted: {0}")]
+    Interrupted(String),
 }
 
 impl CommandError {
