@@ -164,15 +164,22 @@ pub fn print_revoked(keys: &[crate::operator::Revoked]) {
 /// One event of an attestation through the API (`validator miners attest`), on stderr: each
 /// phase, and each device's progress once it has computed all its chains (every step of it
 /// would flood a terminal or a log).
-pub fn print_attest_event(event: &gpu_attest_proto::v1::attest_event::Event) {
+pub fn print_attest_event(event: &gpu_attest_proto::v1::attest_event::Event, last_line: &mut std::time::Instant) {
     use gpu_attest_proto::v1::attest_event::Event;
+    /// A device's progress at most this often, besides its end: a long challenge must not
+    /// look hung.
+    const EVERY: std::time::Duration = std::time::Duration::from_secs(5);
     match event {
         Event::Phase(phase) => eprintln!("{}: {}", phase.name, phase.detail),
         Event::Progress(p) if p.total > 0 && p.done == p.total => {
             eprintln!("device {}: {} of {} chains computed", p.device, p.done, p.total)
         }
-        _ => {}
+        Event::Progress(p) if p.total > 0 && last_line.elapsed() >= EVERY => {
+            eprintln!("device {}: {} of {} chains so far", p.device, p.done, p.total)
+        }
+        _ => return,
     }
+    *last_line = std::time::Instant::now();
 }
 
 /// Verdicts from a running validator's API, one line each (`validator miners verdicts`): the

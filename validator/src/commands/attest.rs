@@ -7,8 +7,12 @@ use crate::cli::Settings;
 use crate::{daemon, show};
 use indicatif::{ProgressBar, ProgressStyle};
 use std::io::IsTerminal;
+use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
+
+/// Off a terminal, at most one progress line this often.
+const PROGRESS_EVERY: Duration = Duration::from_secs(5);
 
 /// Attests the miner at `miner` once: yes on a pass, no on a fail verdict.
 pub(super) fn attest_once(settings: &Settings, miner: &str, json: bool) -> Result<Answer, CommandError> {
@@ -16,13 +20,26 @@ pub(super) fn attest_once(settings: &Settings, miner: &str, json: bool) -> Resul
     let runtime = runtime()?;
     let attestor = runtime.block_on(daemon::attestor(&config))?;
     let bar = std::io::stderr().is_terminal().then(progress_bar);
+    // Off a terminal (a log, a pipe) progress is a line now and then, so that a long challenge
+    // does not look hung between `computing:` and `commitment-received:`.
+    let last_line = Mutex::new(Instant::now());
     let on_event = |e: AttestEvent| match (&bar, e) {
         (Some(bar), AttestEvent::Phase { name, detail }) => bar.set_message(format!("{name}: {detail}")),
         (Some(bar), AttestEvent::Progress(p)) => {
             bar.set_length(p.total);
             bar.set_position(p.done);
         }
-        (None, AttestEvent::Phase { name, detail }) if !json => eprintln!("{name}: {detail}"),
+        (None, AttestEvent::Phase { name, detail }) if !json => {
+            *last_line.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Instant::now();
+            eprintln!("{name}: {detail}");
+        }
+        (None, AttestEvent::Progress(p)) if !json => {
+            let mut last = last_line.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            if last.elapsed() >= PROGRESS_EVERY && p.done < p.total {
+                *last = Instant::now();
+                eprintln!("progress: {}/{} chains", p.done, p.total);
+            }
+        }
         (None, _) => {}
     };
     let stored = attestor.store().stored_verdicts();
