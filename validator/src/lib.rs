@@ -21,6 +21,7 @@ pub mod service;
 pub mod show;
 pub mod store;
 pub mod throughput;
+pub mod verdict_wire;
 pub mod watch;
 
 pub use attest::Attestor;

@@ -2,7 +2,8 @@
 //! speaks the same gRPC API as any dashboard, so a running validator is managed without a
 //! hand-written client and without stopping it.
 
-use crate::store::VerdictFilter;
+use crate::store::{Verdict, VerdictFilter};
+use crate::verdict_wire::verdict_from_wire;
 use gpu_attest_daemon::dial::dial;
 use gpu_attest_daemon::errors::error_chain;
 use gpu_attest_daemon::tls::{TlsFiles, TransportError, check_plaintext_client};
@@ -142,69 +143,6 @@ pub struct Revoked {
     pub miner_key: String,
     pub reason: String,
     pub revoked_at_unix_ms: u64,
-}
-
-/// A stored verdict as the CLI prints it.
-#[derive(Debug, Serialize)]
-pub struct VerdictSummary {
-    pub id: u64,
-    pub miner_url: String,
-    pub passed: bool,
-    pub reasons: Vec<ReasonSummary>,
-    pub measured_ms: u64,
-    pub deadline_ms: u64,
-    /// Time from sending by which a late commitment still proves its rate; 0 for none.
-    pub finish_by_ms: u64,
-    /// 0 for a failed verdict, which proves nothing, unless it is a graded miss (PROTOCOL.md 17).
-    pub proven_ops_per_sec: f64,
-    /// The share of the class's rate proven, the fill at its weight (PROTOCOL.md 17); 0 likewise.
-    pub proven_to_expected: f64,
-    /// The verdict is a retest's: a first run within the retest band came before it (14.7).
-    pub retested: bool,
-    pub expected_ops_per_sec: f64,
-    /// "calibrated", "shared" or "shipped" (first contact); empty if not recorded.
-    pub rate_source: String,
-    pub rate_miners: u32,
-    pub slack: f64,
-    pub created_at_unix_ms: u64,
-    /// The protocol version whose rules judged it: 3 with the memory phase, 2 without.
-    pub protocol_version: u32,
-}
-
-#[derive(Debug, Serialize)]
-pub struct ReasonSummary {
-    pub code: String,
-    pub message: String,
-}
-
-impl From<v1::Verdict> for VerdictSummary {
-    fn from(v: v1::Verdict) -> Self {
-        VerdictSummary {
-            id: v.id,
-            miner_url: v.miner_url,
-            passed: v.passed,
-            reasons: v
-                .fail_reasons
-                .into_iter()
-                .map(|r| ReasonSummary {
-                    code: r.code,
-                    message: r.message,
-                })
-                .collect(),
-            measured_ms: v.measured_ms,
-            deadline_ms: v.deadline_ms,
-            finish_by_ms: v.finish_by_ms,
-            proven_ops_per_sec: v.proven_ops_per_sec,
-            proven_to_expected: v.proven_to_expected,
-            retested: v.first_run.is_some(),
-            expected_ops_per_sec: v.expected_ops_per_sec,
-            rate_source: v.rate_source,
-            rate_miners: v.rate_miners,
-            slack: v.slack,
-            created_at_unix_ms: v.created_at_unix_ms,
-            protocol_version: v.protocol_version,
-        }
-    }
 }
 
 pub struct Operator {
@@ -359,7 +297,7 @@ impl Operator {
 
     /// Stored verdicts, newest first, following the API's pages up to `query.limit`. The API
     /// pages by its own tokens, so `query.before_id` is not used.
-    pub async fn verdicts(&mut self, query: &VerdictFilter) -> Result<Vec<VerdictSummary>, OperatorError> {
+    pub async fn verdicts(&mut self, query: &VerdictFilter) -> Result<Vec<Verdict>, OperatorError> {
         let mut out = Vec::new();
         let mut page_token = String::new();
         while (out.len() as u32) < query.limit {
@@ -379,7 +317,7 @@ impl Operator {
             // An empty page that names a next one would have us ask forever: a server that
             // misbehaves gets what it sent so far.
             let progressed = !page.verdicts.is_empty();
-            out.extend(page.verdicts.into_iter().map(VerdictSummary::from));
+            out.extend(page.verdicts.iter().map(verdict_from_wire));
             if page.next_page_token.is_empty() || !progressed {
                 break;
             }
@@ -398,7 +336,7 @@ impl Operator {
         &mut self,
         after: Option<u64>,
         miner_url: Option<String>,
-        mut on_verdict: impl FnMut(VerdictSummary) -> bool,
+        mut on_verdict: impl FnMut(Verdict) -> bool,
     ) -> Result<(), OperatorError> {
         // "From now on" is pinned to an id at once, so that a reconnect resumes from there.
         let mut after = match after {
@@ -417,7 +355,7 @@ impl Operator {
                         match stream.message().await {
                             Ok(Some(verdict)) => {
                                 after = after.max(verdict.id);
-                                if !on_verdict(VerdictSummary::from(verdict)) {
+                                if !on_verdict(verdict_from_wire(&verdict)) {
                                     return Ok(());
                                 }
                             }
@@ -473,7 +411,7 @@ impl Operator {
         &mut self,
         url: &str,
         mut on_event: impl FnMut(&v1::attest_event::Event),
-    ) -> Result<VerdictSummary, OperatorError> {
+    ) -> Result<Verdict, OperatorError> {
         let mut events = self
             .client
             .attest_miner(v1::AttestMinerRequest { url: url.into() })
@@ -482,7 +420,7 @@ impl Operator {
             .into_inner();
         while let Some(event) = events.message().await.map_err(|s| self.refused(s))? {
             match event.event {
-                Some(v1::attest_event::Event::Verdict(verdict)) => return Ok(VerdictSummary::from(verdict)),
+                Some(v1::attest_event::Event::Verdict(verdict)) => return Ok(verdict_from_wire(&verdict)),
                 Some(other) => on_event(&other),
                 None => {}
             }

@@ -4,11 +4,11 @@ use crate::attest::untrusted::caller_text_problem;
 use crate::attest::{AttestError, AttestEvent, Attestor, normalise_url, now_ms};
 use crate::backoffs::Backoff;
 use crate::in_flight::{InFlight, Joined};
-use crate::store::{MinerRecord, MinerStanding, StoreError, Verdict, VerdictFilter};
+use crate::store::{MinerRecord, MinerStanding, StoreError, VerdictFilter};
+use crate::verdict_wire::verdict_to_wire;
 use crate::watch::{self, Follower};
 use gpu_attest_daemon::connections::holds_connection;
 use gpu_attest_daemon::slots::{Crowded, Slot, Slots};
-use gpu_attest_proto::convert::device_to_wire;
 use gpu_attest_proto::v1::{self, attest_event::Event, validator_server::Validator};
 use gpu_attest_shared::keys::PublicKey;
 use std::pin::Pin;
@@ -92,110 +92,6 @@ impl From<AttestError> for Status {
 impl From<StoreError> for Status {
     fn from(e: StoreError) -> Status {
         AttestError::Store(e).into()
-    }
-}
-
-fn fail_reasons_to_wire(reasons: &[crate::reason::Reason]) -> Vec<v1::FailReason> {
-    reasons
-        .iter()
-        .map(|r| v1::FailReason {
-            code: r.code.as_str().into(),
-            message: r.message.clone(),
-        })
-        .collect()
-}
-
-pub fn verdict_to_wire(v: &Verdict) -> v1::Verdict {
-    let hex32 = |s: &str| hex::decode(s).unwrap_or_default();
-    v1::Verdict {
-        id: v.id,
-        miner_url: v.miner_url.clone(),
-        miner_key: hex32(&v.miner_key),
-        nonce: hex32(&v.nonce),
-        passed: v.passed,
-        reasons: v.reasons.iter().map(|r| r.message.clone()).collect(),
-        fail_reasons: fail_reasons_to_wire(&v.reasons),
-        policy: v.policy.clone(),
-        samples: v.samples,
-        params: Some(v1::ChallengeParams {
-            nonce: hex32(&v.params.nonce),
-            seed: hex32(&v.params.seed),
-            miner_key: hex32(&v.params.miner_key),
-            n: v.params.n,
-            num_chains: v.params.num_chains,
-            iterations: v.params.iterations,
-            checkpoint_every: v.params.checkpoint_every,
-        }),
-        measured_ms: v.measured_ms,
-        expected_ms: v.expected_ms,
-        deadline_ms: v.deadline_ms,
-        finish_by_ms: v.finish_by_ms,
-        protocol_version: v.protocol_version,
-        first_run: v.first_run.as_ref().map(|f| v1::FirstRun {
-            nonce: hex32(&f.nonce),
-            measured_ms: f.measured_ms,
-            expected_ms: f.expected_ms,
-            deadline_ms: f.deadline_ms,
-            finish_by_ms: f.finish_by_ms,
-            proven_ops_per_sec: f.proven_ops_per_sec.unwrap_or(0.0),
-            fail_reasons: fail_reasons_to_wire(&f.reasons),
-        }),
-        inventory: v.inventory.iter().map(device_to_wire).collect(),
-        backend: v.backend.clone(),
-        kernel: v.kernel.clone(),
-        global_checksum: hex32(&v.global_checksum),
-        created_at_unix_ms: v.created_at_ms,
-        operations: v.throughput.operations,
-        proven_ops_per_sec: v.throughput.proven_ops_per_sec.unwrap_or(0.0),
-        proven_ops_per_sec_per_device: v.throughput.proven_ops_per_sec_per_device.unwrap_or(0.0),
-        expected_ops_per_sec: v.throughput.expected_ops_per_sec,
-        proven_to_expected: v.throughput.proven_to_expected.unwrap_or(0.0),
-        rate_source: v
-            .throughput
-            .rate_source
-            .map(|r| r.as_str().to_string())
-            .unwrap_or_default(),
-        rate_miners: v.throughput.rate_miners,
-        slack: v.throughput.slack,
-        memory: v.memory.as_ref().map(|m| v1::MemoryVerdict {
-            pool_permille: m.pool_permille,
-            walkers: m.walkers,
-            walk_steps: m.walk_steps,
-            walk_checkpoint_every: m.walk_checkpoint_every,
-            walk_samples: m.walk_samples,
-            devices: m
-                .devices
-                .iter()
-                .map(|d| v1::DeviceMemoryVerdict {
-                    claimed_bytes: d.claimed_bytes,
-                    pool_entries: d.pool_entries,
-                    proven_bytes: d.proven_bytes,
-                })
-                .collect(),
-            walk_bytes: m.walk_bytes,
-            walk_measured_ms: m.walk_measured_ms,
-            walk_expected_ms: m.walk_expected_ms,
-            walk_deadline_ms: m.walk_deadline_ms,
-            expected_walk_bytes_per_sec: m.expected_walk_bytes_per_sec,
-            proven_walk_bytes_per_sec: m.proven_walk_bytes_per_sec.unwrap_or(0.0),
-            bandwidth_source: m.bandwidth_source.clone(),
-            bandwidth_miners: m.bandwidth_miners,
-            slack: m.slack,
-            fill_weight: m.fill_weight,
-        }),
-        identity: v.identity.as_ref().map(|i| v1::IdentityVerdict {
-            policy: i.policy.clone(),
-            devices: i
-                .devices
-                .iter()
-                .map(|d| v1::DeviceIdentityVerdict {
-                    index: d.index,
-                    status: d.status.as_str().into(),
-                    line: d.line.clone(),
-                    reason: d.reason.clone().unwrap_or_default(),
-                })
-                .collect(),
-        }),
     }
 }
 

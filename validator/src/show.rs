@@ -3,8 +3,6 @@
 //! that it stays a thin dispatch over the library.
 
 use crate::ValidatorConfig;
-use crate::operator::VerdictSummary;
-use crate::rates::RateSource;
 use crate::rates::report::RateTable;
 use crate::store::Verdict;
 use crate::throughput::{Expectation, show_rate};
@@ -65,7 +63,8 @@ pub fn print_verdict(v: &Verdict, database: &str) {
     println!("  verdict #{} stored in {database}", v.id);
 }
 
-/// Stored verdicts, one line each, as `validator verdicts` prints them.
+/// Stored verdicts, one line each, as `validator verdicts` and `validator miners verdicts` print
+/// them (from the database or from the API: one reading serves both).
 pub fn print_stored_verdicts(verdicts: &[Verdict]) {
     if verdicts.is_empty() {
         println!("no verdicts");
@@ -100,15 +99,6 @@ pub fn print_followed_verdict(v: &Verdict, json: bool) -> bool {
         serde_json::to_string(v).unwrap_or_default()
     } else {
         stored_verdict_line(v)
-    })
-}
-
-/// One verdict as `validator miners verdicts --follow` prints it (as above).
-pub fn print_followed_summary(v: &VerdictSummary, json: bool) -> bool {
-    print_followed(if json {
-        serde_json::to_string(v).unwrap_or_default()
-    } else {
-        summary_line(v)
     })
 }
 
@@ -180,42 +170,6 @@ pub fn print_attest_event(event: &gpu_attest_proto::v1::attest_event::Event, las
         _ => return,
     }
     *last_line = std::time::Instant::now();
-}
-
-/// Verdicts from a running validator's API, one line each (`validator miners verdicts`): the
-/// same lines as `validator verdicts`, so that one reading (or one script) serves both.
-pub fn print_verdict_summaries(verdicts: &[VerdictSummary]) {
-    if verdicts.is_empty() {
-        println!("no verdicts");
-    }
-    for v in verdicts {
-        println!("{}", summary_line(v));
-    }
-}
-
-fn summary_line(v: &VerdictSummary) -> String {
-    let reasons: Vec<String> = v
-        .reasons
-        .iter()
-        .map(|r| format!("{} ({})", r.message, r.code))
-        .collect();
-    verdict_line(&VerdictLine {
-        id: v.id,
-        passed: v.passed,
-        created_at_ms: v.created_at_unix_ms,
-        miner_url: &v.miner_url,
-        measured_ms: v.measured_ms,
-        deadline_ms: v.deadline_ms,
-        proven_ops_per_sec: v.proven_ops_per_sec,
-        proven_to_expected: v.proven_to_expected,
-        expectation: Expectation {
-            ops_per_sec: v.expected_ops_per_sec,
-            source: RateSource::parse(&v.rate_source),
-            miners: v.rate_miners,
-            slack: v.slack,
-        },
-        reasons: &reasons,
-    })
 }
 
 /// What one verdict line shows, wherever the verdict was read from.
@@ -329,7 +283,7 @@ pub fn print_rate_table(table: &RateTable, config: &ValidatorConfig) {
 mod tests {
     use super::*;
     use crate::reason::{Reason, ReasonCode};
-    use crate::service::verdict_to_wire;
+    use crate::verdict_wire::{verdict_from_wire, verdict_to_wire};
 
     #[test]
     fn a_verdict_reads_the_same_from_the_file_and_from_the_api() {
@@ -347,7 +301,7 @@ mod tests {
         graded.finish_by_ms = 600;
         for v in [passed, failed, graded] {
             let from_file = stored_verdict_line(&v);
-            let from_api = summary_line(&VerdictSummary::from(verdict_to_wire(&v)));
+            let from_api = stored_verdict_line(&verdict_from_wire(&verdict_to_wire(&v)));
             assert_eq!(from_file, from_api);
             assert!(from_file.starts_with(&format!("#{:<5} ", v.id)), "{from_file}");
         }

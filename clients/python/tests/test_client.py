@@ -10,6 +10,7 @@ import threading
 from pathlib import Path
 
 import pytest
+from conftest import binary
 
 from gpu_attest_client import (
     AlreadyExists,
@@ -85,6 +86,22 @@ def test_a_failed_verdict_gives_its_reasons_as_codes(api, cheating_miner):
     failed = list(api.list_verdicts(passed=False))
     assert verdict.id in [v.id for v in failed]
     assert all(not v.passed for v in failed)
+
+
+def test_a_verdicts_json_is_the_validators_own(api, honest_miner, cheating_miner, workdir):
+    """One schema (PROTOCOL.md 16.1): ``to_json()`` of each listed verdict is the object
+    ``validator verdicts --json`` prints for it from the database, field for field, a pass and
+    a fail among them."""
+    api.attest(honest_miner.url)
+    api.attest(cheating_miner.url)
+    from_client = {v.id: v.to_json() for v in api.list_verdicts()}
+    listed = subprocess.run(
+        [binary("validator"), "verdicts", "--json", "--database", str(workdir / "validator.db")],
+        check=True, capture_output=True, text=True,
+    ).stdout
+    from_database = {v["id"]: v for v in json.loads(listed)}
+    assert from_client == from_database
+    assert any(not v["passed"] for v in from_client.values())
 
 
 def test_verdicts_are_listed_newest_first_a_page_at_a_time(api, honest_miner):

@@ -66,14 +66,14 @@ pub(super) fn miners(api: &ApiArgs, action: MinersAction) -> Result<Answer, Comm
                 if json {
                     print_json(&verdict)?;
                 } else {
-                    show::print_verdict_summaries(std::slice::from_ref(&verdict));
+                    show::print_stored_verdicts(std::slice::from_ref(&verdict));
                 }
                 return Ok(Answer::from_passed(verdict.passed));
             }
             MinersAction::Verdicts { filter } if filter.follow => {
                 let miner = filter.filter().miner_url;
                 operator
-                    .follow(filter.after, miner, |v| show::print_followed_summary(&v, json))
+                    .follow(filter.after, miner, |v| show::print_followed_verdict(&v, json))
                     .await?;
             }
             MinersAction::Verdicts { filter } => {
@@ -81,7 +81,7 @@ pub(super) fn miners(api: &ApiArgs, action: MinersAction) -> Result<Answer, Comm
                 if json {
                     print_json(&verdicts)?;
                 } else {
-                    show::print_verdict_summaries(&verdicts);
+                    show::print_stored_verdicts(&verdicts);
                 }
             }
             MinersAction::Revoke { key, reason } => {

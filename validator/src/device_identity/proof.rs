@@ -25,6 +25,15 @@ impl IdentityStatus {
             Self::Unjudged => "unjudged",
         }
     }
+
+    /// The status named `name`; one this version does not know reads as `Unjudged`, which
+    /// claims nothing.
+    pub fn from_name(name: &str) -> Self {
+        [Self::Genuine, Self::NotOffered, Self::Refused]
+            .into_iter()
+            .find(|s| s.as_str() == name)
+            .unwrap_or(Self::Unjudged)
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

@@ -8,7 +8,7 @@ from __future__ import annotations
 import datetime as _dt
 import enum
 from dataclasses import dataclass, field
-from typing import Any, List, Optional, Union
+from typing import Any, Dict, List, Optional, Union
 
 
 class ReasonCode(str, enum.Enum):
@@ -214,6 +214,13 @@ class Verdict:
     def first_contact(self) -> bool:
         """Timed by the shipped table, not by what miners of its class proved."""
         return self.rate_source == RateSource.SHIPPED
+
+    def to_json(self) -> Dict[str, Any]:
+        """The verdict as PROTOCOL.md 16.1's JSON object: what `validator verdicts --json` and
+        `validator miners verdicts --json` print for it, field for field."""
+        from ._json import verdict_json
+
+        return verdict_json(self.raw)
 
     @classmethod
     def from_proto(cls, v) -> "Verdict":

@@ -1,0 +1,309 @@
+//! A verdict on the wire, both ways. The API's `Verdict` message and PROTOCOL.md 16.1's JSON
+//! (the store's [`Verdict`], serialized) are one schema: every field of one is a field of the
+//! other. So `validator verdicts --json` (from the database) and `validator miners verdicts
+//! --json` (from the API, through [`verdict_from_wire`]) print the same objects, and a test holds
+//! the round trip exact.
+
+use crate::device_identity::{DeviceIdentity, IdentityProof, IdentityStatus};
+use crate::memory::proof::{DeviceMemory, MemoryProof};
+use crate::rates::RateSource;
+use crate::reason::{Reason, ReasonCode};
+use crate::store::{FirstRun, StoredParams, Verdict};
+use crate::throughput::Throughput;
+use gpu_attest_proto::convert::{device_from_wire, device_to_wire};
+use gpu_attest_proto::v1;
+
+fn fail_reasons_to_wire(reasons: &[crate::reason::Reason]) -> Vec<v1::FailReason> {
+    reasons
+        .iter()
+        .map(|r| v1::FailReason {
+            code: r.code.as_str().into(),
+            message: r.message.clone(),
+        })
+        .collect()
+}
+
+/// A stored verdict as the API sends it.
+pub fn verdict_to_wire(v: &Verdict) -> v1::Verdict {
+    let hex32 = |s: &str| hex::decode(s).unwrap_or_default();
+    v1::Verdict {
+        id: v.id,
+        miner_url: v.miner_url.clone(),
+        miner_key: hex32(&v.miner_key),
+        nonce: hex32(&v.nonce),
+        passed: v.passed,
+        reasons: v.reasons.iter().map(|r| r.message.clone()).collect(),
+        fail_reasons: fail_reasons_to_wire(&v.reasons),
+        policy: v.policy.clone(),
+        samples: v.samples,
+        params: Some(v1::ChallengeParams {
+            nonce: hex32(&v.params.nonce),
+            seed: hex32(&v.params.seed),
+            miner_key: hex32(&v.params.miner_key),
+            n: v.params.n,
+            num_chains: v.params.num_chains,
+            iterations: v.params.iterations,
+            checkpoint_every: v.params.checkpoint_every,
+        }),
+        measured_ms: v.measured_ms,
+        expected_ms: v.expected_ms,
+        deadline_ms: v.deadline_ms,
+        finish_by_ms: v.finish_by_ms,
+        protocol_version: v.protocol_version,
+        first_run: v.first_run.as_ref().map(|f| v1::FirstRun {
+            nonce: hex32(&f.nonce),
+            measured_ms: f.measured_ms,
+            expected_ms: f.expected_ms,
+            deadline_ms: f.deadline_ms,
+            finish_by_ms: f.finish_by_ms,
+            proven_ops_per_sec: f.proven_ops_per_sec.unwrap_or(0.0),
+            fail_reasons: fail_reasons_to_wire(&f.reasons),
+        }),
+        inventory: v.inventory.iter().map(device_to_wire).collect(),
+        backend: v.backend.clone(),
+        kernel: v.kernel.clone(),
+        global_checksum: hex32(&v.global_checksum),
+        created_at_unix_ms: v.created_at_ms,
+        operations: v.throughput.operations,
+        proven_ops_per_sec: v.throughput.proven_ops_per_sec.unwrap_or(0.0),
+        proven_ops_per_sec_per_device: v.throughput.proven_ops_per_sec_per_device.unwrap_or(0.0),
+        expected_ops_per_sec: v.throughput.expected_ops_per_sec,
+        proven_to_expected: v.throughput.proven_to_expected.unwrap_or(0.0),
+        rate_source: v
+            .throughput
+            .rate_source
+            .map(|r| r.as_str().to_string())
+            .unwrap_or_default(),
+        rate_miners: v.throughput.rate_miners,
+        slack: v.throughput.slack,
+        memory: v.memory.as_ref().map(|m| v1::MemoryVerdict {
+            pool_permille: m.pool_permille,
+            walkers: m.walkers,
+            walk_steps: m.walk_steps,
+            walk_checkpoint_every: m.walk_checkpoint_every,
+            walk_samples: m.walk_samples,
+            devices: m
+                .devices
+                .iter()
+                .map(|d| v1::DeviceMemoryVerdict {
+                    claimed_bytes: d.claimed_bytes,
+                    pool_entries: d.pool_entries,
+                    proven_bytes: d.proven_bytes,
+                })
+                .collect(),
+            walk_bytes: m.walk_bytes,
+            walk_measured_ms: m.walk_measured_ms,
+            walk_expected_ms: m.walk_expected_ms,
+            walk_deadline_ms: m.walk_deadline_ms,
+            expected_walk_bytes_per_sec: m.expected_walk_bytes_per_sec,
+            proven_walk_bytes_per_sec: m.proven_walk_bytes_per_sec.unwrap_or(0.0),
+            bandwidth_source: m.bandwidth_source.clone(),
+            bandwidth_miners: m.bandwidth_miners,
+            slack: m.slack,
+            fill_weight: m.fill_weight,
+        }),
+        identity: v.identity.as_ref().map(|i| v1::IdentityVerdict {
+            policy: i.policy.clone(),
+            devices: i
+                .devices
+                .iter()
+                .map(|d| v1::DeviceIdentityVerdict {
+                    index: d.index,
+                    status: d.status.as_str().into(),
+                    line: d.line.clone(),
+                    reason: d.reason.clone().unwrap_or_default(),
+                    part: d
+                        .part
+                        .as_ref()
+                        .map(|(chip, id)| vec![chip.clone(), id.clone()])
+                        .unwrap_or_default(),
+                })
+                .collect(),
+        }),
+    }
+}
+
+fn reasons_from_wire(reasons: &[v1::FailReason]) -> Vec<Reason> {
+    reasons
+        .iter()
+        .map(|r| Reason::new(ReasonCode::from_name(&r.code), r.message.clone()))
+        .collect()
+}
+
+/// 0 on the wire is "none" for the rates a failed verdict does not prove (PROTOCOL.md 16.1).
+fn positive(x: f64) -> Option<f64> {
+    (x != 0.0).then_some(x)
+}
+
+/// The API's verdict as the store's, for PROTOCOL.md 16.1's JSON: the inverse of
+/// [`verdict_to_wire`] for every verdict a validator sends.
+pub fn verdict_from_wire(v: &v1::Verdict) -> Verdict {
+    let params = v.params.clone().unwrap_or_default();
+    Verdict {
+        id: v.id,
+        miner_url: v.miner_url.clone(),
+        miner_key: hex::encode(&v.miner_key),
+        nonce: hex::encode(&v.nonce),
+        passed: v.passed,
+        reasons: reasons_from_wire(&v.fail_reasons),
+        policy: v.policy.clone(),
+        samples: v.samples,
+        params: StoredParams {
+            nonce: hex::encode(&params.nonce),
+            seed: hex::encode(&params.seed),
+            miner_key: hex::encode(&params.miner_key),
+            n: params.n,
+            num_chains: params.num_chains,
+            iterations: params.iterations,
+            checkpoint_every: params.checkpoint_every,
+        },
+        measured_ms: v.measured_ms,
+        expected_ms: v.expected_ms,
+        deadline_ms: v.deadline_ms,
+        finish_by_ms: v.finish_by_ms,
+        inventory: v.inventory.iter().map(device_from_wire).collect(),
+        backend: v.backend.clone(),
+        kernel: v.kernel.clone(),
+        global_checksum: hex::encode(&v.global_checksum),
+        created_at_ms: v.created_at_unix_ms,
+        throughput: Throughput {
+            operations: v.operations,
+            proven_ops_per_sec: positive(v.proven_ops_per_sec),
+            proven_ops_per_sec_per_device: positive(v.proven_ops_per_sec_per_device),
+            expected_ops_per_sec: v.expected_ops_per_sec,
+            proven_to_expected: positive(v.proven_to_expected),
+            rate_source: RateSource::parse(&v.rate_source),
+            rate_miners: v.rate_miners,
+            slack: v.slack,
+        },
+        memory: v.memory.as_ref().map(|m| MemoryProof {
+            pool_permille: m.pool_permille,
+            walkers: m.walkers,
+            walk_steps: m.walk_steps,
+            walk_checkpoint_every: m.walk_checkpoint_every,
+            walk_samples: m.walk_samples,
+            devices: m
+                .devices
+                .iter()
+                .map(|d| DeviceMemory {
+                    claimed_bytes: d.claimed_bytes,
+                    pool_entries: d.pool_entries,
+                    proven_bytes: d.proven_bytes,
+                })
+                .collect(),
+            walk_bytes: m.walk_bytes,
+            walk_measured_ms: m.walk_measured_ms,
+            walk_expected_ms: m.walk_expected_ms,
+            walk_deadline_ms: m.walk_deadline_ms,
+            expected_walk_bytes_per_sec: m.expected_walk_bytes_per_sec,
+            proven_walk_bytes_per_sec: positive(m.proven_walk_bytes_per_sec),
+            bandwidth_source: m.bandwidth_source.clone(),
+            bandwidth_miners: m.bandwidth_miners,
+            slack: m.slack,
+            fill_weight: m.fill_weight,
+        }),
+        identity: v.identity.as_ref().map(|i| IdentityProof {
+            policy: i.policy.clone(),
+            devices: i
+                .devices
+                .iter()
+                .map(|d| DeviceIdentity {
+                    index: d.index,
+                    status: IdentityStatus::from_name(&d.status),
+                    line: d.line.clone(),
+                    reason: (!d.reason.is_empty()).then(|| d.reason.clone()),
+                    part: match d.part.as_slice() {
+                        [chip, id] => Some((chip.clone(), id.clone())),
+                        _ => None,
+                    },
+                })
+                .collect(),
+        }),
+        first_run: v.first_run.as_ref().map(|f| FirstRun {
+            nonce: hex::encode(&f.nonce),
+            measured_ms: f.measured_ms,
+            expected_ms: f.expected_ms,
+            deadline_ms: f.deadline_ms,
+            finish_by_ms: f.finish_by_ms,
+            proven_ops_per_sec: positive(f.proven_ops_per_sec),
+            reasons: reasons_from_wire(&f.fail_reasons),
+        }),
+        protocol_version: v.protocol_version,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::test_support::passing_verdict;
+
+    /// Every field set, every optional part present: the round trip through the API's message
+    /// gives the stored verdict back exactly, so the CLI's JSON from either source is one.
+    #[test]
+    fn a_verdict_survives_the_wire_exactly() {
+        let mut v = passing_verdict([4; 32]);
+        v.id = 17;
+        v.finish_by_ms = 9000;
+        v.protocol_version = 3;
+        v.memory = Some(MemoryProof {
+            pool_permille: 950,
+            walkers: 8192,
+            walk_steps: 4096,
+            walk_checkpoint_every: 8,
+            walk_samples: 64,
+            devices: vec![DeviceMemory {
+                claimed_bytes: 1 << 30,
+                pool_entries: 15564,
+                proven_bytes: 15564 * 65536,
+            }],
+            walk_bytes: 1 << 40,
+            walk_measured_ms: 2100,
+            walk_expected_ms: 2000,
+            walk_deadline_ms: 3000,
+            expected_walk_bytes_per_sec: 4.3e12,
+            proven_walk_bytes_per_sec: Some(4.1e12),
+            bandwidth_source: "calibrated".into(),
+            bandwidth_miners: 3,
+            slack: 1.5,
+            fill_weight: 2.0,
+        });
+        v.identity = Some(IdentityProof {
+            policy: "when-offered".into(),
+            devices: vec![
+                DeviceIdentity {
+                    index: 0,
+                    status: IdentityStatus::Genuine,
+                    line: "genuine".into(),
+                    reason: None,
+                    part: Some(("GH100".into(), "48B02D92494BADF4".into())),
+                },
+                DeviceIdentity {
+                    index: 1,
+                    status: IdentityStatus::Refused,
+                    line: "refused".into(),
+                    reason: Some("identity-chain".into()),
+                    part: None,
+                },
+            ],
+        });
+        v.first_run = Some(FirstRun {
+            nonce: hex::encode([5; 32]),
+            measured_ms: 5000,
+            expected_ms: 3000,
+            deadline_ms: 4500,
+            finish_by_ms: 9000,
+            proven_ops_per_sec: Some(3.0e11),
+            reasons: vec![Reason::new(ReasonCode::LateCommitment, "late")],
+        });
+        assert_eq!(verdict_from_wire(&verdict_to_wire(&v)), v);
+        // A failed verdict: the rates it does not prove stay "none", its reasons keep their codes.
+        let mut failed = passing_verdict([6; 32]);
+        failed.passed = false;
+        failed.throughput.proven_ops_per_sec = None;
+        failed.throughput.proven_ops_per_sec_per_device = None;
+        failed.throughput.proven_to_expected = None;
+        failed.throughput.rate_source = None;
+        failed.reasons = vec![Reason::new(ReasonCode::ReexecutionMismatch, "chain 3 differs")];
+        assert_eq!(verdict_from_wire(&verdict_to_wire(&failed)), failed);
+    }
+}
