@@ -244,6 +244,21 @@ fn an_operator_manages_the_miners_of_a_running_validator() {
     let followed: serde_json::Value = serde_json::from_str(&first_line_of_follow(from_file)).unwrap();
     assert_eq!(followed, listed[0]);
 
+    // The rate table through the API is the one `validator rates show` reads from the file
+    // (both with the default config), the class just attested among it.
+    let rates_through_api: serde_json::Value =
+        serde_json::from_str(&stdout_of(&miners(&api, &["rates", "--json"]))).unwrap();
+    let rates_from_file = cmd("validator")
+        .args(["rates", "--database"])
+        .arg(d.join("v.db"))
+        .args(["show", "--json"])
+        .output()
+        .unwrap();
+    let rates_from_file: serde_json::Value = serde_json::from_str(&stdout_of(&rates_from_file)).unwrap();
+    assert_eq!(rates_through_api, rates_from_file);
+    assert_eq!(rates_through_api["classes"][0]["backend"], "cpu", "{rates_through_api}");
+    assert!(stdout_of(&miners(&api, &["rates"])).contains("observed classes"));
+
     // Revoked once, then told it already was; the key can no longer be registered.
     let revoke = ["revoke", &miner_key, "--reason", "test"];
     assert_eq!(stdout_of(&miners(&api, &revoke)).trim(), "revoked");

@@ -621,6 +621,12 @@ impl v1::validator_server::Validator for EndlessEmptyPages {
     ) -> Result<tonic::Response<v1::ListRevokedKeysResponse>, tonic::Status> {
         Err(tonic::Status::unimplemented("not this test's"))
     }
+    async fn list_rates(
+        &self,
+        _: tonic::Request<v1::ListRatesRequest>,
+    ) -> Result<tonic::Response<v1::ListRatesResponse>, tonic::Status> {
+        Err(tonic::Status::unimplemented("not this test's"))
+    }
     async fn revoke_miner_key(
         &self,
         _: tonic::Request<v1::RevokeMinerKeyRequest>,

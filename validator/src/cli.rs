@@ -257,6 +257,9 @@ pub enum MinersAction {
     Remove { url: String },
     /// List the revoked miner keys, newest first, with their reasons.
     Revoked,
+    /// The rate table the running validator plans with (`validator rates show` reads the
+    /// database file instead).
+    Rates,
     /// Attest a miner now, through the running validator (registered or not): its phases and
     /// progress, then the stored verdict. Exit status 0 pass, 1 fail, 2 could not attest.
     Attest { url: String },

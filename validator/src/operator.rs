@@ -386,6 +386,17 @@ impl Operator {
         Ok(self.verdicts(&newest).await?.first().map_or(0, |v| v.id))
     }
 
+    /// The rate table the validator plans with (ListRates), as `validator rates show` has it.
+    pub async fn rates(&mut self) -> Result<crate::rates::report::RateTable, OperatorError> {
+        let table = self
+            .client
+            .list_rates(v1::ListRatesRequest {})
+            .await
+            .map_err(|s| self.refused(s))?
+            .into_inner();
+        Ok(crate::rates::report::table_from_wire(&table))
+    }
+
     /// Every revoked key, newest revocation first.
     pub async fn revoked(&mut self) -> Result<Vec<Revoked>, OperatorError> {
         let keys = self

@@ -305,6 +305,11 @@ impl Validator for ValidatorService {
         }))
     }
 
+    async fn list_rates(&self, _: Request<v1::ListRatesRequest>) -> Result<Response<v1::ListRatesResponse>, Status> {
+        let table = crate::rates::report::table(self.attestor.store(), self.attestor.config(), now_ms()).await?;
+        Ok(Response::new(crate::rates::report::table_to_wire(&table)))
+    }
+
     async fn attest_miner(
         &self,
         request: Request<v1::AttestMinerRequest>,

@@ -2,7 +2,6 @@
 //! summaries from a running validator's API, and the rate table. Kept apart from the binary so
 //! that it stays a thin dispatch over the library.
 
-use crate::ValidatorConfig;
 use crate::rates::report::RateTable;
 use crate::store::Verdict;
 use crate::throughput::{Expectation, show_rate};
@@ -228,10 +227,10 @@ fn too_slow(proven_to_expected: f64) -> String {
 }
 
 /// The rate table, as `validator rates` shows it.
-pub fn print_rate_table(table: &RateTable, config: &ValidatorConfig) {
+pub fn print_rate_table(table: &RateTable) {
     println!(
         "observed classes (a class is calibrated once {} distinct miners have passed):",
-        config.calibration.min_miners
+        table.calibration_min_miners
     );
     if table.classes.is_empty() {
         println!("  none yet");
@@ -241,7 +240,7 @@ pub fn print_rate_table(table: &RateTable, config: &ValidatorConfig) {
         let seen = if c.source != "calibrated" && c.seen_observations > 0 {
             format!(
                 "; seen here: {} passes from {} of the {} miners it calibrates at",
-                c.seen_observations, c.seen_miners, config.calibration.min_miners
+                c.seen_observations, c.seen_miners, table.calibration_min_miners
             )
         } else {
             String::new()

@@ -104,6 +104,20 @@ def test_a_verdicts_json_is_the_validators_own(api, honest_miner, cheating_miner
     assert any(not v["passed"] for v in from_client.values())
 
 
+def test_the_rate_table_lists_the_class_just_attested(api, honest_miner):
+    # Only registered miners teach the validator their class.
+    api.register_miner(honest_miner.url, "rates")
+    try:
+        assert api.attest(honest_miner.url).passed
+        table = api.list_rates()
+    finally:
+        api.remove_miner(honest_miner.url)
+    cpu = [c for c in table.classes if c.backend == "cpu" and c.kernel != "walk"]
+    assert cpu and all(c.ops_per_sec > 0 and c.unit == "core" for c in cpu), table
+    assert table.calibration_min_miners >= 1
+    assert any(r.backend == "cpu" for r in table.shipped)
+
+
 def test_verdicts_are_listed_newest_first_a_page_at_a_time(api, honest_miner):
     for _ in range(2):
         assert api.attest(honest_miner.url).passed

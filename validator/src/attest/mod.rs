@@ -182,6 +182,10 @@ impl Attestor {
         &self.store
     }
 
+    pub fn config(&self) -> &ValidatorConfig {
+        &self.config
+    }
+
     /// The verification backend's devices that faulted and could not be reset, with the reason
     /// of each: verifying on them is impossible until the process restarts.
     pub fn out_of_service(&self) -> Vec<(u32, String)> {

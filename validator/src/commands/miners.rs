@@ -46,6 +46,14 @@ pub(super) fn miners(api: &ApiArgs, action: MinersAction) -> Result<Answer, Comm
                     println!("{}", if removed { "removed" } else { "was not registered" });
                 }
             }
+            MinersAction::Rates => {
+                let table = operator.rates().await?;
+                if json {
+                    print_json(&table)?;
+                } else {
+                    show::print_rate_table(&table);
+                }
+            }
             MinersAction::Revoked => {
                 let keys = operator.revoked().await?;
                 if json {

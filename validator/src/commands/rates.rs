@@ -49,7 +49,7 @@ async fn act(store: &Store, config: &ValidatorConfig, action: RatesAction) -> Re
             if json {
                 print_json(&table)?;
             } else {
-                show::print_rate_table(&table, config);
+                show::print_rate_table(&table);
             }
         }
         RatesAction::Export { output } => {

@@ -5,10 +5,11 @@ use super::file::{FORMAT, RateFile, RateFileError, SharedClass};
 use super::{Expected, RateBook, RateClass, RateEntry, RateSource};
 use crate::config::ValidatorConfig;
 use crate::store::{Store, StoreError};
+use gpu_attest_proto::v1;
 use serde::Serialize;
 
 /// One class this validator has observed or imported, and the rate it would plan with.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct ClassRow {
     #[serde(flatten)]
     pub class: RateClass,
@@ -27,10 +28,12 @@ pub struct ClassRow {
     pub seen_miners: u32,
 }
 
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct RateTable {
     pub classes: Vec<ClassRow>,
     pub shipped: Vec<RateEntry>,
+    /// Distinct miners a class needs before it is calibrated.
+    pub calibration_min_miners: u32,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -78,7 +81,90 @@ pub async fn table(store: &Store, config: &ValidatorConfig, now_ms: u64) -> Resu
     Ok(RateTable {
         classes: rows,
         shipped: config.rate_table(),
+        calibration_min_miners: config.calibration.min_miners,
     })
+}
+
+/// The table as the API sends it (ListRates).
+pub fn table_to_wire(t: &RateTable) -> v1::ListRatesResponse {
+    v1::ListRatesResponse {
+        classes: t
+            .classes
+            .iter()
+            .map(|c| v1::RateClassRow {
+                backend: c.class.backend.clone(),
+                kernel: c.class.kernel.clone(),
+                model: c.class.model.clone(),
+                n: c.class.n,
+                unit: c.unit.into(),
+                source: c.source.clone(),
+                ops_per_sec: c.ops_per_sec,
+                miners: c.miners,
+                observations: c.observations,
+                ceiling: c.ceiling,
+                capped: c.capped,
+                seen_observations: c.seen_observations,
+                seen_miners: c.seen_miners,
+            })
+            .collect(),
+        shipped: t
+            .shipped
+            .iter()
+            .map(|r| v1::ShippedRate {
+                backend: r.backend.clone(),
+                kernel: r.kernel.clone(),
+                model: r.model.clone(),
+                ops_per_sec: r.ops_per_sec,
+                peak_ops_per_sec: r.peak_ops_per_sec,
+                source: r.source.clone(),
+            })
+            .collect(),
+        calibration_min_miners: t.calibration_min_miners,
+    }
+}
+
+/// The API's table as this validator's, so that `validator miners rates` prints what `validator
+/// rates show` does.
+pub fn table_from_wire(t: &v1::ListRatesResponse) -> RateTable {
+    RateTable {
+        classes: t
+            .classes
+            .iter()
+            .map(|c| {
+                let class = RateClass {
+                    backend: c.backend.clone(),
+                    kernel: c.kernel.clone(),
+                    model: c.model.clone(),
+                    n: c.n,
+                };
+                ClassRow {
+                    unit: class.unit().as_str(),
+                    class,
+                    source: c.source.clone(),
+                    ops_per_sec: c.ops_per_sec,
+                    miners: c.miners,
+                    observations: c.observations,
+                    ceiling: c.ceiling,
+                    capped: c.capped,
+                    seen_observations: c.seen_observations,
+                    seen_miners: c.seen_miners,
+                }
+            })
+            .collect(),
+        shipped: t
+            .shipped
+            .iter()
+            .map(|r| RateEntry {
+                backend: r.backend.clone(),
+                kernel: r.kernel.clone(),
+                model: r.model.clone(),
+                ops_per_sec: r.ops_per_sec,
+                peak_ops_per_sec: r.peak_ops_per_sec,
+                source: r.source.clone(),
+            })
+            .collect(),
+        calibration_min_miners: t.calibration_min_miners,
+    }
 }
 
 /// The rates this validator calibrated itself, as a rate file. Shipped guesses are left out

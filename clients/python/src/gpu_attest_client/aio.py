@@ -65,6 +65,9 @@ class AsyncClient:
         response = await self._call(self._stub.ListRevokedKeys, pb.ListRevokedKeysRequest())
         return [RevokedKey.from_proto(k) for k in response.keys]
 
+    async def list_rates(self) -> pb.ListRatesResponse:
+        return await self._call(self._stub.ListRates, pb.ListRatesRequest())
+
     async def attest_events(self, url: str, timeout: Optional[float] = None) -> AsyncIterator[AttestEvent]:
         try:
             async for event in self._stub.AttestMiner(pb.AttestMinerRequest(url=url), timeout=timeout):

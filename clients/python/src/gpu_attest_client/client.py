@@ -79,6 +79,12 @@ class Client:
         response = self._call(self._stub.ListRevokedKeys, pb.ListRevokedKeysRequest())
         return [RevokedKey.from_proto(k) for k in response.keys]
 
+    def list_rates(self) -> pb.ListRatesResponse:
+        """The rate table the validator plans with (PROTOCOL.md 15.1): ``classes`` (each with its
+        rate, per ``unit``, and its ``source``), ``shipped`` and ``calibration_min_miners``, as
+        `validator rates show` prints it."""
+        return self._call(self._stub.ListRates, pb.ListRatesRequest())
+
     # Attestation.
 
     def attest_events(self, url: str, timeout: Optional[float] = None) -> Iterator[AttestEvent]:
