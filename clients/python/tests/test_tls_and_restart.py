@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from conftest import Daemon, binary
-from gpu_attest_client import AsyncClient, Client, Unavailable
+from gpu_attest_client import AsyncClient, Client, Unavailable, Unimplemented
 
 
 def start_validator(workdir: Path, name: str, listen: str = "127.0.0.1:0", extra: str = "") -> Daemon:
@@ -40,6 +40,37 @@ enabled = false
 
 def port(daemon: Daemon) -> str:
     return daemon.address.rsplit(":", 1)[1]
+
+
+def test_a_tls_mismatch_or_a_miners_port_says_what_to_do(workdir, validator_key, honest_miner):
+    """gRPC's own words ("Socket closed", a handshake error, UNIMPLEMENTED with no message) do
+    not say what is wrong; the client's errors do."""
+    pki = workdir / "mismatch-pki"
+    subprocess.run(
+        [binary("validator"), "tls-certs", "--out", str(pki), "--validator-host", "localhost"],
+        check=True,
+        capture_output=True,
+    )
+    tls = f'[tls]\ncert = "{pki / "validator.pem"}"\nkey = "{pki / "validator.key"}"\nca = "{pki / "ca.pem"}"\n'
+    with_tls = start_validator(workdir, "mismatch-tls", extra=tls)
+    without = start_validator(workdir, "mismatch-plain")
+    try:
+        with Client(f"http://{with_tls.address}", timeout=10) as client:
+            with pytest.raises(Unavailable) as plain_to_tls:
+                client.list_miners()
+        assert "use https:// with ca=" in plain_to_tls.value.message, plain_to_tls.value.message
+        with Client(f"https://localhost:{port(without)}", ca=pki / "ca.pem", timeout=10) as client:
+            with pytest.raises(Unavailable) as tls_to_plain:
+                client.list_miners()
+        assert "TLS handshake" in tls_to_plain.value.message and "use http://" in tls_to_plain.value.message
+    finally:
+        with_tls.stop()
+        without.stop()
+    # A miner's port is not a validator's API.
+    with Client(honest_miner.url, timeout=10) as client:
+        with pytest.raises(Unimplemented) as not_a_validator:
+            client.list_miners()
+    assert "not a validator's API" in not_a_validator.value.message
 
 
 def test_mutual_tls_with_the_certificates_tls_certs_makes(workdir, validator_key):

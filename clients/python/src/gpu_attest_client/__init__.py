@@ -21,6 +21,7 @@ from .errors import (
     ResourceExhausted,
     Unauthenticated,
     Unavailable,
+    Unimplemented,
 )
 from .types import (
     AttestEvent,
@@ -57,5 +58,6 @@ __all__ = [
     "RevokedKey",
     "Unauthenticated",
     "Unavailable",
+    "Unimplemented",
     "Verdict",
 ]

@@ -23,6 +23,7 @@ class AsyncClient:
     def __init__(self, api: str = "http://127.0.0.1:7071", *, ca: Optional[PathLike] = None,
                  cert: Optional[PathLike] = None, key: Optional[PathLike] = None,
                  timeout: float = 30.0):
+        self._api = api
         where = target(api, ca, cert, key)
         if where.credentials is None:
             self._channel = grpc.aio.insecure_channel(where.address)
@@ -44,7 +45,7 @@ class AsyncClient:
         try:
             return await method(request, timeout=self._timeout)
         except grpc.aio.AioRpcError as e:
-            raise from_rpc_error(e) from None
+            raise from_rpc_error(e, self._api) from None
 
     async def register_miner(self, url: str, name: str = "", *, replace_key: bool = False) -> MinerRecord:
         request = pb.RegisterMinerRequest(url=url, name=name, replace_key=replace_key)
@@ -75,7 +76,7 @@ class AsyncClient:
                 if converted is not None:
                     yield converted
         except grpc.aio.AioRpcError as e:
-            raise from_rpc_error(e) from None
+            raise from_rpc_error(e, self._api) from None
 
     async def attest(self, url: str, on_event: Optional[Callable[[AttestEvent], None]] = None,
                      timeout: Optional[float] = None) -> Verdict:
@@ -107,7 +108,7 @@ class AsyncClient:
             async for v in self._stub.WatchVerdicts(_requests.watch_verdicts(after_id, miner_url)):
                 yield Verdict.from_proto(v)
         except grpc.aio.AioRpcError as e:
-            raise from_rpc_error(e) from None
+            raise from_rpc_error(e, self._api) from None
 
     async def follow_verdicts(self, after_id: Optional[int] = None, miner_url: str = "",
                               retry_seconds: float = 2.0) -> AsyncIterator[Verdict]:

@@ -30,6 +30,7 @@ class Client:
     def __init__(self, api: str = "http://127.0.0.1:7071", *, ca: Optional[PathLike] = None,
                  cert: Optional[PathLike] = None, key: Optional[PathLike] = None,
                  timeout: float = 30.0):
+        self._api = api
         where = target(api, ca, cert, key)
         if where.credentials is None:
             self._channel = grpc.insecure_channel(where.address)
@@ -51,7 +52,7 @@ class Client:
         try:
             return method(request, timeout=self._timeout)
         except grpc.RpcError as e:
-            raise from_rpc_error(e) from None
+            raise from_rpc_error(e, self._api) from None
 
     # Miners.
 
@@ -97,7 +98,7 @@ class Client:
                 if converted is not None:
                     yield converted
         except grpc.RpcError as e:
-            raise from_rpc_error(e) from None
+            raise from_rpc_error(e, self._api) from None
 
     def attest(self, url: str, on_event: Optional[Callable[[AttestEvent], None]] = None,
                timeout: Optional[float] = None) -> Verdict:
@@ -137,7 +138,7 @@ class Client:
             for v in self._stub.WatchVerdicts(_requests.watch_verdicts(after_id, miner_url)):
                 yield Verdict.from_proto(v)
         except grpc.RpcError as e:
-            raise from_rpc_error(e) from None
+            raise from_rpc_error(e, self._api) from None
 
     def follow_verdicts(self, after_id: Optional[int] = None, miner_url: str = "",
                         retry_seconds: float = 2.0) -> Iterator[Verdict]:

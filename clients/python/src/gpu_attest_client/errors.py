@@ -6,6 +6,8 @@ both, so that a caller can branch on the class (or on ``code``) and show ``messa
 
 from __future__ import annotations
 
+from typing import Optional
+
 import grpc
 
 
@@ -62,6 +64,10 @@ class Internal(GpuAttestError):
     """The validator failed (its database, for example)."""
 
 
+class Unimplemented(GpuAttestError):
+    """The server does not offer the call: not a validator's API, or an older validator."""
+
+
 _BY_CODE = {
     grpc.StatusCode.INVALID_ARGUMENT: InvalidArgument,
     grpc.StatusCode.NOT_FOUND: NotFound,
@@ -74,11 +80,38 @@ _BY_CODE = {
     grpc.StatusCode.DEADLINE_EXCEEDED: DeadlineExceeded,
     grpc.StatusCode.UNAUTHENTICATED: Unauthenticated,
     grpc.StatusCode.INTERNAL: Internal,
+    grpc.StatusCode.UNIMPLEMENTED: Unimplemented,
 }
 
+_TLS_TROUBLE = ("Tls handshake failed", "TSI_", "SSL_ERROR", "WRONG_VERSION_NUMBER")
 
-def from_rpc_error(error: grpc.RpcError) -> GpuAttestError:
-    """The exception for a failed call (sync ``grpc.RpcError`` or ``grpc.aio.AioRpcError``)."""
+
+def _hint(code: grpc.StatusCode, details: str, api: Optional[str]) -> str:
+    """What to do, for the failures whose gRPC words do not say it."""
+    where = f"the server at {api}" if api else "the server"
+    if code == grpc.StatusCode.UNIMPLEMENTED:
+        return (f"{where} does not offer this call: it is not a validator's API (a miner's port?), "
+                "or its validator is older than this client (`validator --version` on that host)")
+    if code != grpc.StatusCode.UNAVAILABLE or not api:
+        return ""
+    if api.startswith("https://") and any(t in details for t in _TLS_TROUBLE):
+        return (f"the TLS handshake with {api} failed: if that API is served without TLS, use "
+                "http://; if with TLS, check that ca= names the CA that signed its certificate")
+    if api.startswith("http://") and ("Socket closed" in details or "TSI_DATA_CORRUPTED" in details):
+        return (f"{api} closed the connection: if that API is served with TLS, use https:// with ca= "
+                "(and cert=, key= where it requires client certificates)")
+    if "Connection refused" in details or "connection refused" in details:
+        return f"nothing listens at {api}: is `validator serve` running there?"
+    return ""
+
+
+
+def from_rpc_error(error: grpc.RpcError, api: Optional[str] = None) -> GpuAttestError:
+    """The exception for a failed call (sync ``grpc.RpcError`` or ``grpc.aio.AioRpcError``) to
+    the API at ``api``: the validator's message, or gRPC's with what to do where its words do
+    not say it (a TLS mismatch, a server that is not a validator)."""
     code = error.code() if hasattr(error, "code") else grpc.StatusCode.UNKNOWN
-    details = error.details() if hasattr(error, "details") else str(error)
-    return _BY_CODE.get(code, GpuAttestError)(code, details or "")
+    details = (error.details() if hasattr(error, "details") else str(error)) or ""
+    hint = _hint(code, details, api)
+    message = f"{details}; {hint}" if details and hint else (details or hint)
+    return _BY_CODE.get(code, GpuAttestError)(code, message)
