@@ -100,6 +100,26 @@ async fn the_certificates_tls_certs_makes_carry_mutual_tls_both_ways() {
     assert!(!refused.status.success());
     let said = String::from_utf8_lossy(&refused.stderr);
     assert!(said.contains("--api-cert and --api-key"), "{said}");
+    // `--config` alone gives the address (https, since it serves TLS) and the CA that checks
+    // the API's certificate: the validator's config, with the port it listens on.
+    let config_text = std::fs::read_to_string(d.join("validator.toml")).unwrap();
+    let listening = format!("listen = \"127.0.0.1:{}\"\n", validator.url.rsplit(':').next().unwrap());
+    std::fs::write(d.join("operator-view.toml"), listening + &config_text).unwrap();
+    let by_config = cmd("validator")
+        .args(["miners", "--config"])
+        .arg(d.join("operator-view.toml"))
+        .arg("--api-cert")
+        .arg(pki.join("operator.pem"))
+        .arg("--api-key")
+        .arg(pki.join("operator.key"))
+        .arg("list")
+        .output()
+        .unwrap();
+    assert!(
+        by_config.status.success() && String::from_utf8_lossy(&by_config.stdout).contains("tls-rig"),
+        "{}",
+        String::from_utf8_lossy(&by_config.stderr)
+    );
     // Plaintext to the TLS API: the error says to use https://.
     let plaintext = cmd("validator")
         .args(["miners", "--api", &api.replacen("https://", "http://", 1), "list"])

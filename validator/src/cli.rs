@@ -194,7 +194,8 @@ pub struct ApiArgs {
     /// http://127.0.0.1:7071.
     #[arg(long, env = "GPU_ATTEST_VALIDATOR_API", global = true)]
     pub api: Option<String>,
-    /// The validator's config file, read for its API address (`listen`, https when it has [tls]).
+    /// The validator's config file, read for its API address (`listen`, https when it has [tls])
+    /// and, for https, its `[tls] ca` when --api-ca is not given.
     #[arg(long, env = "GPU_ATTEST_VALIDATOR_CONFIG", global = true)]
     pub config: Option<PathBuf>,
     /// CA certificate (PEM) the API's certificate is checked against, for an https:// address.
@@ -218,22 +219,40 @@ impl ApiArgs {
         if let Some(api) = &self.api {
             return Ok(api.clone());
         }
+        Ok(match self.validator_config()? {
+            Some(config) => api_address(&config),
+            None => DEFAULT_API.into(),
+        })
+    }
+
+    /// The validator config the API's address comes from, when it comes from one: --config,
+    /// else the installed one where it exists; `None` under --api.
+    fn validator_config(&self) -> Result<Option<crate::ValidatorConfig>, crate::config::ConfigError> {
+        if self.api.is_some() {
+            return Ok(None);
+        }
         let installed = std::path::Path::new(INSTALLED_CONFIG);
         let path = match &self.config {
             Some(path) => path.as_path(),
             None if installed.exists() => installed,
-            None => return Ok(DEFAULT_API.into()),
+            None => return Ok(None),
         };
-        let config = crate::ValidatorConfig::load(Some(path))?;
-        Ok(api_address(&config))
+        crate::ValidatorConfig::load(Some(path)).map(Some)
     }
 
-    pub fn tls(&self) -> gpu_attest_daemon::tls::TlsFiles {
-        gpu_attest_daemon::tls::TlsFiles {
+    /// The TLS files for the API: the flags', and for an address taken from a config that serves
+    /// TLS, that config's `[tls] ca` unless --api-ca names another (`validator tls-certs` signs
+    /// the validator's certificate and the operator's with the one CA).
+    pub fn tls(&self) -> Result<gpu_attest_daemon::tls::TlsFiles, crate::config::ConfigError> {
+        let ca = match &self.api_ca {
+            Some(ca) => Some(ca.clone()),
+            None => self.validator_config()?.and_then(|config| config.tls.ca),
+        };
+        Ok(gpu_attest_daemon::tls::TlsFiles {
             cert: self.api_cert.clone(),
             key: self.api_key.clone(),
-            ca: self.api_ca.clone(),
-        }
+            ca,
+        })
     }
 }
 

@@ -11,7 +11,7 @@ use crate::show;
 pub(super) fn miners(api: &ApiArgs, action: MinersAction) -> Result<Answer, CommandError> {
     runtime()?.block_on(async {
         let address = api.address()?;
-        let mut operator = Operator::connect(&address, &api.tls()).await?;
+        let mut operator = Operator::connect(&address, &api.tls()?).await?;
         let json = api.json;
         match action {
             MinersAction::Add { url, name, replace_key } => {
