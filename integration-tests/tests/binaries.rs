@@ -274,6 +274,11 @@ fn an_operator_manages_the_miners_of_a_running_validator() {
 
     // Bad input and a validator that is not running: one line each, exit 2.
     assert_one_line_error(&miners(&api, &["revoke", "abcd", "--reason", "x"]), "64 hex digits");
+    // A miner the validator cannot reach: the validator's words, not a hint about this
+    // command's own connection (which worked).
+    let unreachable = miners(&api, &["add", "http://127.0.0.1:1"]);
+    assert_one_line_error(&unreachable, "cannot reach miner");
+    assert!(!String::from_utf8_lossy(&unreachable.stderr).contains("--api-ca"));
     assert_one_line_error(
         &miners("http://127.0.0.1:1", &["list"]),
         "is `validator serve` running there?",

@@ -255,12 +255,17 @@ impl Operator {
     /// words ("h2 protocol error", "transport error") would not tell an operator.
     fn transport_hint(&self, status: &tonic::Status) -> Option<&'static str> {
         let message = status.message();
-        let transport = matches!(
-            status.code(),
-            tonic::Code::Unknown | tonic::Code::Unavailable | tonic::Code::Cancelled | tonic::Code::Internal
-        ) && ["h2 protocol error", "transport error", "operation was canceled"]
-            .iter()
-            .any(|words| message.contains(words));
+        // A status the validator sent (one it relays from a miner may well say "transport
+        // error") has no source: only one made here from this connection's own error does.
+        let from_this_connection = std::error::Error::source(status).is_some();
+        let transport = from_this_connection
+            && matches!(
+                status.code(),
+                tonic::Code::Unknown | tonic::Code::Unavailable | tonic::Code::Cancelled | tonic::Code::Internal
+            )
+            && ["h2 protocol error", "transport error", "operation was canceled"]
+                .iter()
+                .any(|words| message.contains(words));
         if !transport {
             return None;
         }
