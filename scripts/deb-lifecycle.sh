@@ -22,6 +22,7 @@ units_dir=/lib/systemd/system
 work=$(mktemp -d /tmp/gpu-attest-lifecycle.XXXXXX)
 pids=()
 cleanup() {
+    if [ -d /run/systemd/system ]; then systemctl stop gpu-attest-miner gpu-attest-validator 2>/dev/null || true; fi
     for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
     wait 2>/dev/null || true
     dpkg --purge gpu-attest >/dev/null 2>&1 || true
@@ -94,22 +95,31 @@ sed "${free_ports[@]}" -e "s/^allowed_validators = .*/allowed_validators = [\"$v
     "$examples/miner.example.toml" >/etc/gpu-attest/miner.toml
 start_unit gpu-attest-miner 61802
 
+# A unit's output: its log file here, or the journal where systemd started it.
+output_of() {
+    if [ -d /run/systemd/system ]; then
+        journalctl -u "$1" -o cat --no-pager 2>/dev/null
+    else
+        cat "$work/$1.log" 2>/dev/null
+    fi
+}
+
 # The address a daemon printed first: `listening on ADDRESS`.
 listening() {
     for _ in $(seq 150); do
         local line
-        line=$(sed -n 's/^listening on //p' "$work/$1.log" | head -1)
+        line=$(output_of "$1" | sed -n 's/^listening on //p' | head -1)
         [ -n "$line" ] && { echo "$line"; return; }
         sleep 0.2
     done
-    echo "$1 did not start:" >&2; cat "$work/$1.log" >&2; exit 1
+    echo "$1 did not start:" >&2; output_of "$1" >&2; exit 1
 }
 api=(gpu-attest-validator miners --api "http://$(listening gpu-attest-validator)")
 miner_url="https://localhost:$(listening gpu-attest-miner | sed 's/.*://')"
 echo "== registering the miner at $miner_url over mutual TLS" >&2
 "${api[@]}" add "$miner_url" --name packaged >/dev/null || {
-    echo "registration failed; validator log:" >&2; cat "$work/gpu-attest-validator.log" >&2
-    echo "miner log:" >&2; cat "$work/gpu-attest-miner.log" >&2; exit 1; }
+    echo "registration failed; validator log:" >&2; output_of gpu-attest-validator >&2
+    echo "miner log:" >&2; output_of gpu-attest-miner >&2; exit 1; }
 
 echo "== waiting for the schedule's verdict (up to 120 s)" >&2
 verdict=""
@@ -119,14 +129,15 @@ for _ in $(seq 120); do
     sleep 1
 done
 "${api[@]}" verdicts
-[ "$verdict" = PASS ] || { echo "no scheduled PASS (got '${verdict:-nothing}'); validator log:" >&2; cat "$work/gpu-attest-validator.log" >&2; exit 1; }
+[ "$verdict" = PASS ] || { echo "no scheduled PASS (got '${verdict:-nothing}'); validator log:" >&2; output_of gpu-attest-validator >&2; exit 1; }
 # The daemons ran as their own users, not as root.
 for unit in gpu-attest-validator gpu-attest-miner; do
-    owner=$(stat -c %u "/var/lib/$unit")
+    owner=$(stat -L -c %u "/var/lib/$unit")
     [ "$owner" != 0 ] || { echo "$unit's state belongs to root" >&2; exit 1; }
 done
 
 echo "== stopping and purging" >&2
+if [ -d /run/systemd/system ]; then systemctl stop gpu-attest-miner gpu-attest-validator; fi
 for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
 wait 2>/dev/null || true
 pids=()
