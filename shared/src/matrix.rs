@@ -87,12 +87,7 @@ pub fn generate(key: &[u8; 32], stream: u64, n: usize) -> Matrix {
     /// A whole number of 64-byte ChaCha blocks.
     const PIECE: usize = 1 << 20;
     let mut m = Matrix::zeros(n);
-    let fill = |position: usize, piece: &mut [u8]| {
-        let mut rng = ChaCha8Rng::from_seed(*key);
-        rng.set_stream(stream);
-        rng.set_word_pos((position / 4) as u128);
-        rng.fill_bytes(piece);
-    };
+    let fill = |position: usize, piece: &mut [u8]| fill_from(key, stream, position as u64, piece);
     let bytes = m.as_bytes_mut();
     if bytes.len() <= PIECE {
         fill(0, bytes);
@@ -103,6 +98,21 @@ pub fn generate(key: &[u8; 32], stream: u64, n: usize) -> Matrix {
             .for_each(|(i, piece)| fill(i * PIECE, piece));
     }
     m
+}
+
+/// `out.len()` bytes of ChaCha8 keyed by `key`, on `stream`, from byte `position` (a multiple
+/// of 4) on.
+pub fn fill_from(key: &[u8; 32], stream: u64, position: u64, out: &mut [u8]) {
+    let mut rng = ChaCha8Rng::from_seed(*key);
+    rng.set_stream(stream);
+    rng.set_word_pos(u128::from(position / 4));
+    rng.fill_bytes(out);
+}
+
+/// Row `row` of A_chain, `out.len()` = n bytes of it, made alone: a checker makes one row of a
+/// chain's state from it without the whole matrix.
+pub fn a_row(key: &[u8; 32], chain: u64, row: u32, out: &mut [u8]) {
+    fill_from(key, a_stream(chain), u64::from(row) * out.len() as u64, out);
 }
 
 /// A_i of the challenge.

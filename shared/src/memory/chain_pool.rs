@@ -5,14 +5,12 @@
 //! A slice is checked two ways: against the state's hash (the chain's last checkpoint, by the
 //! slice's BLAKE3 path, [`super::slice`]), and against the work function, one row at a time: row
 //! `r` of `X_{i,K}` depends only on row `r` of `A_i` and on `B_i`, so a validator makes it with
-//! `K` vector-matrix products instead of the whole chain ([`state_row`]).
+//! `K` vector-matrix products instead of the whole chain ([`StateRows`]).
 
 use super::slice::SLICE_BYTES;
-use crate::matrix::{a_stream, generate_b};
+use crate::matrix::{Matrix, a_row, generate_b};
 use crate::mix::mix;
 use crate::params::Work;
-use rand_chacha::ChaCha8Rng;
-use rand_chacha::rand_core::{Rng, SeedableRng};
 use thiserror::Error;
 
 /// One device's pool: chains `first_chain .. first_chain + chains` of the challenge, whose final
@@ -76,33 +74,51 @@ impl ChainPool {
     }
 }
 
-/// Row `row` of `X_{chain, work.iterations()}`, made alone: `x_0` is row `row` of `A_chain` (its
-/// `n` bytes of ChaCha8 stream `2 chain` at offset `row * n`), and
+/// Rows of `X_{chain, work.iterations()}`, made alone: `x_0` is row `row` of `A_chain` (its `n`
+/// bytes of ChaCha8 stream `2 chain` at offset `row * n`), and
 /// `x_{k+1}[c] = mix(sum over i of x_k[i] * B[i][c], k, row, c)`, exactly the chain's step.
-pub fn state_row(work: &Work, chain: u64, row: u32) -> Vec<i8> {
-    let n = work.n();
-    let b = generate_b(work.key(), chain, n);
-    let b = b.as_slice();
-    let mut x = vec![0u8; n];
-    let mut rng = ChaCha8Rng::from_seed(*work.key());
-    rng.set_stream(a_stream(chain));
-    rng.set_word_pos(u128::from(row) * n as u128 / 4);
-    rng.fill_bytes(&mut x);
-    let mut x: Vec<i8> = x.into_iter().map(|v| v as i8).collect();
-    let mut y = vec![0i32; n];
-    for k in 0..work.iterations() {
-        y.fill(0);
-        for (&xi, b_row) in x.iter().zip(b.chunks_exact(n)) {
-            let xi = i32::from(xi);
-            for (acc, &bc) in y.iter_mut().zip(b_row) {
-                *acc += xi * i32::from(bc);
-            }
-        }
-        for (c, (out, &acc)) in x.iter_mut().zip(&y).enumerate() {
-            *out = mix(acc, k, row, c as u32);
+/// `B_chain` is made once, for every row a check draws from the chain.
+pub struct StateRows<'a> {
+    work: &'a Work,
+    chain: u64,
+    b: Matrix,
+}
+
+impl<'a> StateRows<'a> {
+    pub fn new(work: &'a Work, chain: u64) -> Self {
+        StateRows {
+            work,
+            chain,
+            b: generate_b(work.key(), chain, work.n()),
         }
     }
-    x
+
+    pub fn row(&self, row: u32) -> Vec<i8> {
+        let n = self.work.n();
+        let b = self.b.as_slice();
+        let mut bytes = vec![0u8; n];
+        a_row(self.work.key(), self.chain, row, &mut bytes);
+        let mut x: Vec<i8> = bytes.into_iter().map(|v| v as i8).collect();
+        let mut y = vec![0i32; n];
+        for k in 0..self.work.iterations() {
+            y.fill(0);
+            for (&xi, b_row) in x.iter().zip(b.chunks_exact(n)) {
+                let xi = i32::from(xi);
+                for (acc, &bc) in y.iter_mut().zip(b_row) {
+                    *acc += xi * i32::from(bc);
+                }
+            }
+            for (c, (out, &acc)) in x.iter_mut().zip(&y).enumerate() {
+                *out = mix(acc, k, row, c as u32);
+            }
+        }
+        x
+    }
+}
+
+/// Row `row` of `X_{chain, work.iterations()}` alone ([`StateRows`], for one row).
+pub fn state_row(work: &Work, chain: u64, row: u32) -> Vec<i8> {
+    StateRows::new(work, chain).row(row)
 }
 
 #[cfg(test)]

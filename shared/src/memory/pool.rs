@@ -9,11 +9,9 @@ use crate::aligned::AlignedBytes;
 use crate::digest::Digest;
 use crate::failure::{BackendError, CancelToken};
 use crate::gemm::{CpuGemm, PackedB};
-use crate::matrix::{Matrix, a_stream, generate_a, generate_b};
+use crate::matrix::{Matrix, a_row, generate_a, generate_b};
 use crate::merkle::{MerkleProof, MerkleTree};
 use crate::mix::mix;
-use rand_chacha::ChaCha8Rng;
-use rand_chacha::rand_core::{Rng, SeedableRng};
 use rayon::prelude::*;
 use std::borrow::Cow;
 
@@ -72,10 +70,7 @@ impl EntryB {
 
     fn row(&self, spec: &PoolSpec, entry: u64, row: u32) -> [i8; ENTRY_N] {
         let mut x = [0u8; ENTRY_N];
-        let mut rng = ChaCha8Rng::from_seed(*spec.key());
-        rng.set_stream(a_stream(entry));
-        rng.set_word_pos(u128::from(row) * ENTRY_N as u128 / 4);
-        rng.fill_bytes(&mut x);
+        a_row(spec.key(), entry, row, &mut x);
         let mut x: [i8; ENTRY_N] = x.map(|b| b as i8);
         for step in 0..ENTRY_STEPS {
             let y = self.times(&x);

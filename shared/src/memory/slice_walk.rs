@@ -8,8 +8,8 @@
 //! (which the validator computes itself, so that no walker may choose where it begins), the
 //! slice `s_t` names against its chain's committed state, and the step between them.
 
-use super::chain_pool::{ChainPool, state_row};
-use super::slice::{SliceError, SlicePath, verify_slice};
+use super::chain_pool::{ChainPool, StateRows};
+use super::slice::{SLICE_BYTES, SliceError, SlicePath, slice_path, verify_slice};
 use super::walk::{entry_index, step_under};
 use crate::chain::leaf_hash;
 use crate::digest::Digest;
@@ -89,21 +89,23 @@ impl SliceSource for HeldStates {
 
     fn slice(&self, e: u64) -> &[u8] {
         let (chain, q) = self.pool.locate(e);
-        &self.state(chain).as_bytes()[q as usize * super::slice::SLICE_BYTES..][..super::slice::SLICE_BYTES]
+        &self.state(chain).as_bytes()[q as usize * SLICE_BYTES..][..SLICE_BYTES]
     }
+}
+
+/// Walker `walker`'s states on `source`'s device, `s_0 ..= s_L`, each made as it is taken.
+fn trace<'a>(walk: &'a SliceWalk, source: &'a dyn SliceSource, walker: u32) -> impl Iterator<Item = Digest> + 'a {
+    let pool = source.pool();
+    let start = walk.start_state(pool.device, walker);
+    std::iter::once(start).chain((0..walk.steps).scan(start, move |s, t| {
+        *s = step(source.slice(entry_index(s, pool.slices())), s, t);
+        Some(*s)
+    }))
 }
 
 /// Every state of walker `walker` on `source`'s device: `s_0 ..= s_L`.
 pub fn walker_states(walk: &SliceWalk, source: &dyn SliceSource, walker: u32) -> Vec<Digest> {
-    let pool = source.pool();
-    let mut states = Vec::with_capacity(walk.steps as usize + 1);
-    let mut s = walk.start_state(pool.device, walker);
-    states.push(s);
-    for t in 0..walk.steps {
-        s = step(source.slice(entry_index(&s, pool.slices())), &s, t);
-        states.push(s);
-    }
-    states
+    trace(walk, source, walker).collect()
 }
 
 /// One device's walk: each walker's root and the device's walk root over them.
@@ -116,17 +118,11 @@ pub struct DeviceWalk {
 /// Walks every walker of `source`'s device, folding each walker's states into its tree as it
 /// goes (nothing of the trace is kept).
 pub fn walk_device(walk: &SliceWalk, source: &dyn SliceSource) -> DeviceWalk {
-    let pool = source.pool();
     let walker_roots: Vec<Digest> = (0..walk.walkers)
         .into_par_iter()
         .map(|w| {
             let mut tree = MerkleFold::new();
-            let mut s = walk.start_state(pool.device, w);
-            tree.push(&s);
-            for t in 0..walk.steps {
-                s = step(source.slice(entry_index(&s, pool.slices())), &s, t);
-                tree.push(&s);
-            }
+            trace(walk, source, w).for_each(|s| tree.push(&s));
             tree.root()
         })
         .collect();
@@ -190,7 +186,7 @@ pub fn open_step(
         after: states[step as usize + 1],
         after_proof: tree.proof(u64::from(step) + 1)?,
         slice: state.to_vec(),
-        slice_path: super::slice::slice_path(&whole, q).ok()?,
+        slice_path: slice_path(&whole, q).ok()?,
         checkpoints,
         chain_proof,
     })
@@ -291,12 +287,16 @@ pub fn check_step(
     if step(&opening.slice, &opening.before, t) != opening.after {
         return Err(StepRejection::StepMismatch { walker: w, step: t });
     }
-    let n = pool.n;
+    if rows.is_empty() {
+        return Ok(());
+    }
+    let (n, per_slice) = (pool.n, pool.rows_per_slice());
+    let made = StateRows::new(work, chain);
     for &r in rows {
-        let row = q as u32 * pool.rows_per_slice() + r % pool.rows_per_slice();
-        let at = (r % pool.rows_per_slice()) as usize * n;
-        let made = state_row(work, chain, row);
-        if bytemuck::cast_slice::<i8, u8>(&made) != &opening.slice[at..at + n] {
+        let in_slice = r % per_slice;
+        let row = q as u32 * per_slice + in_slice;
+        let at = in_slice as usize * n;
+        if bytemuck::cast_slice::<i8, u8>(&made.row(row)) != &opening.slice[at..at + n] {
             return Err(StepRejection::PoolStateMismatch { chain, row });
         }
     }
