@@ -10,6 +10,14 @@ use std::time::Duration;
 use thiserror::Error;
 use tonic::transport::{Channel, Endpoint};
 
+/// Whether `status` was made on this side from the connection's own error (it has a source: an
+/// HTTP/2 or transport error), rather than sent by the peer, whose statuses arrive without one.
+/// A peer's message may well say "transport error" when it relays what it met further on, so the
+/// words alone cannot tell the two apart.
+pub fn made_by_the_connection(status: &tonic::Status) -> bool {
+    std::error::Error::source(status).is_some()
+}
+
 /// Why a peer could not be dialled.
 #[derive(Debug, Error)]
 pub enum DialError {

@@ -255,10 +255,7 @@ impl Operator {
     /// words ("h2 protocol error", "transport error") would not tell an operator.
     fn transport_hint(&self, status: &tonic::Status) -> Option<&'static str> {
         let message = status.message();
-        // A status the validator sent (one it relays from a miner may well say "transport
-        // error") has no source: only one made here from this connection's own error does.
-        let from_this_connection = std::error::Error::source(status).is_some();
-        let transport = from_this_connection
+        let transport = gpu_attest_daemon::dial::made_by_the_connection(status)
             && matches!(
                 status.code(),
                 tonic::Code::Unknown | tonic::Code::Unavailable | tonic::Code::Cancelled | tonic::Code::Internal

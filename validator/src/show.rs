@@ -153,22 +153,55 @@ pub fn print_revoked(keys: &[crate::operator::Revoked]) {
 /// One event of an attestation through the API (`validator miners attest`), on stderr: each
 /// phase, and each device's progress once it has computed all its chains (every step of it
 /// would flood a terminal or a log).
-pub fn print_attest_event(event: &gpu_attest_proto::v1::attest_event::Event, last_line: &mut std::time::Instant) {
+pub fn print_attest_event(event: &gpu_attest_proto::v1::attest_event::Event, lines: &mut ProgressLines) {
     use gpu_attest_proto::v1::attest_event::Event;
-    /// A device's progress at most this often, besides its end: a long challenge must not
-    /// look hung.
-    const EVERY: std::time::Duration = std::time::Duration::from_secs(5);
     match event {
         Event::Phase(phase) => eprintln!("{}: {}", phase.name, phase.detail),
         Event::Progress(p) if p.total > 0 && p.done == p.total => {
             eprintln!("device {}: {} of {} chains computed", p.device, p.done, p.total)
         }
-        Event::Progress(p) if p.total > 0 && last_line.elapsed() >= EVERY => {
+        Event::Progress(p) if p.total > 0 && lines.due() => {
             eprintln!("device {}: {} of {} chains so far", p.device, p.done, p.total)
         }
         _ => return,
     }
-    *last_line = std::time::Instant::now();
+    lines.printed();
+}
+
+/// When progress may have a line of its own, off a terminal: at most one every 5 s after the
+/// last line printed, so that a long challenge does not look hung and a log is not flooded.
+pub struct ProgressLines {
+    last: std::time::Instant,
+}
+
+impl ProgressLines {
+    const EVERY: std::time::Duration = std::time::Duration::from_secs(5);
+
+    pub fn new() -> Self {
+        ProgressLines {
+            last: std::time::Instant::now(),
+        }
+    }
+
+    /// A line was printed: the next progress line waits its interval from now.
+    pub fn printed(&mut self) {
+        self.last = std::time::Instant::now();
+    }
+
+    /// Whether a progress line is due; one that is, is counted as printed.
+    pub fn due(&mut self) -> bool {
+        let due = self.last.elapsed() >= Self::EVERY;
+        if due {
+            self.printed();
+        }
+        due
+    }
+}
+
+impl Default for ProgressLines {
+    fn default() -> Self {
+        Self::new()
+    }
 }
 
 /// What one verdict line shows, wherever the verdict was read from.

@@ -5,7 +5,7 @@ use super::AttestError;
 use super::decoding::own_decode_failure;
 use super::untrusted::miner_text;
 use crate::config::ValidatorConfig;
-use gpu_attest_daemon::dial::{DialError, dial};
+use gpu_attest_daemon::dial::{DialError, dial, made_by_the_connection};
 use gpu_attest_daemon::errors::error_chain;
 use gpu_attest_daemon::tls::check_plaintext_client;
 use gpu_attest_proto::convert::{challenge_to_wire, inventory_from_wire};
@@ -160,7 +160,7 @@ impl MinerConnection {
                 },
                 // The connection failed under the call (tonic reports that as Unknown, with the
                 // transport error as its source): the miner did not answer, wrongly or at all.
-                (None, Code::Unknown) if std::error::Error::source(&s).is_some() => AttestError::Unreachable {
+                (None, Code::Unknown) if made_by_the_connection(&s) => AttestError::Unreachable {
                     url: self.url.clone(),
                     detail: error_chain(&s),
                 },

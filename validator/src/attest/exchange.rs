@@ -8,6 +8,7 @@ use super::{AttestError, AttestEvent};
 use crate::device_identity::check::WireEvidence;
 use crate::planner::Plan;
 use crate::reason::{Reason, ReasonCode};
+use gpu_attest_daemon::dial::made_by_the_connection;
 use gpu_attest_proto::convert::commitment_from_wire;
 use gpu_attest_proto::evidence::evidence_from_wire;
 use gpu_attest_proto::v1::{self, challenge_event::Event};
@@ -247,9 +248,9 @@ fn classify(
                 miner_text(status.message())
             ),
         ),
-        // A status with a source was made here from the connection's error, not sent by the
-        // miner: the connection went (the miner shut down or crashed, or the network failed).
-        Err(status) if std::error::Error::source(&status).is_some() => failed(
+        // Not the miner's word: the connection went (it shut down or crashed, or the network
+        // failed).
+        Err(status) if made_by_the_connection(&status) => failed(
             ReasonCode::MinerFailed,
             format!(
                 "the miner's connection closed after it accepted the challenge, without a word from the miner: it shut down, crashed or lost its network ({})",

@@ -7,12 +7,9 @@ use crate::cli::Settings;
 use crate::{daemon, show};
 use indicatif::{ProgressBar, ProgressStyle};
 use std::io::IsTerminal;
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, Instant};
-
-/// Off a terminal, at most one progress line this often.
-const PROGRESS_EVERY: Duration = Duration::from_secs(5);
+use std::sync::{Mutex, PoisonError};
+use std::time::Duration;
 
 /// Attests the miner at `miner` once: yes on a pass, no on a fail verdict.
 pub(super) fn attest_once(settings: &Settings, miner: &str, json: bool) -> Result<Answer, CommandError> {
@@ -22,7 +19,7 @@ pub(super) fn attest_once(settings: &Settings, miner: &str, json: bool) -> Resul
     let bar = std::io::stderr().is_terminal().then(progress_bar);
     // Off a terminal (a log, a pipe) progress is a line now and then, so that a long challenge
     // does not look hung between `computing:` and `commitment-received:`.
-    let last_line = Mutex::new(Instant::now());
+    let lines = Mutex::new(show::ProgressLines::new());
     let on_event = |e: AttestEvent| match (&bar, e) {
         (Some(bar), AttestEvent::Phase { name, detail }) => bar.set_message(format!("{name}: {detail}")),
         (Some(bar), AttestEvent::Progress(p)) => {
@@ -30,13 +27,11 @@ pub(super) fn attest_once(settings: &Settings, miner: &str, json: bool) -> Resul
             bar.set_position(p.done);
         }
         (None, AttestEvent::Phase { name, detail }) if !json => {
-            *last_line.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Instant::now();
+            lines.lock().unwrap_or_else(PoisonError::into_inner).printed();
             eprintln!("{name}: {detail}");
         }
         (None, AttestEvent::Progress(p)) if !json => {
-            let mut last = last_line.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-            if last.elapsed() >= PROGRESS_EVERY && p.done < p.total {
-                *last = Instant::now();
+            if p.done < p.total && lines.lock().unwrap_or_else(PoisonError::into_inner).due() {
                 eprintln!("progress: {}/{} chains", p.done, p.total);
             }
         }

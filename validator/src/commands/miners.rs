@@ -63,11 +63,11 @@ pub(super) fn miners(api: &ApiArgs, action: MinersAction) -> Result<Answer, Comm
                 }
             }
             MinersAction::Attest { url } => {
-                let mut last_line = std::time::Instant::now();
+                let mut lines = show::ProgressLines::new();
                 let verdict = operator
                     .attest(&url, |event| {
                         if !json {
-                            show::print_attest_event(event, &mut last_line);
+                            show::print_attest_event(event, &mut lines);
                         }
                     })
                     .await?;

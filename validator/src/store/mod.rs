@@ -185,10 +185,12 @@ async fn probe_in_time(options: &AnyConnectOptions, dialect: Dialect, access: Ac
         })
 }
 
-/// Why a SQLite file could not be opened to write: a file or directory this validator may not
-/// write, or a directory that does not exist, said as such; anything else as it came.
-pub(super) fn opening_to_write_failed(location: &str, file: &Path, source: sqlx::Error) -> StoreError {
+/// Why the SQLite file at `location` could not be opened to write: a file or directory this
+/// validator may not write, or a directory that does not exist, said as such (the directory
+/// named in full, a relative location too); anything else as it came.
+pub(super) fn opening_to_write_failed(location: &str, source: sqlx::Error) -> StoreError {
     if needs_shared_memory_file(&source) {
+        let file = std::path::absolute(location).unwrap_or_else(|_| location.into());
         StoreError::NotWritable {
             location: location.to_string(),
             directory: file.parent().map(|d| d.display().to_string()).unwrap_or_default(),
@@ -273,7 +275,7 @@ impl Store {
         // A SQLite file this validator may not write (or whose directory it may not write, or
         // that does not exist) fails here or when the pool first sets the journal mode.
         let open_failure = |source: sqlx::Error| match (&file, access) {
-            (Some(file), Access::ReadWrite) => opening_to_write_failed(&shown, file, source),
+            (Some(_), Access::ReadWrite) => opening_to_write_failed(&shown, source),
             _ => open_err(source),
         };
         probed.map_err(open_failure)?;

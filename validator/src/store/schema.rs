@@ -14,7 +14,6 @@
 use super::{Dialect, Store, StoreError};
 // Every statement run with AssertSqlSafe is built here from constants, never from input.
 use sqlx::{AssertSqlSafe, Executor};
-use std::path::Path;
 
 pub const SCHEMA_VERSION: i64 = 7;
 
@@ -198,7 +197,7 @@ const MIGRATION_WAIT_SECS: u64 = 60;
 pub(super) async fn migrate(store: &Store) -> Result<(), StoreError> {
     // Migrating is the first write: a SQLite file that may not be written fails here.
     let open_err = |source| match store.dialect {
-        Dialect::Sqlite => super::opening_to_write_failed(&store.location, Path::new(&store.location), source),
+        Dialect::Sqlite => super::opening_to_write_failed(&store.location, source),
         Dialect::Postgres => StoreError::Open {
             location: store.location.clone(),
             source,
