@@ -171,10 +171,7 @@ impl CpuGemm {
         })
     }
 
-    /// Drives the tiles: each rayon task owns a block of whole output rows; inside it, panels of
-    /// B are the outer loop so one panel (32n bytes) stays in L2 while the block's rows stream
-    /// by, and blocks of k the next, so that the panel's block of k stays in L1 while the
-    /// strips of rows pass over it. Between blocks of k each strip's sums wait in `partial`.
+    /// Drives the tiles: each rayon task owns a block of whole output rows ([`Product::task`]).
     /// `epilogue(tile, block, at)` writes a finished tile's row i at `block[at.offset + i*n..]`;
     /// `at` also says where in the whole product that row lies. Each task gives up, before a
     /// panel, once `stop()` is true; `run` returns whether every task ran whole.
@@ -183,121 +180,214 @@ impl CpuGemm {
         T: Send,
         F: Fn(&[[i32; TILE_COLS]], &mut [T], TilePlace) + Sync,
     {
+        let product = Product::new(self, a, b);
+        assert_eq!(out.len(), product.n * product.n);
+        let stopped = AtomicBool::new(false);
+        self.pool.install(|| {
+            out.par_chunks_mut(product.rows_per_task * product.n)
+                .enumerate()
+                .for_each(|(task, block)| {
+                    if !product.task(task, block, stop, &epilogue) {
+                        stopped.store(true, Ordering::Relaxed);
+                    }
+                });
+        });
+        !stopped.into_inner()
+    }
+}
+
+/// One product `a * b` as its tasks share it: the operands, the sizes, and how k is cut.
+struct Product<'p> {
+    kernel: KernelKind,
+    n: usize,
+    tile_rows: usize,
+    a_bytes: &'p [u8],
+    /// Bytes of one row of A in the kernel's layout.
+    a_row_bytes: usize,
+    b: &'p PackedB,
+    /// k in the engine's blocks, and k whole: a task of one strip takes the latter.
+    blocked_spans: Vec<Range<usize>>,
+    whole_of_k: Vec<Range<usize>>,
+    rows_per_task: usize,
+    cache_hints: bool,
+}
+
+/// A task's own state while it walks its tiles.
+struct TaskTiles {
+    /// The task's first row of the whole product.
+    first_row: usize,
+    /// Two tile buffers: while the kernel computes one tile, the epilogue of the previous one
+    /// runs in the slots the kernel offers (`between`), a few rows at a time: AMX's tile unit
+    /// leaves the vector units free meanwhile.
+    tiles: [SumRows; 2],
+    /// Which of `tiles` the next tile goes to.
+    current: usize,
+    /// The finished tile whose epilogue has not run yet: which buffer, and where it goes.
+    pending: Option<(usize, TilePlace)>,
+    /// Each strip's sums between blocks of k (empty when k is taken in one pass).
+    partial: SumRows,
+}
+
+impl<'p> Product<'p> {
+    fn new(gemm: &CpuGemm, a: &'p Matrix, b: &'p PackedB) -> Self {
         let n = a.n();
-        let kernel = self.kernel;
+        let kernel = gemm.kernel;
         let tile_rows = kernel.tile_rows();
         assert_eq!(b.n(), n, "A and B differ in size");
         assert!(
             n.is_multiple_of(TILE_COLS) && n.is_multiple_of(tile_rows) && n.is_multiple_of(64),
             "n={n} is not a multiple of 64 and of the {kernel} kernel's {tile_rows}x{TILE_COLS} tile"
         );
-        assert_eq!(out.len(), n * n);
-        let blocked_spans = k_spans(n, self.k_block(n));
-        let whole_of_k = k_spans(n, n);
-        let a_bytes = a.as_bytes();
-        let a_row_bytes = n * kernel.a_element_bytes();
-        let rows_per_task = rows_per_task(n, self.threads(), tile_rows);
-        let cache_hints = self.cache_hints();
-        let stopped = AtomicBool::new(false);
-        self.pool.install(|| {
-            out.par_chunks_mut(rows_per_task * n)
-                .enumerate()
-                .for_each(|(task, block)| {
-                    let first_row = task * rows_per_task;
-                    let block_rows = block.len() / n;
-                    // Each task lays out its own rows of A for the kernel: every layout is one of
-                    // whole strips of `tile_rows` rows, so a block of rows packs on its own. Done
-                    // in the task, the packing runs on every thread, and into this core's cache,
-                    // instead of on one thread before any tile starts (at n = 1024 on 16 threads
-                    // that serial pass was a large share of the step).
-                    let prepared = kernel.prepare_a(&a_bytes[first_row * n..(first_row + block_rows) * n], n);
-                    let a = prepared.as_slice();
-                    // Two tile buffers: while the kernel computes one tile, the epilogue of the
-                    // previous one runs in the slots the kernel offers (`between`), a few rows
-                    // at a time: AMX's tile unit leaves the vector units free meanwhile.
-                    let mut tiles = [SumRows::new(MAX_TILE_ROWS), SumRows::new(MAX_TILE_ROWS)];
-                    // Blocking k pays when a panel's block of B serves several strips of this
-                    // task from L1; for a task of one strip it would only add the stores and
-                    // reloads of the sums, so such a task takes k in one pass.
-                    let k_spans: &[Range<usize>] = if block_rows > tile_rows {
-                        &blocked_spans
-                    } else {
-                        &whole_of_k
-                    };
-                    let mut partial = SumRows::new(if k_spans.len() > 1 { block_rows } else { 0 });
-                    let partial = partial.rows_mut();
-                    let mut pending: Option<(usize, TilePlace)> = None;
-                    let mut current = 0;
-                    let thread = kernel.begin();
-                    for panel in 0..n / TILE_COLS {
-                        if stop() {
-                            stopped.store(true, Ordering::Relaxed);
-                            return;
-                        }
-                        let col0 = panel * TILE_COLS;
-                        let bias_correction = b.bias_correction(panel);
-                        for (block_of_k, k) in k_spans.iter().enumerate() {
-                            let (first_pass, last_pass) = (block_of_k == 0, block_of_k + 1 == k_spans.len());
-                            let streamed = match cache_hints {
-                                true => streamed_operand(block_rows / tile_rows, tile_rows, k.len()),
-                                false => Streamed::Neither,
-                            };
-                            for r in (0..block_rows).step_by(tile_rows) {
-                                let rows = &a[r * a_row_bytes..(r + tile_rows) * a_row_bytes];
-                                let [t0, t1] = &mut tiles;
-                                let (tile, previous) = if current == 0 { (t0, t1) } else { (t1, t0) };
-                                let tile = &mut tile.rows_mut()[..tile_rows];
-                                let previous = &previous.rows_mut()[..tile_rows];
-                                let strip = r..r + tile_rows;
-                                let sums = match (first_pass, last_pass) {
-                                    (true, true) => Sums::Fresh(&mut *tile),
-                                    (true, false) => Sums::Fresh(&mut partial[strip]),
-                                    (false, false) => Sums::Add(&mut partial[strip]),
-                                    (false, true) => Sums::Carried {
-                                        carry: &partial[strip],
-                                        out: &mut *tile,
-                                    },
-                                };
-                                let mut between = |slot: usize, slots: usize| {
-                                    if let Some((_, at)) = pending {
-                                        let per_slot = tile_rows.div_ceil(slots);
-                                        let from = (slot * per_slot).min(tile_rows);
-                                        let to = ((slot + 1) * per_slot).min(tile_rows);
-                                        if from < to {
-                                            epilogue(&previous[from..to], &mut *block, at.down(from, n));
-                                        }
-                                    }
-                                };
-                                let ops = TileOperands {
-                                    rows,
-                                    panel: b.panel(panel),
-                                    bias_correction,
-                                    n,
-                                    k: k.clone(),
-                                    streamed,
-                                };
-                                kernel.tile(&thread, ops, sums, &mut between);
-                                // The previous tile's epilogue ran inside that call.
-                                pending = None;
-                                if last_pass {
-                                    let at = TilePlace {
-                                        offset: r * n + col0,
-                                        row: first_row + r,
-                                        col: col0,
-                                    };
-                                    pending = Some((current, at));
-                                    current ^= 1;
-                                }
-                            }
-                        }
-                    }
-                    if let Some((which, at)) = pending {
-                        epilogue(&tiles[which].rows_mut()[..tile_rows], block, at);
-                    }
-                });
-        });
-        !stopped.into_inner()
+        Product {
+            kernel,
+            n,
+            tile_rows,
+            a_bytes: a.as_bytes(),
+            a_row_bytes: n * kernel.a_element_bytes(),
+            b,
+            blocked_spans: k_spans(n, gemm.k_block(n)),
+            whole_of_k: k_spans(n, n),
+            rows_per_task: rows_per_task(n, gemm.threads(), tile_rows),
+            cache_hints: gemm.cache_hints(),
+        }
     }
+
+    /// Task `task`: the output rows `block` from row `task * rows_per_task` on. Panels of B are
+    /// the outer loop, so one panel (32n bytes) stays in L2 while the block's rows stream by,
+    /// and blocks of k the next, so that the panel's block of k stays in L1 while the strips of
+    /// rows pass over it. Returns false if `stop()` ended it before a panel.
+    fn task<T, F>(&self, task: usize, block: &mut [T], stop: &(dyn Fn() -> bool + Sync), epilogue: &F) -> bool
+    where
+        F: Fn(&[[i32; TILE_COLS]], &mut [T], TilePlace),
+    {
+        let n = self.n;
+        let first_row = task * self.rows_per_task;
+        let block_rows = block.len() / n;
+        // Each task lays out its own rows of A for the kernel: every layout is one of whole
+        // strips of `tile_rows` rows, so a block of rows packs on its own. Done in the task, the
+        // packing runs on every thread, and into this core's cache, instead of on one thread
+        // before any tile starts (at n = 1024 on 16 threads that serial pass was a large share
+        // of the step).
+        let prepared = self
+            .kernel
+            .prepare_a(&self.a_bytes[first_row * n..(first_row + block_rows) * n], n);
+        // Blocking k pays when a panel's block of B serves several strips of this task from
+        // L1; for a task of one strip it would only add the stores and reloads of the sums, so
+        // such a task takes k in one pass.
+        let k_spans: &[Range<usize>] = if block_rows > self.tile_rows {
+            &self.blocked_spans
+        } else {
+            &self.whole_of_k
+        };
+        let mut state = TaskTiles {
+            first_row,
+            tiles: [SumRows::new(MAX_TILE_ROWS), SumRows::new(MAX_TILE_ROWS)],
+            current: 0,
+            pending: None,
+            partial: SumRows::new(if k_spans.len() > 1 { block_rows } else { 0 }),
+        };
+        let thread = self.kernel.begin();
+        for panel in 0..n / TILE_COLS {
+            if stop() {
+                return false;
+            }
+            for (block_of_k, k) in k_spans.iter().enumerate() {
+                let pass = Pass {
+                    panel,
+                    k: k.clone(),
+                    first: block_of_k == 0,
+                    last: block_of_k + 1 == k_spans.len(),
+                };
+                self.pass(&thread, prepared.as_slice(), &pass, block, &mut state, epilogue);
+            }
+        }
+        if let Some((which, at)) = state.pending {
+            epilogue(&state.tiles[which].rows_mut()[..self.tile_rows], block, at);
+        }
+        true
+    }
+
+    /// One block of k over one panel, strip by strip of the task's rows `a` (in the kernel's
+    /// layout). Between blocks of k each strip's sums wait in `state.partial`; after the last,
+    /// a strip's tile is finished and its epilogue runs during the next tile's kernel call.
+    fn pass<T, F>(
+        &self,
+        thread: &kernels::KernelThread,
+        a: &[u8],
+        pass: &Pass,
+        block: &mut [T],
+        state: &mut TaskTiles,
+        epilogue: &F,
+    ) where
+        F: Fn(&[[i32; TILE_COLS]], &mut [T], TilePlace),
+    {
+        let (n, tile_rows) = (self.n, self.tile_rows);
+        let block_rows = block.len() / n;
+        let col0 = pass.panel * TILE_COLS;
+        let streamed = match self.cache_hints {
+            true => streamed_operand(block_rows / tile_rows, tile_rows, pass.k.len()),
+            false => Streamed::Neither,
+        };
+        let bias_correction = self.b.bias_correction(pass.panel);
+        let partial = state.partial.rows_mut();
+        for r in (0..block_rows).step_by(tile_rows) {
+            let rows = &a[r * self.a_row_bytes..(r + tile_rows) * self.a_row_bytes];
+            let [t0, t1] = &mut state.tiles;
+            let (tile, previous) = if state.current == 0 { (t0, t1) } else { (t1, t0) };
+            let tile = &mut tile.rows_mut()[..tile_rows];
+            let previous = &previous.rows_mut()[..tile_rows];
+            let strip = r..r + tile_rows;
+            let sums = match (pass.first, pass.last) {
+                (true, true) => Sums::Fresh(&mut *tile),
+                (true, false) => Sums::Fresh(&mut partial[strip]),
+                (false, false) => Sums::Add(&mut partial[strip]),
+                (false, true) => Sums::Carried {
+                    carry: &partial[strip],
+                    out: &mut *tile,
+                },
+            };
+            let pending = state.pending;
+            let mut between = |slot: usize, slots: usize| {
+                if let Some((_, at)) = pending {
+                    let per_slot = tile_rows.div_ceil(slots);
+                    let from = (slot * per_slot).min(tile_rows);
+                    let to = ((slot + 1) * per_slot).min(tile_rows);
+                    if from < to {
+                        epilogue(&previous[from..to], &mut *block, at.down(from, n));
+                    }
+                }
+            };
+            let ops = TileOperands {
+                rows,
+                panel: self.b.panel(pass.panel),
+                bias_correction,
+                n,
+                k: pass.k.clone(),
+                streamed,
+            };
+            self.kernel.tile(thread, ops, sums, &mut between);
+            // The previous tile's epilogue ran inside that call.
+            state.pending = None;
+            if pass.last {
+                let at = TilePlace {
+                    offset: r * n + col0,
+                    row: state.first_row + r,
+                    col: col0,
+                };
+                state.pending = Some((state.current, at));
+                state.current ^= 1;
+            }
+        }
+    }
+}
+
+/// One block of k (`k`) over one panel of B; `first` and `last` say whether sums start fresh
+/// and whether the tile is finished after it.
+struct Pass {
+    panel: usize,
+    k: Range<usize>,
+    first: bool,
+    last: bool,
 }
 
 /// Where a finished tile (or a run of its rows) goes: `offset` into the task's block of output
