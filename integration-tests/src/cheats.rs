@@ -206,7 +206,7 @@ impl Miner for CheatingMiner {
         &self,
         request: Request<v1::Challenge>,
     ) -> Result<Response<Self::RunChallengeStream>, Status> {
-        let running = self.core.work_started();
+        let running = self.core.running().started();
         let (challenge, signature) = convert::challenge_from_wire(request.get_ref()).map_err(MinerError::from)?;
         let accepted = self
             .core
@@ -250,7 +250,7 @@ impl Miner for CheatingMiner {
                     break;
                 }
             }
-            core.work_ended(running);
+            core.running().ended(running);
         });
         Ok(Response::new(Box::pin(tokio_stream::wrappers::ReceiverStream::new(rx))))
     }
@@ -261,7 +261,7 @@ impl Miner for CheatingMiner {
     ) -> Result<Response<Self::OpenChainsStream>, Status> {
         // Walk samples (a version 3 commitment) are opened honestly, after the chains: these
         // cheats are at the chains.
-        let running = self.core.work_started();
+        let running = self.core.running().started();
         let request = convert::open_request_from_wire(request.get_ref()).map_err(MinerError::from)?;
         let round = self.core.check_open_request(request)?;
         let (recent, samples, walks) = (round.recent, round.chains, round.walks);
@@ -279,7 +279,7 @@ impl Miner for CheatingMiner {
             // The round is over, as the real miner's ends: its pools go now, and the memory it
             // freed once its openings are dropped (`EndsWorkOnDrop`), so that the soak measures
             // the cheats and not a leakier copy of the miner.
-            core.finish_round(&recent);
+            recent.finish_round();
             openings
         })
         .await
@@ -308,14 +308,14 @@ impl Miner for CheatingMiner {
 
     /// Walks honestly: these cheats are at the chains.
     async fn walk_pool(&self, request: Request<v1::WalkRequest>) -> Result<Response<v1::WalkStatement>, Status> {
-        let running = self.core.work_started();
+        let running = self.core.running().started();
         let request = convert::walk_request_from_wire(request.get_ref()).map_err(MinerError::from)?;
         let (recent, walk) = self.core.check_walk_request(request)?;
         let core = self.core.clone();
         let statement = tokio::task::spawn_blocking(move || core.walk(&recent, &walk, &CancelToken::new()))
             .await
             .unwrap();
-        self.core.work_ended(running);
+        self.core.running().ended(running);
         let statement = statement?;
         Ok(Response::new(gpu_attest_miner::wire::walk_statement(&statement)))
     }
@@ -334,7 +334,7 @@ struct EndsWorkOnDrop {
 impl Drop for EndsWorkOnDrop {
     fn drop(&mut self) {
         if let Some(running) = self.running.take() {
-            self.core.work_ended(running);
+            self.core.running().ended(running);
         }
     }
 }

@@ -238,14 +238,10 @@ async fn a_miner_frees_its_pools_once_the_opening_round_is_over() {
         assert!(verdict.passed, "{policy:?}: {:?}", verdict.reasons);
         // The round ends on the miner once the validator has read its stream: allow it a moment.
         let waited = Instant::now();
-        while core.commitments_holding_pools() != 0 && waited.elapsed() < Duration::from_secs(10) {
+        while core.kept().holding_pools() != 0 && waited.elapsed() < Duration::from_secs(10) {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
-        assert_eq!(
-            core.commitments_holding_pools(),
-            0,
-            "{policy:?}: pools held after the round"
-        );
+        assert_eq!(core.kept().holding_pools(), 0, "{policy:?}: pools held after the round");
     }
 }
 

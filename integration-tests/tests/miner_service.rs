@@ -348,7 +348,7 @@ async fn a_validator_that_stops_reading_openings_does_not_keep_the_devices() {
     while rx.is_empty() {
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
-    let devices = tokio::time::timeout(Duration::from_secs(5), core.lock_devices())
+    let devices = tokio::time::timeout(Duration::from_secs(5), core.running().lock_devices())
         .await
         .expect("a stalled opening round kept the devices");
     assert!(
@@ -366,7 +366,7 @@ async fn a_validator_that_stops_reading_openings_does_not_keep_the_devices() {
     // A round that cannot even get the devices (a challenge holds them) ends at its limit too.
     let sample = gpu_attest_shared::opening::SampleRequest { chain: 0, segment: 0 };
     let (recent, samples) = committed_and_asked(&core, 2, 10_000, &[sample]);
-    let held = core.lock_devices().await;
+    let held = core.running().lock_devices().await;
     let (tx, mut rx) = tokio::sync::mpsc::channel(1);
     let round = tokio::spawn(run_round(core.clone(), recent, samples, tx, limits));
     tokio::time::timeout(Duration::from_secs(5), round)

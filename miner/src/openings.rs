@@ -48,7 +48,7 @@ const MIN_HANDOVER: Duration = Duration::from_secs(10);
 impl RoundLimits {
     /// The limits for opening `recent`: the round lasts as long as `core` keeps commitments.
     pub fn for_commitment(core: &MinerCore, recent: &RecentCommitment) -> Self {
-        let round = core.keep_commitments();
+        let round = core.kept().keep_for();
         RoundLimits {
             handover: recent.computed_in.max(MIN_HANDOVER).min(round),
             round,
@@ -89,7 +89,7 @@ pub async fn run_round(
     };
     round.run(samples).await;
     stopper.abort();
-    core.finish_round(&recent);
+    recent.finish_round();
 }
 
 /// What one round works with.
@@ -113,7 +113,7 @@ impl Round<'_> {
         let mut devices = None;
         for sample in samples {
             if devices.is_none() {
-                match tokio::time::timeout_at(self.ends, core.lock_devices()).await {
+                match tokio::time::timeout_at(self.ends, core.running().lock_devices()).await {
                     Ok(locked) => devices = Some(locked),
                     Err(_) => return self.over(),
                 }

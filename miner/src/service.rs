@@ -82,7 +82,7 @@ impl Miner for MinerService {
     ) -> Result<Response<Self::RunChallengeStream>, Status> {
         // Counted from before the devices are taken, so that a stopping miner never sees a
         // moment with the challenge neither running nor committed.
-        let running = self.core.work_started();
+        let running = self.core.running().started();
         let peer = peer(&request);
         let accepted = challenge_from_wire(request.get_ref())
             .map_err(MinerError::from)
@@ -106,7 +106,7 @@ impl Miner for MinerService {
         let core = self.core.clone();
         tokio::spawn(async move {
             run_accepted(core.clone(), accepted, tx).await;
-            core.work_ended(running);
+            core.running().ended(running);
         });
         // An allowed validator's challenge keeps its connection until the commitment is out.
         Ok(holds_connection(Response::new(Box::pin(ReceiverStream::new(rx)))))
@@ -117,7 +117,7 @@ impl Miner for MinerService {
         request: Request<v1::OpenChainsRequest>,
     ) -> Result<Response<Self::OpenChainsStream>, Status> {
         // Counted before the request marks the commitment opened (see `run_challenge`).
-        let running = self.core.work_started();
+        let running = self.core.running().started();
         let peer = peer(&request);
         let round = open_request_from_wire(request.get_ref())
             .map_err(MinerError::from)
@@ -138,14 +138,14 @@ impl Miner for MinerService {
                 .chain(round.walks.into_iter().map(Sample::Walk))
                 .collect();
             run_round(core.clone(), round.recent, samples, tx, limits).await;
-            core.work_ended(running);
+            core.running().ended(running);
         });
         // So does its opening round, which ends on its own (`RoundLimits`).
         Ok(holds_connection(Response::new(Box::pin(ReceiverStream::new(rx)))))
     }
 
     async fn walk_pool(&self, request: Request<v1::WalkRequest>) -> Result<Response<v1::WalkStatement>, Status> {
-        let running = self.core.work_started();
+        let running = self.core.running().started();
         let peer = peer(&request);
         let (recent, walk) = walk_request_from_wire(request.get_ref())
             .map_err(MinerError::from)
@@ -157,7 +157,7 @@ impl Miner for MinerService {
         let nonce = hex::encode(walk.nonce);
         // The walk reads the pools where the devices hold them: it waits for the devices (a
         // challenge cannot have started since the commitment, under the hold).
-        let devices = self.core.lock_devices().await;
+        let devices = self.core.running().lock_devices().await;
         // A validator that hangs up, or a walk past the validator's deadline by much, stops it.
         let cancel = CancelToken::new();
         let _stop_on_drop = CancelOnDrop(cancel.clone());
@@ -176,7 +176,7 @@ impl Miner for MinerService {
         let walked = tokio::task::spawn_blocking(move || core.walk(&recent, &walk, &worker_cancel)).await;
         deadline_watch.abort();
         drop(devices);
-        self.core.work_ended(running);
+        self.core.running().ended(running);
         let statement = match walked {
             Ok(result) => result
                 .map(|signed| crate::wire::walk_statement(&signed))

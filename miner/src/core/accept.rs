@@ -1,0 +1,188 @@
+//! Accepting a challenge: every check of PROTOCOL.md 14.3, in its order, before the devices are
+//! taken for it.
+
+use super::{MinerCore, now_ms};
+use crate::error::MinerError;
+use crate::memory::PoolPlan;
+use gpu_attest_shared::Work;
+use gpu_attest_shared::backend::ResidentPool;
+use gpu_attest_shared::keys::PublicKey;
+use gpu_attest_shared::statement::Challenge;
+use std::time::{Duration, Instant};
+use tokio::sync::OwnedMutexGuard;
+
+/// A challenge that passed every check, holding the devices until it is dropped.
+pub struct AcceptedChallenge {
+    pub challenge: Challenge,
+    pub work: Work,
+    /// The pools a version 3 challenge asks for; `None` for version 2.
+    pub pool_plan: Option<PoolPlan>,
+    /// The pools once filled ([`MinerCore::fill`]), until the commitment keeps them.
+    pub pools: Option<Vec<Box<dyn ResidentPool>>>,
+    /// When the work stops by this machine's clock, Unix milliseconds ([`MinerCore::stop_at_ms`]).
+    stop_at_ms: u64,
+    pub(super) accepted_at: Instant,
+    _devices: OwnedMutexGuard<()>,
+}
+
+impl AcceptedChallenge {
+    /// Time left to work by this machine's clock: until the finish-by time when the challenge
+    /// has one and this miner works past deadlines (a late commitment still proves its rate),
+    /// else until the deadline.
+    pub fn time_left(&self) -> Duration {
+        Duration::from_millis(self.stop_at_ms.saturating_sub(now_ms()))
+    }
+
+    /// What stops the work when it runs out of time, for people.
+    pub fn stop_named(&self) -> &'static str {
+        stop_named(self.stop_at_ms, &self.challenge)
+    }
+}
+
+impl MinerCore {
+    /// Every check of PROTOCOL.md section 14.3 after decoding, in its order, of `challenge` and
+    /// its validator's `signature`; the nonce is recorded only once the challenge is accepted
+    /// and the devices are ours.
+    pub fn accept(
+        &self,
+        challenge: Challenge,
+        signature: &[u8; 64],
+        now_ms: u64,
+    ) -> Result<AcceptedChallenge, MinerError> {
+        if !self.is_allowed(&challenge.validator_key) {
+            return Err(MinerError::ValidatorNotAllowed(challenge.validator_key));
+        }
+        challenge
+            .verify(signature)
+            .map_err(|_| MinerError::BadSignature(challenge.validator_key))?;
+        let bound = PublicKey(challenge.params.miner_key);
+        if bound != self.public_key() {
+            return Err(MinerError::WrongMiner {
+                bound,
+                ours: self.public_key(),
+            });
+        }
+        let ours = self.claim().digest();
+        if challenge.inventory_digest != ours {
+            return Err(MinerError::InventoryChanged {
+                planned: challenge.inventory_digest,
+                ours,
+            });
+        }
+        if challenge.deadline_ms <= now_ms {
+            return Err(MinerError::DeadlinePassed {
+                late_ms: now_ms - challenge.deadline_ms,
+            });
+        }
+        let work = Work::new(challenge.params)?;
+        if let Some(finish_by_ms) = challenge.finish_by_ms
+            && finish_by_ms <= challenge.deadline_ms
+        {
+            return Err(MinerError::FinishByBeforeDeadline {
+                deadline_ms: challenge.deadline_ms,
+                finish_by_ms,
+            });
+        }
+        if challenge.memory.is_some() && !self.selected.backend.holds_pools() {
+            return Err(MinerError::MemoryPhaseUnsupported(self.selected.name.clone()));
+        }
+        let pool_plan = challenge
+            .memory
+            .map(|memory| PoolPlan::new(memory, &work, &self.selected.devices()))
+            .transpose()?;
+        if self.running.is_stopping() {
+            return Err(MinerError::Stopping);
+        }
+        let out_of_service = self.selected.backend.out_of_service();
+        if !out_of_service.is_empty() {
+            self.device_alarm.ring();
+            return Err(MinerError::OutOfService(out_of_service));
+        }
+        let stop_at_ms = self.stop_at_ms(&challenge);
+        self.check_limits(&challenge, &work, stop_at_ms, now_ms)?;
+        let devices = self.running.try_lock_devices().ok_or(MinerError::Busy)?;
+        if let Some(waiting) = self.kept.awaiting_openings(&challenge.validator_key) {
+            return Err(MinerError::AwaitingOpenings(waiting));
+        }
+        // Earlier commitments' pools go now: no other validator waits on them (just checked),
+        // and on a GPU they hold the memory this challenge's chains and pools are sized from.
+        self.kept.release_pools();
+        self.selected
+            .backend
+            .check_capacity(&work)
+            .map_err(MinerError::NoRoom)?;
+        if let Some(plan) = &pool_plan {
+            plan.check_capacity(self.selected.backend.as_ref())
+                .map_err(MinerError::NoRoom)?;
+        }
+        let fresh = self.nonces.lock().unwrap_or_else(|p| p.into_inner()).claim(
+            challenge.params.nonce,
+            challenge.deadline_ms,
+            now_ms,
+        )?;
+        if !fresh {
+            return Err(MinerError::NonceReused(hex::encode(challenge.params.nonce)));
+        }
+        Ok(AcceptedChallenge {
+            stop_at_ms,
+            challenge,
+            work,
+            pool_plan,
+            pools: None,
+            accepted_at: Instant::now(),
+            _devices: devices,
+        })
+    }
+
+    /// `stop_at_ms`: when the work on `challenge` would stop ([`Self::stop_at_ms`]).
+    fn check_limits(&self, challenge: &Challenge, work: &Work, stop_at_ms: u64, now_ms: u64) -> Result<(), MinerError> {
+        let l = &self.limits;
+        let over = |what: String| Err(MinerError::OverLimit(what));
+        if work.params().n > l.max_n {
+            return over(format!("n={} > max_n={}", work.params().n, l.max_n));
+        }
+        if work.num_chains() > l.max_chains {
+            return over(format!("{} chains > max_chains={}", work.num_chains(), l.max_chains));
+        }
+        if work.iterations() > l.max_iterations {
+            return over(format!(
+                "{} iterations > max_iterations={}",
+                work.iterations(),
+                l.max_iterations
+            ));
+        }
+        // The devices may be held until the work stops, so that is what the limit bounds.
+        let window = stop_at_ms.saturating_sub(now_ms);
+        if window > l.max_duration_secs.saturating_mul(1000) {
+            // The validator reads the limit as the inventory's max_duration_ms; the miner's
+            // operator sets it as max_duration_secs. Name both.
+            let stop = stop_named(stop_at_ms, challenge);
+            return over(format!(
+                "{stop} {window} ms away > max_duration_ms={} (the miner's max_duration_secs={})",
+                l.max_duration_secs.saturating_mul(1000),
+                l.max_duration_secs
+            ));
+        }
+        Ok(())
+    }
+
+    /// When the work on `challenge` stops by this machine's clock: its finish-by time, if it has
+    /// one and this miner works past deadlines; else its deadline. (A validator sends a
+    /// finish-by time only to a miner whose inventory takes one; one sent anyway to a miner whose
+    /// operator declined is not a reason to refuse honest work, only to stop at the deadline.)
+    fn stop_at_ms(&self, challenge: &Challenge) -> u64 {
+        match challenge.finish_by_ms {
+            Some(finish_by_ms) if self.limits.work_past_deadline => finish_by_ms,
+            _ => challenge.deadline_ms,
+        }
+    }
+}
+
+/// What stops work that runs to `stop_at_ms` on `challenge`, for people.
+fn stop_named(stop_at_ms: u64, challenge: &Challenge) -> &'static str {
+    if stop_at_ms == challenge.deadline_ms {
+        "deadline"
+    } else {
+        "finish-by time"
+    }
+}

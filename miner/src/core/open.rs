@@ -1,0 +1,182 @@
+//! Answering a commitment's validator: the walk (version 3) and the one opening round, each
+//! request checked in the order of PROTOCOL.md 14.5 and 18.4 before anything runs.
+
+use super::{MAX_WALK_SAMPLES, MinerCore, Opened, RecentCommitment, Signed, SignedOpening};
+use crate::error::MinerError;
+use gpu_attest_proto::convert::{OpenRequest, WalkRequest};
+use gpu_attest_shared::CancelToken;
+use gpu_attest_shared::memory::statement::{
+    WalkSample, WalkStatement, open_request_bytes_v3, walk_opening_bytes, walk_request_bytes,
+};
+use gpu_attest_shared::opening::{ChainOpening, SampleRequest, check_sample, open_chain};
+use gpu_attest_shared::statement::{open_request_bytes, opening_bytes};
+use std::sync::Arc;
+use std::time::Instant;
+
+/// An open request that passed every check: the commitment it opens and what to open, the
+/// chain segments first, then the walk segments (version 3).
+pub struct OpenRound {
+    pub recent: Arc<RecentCommitment>,
+    pub chains: Vec<SampleRequest>,
+    pub walks: Vec<WalkSample>,
+}
+
+impl MinerCore {
+    /// Checks a decoded open request in the order of PROTOCOL.md section 14.5: not empty,
+    /// within the sample limit, for a recent commitment of ours, from that challenge's own
+    /// validator while it is still allowed, correctly signed, every sample in range, and the
+    /// first such request for this commitment. Only a request that passes all of it uses up the
+    /// commitment's one opening round.
+    pub fn check_open_request(&self, request: OpenRequest) -> Result<OpenRound, MinerError> {
+        let OpenRequest {
+            nonce,
+            validator_key,
+            samples,
+            walks,
+            signature,
+        } = request;
+        if samples.is_empty() && walks.is_empty() {
+            return Err(MinerError::NoSamples);
+        }
+        if walks.len() > MAX_WALK_SAMPLES {
+            return Err(MinerError::TooManyWalkSamples {
+                requested: walks.len(),
+                max: MAX_WALK_SAMPLES,
+            });
+        }
+        if samples.len() > self.limits.max_samples as usize {
+            return Err(MinerError::TooManySamples {
+                requested: samples.len(),
+                max: self.limits.max_samples,
+            });
+        }
+        let recent = self.kept.find(&nonce)?;
+        if validator_key != recent.validator_key.0 || !self.is_allowed(&recent.validator_key) {
+            return Err(MinerError::OpenNotAllowed);
+        }
+        let signed = match &recent.memory {
+            Some(_) => open_request_bytes_v3(&nonce, &samples, &walks),
+            None => open_request_bytes(&nonce, &samples),
+        };
+        recent
+            .validator_key
+            .verify(&signed, &signature)
+            .map_err(|_| MinerError::BadOpenSignature)?;
+        for &sample in &samples {
+            check_sample(&recent.work, sample)?;
+        }
+        match &recent.memory {
+            Some(memory) => memory.check_samples(&walks)?,
+            None if !walks.is_empty() => return Err(MinerError::NoMemoryPhase(hex::encode(nonce))),
+            None => {}
+        }
+        if !recent.claim_round() {
+            return Err(MinerError::AlreadyOpened(hex::encode(nonce)));
+        }
+        Ok(OpenRound {
+            recent,
+            chains: samples,
+            walks,
+        })
+    }
+
+    /// Checks a decoded walk request (PROTOCOL.md 18.4) as an open request is checked: for a
+    /// recent commitment of ours, from its validator while still allowed, correctly signed,
+    /// for a version 3 commitment, and the first such request. Passing uses up the walk.
+    pub fn check_walk_request(&self, request: WalkRequest) -> Result<(Arc<RecentCommitment>, WalkRequest), MinerError> {
+        let recent = self.kept.find(&request.nonce)?;
+        if request.validator_key != recent.validator_key.0 || !self.is_allowed(&recent.validator_key) {
+            return Err(MinerError::OpenNotAllowed);
+        }
+        recent
+            .validator_key
+            .verify(
+                &walk_request_bytes(&request.nonce, &request.walk_seed, request.deadline_ms),
+                &request.signature,
+            )
+            .map_err(|_| MinerError::BadWalkSignature)?;
+        let memory = recent
+            .memory
+            .as_ref()
+            .ok_or_else(|| MinerError::NoMemoryPhase(hex::encode(request.nonce)))?;
+        if !memory.claim_walk() {
+            return Err(MinerError::AlreadyWalked(hex::encode(request.nonce)));
+        }
+        Ok((recent, request))
+    }
+
+    /// Walks the pools of `recent` (blocking) and signs the walk statement. The hold starts
+    /// again once it is signed: the validator's open request follows it.
+    pub fn walk(
+        &self,
+        recent: &RecentCommitment,
+        request: &WalkRequest,
+        cancel: &CancelToken,
+    ) -> Result<Signed<WalkStatement>, MinerError> {
+        let memory = recent
+            .memory
+            .as_ref()
+            .ok_or_else(|| MinerError::NoMemoryPhase(hex::encode(request.nonce)))?;
+        let started = Instant::now();
+        let roots = memory.walk(request.nonce, request.walk_seed, cancel)?;
+        let statement = WalkStatement {
+            nonce: request.nonce,
+            miner_key: self.public_key(),
+            validator_key: recent.validator_key,
+            walk_seed: request.walk_seed,
+            roots,
+            walk_ms: started.elapsed().as_millis() as u64,
+        };
+        recent.hold_again();
+        Ok(Signed {
+            signature: self.identity.sign(&statement.signing_bytes()),
+            statement,
+        })
+    }
+
+    /// Builds and signs one walk opening (blocking: copies the segment's entries).
+    pub fn open_walk(&self, recent: &RecentCommitment, sample: WalkSample) -> Result<SignedOpening, MinerError> {
+        let memory = recent
+            .memory
+            .as_ref()
+            .ok_or_else(|| MinerError::NoMemoryPhase(hex::encode(recent.nonce)))?;
+        let opening = memory.open(sample)?;
+        Ok(SignedOpening {
+            nonce: recent.nonce,
+            signature: self.identity.sign(&walk_opening_bytes(&recent.nonce, &opening)),
+            opening: Opened::Walk(opening),
+        })
+    }
+
+    /// Builds and signs one opening (blocking: recomputes up to K steps).
+    pub fn open(
+        &self,
+        recent: &RecentCommitment,
+        sample: SampleRequest,
+        cancel: &CancelToken,
+    ) -> Result<SignedOpening, MinerError> {
+        let checkpoints = recent
+            .execution
+            .chains
+            .get(sample.chain as usize)
+            .map(|c| c.checkpoints.as_slice())
+            .unwrap_or_default();
+        let opening = open_chain(
+            self.selected.backend.as_ref(),
+            &recent.work,
+            checkpoints,
+            &recent.execution.trees,
+            sample,
+            cancel,
+        )?;
+        Ok(self.sign_opening(&recent.nonce, opening))
+    }
+
+    pub fn sign_opening(&self, nonce: &[u8; 32], opening: ChainOpening) -> SignedOpening {
+        SignedOpening {
+            nonce: *nonce,
+            signature: self.identity.sign(&opening_bytes(nonce, &opening)),
+            opening: Opened::Chain(opening),
+        }
+    }
+}
