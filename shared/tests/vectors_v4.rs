@@ -1,4 +1,4 @@
-//! Known-answer vectors of version 4's memory proof (PROTOCOL.md 19.6): the pool chains' final
+//! Known-answer vectors of version 4's memory proof (PROTOCOL.md 20.6 and 20.7): the pool chains' final
 //! states, a slice's path, one state row, the walk and one opened step. The chains come from the
 //! fast engine and are checked against the naive reference; every value is checked to appear
 //! verbatim in PROTOCOL.md.
@@ -14,7 +14,7 @@ use gpu_attest_shared::merkle::MerkleTree;
 use gpu_attest_shared::reference;
 use gpu_attest_shared::{CancelToken, ChallengeParams, Digest, Work};
 
-/// PROTOCOL.md 19.6: section 12's nonce, seed and miner key, n = 512, M = 3, K = 2, c = 1.
+/// PROTOCOL.md 20.6: section 12's nonce, seed and miner key, n = 512, M = 3, K = 2, c = 1.
 fn params() -> ChallengeParams {
     ChallengeParams {
         n: 512,
@@ -29,7 +29,7 @@ fn walk_seed() -> [u8; 32] {
     core::array::from_fn(|i| 0x60 + i as u8)
 }
 
-/// (name, hex) as PROTOCOL.md 19.6 quotes them.
+/// (name, hex) as PROTOCOL.md 20.6 quotes them.
 const VECTORS: [(&str, &str); 13] = [
     ("G", "61d3d19f1445438360a6d818bfd087ff3f4f95bb12c851196699e2927251713a"),
     (
@@ -146,7 +146,94 @@ fn version_4_engine_vectors() {
     for (name, value) in &got {
         assert!(
             doc.contains(&format!("| {name} | `{value}` |")),
-            "PROTOCOL.md 19.6 lacks {name} = {value}"
+            "PROTOCOL.md 20.6 lacks {name} = {value}"
+        );
+    }
+}
+
+/// PROTOCOL.md 20.7: the version 4 statements of 20.6's walk. The validator is 13.7's (secret
+/// seed `80 81 .. 9f`), which signs its two; the miner key is section 12's, which has no secret,
+/// so the miner's two are given as bytes alone.
+#[test]
+fn version_4_statement_vectors() {
+    use gpu_attest_shared::keys::{KeyPair, PublicKey};
+    use gpu_attest_shared::memory::statement_v4::{
+        StepSample, WalkRoot, open_request_bytes, step_opening_bytes, walk_request_bytes,
+    };
+    use gpu_attest_shared::opening::SampleRequest;
+
+    let work = Work::new(params()).unwrap();
+    let backend = CpuBackend::new(1, None).unwrap();
+    let exec = engine::execute(&backend, &work, &|_| {}, &CancelToken::new()).unwrap();
+    let states: Vec<_> = (0..2).map(|i| reference::chain_state(work.key(), i, 512, 2)).collect();
+    let walk = SliceWalk {
+        nonce: params().nonce,
+        walk_seed: walk_seed(),
+        global: exec.commitment.global,
+        walkers: 2,
+        steps: 8,
+    };
+    let held = HeldStates::new(ChainPool::new(0, 0, 2, 512).unwrap(), states).unwrap();
+    let walked = walk_device(&walk, &held);
+    let leaves: Vec<Digest> = exec.chains.iter().map(|c| c.leaf()).collect();
+    let tree = MerkleTree::new(&leaves);
+    let opening = open_step(&walk, &held, &walked.walker_roots, 1, 5, |i| {
+        (exec.chains[i as usize].checkpoints.clone(), tree.proof(i).unwrap())
+    })
+    .unwrap();
+
+    let validator = KeyPair::from_seed(std::array::from_fn(|i| 0x80 + i as u8));
+    let nonce = params().nonce;
+    let request = walk_request_bytes(&nonce, &walk_seed(), 1_700_000_090_000);
+    let root = WalkRoot {
+        nonce,
+        miner_key: PublicKey(params().miner_key),
+        validator_key: validator.public_key(),
+        walk_seed: walk_seed(),
+        device: 0,
+        root: walked.root,
+        device_us: 1234,
+    }
+    .signing_bytes();
+    let open = open_request_bytes(
+        &nonce,
+        &[SampleRequest { chain: 1, segment: 1 }],
+        &[StepSample {
+            device: 0,
+            walker: 1,
+            step: 5,
+        }],
+    );
+    let step = step_opening_bytes(&nonce, 0, &opening);
+    let row = |name: &str, bytes: &[u8], signed: bool| {
+        let signature = if signed {
+            hex::encode(validator.sign(bytes))
+        } else {
+            String::new()
+        };
+        let signature = if signature.is_empty() {
+            String::new()
+        } else {
+            format!("`{signature}`")
+        };
+        format!(
+            "| {name} | {} | `{}` | {signature} |",
+            bytes.len(),
+            blake3::hash(bytes).to_hex()
+        )
+    };
+    let rows = [
+        row("walk request (20.7)", &request, true),
+        row("walk root of device 0 (20.7)", &root, false),
+        row("open request (20.7)", &open, true),
+        row("step opening, step 5 of walker 1 (20.7)", &step, false),
+    ];
+    let doc = include_str!("../../PROTOCOL.md");
+    for r in &rows {
+        assert!(
+            doc.contains(r.as_str()),
+            "PROTOCOL.md 20.7 lacks the row\n{r}\n(all rows:\n{})",
+            rows.join("\n")
         );
     }
 }

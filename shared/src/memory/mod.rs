@@ -31,6 +31,7 @@ pub mod pool;
 pub mod slice;
 pub mod slice_walk;
 pub mod statement;
+pub mod statement_v4;
 pub mod walk;
 
 pub use params::{ENTRY_BYTES, ENTRY_N, ENTRY_OPS, ENTRY_STEPS, MemoryError, MemoryParams, PoolSpec};
