@@ -155,7 +155,9 @@ fn backend_code(e: &BackendError) -> Code {
         BackendError::Device { .. } | BackendError::NoSuchDevice { .. } | BackendError::OutOfService { .. } => {
             Code::Unavailable
         }
-        BackendError::WrongMatrixSize { .. } | BackendError::StepsOutOfRange { .. } => Code::Internal,
+        BackendError::WrongMatrixSize { .. }
+        | BackendError::StepsOutOfRange { .. }
+        | BackendError::PoolOutsideChains { .. } => Code::Internal,
         BackendError::Unsupported { .. } => Code::Unimplemented,
     }
 }

@@ -10,7 +10,9 @@ use crate::device::DeviceInfo;
 use crate::digest::Digest;
 use crate::matrix::Matrix;
 use crate::memory::PoolSpec;
+use crate::memory::chain_pool::ChainPool;
 use crate::memory::check::{CommittedEntries, WalkOpening, open_segment};
+use crate::memory::slice_walk::{DeviceWalk as StateWalk, HeldStates, SliceSource, SliceWalk, walk_device};
 use crate::memory::walk::{DeviceWalk, WalkSpec};
 use crate::params::Work;
 use std::ops::Range;
@@ -44,6 +46,27 @@ pub trait ResidentPool: Send + Sync {
     }
 }
 
+/// A device's version 4 pool (PROTOCOL.md 20.1): the final states of its pool chains, kept
+/// where the device keeps them from the chain phase to the end of the opening round. The walk
+/// and its openings read it as 64 KiB slices.
+pub trait PoolStates: Send + Sync {
+    /// The states, slice by slice.
+    fn source(&self) -> &dyn SliceSource;
+
+    /// The walk of `walk` over these states (PROTOCOL.md 20.4): each walker's root and the
+    /// device's walk root.
+    fn walk(&self, walk: &SliceWalk) -> StateWalk {
+        walk_device(walk, self.source())
+    }
+}
+
+/// The CPU backend's pool: the states in host memory.
+impl PoolStates for HeldStates {
+    fn source(&self) -> &dyn SliceSource {
+        self
+    }
+}
+
 /// How a backend reports per-chain progress: called from the device's thread after each chain.
 pub type ChainProgress<'a> = &'a (dyn Fn(u64) + Sync);
 
@@ -71,6 +94,23 @@ pub trait Backend: Send + Sync {
         progress: ChainProgress<'_>,
         cancel: &CancelToken,
     ) -> Result<Vec<ChainResult>, BackendError>;
+
+    /// Runs `chains` as [`Backend::run_chains`] does, and keeps the final states `X_{i,K}` of
+    /// `pool`'s chains (the first of `chains`) as device `device`'s version 4 pool
+    /// (PROTOCOL.md 20.1). Backends that cannot keep them yet say so.
+    fn run_pool_chains(
+        &self,
+        _device: u32,
+        _work: &Work,
+        _chains: Range<u64>,
+        _pool: ChainPool,
+        _progress: ChainProgress<'_>,
+        _cancel: &CancelToken,
+    ) -> Result<(Vec<ChainResult>, Box<dyn PoolStates>), BackendError> {
+        Err(BackendError::Unsupported {
+            what: "keep its chains' final states as a pool (protocol version 4)",
+        })
+    }
 
     /// Devices that can no longer run work (a GPU that faulted and could not be reset), each
     /// with the reason, in device order. Work is refused while any is listed: the partition
@@ -196,5 +236,30 @@ mod tests {
             refused.to_string(),
             "this backend cannot hold a memory pool (protocol version 3) yet"
         );
+    }
+
+    /// Nor does one that cannot keep its chains' states pretend to (the engine passes the
+    /// refusal on, naming version 4).
+    #[test]
+    fn a_backend_without_pool_states_refuses_to_keep_them() {
+        let params = crate::ChallengeParams {
+            n: 256,
+            ..crate::vectors::vector_params()
+        };
+        let work = Work::new(params).unwrap();
+        let pool = ChainPool::new(0, 0, 1, 256).unwrap();
+        let refused = Bare
+            .run_pool_chains(0, &work, 0..1, pool, &|_| {}, &CancelToken::new())
+            .err()
+            .unwrap();
+        assert_eq!(
+            refused.to_string(),
+            "this backend cannot keep its chains' final states as a pool (protocol version 4) yet"
+        );
+        let by_the_engine = crate::engine::execute_with_pools(&Bare, &work, &[1], &|_| {}, &CancelToken::new());
+        assert!(matches!(
+            by_the_engine.err(),
+            Some(crate::engine::EngineError::Backend(BackendError::Unsupported { .. }))
+        ));
     }
 }

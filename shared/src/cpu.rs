@@ -1,13 +1,15 @@
 //! The CPU backend: always available, exact, multi-threaded; what validators without GPUs run.
 
-use crate::backend::{Backend, BackendError, CancelToken, ChainProgress, ResidentPool, check_advance};
+use crate::backend::{Backend, BackendError, CancelToken, ChainProgress, PoolStates, ResidentPool, check_advance};
 use crate::chain::ChainResult;
 use crate::device::DeviceInfo;
 use crate::digest::Digest;
 use crate::gemm::{CpuGemm, GemmError, KernelKind, PackedB};
 use crate::matrix::{Matrix, generate_a, generate_b};
 use crate::memory::PoolSpec;
+use crate::memory::chain_pool::ChainPool;
 use crate::memory::pool::{CommittedEntries, HostPool};
+use crate::memory::slice_walk::HeldStates;
 use crate::memory::walk::{DeviceWalk, WalkSpec, walk_all};
 use crate::params::Work;
 use rayon::prelude::*;
@@ -109,17 +111,65 @@ impl CpuBackend {
     }
 
     fn run_chain(&self, work: &Work, chain: u64, cancel: &CancelToken) -> Result<ChainResult, BackendError> {
+        self.run_chain_to_end(work, chain, cancel).map(|(result, _)| result)
+    }
+
+    /// A chain's checkpoint hashes and its final state `X_K`.
+    fn run_chain_to_end(
+        &self,
+        work: &Work,
+        chain: u64,
+        cancel: &CancelToken,
+    ) -> Result<(ChainResult, Matrix), BackendError> {
         let a = generate_a(work.key(), chain, work.n());
         let b = PackedB::new(&generate_b(work.key(), chain, work.n()));
         let mut checkpoints = Vec::with_capacity(work.checkpoints_per_chain());
         checkpoints.push(a.digest());
-        self.run_steps(work, &b, a, 0..work.iterations(), cancel, |x| {
+        let last = self.run_steps(work, &b, a, 0..work.iterations(), cancel, |x| {
             checkpoints.push(x.digest())
         })?;
-        Ok(ChainResult {
+        let result = ChainResult {
             index: chain,
             checkpoints,
-        })
+        };
+        Ok((result, last))
+    }
+
+    /// Runs `chains` on device `device`, each through `one` (which gets the chain's index),
+    /// in index order: in parallel over chains at small n, one chain at a time above.
+    fn each_chain<T: Send>(
+        &self,
+        device: u32,
+        work: &Work,
+        chains: Range<u64>,
+        progress: ChainProgress<'_>,
+        one: impl Fn(u64) -> Result<T, BackendError> + Sync,
+    ) -> Result<Vec<T>, BackendError> {
+        if device >= self.devices {
+            return Err(BackendError::NoSuchDevice {
+                device,
+                count: self.devices,
+            });
+        }
+        let done = AtomicU64::new(0);
+        let one = |chain| {
+            let result = one(chain)?;
+            progress(done.fetch_add(1, Ordering::Relaxed) + 1);
+            Ok(result)
+        };
+        if work.n() <= CHAIN_PARALLEL_MAX_N {
+            // collect() keeps index order whatever order the threads finish in.
+            self.gemm.install(|| chains.into_par_iter().map(one).collect())
+        } else {
+            // One chain at a time, each on the engine's own threads: a step called from
+            // outside the pool hands its work over and sleeps until it is done, two thread
+            // wake-ups a step (about 5 us on a 2-thread Zen 5: 4-14% of a step at n = 512,
+            // 1-3% at 1024). Not the whole range in one `install`: a pool thread waiting
+            // inside a step may take up another caller's whole job (another attestation being
+            // verified on this backend) and run it before its own step ends, so a job is kept
+            // to one chain. (At small n, above, the whole range is one job, as it always was.)
+            chains.map(|chain| self.gemm.install(|| one(chain))).collect()
+        }
     }
 }
 
@@ -149,31 +199,37 @@ impl Backend for CpuBackend {
         progress: ChainProgress<'_>,
         cancel: &CancelToken,
     ) -> Result<Vec<ChainResult>, BackendError> {
-        if device >= self.devices {
-            return Err(BackendError::NoSuchDevice {
+        self.each_chain(device, work, chains, progress, |chain| {
+            self.run_chain(work, chain, cancel)
+        })
+    }
+
+    fn run_pool_chains(
+        &self,
+        device: u32,
+        work: &Work,
+        chains: Range<u64>,
+        pool: ChainPool,
+        progress: ChainProgress<'_>,
+        cancel: &CancelToken,
+    ) -> Result<(Vec<ChainResult>, Box<dyn PoolStates>), BackendError> {
+        let kept = pool.first_chain..pool.first_chain + pool.chains;
+        if pool.device != device || pool.n != work.n() || kept.start != chains.start || kept.end > chains.end {
+            return Err(BackendError::PoolOutsideChains {
+                pool: format!("{pool:?}"),
                 device,
-                count: self.devices,
+                chains,
             });
         }
-        let done = AtomicU64::new(0);
-        let one = |chain| {
-            let result = self.run_chain(work, chain, cancel)?;
-            progress(done.fetch_add(1, Ordering::Relaxed) + 1);
-            Ok(result)
-        };
-        if work.n() <= CHAIN_PARALLEL_MAX_N {
-            // collect() keeps index order whatever order the threads finish in.
-            self.gemm.install(|| chains.into_par_iter().map(one).collect())
-        } else {
-            // One chain at a time, each on the engine's own threads: a step called from
-            // outside the pool hands its work over and sleeps until it is done, two thread
-            // wake-ups a step (about 5 us on a 2-thread Zen 5: 4-14% of a step at n = 512,
-            // 1-3% at 1024). Not the whole range in one `install`: a pool thread waiting
-            // inside a step may take up another caller's whole job (another attestation being
-            // verified on this backend) and run it before its own step ends, so a job is kept
-            // to one chain. (At small n, above, the whole range is one job, as it always was.)
-            chains.map(|chain| self.gemm.install(|| one(chain))).collect()
-        }
+        let ran = self.each_chain(device, work, chains, progress, |chain| {
+            let (result, last) = self.run_chain_to_end(work, chain, cancel)?;
+            // Only the pool chains' states are kept: the others' go as soon as they are hashed.
+            Ok((result, kept.contains(&chain).then_some(last)))
+        })?;
+        let (results, states): (Vec<ChainResult>, Vec<Option<Matrix>>) = ran.into_iter().unzip();
+        let states: Vec<Matrix> = states.into_iter().flatten().collect();
+        let held = HeldStates::new(pool, states).expect("one state of size n per pool chain");
+        Ok((results, Box::new(held)))
     }
 
     fn holds_pools(&self) -> bool {

@@ -1,9 +1,10 @@
 //! Runs a challenge on a backend: one thread per device, chains split by the canonical
 //! partition, device results put back in device order before anything is hashed.
 
-use crate::backend::{Backend, BackendError, CancelToken};
+use crate::backend::{Backend, BackendError, CancelToken, ChainProgress, PoolStates};
 use crate::chain::ChainResult;
 use crate::commitment::{AssembleError, DeviceTree, WorkCommitment, device_trees};
+use crate::memory::chain_pool::{ChainPool, ChainPoolError};
 use crate::params::Work;
 use crate::partition::{DeviceCountError, DeviceSlice, canonical_partition};
 use thiserror::Error;
@@ -18,6 +19,12 @@ pub enum EngineError {
     Assemble(#[from] AssembleError),
     #[error("device {0}'s worker thread panicked")]
     WorkerPanicked(u32),
+    #[error("{given} pool sizes for {devices} devices: one per device")]
+    PoolCount { given: usize, devices: u32 },
+    #[error("device {device}'s pool of {pool} chains is more than the {chains} chains it runs")]
+    PoolOverChains { device: u32, pool: u64, chains: u64 },
+    #[error(transparent)]
+    Pool(#[from] ChainPoolError),
 }
 
 /// Progress of one device: `done` of its `total` chains are finished.
@@ -72,7 +79,68 @@ pub fn run_all_chains(
     cancel: &CancelToken,
 ) -> Result<Vec<ChainResult>, EngineError> {
     let partition = canonical_partition(work.num_chains(), backend.device_count())?;
-    let per_device: Vec<(DeviceSlice, Result<Vec<ChainResult>, EngineError>)> = std::thread::scope(|scope| {
+    let per_device = on_every_device(&partition, progress, cancel, |slice, report| {
+        backend.run_chains(slice.index, work, slice.chains(), report, cancel)
+    })?;
+    Ok(per_device.into_iter().flatten().collect())
+}
+
+/// A version 4 execution: the chains as [`execute`] runs and commits them, and each device's
+/// pool, the final states of its first `pool_chains[j]` chains kept where the device holds
+/// them (PROTOCOL.md 20.1), in device order.
+pub struct PoolExecution {
+    pub execution: Execution,
+    pub pools: Vec<Box<dyn PoolStates>>,
+}
+
+/// Runs every chain of `work` as [`execute`] does, keeping on device `j` the final states of
+/// its first `pool_chains[j]` chains (`1 <= N_j <= count_j`, one count per device) as its pool.
+pub fn execute_with_pools(
+    backend: &dyn Backend,
+    work: &Work,
+    pool_chains: &[u64],
+    progress: &(dyn Fn(DeviceProgress) + Sync),
+    cancel: &CancelToken,
+) -> Result<PoolExecution, EngineError> {
+    let devices = backend.device_count();
+    let partition = canonical_partition(work.num_chains(), devices)?;
+    if pool_chains.len() != partition.len() {
+        return Err(EngineError::PoolCount {
+            given: pool_chains.len(),
+            devices,
+        });
+    }
+    let mut pools = Vec::with_capacity(partition.len());
+    for (slice, &chains) in partition.iter().zip(pool_chains) {
+        if chains > slice.count {
+            return Err(EngineError::PoolOverChains {
+                device: slice.index,
+                pool: chains,
+                chains: slice.count,
+            });
+        }
+        pools.push(ChainPool::new(slice.index, slice.offset, chains, work.n())?);
+    }
+    let per_device = on_every_device(&partition, progress, cancel, |slice, report| {
+        let pool = pools[slice.index as usize];
+        backend.run_pool_chains(slice.index, work, slice.chains(), pool, report, cancel)
+    })?;
+    let (chains, pools): (Vec<Vec<ChainResult>>, Vec<Box<dyn PoolStates>>) = per_device.into_iter().unzip();
+    let execution = commit(work, devices, chains.into_iter().flatten().collect())?;
+    Ok(PoolExecution { execution, pools })
+}
+
+/// Runs `run` for every device of `partition` with chains to run, each on its own thread, and
+/// returns what each gave, in device order. One device failing cancels the others; the error
+/// returned is the first real failure, not the cancellations it caused.
+fn on_every_device<T: Send>(
+    partition: &[DeviceSlice],
+    progress: &(dyn Fn(DeviceProgress) + Sync),
+    cancel: &CancelToken,
+    run: impl Fn(DeviceSlice, ChainProgress<'_>) -> Result<T, BackendError> + Sync,
+) -> Result<Vec<T>, EngineError> {
+    let run = &run;
+    let per_device: Vec<Result<T, EngineError>> = std::thread::scope(|scope| {
         let handles: Vec<_> = partition
             .iter()
             .filter(|slice| slice.count > 0)
@@ -87,7 +155,7 @@ pub fn run_all_chains(
                                 total: slice.count,
                             })
                         };
-                        let result = backend.run_chains(slice.index, work, slice.chains(), &report, cancel);
+                        let result = run(slice, &report);
                         if result.is_err() {
                             // One device failing ends the challenge: stop the others promptly.
                             cancel.cancel();
@@ -100,21 +168,18 @@ pub fn run_all_chains(
             .collect();
         handles
             .into_iter()
-            .map(|(slice, h)| {
-                let result = match h.join() {
-                    Ok(r) => r.map_err(EngineError::from),
-                    Err(_) => Err(EngineError::WorkerPanicked(slice.index)),
-                };
-                (slice, result)
+            .map(|(slice, h)| match h.join() {
+                Ok(r) => r.map_err(EngineError::from),
+                Err(_) => Err(EngineError::WorkerPanicked(slice.index)),
             })
             .collect()
     });
     // Report the first real failure, not the cancellations it caused on the other devices.
     let mut first_error = None;
-    let mut chains = Vec::with_capacity(work.num_chains() as usize);
-    for (_, result) in per_device {
+    let mut done = Vec::with_capacity(per_device.len());
+    for result in per_device {
         match result {
-            Ok(c) => chains.extend(c),
+            Ok(t) => done.push(t),
             Err(e) => match (&first_error, &e) {
                 (None, _) | (Some(EngineError::Backend(BackendError::Cancelled)), _) => first_error = Some(e),
                 _ => {}
@@ -123,6 +188,6 @@ pub fn run_all_chains(
     }
     match first_error {
         Some(e) => Err(e),
-        None => Ok(chains),
+        None => Ok(done),
     }
 }

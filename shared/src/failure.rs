@@ -53,4 +53,10 @@ pub enum BackendError {
     StepsOutOfRange { first: u32, end: u64, iterations: u32 },
     #[error("this backend cannot {what} yet")]
     Unsupported { what: &'static str },
+    #[error("the pool {pool} is not the first chains of device {device}'s chains {chains:?}")]
+    PoolOutsideChains {
+        pool: String,
+        device: u32,
+        chains: std::ops::Range<u64>,
+    },
 }
