@@ -7,6 +7,7 @@ use gpu_attest_shared::digest::Digest;
 use gpu_attest_shared::inventory::{HardwareClaim, Inventory, MinerLimits};
 use gpu_attest_shared::keys::PublicKey;
 use gpu_attest_shared::matrix::Matrix;
+use gpu_attest_shared::memory::chain_pool::ChainPoolParams;
 use gpu_attest_shared::memory::check::{OpenedEntry, WalkOpening};
 use gpu_attest_shared::memory::params::{ENTRY_BYTES, MAX_WALK_CHECKPOINT_EVERY, MAX_WALK_SEGMENTS, MemoryParams};
 use gpu_attest_shared::memory::statement::{PoolCommitment, WalkSample, WalkStatement};
@@ -14,7 +15,7 @@ use gpu_attest_shared::merkle::MerkleProof;
 use gpu_attest_shared::opening::{ChainOpening, SampleRequest};
 use gpu_attest_shared::params::{ChallengeParams, MAX_SEGMENTS};
 use gpu_attest_shared::partition::{DeviceSlice, MAX_DEVICES};
-use gpu_attest_shared::statement::{Challenge, Commitment, DeviceInfo};
+use gpu_attest_shared::statement::{Challenge, Commitment, DeviceInfo, MemoryPhase};
 use thiserror::Error;
 
 /// A wire message that cannot be a valid protocol message, with the field at fault.
@@ -87,8 +88,16 @@ pub fn challenge_to_wire(c: &Challenge, sig: &[u8; 64]) -> v1::Challenge {
         validator_key: c.validator_key.0.to_vec(),
         signature: sig.to_vec(),
         inventory_digest: c.inventory_digest.0.to_vec(),
-        memory: c.memory.as_ref().map(memory_to_wire),
+        memory: c.memory.as_ref().and_then(MemoryPhase::v3).map(memory_to_wire),
         finish_by_unix_ms: c.finish_by_ms.unwrap_or(0),
+        chain_pool: match &c.memory {
+            Some(MemoryPhase::V4(pool)) => Some(v1::ChainPoolParams {
+                walkers: pool.walkers,
+                walk_steps: pool.walk_steps,
+                pool_chains: pool.pool_chains.clone(),
+            }),
+            _ => None,
+        },
     }
 }
 
@@ -119,10 +128,36 @@ pub fn challenge_from_wire(c: &v1::Challenge) -> Result<(Challenge, [u8; 64]), W
         deadline_ms: c.deadline_unix_ms,
         validator_key: PublicKey(bytes32("validator_key", &c.validator_key)?),
         inventory_digest: Digest(bytes32("inventory_digest", &c.inventory_digest)?),
-        memory: c.memory.as_ref().map(memory_from_wire),
+        memory: memory_phase_from_wire(c)?,
         finish_by_ms: (c.finish_by_unix_ms != 0).then_some(c.finish_by_unix_ms),
     };
     Ok((challenge, signature("signature", &c.signature)?))
+}
+
+/// The challenge's memory phase: version 3's, version 4's or none; never both. No limits
+/// beyond the list's length: the rest of PROTOCOL.md 20's are [`ChainPoolParams::pools`]'s job.
+fn memory_phase_from_wire(c: &v1::Challenge) -> Result<Option<MemoryPhase>, WireError> {
+    match (&c.memory, &c.chain_pool) {
+        (None, None) => Ok(None),
+        (Some(m), None) => Ok(Some(MemoryPhase::V3(memory_from_wire(m)))),
+        (None, Some(pool)) => {
+            if pool.pool_chains.len() > MAX_DEVICES as usize {
+                return Err(wire_err(
+                    "chain_pool.pool_chains",
+                    format!("more than {MAX_DEVICES} devices"),
+                ));
+            }
+            Ok(Some(MemoryPhase::V4(ChainPoolParams {
+                walkers: pool.walkers,
+                walk_steps: pool.walk_steps,
+                pool_chains: pool.pool_chains.clone(),
+            })))
+        }
+        (Some(_), Some(_)) => Err(wire_err(
+            "chain_pool",
+            "present beside memory: a challenge is version 3 or version 4, not both",
+        )),
+    }
 }
 
 pub fn device_to_wire(d: &DeviceInfo) -> v1::DeviceInfo {
@@ -553,6 +588,38 @@ mod tests {
             ..Default::default()
         };
         assert_eq!(opening_from_wire(&opening, 64).unwrap_err().field, "start_matrix");
+    }
+
+    /// A version 4 challenge crosses the wire whole; one that carries both versions' memory
+    /// phases, or pool sizes for more devices than any inventory lists, is refused by name.
+    #[test]
+    fn a_version_4_challenge_round_trips_and_is_never_also_version_3() {
+        let challenge = Challenge {
+            params: gpu_attest_shared::vectors::vector_params(),
+            issued_at_ms: 1,
+            deadline_ms: 2,
+            validator_key: PublicKey([3; 32]),
+            inventory_digest: Digest([4; 32]),
+            memory: Some(MemoryPhase::V4(ChainPoolParams {
+                walkers: 5,
+                walk_steps: 6,
+                pool_chains: vec![7, 8],
+            })),
+            finish_by_ms: None,
+        };
+        let wire = challenge_to_wire(&challenge, &[9; 64]);
+        assert!(wire.memory.is_none());
+        assert_eq!(challenge_from_wire(&wire).unwrap(), (challenge, [9; 64]));
+
+        let mut both = wire.clone();
+        both.memory = Some(v1::MemoryParams::default());
+        assert_eq!(challenge_from_wire(&both).unwrap_err().field, "chain_pool");
+        let mut too_many = wire;
+        too_many.chain_pool.as_mut().unwrap().pool_chains = vec![1; MAX_DEVICES as usize + 1];
+        assert_eq!(
+            challenge_from_wire(&too_many).unwrap_err().field,
+            "chain_pool.pool_chains"
+        );
     }
 
     #[test]

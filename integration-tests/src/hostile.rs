@@ -36,7 +36,7 @@ use gpu_attest_shared::memory::walk::{WalkSpec, walk_all};
 use gpu_attest_shared::memory::{MemoryParams, PoolSpec};
 use gpu_attest_shared::opening::{ChainOpening, SampleRequest, open_chain};
 use gpu_attest_shared::params::PROTOCOL_VERSION;
-use gpu_attest_shared::statement::{Challenge, Commitment, open_request_bytes, opening_bytes};
+use gpu_attest_shared::statement::{Challenge, Commitment, MemoryPhase, open_request_bytes, opening_bytes};
 use gpu_attest_shared::verify::{check_commitment, verify_opening};
 use gpu_attest_shared::{Backend, CancelToken, ChallengeParams, Work};
 use gpu_attest_validator::attest::normalise_url;
@@ -644,7 +644,7 @@ pub fn seeds() -> Vec<(&'static str, &'static str, Vec<u8>)> {
     // A version 3 challenge, the memory phase as the validator plans it; signed by the harness
     // (selector bit 4).
     let memory_challenge = Challenge {
-        memory: planned().memory.as_ref().map(|m| m.params),
+        memory: planned().memory.as_ref().map(|m| MemoryPhase::V3(m.params)),
         ..challenge.clone()
     };
     let miner_config = MinerConfig::default().to_toml();

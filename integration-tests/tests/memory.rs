@@ -21,6 +21,7 @@ use gpu_attest_shared::memory::params::pool_entries;
 use gpu_attest_shared::memory::pool::HostPool;
 use gpu_attest_shared::memory::walk::{WalkSpec, walk_all};
 use gpu_attest_shared::memory::{MemoryParams, PoolSpec};
+use gpu_attest_shared::statement::MemoryPhase;
 use gpu_attest_shared::{Backend, CancelToken, Work, vectors};
 use gpu_attest_validator::config::{Policy, RateEntry, ValidatorConfig};
 use gpu_attest_validator::memory::MemoryConfig;
@@ -344,12 +345,12 @@ fn v3_challenge(core: &gpu_attest_miner::MinerCore, nonce: u8) -> gpu_attest_pro
         deadline_ms: now + 60_000,
         validator_key: validator_key(),
         inventory_digest: core.claim().digest(),
-        memory: Some(MemoryParams {
+        memory: Some(MemoryPhase::V3(MemoryParams {
             pool_permille: 1000,
             walkers: 4,
             walk_steps: 16,
             walk_checkpoint_every: 8,
-        }),
+        })),
     };
     let validator = gpu_attest_shared::keys::KeyPair::from_seed([VALIDATOR_SEED; 32]);
     gpu_attest_proto::convert::challenge_to_wire(&challenge, &challenge.sign(&validator))

@@ -7,8 +7,9 @@ use common::*;
 use gpu_attest_proto::convert::challenge_to_wire;
 use gpu_attest_proto::v1::{self, miner_client::MinerClient};
 use gpu_attest_shared::keys::{KeyPair, PublicKey};
+use gpu_attest_shared::memory::chain_pool::ChainPoolParams;
 use gpu_attest_shared::params::ChallengeParams;
-use gpu_attest_shared::statement::Challenge;
+use gpu_attest_shared::statement::{Challenge, MemoryPhase};
 use std::sync::Arc;
 use std::time::Duration;
 use tonic::Code;
@@ -130,6 +131,32 @@ async fn each_refusal_has_its_own_status() {
     let mut garbage = signed(&good);
     garbage.validator_key.truncate(3);
     assert_eq!(code_of(&mut client, garbage).await, Code::InvalidArgument);
+
+    // A version 4 challenge, correctly signed, to a miner that speaks 3: refused before any
+    // work, naming both versions and what to do. One that also carries version 3's memory
+    // phase is malformed.
+    let v4 = Challenge {
+        memory: Some(MemoryPhase::V4(ChainPoolParams {
+            walkers: 2,
+            walk_steps: 8,
+            pool_chains: vec![1],
+        })),
+        ..challenge(key, 6, 256, 1, 1, 10_000)
+    };
+    let refused = client.run_challenge(signed(&v4)).await.unwrap_err();
+    assert_eq!(refused.code(), Code::FailedPrecondition, "{refused:?}");
+    assert!(
+        refused.message().contains("speaks protocol version 3")
+            && refused.message().contains("version 4 challenge")
+            && refused.message().contains("upgrade the miner"),
+        "{}",
+        refused.message()
+    );
+    let mut both = signed(&v4);
+    both.memory = Some(v1::MemoryParams::default());
+    let refused = client.run_challenge(both).await.unwrap_err();
+    assert_eq!(refused.code(), Code::InvalidArgument, "{refused:?}");
+    assert!(refused.message().contains("chain_pool"), "{}", refused.message());
 
     // Accepted once, then the same nonce again.
     let mut stream = client.run_challenge(signed(&good)).await.unwrap().into_inner();

@@ -75,6 +75,11 @@ pub enum MinerError {
         "this miner's {0} backend cannot hold memory pools here (on GPUs: compute capability 6.1 or later is needed), so it speaks protocol version 2 (see its inventory): send a challenge without the memory phase"
     )]
     MemoryPhaseUnsupported(String),
+    #[error(
+        "this miner speaks protocol version {spoken}, and a version {asked} challenge needs a release that speaks it: \
+         upgrade the miner, or have the validator send what the miner's inventory says it speaks"
+    )]
+    VersionNotSpoken { asked: u32, spoken: u32 },
     #[error("invalid memory phase: {0}")]
     Memory(MemoryError),
     #[error("the memory phase failed: {0}")]
@@ -111,7 +116,8 @@ impl MinerError {
             MinerError::NoMemoryPhase(_)
             | MinerError::NotWalked
             | MinerError::PoolsReleased
-            | MinerError::MemoryPhaseUnsupported(_) => Code::FailedPrecondition,
+            | MinerError::MemoryPhaseUnsupported(_)
+            | MinerError::VersionNotSpoken { .. } => Code::FailedPrecondition,
             MinerError::WalkSampleOutOfRange(_) => Code::OutOfRange,
             MinerError::TooManyWalkSamples { .. } => Code::ResourceExhausted,
             MinerError::Fill(b) | MinerError::Walk(b) => backend_code(b),

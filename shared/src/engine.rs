@@ -4,7 +4,7 @@
 use crate::backend::{Backend, BackendError, CancelToken, ChainProgress, PoolStates};
 use crate::chain::ChainResult;
 use crate::commitment::{AssembleError, DeviceTree, WorkCommitment, device_trees};
-use crate::memory::chain_pool::{ChainPool, ChainPoolError};
+use crate::memory::chain_pool::{ChainPoolParamsError, chain_pools};
 use crate::params::Work;
 use crate::partition::{DeviceCountError, DeviceSlice, canonical_partition};
 use thiserror::Error;
@@ -19,12 +19,8 @@ pub enum EngineError {
     Assemble(#[from] AssembleError),
     #[error("device {0}'s worker thread panicked")]
     WorkerPanicked(u32),
-    #[error("{given} pool sizes for {devices} devices: one per device")]
-    PoolCount { given: usize, devices: u32 },
-    #[error("device {device}'s pool of {pool} chains is more than the {chains} chains it runs")]
-    PoolOverChains { device: u32, pool: u64, chains: u64 },
     #[error(transparent)]
-    Pool(#[from] ChainPoolError),
+    Pool(#[from] ChainPoolParamsError),
 }
 
 /// Progress of one device: `done` of its `total` chains are finished.
@@ -104,23 +100,7 @@ pub fn execute_with_pools(
 ) -> Result<PoolExecution, EngineError> {
     let devices = backend.device_count();
     let partition = canonical_partition(work.num_chains(), devices)?;
-    if pool_chains.len() != partition.len() {
-        return Err(EngineError::PoolCount {
-            given: pool_chains.len(),
-            devices,
-        });
-    }
-    let mut pools = Vec::with_capacity(partition.len());
-    for (slice, &chains) in partition.iter().zip(pool_chains) {
-        if chains > slice.count {
-            return Err(EngineError::PoolOverChains {
-                device: slice.index,
-                pool: chains,
-                chains: slice.count,
-            });
-        }
-        pools.push(ChainPool::new(slice.index, slice.offset, chains, work.n())?);
-    }
+    let pools = chain_pools(work, &partition, pool_chains)?;
     let per_device = on_every_device(&partition, progress, cancel, |slice, report| {
         let pool = pools[slice.index as usize];
         backend.run_pool_chains(slice.index, work, slice.chains(), pool, report, cancel)

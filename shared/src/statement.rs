@@ -10,6 +10,7 @@ use crate::digest::Digest;
 use crate::encoding::{put_digests, put_inventory, put_str, put_u32};
 use crate::inventory::HardwareClaim;
 use crate::keys::{KeyPair, PublicKey, SignatureError};
+use crate::memory::chain_pool::ChainPoolParams;
 use crate::memory::params::MemoryParams;
 use crate::opening::{ChainOpening, SampleRequest};
 use crate::params::ChallengeParams;
@@ -19,6 +20,7 @@ const COMMITMENT_DOMAIN: &[u8] = b"gpu-attest v1 commitment statement";
 /// Version 3's challenge and commitment (PROTOCOL.md 18.4): version 2's fields under these
 /// domains, with the memory phase's appended.
 const CHALLENGE_V3_DOMAIN: &[u8] = b"gpu-attest v3 challenge";
+const CHALLENGE_V4_DOMAIN: &[u8] = b"gpu-attest v4 challenge";
 const COMMITMENT_V3_DOMAIN: &[u8] = b"gpu-attest v3 commitment statement";
 /// What a challenge with a finish-by time appends to its domain (PROTOCOL.md 13.1): the same
 /// fields then `le64(finish_by_unix_ms)`, under a domain no challenge without one has.
@@ -38,13 +40,41 @@ pub struct Challenge {
     /// Digest of the hardware the challenge was sized for ([`HardwareClaim::digest`]): the
     /// commitment must name exactly that hardware.
     pub inventory_digest: Digest,
-    /// The memory phase (PROTOCOL.md 18): present in a version 3 challenge, which is signed
-    /// under a domain of its own with these fields appended; absent in a version 2 one.
-    pub memory: Option<MemoryParams>,
+    /// The memory phase: present in a version 3 challenge (PROTOCOL.md 18) or a version 4 one
+    /// (20), each signed under a domain of its own with its fields appended; absent in a
+    /// version 2 one.
+    pub memory: Option<MemoryPhase>,
     /// Validator's clock, Unix milliseconds: the miner may work past the deadline until then,
     /// so that a late commitment still proves the rate it was made at (PROTOCOL.md 14.3). Only
     /// for a miner whose inventory says it takes one; `None` stops the work at the deadline.
     pub finish_by_ms: Option<u64>,
+}
+
+/// A challenge's memory phase, by protocol version.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum MemoryPhase {
+    /// Pools filled after the chains, walked in segments (PROTOCOL.md 18).
+    V3(MemoryParams),
+    /// The pool chains' own final states, every walk state committed (PROTOCOL.md 20).
+    V4(ChainPoolParams),
+}
+
+impl MemoryPhase {
+    /// Version 3's parameters, if this is version 3's phase.
+    pub fn v3(&self) -> Option<&MemoryParams> {
+        match self {
+            MemoryPhase::V3(m) => Some(m),
+            MemoryPhase::V4(_) => None,
+        }
+    }
+
+    /// The protocol version this phase belongs to.
+    pub fn protocol_version(&self) -> u32 {
+        match self {
+            MemoryPhase::V3(_) => 3,
+            MemoryPhase::V4(_) => 4,
+        }
+    }
 }
 
 impl Challenge {
@@ -53,7 +83,8 @@ impl Challenge {
     pub fn signing_bytes(&self) -> Vec<u8> {
         let (bytes, domain) = match &self.memory {
             None => (self.v2_signing_bytes(), CHALLENGE_DOMAIN),
-            Some(memory) => (challenge_v3_bytes(self.v2_signing_bytes(), memory), CHALLENGE_V3_DOMAIN),
+            Some(MemoryPhase::V3(memory)) => (challenge_v3_bytes(self.v2_signing_bytes(), memory), CHALLENGE_V3_DOMAIN),
+            Some(MemoryPhase::V4(pool)) => (challenge_v4_bytes(self.v2_signing_bytes(), pool), CHALLENGE_V4_DOMAIN),
         };
         match self.finish_by_ms {
             None => bytes,
@@ -161,6 +192,19 @@ fn challenge_v3_bytes(v2: Vec<u8>, memory: &MemoryParams) -> Vec<u8> {
         memory.walk_checkpoint_every,
     ] {
         out.extend(value.to_le_bytes());
+    }
+    out
+}
+
+/// The version 4 challenge: 13.1's fields (`v2`, that challenge's version 2 bytes), then
+/// `le32(W) || le32(L) || list(le64(N_j))` (PROTOCOL.md 20.7).
+fn challenge_v4_bytes(v2: Vec<u8>, pool: &ChainPoolParams) -> Vec<u8> {
+    let mut out = redomained(v2, CHALLENGE_DOMAIN, CHALLENGE_V4_DOMAIN);
+    out.extend(pool.walkers.to_le_bytes());
+    out.extend(pool.walk_steps.to_le_bytes());
+    put_u32(&mut out, pool.pool_chains.len());
+    for chains in &pool.pool_chains {
+        out.extend(chains.to_le_bytes());
     }
     out
 }

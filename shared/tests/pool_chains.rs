@@ -5,7 +5,7 @@
 
 use gpu_attest_shared::cpu::CpuBackend;
 use gpu_attest_shared::engine::{self, EngineError, execute_with_pools};
-use gpu_attest_shared::memory::chain_pool::ChainPoolError;
+use gpu_attest_shared::memory::chain_pool::{ChainPoolError, ChainPoolParamsError};
 use gpu_attest_shared::memory::slice::SLICE_BYTES;
 use gpu_attest_shared::memory::slice_walk::SliceWalk;
 use gpu_attest_shared::reference;
@@ -118,17 +118,21 @@ fn pools_the_chains_cannot_fill_are_refused_before_any_work() {
             .err()
             .expect("refused")
     };
-    assert_eq!(run(&[1]), EngineError::PoolCount { given: 1, devices: 2 });
+    let pool = |e| EngineError::Pool(e);
+    assert_eq!(
+        run(&[1]),
+        pool(ChainPoolParamsError::PoolCount { given: 1, devices: 2 })
+    );
     assert_eq!(
         run(&[1, 3]),
-        EngineError::PoolOverChains {
+        pool(ChainPoolParamsError::OverChains {
             device: 1,
             pool: 3,
             chains: 2
-        }
+        })
     );
-    assert_eq!(run(&[1, 0]), EngineError::Pool(ChainPoolError::Empty { device: 1 }));
+    assert_eq!(run(&[1, 0]), pool(ChainPoolError::Empty { device: 1 }.into()));
     let odd = Work::new(ChallengeParams { n: 320, ..params }).unwrap();
     let refused = execute_with_pools(&cpu, &odd, &[1, 1], &|_| {}, &CancelToken::new()).err();
-    assert_eq!(refused, Some(EngineError::Pool(ChainPoolError::NotWholeSlices(320))));
+    assert_eq!(refused, Some(pool(ChainPoolError::NotWholeSlices(320).into())));
 }

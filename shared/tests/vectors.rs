@@ -19,7 +19,7 @@ use gpu_attest_shared::merkle::{MerkleTree, empty_root};
 use gpu_attest_shared::mix::mix;
 use gpu_attest_shared::opening::{ChainOpening, SampleRequest};
 use gpu_attest_shared::reference;
-use gpu_attest_shared::statement::{Challenge, Commitment, DeviceInfo, open_request_bytes, opening_bytes};
+use gpu_attest_shared::statement::{Challenge, Commitment, DeviceInfo, MemoryPhase, open_request_bytes, opening_bytes};
 use gpu_attest_shared::vectors;
 use gpu_attest_shared::{CancelToken, ChallengeParams, Digest, Work};
 
@@ -216,7 +216,7 @@ fn finish_by_statement_vectors() {
         ..challenge.clone()
     };
     let v3 = Challenge {
-        memory: Some(vector_memory_params()),
+        memory: Some(MemoryPhase::V3(vector_memory_params())),
         ..v2.clone()
     };
     let owned = |(len, hash, sig): (usize, &str, &str)| (len, hash.to_string(), sig.to_string());
@@ -478,7 +478,7 @@ fn memory_statement_vectors() {
     };
 
     let v3_challenge = Challenge {
-        memory: Some(vector_memory_params()),
+        memory: Some(MemoryPhase::V3(vector_memory_params())),
         ..challenge.clone()
     };
     let got_challenge = signed(&v3_challenge.signing_bytes());

@@ -157,10 +157,12 @@ fn version_4_engine_vectors() {
 #[test]
 fn version_4_statement_vectors() {
     use gpu_attest_shared::keys::{KeyPair, PublicKey};
+    use gpu_attest_shared::memory::chain_pool::ChainPoolParams;
     use gpu_attest_shared::memory::statement_v4::{
         StepSample, WalkRoot, open_request_bytes, step_opening_bytes, walk_request_bytes,
     };
     use gpu_attest_shared::opening::SampleRequest;
+    use gpu_attest_shared::statement::{Challenge, MemoryPhase};
 
     let work = Work::new(params()).unwrap();
     let backend = CpuBackend::new(1, None).unwrap();
@@ -205,6 +207,24 @@ fn version_4_statement_vectors() {
         }],
     );
     let step = step_opening_bytes(&nonce, 0, &opening);
+    let challenge = Challenge {
+        params: params(),
+        issued_at_ms: 1_700_000_000_000,
+        deadline_ms: 1_700_000_060_000,
+        validator_key: validator.public_key(),
+        inventory_digest: Digest::from_hex("c6e4efd4e0ed888751e3fe6860c16176de081873b88b35816426f01e35e0deca").unwrap(),
+        memory: Some(MemoryPhase::V4(ChainPoolParams {
+            walkers: 2,
+            walk_steps: 8,
+            pool_chains: vec![2],
+        })),
+        finish_by_ms: None,
+    };
+    let challenge_bytes = challenge.signing_bytes();
+    assert_eq!(
+        hex::encode(challenge.sign(&validator)),
+        hex::encode(validator.sign(&challenge_bytes))
+    );
     let row = |name: &str, bytes: &[u8], signed: bool| {
         let signature = if signed {
             hex::encode(validator.sign(bytes))
@@ -223,6 +243,7 @@ fn version_4_statement_vectors() {
         )
     };
     let rows = [
+        row("challenge (20.7)", &challenge_bytes, true),
         row("walk request (20.7)", &request, true),
         row("walk root of device 0 (20.7)", &root, false),
         row("open request (20.7)", &open, true),

@@ -7,7 +7,7 @@ use crate::memory::PoolPlan;
 use gpu_attest_shared::Work;
 use gpu_attest_shared::backend::ResidentPool;
 use gpu_attest_shared::keys::PublicKey;
-use gpu_attest_shared::statement::Challenge;
+use gpu_attest_shared::statement::{Challenge, MemoryPhase};
 use std::time::{Duration, Instant};
 use tokio::sync::OwnedMutexGuard;
 
@@ -86,10 +86,16 @@ impl MinerCore {
         if challenge.memory.is_some() && !self.selected.backend.holds_pools() {
             return Err(MinerError::MemoryPhaseUnsupported(self.selected.name.clone()));
         }
-        let pool_plan = challenge
-            .memory
-            .map(|memory| PoolPlan::new(memory, &work, &self.selected.devices()))
-            .transpose()?;
+        let pool_plan = match &challenge.memory {
+            None => None,
+            Some(MemoryPhase::V3(memory)) => Some(PoolPlan::new(*memory, &work, &self.selected.devices())?),
+            Some(phase @ MemoryPhase::V4(_)) => {
+                return Err(MinerError::VersionNotSpoken {
+                    asked: phase.protocol_version(),
+                    spoken: self.protocol_version(),
+                });
+            }
+        };
         if self.running.is_stopping() {
             return Err(MinerError::Stopping);
         }

@@ -11,7 +11,90 @@ use super::slice::SLICE_BYTES;
 use crate::matrix::{Matrix, a_row, generate_b};
 use crate::mix::mix;
 use crate::params::Work;
+use crate::partition::DeviceSlice;
 use thiserror::Error;
+
+/// Most steps per walker in version 4: every state is a leaf of its walker's tree, and an
+/// opened step carries two paths of `log2(L + 1)` siblings.
+pub const MAX_WALK_STEPS: u32 = 1 << 20;
+/// Most slices in one device's pool: `2^24` slices are 1 TiB.
+pub const MAX_POOL_SLICES: u64 = 1 << 24;
+
+/// The memory phase of a version 4 challenge (PROTOCOL.md 20), as the validator sets it: the
+/// walk's shape, and how many of each device's chains keep their final states as its pool.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ChainPoolParams {
+    /// W: walkers per device.
+    pub walkers: u32,
+    /// L: steps per walker.
+    pub walk_steps: u32,
+    /// N_j, one per device in index order.
+    pub pool_chains: Vec<u64>,
+}
+
+#[derive(Debug, Error, Clone, PartialEq, Eq)]
+pub enum ChainPoolParamsError {
+    #[error("walkers {0} is outside 1..={max}", max = super::params::MAX_WALKERS)]
+    Walkers(u32),
+    #[error("walk_steps {0} is outside 1..={MAX_WALK_STEPS}")]
+    WalkSteps(u32),
+    #[error("{given} pool sizes for {devices} devices: one per device")]
+    PoolCount { given: usize, devices: usize },
+    #[error(transparent)]
+    Pool(#[from] ChainPoolError),
+    #[error("device {device}'s pool of {pool} chains is more than the {chains} chains it runs")]
+    OverChains { device: u32, pool: u64, chains: u64 },
+    #[error("device {device}'s pool of {slices} slices is more than {MAX_POOL_SLICES}")]
+    TooManySlices { device: u32, slices: u64 },
+}
+
+impl ChainPoolParams {
+    /// Each device's pool under `work`, split over devices as `partition` (section 6) says,
+    /// after every limit of PROTOCOL.md 20.1 and 20.4 is checked.
+    pub fn pools(&self, work: &Work, partition: &[DeviceSlice]) -> Result<Vec<ChainPool>, ChainPoolParamsError> {
+        if !(1..=super::params::MAX_WALKERS).contains(&self.walkers) {
+            return Err(ChainPoolParamsError::Walkers(self.walkers));
+        }
+        if !(1..=MAX_WALK_STEPS).contains(&self.walk_steps) {
+            return Err(ChainPoolParamsError::WalkSteps(self.walk_steps));
+        }
+        chain_pools(work, partition, &self.pool_chains)
+    }
+}
+
+/// Each device's pool of its first `pool_chains[j]` chains (`1 <= N_j <= count_j`, one per
+/// device of `partition`), in whole slices and at most [`MAX_POOL_SLICES`] a device.
+pub fn chain_pools(
+    work: &Work,
+    partition: &[DeviceSlice],
+    pool_chains: &[u64],
+) -> Result<Vec<ChainPool>, ChainPoolParamsError> {
+    if pool_chains.len() != partition.len() {
+        return Err(ChainPoolParamsError::PoolCount {
+            given: pool_chains.len(),
+            devices: partition.len(),
+        });
+    }
+    let mut pools = Vec::with_capacity(partition.len());
+    for (slice, &chains) in partition.iter().zip(pool_chains) {
+        if chains > slice.count {
+            return Err(ChainPoolParamsError::OverChains {
+                device: slice.index,
+                pool: chains,
+                chains: slice.count,
+            });
+        }
+        let pool = ChainPool::new(slice.index, slice.offset, chains, work.n())?;
+        if pool.slices() > MAX_POOL_SLICES {
+            return Err(ChainPoolParamsError::TooManySlices {
+                device: slice.index,
+                slices: pool.slices(),
+            });
+        }
+        pools.push(pool);
+    }
+    Ok(pools)
+}
 
 /// One device's pool: chains `first_chain .. first_chain + chains` of the challenge, whose final
 /// states are `n x n` bytes each.
@@ -171,5 +254,57 @@ mod tests {
         assert_eq!(pool.locate(11), (12, 3));
         assert_eq!(ChainPool::new(0, 0, 1, 300), Err(ChainPoolError::NotWholeSlices(300)));
         assert_eq!(ChainPool::new(2, 0, 0, 256), Err(ChainPoolError::Empty { device: 2 }));
+    }
+
+    /// Every limit of a version 4 challenge's memory phase, each its own error; the pools of a
+    /// good one start at their devices' offsets.
+    #[test]
+    fn a_chain_pool_is_checked_against_the_challenge() {
+        let work = work(256, 1);
+        let partition = crate::partition::canonical_partition(5, 2).unwrap();
+        let good = ChainPoolParams {
+            walkers: 4,
+            walk_steps: 16,
+            pool_chains: vec![3, 1],
+        };
+        let pools = good.pools(&work, &partition).unwrap();
+        assert_eq!(
+            pools
+                .iter()
+                .map(|p| (p.device, p.first_chain, p.chains))
+                .collect::<Vec<_>>(),
+            vec![(0, 0, 3), (1, partition[1].offset, 1)]
+        );
+        let with = |change: fn(&mut ChainPoolParams)| {
+            let mut params = good.clone();
+            change(&mut params);
+            params.pools(&work, &partition).unwrap_err()
+        };
+        assert_eq!(with(|p| p.walkers = 0), ChainPoolParamsError::Walkers(0));
+        assert_eq!(
+            with(|p| p.walkers = (1 << 16) + 1),
+            ChainPoolParamsError::Walkers(65537)
+        );
+        assert_eq!(with(|p| p.walk_steps = 0), ChainPoolParamsError::WalkSteps(0));
+        assert_eq!(
+            with(|p| p.walk_steps = MAX_WALK_STEPS + 1),
+            ChainPoolParamsError::WalkSteps(MAX_WALK_STEPS + 1)
+        );
+        assert_eq!(
+            with(|p| p.pool_chains = vec![1]),
+            ChainPoolParamsError::PoolCount { given: 1, devices: 2 }
+        );
+        assert_eq!(
+            with(|p| p.pool_chains = vec![4, 1]),
+            ChainPoolParamsError::OverChains {
+                device: 0,
+                pool: 4,
+                chains: 3
+            }
+        );
+        assert_eq!(
+            with(|p| p.pool_chains = vec![1, 0]),
+            ChainPoolParamsError::Pool(ChainPoolError::Empty { device: 1 })
+        );
     }
 }

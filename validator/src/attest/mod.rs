@@ -39,7 +39,7 @@ use gpu_attest_shared::engine::DeviceProgress;
 use gpu_attest_shared::evidence::EvidenceTrust;
 use gpu_attest_shared::inventory::{HardwareClaim, Inventory, InventoryError};
 use gpu_attest_shared::keys::{KeyPair, PublicKey};
-use gpu_attest_shared::statement::Challenge;
+use gpu_attest_shared::statement::{Challenge, MemoryPhase};
 use gpu_attest_shared::{Backend, Work};
 use outcome::Outcome;
 use rand_chacha::rand_core::SeedableRng;
@@ -373,7 +373,7 @@ impl Attestor {
             deadline_ms: issued_at_ms.saturating_add(plan.deadline_ms),
             validator_key: self.public_key(),
             inventory_digest: plan.claim.digest(),
-            memory: plan.memory.as_ref().map(|m| m.params),
+            memory: plan.memory.as_ref().map(|m| MemoryPhase::V3(m.params)),
             finish_by_ms: (plan.finish_by_ms > 0).then(|| issued_at_ms.saturating_add(plan.finish_by_ms)),
         }
     }
