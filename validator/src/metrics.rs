@@ -12,6 +12,8 @@ use gpu_attest_daemon::metrics::prometheus_client::registry::Registry;
 use gpu_attest_daemon::metrics::{
     DurationFamily, Labels, RealGauge, duration_family, duration_histogram, register_build_info,
 };
+use std::collections::BTreeSet;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 /// The steps of one attestation, timed separately.
@@ -53,6 +55,9 @@ pub struct ValidatorMetrics {
     last_pass: Family<Labels, RealGauge>,
     registered_at: Family<Labels, RealGauge>,
     registered: Gauge,
+    /// The miners the last listing held: a miner missing from the next one was removed, here
+    /// or by another validator sharing the database, and its series go.
+    listed: Arc<Mutex<BTreeSet<String>>>,
     queue_depth: Gauge,
     in_backoff: Gauge,
     running: Gauge,
@@ -74,6 +79,7 @@ impl Default for ValidatorMetrics {
             last_pass: Family::default(),
             registered_at: Family::default(),
             registered: Gauge::default(),
+            listed: Arc::default(),
             queue_depth: Gauge::default(),
             in_backoff: Gauge::default(),
             running: Gauge::default(),
@@ -257,13 +263,21 @@ impl ValidatorMetrics {
     }
 
     /// The registered miners, as the store lists them now: their count, and when each was
-    /// registered (a series that is there before the miner's first pass).
+    /// registered (a series that is there before the miner's first pass). A miner the last
+    /// listing held and this one does not was removed, maybe by another validator on the same
+    /// PostgreSQL database: its series go, or its registration time, with no pass beside it,
+    /// would fire `GpuAttestMinerNeverPassed` for a miner nobody attests any more.
     pub fn registered_miners(&self, miners: &[MinerRecord]) {
         self.registered.set(i64::try_from(miners.len()).unwrap_or(i64::MAX));
         for miner in miners {
             self.registered_at
                 .get_or_create(&vec![("miner", miner.url.clone())])
                 .set(miner.registered_at_ms as f64 / 1000.0);
+        }
+        let now: BTreeSet<String> = miners.iter().map(|m| m.url.clone()).collect();
+        let before = std::mem::replace(&mut *self.listed.lock().unwrap_or_else(|p| p.into_inner()), now.clone());
+        for gone in before.difference(&now) {
+            self.forget_miner(gone);
         }
     }
 
@@ -324,6 +338,39 @@ mod tests {
     fn sample(text: &str, series: &str) -> Option<f64> {
         text.lines()
             .find_map(|line| line.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
+    }
+
+    /// A miner another validator removed from a shared database disappears from the next
+    /// listing: its series go with it, so no alert fires for a miner nobody attests any more.
+    #[test]
+    fn a_miner_gone_from_the_listing_loses_its_series() {
+        let metrics = ValidatorMetrics::default();
+        let record = |url: &str| MinerRecord {
+            url: url.into(),
+            name: String::new(),
+            miner_key: PublicKey([1; 32]),
+            registered_at_ms: 7_000,
+        };
+        metrics.registered_miners(&[record("http://stays"), record("http://goes")]);
+        metrics.passed_at("http://goes", 9_000);
+        let text = || {
+            let mut text = String::new();
+            encode(&mut text, &metrics.registry()).unwrap();
+            text
+        };
+        let registered = |text: &str, miner: &str| {
+            sample(
+                text,
+                &format!("gpu_attest_validator_miner_registered_timestamp_seconds{{miner=\"{miner}\"}}"),
+            )
+        };
+        let before = text();
+        assert_eq!(registered(&before, "http://goes"), Some(7.0), "{before}");
+        metrics.registered_miners(&[record("http://stays")]);
+        let after = text();
+        assert_eq!(registered(&after, "http://stays"), Some(7.0), "{after}");
+        assert!(!after.contains("http://goes"), "{after}");
+        assert_eq!(sample(&after, "gpu_attest_validator_registered_miners"), Some(1.0));
     }
 
     /// A restarted validator's per-miner series come back from the store: the latest verdict's
