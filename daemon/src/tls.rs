@@ -54,8 +54,10 @@ pub enum TransportError {
         expected: &'static str,
         detail: String,
     },
+    // Said without naming a setting: the same pair comes from [tls], [miner_tls] or the
+    // operator commands' --api-cert and --api-key, and the two paths say which.
     #[error(
-        "the TLS key {key} is not the key of the certificate {cert} ({detail}): give [tls] the key that was made with that certificate"
+        "the TLS key {key} is not the key of the certificate {cert} ({detail}): name, beside that certificate, the key that was made with it"
     )]
     KeyMismatch { cert: String, key: String, detail: String },
 }
