@@ -11,6 +11,7 @@ use gpu_attest_shared::memory::chain_pool::ChainPoolParams;
 use gpu_attest_shared::memory::check::{OpenedEntry, WalkOpening};
 use gpu_attest_shared::memory::params::{ENTRY_BYTES, MAX_WALK_CHECKPOINT_EVERY, MAX_WALK_SEGMENTS, MemoryParams};
 use gpu_attest_shared::memory::statement::{PoolCommitment, WalkSample, WalkStatement};
+use gpu_attest_shared::memory::statement_v4::StepSample;
 use gpu_attest_shared::merkle::MerkleProof;
 use gpu_attest_shared::opening::{ChainOpening, SampleRequest};
 use gpu_attest_shared::params::{ChallengeParams, MAX_SEGMENTS};
@@ -26,26 +27,26 @@ pub struct WireError {
     pub problem: String,
 }
 
-fn wire_err(field: &'static str, problem: impl Into<String>) -> WireError {
+pub(crate) fn wire_err(field: &'static str, problem: impl Into<String>) -> WireError {
     WireError {
         field,
         problem: problem.into(),
     }
 }
 
-fn bytes32(field: &'static str, bytes: &[u8]) -> Result<[u8; 32], WireError> {
+pub(crate) fn bytes32(field: &'static str, bytes: &[u8]) -> Result<[u8; 32], WireError> {
     bytes
         .try_into()
         .map_err(|_| wire_err(field, format!("must be 32 bytes, got {}", bytes.len())))
 }
 
-fn signature(field: &'static str, bytes: &[u8]) -> Result<[u8; 64], WireError> {
+pub(crate) fn signature(field: &'static str, bytes: &[u8]) -> Result<[u8; 64], WireError> {
     bytes
         .try_into()
         .map_err(|_| wire_err(field, format!("must be a 64-byte signature, got {} bytes", bytes.len())))
 }
 
-fn digests(field: &'static str, list: &[Vec<u8>], max: usize) -> Result<Vec<Digest>, WireError> {
+pub(crate) fn digests(field: &'static str, list: &[Vec<u8>], max: usize) -> Result<Vec<Digest>, WireError> {
     if list.len() > max {
         return Err(wire_err(
             field,
@@ -365,17 +366,30 @@ pub struct OpenRequest {
     pub samples: Vec<SampleRequest>,
     /// Walk segments to open (version 3; empty in version 2).
     pub walks: Vec<WalkSample>,
+    /// Walk steps to open (version 4; empty otherwise).
+    pub steps: Vec<StepSample>,
     pub signature: [u8; 64],
 }
 
 /// Decodes an `OpenChainsRequest`: a nonce or key that is not 32 bytes, or a signature that is
 /// not 64, is malformed (as in a challenge), not a stranger's key or a bad signature.
 pub fn open_request_from_wire(r: &v1::OpenChainsRequest) -> Result<OpenRequest, WireError> {
+    if !r.walk_samples.is_empty() && !r.step_samples.is_empty() {
+        return Err(wire_err(
+            "step_samples",
+            "beside walk_samples: a commitment is opened as version 3 or version 4, not both",
+        ));
+    }
     Ok(OpenRequest {
         nonce: bytes32("nonce", &r.nonce)?,
         validator_key: bytes32("validator_key", &r.validator_key)?,
         samples: r.samples.iter().map(sample_from_wire).collect(),
         walks: r.walk_samples.iter().map(walk_sample_from_wire).collect(),
+        steps: r
+            .step_samples
+            .iter()
+            .map(crate::memory_v4::step_sample_from_wire)
+            .collect(),
         signature: signature("signature", &r.signature)?,
     })
 }
@@ -542,6 +556,7 @@ pub fn opening_to_wire(nonce: &[u8; 32], o: &ChainOpening, sig: &[u8; 64]) -> v1
         start_matrix: o.start.as_bytes().to_vec(),
         signature: sig.to_vec(),
         walk: None,
+        step: None,
     }
 }
 
@@ -630,6 +645,7 @@ mod tests {
             samples: vec![v1::SampleRequest { chain: 3, segment: 1 }],
             signature: vec![4; 64],
             walk_samples: Vec::new(),
+            step_samples: Vec::new(),
         };
         let decoded = open_request_from_wire(&good).unwrap();
         assert_eq!((decoded.nonce, decoded.validator_key), ([1; 32], [2; 32]));
@@ -647,6 +663,19 @@ mod tests {
             breaks(&mut request);
             assert_eq!(open_request_from_wire(&request).unwrap_err().field, field);
         }
+        // Version 3's walk samples and version 4's steps never travel together.
+        let mut both = good.clone();
+        both.walk_samples = vec![v1::WalkSampleRequest::default()];
+        both.step_samples = vec![v1::StepSampleRequest::default()];
+        assert_eq!(open_request_from_wire(&both).unwrap_err().field, "step_samples");
+        let mut steps = good;
+        steps.step_samples = vec![v1::StepSampleRequest {
+            device: 1,
+            walker: 2,
+            step: 3,
+        }];
+        let decoded = open_request_from_wire(&steps).unwrap();
+        assert_eq!((decoded.steps[0].walker, decoded.steps[0].step), (2, 3));
     }
 
     #[test]

@@ -18,9 +18,11 @@ use gpu_attest_proto::convert::{
     walk_opening_from_wire, walk_opening_to_wire, walk_request_from_wire, walk_statement_from_wire,
 };
 use gpu_attest_proto::evidence::{evidence_from_wire, evidence_to_wire};
+use gpu_attest_proto::memory_v4::{step_opening_from_wire, step_opening_to_wire};
 use gpu_attest_proto::v1;
 use gpu_attest_shared::cpu::CpuBackend;
 use gpu_attest_shared::digest::Digest;
+use gpu_attest_shared::engine::execute_with_pools;
 use gpu_attest_shared::engine::{self, Execution};
 use gpu_attest_shared::evidence::{
     AttestationReport, CcState, DeviceChain, DeviceEvidence, EvidenceTrust, check_device_evidence,
@@ -29,11 +31,15 @@ use gpu_attest_shared::evidence::{
 use gpu_attest_shared::gemm::{CpuGemm, KernelKind};
 use gpu_attest_shared::inventory::{HardwareClaim, Inventory, MinerLimits};
 use gpu_attest_shared::keys::{KeyPair, PublicKey};
+use gpu_attest_shared::memory::chain_pool::ChainPool;
 use gpu_attest_shared::memory::check::{WalkCheckError, WalkOpening, check_segment, open_segment};
 use gpu_attest_shared::memory::pool::{HostPool, entry_rows_match};
+use gpu_attest_shared::memory::slice_walk::{DeviceCommitments, SliceWalk, StepOpening, check_step, open_step};
 use gpu_attest_shared::memory::statement::walk_opening_bytes;
+use gpu_attest_shared::memory::statement_v4::step_opening_bytes;
 use gpu_attest_shared::memory::walk::{WalkSpec, walk_all};
 use gpu_attest_shared::memory::{MemoryParams, PoolSpec};
+use gpu_attest_shared::merkle::MerkleTree;
 use gpu_attest_shared::opening::{ChainOpening, SampleRequest, open_chain};
 use gpu_attest_shared::params::PROTOCOL_VERSION;
 use gpu_attest_shared::statement::{Challenge, Commitment, MemoryPhase, open_request_bytes, opening_bytes};
@@ -375,6 +381,12 @@ pub fn chain_opening(bytes: &[u8]) {
     {
         let _ = check_any_walk_opening(&opening);
     }
+    if let Some(step) = &wire.step
+        && let Ok((_, opening, _)) = step_opening_from_wire(step)
+    {
+        let v4 = honest_v4();
+        let _ = check_step(&v4.work, &v4.walk, &v4.pool, &v4.committed, &opening, &[0, 1, 127]);
+    }
     let Ok((_, opening, _)) = opening_from_wire(&wire, 64) else {
         return;
     };
@@ -395,6 +407,65 @@ pub fn chain_opening(bytes: &[u8]) {
         &opening,
         &CancelToken::new(),
     );
+}
+
+/// A small honest version 4 walk: PROTOCOL.md 20.6's challenge, pool and walk, which a hostile
+/// step opening is checked against (every check of 20.5, rows too).
+pub struct HonestV4 {
+    pub work: Work,
+    pub walk: SliceWalk,
+    pub pool: ChainPool,
+    pub committed: DeviceCommitments,
+    /// The genuine opening of step 5 of walker 1, as 20.6 opens it.
+    pub opening: StepOpening,
+}
+
+pub fn honest_v4() -> &'static HonestV4 {
+    static V4: OnceLock<HonestV4> = OnceLock::new();
+    V4.get_or_init(|| {
+        let params = ChallengeParams {
+            n: 512,
+            num_chains: 3,
+            iterations: 2,
+            checkpoint_every: 1,
+            ..gpu_attest_shared::vectors::vector_params()
+        };
+        let work = Work::new(params).expect("20.6's challenge");
+        // One device, as 20.6 has it (the shared backend has two).
+        let one_device = CpuBackend::new(2, None).expect("a CPU backend");
+        let kept = execute_with_pools(&one_device, &work, &[2], &|_| {}, &CancelToken::new()).expect("20.6's pool");
+        let walk = SliceWalk {
+            nonce: params.nonce,
+            walk_seed: core::array::from_fn(|i| 0x60 + i as u8),
+            global: kept.execution.commitment.global,
+            walkers: 2,
+            steps: 8,
+        };
+        let walked = kept.pools[0].walk(&walk);
+        let committed = DeviceCommitments {
+            device_root: kept.execution.commitment.devices[0].root,
+            device_chains: 3,
+            walk_root: walked.root,
+        };
+        let chains = &kept.execution.chains;
+        let leaves: Vec<Digest> = chains.iter().map(|c| c.leaf()).collect();
+        let tree = MerkleTree::new(&leaves);
+        let source = kept.pools[0].source();
+        let opening = open_step(&walk, source, &walked.walker_roots, 1, 5, |i| {
+            (
+                chains[i as usize].checkpoints.clone(),
+                tree.proof(i).expect("a pool chain"),
+            )
+        })
+        .expect("step 5 of walker 1");
+        HonestV4 {
+            work,
+            walk,
+            pool: *source.pool(),
+            committed,
+            opening,
+        }
+    })
 }
 
 /// A walk opening, decoded and checked against a small walk (PROTOCOL.md 18.7's sizes).
@@ -628,6 +699,12 @@ pub fn seeds() -> Vec<(&'static str, &'static str, Vec<u8>)> {
     let opening_wire = opening_to_wire(&nonce, opening, &miner().sign(&opening_bytes(&nonce, opening)));
     let walk = &honest_walk().opening;
     let walk_wire = walk_opening_to_wire(&nonce, walk, &miner().sign(&walk_opening_bytes(&nonce, walk)));
+    let step = &honest_v4().opening;
+    let step_signature = miner().sign(&step_opening_bytes(&honest_v4().walk.nonce, 0, step));
+    let step_wire = v1::ChainOpening {
+        step: Some(step_opening_to_wire(0, step, &step_signature)),
+        ..Default::default()
+    };
     let evidence_wire = evidence_to_wire(std::slice::from_ref(&nvidia_sample().0)).remove(0);
     let with_selector = |kind: u8, message: &[u8]| [&[kind][..], message].concat();
     let samples = [SampleRequest { chain: 3, segment: 1 }];
@@ -637,6 +714,7 @@ pub fn seeds() -> Vec<(&'static str, &'static str, Vec<u8>)> {
         validator_key: validator().public_key().0.to_vec(),
         signature: validator().sign(&open_request_bytes(&nonce, &samples)).to_vec(),
         walk_samples: Vec::new(),
+        step_samples: Vec::new(),
     };
     let commitment_event = v1::ChallengeEvent {
         event: Some(v1::challenge_event::Event::Commitment(commitment_wire.clone())),
@@ -703,6 +781,7 @@ pub fn seeds() -> Vec<(&'static str, &'static str, Vec<u8>)> {
         ),
         ("chain_opening", "honest", opening_wire.encode_to_vec()),
         ("walk_opening", "honest", walk_wire.encode_to_vec()),
+        ("chain_opening", "honest-step", step_wire.encode_to_vec()),
         ("inventory", "cpu-two-devices", inventory_wire.encode_to_vec()),
         ("device_evidence", "nvidia-hopper-sample", evidence_wire.encode_to_vec()),
         (

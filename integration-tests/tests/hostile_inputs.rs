@@ -136,3 +136,36 @@ fn the_genuine_opening_verifies() {
     let (_, back, _) = opening_from_wire(&wire, 64).unwrap();
     assert_eq!(&back, genuine);
 }
+
+/// Version 4's genuine step opening (PROTOCOL.md 20.6) passes every check of 20.5 through its
+/// wire form, and a change to any one of its fields fails: the checks the fuzz target reaches
+/// can tell a genuine opening from a forged one.
+#[test]
+fn the_genuine_step_opening_checks_and_every_changed_field_fails() {
+    use gpu_attest_integration_tests::hostile::honest_v4;
+    use gpu_attest_proto::memory_v4::{step_opening_from_wire, step_opening_to_wire};
+    use gpu_attest_shared::memory::slice_walk::{StepOpening, check_step};
+
+    let v4 = honest_v4();
+    let check = |o: &StepOpening| check_step(&v4.work, &v4.walk, &v4.pool, &v4.committed, o, &[0, 64, 127]);
+    let (_, back, _) = step_opening_from_wire(&step_opening_to_wire(0, &v4.opening, &[0; 64])).unwrap();
+    assert_eq!(back, v4.opening);
+    check(&back).unwrap();
+    type Change = fn(&mut StepOpening);
+    let changes: [(&str, Change); 9] = [
+        ("walker", |o| o.walker ^= 1),
+        ("step", |o| o.step += 1),
+        ("walker_root", |o| o.walker_root.0[0] ^= 1),
+        ("start_proof", |o| o.start_proof.siblings[0].0[0] ^= 1),
+        ("before", |o| o.before.0[0] ^= 1),
+        ("after", |o| o.after.0[0] ^= 1),
+        ("slice", |o| o.slice[100] ^= 1),
+        ("slice_path", |o| o.slice_path.siblings[0][0] ^= 1),
+        ("checkpoints", |o| o.checkpoints[0].0[0] ^= 1),
+    ];
+    for (field, change) in changes {
+        let mut forged = v4.opening.clone();
+        change(&mut forged);
+        assert!(check(&forged).is_err(), "a changed {field} passed");
+    }
+}

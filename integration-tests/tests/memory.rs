@@ -438,6 +438,7 @@ async fn walk_requests_and_walk_samples_are_refused_by_status() {
             .iter()
             .map(gpu_attest_proto::convert::walk_sample_to_wire)
             .collect(),
+        step_samples: Vec::new(),
     };
     let early = client.open_chains(open(&walks)).await.unwrap_err();
     assert_eq!(early.code(), Code::FailedPrecondition, "{early:?}");

@@ -162,6 +162,30 @@ async fn each_refusal_has_its_own_status() {
     let mut stream = client.run_challenge(signed(&good)).await.unwrap().into_inner();
     while stream.message().await.unwrap().is_some() {}
     assert_eq!(code_of(&mut client, signed(&good)).await, Code::AlreadyExists);
+
+    // Version 4 walk steps asked of that version 2 commitment: refused, saying why, and the
+    // round is not used up by it.
+    let validator = KeyPair::from_seed([VALIDATOR_SEED; 32]);
+    let mut with_steps = signed_open_request(good.params.nonce, &validator, &[]);
+    with_steps.step_samples = vec![v1::StepSampleRequest {
+        device: 0,
+        walker: 0,
+        step: 0,
+    }];
+    let refused = client.open_chains(with_steps).await.unwrap_err();
+    assert_eq!(refused.code(), Code::FailedPrecondition, "{refused:?}");
+    assert!(
+        refused.message().contains("no version 4 challenge"),
+        "{}",
+        refused.message()
+    );
+    let sample = gpu_attest_shared::opening::SampleRequest { chain: 0, segment: 0 };
+    let mut opened = client
+        .open_chains(signed_open_request(good.params.nonce, &validator, &[sample]))
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(opened.message().await.unwrap().is_some(), "the round was still there");
 }
 
 #[tokio::test(flavor = "multi_thread")]

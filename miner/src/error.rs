@@ -86,6 +86,8 @@ pub enum MinerError {
     Fill(BackendError),
     #[error("commitment {0} answers a version 2 challenge: it has no pools to walk or open")]
     NoMemoryPhase(String),
+    #[error("commitment {0} answers no version 4 challenge: it has no walk steps to open")]
+    NotVersion4(String),
     #[error("the pools of commitment {0} were already walked; a walk request is single-use")]
     AlreadyWalked(String),
     #[error("walk request signature does not verify")]
@@ -114,6 +116,7 @@ impl MinerError {
             MinerError::BadWalkSignature => Code::Unauthenticated,
             MinerError::AlreadyWalked(_) => Code::AlreadyExists,
             MinerError::NoMemoryPhase(_)
+            | MinerError::NotVersion4(_)
             | MinerError::NotWalked
             | MinerError::PoolsReleased
             | MinerError::MemoryPhaseUnsupported(_)

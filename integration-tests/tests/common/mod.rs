@@ -167,6 +167,7 @@ pub fn signed_open_request(
             .sign(&gpu_attest_shared::statement::open_request_bytes(&nonce, samples))
             .to_vec(),
         walk_samples: Vec::new(),
+        step_samples: Vec::new(),
     }
 }
 

@@ -33,9 +33,10 @@ impl MinerCore {
             validator_key,
             samples,
             walks,
+            steps,
             signature,
         } = request;
-        if samples.is_empty() && walks.is_empty() {
+        if samples.is_empty() && walks.is_empty() && steps.is_empty() {
             return Err(MinerError::NoSamples);
         }
         if walks.len() > MAX_WALK_SAMPLES {
@@ -53,6 +54,10 @@ impl MinerCore {
         let recent = self.kept.find(&nonce)?;
         if validator_key != recent.validator_key.0 || !self.is_allowed(&recent.validator_key) {
             return Err(MinerError::OpenNotAllowed);
+        }
+        if !steps.is_empty() {
+            // This release keeps no version 4 walk: it refuses version 4 challenges.
+            return Err(MinerError::NotVersion4(hex::encode(nonce)));
         }
         let signed = match &recent.memory {
             Some(_) => open_request_bytes_v3(&nonce, &samples, &walks),

@@ -168,6 +168,7 @@ pub async fn sampled(
         validator_key: identity.public_key().0.to_vec(),
         signature: identity.sign(&signed).to_vec(),
         walk_samples: walk_samples.iter().map(walk_sample_to_wire).collect(),
+        step_samples: Vec::new(),
     };
     // A miner that stalls must not hold this validator: all openings must arrive within the
     // budget, counting only the time spent waiting for the miner, not this validator's own
