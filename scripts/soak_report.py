@@ -35,7 +35,7 @@ FD_GROWTH = 4
 # calibrated; a first-contact verdict (the shipped table, at the wide first-contact slack, 3.0
 # by default) is built to let a host reach a third of the table's figure, and says so in its
 # rate source. Their first-contact passes are reported, not counted as a check that failed.
-SHORT_OF_THEIR_CLAIM = {"cheat-half-compute"}
+SHORT_OF_THEIR_CLAIM = {"cheat-third-compute"}
 
 
 def read_csv(path):
