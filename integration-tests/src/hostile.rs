@@ -423,20 +423,14 @@ pub struct HonestV4 {
 pub fn honest_v4() -> &'static HonestV4 {
     static V4: OnceLock<HonestV4> = OnceLock::new();
     V4.get_or_init(|| {
-        let params = ChallengeParams {
-            n: 512,
-            num_chains: 3,
-            iterations: 2,
-            checkpoint_every: 1,
-            ..gpu_attest_shared::vectors::vector_params()
-        };
+        let params = gpu_attest_shared::vectors::v4_vector_params();
         let work = Work::new(params).expect("20.6's challenge");
         // One device, as 20.6 has it (the shared backend has two).
         let one_device = CpuBackend::new(2, None).expect("a CPU backend");
         let kept = execute_with_pools(&one_device, &work, &[2], &|_| {}, &CancelToken::new()).expect("20.6's pool");
         let walk = SliceWalk {
             nonce: params.nonce,
-            walk_seed: core::array::from_fn(|i| 0x60 + i as u8),
+            walk_seed: gpu_attest_shared::vectors::v4_walk_seed(),
             global: kept.execution.commitment.global,
             walkers: 2,
             steps: 8,

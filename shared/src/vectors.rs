@@ -23,3 +23,20 @@ pub const VECTOR_CHAIN0_CHECKPOINTS: [&str; 3] = [
     "ed31891588d3459c78d5b014f063e8d3e1a46c261822839c9a348c62d8d63660",
     "41b4a1ef86ea66a2e647023f63e91ffbd6c7b18f039a8c4cc68479b968af3720",
 ];
+
+/// PROTOCOL.md 20.6: section 12's nonce, seed and miner key with n = 512, M = 3, K = 2, c = 1,
+/// on one device, version 4's vector challenge.
+pub fn v4_vector_params() -> ChallengeParams {
+    ChallengeParams {
+        n: 512,
+        num_chains: 3,
+        iterations: 2,
+        checkpoint_every: 1,
+        ..vector_params()
+    }
+}
+
+/// PROTOCOL.md 20.6's walk seed: `60 61 .. 7f`.
+pub fn v4_walk_seed() -> [u8; 32] {
+    core::array::from_fn(|i| 0x60 + i as u8)
+}

@@ -11,16 +11,7 @@ use gpu_attest_shared::memory::slice_walk::SliceWalk;
 use gpu_attest_shared::reference;
 use gpu_attest_shared::{CancelToken, ChallengeParams, Digest, Work};
 
-/// PROTOCOL.md 20.6's challenge: n = 512, M = 3, K = 2, c = 1.
-fn params() -> ChallengeParams {
-    ChallengeParams {
-        n: 512,
-        num_chains: 3,
-        iterations: 2,
-        checkpoint_every: 1,
-        ..gpu_attest_shared::vectors::vector_params()
-    }
-}
+use gpu_attest_shared::vectors::{v4_vector_params as params, v4_walk_seed};
 
 fn hex(d: Digest) -> String {
     d.to_hex()
@@ -39,7 +30,7 @@ fn the_kept_states_walk_to_the_published_roots() {
     assert_eq!(kept.pools.len(), 1);
     let walk = SliceWalk {
         nonce: params().nonce,
-        walk_seed: core::array::from_fn(|i| 0x60 + i as u8),
+        walk_seed: v4_walk_seed(),
         global: plain.commitment.global,
         walkers: 2,
         steps: 8,

@@ -12,21 +12,40 @@ use gpu_attest_shared::memory::slice_walk::{
 };
 use gpu_attest_shared::merkle::MerkleTree;
 use gpu_attest_shared::reference;
-use gpu_attest_shared::{CancelToken, ChallengeParams, Digest, Work};
+use gpu_attest_shared::{CancelToken, Digest, Work};
 
-/// PROTOCOL.md 20.6: section 12's nonce, seed and miner key, n = 512, M = 3, K = 2, c = 1.
-fn params() -> ChallengeParams {
-    ChallengeParams {
-        n: 512,
-        num_chains: 3,
-        iterations: 2,
-        checkpoint_every: 1,
-        ..gpu_attest_shared::vectors::vector_params()
-    }
+use gpu_attest_shared::vectors::{v4_vector_params as params, v4_walk_seed as walk_seed};
+
+/// 20.6's chains, by the fast engine, and the walk over the reference's pool states: what
+/// every vector here is computed from.
+struct VectorWalk {
+    work: Work,
+    exec: engine::Execution,
+    states: Vec<gpu_attest_shared::matrix::Matrix>,
+    walk: SliceWalk,
+    held: HeldStates,
 }
 
-fn walk_seed() -> [u8; 32] {
-    core::array::from_fn(|i| 0x60 + i as u8)
+fn vector_walk() -> VectorWalk {
+    let work = Work::new(params()).unwrap();
+    let backend = CpuBackend::new(1, None).unwrap();
+    let exec = engine::execute(&backend, &work, &|_| {}, &CancelToken::new()).unwrap();
+    let states: Vec<_> = (0..2).map(|i| reference::chain_state(work.key(), i, 512, 2)).collect();
+    let walk = SliceWalk {
+        nonce: params().nonce,
+        walk_seed: walk_seed(),
+        global: exec.commitment.global,
+        walkers: 2,
+        steps: 8,
+    };
+    let held = HeldStates::new(ChainPool::new(0, 0, 2, 512).unwrap(), states.clone()).unwrap();
+    VectorWalk {
+        work,
+        exec,
+        states,
+        walk,
+        held,
+    }
 }
 
 /// (name, hex) as PROTOCOL.md 20.6 quotes them.
@@ -78,11 +97,14 @@ const VECTORS: [(&str, &str); 13] = [
 
 #[test]
 fn version_4_engine_vectors() {
-    let work = Work::new(params()).unwrap();
-    let backend = CpuBackend::new(1, None).unwrap();
-    let exec = engine::execute(&backend, &work, &|_| {}, &CancelToken::new()).unwrap();
-    let pool = ChainPool::new(0, 0, 2, 512).unwrap();
-    let states: Vec<_> = (0..2).map(|i| reference::chain_state(work.key(), i, 512, 2)).collect();
+    let VectorWalk {
+        work,
+        exec,
+        states,
+        walk,
+        held,
+    } = vector_walk();
+    let pool = *held.pool();
     for (i, state) in states.iter().enumerate() {
         assert_eq!(
             Some(&state.digest()),
@@ -90,14 +112,6 @@ fn version_4_engine_vectors() {
             "the engine's chain {i} ends in the reference's state"
         );
     }
-    let walk = SliceWalk {
-        nonce: params().nonce,
-        walk_seed: walk_seed(),
-        global: exec.commitment.global,
-        walkers: 2,
-        steps: 8,
-    };
-    let held = HeldStates::new(pool, states.clone()).unwrap();
     let walked = walk_device(&walk, &held);
     let trace = walker_states(&walk, &held, 0);
     let path = slice_path(states[1].as_bytes(), 3).unwrap();
@@ -164,18 +178,7 @@ fn version_4_statement_vectors() {
     use gpu_attest_shared::opening::SampleRequest;
     use gpu_attest_shared::statement::{Challenge, MemoryPhase};
 
-    let work = Work::new(params()).unwrap();
-    let backend = CpuBackend::new(1, None).unwrap();
-    let exec = engine::execute(&backend, &work, &|_| {}, &CancelToken::new()).unwrap();
-    let states: Vec<_> = (0..2).map(|i| reference::chain_state(work.key(), i, 512, 2)).collect();
-    let walk = SliceWalk {
-        nonce: params().nonce,
-        walk_seed: walk_seed(),
-        global: exec.commitment.global,
-        walkers: 2,
-        steps: 8,
-    };
-    let held = HeldStates::new(ChainPool::new(0, 0, 2, 512).unwrap(), states).unwrap();
+    let VectorWalk { exec, walk, held, .. } = vector_walk();
     let walked = walk_device(&walk, &held);
     let leaves: Vec<Digest> = exec.chains.iter().map(|c| c.leaf()).collect();
     let tree = MerkleTree::new(&leaves);

@@ -12,7 +12,7 @@ pub use crate::statement::PoolCommitment;
 use crate::statement::{OPEN_REQUEST_DOMAIN, open_request_bytes, redomained};
 
 const OPEN_REQUEST_V3_DOMAIN: &[u8] = b"gpu-attest v3 open request";
-const WALK_REQUEST_DOMAIN: &[u8] = b"gpu-attest v3 walk request";
+pub(crate) const WALK_REQUEST_DOMAIN: &[u8] = b"gpu-attest v3 walk request";
 const WALK_STATEMENT_DOMAIN: &[u8] = b"gpu-attest v3 walk statement";
 const WALK_OPENING_DOMAIN: &[u8] = b"gpu-attest v3 walk opening";
 

@@ -24,13 +24,14 @@ pub struct StepSample {
     pub step: u32,
 }
 
-/// The validator's walk request: `nonce || walk_seed || le64(deadline_unix_ms)`.
+/// The validator's walk request: version 3's fields (`nonce || walk_seed ||
+/// le64(deadline_unix_ms)`) under this version's domain.
 pub fn walk_request_bytes(nonce: &[u8; 32], walk_seed: &[u8; 32], deadline_ms: u64) -> Vec<u8> {
-    let mut out = WALK_REQUEST_DOMAIN.to_vec();
-    out.extend(nonce);
-    out.extend(walk_seed);
-    out.extend(deadline_ms.to_le_bytes());
-    out
+    redomained(
+        super::statement::walk_request_bytes(nonce, walk_seed, deadline_ms),
+        super::statement::WALK_REQUEST_DOMAIN,
+        WALK_REQUEST_DOMAIN,
+    )
 }
 
 /// A device's walk root as the miner signs it once that device's walk has ended: the
