@@ -112,14 +112,17 @@ pub fn expectation(claim: &HardwareClaim, n: u32, rates: &RateBook, config: &Val
         }
     };
     let mut ops_per_sec = 0.0;
+    let mut peak_ops_per_sec = 0.0;
     let mut least_ops_per_sec = 0.0;
     let mut miners = u32::MAX;
     let mut weakest = RateSource::Calibrated;
     let mut strongest = RateSource::Shipped;
     for device in &claim.devices {
-        let e = rates.expected(&RateClass::of(claim, device, n));
+        let class = RateClass::of(claim, device, n);
+        let e = rates.expected(&class);
         let rate = e.ops_per_unit * units(&claim.backend, device);
         ops_per_sec += rate;
+        peak_ops_per_sec += rates.ceiling(&class) * units(&claim.backend, device);
         least_ops_per_sec += rate / slack_of(e.source);
         miners = miners.min(e.miners);
         if e.source.trust() < weakest.trust() {
@@ -140,6 +143,7 @@ pub fn expectation(claim: &HardwareClaim, n: u32, rates: &RateBook, config: &Val
         source: Some(weakest),
         miners: if weakest.is_observed() { miners } else { 0 },
         slack,
+        peak_ops_per_sec,
     }
 }
 
@@ -421,7 +425,15 @@ mod tests {
         assert_eq!((e.source, e.miners, e.slack), (Some(RateSource::Shipped), 0, 3.0));
         // Four cores of avx512-vnni at the shipped 1.4e11 per core.
         let cpu = inventory("cpu", "avx512-vnni", &["cpu: Xeon"]);
-        assert_eq!(expectation(&cpu.claim, 256, &book, &cfg).ops_per_sec, 4.0 * 1.4e11);
+        let e = expectation(&cpu.claim, 256, &book, &cfg);
+        assert_eq!(e.ops_per_sec, 4.0 * 1.4e11);
+        // The peaks a verdict states its share of: two H100s' datasheet figures; four cores of
+        // 256 int8 operations a cycle at 5 GHz.
+        assert_eq!(
+            expectation(&gpus.claim, 2048, &book, &cfg).peak_ops_per_sec,
+            2.0 * 1.979e15
+        );
+        assert_eq!(e.peak_ops_per_sec, 4.0 * 256.0 * 5.0e9);
     }
 
     #[test]

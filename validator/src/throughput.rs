@@ -21,6 +21,11 @@ pub struct Expectation {
     /// Deadline over expected time: the tight slack for observed rates, the first-contact slack
     /// for shipped ones (0 when not recorded).
     pub slack: f64,
+    /// The sum of the claimed devices' physical ceilings: each class's datasheet peak where the
+    /// rate table gives one (GPU models: dense int8), else its backend's ceiling (the
+    /// instruction set's at 5 GHz a core on CPUs). 0 when not recorded.
+    #[serde(default)]
+    pub peak_ops_per_sec: f64,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
@@ -47,6 +52,20 @@ pub struct Throughput {
     pub rate_miners: u32,
     /// The slack the deadline was set with.
     pub slack: f64,
+    /// The claimed devices' peak ([`Expectation::peak_ops_per_sec`]); 0 when not recorded.
+    #[serde(default)]
+    pub claimed_peak_ops_per_sec: f64,
+    /// The proven rate's share of that peak ([`share_of_peak`]): what a pass says about the
+    /// silicon, since a cheater with a faster kernel keeps the rest (SECURITY.md "Compute").
+    #[serde(default)]
+    pub proven_share_of_peak: Option<f64>,
+}
+
+/// `proven / peak`; None where nothing is proven or the peak was not recorded.
+pub fn share_of_peak(proven_ops_per_sec: Option<f64>, peak_ops_per_sec: f64) -> Option<f64> {
+    proven_ops_per_sec
+        .filter(|_| peak_ops_per_sec > 0.0)
+        .map(|proven| proven / peak_ops_per_sec)
 }
 
 /// Whether a failed verdict is a *graded miss* (PROTOCOL.md 17): every reason is a late
@@ -102,6 +121,8 @@ impl Throughput {
             rate_source: expected.source,
             rate_miners: expected.miners,
             slack: expected.slack,
+            claimed_peak_ops_per_sec: expected.peak_ops_per_sec,
+            proven_share_of_peak: share_of_peak(proven, expected.peak_ops_per_sec),
         }
     }
 
@@ -132,8 +153,11 @@ impl std::fmt::Display for Throughput {
                     show_rate(per_device),
                     self.operations
                 )?;
-                match ratio {
-                    Some(r) => write!(f, ", {r:.2}x the class's rate"),
+                if let Some(r) = ratio {
+                    write!(f, ", {r:.2}x the class's rate")?;
+                }
+                match self.proven_share_of_peak {
+                    Some(share) => write!(f, ", {:.1}% of the claimed peak", share * 100.0),
                     None => Ok(()),
                 }
             }
@@ -175,6 +199,7 @@ impl Throughput {
             source: self.rate_source,
             miners: self.rate_miners,
             slack: self.slack,
+            peak_ops_per_sec: self.claimed_peak_ops_per_sec,
         }
     }
 }
@@ -206,6 +231,7 @@ mod tests {
             source: Some(RateSource::Calibrated),
             miners: 3,
             slack: 1.5,
+            peak_ops_per_sec: 4.0e10,
         }
     }
 
@@ -224,6 +250,19 @@ mod tests {
         );
         let shown = t.to_string();
         assert!(shown.contains("calibrated from 3 miners, slack 1.50"), "{shown}");
+        // 4.29e10 proven of a 4.0e10 peak: the share is stated, and said.
+        assert_eq!(t.claimed_peak_ops_per_sec, 4.0e10);
+        assert!((t.proven_share_of_peak.unwrap() - proven / 4.0e10).abs() < 1e-12);
+        assert!(shown.contains("107.4% of the claimed peak"), "{shown}");
+        // Nothing proven, or no peak recorded: no share.
+        let failed = Throughput::of(&params(1024, 10, 4), FillWork::NONE, 2, 2_000, &expected(1.0e10), false);
+        assert_eq!(failed.proven_share_of_peak, None);
+        let unrecorded = Expectation {
+            peak_ops_per_sec: 0.0,
+            ..expected(1.0e10)
+        };
+        let old = Throughput::of(&params(1024, 10, 4), FillWork::NONE, 2, 2_000, &unrecorded, true);
+        assert_eq!(old.proven_share_of_peak, None);
     }
 
     /// A host whose chains run at the class's rate, and whose fill runs at that rate over the

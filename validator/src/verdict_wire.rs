@@ -76,6 +76,7 @@ pub fn verdict_to_wire(v: &Verdict) -> v1::Verdict {
             .unwrap_or_default(),
         rate_miners: v.throughput.rate_miners,
         slack: v.throughput.slack,
+        claimed_peak_ops_per_sec: v.throughput.claimed_peak_ops_per_sec,
         memory: v.memory.as_ref().map(|m| v1::MemoryVerdict {
             pool_permille: m.pool_permille,
             walkers: m.walkers,
@@ -175,6 +176,11 @@ pub fn verdict_from_wire(v: &v1::Verdict) -> Verdict {
             rate_source: RateSource::parse(&v.rate_source),
             rate_miners: v.rate_miners,
             slack: v.slack,
+            claimed_peak_ops_per_sec: v.claimed_peak_ops_per_sec,
+            proven_share_of_peak: crate::throughput::share_of_peak(
+                positive(v.proven_ops_per_sec),
+                v.claimed_peak_ops_per_sec,
+            ),
         },
         memory: v.memory.as_ref().map(|m| MemoryProof {
             pool_permille: m.pool_permille,
@@ -302,6 +308,7 @@ mod tests {
         failed.throughput.proven_ops_per_sec = None;
         failed.throughput.proven_ops_per_sec_per_device = None;
         failed.throughput.proven_to_expected = None;
+        failed.throughput.proven_share_of_peak = None;
         failed.throughput.rate_source = None;
         failed.reasons = vec![Reason::new(ReasonCode::ReexecutionMismatch, "chain 3 differs")];
         assert_eq!(verdict_from_wire(&verdict_to_wire(&failed)), failed);

@@ -344,6 +344,7 @@ mod tests {
                 source: Some(crate::rates::RateSource::Shipped),
                 miners: 0,
                 slack: 2.0,
+                peak_ops_per_sec: 0.0,
             },
             expected_ms: 1,
             deadline_ms: 1,

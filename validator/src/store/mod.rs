@@ -452,6 +452,8 @@ pub(crate) mod test_support {
             source: Some(RateSource::Shipped),
             miners: 0,
             slack: 3.0,
+            // The portable kernel's ceiling on one core: stored and read back like the rest.
+            peak_ops_per_sec: 3.2e11,
         };
         // A version 3 verdict: its pools are in what it proves.
         let memory = crate::memory::MemoryProof {

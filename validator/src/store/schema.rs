@@ -8,14 +8,15 @@
 //! verdict); 6 verdicts keep what device evidence showed (PROTOCOL.md 19.5), and passing ones
 //! record the certified parts they saw (`part_sightings`); 7 verdicts keep their challenge's
 //! finish-by time (PROTOCOL.md 14.3), which says whether a late one proved its rate, and the
-//! first run a retest replaced (14.7). SQLite keeps the version in `PRAGMA user_version` (as it always
+//! first run a retest replaced (14.7); 8 verdicts keep the claimed devices' peak, which says what
+//! share of it the proven rate is. SQLite keeps the version in `PRAGMA user_version` (as it always
 //! has), PostgreSQL in the one-row table `schema_version`.
 
 use super::{Dialect, Store, StoreError};
 // Every statement run with AssertSqlSafe is built here from constants, never from input.
 use sqlx::{AssertSqlSafe, Executor};
 
-pub const SCHEMA_VERSION: i64 = 7;
+pub const SCHEMA_VERSION: i64 = 8;
 
 /// `{id}`: an auto-assigned 64-bit key; `{int}`, `{real}`, `{blob}`: 64-bit integer, double,
 /// bytes. Booleans are integers 0/1 in both, so that both read them the same way.
@@ -56,7 +57,8 @@ CREATE TABLE IF NOT EXISTS verdicts (
     memory          TEXT NOT NULL DEFAULT '',
     identity        TEXT NOT NULL DEFAULT '',
     finish_by_ms    {int} NOT NULL DEFAULT 0,
-    first_run       TEXT NOT NULL DEFAULT ''
+    first_run       TEXT NOT NULL DEFAULT '',
+    peak_ops_per_sec {real} NOT NULL DEFAULT 0
 );
 CREATE INDEX IF NOT EXISTS verdicts_by_miner ON verdicts (miner_url, id);
 CREATE TABLE IF NOT EXISTS part_sightings (
@@ -145,7 +147,7 @@ fn statements(dialect: Dialect) -> Vec<String> {
 /// Columns added to `verdicts` after version 1, by the version that added them. A fresh table
 /// has them from SCHEMA; an older SQLite file gets them here. (PostgreSQL stores start at 4:
 /// they get what came after from [`POSTGRES_ADDED_COLUMNS`].)
-const SQLITE_ADDED_COLUMNS: [(i64, &[&str]); 5] = [
+const SQLITE_ADDED_COLUMNS: [(i64, &[&str]); 6] = [
     // Rows from before keep 0: their expected rate is derived from expected_ms on read.
     (
         2,
@@ -176,15 +178,21 @@ const SQLITE_ADDED_COLUMNS: [(i64, &[&str]); 5] = [
             "ALTER TABLE verdicts ADD COLUMN first_run TEXT NOT NULL DEFAULT ''",
         ],
     ),
+    // Rows from before read as the peak not recorded: no share of it is stated.
+    (
+        8,
+        &["ALTER TABLE verdicts ADD COLUMN peak_ops_per_sec REAL NOT NULL DEFAULT 0"],
+    ),
 ];
 
 /// Columns added to `verdicts` after a PostgreSQL store's first version (4), each idempotent:
 /// the migration runs them all in its one transaction.
-const POSTGRES_ADDED_COLUMNS: [&str; 4] = [
+const POSTGRES_ADDED_COLUMNS: [&str; 5] = [
     "ALTER TABLE verdicts ADD COLUMN IF NOT EXISTS memory TEXT NOT NULL DEFAULT ''",
     "ALTER TABLE verdicts ADD COLUMN IF NOT EXISTS identity TEXT NOT NULL DEFAULT ''",
     "ALTER TABLE verdicts ADD COLUMN IF NOT EXISTS finish_by_ms BIGINT NOT NULL DEFAULT 0",
     "ALTER TABLE verdicts ADD COLUMN IF NOT EXISTS first_run TEXT NOT NULL DEFAULT ''",
+    "ALTER TABLE verdicts ADD COLUMN IF NOT EXISTS peak_ops_per_sec DOUBLE PRECISION NOT NULL DEFAULT 0",
 ];
 
 /// Arbitrary, fixed: the advisory lock validators sharing a PostgreSQL database take while one

@@ -134,7 +134,8 @@ macro_rules! verdict_columns {
     () => {
         "id, miner_url, miner_key, nonce, passed, reasons, policy, samples, params, measured_ms, \
          expected_ms, deadline_ms, inventory, backend, kernel, global_checksum, created_at_ms, \
-         expected_ops_per_sec, rate_source, rate_miners, slack, memory, identity, finish_by_ms, first_run"
+         expected_ops_per_sec, rate_source, rate_miners, slack, memory, identity, finish_by_ms, first_run, \
+         peak_ops_per_sec"
     };
 }
 
@@ -168,9 +169,9 @@ impl Store {
             "INSERT INTO verdicts (miner_url, miner_key, nonce, passed, reasons, policy, samples, params, measured_ms,
                                    expected_ms, deadline_ms, inventory, backend, kernel, global_checksum, created_at_ms,
                                    expected_ops_per_sec, rate_source, rate_miners, slack, memory, identity, finish_by_ms,
-                                   first_run)
+                                   first_run, peak_ops_per_sec)
              VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22,
-                     $23, $24)
+                     $23, $24, $25)
              RETURNING id",
         )
         .bind(&v.miner_url)
@@ -206,6 +207,7 @@ impl Store {
             Some(f) => json(serde_json::to_string(f))?,
             None => String::new(),
         })
+        .bind(t.claimed_peak_ops_per_sec)
         .fetch_one(&mut *tx)
         .await?;
         // Only a pass teaches: a graded miss proves a rate too, but one below what its class
@@ -318,6 +320,8 @@ fn verdict_from_row(r: &sqlx::any::AnyRow) -> Result<Verdict, StoreError> {
         source: RateSource::parse(&r.try_get::<String, _>(18)?),
         miners: small(r.try_get(19)?, "rate_miners")?,
         slack: r.try_get(20)?,
+        // 0 for verdicts stored before the peak was.
+        peak_ops_per_sec: r.try_get(25)?,
     };
     let memory_json: String = r.try_get(21)?;
     let memory: Option<MemoryProof> = if memory_json.is_empty() {

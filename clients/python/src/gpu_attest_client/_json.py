@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Optional
 
+from .types import share_of_peak
+
 
 def _none_if_zero(x: float) -> Optional[float]:
     # A failed verdict proves no rate: 0 on the wire, null in the JSON.
@@ -102,6 +104,8 @@ def verdict_json(v) -> Dict[str, Any]:
             "rate_source": v.rate_source or None,
             "rate_miners": v.rate_miners,
             "slack": v.slack,
+            "claimed_peak_ops_per_sec": v.claimed_peak_ops_per_sec,
+            "proven_share_of_peak": share_of_peak(v.proven_ops_per_sec, v.claimed_peak_ops_per_sec),
         },
         "memory": _memory(v.memory) if v.HasField("memory") else None,
         "identity": (

@@ -173,6 +173,13 @@ class RevokedKey:
         return cls(k.miner_key.hex(), k.reason, _utc(k.revoked_at_unix_ms))
 
 
+def share_of_peak(proven_ops_per_sec: float, peak_ops_per_sec: float) -> Optional[float]:
+    """``proven / peak``, as the validator computes it; None when either is 0."""
+    if proven_ops_per_sec > 0.0 and peak_ops_per_sec > 0.0:
+        return proven_ops_per_sec / peak_ops_per_sec
+    return None
+
+
 @dataclass(frozen=True)
 class Verdict:
     """A stored verdict. ``proven_to_expected`` is the share of the class rate proven: on a
@@ -205,6 +212,11 @@ class Verdict:
     #: validator older than the field.
     protocol_version: int
     raw: Any = field(repr=False, compare=False)
+    #: The claimed devices' peak (PROTOCOL.md 16.1); 0.0 when the validator did not record one.
+    claimed_peak_ops_per_sec: float = 0.0
+    #: ``proven_ops_per_sec`` over that peak: what a pass says of the silicon (SECURITY.md
+    #: "Compute"); None when nothing is proven or no peak was recorded.
+    proven_share_of_peak: Optional[float] = None
 
     @property
     def codes(self) -> List[Union[ReasonCode, str]]:
@@ -249,6 +261,8 @@ class Verdict:
             proven_memory_bytes=memory,
             retested=v.HasField("first_run"),
             protocol_version=v.protocol_version,
+            claimed_peak_ops_per_sec=v.claimed_peak_ops_per_sec,
+            proven_share_of_peak=share_of_peak(v.proven_ops_per_sec, v.claimed_peak_ops_per_sec),
             raw=v,
         )
 
