@@ -87,7 +87,7 @@ for cheat in skip-chains wrong-global-checksum leaf-changed-after-commit foreign
     bad-opening-signatures commits-other-hardware; do
     kind[cheat-$cheat]="--cheat $cheat"
 done
-# Claims three cores and computes on one. (A miner claiming two, at half its claim, sits 14%
+# Claims three cores and computes on one. (A miner claiming two, at half its claim, sits 12%
 # under the calibrated CPU slack's floor of 1 / 1.75 = 0.57: on two cores shared by 20 miners and
 # two validators, the noise of a 2-minute soak passed it once. The slack's precision is what
 # integration-tests/benches/deadline_slack.rs measures; the soak asks that a clear shortfall never
