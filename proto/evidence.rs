@@ -1,17 +1,10 @@
 //! Device evidence (PROTOCOL.md 19) between the wire and `shared::evidence`, with the limits of
 //! 19.3 applied before anything is kept.
 
-use crate::convert::WireError;
+use crate::fields::{WireError, wire_err};
 use crate::v1;
 use gpu_attest_shared::evidence::{CcState, DeviceEvidence};
 use gpu_attest_shared::partition::MAX_DEVICES;
-
-fn wire_err(field: &'static str, problem: impl Into<String>) -> WireError {
-    WireError {
-        field,
-        problem: problem.into(),
-    }
-}
 
 /// A commitment's evidence as the miner signed it: every device's entry and the statement's
 /// signature (PROTOCOL.md 19.3).

@@ -6,6 +6,7 @@
 
 pub mod convert;
 pub mod evidence;
+mod fields;
 pub mod memory_v4;
 
 #[allow(clippy::all, missing_docs)]

@@ -3,7 +3,7 @@
 //! bounded by the largest walk, pool and chain a challenge may ask for, so a hostile message is a
 //! named [`WireError`], never a large allocation or a panic.
 
-use crate::convert::{WireError, bytes32, digests, signature, wire_err};
+use crate::fields::{WireError, bytes32, digests, signature, wire_err};
 use crate::v1;
 use gpu_attest_shared::Digest;
 use gpu_attest_shared::memory::chain_pool::MAX_WALK_STEPS;
@@ -12,7 +12,7 @@ use gpu_attest_shared::memory::slice::{SLICE_BYTES, SlicePath};
 use gpu_attest_shared::memory::slice_walk::StepOpening;
 use gpu_attest_shared::memory::statement_v4::StepSample;
 use gpu_attest_shared::merkle::MerkleProof;
-use gpu_attest_shared::params::MAX_SEGMENTS;
+use gpu_attest_shared::params::{MAX_CHAINS, MAX_N, MAX_SEGMENTS};
 
 /// Levels of a tree over `leaves` leaves at most: `ceil(log2(leaves))`.
 const fn levels(leaves: u64) -> usize {
@@ -23,10 +23,10 @@ const fn levels(leaves: u64) -> usize {
 const MAX_STATE_PROOF: usize = levels(MAX_WALK_STEPS as u64 + 1);
 /// A device's walk tree has `W <= 2^16` leaves.
 const MAX_WALKER_PROOF: usize = levels(MAX_WALKERS as u64);
-/// A state of `n^2 <= 8192^2` bytes is at most 1024 slices: a path of at most 10 siblings.
-const MAX_SLICE_PATH: usize = 10;
-/// A device root over at most 2^20 chains.
-const MAX_CHAIN_PROOF: usize = 20;
+/// A state of `n^2 <= MAX_N^2` bytes is at most `MAX_N^2 / 65536` slices (1024).
+const MAX_SLICE_PATH: usize = levels((MAX_N as u64 * MAX_N as u64) / SLICE_BYTES as u64);
+/// A device root over at most `MAX_CHAINS` chains.
+const MAX_CHAIN_PROOF: usize = levels(MAX_CHAINS);
 
 pub fn step_sample_to_wire(s: &StepSample) -> v1::StepSampleRequest {
     v1::StepSampleRequest {
@@ -126,7 +126,10 @@ mod tests {
 
     #[test]
     fn the_proof_bounds_follow_the_largest_walk() {
-        assert_eq!((MAX_STATE_PROOF, MAX_WALKER_PROOF), (21, 16));
+        assert_eq!(
+            (MAX_STATE_PROOF, MAX_WALKER_PROOF, MAX_SLICE_PATH, MAX_CHAIN_PROOF),
+            (21, 16, 10, 20)
+        );
         assert_eq!(levels(1), 0);
         assert_eq!(levels(2), 1);
         assert_eq!(levels(9), 4);
