@@ -7,7 +7,12 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Optional
 
-from .types import share_of_peak
+
+def share_of_peak(proven_ops_per_sec: float, peak_ops_per_sec: float) -> Optional[float]:
+    """``proven / peak``, as the validator computes it; None when either is 0."""
+    if proven_ops_per_sec > 0.0 and peak_ops_per_sec > 0.0:
+        return proven_ops_per_sec / peak_ops_per_sec
+    return None
 
 
 def _none_if_zero(x: float) -> Optional[float]:

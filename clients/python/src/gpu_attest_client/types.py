@@ -10,6 +10,8 @@ import enum
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Union
 
+from ._json import share_of_peak
+
 
 class ReasonCode(str, enum.Enum):
     """Why a verdict failed (PROTOCOL.md section 16). Codes never change meaning; a validator
@@ -171,13 +173,6 @@ class RevokedKey:
     @classmethod
     def from_proto(cls, k) -> "RevokedKey":
         return cls(k.miner_key.hex(), k.reason, _utc(k.revoked_at_unix_ms))
-
-
-def share_of_peak(proven_ops_per_sec: float, peak_ops_per_sec: float) -> Optional[float]:
-    """``proven / peak``, as the validator computes it; None when either is 0."""
-    if proven_ops_per_sec > 0.0 and peak_ops_per_sec > 0.0:
-        return proven_ops_per_sec / peak_ops_per_sec
-    return None
 
 
 @dataclass(frozen=True)
