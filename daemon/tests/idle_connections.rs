@@ -30,6 +30,7 @@ struct StandIn;
 impl Miner for StandIn {
     type RunChallengeStream = Events<v1::ChallengeEvent>;
     type OpenChainsStream = Events<v1::ChainOpening>;
+    type WalkStatesStream = Events<v1::DeviceWalkRoot>;
 
     /// Answers at once, or, for a request marked `slow` (a registration probing a slow miner),
     /// after SLOW_CALL: holding its connection meanwhile if it is also marked `held`.
@@ -56,6 +57,10 @@ impl Miner for StandIn {
     }
 
     async fn walk_pool(&self, _: Request<v1::WalkRequest>) -> Result<Response<v1::WalkStatement>, Status> {
+        Err(Status::unimplemented("not in this test"))
+    }
+
+    async fn walk_states(&self, _: Request<v1::WalkRequest>) -> Result<Response<Self::WalkStatesStream>, Status> {
         Err(Status::unimplemented("not in this test"))
     }
 }

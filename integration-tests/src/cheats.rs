@@ -172,6 +172,7 @@ fn garbage(chains: &mut [ChainResult]) {
 impl Miner for CheatingMiner {
     type RunChallengeStream = Events<v1::ChallengeEvent>;
     type OpenChainsStream = Events<v1::ChainOpening>;
+    type WalkStatesStream = Events<v1::DeviceWalkRoot>;
 
     async fn get_inventory(&self, _: Request<v1::GetInventoryRequest>) -> Result<Response<v1::Inventory>, Status> {
         let mut inventory = gpu_attest_proto::convert::inventory_to_wire(&self.core.inventory());
@@ -214,9 +215,12 @@ impl Miner for CheatingMiner {
         match self.cheat {
             Cheat::RefusesAfterComputing => {
                 let core = self.core.clone();
-                tokio::task::spawn_blocking(move || core.execute(&accepted, &|_| {}, &CancelToken::new()))
-                    .await
-                    .unwrap()?;
+                tokio::task::spawn_blocking(move || {
+                    let mut accepted = accepted;
+                    core.execute(&mut accepted, &|_| {}, &CancelToken::new())
+                })
+                .await
+                .unwrap()?;
                 tokio::time::sleep(PAST_THE_ACCEPT_WINDOW).await;
                 return Err(Status::resource_exhausted("busy with another challenge"));
             }
@@ -319,6 +323,12 @@ impl Miner for CheatingMiner {
         let statement = statement?;
         Ok(Response::new(gpu_attest_miner::wire::walk_statement(&statement)))
     }
+
+    /// These cheaters speak version 3 (their inventory says so): no validator asks them for a
+    /// version 4 walk.
+    async fn walk_states(&self, _: Request<v1::WalkRequest>) -> Result<Response<Self::WalkStatesStream>, Status> {
+        Err(Status::unimplemented("this cheating miner speaks protocol version 3"))
+    }
 }
 
 /// Ends an opening round's work when the stream of its openings is dropped (the stream is
@@ -353,7 +363,7 @@ async fn after_accepting(
         // The pools of a version 3 challenge are filled honestly: these cheats are at the chains.
         let mut accepted = accepted;
         let result = worker
-            .execute(&accepted, &|_| {}, &CancelToken::new())
+            .execute(&mut accepted, &|_| {}, &CancelToken::new())
             .and_then(|execution| {
                 worker.fill(&mut accepted, &|_, _| {}, &CancelToken::new())?;
                 Ok(execution)

@@ -435,7 +435,9 @@ pub fn honest_v4() -> &'static HonestV4 {
             walkers: 2,
             steps: 8,
         };
-        let walked = kept.pools[0].walk(&walk);
+        let walked = kept.pools[0]
+            .walk(&walk, &CancelToken::new())
+            .expect("nothing cancels it");
         let committed = DeviceCommitments {
             device_root: kept.execution.commitment.devices[0].root,
             device_chains: 3,

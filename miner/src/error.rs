@@ -4,7 +4,9 @@ use gpu_attest_proto::WireError;
 use gpu_attest_shared::engine::EngineError;
 use gpu_attest_shared::keys::PublicKey;
 use gpu_attest_shared::memory::MemoryError;
+use gpu_attest_shared::memory::chain_pool::ChainPoolParamsError;
 use gpu_attest_shared::memory::statement::WalkSample;
+use gpu_attest_shared::memory::statement_v4::StepSample;
 use gpu_attest_shared::opening::OpenError;
 use gpu_attest_shared::params::ParamsError;
 use gpu_attest_shared::{BackendError, Digest};
@@ -86,14 +88,30 @@ pub enum MinerError {
     Fill(BackendError),
     #[error("commitment {0} answers a version 2 challenge: it has no pools to walk or open")]
     NoMemoryPhase(String),
-    #[error("commitment {0} answers no version 4 challenge: it has no walk steps to open")]
+    #[error("commitment {0} answers no version 4 challenge: it has no kept states to walk, and no walk steps to open")]
     NotVersion4(String),
     #[error("the pools of commitment {0} were already walked; a walk request is single-use")]
     AlreadyWalked(String),
     #[error("walk request signature does not verify")]
     BadWalkSignature,
-    #[error("walk samples asked for before the walk: send WalkPool first")]
+    #[error(
+        "walk samples asked for before the walk: send the walk request first (WalkPool in version 3, WalkStates in version 4)"
+    )]
     NotWalked,
+    #[error("invalid version 4 memory phase: {0}")]
+    ChainPool(#[from] ChainPoolParamsError),
+    #[error(
+        "device {device}'s pool would hold {bytes} bytes, more than the {claimed} bytes the device claims; the validator sized it past the inventory"
+    )]
+    PoolOverClaim { device: u32, bytes: u64, claimed: u64 },
+    #[error("commitment {nonce} answers a version {version} challenge: {what}")]
+    OtherVersion {
+        nonce: String,
+        version: u32,
+        what: &'static str,
+    },
+    #[error("step sample {0:?} names no device, walker or step of this walk")]
+    StepSampleOutOfRange(StepSample),
     #[error("the pools of this commitment were released for a later challenge; they can no longer be walked or opened")]
     PoolsReleased,
     #[error("walk sample {0:?} names no device, walker or segment of this walk")]
@@ -112,7 +130,11 @@ impl MinerError {
             | MinerError::Params(_)
             | MinerError::FinishByBeforeDeadline { .. }
             | MinerError::NoSamples
+            | MinerError::ChainPool(_)
             | MinerError::Memory(_) => Code::InvalidArgument,
+            MinerError::PoolOverClaim { .. } => Code::ResourceExhausted,
+            MinerError::OtherVersion { .. } => Code::FailedPrecondition,
+            MinerError::StepSampleOutOfRange(_) => Code::OutOfRange,
             MinerError::BadWalkSignature => Code::Unauthenticated,
             MinerError::AlreadyWalked(_) => Code::AlreadyExists,
             MinerError::NoMemoryPhase(_)

@@ -11,6 +11,7 @@ pub mod daemon;
 pub mod error;
 pub mod evidence;
 pub mod memory;
+pub mod memory_v4;
 pub mod metrics;
 pub mod nonces;
 pub mod openings;

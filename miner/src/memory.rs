@@ -63,7 +63,7 @@ impl PoolPlan {
 /// `work` on every one of `items` (one per device), each on a thread of its own. The first
 /// failure cancels the others, and is the error returned, rather than the cancellation it
 /// caused on them.
-fn side_by_side<T: Sync, U: Send>(
+pub(crate) fn side_by_side<T: Sync, U: Send>(
     items: &[T],
     cancel: &CancelToken,
     work: impl Fn(&T) -> Result<U, BackendError> + Sync,

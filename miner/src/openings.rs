@@ -13,6 +13,7 @@ use crate::core::{MinerCore, RecentCommitment};
 use gpu_attest_proto::v1;
 use gpu_attest_shared::CancelToken;
 use gpu_attest_shared::memory::statement::WalkSample;
+use gpu_attest_shared::memory::statement_v4::StepSample;
 use gpu_attest_shared::opening::SampleRequest;
 use std::sync::Arc;
 use std::time::Duration;
@@ -20,12 +21,13 @@ use tokio::sync::mpsc;
 use tonic::Status;
 use tracing::{info, warn};
 
-/// One opening asked for: a chain segment, or (version 3) a walk segment, which follow the
-/// chains in the request's order.
+/// One opening asked for: a chain segment, or a walk segment (version 3) or walk step
+/// (version 4), which follow the chains in the request's order.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Sample {
     Chain(SampleRequest),
     Walk(WalkSample),
+    Step(StepSample),
 }
 
 /// How long an opening round may wait on its validator.
@@ -125,6 +127,7 @@ impl Round<'_> {
             let opened = tokio::task::spawn_blocking(move || match sample {
                 Sample::Chain(chain) => worker.open(&recent, chain, &cancel),
                 Sample::Walk(walk) => worker.open_walk(&recent, walk),
+                Sample::Step(step) => worker.open_step(&recent, step),
             })
             .await;
             if self.cancel.is_cancelled() {

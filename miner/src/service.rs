@@ -60,6 +60,7 @@ fn peer(request: &Request<impl Sized>) -> String {
 impl Miner for MinerService {
     type RunChallengeStream = EventStream<v1::ChallengeEvent>;
     type OpenChainsStream = EventStream<v1::ChainOpening>;
+    type WalkStatesStream = EventStream<v1::DeviceWalkRoot>;
 
     async fn get_inventory(
         &self,
@@ -136,6 +137,7 @@ impl Miner for MinerService {
                 .into_iter()
                 .map(Sample::Chain)
                 .chain(round.walks.into_iter().map(Sample::Walk))
+                .chain(round.steps.into_iter().map(Sample::Step))
                 .collect();
             run_round(core.clone(), round.recent, samples, tx, limits).await;
             core.running().ended(running);
@@ -161,15 +163,7 @@ impl Miner for MinerService {
         // A validator that hangs up, or a walk past the validator's deadline by much, stops it.
         let cancel = CancelToken::new();
         let _stop_on_drop = CancelOnDrop(cancel.clone());
-        let limit = std::time::Duration::from_millis(walk.deadline_ms.saturating_sub(now_ms())) * 2
-            + std::time::Duration::from_secs(2);
-        let deadline_watch = {
-            let cancel = cancel.clone();
-            tokio::spawn(async move {
-                tokio::time::sleep(limit).await;
-                cancel.cancel();
-            })
-        };
+        let deadline_watch = cancel_long_past(walk.deadline_ms, &cancel);
         let core = self.core.clone();
         let worker_cancel = cancel.clone();
         let started = Instant::now();
@@ -187,6 +181,71 @@ impl Miner for MinerService {
         info!(%nonce, walk_ms = started.elapsed().as_millis() as u64, "walk statement sent");
         Ok(Response::new(statement))
     }
+
+    async fn walk_states(&self, request: Request<v1::WalkRequest>) -> Result<Response<Self::WalkStatesStream>, Status> {
+        let running = self.core.running().started();
+        let peer = peer(&request);
+        let (recent, walk) = walk_request_from_wire(request.get_ref())
+            .map_err(MinerError::from)
+            .and_then(|decoded| self.core.check_states_walk_request(decoded))
+            .inspect_err(|e| warn!(%peer, error = %e, "walk request refused"))?;
+        trust_connection(request.extensions());
+        let (tx, rx) = mpsc::channel(EVENT_BUFFER);
+        let core = self.core.clone();
+        tokio::spawn(async move {
+            let nonce = hex::encode(walk.nonce);
+            // The walk reads the states where the devices hold them (see `walk_pool`).
+            let devices = core.running().lock_devices().await;
+            let cancel = CancelToken::new();
+            let hung_up = {
+                let (tx, cancel) = (tx.clone(), cancel.clone());
+                tokio::spawn(async move {
+                    tx.closed().await;
+                    cancel.cancel();
+                })
+            };
+            let deadline_watch = cancel_long_past(walk.deadline_ms, &cancel);
+            let (worker, worker_tx, started) = (core.clone(), tx.clone(), Instant::now());
+            let walked = tokio::task::spawn_blocking(move || {
+                // Each root goes out as its device's walk ends: the validator clocks each
+                // device from the request to its own root.
+                let send = |root: crate::core::Signed<_>| {
+                    let _ = worker_tx.blocking_send(Ok(crate::wire::walk_root(&root)));
+                };
+                worker.walk_states(&recent, &walk, &cancel, &send)
+            })
+            .await;
+            deadline_watch.abort();
+            hung_up.abort();
+            drop(devices);
+            core.running().ended(running);
+            let failed = match walked {
+                Ok(Ok(())) => None,
+                Ok(Err(e)) => Some(Status::from(e)),
+                Err(join) => Some(Status::internal(format!("walk worker failed: {join}"))),
+            };
+            match failed {
+                None => info!(%nonce, walk_ms = started.elapsed().as_millis() as u64, "walk roots sent"),
+                Some(status) => {
+                    warn!(%nonce, error = %status.message(), "walk failed");
+                    let _ = tx.send(Err(status)).await;
+                }
+            }
+        });
+        Ok(holds_connection(Response::new(Box::pin(ReceiverStream::new(rx)))))
+    }
+}
+
+/// Cancels `cancel` once a walk runs well past its validator's deadline (twice the time the
+/// deadline gave, plus 2 s): the validator has failed it by then, and the devices are wanted.
+fn cancel_long_past(deadline_ms: u64, cancel: &CancelToken) -> tokio::task::JoinHandle<()> {
+    let limit =
+        std::time::Duration::from_millis(deadline_ms.saturating_sub(now_ms())) * 2 + std::time::Duration::from_secs(2);
+    let cancel = cancel.clone();
+    tokio::spawn(async move {
+        tokio::time::sleep(limit).await;
+        cancel.cancel();
+    })
 }
 
 /// Cancels its token when dropped: tonic drops a unary handler's future when the client goes
@@ -243,7 +302,7 @@ async fn run_accepted(
         };
         let mut accepted = accepted;
         let result = worker_core
-            .execute(&accepted, &progress, &worker_cancel)
+            .execute(&mut accepted, &progress, &worker_cancel)
             .and_then(|execution| {
                 worker_core.fill(&mut accepted, &|_, _| {}, &worker_cancel)?;
                 // Asked after the work, so that the GPUs answer while nothing else runs on them.

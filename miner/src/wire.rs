@@ -5,9 +5,11 @@
 use crate::core::{Opened, Signed, SignedOpening};
 use gpu_attest_proto::convert::{commitment_to_wire, opening_to_wire, walk_opening_to_wire, walk_statement_to_wire};
 use gpu_attest_proto::evidence::evidence_to_wire;
+use gpu_attest_proto::memory_v4::{step_opening_to_wire, walk_root_to_wire};
 use gpu_attest_proto::v1;
 use gpu_attest_shared::evidence::DeviceEvidence;
 use gpu_attest_shared::memory::statement::WalkStatement;
+use gpu_attest_shared::memory::statement_v4::WalkRoot;
 use gpu_attest_shared::statement::Commitment;
 
 /// The commitment, with the device evidence signed beside it (PROTOCOL.md 19.3) when given.
@@ -24,13 +26,24 @@ pub fn walk_statement(signed: &Signed<WalkStatement>) -> v1::WalkStatement {
     walk_statement_to_wire(&signed.statement, &signed.signature)
 }
 
-/// A chain opening is the message itself; a walk opening rides in its `walk` field, after the
-/// chain openings of the same stream (PROTOCOL.md 18.4).
+/// One device's signed walk root (PROTOCOL.md 20.8).
+pub fn walk_root(signed: &Signed<WalkRoot>) -> v1::DeviceWalkRoot {
+    let root = &signed.statement;
+    walk_root_to_wire(root.device, &root.root, root.device_us, &signed.signature)
+}
+
+/// A chain opening is the message itself; a walk opening rides in its `walk` field and an
+/// opened step in its `step` field, after the chain openings of the same stream (PROTOCOL.md
+/// 18.4, 20.8).
 pub fn opening(signed: &SignedOpening) -> v1::ChainOpening {
     match &signed.opening {
         Opened::Chain(opening) => opening_to_wire(&signed.nonce, opening, &signed.signature),
         Opened::Walk(opening) => v1::ChainOpening {
             walk: Some(walk_opening_to_wire(&signed.nonce, opening, &signed.signature)),
+            ..Default::default()
+        },
+        Opened::Step { device, opening } => v1::ChainOpening {
+            step: Some(step_opening_to_wire(*device, opening, &signed.signature)),
             ..Default::default()
         },
     }

@@ -12,7 +12,7 @@ use crate::matrix::Matrix;
 use crate::memory::PoolSpec;
 use crate::memory::chain_pool::ChainPool;
 use crate::memory::check::{CommittedEntries, WalkOpening, open_segment};
-use crate::memory::slice_walk::{DeviceWalk as StateWalk, HeldStates, SliceSource, SliceWalk, walk_device};
+use crate::memory::slice_walk::{DeviceWalk as StateWalk, HeldStates, SliceSource, SliceWalk, walk_device_until};
 use crate::memory::walk::{DeviceWalk, WalkSpec};
 use crate::params::Work;
 use std::ops::Range;
@@ -54,9 +54,9 @@ pub trait PoolStates: Send + Sync {
     fn source(&self) -> &dyn SliceSource;
 
     /// The walk of `walk` over these states (PROTOCOL.md 20.4): each walker's root and the
-    /// device's walk root.
-    fn walk(&self, walk: &SliceWalk) -> StateWalk {
-        walk_device(walk, self.source())
+    /// device's walk root. Stops soon after `cancel` is cancelled.
+    fn walk(&self, walk: &SliceWalk, cancel: &CancelToken) -> Result<StateWalk, BackendError> {
+        walk_device_until(walk, self.source(), cancel)
     }
 }
 
@@ -110,6 +110,12 @@ pub trait Backend: Send + Sync {
         Err(BackendError::Unsupported {
             what: "keep its chains' final states as a pool (protocol version 4)",
         })
+    }
+
+    /// Whether [`Backend::run_pool_chains`] works here: a miner answers a version 4 challenge
+    /// only on a backend that keeps its chains' final states as pools.
+    fn keeps_chain_pools(&self) -> bool {
+        false
     }
 
     /// Devices that can no longer run work (a GPU that faulted and could not be reset), each

@@ -236,6 +236,10 @@ impl Backend for CpuBackend {
         true
     }
 
+    fn keeps_chain_pools(&self) -> bool {
+        true
+    }
+
     fn fill_pool(
         &self,
         spec: &PoolSpec,

@@ -35,7 +35,7 @@ fn the_kept_states_walk_to_the_published_roots() {
         walkers: 2,
         steps: 8,
     };
-    let walked = kept.pools[0].walk(&walk);
+    let walked = kept.pools[0].walk(&walk, &CancelToken::new()).unwrap();
     // PROTOCOL.md 20.6: walker roots 0 and 1, and walk_root_0.
     assert_eq!(
         hex(walked.walker_roots[0]),

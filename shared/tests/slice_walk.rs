@@ -1,8 +1,8 @@
 //! Version 4's walk over the pool chains' final states, end to end in the engine: a device's
 //! chains committed as the chain phase commits them, its pool walked, steps opened and checked.
 //! Each cheater here is one of docs/design/protocol-v4.md section 9's, and each check it fails
-//! is the defence named there. (The daemons do not speak version 4 yet: these are the engine's
-//! tests, with chains made by the naive reference.)
+//! is the defence named there. (These are the engine's tests, with chains made by the naive
+//! reference; integration-tests/tests/walk_v4.rs runs the walk through the miner's server.)
 
 use gpu_attest_shared::chain::leaf_hash;
 use gpu_attest_shared::digest::Digest;
@@ -11,12 +11,13 @@ use gpu_attest_shared::memory::chain_pool::ChainPool;
 use gpu_attest_shared::memory::slice::slice_path;
 use gpu_attest_shared::memory::slice_walk::{
     DeviceCommitments, HeldStates, SliceSource, SliceWalk, StepOpening, StepRejection, check_step, open_step, step,
-    walk_device, walker_states,
+    walk_device, walk_device_until, walker_states,
 };
 use gpu_attest_shared::memory::walk::entry_index;
 use gpu_attest_shared::merkle::{MerkleProof, MerkleTree};
 use gpu_attest_shared::params::{ChallengeParams, Work};
 use gpu_attest_shared::reference;
+use gpu_attest_shared::{BackendError, CancelToken};
 use rand_chacha::ChaCha8Rng;
 use rand_chacha::rand_core::{Rng, SeedableRng};
 
@@ -316,4 +317,21 @@ fn uncommitted_parts_fail_as_what_they_are() {
     let mut o = honest;
     o.step = walk.steps;
     assert!(matches!(check(&o), Err(StepRejection::OutOfRange { .. })));
+}
+
+#[test]
+fn a_cancelled_walk_stops_and_an_uncancelled_one_is_the_plain_walk() {
+    let device = Device::honest();
+    let (walk, held) = (walk(), device.held());
+    let running = CancelToken::new();
+    assert_eq!(
+        walk_device_until(&walk, &held, &running).unwrap(),
+        walk_device(&walk, &held)
+    );
+    let stopped = CancelToken::new();
+    stopped.cancel();
+    assert!(matches!(
+        walk_device_until(&walk, &held, &stopped),
+        Err(BackendError::Cancelled)
+    ));
 }

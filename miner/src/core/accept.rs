@@ -4,9 +4,12 @@
 use super::{MinerCore, now_ms};
 use crate::error::MinerError;
 use crate::memory::PoolPlan;
+use crate::memory_v4::check_pools_fit;
 use gpu_attest_shared::Work;
-use gpu_attest_shared::backend::ResidentPool;
+use gpu_attest_shared::backend::{PoolStates, ResidentPool};
 use gpu_attest_shared::keys::PublicKey;
+use gpu_attest_shared::memory::chain_pool::ChainPoolParams;
+use gpu_attest_shared::partition::canonical_partition;
 use gpu_attest_shared::statement::{Challenge, MemoryPhase};
 use std::time::{Duration, Instant};
 use tokio::sync::OwnedMutexGuard;
@@ -19,6 +22,11 @@ pub struct AcceptedChallenge {
     pub pool_plan: Option<PoolPlan>,
     /// The pools once filled ([`MinerCore::fill`]), until the commitment keeps them.
     pub pools: Option<Vec<Box<dyn ResidentPool>>>,
+    /// The pool chains of a version 4 challenge, checked against the claim; `None` otherwise.
+    pub chain_pool: Option<ChainPoolParams>,
+    /// Their final states once the chains ran ([`MinerCore::execute`]), until the commitment
+    /// keeps them.
+    pub pool_states: Option<Vec<Box<dyn PoolStates>>>,
     /// When the work stops by this machine's clock, Unix milliseconds ([`MinerCore::stop_at_ms`]).
     stop_at_ms: u64,
     pub(super) accepted_at: Instant,
@@ -83,17 +91,21 @@ impl MinerCore {
                 finish_by_ms,
             });
         }
-        if challenge.memory.is_some() && !self.selected.backend.holds_pools() {
-            return Err(MinerError::MemoryPhaseUnsupported(self.selected.name.clone()));
-        }
-        let pool_plan = match &challenge.memory {
-            None => None,
-            Some(MemoryPhase::V3(memory)) => Some(PoolPlan::new(*memory, &work, &self.selected.devices())?),
-            Some(phase @ MemoryPhase::V4(_)) => {
+        let (pool_plan, chain_pool) = match &challenge.memory {
+            None => (None, None),
+            Some(MemoryPhase::V3(_)) if !self.selected.backend.holds_pools() => {
+                return Err(MinerError::MemoryPhaseUnsupported(self.selected.name.clone()));
+            }
+            Some(MemoryPhase::V3(memory)) => (Some(PoolPlan::new(*memory, &work, &self.selected.devices())?), None),
+            Some(phase @ MemoryPhase::V4(_)) if !self.selected.backend.keeps_chain_pools() => {
                 return Err(MinerError::VersionNotSpoken {
                     asked: phase.protocol_version(),
                     spoken: self.protocol_version(),
                 });
+            }
+            Some(MemoryPhase::V4(params)) => {
+                self.check_chain_pools(params, &work)?;
+                (None, Some(params.clone()))
             }
         };
         if self.running.is_stopping() {
@@ -135,9 +147,20 @@ impl MinerCore {
             work,
             pool_plan,
             pools: None,
+            chain_pool,
+            pool_states: None,
             accepted_at: Instant::now(),
             _devices: devices,
         })
+    }
+
+    /// A version 4 challenge's pools against PROTOCOL.md 20.1's limits and against what each
+    /// device claims to hold (the claim the challenge's inventory digest bound).
+    fn check_chain_pools(&self, params: &ChainPoolParams, work: &Work) -> Result<(), MinerError> {
+        let devices = self.selected.devices();
+        let partition =
+            canonical_partition(work.num_chains(), devices.len() as u32).map_err(|e| MinerError::Engine(e.into()))?;
+        check_pools_fit(&params.pools(work, &partition)?, &devices)
     }
 
     /// `stop_at_ms`: when the work on `challenge` would stop ([`Self::stop_at_ms`]).

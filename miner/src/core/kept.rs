@@ -4,6 +4,7 @@
 use super::{HOLD_SPACING, OPENING_HOLD};
 use crate::error::MinerError;
 use crate::memory::HeldMemory;
+use crate::memory_v4::HeldChainPools;
 use gpu_attest_shared::Work;
 use gpu_attest_shared::engine::Execution;
 use gpu_attest_shared::keys::PublicKey;
@@ -30,6 +31,8 @@ pub struct RecentCommitment {
     hold_from: Mutex<Instant>,
     /// The pools and walk of a version 3 commitment.
     pub memory: Option<HeldMemory>,
+    /// The kept states and walk of a version 4 commitment.
+    pub chain_pools: Option<HeldChainPools>,
     /// Set by the first open request that passes every check: an open request is single-use,
     /// so a captured one cannot make this miner recompute again and again.
     opened: AtomicBool,
@@ -71,6 +74,9 @@ impl RecentCommitment {
         if let Some(memory) = &self.memory {
             memory.release();
         }
+        if let Some(pools) = &self.chain_pools {
+            pools.release();
+        }
     }
 }
 
@@ -82,6 +88,7 @@ pub(super) struct ToKeep {
     pub execution: Execution,
     pub computed_in: Duration,
     pub memory: Option<HeldMemory>,
+    pub chain_pools: Option<HeldChainPools>,
 }
 
 /// The kept commitments, oldest first, each for `keep_for`.
@@ -123,6 +130,7 @@ impl KeptCommitments {
             computed_in: kept.computed_in,
             hold_from: Mutex::new(Instant::now()),
             memory: kept.memory,
+            chain_pools: kept.chain_pools,
             work: kept.work,
             execution: kept.execution,
             stored_at: Instant::now(),
@@ -181,7 +189,10 @@ impl KeptCommitments {
     pub fn holding_pools(&self) -> usize {
         self.lock()
             .iter()
-            .filter(|r| r.memory.as_ref().is_some_and(HeldMemory::holds_pools))
+            .filter(|r| {
+                r.memory.as_ref().is_some_and(HeldMemory::holds_pools)
+                    || r.chain_pools.as_ref().is_some_and(HeldChainPools::holds_pools)
+            })
             .count()
     }
 }

@@ -18,6 +18,7 @@ use crate::config::Limits;
 use crate::error::MinerError;
 use crate::evidence::EvidenceSource;
 use crate::memory::{HeldMemory, pool_commitments};
+use crate::memory_v4::HeldChainPools;
 use crate::metrics::MinerMetrics;
 use crate::nonces::NonceLog;
 use gpu_attest_daemon::devices::DeviceAlarm;
@@ -26,6 +27,7 @@ use gpu_attest_shared::evidence::{CcState, DeviceEvidence, evidence_statement_by
 use gpu_attest_shared::inventory::{HardwareClaim, Inventory, MinerLimits};
 use gpu_attest_shared::keys::{KeyPair, PublicKey};
 use gpu_attest_shared::memory::check::WalkOpening;
+use gpu_attest_shared::memory::slice_walk::StepOpening;
 use gpu_attest_shared::opening::ChainOpening;
 use gpu_attest_shared::params::{MIN_PROTOCOL_VERSION, PROTOCOL_VERSION};
 use gpu_attest_shared::statement::Commitment;
@@ -79,11 +81,16 @@ pub struct Signed<T> {
     pub signature: [u8; 64],
 }
 
-/// One opening of a round (PROTOCOL.md 14.5, 18.5).
+/// One opening of a round (PROTOCOL.md 14.5, 18.5, 20.8).
 #[derive(Clone, Debug)]
 pub enum Opened {
     Chain(ChainOpening),
     Walk(WalkOpening),
+    /// A version 4 walk step of device `device`.
+    Step {
+        device: u32,
+        opening: StepOpening,
+    },
 }
 
 /// An opening of commitment `nonce`, signed.
@@ -242,19 +249,23 @@ impl MinerCore {
         }
     }
 
-    /// Runs the accepted work on every device (blocking: call it from a blocking thread).
+    /// Runs the accepted work on every device (blocking: call it from a blocking thread). For a
+    /// version 4 challenge the pool chains' final states are kept in `accepted`.
     pub fn execute(
         &self,
-        accepted: &AcceptedChallenge,
+        accepted: &mut AcceptedChallenge,
         progress: &(dyn Fn(DeviceProgress) + Sync),
         cancel: &CancelToken,
     ) -> Result<Execution, MinerError> {
-        Ok(engine::execute(
-            self.selected.backend.as_ref(),
-            &accepted.work,
-            progress,
-            cancel,
-        )?)
+        let backend = self.selected.backend.as_ref();
+        match &accepted.chain_pool {
+            None => Ok(engine::execute(backend, &accepted.work, progress, cancel)?),
+            Some(params) => {
+                let kept = engine::execute_with_pools(backend, &accepted.work, &params.pool_chains, progress, cancel)?;
+                accepted.pool_states = Some(kept.pools);
+                Ok(kept.execution)
+            }
+        }
     }
 
     /// Fills the pools of a version 3 challenge (blocking; after [`MinerCore::execute`], in the
@@ -305,11 +316,16 @@ impl MinerCore {
             (Some(plan), Some(pools)) => Some(HeldMemory::new(plan.params, pools)),
             _ => None,
         };
+        let chain_pools = match (accepted.chain_pool.take(), accepted.pool_states.take()) {
+            (Some(params), Some(states)) => Some(HeldChainPools::new(params, execution.commitment.global, states)),
+            _ => None,
+        };
         self.kept.keep(ToKeep {
             nonce: accepted.challenge.params.nonce,
             validator_key: accepted.challenge.validator_key,
             computed_in: accepted.accepted_at.elapsed(),
             memory,
+            chain_pools,
             work: accepted.work,
             execution,
         });

@@ -3,22 +3,25 @@
 
 use super::{MAX_WALK_SAMPLES, MinerCore, Opened, RecentCommitment, Signed, SignedOpening};
 use crate::error::MinerError;
+use crate::memory_v4::HeldChainPools;
 use gpu_attest_proto::convert::{OpenRequest, WalkRequest};
-use gpu_attest_shared::CancelToken;
 use gpu_attest_shared::memory::statement::{
     WalkSample, WalkStatement, open_request_bytes_v3, walk_opening_bytes, walk_request_bytes,
 };
+use gpu_attest_shared::memory::statement_v4::{self, MAX_STEP_SAMPLES, StepSample, WalkRoot, step_opening_bytes};
 use gpu_attest_shared::opening::{ChainOpening, SampleRequest, check_sample, open_chain};
 use gpu_attest_shared::statement::{open_request_bytes, opening_bytes};
+use gpu_attest_shared::{CancelToken, Digest};
 use std::sync::Arc;
 use std::time::Instant;
 
 /// An open request that passed every check: the commitment it opens and what to open, the
-/// chain segments first, then the walk segments (version 3).
+/// chain segments first, then the walk segments (version 3) or the walk steps (version 4).
 pub struct OpenRound {
     pub recent: Arc<RecentCommitment>,
     pub chains: Vec<SampleRequest>,
     pub walks: Vec<WalkSample>,
+    pub steps: Vec<StepSample>,
 }
 
 impl MinerCore {
@@ -45,6 +48,12 @@ impl MinerCore {
                 max: MAX_WALK_SAMPLES,
             });
         }
+        if steps.len() > MAX_STEP_SAMPLES {
+            return Err(MinerError::TooManyWalkSamples {
+                requested: steps.len(),
+                max: MAX_STEP_SAMPLES,
+            });
+        }
         if samples.len() > self.limits.max_samples as usize {
             return Err(MinerError::TooManySamples {
                 requested: samples.len(),
@@ -55,13 +64,20 @@ impl MinerCore {
         if validator_key != recent.validator_key.0 || !self.is_allowed(&recent.validator_key) {
             return Err(MinerError::OpenNotAllowed);
         }
-        if !steps.is_empty() {
-            // This release keeps no version 4 walk: it refuses version 4 challenges.
+        if !steps.is_empty() && recent.chain_pools.is_none() {
             return Err(MinerError::NotVersion4(hex::encode(nonce)));
         }
-        let signed = match &recent.memory {
-            Some(_) => open_request_bytes_v3(&nonce, &samples, &walks),
-            None => open_request_bytes(&nonce, &samples),
+        if !walks.is_empty() && recent.chain_pools.is_some() {
+            return Err(MinerError::OtherVersion {
+                nonce: hex::encode(nonce),
+                version: 4,
+                what: "its walk has no segments; ask for its steps (step_samples)",
+            });
+        }
+        let signed = match (&recent.memory, &recent.chain_pools) {
+            (_, Some(_)) => statement_v4::open_request_bytes(&nonce, &samples, &steps),
+            (Some(_), None) => open_request_bytes_v3(&nonce, &samples, &walks),
+            (None, None) => open_request_bytes(&nonce, &samples),
         };
         recent
             .validator_key
@@ -75,6 +91,9 @@ impl MinerCore {
             None if !walks.is_empty() => return Err(MinerError::NoMemoryPhase(hex::encode(nonce))),
             None => {}
         }
+        if let Some(pools) = &recent.chain_pools {
+            pools.check_steps(&steps)?;
+        }
         if !recent.claim_round() {
             return Err(MinerError::AlreadyOpened(hex::encode(nonce)));
         }
@@ -82,6 +101,91 @@ impl MinerCore {
             recent,
             chains: samples,
             walks,
+            steps,
+        })
+    }
+
+    /// Checks a decoded version 4 walk request (PROTOCOL.md 20.7, 20.8) as a version 3 one is
+    /// checked ([`Self::check_walk_request`]), its signature over version 4's bytes. Passing
+    /// uses up the walk.
+    pub fn check_states_walk_request(
+        &self,
+        request: WalkRequest,
+    ) -> Result<(Arc<RecentCommitment>, WalkRequest), MinerError> {
+        let recent = self.kept.find(&request.nonce)?;
+        if request.validator_key != recent.validator_key.0 || !self.is_allowed(&recent.validator_key) {
+            return Err(MinerError::OpenNotAllowed);
+        }
+        recent
+            .validator_key
+            .verify(
+                &statement_v4::walk_request_bytes(&request.nonce, &request.walk_seed, request.deadline_ms),
+                &request.signature,
+            )
+            .map_err(|_| MinerError::BadWalkSignature)?;
+        let pools = held_chain_pools(&recent)?;
+        if !pools.claim_walk() {
+            return Err(MinerError::AlreadyWalked(hex::encode(request.nonce)));
+        }
+        Ok((recent, request))
+    }
+
+    /// Walks the kept states of `recent` (blocking), handing each device's signed walk root to
+    /// `send` as soon as that device's walk ends (on its thread). The hold starts again once
+    /// every device has walked: the validator's open request follows.
+    pub fn walk_states(
+        &self,
+        recent: &RecentCommitment,
+        request: &WalkRequest,
+        cancel: &CancelToken,
+        send: &(dyn Fn(Signed<WalkRoot>) + Sync),
+    ) -> Result<(), MinerError> {
+        let pools = held_chain_pools(recent)?;
+        let ended = |device: u32, root: Digest, took: std::time::Duration| {
+            let statement = WalkRoot {
+                nonce: request.nonce,
+                miner_key: self.public_key(),
+                validator_key: recent.validator_key,
+                walk_seed: request.walk_seed,
+                device,
+                root,
+                device_us: took.as_micros() as u64,
+            };
+            send(Signed {
+                signature: self.identity.sign(&statement.signing_bytes()),
+                statement,
+            });
+        };
+        pools.walk(request.nonce, request.walk_seed, cancel, &ended)?;
+        recent.hold_again();
+        Ok(())
+    }
+
+    /// Builds and signs one opened walk step (blocking: walks the step's walker again).
+    pub fn open_step(&self, recent: &RecentCommitment, sample: StepSample) -> Result<SignedOpening, MinerError> {
+        let pools = held_chain_pools(recent)?;
+        let execution = &recent.execution;
+        let chain = |i: u64| {
+            let checkpoints = execution.chains.get(i as usize).map(|c| c.checkpoints.clone());
+            let proof = execution
+                .trees
+                .iter()
+                .find(|t| t.slice.contains(i))
+                .and_then(|t| t.tree.proof(i - t.slice.offset));
+            // Every pool chain is one of its device's chains (checked when the challenge was
+            // accepted), so both are there.
+            (checkpoints.unwrap_or_default(), proof.unwrap_or_default())
+        };
+        let opening = pools.open(sample, chain)?;
+        Ok(SignedOpening {
+            nonce: recent.nonce,
+            signature: self
+                .identity
+                .sign(&step_opening_bytes(&recent.nonce, sample.device, &opening)),
+            opening: Opened::Step {
+                device: sample.device,
+                opening,
+            },
         })
     }
 
@@ -100,6 +204,13 @@ impl MinerCore {
                 &request.signature,
             )
             .map_err(|_| MinerError::BadWalkSignature)?;
+        if recent.chain_pools.is_some() {
+            return Err(MinerError::OtherVersion {
+                nonce: hex::encode(request.nonce),
+                version: 4,
+                what: "its walk is asked for with WalkStates, signed over version 4's walk request",
+            });
+        }
         let memory = recent
             .memory
             .as_ref()
@@ -184,4 +295,16 @@ impl MinerCore {
             opening: Opened::Chain(opening),
         }
     }
+}
+
+/// The kept states of a version 4 commitment, or why `recent` has none.
+fn held_chain_pools(recent: &RecentCommitment) -> Result<&HeldChainPools, MinerError> {
+    recent.chain_pools.as_ref().ok_or_else(|| match recent.memory {
+        Some(_) => MinerError::OtherVersion {
+            nonce: hex::encode(recent.nonce),
+            version: 3,
+            what: "its walk is asked for with WalkPool",
+        },
+        None => MinerError::NotVersion4(hex::encode(recent.nonce)),
+    })
 }

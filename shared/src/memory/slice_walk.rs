@@ -13,6 +13,7 @@ use super::slice::{SLICE_BYTES, SliceError, SlicePath, slice_path, verify_slice}
 use super::walk::{entry_index, step_under};
 use crate::chain::leaf_hash;
 use crate::digest::Digest;
+use crate::failure::{BackendError, CancelToken};
 use crate::matrix::Matrix;
 use crate::merkle::{MerkleFold, MerkleProof, MerkleTree, verify_proof};
 use crate::params::Work;
@@ -115,19 +116,38 @@ pub struct DeviceWalk {
     pub root: Digest,
 }
 
+/// Steps a walker takes between looks at the cancel flag.
+const STEPS_PER_CANCEL_CHECK: u32 = 1024;
+
 /// Walks every walker of `source`'s device, folding each walker's states into its tree as it
 /// goes (nothing of the trace is kept).
 pub fn walk_device(walk: &SliceWalk, source: &dyn SliceSource) -> DeviceWalk {
+    walk_device_until(walk, source, &CancelToken::new()).expect("a fresh token is never cancelled")
+}
+
+/// [`walk_device`], stopping with [`BackendError::Cancelled`] soon after `cancel` is: a walk
+/// is as long as the validator asks (`W * L` steps), and a miner stops one whose validator has
+/// gone or whose deadline is long past.
+pub fn walk_device_until(
+    walk: &SliceWalk,
+    source: &dyn SliceSource,
+    cancel: &CancelToken,
+) -> Result<DeviceWalk, BackendError> {
     let walker_roots: Vec<Digest> = (0..walk.walkers)
         .into_par_iter()
         .map(|w| {
             let mut tree = MerkleFold::new();
-            trace(walk, source, w).for_each(|s| tree.push(&s));
-            tree.root()
+            for (t, s) in trace(walk, source, w).enumerate() {
+                if (t as u32).is_multiple_of(STEPS_PER_CANCEL_CHECK) {
+                    cancel.check()?;
+                }
+                tree.push(&s);
+            }
+            Ok(tree.root())
         })
-        .collect();
+        .collect::<Result<_, BackendError>>()?;
     let root = MerkleTree::new(&walker_roots).root();
-    DeviceWalk { walker_roots, root }
+    Ok(DeviceWalk { walker_roots, root })
 }
 
 /// The opening of step `step` of walker `walker` (design 2.5).

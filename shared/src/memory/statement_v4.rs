@@ -15,6 +15,10 @@ const WALK_ROOT_DOMAIN: &[u8] = b"gpu-attest v4 walk root";
 const OPEN_REQUEST_DOMAIN_V4: &[u8] = b"gpu-attest v4 open request";
 const STEP_OPENING_DOMAIN: &[u8] = b"gpu-attest v4 step opening";
 
+/// Most walk steps one open request may ask for: design 6.3's largest count for one device is
+/// 1512 (an RTX 4090), and a host has ten such devices at most before this bound binds.
+pub const MAX_STEP_SAMPLES: usize = 16384;
+
 /// One walk step to open: device `j`, walker `w`, step `t` (the step from `s_{w,t}` to
 /// `s_{w,t+1}`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

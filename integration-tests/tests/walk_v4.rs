@@ -1,0 +1,350 @@
+//! Version 4's memory phase served by the real miner over gRPC (PROTOCOL.md 20.7 and 20.8), with
+//! this test as the validator: a challenge whose pool is its first chains' final states, the
+//! `WalkStates` stream with one signed root per device, and step openings that pass 20.5's
+//! check, rows against the work function included. Then every refusal on its own status, so
+//! that a peer validator learns what it did wrong.
+
+mod common;
+
+use common::memory_cheats::{CheatingPools, MemoryCheat};
+use common::*;
+use gpu_attest_miner::config::Limits;
+use gpu_attest_miner::nonces::NonceLog;
+use gpu_attest_proto::convert::{challenge_to_wire, commitment_from_wire, opening_from_wire, sample_to_wire};
+use gpu_attest_proto::memory_v4::{step_opening_from_wire, step_sample_to_wire, walk_root_from_wire};
+use gpu_attest_proto::v1::{self, miner_client::MinerClient};
+use gpu_attest_shared::keys::{KeyPair, PublicKey};
+use gpu_attest_shared::memory::chain_pool::{ChainPool, ChainPoolParams};
+use gpu_attest_shared::memory::slice_walk::{DeviceCommitments, SliceWalk, check_step};
+use gpu_attest_shared::memory::statement_v4::{
+    StepSample, WalkRoot, open_request_bytes, step_opening_bytes, walk_request_bytes,
+};
+use gpu_attest_shared::opening::SampleRequest;
+use gpu_attest_shared::params::ChallengeParams;
+use gpu_attest_shared::statement::{Challenge, Commitment, MemoryPhase};
+use gpu_attest_shared::{Digest, Work};
+use std::sync::Arc;
+use tonic::Code;
+use tonic::transport::Channel;
+
+const DEVICES: u32 = 2;
+const N: u32 = 256;
+const CHAINS: u64 = 6;
+const WALKERS: u32 = 3;
+const STEPS: u32 = 16;
+
+fn now() -> u64 {
+    gpu_attest_miner::core::now_ms()
+}
+
+fn validator() -> KeyPair {
+    KeyPair::from_seed([VALIDATOR_SEED; 32])
+}
+
+/// A version 4 challenge on two CPU devices of three chains each, keeping `pool_chains`.
+fn challenge(miner: PublicKey, nonce: u8, pool_chains: Vec<u64>, chains: u64) -> Challenge {
+    Challenge {
+        params: ChallengeParams {
+            nonce: [nonce; 32],
+            seed: [5; 32],
+            miner_key: miner.0,
+            n: N,
+            num_chains: chains,
+            iterations: 2,
+            checkpoint_every: 1,
+        },
+        issued_at_ms: now(),
+        deadline_ms: now() + 60_000,
+        validator_key: validator_key(),
+        inventory_digest: cpu_claim(DEVICES).digest(),
+        memory: Some(MemoryPhase::V4(ChainPoolParams {
+            walkers: WALKERS,
+            walk_steps: STEPS,
+            pool_chains,
+        })),
+        finish_by_ms: None,
+    }
+}
+
+async fn commit(client: &mut MinerClient<Channel>, c: &Challenge) -> Commitment {
+    let wire = challenge_to_wire(c, &c.sign(&validator()));
+    let mut events = client.run_challenge(wire).await.unwrap().into_inner();
+    while let Some(event) = events.message().await.unwrap() {
+        if let Some(v1::challenge_event::Event::Commitment(commitment)) = event.event {
+            return commitment_from_wire(&commitment).unwrap().0;
+        }
+    }
+    panic!("no commitment");
+}
+
+/// What a walk request is signed over: version 4's bytes, or version 3's in the refusals.
+type WalkStatement = fn(&[u8; 32], &[u8; 32], u64) -> Vec<u8>;
+
+fn walk_request(nonce: [u8; 32], walk_seed: [u8; 32], statement: WalkStatement) -> v1::WalkRequest {
+    let deadline = now() + 30_000;
+    v1::WalkRequest {
+        nonce: nonce.to_vec(),
+        walk_seed: walk_seed.to_vec(),
+        deadline_unix_ms: deadline,
+        validator_key: validator_key().0.to_vec(),
+        signature: validator().sign(&statement(&nonce, &walk_seed, deadline)).to_vec(),
+    }
+}
+
+fn open_request(nonce: [u8; 32], chains: &[SampleRequest], steps: &[StepSample]) -> v1::OpenChainsRequest {
+    v1::OpenChainsRequest {
+        nonce: nonce.to_vec(),
+        samples: chains.iter().map(sample_to_wire).collect(),
+        validator_key: validator_key().0.to_vec(),
+        signature: validator().sign(&open_request_bytes(&nonce, chains, steps)).to_vec(),
+        walk_samples: Vec::new(),
+        step_samples: steps.iter().map(step_sample_to_wire).collect(),
+    }
+}
+
+/// Walks `nonce`'s states and returns each device's root, checked against the miner's key.
+async fn walk(
+    client: &mut MinerClient<Channel>,
+    miner: PublicKey,
+    nonce: [u8; 32],
+    walk_seed: [u8; 32],
+) -> Vec<Digest> {
+    let request = walk_request(nonce, walk_seed, walk_request_bytes);
+    let mut stream = client.walk_states(request).await.unwrap().into_inner();
+    let mut roots = vec![None; DEVICES as usize];
+    while let Some(message) = stream.message().await.unwrap() {
+        let (device, root, device_us, signature) = walk_root_from_wire(&message).unwrap();
+        let statement = WalkRoot {
+            nonce,
+            miner_key: miner,
+            validator_key: validator_key(),
+            walk_seed,
+            device,
+            root,
+            device_us,
+        };
+        miner
+            .verify(&statement.signing_bytes(), &signature)
+            .expect("each walk root is signed over 20.7's bytes");
+        assert!(roots[device as usize].replace(root).is_none(), "one root per device");
+    }
+    roots.into_iter().map(|r| r.expect("every device's root")).collect()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_honest_miner_walks_its_chains_states_and_opens_steps_that_check() {
+    let core = miner_core(61, &[validator_key()], DEVICES);
+    let miner_key = core.public_key();
+    let miner = spawn_miner(core).await;
+    let mut client = MinerClient::connect(miner.url()).await.unwrap();
+
+    let c = challenge(miner_key, 1, vec![2, 3], CHAINS);
+    let nonce = c.params.nonce;
+    let commitment = commit(&mut client, &c).await;
+    assert!(
+        commitment.pools.is_none(),
+        "version 4 commits no pool root: the chains are the pool"
+    );
+    let walk_seed = [0x42; 32];
+    let roots = walk(&mut client, miner_key, nonce, walk_seed).await;
+
+    // A chain sample and steps on both devices, the first and last step among them.
+    let chain = SampleRequest { chain: 4, segment: 1 };
+    let steps: Vec<StepSample> = [(0, 0, 0), (0, 2, STEPS - 1), (1, 1, 7), (1, 2, 0)]
+        .into_iter()
+        .map(|(device, walker, step)| StepSample { device, walker, step })
+        .collect();
+    let mut openings = client
+        .open_chains(open_request(nonce, &[chain], &steps))
+        .await
+        .unwrap()
+        .into_inner();
+    let first = openings.message().await.unwrap().expect("the chain opening first");
+    let (_, opened_chain, _) = opening_from_wire(&first, N as usize).unwrap();
+    assert_eq!(opened_chain.chain, 4);
+
+    let work = Work::new(c.params).unwrap();
+    let walk = SliceWalk {
+        nonce,
+        walk_seed,
+        global: commitment.work.global,
+        walkers: WALKERS,
+        steps: STEPS,
+    };
+    for asked in &steps {
+        let message = openings
+            .message()
+            .await
+            .unwrap()
+            .expect("one opening per step, in order");
+        let (device, opening, signature) = step_opening_from_wire(message.step.as_ref().expect("a step")).unwrap();
+        assert_eq!(
+            (device, opening.walker, opening.step),
+            (asked.device, asked.walker, asked.step)
+        );
+        miner_key
+            .verify(&step_opening_bytes(&nonce, device, &opening), &signature)
+            .expect("signed over 20.7's step opening");
+        let root = &commitment.work.devices[device as usize];
+        let pool_chains = [2, 3][device as usize];
+        let pool = ChainPool::new(device, root.slice.offset, pool_chains, N as usize).unwrap();
+        let committed = DeviceCommitments {
+            device_root: root.root,
+            device_chains: root.slice.count,
+            walk_root: roots[device as usize],
+        };
+        // n = 256: a slice is one whole state of 256 rows.
+        check_step(&work, &walk, &pool, &committed, &opening, &[0, 131, 255]).expect("an honest step checks");
+    }
+    assert!(
+        openings.message().await.unwrap().is_none(),
+        "nothing after the last step"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn each_version_4_refusal_has_its_own_status() {
+    let core = miner_core(62, &[validator_key()], DEVICES);
+    let miner_key = core.public_key();
+    let miner = spawn_miner(core).await;
+    let mut client = MinerClient::connect(miner.url()).await.unwrap();
+    let run = |c: &Challenge| challenge_to_wire(c, &c.sign(&validator()));
+
+    // Pools the challenge cannot have: one size for two devices, a pool past its device's
+    // chains, and one past the memory the device claims (1 MiB of 64 KiB states).
+    for (nonce, pool_chains, chains, code, says) in [
+        (10, vec![1], CHAINS, Code::InvalidArgument, "one per device"),
+        (11, vec![4, 1], CHAINS, Code::InvalidArgument, "more than the 3 chains"),
+        (
+            12,
+            vec![17, 1],
+            40,
+            Code::ResourceExhausted,
+            "more than the 1048576 bytes",
+        ),
+    ] {
+        let refused = client
+            .run_challenge(run(&challenge(miner_key, nonce, pool_chains, chains)))
+            .await
+            .unwrap_err();
+        assert_eq!(refused.code(), code, "{refused:?}");
+        assert!(refused.message().contains(says), "{}", refused.message());
+    }
+
+    // A backend that keeps no chain states (this release's CUDA backend; the CPU backend with
+    // version 3's pools alone stands in for it here): refused before any work, naming both
+    // versions and what to do.
+    let version_3_pools = CheatingPools::new(test_cpu(2).with_logical_devices(DEVICES), MemoryCheat::CheapPool);
+    let kernel = version_3_pools.cpu.kernel();
+    let speaks_3 = miner_on(
+        63,
+        &[validator_key()],
+        selected(kernel, Arc::new(version_3_pools)),
+        Limits::default(),
+        NonceLog::in_memory(),
+    );
+    let speaks_3_key = speaks_3.public_key();
+    let speaks_3 = spawn_miner(speaks_3).await;
+    let mut speaks_3_client = MinerClient::connect(speaks_3.url()).await.unwrap();
+    let refused = speaks_3_client
+        .run_challenge(run(&challenge(speaks_3_key, 13, vec![1, 1], CHAINS)))
+        .await
+        .unwrap_err();
+    assert_eq!(refused.code(), Code::FailedPrecondition, "{refused:?}");
+    assert!(
+        refused.message().contains("speaks protocol version 3")
+            && refused.message().contains("version 4 challenge")
+            && refused.message().contains("upgrade the miner"),
+        "{}",
+        refused.message()
+    );
+
+    let c = challenge(miner_key, 1, vec![1, 1], CHAINS);
+    let nonce = c.params.nonce;
+    commit(&mut client, &c).await;
+    // Steps asked for before the walk: refused, and the round is not used up.
+    let step = StepSample {
+        device: 0,
+        walker: 0,
+        step: 0,
+    };
+    let refused = client.open_chains(open_request(nonce, &[], &[step])).await.unwrap_err();
+    assert_eq!(refused.code(), Code::FailedPrecondition, "{refused:?}");
+    assert!(refused.message().contains("WalkStates"), "{}", refused.message());
+    // Version 3's walk rpc, and a walk request signed over version 3's bytes.
+    let version_3: WalkStatement = gpu_attest_shared::memory::statement::walk_request_bytes;
+    let refused = client
+        .walk_pool(walk_request(nonce, [1; 32], version_3))
+        .await
+        .unwrap_err();
+    assert_eq!(refused.code(), Code::FailedPrecondition, "{refused:?}");
+    assert!(refused.message().contains("WalkStates"), "{}", refused.message());
+    let refused = client
+        .walk_states(walk_request(nonce, [1; 32], version_3))
+        .await
+        .unwrap_err();
+    assert_eq!(refused.code(), Code::Unauthenticated, "{refused:?}");
+
+    let unknown = walk_request([0x99; 32], [1; 32], walk_request_bytes);
+    assert_eq!(client.walk_states(unknown).await.unwrap_err().code(), Code::NotFound);
+    let mut strangers = walk_request(nonce, [1; 32], walk_request_bytes);
+    strangers.validator_key = vec![7; 32];
+    assert_eq!(
+        client.walk_states(strangers).await.unwrap_err().code(),
+        Code::PermissionDenied
+    );
+
+    walk(&mut client, miner_key, nonce, [1; 32]).await;
+    let again = walk_request(nonce, [2; 32], walk_request_bytes);
+    assert_eq!(client.walk_states(again).await.unwrap_err().code(), Code::AlreadyExists);
+    // A step outside the walk, a version 3 walk segment, and steps signed as a version 2
+    // request: each refused without using up the round.
+    let outside = StepSample {
+        device: 0,
+        walker: WALKERS,
+        step: 0,
+    };
+    let refused = client
+        .open_chains(open_request(nonce, &[], &[outside]))
+        .await
+        .unwrap_err();
+    assert_eq!(refused.code(), Code::OutOfRange, "{refused:?}");
+    let mut with_segments = open_request(nonce, &[], &[]);
+    with_segments.walk_samples = vec![v1::WalkSampleRequest::default()];
+    let refused = client.open_chains(with_segments).await.unwrap_err();
+    assert_eq!(refused.code(), Code::FailedPrecondition, "{refused:?}");
+    assert!(refused.message().contains("step_samples"), "{}", refused.message());
+    let chain = SampleRequest { chain: 0, segment: 0 };
+    let as_v2 = signed_open_request(nonce, &validator(), &[chain]);
+    assert_eq!(
+        client.open_chains(as_v2).await.unwrap_err().code(),
+        Code::Unauthenticated
+    );
+    let mut round = client
+        .open_chains(open_request(nonce, &[], &[step]))
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(
+        round.message().await.unwrap().unwrap().step.is_some(),
+        "the round was still there"
+    );
+
+    // A later challenge releases the states; a compute-only commitment has none to walk.
+    drop(round);
+    let compute_only = Challenge {
+        memory: None,
+        ..challenge(miner_key, 2, vec![], CHAINS)
+    };
+    commit(&mut client, &compute_only).await;
+    let refused = client
+        .walk_states(walk_request(compute_only.params.nonce, [1; 32], walk_request_bytes))
+        .await
+        .unwrap_err();
+    assert_eq!(refused.code(), Code::FailedPrecondition, "{refused:?}");
+    assert!(
+        refused.message().contains("no version 4 challenge"),
+        "{}",
+        refused.message()
+    );
+}

@@ -1,0 +1,168 @@
+//! The memory phase of a version 4 commitment on the miner (PROTOCOL.md 20): the pool chains'
+//! final states, kept from the chain phase ([`gpu_attest_shared::engine::execute_with_pools`]);
+//! the walk over them, each device's root handed over as soon as that device's walk ends, so
+//! that the validator clocks every device on its own; and the step openings.
+//!
+//! As in version 3 ([`crate::memory`]), a miner holds one commitment's pools at a time: a later
+//! challenge releases them, and a walk or opening of a released commitment is refused.
+
+use crate::error::MinerError;
+use crate::memory::side_by_side;
+use gpu_attest_shared::backend::PoolStates;
+use gpu_attest_shared::memory::chain_pool::{ChainPool, ChainPoolParams};
+use gpu_attest_shared::memory::slice_walk::{DeviceWalk, SliceWalk, StepOpening, open_step};
+use gpu_attest_shared::memory::statement_v4::StepSample;
+use gpu_attest_shared::merkle::MerkleProof;
+use gpu_attest_shared::statement::DeviceInfo;
+use gpu_attest_shared::{CancelToken, Digest};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+/// Refuses, before a challenge is accepted, a pool that is more than its device claims to
+/// hold: the engine keeps whatever it is asked to, and a validator that sized a pool past the
+/// claim has made a mistake the operator should hear about, not a miner that swaps.
+pub fn check_pools_fit(pools: &[ChainPool], devices: &[DeviceInfo]) -> Result<(), MinerError> {
+    for pool in pools {
+        let claimed = devices.get(pool.device as usize).map_or(0, |d| d.memory_bytes);
+        let bytes = pool.chains.saturating_mul(pool.state_bytes());
+        if bytes > claimed {
+            return Err(MinerError::PoolOverClaim {
+                device: pool.device,
+                bytes,
+                claimed,
+            });
+        }
+    }
+    Ok(())
+}
+
+/// A finished walk: what the roots came from, kept for the openings.
+struct Walked {
+    walk: SliceWalk,
+    devices: Vec<DeviceWalk>,
+}
+
+/// The memory side of a version 4 commitment: each device's kept states until they are
+/// released, whether its one walk has been asked for, and the walk once done.
+pub struct HeldChainPools {
+    params: ChainPoolParams,
+    /// G, the commitment's global root: every walk starts from it (PROTOCOL.md 20.4).
+    global: Digest,
+    pools: Mutex<Option<Vec<Box<dyn PoolStates>>>>,
+    walk_requested: AtomicBool,
+    walked: Mutex<Option<Walked>>,
+}
+
+impl HeldChainPools {
+    /// `pools` in device order, as the chain phase kept them.
+    pub fn new(params: ChainPoolParams, global: Digest, pools: Vec<Box<dyn PoolStates>>) -> Self {
+        HeldChainPools {
+            params,
+            global,
+            pools: Mutex::new(Some(pools)),
+            walk_requested: AtomicBool::new(false),
+            walked: Mutex::new(None),
+        }
+    }
+
+    pub fn params(&self) -> &ChainPoolParams {
+        &self.params
+    }
+
+    /// Frees the states (another challenge needs the memory, or the opening round is over).
+    pub fn release(&self) {
+        self.pools.lock().unwrap_or_else(|p| p.into_inner()).take();
+    }
+
+    pub fn holds_pools(&self) -> bool {
+        self.pools.lock().unwrap_or_else(|p| p.into_inner()).is_some()
+    }
+
+    /// Marks the commitment's one walk as asked for; `false` if it already was.
+    pub fn claim_walk(&self) -> bool {
+        !self.walk_requested.swap(true, Ordering::SeqCst)
+    }
+
+    /// Walks every device's pool with `walk_seed` (blocking), the devices side by side.
+    /// `ended(j, walk_root_j, took)` is called on device `j`'s thread as soon as its walk has
+    /// ended, before the others have; `took` is the walk alone, as that device timed it.
+    pub fn walk(
+        &self,
+        nonce: [u8; 32],
+        walk_seed: [u8; 32],
+        cancel: &CancelToken,
+        ended: &(dyn Fn(u32, Digest, Duration) + Sync),
+    ) -> Result<(), MinerError> {
+        let walk = SliceWalk {
+            nonce,
+            walk_seed,
+            global: self.global,
+            walkers: self.params.walkers,
+            steps: self.params.walk_steps,
+        };
+        let devices = {
+            let pools = self.pools.lock().unwrap_or_else(|p| p.into_inner());
+            let pools = pools.as_ref().ok_or(MinerError::PoolsReleased)?;
+            side_by_side(pools, cancel, |pool| {
+                let started = Instant::now();
+                let walked = pool.walk(&walk, cancel)?;
+                ended(pool.source().pool().device, walked.root, started.elapsed());
+                Ok(walked)
+            })
+            .map_err(MinerError::Walk)?
+        };
+        *self.walked.lock().unwrap_or_else(|p| p.into_inner()) = Some(Walked { walk, devices });
+        Ok(())
+    }
+
+    /// Checks step samples before an opening round starts: the walk is done, the states are
+    /// still held, and every sample names a device, walker and step of it.
+    pub fn check_steps(&self, steps: &[StepSample]) -> Result<(), MinerError> {
+        if steps.is_empty() {
+            return Ok(());
+        }
+        let walked = self.walked.lock().unwrap_or_else(|p| p.into_inner());
+        let walked = walked.as_ref().ok_or(MinerError::NotWalked)?;
+        if !self.holds_pools() {
+            return Err(MinerError::PoolsReleased);
+        }
+        for &step in steps {
+            let in_range = (step.device as usize) < walked.devices.len()
+                && step.walker < walked.walk.walkers
+                && step.step < walked.walk.steps;
+            if !in_range {
+                return Err(MinerError::StepSampleOutOfRange(step));
+            }
+        }
+        Ok(())
+    }
+
+    /// Opens one walk step (blocking: walks the step's walker again). `chain(i)` gives chain
+    /// `i`'s checkpoint hashes and its leaf's proof in its device's root.
+    pub fn open(
+        &self,
+        sample: StepSample,
+        chain: impl Fn(u64) -> (Vec<Digest>, MerkleProof),
+    ) -> Result<StepOpening, MinerError> {
+        let walked = self.walked.lock().unwrap_or_else(|p| p.into_inner());
+        let walked = walked.as_ref().ok_or(MinerError::NotWalked)?;
+        let pools = self.pools.lock().unwrap_or_else(|p| p.into_inner());
+        let pools = pools.as_ref().ok_or(MinerError::PoolsReleased)?;
+        let j = sample.device as usize;
+        let (Some(pool), Some(device)) = (pools.get(j), walked.devices.get(j)) else {
+            return Err(MinerError::StepSampleOutOfRange(sample));
+        };
+        // Walked again from its start: a walker's states are not kept (design 2.5 keeps every
+        // 64th, which bounds this to 64 steps; see docs/design/protocol-v4.md "Built so far").
+        open_step(
+            &walked.walk,
+            pool.source(),
+            &device.walker_roots,
+            sample.walker,
+            sample.step,
+            chain,
+        )
+        .ok_or(MinerError::StepSampleOutOfRange(sample))
+    }
+}
