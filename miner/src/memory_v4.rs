@@ -10,7 +10,7 @@ use crate::error::MinerError;
 use crate::memory::side_by_side;
 use gpu_attest_shared::backend::PoolStates;
 use gpu_attest_shared::memory::chain_pool::{ChainPool, ChainPoolParams};
-use gpu_attest_shared::memory::slice_walk::{DeviceWalk, SliceWalk, StepOpening, open_step};
+use gpu_attest_shared::memory::slice_walk::{DeviceWalk, SliceWalk, StepOpening, open_kept_step};
 use gpu_attest_shared::memory::statement_v4::StepSample;
 use gpu_attest_shared::merkle::MerkleProof;
 use gpu_attest_shared::statement::DeviceInfo;
@@ -138,8 +138,9 @@ impl HeldChainPools {
         Ok(())
     }
 
-    /// Opens one walk step (blocking: walks the step's walker again). `chain(i)` gives chain
-    /// `i`'s checkpoint hashes and its leaf's proof in its device's root.
+    /// Opens one walk step (blocking: walks at most three blocks of 64 states again, from the
+    /// walk's kept trace). `chain(i)` gives chain `i`'s checkpoint hashes and its leaf's proof
+    /// in its device's root.
     pub fn open(
         &self,
         sample: StepSample,
@@ -153,16 +154,7 @@ impl HeldChainPools {
         let (Some(pool), Some(device)) = (pools.get(j), walked.devices.get(j)) else {
             return Err(MinerError::StepSampleOutOfRange(sample));
         };
-        // Walked again from its start: a walker's states are not kept (design 2.5 keeps every
-        // 64th, which bounds this to 64 steps; see docs/design/protocol-v4.md "Built so far").
-        open_step(
-            &walked.walk,
-            pool.source(),
-            &device.walker_roots,
-            sample.walker,
-            sample.step,
-            chain,
-        )
-        .ok_or(MinerError::StepSampleOutOfRange(sample))
+        open_kept_step(&walked.walk, pool.source(), device, sample.walker, sample.step, chain)
+            .ok_or(MinerError::StepSampleOutOfRange(sample))
     }
 }

@@ -59,7 +59,16 @@ pub enum ProofError {
 
 impl MerkleTree {
     pub fn new(leaves: &[Digest]) -> Self {
-        let mut levels = vec![leaves.iter().map(leaf_node).collect::<Vec<_>>()];
+        Self::over_nodes(leaves.iter().map(leaf_node).collect())
+    }
+
+    /// The tree whose bottom level is `nodes`, already nodes rather than leaves: the upper
+    /// levels of a larger tree, given the roots of its aligned subtrees of `2^h` leaves (the
+    /// last one possibly smaller). With the odd node promoted at every level, node `k` at
+    /// level `h` is exactly the root of the leaves `k * 2^h ..`, so these levels and their
+    /// proofs are the larger tree's.
+    pub fn over_nodes(nodes: Vec<Digest>) -> Self {
+        let mut levels = vec![nodes];
         while levels.last().is_some_and(|l| l.len() > 1) {
             let below = levels.last().expect("non-empty");
             let above = below

@@ -10,8 +10,8 @@ use gpu_attest_shared::matrix::Matrix;
 use gpu_attest_shared::memory::chain_pool::ChainPool;
 use gpu_attest_shared::memory::slice::slice_path;
 use gpu_attest_shared::memory::slice_walk::{
-    DeviceCommitments, HeldStates, SliceSource, SliceWalk, StepOpening, StepRejection, check_step, open_step, step,
-    walk_device, walk_device_until, walker_states,
+    DeviceCommitments, HeldStates, SliceSource, SliceWalk, StepOpening, StepRejection, check_step, open_kept_step,
+    open_step, step, walk_device, walk_device_until, walker_states,
 };
 use gpu_attest_shared::memory::walk::entry_index;
 use gpu_attest_shared::merkle::{MerkleProof, MerkleTree};
@@ -334,4 +334,37 @@ fn a_cancelled_walk_stops_and_an_uncancelled_one_is_the_plain_walk() {
         walk_device_until(&walk, &held, &stopped),
         Err(BackendError::Cancelled)
     ));
+}
+
+/// The miner opens a step from its kept trace (two or three blocks of 64 states walked again);
+/// what it sends must be exactly the opening made from the whole walker, at every place a
+/// block boundary can fall: the first and last state of a block, and a last block of 1, 2 or
+/// 64 states.
+#[test]
+fn a_step_opened_from_the_kept_trace_is_the_step_opened_from_the_whole_walk() {
+    let device = Device::honest();
+    let held = device.held();
+    for steps in [1, 24, 63, 64, 127, 130] {
+        let walk = SliceWalk {
+            steps,
+            walkers: 2,
+            ..walk()
+        };
+        let walked = walk_device(&walk, &held);
+        for w in 0..walk.walkers {
+            assert_eq!(
+                walked.walker_roots[w as usize],
+                MerkleTree::new(&walker_states(&walk, &held, w)).root(),
+                "L = {steps}: the root kept in blocks is the walker's tree"
+            );
+            let places = [0, 1, 62, 63, 64, 65, 126, 127, 128, steps.saturating_sub(2), steps - 1];
+            for t in places.into_iter().filter(|&t| t < steps) {
+                let whole = open_step(&walk, &held, &walked.walker_roots, w, t, device.chain_opening());
+                let kept = open_kept_step(&walk, &held, &walked, w, t, device.chain_opening());
+                assert_eq!(kept, whole, "L = {steps}, walker {w}, step {t}");
+            }
+        }
+        assert!(open_kept_step(&walk, &held, &walked, 0, steps, device.chain_opening()).is_none());
+        assert!(open_kept_step(&walk, &held, &walked, 2, 0, device.chain_opening()).is_none());
+    }
 }

@@ -2,8 +2,9 @@
 //! walkers per device, each `L` steps over 64 KiB slices of the pool chains' final states, every
 //! state committed (`c_w = 1`), so that each faked step is a failed opening of its own.
 //!
-//! A walker's states are the leaves of its own Merkle tree, folded as it walks
-//! ([`crate::merkle::MerkleFold`]); the device's walk root is the tree over the walker roots.
+//! A walker's states are the leaves of its own Merkle tree, folded as it walks in blocks of
+//! [`KEPT_EVERY`] states, of which it keeps each block's first state and node
+//! ([`KeptTrace`]); the device's walk root is the tree over the walker roots.
 //! An opening of step `t` proves `s_t` and `s_{t+1}` in the walker's tree, the walker's start
 //! (which the validator computes itself, so that no walker may choose where it begins), the
 //! slice `s_t` names against its chain's committed state, and the step between them.
@@ -15,7 +16,7 @@ use crate::chain::leaf_hash;
 use crate::digest::Digest;
 use crate::failure::{BackendError, CancelToken};
 use crate::matrix::Matrix;
-use crate::merkle::{MerkleFold, MerkleProof, MerkleTree, verify_proof};
+use crate::merkle::{MerkleProof, MerkleTree, verify_proof};
 use crate::params::Work;
 use rayon::prelude::*;
 use thiserror::Error;
@@ -96,12 +97,77 @@ impl SliceSource for HeldStates {
 
 /// Walker `walker`'s states on `source`'s device, `s_0 ..= s_L`, each made as it is taken.
 fn trace<'a>(walk: &'a SliceWalk, source: &'a dyn SliceSource, walker: u32) -> impl Iterator<Item = Digest> + 'a {
-    let pool = source.pool();
-    let start = walk.start_state(pool.device, walker);
-    std::iter::once(start).chain((0..walk.steps).scan(start, move |s, t| {
-        *s = step(source.slice(entry_index(s, pool.slices())), s, t);
+    let start = walk.start_state(source.pool().device, walker);
+    trace_from(walk, source, start, 0)
+}
+
+/// The states `s_first ..= s_L` of a walker whose state `first` is `state`.
+fn trace_from<'a>(
+    walk: &'a SliceWalk,
+    source: &'a dyn SliceSource,
+    state: Digest,
+    first: u32,
+) -> impl Iterator<Item = Digest> + 'a {
+    let slices = source.pool().slices();
+    std::iter::once(state).chain((first..walk.steps).scan(state, move |s, t| {
+        *s = step(source.slice(entry_index(s, slices)), s, t);
         Some(*s)
     }))
+}
+
+/// States per block of a walker's kept trace (docs/design/protocol-v4.md 2.5).
+pub const KEPT_EVERY: u32 = 64;
+
+/// What a walker keeps of its walk so that any step can be opened by walking at most three
+/// blocks of [`KEPT_EVERY`] states again, rather than the whole walker: the first state of
+/// each block, and each block's node in the walker's tree (the root of its states, which is
+/// that tree's node at level 6: [`MerkleTree::over_nodes`]). 64 bytes per 64 states.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KeptTrace {
+    pub block_starts: Vec<Digest>,
+    pub block_nodes: Vec<Digest>,
+}
+
+impl KeptTrace {
+    /// The walker's root: the tree above its blocks.
+    fn root(&self) -> Digest {
+        MerkleTree::over_nodes(self.block_nodes.clone()).root()
+    }
+}
+
+/// Folds a walker's states into its kept trace as they arrive.
+#[derive(Default)]
+struct TraceKeeper {
+    kept: Vec<Digest>,
+    nodes: Vec<Digest>,
+    block: Vec<Digest>,
+}
+
+impl TraceKeeper {
+    fn push(&mut self, state: Digest) {
+        if self.block.is_empty() {
+            self.kept.push(state);
+        }
+        self.block.push(state);
+        if self.block.len() == KEPT_EVERY as usize {
+            self.close_block();
+        }
+    }
+
+    fn close_block(&mut self) {
+        if !self.block.is_empty() {
+            self.nodes.push(MerkleTree::new(&self.block).root());
+            self.block.clear();
+        }
+    }
+
+    fn finish(mut self) -> KeptTrace {
+        self.close_block();
+        KeptTrace {
+            block_starts: self.kept,
+            block_nodes: self.nodes,
+        }
+    }
 }
 
 /// Every state of walker `walker` on `source`'s device: `s_0 ..= s_L`.
@@ -109,11 +175,13 @@ pub fn walker_states(walk: &SliceWalk, source: &dyn SliceSource, walker: u32) ->
     trace(walk, source, walker).collect()
 }
 
-/// One device's walk: each walker's root and the device's walk root over them.
+/// One device's walk: each walker's root and the device's walk root over them, and what each
+/// walker kept to open its steps ([`open_kept_step`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct DeviceWalk {
     pub walker_roots: Vec<Digest>,
     pub root: Digest,
+    pub kept: Vec<KeptTrace>,
 }
 
 /// Steps a walker takes between looks at the cancel flag.
@@ -133,21 +201,26 @@ pub fn walk_device_until(
     source: &dyn SliceSource,
     cancel: &CancelToken,
 ) -> Result<DeviceWalk, BackendError> {
-    let walker_roots: Vec<Digest> = (0..walk.walkers)
+    let kept: Vec<KeptTrace> = (0..walk.walkers)
         .into_par_iter()
         .map(|w| {
-            let mut tree = MerkleFold::new();
+            let mut keeper = TraceKeeper::default();
             for (t, s) in trace(walk, source, w).enumerate() {
                 if (t as u32).is_multiple_of(STEPS_PER_CANCEL_CHECK) {
                     cancel.check()?;
                 }
-                tree.push(&s);
+                keeper.push(s);
             }
-            Ok(tree.root())
+            Ok(keeper.finish())
         })
         .collect::<Result<_, BackendError>>()?;
+    let walker_roots: Vec<Digest> = kept.iter().map(KeptTrace::root).collect();
     let root = MerkleTree::new(&walker_roots).root();
-    Ok(DeviceWalk { walker_roots, root })
+    Ok(DeviceWalk {
+        walker_roots,
+        root,
+        kept,
+    })
 }
 
 /// The opening of step `step` of walker `walker` (design 2.5).
@@ -206,6 +279,71 @@ pub fn open_step(
         after: states[step as usize + 1],
         after_proof: tree.proof(u64::from(step) + 1)?,
         slice: state.to_vec(),
+        slice_path: slice_path(&whole, q).ok()?,
+        checkpoints,
+        chain_proof,
+    })
+}
+
+/// Opens step `step` of walker `walker` as [`open_step`] does, from the walker's kept trace:
+/// the blocks of `s_0`, `s_t` and `s_{t+1}` are walked again (at most `3 * 64` steps), and the
+/// proofs are each block's own path joined to the path of its node among the walker's blocks.
+pub fn open_kept_step(
+    walk: &SliceWalk,
+    source: &dyn SliceSource,
+    walked: &DeviceWalk,
+    walker: u32,
+    step: u32,
+    chain: impl Fn(u64) -> (Vec<Digest>, MerkleProof),
+) -> Option<StepOpening> {
+    let n_walkers = walked.walker_roots.len();
+    if walker >= walk.walkers
+        || step >= walk.steps
+        || n_walkers != walk.walkers as usize
+        || walked.kept.len() != n_walkers
+    {
+        return None;
+    }
+    let kept = &walked.kept[walker as usize];
+    let upper = MerkleTree::over_nodes(kept.block_nodes.clone());
+    // The states of block `b` and the proof of the one at `t` in the walker's tree.
+    let block = |b: u32| -> Option<Vec<Digest>> {
+        let start = *kept.block_starts.get(b as usize)?;
+        let first = b * KEPT_EVERY;
+        Some(
+            trace_from(walk, source, start, first)
+                .take(KEPT_EVERY as usize)
+                .collect(),
+        )
+    };
+    let proof_in = |states: &[Digest], t: u32| -> Option<MerkleProof> {
+        let mut siblings = MerkleTree::new(states).proof(u64::from(t % KEPT_EVERY))?.siblings;
+        siblings.extend(upper.proof(u64::from(t / KEPT_EVERY))?.siblings);
+        Some(MerkleProof { siblings })
+    };
+    let (b, next) = (step / KEPT_EVERY, (step + 1) / KEPT_EVERY);
+    let here = block(b)?;
+    let there = if next == b { here.clone() } else { block(next)? };
+    let first = if b == 0 { here.clone() } else { block(0)? };
+    let before = *here.get((step % KEPT_EVERY) as usize)?;
+    let after = *there.get(((step + 1) % KEPT_EVERY) as usize)?;
+
+    let pool = source.pool();
+    let e = entry_index(&before, pool.slices());
+    let (chain_index, q) = pool.locate(e);
+    let (checkpoints, chain_proof) = chain(chain_index);
+    let whole = pool_state(source, chain_index);
+    Some(StepOpening {
+        walker,
+        step,
+        walker_root: walked.walker_roots[walker as usize],
+        walker_proof: MerkleTree::new(&walked.walker_roots).proof(u64::from(walker))?,
+        start_proof: proof_in(&first, 0)?,
+        before,
+        before_proof: proof_in(&here, step)?,
+        after,
+        after_proof: proof_in(&there, step + 1)?,
+        slice: source.slice(e).to_vec(),
         slice_path: slice_path(&whole, q).ok()?,
         checkpoints,
         chain_proof,
