@@ -90,6 +90,44 @@ pub fn model(name: &str) -> Option<&'static DeviceModel> {
     MODELS.iter().find(|m| m.name == name)
 }
 
+/// The model of [`MODELS`] a device reporting `name` with `memory_bytes` is, if any: what a
+/// planner sizes that device's openings for. Variants the table does not cover (an H100 PCIe,
+/// an A100 40GB, any other GPU, a CPU) are `None`, and a planner sizes them for the worst row.
+pub fn model_for_device(name: &str, memory_bytes: u64) -> Option<&'static DeviceModel> {
+    let name = name.to_ascii_lowercase();
+    let has = |part: &str| name.contains(part);
+    let pcie = has("pcie") || has("nvl");
+    let found = if has("gh200") {
+        // The 96 GB part reports about 102e9 bytes (97871 MiB), the 144 GB part about 151e9.
+        if memory_bytes <= 120 * 1_000_000_000 {
+            "GH200 96 GB"
+        } else {
+            "GH200 144 GB"
+        }
+    } else if has("h200") && !pcie {
+        "H200"
+    } else if has("h100") && !pcie {
+        "H100 SXM"
+    } else if has("a100") && has("80gb") && !pcie {
+        "A100 80GB SXM"
+    } else if has("rtx 4090") {
+        "RTX 4090"
+    } else {
+        return None;
+    };
+    model(found)
+}
+
+/// The sources a planner sizes a model's openings against: its own regeneration with
+/// everything behind its host link (row C), or on a GH200 its regeneration alone (its row A;
+/// Grace's memory, row D, is past what the clock catches, design 4.4).
+pub fn sized_sources(model: &DeviceModel) -> Sources {
+    match model.c2c {
+        Some(_) => Sources::Regenerate,
+        None => Sources::RegenerateAndHost,
+    }
+}
+
 /// Which sources a cheater uses together (the design's rows).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Sources {
@@ -324,6 +362,28 @@ mod tests {
             assert_eq!(sizing.openings, Some(openings), "{name}");
             assert_eq!(sizing.row_checks, Some(rows), "{name}");
         }
+    }
+
+    #[test]
+    fn devices_are_sized_as_the_model_their_name_and_memory_say() {
+        let of = |name: &str, bytes: u64| model_for_device(name, bytes).map(|m| m.name);
+        assert_eq!(of("NVIDIA H100 80GB HBM3", 85_520_809_984), Some("H100 SXM"));
+        assert_eq!(of("NVIDIA H200", 150_754_820_096), Some("H200"));
+        assert_eq!(of("NVIDIA A100-SXM4-80GB", 85_899_345_920), Some("A100 80GB SXM"));
+        assert_eq!(of("NVIDIA GeForce RTX 4090", 25_757_220_864), Some("RTX 4090"));
+        assert_eq!(of("NVIDIA GH200 480GB", 102_625_681_408), Some("GH200 96 GB"));
+        assert_eq!(of("NVIDIA GH200 144G HBM3e", 151_061_594_112), Some("GH200 144 GB"));
+        for other in [
+            "NVIDIA H100 PCIe",
+            "NVIDIA H100 NVL",
+            "NVIDIA A100-PCIE-40GB",
+            "NVIDIA L40S",
+            "cpu: AMD EPYC",
+        ] {
+            assert_eq!(of(other, 80_000_000_000), None, "{other}");
+        }
+        assert_eq!(sized_sources(model("GH200 96 GB").unwrap()), Sources::Regenerate);
+        assert_eq!(sized_sources(model("H100 SXM").unwrap()), Sources::RegenerateAndHost);
     }
 
     #[test]

@@ -1,0 +1,493 @@
+//! Sizing version 4's memory phase (docs/design/protocol-v4.md 2.6, 3 and 6.3; PROTOCOL.md 20):
+//! how many of each device's chains keep their states as its pool, the fewest steps a chain
+//! must run so that a missing state costs `kappa` operations a byte to make again, the walk's
+//! shape, each device's own expected walk time and deadline, and how many steps and rows to
+//! open on each device, from `shared::memory::bound` rather than a constant.
+//!
+//! Nothing here reads the rate book or the configuration file: the caller gives each device's
+//! expected walk rate and whether it was observed, so that the arithmetic is tested alone.
+
+use gpu_attest_shared::memory::bound::{self, Design, DeviceModel, MODELS, VERSION_4};
+use gpu_attest_shared::memory::chain_pool::{ChainPoolParams, MAX_POOL_SLICES, MAX_WALK_STEPS};
+use gpu_attest_shared::memory::params::MAX_WALKERS;
+use gpu_attest_shared::memory::slice::SLICE_BYTES;
+use gpu_attest_shared::statement::DeviceInfo;
+
+/// `kappa = 2 n K >= 2^17` operations a pool byte (design 2.2): `K >= 2^16 / n`.
+const KAPPA_OVER_TWO: u32 = 1 << 16;
+
+/// The share of the datasheet bandwidth a walk is expected at before it is observed, and the
+/// first-contact slack (design 0): a first-contact verdict proves the weaker bound these give.
+pub const FIRST_CONTACT_ETA: f64 = 0.75;
+
+/// What the planner sizes version 4 with: the design's parameters and the walk's shape.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct V4Settings {
+    /// Pool share, kappa, calibrated slack, the honest walk's share of the datasheet, and the
+    /// pass probability the openings are sized for.
+    pub design: Design,
+    pub first_contact_slack: f64,
+    pub walkers_per_gpu: u32,
+    pub walkers_per_core: u32,
+    /// How long the slowest device's walk should take at its expected rate.
+    pub walk_target_ms: u64,
+}
+
+impl Default for V4Settings {
+    fn default() -> Self {
+        V4Settings {
+            design: VERSION_4,
+            first_contact_slack: 2.0,
+            walkers_per_gpu: 8192,
+            walkers_per_core: 4,
+            walk_target_ms: 2_000,
+        }
+    }
+}
+
+/// One device's expected walk rate, as the caller looked it up (its `walk-v4` class times its
+/// units).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct ExpectedWalk {
+    pub bytes_per_sec: f64,
+    /// Learned from this validator's (or its peers') passing verdicts, rather than shipped.
+    pub observed: bool,
+}
+
+/// One device's part of the plan.
+#[derive(Clone, Debug, PartialEq)]
+pub struct DeviceWalkPlan {
+    /// `N_j`: chains whose final states are the pool.
+    pub pool_chains: u64,
+    pub bytes_per_sec: f64,
+    /// This device's walk at its own expected rate, and its own deadline: each device's root
+    /// is clocked on its own (design 5.2).
+    pub expected_ms: u64,
+    pub deadline_ms: u64,
+    /// Walk steps opened, and of them how many have a row checked (design 6.3, 6.4).
+    pub steps_opened: u32,
+    pub rows_checked: u32,
+    /// The model of the bound's table these counts come from; `None` when the device is none of
+    /// them and is sized for the table's worst row.
+    pub sized_as: Option<&'static str>,
+    /// Whether a device holding 90% of its claim is caught at this slack (design 4.4); `false`
+    /// at first contact on some models, whose verdict then proves the weaker bound.
+    pub catches_ninety_percent: bool,
+}
+
+/// Version 4's memory phase for one challenge.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ChainPoolPlan {
+    pub params: ChainPoolParams,
+    /// The fewest steps per chain (`K`, a multiple of the checkpoint interval).
+    pub min_iterations: u32,
+    /// The fewest chains in the challenge: with section 6's even split every device then runs
+    /// at least its `N_j`.
+    pub min_chains: u64,
+    /// Deadline over expected walk time.
+    pub slack: f64,
+    pub devices: Vec<DeviceWalkPlan>,
+}
+
+#[derive(Debug, thiserror::Error, Clone, PartialEq)]
+pub enum PlanV4Error {
+    #[error("n = {0} is not a multiple of 256: version 4 walks whole 64 KiB slices of each state")]
+    NotWholeSlices(u32),
+    #[error("{devices} devices but {rates} expected walk rates")]
+    RatesPerDevice { devices: usize, rates: usize },
+    #[error(
+        "device {device} claims {memory_bytes} bytes: {share} of it holds no state of n^2 = {state_bytes} bytes; challenge it at a smaller n"
+    )]
+    NoStateFits {
+        device: u32,
+        memory_bytes: u64,
+        share: f64,
+        state_bytes: u64,
+    },
+    #[error("device {device}'s expected walk rate {bytes_per_sec} bytes/s is not a positive number")]
+    NoRate { device: u32, bytes_per_sec: f64 },
+    #[error(
+        "even the longest walk ({MAX_WALK_STEPS} steps of {walkers} walkers) takes only {reach_ms:.0} ms at the expected rate, under half of the {target_ms} ms target: lower the walk target"
+    )]
+    WalkTooShort {
+        walkers: u32,
+        reach_ms: f64,
+        target_ms: u64,
+    },
+}
+
+/// The fewest steps per chain at `n` with checkpoints every `checkpoint_every`: `2^16 / n`
+/// rounded up, and up again to a whole number of checkpoints.
+pub fn min_iterations(n: u32, checkpoint_every: u32) -> u32 {
+    let every = checkpoint_every.max(1);
+    KAPPA_OVER_TWO.div_ceil(n.max(1)).max(every).div_ceil(every) * every
+}
+
+/// The bound's counts for `model`: steps to open and rows to check at the design's calibrated
+/// slack, and whether they catch a device holding 90% of its claim at `slack` over `eta` of
+/// its datasheet bandwidth with the design's pass probability. At first contact the clock hides
+/// nearly all of that shortfall, and catching the rest would take thousands of openings: the
+/// calibrated counts are opened still (they catch a cheater short of more than the clock hides)
+/// and the verdict proves the weaker bound.
+fn counts(design: &Design, model: &DeviceModel, slack: f64, eta: f64) -> (u32, u32, bool) {
+    let sources = bound::sized_sources(model);
+    let Some((steps, rows)) = design
+        .size(model, sources)
+        .and_then(|s| Some((s.openings?, s.row_checks?)))
+    else {
+        return (0, 0, false);
+    };
+    let here = Design { slack, eta, ..*design }.size(model, sources);
+    let catches = here.and_then(|s| s.openings).is_some_and(|needed| needed <= steps);
+    (steps, rows, catches)
+}
+
+/// The most any model of the table needs: what a device outside it is sized for.
+fn worst_counts(design: &Design) -> (u32, u32) {
+    MODELS.iter().fold((0, 0), |(steps, rows), model| {
+        let (s, r, _) = counts(design, model, design.slack, design.eta);
+        (steps.max(s), rows.max(r))
+    })
+}
+
+/// Walkers per device: per GPU, or per core of the CPU with the fewest cores.
+fn walkers(backend: &str, devices: &[DeviceInfo], settings: &V4Settings) -> u32 {
+    let per_device = if backend == "cpu" {
+        let cores = devices.iter().map(|d| d.sm_count.max(1)).min().unwrap_or(1);
+        settings.walkers_per_core.saturating_mul(cores)
+    } else {
+        settings.walkers_per_gpu
+    };
+    per_device.clamp(1, MAX_WALKERS)
+}
+
+/// Plans version 4's memory phase for `devices` (the claim, in index order) on `backend` at
+/// matrix size `n`, each device walking at `rates[j]`.
+pub fn plan_chain_pools(
+    backend: &str,
+    devices: &[DeviceInfo],
+    rates: &[ExpectedWalk],
+    n: u32,
+    checkpoint_every: u32,
+    settings: &V4Settings,
+) -> Result<ChainPoolPlan, PlanV4Error> {
+    if n == 0 || !n.is_multiple_of(256) {
+        return Err(PlanV4Error::NotWholeSlices(n));
+    }
+    if rates.len() != devices.len() {
+        return Err(PlanV4Error::RatesPerDevice {
+            devices: devices.len(),
+            rates: rates.len(),
+        });
+    }
+    let design = &settings.design;
+    let state_bytes = u64::from(n) * u64::from(n);
+    let slices_per_state = state_bytes / SLICE_BYTES as u64;
+    let mut pool_chains = Vec::with_capacity(devices.len());
+    for (j, device) in devices.iter().enumerate() {
+        let fits = (design.pool_share * device.memory_bytes as f64 / state_bytes as f64).floor() as u64;
+        let chains = fits.min(MAX_POOL_SLICES / slices_per_state);
+        if chains == 0 {
+            return Err(PlanV4Error::NoStateFits {
+                device: j as u32,
+                memory_bytes: device.memory_bytes,
+                share: design.pool_share,
+                state_bytes,
+            });
+        }
+        pool_chains.push(chains);
+    }
+    if let Some((j, rate)) = rates
+        .iter()
+        .enumerate()
+        .find(|(_, r)| !(r.bytes_per_sec.is_finite() && r.bytes_per_sec > 0.0))
+    {
+        return Err(PlanV4Error::NoRate {
+            device: j as u32,
+            bytes_per_sec: rate.bytes_per_sec,
+        });
+    }
+    let observed = rates.iter().all(|r| r.observed);
+    let (slack, eta) = if observed {
+        (design.slack, design.eta)
+    } else {
+        (settings.first_contact_slack, FIRST_CONTACT_ETA)
+    };
+
+    // The walk's length from the slowest device, as in version 3 (PROTOCOL.md 18.6): walkers
+    // are raised where even the longest walk of the configured ones is too short (a CPU whose
+    // small pool sits in its caches).
+    let slowest = rates.iter().map(|r| r.bytes_per_sec).fold(f64::INFINITY, f64::min);
+    let target_ms = settings.walk_target_ms as f64;
+    let ms_for = |walkers: u32, steps: u32| f64::from(walkers) * f64::from(steps) * SLICE_BYTES as f64 / slowest * 1e3;
+    let configured = walkers(backend, devices, settings);
+    let walkers = if ms_for(configured, MAX_WALK_STEPS) >= target_ms {
+        configured
+    } else {
+        let needed = (f64::from(configured) * target_ms / ms_for(configured, MAX_WALK_STEPS)).ceil();
+        needed.clamp(f64::from(configured), f64::from(MAX_WALKERS)) as u32
+    };
+    if ms_for(walkers, MAX_WALK_STEPS) < target_ms / 2.0 {
+        return Err(PlanV4Error::WalkTooShort {
+            walkers,
+            reach_ms: ms_for(walkers, MAX_WALK_STEPS),
+            target_ms: settings.walk_target_ms,
+        });
+    }
+    let wanted = target_ms / ms_for(walkers, 1);
+    let walk_steps = wanted.ceil().clamp(1.0, f64::from(MAX_WALK_STEPS)) as u32;
+
+    let walk_bytes = f64::from(walkers) * f64::from(walk_steps) * SLICE_BYTES as f64;
+    let worst = worst_counts(design);
+    let plans = devices
+        .iter()
+        .zip(rates)
+        .zip(&pool_chains)
+        .map(|((device, rate), &pool_chains)| {
+            let model = bound::model_for_device(&device.name, device.memory_bytes);
+            let (steps_opened, rows_checked, catches) = match model {
+                Some(model) => counts(design, model, slack, eta),
+                None => (worst.0, worst.1, false),
+            };
+            let expected_ms = (walk_bytes / rate.bytes_per_sec * 1e3).ceil() as u64;
+            DeviceWalkPlan {
+                pool_chains,
+                bytes_per_sec: rate.bytes_per_sec,
+                expected_ms,
+                deadline_ms: (expected_ms as f64 * slack).ceil() as u64,
+                steps_opened,
+                rows_checked,
+                sized_as: model.map(|m| m.name),
+                catches_ninety_percent: catches,
+            }
+        })
+        .collect();
+    let most = pool_chains.iter().copied().max().unwrap_or(1);
+    Ok(ChainPoolPlan {
+        params: ChainPoolParams {
+            walkers,
+            walk_steps,
+            pool_chains,
+        },
+        min_iterations: min_iterations(n, checkpoint_every),
+        min_chains: most.saturating_mul(devices.len() as u64),
+        slack,
+        devices: plans,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use gpu_attest_shared::memory::chain_pool::chain_pools;
+    use gpu_attest_shared::params::{ChallengeParams, Work};
+    use gpu_attest_shared::partition::canonical_partition;
+
+    fn gpu(name: &str, memory_bytes: u64) -> DeviceInfo {
+        DeviceInfo {
+            index: 0,
+            name: name.into(),
+            uuid: String::new(),
+            memory_bytes,
+            sm_count: 132,
+            compute_capability: (9, 0),
+            pci_bus_id: String::new(),
+            driver_version: String::new(),
+        }
+    }
+
+    fn calibrated(bytes_per_sec: f64) -> ExpectedWalk {
+        ExpectedWalk {
+            bytes_per_sec,
+            observed: true,
+        }
+    }
+
+    #[test]
+    fn chains_run_long_enough_for_kappa() {
+        // K >= 2^16 / n, in whole checkpoints: 32 at n = 2048 (design 0), 256 at n = 256.
+        assert_eq!(min_iterations(2048, 1), 32);
+        assert_eq!(min_iterations(2048, 8), 32);
+        assert_eq!(min_iterations(2048, 5), 35);
+        assert_eq!(min_iterations(256, 1), 256);
+        assert_eq!(min_iterations(768, 1), 86);
+        for (n, every) in [(256, 1), (768, 3), (2048, 8), (4096, 1)] {
+            let k = min_iterations(n, every);
+            assert!(2 * u64::from(n) * u64::from(k) >= 1 << 17, "n = {n}");
+            assert_eq!(k % every, 0);
+        }
+    }
+
+    /// Design table 2.6: `N_j = floor(0.96 * C_j / n^2)` at n = 2048, datasheet sizes.
+    #[test]
+    fn pools_are_the_design_tables_at_its_sizes() {
+        let cases = [
+            ("NVIDIA H100 80GB HBM3", 80_000_000_000, 18310),
+            ("NVIDIA H200", 141_000_000_000, 32272),
+            ("NVIDIA GeForce RTX 4090", 24_000_000_000, 5493),
+        ];
+        for (name, bytes, want) in cases {
+            let plan = plan_chain_pools(
+                "cuda",
+                &[gpu(name, bytes)],
+                &[calibrated(3e12)],
+                2048,
+                8,
+                &V4Settings::default(),
+            )
+            .unwrap();
+            assert_eq!(plan.params.pool_chains, vec![want], "{name}");
+            assert_eq!(plan.min_chains, want);
+            assert_eq!(plan.min_iterations, 32);
+        }
+    }
+
+    /// Design table 6.3 at the calibrated slack; the worst row for a device outside the table.
+    #[test]
+    fn openings_follow_the_bound_per_model() {
+        let devices = [
+            gpu("NVIDIA H100 80GB HBM3", 80_000_000_000),
+            gpu("NVIDIA H200", 141_000_000_000),
+            gpu("NVIDIA GeForce RTX 4090", 24_000_000_000),
+            gpu("NVIDIA L40S", 48_000_000_000),
+        ];
+        let rates = [calibrated(3e12); 4];
+        let plan = plan_chain_pools("cuda", &devices, &rates, 2048, 8, &V4Settings::default()).unwrap();
+        let got: Vec<_> = plan
+            .devices
+            .iter()
+            .map(|d| (d.steps_opened, d.rows_checked, d.sized_as))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                (468, 174, Some("H100 SXM")),
+                (325, 131, Some("H200")),
+                (1512, 434, Some("RTX 4090")),
+                (1512, 434, None),
+            ]
+        );
+        assert!(plan.devices[..3].iter().all(|d| d.catches_ninety_percent));
+        assert!(
+            !plan.devices[3].catches_ninety_percent,
+            "nothing is claimed for a model the bound lacks"
+        );
+        assert_eq!(plan.slack, 1.25);
+    }
+
+    /// Each device is timed at its own rate: a fast device's deadline is not the slow one's.
+    #[test]
+    fn each_device_has_its_own_deadline() {
+        let devices = [
+            gpu("NVIDIA H200", 141_000_000_000),
+            gpu("NVIDIA H100 80GB HBM3", 80_000_000_000),
+        ];
+        let rates = [calibrated(4.3e12), calibrated(3.0e12)];
+        let plan = plan_chain_pools("cuda", &devices, &rates, 2048, 8, &V4Settings::default()).unwrap();
+        let (fast, slow) = (&plan.devices[0], &plan.devices[1]);
+        let walk_bytes = f64::from(plan.params.walkers) * f64::from(plan.params.walk_steps) * 65536.0;
+        assert_eq!(fast.expected_ms, (walk_bytes / 4.3e12 * 1e3).ceil() as u64);
+        assert!(
+            slow.expected_ms >= 2_000 && slow.expected_ms < 2_010,
+            "{}",
+            slow.expected_ms
+        );
+        assert!(
+            fast.deadline_ms < slow.expected_ms,
+            "the fast device may not walk as slowly as the slow one"
+        );
+        assert_eq!(fast.deadline_ms, (fast.expected_ms as f64 * 1.25).ceil() as u64);
+        // Each device runs at least its pool's chains under the even split.
+        let work = Work::new(ChallengeParams {
+            nonce: [0; 32],
+            seed: [0; 32],
+            miner_key: [0; 32],
+            n: 2048,
+            num_chains: plan.min_chains,
+            iterations: plan.min_iterations,
+            checkpoint_every: 8,
+        })
+        .unwrap();
+        let partition = canonical_partition(plan.min_chains, 2).unwrap();
+        assert!(chain_pools(&work, &partition, &plan.params.pool_chains).is_ok());
+    }
+
+    #[test]
+    fn first_contact_is_looser_and_says_what_it_proves() {
+        let device = [gpu("NVIDIA H100 80GB HBM3", 80_000_000_000)];
+        let first = [ExpectedWalk {
+            bytes_per_sec: 0.75 * 3.35e12,
+            observed: false,
+        }];
+        let plan = plan_chain_pools("cuda", &device, &first, 2048, 8, &V4Settings::default()).unwrap();
+        assert_eq!(plan.slack, 2.0);
+        let d = &plan.devices[0];
+        assert!(
+            !d.catches_ninety_percent,
+            "x* at S = 2 over 0.75 of the datasheet is past the 90% holder's shortfall"
+        );
+        assert_eq!(
+            (d.steps_opened, d.rows_checked),
+            (468, 174),
+            "the calibrated counts still open the walk"
+        );
+    }
+
+    #[test]
+    fn a_cpus_walkers_grow_and_bad_inputs_are_named() {
+        let mut cpu = gpu("cpu: test", 1 << 20);
+        cpu.sm_count = 2;
+        // 16 slices of 64 KiB at 10 GB/s: 8 walkers reach 2 s in well under 2^20 steps.
+        let plan = plan_chain_pools(
+            "cpu",
+            &[cpu.clone()],
+            &[calibrated(1e10)],
+            256,
+            1,
+            &V4Settings::default(),
+        )
+        .unwrap();
+        assert_eq!(plan.params.walkers, 8);
+        assert_eq!(plan.params.pool_chains, vec![15]);
+        assert_eq!(plan.min_iterations, 256);
+        let fast = plan_chain_pools(
+            "cpu",
+            &[cpu.clone()],
+            &[calibrated(1e14)],
+            256,
+            1,
+            &V4Settings::default(),
+        )
+        .unwrap();
+        assert!(fast.params.walkers > 8, "{:?}", fast.params);
+        assert!(matches!(
+            plan_chain_pools(
+                "cpu",
+                &[cpu.clone()],
+                &[calibrated(1e18)],
+                256,
+                1,
+                &V4Settings::default()
+            ),
+            Err(PlanV4Error::WalkTooShort { .. })
+        ));
+
+        let settings = V4Settings::default();
+        assert_eq!(
+            plan_chain_pools("cpu", &[cpu.clone()], &[calibrated(1e10)], 300, 1, &settings),
+            Err(PlanV4Error::NotWholeSlices(300))
+        );
+        assert!(matches!(
+            plan_chain_pools("cpu", &[cpu.clone()], &[calibrated(1e10)], 2048, 1, &settings),
+            Err(PlanV4Error::NoStateFits { device: 0, .. })
+        ));
+        assert!(matches!(
+            plan_chain_pools("cpu", &[cpu.clone()], &[calibrated(0.0)], 256, 1, &settings),
+            Err(PlanV4Error::NoRate { device: 0, .. })
+        ));
+        assert!(matches!(
+            plan_chain_pools("cpu", &[cpu], &[], 256, 1, &settings),
+            Err(PlanV4Error::RatesPerDevice { devices: 1, rates: 0 })
+        ));
+    }
+}
