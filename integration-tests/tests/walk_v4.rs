@@ -23,6 +23,13 @@ use gpu_attest_shared::opening::SampleRequest;
 use gpu_attest_shared::params::ChallengeParams;
 use gpu_attest_shared::statement::{Challenge, Commitment, MemoryPhase};
 use gpu_attest_shared::{Digest, Work};
+use gpu_attest_validator::attest::client::MinerConnection;
+use gpu_attest_validator::attest::walk_v4::walk_states;
+use gpu_attest_validator::config::Policy;
+use gpu_attest_validator::memory::plan_v4::{ChainPoolPlan, DeviceWalkPlan};
+use gpu_attest_validator::reason::{Reason, ReasonCode};
+use rand_chacha::ChaCha20Rng;
+use rand_chacha::rand_core::SeedableRng;
 use std::sync::Arc;
 use tonic::Code;
 use tonic::transport::Channel;
@@ -346,5 +353,122 @@ async fn each_version_4_refusal_has_its_own_status() {
         refused.message().contains("no version 4 challenge"),
         "{}",
         refused.message()
+    );
+}
+
+/// A plan for this file's challenges, every device with the same generous deadline but
+/// `deadlines` where given.
+fn exchange_plan(pool_chains: Vec<u64>, deadlines: [u64; DEVICES as usize]) -> ChainPoolPlan {
+    let devices = pool_chains
+        .iter()
+        .zip(deadlines)
+        .map(|(&chains, deadline_ms)| DeviceWalkPlan {
+            pool_chains: chains,
+            bytes_per_sec: 1e9,
+            expected_ms: deadline_ms / 2,
+            deadline_ms,
+            steps_opened: 8,
+            rows_checked: 3,
+            sized_as: None,
+            catches_ninety_percent: false,
+        })
+        .collect();
+    ChainPoolPlan {
+        params: ChainPoolParams {
+            walkers: WALKERS,
+            walk_steps: STEPS,
+            pool_chains,
+        },
+        min_iterations: 2,
+        min_chains: CHAINS,
+        slack: 2.0,
+        devices,
+    }
+}
+
+/// Runs the validator's version 4 exchange against `miner` for a fresh commitment: the walk,
+/// then every drawn step opened and checked, `tamper` applied to each opening as it arrives.
+/// Returns the reasons it found.
+async fn validator_exchange(
+    miner: &Running,
+    miner_key: PublicKey,
+    nonce: u8,
+    plan: &ChainPoolPlan,
+    tamper: impl Fn(&mut v1::ChainOpening),
+) -> Vec<Reason> {
+    let dir = TempDir::new("walk-v4");
+    let config = validator_config(&dir, Policy::Sampled);
+    let mut raw = MinerClient::connect(miner.url()).await.unwrap();
+    let c = challenge(miner_key, nonce, plan.params.pool_chains.clone(), CHAINS);
+    let commitment = commit(&mut raw, &c).await;
+    let work = Work::new(c.params).unwrap();
+
+    let mut connection = MinerConnection::connect(&miner.url(), &config).await.unwrap();
+    let mut reasons = Vec::new();
+    let walked = walk_states(
+        &mut connection,
+        &validator(),
+        &work,
+        &commitment,
+        plan,
+        &mut reasons,
+        &|_| {},
+    )
+    .await
+    .unwrap();
+    let Some(mut walked) = walked else {
+        return reasons;
+    };
+    let steps = walked.draw_steps(plan, &mut ChaCha20Rng::from_seed([nonce; 32]));
+    assert_eq!(steps.len(), 16, "8 steps on each device");
+    let mut openings = connection
+        .open_chains(open_request(c.params.nonce, &[], &steps), N as usize)
+        .await
+        .unwrap();
+    let mut places = vec![0; DEVICES as usize];
+    for &step in &steps {
+        let mut wire = openings.message().await.unwrap().expect("one opening per step");
+        tamper(&mut wire);
+        let place = places[step.device as usize];
+        places[step.device as usize] += 1;
+        walked
+            .check_opening(&work, &miner_key, step, place, &wire, &mut reasons)
+            .await
+            .unwrap();
+    }
+    reasons
+}
+
+/// The validator's side of version 4 (validator/src/attest/walk_v4.rs) against the real miner:
+/// an honest miner gives no reason, each device is held to its own deadline, and an opening
+/// changed on the way fails its own check.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_validators_exchange_passes_an_honest_miner_and_clocks_each_device_alone() {
+    let core = miner_core(64, &[validator_key()], DEVICES);
+    let miner_key = core.public_key();
+    let miner = spawn_miner(core).await;
+
+    let generous = exchange_plan(vec![2, 3], [60_000, 60_000]);
+    let honest = validator_exchange(&miner, miner_key, 21, &generous, |_| {}).await;
+    assert!(honest.is_empty(), "{honest:?}");
+
+    // Device 1 given no time at all: it alone is late, and its steps are still checked.
+    let device_1_late = exchange_plan(vec![2, 3], [60_000, 0]);
+    let late = validator_exchange(&miner, miner_key, 22, &device_1_late, |_| {}).await;
+    assert_eq!(late.len(), 1, "{late:?}");
+    assert_eq!(late[0].code, ReasonCode::LateWalk);
+    assert!(late[0].message.contains("device 1's walk root"), "{}", late[0].message);
+
+    // A byte of every slice changed on the way: no longer the committed state.
+    let changed = validator_exchange(&miner, miner_key, 23, &generous, |wire| {
+        if let Some(step) = wire.step.as_mut() {
+            step.slice[100] ^= 1;
+        }
+    })
+    .await;
+    assert_eq!(changed.len(), 16, "{changed:?}");
+    assert!(
+        changed.iter().all(|r| r.code == ReasonCode::WalkOpeningSignature),
+        "the slice is signed by its hash: {changed:?}"
     );
 }

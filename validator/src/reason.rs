@@ -111,8 +111,11 @@ reason_codes! {
     PoolEntryNotCommitted = "pool-entry-not-committed",
     /// A walk step's entry is not the work function's (a fake pool).
     PoolEntryMismatch = "pool-entry-mismatch",
-    /// A walk segment's steps do not lead to its next checkpoint (faked steps).
+    /// A walk segment's steps do not lead to its next checkpoint (faked steps). In version 4,
+    /// where every state is committed, a step that does not give the next state.
     WalkSegmentMismatch = "walk-segment-mismatch",
+    /// Version 4: an opened step's states are not at their places in the walker's tree.
+    WalkStateNotCommitted = "walk-state-not-committed",
     // Device evidence (PROTOCOL.md 19.4).
     /// A device offers no evidence, and the validator requires it.
     IdentityNotOffered = "identity-not-offered",
@@ -240,6 +243,31 @@ impl From<&gpu_attest_shared::memory::check::WalkCheckError> for Reason {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Every way an opened version 4 step fails has a code of its own here.
+    #[test]
+    fn step_rejections_have_codes() {
+        use gpu_attest_shared::memory::slice::SliceError;
+        use gpu_attest_shared::memory::slice_walk::StepRejection as R;
+        let rejections = [
+            R::OutOfRange { walker: 0, step: 0 },
+            R::WalkerNotCommitted(0),
+            R::StartNotCommitted(0),
+            R::StateNotCommitted { walker: 0, step: 0 },
+            R::ChainNotCommitted(0),
+            R::SliceNotCommitted {
+                chain: 0,
+                error: SliceError::Mismatch { slice: 0 },
+            },
+            R::StepMismatch { walker: 0, step: 0 },
+            R::PoolStateMismatch { chain: 0, row: 0 },
+        ];
+        for r in &rejections {
+            let code = ReasonCode::from_name(r.code());
+            assert_ne!(code, ReasonCode::Unclassified, "{r}");
+            assert_eq!(code.as_str(), r.code());
+        }
+    }
 
     /// Every way a walk opening fails has a code of its own here, never `unclassified`.
     #[test]

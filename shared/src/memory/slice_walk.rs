@@ -390,6 +390,24 @@ pub enum StepRejection {
     PoolStateMismatch { chain: u64, row: u32 },
 }
 
+impl StepRejection {
+    /// The stable code a verdict stores (PROTOCOL.md section 16): version 3's code where the
+    /// check means the same, so that what already watches for a fake pool or faked steps
+    /// watches version 4 too.
+    pub fn code(&self) -> &'static str {
+        match self {
+            StepRejection::OutOfRange { .. } => "walk-opening-for-wrong-request",
+            StepRejection::WalkerNotCommitted(_) => "walk-leaf-not-committed",
+            StepRejection::StartNotCommitted(_) => "walk-start-mismatch",
+            StepRejection::StateNotCommitted { .. } => "walk-state-not-committed",
+            StepRejection::ChainNotCommitted(_) => "leaf-not-committed",
+            StepRejection::SliceNotCommitted { .. } => "pool-entry-not-committed",
+            StepRejection::StepMismatch { .. } => "walk-segment-mismatch",
+            StepRejection::PoolStateMismatch { .. } => "pool-entry-mismatch",
+        }
+    }
+}
+
 /// Checks one opened step of `pool`'s device, with the rows `rows` (indices among the slice's
 /// `65536 / n` state rows, drawn by the validator after the opening arrived) made again from
 /// the work function.

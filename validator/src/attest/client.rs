@@ -213,6 +213,12 @@ impl MinerConnection {
     pub async fn walk_pool(&mut self, request: v1::WalkRequest) -> Result<v1::WalkStatement, Status> {
         Ok(self.client.walk_pool(request).await?.into_inner())
     }
+
+    /// Asks the miner to walk its kept states (PROTOCOL.md 20.8): one signed root per device,
+    /// each as its device's walk ends.
+    pub async fn walk_states(&mut self, request: v1::WalkRequest) -> Result<Streaming<v1::DeviceWalkRoot>, Status> {
+        Ok(self.client.walk_states(request).await?.into_inner())
+    }
 }
 
 /// A status the miner answered instead of working: what it means for the caller. (A miner that

@@ -22,6 +22,7 @@ pub mod retest;
 pub mod untrusted;
 pub mod verify;
 pub mod walk;
+pub mod walk_v4;
 
 pub use client::{MAX_MINER_MESSAGE_BYTES, normalise_url};
 

@@ -66,6 +66,7 @@ class ReasonCode(str, enum.Enum):
     POOL_ENTRY_NOT_COMMITTED = "pool-entry-not-committed"
     POOL_ENTRY_MISMATCH = "pool-entry-mismatch"
     WALK_SEGMENT_MISMATCH = "walk-segment-mismatch"
+    WALK_STATE_NOT_COMMITTED = "walk-state-not-committed"
     IDENTITY_NOT_OFFERED = "identity-not-offered"
     IDENTITY_DEVTOOLS = "identity-devtools"
     IDENTITY_MALFORMED = "identity-malformed"

@@ -1,0 +1,380 @@
+//! Version 4's walk and step openings as the validator runs them (PROTOCOL.md 20.4 to 20.8):
+//! the signed walk request with a seed drawn only now; each device's signed root timed on its
+//! own, from sending the request to that root's arrival, against that device's own deadline;
+//! the steps drawn once every root is in; and each opened step checked with 20.5, a row of its
+//! slice made again from the work function for the openings this validator chose, unseen by the
+//! miner, and the row itself drawn after the opening arrived.
+//!
+//! Failures are pushed as [`Reason`]s, so that the attestation that calls this keeps one list.
+
+use super::client::MinerConnection;
+use super::decoding::own_decode_failure;
+use super::untrusted::miner_text;
+use super::{AttestError, AttestEvent, now_ms, random32};
+use crate::memory::plan_v4::ChainPoolPlan;
+use crate::reason::{Reason, ReasonCode};
+use gpu_attest_proto::memory_v4::{step_opening_from_wire, walk_root_from_wire};
+use gpu_attest_proto::v1;
+use gpu_attest_shared::Work;
+use gpu_attest_shared::digest::Digest;
+use gpu_attest_shared::keys::{KeyPair, PublicKey};
+use gpu_attest_shared::memory::chain_pool::ChainPool;
+use gpu_attest_shared::memory::slice_walk::{DeviceCommitments, SliceWalk, check_step};
+use gpu_attest_shared::memory::statement_v4::{StepSample, WalkRoot, step_opening_bytes, walk_request_bytes};
+use gpu_attest_shared::statement::Commitment;
+use rand_chacha::ChaCha20Rng;
+use rand_chacha::rand_core::{Rng, SeedableRng};
+use std::collections::HashSet;
+use std::time::{Duration, Instant};
+
+/// One device's walk as this validator received it.
+#[derive(Clone, Debug)]
+pub struct WalkedDevice {
+    pub pool: ChainPool,
+    pub committed: DeviceCommitments,
+    /// From sending the walk request to this device's root, by this validator's clock.
+    pub measured_ms: u64,
+    /// What the miner says the device timed: logged, never trusted.
+    pub device_us: u64,
+}
+
+/// A walk whose every root arrived, signed: what its step openings are checked against.
+#[derive(Clone, Debug)]
+pub struct StatesWalk {
+    pub walk: SliceWalk,
+    pub devices: Vec<WalkedDevice>,
+    /// Per device, the step openings (by their place among that device's samples) whose slice
+    /// gets a row check: drawn with the steps, never sent.
+    row_checked: Vec<HashSet<usize>>,
+}
+
+/// Sends the walk request and collects every device's root. `None` when the walk failed before
+/// there was anything to open (the reasons say why); a late device is a reason, but its root is
+/// kept and its steps are opened like the others'.
+pub async fn walk_states(
+    miner: &mut MinerConnection,
+    identity: &KeyPair,
+    work: &Work,
+    commitment: &Commitment,
+    plan: &ChainPoolPlan,
+    reasons: &mut Vec<Reason>,
+    on_event: &(dyn Fn(AttestEvent) + Send + Sync),
+) -> Result<Option<StatesWalk>, AttestError> {
+    let nonce = work.params().nonce;
+    let walk_seed = random32()?;
+    let longest = plan.devices.iter().map(|d| d.deadline_ms).max().unwrap_or(0);
+    let deadline_ms = now_ms().saturating_add(longest);
+    let request = v1::WalkRequest {
+        nonce: nonce.to_vec(),
+        walk_seed: walk_seed.to_vec(),
+        deadline_unix_ms: deadline_ms,
+        validator_key: identity.public_key().0.to_vec(),
+        signature: identity
+            .sign(&walk_request_bytes(&nonce, &walk_seed, deadline_ms))
+            .to_vec(),
+    };
+    on_event(AttestEvent::Phase {
+        name: "walking",
+        detail: format!(
+            "{} walkers x {} steps over the states of {} pool chains on {} device(s); deadlines {} ms",
+            plan.params.walkers,
+            plan.params.walk_steps,
+            plan.params.pool_chains.iter().sum::<u64>(),
+            plan.devices.len(),
+            plan.devices
+                .iter()
+                .map(|d| d.deadline_ms.to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+    });
+    let walk = SliceWalk {
+        nonce,
+        walk_seed,
+        global: commitment.work.global,
+        walkers: plan.params.walkers,
+        steps: plan.params.walk_steps,
+    };
+    // The same grace as the commitment's (PROTOCOL.md 14.4), after the longest deadline.
+    let give_up = Duration::from_millis(longest + longest / 10 + 2_000);
+    let sent = Instant::now();
+    let roots = collect_roots(
+        miner, identity, request, &walk, commitment, plan, sent, give_up, reasons,
+    )
+    .await;
+    let Some(roots) = roots else {
+        return Ok(None);
+    };
+    let mut devices = Vec::with_capacity(roots.len());
+    for (j, (root, measured_ms, device_us)) in roots.into_iter().enumerate() {
+        let planned = &plan.devices[j];
+        if measured_ms > planned.deadline_ms {
+            reasons.push(Reason::new(
+                ReasonCode::LateWalk,
+                format!(
+                    "device {j}'s walk root arrived after {measured_ms} ms; its deadline was {} ms (expected {} ms at {:.3e} bytes/s)",
+                    planned.deadline_ms, planned.expected_ms, planned.bytes_per_sec
+                ),
+            ));
+        }
+        let Some(pool) = device_pool(work, commitment, plan, j) else {
+            reasons.push(Reason::new(
+                ReasonCode::WalkNotCanonical,
+                format!("device {j} has no pool of the planned size in the commitment's partition"),
+            ));
+            return Ok(None);
+        };
+        let root_j = &commitment.work.devices[j];
+        devices.push(WalkedDevice {
+            pool,
+            committed: DeviceCommitments {
+                device_root: root_j.root,
+                device_chains: root_j.slice.count,
+                walk_root: root,
+            },
+            measured_ms,
+            device_us,
+        });
+    }
+    on_event(AttestEvent::Phase {
+        name: "walk-received",
+        detail: devices
+            .iter()
+            .enumerate()
+            .map(|(j, d)| format!("device {j} after {} ms", d.measured_ms))
+            .collect::<Vec<_>>()
+            .join(", "),
+    });
+    Ok(Some(StatesWalk {
+        walk,
+        row_checked: vec![HashSet::new(); devices.len()],
+        devices,
+    }))
+}
+
+/// Device `j`'s pool: its first `N_j` chains, from the commitment's partition.
+fn device_pool(work: &Work, commitment: &Commitment, plan: &ChainPoolPlan, j: usize) -> Option<ChainPool> {
+    let slice = commitment.work.devices.get(j)?.slice;
+    let chains = *plan.params.pool_chains.get(j)?;
+    if chains > slice.count {
+        return None;
+    }
+    ChainPool::new(j as u32, slice.offset, chains, work.n()).ok()
+}
+
+/// Reads the stream of roots: one per device, each signed, none twice. Returns each device's
+/// `(walk_root_j, measured_ms, device_us)` in device order, or `None` (with the reason) when
+/// the walk cannot be checked.
+#[allow(clippy::too_many_arguments)]
+async fn collect_roots(
+    miner: &mut MinerConnection,
+    identity: &KeyPair,
+    request: v1::WalkRequest,
+    walk: &SliceWalk,
+    commitment: &Commitment,
+    plan: &ChainPoolPlan,
+    sent: Instant,
+    give_up: Duration,
+    reasons: &mut Vec<Reason>,
+) -> Option<Vec<(Digest, u64, u64)>> {
+    let devices = plan.devices.len();
+    let mut roots: Vec<Option<(Digest, u64, u64)>> = vec![None; devices];
+    let fail = |reasons: &mut Vec<Reason>, code, message: String| {
+        reasons.push(Reason::new(code, message));
+        None
+    };
+    let refused = |reasons: &mut Vec<Reason>, status: tonic::Status| match own_decode_failure(&status) {
+        Some(why) => fail(reasons, ReasonCode::MalformedWalk, format!("walk root: {why}")),
+        None => fail(
+            reasons,
+            ReasonCode::WalkRefused,
+            format!(
+                "miner refused or failed the walk ({:?}): {}",
+                status.code(),
+                miner_text(status.message())
+            ),
+        ),
+    };
+    let until = tokio::time::Instant::from_std(sent) + give_up;
+    let mut stream = match tokio::time::timeout_at(until, miner.walk_states(request)).await {
+        Err(_) => return fail(reasons, ReasonCode::WalkTimedOut, timed_out(sent, &roots)),
+        Ok(Err(status)) => return refused(reasons, status),
+        Ok(Ok(stream)) => stream,
+    };
+    loop {
+        let message = match tokio::time::timeout_at(until, stream.message()).await {
+            Err(_) => return fail(reasons, ReasonCode::WalkTimedOut, timed_out(sent, &roots)),
+            Ok(Err(status)) => return refused(reasons, status),
+            Ok(Ok(None)) => break,
+            Ok(Ok(Some(message))) => message,
+        };
+        let measured_ms = sent.elapsed().as_millis() as u64;
+        let (device, root, device_us, signature) = match walk_root_from_wire(&message) {
+            Ok(decoded) => decoded,
+            Err(e) => return fail(reasons, ReasonCode::MalformedWalk, format!("malformed walk root: {e}")),
+        };
+        let Some(slot) = roots.get_mut(device as usize) else {
+            return fail(
+                reasons,
+                ReasonCode::WalkNotCanonical,
+                format!("a walk root for device {device}; the challenge has {devices} devices"),
+            );
+        };
+        let statement = WalkRoot {
+            nonce: walk.nonce,
+            miner_key: commitment.miner_key,
+            validator_key: identity.public_key(),
+            walk_seed: walk.walk_seed,
+            device,
+            root,
+            device_us,
+        };
+        if commitment
+            .miner_key
+            .verify(&statement.signing_bytes(), &signature)
+            .is_err()
+        {
+            return fail(
+                reasons,
+                ReasonCode::WalkSignature,
+                format!("device {device}'s walk root is not signed by the miner over this walk"),
+            );
+        }
+        if slot.replace((root, measured_ms, device_us)).is_some() {
+            return fail(
+                reasons,
+                ReasonCode::WalkNotCanonical,
+                format!("two walk roots for device {device}"),
+            );
+        }
+    }
+    let missing: Vec<usize> = (0..devices).filter(|&j| roots[j].is_none()).collect();
+    if !missing.is_empty() {
+        return fail(
+            reasons,
+            ReasonCode::WalkNotCanonical,
+            format!("the walk ended without the roots of devices {missing:?}"),
+        );
+    }
+    Some(roots.into_iter().flatten().collect())
+}
+
+fn timed_out(sent: Instant, roots: &[Option<(Digest, u64, u64)>]) -> String {
+    let missing: Vec<usize> = (0..roots.len()).filter(|&j| roots[j].is_none()).collect();
+    format!(
+        "no walk roots from devices {missing:?} within {} ms",
+        sent.elapsed().as_millis()
+    )
+}
+
+impl StatesWalk {
+    /// The steps to open (PROTOCOL.md 20.8): on each device its planned count, walker and step
+    /// uniform, none twice, drawn now that every root is in. Of each device's steps, its planned
+    /// count of row checks is chosen here too, and kept.
+    pub fn draw_steps(&mut self, plan: &ChainPoolPlan, rng: &mut impl Rng) -> Vec<StepSample> {
+        let per_device = u64::from(self.walk.walkers) * u64::from(self.walk.steps);
+        let mut steps = Vec::new();
+        for (j, planned) in plan.devices.iter().enumerate().take(self.devices.len()) {
+            let count = u64::from(planned.steps_opened).min(per_device) as usize;
+            let mut taken = HashSet::with_capacity(count);
+            while taken.len() < count {
+                let step = StepSample {
+                    device: j as u32,
+                    walker: (rng.next_u64() % u64::from(self.walk.walkers)) as u32,
+                    step: (rng.next_u64() % u64::from(self.walk.steps)) as u32,
+                };
+                if taken.insert(step) {
+                    steps.push(step);
+                }
+            }
+            let rows = (planned.rows_checked as usize).min(count);
+            let checked = &mut self.row_checked[j];
+            while checked.len() < rows {
+                checked.insert((rng.next_u64() % count as u64) as usize);
+            }
+        }
+        steps
+    }
+
+    /// Checks one opened step as it arrived (PROTOCOL.md 20.5), `place` being its position
+    /// among its device's samples. The row, when this opening is one to row-check, is drawn
+    /// now, after it arrived.
+    pub async fn check_opening(
+        &self,
+        work: &Work,
+        miner_key: &PublicKey,
+        sample: StepSample,
+        place: usize,
+        wire: &v1::ChainOpening,
+        reasons: &mut Vec<Reason>,
+    ) -> Result<(), AttestError> {
+        let shown = format!(
+            "step {} of walker {} on device {}",
+            sample.step, sample.walker, sample.device
+        );
+        let Some(step) = &wire.step else {
+            reasons.push(Reason::new(
+                ReasonCode::MalformedWalkOpening,
+                format!("the miner sent another opening where {shown} was due"),
+            ));
+            return Ok(());
+        };
+        let (device, opening, signature) = match step_opening_from_wire(step) {
+            Ok(decoded) => decoded,
+            Err(e) => {
+                reasons.push(Reason::new(
+                    ReasonCode::MalformedWalkOpening,
+                    format!("malformed opening of {shown}: {e}"),
+                ));
+                return Ok(());
+            }
+        };
+        if (device, opening.walker, opening.step) != (sample.device, sample.walker, sample.step) {
+            reasons.push(Reason::new(
+                ReasonCode::WalkOpeningForWrongRequest,
+                format!(
+                    "the miner opened step {} of walker {} on device {device} where {shown} was due",
+                    opening.step, opening.walker
+                ),
+            ));
+            return Ok(());
+        }
+        let nonce = self.walk.nonce;
+        if miner_key
+            .verify(&step_opening_bytes(&nonce, device, &opening), &signature)
+            .is_err()
+        {
+            reasons.push(Reason::new(
+                ReasonCode::WalkOpeningSignature,
+                format!("the opening of {shown} is not signed by the miner"),
+            ));
+            return Ok(());
+        }
+        let Some(walked) = self.devices.get(device as usize).cloned() else {
+            reasons.push(Reason::new(
+                ReasonCode::WalkOpeningForWrongRequest,
+                format!("{shown} names no device of this walk"),
+            ));
+            return Ok(());
+        };
+        let rows = if self.row_checked[device as usize].contains(&place) {
+            let mut rng = ChaCha20Rng::from_seed(random32()?);
+            vec![(rng.next_u64() % u64::from(walked.pool.rows_per_slice())) as u32]
+        } else {
+            Vec::new()
+        };
+        let (work, walk) = (work.clone(), self.walk.clone());
+        let checked = tokio::task::spawn_blocking(move || {
+            check_step(&work, &walk, &walked.pool, &walked.committed, &opening, &rows)
+        })
+        .await
+        .map_err(|e| AttestError::Verify(e.to_string()))?;
+        if let Err(rejection) = checked {
+            reasons.push(Reason::new(
+                ReasonCode::from_name(rejection.code()),
+                rejection.to_string(),
+            ));
+        }
+        Ok(())
+    }
+}
