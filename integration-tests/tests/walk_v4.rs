@@ -7,29 +7,24 @@
 mod common;
 
 use common::memory_cheats::{CheatingPools, MemoryCheat};
+use common::step_fakes::StepFaker;
+use common::v4::{self, commit, open_request, validator};
 use common::*;
 use gpu_attest_miner::config::Limits;
 use gpu_attest_miner::nonces::NonceLog;
-use gpu_attest_proto::convert::{challenge_to_wire, commitment_from_wire, opening_from_wire, sample_to_wire};
-use gpu_attest_proto::memory_v4::{step_opening_from_wire, step_sample_to_wire, walk_root_from_wire};
+use gpu_attest_proto::convert::{challenge_to_wire, opening_from_wire};
+use gpu_attest_proto::memory_v4::{step_opening_from_wire, walk_root_from_wire};
 use gpu_attest_proto::v1::{self, miner_client::MinerClient};
-use gpu_attest_shared::keys::{KeyPair, PublicKey};
+use gpu_attest_shared::keys::PublicKey;
 use gpu_attest_shared::memory::chain_pool::{ChainPool, ChainPoolParams};
 use gpu_attest_shared::memory::slice_walk::{DeviceCommitments, SliceWalk, check_step};
-use gpu_attest_shared::memory::statement_v4::{
-    StepSample, WalkRoot, open_request_bytes, step_opening_bytes, walk_request_bytes,
-};
+use gpu_attest_shared::memory::statement_v4::{StepSample, WalkRoot, step_opening_bytes, walk_request_bytes};
 use gpu_attest_shared::opening::SampleRequest;
 use gpu_attest_shared::params::ChallengeParams;
-use gpu_attest_shared::statement::{Challenge, Commitment, MemoryPhase};
+use gpu_attest_shared::statement::{Challenge, MemoryPhase};
 use gpu_attest_shared::{Digest, Work};
-use gpu_attest_validator::attest::client::MinerConnection;
-use gpu_attest_validator::attest::walk_v4::walk_states;
-use gpu_attest_validator::config::Policy;
 use gpu_attest_validator::memory::plan_v4::{ChainPoolPlan, DeviceWalkPlan};
 use gpu_attest_validator::reason::{Reason, ReasonCode};
-use rand_chacha::ChaCha20Rng;
-use rand_chacha::rand_core::SeedableRng;
 use std::sync::Arc;
 use tonic::Code;
 use tonic::transport::Channel;
@@ -42,10 +37,6 @@ const STEPS: u32 = 16;
 
 fn now() -> u64 {
     gpu_attest_miner::core::now_ms()
-}
-
-fn validator() -> KeyPair {
-    KeyPair::from_seed([VALIDATOR_SEED; 32])
 }
 
 /// A version 4 challenge on two CPU devices of three chains each, keeping `pool_chains`.
@@ -73,17 +64,6 @@ fn challenge(miner: PublicKey, nonce: u8, pool_chains: Vec<u64>, chains: u64) ->
     }
 }
 
-async fn commit(client: &mut MinerClient<Channel>, c: &Challenge) -> Commitment {
-    let wire = challenge_to_wire(c, &c.sign(&validator()));
-    let mut events = client.run_challenge(wire).await.unwrap().into_inner();
-    while let Some(event) = events.message().await.unwrap() {
-        if let Some(v1::challenge_event::Event::Commitment(commitment)) = event.event {
-            return commitment_from_wire(&commitment).unwrap().0;
-        }
-    }
-    panic!("no commitment");
-}
-
 /// What a walk request is signed over: version 4's bytes, or version 3's in the refusals.
 type WalkStatement = fn(&[u8; 32], &[u8; 32], u64) -> Vec<u8>;
 
@@ -95,17 +75,6 @@ fn walk_request(nonce: [u8; 32], walk_seed: [u8; 32], statement: WalkStatement) 
         deadline_unix_ms: deadline,
         validator_key: validator_key().0.to_vec(),
         signature: validator().sign(&statement(&nonce, &walk_seed, deadline)).to_vec(),
-    }
-}
-
-fn open_request(nonce: [u8; 32], chains: &[SampleRequest], steps: &[StepSample]) -> v1::OpenChainsRequest {
-    v1::OpenChainsRequest {
-        nonce: nonce.to_vec(),
-        samples: chains.iter().map(sample_to_wire).collect(),
-        validator_key: validator_key().0.to_vec(),
-        signature: validator().sign(&open_request_bytes(&nonce, chains, steps)).to_vec(),
-        walk_samples: Vec::new(),
-        step_samples: steps.iter().map(step_sample_to_wire).collect(),
     }
 }
 
@@ -386,9 +355,8 @@ fn exchange_plan(pool_chains: Vec<u64>, deadlines: [u64; DEVICES as usize]) -> C
     }
 }
 
-/// Runs the validator's version 4 exchange against `miner` for a fresh commitment: the walk,
-/// then every drawn step opened and checked, `tamper` applied to each opening as it arrives.
-/// Returns the reasons it found.
+/// Runs the validator's version 4 exchange for a fresh commitment of this file's challenge
+/// (`common::v4::validator_exchange`).
 async fn validator_exchange(
     miner: &Running,
     miner_key: PublicKey,
@@ -396,45 +364,23 @@ async fn validator_exchange(
     plan: &ChainPoolPlan,
     tamper: impl Fn(&mut v1::ChainOpening),
 ) -> Vec<Reason> {
-    let dir = TempDir::new("walk-v4");
-    let config = validator_config(&dir, Policy::Sampled);
-    let mut raw = MinerClient::connect(miner.url()).await.unwrap();
-    let c = challenge(miner_key, nonce, plan.params.pool_chains.clone(), CHAINS);
-    let commitment = commit(&mut raw, &c).await;
-    let work = Work::new(c.params).unwrap();
+    validator_exchange_of(miner, miner_key, nonce, plan, tamper, None).await
+}
 
-    let mut connection = MinerConnection::connect(&miner.url(), &config).await.unwrap();
-    let mut reasons = Vec::new();
-    let walked = walk_states(
-        &mut connection,
-        &validator(),
-        &work,
-        &commitment,
-        plan,
-        &mut reasons,
-        &|_| {},
-    )
-    .await
-    .unwrap();
-    let Some(mut walked) = walked else {
-        return reasons;
-    };
-    let steps = walked.draw_steps(plan, &mut ChaCha20Rng::from_seed([nonce; 32]));
-    assert_eq!(steps.len(), 16, "8 steps on each device");
-    let mut openings = connection
-        .open_chains(open_request(c.params.nonce, &[], &steps), N as usize)
-        .await
-        .unwrap();
-    let mut places = vec![0; DEVICES as usize];
-    for &step in &steps {
-        let mut wire = openings.message().await.unwrap().expect("one opening per step");
-        tamper(&mut wire);
-        let place = places[step.device as usize];
-        places[step.device as usize] += 1;
-        walked
-            .check_opening(&work, &miner_key, step, place, &wire, &mut reasons)
-            .await
-            .unwrap();
+async fn validator_exchange_of(
+    miner: &Running,
+    miner_key: PublicKey,
+    nonce: u8,
+    plan: &ChainPoolPlan,
+    tamper: impl Fn(&mut v1::ChainOpening),
+    chosen: Option<Vec<StepSample>>,
+) -> Vec<Reason> {
+    let c = challenge(miner_key, nonce, plan.params.pool_chains.clone(), CHAINS);
+    let seed = [nonce; 32];
+    let reasons = v4::validator_exchange(miner, &c, plan, tamper, chosen.clone(), seed).await;
+    if chosen.is_none() {
+        // Drawn: the plan's 8 steps on each device, each checked (a missing one is a reason).
+        assert!(reasons.iter().all(|r| r.code != ReasonCode::OpeningMissing));
     }
     reasons
 }
@@ -470,5 +416,49 @@ async fn the_validators_exchange_passes_an_honest_miner_and_clocks_each_device_a
     assert!(
         changed.iter().all(|r| r.code == ReasonCode::WalkOpeningSignature),
         "the slice is signed by its hash: {changed:?}"
+    );
+}
+
+/// Design 9's `a_faked_step_fails_its_own_opening`: a miner that fakes one step of one walker
+/// (it reads nothing there and makes the next state up) and commits its trace consistently.
+/// Opening every step of that walker fails exactly the faked one, as `walk-segment-mismatch`:
+/// with every state committed, the fake buys no neighbouring step (with version 3's segments
+/// of 8, the rest of its segment came free).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_faked_step_fails_its_own_opening() {
+    let faker = StepFaker {
+        cpu: test_cpu(2).with_logical_devices(DEVICES),
+        fakes: Arc::new(|device, walker, step| (device, walker, step) == (1, 2, 5)),
+    };
+    let kernel = faker.cpu.kernel();
+    let core = miner_on(
+        65,
+        &[validator_key()],
+        selected(kernel, Arc::new(faker)),
+        Limits::default(),
+        NonceLog::in_memory(),
+    );
+    let miner_key = core.public_key();
+    let miner = spawn_miner(core).await;
+    let plan = exchange_plan(vec![2, 3], [60_000, 60_000]);
+    let every_step: Vec<StepSample> = (0..STEPS)
+        .map(|step| StepSample {
+            device: 1,
+            walker: 2,
+            step,
+        })
+        .chain([StepSample {
+            device: 0,
+            walker: 2,
+            step: 5,
+        }])
+        .collect();
+    let reasons = validator_exchange_of(&miner, miner_key, 31, &plan, |_| {}, Some(every_step)).await;
+    assert_eq!(reasons.len(), 1, "{reasons:?}");
+    assert_eq!(reasons[0].code, ReasonCode::WalkSegmentMismatch);
+    assert!(
+        reasons[0].message.contains("step 5 of walker 2"),
+        "{}",
+        reasons[0].message
     );
 }

@@ -10,7 +10,7 @@ use crate::error::MinerError;
 use crate::memory::side_by_side;
 use gpu_attest_shared::backend::PoolStates;
 use gpu_attest_shared::memory::chain_pool::{ChainPool, ChainPoolParams};
-use gpu_attest_shared::memory::slice_walk::{DeviceWalk, SliceWalk, StepOpening, open_kept_step};
+use gpu_attest_shared::memory::slice_walk::{DeviceWalk, SliceWalk, StepOpening};
 use gpu_attest_shared::memory::statement_v4::StepSample;
 use gpu_attest_shared::merkle::MerkleProof;
 use gpu_attest_shared::statement::DeviceInfo;
@@ -154,7 +154,7 @@ impl HeldChainPools {
         let (Some(pool), Some(device)) = (pools.get(j), walked.devices.get(j)) else {
             return Err(MinerError::StepSampleOutOfRange(sample));
         };
-        open_kept_step(&walked.walk, pool.source(), device, sample.walker, sample.step, chain)
+        pool.open(&walked.walk, device, sample.walker, sample.step, &chain)
             .ok_or(MinerError::StepSampleOutOfRange(sample))
     }
 }

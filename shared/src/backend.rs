@@ -12,8 +12,11 @@ use crate::matrix::Matrix;
 use crate::memory::PoolSpec;
 use crate::memory::chain_pool::ChainPool;
 use crate::memory::check::{CommittedEntries, WalkOpening, open_segment};
-use crate::memory::slice_walk::{DeviceWalk as StateWalk, HeldStates, SliceSource, SliceWalk, walk_device_until};
+use crate::memory::slice_walk::{
+    DeviceWalk as StateWalk, HeldStates, SliceSource, SliceWalk, StepOpening, open_kept_step, walk_device_until,
+};
 use crate::memory::walk::{DeviceWalk, WalkSpec};
+use crate::merkle::MerkleProof;
 use crate::params::Work;
 use std::ops::Range;
 
@@ -57,6 +60,20 @@ pub trait PoolStates: Send + Sync {
     /// device's walk root. Stops soon after `cancel` is cancelled.
     fn walk(&self, walk: &SliceWalk, cancel: &CancelToken) -> Result<StateWalk, BackendError> {
         walk_device_until(walk, self.source(), cancel)
+    }
+
+    /// Opens step `step` of walker `walker` of `walked`, the walk [`PoolStates::walk`] made
+    /// (PROTOCOL.md 20.5); `chain(i)` gives chain `i`'s checkpoint hashes and its leaf's proof.
+    /// `None` for a walker or step outside the walk.
+    fn open(
+        &self,
+        walk: &SliceWalk,
+        walked: &StateWalk,
+        walker: u32,
+        step: u32,
+        chain: &dyn Fn(u64) -> (Vec<Digest>, MerkleProof),
+    ) -> Option<StepOpening> {
+        open_kept_step(walk, self.source(), walked, walker, step, chain)
     }
 }
 

@@ -12,6 +12,8 @@ pub mod operated;
 pub mod pki;
 pub mod process;
 pub mod slow;
+pub mod step_fakes;
+pub mod v4;
 
 use gpu_attest_daemon::PeerRateLimiter;
 use gpu_attest_miner::MinerCore;

@@ -33,7 +33,7 @@ pub struct WalkedDevice {
     pub pool: ChainPool,
     pub committed: DeviceCommitments,
     /// From sending the walk request to this device's root, by this validator's clock.
-    pub measured_ms: u64,
+    pub measured_us: u64,
     /// What the miner says the device timed: logged, never trusted.
     pub device_us: u64,
 }
@@ -106,9 +106,11 @@ pub async fn walk_states(
         return Ok(None);
     };
     let mut devices = Vec::with_capacity(roots.len());
-    for (j, (root, measured_ms, device_us)) in roots.into_iter().enumerate() {
+    for (j, (root, measured_us, device_us)) in roots.into_iter().enumerate() {
         let planned = &plan.devices[j];
-        if measured_ms > planned.deadline_ms {
+        // In microseconds, so that a root is late by any time past its deadline.
+        if measured_us > planned.deadline_ms.saturating_mul(1000) {
+            let measured_ms = measured_us.div_ceil(1000);
             reasons.push(Reason::new(
                 ReasonCode::LateWalk,
                 format!(
@@ -132,7 +134,7 @@ pub async fn walk_states(
                 device_chains: root_j.slice.count,
                 walk_root: root,
             },
-            measured_ms,
+            measured_us,
             device_us,
         });
     }
@@ -141,7 +143,7 @@ pub async fn walk_states(
         detail: devices
             .iter()
             .enumerate()
-            .map(|(j, d)| format!("device {j} after {} ms", d.measured_ms))
+            .map(|(j, d)| format!("device {j} after {} ms", d.measured_us.div_ceil(1000)))
             .collect::<Vec<_>>()
             .join(", "),
     });
@@ -163,7 +165,7 @@ fn device_pool(work: &Work, commitment: &Commitment, plan: &ChainPoolPlan, j: us
 }
 
 /// Reads the stream of roots: one per device, each signed, none twice. Returns each device's
-/// `(walk_root_j, measured_ms, device_us)` in device order, or `None` (with the reason) when
+/// `(walk_root_j, measured_us, device_us)` in device order, or `None` (with the reason) when
 /// the walk cannot be checked.
 #[allow(clippy::too_many_arguments)]
 async fn collect_roots(
@@ -208,7 +210,7 @@ async fn collect_roots(
             Ok(Ok(None)) => break,
             Ok(Ok(Some(message))) => message,
         };
-        let measured_ms = sent.elapsed().as_millis() as u64;
+        let measured_us = sent.elapsed().as_micros() as u64;
         let (device, root, device_us, signature) = match walk_root_from_wire(&message) {
             Ok(decoded) => decoded,
             Err(e) => return fail(reasons, ReasonCode::MalformedWalk, format!("malformed walk root: {e}")),
@@ -240,7 +242,7 @@ async fn collect_roots(
                 format!("device {device}'s walk root is not signed by the miner over this walk"),
             );
         }
-        if slot.replace((root, measured_ms, device_us)).is_some() {
+        if slot.replace((root, measured_us, device_us)).is_some() {
             return fail(
                 reasons,
                 ReasonCode::WalkNotCanonical,

@@ -1,0 +1,102 @@
+//! The validator's side of a version 4 exchange, driven against a real miner over gRPC: what
+//! `walk_v4.rs` and the placed-fakes benchmark share. It is validator/src/attest/walk_v4.rs,
+//! called as an attestation will call it, with a plan built by hand.
+
+use super::{Running, TempDir, VALIDATOR_SEED, validator_config};
+use gpu_attest_proto::convert::{challenge_to_wire, commitment_from_wire, sample_to_wire};
+use gpu_attest_proto::memory_v4::step_sample_to_wire;
+use gpu_attest_proto::v1::{self, miner_client::MinerClient};
+use gpu_attest_shared::Work;
+use gpu_attest_shared::keys::KeyPair;
+use gpu_attest_shared::memory::statement_v4::{StepSample, open_request_bytes};
+use gpu_attest_shared::opening::SampleRequest;
+use gpu_attest_shared::statement::{Challenge, Commitment};
+use gpu_attest_validator::attest::client::MinerConnection;
+use gpu_attest_validator::attest::walk_v4::walk_states;
+use gpu_attest_validator::config::Policy;
+use gpu_attest_validator::memory::plan_v4::ChainPoolPlan;
+use gpu_attest_validator::reason::Reason;
+use rand_chacha::ChaCha20Rng;
+use rand_chacha::rand_core::SeedableRng;
+use tonic::transport::Channel;
+
+pub fn validator() -> KeyPair {
+    KeyPair::from_seed([VALIDATOR_SEED; 32])
+}
+
+/// Sends `c` (signed by [`validator`]) and returns the commitment.
+pub async fn commit(client: &mut MinerClient<Channel>, c: &Challenge) -> Commitment {
+    let wire = challenge_to_wire(c, &c.sign(&validator()));
+    let mut events = client.run_challenge(wire).await.unwrap().into_inner();
+    while let Some(event) = events.message().await.unwrap() {
+        if let Some(v1::challenge_event::Event::Commitment(commitment)) = event.event {
+            return commitment_from_wire(&commitment).unwrap().0;
+        }
+    }
+    panic!("no commitment");
+}
+
+/// A version 4 open request for `chains` and `steps`, signed by [`validator`].
+pub fn open_request(nonce: [u8; 32], chains: &[SampleRequest], steps: &[StepSample]) -> v1::OpenChainsRequest {
+    v1::OpenChainsRequest {
+        nonce: nonce.to_vec(),
+        samples: chains.iter().map(sample_to_wire).collect(),
+        validator_key: validator().public_key().0.to_vec(),
+        signature: validator().sign(&open_request_bytes(&nonce, chains, steps)).to_vec(),
+        walk_samples: Vec::new(),
+        step_samples: steps.iter().map(step_sample_to_wire).collect(),
+    }
+}
+
+/// Commits `c` on `miner`, then runs the validator's exchange: the walk, the steps (`chosen`,
+/// or drawn from `seed` as the plan says), each opening checked as it arrives after `tamper`.
+/// Returns every reason found; none is a pass of the memory phase.
+pub async fn validator_exchange(
+    miner: &Running,
+    c: &Challenge,
+    plan: &ChainPoolPlan,
+    tamper: impl Fn(&mut v1::ChainOpening),
+    chosen: Option<Vec<StepSample>>,
+    seed: [u8; 32],
+) -> Vec<Reason> {
+    let dir = TempDir::new("walk-v4");
+    let config = validator_config(&dir, Policy::Sampled);
+    let mut raw = MinerClient::connect(miner.url()).await.unwrap();
+    let commitment = commit(&mut raw, c).await;
+    let work = Work::new(c.params).unwrap();
+    let miner_key = commitment.miner_key;
+
+    let mut connection = MinerConnection::connect(&miner.url(), &config).await.unwrap();
+    let mut reasons = Vec::new();
+    let walked = walk_states(
+        &mut connection,
+        &validator(),
+        &work,
+        &commitment,
+        plan,
+        &mut reasons,
+        &|_| {},
+    )
+    .await
+    .unwrap();
+    let Some(mut walked) = walked else {
+        return reasons;
+    };
+    let steps = chosen.unwrap_or_else(|| walked.draw_steps(plan, &mut ChaCha20Rng::from_seed(seed)));
+    let mut openings = connection
+        .open_chains(open_request(c.params.nonce, &[], &steps), work.n())
+        .await
+        .unwrap();
+    let mut places = vec![0; plan.devices.len()];
+    for &step in &steps {
+        let mut wire = openings.message().await.unwrap().expect("one opening per step");
+        tamper(&mut wire);
+        let place = places[step.device as usize];
+        places[step.device as usize] += 1;
+        walked
+            .check_opening(&work, &miner_key, step, place, &wire, &mut reasons)
+            .await
+            .unwrap();
+    }
+    reasons
+}
