@@ -20,8 +20,7 @@ use gpu_attest_shared::memory::chain_pool::{ChainPool, ChainPoolParams};
 use gpu_attest_shared::memory::slice_walk::{DeviceCommitments, SliceWalk, check_step};
 use gpu_attest_shared::memory::statement_v4::{StepSample, WalkRoot, step_opening_bytes, walk_request_bytes};
 use gpu_attest_shared::opening::SampleRequest;
-use gpu_attest_shared::params::ChallengeParams;
-use gpu_attest_shared::statement::{Challenge, MemoryPhase};
+use gpu_attest_shared::statement::Challenge;
 use gpu_attest_shared::{Digest, Work};
 use gpu_attest_validator::memory::plan_v4::{ChainPoolPlan, DeviceWalkPlan};
 use gpu_attest_validator::reason::{Reason, ReasonCode};
@@ -41,27 +40,12 @@ fn now() -> u64 {
 
 /// A version 4 challenge on two CPU devices of three chains each, keeping `pool_chains`.
 fn challenge(miner: PublicKey, nonce: u8, pool_chains: Vec<u64>, chains: u64) -> Challenge {
-    Challenge {
-        params: ChallengeParams {
-            nonce: [nonce; 32],
-            seed: [5; 32],
-            miner_key: miner.0,
-            n: N,
-            num_chains: chains,
-            iterations: 2,
-            checkpoint_every: 1,
-        },
-        issued_at_ms: now(),
-        deadline_ms: now() + 60_000,
-        validator_key: validator_key(),
-        inventory_digest: cpu_claim(DEVICES).digest(),
-        memory: Some(MemoryPhase::V4(ChainPoolParams {
-            walkers: WALKERS,
-            walk_steps: STEPS,
-            pool_chains,
-        })),
-        finish_by_ms: None,
-    }
+    let pool = ChainPoolParams {
+        walkers: WALKERS,
+        walk_steps: STEPS,
+        pool_chains,
+    };
+    v4::v4_challenge(miner, [nonce; 32], DEVICES, N, chains, pool)
 }
 
 /// What a walk request is signed over: version 4's bytes, or version 3's in the refusals.

@@ -2,15 +2,17 @@
 //! `walk_v4.rs` and the placed-fakes benchmark share. It is validator/src/attest/walk_v4.rs,
 //! called as an attestation will call it, with a plan built by hand.
 
-use super::{Running, TempDir, VALIDATOR_SEED, validator_config};
+use super::{Running, TempDir, VALIDATOR_SEED, cpu_claim, validator_config};
 use gpu_attest_proto::convert::{challenge_to_wire, commitment_from_wire, sample_to_wire};
 use gpu_attest_proto::memory_v4::step_sample_to_wire;
 use gpu_attest_proto::v1::{self, miner_client::MinerClient};
 use gpu_attest_shared::Work;
-use gpu_attest_shared::keys::KeyPair;
+use gpu_attest_shared::keys::{KeyPair, PublicKey};
+use gpu_attest_shared::memory::chain_pool::ChainPoolParams;
 use gpu_attest_shared::memory::statement_v4::{StepSample, open_request_bytes};
 use gpu_attest_shared::opening::SampleRequest;
-use gpu_attest_shared::statement::{Challenge, Commitment};
+use gpu_attest_shared::params::ChallengeParams;
+use gpu_attest_shared::statement::{Challenge, Commitment, MemoryPhase};
 use gpu_attest_validator::attest::client::MinerConnection;
 use gpu_attest_validator::attest::walk_v4::walk_states;
 use gpu_attest_validator::config::Policy;
@@ -22,6 +24,36 @@ use tonic::transport::Channel;
 
 pub fn validator() -> KeyPair {
     KeyPair::from_seed([VALIDATOR_SEED; 32])
+}
+
+/// A version 4 challenge from [`validator`] to `miner`, a CPU miner of `devices` devices: `chains`
+/// chains of 2 steps at `n`, with the memory phase `pool`, and a minute to commit.
+pub fn v4_challenge(
+    miner: PublicKey,
+    nonce: [u8; 32],
+    devices: u32,
+    n: u32,
+    chains: u64,
+    pool: ChainPoolParams,
+) -> Challenge {
+    let now = gpu_attest_miner::core::now_ms();
+    Challenge {
+        params: ChallengeParams {
+            nonce,
+            seed: [5; 32],
+            miner_key: miner.0,
+            n,
+            num_chains: chains,
+            iterations: 2,
+            checkpoint_every: 1,
+        },
+        issued_at_ms: now,
+        deadline_ms: now + 60_000,
+        validator_key: validator().public_key(),
+        inventory_digest: cpu_claim(devices).digest(),
+        memory: Some(MemoryPhase::V4(pool)),
+        finish_by_ms: None,
+    }
 }
 
 /// Sends `c` (signed by [`validator`]) and returns the commitment.
