@@ -115,6 +115,7 @@ async fn passes(setting: &Setting, runs: u32, seed: u8) -> u32 {
         min_iterations: 2,
         min_chains: 2,
         slack: 2.0,
+        observed: false,
         devices: vec![DeviceWalkPlan {
             pool_chains: 2,
             bytes_per_sec: 1e9,

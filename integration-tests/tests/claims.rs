@@ -111,7 +111,7 @@ async fn inventories_outside_the_protocol_are_refused_without_a_verdict() {
             InventoryError::ProtocolVersion {
                 theirs: 1,
                 oldest: 2,
-                ours: 3,
+                ours: 4,
             },
         ),
         (
@@ -140,7 +140,7 @@ async fn inventories_outside_the_protocol_are_refused_without_a_verdict() {
         }
         if cheat == Cheat::ProtocolVersion1 {
             let text = err.to_string();
-            assert!(text.contains("versions 2 to 3") && text.contains("version 1"), "{text}");
+            assert!(text.contains("versions 2 to 4") && text.contains("version 1"), "{text}");
         }
         assert_eq!(stored_verdicts(&attestor).await, 0, "{cheat:?}");
         // Registration refuses the same inventory.

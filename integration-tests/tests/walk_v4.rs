@@ -22,6 +22,8 @@ use gpu_attest_shared::memory::statement_v4::{StepSample, WalkRoot, step_opening
 use gpu_attest_shared::opening::SampleRequest;
 use gpu_attest_shared::statement::Challenge;
 use gpu_attest_shared::{Digest, Work};
+use gpu_attest_validator::config::Policy;
+use gpu_attest_validator::memory::MemoryConfig;
 use gpu_attest_validator::memory::plan_v4::{ChainPoolPlan, DeviceWalkPlan};
 use gpu_attest_validator::reason::{Reason, ReasonCode};
 use std::sync::Arc;
@@ -335,6 +337,7 @@ fn exchange_plan(pool_chains: Vec<u64>, deadlines: [u64; DEVICES as usize]) -> C
         min_iterations: 2,
         min_chains: CHAINS,
         slack: 2.0,
+        observed: false,
         devices,
     }
 }
@@ -445,4 +448,121 @@ async fn a_faked_step_fails_its_own_opening() {
         "{}",
         reasons[0].message
     );
+}
+
+/// The validator of [`a_version_4_attestation_passes_an_honest_miner_and_states_its_memory`].
+fn v4_validator_config(dir: &TempDir, policy: Policy) -> gpu_attest_validator::config::ValidatorConfig {
+    let mut config = validator_config(dir, policy);
+    config.challenge.cpu_n = 256;
+    // Far below any CPU's rate at n = 256, so that the chains (256 steps each, for kappa) never
+    // make an honest miner late; the walk is expected at the shipped CPU row, also low.
+    config.rates[0].ops_per_sec = 1.0e9;
+    config.memory = MemoryConfig {
+        enabled: true,
+        walk_target_ms: 1_000,
+        ..MemoryConfig::default()
+    };
+    config
+}
+
+/// A CPU miner claiming 256 KiB (a pool of 3 states of 64 KiB at n = 256) on `backend`, saying
+/// version 4.
+fn v4_miner(
+    seed: u8,
+    kernel: gpu_attest_shared::gemm::KernelKind,
+    backend: Arc<dyn gpu_attest_shared::Backend>,
+) -> Arc<gpu_attest_miner::MinerCore> {
+    let limits = Limits {
+        preview_protocol_4: true,
+        ..Limits::default()
+    };
+    miner_on(
+        seed,
+        &[validator_key()],
+        selected(kernel, backend),
+        limits,
+        NonceLog::in_memory(),
+    )
+}
+
+/// A miner that fakes every fifth step of every walker, committing its trace consistently,
+/// fails the whole attestation on its openings, each as `walk-segment-mismatch`.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_version_4_miner_that_fakes_steps_fails_on_its_openings() {
+    let cpu = test_cpu(TEST_CORES as usize).claiming(TEST_CORES, 256 << 10);
+    let kernel = cpu.kernel();
+    let faker = StepFaker {
+        cpu,
+        fakes: Arc::new(|_, _, step| step % 5 == 0),
+    };
+    let miner = spawn_miner(v4_miner(67, kernel, Arc::new(faker))).await;
+    let dir = TempDir::new("attest-v4-faker");
+    let attestor = attestor(&v4_validator_config(&dir, Policy::Sampled)).await;
+    let verdict = attestor.attest(&miner.url(), &|_| {}).await.expect("a verdict");
+    assert!(!verdict.passed);
+    assert_eq!(verdict.protocol_version, 4);
+    assert!(
+        verdict
+            .reasons
+            .iter()
+            .all(|r| r.code == ReasonCode::WalkSegmentMismatch),
+        "{:?}",
+        verdict.reasons
+    );
+    assert_eq!(
+        verdict.memory.as_ref().unwrap().proven_bytes(),
+        0,
+        "a failed verdict proves no memory"
+    );
+}
+
+/// Design 9's `v4_honest_miner_passes_with_its_pool_in_its_chains`, through the whole
+/// attestation with its store: a miner that says 4 (`preview_protocol_4`) is planned and
+/// challenged under version 4, keeps its first chains' states as its pool (no fill), walks
+/// them, opens its steps, and the stored verdict states version 4 and the memory it proved.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_version_4_attestation_passes_an_honest_miner_and_states_its_memory() {
+    // Under the full policy the chains are re-executed and the walk's steps still opened.
+    for (seed, policy, named) in [(66, Policy::Sampled, "sampled"), (68, Policy::Full, "full")] {
+        honest_version_4_attestation(seed, policy, named).await;
+    }
+}
+
+async fn honest_version_4_attestation(seed: u8, policy: Policy, named: &str) {
+    let cpu = test_cpu(TEST_CORES as usize).claiming(TEST_CORES, 256 << 10);
+    let kernel = cpu.kernel();
+    let core = v4_miner(seed, kernel, Arc::new(cpu));
+    assert_eq!(core.inventory().protocol_version, 4, "the preview says 4");
+    let miner = spawn_miner(core).await;
+    let dir = TempDir::new("attest-v4");
+    let attestor = attestor(&v4_validator_config(&dir, policy)).await;
+    let verdict = attestor.attest(&miner.url(), &|_| {}).await.expect("a verdict");
+    assert!(verdict.passed, "{policy:?}: {:?}", verdict.reasons);
+    assert_eq!(verdict.policy, named);
+    assert_eq!(verdict.protocol_version, 4);
+    assert_eq!(verdict.params.n, 256);
+    assert!(
+        verdict.params.iterations >= 256,
+        "K >= 2^16 / n: {}",
+        verdict.params.iterations
+    );
+    assert!(verdict.params.num_chains >= 3, "the pool's chains are run");
+    let memory = verdict.memory.as_ref().expect("the memory phase");
+    assert_eq!(memory.devices[0].pool_entries, 3, "three states of one slice each");
+    assert_eq!(memory.devices[0].proven_bytes, 3 << 16);
+    assert_eq!(memory.walk_checkpoint_every, 1, "every state committed");
+    assert_eq!(memory.walk_samples, 1512, "a CPU is opened as the bound's worst row");
+    assert_eq!(memory.fill_weight, 0.0, "no fill");
+    assert!(memory.walk_measured_ms > 0 && memory.proven_walk_bytes_per_sec.is_some());
+    // No fill counted: the proven operations are the chains' alone.
+    let chains_ops = 2.0 * 256f64.powi(3) * f64::from(verdict.params.iterations) * verdict.params.num_chains as f64;
+    let proven_ops = verdict.throughput.proven_ops_per_sec.unwrap() * verdict.measured_ms as f64 / 1000.0;
+    assert!(
+        (proven_ops / chains_ops - 1.0).abs() < 0.01,
+        "{proven_ops} against {chains_ops}"
+    );
+    // What was stored reads back the same, version included.
+    let stored = stored_verdicts(&attestor).await;
+    assert_eq!(stored[0].protocol_version, 4);
+    assert_eq!(stored[0].memory, verdict.memory);
 }

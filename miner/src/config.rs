@@ -59,6 +59,11 @@ pub struct Limits {
     /// 14.3), so that the validator can state the rate the late work proved. The inventory says
     /// whether this miner does; `false` stops the work at the deadline and frees the devices.
     pub work_past_deadline: bool,
+    /// Say protocol version 4 in the inventory (PROTOCOL.md 20) where the backend keeps its
+    /// chains' states (the CPU backend of this release): a preview, for validators that speak
+    /// version 4. Off, the inventory says 3, and a version 4 challenge sent anyway is still
+    /// answered.
+    pub preview_protocol_4: bool,
 }
 
 impl Default for Limits {
@@ -73,6 +78,7 @@ impl Default for Limits {
             request_burst: 30,
             max_concurrent_streams: 16,
             work_past_deadline: true,
+            preview_protocol_4: false,
         }
     }
 }

@@ -10,7 +10,7 @@ use crate::device::DeviceInfo;
 use crate::digest::Digest;
 use crate::encoding::{put_inventory, put_str};
 use crate::keys::{PublicKey, SignatureError};
-use crate::params::{MIN_PROTOCOL_VERSION, PROTOCOL_VERSION};
+use crate::params::{MIN_PROTOCOL_VERSION, NEWEST_PROTOCOL_VERSION};
 use crate::partition::MAX_DEVICES;
 
 /// The backends this protocol version defines (PROTOCOL.md 14.2).
@@ -238,11 +238,11 @@ pub enum InventoryError {
 impl Inventory {
     /// The checks every inventory must pass before anything is planned or registered from it.
     pub fn check(&self) -> Result<(), InventoryError> {
-        if !(MIN_PROTOCOL_VERSION..=PROTOCOL_VERSION).contains(&self.protocol_version) {
+        if !(MIN_PROTOCOL_VERSION..=NEWEST_PROTOCOL_VERSION).contains(&self.protocol_version) {
             return Err(InventoryError::ProtocolVersion {
                 theirs: self.protocol_version,
                 oldest: MIN_PROTOCOL_VERSION,
-                ours: PROTOCOL_VERSION,
+                ours: NEWEST_PROTOCOL_VERSION,
             });
         }
         if let Err(problem) = self.miner_key.check_usable() {
@@ -305,6 +305,7 @@ pub fn claim_bytes(claim: &HardwareClaim) -> Vec<u8> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::params::PROTOCOL_VERSION;
 
     fn claim() -> HardwareClaim {
         HardwareClaim {
@@ -439,10 +440,12 @@ mod tests {
             InventoryError::ProtocolVersion {
                 theirs: 1,
                 oldest: 2,
-                ours: 3
+                ours: 4
             }
         );
-        assert!(err.to_string().contains("versions 2 to 3") && err.to_string().contains("version 1"));
+        assert!(err.to_string().contains("versions 2 to 4") && err.to_string().contains("version 1"));
+        inventory.protocol_version = 5;
+        assert!(inventory.check().is_err());
         inventory.protocol_version = 2;
         inventory.check().unwrap();
         inventory.protocol_version = PROTOCOL_VERSION;

@@ -6,6 +6,11 @@ use thiserror::Error;
 /// The newest protocol version this crate implements (PROTOCOL.md): 3 adds the memory phase
 /// (section 18).
 pub const PROTOCOL_VERSION: u32 = 3;
+/// The newest version this crate speaks with a peer that says it: version 4's memory proof over
+/// the chains' own states (PROTOCOL.md 20). A validator attests a miner whose inventory says 4
+/// under version 4; a miner of this release says 4 only where its operator asks it to
+/// (`preview_protocol_4`), until every validator speaks it.
+pub const NEWEST_PROTOCOL_VERSION: u32 = 4;
 /// The oldest version it still speaks: a version 2 miner can be challenged without a memory
 /// phase, where a validator allows that (its verdicts then prove no memory).
 pub const MIN_PROTOCOL_VERSION: u32 = 2;

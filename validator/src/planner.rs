@@ -8,12 +8,15 @@
 use crate::config::{ChallengeConfig, ValidatorConfig};
 use crate::memory::MemoryPlan;
 use crate::memory::plan::{MemoryPlanError, plan_memory};
+use crate::memory::plan_v4::{ChainPoolPlan, ExpectedWalk, PlanV4Error, V4Settings, plan_chain_pools};
 use crate::rates::class::units;
 use crate::rates::class::walk_class;
 use crate::rates::{RateBook, RateClass, RateSource};
 use crate::throughput::Expectation;
 use gpu_attest_shared::inventory::{HardwareClaim, Inventory, InventoryError};
-use gpu_attest_shared::params::{ChallengeParams, MAX_CHAINS, MAX_SEGMENTS, MAX_TOTAL_CHECKPOINTS};
+use gpu_attest_shared::params::{
+    ChallengeParams, MAX_CHAINS, MAX_SEGMENTS, MAX_TOTAL_CHECKPOINTS, NEWEST_PROTOCOL_VERSION,
+};
 
 /// Kept off a miner's `max_duration_ms`: the miner measures the deadline window on its own
 /// clock, after the challenge has travelled, so a deadline planned right at the limit would be
@@ -38,6 +41,9 @@ pub struct Plan {
     pub samples: u32,
     /// The memory phase (protocol version 3); `None` when the challenge has none.
     pub memory: Option<MemoryPlan>,
+    /// Version 4's memory phase (PROTOCOL.md 20), for a miner whose inventory says 4; never
+    /// beside `memory`.
+    pub chain_pool: Option<ChainPoolPlan>,
 }
 
 #[derive(Debug, thiserror::Error, PartialEq)]
@@ -68,6 +74,57 @@ pub enum PlanError {
     Params(#[from] gpu_attest_shared::params::ParamsError),
     #[error(transparent)]
     Memory(#[from] MemoryPlanError),
+    #[error("cannot plan version 4's memory phase: {0}")]
+    ChainPool(#[from] PlanV4Error),
+    #[error(
+        "version 4's pools need {needed} chains (each device's pool is its first chains' states), but at most {max_chains} fit this miner's limits and the protocol's: raise the miner's max_chains"
+    )]
+    PoolChainsOverLimit { needed: u64, max_chains: u64 },
+}
+
+/// Version 4's memory phase for a miner whose inventory says 4, when this validator asks for a
+/// memory phase (PROTOCOL.md 20). Each device's walk is expected at its walk class's rate.
+/// Version 3's walk classes stand in for version 4's until those are learned on their own: a
+/// version 3 rate was measured with the host inside the clock, so it is lower than a version
+/// 4 walk's and gives the honest miner room, never a false fail.
+fn plan_chain_pool(
+    inventory: &Inventory,
+    config: &ValidatorConfig,
+    rates: &RateBook,
+    n: u32,
+) -> Result<Option<ChainPoolPlan>, PlanV4Error> {
+    if !config.memory.enabled || inventory.protocol_version < NEWEST_PROTOCOL_VERSION {
+        return Ok(None);
+    }
+    let claim = &inventory.claim;
+    let expected: Vec<ExpectedWalk> = claim
+        .devices
+        .iter()
+        .map(|device| {
+            let class = rates.expected(&walk_class(claim, device));
+            ExpectedWalk {
+                bytes_per_sec: class.ops_per_unit * units(&claim.backend, device),
+                observed: class.source.is_observed(),
+            }
+        })
+        .collect();
+    let memory = &config.memory;
+    let settings = V4Settings {
+        first_contact_slack: memory.first_contact_slack,
+        walkers_per_gpu: memory.walkers_per_gpu,
+        walkers_per_core: memory.walkers_per_core,
+        walk_target_ms: memory.walk_target_ms,
+        ..V4Settings::default()
+    };
+    plan_chain_pools(
+        &claim.backend,
+        &claim.devices,
+        &expected,
+        n,
+        config.challenge.checkpoint_every,
+        &settings,
+    )
+    .map(Some)
 }
 
 /// The hardware classes of a claim's devices, at the size the planner gives it, and their walk
@@ -238,7 +295,13 @@ pub fn plan(
     if limits.max_n != 0 && n > limits.max_n {
         return Err(PlanError::SizeOverLimit { n, max_n: limits.max_n });
     }
-    let iterations = challenge.iterations;
+    let chain_pool = plan_chain_pool(inventory, config, rates, n)?;
+    // A version 4 pool state costs kappa operations a byte to make again only if its chain ran
+    // long enough (PROTOCOL.md 20, docs/design/protocol-v4.md 2.2).
+    let iterations = match &chain_pool {
+        Some(pool) => challenge.iterations.max(pool.min_iterations),
+        None => challenge.iterations,
+    };
     if limits.max_iterations != 0 && iterations > limits.max_iterations {
         return Err(PlanError::IterationsOverLimit {
             iterations,
@@ -248,7 +311,10 @@ pub fn plan(
 
     let expectation = expectation(claim, n, rates, config);
     let rate = expectation.ops_per_sec;
-    let memory = plan_memory(inventory, &config.memory, rates)?;
+    let memory = match chain_pool {
+        Some(_) => None,
+        None => plan_memory(inventory, &config.memory, rates)?,
+    };
     let timing = Timing {
         ops_per_chain: 2.0 * f64::from(n).powi(3) * f64::from(iterations),
         rate,
@@ -268,7 +334,17 @@ pub fn plan(
     // work that the deadline reaches the floor.
     // Searched within the cap: the search walks chain by chain across rounding plateaus, so an
     // absurd claimed rate must not make it walk far. A refusal states the closed-form count.
-    let fewest = timing.fewest_reaching(config.deadline.min_ms, max_chains).max(devices);
+    let pool_chains = chain_pool.as_ref().map_or(0, |p| p.min_chains);
+    if pool_chains > max_chains {
+        return Err(PlanError::PoolChainsOverLimit {
+            needed: pool_chains,
+            max_chains,
+        });
+    }
+    let fewest = timing
+        .fewest_reaching(config.deadline.min_ms, max_chains)
+        .max(devices)
+        .max(pool_chains);
     if fewest > max_chains {
         let needed = timing.chains_for_deadline(config.deadline.min_ms).ceil();
         return Err(PlanError::TooLittleWork {
@@ -325,6 +401,7 @@ pub fn plan(
         finish_by_ms: finish_by_ms(deadline_ms, config.deadline.finish_by, inventory),
         samples,
         memory,
+        chain_pool,
     })
 }
 
@@ -553,13 +630,13 @@ mod tests {
             }
         );
         let mut newer = inventory("cpu", "portable", &["cpu"]);
-        newer.protocol_version = 4;
+        newer.protocol_version = 5;
         assert_eq!(
             plan_for(&newer, &ChallengeConfig::default()).unwrap_err(),
             PlanError::Inventory(InventoryError::ProtocolVersion {
-                theirs: 4,
+                theirs: 5,
                 oldest: 2,
-                ours: 3
+                ours: 4
             })
         );
     }

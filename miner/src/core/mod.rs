@@ -29,7 +29,7 @@ use gpu_attest_shared::keys::{KeyPair, PublicKey};
 use gpu_attest_shared::memory::check::WalkOpening;
 use gpu_attest_shared::memory::slice_walk::StepOpening;
 use gpu_attest_shared::opening::ChainOpening;
-use gpu_attest_shared::params::{MIN_PROTOCOL_VERSION, PROTOCOL_VERSION};
+use gpu_attest_shared::params::{MIN_PROTOCOL_VERSION, NEWEST_PROTOCOL_VERSION, PROTOCOL_VERSION};
 use gpu_attest_shared::statement::Commitment;
 use gpu_attest_shared::{BackendError, CancelToken};
 use kept::ToKeep;
@@ -223,9 +223,13 @@ impl MinerCore {
     }
 
     /// The protocol version this miner speaks: 3 (the memory phase) where its backend can hold
-    /// pools, 2 otherwise (PROTOCOL.md 14.2).
+    /// pools, 2 otherwise (PROTOCOL.md 14.2); 4 where its operator asks for the preview and the
+    /// backend keeps its chains' states (PROTOCOL.md 20).
     pub fn protocol_version(&self) -> u32 {
-        if self.selected.backend.holds_pools() {
+        let backend = &self.selected.backend;
+        if self.limits.preview_protocol_4 && backend.keeps_chain_pools() {
+            NEWEST_PROTOCOL_VERSION
+        } else if backend.holds_pools() {
             PROTOCOL_VERSION
         } else {
             MIN_PROTOCOL_VERSION

@@ -351,6 +351,7 @@ mod tests {
             finish_by_ms: 0,
             samples: 1,
             memory: None,
+            chain_pool: None,
         }
     }
 

@@ -374,7 +374,11 @@ impl Attestor {
             deadline_ms: issued_at_ms.saturating_add(plan.deadline_ms),
             validator_key: self.public_key(),
             inventory_digest: plan.claim.digest(),
-            memory: plan.memory.as_ref().map(|m| MemoryPhase::V3(m.params)),
+            memory: match (&plan.memory, &plan.chain_pool) {
+                (_, Some(pool)) => Some(MemoryPhase::V4(pool.params.clone())),
+                (Some(m), None) => Some(MemoryPhase::V3(m.params)),
+                (None, None) => None,
+            },
             finish_by_ms: (plan.finish_by_ms > 0).then(|| issued_at_ms.saturating_add(plan.finish_by_ms)),
         }
     }
@@ -464,12 +468,56 @@ impl Attestor {
             }
             None => None,
         };
-        let walks = match &walked {
-            Some(context) => Some(verify::WalkOpenings {
+        if outcome.plan.chain_pool.is_some() && commitment.pools.is_some() {
+            outcome.fail(
+                crate::reason::ReasonCode::PoolNotCanonical,
+                "the commitment names pools, but a version 4 challenge's pool is its chains' states (PROTOCOL.md 20.8)",
+            );
+            return Ok(());
+        }
+        let states_walk = match outcome.plan.chain_pool.clone() {
+            Some(pool) if outcome.may_prove() => {
+                let walked = walk_v4::walk_states(
+                    miner,
+                    &self.identity,
+                    &work,
+                    commitment,
+                    &pool,
+                    &mut outcome.reasons,
+                    on_event,
+                )
+                .await?;
+                if let (Some(walked), Some(proof)) = (&walked, outcome.memory.as_mut()) {
+                    // The slowest device's time: what the proof's one walk time states.
+                    let slowest_us = walked.devices.iter().map(|d| d.measured_us).max().unwrap_or(0);
+                    proof.walk_measured_ms = slowest_us.div_ceil(1000).max(1);
+                }
+                walked
+                    .map(|mut walked| {
+                        let steps = walked.draw_steps(&pool, &mut rand_chacha::ChaCha20Rng::from_seed(random32()?));
+                        Ok::<_, AttestError>((walked, steps))
+                    })
+                    .transpose()?
+            }
+            Some(_) => {
+                on_event(AttestEvent::Phase {
+                    name: "walking",
+                    detail: "not asked for: the verdict has already failed".into(),
+                });
+                None
+            }
+            None => None,
+        };
+        let memory_openings = match (&walked, &states_walk) {
+            (Some(context), _) => Some(verify::MemoryOpenings::Segments(verify::WalkOpenings {
                 context,
                 samples: context.draw_samples(&mut rand_chacha::ChaCha20Rng::from_seed(random32()?)),
-            }),
-            None => None,
+            })),
+            (None, Some((walked, steps))) => Some(verify::MemoryOpenings::Steps(verify::StepOpenings {
+                walked,
+                steps: steps.clone(),
+            })),
+            (None, None) => None,
         };
         if outcome.policy == Policy::Full && !outcome.may_prove() {
             // Re-execution costs this validator as much as the work: a miner that has already
@@ -495,7 +543,7 @@ impl Attestor {
             }
             _ => outcome.plan.samples,
         };
-        if chains == 0 && walks.is_none() {
+        if chains == 0 && memory_openings.is_none() {
             return Ok(());
         }
         verify::sampled(
@@ -505,7 +553,7 @@ impl Attestor {
             &work,
             commitment,
             chains,
-            walks,
+            memory_openings,
             outcome,
         )
         .await
@@ -653,7 +701,14 @@ fn learned_from(verdict: &Verdict, claim: &HardwareClaim, miner_key: [u8; 32]) -
             ops_per_unit: proven / units,
         });
     }
-    let walk_rate = verdict.memory.as_ref().and_then(|m| m.proven_walk_bytes_per_sec);
+    // Version 3's walk classes only: a version 4 walk is timed without the host, per device,
+    // and must not raise the rate version 3 walks are timed at (until version 4 has classes of
+    // its own, it is timed at version 3's, which leaves it room).
+    let walk_rate = verdict
+        .memory
+        .as_ref()
+        .filter(|m| m.protocol_version() == 3)
+        .and_then(|m| m.proven_walk_bytes_per_sec);
     if let (Some(per_device), Some(device)) = (walk_rate, claim.devices.first()) {
         // Every device walked the same bytes in the measured time; a unit is a core on CPUs.
         learned.push(ClassObservation {

@@ -33,7 +33,14 @@ impl Outcome {
             plan: plan.clone(),
             reasons: Vec::new(),
             measured_ms: 0,
-            memory: plan.memory.as_ref().map(MemoryProof::planned),
+            memory: match (&plan.memory, &plan.chain_pool) {
+                (_, Some(pool)) => {
+                    let claimed: Vec<u64> = plan.claim.devices.iter().map(|d| d.memory_bytes).collect();
+                    Some(MemoryProof::planned_v4(pool, plan.params.n, &claimed))
+                }
+                (Some(memory), None) => Some(MemoryProof::planned(memory)),
+                (None, None) => None,
+            },
             identity: None,
             global: Digest::default(),
         }

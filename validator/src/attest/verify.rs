@@ -6,12 +6,15 @@ use super::decoding::own_decode_failure;
 use super::outcome::Outcome;
 use super::untrusted::miner_text;
 use super::walk::WalkContext;
+use super::walk_v4::StatesWalk;
 use super::{AttestError, AttestEvent, random32};
 use crate::reason::ReasonCode;
 use gpu_attest_proto::convert::{opening_from_wire, sample_to_wire, walk_sample_to_wire};
+use gpu_attest_proto::memory_v4::step_sample_to_wire;
 use gpu_attest_proto::v1;
 use gpu_attest_shared::keys::{KeyPair, PublicKey};
 use gpu_attest_shared::memory::statement::{WalkSample, open_request_bytes_v3};
+use gpu_attest_shared::memory::statement_v4::{self, StepSample};
 use gpu_attest_shared::opening::{SampleRequest, draw_samples};
 use gpu_attest_shared::statement::{Challenge, Commitment, open_request_bytes, opening_bytes};
 use gpu_attest_shared::verify::{VerifyError, check_commitment, verify_full, verify_opening};
@@ -140,6 +143,18 @@ pub struct WalkOpenings<'a> {
     pub samples: Vec<WalkSample>,
 }
 
+/// The walk steps to open beside the chains (version 4), and the walk that checks them.
+pub struct StepOpenings<'a> {
+    pub walked: &'a StatesWalk,
+    pub steps: Vec<StepSample>,
+}
+
+/// What of the memory phase an open request asks for after the chains.
+pub enum MemoryOpenings<'a> {
+    Segments(WalkOpenings<'a>),
+    Steps(StepOpenings<'a>),
+}
+
 /// Sampled verification: draw `chains` chain samples now, after the commitment, ask for them
 /// (and for `walks`) over the same connection, and check each opening as it arrives.
 #[allow(clippy::too_many_arguments)]
@@ -150,17 +165,23 @@ pub async fn sampled(
     work: &Work,
     commitment: &Commitment,
     chains: u32,
-    walks: Option<WalkOpenings<'_>>,
+    memory: Option<MemoryOpenings<'_>>,
     outcome: &mut Outcome,
 ) -> Result<(), AttestError> {
     let mut rng = ChaCha20Rng::from_seed(random32()?);
     let samples = draw_samples(&mut rng, work, chains);
-    let walk_samples = walks.as_ref().map(|w| w.samples.clone()).unwrap_or_default();
+    let (walk_samples, step_samples) = match &memory {
+        Some(MemoryOpenings::Segments(w)) => (w.samples.clone(), Vec::new()),
+        Some(MemoryOpenings::Steps(s)) => (Vec::new(), s.steps.clone()),
+        None => (Vec::new(), Vec::new()),
+    };
     let nonce = work.params().nonce;
-    // A version 3 commitment is opened with a version 3 request, walk samples or none.
-    let signed = match commitment.pools {
-        Some(_) => open_request_bytes_v3(&nonce, &samples, &walk_samples),
-        None => open_request_bytes(&nonce, &samples),
+    // A commitment is opened with a request of its challenge's version: a version 3 one with
+    // walk samples or none, a version 4 one with steps or none.
+    let signed = match (&outcome.plan.chain_pool, &commitment.pools) {
+        (Some(_), _) => statement_v4::open_request_bytes(&nonce, &samples, &step_samples),
+        (None, Some(_)) => open_request_bytes_v3(&nonce, &samples, &walk_samples),
+        (None, None) => open_request_bytes(&nonce, &samples),
     };
     let request = v1::OpenChainsRequest {
         nonce: nonce.to_vec(),
@@ -168,7 +189,7 @@ pub async fn sampled(
         validator_key: identity.public_key().0.to_vec(),
         signature: identity.sign(&signed).to_vec(),
         walk_samples: walk_samples.iter().map(walk_sample_to_wire).collect(),
-        step_samples: Vec::new(),
+        step_samples: step_samples.iter().map(step_sample_to_wire).collect(),
     };
     // A miner that stalls must not hold this validator: all openings must arrive within the
     // budget, counting only the time spent waiting for the miner, not this validator's own
@@ -202,8 +223,18 @@ pub async fn sampled(
         }
     };
     let mut due: Vec<Due> = samples.iter().map(|&s| Due::Chain(s)).collect();
-    if let Some(w) = &walks {
-        due.extend(w.samples.iter().map(|&sample| Due::Walk(sample, w.context)));
+    match &memory {
+        Some(MemoryOpenings::Segments(w)) => due.extend(w.samples.iter().map(|&sample| Due::Walk(sample, w.context))),
+        Some(MemoryOpenings::Steps(s)) => {
+            // Each step's place among its device's steps: what its row check was drawn by.
+            let mut places = std::collections::HashMap::new();
+            due.extend(s.steps.iter().map(|&step| {
+                let place = places.entry(step.device).or_insert(0usize);
+                *place += 1;
+                Due::Step(step, *place - 1, s.walked)
+            }));
+        }
+        None => {}
     }
     for sample in due {
         let started = Instant::now();
@@ -223,7 +254,7 @@ pub async fn sampled(
                     Some(why) => {
                         let code = match sample {
                             Due::Chain(_) => ReasonCode::MalformedOpening,
-                            Due::Walk(..) => ReasonCode::MalformedWalkOpening,
+                            Due::Walk(..) | Due::Step(..) => ReasonCode::MalformedWalkOpening,
                         };
                         outcome.fail(code, format!("opening {sample}: {why}"));
                     }
@@ -244,16 +275,23 @@ pub async fn sampled(
             Due::Walk(walk, context) => {
                 super::walk::check_opening(context, nonce, commitment, walk, &wire, outcome).await?
             }
+            Due::Step(step, place, walked) => {
+                walked
+                    .check_opening(work, &commitment.miner_key, step, place, &wire, &mut outcome.reasons)
+                    .await?
+            }
         }
     }
     Ok(())
 }
 
-/// An opening the stream owes, in request order: the chains, then the walk segments.
+/// An opening the stream owes, in request order: the chains, then the walk segments or steps.
 #[derive(Clone, Copy)]
 enum Due<'a> {
     Chain(SampleRequest),
     Walk(WalkSample, &'a WalkContext),
+    /// A version 4 step, with its place among its device's steps.
+    Step(StepSample, usize, &'a StatesWalk),
 }
 
 impl std::fmt::Display for Due<'_> {
@@ -265,6 +303,7 @@ impl std::fmt::Display for Due<'_> {
                 "walk segment {} of walker {} on device {}",
                 w.segment, w.walker, w.device
             ),
+            Due::Step(s, _, _) => write!(f, "walk step {} of walker {} on device {}", s.step, s.walker, s.device),
         }
     }
 }

@@ -4,6 +4,8 @@
 
 use super::MemoryPlan;
 use super::fill::{FillWork, LEGACY_FILL_WEIGHT};
+use super::plan_v4::ChainPoolPlan;
+use gpu_attest_shared::memory::bound::VERSION_4;
 use serde::{Deserialize, Serialize};
 
 /// One device's memory, as a verdict states it.
@@ -45,7 +47,8 @@ pub struct MemoryProof {
     pub slack: f64,
     /// Chain operations at the class's rate that one fill operation was timed as (PROTOCOL.md
     /// 18.6 step 5, [`super::fill::fill_weight`]); verdicts stored before it was recorded were
-    /// timed with 2.
+    /// timed with 2. 0 in version 4, whose pool is the chains' own final states: there is no
+    /// fill, and a proof without one is version 4's ([`MemoryProof::protocol_version`]).
     #[serde(default = "legacy_fill_weight")]
     pub fill_weight: f64,
 }
@@ -85,6 +88,51 @@ impl MemoryProof {
         }
     }
 
+    /// The proof as planned for version 4 (PROTOCOL.md 20), before the walk. Its fields read as
+    /// version 3's do, in the same units: each device's pool in 64 KiB slices (`N_j n^2 /
+    /// 65536`), every state committed (`walk_checkpoint_every` 1), the steps opened in all as
+    /// `walk_samples`, and no fill. The walk's times are the slowest device's: each device was
+    /// held to its own deadline, and a late one is its own reason.
+    pub fn planned_v4(plan: &ChainPoolPlan, n: u32, claimed: &[u64]) -> Self {
+        let slices_per_state = u64::from(n) * u64::from(n) / gpu_attest_shared::memory::ENTRY_BYTES as u64;
+        let slowest = plan.devices.iter().max_by_key(|d| d.expected_ms).cloned();
+        let walk_bytes = u64::from(plan.params.walkers)
+            * u64::from(plan.params.walk_steps)
+            * gpu_attest_shared::memory::ENTRY_BYTES as u64;
+        MemoryProof {
+            pool_permille: (VERSION_4.pool_share * 1000.0).round() as u32,
+            walkers: plan.params.walkers,
+            walk_steps: plan.params.walk_steps,
+            walk_checkpoint_every: 1,
+            walk_samples: plan.devices.iter().map(|d| d.steps_opened).sum(),
+            devices: plan
+                .devices
+                .iter()
+                .zip(claimed)
+                .map(|(d, &claimed_bytes)| DeviceMemory {
+                    claimed_bytes,
+                    pool_entries: d.pool_chains * slices_per_state,
+                    proven_bytes: 0,
+                })
+                .collect(),
+            walk_bytes,
+            walk_measured_ms: 0,
+            walk_expected_ms: slowest.as_ref().map_or(0, |d| d.expected_ms),
+            walk_deadline_ms: plan.devices.iter().map(|d| d.deadline_ms).max().unwrap_or(0),
+            expected_walk_bytes_per_sec: slowest.as_ref().map_or(0.0, |d| d.bytes_per_sec),
+            proven_walk_bytes_per_sec: None,
+            bandwidth_source: if plan.observed { "observed" } else { "shipped" }.into(),
+            bandwidth_miners: 0,
+            slack: plan.slack,
+            fill_weight: 0.0,
+        }
+    }
+
+    /// The protocol version the proof was made under: 4 when it has no fill, else 3.
+    pub fn protocol_version(&self) -> u32 {
+        if self.fill_weight == 0.0 { 4 } else { 3 }
+    }
+
     /// Fills in what a verdict proves: on a pass or a graded miss (`proves`), every pool and the
     /// walk's bandwidth.
     pub fn settle(&mut self, proves: bool) {
@@ -106,8 +154,12 @@ impl MemoryProof {
         self.devices.iter().map(|d| d.proven_bytes).sum()
     }
 
-    /// The int8 operations that made every pool: 2^31 an entry (PROTOCOL.md 18.1).
+    /// The int8 operations that made every pool: 2^31 an entry (PROTOCOL.md 18.1); none in
+    /// version 4, whose pools are the chains' states.
     pub fn fill_ops(&self) -> f64 {
+        if self.protocol_version() >= 4 {
+            return 0.0;
+        }
         self.devices
             .iter()
             .map(|d| d.pool_entries as f64 * gpu_attest_shared::memory::ENTRY_OPS as f64)

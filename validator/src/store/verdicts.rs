@@ -86,7 +86,7 @@ pub struct Verdict {
 
 /// The protocol version a verdict with (or without) a memory phase was judged under.
 pub fn judged_under(memory: Option<&MemoryProof>) -> u32 {
-    if memory.is_some() { 3 } else { 2 }
+    memory.map_or(2, MemoryProof::protocol_version)
 }
 
 /// The run a retest replaced, as the retest's verdict records it.
