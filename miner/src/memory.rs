@@ -15,8 +15,8 @@ use gpu_attest_shared::memory::walk::{DeviceWalk, WalkSpec};
 use gpu_attest_shared::memory::{MemoryParams, PoolSpec};
 use gpu_attest_shared::statement::DeviceInfo;
 use gpu_attest_shared::{Backend, BackendError, CancelToken, Digest, Work};
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Mutex, MutexGuard};
 
 /// The pools one version 3 challenge asks for, one per device, checked against PROTOCOL.md
 /// 18.1 before the challenge is accepted.
@@ -121,12 +121,48 @@ struct Walked {
     walks: Vec<DeviceWalk>,
 }
 
+/// What a commitment keeps on its devices for its memory phase (version 3's pools, version 4's
+/// kept states) until it is released, and whether its one walk has been asked for.
+pub struct HeldPools<T> {
+    pools: Mutex<Option<T>>,
+    walk_requested: AtomicBool,
+}
+
+impl<T> HeldPools<T> {
+    pub fn new(pools: T) -> Self {
+        HeldPools {
+            pools: Mutex::new(Some(pools)),
+            walk_requested: AtomicBool::new(false),
+        }
+    }
+
+    /// The pools, or `None` once released.
+    pub fn lock(&self) -> MutexGuard<'_, Option<T>> {
+        self.pools.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Frees the pools (another challenge needs the memory, or the opening round is over).
+    /// Walks and openings of this commitment are refused from then on.
+    pub fn release(&self) {
+        self.lock().take();
+    }
+
+    /// Whether the pools are still held (not yet released).
+    pub fn holds(&self) -> bool {
+        self.lock().is_some()
+    }
+
+    /// Marks the commitment's one walk as asked for; `false` if it already was.
+    pub fn claim_walk(&self) -> bool {
+        !self.walk_requested.swap(true, Ordering::SeqCst)
+    }
+}
+
 /// The memory side of a version 3 commitment: its pools until they are released, whether its
 /// one walk has been asked for, and the walk once done.
 pub struct HeldMemory {
     params: MemoryParams,
-    pools: Mutex<Option<Vec<Box<dyn ResidentPool>>>>,
-    walk_requested: AtomicBool,
+    pools: HeldPools<Vec<Box<dyn ResidentPool>>>,
     walked: Mutex<Option<Walked>>,
 }
 
@@ -134,8 +170,7 @@ impl HeldMemory {
     pub fn new(params: MemoryParams, pools: Vec<Box<dyn ResidentPool>>) -> Self {
         HeldMemory {
             params,
-            pools: Mutex::new(Some(pools)),
-            walk_requested: AtomicBool::new(false),
+            pools: HeldPools::new(pools),
             walked: Mutex::new(None),
         }
     }
@@ -144,20 +179,16 @@ impl HeldMemory {
         &self.params
     }
 
-    /// Frees the pools (another challenge needs the memory). Walks and walk openings of this
-    /// commitment are refused from then on.
     pub fn release(&self) {
-        self.pools.lock().unwrap_or_else(|p| p.into_inner()).take();
+        self.pools.release();
     }
 
-    /// Whether the pools are still held (not yet released).
     pub fn holds_pools(&self) -> bool {
-        self.pools.lock().unwrap_or_else(|p| p.into_inner()).is_some()
+        self.pools.holds()
     }
 
-    /// Marks the commitment's one walk as asked for; `false` if it already was.
     pub fn claim_walk(&self) -> bool {
-        !self.walk_requested.swap(true, Ordering::SeqCst)
+        self.pools.claim_walk()
     }
 
     /// Walks every device's pool with `walk_seed` (blocking), the devices side by side, and
@@ -171,7 +202,7 @@ impl HeldMemory {
         // The pools' lock is let go before the walk's is taken: `open` takes them the other way
         // round.
         let (specs, walks) = {
-            let pools = self.pools.lock().unwrap_or_else(|p| p.into_inner());
+            let pools = self.pools.lock();
             let pools = pools.as_ref().ok_or(MinerError::PoolsReleased)?;
             Self::walk_pools(pools, &self.params, nonce, walk_seed, cancel)?
         };
@@ -212,7 +243,7 @@ impl HeldMemory {
         }
         let walked = self.walked.lock().unwrap_or_else(|p| p.into_inner());
         let walked = walked.as_ref().ok_or(MinerError::NotWalked)?;
-        if self.pools.lock().unwrap_or_else(|p| p.into_inner()).is_none() {
+        if !self.pools.holds() {
             return Err(MinerError::PoolsReleased);
         }
         for &sample in samples {
@@ -230,7 +261,7 @@ impl HeldMemory {
     pub fn open(&self, sample: WalkSample) -> Result<WalkOpening, MinerError> {
         let walked = self.walked.lock().unwrap_or_else(|p| p.into_inner());
         let walked = walked.as_ref().ok_or(MinerError::NotWalked)?;
-        let pools = self.pools.lock().unwrap_or_else(|p| p.into_inner());
+        let pools = self.pools.lock();
         let pools = pools.as_ref().ok_or(MinerError::PoolsReleased)?;
         let j = sample.device as usize;
         let (Some(pool), Some(walk), Some(spec)) = (pools.get(j), walked.walks.get(j), walked.specs.get(j)) else {

@@ -7,7 +7,7 @@
 //! challenge releases them, and a walk or opening of a released commitment is refused.
 
 use crate::error::MinerError;
-use crate::memory::side_by_side;
+use crate::memory::{HeldPools, side_by_side};
 use gpu_attest_shared::backend::PoolStates;
 use gpu_attest_shared::memory::chain_pool::{ChainPool, ChainPoolParams};
 use gpu_attest_shared::memory::slice_walk::{DeviceWalk, SliceWalk, StepOpening};
@@ -16,7 +16,6 @@ use gpu_attest_shared::merkle::MerkleProof;
 use gpu_attest_shared::statement::DeviceInfo;
 use gpu_attest_shared::{CancelToken, Digest};
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 /// Refuses, before a challenge is accepted, a pool that is more than its device claims to
@@ -49,8 +48,7 @@ pub struct HeldChainPools {
     params: ChainPoolParams,
     /// G, the commitment's global root: every walk starts from it (PROTOCOL.md 20.4).
     global: Digest,
-    pools: Mutex<Option<Vec<Box<dyn PoolStates>>>>,
-    walk_requested: AtomicBool,
+    pools: HeldPools<Vec<Box<dyn PoolStates>>>,
     walked: Mutex<Option<Walked>>,
 }
 
@@ -60,8 +58,7 @@ impl HeldChainPools {
         HeldChainPools {
             params,
             global,
-            pools: Mutex::new(Some(pools)),
-            walk_requested: AtomicBool::new(false),
+            pools: HeldPools::new(pools),
             walked: Mutex::new(None),
         }
     }
@@ -70,18 +67,16 @@ impl HeldChainPools {
         &self.params
     }
 
-    /// Frees the states (another challenge needs the memory, or the opening round is over).
     pub fn release(&self) {
-        self.pools.lock().unwrap_or_else(|p| p.into_inner()).take();
+        self.pools.release();
     }
 
     pub fn holds_pools(&self) -> bool {
-        self.pools.lock().unwrap_or_else(|p| p.into_inner()).is_some()
+        self.pools.holds()
     }
 
-    /// Marks the commitment's one walk as asked for; `false` if it already was.
     pub fn claim_walk(&self) -> bool {
-        !self.walk_requested.swap(true, Ordering::SeqCst)
+        self.pools.claim_walk()
     }
 
     /// Walks every device's pool with `walk_seed` (blocking), the devices side by side.
@@ -102,7 +97,7 @@ impl HeldChainPools {
             steps: self.params.walk_steps,
         };
         let devices = {
-            let pools = self.pools.lock().unwrap_or_else(|p| p.into_inner());
+            let pools = self.pools.lock();
             let pools = pools.as_ref().ok_or(MinerError::PoolsReleased)?;
             side_by_side(pools, cancel, |pool| {
                 let started = Instant::now();
@@ -148,7 +143,7 @@ impl HeldChainPools {
     ) -> Result<StepOpening, MinerError> {
         let walked = self.walked.lock().unwrap_or_else(|p| p.into_inner());
         let walked = walked.as_ref().ok_or(MinerError::NotWalked)?;
-        let pools = self.pools.lock().unwrap_or_else(|p| p.into_inner());
+        let pools = self.pools.lock();
         let pools = pools.as_ref().ok_or(MinerError::PoolsReleased)?;
         let j = sample.device as usize;
         let (Some(pool), Some(device)) = (pools.get(j), walked.devices.get(j)) else {

@@ -709,6 +709,56 @@ mod tests {
         );
     }
 
+    /// A miner that says 4 gets version 4's memory phase and no fill: chains at least
+    /// `2^16 / n` steps long, enough of them for every device's pool, and openings from the
+    /// bound for its model.
+    #[test]
+    fn a_version_4_miner_is_planned_with_its_pool_in_its_chains() {
+        let mut inv = inventory("cuda", "tensor", &[H100]);
+        inv.protocol_version = 4;
+        inv.claim.devices[0].memory_bytes = 80_000_000_000;
+        inv.limits.max_chains = 1 << 20;
+        let p = plan(
+            &inv,
+            &ValidatorConfig::default(),
+            &shipped_book(),
+            true,
+            [0; 32],
+            [0; 32],
+        )
+        .unwrap();
+        assert!(p.memory.is_none(), "no version 3 phase beside version 4's");
+        let pool = p.chain_pool.as_ref().expect("version 4's phase");
+        assert_eq!(pool.params.pool_chains, vec![18310], "design table 2.6");
+        assert_eq!(p.params.n, 2048);
+        assert_eq!(p.params.iterations, 32, "16 configured, raised to 2^16 / 2048");
+        assert!(p.params.num_chains >= 18310, "{}", p.params.num_chains);
+        assert_eq!(pool.devices[0].sized_as, Some("H100 SXM"));
+        assert_eq!((pool.devices[0].steps_opened, pool.devices[0].rows_checked), (468, 174));
+        // At first contact (the shipped 0.75 of the datasheet, slack 2) the 90% holder is not
+        // claimed caught.
+        assert_eq!(pool.slack, 2.0);
+        assert!(!pool.devices[0].catches_ninety_percent);
+
+        // A miner whose limits cannot take its pool's chains is refused, saying so.
+        inv.limits.max_chains = 1000;
+        assert_eq!(
+            plan(
+                &inv,
+                &ValidatorConfig::default(),
+                &shipped_book(),
+                true,
+                [0; 32],
+                [0; 32]
+            )
+            .unwrap_err(),
+            PlanError::PoolChainsOverLimit {
+                needed: 18310,
+                max_chains: 1000
+            }
+        );
+    }
+
     #[test]
     fn memory_phase_refusals_name_their_cause() {
         let with_memory = ValidatorConfig::default();

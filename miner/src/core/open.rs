@@ -112,17 +112,7 @@ impl MinerCore {
         &self,
         request: WalkRequest,
     ) -> Result<(Arc<RecentCommitment>, WalkRequest), MinerError> {
-        let recent = self.kept.find(&request.nonce)?;
-        if request.validator_key != recent.validator_key.0 || !self.is_allowed(&recent.validator_key) {
-            return Err(MinerError::OpenNotAllowed);
-        }
-        recent
-            .validator_key
-            .verify(
-                &statement_v4::walk_request_bytes(&request.nonce, &request.walk_seed, request.deadline_ms),
-                &request.signature,
-            )
-            .map_err(|_| MinerError::BadWalkSignature)?;
+        let recent = self.signed_walk_request(&request, statement_v4::walk_request_bytes)?;
         let pools = held_chain_pools(&recent)?;
         if !pools.claim_walk() {
             return Err(MinerError::AlreadyWalked(hex::encode(request.nonce)));
@@ -193,17 +183,7 @@ impl MinerCore {
     /// recent commitment of ours, from its validator while still allowed, correctly signed,
     /// for a version 3 commitment, and the first such request. Passing uses up the walk.
     pub fn check_walk_request(&self, request: WalkRequest) -> Result<(Arc<RecentCommitment>, WalkRequest), MinerError> {
-        let recent = self.kept.find(&request.nonce)?;
-        if request.validator_key != recent.validator_key.0 || !self.is_allowed(&recent.validator_key) {
-            return Err(MinerError::OpenNotAllowed);
-        }
-        recent
-            .validator_key
-            .verify(
-                &walk_request_bytes(&request.nonce, &request.walk_seed, request.deadline_ms),
-                &request.signature,
-            )
-            .map_err(|_| MinerError::BadWalkSignature)?;
+        let recent = self.signed_walk_request(&request, walk_request_bytes)?;
         if recent.chain_pools.is_some() {
             return Err(MinerError::OtherVersion {
                 nonce: hex::encode(request.nonce),
@@ -219,6 +199,27 @@ impl MinerCore {
             return Err(MinerError::AlreadyWalked(hex::encode(request.nonce)));
         }
         Ok((recent, request))
+    }
+
+    /// A walk request's first checks, either version's: for a recent commitment of ours, from
+    /// its validator while still allowed, and signed over `statement`'s bytes.
+    fn signed_walk_request(
+        &self,
+        request: &WalkRequest,
+        statement: fn(&[u8; 32], &[u8; 32], u64) -> Vec<u8>,
+    ) -> Result<Arc<RecentCommitment>, MinerError> {
+        let recent = self.kept.find(&request.nonce)?;
+        if request.validator_key != recent.validator_key.0 || !self.is_allowed(&recent.validator_key) {
+            return Err(MinerError::OpenNotAllowed);
+        }
+        recent
+            .validator_key
+            .verify(
+                &statement(&request.nonce, &request.walk_seed, request.deadline_ms),
+                &request.signature,
+            )
+            .map_err(|_| MinerError::BadWalkSignature)?;
+        Ok(recent)
     }
 
     /// Walks the pools of `recent` (blocking) and signs the walk statement. The hold starts
