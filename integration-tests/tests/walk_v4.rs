@@ -1,8 +1,12 @@
-//! Version 4's memory phase served by the real miner over gRPC (PROTOCOL.md 20.7 and 20.8), with
-//! this test as the validator: a challenge whose pool is its first chains' final states, the
-//! `WalkStates` stream with one signed root per device, and step openings that pass 20.5's
-//! check, rows against the work function included. Then every refusal on its own status, so
-//! that a peer validator learns what it did wrong.
+//! Version 4's memory phase (PROTOCOL.md 20) with the real miner over gRPC:
+//! - with this test as the validator: a challenge whose pool is its first chains' final
+//!   states, the `WalkStates` stream with one signed root per device, step openings that pass
+//!   20.5's check (rows against the work function included), and every refusal on its own
+//!   status, so that a peer validator learns what it did wrong;
+//! - with the validator's own exchange (validator/src/attest/walk_v4.rs): per-device deadlines,
+//!   a changed opening, a faked step;
+//! - and the whole attestation with its store, a miner saying 4: an honest one passes and its
+//!   verdict states version 4, one that fakes steps fails.
 
 mod common;
 
