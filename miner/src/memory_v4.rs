@@ -81,7 +81,7 @@ impl HeldChainPools {
 
     /// Walks every device's pool with `walk_seed` (blocking), the devices side by side.
     /// `ended(j, walk_root_j, took)` is called on device `j`'s thread as soon as its walk has
-    /// ended, before the others have; `took` is the walk alone, as that device timed it.
+    /// ended, without waiting for the others; `took` is the walk alone, as that device timed it.
     pub fn walk(
         &self,
         nonce: [u8; 32],
