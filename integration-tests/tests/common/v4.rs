@@ -119,14 +119,11 @@ pub async fn validator_exchange(
         .open_chains(open_request(c.params.nonce, &[], &steps), work.n())
         .await
         .unwrap();
-    let mut places = vec![0; plan.devices.len()];
     for &step in &steps {
         let mut wire = openings.message().await.unwrap().expect("one opening per step");
         tamper(&mut wire);
-        let place = places[step.device as usize];
-        places[step.device as usize] += 1;
         walked
-            .check_opening(&work, &miner_key, step, place, &wire, &mut reasons)
+            .check_opening(&work, &miner_key, step, &wire, &mut reasons)
             .await
             .unwrap();
     }

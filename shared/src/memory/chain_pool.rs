@@ -49,6 +49,11 @@ pub enum ChainPoolParamsError {
 }
 
 impl ChainPoolParams {
+    /// Bytes each device's walk reads: `W * L` slices of 64 KiB.
+    pub fn walk_bytes(&self) -> u64 {
+        u64::from(self.walkers) * u64::from(self.walk_steps) * SLICE_BYTES as u64
+    }
+
     /// Each device's pool under `work`, split over devices as `partition` (section 6) says,
     /// after every limit of PROTOCOL.md 20.1 and 20.4 is checked.
     pub fn pools(&self, work: &Work, partition: &[DeviceSlice]) -> Result<Vec<ChainPool>, ChainPoolParamsError> {

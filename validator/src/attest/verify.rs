@@ -225,15 +225,7 @@ pub async fn sampled(
     let mut due: Vec<Due> = samples.iter().map(|&s| Due::Chain(s)).collect();
     match &memory {
         Some(MemoryOpenings::Segments(w)) => due.extend(w.samples.iter().map(|&sample| Due::Walk(sample, w.context))),
-        Some(MemoryOpenings::Steps(s)) => {
-            // Each step's place among its device's steps: what its row check was drawn by.
-            let mut places = std::collections::HashMap::new();
-            due.extend(s.steps.iter().map(|&step| {
-                let place = places.entry(step.device).or_insert(0usize);
-                *place += 1;
-                Due::Step(step, *place - 1, s.walked)
-            }));
-        }
+        Some(MemoryOpenings::Steps(s)) => due.extend(s.steps.iter().map(|&step| Due::Step(step, s.walked))),
         None => {}
     }
     for sample in due {
@@ -275,9 +267,9 @@ pub async fn sampled(
             Due::Walk(walk, context) => {
                 super::walk::check_opening(context, nonce, commitment, walk, &wire, outcome).await?
             }
-            Due::Step(step, place, walked) => {
+            Due::Step(step, walked) => {
                 walked
-                    .check_opening(work, &commitment.miner_key, step, place, &wire, &mut outcome.reasons)
+                    .check_opening(work, &commitment.miner_key, step, &wire, &mut outcome.reasons)
                     .await?
             }
         }
@@ -290,8 +282,8 @@ pub async fn sampled(
 enum Due<'a> {
     Chain(SampleRequest),
     Walk(WalkSample, &'a WalkContext),
-    /// A version 4 step, with its place among its device's steps.
-    Step(StepSample, usize, &'a StatesWalk),
+    /// A version 4 step.
+    Step(StepSample, &'a StatesWalk),
 }
 
 impl std::fmt::Display for Due<'_> {
@@ -303,7 +295,7 @@ impl std::fmt::Display for Due<'_> {
                 "walk segment {} of walker {} on device {}",
                 w.segment, w.walker, w.device
             ),
-            Due::Step(s, _, _) => write!(f, "walk step {} of walker {} on device {}", s.step, s.walker, s.device),
+            Due::Step(s, _) => write!(f, "walk step {} of walker {} on device {}", s.step, s.walker, s.device),
         }
     }
 }

@@ -43,9 +43,8 @@ pub struct WalkedDevice {
 pub struct StatesWalk {
     pub walk: SliceWalk,
     pub devices: Vec<WalkedDevice>,
-    /// Per device, the step openings (by their place among that device's samples) whose slice
-    /// gets a row check: drawn with the steps, never sent.
-    row_checked: Vec<HashSet<usize>>,
+    /// The drawn steps whose slice gets a row check: drawn with the steps, never sent.
+    row_checked: HashSet<StepSample>,
 }
 
 /// Sends the walk request and collects every device's root. `None` when the walk failed before
@@ -149,7 +148,7 @@ pub async fn walk_states(
     });
     Ok(Some(StatesWalk {
         walk,
-        row_checked: vec![HashSet::new(); devices.len()],
+        row_checked: HashSet::new(),
         devices,
     }))
 }
@@ -278,6 +277,7 @@ impl StatesWalk {
         let mut steps = Vec::new();
         for (j, planned) in plan.devices.iter().enumerate().take(self.devices.len()) {
             let count = u64::from(planned.steps_opened).min(per_device) as usize;
+            let first = steps.len();
             let mut taken = HashSet::with_capacity(count);
             while taken.len() < count {
                 let step = StepSample {
@@ -290,23 +290,22 @@ impl StatesWalk {
                 }
             }
             let rows = (planned.rows_checked as usize).min(count);
-            let checked = &mut self.row_checked[j];
-            while checked.len() < rows {
-                checked.insert((rng.next_u64() % count as u64) as usize);
+            let mut checked = 0;
+            while checked < rows {
+                let chosen = steps[first + (rng.next_u64() % count as u64) as usize];
+                checked += usize::from(self.row_checked.insert(chosen));
             }
         }
         steps
     }
 
-    /// Checks one opened step as it arrived (PROTOCOL.md 20.5), `place` being its position
-    /// among its device's samples. The row, when this opening is one to row-check, is drawn
-    /// now, after it arrived.
+    /// Checks one opened step as it arrived (PROTOCOL.md 20.5). The row, when this step is one
+    /// to row-check, is drawn now, after the opening arrived.
     pub async fn check_opening(
         &self,
         work: &Work,
         miner_key: &PublicKey,
         sample: StepSample,
-        place: usize,
         wire: &v1::ChainOpening,
         reasons: &mut Vec<Reason>,
     ) -> Result<(), AttestError> {
@@ -359,7 +358,7 @@ impl StatesWalk {
             ));
             return Ok(());
         };
-        let rows = if self.row_checked[device as usize].contains(&place) {
+        let rows = if self.row_checked.contains(&sample) {
             let mut rng = ChaCha20Rng::from_seed(random32()?);
             vec![(rng.next_u64() % u64::from(walked.pool.rows_per_slice())) as u32]
         } else {

@@ -6,6 +6,7 @@ use super::MemoryPlan;
 use super::fill::{FillWork, LEGACY_FILL_WEIGHT};
 use super::plan_v4::ChainPoolPlan;
 use gpu_attest_shared::memory::bound::VERSION_4;
+use gpu_attest_shared::memory::slice::SLICE_BYTES;
 use serde::{Deserialize, Serialize};
 
 /// One device's memory, as a verdict states it.
@@ -94,11 +95,8 @@ impl MemoryProof {
     /// `walk_samples`, and no fill. The walk's times are the slowest device's: each device was
     /// held to its own deadline, and a late one is its own reason.
     pub fn planned_v4(plan: &ChainPoolPlan, n: u32, claimed: &[u64]) -> Self {
-        let slices_per_state = u64::from(n) * u64::from(n) / gpu_attest_shared::memory::ENTRY_BYTES as u64;
+        let slices_per_state = u64::from(n) * u64::from(n) / SLICE_BYTES as u64;
         let slowest = plan.devices.iter().max_by_key(|d| d.expected_ms).cloned();
-        let walk_bytes = u64::from(plan.params.walkers)
-            * u64::from(plan.params.walk_steps)
-            * gpu_attest_shared::memory::ENTRY_BYTES as u64;
         MemoryProof {
             pool_permille: (VERSION_4.pool_share * 1000.0).round() as u32,
             walkers: plan.params.walkers,
@@ -115,7 +113,7 @@ impl MemoryProof {
                     proven_bytes: 0,
                 })
                 .collect(),
-            walk_bytes,
+            walk_bytes: plan.params.walk_bytes(),
             walk_measured_ms: 0,
             walk_expected_ms: slowest.as_ref().map_or(0, |d| d.expected_ms),
             walk_deadline_ms: plan.devices.iter().map(|d| d.deadline_ms).max().unwrap_or(0),
