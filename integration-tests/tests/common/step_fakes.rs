@@ -11,8 +11,9 @@ use gpu_attest_shared::chain::ChainResult;
 use gpu_attest_shared::cpu::CpuBackend;
 use gpu_attest_shared::matrix::Matrix;
 use gpu_attest_shared::memory::chain_pool::ChainPool;
-use gpu_attest_shared::memory::slice::slice_path;
-use gpu_attest_shared::memory::slice_walk::{DeviceWalk, SliceSource, SliceWalk, StepOpening, step};
+use gpu_attest_shared::memory::slice_walk::{
+    DeviceWalk, SliceSource, SliceWalk, StepOpening, StepStates, complete_opening, step,
+};
 use gpu_attest_shared::memory::walk::entry_index;
 use gpu_attest_shared::merkle::{MerkleProof, MerkleTree};
 use gpu_attest_shared::{Backend, BackendError, CancelToken, Digest, Work};
@@ -88,18 +89,6 @@ struct FakedWalk {
     traces: Mutex<Vec<Vec<Digest>>>,
 }
 
-impl FakedWalk {
-    /// The whole state of `chain`, from its slices.
-    fn whole_state(&self, chain: u64) -> Vec<u8> {
-        let source = self.states.source();
-        let pool = source.pool();
-        let first = (chain - pool.first_chain) * pool.slices_per_state();
-        (first..first + pool.slices_per_state())
-            .flat_map(|e| source.slice(e).iter().copied())
-            .collect()
-    }
-}
-
 impl PoolStates for FakedWalk {
     fn source(&self) -> &dyn SliceSource {
         self.states.source()
@@ -142,28 +131,7 @@ impl PoolStates for FakedWalk {
         chain: &dyn Fn(u64) -> (Vec<Digest>, MerkleProof),
     ) -> Option<StepOpening> {
         let traces = self.traces.lock().unwrap();
-        let states = traces.get(walker as usize)?;
-        let tree = MerkleTree::new(states);
-        let (t, w) = (step as usize, walker as usize);
-        let (before, after) = (*states.get(t)?, *states.get(t + 1)?);
-        let pool = self.source().pool();
-        let e = entry_index(&before, pool.slices());
-        let (chain_index, q) = pool.locate(e);
-        let (checkpoints, chain_proof) = chain(chain_index);
-        Some(StepOpening {
-            walker,
-            step,
-            walker_root: walked.walker_roots[w],
-            walker_proof: MerkleTree::new(&walked.walker_roots).proof(u64::from(walker))?,
-            start_proof: tree.proof(0)?,
-            before,
-            before_proof: tree.proof(t as u64)?,
-            after,
-            after_proof: tree.proof(t as u64 + 1)?,
-            slice: self.source().slice(e).to_vec(),
-            slice_path: slice_path(&self.whole_state(chain_index), q).ok()?,
-            checkpoints,
-            chain_proof,
-        })
+        let states = StepStates::from_trace(traces.get(walker as usize)?, step)?;
+        complete_opening(self.source(), &walked.walker_roots, walker, step, states, chain)
     }
 }

@@ -246,6 +246,66 @@ pub struct StepOpening {
     pub chain_proof: MerkleProof,
 }
 
+/// The two states of an opened step, with their proofs and the start's in the walker's tree:
+/// what a walker's trace gives, however it is kept.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StepStates {
+    pub before: Digest,
+    pub after: Digest,
+    pub start_proof: MerkleProof,
+    pub before_proof: MerkleProof,
+    pub after_proof: MerkleProof,
+}
+
+impl StepStates {
+    /// Step `step`'s states from the walker's whole trace `s_0 ..= s_L`.
+    pub fn from_trace(states: &[Digest], step: u32) -> Option<Self> {
+        let tree = MerkleTree::new(states);
+        let t = step as usize;
+        Some(StepStates {
+            before: *states.get(t)?,
+            after: *states.get(t + 1)?,
+            start_proof: tree.proof(0)?,
+            before_proof: tree.proof(t as u64)?,
+            after_proof: tree.proof(t as u64 + 1)?,
+        })
+    }
+}
+
+/// The opening of step `step` of walker `walker` from its `states`: the walker's root and its
+/// proof among `walker_roots`, the slice `before` names with its path to its state's hash, and
+/// (from `chain`) that chain's checkpoint hashes and its leaf's proof in the device root.
+pub fn complete_opening(
+    source: &dyn SliceSource,
+    walker_roots: &[Digest],
+    walker: u32,
+    step: u32,
+    states: StepStates,
+    chain: impl Fn(u64) -> (Vec<Digest>, MerkleProof),
+) -> Option<StepOpening> {
+    let pool = source.pool();
+    let e = entry_index(&states.before, pool.slices());
+    let (chain_index, q) = pool.locate(e);
+    let (checkpoints, chain_proof) = chain(chain_index);
+    // The path is cut from the whole state, which the source holds.
+    let whole = pool_state(source, chain_index);
+    Some(StepOpening {
+        walker,
+        step,
+        walker_root: *walker_roots.get(walker as usize)?,
+        walker_proof: MerkleTree::new(walker_roots).proof(u64::from(walker))?,
+        start_proof: states.start_proof,
+        before: states.before,
+        before_proof: states.before_proof,
+        after: states.after,
+        after_proof: states.after_proof,
+        slice: source.slice(e).to_vec(),
+        slice_path: slice_path(&whole, q).ok()?,
+        checkpoints,
+        chain_proof,
+    })
+}
+
 /// Opens step `step` of walker `walker` by walking it again; `chain` gives a chain's checkpoint
 /// hashes and its leaf's proof in the device root, as the miner kept them from the chains.
 pub fn open_step(
@@ -259,30 +319,8 @@ pub fn open_step(
     if walker >= walk.walkers || step >= walk.steps || walker_roots.len() != walk.walkers as usize {
         return None;
     }
-    let pool = source.pool();
-    let states = walker_states(walk, source, walker);
-    let tree = MerkleTree::new(&states);
-    let e = entry_index(&states[step as usize], pool.slices());
-    let (chain_index, q) = pool.locate(e);
-    let (checkpoints, chain_proof) = chain(chain_index);
-    let state = source.slice(e);
-    // The path is cut from the whole state, which the source holds.
-    let whole = pool_state(source, chain_index);
-    Some(StepOpening {
-        walker,
-        step,
-        walker_root: walker_roots[walker as usize],
-        walker_proof: MerkleTree::new(walker_roots).proof(u64::from(walker))?,
-        start_proof: tree.proof(0)?,
-        before: states[step as usize],
-        before_proof: tree.proof(u64::from(step))?,
-        after: states[step as usize + 1],
-        after_proof: tree.proof(u64::from(step) + 1)?,
-        slice: state.to_vec(),
-        slice_path: slice_path(&whole, q).ok()?,
-        checkpoints,
-        chain_proof,
-    })
+    let states = StepStates::from_trace(&walker_states(walk, source, walker), step)?;
+    complete_opening(source, walker_roots, walker, step, states, chain)
 }
 
 /// Opens step `step` of walker `walker` as [`open_step`] does, from the walker's kept trace:
@@ -306,7 +344,7 @@ pub fn open_kept_step(
     }
     let kept = &walked.kept[walker as usize];
     let upper = MerkleTree::over_nodes(kept.block_nodes.clone());
-    // The states of block `b` and the proof of the one at `t` in the walker's tree.
+    // The states of block `b`, and the proof of the one at `t` in the walker's tree.
     let block = |b: u32| -> Option<Vec<Digest>> {
         let start = *kept.block_starts.get(b as usize)?;
         let first = b * KEPT_EVERY;
@@ -325,29 +363,14 @@ pub fn open_kept_step(
     let here = block(b)?;
     let there = if next == b { here.clone() } else { block(next)? };
     let first = if b == 0 { here.clone() } else { block(0)? };
-    let before = *here.get((step % KEPT_EVERY) as usize)?;
-    let after = *there.get(((step + 1) % KEPT_EVERY) as usize)?;
-
-    let pool = source.pool();
-    let e = entry_index(&before, pool.slices());
-    let (chain_index, q) = pool.locate(e);
-    let (checkpoints, chain_proof) = chain(chain_index);
-    let whole = pool_state(source, chain_index);
-    Some(StepOpening {
-        walker,
-        step,
-        walker_root: walked.walker_roots[walker as usize],
-        walker_proof: MerkleTree::new(&walked.walker_roots).proof(u64::from(walker))?,
+    let states = StepStates {
+        before: *here.get((step % KEPT_EVERY) as usize)?,
+        after: *there.get(((step + 1) % KEPT_EVERY) as usize)?,
         start_proof: proof_in(&first, 0)?,
-        before,
         before_proof: proof_in(&here, step)?,
-        after,
         after_proof: proof_in(&there, step + 1)?,
-        slice: source.slice(e).to_vec(),
-        slice_path: slice_path(&whole, q).ok()?,
-        checkpoints,
-        chain_proof,
-    })
+    };
+    complete_opening(source, &walked.walker_roots, walker, step, states, chain)
 }
 
 /// The whole final state of `chain`, gathered from its slices.
