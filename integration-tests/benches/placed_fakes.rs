@@ -28,6 +28,7 @@ use gpu_attest_miner::nonces::NonceLog;
 use gpu_attest_shared::memory::bound::{self, VERSION_4};
 use gpu_attest_shared::memory::chain_pool::ChainPoolParams;
 use gpu_attest_validator::memory::plan_v4::{ChainPoolPlan, DeviceWalkPlan};
+use gpu_attest_validator::rates::RateSource;
 use gpu_attest_validator::reason::ReasonCode;
 use std::sync::Arc;
 use std::time::Instant;
@@ -119,12 +120,13 @@ async fn passes(setting: &Setting, runs: u32, seed: u8) -> u32 {
         devices: vec![DeviceWalkPlan {
             pool_chains: 2,
             bytes_per_sec: 1e9,
+            source: RateSource::Shipped,
             expected_ms: 300_000,
             deadline_ms: 600_000,
             steps_opened: setting.opened,
             rows_checked: 0,
             sized_as: None,
-            catches_ninety_percent: false,
+            held_at_least: None,
         }],
     };
     let mut passed = 0;

@@ -29,6 +29,8 @@ use gpu_attest_shared::{Digest, Work};
 use gpu_attest_validator::config::Policy;
 use gpu_attest_validator::memory::MemoryConfig;
 use gpu_attest_validator::memory::plan_v4::{ChainPoolPlan, DeviceWalkPlan};
+use gpu_attest_validator::rates::RateSource;
+use gpu_attest_validator::rates::class::{walk_class, walk_v4_class};
 use gpu_attest_validator::reason::{Reason, ReasonCode};
 use std::sync::Arc;
 use tonic::Code;
@@ -324,12 +326,13 @@ fn exchange_plan(pool_chains: Vec<u64>, deadlines: [u64; DEVICES as usize]) -> C
         .map(|(&chains, deadline_ms)| DeviceWalkPlan {
             pool_chains: chains,
             bytes_per_sec: 1e9,
+            source: RateSource::Shipped,
             expected_ms: deadline_ms / 2,
             deadline_ms,
             steps_opened: 8,
             rows_checked: 3,
             sized_as: None,
-            catches_ninety_percent: false,
+            held_at_least: None,
         })
         .collect();
     ChainPoolPlan {
@@ -537,9 +540,13 @@ async fn honest_version_4_attestation(seed: u8, policy: Policy, named: &str) {
     let kernel = cpu.kernel();
     let core = v4_miner(seed, kernel, Arc::new(cpu));
     assert_eq!(core.inventory().protocol_version, 4, "the preview says 4");
+    let (key, claim) = (core.public_key(), core.claim());
     let miner = spawn_miner(core).await;
     let dir = TempDir::new("attest-v4");
     let attestor = attestor(&v4_validator_config(&dir, policy)).await;
+    // Registered, so that its pass teaches this validator its classes.
+    let store = attestor.store();
+    store.register_miner(&miner.url(), None, key, false, 1).await.unwrap();
     let verdict = attestor.attest(&miner.url(), &|_| {}).await.expect("a verdict");
     assert!(verdict.passed, "{policy:?}: {:?}", verdict.reasons);
     assert_eq!(verdict.policy, named);
@@ -564,6 +571,34 @@ async fn honest_version_4_attestation(seed: u8, policy: Policy, named: &str) {
     assert!(
         (proven_ops / chains_ops - 1.0).abs() < 0.01,
         "{proven_ops} against {chains_ops}"
+    );
+    // The device's own walk: its clock, its class's first-contact rate, its openings, and no
+    // bound claimed for a CPU (the bound's table has no CPU model).
+    let walk = memory.devices[0]
+        .walk
+        .as_ref()
+        .expect("version 4 states each device's walk");
+    assert_eq!(walk.measured_ms, memory.walk_measured_ms, "one device: the slowest");
+    assert!(walk.measured_ms <= walk.deadline_ms && walk.expected_ms > 0);
+    assert_eq!(walk.bandwidth_source, "shipped", "first contact with its walk-v4 class");
+    assert_eq!((walk.steps_opened, walk.rows_checked), (1512, 434));
+    assert_eq!((walk.sized_as.as_str(), walk.held_at_least), ("", None));
+    let proven = walk.proven_bytes_per_sec.expect("a pass proves the device's bandwidth");
+    // The pass teaches its walk-v4 class, per core, and not version 3's walk class.
+    let device = &claim.devices[0];
+    let taught = store
+        .observations(&walk_v4_class(&claim, device, 256), 0)
+        .await
+        .unwrap();
+    assert_eq!(taught.len(), 1);
+    assert!((taught[0].ops_per_unit * f64::from(device.sm_count) / proven - 1.0).abs() < 1e-9);
+    assert!(
+        store
+            .observations(&walk_class(&claim, device), 0)
+            .await
+            .unwrap()
+            .is_empty(),
+        "a version 4 walk teaches no version 3 rate"
     );
     // What was stored reads back the same, version included.
     let stored = stored_verdicts(&attestor).await;

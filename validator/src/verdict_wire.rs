@@ -5,7 +5,7 @@
 //! the round trip exact.
 
 use crate::device_identity::{DeviceIdentity, IdentityProof, IdentityStatus};
-use crate::memory::proof::{DeviceMemory, MemoryProof};
+use crate::memory::proof::{DeviceMemory, DeviceWalk, MemoryProof};
 use crate::rates::RateSource;
 use crate::reason::{Reason, ReasonCode};
 use crate::store::{FirstRun, StoredParams, Verdict};
@@ -90,6 +90,18 @@ pub fn verdict_to_wire(v: &Verdict) -> v1::Verdict {
                     claimed_bytes: d.claimed_bytes,
                     pool_entries: d.pool_entries,
                     proven_bytes: d.proven_bytes,
+                    walk: d.walk.as_ref().map(|w| v1::DeviceWalkVerdict {
+                        measured_ms: w.measured_ms,
+                        expected_ms: w.expected_ms,
+                        deadline_ms: w.deadline_ms,
+                        expected_bytes_per_sec: w.expected_bytes_per_sec,
+                        proven_bytes_per_sec: w.proven_bytes_per_sec.unwrap_or(0.0),
+                        bandwidth_source: w.bandwidth_source.clone(),
+                        steps_opened: w.steps_opened,
+                        rows_checked: w.rows_checked,
+                        sized_as: w.sized_as.clone(),
+                        held_at_least: w.held_at_least,
+                    }),
                 })
                 .collect(),
             walk_bytes: m.walk_bytes,
@@ -195,6 +207,18 @@ pub fn verdict_from_wire(v: &v1::Verdict) -> Verdict {
                     claimed_bytes: d.claimed_bytes,
                     pool_entries: d.pool_entries,
                     proven_bytes: d.proven_bytes,
+                    walk: d.walk.as_ref().map(|w| DeviceWalk {
+                        measured_ms: w.measured_ms,
+                        expected_ms: w.expected_ms,
+                        deadline_ms: w.deadline_ms,
+                        expected_bytes_per_sec: w.expected_bytes_per_sec,
+                        proven_bytes_per_sec: positive(w.proven_bytes_per_sec),
+                        bandwidth_source: w.bandwidth_source.clone(),
+                        steps_opened: w.steps_opened,
+                        rows_checked: w.rows_checked,
+                        sized_as: w.sized_as.clone(),
+                        held_at_least: w.held_at_least,
+                    }),
                 })
                 .collect(),
             walk_bytes: m.walk_bytes,
@@ -257,11 +281,49 @@ mod tests {
             walk_steps: 4096,
             walk_checkpoint_every: 8,
             walk_samples: 64,
-            devices: vec![DeviceMemory {
-                claimed_bytes: 1 << 30,
-                pool_entries: 15564,
-                proven_bytes: 15564 * 65536,
-            }],
+            // A version 3 device, then version 4's (its own walk, with and without a bound).
+            devices: vec![
+                DeviceMemory {
+                    claimed_bytes: 1 << 30,
+                    pool_entries: 15564,
+                    proven_bytes: 15564 * 65536,
+                    walk: None,
+                },
+                DeviceMemory {
+                    claimed_bytes: 80 << 30,
+                    pool_entries: 1_171_840,
+                    proven_bytes: 1_171_840 * 65536,
+                    walk: Some(DeviceWalk {
+                        measured_ms: 1900,
+                        expected_ms: 2000,
+                        deadline_ms: 4000,
+                        expected_bytes_per_sec: 2.5e12,
+                        proven_bytes_per_sec: Some(2.6e12),
+                        bandwidth_source: "shipped".into(),
+                        steps_opened: 468,
+                        rows_checked: 174,
+                        sized_as: "H100 SXM".into(),
+                        held_at_least: Some(0.8563),
+                    }),
+                },
+                DeviceMemory {
+                    claimed_bytes: 1 << 20,
+                    pool_entries: 16,
+                    proven_bytes: 16 * 65536,
+                    walk: Some(DeviceWalk {
+                        measured_ms: 30,
+                        expected_ms: 40,
+                        deadline_ms: 80,
+                        expected_bytes_per_sec: 2.0e9,
+                        proven_bytes_per_sec: Some(2.2e9),
+                        bandwidth_source: "calibrated".into(),
+                        steps_opened: 1512,
+                        rows_checked: 434,
+                        sized_as: String::new(),
+                        held_at_least: None,
+                    }),
+                },
+            ],
             walk_bytes: 1 << 40,
             walk_measured_ms: 2100,
             walk_expected_ms: 2000,

@@ -99,7 +99,7 @@ enabled = false
     daemon.stop()
 
 
-def start_miner(workdir: Path, name: str, validator_key: str, cheat: str = "") -> Daemon:
+def start_miner(workdir: Path, name: str, validator_key: str, cheat: str = "", config: str = "") -> Daemon:
     home = workdir / name
     home.mkdir()
     keygen("miner", home / "miner.key")
@@ -107,6 +107,9 @@ def start_miner(workdir: Path, name: str, validator_key: str, cheat: str = "") -
         args = [binary("cheating-miner"), "--cheat", cheat]
     else:
         args = [binary("miner"), "serve", "--backend", "cpu", "--cpu-threads", "1"]
+        if config:
+            (home / "miner.toml").write_text(config)
+            args += ["--config", str(home / "miner.toml")]
     args += ["--listen", "127.0.0.1:0", "--key-file", str(home / "miner.key"), "--allow-validator", validator_key]
     return Daemon(args, home, name)
 
@@ -121,5 +124,15 @@ def honest_miner(workdir, validator_key):
 @pytest.fixture(scope="module")
 def cheating_miner(workdir, validator_key):
     daemon = start_miner(workdir, "cheater", validator_key, cheat="wrong-global-checksum")
+    yield daemon
+    daemon.stop()
+
+
+@pytest.fixture(scope="module")
+def v4_miner(workdir, validator_key):
+    """A miner that says protocol version 4 (the preview), claiming 1 MiB so that its pool's
+    chains (15 states of 64 KiB, 256 steps each) run in seconds on one core."""
+    config = "cpu_memory_mib = 1\n[limits]\npreview_protocol_4 = true\n"
+    daemon = start_miner(workdir, "v4", validator_key, config=config)
     yield daemon
     daemon.stop()

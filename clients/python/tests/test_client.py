@@ -88,12 +88,14 @@ def test_a_failed_verdict_gives_its_reasons_as_codes(api, cheating_miner):
     assert all(not v.passed for v in failed)
 
 
-def test_a_verdicts_json_is_the_validators_own(api, honest_miner, cheating_miner, workdir):
+def test_a_verdicts_json_is_the_validators_own(api, honest_miner, cheating_miner, v4_miner, workdir):
     """One schema (PROTOCOL.md 16.1): ``to_json()`` of each listed verdict is the object
     ``validator verdicts --json`` prints for it from the database, field for field, a pass and
-    a fail among them."""
+    a fail among them, and a version 4 verdict with each device's own walk."""
     api.attest(honest_miner.url)
     api.attest(cheating_miner.url)
+    v4 = api.attest(v4_miner.url)
+    assert v4.passed and v4.protocol_version == 4, v4.reasons
     from_client = {v.id: v.to_json() for v in api.list_verdicts()}
     listed = subprocess.run(
         [binary("validator"), "verdicts", "--json", "--database", str(workdir / "validator.db")],
@@ -102,6 +104,10 @@ def test_a_verdicts_json_is_the_validators_own(api, honest_miner, cheating_miner
     from_database = {v["id"]: v for v in json.loads(listed)}
     assert from_client == from_database
     assert any(not v["passed"] for v in from_client.values())
+    walk = from_client[v4.id]["memory"]["devices"][0]["walk"]
+    assert walk["measured_ms"] > 0 and walk["proven_bytes_per_sec"] > 0
+    # A CPU is no model of the bound's table: opened as its worst row, no bound claimed.
+    assert (walk["steps_opened"], walk["sized_as"], walk["held_at_least"]) == (1512, "", None)
 
 
 def test_the_rate_table_lists_the_class_just_attested(api, honest_miner):
@@ -112,7 +118,7 @@ def test_the_rate_table_lists_the_class_just_attested(api, honest_miner):
         table = api.list_rates()
     finally:
         api.remove_miner(honest_miner.url)
-    cpu = [c for c in table.classes if c.backend == "cpu" and c.kernel != "walk"]
+    cpu = [c for c in table.classes if c.backend == "cpu" and c.kernel not in ("walk", "walk-v4")]
     assert cpu and all(c.ops_per_sec > 0 and c.unit == "core" for c in cpu), table
     assert table.calibration_min_miners >= 1
     assert any(r.backend == "cpu" for r in table.shipped)

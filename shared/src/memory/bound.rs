@@ -299,6 +299,80 @@ impl Design {
     }
 }
 
+/// What one device's walk proves at the clock it was timed by, with the openings it was opened
+/// with: the weaker bound a first-contact verdict (or any verdict whose device is expected below
+/// the design's `eta`) states instead of "holding 90% is caught".
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Proven {
+    /// `x*` at this clock.
+    pub undetected: f64,
+    /// The smallest pool shortfall caught with probability at least `1 - pass`, whatever the
+    /// cheater fakes: its faked steps by the openings (with grinding, 6.2), its cheap states by
+    /// the row checks. 1 when no shortfall is.
+    pub shortfall_caught: f64,
+    /// `pool_share * (1 - shortfall_caught)`: a device holding less of its claim than this is
+    /// caught with probability at least `1 - pass`.
+    pub held_at_least: f64,
+}
+
+/// The share of bad steps that `count` independent draws catch with probability `1 - pass`:
+/// `1 - pass^(1 / count)`; all of them (1) when nothing is drawn.
+fn caught_share(count: u32, pass: f64) -> f64 {
+    if count == 0 {
+        return 1.0;
+    }
+    1.0 - pass.powf(1.0 / f64::from(count))
+}
+
+impl Design {
+    /// What `steps` openings and `rows` row checks prove of a device of `model` timed at `slack`
+    /// over `eta` of its datasheet bandwidth, against `sources`; `None` where the model lacks
+    /// them. The faked share grows with the shortfall, so the smallest caught shortfall is found
+    /// by bisection between `x*` and 1.
+    pub fn proven(
+        &self,
+        model: &DeviceModel,
+        sources: Sources,
+        slack: f64,
+        eta: f64,
+        steps: u32,
+        rows: u32,
+    ) -> Option<Proven> {
+        let rate = model.source_rate(sources, self.kappa)?;
+        let undetected = WalkClock {
+            slack,
+            rate: eta * model.bandwidth,
+        }
+        .undetected_shortfall(rate);
+        let reads = (slack / eta).max(1.0);
+        let step_share = caught_share(steps, self.pass);
+        let faked_short = |x: f64| least_faked_share(x, undetected, reads).unwrap_or(0.0) - step_share;
+        let top = 1.0 - 1e-12;
+        let by_steps = if undetected >= top || faked_short(top) < 0.0 {
+            1.0
+        } else {
+            let (mut low, mut high) = (undetected, top);
+            // 48 halvings: the shortfall to 1e-14, far below any figure a verdict states.
+            for _ in 0..48 {
+                let mid = 0.5 * (low + high);
+                if faked_short(mid) >= 0.0 {
+                    high = mid;
+                } else {
+                    low = mid;
+                }
+            }
+            high
+        };
+        let by_rows = undetected + caught_share(rows, self.pass);
+        let shortfall_caught = by_steps.max(by_rows).min(1.0);
+        Some(Proven {
+            undetected,
+            shortfall_caught,
+            held_at_least: self.pool_share * (1.0 - shortfall_caught),
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -384,6 +458,48 @@ mod tests {
         }
         assert_eq!(sized_sources(model("GH200 96 GB").unwrap()), Sources::Regenerate);
         assert_eq!(sized_sources(model("H100 SXM").unwrap()), Sources::RegenerateAndHost);
+    }
+
+    /// At the design's clock its own counts prove the 90% holder caught, on every model; at
+    /// first contact (S = 2 over 0.75 of the datasheet) the same counts prove less, and more
+    /// openings prove more.
+    #[test]
+    fn the_proven_bound_follows_the_clock_and_the_openings() {
+        for m in MODELS {
+            let sources = sized_sources(m);
+            let sizing = VERSION_4.size(m, sources).unwrap();
+            let (steps, rows) = (sizing.openings.unwrap(), sizing.row_checks.unwrap());
+            let at_design = VERSION_4
+                .proven(m, sources, VERSION_4.slack, VERSION_4.eta, steps, rows)
+                .unwrap();
+            assert!(at_design.held_at_least >= 0.9 - 1e-9, "{}: {at_design:?}", m.name);
+            assert!((at_design.undetected - sizing.undetected).abs() < 1e-12);
+            // Fewer openings than sized prove less than the 90% holder.
+            let fewer = VERSION_4
+                .proven(m, sources, VERSION_4.slack, VERSION_4.eta, steps / 2, rows / 2)
+                .unwrap();
+            assert!(fewer.held_at_least < 0.9, "{}: {fewer:?}", m.name);
+        }
+        let h100 = model("H100 SXM").unwrap();
+        let first = VERSION_4
+            .proven(h100, Sources::RegenerateAndHost, 2.0, 0.75, 468, 174)
+            .unwrap();
+        // x* = 2 / 0.75 * 78.1 / 3350 = 6.22%; the openings add what they catch beyond it.
+        assert!((first.undetected - 0.0622).abs() < 0.0001, "{first:?}");
+        assert!(first.held_at_least < 0.9 && first.held_at_least > 0.85, "{first:?}");
+        let more = VERSION_4
+            .proven(h100, Sources::RegenerateAndHost, 2.0, 0.75, 1512, 434)
+            .unwrap();
+        assert!(more.held_at_least > first.held_at_least);
+        // A clock that hides everything proves nothing.
+        let blind = VERSION_4
+            .proven(h100, Sources::RegenerateAndHost, 100.0, 0.01, 468, 174)
+            .unwrap();
+        assert_eq!((blind.shortfall_caught, blind.held_at_least), (1.0, 0.0));
+        assert_eq!(
+            VERSION_4.proven(h100, Sources::RegenerateAndGrace, 1.25, 0.9, 1, 1),
+            None
+        );
     }
 
     #[test]

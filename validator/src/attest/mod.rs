@@ -32,7 +32,7 @@ use crate::metrics::{Phase, ValidatorMetrics};
 use crate::planner::{Plan, PlanError, classes, plan};
 use crate::rates::RateBook;
 use crate::rates::class::homogeneous;
-use crate::rates::class::walk_class;
+use crate::rates::class::{walk_class, walk_v4_class};
 use crate::store::{ClassObservation, Store, StoreError, Verdict};
 use client::MinerConnection;
 use exchange::{AcceptWindow, Committed, Received, await_commitment};
@@ -488,9 +488,10 @@ impl Attestor {
                 )
                 .await?;
                 if let (Some(walked), Some(proof)) = (&walked, outcome.memory.as_mut()) {
-                    // The slowest device's time: what the proof's one walk time states.
-                    let slowest_us = walked.devices.iter().map(|d| d.measured_us).max().unwrap_or(0);
-                    proof.walk_measured_ms = slowest_us.div_ceil(1000).max(1);
+                    // Each device's own time, and the slowest as the proof's one walk time.
+                    for (j, device) in walked.devices.iter().enumerate() {
+                        proof.record_device_walk(j, device.measured_us.div_ceil(1000).max(1));
+                    }
                 }
                 walked
                     .map(|mut walked| {
@@ -679,19 +680,35 @@ fn check_url(url: &str) -> Result<(), AttestError> {
     }
 }
 
-/// What a passing verdict teaches about its hardware class: the class rate it proves per unit
-/// (the fill counted at its weight), and the proven walk bandwidth per unit of its walk class.
-/// Only a claim of one class teaches anything, since a mixed claim's rate cannot be split
-/// between its classes; a failed verdict teaches nothing, a graded miss included (its rate is
-/// below what the class must reach).
+/// What a passing verdict teaches about its hardware classes: the class rate it proves per
+/// unit (the fill counted at its weight), and the proven walk bandwidth per unit of each walk
+/// class. A compute rate (and version 3's one walk time) is learned only from a claim of one
+/// class, since a mixed claim's rate cannot be split between its classes; version 4 clocks each
+/// device on its own, so each device teaches its own `walk-v4` class whatever sits beside it. A
+/// failed verdict teaches nothing, a graded miss included (its rate is below what the class
+/// must reach).
 fn learned_from(verdict: &Verdict, claim: &HardwareClaim, miner_key: [u8; 32]) -> Vec<ClassObservation> {
     if !verdict.passed {
         return Vec::new();
     }
-    let Some((class, units)) = homogeneous(claim, verdict.params.n) else {
-        return Vec::new();
-    };
     let mut learned = Vec::new();
+    let memory = verdict.memory.as_ref();
+    if memory.is_some_and(|m| m.protocol_version() >= 4) {
+        // A version 4 walk is timed without the host: it must not raise the rate version 3
+        // walks are timed at, nor be timed by theirs.
+        for (device, walked) in claim.devices.iter().zip(memory.map_or(&[][..], |m| &m.devices)) {
+            if let Some(rate) = walked.walk.as_ref().and_then(|w| w.proven_bytes_per_sec) {
+                learned.push(ClassObservation {
+                    class: walk_v4_class(claim, device, verdict.params.n),
+                    miner_key,
+                    ops_per_unit: rate / crate::rates::class::units(&claim.backend, device),
+                });
+            }
+        }
+    }
+    let Some((class, units)) = homogeneous(claim, verdict.params.n) else {
+        return learned;
+    };
     // The class's rate, not the plain operations over the time: a pass with pools spent most of
     // its time filling at n = 256, which the deadline timed at the fill's weight.
     if let Some(proven) = verdict.throughput.proven_class_rate() {
@@ -701,15 +718,10 @@ fn learned_from(verdict: &Verdict, claim: &HardwareClaim, miner_key: [u8; 32]) -
             ops_per_unit: proven / units,
         });
     }
-    // Version 3's walk classes only: a version 4 walk is timed without the host, per device,
-    // and must not raise the rate version 3 walks are timed at (until version 4 has classes of
-    // its own, it is timed at version 3's, which leaves it room).
-    let walk_rate = verdict
-        .memory
-        .as_ref()
+    let version_3_walk = memory
         .filter(|m| m.protocol_version() == 3)
         .and_then(|m| m.proven_walk_bytes_per_sec);
-    if let (Some(per_device), Some(device)) = (walk_rate, claim.devices.first()) {
+    if let (Some(per_device), Some(device)) = (version_3_walk, claim.devices.first()) {
         // Every device walked the same bytes in the measured time; a unit is a core on CPUs.
         learned.push(ClassObservation {
             class: walk_class(claim, device),

@@ -5,9 +5,10 @@
 //! open on each device, from `shared::memory::bound` rather than a constant.
 //!
 //! Nothing here reads the rate book or the configuration file: the caller gives each device's
-//! expected walk rate and whether it was observed, so that the arithmetic is tested alone.
+//! expected walk rate and where it came from, so that the arithmetic is tested alone.
 
-use gpu_attest_shared::memory::bound::{self, Design, DeviceModel, MODELS, VERSION_4};
+use crate::rates::RateSource;
+use gpu_attest_shared::memory::bound::{self, Design, DeviceModel, MODELS, Proven, VERSION_4};
 use gpu_attest_shared::memory::chain_pool::{ChainPoolParams, MAX_POOL_SLICES, MAX_WALK_STEPS};
 use gpu_attest_shared::memory::params::MAX_WALKERS;
 use gpu_attest_shared::memory::slice::SLICE_BYTES;
@@ -22,6 +23,10 @@ pub struct V4Settings {
     /// Pool share, kappa, calibrated slack, the honest walk's share of the datasheet, and the
     /// pass probability the openings are sized for.
     pub design: Design,
+    /// Deadline over expected walk time when every device's rate was observed. The design's
+    /// 1.25 waits for a measured device-timed spread (p99 of time over expected at most 1.1);
+    /// until then `[memory] slack`. The verdict's bound is computed at whichever is used.
+    pub calibrated_slack: f64,
     pub first_contact_slack: f64,
     pub walkers_per_gpu: u32,
     pub walkers_per_core: u32,
@@ -33,6 +38,7 @@ impl Default for V4Settings {
     fn default() -> Self {
         V4Settings {
             design: VERSION_4,
+            calibrated_slack: 1.5,
             first_contact_slack: 2.0,
             walkers_per_gpu: 8192,
             walkers_per_core: 4,
@@ -46,8 +52,9 @@ impl Default for V4Settings {
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct ExpectedWalk {
     pub bytes_per_sec: f64,
-    /// Learned from this validator's (or its peers') passing verdicts, rather than shipped.
-    pub observed: bool,
+    /// Where the rate came from: observed (learned from this validator's or its peers' passing
+    /// verdicts, the calibrated slack) or shipped (first contact).
+    pub source: RateSource,
 }
 
 /// One device's part of the plan.
@@ -56,6 +63,7 @@ pub struct DeviceWalkPlan {
     /// `N_j`: chains whose final states are the pool.
     pub pool_chains: u64,
     pub bytes_per_sec: f64,
+    pub source: RateSource,
     /// This device's walk at its own expected rate, and its own deadline: each device's root
     /// is clocked on its own (design 5.2).
     pub expected_ms: u64,
@@ -66,9 +74,21 @@ pub struct DeviceWalkPlan {
     /// The model of the bound's table these counts come from; `None` when the device is none of
     /// them and is sized for the table's worst row.
     pub sized_as: Option<&'static str>,
-    /// Whether a device holding 90% of its claim is caught at this slack (design 4.4); `false`
-    /// at first contact on some models, whose verdict then proves the weaker bound.
-    pub catches_ninety_percent: bool,
+    /// The share of its claim below which this device is caught with probability at least
+    /// `1 - pass` (0.995), against its model's sized sources (design 4.4 row C; row A on a
+    /// GH200), at this clock and with these openings; `None` for a device outside the bound's
+    /// table, of which nothing is claimed. Below 0.9 at first contact on some models.
+    pub held_at_least: Option<f64>,
+}
+
+impl DeviceWalkPlan {
+    /// Whether a device holding 90% of its claim is caught (design 4.4); `false` for a device
+    /// outside the table, and at first contact on some models.
+    pub fn catches_ninety_percent(&self) -> bool {
+        // The counts are whole numbers rounded up from the bound, so at the design's clock the
+        // bound sits at or just above 0.9; the tolerance absorbs the bisection's last bits.
+        self.held_at_least.is_some_and(|h| h >= 0.9 - 1e-9)
+    }
 }
 
 /// Version 4's memory phase for one challenge.
@@ -121,30 +141,40 @@ pub fn min_iterations(n: u32, checkpoint_every: u32) -> u32 {
     KAPPA_OVER_TWO.div_ceil(n.max(1)).max(every).div_ceil(every) * every
 }
 
-/// The bound's counts for `model`: steps to open and rows to check at the design's calibrated
-/// slack, and whether they catch a device holding 90% of its claim with the design's pass
-/// probability when its walk is timed at `slack` over `eta` of its datasheet bandwidth (the
-/// rate it is expected at). At first contact the clock hides
-/// nearly all of that shortfall, and catching the rest would take thousands of openings: the
-/// calibrated counts are opened still (they catch a cheater short of more than the clock hides)
-/// and the verdict proves the weaker bound.
-fn counts(design: &Design, model: &DeviceModel, slack: f64, eta: f64) -> (u32, u32, bool) {
+/// Steps to open, rows to check, and what they prove.
+type Counts = (u32, u32, Option<Proven>);
+
+/// The bound's counts for `model` and what they prove: steps to open and rows to check at the
+/// design's calibrated slack, raised towards what the device's own clock needs (`slack` over
+/// `eta` of its datasheet bandwidth, the rate it is expected at), but never past `cap` (the
+/// table's worst row, what a device outside the table is opened with, which bounds this
+/// validator's work). At first contact the clock hides nearly all of an H100's 90% holder's
+/// shortfall, and catching the rest would take thousands of openings: the capped counts are
+/// opened (they catch a cheater short of more than the clock hides) and the verdict states
+/// the weaker bound they prove.
+fn counts(design: &Design, model: &DeviceModel, slack: f64, eta: f64, cap: (u32, u32)) -> Counts {
     let sources = bound::sized_sources(model);
     let Some((steps, rows)) = design
         .size(model, sources)
         .and_then(|s| Some((s.openings?, s.row_checks?)))
     else {
-        return (0, 0, false);
+        return (0, 0, None);
     };
-    let here = Design { slack, eta, ..*design }.size(model, sources);
-    let catches = here.and_then(|s| s.openings).is_some_and(|needed| needed <= steps);
-    (steps, rows, catches)
+    let here = Design { slack, eta, ..*design }
+        .size(model, sources)
+        .and_then(|s| Some((s.openings?, s.row_checks?)));
+    let (steps, rows) = match here {
+        Some((s, r)) => (steps.max(s.min(cap.0)), rows.max(r.min(cap.1))),
+        None => (steps, rows),
+    };
+    (steps, rows, design.proven(model, sources, slack, eta, steps, rows))
 }
 
-/// The most any model of the table needs: what a device outside it is sized for.
+/// The most any model of the table needs at the design's clock: what a device outside it is
+/// sized for.
 fn worst_counts(design: &Design) -> (u32, u32) {
     MODELS.iter().fold((0, 0), |(steps, rows), model| {
-        let (s, r, _) = counts(design, model, design.slack, design.eta);
+        let (s, r, _) = counts(design, model, design.slack, design.eta, (0, 0));
         (steps.max(s), rows.max(r))
     })
 }
@@ -206,9 +236,9 @@ pub fn plan_chain_pools(
             bytes_per_sec: rate.bytes_per_sec,
         });
     }
-    let observed = rates.iter().all(|r| r.observed);
+    let observed = rates.iter().all(|r| r.source.is_observed());
     let slack = if observed {
-        design.slack
+        settings.calibrated_slack
     } else {
         settings.first_contact_slack
     };
@@ -238,6 +268,9 @@ pub fn plan_chain_pools(
 
     let walk_bytes = f64::from(walkers) * f64::from(walk_steps) * SLICE_BYTES as f64;
     let worst = worst_counts(design);
+    // Devices of one model at one rate (a host of eight alike) share their counts: the bound's
+    // bisection is computed once for them.
+    let mut sized: Vec<(&str, u64, Counts)> = Vec::new();
     let plans = devices
         .iter()
         .zip(rates)
@@ -246,25 +279,33 @@ pub fn plan_chain_pools(
             let model = bound::model_for_device(&device.name, device.memory_bytes);
             // The clock hides more the lower the expected rate is against the datasheet: the
             // bound is taken at the rate this device is actually expected at (a first-contact
-            // rate is 0.75 of the datasheet; a rate learned from version 3's walks, timed with
-            // the host inside, about 0.65), never at the design's 0.9 unless it is that.
-            let (steps_opened, rows_checked, catches) = match model {
+            // rate is 0.75 of the datasheet), never at the design's 0.9 unless it is that.
+            let (steps_opened, rows_checked, proven) = match model {
                 Some(model) => {
-                    let expected_eta = (rate.bytes_per_sec / model.bandwidth).min(1.0);
-                    counts(design, model, slack, expected_eta)
+                    let key = (model.name, rate.bytes_per_sec.to_bits());
+                    match sized.iter().find(|(name, bits, _)| (*name, *bits) == key) {
+                        Some((_, _, counted)) => *counted,
+                        None => {
+                            let expected_eta = (rate.bytes_per_sec / model.bandwidth).min(1.0);
+                            let counted = counts(design, model, slack, expected_eta, worst);
+                            sized.push((key.0, key.1, counted));
+                            counted
+                        }
+                    }
                 }
-                None => (worst.0, worst.1, false),
+                None => (worst.0, worst.1, None),
             };
             let expected_ms = (walk_bytes / rate.bytes_per_sec * 1e3).ceil() as u64;
             DeviceWalkPlan {
                 pool_chains,
                 bytes_per_sec: rate.bytes_per_sec,
+                source: rate.source,
                 expected_ms,
                 deadline_ms: (expected_ms as f64 * slack).ceil() as u64,
                 steps_opened,
                 rows_checked,
                 sized_as: model.map(|m| m.name),
-                catches_ninety_percent: catches,
+                held_at_least: proven.map(|p| p.held_at_least),
             }
         })
         .collect();
@@ -303,10 +344,18 @@ mod tests {
         }
     }
 
+    /// The design's own parameters, its calibrated slack of 1.25 included.
+    fn design_settings() -> V4Settings {
+        V4Settings {
+            calibrated_slack: VERSION_4.slack,
+            ..V4Settings::default()
+        }
+    }
+
     fn calibrated(bytes_per_sec: f64) -> ExpectedWalk {
         ExpectedWalk {
             bytes_per_sec,
-            observed: true,
+            source: RateSource::Calibrated,
         }
     }
 
@@ -340,7 +389,7 @@ mod tests {
                 &[calibrated(3e12)],
                 2048,
                 8,
-                &V4Settings::default(),
+                &design_settings(),
             )
             .unwrap();
             assert_eq!(plan.params.pool_chains, vec![want], "{name}");
@@ -360,7 +409,7 @@ mod tests {
         ];
         // Each at the design's 0.9 of its datasheet bandwidth.
         let rates = [0.9 * 3.35e12, 0.9 * 4.8e12, 0.9 * 1.008e12, 0.9 * 8.64e11].map(calibrated);
-        let plan = plan_chain_pools("cuda", &devices, &rates, 2048, 8, &V4Settings::default()).unwrap();
+        let plan = plan_chain_pools("cuda", &devices, &rates, 2048, 8, &design_settings()).unwrap();
         let got: Vec<_> = plan
             .devices
             .iter()
@@ -375,9 +424,9 @@ mod tests {
                 (1512, 434, None),
             ]
         );
-        assert!(plan.devices[..3].iter().all(|d| d.catches_ninety_percent));
+        assert!(plan.devices[..3].iter().all(|d| d.catches_ninety_percent()));
         assert!(
-            !plan.devices[3].catches_ninety_percent,
+            !plan.devices[3].catches_ninety_percent(),
             "nothing is claimed for a model the bound lacks"
         );
         assert_eq!(plan.slack, 1.25);
@@ -391,7 +440,7 @@ mod tests {
             gpu("NVIDIA H100 80GB HBM3", 80_000_000_000),
         ];
         let rates = [calibrated(4.3e12), calibrated(3.0e12)];
-        let plan = plan_chain_pools("cuda", &devices, &rates, 2048, 8, &V4Settings::default()).unwrap();
+        let plan = plan_chain_pools("cuda", &devices, &rates, 2048, 8, &design_settings()).unwrap();
         let (fast, slow) = (&plan.devices[0], &plan.devices[1]);
         let walk_bytes = f64::from(plan.params.walkers) * f64::from(plan.params.walk_steps) * 65536.0;
         assert_eq!(fast.expected_ms, (walk_bytes / 4.3e12 * 1e3).ceil() as u64);
@@ -425,20 +474,37 @@ mod tests {
         let device = [gpu("NVIDIA H100 80GB HBM3", 80_000_000_000)];
         let first = [ExpectedWalk {
             bytes_per_sec: 0.75 * 3.35e12,
-            observed: false,
+            source: RateSource::Shipped,
         }];
-        let plan = plan_chain_pools("cuda", &device, &first, 2048, 8, &V4Settings::default()).unwrap();
+        let plan = plan_chain_pools("cuda", &device, &first, 2048, 8, &design_settings()).unwrap();
         assert_eq!(plan.slack, 2.0);
         let d = &plan.devices[0];
         assert!(
-            !d.catches_ninety_percent,
+            !d.catches_ninety_percent(),
             "x* at S = 2 over 0.75 of the datasheet is past the 90% holder's shortfall"
         );
         assert_eq!(
             (d.steps_opened, d.rows_checked),
-            (468, 174),
-            "the calibrated counts still open the walk"
+            (1512, 434),
+            "catching the 90% holder would take more: opened as the worst row"
         );
+        // The weaker bound the verdict states: the clock hides 6.22%, the openings catch what
+        // lies beyond it less surely than at the calibrated clock.
+        let held = d.held_at_least.unwrap();
+        assert!((held - 0.8842).abs() < 0.0001, "{held}");
+
+        // An H200's first contact needs fewer than the worst row's openings to catch the 90%
+        // holder: it is opened that much, and claims it.
+        let h200 = [gpu("NVIDIA H200", 141_000_000_000)];
+        let first = [ExpectedWalk {
+            bytes_per_sec: 0.75 * 4.8e12,
+            source: RateSource::Shipped,
+        }];
+        let plan = plan_chain_pools("cuda", &h200, &first, 2048, 8, &design_settings()).unwrap();
+        let d = &plan.devices[0];
+        assert!(d.steps_opened > 325 && d.steps_opened <= 1512, "{}", d.steps_opened);
+        assert!(d.rows_checked > 131 && d.rows_checked <= 434, "{}", d.rows_checked);
+        assert!(d.catches_ninety_percent(), "{:?}", d.held_at_least);
     }
 
     /// A calibrated slack over a rate well under the design's 0.9 of the datasheet (one learned
@@ -448,14 +514,19 @@ mod tests {
         let device = [gpu("NVIDIA H100 80GB HBM3", 80_000_000_000)];
         let at = |share: f64| {
             let rate = [calibrated(share * 3.35e12)];
-            plan_chain_pools("cuda", &device, &rate, 2048, 8, &V4Settings::default())
+            plan_chain_pools("cuda", &device, &rate, 2048, 8, &design_settings())
                 .unwrap()
                 .devices[0]
                 .clone()
         };
-        assert!(at(0.9).catches_ninety_percent);
-        assert!(!at(0.5).catches_ninety_percent);
-        assert_eq!((at(0.5).steps_opened, at(0.5).rows_checked), (468, 174));
+        assert!(at(0.9).catches_ninety_percent());
+        assert!(!at(0.5).catches_ninety_percent());
+        assert_eq!(
+            (at(0.5).steps_opened, at(0.5).rows_checked),
+            (1512, 434),
+            "raised as far as the worst row"
+        );
+        assert_eq!((at(0.9).steps_opened, at(0.9).rows_checked), (468, 174));
     }
 
     #[test]
@@ -463,37 +534,14 @@ mod tests {
         let mut cpu = gpu("cpu: test", 1 << 20);
         cpu.sm_count = 2;
         // 16 slices of 64 KiB at 10 GB/s: 8 walkers reach 2 s in well under 2^20 steps.
-        let plan = plan_chain_pools(
-            "cpu",
-            &[cpu.clone()],
-            &[calibrated(1e10)],
-            256,
-            1,
-            &V4Settings::default(),
-        )
-        .unwrap();
+        let plan = plan_chain_pools("cpu", &[cpu.clone()], &[calibrated(1e10)], 256, 1, &design_settings()).unwrap();
         assert_eq!(plan.params.walkers, 8);
         assert_eq!(plan.params.pool_chains, vec![15]);
         assert_eq!(plan.min_iterations, 256);
-        let fast = plan_chain_pools(
-            "cpu",
-            &[cpu.clone()],
-            &[calibrated(1e14)],
-            256,
-            1,
-            &V4Settings::default(),
-        )
-        .unwrap();
+        let fast = plan_chain_pools("cpu", &[cpu.clone()], &[calibrated(1e14)], 256, 1, &design_settings()).unwrap();
         assert!(fast.params.walkers > 8, "{:?}", fast.params);
         assert!(matches!(
-            plan_chain_pools(
-                "cpu",
-                &[cpu.clone()],
-                &[calibrated(1e18)],
-                256,
-                1,
-                &V4Settings::default()
-            ),
+            plan_chain_pools("cpu", &[cpu.clone()], &[calibrated(1e18)], 256, 1, &design_settings()),
             Err(PlanV4Error::WalkTooShort { .. })
         ));
 

@@ -5,19 +5,53 @@
 use super::MemoryPlan;
 use super::fill::{FillWork, LEGACY_FILL_WEIGHT};
 use super::plan_v4::ChainPoolPlan;
+use crate::rates::RateSource;
 use gpu_attest_shared::memory::bound::VERSION_4;
 use gpu_attest_shared::memory::slice::SLICE_BYTES;
 use serde::{Deserialize, Serialize};
 
 /// One device's memory, as a verdict states it.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct DeviceMemory {
     /// What the inventory claimed (and the challenge's digest bound).
     pub claimed_bytes: u64,
     /// P_j: the entries of 64 KiB its pool held.
     pub pool_entries: u64,
-    /// `pool_entries * 65536` on a pass; 0 otherwise (a failed verdict proves nothing).
+    /// `pool_entries * 65536` on a pass; 0 otherwise (a failed verdict proves nothing). The
+    /// pool the walk covered, not a bound on what the device held: in version 4 that bound is
+    /// the walk's `held_at_least`.
     pub proven_bytes: u64,
+    /// Version 4: this device's own walk, clocked and judged on its own (PROTOCOL.md 20.9).
+    /// Absent in version 3, whose one walk the proof's fields state.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub walk: Option<DeviceWalk>,
+}
+
+/// One device's version 4 walk, as a verdict states it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct DeviceWalk {
+    /// From sending the walk request to this device's signed root, on this validator's clock;
+    /// 0 when no root came.
+    pub measured_ms: u64,
+    pub expected_ms: u64,
+    pub deadline_ms: u64,
+    /// The device's `walk-v4` class rate times its units, bytes per second.
+    pub expected_bytes_per_sec: f64,
+    /// `walk_bytes / measured`, on a pass or a graded miss.
+    pub proven_bytes_per_sec: Option<f64>,
+    /// Where the expected rate came from, as `rate_source` (`shipped`: first contact).
+    pub bandwidth_source: String,
+    pub steps_opened: u32,
+    pub rows_checked: u32,
+    /// The model of the bound's table the openings were sized for; empty for a device outside
+    /// it, which was opened as the table's worst row.
+    pub sized_as: String,
+    /// The share of its claimed memory below which this device would have been caught, with
+    /// probability at least 99.5%, by the best cheater of its model that the bound knows
+    /// (regenerating and reading over its host link at once; on a GH200 regenerating): what a
+    /// pass proves it held. Null where nothing is claimed: a device outside the table, or a
+    /// verdict that proves nothing.
+    pub held_at_least: Option<f64>,
 }
 
 /// The memory phase of one verdict.
@@ -74,6 +108,7 @@ impl MemoryProof {
                     claimed_bytes: p.memory_bytes,
                     pool_entries: p.entries,
                     proven_bytes: 0,
+                    walk: None,
                 })
                 .collect(),
             walk_bytes: plan.walk_bytes(),
@@ -92,8 +127,8 @@ impl MemoryProof {
     /// The proof as planned for version 4 (PROTOCOL.md 20), before the walk. Its fields read as
     /// version 3's do, in the same units: each device's pool in 64 KiB slices (`N_j n^2 /
     /// 65536`), every state committed (`walk_checkpoint_every` 1), the steps opened in all as
-    /// `walk_samples`, and no fill. The walk's times are the slowest device's: each device was
-    /// held to its own deadline, and a late one is its own reason.
+    /// `walk_samples`, and no fill. The proof's walk times are the slowest device's; each
+    /// device's own, its openings and the bound they prove are its `walk`.
     pub fn planned_v4(plan: &ChainPoolPlan, n: u32, claimed: &[u64]) -> Self {
         let slices_per_state = u64::from(n) * u64::from(n) / SLICE_BYTES as u64;
         let slowest = plan.devices.iter().max_by_key(|d| d.expected_ms).cloned();
@@ -111,6 +146,18 @@ impl MemoryProof {
                     claimed_bytes,
                     pool_entries: d.pool_chains * slices_per_state,
                     proven_bytes: 0,
+                    walk: Some(DeviceWalk {
+                        measured_ms: 0,
+                        expected_ms: d.expected_ms,
+                        deadline_ms: d.deadline_ms,
+                        expected_bytes_per_sec: d.bytes_per_sec,
+                        proven_bytes_per_sec: None,
+                        bandwidth_source: d.source.as_str().into(),
+                        steps_opened: d.steps_opened,
+                        rows_checked: d.rows_checked,
+                        sized_as: d.sized_as.unwrap_or_default().into(),
+                        held_at_least: d.held_at_least,
+                    }),
                 })
                 .collect(),
             walk_bytes: plan.params.walk_bytes(),
@@ -119,7 +166,14 @@ impl MemoryProof {
             walk_deadline_ms: plan.devices.iter().map(|d| d.deadline_ms).max().unwrap_or(0),
             expected_walk_bytes_per_sec: slowest.as_ref().map_or(0.0, |d| d.bytes_per_sec),
             proven_walk_bytes_per_sec: None,
-            bandwidth_source: if plan.observed { "observed" } else { "shipped" }.into(),
+            bandwidth_source: plan
+                .devices
+                .iter()
+                .map(|d| d.source)
+                .min_by_key(|s| s.trust())
+                .unwrap_or(RateSource::Shipped)
+                .as_str()
+                .into(),
             bandwidth_miners: 0,
             slack: plan.slack,
             fill_weight: 0.0,
@@ -131,9 +185,19 @@ impl MemoryProof {
         if self.fill_weight == 0.0 { 4 } else { 3 }
     }
 
+    /// Records version 4's walk time of device `j`, and the proof's (the slowest device's).
+    pub fn record_device_walk(&mut self, j: usize, measured_ms: u64) {
+        if let Some(walk) = self.devices.get_mut(j).and_then(|d| d.walk.as_mut()) {
+            walk.measured_ms = measured_ms;
+        }
+        self.walk_measured_ms = self.walk_measured_ms.max(measured_ms);
+    }
+
     /// Fills in what a verdict proves: on a pass or a graded miss (`proves`), every pool and the
-    /// walk's bandwidth.
+    /// walk's bandwidth, and each version 4 device's own; a verdict that proves nothing states
+    /// no bound either.
     pub fn settle(&mut self, proves: bool) {
+        let walk_bytes = self.walk_bytes;
         for device in &mut self.devices {
             device.proven_bytes = if proves {
                 device
@@ -142,6 +206,13 @@ impl MemoryProof {
             } else {
                 0
             };
+            if let Some(walk) = device.walk.as_mut() {
+                walk.proven_bytes_per_sec =
+                    (proves && walk.measured_ms > 0).then(|| walk_bytes as f64 / (walk.measured_ms as f64 / 1000.0));
+                if !proves {
+                    walk.held_at_least = None;
+                }
+            }
         }
         self.proven_walk_bytes_per_sec = (proves && self.walk_measured_ms > 0)
             .then(|| self.walk_bytes as f64 / (self.walk_measured_ms as f64 / 1000.0));
@@ -203,6 +274,23 @@ impl std::fmt::Display for MemoryProof {
             Some(rate) => write!(f, "proved {:.1} GB/s per device, ", rate / 1e9)?,
             None => write!(f, "proved no bandwidth, ")?,
         }
+        if self.protocol_version() >= 4 {
+            write!(
+                f,
+                "expected {:.1} GB/s ({}); version 4, no fill",
+                self.expected_walk_bytes_per_sec / 1e9,
+                self.bandwidth_source
+            )?;
+            for (j, walk) in self
+                .devices
+                .iter()
+                .enumerate()
+                .filter_map(|(j, d)| Some((j, d.walk.as_ref()?)))
+            {
+                write!(f, "; device {j}: {walk}")?;
+            }
+            return Ok(());
+        }
         write!(
             f,
             "expected {:.1} GB/s ({}); the fill timed as {} chain operations each",
@@ -210,6 +298,28 @@ impl std::fmt::Display for MemoryProof {
             self.bandwidth_source,
             self.fill_weight
         )
+    }
+}
+
+/// `walked in 812 ms (expected 1000, deadline 2000, shipped), 468 steps opened, 174 rows
+/// checked; caught below 85.6% of its claim (H100 SXM)`.
+impl std::fmt::Display for DeviceWalk {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "walked in {} ms (expected {}, deadline {}, {}), {} steps opened, {} rows checked; ",
+            self.measured_ms,
+            self.expected_ms,
+            self.deadline_ms,
+            self.bandwidth_source,
+            self.steps_opened,
+            self.rows_checked
+        )?;
+        match (self.held_at_least, self.sized_as.as_str()) {
+            (Some(held), model) => write!(f, "caught below {:.1}% of its claim ({model})", held * 100.0),
+            (None, "") => write!(f, "no bound claimed: not a model the bound covers"),
+            (None, _) => write!(f, "no bound: the verdict proves nothing"),
+        }
     }
 }
 

@@ -18,17 +18,40 @@ pub struct RateClass {
     pub n: u32,
 }
 
-/// The kernel name of every walk class (PROTOCOL.md 18.6): a device's memory bandwidth is rated
-/// as a class of its own, in bytes per second per unit.
+/// The kernel name of every version 3 walk class (PROTOCOL.md 18.6): a device's memory
+/// bandwidth is rated as a class of its own, in bytes per second per unit.
 pub const WALK_KERNEL: &str = "walk";
 
-/// The walk class of one device: what its bandwidth is learned and looked up for.
+/// The kernel name of every version 4 walk class (PROTOCOL.md 20.9). Apart from version 3's: a
+/// version 3 walk is timed with the host's copies and hashing inside the clock, so its rate is
+/// lower, and a version 4 walk timed at it would let the clock hide more of a pool (the
+/// undetected shortfall grows as the expected rate falls).
+pub const WALK_V4_KERNEL: &str = "walk-v4";
+
+/// Whether a kernel name is a walk's (bytes per second), rather than a GEMM's (operations).
+pub fn is_walk_kernel(kernel: &str) -> bool {
+    kernel == WALK_KERNEL || kernel == WALK_V4_KERNEL
+}
+
+/// The version 3 walk class of one device: what its bandwidth is learned and looked up for.
 pub fn walk_class(claim: &HardwareClaim, device: &DeviceInfo) -> RateClass {
     RateClass {
         backend: claim.backend.clone(),
         kernel: WALK_KERNEL.into(),
         model: model_of(&device.name),
         n: gpu_attest_shared::memory::ENTRY_N as u32,
+    }
+}
+
+/// The version 4 walk class of one device at matrix size `n`: its pool is `n x n` states, so
+/// the size is part of the class, as a compute class's is (on a CPU a small pool sits in its
+/// caches).
+pub fn walk_v4_class(claim: &HardwareClaim, device: &DeviceInfo, n: u32) -> RateClass {
+    RateClass {
+        backend: claim.backend.clone(),
+        kernel: WALK_V4_KERNEL.into(),
+        model: model_of(&device.name),
+        n,
     }
 }
 
@@ -65,6 +88,11 @@ impl RateClass {
 
     pub fn unit(&self) -> Unit {
         Unit::of_backend(&self.backend)
+    }
+
+    /// A walk class (either version's): rated in bytes per second.
+    pub fn is_walk(&self) -> bool {
+        is_walk_kernel(&self.kernel)
     }
 }
 

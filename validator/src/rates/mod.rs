@@ -209,12 +209,15 @@ impl RateBook {
     /// The slowest observed class of the same family, backend and n: a device named so that no
     /// class of its own was observed is still held to what its model does elsewhere. The slowest,
     /// so that an honest variant of a model (a lower-clocked board) is not held to the fastest.
+    /// A walk borrows only from walks of its own version: one `walk` row rates both, but a
+    /// version 3 walk's rate has the host inside its clock and would time version 4 too loosely.
     fn related(&self, class: &RateClass) -> Option<(f64, u32, u32)> {
         let family = self.family(class)?;
         self.learned
             .keys()
             .chain(self.shared.keys())
             .filter(|other| *other != class && other.backend == class.backend && other.n == class.n)
+            .filter(|other| !class.is_walk() || other.kernel == class.kernel)
             .filter(|other| self.family(other) == Some(family))
             .filter_map(|other| self.observed(other))
             .map(|(rate, _, miners, observations, _)| (rate, miners, observations))

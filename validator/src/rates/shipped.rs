@@ -10,7 +10,9 @@ use serde::{Deserialize, Serialize};
 /// case-insensitively, a `#` in it standing for any one digit (or the model is empty). The
 /// first matching row gives the expected rate; the first matching row with a peak gives the
 /// ceiling. Rows for the memory walk (kernel `walk`, PROTOCOL.md 18.6) rate bytes per second,
-/// not operations: only a row that names that kernel matches a walk class.
+/// not operations: only a row that names a walk kernel matches a walk class. A `walk` row rates
+/// both versions' walks (`walk` and `walk-v4`: the datasheet's bandwidth is the same), unless a
+/// `walk-v4` row for the class comes first.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RateEntry {
@@ -56,7 +58,9 @@ const AMX_PEAK_PER_CORE: f64 = 2048.0 * 5.0e9;
 impl RateEntry {
     pub fn matches(&self, class: &RateClass) -> bool {
         let kernel_matches = if self.kernel.is_empty() {
-            class.kernel != WALK_KERNEL
+            !class.is_walk()
+        } else if self.kernel == WALK_KERNEL {
+            class.is_walk()
         } else {
             self.kernel == class.kernel
         };

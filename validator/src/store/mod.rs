@@ -466,6 +466,7 @@ pub(crate) mod test_support {
                 claimed_bytes: 1 << 20,
                 pool_entries: 15,
                 proven_bytes: 15 << 16,
+                walk: None,
             }],
             walk_bytes: 8 * 64 * 65536,
             walk_measured_ms: 20,

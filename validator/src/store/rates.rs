@@ -2,7 +2,6 @@
 
 use super::{Store, StoreError, as_i64};
 use crate::rates::calibration::Observation;
-use crate::rates::class::WALK_KERNEL;
 use crate::rates::{RateClass, SharedRate};
 
 /// Observations read per class at most: far more than any `per_miner` x miners in use, and a
@@ -22,7 +21,7 @@ impl Store {
     /// count.
     pub async fn observations(&self, class: &RateClass, since_ms: u64) -> Result<Vec<Observation>, StoreError> {
         // Walk bandwidths are kept apart from compute rates (one observation of each per verdict).
-        let select = if class.kernel == WALK_KERNEL {
+        let select = if class.is_walk() {
             "SELECT miner_key, ops_per_unit FROM walk_observations
              WHERE backend = $1 AND kernel = $2 AND model = $3 AND n = $4 AND created_at_ms >= $5
                AND miner_key NOT IN (SELECT miner_key FROM revoked_keys)

@@ -4,7 +4,6 @@ use super::{ClassObservation, Store, StoreError, as_i64, as_u64};
 use crate::device_identity::IdentityProof;
 use crate::memory::MemoryProof;
 use crate::rates::RateSource;
-use crate::rates::class::WALK_KERNEL;
 use crate::reason::Reason;
 use crate::throughput::{Expectation, Throughput, graded_miss};
 use gpu_attest_shared::inventory::HardwareClaim;
@@ -217,7 +216,7 @@ impl Store {
             .iter()
             .filter(|o| o.ops_per_unit.is_finite() && o.ops_per_unit > 0.0)
         {
-            let insert = if o.class.kernel == WALK_KERNEL {
+            let insert = if o.class.is_walk() {
                 "INSERT INTO walk_observations (backend, kernel, model, n, miner_key, ops_per_unit, verdict_id, created_at_ms)
                  VALUES ($1, $2, $3, $4, $5, $6, $7, $8)"
             } else {

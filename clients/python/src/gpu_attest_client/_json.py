@@ -37,6 +37,33 @@ def _device(d) -> Dict[str, Any]:
     }
 
 
+def _device_walk(w) -> Dict[str, Any]:
+    # Version 4: one device's own walk (PROTOCOL.md 20.9).
+    return {
+        "measured_ms": w.measured_ms,
+        "expected_ms": w.expected_ms,
+        "deadline_ms": w.deadline_ms,
+        "expected_bytes_per_sec": w.expected_bytes_per_sec,
+        "proven_bytes_per_sec": _none_if_zero(w.proven_bytes_per_sec),
+        "bandwidth_source": w.bandwidth_source,
+        "steps_opened": w.steps_opened,
+        "rows_checked": w.rows_checked,
+        "sized_as": w.sized_as,
+        "held_at_least": w.held_at_least if w.HasField("held_at_least") else None,
+    }
+
+
+def _memory_device(d) -> Dict[str, Any]:
+    out: Dict[str, Any] = {
+        "claimed_bytes": d.claimed_bytes,
+        "pool_entries": d.pool_entries,
+        "proven_bytes": d.proven_bytes,
+    }
+    if d.HasField("walk"):
+        out["walk"] = _device_walk(d.walk)
+    return out
+
+
 def _memory(m) -> Dict[str, Any]:
     return {
         "pool_permille": m.pool_permille,
@@ -44,10 +71,7 @@ def _memory(m) -> Dict[str, Any]:
         "walk_steps": m.walk_steps,
         "walk_checkpoint_every": m.walk_checkpoint_every,
         "walk_samples": m.walk_samples,
-        "devices": [
-            {"claimed_bytes": d.claimed_bytes, "pool_entries": d.pool_entries, "proven_bytes": d.proven_bytes}
-            for d in m.devices
-        ],
+        "devices": [_memory_device(d) for d in m.devices],
         "walk_bytes": m.walk_bytes,
         "walk_measured_ms": m.walk_measured_ms,
         "walk_expected_ms": m.walk_expected_ms,
