@@ -11,6 +11,7 @@
 mod common;
 
 use common::memory_cheats::{CheatingPools, MemoryCheat};
+use common::state_cheats::{StateCheat, StateCheater};
 use common::step_fakes::StepFaker;
 use common::v4::{self, commit, open_request, validator};
 use common::*;
@@ -26,13 +27,14 @@ use gpu_attest_shared::memory::statement_v4::{StepSample, WalkRoot, step_opening
 use gpu_attest_shared::opening::SampleRequest;
 use gpu_attest_shared::statement::Challenge;
 use gpu_attest_shared::{Digest, Work};
-use gpu_attest_validator::config::Policy;
+use gpu_attest_validator::config::{Policy, RateEntry};
 use gpu_attest_validator::memory::MemoryConfig;
 use gpu_attest_validator::memory::plan_v4::{ChainPoolPlan, DeviceWalkPlan};
 use gpu_attest_validator::rates::RateSource;
 use gpu_attest_validator::rates::class::{walk_class, walk_v4_class};
 use gpu_attest_validator::reason::{Reason, ReasonCode};
 use std::sync::Arc;
+use std::time::Duration;
 use tonic::Code;
 use tonic::transport::Channel;
 
@@ -604,4 +606,149 @@ async fn honest_version_4_attestation(seed: u8, policy: Policy, named: &str) {
     let stored = stored_verdicts(&attestor).await;
     assert_eq!(stored[0].protocol_version, 4);
     assert_eq!(stored[0].memory, verdict.memory);
+}
+
+/// `plan` with `rows` of each device's openings row-checked.
+fn with_rows(mut plan: ChainPoolPlan, rows: u32) -> ChainPoolPlan {
+    for device in &mut plan.devices {
+        device.rows_checked = rows;
+    }
+    plan
+}
+
+/// A spawned miner on two logical CPU devices with `cheat`, and its key.
+async fn state_cheater(seed: u8, cheat: StateCheat) -> (Running, PublicKey) {
+    let cheater = StateCheater::new(test_cpu(2).with_logical_devices(DEVICES), cheat);
+    let kernel = cheater.cpu.kernel();
+    let core = miner_on(
+        seed,
+        &[validator_key()],
+        selected(kernel, Arc::new(cheater)),
+        Limits::default(),
+        NonceLog::in_memory(),
+    );
+    let key = core.public_key();
+    (spawn_miner(core).await, key)
+}
+
+/// Design 9's `a_cheap_pool_state_fails_its_row_check`: a miner that commits random bytes as
+/// every pool chain's final state (their true hash as the chain's last checkpoint) and walks
+/// them honestly. Every slice is on its committed state's path and every step follows, so
+/// without row checks its openings pass; with a row of each slice made again from the work
+/// function, every one fails.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_cheap_pool_state_fails_its_row_check() {
+    let (miner, miner_key) = state_cheater(70, StateCheat::CheapStates).await;
+    let plan = || exchange_plan(vec![2, 3], [60_000, 60_000]);
+    let unchecked = validator_exchange(&miner, miner_key, 41, &with_rows(plan(), 0), |_| {}).await;
+    assert!(unchecked.is_empty(), "without row checks it passes: {unchecked:?}");
+    let checked = validator_exchange(&miner, miner_key, 42, &with_rows(plan(), 8), |_| {}).await;
+    assert_eq!(checked.len(), 16, "every opening of both devices: {checked:?}");
+    assert!(
+        checked.iter().all(|r| r.code == ReasonCode::PoolEntryMismatch),
+        "{checked:?}"
+    );
+}
+
+/// Design 9's `a_slice_that_is_not_its_state_fails_its_path`: a miner that holds only its
+/// pool's first state and serves it for every state, walking consistently, so that every step
+/// follows from the slice it opens. A slice of another state than the one the walk drew is not
+/// on that state's BLAKE3 path: every such opening fails as `pool-entry-not-committed`, and
+/// only those (the steps that drew the first state open as honest ones).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_slice_that_is_not_its_state_fails_its_path() {
+    let (miner, miner_key) = state_cheater(71, StateCheat::OneStateForAll).await;
+    let plan = exchange_plan(vec![2, 3], [60_000, 60_000]);
+    let every_step: Vec<StepSample> = (0..DEVICES)
+        .flat_map(|device| {
+            (0..WALKERS).flat_map(move |walker| (0..STEPS).map(move |step| StepSample { device, walker, step }))
+        })
+        .collect();
+    let reasons = validator_exchange_of(&miner, miner_key, 43, &plan, |_| {}, Some(every_step.clone())).await;
+    assert!(
+        reasons.iter().all(|r| r.code == ReasonCode::PoolEntryNotCommitted),
+        "{reasons:?}"
+    );
+    // With two and three states a device, a step draws another state than the first most of
+    // the time, and the first some of the time.
+    assert!(
+        reasons.len() > every_step.len() / 3 && reasons.len() < every_step.len(),
+        "{} of {} openings failed",
+        reasons.len(),
+        every_step.len()
+    );
+}
+
+/// Design 9's `the_walk_clock_excludes_the_download`: an honest miner that spends longer than
+/// its whole walk deadline after its roots, before its first opening (a GPU downloading what it
+/// walked). The clock stops at each device's root: it passes, its walk timed as the walk alone.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_walk_clock_excludes_the_download() {
+    let pause = Duration::from_secs(3);
+    let cpu = test_cpu(TEST_CORES as usize).claiming(TEST_CORES, 256 << 10);
+    let kernel = cpu.kernel();
+    let sleepy = StateCheater::new(cpu, StateCheat::SlowAfterWalk(pause));
+    let miner = spawn_miner(v4_miner(72, kernel, Arc::new(sleepy))).await;
+    let dir = TempDir::new("attest-v4-download");
+    let attestor = attestor(&v4_validator_config(&dir, Policy::Sampled)).await;
+    let verdict = attestor.attest(&miner.url(), &|_| {}).await.expect("a verdict");
+    assert!(verdict.passed, "{:?}", verdict.reasons);
+    let walk = verdict.memory.as_ref().unwrap().devices[0].walk.clone().unwrap();
+    assert!(
+        (walk.deadline_ms as u128) < pause.as_millis(),
+        "the pause alone would make it late: deadline {} ms",
+        walk.deadline_ms
+    );
+    assert!(walk.measured_ms <= walk.deadline_ms, "{walk:?}");
+}
+
+/// Design 9's `each_device_is_held_to_its_own_class`: two devices of different classes (rated
+/// at 1 and 1/8 GB/s a core), the fast one walking an extra second. It is late against its own
+/// deadline, and it alone; yet it still delivered within the slow device's, the one deadline
+/// that timing the whole walk (version 3) would have held every device to.
+#[tokio::test(flavor = "multi_thread")]
+async fn each_device_is_held_to_its_own_class() {
+    let cpu = test_cpu(TEST_CORES as usize)
+        .with_logical_devices(2)
+        .claiming(TEST_CORES, 256 << 10);
+    let kernel = cpu.kernel();
+    let mut slow_first = StateCheater::new(
+        cpu,
+        StateCheat::SlowWalk {
+            device: 0,
+            extra: Duration::from_millis(1_000),
+        },
+    );
+    slow_first.names = vec!["fast walker", "slow walker"];
+    let miner = spawn_miner(v4_miner(73, kernel, Arc::new(slow_first))).await;
+    let dir = TempDir::new("attest-v4-classes");
+    let mut config = v4_validator_config(&dir, Policy::Sampled);
+    let walk_row = |model: &str, bytes_per_sec: f64| RateEntry {
+        backend: "cpu".into(),
+        kernel: "walk-v4".into(),
+        model: model.into(),
+        ops_per_sec: bytes_per_sec,
+        peak_ops_per_sec: 0.0,
+        source: "this test".into(),
+    };
+    config.rates.push(walk_row("fast walker", 1.0e9));
+    config.rates.push(walk_row("slow walker", 1.25e8));
+    let attestor = attestor(&config).await;
+    let verdict = attestor.attest(&miner.url(), &|_| {}).await.expect("a verdict");
+    assert!(!verdict.passed);
+    assert_eq!(verdict.reasons.len(), 1, "{:?}", verdict.reasons);
+    assert_eq!(verdict.reasons[0].code, ReasonCode::LateWalk);
+    assert!(
+        verdict.reasons[0].message.contains("device 0's walk root"),
+        "{}",
+        verdict.reasons[0].message
+    );
+    let memory = verdict.memory.as_ref().unwrap();
+    let walks: Vec<_> = memory.devices.iter().map(|d| d.walk.clone().unwrap()).collect();
+    assert_eq!(walks[0].expected_bytes_per_sec, 8.0 * walks[1].expected_bytes_per_sec);
+    assert!(walks[0].measured_ms > walks[0].deadline_ms, "{:?}", walks[0]);
+    assert!(
+        walks[0].measured_ms <= walks[1].deadline_ms,
+        "within the slow device's deadline: {walks:?}"
+    );
 }

@@ -12,6 +12,7 @@ pub mod operated;
 pub mod pki;
 pub mod process;
 pub mod slow;
+pub mod state_cheats;
 pub mod step_fakes;
 pub mod v4;
 
