@@ -154,6 +154,49 @@ async fn attest_registered(core: Arc<gpu_attest_miner::MinerCore>, policy: Polic
     (verdict, observed)
 }
 
+/// Design 7's `a_version_3_miner_is_refused_naming_the_upgrade`, and
+/// `every_verdict_states_its_protocol_version`: a validator set to refuse version 3's memory
+/// phase refuses a miner that speaks 3 before any challenge, naming the upgrade; with
+/// `required = false` it attests the miner's compute only, under version 2. By default (this
+/// release) the same miner is attested under version 3.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_version_3_miner_is_refused_naming_the_upgrade_where_the_validator_says_so() {
+    let _turn = TURN.lock().await;
+    let miner = spawn_miner(honest(48)).await;
+    let dir = TempDir::new("memory-refuse-v3");
+    let mut config = memory_config(&dir, Policy::Sampled);
+    let by_default = attestor(&config)
+        .await
+        .attest(&miner.url(), &|_| {})
+        .await
+        .expect("a verdict");
+    assert!(by_default.passed, "{:?}", by_default.reasons);
+    assert_eq!(by_default.protocol_version, 3);
+    assert!(by_default.memory.is_some());
+
+    config.memory.refuse_version_3 = true;
+    let refused = attestor(&config)
+        .await
+        .attest(&miner.url(), &|_| {})
+        .await
+        .expect_err("refused before any challenge");
+    let message = refused.to_string();
+    assert!(
+        message.contains("speaks protocol version 3") && message.contains("upgrade the miner"),
+        "{message}"
+    );
+
+    config.memory.required = false;
+    let compute_only = attestor(&config)
+        .await
+        .attest(&miner.url(), &|_| {})
+        .await
+        .expect("a verdict");
+    assert!(compute_only.passed, "{:?}", compute_only.reasons);
+    assert_eq!(compute_only.protocol_version, 2);
+    assert!(compute_only.memory.is_none(), "its compute only");
+}
+
 /// A walk statement this validator cannot decode (a length prefix past its 1 MiB limit, one that
 /// promises more than follows, bytes that are no message) is the miner's malformed walk, never
 /// its refusal (PROTOCOL.md 14.1, 18.4).

@@ -813,6 +813,37 @@ mod tests {
         assert_eq!(v3.memory.unwrap().bytes_per_sec, vec![2.2e12]);
     }
 
+    /// Design 7: where this validator refuses version 3's memory phase, a miner that speaks 3
+    /// is refused before any challenge, the error naming the upgrade and the compute-only way;
+    /// with `required = false` it is challenged under version 2 (no memory phase). A miner that
+    /// says 4 is not touched by it.
+    #[test]
+    fn a_version_3_miner_is_refused_naming_the_upgrade() {
+        let mut inv = inventory("cuda", "tensor", &[H100]);
+        inv.claim.devices[0].memory_bytes = 80_000_000_000;
+        inv.limits.max_chains = 1 << 20;
+        inv.protocol_version = 3;
+        let mut config = ValidatorConfig::default();
+        config.memory.refuse_version_3 = true;
+        let book = shipped_book();
+        let refused = plan(&inv, &config, &book, true, [0; 32], [0; 32]).unwrap_err();
+        assert_eq!(refused, PlanError::Memory(MemoryPlanError::Version3Refused));
+        let message = refused.to_string();
+        for names in ["version 4", "upgrade", "required = false", "refuse_version_3"] {
+            assert!(message.contains(names), "{message}");
+        }
+        config.memory.required = false;
+        let compute_only = plan(&inv, &config, &book, true, [0; 32], [0; 32]).unwrap();
+        assert!(compute_only.memory.is_none() && compute_only.chain_pool.is_none());
+        inv.protocol_version = 4;
+        let v4 = plan(&inv, &config, &book, true, [0; 32], [0; 32]).unwrap();
+        assert!(v4.chain_pool.is_some());
+        // Off (this release's default), version 3 is planned as before.
+        inv.protocol_version = 3;
+        let kept = plan(&inv, &ValidatorConfig::default(), &book, true, [0; 32], [0; 32]).unwrap();
+        assert!(kept.memory.is_some());
+    }
+
     #[test]
     fn memory_phase_refusals_name_their_cause() {
         let with_memory = ValidatorConfig::default();

@@ -13,6 +13,11 @@ pub struct MemoryConfig {
     /// challenged without it, and its verdicts say `memory: null`: they prove compute, not
     /// memory.
     pub required: bool,
+    /// Refuse version 3's memory phase (PROTOCOL.md 18): a miner that speaks 3 is then treated
+    /// as one that cannot prove memory (refused while `required`, else challenged under
+    /// version 2, compute only), and only version 4 verdicts state memory. Off in this release:
+    /// no GPU miner speaks 4 until the CUDA walk has run on a GPU.
+    pub refuse_version_3: bool,
     /// Thousandths of each device's claimed memory that its pool fills (PROTOCOL.md 18.6).
     pub pool_permille: u32,
     /// Walkers per GPU: many must be in flight to keep a GPU's memory busy.
@@ -34,6 +39,7 @@ impl Default for MemoryConfig {
         MemoryConfig {
             enabled: true,
             required: true,
+            refuse_version_3: false,
             pool_permille: 950,
             walkers_per_gpu: 8192,
             walkers_per_core: 4,

@@ -83,6 +83,10 @@ pub enum MemoryPlanError {
     )]
     NotSpoken(u32),
     #[error(
+        "miner speaks protocol version 3, whose memory proof this validator no longer runs ([memory] refuse_version_3): upgrade the miner to a release that speaks version 4 (CPU miners: [limits] preview_protocol_4 = true), or set [memory] required = false to attest its compute only (its verdicts then say memory: null)"
+    )]
+    Version3Refused,
+    #[error(
         "device {device} claims {memory_bytes} bytes: at pool_permille {permille} that is a pool of {entries} entries of 64 KiB, and a pool holds 1..={MAX_POOL_ENTRIES}"
     )]
     PoolSize {
@@ -128,6 +132,13 @@ pub fn plan_memory(
     if inventory.protocol_version < 3 {
         return match config.required {
             true => Err(MemoryPlanError::NotSpoken(inventory.protocol_version)),
+            false => Ok(None),
+        };
+    }
+    if config.refuse_version_3 {
+        // Planned only for a miner that does not speak 4 (the planner tries version 4 first).
+        return match config.required {
+            true => Err(MemoryPlanError::Version3Refused),
             false => Ok(None),
         };
     }
