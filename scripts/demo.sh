@@ -28,8 +28,19 @@ trap cleanup EXIT
 [ -f "$work/validator.key" ] || "$bin/validator" keygen --key-file "$work/validator.key" >/dev/null
 validator_key=$("$bin/validator" public-key --key-file "$work/validator.key")
 
+# The miner says protocol version 4 (PROTOCOL.md 20, a preview on the CPU backend): its memory
+# proof keeps the chains' own final states as the pool, so the verdict states the memory proven
+# under version 4, per device. A GPU miner of this release speaks 3 whatever it is told.
+cat >"$work/miner.toml" <<'TOML'
+# Written by scripts/demo.sh: say protocol version 4, and claim 4 MiB (61 states of 64 KiB whose
+# chains run 256 steps each), which a CPU proves in seconds.
+cpu_memory_mib = 4
+[limits]
+preview_protocol_4 = true
+TOML
+
 echo "== starting miner" >&2
-"$bin/miner" serve --listen 127.0.0.1:0 --key-file "$work/miner.key" \
+"$bin/miner" serve --config "$work/miner.toml" --listen 127.0.0.1:0 --key-file "$work/miner.key" \
   --allow-validator "$validator_key" >"$work/miner.out" 2>"$work/miner.log" &
 miner_pid=$!
 for _ in $(seq 100); do
