@@ -752,3 +752,68 @@ async fn each_device_is_held_to_its_own_class() {
         "within the slow device's deadline: {walks:?}"
     );
 }
+
+/// BENCHMARKS.md's version 4 record: 20 honest attestations of a miner saying 4, and 20 of
+/// each cheater above (faked steps, cheap pool states, one state served for all), end to end
+/// with the store. Ignored: about five minutes on two cores.
+#[tokio::test(flavor = "multi_thread")]
+#[ignore = "a benchmark record: run with --ignored --nocapture"]
+async fn twenty_runs_v4_honest_and_cheats() {
+    let miner_of = |seed: u8, cheat: Option<StateCheat>, fakes: bool| {
+        let cpu = test_cpu(TEST_CORES as usize).claiming(TEST_CORES, 256 << 10);
+        let kernel = cpu.kernel();
+        let backend: Arc<dyn gpu_attest_shared::Backend> = match (cheat, fakes) {
+            (Some(cheat), _) => Arc::new(StateCheater::new(cpu, cheat)),
+            (None, true) => Arc::new(StepFaker {
+                cpu,
+                fakes: Arc::new(|_, _, step| step % 5 == 0),
+            }),
+            (None, false) => Arc::new(cpu),
+        };
+        v4_miner(seed, kernel, backend)
+    };
+    let kinds: [(&str, Option<StateCheat>, bool); 4] = [
+        ("honest", None, false),
+        ("faking every fifth step", None, true),
+        ("cheap pool states", Some(StateCheat::CheapStates), false),
+        ("one state served for all", Some(StateCheat::OneStateForAll), false),
+    ];
+    let dir = TempDir::new("attest-v4-twenty");
+    let attestor = attestor(&v4_validator_config(&dir, Policy::Sampled)).await;
+    let mut summary = Vec::new();
+    for (k, (name, cheat, fakes)) in kinds.into_iter().enumerate() {
+        let (mut passed, mut codes, mut ratios) = (0, std::collections::BTreeMap::new(), Vec::new());
+        for run in 0..20u8 {
+            let miner = spawn_miner(miner_of(0x90 + 20 * k as u8 + run, cheat, fakes)).await;
+            let verdict = attestor.attest(&miner.url(), &|_| {}).await.expect("a verdict");
+            if verdict.passed {
+                passed += 1;
+            }
+            for reason in &verdict.reasons {
+                *codes.entry(reason.code.as_str()).or_insert(0) += 1;
+            }
+            if let Some(walk) = verdict.memory.as_ref().and_then(|m| m.devices[0].walk.as_ref())
+                && walk.measured_ms > 0
+            {
+                ratios.push(walk.measured_ms as f64 / walk.expected_ms as f64);
+            }
+        }
+        ratios.sort_by(f64::total_cmp);
+        let line = format!(
+            "{name}: passed {passed} of 20; walk time over expected {:.2}-{:.2}; reasons {codes:?}",
+            ratios.first().unwrap_or(&0.0),
+            ratios.last().unwrap_or(&0.0)
+        );
+        eprintln!("{line}");
+        summary.push((name, passed));
+    }
+    assert_eq!(
+        summary,
+        [
+            ("honest", 20),
+            ("faking every fifth step", 0),
+            ("cheap pool states", 0),
+            ("one state served for all", 0)
+        ]
+    );
+}
