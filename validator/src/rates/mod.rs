@@ -112,6 +112,9 @@ pub struct RateBook {
     shared: HashMap<RateClass, SharedRate>,
     /// Observed rates are kept at or above the shipped rate over this (the first-contact slack).
     floor_divisor: f64,
+    /// The same for walk classes: `[memory] first_contact_slack / slack`, so that an observed
+    /// walk's deadline (its slack over the floor) is never looser than first contact's.
+    walk_floor_divisor: f64,
 }
 
 impl RateBook {
@@ -124,6 +127,7 @@ impl RateBook {
             learned: HashMap::new(),
             shared: HashMap::new(),
             floor_divisor: f64::INFINITY,
+            walk_floor_divisor: f64::INFINITY,
         }
     }
 
@@ -133,11 +137,20 @@ impl RateBook {
         self
     }
 
+    /// Keeps observed walk rates at or above the shipped rate over `divisor`.
+    pub fn with_walk_floor(mut self, divisor: f64) -> Self {
+        self.walk_floor_divisor = divisor.max(1.0);
+        self
+    }
+
     /// The tables `config` names, nothing observed yet: every class at first contact, and
-    /// observed rates added later floored as `config` says.
+    /// observed rates added later floored as `config` says. A walk class is floored by the
+    /// memory phase's slacks: miners that hold its votes and walk slowly on purpose cannot
+    /// bring its clock below what first contact times a walk at.
     pub fn of_config(config: &ValidatorConfig) -> Self {
         RateBook::shipped(config.rate_table(), config.calibration.clone())
             .with_floor(config.deadline.first_contact_slack)
+            .with_walk_floor(config.memory.first_contact_slack / config.memory.slack)
     }
 
     /// The tables `config` names plus what `store` holds for `classes`.
@@ -246,9 +259,15 @@ impl RateBook {
             .unwrap_or(shipped::FALLBACK_OPS_PER_SEC)
     }
 
-    /// The least an observed rate may be: what a first-contact pass proves at the least.
+    /// The least an observed rate may be: what a first-contact pass proves at the least; for a
+    /// walk, the rate at which the calibrated slack allows what the first-contact slack does.
     fn floor(&self, class: &RateClass) -> f64 {
-        (self.shipped_rate(class) / self.floor_divisor).min(self.ceiling(class))
+        let divisor = if class.is_walk() {
+            self.walk_floor_divisor
+        } else {
+            self.floor_divisor
+        };
+        (self.shipped_rate(class) / divisor).min(self.ceiling(class))
     }
 
     pub fn expected(&self, class: &RateClass) -> Expected {
@@ -362,6 +381,28 @@ mod tests {
         // Miners holding the class's votes have ratcheted it down to a crawl.
         book.learn(h100.clone(), &votes(1.0e12, 3));
         assert_eq!(book.expected(&h100).ops_per_unit, 1.979e15 / 2.0 / 3.0);
+    }
+
+    /// A walk class whose votes are held by miners walking slowly on purpose is floored where
+    /// its calibrated deadline allows what first contact does (slack 1.5 over 0.5625 of the
+    /// datasheet against 2.0 over 0.75), not at the compute floor's third of the shipped rate.
+    #[test]
+    fn a_walk_class_is_not_ratcheted_below_first_contact() {
+        let walk = RateClass {
+            kernel: class::WALK_V4_KERNEL.into(),
+            ..class("NVIDIA H100 80GB HBM3")
+        };
+        let mut book = RateBook::shipped(shipped::shipped_rates(), CalibrationConfig::default())
+            .with_floor(3.0)
+            .with_walk_floor(2.0 / 1.5);
+        book.learn(walk.clone(), &votes(1.0e11, 3));
+        let floored = book.expected(&walk);
+        assert_eq!(floored.source, RateSource::Calibrated);
+        assert!(
+            (floored.ops_per_unit - 0.75 * 3.35e12 * 1.5 / 2.0).abs() < 1.0,
+            "{floored:?}"
+        );
+        assert!(1.5 / floored.ops_per_unit <= 2.0 / (0.75 * 3.35e12) * (1.0 + 1e-12));
     }
 
     #[test]
