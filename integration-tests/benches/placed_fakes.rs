@@ -122,6 +122,7 @@ async fn passes(setting: &Setting, runs: u32, seed: u8) -> u32 {
             bytes_per_sec: 1e9,
             source: RateSource::Shipped,
             expected_ms: 300_000,
+            slack: 2.0,
             deadline_ms: 600_000,
             steps_opened: setting.opened,
             rows_checked: 0,

@@ -737,11 +737,11 @@ mod tests {
         assert!(p.params.num_chains >= 18310, "{}", p.params.num_chains);
         assert_eq!(pool.devices[0].sized_as, Some("H100 SXM"));
         // At first contact (the shipped 0.75 of the datasheet, slack 2) the 90% holder is not
-        // claimed caught, even with the worst row's openings (table 6.3's 468 and 174, raised
+        // claimed caught, even with the worst row's openings (497 and 185 at the design clock, raised
         // as far as the cap).
         assert_eq!(
             (pool.devices[0].steps_opened, pool.devices[0].rows_checked),
-            (1512, 434)
+            (1649, 474)
         );
         assert_eq!(pool.slack, 2.0);
         assert!(!pool.devices[0].catches_ninety_percent());
@@ -763,6 +763,40 @@ mod tests {
                 max_chains: 1000
             }
         );
+    }
+
+    /// What a first-contact verdict states per model (SECURITY.md quotes these): each device at
+    /// the shipped walk row's rate (0.75 of the slowest variant's datasheet bandwidth) and slack
+    /// 2, its openings raised as far as the worst row's.
+    #[test]
+    fn first_contact_bounds_per_model() {
+        let cases = [
+            ("NVIDIA H100 80GB HBM3", 80_000_000_000, 0.8854),
+            ("NVIDIA H200", 141_000_000_000, 0.9001),
+            // Its shipped rate is 0.75 of the 40GB PCIe part's 1,555 GB/s: 0.572 of this one's.
+            ("NVIDIA A100-SXM4-80GB", 80_000_000_000, 0.8842),
+            ("NVIDIA GeForce RTX 4090", 24_000_000_000, 0.8512),
+            ("NVIDIA GH200 480GB", 96_000_000_000, 0.9000),
+        ];
+        for (name, memory_bytes, held) in cases {
+            let mut inv = inventory("cuda", "tensor", &[name]);
+            inv.protocol_version = 4;
+            inv.claim.devices[0].memory_bytes = memory_bytes;
+            inv.limits.max_chains = 1 << 20;
+            let pool = plan(
+                &inv,
+                &ValidatorConfig::default(),
+                &shipped_book(),
+                true,
+                [0; 32],
+                [0; 32],
+            )
+            .unwrap()
+            .chain_pool
+            .unwrap();
+            let stated = pool.devices[0].held_at_least.unwrap();
+            assert!((stated - held).abs() < 0.0001, "{name}: {stated}");
+        }
     }
 
     /// A rate book that learned only version 3 walks leaves a version 4 miner at first contact:

@@ -47,10 +47,12 @@ pub struct DeviceWalk {
     /// it, which was opened as the table's worst row.
     pub sized_as: String,
     /// The share of its claimed memory below which this device would have been caught, with
-    /// probability at least 99.5%, by the best cheater of its model that the bound knows
-    /// (regenerating and reading over its host link at once; on a GH200 regenerating): what a
-    /// pass proves it held. Null where nothing is claimed: a device outside the table, or a
-    /// verdict that proves nothing.
+    /// probability at least 99.5%, by a cheater that makes missing slices again on its own
+    /// tensor cores while reading over its host link (on a GH200, regenerating alone), mixing
+    /// cheap states and faked steps as suits it best (PROTOCOL.md 20.9 step 7). It assumes the
+    /// device is the model its name says and does not cover NVLink peers or a GH200's Grace
+    /// memory. Null where nothing is claimed: a device outside the table, or a verdict that
+    /// proves nothing.
     pub held_at_least: Option<f64>,
 }
 
@@ -301,8 +303,9 @@ impl std::fmt::Display for MemoryProof {
     }
 }
 
-/// `walked in 812 ms (expected 1000, deadline 2000, shipped), 468 steps opened, 174 rows
-/// checked; caught below 85.6% of its claim (H100 SXM)`.
+/// `walked in 812 ms (expected 1000, deadline 2000, shipped), 1649 steps opened, 474 rows
+/// checked; caught below 88.5% of its claim, as an H100 SXM regenerating and reading over its
+/// host link`.
 impl std::fmt::Display for DeviceWalk {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
@@ -316,7 +319,11 @@ impl std::fmt::Display for DeviceWalk {
             self.rows_checked
         )?;
         match (self.held_at_least, self.sized_as.as_str()) {
-            (Some(held), model) => write!(f, "caught below {:.1}% of its claim ({model})", held * 100.0),
+            (Some(held), model) => write!(
+                f,
+                "caught below {:.1}% of its claim, as an {model} regenerating and reading over its host link",
+                held * 100.0
+            ),
             (None, "") => write!(f, "no bound claimed: not a model the bound covers"),
             (None, _) => write!(f, "no bound: the verdict proves nothing"),
         }
