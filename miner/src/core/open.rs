@@ -131,7 +131,9 @@ impl MinerCore {
         send: &(dyn Fn(Signed<WalkRoot>) + Sync),
     ) -> Result<(), MinerError> {
         let pools = held_chain_pools(recent)?;
+        let requested = std::time::Instant::now();
         let ended = |device: u32, root: Digest, took: std::time::Duration| {
+            let walked_at = requested.elapsed();
             let statement = WalkRoot {
                 nonce: request.nonce,
                 miner_key: self.public_key(),
@@ -141,12 +143,27 @@ impl MinerCore {
                 root,
                 device_us: took.as_micros() as u64,
             };
-            send(Signed {
-                signature: self.identity.sign(&statement.signing_bytes()),
-                statement,
-            });
+            let signature = self.identity.sign(&statement.signing_bytes());
+            // Each phase of the device's walk on the miner's clock: the walk alone (what the
+            // root states), when it ended after the request, and when its root was signed.
+            tracing::info!(
+                nonce = %hex::encode(request.nonce),
+                device,
+                walk_ms = took.as_secs_f64() * 1e3,
+                ended_after_request_ms = walked_at.as_secs_f64() * 1e3,
+                signed_after_request_ms = requested.elapsed().as_secs_f64() * 1e3,
+                "version 4 walk: device's root signed and sent"
+            );
+            send(Signed { signature, statement });
         };
         pools.walk(request.nonce, request.walk_seed, cancel, &ended)?;
+        tracing::info!(
+            nonce = %hex::encode(request.nonce),
+            walkers = pools.params().walkers,
+            steps = pools.params().walk_steps,
+            all_walked_after_request_ms = requested.elapsed().as_secs_f64() * 1e3,
+            "version 4 walk: every device's root sent"
+        );
         recent.hold_again();
         Ok(())
     }
