@@ -23,8 +23,8 @@ pub struct CpuReport {
     /// first: the first is this CPU's int8 limit on these threads (where that kernel has one).
     pub ceilings: Vec<Ceiling>,
     pub sampled_verify: Option<SampledVerify>,
-    /// The memory phase of protocol version 3 on this machine: read and copy bandwidth, the
-    /// walk against them, the fill's rate (None with `--memory-mib 0`).
+    /// The memory phase on this machine: read and copy bandwidth, version 3's walk and fill
+    /// and version 4's walk against them (None with `--memory-mib 0`).
     pub memory: Option<MemoryBench>,
 }
 

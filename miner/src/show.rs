@@ -121,6 +121,11 @@ pub fn print_cpu_report(report: &bench::CpuReport) {
             m.fill_entries_per_sec,
             m.fill_tops
         );
+        println!(
+            "version 4 walk (every state in its walker's tree): {:.1} GB/s, {:.0}% of read",
+            gb(m.walk_v4_bytes_per_sec),
+            100.0 * m.walk_v4_share_of_read
+        );
     }
 }
 

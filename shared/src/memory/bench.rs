@@ -1,14 +1,18 @@
 //! Measurements of the memory phase on the CPU: the machine's read and copy bandwidth, the
-//! walk's bandwidth against them, and the fill's rate. `miner bench` reports them; nothing here
+//! walks' bandwidth against them (version 3's and version 4's), and the fill's rate. `miner bench` reports them; nothing here
 //! decides a verdict.
 
+use super::chain_pool::{ChainPool, MAX_WALK_STEPS};
 use super::params::{ENTRY_BYTES, ENTRY_OPS, MemoryParams, PoolSpec};
 use super::pool::{EntrySource, HostPool, PoolBytes};
+use super::slice::SLICE_BYTES;
+use super::slice_walk::{HeldStates, SliceWalk, walk_device_until};
 use super::walk::{WalkSpec, walk_all};
 use crate::aligned::AlignedBytes;
 use crate::digest::Digest;
 use crate::failure::{BackendError, CancelToken};
 use crate::gemm::CpuGemm;
+use crate::matrix::Matrix;
 use crate::params::Work;
 use rayon::prelude::*;
 use std::time::{Duration, Instant};
@@ -31,6 +35,11 @@ pub struct MemoryBench {
     /// Pool entries made per second (each `ENTRY_OPS` int8 operations), and that as TOPS.
     pub fill_entries_per_sec: f64,
     pub fill_tops: f64,
+    /// Version 4's walk (PROTOCOL.md 20.4) over states of 64 KiB holding the same bytes,
+    /// every state of every walker in its walker's tree, counting the 64 KiB each step reads:
+    /// what an attested version 4 walk on this machine is compared with.
+    pub walk_v4_bytes_per_sec: f64,
+    pub walk_v4_share_of_read: f64,
 }
 
 /// The best of `runs` timings of `f`, as bytes per second for `bytes`.
@@ -114,6 +123,8 @@ pub fn measure(gemm: &CpuGemm, bytes: usize, budget: Duration) -> Result<MemoryB
     params.walk_steps = steps.clamp(64, 8 * 4096) / 8 * 8;
     let walk = (0..2).map(|_| timed_walk(params)).fold(first, f64::max);
 
+    let walk_v4 = walk_v4_rate(gemm, &pool, budget, &cancel)?;
+
     // Fill: pools of one entry a thread, made as the miner makes them, until the budget is
     // spent (at least one).
     let work = Work::new(crate::vectors::vector_params()).expect("the vector challenge is valid");
@@ -135,5 +146,50 @@ pub fn measure(gemm: &CpuGemm, bytes: usize, budget: Duration) -> Result<MemoryB
         walk_share_of_copy: walk / copy,
         fill_entries_per_sec: fill,
         fill_tops: fill * ENTRY_OPS as f64 / 1e12,
+        walk_v4_bytes_per_sec: walk_v4,
+        walk_v4_share_of_read: walk_v4 / read,
     })
+}
+
+/// Version 4's walk over `pool`'s bytes as states at n = 256 (one slice each), with the
+/// walkers a miner runs on these threads (4 a thread) and steps sized to `budget` from a short
+/// first walk; the best of three, bytes per second.
+fn walk_v4_rate(gemm: &CpuGemm, pool: &PoolBytes, budget: Duration, cancel: &CancelToken) -> Result<f64, BackendError> {
+    const N: usize = 256;
+    let states: Vec<Matrix> = pool
+        .as_bytes()
+        .chunks_exact(SLICE_BYTES)
+        .map(|bytes| Matrix::from_bytes(N, bytes).expect("a slice is one state at n = 256"))
+        .collect();
+    let chains = states.len() as u64;
+    let held = HeldStates::new(
+        ChainPool {
+            device: 0,
+            first_chain: 0,
+            chains,
+            n: N,
+        },
+        states,
+    )
+    .expect("states of n = 256, one a chain");
+    let mut walk = SliceWalk {
+        nonce: [1; 32],
+        walk_seed: [2; 32],
+        global: Digest::default(),
+        walkers: (gemm.threads() * 4) as u32,
+        steps: 64,
+    };
+    let timed = |walk: &SliceWalk| -> Result<f64, BackendError> {
+        let start = Instant::now();
+        gemm.install(|| walk_device_until(walk, &held, cancel))?;
+        Ok(f64::from(walk.walkers) * f64::from(walk.steps) * SLICE_BYTES as f64 / start.elapsed().as_secs_f64())
+    };
+    let first = timed(&walk)?;
+    let steps = first * budget.as_secs_f64() / (f64::from(walk.walkers) * SLICE_BYTES as f64);
+    walk.steps = (steps as u32).clamp(64, MAX_WALK_STEPS);
+    let mut best = first;
+    for _ in 0..3 {
+        best = best.max(timed(&walk)?);
+    }
+    Ok(best)
 }
