@@ -427,9 +427,17 @@ fn the_cpu_kernel_is_chosen_by_setting_or_environment_and_reported() {
         "copy_bytes_per_sec",
         "walk_bytes_per_sec",
         "fill_entries_per_sec",
+        "walk_v4_bytes_per_sec",
     ] {
         assert!(memory[rate].as_f64().unwrap() > 0.0, "{rate}: {bench}");
     }
+    let walk_v4 = memory["walk_v4_bytes_per_sec"].as_f64().unwrap();
+    assert!(
+        (memory["walk_v4_share_of_read"].as_f64().unwrap() - walk_v4 / memory["read_bytes_per_sec"].as_f64().unwrap())
+            .abs()
+            < 1e-9,
+        "{bench}"
+    );
     let walk = memory["walk_bytes_per_sec"].as_f64().unwrap();
     let share = memory["walk_share_of_read"].as_f64().unwrap();
     assert!(

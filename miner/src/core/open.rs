@@ -154,7 +154,7 @@ impl MinerCore {
                 signed_after_request_ms = requested.elapsed().as_secs_f64() * 1e3,
                 "version 4 walk: device's root signed and sent"
             );
-            send(Signed { signature, statement });
+            send(Signed { statement, signature });
         };
         pools.walk(request.nonce, request.walk_seed, cancel, &ended)?;
         tracing::info!(
