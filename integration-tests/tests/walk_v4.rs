@@ -11,6 +11,7 @@
 mod common;
 
 use common::memory_cheats::{CheatingPools, MemoryCheat};
+use common::ninety_percent::NinetyPercentHolder;
 use common::state_cheats::{StateCheat, StateCheater};
 use common::step_fakes::StepFaker;
 use common::v4::{self, commit, open_request, validator};
@@ -817,4 +818,107 @@ async fn twenty_runs_v4_honest_and_cheats() {
             ("one state served for all", 0)
         ]
     );
+}
+
+/// Run by [`NinetyPercentHolder`] as its other process: serves the states it fetches.
+#[test]
+#[ignore = "the entry server of a_miner_holding_90_percent_that_makes_up_the_rest_fails_on_time"]
+fn entry_server() {
+    common::memory_cheats::serve_entries();
+}
+
+/// This machine's honest version 4 walk rate per core now, bytes per second: the best of three
+/// walks over `states` states of 64 KiB on the test miners' threads.
+fn honest_v4_walk_rate_per_core(states: u64) -> f64 {
+    use gpu_attest_shared::gemm::CpuGemm;
+    use gpu_attest_shared::matrix::Matrix;
+    use gpu_attest_shared::memory::slice_walk::{HeldStates, walk_device};
+    let gemm = CpuGemm::new(TEST_CORES as usize, None).unwrap();
+    let held = HeldStates::new(
+        ChainPool {
+            device: 0,
+            first_chain: 0,
+            chains: states,
+            n: 256,
+        },
+        (0..states)
+            .map(|k| Matrix::from_bytes(256, &vec![k as u8; 65536]).unwrap())
+            .collect(),
+    )
+    .unwrap();
+    let walk = SliceWalk {
+        nonce: [1; 32],
+        walk_seed: [2; 32],
+        global: Digest::default(),
+        walkers: 4 * TEST_CORES,
+        steps: 4096,
+    };
+    let best = (0..3)
+        .map(|_| {
+            let started = std::time::Instant::now();
+            gemm.install(|| walk_device(&walk, &held));
+            started.elapsed().as_secs_f64()
+        })
+        .fold(f64::INFINITY, f64::min);
+    f64::from(walk.walkers) * f64::from(walk.steps) * 65536.0 / best / f64::from(TEST_CORES)
+}
+
+/// The issue's "a miner holding 90% of its claim that regenerates and serves from a slower tier
+/// at once fails on time", under version 4: a pool of 30 states, every tenth missing, one half
+/// of those computed again from `A_i` (`K = 256` steps at n = 256) and the other fetched from
+/// another process, each time the walk reads it. Timed at this machine's honest rate (measured
+/// now) with a slack of 2.5, the honest miner passes and the holder is late.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_miner_holding_90_percent_that_makes_up_the_rest_fails_on_time() {
+    let claim = 2 << 20;
+    let states = (0.96 * claim as f64 / 65536.0) as u64;
+    assert_eq!(states, 30);
+    let dir = TempDir::new("attest-v4-ninety");
+    let mut config = v4_validator_config(&dir, Policy::Sampled);
+    config.rates.push(RateEntry {
+        backend: "cpu".into(),
+        kernel: "walk-v4".into(),
+        model: String::new(),
+        ops_per_sec: honest_v4_walk_rate_per_core(states),
+        peak_ops_per_sec: 0.0,
+        source: "this machine's honest version 4 walk, measured by the test".into(),
+    });
+    config.memory.first_contact_slack = 2.5;
+    config.memory.walk_target_ms = 400;
+    let attestor = attestor(&config).await;
+
+    let cpu = test_cpu(TEST_CORES as usize).claiming(TEST_CORES, claim);
+    let kernel = cpu.kernel();
+    let honest = spawn_miner(v4_miner(74, kernel, Arc::new(cpu))).await;
+    let verdict = attestor.attest(&honest.url(), &|_| {}).await.expect("a verdict");
+    assert!(verdict.passed, "the honest miner at this clock: {:?}", verdict.reasons);
+    let walk = verdict.memory.as_ref().unwrap().devices[0].walk.clone().unwrap();
+    eprintln!("honest: {walk}");
+
+    let holder = NinetyPercentHolder {
+        cpu: Arc::new(test_cpu(TEST_CORES as usize).claiming(TEST_CORES, claim)),
+        server_exe: std::env::current_exe().unwrap(),
+        server_test: "entry_server".into(),
+        dir: dir.path("server"),
+        give_up: Duration::from_secs(5),
+    };
+    let cheater = spawn_miner(v4_miner(75, kernel, Arc::new(holder))).await;
+    let verdict = attestor.attest(&cheater.url(), &|_| {}).await.expect("a verdict");
+    assert!(!verdict.passed);
+    assert!(
+        verdict
+            .reasons
+            .iter()
+            .any(|r| matches!(r.code, ReasonCode::LateWalk | ReasonCode::WalkTimedOut)),
+        "not failed on time: {:?}",
+        verdict.reasons
+    );
+    let memory = verdict.memory.as_ref().unwrap();
+    eprintln!(
+        "holder: {:?}; {}",
+        verdict.reasons.iter().map(|r| r.code).collect::<Vec<_>>(),
+        memory
+    );
+    assert!(memory.devices[0].walk.as_ref().unwrap().held_at_least.is_none());
+    assert_eq!(memory.proven_bytes(), 0);
 }

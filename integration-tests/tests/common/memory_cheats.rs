@@ -205,7 +205,7 @@ impl EntrySource for Fetched<'_> {
             return EntrySource::entry(self.pool, entry);
         }
         let taken = self.connections.lock().unwrap().pop();
-        let mut connection = taken.unwrap_or_else(|| UnixStream::connect(&self.server.socket).expect("entry server"));
+        let mut connection = taken.unwrap_or_else(|| self.server.connect());
         connection.write_all(&(entry - half).to_le_bytes()).unwrap();
         let mut bytes = vec![0u8; ENTRY_BYTES];
         connection.read_exact(&mut bytes).unwrap();
@@ -218,9 +218,9 @@ impl EntrySource for Fetched<'_> {
 pub const ENTRY_FILE_VAR: &str = "GPU_ATTEST_TEST_ENTRY_FILE";
 pub const ENTRY_SOCKET_VAR: &str = "GPU_ATTEST_TEST_ENTRY_SOCKET";
 
-/// Another process holding the second half of a pool and serving it on a Unix socket; killed
-/// when dropped.
-struct EntryServer {
+/// Another process holding part of a pool and serving it on a Unix socket, 64 KiB by index;
+/// killed when dropped.
+pub struct EntryServer {
     child: std::process::Child,
     socket: PathBuf,
 }
@@ -229,14 +229,19 @@ impl EntryServer {
     /// Starts the test binary `exe` as an entry server for `pool`'s second half: `test` names
     /// the (ignored) test in it that serves when the environment asks it to.
     fn start(pool: &HostPool, dir: &std::path::Path, exe: &std::path::Path, test: &str) -> Self {
-        std::fs::create_dir_all(dir).unwrap();
-        let file = dir.join("entries");
-        let socket = dir.join("entries.sock");
-        let _ = std::fs::remove_file(&socket);
         let half = pool.spec().entries() / 2;
         let bytes: Vec<u8> = (half..pool.spec().entries())
             .flat_map(|e| pool.entry_bytes(e).to_vec())
             .collect();
+        EntryServer::start_with(bytes, dir, exe, test)
+    }
+
+    /// Starts `exe`'s `test` as an entry server for `bytes`, 64 KiB an index.
+    pub fn start_with(bytes: Vec<u8>, dir: &std::path::Path, exe: &std::path::Path, test: &str) -> Self {
+        std::fs::create_dir_all(dir).unwrap();
+        let file = dir.join("entries");
+        let socket = dir.join("entries.sock");
+        let _ = std::fs::remove_file(&socket);
         std::fs::write(&file, bytes).unwrap();
         let child = std::process::Command::new(exe)
             .args([test, "--exact", "--ignored", "--nocapture", "--test-threads=1"])
@@ -251,6 +256,11 @@ impl EntryServer {
             std::thread::sleep(std::time::Duration::from_millis(20));
         }
         EntryServer { child, socket }
+    }
+
+    /// A new connection to the server.
+    pub fn connect(&self) -> UnixStream {
+        UnixStream::connect(&self.socket).expect("entry server")
     }
 }
 

@@ -8,6 +8,7 @@ pub mod fake_driver;
 pub mod fleet;
 pub mod mangled;
 pub mod memory_cheats;
+pub mod ninety_percent;
 pub mod operated;
 pub mod pki;
 pub mod process;
