@@ -6,7 +6,7 @@ use super::MemoryPlan;
 use super::fill::{FillWork, LEGACY_FILL_WEIGHT};
 use super::plan_v4::ChainPoolPlan;
 use crate::rates::RateSource;
-use gpu_attest_shared::memory::bound::VERSION_4;
+use gpu_attest_shared::memory::bound::{self, Sources, VERSION_4};
 use gpu_attest_shared::memory::slice::SLICE_BYTES;
 use serde::{Deserialize, Serialize};
 
@@ -304,8 +304,8 @@ impl std::fmt::Display for MemoryProof {
 }
 
 /// `walked in 812 ms (expected 1000, deadline 2000, shipped), 1649 steps opened, 474 rows
-/// checked; caught below 88.5% of its claim, as an H100 SXM regenerating and reading over its
-/// host link`.
+/// checked; caught below 88.5% of its claim (sized as H100 SXM, against a cheater making
+/// missing states again while reading over its host link)`.
 impl std::fmt::Display for DeviceWalk {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
@@ -319,11 +319,19 @@ impl std::fmt::Display for DeviceWalk {
             self.rows_checked
         )?;
         match (self.held_at_least, self.sized_as.as_str()) {
-            (Some(held), model) => write!(
-                f,
-                "caught below {:.1}% of its claim, as an {model} regenerating and reading over its host link",
-                held * 100.0
-            ),
+            (Some(held), model) => {
+                // The cheater the bound is computed against is its model's (PROTOCOL.md 20.9
+                // step 7): a GH200's Grace memory is not counted.
+                let against = match bound::model(model).map(bound::sized_sources) {
+                    Some(Sources::Regenerate) => "making missing states again",
+                    _ => "making missing states again while reading over its host link",
+                };
+                write!(
+                    f,
+                    "caught below {:.1}% of its claim (sized as {model}, against a cheater {against})",
+                    held * 100.0
+                )
+            }
             (None, "") => write!(f, "no bound claimed: not a model the bound covers"),
             (None, _) => write!(f, "no bound: the verdict proves nothing"),
         }
@@ -333,6 +341,17 @@ impl std::fmt::Display for DeviceWalk {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A stored verdict reads back bit for bit: a proven rate parsed one unit in the last place
+    /// off (serde_json's default float parser) changed what a verdict states between the
+    /// attestation and the store.
+    #[test]
+    fn proven_rates_survive_the_store_exactly() {
+        for rate in [32522906016.260162_f64, 1.0 / 3.0 * 1e10, 4.0e9 / 7.0] {
+            let text = serde_json::to_string(&rate).unwrap();
+            assert_eq!(serde_json::from_str::<f64>(&text).unwrap().to_bits(), rate.to_bits(), "{text}");
+        }
+    }
 
     /// A proof stored before the fill's weight was recorded reads back with the factor it was
     /// timed with, so its proven rate is recomputed as its deadline was set.
