@@ -146,9 +146,11 @@ backoff_max_secs = 60
 # Two validators, each verifying on a core, and the miners they attest share two cores: an
 # honest walk can run at a third of the rate its class learned while the other validator
 # verifies, and a calibrated walk slack of 1.5 then stores an honest miner as late-walk (a CI
-# run saw it once). The soak judges stability, not timing: the walk gets room for the sharing.
+# run saw it once). The soak judges stability, not timing: the walk gets room for the sharing,
+# at first contact as once calibrated (a calibrated slack may not exceed the first-contact one).
 [memory]
 slack = 3.0
+first_contact_slack = 3.0
 
 [metrics]
 listen = "127.0.0.1:0"

@@ -351,7 +351,14 @@ impl Attestor {
             now_ms(),
         )
         .await?;
-        plan(inventory, &self.config, &rates, sampled, nonce, random32()?).map_err(|source| AttestError::Plan {
+        // On a blocking thread: sizing a version 4 walk's openings searches the memory bound,
+        // a fraction of a second per new clock, which must not stall the walks of other
+        // attestations whose roots this runtime is timing.
+        let (inventory, config, seed) = (inventory.clone(), self.config.clone(), random32()?);
+        let planned = tokio::task::spawn_blocking(move || plan(&inventory, &config, &rates, sampled, nonce, seed))
+            .await
+            .map_err(|e| AttestError::Verify(format!("planning stopped: {e}")))?;
+        planned.map_err(|source| AttestError::Plan {
             url: url.into(),
             source,
         })

@@ -77,6 +77,12 @@ impl MemoryConfig {
         if !valid(self.slack) || !valid(self.first_contact_slack) {
             return Some("[memory] slack and first_contact_slack must be at least 1".into());
         }
+        if self.slack > self.first_contact_slack {
+            return Some(format!(
+                "[memory] slack = {} exceeds first_contact_slack = {}: a walk whose rate was observed would be timed more loosely than one seen for the first time; lower slack or raise first_contact_slack",
+                self.slack, self.first_contact_slack
+            ));
+        }
         None
     }
 }

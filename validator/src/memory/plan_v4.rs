@@ -126,6 +126,10 @@ pub enum PlanV4Error {
         share: f64,
         state_bytes: u64,
     },
+    #[error(
+        "the memory design sizes no openings for any model it knows (its clock hides every 90% holder's shortfall): a walk would be checked by nothing"
+    )]
+    NoOpenings,
     #[error("device {device}'s expected walk rate {bytes_per_sec} bytes/s is not a positive number")]
     NoRate { device: u32, bytes_per_sec: f64 },
     #[error(
@@ -148,9 +152,13 @@ pub fn min_iterations(n: u32, checkpoint_every: u32) -> u32 {
 /// Steps to open, rows to check, and what they prove.
 type Counts = (u32, u32, Option<Proven>);
 
-/// The bound's figures for one clock: the design's parameters, the model, the slack and
-/// `eta`, each by its bits.
-type CountsKey = ([u64; 5], &'static str, u64, u64);
+/// What the bound's figures are remembered by: the design's parameters (by their bits) and the
+/// model, and for a device's clock its slack and `eta` too.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+enum CountsKey {
+    Design([u64; 5], &'static str),
+    Clock([u64; 5], &'static str, u64, u64),
+}
 
 /// Counts computed once per process for each clock: the bound's searches take a fraction of a
 /// second, and a validator plans the same few classes at the same rates over and over. Cleared
@@ -184,7 +192,7 @@ fn design_bits(design: &Design) -> [u64; 5] {
 /// The counts that catch `model`'s 90% holder at the design's clock against the best mixed
 /// cheater (design 6.3 and 6.4, `Design::mixed_counts`).
 fn design_counts(design: &Design, model: &DeviceModel) -> Option<(u32, u32)> {
-    let key = (design_bits(design), model.name, 0, 0);
+    let key = CountsKey::Design(design_bits(design), model.name);
     let (steps, rows, _) = remembered(key, || {
         let clock = design.clocked(model, bound::sized_sources(model), design.slack, design.eta);
         match clock.and_then(|clock| design.mixed_counts(clock)) {
@@ -195,23 +203,37 @@ fn design_counts(design: &Design, model: &DeviceModel) -> Option<(u32, u32)> {
     (steps > 0).then_some((steps, rows))
 }
 
+/// `eta` to the thousandth, rounded down: a learned rate moves a little with every vote, and a
+/// lower `eta` only weakens the bound a verdict states (the clock is taken to hide more), so
+/// the rounded clock's counts and bound are safe to state and can be remembered.
+fn rounded_down(eta: f64) -> f64 {
+    // The nudge keeps a share that is a whole thousandth up to float error (0.75 of a
+    // datasheet figure, computed as a product and a quotient) at that thousandth.
+    ((eta * 1000.0 + 1e-9).floor() / 1000.0).max(0.0)
+}
+
 /// The bound's counts for `model` and what they prove: the design clock's counts, raised
 /// towards what the device's own clock needs (`slack` over `eta` of its datasheet bandwidth,
 /// the rate it is expected at) but never past `cap` (the table's worst row, what a device
 /// outside the table is opened with, which bounds this validator's work), and the cap itself
-/// where the clock alone hides the 90% holder's shortfall (first contact on an H100): the more
-/// the clock hides, the more is opened, and the verdict states the weaker bound they prove.
+/// where no count up to it catches the 90% holder: where the clock alone hides its shortfall
+/// (an RTX 4090 at first contact), or catching what it leaves would take more (an H100 at
+/// first contact needs about 150,000 openings). The verdict states the weaker bound the
+/// openings prove.
 fn counts(design: &Design, model: &DeviceModel, slack: f64, eta: f64, cap: (u32, u32)) -> Counts {
+    let eta = rounded_down(eta);
     // The cap is the design's worst row, a function of the design: the key need not hold it.
-    let key = (design_bits(design), model.name, slack.to_bits(), eta.to_bits());
+    let key = CountsKey::Clock(design_bits(design), model.name, slack.to_bits(), eta.to_bits());
     remembered(key, || counted(design, model, slack, eta, cap))
 }
 
 fn counted(design: &Design, model: &DeviceModel, slack: f64, eta: f64, cap: (u32, u32)) -> Counts {
     let sources = bound::sized_sources(model);
-    let (Some(base), Some(clock)) = (design_counts(design, model), design.clocked(model, sources, slack, eta)) else {
-        return (0, 0, None);
+    let Some(clock) = design.clocked(model, sources, slack, eta) else {
+        return (cap.0, cap.1, None);
     };
+    // A model the design sizes nothing for is opened as the cap, like a device outside it.
+    let base = design_counts(design, model).unwrap_or(cap);
     let (steps, rows) = match design.mixed_counts(clock) {
         Some((s, r)) => (base.0.max(s.min(cap.0)), base.1.max(r.min(cap.1))),
         None => (base.0.max(cap.0), base.1.max(cap.1)),
@@ -321,6 +343,9 @@ pub fn plan_chain_pools(
 
     let walk_bytes = f64::from(walkers) * f64::from(walk_steps) * SLICE_BYTES as f64;
     let worst = worst_counts(design);
+    if worst.0 == 0 || worst.1 == 0 {
+        return Err(PlanV4Error::NoOpenings);
+    }
     let plans: Vec<DeviceWalkPlan> = devices
         .iter()
         .zip(rates)
