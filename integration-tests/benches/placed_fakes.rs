@@ -20,7 +20,8 @@
 #[path = "../tests/common/mod.rs"]
 mod common;
 
-use common::step_fakes::StepFaker;
+use common::pool_cheat::CheatingCpu;
+use common::step_fakes::StepFakes;
 use common::v4::{v4_challenge, validator_exchange};
 use common::*;
 use gpu_attest_miner::config::Limits;
@@ -92,11 +93,13 @@ fn ln_factorial(k: u32) -> f64 {
 /// `runs` commitments of a miner faking `setting`'s bunch: how many passed the memory phase.
 async fn passes(setting: &Setting, runs: u32, seed: u8) -> u32 {
     let (first, end) = (setting.first, setting.first + setting.faked);
-    let faker = StepFaker {
-        cpu: test_cpu(2).with_logical_devices(1),
-        fakes: Arc::new(move |_, walker, step| walker == 0 && (first..end).contains(&step)),
-    };
-    let kernel = faker.cpu.kernel();
+    let faker = CheatingCpu::new(
+        test_cpu(2).with_logical_devices(1),
+        StepFakes(Arc::new(move |_, walker, step| {
+            walker == 0 && (first..end).contains(&step)
+        })),
+    );
+    let kernel = faker.kernel();
     let core = miner_on(
         seed,
         &[validator_key()],

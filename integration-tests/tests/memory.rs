@@ -349,26 +349,6 @@ async fn a_miner_faking_walk_steps_fails_on_its_openings() {
     failed_with(&verdict, ReasonCode::WalkSegmentMismatch);
 }
 
-/// The verdict failed on the walk's clock, and proves no memory.
-fn assert_late(verdict: &Verdict) {
-    assert!(!verdict.passed, "a cheating miner passed: {verdict:?}");
-    assert!(
-        verdict
-            .reasons
-            .iter()
-            .any(|r| matches!(r.code, ReasonCode::LateWalk | ReasonCode::WalkTimedOut)),
-        "not failed on time: {:?}",
-        verdict.reasons
-    );
-    let memory = verdict.memory.as_ref().unwrap();
-    eprintln!(
-        "walk: {} ms measured (0: none came), expected {} ms, deadline {} ms",
-        memory.walk_measured_ms, memory.walk_expected_ms, memory.walk_deadline_ms
-    );
-    assert!(memory.devices.iter().all(|d| d.proven_bytes == 0));
-    assert_eq!(memory.proven_walk_bytes_per_sec, None);
-}
-
 /// A version 3 challenge to `core`'s miner: small chains, the memory phase at 1000 permille
 /// with 4 walkers of 16 steps, a checkpoint every 8.
 fn v3_challenge(core: &gpu_attest_miner::MinerCore, nonce: u8) -> gpu_attest_proto::v1::Challenge {

@@ -11,9 +11,10 @@
 mod common;
 
 use common::memory_cheats::{CheatingPools, MemoryCheat};
-use common::ninety_percent::NinetyPercentHolder;
-use common::state_cheats::{StateCheat, StateCheater};
-use common::step_fakes::StepFaker;
+use common::ninety_percent::NinetyPercent;
+use common::pool_cheat::CheatingCpu;
+use common::state_cheats::StateCheat;
+use common::step_fakes::StepFakes;
 use common::v4::{self, commit, open_request, validator};
 use common::*;
 use gpu_attest_miner::config::Limits;
@@ -38,6 +39,10 @@ use std::sync::Arc;
 use std::time::Duration;
 use tonic::Code;
 use tonic::transport::Channel;
+
+/// The tests whose verdicts rest on a walk's clock take turns, so that none is timed while
+/// another of this file's attestations loads the same cores.
+static TIMED: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 const DEVICES: u32 = 2;
 const N: u32 = 256;
@@ -424,11 +429,11 @@ async fn the_validators_exchange_passes_an_honest_miner_and_clocks_each_device_a
 /// of 8, the rest of its segment came free).
 #[tokio::test(flavor = "multi_thread")]
 async fn a_faked_step_fails_its_own_opening() {
-    let faker = StepFaker {
-        cpu: test_cpu(2).with_logical_devices(DEVICES),
-        fakes: Arc::new(|device, walker, step| (device, walker, step) == (1, 2, 5)),
-    };
-    let kernel = faker.cpu.kernel();
+    let faker = CheatingCpu::new(
+        test_cpu(2).with_logical_devices(DEVICES),
+        StepFakes(Arc::new(|device, walker, step| (device, walker, step) == (1, 2, 5))),
+    );
+    let kernel = faker.kernel();
     let core = miner_on(
         65,
         &[validator_key()],
@@ -502,10 +507,7 @@ fn v4_miner(
 async fn a_version_4_miner_that_fakes_steps_fails_on_its_openings() {
     let cpu = test_cpu(TEST_CORES as usize).claiming(TEST_CORES, 256 << 10);
     let kernel = cpu.kernel();
-    let faker = StepFaker {
-        cpu,
-        fakes: Arc::new(|_, _, step| step % 5 == 0),
-    };
+    let faker = CheatingCpu::new(cpu, StepFakes(Arc::new(|_, _, step| step % 5 == 0)));
     let miner = spawn_miner(v4_miner(67, kernel, Arc::new(faker))).await;
     let dir = TempDir::new("attest-v4-faker");
     let attestor = attestor(&v4_validator_config(&dir, Policy::Sampled)).await;
@@ -533,6 +535,7 @@ async fn a_version_4_miner_that_fakes_steps_fails_on_its_openings() {
 /// them, opens its steps, and the stored verdict states version 4 and the memory it proved.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_version_4_attestation_passes_an_honest_miner_and_states_its_memory() {
+    let _alone = TIMED.lock().await;
     // Under the full policy the chains are re-executed and the walk's steps still opened.
     for (seed, policy, named) in [(66, Policy::Sampled, "sampled"), (68, Policy::Full, "full")] {
         honest_version_4_attestation(seed, policy, named).await;
@@ -620,8 +623,8 @@ fn with_rows(mut plan: ChainPoolPlan, rows: u32) -> ChainPoolPlan {
 
 /// A spawned miner on two logical CPU devices with `cheat`, and its key.
 async fn state_cheater(seed: u8, cheat: StateCheat) -> (Running, PublicKey) {
-    let cheater = StateCheater::new(test_cpu(2).with_logical_devices(DEVICES), cheat);
-    let kernel = cheater.cpu.kernel();
+    let cheater = CheatingCpu::new(test_cpu(2).with_logical_devices(DEVICES), cheat);
+    let kernel = cheater.kernel();
     let core = miner_on(
         seed,
         &[validator_key()],
@@ -686,10 +689,11 @@ async fn a_slice_that_is_not_its_state_fails_its_path() {
 /// walked). The clock stops at each device's root: it passes, its walk timed as the walk alone.
 #[tokio::test(flavor = "multi_thread")]
 async fn the_walk_clock_excludes_the_download() {
+    let _alone = TIMED.lock().await;
     let pause = Duration::from_secs(3);
     let cpu = test_cpu(TEST_CORES as usize).claiming(TEST_CORES, 256 << 10);
     let kernel = cpu.kernel();
-    let sleepy = StateCheater::new(cpu, StateCheat::SlowAfterWalk(pause));
+    let sleepy = CheatingCpu::new(cpu, StateCheat::SlowAfterWalk(pause));
     let miner = spawn_miner(v4_miner(72, kernel, Arc::new(sleepy))).await;
     let dir = TempDir::new("attest-v4-download");
     let attestor = attestor(&v4_validator_config(&dir, Policy::Sampled)).await;
@@ -710,11 +714,12 @@ async fn the_walk_clock_excludes_the_download() {
 /// that timing the whole walk (version 3) would have held every device to.
 #[tokio::test(flavor = "multi_thread")]
 async fn each_device_is_held_to_its_own_class() {
+    let _alone = TIMED.lock().await;
     let cpu = test_cpu(TEST_CORES as usize)
         .with_logical_devices(2)
         .claiming(TEST_CORES, 256 << 10);
     let kernel = cpu.kernel();
-    let mut slow_first = StateCheater::new(
+    let mut slow_first = CheatingCpu::new(
         cpu,
         StateCheat::SlowWalk {
             device: 0,
@@ -761,15 +766,13 @@ async fn each_device_is_held_to_its_own_class() {
 #[tokio::test(flavor = "multi_thread")]
 #[ignore = "a benchmark record: run with --ignored --nocapture"]
 async fn twenty_runs_v4_honest_and_cheats() {
+    let _alone = TIMED.lock().await;
     let miner_of = |seed: u8, cheat: Option<StateCheat>, fakes: bool| {
         let cpu = test_cpu(TEST_CORES as usize).claiming(TEST_CORES, 256 << 10);
         let kernel = cpu.kernel();
         let backend: Arc<dyn gpu_attest_shared::Backend> = match (cheat, fakes) {
-            (Some(cheat), _) => Arc::new(StateCheater::new(cpu, cheat)),
-            (None, true) => Arc::new(StepFaker {
-                cpu,
-                fakes: Arc::new(|_, _, step| step % 5 == 0),
-            }),
+            (Some(cheat), _) => Arc::new(CheatingCpu::new(cpu, cheat)),
+            (None, true) => Arc::new(CheatingCpu::new(cpu, StepFakes(Arc::new(|_, _, step| step % 5 == 0)))),
             (None, false) => Arc::new(cpu),
         };
         v4_miner(seed, kernel, backend)
@@ -820,7 +823,7 @@ async fn twenty_runs_v4_honest_and_cheats() {
     );
 }
 
-/// Run by [`NinetyPercentHolder`] as its other process: serves the states it fetches.
+/// Run by [`NinetyPercent`]'s cheater as its other process: serves the states it fetches.
 #[test]
 #[ignore = "the entry server of a_miner_holding_90_percent_that_makes_up_the_rest_fails_on_time"]
 fn entry_server() {
@@ -867,9 +870,10 @@ fn honest_v4_walk_rate_per_core(states: u64) -> f64 {
 /// at once fails on time", under version 4: a pool of 30 states, every tenth missing, one half
 /// of those computed again from `A_i` (`K = 256` steps at n = 256) and the other fetched from
 /// another process, each time the walk reads it. Timed at this machine's honest rate (measured
-/// now) with a slack of 2.5, the honest miner passes and the holder is late.
+/// now, alone) with a slack of 4, the honest miner passes and the holder is late by seconds.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_miner_holding_90_percent_that_makes_up_the_rest_fails_on_time() {
+    let _alone = TIMED.lock().await;
     let claim = 2 << 20;
     let states = (0.96 * claim as f64 / 65536.0) as u64;
     assert_eq!(states, 30);
@@ -883,7 +887,8 @@ async fn a_miner_holding_90_percent_that_makes_up_the_rest_fails_on_time() {
         peak_ops_per_sec: 0.0,
         source: "this machine's honest version 4 walk, measured by the test".into(),
     });
-    config.memory.first_contact_slack = 2.5;
+    // Room for a loaded machine: the holder is late by seconds however fast this CPU is.
+    config.memory.first_contact_slack = 4.0;
     config.memory.walk_target_ms = 400;
     let attestor = attestor(&config).await;
 
@@ -895,30 +900,16 @@ async fn a_miner_holding_90_percent_that_makes_up_the_rest_fails_on_time() {
     let walk = verdict.memory.as_ref().unwrap().devices[0].walk.clone().unwrap();
     eprintln!("honest: {walk}");
 
-    let holder = NinetyPercentHolder {
-        cpu: Arc::new(test_cpu(TEST_CORES as usize).claiming(TEST_CORES, claim)),
-        server_exe: std::env::current_exe().unwrap(),
-        server_test: "entry_server".into(),
-        dir: dir.path("server"),
-        give_up: Duration::from_secs(5),
-    };
+    let holder = CheatingCpu::new(
+        test_cpu(TEST_CORES as usize).claiming(TEST_CORES, claim),
+        NinetyPercent {
+            server_exe: std::env::current_exe().unwrap(),
+            server_test: "entry_server".into(),
+            dir: dir.path("server"),
+            give_up: Duration::from_secs(5),
+        },
+    );
     let cheater = spawn_miner(v4_miner(75, kernel, Arc::new(holder))).await;
     let verdict = attestor.attest(&cheater.url(), &|_| {}).await.expect("a verdict");
-    assert!(!verdict.passed);
-    assert!(
-        verdict
-            .reasons
-            .iter()
-            .any(|r| matches!(r.code, ReasonCode::LateWalk | ReasonCode::WalkTimedOut)),
-        "not failed on time: {:?}",
-        verdict.reasons
-    );
-    let memory = verdict.memory.as_ref().unwrap();
-    eprintln!(
-        "holder: {:?}; {}",
-        verdict.reasons.iter().map(|r| r.code).collect::<Vec<_>>(),
-        memory
-    );
-    assert!(memory.devices[0].walk.as_ref().unwrap().held_at_least.is_none());
-    assert_eq!(memory.proven_bytes(), 0);
+    assert_late(&verdict);
 }

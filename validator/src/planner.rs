@@ -485,6 +485,16 @@ mod tests {
         RateBook::shipped(shipped_rates(), CalibrationConfig::default())
     }
 
+    /// One CUDA device `name` claiming `memory_bytes`, saying version 4, with room for the
+    /// chains its pool needs.
+    fn v4_inventory(name: &str, memory_bytes: u64) -> Inventory {
+        let mut inv = inventory("cuda", "tensor", &[name]);
+        inv.protocol_version = 4;
+        inv.claim.devices[0].memory_bytes = memory_bytes;
+        inv.limits.max_chains = 1 << 20;
+        inv
+    }
+
     /// A sampled plan with the default deadline policy and shipped rates, and zero nonce and seed.
     fn plan_for(inv: &Inventory, cfg: &ChallengeConfig) -> Result<Plan, PlanError> {
         plan(inv, &config(cfg.clone()), &shipped_book(), true, [0; 32], [0; 32])
@@ -716,10 +726,7 @@ mod tests {
     /// bound for its model.
     #[test]
     fn a_version_4_miner_is_planned_with_its_pool_in_its_chains() {
-        let mut inv = inventory("cuda", "tensor", &[H100]);
-        inv.protocol_version = 4;
-        inv.claim.devices[0].memory_bytes = 80_000_000_000;
-        inv.limits.max_chains = 1 << 20;
+        let mut inv = v4_inventory(H100, 80_000_000_000);
         let p = plan(
             &inv,
             &ValidatorConfig::default(),
@@ -779,10 +786,7 @@ mod tests {
             ("NVIDIA GH200 480GB", 96_000_000_000, 0.9000),
         ];
         for (name, memory_bytes, held) in cases {
-            let mut inv = inventory("cuda", "tensor", &[name]);
-            inv.protocol_version = 4;
-            inv.claim.devices[0].memory_bytes = memory_bytes;
-            inv.limits.max_chains = 1 << 20;
+            let inv = v4_inventory(name, memory_bytes);
             let pool = plan(
                 &inv,
                 &ValidatorConfig::default(),
@@ -804,10 +808,7 @@ mod tests {
     /// times it with the calibrated slack.
     #[test]
     fn version_3_walk_rates_do_not_time_version_4() {
-        let mut inv = inventory("cuda", "tensor", &[H100]);
-        inv.protocol_version = 4;
-        inv.claim.devices[0].memory_bytes = 80_000_000_000;
-        inv.limits.max_chains = 1 << 20;
+        let mut inv = v4_inventory(H100, 80_000_000_000);
         let config = ValidatorConfig::default();
         let learned = |rate: f64| crate::rates::SharedRate {
             ops_per_unit: rate,
@@ -853,9 +854,7 @@ mod tests {
     /// says 4 is not touched by it.
     #[test]
     fn a_version_3_miner_is_refused_naming_the_upgrade() {
-        let mut inv = inventory("cuda", "tensor", &[H100]);
-        inv.claim.devices[0].memory_bytes = 80_000_000_000;
-        inv.limits.max_chains = 1 << 20;
+        let mut inv = v4_inventory(H100, 80_000_000_000);
         inv.protocol_version = 3;
         let mut config = ValidatorConfig::default();
         config.memory.refuse_version_3 = true;

@@ -11,6 +11,7 @@ pub mod memory_cheats;
 pub mod ninety_percent;
 pub mod operated;
 pub mod pki;
+pub mod pool_cheat;
 pub mod process;
 pub mod slow;
 pub mod state_cheats;
@@ -357,6 +358,31 @@ pub async fn attest_with(attestor: &Attestor, url: &str) -> Verdict {
 }
 
 /// The verdict failed, and one of its reasons is `code`.
+/// The verdict failed on the walk's clock (a root or statement late, or none by the time the
+/// validator gave up), and proves no memory, nor, in version 4, any bound.
+pub fn assert_late(verdict: &Verdict) {
+    assert!(!verdict.passed, "a cheating miner passed: {verdict:?}");
+    assert!(
+        verdict
+            .reasons
+            .iter()
+            .any(|r| matches!(r.code, ReasonCode::LateWalk | ReasonCode::WalkTimedOut)),
+        "not failed on time: {:?}",
+        verdict.reasons
+    );
+    let memory = verdict.memory.as_ref().unwrap();
+    eprintln!("{memory}");
+    assert_eq!(memory.proven_bytes(), 0);
+    assert_eq!(memory.proven_walk_bytes_per_sec, None);
+    assert!(
+        memory
+            .devices
+            .iter()
+            .filter_map(|d| d.walk.as_ref())
+            .all(|w| w.held_at_least.is_none() && w.proven_bytes_per_sec.is_none())
+    );
+}
+
 pub fn assert_failed_with(verdict: &Verdict, code: ReasonCode) {
     failed_with(verdict, code);
 }

@@ -9,28 +9,28 @@
 //! that has already lost on time).
 
 use super::memory_cheats::EntryServer;
-use gpu_attest_shared::backend::{ChainProgress, PoolStates};
+use super::pool_cheat::PoolCheat;
+use super::step_fakes::committed_walk;
+use gpu_attest_shared::backend::PoolStates;
 use gpu_attest_shared::chain::ChainResult;
 use gpu_attest_shared::cpu::CpuBackend;
-use gpu_attest_shared::matrix::{Matrix, generate_a};
+use gpu_attest_shared::matrix::generate_a;
 use gpu_attest_shared::memory::chain_pool::ChainPool;
 use gpu_attest_shared::memory::slice::SLICE_BYTES;
 use gpu_attest_shared::memory::slice_walk::{DeviceWalk, SliceSource, SliceWalk, StepOpening, step};
 use gpu_attest_shared::memory::walk::entry_index;
-use gpu_attest_shared::merkle::{MerkleProof, MerkleTree};
-use gpu_attest_shared::statement::DeviceInfo;
+use gpu_attest_shared::merkle::MerkleProof;
 use gpu_attest_shared::{Backend, BackendError, CancelToken, Digest, Work};
 use std::borrow::Cow;
 use std::io::{Read, Write};
-use std::ops::Range;
 use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-/// The CPU backend, its pool states held but for every tenth.
-pub struct NinetyPercentHolder {
-    pub cpu: Arc<CpuBackend>,
+/// The cheat: pool states held but for every tenth (the CPU backend wears it as
+/// `CheatingCpu<NinetyPercent>`).
+pub struct NinetyPercent {
     /// This test binary and its ignored test that serves entries (`serve_entries`).
     pub server_exe: PathBuf,
     pub server_test: String,
@@ -44,36 +44,16 @@ fn missing(k: u64) -> Option<bool> {
     (k % 10 == 9).then_some(k % 20 == 9)
 }
 
-impl Backend for NinetyPercentHolder {
-    fn describe(&self) -> String {
-        self.cpu.describe()
-    }
-    fn device_count(&self) -> u32 {
-        self.cpu.device_count()
-    }
-    fn devices(&self) -> Vec<DeviceInfo> {
-        self.cpu.devices()
-    }
-    fn run_chains(
+impl PoolCheat for NinetyPercent {
+    fn cheat(
         &self,
+        cpu: &Arc<CpuBackend>,
         device: u32,
         work: &Work,
-        chains: Range<u64>,
-        progress: ChainProgress<'_>,
-        cancel: &CancelToken,
-    ) -> Result<Vec<ChainResult>, BackendError> {
-        self.cpu.run_chains(device, work, chains, progress, cancel)
-    }
-    fn run_pool_chains(
-        &self,
-        device: u32,
-        work: &Work,
-        chains: Range<u64>,
         pool: ChainPool,
-        progress: ChainProgress<'_>,
-        cancel: &CancelToken,
-    ) -> Result<(Vec<ChainResult>, Box<dyn PoolStates>), BackendError> {
-        let (results, states) = self.cpu.run_pool_chains(device, work, chains, pool, progress, cancel)?;
+        _: &mut [ChainResult],
+        states: Box<dyn PoolStates>,
+    ) -> Box<dyn PoolStates> {
         // The fetched states go to the other process; all of them stay here only so that the
         // held ones can be read (the walk never reads a missing one from here).
         let fetched: Vec<u8> = (0..pool.chains)
@@ -88,31 +68,14 @@ impl Backend for NinetyPercentHolder {
                 &self.server_test,
             )
         });
-        Ok((
-            results,
-            Box::new(Holder {
-                states,
-                cpu: self.cpu.clone(),
-                work: work.clone(),
-                server,
-                connection: Mutex::new(None),
-                give_up: self.give_up,
-            }),
-        ))
-    }
-    fn keeps_chain_pools(&self) -> bool {
-        true
-    }
-    fn advance(
-        &self,
-        work: &Work,
-        chain: u64,
-        start: Matrix,
-        first: u32,
-        steps: u32,
-        cancel: &CancelToken,
-    ) -> Result<Matrix, BackendError> {
-        self.cpu.advance(work, chain, start, first, steps, cancel)
+        Box::new(Holder {
+            states,
+            cpu: cpu.clone(),
+            work: work.clone(),
+            server,
+            connections: Mutex::new(Vec::new()),
+            give_up: self.give_up,
+        })
     }
 }
 
@@ -121,7 +84,8 @@ struct Holder {
     cpu: Arc<CpuBackend>,
     work: Work,
     server: Option<EntryServer>,
-    connection: Mutex<Option<UnixStream>>,
+    /// Connections to the other process, one a walking thread at most.
+    connections: Mutex<Vec<UnixStream>>,
     give_up: Duration,
 }
 
@@ -146,11 +110,12 @@ impl Holder {
             Some(false) => {
                 let fetched_index = (0..k).filter(|&j| missing(j) == Some(false)).count() as u64;
                 let server = self.server.as_ref().expect("a server for the fetched states");
-                let mut connection = self.connection.lock().unwrap();
-                let stream = connection.get_or_insert_with(|| server.connect());
+                let taken = self.connections.lock().unwrap().pop();
+                let mut stream = taken.unwrap_or_else(|| server.connect());
                 stream.write_all(&fetched_index.to_le_bytes()).unwrap();
                 let mut bytes = vec![0u8; SLICE_BYTES];
                 stream.read_exact(&mut bytes).unwrap();
+                self.connections.lock().unwrap().push(stream);
                 Cow::Owned(bytes)
             }
         }
@@ -162,11 +127,12 @@ impl PoolStates for Holder {
         self.states.source()
     }
 
+    /// The walkers split over the CPU's threads, as the honest walk runs them, so that what
+    /// makes this walk late is the missing states alone.
     fn walk(&self, walk: &SliceWalk, cancel: &CancelToken) -> Result<DeviceWalk, BackendError> {
         let pool = self.states.source().pool();
         let started = Instant::now();
-        let mut walker_roots = Vec::with_capacity(walk.walkers as usize);
-        for w in 0..walk.walkers {
+        let trace = |w: u32| -> Result<Vec<Digest>, BackendError> {
             let mut state = walk.start_state(pool.device, w);
             let mut trace = vec![state];
             for t in 0..walk.steps {
@@ -175,14 +141,32 @@ impl PoolStates for Holder {
                 state = step(&self.slice(e, started, cancel), &state, t);
                 trace.push(state);
             }
-            walker_roots.push(MerkleTree::new(&trace).root());
-        }
-        let root = MerkleTree::new(&walker_roots).root();
-        Ok(DeviceWalk {
-            walker_roots,
-            root,
-            kept: Vec::new(),
-        })
+            Ok(trace)
+        };
+        let threads = self.cpu.threads().max(1) as u32;
+        let traces: Result<Vec<Vec<Vec<Digest>>>, BackendError> = std::thread::scope(|scope| {
+            let handles: Vec<_> = (0..threads)
+                .map(|first| {
+                    let trace = &trace;
+                    scope.spawn(move || {
+                        (first..walk.walkers)
+                            .step_by(threads as usize)
+                            .map(trace)
+                            .collect::<Result<Vec<_>, _>>()
+                    })
+                })
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| h.join().expect("a walking thread"))
+                .collect()
+        });
+        // Back in walker order: thread `i` walked walkers `i, i + threads, ...`.
+        let mut by_thread = traces?;
+        let traces = (0..walk.walkers)
+            .map(|w| std::mem::take(&mut by_thread[(w % threads) as usize][(w / threads) as usize]))
+            .collect::<Vec<_>>();
+        Ok(committed_walk(&traces))
     }
 
     /// Its openings are not what this cheater is caught by: it opens none.

@@ -4,24 +4,24 @@
 //! The chains are the CPU backend's, honestly; what changes is the pool the walk reads, the
 //! commitment of its states where a cheat needs it, or when the walk and the openings happen.
 
-use gpu_attest_shared::backend::{ChainProgress, PoolStates};
+use super::pool_cheat::PoolCheat;
+use gpu_attest_shared::backend::PoolStates;
 use gpu_attest_shared::chain::ChainResult;
 use gpu_attest_shared::cpu::CpuBackend;
 use gpu_attest_shared::matrix::Matrix;
 use gpu_attest_shared::memory::chain_pool::ChainPool;
 use gpu_attest_shared::memory::slice_walk::{HeldStates, SliceSource, SliceWalk, StepOpening};
 use gpu_attest_shared::merkle::MerkleProof;
-use gpu_attest_shared::statement::DeviceInfo;
-use gpu_attest_shared::{Backend, BackendError, CancelToken, Digest, Work};
+use gpu_attest_shared::{BackendError, CancelToken, Digest, Work};
 use rand_chacha::ChaCha20Rng;
 use rand_chacha::rand_core::{Rng, SeedableRng};
-use std::ops::Range;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 type StateWalk = gpu_attest_shared::memory::slice_walk::DeviceWalk;
 
-/// What the miner does to its pool.
+/// What the miner does to its pool (the CPU backend wears it as `CheatingCpu<StateCheat>`).
 #[derive(Clone, Copy, Debug)]
 pub enum StateCheat {
     /// Commits random bytes as every pool chain's final state, their true hash as the chain's
@@ -38,58 +38,17 @@ pub enum StateCheat {
     SlowWalk { device: u32, extra: Duration },
 }
 
-/// The CPU backend with `cheat`, its devices named `cpu: {names[j]}` where names are given.
-pub struct StateCheater {
-    pub cpu: CpuBackend,
-    pub cheat: StateCheat,
-    pub names: Vec<&'static str>,
-}
-
-impl StateCheater {
-    pub fn new(cpu: CpuBackend, cheat: StateCheat) -> Self {
-        StateCheater {
-            cpu,
-            cheat,
-            names: Vec::new(),
-        }
-    }
-}
-
-impl Backend for StateCheater {
-    fn describe(&self) -> String {
-        self.cpu.describe()
-    }
-    fn device_count(&self) -> u32 {
-        self.cpu.device_count()
-    }
-    fn devices(&self) -> Vec<DeviceInfo> {
-        let mut devices = self.cpu.devices();
-        for (device, name) in devices.iter_mut().zip(&self.names) {
-            device.name = format!("cpu: {name}");
-        }
-        devices
-    }
-    fn run_chains(
+impl PoolCheat for StateCheat {
+    fn cheat(
         &self,
+        _: &Arc<CpuBackend>,
         device: u32,
-        work: &Work,
-        chains: Range<u64>,
-        progress: ChainProgress<'_>,
-        cancel: &CancelToken,
-    ) -> Result<Vec<ChainResult>, BackendError> {
-        self.cpu.run_chains(device, work, chains, progress, cancel)
-    }
-    fn run_pool_chains(
-        &self,
-        device: u32,
-        work: &Work,
-        chains: Range<u64>,
+        _: &Work,
         pool: ChainPool,
-        progress: ChainProgress<'_>,
-        cancel: &CancelToken,
-    ) -> Result<(Vec<ChainResult>, Box<dyn PoolStates>), BackendError> {
-        let (mut results, states) = self.cpu.run_pool_chains(device, work, chains, pool, progress, cancel)?;
-        let states: Box<dyn PoolStates> = match self.cheat {
+        results: &mut [ChainResult],
+        states: Box<dyn PoolStates>,
+    ) -> Box<dyn PoolStates> {
+        match *self {
             StateCheat::CheapStates => {
                 let mut rng = ChaCha20Rng::from_seed([device as u8 + 1; 32]);
                 let cheap: Vec<Matrix> = (0..pool.chains)
@@ -119,22 +78,7 @@ impl Backend for StateCheater {
                 before_first_opening: Duration::ZERO,
                 opened: AtomicBool::new(false),
             }),
-        };
-        Ok((results, states))
-    }
-    fn keeps_chain_pools(&self) -> bool {
-        true
-    }
-    fn advance(
-        &self,
-        work: &Work,
-        chain: u64,
-        start: Matrix,
-        first: u32,
-        steps: u32,
-        cancel: &CancelToken,
-    ) -> Result<Matrix, BackendError> {
-        self.cpu.advance(work, chain, start, first, steps, cancel)
+        }
     }
 }
 

@@ -6,79 +6,41 @@
 //!
 //! The chains and the pool are the CPU backend's, honestly: the cheat is in the walk alone.
 
-use gpu_attest_shared::backend::{ChainProgress, PoolStates};
+use super::pool_cheat::PoolCheat;
+use gpu_attest_shared::backend::PoolStates;
 use gpu_attest_shared::chain::ChainResult;
 use gpu_attest_shared::cpu::CpuBackend;
-use gpu_attest_shared::matrix::Matrix;
 use gpu_attest_shared::memory::chain_pool::ChainPool;
 use gpu_attest_shared::memory::slice_walk::{
     DeviceWalk, SliceSource, SliceWalk, StepOpening, StepStates, complete_opening, step,
 };
 use gpu_attest_shared::memory::walk::entry_index;
 use gpu_attest_shared::merkle::{MerkleProof, MerkleTree};
-use gpu_attest_shared::{Backend, BackendError, CancelToken, Digest, Work};
-use std::ops::Range;
+use gpu_attest_shared::{BackendError, CancelToken, Digest, Work};
 use std::sync::{Arc, Mutex};
 
 /// Which steps `(device, walker, step)` the miner fakes.
 pub type Fakes = Arc<dyn Fn(u32, u32, u32) -> bool + Send + Sync>;
 
-/// The CPU backend, with a walk that fakes `fakes`.
-pub struct StepFaker {
-    pub cpu: CpuBackend,
-    pub fakes: Fakes,
-}
+/// The cheat: a walk that fakes the steps `.0` names (the CPU backend wears it as
+/// `CheatingCpu<StepFakes>`).
+pub struct StepFakes(pub Fakes);
 
-impl Backend for StepFaker {
-    fn describe(&self) -> String {
-        self.cpu.describe()
-    }
-    fn device_count(&self) -> u32 {
-        self.cpu.device_count()
-    }
-    fn devices(&self) -> Vec<gpu_attest_shared::statement::DeviceInfo> {
-        self.cpu.devices()
-    }
-    fn run_chains(
+impl PoolCheat for StepFakes {
+    fn cheat(
         &self,
-        device: u32,
-        work: &Work,
-        chains: Range<u64>,
-        progress: ChainProgress<'_>,
-        cancel: &CancelToken,
-    ) -> Result<Vec<ChainResult>, BackendError> {
-        self.cpu.run_chains(device, work, chains, progress, cancel)
-    }
-    fn run_pool_chains(
-        &self,
-        device: u32,
-        work: &Work,
-        chains: Range<u64>,
-        pool: ChainPool,
-        progress: ChainProgress<'_>,
-        cancel: &CancelToken,
-    ) -> Result<(Vec<ChainResult>, Box<dyn PoolStates>), BackendError> {
-        let (results, states) = self.cpu.run_pool_chains(device, work, chains, pool, progress, cancel)?;
-        let faked = FakedWalk {
+        _: &Arc<CpuBackend>,
+        _: u32,
+        _: &Work,
+        _: ChainPool,
+        _: &mut [ChainResult],
+        states: Box<dyn PoolStates>,
+    ) -> Box<dyn PoolStates> {
+        Box::new(FakedWalk {
             states,
-            fakes: self.fakes.clone(),
+            fakes: self.0.clone(),
             traces: Mutex::new(Vec::new()),
-        };
-        Ok((results, Box::new(faked)))
-    }
-    fn keeps_chain_pools(&self) -> bool {
-        true
-    }
-    fn advance(
-        &self,
-        work: &Work,
-        chain: u64,
-        start: Matrix,
-        first: u32,
-        steps: u32,
-        cancel: &CancelToken,
-    ) -> Result<Matrix, BackendError> {
-        self.cpu.advance(work, chain, start, first, steps, cancel)
+        })
     }
 }
 
@@ -112,14 +74,9 @@ impl PoolStates for FakedWalk {
                 trace
             })
             .collect();
-        let walker_roots: Vec<Digest> = traces.iter().map(|t| MerkleTree::new(t).root()).collect();
-        let root = MerkleTree::new(&walker_roots).root();
+        let walked = committed_walk(&traces);
         *self.traces.lock().unwrap() = traces;
-        Ok(DeviceWalk {
-            walker_roots,
-            root,
-            kept: Vec::new(),
-        })
+        Ok(walked)
     }
 
     fn open(
@@ -133,5 +90,16 @@ impl PoolStates for FakedWalk {
         let traces = self.traces.lock().unwrap();
         let states = StepStates::from_trace(traces.get(walker as usize)?, step)?;
         complete_opening(self.source(), &walked.walker_roots, walker, step, states, chain)
+    }
+}
+
+/// A device's walk as a cheater that walks its own way commits it: each walker's tree over its
+/// whole trace, and the device's tree over the walkers' roots (PROTOCOL.md 20.4).
+pub fn committed_walk(traces: &[Vec<Digest>]) -> DeviceWalk {
+    let walker_roots: Vec<Digest> = traces.iter().map(|t| MerkleTree::new(t).root()).collect();
+    DeviceWalk {
+        root: MerkleTree::new(&walker_roots).root(),
+        walker_roots,
+        kept: Vec::new(),
     }
 }
