@@ -349,7 +349,11 @@ mod tests {
     fn proven_rates_survive_the_store_exactly() {
         for rate in [32522906016.260162_f64, 1.0 / 3.0 * 1e10, 4.0e9 / 7.0] {
             let text = serde_json::to_string(&rate).unwrap();
-            assert_eq!(serde_json::from_str::<f64>(&text).unwrap().to_bits(), rate.to_bits(), "{text}");
+            assert_eq!(
+                serde_json::from_str::<f64>(&text).unwrap().to_bits(),
+                rate.to_bits(),
+                "{text}"
+            );
         }
     }
 
