@@ -118,8 +118,6 @@ async fn passes(setting: &Setting, runs: u32, seed: u8) -> u32 {
         params: params.clone(),
         min_iterations: 2,
         min_chains: 2,
-        slack: 2.0,
-        observed: false,
         devices: vec![DeviceWalkPlan {
             pool_chains: 2,
             bytes_per_sec: 1e9,

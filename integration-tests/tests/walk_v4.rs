@@ -352,8 +352,6 @@ fn exchange_plan(pool_chains: Vec<u64>, deadlines: [u64; DEVICES as usize]) -> C
         },
         min_iterations: 2,
         min_chains: CHAINS,
-        slack: 2.0,
-        observed: false,
         devices,
     }
 }

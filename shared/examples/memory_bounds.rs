@@ -74,10 +74,7 @@ fn main() {
         ) else {
             continue;
         };
-        let raised = match d.mixed_counts(first) {
-            Some((s, r)) => (steps.max(s.min(worst.0)), rows.max(r.min(worst.1))),
-            None => (steps.max(worst.0), rows.max(worst.1)),
-        };
+        let raised = d.opened((steps, rows), first, worst);
         println!(
             "| {} | {:?} | {steps}, {rows} | {:.2}% | {:.2}% | {:.2}% ({}, {}) |",
             model.name,

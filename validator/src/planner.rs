@@ -750,7 +750,7 @@ mod tests {
             (pool.devices[0].steps_opened, pool.devices[0].rows_checked),
             (1649, 474)
         );
-        assert_eq!(pool.slack, 2.0);
+        assert_eq!(pool.slack(), 2.0);
         assert!(!pool.devices[0].catches_ninety_percent());
 
         // A miner whose limits cannot take its pool's chains is refused, saying so.
@@ -822,8 +822,8 @@ mod tests {
             .unwrap()
             .chain_pool
             .unwrap();
-        assert!(!pool.observed, "a version 3 rate does not make version 4 calibrated");
-        assert_eq!(pool.slack, 2.0);
+        assert!(!pool.observed(), "a version 3 rate does not make version 4 calibrated");
+        assert_eq!(pool.slack(), 2.0);
         assert_eq!(
             pool.devices[0].bytes_per_sec,
             0.75 * 3.35e12,
@@ -835,9 +835,10 @@ mod tests {
             .unwrap()
             .chain_pool
             .unwrap();
-        assert!(pool.observed);
+        assert!(pool.observed());
         assert_eq!(
-            pool.slack, 1.5,
+            pool.slack(),
+            1.5,
             "[memory] slack, until a device-timed spread allows 1.25"
         );
         assert_eq!(pool.devices[0].bytes_per_sec, 3.1e12);

@@ -419,6 +419,17 @@ impl Design {
         }
     }
 
+    /// The openings and row checks a device on `clock` gets (PROTOCOL.md 20.9 step 6): `base`,
+    /// its model's counts at the design's clock, raised towards [`Design::mixed_counts`] at its
+    /// own clock but never past `cap`, and the cap itself where no count catches the 90%
+    /// holder there.
+    pub fn opened(&self, base: (u32, u32), clock: Clocked, cap: (u32, u32)) -> (u32, u32) {
+        match self.mixed_counts(clock) {
+            Some((s, r)) => (base.0.max(s.min(cap.0)), base.1.max(r.min(cap.1))),
+            None => (base.0.max(cap.0), base.1.max(cap.1)),
+        }
+    }
+
     /// The fewest openings and row checks, in the ratio of the single-strategy counts of
     /// [`Design::size`] at this clock, that catch the best mixed cheater short by the 90%
     /// holder's shortfall with probability at least `1 - pass`; `None` where the clock alone

@@ -104,11 +104,21 @@ pub struct ChainPoolPlan {
     /// The fewest chains in the challenge: with section 6's even split every device then runs
     /// at least its `N_j`.
     pub min_chains: u64,
-    /// The largest of the devices' slacks (deadline over expected walk time).
-    pub slack: f64,
-    /// Whether every device's walk rate was observed (the calibrated slack), rather than shipped.
-    pub observed: bool,
     pub devices: Vec<DeviceWalkPlan>,
+}
+
+impl ChainPoolPlan {
+    /// The largest of the devices' slacks (deadline over expected walk time): what a verdict
+    /// states as the walk's one slack.
+    pub fn slack(&self) -> f64 {
+        self.devices.iter().map(|d| d.slack).fold(1.0, f64::max)
+    }
+
+    /// Whether every device's walk rate was observed (each device at the calibrated slack),
+    /// rather than shipped.
+    pub fn observed(&self) -> bool {
+        self.devices.iter().all(|d| d.source.is_observed())
+    }
 }
 
 #[derive(Debug, thiserror::Error, Clone, PartialEq)]
@@ -234,10 +244,7 @@ fn counted(design: &Design, model: &DeviceModel, slack: f64, eta: f64, cap: (u32
     };
     // A model the design sizes nothing for is opened as the cap, like a device outside it.
     let base = design_counts(design, model).unwrap_or(cap);
-    let (steps, rows) = match design.mixed_counts(clock) {
-        Some((s, r)) => (base.0.max(s.min(cap.0)), base.1.max(r.min(cap.1))),
-        None => (base.0.max(cap.0), base.1.max(cap.1)),
-    };
+    let (steps, rows) = design.opened(base, clock, cap);
     (steps, rows, Some(design.proven(clock, steps, rows)))
 }
 
@@ -307,7 +314,6 @@ pub fn plan_chain_pools(
             bytes_per_sec: rate.bytes_per_sec,
         });
     }
-    let observed = rates.iter().all(|r| r.source.is_observed());
     // Each device's own slack (design 5.2): one device at first contact does not loosen the
     // clock of the others.
     let slack_of = |rate: &ExpectedWalk| {
@@ -387,8 +393,6 @@ pub fn plan_chain_pools(
         },
         min_iterations: min_iterations(n, checkpoint_every),
         min_chains: most.saturating_mul(devices.len() as u64),
-        slack: plans.iter().map(|d| d.slack).fold(1.0, f64::max),
-        observed,
         devices: plans,
     })
 }
@@ -498,7 +502,7 @@ mod tests {
             !plan.devices[3].catches_ninety_percent(),
             "nothing is claimed for a model the bound lacks"
         );
-        assert_eq!(plan.slack, 1.25);
+        assert_eq!(plan.slack(), 1.25);
     }
 
     /// Each device is timed at its own rate: a fast device's deadline is not the slow one's.
@@ -546,7 +550,7 @@ mod tests {
             source: RateSource::Shipped,
         }];
         let plan = plan_chain_pools("cuda", &device, &first, 2048, 8, &design_settings()).unwrap();
-        assert_eq!(plan.slack, 2.0);
+        assert_eq!(plan.slack(), 2.0);
         let d = &plan.devices[0];
         assert!(
             !d.catches_ninety_percent(),

@@ -177,7 +177,7 @@ impl MemoryProof {
                 .as_str()
                 .into(),
             bandwidth_miners: 0,
-            slack: plan.slack,
+            slack: plan.slack(),
             fill_weight: 0.0,
         }
     }
