@@ -6,13 +6,12 @@ use super::chain_pool::{ChainPool, MAX_WALK_STEPS};
 use super::params::{ENTRY_BYTES, ENTRY_OPS, MemoryParams, PoolSpec};
 use super::pool::{EntrySource, HostPool, PoolBytes};
 use super::slice::SLICE_BYTES;
-use super::slice_walk::{HeldStates, SliceWalk, walk_device_until};
+use super::slice_walk::{SliceSource, SliceWalk, walk_device_until};
 use super::walk::{WalkSpec, walk_all};
 use crate::aligned::AlignedBytes;
 use crate::digest::Digest;
 use crate::failure::{BackendError, CancelToken};
 use crate::gemm::CpuGemm;
-use crate::matrix::Matrix;
 use crate::params::Work;
 use rayon::prelude::*;
 use std::time::{Duration, Instant};
@@ -151,27 +150,37 @@ pub fn measure(gemm: &CpuGemm, bytes: usize, budget: Duration) -> Result<MemoryB
     })
 }
 
+/// A pool's bytes read as states at n = 256, one 64 KiB slice each, in place: a step reads one
+/// whole 64 KiB block, as it does from the miner's own states, without a second copy of the pool.
+struct BytesAsStates<'a> {
+    pool: ChainPool,
+    bytes: &'a [u8],
+}
+
+impl SliceSource for BytesAsStates<'_> {
+    fn pool(&self) -> &ChainPool {
+        &self.pool
+    }
+
+    fn slice(&self, e: u64) -> &[u8] {
+        &self.bytes[e as usize * SLICE_BYTES..][..SLICE_BYTES]
+    }
+}
+
 /// Version 4's walk over `pool`'s bytes as states at n = 256 (one slice each), with the
 /// walkers a miner runs on these threads (4 a thread) and steps sized to `budget` from a short
 /// first walk; the best of three, bytes per second.
 fn walk_v4_rate(gemm: &CpuGemm, pool: &PoolBytes, budget: Duration, cancel: &CancelToken) -> Result<f64, BackendError> {
-    const N: usize = 256;
-    let states: Vec<Matrix> = pool
-        .as_bytes()
-        .chunks_exact(SLICE_BYTES)
-        .map(|bytes| Matrix::from_bytes(N, bytes).expect("a slice is one state at n = 256"))
-        .collect();
-    let chains = states.len() as u64;
-    let held = HeldStates::new(
-        ChainPool {
+    let bytes = pool.as_bytes();
+    let held = BytesAsStates {
+        pool: ChainPool {
             device: 0,
             first_chain: 0,
-            chains,
-            n: N,
+            chains: (bytes.len() / SLICE_BYTES) as u64,
+            n: 256,
         },
-        states,
-    )
-    .expect("states of n = 256, one a chain");
+        bytes,
+    };
     let mut walk = SliceWalk {
         nonce: [1; 32],
         walk_seed: [2; 32],
