@@ -1,11 +1,17 @@
-// The memory walk (PROTOCOL.md 18.3) on the device, bit-identical to `step` and `walk_one` in
-// shared/src/memory/walk.rs. Step t of a walker takes its state s (32 bytes) to
+// The memory walk (PROTOCOL.md 18.3, and 20.4 for version 4) on the device, bit-identical to
+// `step` and `walk_one` in shared/src/memory/walk.rs and to `step` in
+// shared/src/memory/slice_walk.rs. Step t of a walker takes its state s (32 bytes) to
 //
-//   e    = le64(s[0..8]) mod P                       (the entry the step reads)
+//   e    = le64(s[0..8]) mod P                       (the entry, or slice, the step reads)
 //   v[c] = ChaCha8(key s, stream 0)[c] | 1            (256 odd int8 values)
 //   y[r] = sum over c of E_e[r][c] * v[c]             (int32, exact: |y| < 2^23)
 //   z[r] = mix(y[r], t, r, 0)
-//   s'   = blake3("gpu-attest v3 walk step" || s || z)   (311 bytes: five blocks of one chunk)
+//   s'   = blake3("gpu-attest vV walk step" || s || z)   (311 bytes: five blocks of one chunk)
+//
+// with V the protocol version, 3 or 4: the only difference between the two walks' steps. A
+// version 4 pool is its chains' final states side by side, so slice e is at byte e * 65536 as a
+// version 3 entry is. Version 4 commits every state (checkpoint_every = 1), and walk_tree.cu
+// folds them into the walkers' trees.
 //
 // The walk is a bandwidth test: a step reads 64 KiB and computes little, and its entry is named
 // by the hash of the step before, so nothing can be fetched ahead. The memory bus is kept full by
@@ -50,11 +56,12 @@
 // `first_step` and `steps` should be multiples of `checkpoint_every` for the checkpoints to be
 // the walk's s_{w, q c_w} (PROTOCOL.md 18.3). States are the digests' bytes as eight
 // little-endian words. `pool` is P entries of 65536 bytes, entry e at byte e * 65536, 16-byte
-// aligned.
+// aligned. `version` (3 or 4) names the step's domain.
 //
 // Needs blake3.cu (ga_b3_compress) before it in the module. Uses only __ldg, __dp4a,
-// __shfl_xor_sync and __syncthreads, which the host emulation (shared/tests/
-// cuda_kernels_on_host.rs) supplies, so it runs this exact source on the CPU against walk.rs.
+// __shfl_xor_sync and __syncthreads, which the host emulation (kernels/tests/
+// cuda_kernels_on_host.rs) supplies, so it runs this exact source on the CPU against walk.rs
+// and slice_walk.rs.
 
 #define WALK_THREADS 128
 #define WALK_MIN_BLOCKS 8
@@ -62,7 +69,8 @@
 #define WALK_VECS_PER_THREAD (WALK_ENTRY_VECS / WALK_THREADS)
 #define WALK_WINDOW 8  // 16-byte loads in flight per thread: 16 KB per walker
 #define WALK_NO_SUM ((int)0x80000000u)  // a value no partial row sum can take
-#define WALK_CONTEXT_LEN 23  // "gpu-attest v3 walk step"
+#define WALK_CONTEXT_LEN 23  // "gpu-attest vV walk step"
+#define WALK_VERSION_AT 12   // where V is in it
 #define WALK_Z_AT (WALK_CONTEXT_LEN + 32)
 #define WALK_MSG_LEN (WALK_Z_AT + 256)  // 311: five BLAKE3 blocks, the last of 55 bytes
 
@@ -141,7 +149,7 @@ __device__ __forceinline__ void ga_walk_vector(const u32 s[8], u32 lane, u32* v)
 
 extern "C" __global__ void __launch_bounds__(WALK_THREADS, WALK_MIN_BLOCKS)
 walk_steps(const i8* pool, u64 entries, u32* states, u32 first_step, u32 steps, u32 checkpoint_every,
-           u32* checkpoints, u32 walkers) {
+           u32* checkpoints, u32 walkers, u32 version) {
     // The step hash's message, context || s || z, zero-padded to five whole blocks; written as
     // bytes (z[r] by the thread that owns row r), read as words by the hashing lanes.
     __shared__ __align__(16) u32 msg[80];
@@ -163,6 +171,7 @@ walk_steps(const i8* pool, u64 entries, u32* states, u32 first_step, u32 steps, 
         if (tid == 0) {
             const char context[WALK_CONTEXT_LEN + 1] = "gpu-attest v3 walk step";
             for (int i = 0; i < WALK_CONTEXT_LEN; ++i) msg_bytes[i] = (u8)context[i];
+            msg_bytes[WALK_VERSION_AT] = (u8)('0' + version);
             for (int i = WALK_MSG_LEN; i < 320; ++i) msg_bytes[i] = 0;
             ga_walk_set_state(s, state, entries, &entry);
         }

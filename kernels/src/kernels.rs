@@ -22,6 +22,7 @@ const GEMM_TMA: &str = include_str!("../cuda/gemm_tma.cu");
 const MIX: &str = include_str!("../cuda/mix.cu");
 const BLAKE3: &str = include_str!("../cuda/blake3.cu");
 const WALK: &str = include_str!("../cuda/walk.cu");
+const WALK_TREE: &str = include_str!("../cuda/walk_tree.cu");
 
 /// Entry points every module exports.
 pub const GENERATE_FN: &str = "chacha8_generate";
@@ -32,15 +33,20 @@ pub const MIX_FN: &str = "mix_i32";
 pub const BLAKE3_CHUNKS_FN: &str = "blake3_chunks";
 pub const BLAKE3_PARENTS_FN: &str = "blake3_parents";
 
-/// The memory walk's entry point (PROTOCOL.md 18.3), in [`AuxModule::Walk`].
+/// The memory walk's entry point (PROTOCOL.md 18.3 and 20.4), in [`AuxModule::Walk`].
 pub const WALK_FN: &str = "walk_steps";
+/// Version 4's walker trees (PROTOCOL.md 20.4), in [`AuxModule::Walk`]: each block of 64
+/// states folded to its node, then each walker's blocks to its root.
+pub const WALK_BLOCKS_FN: &str = "walk_blocks";
+pub const WALK_ROOTS_FN: &str = "walk_roots";
 
 /// A module that holds no GEMM kernel: compiled on its own, never a device's GEMM kernel (that is
 /// [`GpuKernel`]), and compile-checked beside them (tests/cuda_kernels_compile.rs).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum AuxModule {
     /// The walk over a device's pool (`kernels/cuda/walk.cu`): one block per walker, each step a
-    /// 64 KiB entry read with dp4a, then the step's BLAKE3.
+    /// 64 KiB entry read with dp4a, then the step's BLAKE3; and version 4's walker trees over
+    /// its states (`kernels/cuda/walk_tree.cu`).
     Walk,
 }
 
@@ -61,11 +67,12 @@ impl AuxModule {
     /// The entry points the host launches.
     pub fn entry_points(self) -> &'static [&'static str] {
         match self {
-            AuxModule::Walk => &[WALK_FN],
+            AuxModule::Walk => &[WALK_FN, WALK_BLOCKS_FN, WALK_ROOTS_FN],
         }
     }
 
-    /// Threads per block of its entry points (their `__launch_bounds__`): `WALK_THREADS`.
+    /// Threads per block of its entry points (their `__launch_bounds__`): `WALK_THREADS`, and
+    /// `TREE_THREADS` for the trees.
     pub fn block_threads(self) -> u32 {
         match self {
             AuxModule::Walk => 128,
@@ -76,7 +83,7 @@ impl AuxModule {
     pub fn module_source(self) -> String {
         let parts: &[&str] = match self {
             // The walk hashes with blake3.cu's compression function.
-            AuxModule::Walk => &[COMMON, BLAKE3, WALK],
+            AuxModule::Walk => &[COMMON, BLAKE3, WALK, WALK_TREE],
         };
         parts.join("\n")
     }

@@ -287,6 +287,7 @@ impl ResidentPool for CudaPool {
                     every,
                     &mut checkpoints.slice_mut(at..at + len),
                     walkers,
+                    3,
                 )?;
                 queued.push_back(self.mark()?);
                 at += len;

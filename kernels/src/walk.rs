@@ -72,9 +72,10 @@ impl DeviceRuntime {
 
 impl DeviceWalker {
     /// Queues on `stream` the advance of `walkers` walkers by `steps` steps, numbered from
-    /// `first_step`, over the `entries` entries of `pool`: `states` holds each walker's state
-    /// (8 words) before and after; every `every` steps a walker's state goes to `checkpoints`,
-    /// laid out `[walker][steps / every]` (8 words each).
+    /// `first_step`, over the `entries` entries of `pool` (slices, under version 4): `states`
+    /// holds each walker's state (8 words) before and after; every `every` steps a walker's
+    /// state goes to `checkpoints`, laid out `[walker][steps / every]` (8 words each). `version`
+    /// (3 or 4) is the step's domain.
     #[allow(clippy::too_many_arguments)]
     pub fn launch(
         &self,
@@ -87,7 +88,9 @@ impl DeviceWalker {
         every: u32,
         checkpoints: &mut CudaViewMut<'_, u32>,
         walkers: u32,
+        version: u32,
     ) -> Result<(), BackendError> {
+        assert!(version == 3 || version == 4, "a walk of protocol version 3 or 4");
         // The kernel reads entry `e` at byte e * 65536 of the pool and takes `mod entries` of a
         // state: a pool shorter than its entries, or none, would read out of bounds.
         assert!(entries > 0 && pool.len() as u64 >= entries * ENTRY_BYTES as u64);
@@ -111,9 +114,10 @@ impl DeviceWalker {
             .arg(&steps)
             .arg(&every)
             .arg(checkpoints)
-            .arg(&walkers);
-        // SAFETY: matches walk_steps(const i8*, u64, u32*, u32, u32, u32, u32*, u32), with the
-        // buffers' sizes asserted above; one block of the module's block size per walker.
+            .arg(&walkers)
+            .arg(&version);
+        // SAFETY: matches walk_steps(const i8*, u64, u32*, u32, u32, u32, u32*, u32, u32), with
+        // the buffers' sizes asserted above; one block of the module's block size per walker.
         unsafe { launch.launch(config) }.map_err(|e| backend_error(self.device, e))?;
         Ok(())
     }
@@ -225,6 +229,7 @@ pub fn bench_walk(
                 BENCH_EVERY,
                 &mut checkpoints.as_view_mut(),
                 walkers,
+                3,
             )
         })
     };
@@ -304,6 +309,7 @@ fn matches_cpu(rt: &DeviceRuntime, walker: &DeviceWalker) -> Result<bool, Backen
             4,
             &mut checkpoints.as_view_mut(),
             WALKERS,
+            3,
         )?;
         let mut host_words = vec![0u32; checkpoints.len()];
         rt.stream

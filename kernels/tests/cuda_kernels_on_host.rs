@@ -20,6 +20,9 @@ use gpu_attest_shared::Digest;
 use gpu_attest_shared::gemm::naive;
 use gpu_attest_shared::matrix::{Matrix, generate};
 use gpu_attest_shared::memory::ENTRY_BYTES;
+use gpu_attest_shared::memory::chain_pool::ChainPool;
+use gpu_attest_shared::memory::slice::SLICE_BYTES;
+use gpu_attest_shared::memory::slice_walk::{HeldStates, KEPT_EVERY, KeptTrace, SliceWalk, walk_device};
 use gpu_attest_shared::memory::walk::{entry_index, step};
 use gpu_attest_shared::mix::mix;
 use rand_chacha::ChaCha8Rng;
@@ -480,11 +483,13 @@ int main(int argc, char** argv) {
         printf("wgmma %d %d %d %d\n", WG_BM, WG_BN, WG_THREADS, WG_SMEM_BYTES);
         printf("tma %d %d %d %d\n", TMA_BM, TMA_BN, TMA_THREADS, TMA_SMEM_BYTES);
         printf("walk %d\n", WALK_THREADS);
-    } else if (mode == "walk") {  // walk P WALKERS FIRST_STEP STEPS EVERY < pool, then WALKERS + 1 states
+        printf("tree %d\n", TREE_THREADS);
+    } else if (mode == "walk") {  // walk P WALKERS FIRST_STEP STEPS EVERY VERSION < pool, then WALKERS + 1 states
         // One block past the walkers, and a state slot past theirs that it must not touch.
         u64 entries = strtoull(argv[2], 0, 10);
         u32 walkers = (u32)strtoul(argv[3], 0, 10), first = (u32)strtoul(argv[4], 0, 10);
         u32 steps = (u32)strtoul(argv[5], 0, 10), every = (u32)strtoul(argv[6], 0, 10);
+        u32 version = (u32)strtoul(argv[7], 0, 10);
         const size_t pool_bytes = entries * 65536;
         // 16-byte aligned, as cuMemAlloc's pointers are, for the kernel's uint4 loads.
         unsigned char* pool = (unsigned char*)aligned_alloc(256, pool_bytes);
@@ -493,11 +498,48 @@ int main(int argc, char** argv) {
         memcpy(states.data(), in.data() + pool_bytes, states.size() * 4);
         std::vector<u32> checkpoints(((size_t)walkers * (steps / every) + 1) * 8, 0xA5A5A5A5u);
         launch_threads(walkers + 1, 1, 1, WALK_THREADS, 1, [&] {
-            walk_steps((const i8*)pool, entries, states.data(), first, steps, every, checkpoints.data(), walkers);
+            walk_steps((const i8*)pool, entries, states.data(), first, steps, every, checkpoints.data(), walkers, version);
         });
         free(pool);
         fwrite(checkpoints.data(), 4, checkpoints.size(), stdout);
         fwrite(states.data(), 4, states.size(), stdout);
+    } else if (mode == "walk4") {  // walk4 P WALKERS L LAUNCH < pool, then WALKERS start states
+        // A version 4 walk as the host drives it (kernels/src/walk_v4.rs): launches of LAUNCH
+        // steps (the last takes the rest), every state written, each launch's blocks folded
+        // after it, then the walker roots. Writes the block starts, block nodes and roots.
+        u64 entries = strtoull(argv[2], 0, 10);
+        u32 walkers = (u32)strtoul(argv[3], 0, 10), walk_steps_total = (u32)strtoul(argv[4], 0, 10);
+        u32 launch_steps = (u32)strtoul(argv[5], 0, 10);
+        const size_t pool_bytes = entries * 65536;
+        unsigned char* pool = (unsigned char*)aligned_alloc(256, pool_bytes);
+        memcpy(pool, in.data(), pool_bytes);
+        std::vector<u32> states(walkers * 8), firsts(walkers * 8);
+        memcpy(states.data(), in.data() + pool_bytes, states.size() * 4);
+        const u32 blocks = walk_steps_total / TREE_BLOCK_STATES + 1;
+        // One slot past the walkers' blocks that no thread may touch.
+        std::vector<u32> block_starts(((size_t)walkers * blocks + 1) * 8, 0xA5A5A5A5u);
+        std::vector<u32> block_nodes(block_starts.size(), 0xA5A5A5A5u), roots((walkers + 1) * 8, 0xA5A5A5A5u);
+        for (u32 first = 0; first < walk_steps_total; first += launch_steps) {
+            const u32 steps = launch_steps < walk_steps_total - first ? launch_steps : walk_steps_total - first;
+            firsts = states;
+            std::vector<u32> launch_states((size_t)walkers * steps * 8);
+            launch_threads(walkers, 1, 1, WALK_THREADS, 1, [&] {
+                walk_steps((const i8*)pool, entries, states.data(), first, steps, 1, launch_states.data(), walkers, 4);
+            });
+            const u32 launch_blocks = first + steps == walk_steps_total
+                ? walk_steps_total / TREE_BLOCK_STATES + 1 - first / TREE_BLOCK_STATES
+                : steps / TREE_BLOCK_STATES;
+            launch((unsigned)(((u64)walkers * launch_blocks + TREE_THREADS - 1) / TREE_THREADS), 1, TREE_THREADS, [&] {
+                walk_blocks(firsts.data(), launch_states.data(), first, steps, walk_steps_total, walkers, blocks,
+                            block_starts.data(), block_nodes.data());
+            });
+        }
+        launch((walkers + TREE_THREADS - 1) / TREE_THREADS, 1, TREE_THREADS,
+               [&] { walk_roots(block_nodes.data(), blocks, walkers, roots.data()); });
+        free(pool);
+        fwrite(block_starts.data(), 4, block_starts.size(), stdout);
+        fwrite(block_nodes.data(), 4, block_nodes.size(), stdout);
+        fwrite(roots.data(), 4, roots.size(), stdout);
     } else if (mode == "mix") {  // mix STEP N < int32 values, whole n x n matrices
         u32 step = (u32)strtoul(argv[2], 0, 10);
         u32 n = (u32)strtoul(argv[3], 0, 10);
@@ -557,6 +599,7 @@ fn build_harness(name: &str, mutations: &[Mutation]) -> Option<PathBuf> {
         TMA_SHIM.to_string(),
         read("gemm_tma.cu"),
         read("walk.cu"),
+        read("walk_tree.cu"),
         HARNESS.to_string(),
     ]
     .join("\n");
@@ -878,6 +921,7 @@ fn device_walk(pool: &[u8], starts: &[Digest], first: u32, steps: u32, every: u3
             &first.to_string(),
             &steps.to_string(),
             &every.to_string(),
+            "3",
         ],
         &input,
     );
@@ -937,6 +981,12 @@ fn device_walk_matches_the_walk_step() {
             .any(|l| l == format!("walk {}", AuxModule::Walk.block_threads())),
         "WALK_THREADS in walk.cu is not AuxModule::Walk.block_threads():\n{shapes}"
     );
+    assert!(
+        shapes
+            .lines()
+            .any(|l| l == format!("tree {}", AuxModule::Walk.block_threads())),
+        "TREE_THREADS in walk_tree.cu is not AuxModule::Walk.block_threads():\n{shapes}"
+    );
     let entries = 5;
     let mut pool = vec![0u8; entries * ENTRY_BYTES];
     ChaCha8Rng::from_seed([33; 32]).fill_bytes(&mut pool);
@@ -966,5 +1016,157 @@ fn device_walk_matches_the_walk_step() {
         let want = host_walk(&pool, start, 7, 3, &mut visited);
         assert_eq!(every_step[w], want, "walker {w}, steps 7..10");
         assert_eq!(end[w], want[2], "walker {w}: state after steps 7..10");
+    }
+}
+
+/// A version 4 walk through the harness's `walk4`, as the host drives it on a GPU: (each
+/// walker's kept trace, each walker's root).
+fn device_walk_v4(
+    harness: &Path,
+    pool: &[u8],
+    starts: &[Digest],
+    steps: u32,
+    launch: u32,
+) -> Option<(Vec<KeptTrace>, Vec<Digest>)> {
+    let slices = pool.len() / SLICE_BYTES;
+    let walkers = starts.len();
+    let mut input = pool.to_vec();
+    for start in starts {
+        input.extend_from_slice(start.as_bytes());
+    }
+    let args = [
+        "walk4".to_string(),
+        slices.to_string(),
+        walkers.to_string(),
+        steps.to_string(),
+        launch.to_string(),
+    ];
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let out = run_binary(harness, &args, &input, &[]);
+    if !out.status.success() {
+        println!("walk4 failed: {}", String::from_utf8_lossy(&out.stderr).trim());
+        return None;
+    }
+    let digests: Vec<Digest> = out
+        .stdout
+        .chunks_exact(32)
+        .map(|c| Digest::from_slice(c).unwrap())
+        .collect();
+    let blocks = (steps / KEPT_EVERY + 1) as usize;
+    let per_kind = walkers * blocks + 1;
+    assert_eq!(digests.len(), 2 * per_kind + walkers + 1);
+    let (starts_out, rest) = digests.split_at(per_kind);
+    let (nodes, roots) = rest.split_at(per_kind);
+    let untouched = Digest([0xA5; 32]);
+    assert_eq!(
+        starts_out[per_kind - 1],
+        untouched,
+        "a block start past the last walker's"
+    );
+    assert_eq!(nodes[per_kind - 1], untouched, "a block node past the last walker's");
+    assert_eq!(roots[walkers], untouched, "a root past the last walker's");
+    let kept = (0..walkers)
+        .map(|w| KeptTrace {
+            block_starts: starts_out[w * blocks..(w + 1) * blocks].to_vec(),
+            block_nodes: nodes[w * blocks..(w + 1) * blocks].to_vec(),
+        })
+        .collect();
+    Some((kept, roots[..walkers].to_vec()))
+}
+
+/// A pool of `slices` 64 KiB states at n = 256 (one slice a state), the first two the int8
+/// extremes, the rest random.
+fn v4_pool(slices: usize) -> (Vec<u8>, HeldStates) {
+    let mut pool = vec![0u8; slices * SLICE_BYTES];
+    ChaCha8Rng::from_seed([44; 32]).fill_bytes(&mut pool);
+    pool[..SLICE_BYTES].fill(0x80);
+    pool[SLICE_BYTES..2 * SLICE_BYTES].fill(0x7F);
+    let states = pool
+        .chunks(SLICE_BYTES)
+        .map(|s| Matrix::from_vec(256, bytemuck::cast_slice::<u8, i8>(s).to_vec()).unwrap())
+        .collect();
+    let chains = ChainPool::new(0, 0, slices as u64, 256).unwrap();
+    (pool, HeldStates::new(chains, states).unwrap())
+}
+
+/// The version 4 walk on the device (walk.cu under version 4's domain, every state written,
+/// walk_tree.cu folding them) against `slice_walk::walk_device`, for walks whose last block is
+/// partial (L = 150, launches of 64, 64 and 22), a lone s_L (L = 128), and one block (L = 63):
+/// every block's start and node, and every walker's root, bit for bit.
+#[test]
+fn device_v4_walk_and_its_trees_match_slice_walk() {
+    let Some(harness) = harness() else {
+        return;
+    };
+    let (pool, held) = v4_pool(5);
+    for (walkers, steps, launch) in [(3u32, 150u32, 64u32), (2, 128, 128), (2, 63, 64)] {
+        let walk = SliceWalk {
+            nonce: [5; 32],
+            walk_seed: [6; 32],
+            global: Digest::hash(b"G"),
+            walkers,
+            steps,
+        };
+        let starts: Vec<Digest> = (0..walkers).map(|w| walk.start_state(0, w)).collect();
+        let want = walk_device(&walk, &held);
+        let (kept, roots) = device_walk_v4(harness, &pool, &starts, steps, launch).expect("the walk ran");
+        for w in 0..walkers as usize {
+            assert_eq!(kept[w], want.kept[w], "L = {steps}, walker {w}: its kept trace");
+        }
+        assert_eq!(roots, want.walker_roots, "L = {steps}: the walker roots");
+    }
+}
+
+/// Mutants the test above must catch: the version 3 domain in a version 4 walk, a tree that
+/// combines its right edge the wrong way round, and a last launch that folds no partial block.
+#[test]
+fn mutants_of_the_v4_walk_and_its_trees_fail_in_the_emulation() {
+    if harness().is_none() {
+        return;
+    }
+    let (pool, held) = v4_pool(5);
+    let walk = SliceWalk {
+        nonce: [5; 32],
+        walk_seed: [6; 32],
+        global: Digest::hash(b"G"),
+        walkers: 2,
+        steps: 150,
+    };
+    let starts: Vec<Digest> = (0..2).map(|w| walk.start_state(0, w)).collect();
+    let want = walk_device(&walk, &held);
+    let mutants = [
+        (
+            "walk-v4-under-the-v3-domain",
+            Mutation {
+                file: "walk.cu",
+                from: "(u8)('0' + version)",
+                to: "(u8)'3'",
+            },
+        ),
+        (
+            "tree-edge-combined-backwards",
+            Mutation {
+                file: "walk_tree.cu",
+                from: "ga_tree_node(1u, edge[level], root, root);",
+                to: "ga_tree_node(1u, root, edge[level], root);",
+            },
+        ),
+        (
+            "tree-without-the-last-block",
+            Mutation {
+                file: "walk_tree.cu",
+                from: "walk_steps / TREE_BLOCK_STATES + 1 - first_block",
+                to: "walk_steps / TREE_BLOCK_STATES - first_block",
+            },
+        ),
+    ];
+    for (name, mutation) in mutants {
+        let binary = build_harness(name, &[mutation]).unwrap();
+        let got = device_walk_v4(&binary, &pool, &starts, walk.steps, 64);
+        let (kept, roots) = got.unwrap_or_else(|| panic!("mutant {name} aborted: it should compute, wrongly"));
+        assert!(
+            kept != want.kept || roots != want.walker_roots,
+            "mutant {name} gave the CPU's trees"
+        );
     }
 }
