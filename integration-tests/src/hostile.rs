@@ -436,7 +436,7 @@ pub fn honest_v4() -> &'static HonestV4 {
             steps: 8,
         };
         let walked = kept.pools[0]
-            .walk(&walk, &CancelToken::new())
+            .walk(&walk, &CancelToken::new(), &|_| {})
             .expect("nothing cancels it");
         let committed = DeviceCommitments {
             device_root: kept.execution.commitment.devices[0].root,
@@ -446,7 +446,9 @@ pub fn honest_v4() -> &'static HonestV4 {
         let chains = &kept.execution.chains;
         let leaves: Vec<Digest> = chains.iter().map(|c| c.leaf()).collect();
         let tree = MerkleTree::new(&leaves);
-        let source = kept.pools[0].source();
+        let source = kept.pools[0]
+            .host_states()
+            .expect("the CPU backend's states are in host memory");
         let opening = open_step(&walk, source, &walked.walker_roots, 1, 5, |i| {
             (
                 chains[i as usize].checkpoints.clone(),
@@ -457,7 +459,7 @@ pub fn honest_v4() -> &'static HonestV4 {
         HonestV4 {
             work,
             walk,
-            pool: *source.pool(),
+            pool: *kept.pools[0].pool(),
             committed,
             opening,
         }

@@ -80,8 +80,9 @@ impl HeldChainPools {
     }
 
     /// Walks every device's pool with `walk_seed` (blocking), the devices side by side.
-    /// `ended(j, walk_root_j, took)` is called on device `j`'s thread as soon as its walk has
-    /// ended, without waiting for the others; `took` is the walk alone, as that device timed it.
+    /// `ended(j, walk_root_j, took)` is called on device `j`'s thread as soon as its walk root
+    /// is known, without waiting for the others or for what the device keeps for the openings;
+    /// `took` is the walk alone, as that device timed it.
     pub fn walk(
         &self,
         nonce: [u8; 32],
@@ -101,9 +102,8 @@ impl HeldChainPools {
             let pools = pools.as_ref().ok_or(MinerError::PoolsReleased)?;
             side_by_side(pools, cancel, |pool| {
                 let started = Instant::now();
-                let walked = pool.walk(&walk, cancel)?;
-                ended(pool.source().pool().device, walked.root, started.elapsed());
-                Ok(walked)
+                let device = pool.pool().device;
+                pool.walk(&walk, cancel, &|root| ended(device, root, started.elapsed()))
             })
             .map_err(MinerError::Walk)?
         };
@@ -150,6 +150,7 @@ impl HeldChainPools {
             return Err(MinerError::StepSampleOutOfRange(sample));
         };
         pool.open(&walked.walk, device, sample.walker, sample.step, &chain)
+            .map_err(MinerError::Walk)?
             .ok_or(MinerError::StepSampleOutOfRange(sample))
     }
 }

@@ -53,18 +53,36 @@ pub trait ResidentPool: Send + Sync {
 /// where the device keeps them from the chain phase to the end of the opening round. The walk
 /// and its openings read it as 64 KiB slices.
 pub trait PoolStates: Send + Sync {
-    /// The states, slice by slice.
-    fn source(&self) -> &dyn SliceSource;
+    /// Which chains' states these are, on which device.
+    fn pool(&self) -> &ChainPool;
+
+    /// The states slice by slice, where they are in host memory (the CPU backend's); `None`
+    /// where they stay on a device, whose pool walks and opens itself.
+    fn host_states(&self) -> Option<&dyn SliceSource> {
+        None
+    }
 
     /// The walk of `walk` over these states (PROTOCOL.md 20.4): each walker's root and the
-    /// device's walk root. Stops soon after `cancel` is cancelled.
-    fn walk(&self, walk: &SliceWalk, cancel: &CancelToken) -> Result<StateWalk, BackendError> {
-        walk_device_until(walk, self.source(), cancel)
+    /// device's walk root, `ended` told the root as soon as it is known (before anything kept
+    /// for the openings is gathered, so that a miner can sign and send it at once). Stops soon
+    /// after `cancel` is cancelled.
+    fn walk(
+        &self,
+        walk: &SliceWalk,
+        cancel: &CancelToken,
+        ended: &(dyn Fn(Digest) + Sync),
+    ) -> Result<StateWalk, BackendError> {
+        let source = self.host_states().ok_or(BackendError::Unsupported {
+            what: "walk a pool held on a device without a walk of its own",
+        })?;
+        let walked = walk_device_until(walk, source, cancel)?;
+        ended(walked.root);
+        Ok(walked)
     }
 
     /// Opens step `step` of walker `walker` of `walked`, the walk [`PoolStates::walk`] made
     /// (PROTOCOL.md 20.5); `chain(i)` gives chain `i`'s checkpoint hashes and its leaf's proof.
-    /// `None` for a walker or step outside the walk.
+    /// `Ok(None)` for a walker or step outside the walk; an error if the states cannot be read.
     fn open(
         &self,
         walk: &SliceWalk,
@@ -72,15 +90,22 @@ pub trait PoolStates: Send + Sync {
         walker: u32,
         step: u32,
         chain: &dyn Fn(u64) -> (Vec<Digest>, MerkleProof),
-    ) -> Option<StepOpening> {
-        open_kept_step(walk, self.source(), walked, walker, step, chain)
+    ) -> Result<Option<StepOpening>, BackendError> {
+        let source = self.host_states().ok_or(BackendError::Unsupported {
+            what: "open a pool held on a device without openings of its own",
+        })?;
+        open_kept_step(walk, source, walked, walker, step, chain)
     }
 }
 
 /// The CPU backend's pool: the states in host memory.
 impl PoolStates for HeldStates {
-    fn source(&self) -> &dyn SliceSource {
-        self
+    fn pool(&self) -> &ChainPool {
+        SliceSource::pool(self)
+    }
+
+    fn host_states(&self) -> Option<&dyn SliceSource> {
+        Some(self)
     }
 }
 

@@ -35,7 +35,15 @@ fn the_kept_states_walk_to_the_published_roots() {
         walkers: 2,
         steps: 8,
     };
-    let walked = kept.pools[0].walk(&walk, &CancelToken::new()).unwrap();
+    let told = std::sync::Mutex::new(None);
+    let walked = kept.pools[0]
+        .walk(&walk, &CancelToken::new(), &|root| *told.lock().unwrap() = Some(root))
+        .unwrap();
+    assert_eq!(
+        *told.lock().unwrap(),
+        Some(walked.root),
+        "the walk told its root as it ended"
+    );
     // PROTOCOL.md 20.6: walker roots 0 and 1, and walk_root_0.
     assert_eq!(
         hex(walked.walker_roots[0]),
@@ -68,8 +76,8 @@ fn each_device_keeps_its_own_first_chains() {
     let devices = &kept.execution.commitment.devices;
     assert_eq!(kept.pools.len(), 2);
     for (j, (pool, wanted)) in kept.pools.iter().zip([2u64, 1]).enumerate() {
-        let source = pool.source();
-        let described = source.pool();
+        let source = pool.host_states().expect("the CPU backend's states are in host memory");
+        let described = pool.pool();
         assert_eq!(described.device, j as u32);
         assert_eq!(
             described.first_chain, devices[j].slice.offset,

@@ -9,7 +9,7 @@
 //! that has already lost on time).
 
 use super::memory_cheats::EntryServer;
-use super::pool_cheat::PoolCheat;
+use super::pool_cheat::{PoolCheat, host_slices};
 use super::step_fakes::committed_walk;
 use gpu_attest_shared::backend::PoolStates;
 use gpu_attest_shared::chain::ChainResult;
@@ -17,7 +17,7 @@ use gpu_attest_shared::cpu::CpuBackend;
 use gpu_attest_shared::matrix::generate_a;
 use gpu_attest_shared::memory::chain_pool::ChainPool;
 use gpu_attest_shared::memory::slice::SLICE_BYTES;
-use gpu_attest_shared::memory::slice_walk::{DeviceWalk, SliceSource, SliceWalk, StepOpening, step};
+use gpu_attest_shared::memory::slice_walk::{DeviceWalk, SliceWalk, StepOpening, step};
 use gpu_attest_shared::memory::walk::entry_index;
 use gpu_attest_shared::merkle::MerkleProof;
 use gpu_attest_shared::{Backend, BackendError, CancelToken, Digest, Work};
@@ -58,7 +58,7 @@ impl PoolCheat for NinetyPercent {
         // held ones can be read (the walk never reads a missing one from here).
         let fetched: Vec<u8> = (0..pool.chains)
             .filter(|&k| missing(k) == Some(false))
-            .flat_map(|k| states.source().slice(k).to_vec())
+            .flat_map(|k| host_slices(states.as_ref()).slice(k).to_vec())
             .collect();
         let server = (!fetched.is_empty()).then(|| {
             EntryServer::start_with(
@@ -92,11 +92,11 @@ struct Holder {
 impl Holder {
     /// Slice `e` of the pool (n = 256: one state a slice), from wherever the holder has it.
     fn slice(&self, e: u64, since: Instant, cancel: &CancelToken) -> Cow<'_, [u8]> {
-        let pool = self.states.source().pool();
+        let pool = self.states.pool();
         let (chain, _) = pool.locate(e);
         let k = chain - pool.first_chain;
         match missing(k) {
-            None => Cow::Borrowed(self.states.source().slice(e)),
+            None => Cow::Borrowed(host_slices(self.states.as_ref()).slice(e)),
             Some(_) if since.elapsed() > self.give_up => Cow::Owned(vec![0; SLICE_BYTES]),
             Some(true) => {
                 let a = generate_a(self.work.key(), chain, self.work.n());
@@ -123,14 +123,19 @@ impl Holder {
 }
 
 impl PoolStates for Holder {
-    fn source(&self) -> &dyn SliceSource {
-        self.states.source()
+    fn pool(&self) -> &ChainPool {
+        self.states.pool()
     }
 
     /// The walkers split over the CPU's threads, as the honest walk runs them, so that what
     /// makes this walk late is the missing states alone.
-    fn walk(&self, walk: &SliceWalk, cancel: &CancelToken) -> Result<DeviceWalk, BackendError> {
-        let pool = self.states.source().pool();
+    fn walk(
+        &self,
+        walk: &SliceWalk,
+        cancel: &CancelToken,
+        ended: &(dyn Fn(Digest) + Sync),
+    ) -> Result<DeviceWalk, BackendError> {
+        let pool = self.states.pool();
         let started = Instant::now();
         let trace = |w: u32| -> Result<Vec<Digest>, BackendError> {
             let mut state = walk.start_state(pool.device, w);
@@ -166,7 +171,9 @@ impl PoolStates for Holder {
         let traces = (0..walk.walkers)
             .map(|w| std::mem::take(&mut by_thread[(w % threads) as usize][(w / threads) as usize]))
             .collect::<Vec<_>>();
-        Ok(committed_walk(&traces))
+        let walked = committed_walk(&traces);
+        ended(walked.root);
+        Ok(walked)
     }
 
     /// Its openings are not what this cheater is caught by: it opens none.
@@ -177,7 +184,7 @@ impl PoolStates for Holder {
         _: u32,
         _: u32,
         _: &dyn Fn(u64) -> (Vec<Digest>, MerkleProof),
-    ) -> Option<StepOpening> {
-        None
+    ) -> Result<Option<StepOpening>, BackendError> {
+        Ok(None)
     }
 }

@@ -9,10 +9,18 @@ use gpu_attest_shared::cpu::CpuBackend;
 use gpu_attest_shared::gemm::KernelKind;
 use gpu_attest_shared::matrix::Matrix;
 use gpu_attest_shared::memory::chain_pool::ChainPool;
+use gpu_attest_shared::memory::slice_walk::SliceSource;
 use gpu_attest_shared::statement::DeviceInfo;
 use gpu_attest_shared::{Backend, BackendError, CancelToken, Work};
 use std::ops::Range;
 use std::sync::Arc;
+
+/// The honest states a cheat starts from, slice by slice: the CPU backend's are in host memory.
+pub fn host_slices(states: &dyn PoolStates) -> &dyn SliceSource {
+    states
+        .host_states()
+        .expect("the CPU backend's states are in host memory")
+}
 
 /// What one cheater does to a device's pool once its chains have run.
 pub trait PoolCheat: Send + Sync {

@@ -4,7 +4,7 @@
 //! The chains are the CPU backend's, honestly; what changes is the pool the walk reads, the
 //! commitment of its states where a cheat needs it, or when the walk and the openings happen.
 
-use super::pool_cheat::PoolCheat;
+use super::pool_cheat::{PoolCheat, host_slices};
 use gpu_attest_shared::backend::PoolStates;
 use gpu_attest_shared::chain::ChainResult;
 use gpu_attest_shared::cpu::CpuBackend;
@@ -89,19 +89,23 @@ struct OneStateForAll {
 
 impl SliceSource for OneStateForAll {
     fn pool(&self) -> &ChainPool {
-        self.states.source().pool()
+        self.states.pool()
     }
 
     fn slice(&self, e: u64) -> &[u8] {
         // Slice q of whichever state: slice q of the first one.
-        let (_, q) = self.pool().locate(e);
-        self.states.source().slice(q)
+        let (_, q) = self.states.pool().locate(e);
+        host_slices(self.states.as_ref()).slice(q)
     }
 }
 
 impl PoolStates for OneStateForAll {
-    fn source(&self) -> &dyn SliceSource {
-        self
+    fn pool(&self) -> &ChainPool {
+        self.states.pool()
+    }
+
+    fn host_states(&self) -> Option<&dyn SliceSource> {
+        Some(self)
     }
 }
 
@@ -114,13 +118,18 @@ struct Timed {
 }
 
 impl PoolStates for Timed {
-    fn source(&self) -> &dyn SliceSource {
-        self.states.source()
+    fn pool(&self) -> &ChainPool {
+        self.states.pool()
     }
 
-    fn walk(&self, walk: &SliceWalk, cancel: &CancelToken) -> Result<StateWalk, BackendError> {
+    fn walk(
+        &self,
+        walk: &SliceWalk,
+        cancel: &CancelToken,
+        ended: &(dyn Fn(Digest) + Sync),
+    ) -> Result<StateWalk, BackendError> {
         std::thread::sleep(self.walk_extra);
-        self.states.walk(walk, cancel)
+        self.states.walk(walk, cancel, ended)
     }
 
     fn open(
@@ -130,7 +139,7 @@ impl PoolStates for Timed {
         walker: u32,
         step: u32,
         chain: &dyn Fn(u64) -> (Vec<Digest>, MerkleProof),
-    ) -> Option<StepOpening> {
+    ) -> Result<Option<StepOpening>, BackendError> {
         if !self.opened.swap(true, Ordering::SeqCst) {
             std::thread::sleep(self.before_first_opening);
         }

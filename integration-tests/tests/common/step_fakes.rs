@@ -6,14 +6,12 @@
 //!
 //! The chains and the pool are the CPU backend's, honestly: the cheat is in the walk alone.
 
-use super::pool_cheat::PoolCheat;
+use super::pool_cheat::{PoolCheat, host_slices};
 use gpu_attest_shared::backend::PoolStates;
 use gpu_attest_shared::chain::ChainResult;
 use gpu_attest_shared::cpu::CpuBackend;
 use gpu_attest_shared::memory::chain_pool::ChainPool;
-use gpu_attest_shared::memory::slice_walk::{
-    DeviceWalk, SliceSource, SliceWalk, StepOpening, StepStates, complete_opening, step,
-};
+use gpu_attest_shared::memory::slice_walk::{DeviceWalk, SliceWalk, StepOpening, StepStates, complete_opening, step};
 use gpu_attest_shared::memory::walk::entry_index;
 use gpu_attest_shared::merkle::{MerkleProof, MerkleTree};
 use gpu_attest_shared::{BackendError, CancelToken, Digest, Work};
@@ -52,13 +50,18 @@ struct FakedWalk {
 }
 
 impl PoolStates for FakedWalk {
-    fn source(&self) -> &dyn SliceSource {
-        self.states.source()
+    fn pool(&self) -> &ChainPool {
+        self.states.pool()
     }
 
-    fn walk(&self, walk: &SliceWalk, _: &CancelToken) -> Result<DeviceWalk, BackendError> {
-        let source = self.source();
-        let pool = source.pool();
+    fn walk(
+        &self,
+        walk: &SliceWalk,
+        _: &CancelToken,
+        ended: &(dyn Fn(Digest) + Sync),
+    ) -> Result<DeviceWalk, BackendError> {
+        let source = host_slices(self.states.as_ref());
+        let pool = self.states.pool();
         let traces: Vec<Vec<Digest>> = (0..walk.walkers)
             .map(|w| {
                 let mut state = walk.start_state(pool.device, w);
@@ -76,6 +79,7 @@ impl PoolStates for FakedWalk {
             .collect();
         let walked = committed_walk(&traces);
         *self.traces.lock().unwrap() = traces;
+        ended(walked.root);
         Ok(walked)
     }
 
@@ -86,10 +90,22 @@ impl PoolStates for FakedWalk {
         walker: u32,
         step: u32,
         chain: &dyn Fn(u64) -> (Vec<Digest>, MerkleProof),
-    ) -> Option<StepOpening> {
+    ) -> Result<Option<StepOpening>, BackendError> {
         let traces = self.traces.lock().unwrap();
-        let states = StepStates::from_trace(traces.get(walker as usize)?, step)?;
-        complete_opening(self.source(), &walked.walker_roots, walker, step, states, chain)
+        let Some(states) = traces
+            .get(walker as usize)
+            .and_then(|trace| StepStates::from_trace(trace, step))
+        else {
+            return Ok(None);
+        };
+        complete_opening(
+            host_slices(self.states.as_ref()),
+            &walked.walker_roots,
+            walker,
+            step,
+            states,
+            chain,
+        )
     }
 }
 

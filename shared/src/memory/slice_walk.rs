@@ -95,6 +95,40 @@ impl SliceSource for HeldStates {
     }
 }
 
+/// What opening a step reads of a device's pool, wherever the device holds it: host memory
+/// (any [`SliceSource`]), or a GPU, which walks the blocks again and cuts the slice's path there.
+pub trait OpenSource {
+    fn pool(&self) -> &ChainPool;
+
+    /// `count` states of a walker whose state at step `first` is `start`: `s_first`,
+    /// `s_{first + 1}`, .. (at most up to `s_L`).
+    fn rewalk(&self, walk: &SliceWalk, start: Digest, first: u32, count: u32) -> Result<Vec<Digest>, BackendError>;
+
+    /// Pool slice `e` (65536 bytes) and its path to its state's hash (PROTOCOL.md 20.2).
+    fn slice_and_path(&self, e: u64) -> Result<(Vec<u8>, SlicePath), BackendError>;
+}
+
+impl<S: SliceSource + ?Sized> OpenSource for S {
+    fn pool(&self) -> &ChainPool {
+        SliceSource::pool(self)
+    }
+
+    fn rewalk(&self, walk: &SliceWalk, start: Digest, first: u32, count: u32) -> Result<Vec<Digest>, BackendError> {
+        Ok(trace_from(walk, self, start, first).take(count as usize).collect())
+    }
+
+    fn slice_and_path(&self, e: u64) -> Result<(Vec<u8>, SlicePath), BackendError> {
+        let pool = SliceSource::pool(self);
+        let (chain, q) = pool.locate(e);
+        // The path is cut from the whole state, which the source holds.
+        let path = slice_path(&pool_state(self, chain), q).map_err(|e| BackendError::Device {
+            device: pool.device,
+            detail: format!("a pool state that is not whole slices: {e}"),
+        })?;
+        Ok((self.slice(e).to_vec(), path))
+    }
+}
+
 /// Walker `walker`'s states on `source`'s device, `s_0 ..= s_L`, each made as it is taken.
 fn trace<'a>(walk: &'a SliceWalk, source: &'a dyn SliceSource, walker: u32) -> impl Iterator<Item = Digest> + 'a {
     let start = walk.start_state(source.pool().device, walker);
@@ -102,9 +136,9 @@ fn trace<'a>(walk: &'a SliceWalk, source: &'a dyn SliceSource, walker: u32) -> i
 }
 
 /// The states `s_first ..= s_L` of a walker whose state `first` is `state`.
-fn trace_from<'a>(
+fn trace_from<'a, S: SliceSource + ?Sized>(
     walk: &'a SliceWalk,
-    source: &'a dyn SliceSource,
+    source: &'a S,
     state: Digest,
     first: u32,
 ) -> impl Iterator<Item = Digest> + 'a {
@@ -275,35 +309,41 @@ impl StepStates {
 /// The opening of step `step` of walker `walker` from its `states`: the walker's root and its
 /// proof among `walker_roots`, the slice `before` names with its path to its state's hash, and
 /// (from `chain`) that chain's checkpoint hashes and its leaf's proof in the device root.
-pub fn complete_opening(
-    source: &dyn SliceSource,
+/// `Ok(None)` for a walker outside `walker_roots`; an error if the pool cannot be read.
+pub fn complete_opening<S: OpenSource + ?Sized>(
+    source: &S,
     walker_roots: &[Digest],
     walker: u32,
     step: u32,
     states: StepStates,
     chain: impl Fn(u64) -> (Vec<Digest>, MerkleProof),
-) -> Option<StepOpening> {
+) -> Result<Option<StepOpening>, BackendError> {
+    let (Some(&walker_root), Some(walker_proof)) = (
+        walker_roots.get(walker as usize),
+        MerkleTree::new(walker_roots).proof(u64::from(walker)),
+    ) else {
+        return Ok(None);
+    };
     let pool = source.pool();
     let e = entry_index(&states.before, pool.slices());
-    let (chain_index, q) = pool.locate(e);
+    let (chain_index, _) = pool.locate(e);
     let (checkpoints, chain_proof) = chain(chain_index);
-    // The path is cut from the whole state, which the source holds.
-    let whole = pool_state(source, chain_index);
-    Some(StepOpening {
+    let (slice, slice_path) = source.slice_and_path(e)?;
+    Ok(Some(StepOpening {
         walker,
         step,
-        walker_root: *walker_roots.get(walker as usize)?,
-        walker_proof: MerkleTree::new(walker_roots).proof(u64::from(walker))?,
+        walker_root,
+        walker_proof,
         start_proof: states.start_proof,
         before: states.before,
         before_proof: states.before_proof,
         after: states.after,
         after_proof: states.after_proof,
-        slice: source.slice(e).to_vec(),
-        slice_path: slice_path(&whole, q).ok()?,
+        slice,
+        slice_path,
         checkpoints,
         chain_proof,
-    })
+    }))
 }
 
 /// Opens step `step` of walker `walker` by walking it again; `chain` gives a chain's checkpoint
@@ -320,61 +360,75 @@ pub fn open_step(
         return None;
     }
     let states = StepStates::from_trace(&walker_states(walk, source, walker), step)?;
+    // A host source reads nothing that can fail.
     complete_opening(source, walker_roots, walker, step, states, chain)
+        .ok()
+        .flatten()
 }
 
 /// Opens step `step` of walker `walker` as [`open_step`] does, from the walker's kept trace:
 /// the blocks of `s_0`, `s_t` and `s_{t+1}` are walked again (at most `3 * 64` steps), and the
 /// proofs are each block's own path joined to the path of its node among the walker's blocks.
-pub fn open_kept_step(
+/// `Ok(None)` for a walker or step outside the walk, or a kept trace that is not the walk's.
+pub fn open_kept_step<S: OpenSource + ?Sized>(
     walk: &SliceWalk,
-    source: &dyn SliceSource,
+    source: &S,
     walked: &DeviceWalk,
     walker: u32,
     step: u32,
     chain: impl Fn(u64) -> (Vec<Digest>, MerkleProof),
-) -> Option<StepOpening> {
+) -> Result<Option<StepOpening>, BackendError> {
     let n_walkers = walked.walker_roots.len();
     if walker >= walk.walkers
         || step >= walk.steps
         || n_walkers != walk.walkers as usize
         || walked.kept.len() != n_walkers
     {
-        return None;
+        return Ok(None);
     }
     let kept = &walked.kept[walker as usize];
     let upper = MerkleTree::over_nodes(kept.block_nodes.clone());
-    // The states of block `b`, and the proof of the one at `t` in the walker's tree.
-    let block = |b: u32| -> Option<Vec<Digest>> {
-        let start = *kept.block_starts.get(b as usize)?;
+    // The states of block `b` (64, or what is left of the walk's L + 1), walked again.
+    let block = |b: u32| -> Result<Option<Vec<Digest>>, BackendError> {
+        let Some(&start) = kept.block_starts.get(b as usize) else {
+            return Ok(None);
+        };
         let first = b * KEPT_EVERY;
-        Some(
-            trace_from(walk, source, start, first)
-                .take(KEPT_EVERY as usize)
-                .collect(),
-        )
+        let count = KEPT_EVERY.min(walk.steps - first + 1);
+        source.rewalk(walk, start, first, count).map(Some)
     };
+    // The proof of the state at `t` in the walker's tree, from its block's states.
     let proof_in = |states: &[Digest], t: u32| -> Option<MerkleProof> {
         let mut siblings = MerkleTree::new(states).proof(u64::from(t % KEPT_EVERY))?.siblings;
         siblings.extend(upper.proof(u64::from(t / KEPT_EVERY))?.siblings);
         Some(MerkleProof { siblings })
     };
     let (b, next) = (step / KEPT_EVERY, (step + 1) / KEPT_EVERY);
-    let here = block(b)?;
-    let there = if next == b { here.clone() } else { block(next)? };
-    let first = if b == 0 { here.clone() } else { block(0)? };
-    let states = StepStates {
-        before: *here.get((step % KEPT_EVERY) as usize)?,
-        after: *there.get(((step + 1) % KEPT_EVERY) as usize)?,
-        start_proof: proof_in(&first, 0)?,
-        before_proof: proof_in(&here, step)?,
-        after_proof: proof_in(&there, step + 1)?,
+    let Some(here) = block(b)? else {
+        return Ok(None);
     };
-    complete_opening(source, &walked.walker_roots, walker, step, states, chain)
+    let there = if next == b { Some(here.clone()) } else { block(next)? };
+    let first = if b == 0 { Some(here.clone()) } else { block(0)? };
+    let (Some(there), Some(first)) = (there, first) else {
+        return Ok(None);
+    };
+    let states = (|| {
+        Some(StepStates {
+            before: *here.get((step % KEPT_EVERY) as usize)?,
+            after: *there.get(((step + 1) % KEPT_EVERY) as usize)?,
+            start_proof: proof_in(&first, 0)?,
+            before_proof: proof_in(&here, step)?,
+            after_proof: proof_in(&there, step + 1)?,
+        })
+    })();
+    match states {
+        Some(states) => complete_opening(source, &walked.walker_roots, walker, step, states, chain),
+        None => Ok(None),
+    }
 }
 
 /// The whole final state of `chain`, gathered from its slices.
-fn pool_state(source: &dyn SliceSource, chain: u64) -> Vec<u8> {
+fn pool_state<S: SliceSource + ?Sized>(source: &S, chain: u64) -> Vec<u8> {
     let pool = source.pool();
     let first = (chain - pool.first_chain) * pool.slices_per_state();
     (first..first + pool.slices_per_state())
