@@ -10,10 +10,13 @@ use super::options::{CudaInitError, CudaOptions, choose_kernel, select_gpus};
 use super::plan;
 use super::pool::CudaPool;
 use super::slots::{DeviceSlots, Runtime, SlotGuard};
-use gpu_attest_shared::backend::{Backend, BackendError, CancelToken, ChainProgress, ResidentPool, check_advance};
+use gpu_attest_shared::backend::{
+    Backend, BackendError, CancelToken, ChainProgress, PoolStates, ResidentPool, check_advance,
+};
 use gpu_attest_shared::chain::ChainResult;
 use gpu_attest_shared::matrix::Matrix;
 use gpu_attest_shared::memory::PoolSpec;
+use gpu_attest_shared::memory::chain_pool::ChainPool;
 use gpu_attest_shared::params::Work;
 use gpu_attest_shared::statement::DeviceInfo;
 use std::ops::Range;
@@ -25,6 +28,9 @@ pub struct CudaBackend {
     gpus: Vec<GpuInfo>,
     /// Kept to reopen a device after a fault, as it was first opened.
     options: CudaOptions,
+    /// The outcome of version 4's self-check ([`CudaBackend::check_chain_pools`]), once run:
+    /// until it has passed on every device, the backend keeps no chain pools.
+    chain_pools_checked: std::sync::OnceLock<Result<(), String>>,
 }
 
 impl Runtime for DeviceRuntime {
@@ -62,6 +68,7 @@ impl CudaBackend {
             kernel,
             gpus,
             options: options.clone(),
+            chain_pools_checked: std::sync::OnceLock::new(),
         })
     }
 
@@ -123,6 +130,24 @@ impl CudaBackend {
         cancel: &CancelToken,
     ) -> Result<CudaPool, BackendError> {
         self.on_device(spec.device(), |d| d.fill_pool(spec, progress, cancel))
+    }
+
+    /// Runs version 4's walk and openings on every device against the CPU's
+    /// (`DeviceRuntime::v4_walk_matches_cpu`), once, and says why a device failed. Until it
+    /// has passed, [`Backend::keeps_chain_pools`] is false: a miner says 4 only on GPUs whose
+    /// walk was checked on arrival.
+    pub fn check_chain_pools(&self) -> Result<(), String> {
+        self.chain_pools_checked
+            .get_or_init(|| {
+                (0..self.device_count()).try_for_each(|device| {
+                    match self.on_device(device, |d| d.v4_walk_matches_cpu()) {
+                        Ok(true) => Ok(()),
+                        Ok(false) => Err(format!("device {device}: the version 4 walk differs from the CPU's")),
+                        Err(e) => Err(format!("device {device}: the version 4 walk could not run: {e}")),
+                    }
+                })
+            })
+            .clone()
     }
 
     /// Makes device `device`'s context unusable, as a kernel fault would: the GPU tests use it
@@ -197,6 +222,27 @@ impl Backend for CudaBackend {
             plan::batch_size(slice.index, work.n(), slice.count, free)?;
         }
         Ok(())
+    }
+
+    /// The pool chains' final states stay in the GPU's memory, walked and opened there
+    /// (`super::pool_states`).
+    fn run_pool_chains(
+        &self,
+        device: u32,
+        work: &Work,
+        chains: Range<u64>,
+        pool: ChainPool,
+        progress: ChainProgress<'_>,
+        cancel: &CancelToken,
+    ) -> Result<(Vec<ChainResult>, Box<dyn PoolStates>), BackendError> {
+        let (results, states) = self.on_device(device, |d| d.run_pool_chains(work, chains, pool, progress, cancel))?;
+        Ok((results, Box::new(states)))
+    }
+
+    /// Every selected GPU runs the walk kernels (compute capability 6.1 and later), and their
+    /// version 4 walk passed its self-check ([`CudaBackend::check_chain_pools`]).
+    fn keeps_chain_pools(&self) -> bool {
+        self.holds_pools() && matches!(self.chain_pools_checked.get(), Some(Ok(())))
     }
 
     /// Every selected GPU runs the walk kernel (compute capability 6.1 and later).

@@ -42,7 +42,7 @@ pub struct DeviceRuntime {
     /// Hash checkpoints on the host instead of the device (`CudaOptions::host_hashing`).
     pub host_hashing: bool,
     /// The memory walk's kernel, once a pool or the bench has needed it (`DeviceRuntime::walker`).
-    pub(crate) walk_function: std::sync::OnceLock<CudaFunction>,
+    pub(crate) walk_functions: std::sync::OnceLock<super::walk::WalkFunctions>,
     /// Cleared when this runtime is dropped: a pool made on it (`super::pool`) outlives it only
     /// when the device faulted and is being reset, which frees the pool's memory with the context.
     pub(crate) open: Arc<std::sync::atomic::AtomicBool>,
@@ -163,7 +163,7 @@ impl DeviceRuntime {
             blake3_chunks: function(BLAKE3_CHUNKS_FN)?,
             blake3_parents: function(BLAKE3_PARENTS_FN)?,
             host_hashing: false,
-            walk_function: std::sync::OnceLock::new(),
+            walk_functions: std::sync::OnceLock::new(),
             open: Arc::new(std::sync::atomic::AtomicBool::new(true)),
             module,
             gpu,

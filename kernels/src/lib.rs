@@ -14,8 +14,9 @@
 //! - [`options`]: what to run on: the selected GPUs, in partition order, and their kernel.
 //! - [`device`]: one GPU's context, streams, kernels and launches; `pipeline` runs batches of
 //!   chains on it and makes pool entries; `slots` resets a faulted device or takes it out of
-//!   service; [`pool`] holds a device's pool of the memory phase, and [`walk`] is the walk
-//!   kernel's host side (and `miner bench`'s walk).
+//!   service; [`pool`] holds a device's pool of the memory phase (version 3), [`pool_states`]
+//!   version 4's pool of its chains' final states, and [`walk`] is the walk kernels' host side
+//!   (and `miner bench`'s walk).
 //! - [`bench`](mod@bench): `miner bench`'s GPU figures, timed by `timing`.
 //! - [`backend`]: the [`Backend`](gpu_attest_shared::Backend) over all of them.
 //! - [`checks`]: each kernel's self-check on each device, cached, and the kernel chosen from them.
@@ -36,6 +37,7 @@ pub mod options;
 mod pipeline;
 pub mod plan;
 pub mod pool;
+pub mod pool_states;
 mod slots;
 pub mod telemetry;
 mod timing;

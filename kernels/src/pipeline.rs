@@ -5,11 +5,14 @@
 
 use super::device::{DeviceRuntime, hash_scratch_words};
 use super::plan;
+use super::pool_states::CudaPoolStates;
 use cudarc::driver::{CudaEvent, CudaSlice};
+use gpu_attest_shared::backend::PoolStates;
 use gpu_attest_shared::backend::{BackendError, CancelToken, ChainProgress};
 use gpu_attest_shared::chain::ChainResult;
 use gpu_attest_shared::digest::Digest;
 use gpu_attest_shared::matrix::Matrix;
+use gpu_attest_shared::memory::chain_pool::ChainPool;
 use gpu_attest_shared::memory::{ENTRY_BYTES, ENTRY_N, ENTRY_STEPS};
 use gpu_attest_shared::params::Work;
 use rayon::prelude::*;
@@ -239,13 +242,15 @@ impl DeviceRuntime {
         Ok(())
     }
 
-    /// Chains `first..first + count`, from generation to the last checkpoint.
+    /// Chains `first..first + count`, from generation to the last checkpoint; with `keep`, the
+    /// final states of those of them that are pool chains go into their places in the pool.
     fn run_batch(
         &self,
         work: &Work,
         first: u64,
         count: usize,
         buf: &mut BatchBuffers,
+        keep: Option<&mut CudaPoolStates>,
         cancel: &CancelToken,
     ) -> Result<Vec<ChainResult>, BackendError> {
         let n = work.n();
@@ -271,6 +276,21 @@ impl DeviceRuntime {
         buf.digests_pending = 0;
         self.checkpoint(buf, count, n, 0, &mut record)?;
         self.run_steps(work.into(), buf, count, 0..work.iterations(), cancel, Some(&mut record))?;
+        if let Some(pool) = keep {
+            // The batch's pool chains are a prefix of it: the pool is the device's first chains.
+            let kept = pool.pool().first_chain..pool.pool().first_chain + pool.pool().chains;
+            let to_keep = kept.end.saturating_sub(first).min(count as u64) as usize;
+            if kept.contains(&first) && to_keep > 0 {
+                let nn = n * n;
+                let at = (first - kept.start) as usize * nn;
+                self.stream
+                    .memcpy_dtod(
+                        &buf.x.slice(0..to_keep * nn),
+                        &mut pool.device_states_mut().slice_mut(at..at + to_keep * nn),
+                    )
+                    .map_err(|e| self.err(e))?;
+            }
+        }
         Ok(checkpoints
             .into_iter()
             .enumerate()
@@ -288,6 +308,43 @@ impl DeviceRuntime {
         progress: ChainProgress<'_>,
         cancel: &CancelToken,
     ) -> Result<Vec<ChainResult>, BackendError> {
+        self.run_chains_keeping(work, chains, None, progress, cancel)
+    }
+
+    /// Runs `chains` as [`DeviceRuntime::run_chains`] does, and keeps the final states of
+    /// `pool`'s chains (the first of `chains`) in the device's memory as its version 4 pool
+    /// (PROTOCOL.md 20.1).
+    pub(crate) fn run_pool_chains(
+        &self,
+        work: &Work,
+        chains: Range<u64>,
+        pool: ChainPool,
+        progress: ChainProgress<'_>,
+        cancel: &CancelToken,
+    ) -> Result<(Vec<ChainResult>, CudaPoolStates), BackendError> {
+        let kept = pool.first_chain..pool.first_chain + pool.chains;
+        if pool.device != self.index || pool.n != work.n() || kept.start != chains.start || kept.end > chains.end {
+            return Err(BackendError::PoolOutsideChains {
+                pool: format!("{pool:?}"),
+                device: self.index,
+                chains,
+            });
+        }
+        // The pool first: the batches are sized from what it leaves free.
+        let mut states = self.pool_states(pool)?;
+        let results = self.run_chains_keeping(work, chains, Some(&mut states), progress, cancel)?;
+        self.synchronize()?;
+        Ok((results, states))
+    }
+
+    fn run_chains_keeping(
+        &self,
+        work: &Work,
+        chains: Range<u64>,
+        mut keep: Option<&mut CudaPoolStates>,
+        progress: ChainProgress<'_>,
+        cancel: &CancelToken,
+    ) -> Result<Vec<ChainResult>, BackendError> {
         let total = chains.end.saturating_sub(chains.start);
         if total == 0 {
             return Ok(Vec::new());
@@ -298,7 +355,7 @@ impl DeviceRuntime {
         let mut first = chains.start;
         while first < chains.end {
             let count = batch.min(chains.end - first) as usize;
-            match self.run_batch(work, first, count, &mut buf, cancel) {
+            match self.run_batch(work, first, count, &mut buf, keep.as_deref_mut(), cancel) {
                 Ok(batch_results) => results.extend(batch_results),
                 Err(e) => {
                     // The buffers are freed in the main stream's order; a hash still reading

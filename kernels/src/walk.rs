@@ -6,10 +6,10 @@
 
 use super::compile::{compile_aux_ptx, supported_archs, target_arch};
 use super::device::{DeviceRuntime, backend_error};
-use super::kernels::{AuxModule, WALK_FN};
+use super::kernels::{AuxModule, WALK_BLOCKS_FN, WALK_FN, WALK_ROOTS_FN};
 // A state is a digest as the kernel holds it: eight little-endian words, as a ChaCha8 key is.
 use super::pipeline::key_words;
-use cudarc::driver::{CudaFunction, CudaSlice, CudaStream, CudaViewMut, LaunchConfig, PushKernelArg};
+use cudarc::driver::{CudaFunction, CudaSlice, CudaStream, CudaView, CudaViewMut, LaunchConfig, PushKernelArg};
 use cudarc::nvrtc::Ptx;
 use gpu_attest_shared::backend::{BackendError, CancelToken};
 use gpu_attest_shared::digest::Digest;
@@ -18,17 +18,25 @@ use gpu_attest_shared::memory::walk::{WalkSpec, walk_all};
 use gpu_attest_shared::memory::{ENTRY_BYTES, MemoryParams};
 use std::time::Duration;
 
-/// The walk kernel, loaded into one device's context.
+/// The walk module's entry points, loaded into one device's context.
+#[derive(Clone)]
+pub struct WalkFunctions {
+    steps: CudaFunction,
+    blocks: CudaFunction,
+    roots: CudaFunction,
+}
+
+/// The walk kernels, loaded into one device's context.
 #[derive(Clone)]
 pub struct DeviceWalker {
-    function: CudaFunction,
+    functions: WalkFunctions,
     /// The device's partition index, for errors.
     device: u32,
 }
 
 /// Compiles the walk module for the newest architecture NVRTC knows at or below the device's
 /// (as the GEMM modules are; NVRTC not cached: the module is small) and loads it.
-fn load_walk_function(rt: &DeviceRuntime) -> Result<CudaFunction, BackendError> {
+fn load_walk_functions(rt: &DeviceRuntime) -> Result<WalkFunctions, BackendError> {
     let (major, minor) = rt.gpu.compute_capability;
     let device_error = |detail: String| BackendError::Device {
         device: rt.index,
@@ -47,24 +55,29 @@ fn load_walk_function(rt: &DeviceRuntime) -> Result<CudaFunction, BackendError> 
     })?;
     let ptx = compile_aux_ptx(AuxModule::Walk, arch).map_err(|e| device_error(e.to_string()))?;
     let module = rt.ctx.load_module(Ptx::from_src(ptx)).map_err(|e| rt.err(e))?;
-    module.load_function(WALK_FN).map_err(|e| rt.err(e))
+    let load = |name: &str| module.load_function(name).map_err(|e| rt.err(e));
+    Ok(WalkFunctions {
+        steps: load(WALK_FN)?,
+        blocks: load(WALK_BLOCKS_FN)?,
+        roots: load(WALK_ROOTS_FN)?,
+    })
 }
 
 impl DeviceRuntime {
     /// The walk kernel on this device, compiled and loaded on first use and kept: a device that
     /// never walks never builds it.
     pub fn walker(&self) -> Result<DeviceWalker, BackendError> {
-        let function = match self.walk_function.get() {
-            Some(function) => function.clone(),
+        let functions = match self.walk_functions.get() {
+            Some(functions) => functions.clone(),
             // One thread drives a runtime at a time (the backend's slots), so nothing else
             // sets it meanwhile.
             None => {
-                let loaded = load_walk_function(self)?;
-                self.walk_function.get_or_init(|| loaded).clone()
+                let loaded = load_walk_functions(self)?;
+                self.walk_functions.get_or_init(|| loaded).clone()
             }
         };
         Ok(DeviceWalker {
-            function,
+            functions,
             device: self.index,
         })
     }
@@ -105,7 +118,7 @@ impl DeviceWalker {
             block_dim: (AuxModule::Walk.block_threads(), 1, 1),
             shared_mem_bytes: 0,
         };
-        let mut launch = stream.launch_builder(&self.function);
+        let mut launch = stream.launch_builder(&self.functions.steps);
         launch
             .arg(pool)
             .arg(&entries)
@@ -121,6 +134,99 @@ impl DeviceWalker {
         unsafe { launch.launch(config) }.map_err(|e| backend_error(self.device, e))?;
         Ok(())
     }
+
+    /// Queues on `stream` the fold of the blocks of 64 states that end in one version 4 walk
+    /// launch (`kernels/cuda/walk_tree.cu`): `firsts` holds each walker's state at
+    /// `first_step`, `states` the launch's states `[walker][steps]` as [`DeviceWalker::launch`]
+    /// wrote them with a checkpoint every step; block `b` of walker `w` goes to `[w][b]` of
+    /// `block_starts` and `block_nodes`, `walk_steps / 64 + 1` blocks a walker.
+    #[allow(clippy::too_many_arguments)]
+    pub fn launch_blocks(
+        &self,
+        stream: &CudaStream,
+        firsts: &CudaSlice<u32>,
+        states: &CudaView<'_, u32>,
+        first_step: u32,
+        steps: u32,
+        walk_steps: u32,
+        walkers: u32,
+        block_starts: &mut CudaSlice<u32>,
+        block_nodes: &mut CudaSlice<u32>,
+    ) -> Result<(), BackendError> {
+        let blocks = tree_blocks(walk_steps);
+        let ends_the_walk = first_step + steps == walk_steps;
+        // The kernel reads whole blocks of the launch's states: a launch that does not end the
+        // walk must end on a block.
+        assert!(first_step.is_multiple_of(TREE_BLOCK_STATES) && first_step + steps <= walk_steps);
+        assert!(steps > 0 && (ends_the_walk || steps.is_multiple_of(TREE_BLOCK_STATES)));
+        assert!(firsts.len() >= walkers as usize * 8);
+        assert!(states.len() >= walkers as usize * steps as usize * 8);
+        let tree_words = walkers as usize * blocks as usize * 8;
+        assert!(block_starts.len() >= tree_words && block_nodes.len() >= tree_words);
+        let launch_blocks = if ends_the_walk {
+            blocks - first_step / TREE_BLOCK_STATES
+        } else {
+            steps / TREE_BLOCK_STATES
+        };
+        let threads = u64::from(walkers) * u64::from(launch_blocks);
+        let config = LaunchConfig {
+            grid_dim: (threads.div_ceil(u64::from(TREE_THREADS)) as u32, 1, 1),
+            block_dim: (TREE_THREADS, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        let mut launch = stream.launch_builder(&self.functions.blocks);
+        launch
+            .arg(firsts)
+            .arg(states)
+            .arg(&first_step)
+            .arg(&steps)
+            .arg(&walk_steps)
+            .arg(&walkers)
+            .arg(&blocks)
+            .arg(block_starts)
+            .arg(block_nodes);
+        // SAFETY: matches walk_blocks(const u32*, const u32*, u32, u32, u32, u32, u32, u32*,
+        // u32*), with the buffers' sizes and the launch's alignment asserted above; the kernel
+        // returns from threads past walkers * launch_blocks.
+        unsafe { launch.launch(config) }.map_err(|e| backend_error(self.device, e))?;
+        Ok(())
+    }
+
+    /// Queues on `stream` each walker's root over its `walk_steps / 64 + 1` block nodes.
+    pub fn launch_roots(
+        &self,
+        stream: &CudaStream,
+        block_nodes: &CudaSlice<u32>,
+        walk_steps: u32,
+        walkers: u32,
+        roots: &mut CudaSlice<u32>,
+    ) -> Result<(), BackendError> {
+        let blocks = tree_blocks(walk_steps);
+        assert!(block_nodes.len() >= walkers as usize * blocks as usize * 8);
+        assert!(roots.len() >= walkers as usize * 8);
+        let config = LaunchConfig {
+            grid_dim: (walkers.div_ceil(TREE_THREADS), 1, 1),
+            block_dim: (TREE_THREADS, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        let mut launch = stream.launch_builder(&self.functions.roots);
+        launch.arg(block_nodes).arg(&blocks).arg(&walkers).arg(roots);
+        // SAFETY: matches walk_roots(const u32*, u32, u32, u32*), with the buffers' sizes
+        // asserted above; the kernel returns from threads past `walkers`.
+        unsafe { launch.launch(config) }.map_err(|e| backend_error(self.device, e))?;
+        Ok(())
+    }
+}
+
+/// States per block of a walker's tree (walk_tree.cu's `TREE_BLOCK_STATES`: the kept trace's
+/// [`KEPT_EVERY`](gpu_attest_shared::memory::slice_walk::KEPT_EVERY)).
+pub const TREE_BLOCK_STATES: u32 = gpu_attest_shared::memory::slice_walk::KEPT_EVERY;
+/// Threads per block of the tree kernels (`TREE_THREADS`).
+const TREE_THREADS: u32 = 128;
+
+/// Blocks in a walker's tree of `walk_steps + 1` states: `walk_steps / 64 + 1`.
+pub fn tree_blocks(walk_steps: u32) -> u32 {
+    walk_steps / TREE_BLOCK_STATES + 1
 }
 
 /// The walk on one device, as `miner bench` reports it.

@@ -12,13 +12,19 @@ use gpu_attest_kernels::pool::WalkLimits;
 use gpu_attest_kernels::{CudaBackend, CudaOptions, GpuInfo, GpuKernel};
 use gpu_attest_shared::backend::{Backend, CancelToken, ResidentPool};
 use gpu_attest_shared::cpu::CpuBackend;
-use gpu_attest_shared::engine::execute;
+use gpu_attest_shared::digest::Digest;
+use gpu_attest_shared::engine::{PoolExecution, execute, execute_with_pools};
 use gpu_attest_shared::gemm::CpuGemm;
 use gpu_attest_shared::matrix::generate_a;
+use gpu_attest_shared::memory::chain_pool::ChainPoolParams;
 use gpu_attest_shared::memory::check::{CommittedEntries, check_segment};
 use gpu_attest_shared::memory::pool::{HostPool, PoolBytes, entry_rows_match, make_entry};
+use gpu_attest_shared::memory::slice_walk::{
+    DeviceCommitments, DeviceWalk as StateWalk, SliceWalk, StepOpening, check_step,
+};
 use gpu_attest_shared::memory::walk::{WalkSpec, walk_all};
 use gpu_attest_shared::memory::{MemoryParams, PoolSpec};
+use gpu_attest_shared::merkle::MerkleTree;
 use gpu_attest_shared::params::{ChallengeParams, Work};
 
 /// The GPUs of this host; a run without any fails (these tests run only when asked for).
@@ -343,5 +349,156 @@ fn a_challenge_sized_pool_fits_after_the_chains_and_after_a_cancelled_fill() {
         gpus[0].name,
         spec.fill_ops() as f64 / fill_seconds / 1e12,
         walk.params.walk_bytes() as f64 / walk_seconds / 1e9
+    );
+}
+
+/// Opens step `step` of walker `walker` of device 0's version 4 walk and checks it as a
+/// validator does, with rows of the slice made again from the work function.
+fn open_and_check_v4(
+    work: &Work,
+    kept: &PoolExecution,
+    walk: &SliceWalk,
+    walked: &StateWalk,
+    walker: u32,
+    step: u32,
+) -> StepOpening {
+    let chains = &kept.execution.chains;
+    let leaves: Vec<Digest> = chains.iter().map(|c| c.leaf()).collect();
+    let tree = MerkleTree::new(&leaves);
+    let chain = |i: u64| (chains[i as usize].checkpoints.clone(), tree.proof(i).unwrap());
+    let opening = kept.pools[0]
+        .open(walk, walked, walker, step, &chain)
+        .unwrap()
+        .unwrap_or_else(|| panic!("step {step} of walker {walker} opens"));
+    let device = &kept.execution.commitment.devices[0];
+    let committed = DeviceCommitments {
+        device_root: device.root,
+        device_chains: device.slice.count,
+        walk_root: walked.root,
+    };
+    let pool = *kept.pools[0].pool();
+    let rows: Vec<u32> = (0..pool.rows_per_slice()).step_by(7).collect();
+    check_step(work, walk, &pool, &committed, &opening, &rows)
+        .unwrap_or_else(|e| panic!("step {step} of walker {walker}: {e}"));
+    opening
+}
+
+/// Version 4 on the GPU against the CPU, bit for bit: the commitment of chains whose first
+/// ones keep their final states on the device, the walk over those states (every walker's kept
+/// trace and root, over launches whose blocks end in later ones), and openings that a
+/// validator's `check_step` passes, at n = 256 (one slice a state), 512 (PROTOCOL.md 20.6's
+/// shape: four) and 2048 (64).
+#[test]
+#[ignore = "needs a CUDA GPU: run with --ignored on a GPU host (scripts/gpu-check.sh does)"]
+fn a_gpu_v4_pool_is_the_cpus_and_walks_and_opens_as_it_does() {
+    let gpus = gpus();
+    let cpu = CpuBackend::new(0, None).unwrap();
+    let cancel = CancelToken::new();
+    for gpu in &gpus {
+        let cuda = CudaBackend::new(&CudaOptions {
+            ordinals: Some(vec![gpu.ordinal]),
+            ..CudaOptions::default()
+        })
+        .unwrap();
+        cuda.check_chain_pools().expect("the version 4 self-check");
+        assert!(cuda.keeps_chain_pools());
+        for (tag, (n, m, k, c, pool_chains)) in
+            [(256u32, 6u64, 3u32, 1u32, 4u64), (512, 3, 2, 1, 2), (2048, 2, 2, 2, 1)]
+                .into_iter()
+                .enumerate()
+        {
+            let work = work(n, m, k, c, 60 + tag as u8);
+            let want = execute_with_pools(&cpu, &work, &[pool_chains], &|_| {}, &cancel).unwrap();
+            let got = execute_with_pools(&cuda, &work, &[pool_chains], &|_| {}, &cancel).unwrap();
+            assert_eq!(
+                got.execution.commitment, want.execution.commitment,
+                "n = {n}: the commitment"
+            );
+            let walk = SliceWalk {
+                nonce: [tag as u8; 32],
+                walk_seed: [7; 32],
+                global: want.execution.commitment.global,
+                walkers: 300,
+                steps: 150,
+            };
+            let told = std::sync::Mutex::new(None);
+            let walked = got.pools[0]
+                .walk(&walk, &cancel, &|root| *told.lock().unwrap() = Some(root))
+                .unwrap();
+            let cpu_walked = want.pools[0].walk(&walk, &cancel, &|_| {}).unwrap();
+            assert_eq!(walked, cpu_walked, "n = {n}: the walk");
+            assert_eq!(
+                *told.lock().unwrap(),
+                Some(walked.root),
+                "n = {n}: the root told as it ended"
+            );
+            for (walker, step) in [(0, 0), (5, 63), (17, 64), (299, 149)] {
+                let on_gpu = open_and_check_v4(&work, &got, &walk, &walked, walker, step);
+                let on_cpu = open_and_check_v4(&work, &want, &walk, &cpu_walked, walker, step);
+                assert_eq!(on_gpu, on_cpu, "n = {n}: step {step} of walker {walker}");
+            }
+        }
+        println!(
+            "ok: version 4 pools, walks and openings on {} match the CPU's",
+            gpu.name
+        );
+    }
+}
+
+/// Version 4 as a challenge sizes it on a whole GPU: the final states of as many n = 2048
+/// chains as fill 96% of the claimed memory (PROTOCOL.md 20.9's pool share), the batches of
+/// the other chains beside them, walked by 8192 walkers; opened steps pass `check_step`.
+/// Prints the chain phase's and the walk's times and the walk's bandwidth.
+#[test]
+#[ignore = "needs a CUDA GPU: run with --ignored on a GPU host (scripts/gpu-check.sh does)"]
+fn a_challenge_sized_v4_pool_fits_beside_its_chains_and_walks() {
+    let gpus = gpus();
+    let cuda = CudaBackend::new(&CudaOptions {
+        ordinals: Some(vec![gpus[0].ordinal]),
+        ..CudaOptions::default()
+    })
+    .unwrap();
+    let claimed = cuda.devices()[0].memory_bytes;
+    let n = 2048u32;
+    let pool_chains = (0.96 * claimed as f64 / f64::from(n * n)).floor() as u64;
+    let work = work(n, pool_chains + 16, 2, 2, 70);
+    let cancel = CancelToken::new();
+    let started = std::time::Instant::now();
+    let kept = execute_with_pools(&cuda, &work, &[pool_chains], &|_| {}, &cancel).unwrap();
+    let chain_seconds = started.elapsed().as_secs_f64();
+    let walk = SliceWalk {
+        nonce: [1; 32],
+        walk_seed: [2; 32],
+        global: kept.execution.commitment.global,
+        walkers: 8192,
+        steps: 1024,
+    };
+    let started = std::time::Instant::now();
+    let root_after = std::sync::Mutex::new(None);
+    let walked = kept.pools[0]
+        .walk(&walk, &cancel, &|_| {
+            *root_after.lock().unwrap() = Some(started.elapsed())
+        })
+        .unwrap();
+    let walk_seconds = started.elapsed().as_secs_f64();
+    let root_seconds = root_after.lock().unwrap().expect("the root was told").as_secs_f64();
+    for (walker, step) in [(0, 0), (4097, 512), (8191, 1023)] {
+        open_and_check_v4(&work, &kept, &walk, &walked, walker, step);
+    }
+    let bytes = ChainPoolParams {
+        walkers: walk.walkers,
+        walk_steps: walk.steps,
+        pool_chains: vec![pool_chains],
+    }
+    .walk_bytes() as f64;
+    println!(
+        "ok: version 4 on {}: {pool_chains} states of n = {n} ({} MiB, 96% of {} MiB) kept by {} chains in \
+         {chain_seconds:.1} s; 8192 walkers x 1024 steps: root after {root_seconds:.3} s ({:.0} GB/s), \
+         kept traces back after {walk_seconds:.3} s",
+        gpus[0].name,
+        (pool_chains * u64::from(n * n)) >> 20,
+        claimed >> 20,
+        work.num_chains(),
+        bytes / root_seconds / 1e9
     );
 }

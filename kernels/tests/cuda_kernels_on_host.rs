@@ -1110,9 +1110,10 @@ fn device_v4_walk_and_its_trees_match_slice_walk() {
         let starts: Vec<Digest> = (0..walkers).map(|w| walk.start_state(0, w)).collect();
         let want = walk_device(&walk, &held);
         let (kept, roots) = device_walk_v4(harness, &pool, &starts, steps, launch).expect("the walk ran");
-        for w in 0..walkers as usize {
-            assert_eq!(kept[w], want.kept[w], "L = {steps}, walker {w}: its kept trace");
+        for (w, (got, want)) in kept.iter().zip(&want.kept).enumerate() {
+            assert_eq!(got, want, "L = {steps}, walker {w}: its kept trace");
         }
+        assert_eq!(kept.len(), want.kept.len());
         assert_eq!(roots, want.walker_roots, "L = {steps}: the walker roots");
     }
 }

@@ -107,8 +107,20 @@ fn start_checked_cuda(config: &MinerConfig, detection: &Detection) -> Result<Sel
         CheckedKernelError::GpuFaulted(what) => BackendSelectError::GpuFaulted(what),
         CheckedKernelError::Selftest(why) => BackendSelectError::GpuSelftest(why),
     })?;
+    // Version 4's walk is checked only where the operator asks the miner to say 4: until it
+    // has passed, the backend keeps no chain pools and the miner says 3.
+    let chain_pools = config.limits.preview_protocol_4.then(|| backend.check_chain_pools());
     let mut selected = cuda_selection(backend);
     selected.notes.extend(checks.iter().map(|c| format!("self-check: {c}")));
+    match chain_pools {
+        Some(Ok(())) => selected
+            .notes
+            .push("self-check: the version 4 walk matches the CPU's on every GPU".into()),
+        Some(Err(why)) => selected.notes.push(format!(
+            "self-check: {why}; this miner says protocol version 3, not the version 4 preview"
+        )),
+        None => {}
+    }
     selected.self_checks = checks;
     Ok(selected)
 }

@@ -60,9 +60,10 @@ pub struct Limits {
     /// whether this miner does; `false` stops the work at the deadline and frees the devices.
     pub work_past_deadline: bool,
     /// Say protocol version 4 in the inventory (PROTOCOL.md 20) where the backend keeps its
-    /// chains' states (the CPU backend of this release): a preview, for validators that speak
-    /// version 4. Off, the inventory says 3, and a version 4 challenge sent anyway is still
-    /// answered.
+    /// chains' states (the CPU backend, and the CUDA backend once its version 4 walk has passed
+    /// a self-check against the CPU's, which this setting runs at start): a preview, for
+    /// validators that speak version 4. Off, the inventory says 3, and a version 4 challenge
+    /// sent anyway is still answered on the CPU backend.
     pub preview_protocol_4: bool,
 }
 
