@@ -30,7 +30,8 @@ validator_key=$("$bin/validator" public-key --key-file "$work/validator.key")
 
 # The miner says protocol version 4 (PROTOCOL.md 20, a preview on the CPU backend): its memory
 # proof keeps the chains' own final states as the pool, so the verdict states the memory proven
-# under version 4, per device. A GPU miner of this release speaks 3 whatever it is told.
+# under version 4, per device. A GPU miner says 4 only once its version 4 walk has passed the
+# self-check it runs at start.
 cat >"$work/miner.toml" <<'TOML'
 # Written by scripts/demo.sh: say protocol version 4, and claim 4 MiB (61 states of 64 KiB whose
 # chains run 256 steps each), which a CPU proves in seconds.

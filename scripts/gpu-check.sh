@@ -15,6 +15,8 @@
 #      one launch each of the wgmma and TMA kernels at n = 2048;
 #   5. one more with the validator on the GPUs as well, recomputing every chain;
 #   5b. on Hopper, one more with the miner on the opt-in TMA kernel;
+#   5c. one of protocol version 4 (the preview): the pool chains' final states kept, walked and
+#      opened on the GPUs, the verdict stating version 4 and each device's walk;
 #   6. the host's CPU: every CPU kernel it runs against the oracle (GPU hosts are where AMX is
 #      found), the memory phase's bandwidths on its memory,
 #      and where it has AMX, the AMX kernel's k block and cache hints swept (2 threads
@@ -231,6 +233,35 @@ if [ "$compute_cap" = "9.0" ]; then
   record attestation-tma $tma_status
 fi
 
+# Protocol version 4 through a whole attestation (PROTOCOL.md 20, the preview): the miner keeps
+# its pool chains' final states (96% of each GPU's claimed memory) on the GPUs, walks them there
+# and opens them there. It says 4 only once its version 4 walk has passed the self-check it runs
+# at start (its log says which); the verdict must then say 4, with each device's walk.
+echo "== attestation: protocol version 4 (miner on GPU, validator on CPU)"
+printf '[limits]\npreview_protocol_4 = true\n' >"$work/miner-v4.toml"
+miner_up "$out/miner-v4.log" --backend cuda --config "$work/miner-v4.toml"
+if [ -n "$address" ]; then
+  limit "$bin/validator" attest --miner "http://$address" --key-file "$work/validator.key" \
+    --database "$work/validator.db" --backend cpu --policy sampled --target-seconds "${TARGET_SECONDS:-10}" --json \
+    >"$out/attestation-v4.json" 2>"$out/attestation-v4.log"
+  v4_status=$?
+  grep -E "self-check" "$out/miner-v4.log"
+  python3 - "$out/attestation-v4.json" <<'PY' || v4_status=1
+import json, sys
+v = json.load(open(sys.argv[1]))
+print(f"verdict: passed={v.get('passed')} protocol_version={v.get('protocol_version')} reasons={v.get('reasons')}")
+memory = v.get("memory") or {}
+for j, d in enumerate(memory.get("devices") or []):
+    print(f"device {j}: {d.get('pool_entries')} slices of {d.get('claimed_bytes')} bytes claimed; walk {d.get('walk')}")
+sys.exit(0 if v.get("protocol_version") == 4 else 1)
+PY
+else
+  echo "the miner did not start with the version 4 preview:"; cat "$out/miner-v4.log"
+  v4_status=2
+fi
+miner_down
+record attestation-v4 $v4_status
+
 echo "== host CPU: every CPU kernel it runs, against the oracle"
 limit "$bin/cpu-oracle-tests" >"$out/cpu-oracle.log" 2>&1
 status=$?
@@ -278,7 +309,8 @@ echo
 echo "== summary ($(date -u +%FT%TZ))"
 printf '%s\n' "${summary[@]}" | tee "$out/summary.txt"
 for part in summary.txt info.log selftest.log gpu-tests.log kernel-compile.log bench.log fill-weight.log kernel-choice.log ncu.log walk.log evidence.log \
-  host-memory.log attestation.log gpu-validator.log attestation-tma.log cpu-oracle.log host-cpu.log; do
+  host-memory.log attestation.log gpu-validator.log attestation-tma.log miner-v4.log attestation-v4.log attestation-v4.json \
+  cpu-oracle.log host-cpu.log; do
   [ -f "$out/$part" ] && { echo "== $part"; cat "$out/$part"; echo; }
 done >"$out/report.txt"
 echo "report: $out/report.txt"

@@ -207,9 +207,9 @@ async fn each_version_4_refusal_has_its_own_status() {
         assert!(refused.message().contains(says), "{}", refused.message());
     }
 
-    // A backend that keeps no chain states (this release's CUDA backend; the CPU backend with
-    // version 3's pools alone stands in for it here): refused before any work, naming both
-    // versions and what to do.
+    // A backend that keeps no chain states (a CUDA backend whose version 4 walk was not checked;
+    // the CPU backend with version 3's pools alone stands in for it here): refused before any
+    // work, naming both versions and what to do.
     let version_3_pools = CheatingPools::new(test_cpu(2).with_logical_devices(DEVICES), MemoryCheat::CheapPool);
     let kernel = version_3_pools.cpu.kernel();
     let speaks_3 = miner_on(
