@@ -12,7 +12,7 @@ mod common;
 
 use common::memory_cheats::{CheatingPools, MemoryCheat};
 use common::ninety_percent::NinetyPercent;
-use common::pool_cheat::CheatingCpu;
+use common::pool_cheat::{CheatingCpu, PoolCheat};
 use common::state_cheats::StateCheat;
 use common::step_fakes::StepFakes;
 use common::v4::{self, commit, open_request, validator};
@@ -22,13 +22,16 @@ use gpu_attest_miner::nonces::NonceLog;
 use gpu_attest_proto::convert::{challenge_to_wire, opening_from_wire};
 use gpu_attest_proto::memory_v4::{step_opening_from_wire, walk_root_from_wire};
 use gpu_attest_proto::v1::{self, miner_client::MinerClient};
+use gpu_attest_shared::backend::PoolStates;
+use gpu_attest_shared::chain::ChainResult;
+use gpu_attest_shared::cpu::CpuBackend;
 use gpu_attest_shared::keys::PublicKey;
 use gpu_attest_shared::memory::chain_pool::{ChainPool, ChainPoolParams};
 use gpu_attest_shared::memory::slice_walk::{DeviceCommitments, SliceWalk, check_step};
 use gpu_attest_shared::memory::statement_v4::{StepSample, WalkRoot, step_opening_bytes, walk_request_bytes};
 use gpu_attest_shared::opening::SampleRequest;
 use gpu_attest_shared::statement::Challenge;
-use gpu_attest_shared::{Digest, Work};
+use gpu_attest_shared::{BackendError, Digest, Work};
 use gpu_attest_validator::config::{Policy, RateEntry};
 use gpu_attest_validator::memory::MemoryConfig;
 use gpu_attest_validator::memory::plan_v4::{ChainPoolPlan, DeviceWalkPlan};
@@ -617,6 +620,64 @@ fn with_rows(mut plan: ChainPoolPlan, rows: u32) -> ChainPoolPlan {
         device.rows_checked = rows;
     }
     plan
+}
+
+/// Honest states on a backend with no room for device 1's pool, as a GPU with too little
+/// free memory says.
+struct NoRoomOnDevice1;
+
+impl PoolCheat for NoRoomOnDevice1 {
+    fn cheat(
+        &self,
+        _: &Arc<CpuBackend>,
+        _: u32,
+        _: &Work,
+        _: ChainPool,
+        _: &mut [ChainResult],
+        states: Box<dyn PoolStates>,
+    ) -> Box<dyn PoolStates> {
+        states
+    }
+
+    fn room(&self, pool: &ChainPool) -> Result<(), BackendError> {
+        if pool.device == 1 {
+            return Err(BackendError::OutOfMemory {
+                device: 1,
+                detail: "the challenge's pool of 1 MiB does not fit in the 0 MiB free".into(),
+            });
+        }
+        Ok(())
+    }
+}
+
+/// A device whose free memory cannot hold its pool beside its chains and walk is refused
+/// before any work, `RESOURCE_EXHAUSTED` with the backend's numbers, and the nonce is not used
+/// up: the same challenge is refused the same way again.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_pool_the_device_has_no_room_for_is_refused_before_any_work() {
+    let backend = CheatingCpu::new(test_cpu(2).with_logical_devices(DEVICES), NoRoomOnDevice1);
+    let kernel = backend.kernel();
+    let core = miner_on(
+        64,
+        &[validator_key()],
+        selected(kernel, Arc::new(backend)),
+        Limits::default(),
+        NonceLog::in_memory(),
+    );
+    let miner_key = core.public_key();
+    let miner = spawn_miner(core).await;
+    let mut client = MinerClient::connect(miner.url()).await.unwrap();
+    let c = challenge(miner_key, 14, vec![1, 1], CHAINS);
+    let wire = challenge_to_wire(&c, &c.sign(&validator()));
+    for _ in 0..2 {
+        let refused = client.run_challenge(wire.clone()).await.unwrap_err();
+        assert_eq!(refused.code(), Code::ResourceExhausted, "{refused:?}");
+        assert!(
+            refused.message().contains("does not fit in the 0 MiB free"),
+            "{}",
+            refused.message()
+        );
+    }
 }
 
 /// A spawned miner on two logical CPU devices with `cheat`, and its key.

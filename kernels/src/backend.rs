@@ -16,7 +16,7 @@ use gpu_attest_shared::backend::{
 use gpu_attest_shared::chain::ChainResult;
 use gpu_attest_shared::matrix::Matrix;
 use gpu_attest_shared::memory::PoolSpec;
-use gpu_attest_shared::memory::chain_pool::ChainPool;
+use gpu_attest_shared::memory::chain_pool::{ChainPool, ChainPoolParams};
 use gpu_attest_shared::params::Work;
 use gpu_attest_shared::statement::DeviceInfo;
 use std::ops::Range;
@@ -237,6 +237,18 @@ impl Backend for CudaBackend {
     ) -> Result<(Vec<ChainResult>, Box<dyn PoolStates>), BackendError> {
         let (results, states) = self.on_device(device, |d| d.run_pool_chains(work, chains, pool, progress, cancel))?;
         Ok((results, Box::new(states)))
+    }
+
+    /// The states, the walk's buffers and one chain's batch in what is free now (the kept
+    /// pools of an earlier commitment are released before this is asked).
+    fn check_chain_pool_capacity(
+        &self,
+        _work: &Work,
+        pool: &ChainPool,
+        params: &ChainPoolParams,
+    ) -> Result<(), BackendError> {
+        let walk = super::pool_states::walk_buffer_bytes(params.walkers, params.walk_steps);
+        self.on_device(pool.device, |d| d.chain_pool_room(pool, walk))
     }
 
     /// Every selected GPU runs the walk kernels (compute capability 6.1 and later), and their

@@ -349,7 +349,13 @@ impl DeviceRuntime {
         if total == 0 {
             return Ok(Vec::new());
         }
-        let batch = plan::batch_size(self.index, work.n(), total, self.free_memory()?)?;
+        // Beside a pool, its own reserve (as version 3's fill): the states take the rest.
+        let reserve = if keep.is_some() {
+            plan::POOL_RESERVE_BYTES
+        } else {
+            plan::RESERVE_BYTES
+        };
+        let batch = plan::batch_size_beside(self.index, work.n(), total, self.free_memory()?, reserve)?;
         let mut buf = self.buffers(batch as usize, work.n(), self.host_hashing)?;
         let mut results = Vec::with_capacity(total as usize);
         let mut first = chains.start;

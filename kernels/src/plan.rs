@@ -12,7 +12,9 @@ pub const RESERVE_BYTES: u64 = 512 << 20;
 /// Left free beside a memory-phase pool, whose size the challenge sets (95% of the device's
 /// memory by default, PROTOCOL.md 18.6): the walk module is loaded before the pool is made, so
 /// this covers the fill's batches (`FILL_RESERVE_BYTES` and at least 300 chains of n = 256),
-/// the walk's states and checkpoints, and the driver's own small allocations.
+/// the walk's states and checkpoints, and the driver's own small allocations. Version 4 keeps
+/// it beside its states and the chains' batches, with its walk's buffers counted on their own
+/// (`pool_states::walk_buffer_bytes`).
 pub const POOL_RESERVE_BYTES: u64 = 128 << 20;
 /// Left free by the fill's batches, beside the pool.
 pub const FILL_RESERVE_BYTES: u64 = 64 << 20;

@@ -37,7 +37,8 @@ pub struct StateWalkLimits {
     /// GPU's watchdog, and a cancel is seen within two launches).
     pub launch_bytes: u64,
     /// Most device memory one launch's states take (`W * steps * 32` bytes), and at most a
-    /// quarter of what is free beside the pool.
+    /// quarter of what is free beside the pool: small, since the pool leaves little (4% of the
+    /// claim, PROTOCOL.md 20.9), and enough for launches of 128 steps at 8192 walkers.
     pub states_bytes: u64,
 }
 
@@ -45,7 +46,7 @@ impl Default for StateWalkLimits {
     fn default() -> Self {
         StateWalkLimits {
             launch_bytes: 1 << 38,
-            states_bytes: 256 << 20,
+            states_bytes: 32 << 20,
         }
     }
 }
@@ -96,27 +97,59 @@ pub struct CudaPoolStates {
     runtime_open: Arc<AtomicBool>,
 }
 
+/// Local memory the driver reserves for the tree kernels (their right edges: up to 512 bytes a
+/// thread, for every thread the GPU can hold at once: 138 MB on an H100, 100 MB on an RTX
+/// 4090), with room over.
+const TREE_LOCAL_BYTES: u64 = 160 << 20;
+
+/// Device memory a walk of `walkers` walkers and `walk_steps` steps takes beside the states:
+/// the walkers' states (three copies), one launch's states at most, the kept traces (block
+/// starts and nodes), and the tree kernels' local memory.
+pub fn walk_buffer_bytes(walkers: u32, walk_steps: u32) -> u64 {
+    let walkers = u64::from(walkers);
+    let trees = 2 * walkers * u64::from(tree_blocks(walk_steps)) * 32;
+    3 * walkers * 32 + StateWalkLimits::default().states_bytes + trees + TREE_LOCAL_BYTES
+}
+
 impl DeviceRuntime {
+    /// Why `pool`'s states, with `beside` bytes more (the walk's buffers, where known), do not
+    /// fit in this device's free memory beside one chain's batch at `n` and the reserve kept
+    /// beside a pool (`plan::POOL_RESERVE_BYTES`, as version 3's).
+    pub(crate) fn chain_pool_room(&self, pool: &ChainPool, beside: u64) -> Result<(), BackendError> {
+        let bytes = pool.chains.saturating_mul(pool.state_bytes());
+        let free = self.free_memory()?;
+        let left = free.saturating_sub(bytes.saturating_add(beside));
+        super::plan::batch_size_beside(self.index, pool.n, 1, left, super::plan::POOL_RESERVE_BYTES)
+            .map(|_| ())
+            .map_err(|_| BackendError::OutOfMemory {
+                device: self.index,
+                detail: format!(
+                    "the challenge's pool of {} MiB ({} final states of n = {}), {} MiB for its walk, and one \
+                     chain of n = {} with the {} MiB kept in reserve do not fit in the {} MiB free; the pool is a \
+                     share of the memory this device claims, so anything else holding its memory (another \
+                     process, a MIG slice) makes the claim fail",
+                    bytes >> 20,
+                    pool.chains,
+                    pool.n,
+                    beside >> 20,
+                    pool.n,
+                    super::plan::POOL_RESERVE_BYTES >> 20,
+                    free >> 20
+                ),
+            })
+    }
+
     /// Room for `pool`'s states in this device's memory, with the walk kernels loaded first (a
     /// device that cannot walk should not run its chains to find out).
     pub(crate) fn pool_states(&self, pool: ChainPool) -> Result<CudaPoolStates, BackendError> {
         let walker = self.walker()?;
-        let bytes = pool.chains.saturating_mul(pool.state_bytes());
-        let free = self.free_memory()?;
-        let len = usize::try_from(bytes)
-            .ok()
-            .filter(|_| bytes.saturating_add(super::plan::RESERVE_BYTES) <= free)
-            .ok_or_else(|| BackendError::OutOfMemory {
+        self.chain_pool_room(&pool, 0)?;
+        let len =
+            usize::try_from(pool.chains.saturating_mul(pool.state_bytes())).map_err(|_| BackendError::OutOfMemory {
                 device: self.index,
                 detail: format!(
-                    "the challenge's pool of {} MiB ({} final states of n = {}) and the {} MiB the chains need \
-                     beside it do not fit in the {} MiB free; the pool is a share of the memory this device \
-                     claims, so anything else holding its memory (another process, a MIG slice) makes the claim fail",
-                    bytes >> 20,
-                    pool.chains,
-                    pool.n,
-                    super::plan::RESERVE_BYTES >> 20,
-                    free >> 20
+                    "a pool of {} states of n = {} is past this host's address space",
+                    pool.chains, pool.n
                 ),
             })?;
         Ok(CudaPoolStates {
@@ -132,10 +165,11 @@ impl DeviceRuntime {
 
 impl DeviceRuntime {
     /// Version 4's walk and openings on this device against the CPU's, bit for bit: a pool of
-    /// 37 random states at n = 256 (two of them the int8 extremes), 300 walkers of 150 steps in
-    /// launches of 64 (so that blocks end in later launches and the last one is partial), every
-    /// walker's kept trace and root, the walk root, and three openings. What the chain pipeline
-    /// keeps is checked by the GPU tests (tests/cuda_backend.rs).
+    /// 37 states at n = 256 (two of them the int8 extremes), 300 walkers of 300 steps in
+    /// launches of 128, 128 and 44 (each launch folding two blocks, the walk's first states
+    /// carried from launch to launch, the last block partial), every walker's kept trace and
+    /// root, the walk root, and four openings (one whose two states lie in different blocks).
+    /// What the chain pipeline keeps is checked by the GPU tests (tests/cuda_backend.rs).
     pub fn v4_walk_matches_cpu(&self) -> Result<bool, BackendError> {
         const SLICES: usize = 37;
         let pool = ChainPool::new(self.index, 0, SLICES as u64, 256).map_err(|e| BackendError::Device {
@@ -156,7 +190,7 @@ impl DeviceRuntime {
         let held = HeldStates::new(pool, matrices).expect("one state per chain");
         let mut device = self.pool_states(pool)?.with_walk_limits(StateWalkLimits {
             launch_bytes: 1 << 38,
-            states_bytes: 300 * 64 * 32,
+            states_bytes: 300 * 128 * 32,
         });
         self.upload(bytemuck::cast_slice(&bytes), device.device_states_mut())?;
         let walk = SliceWalk {
@@ -164,7 +198,7 @@ impl DeviceRuntime {
             walk_seed: [2; 32],
             global: Digest::hash(b"the version 4 walk's self-check"),
             walkers: 300,
-            steps: 150,
+            steps: 300,
         };
         let told = std::sync::Mutex::new(None);
         let got = device.walk(&walk, &CancelToken::new(), &|root| {
@@ -176,7 +210,7 @@ impl DeviceRuntime {
             return Ok(false);
         }
         let no_chain = |_: u64| (Vec::new(), MerkleProof::default());
-        for (walker, step) in [(0, 0), (7, 64), (299, 149)] {
+        for (walker, step) in [(0, 0), (7, 127), (150, 200), (299, 299)] {
             let opened = device.open(&walk, &got, walker, step, &no_chain)?;
             if opened.is_none() || opened != open_kept_step(&walk, &held, &want, walker, step, no_chain)? {
                 return Ok(false);
@@ -478,10 +512,11 @@ mod tests {
                 assert_eq!(next, walk_steps);
             }
         }
-        // The default walk on a large GPU: launches of 512 steps (2^38 bytes at 8192 walkers).
+        // The default walk on a large GPU: launches of 128 steps (32 MiB of states at 8192
+        // walkers; 2^38 bytes would allow 512).
         assert_eq!(
             steps_per_launch(8192, 9304, defaults.launch_bytes, defaults.states_bytes),
-            512
+            128
         );
     }
 }

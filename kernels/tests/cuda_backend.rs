@@ -385,9 +385,11 @@ fn open_and_check_v4(
 
 /// Version 4 on the GPU against the CPU, bit for bit: the commitment of chains whose first
 /// ones keep their final states on the device, the walk over those states (every walker's kept
-/// trace and root, over launches whose blocks end in later ones), and openings that a
-/// validator's `check_step` passes, at n = 256 (one slice a state), 512 (PROTOCOL.md 20.6's
-/// shape: four) and 2048 (64).
+/// trace and root, over two launches, the second carrying on from the first's states), and
+/// openings that a validator's `check_step` passes (one whose states lie in two blocks), at
+/// n = 256 (one slice a state), 512 (PROTOCOL.md 20.6's shape: four) and 2048 (64), and at
+/// n = 256 over more chains than one batch holds (4096), so that later batches keep their
+/// states at their offsets in the pool.
 #[test]
 #[ignore = "needs a CUDA GPU: run with --ignored on a GPU host (scripts/gpu-check.sh does)"]
 fn a_gpu_v4_pool_is_the_cpus_and_walks_and_opens_as_it_does() {
@@ -402,10 +404,14 @@ fn a_gpu_v4_pool_is_the_cpus_and_walks_and_opens_as_it_does() {
         .unwrap();
         cuda.check_chain_pools().expect("the version 4 self-check");
         assert!(cuda.keeps_chain_pools());
-        for (tag, (n, m, k, c, pool_chains)) in
-            [(256u32, 6u64, 3u32, 1u32, 4u64), (512, 3, 2, 1, 2), (2048, 2, 2, 2, 1)]
-                .into_iter()
-                .enumerate()
+        for (tag, (n, m, k, c, pool_chains)) in [
+            (256u32, 6u64, 3u32, 1u32, 4u64),
+            (512, 3, 2, 1, 2),
+            (2048, 2, 2, 2, 1),
+            (256, plan::MAX_BATCH + 100, 2, 1, plan::MAX_BATCH + 50),
+        ]
+        .into_iter()
+        .enumerate()
         {
             let work = work(n, m, k, c, 60 + tag as u8);
             let want = execute_with_pools(&cpu, &work, &[pool_chains], &|_| {}, &cancel).unwrap();

@@ -504,7 +504,7 @@ int main(int argc, char** argv) {
         fwrite(checkpoints.data(), 4, checkpoints.size(), stdout);
         fwrite(states.data(), 4, states.size(), stdout);
     } else if (mode == "walk4") {  // walk4 P WALKERS L LAUNCH < pool, then WALKERS start states
-        // A version 4 walk as the host drives it (kernels/src/walk_v4.rs): launches of LAUNCH
+        // A version 4 walk as the host drives it (kernels/src/pool_states.rs): launches of LAUNCH
         // steps (the last takes the rest), every state written, each launch's blocks folded
         // after it, then the walker roots. Writes the block starts, block nodes and roots.
         u64 entries = strtoull(argv[2], 0, 10);

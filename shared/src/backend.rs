@@ -10,7 +10,7 @@ use crate::device::DeviceInfo;
 use crate::digest::Digest;
 use crate::matrix::Matrix;
 use crate::memory::PoolSpec;
-use crate::memory::chain_pool::ChainPool;
+use crate::memory::chain_pool::{ChainPool, ChainPoolParams};
 use crate::memory::check::{CommittedEntries, WalkOpening, open_segment};
 use crate::memory::slice_walk::{
     DeviceWalk as StateWalk, HeldStates, SliceSource, SliceWalk, StepOpening, open_kept_step, walk_device_until,
@@ -158,6 +158,18 @@ pub trait Backend: Send + Sync {
     /// only on a backend that keeps its chains' final states as pools.
     fn keeps_chain_pools(&self) -> bool {
         false
+    }
+
+    /// Refuses a version 4 pool its device cannot hold beside the chains' batches and the
+    /// buffers of the walk `params` asks for, before a challenge is accepted (a GPU checks its
+    /// free memory). Backends without such a limit accept every pool.
+    fn check_chain_pool_capacity(
+        &self,
+        _work: &Work,
+        _pool: &ChainPool,
+        _params: &ChainPoolParams,
+    ) -> Result<(), BackendError> {
+        Ok(())
     }
 
     /// Devices that can no longer run work (a GPU that faulted and could not be reset), each

@@ -8,7 +8,7 @@ use gpu_attest_shared::chain::ChainResult;
 use gpu_attest_shared::cpu::CpuBackend;
 use gpu_attest_shared::gemm::KernelKind;
 use gpu_attest_shared::matrix::Matrix;
-use gpu_attest_shared::memory::chain_pool::ChainPool;
+use gpu_attest_shared::memory::chain_pool::{ChainPool, ChainPoolParams};
 use gpu_attest_shared::memory::slice_walk::SliceSource;
 use gpu_attest_shared::statement::DeviceInfo;
 use gpu_attest_shared::{Backend, BackendError, CancelToken, Work};
@@ -35,6 +35,12 @@ pub trait PoolCheat: Send + Sync {
         results: &mut [ChainResult],
         states: Box<dyn PoolStates>,
     ) -> Box<dyn PoolStates>;
+
+    /// What the backend says of room for `pool` before a challenge is accepted (a GPU's free
+    /// memory); room for every pool unless a cheat says otherwise.
+    fn room(&self, _pool: &ChainPool) -> Result<(), BackendError> {
+        Ok(())
+    }
 }
 
 /// The CPU backend with `cheat`, its devices named `cpu: {names[j]}` where names are given.
@@ -97,6 +103,9 @@ impl<C: PoolCheat> Backend for CheatingCpu<C> {
     }
     fn keeps_chain_pools(&self) -> bool {
         true
+    }
+    fn check_chain_pool_capacity(&self, _: &Work, pool: &ChainPool, _: &ChainPoolParams) -> Result<(), BackendError> {
+        self.cheat.room(pool)
     }
     fn advance(
         &self,

@@ -8,7 +8,7 @@ use crate::memory_v4::check_pools_fit;
 use gpu_attest_shared::Work;
 use gpu_attest_shared::backend::{PoolStates, ResidentPool};
 use gpu_attest_shared::keys::PublicKey;
-use gpu_attest_shared::memory::chain_pool::ChainPoolParams;
+use gpu_attest_shared::memory::chain_pool::{ChainPool, ChainPoolParams};
 use gpu_attest_shared::partition::canonical_partition;
 use gpu_attest_shared::statement::{Challenge, MemoryPhase};
 use std::time::{Duration, Instant};
@@ -133,6 +133,14 @@ impl MinerCore {
             plan.check_capacity(self.selected.backend.as_ref())
                 .map_err(MinerError::NoRoom)?;
         }
+        if let Some(params) = &chain_pool {
+            for pool in self.chain_pools(params, &work)? {
+                self.selected
+                    .backend
+                    .check_chain_pool_capacity(&work, &pool, params)
+                    .map_err(MinerError::NoRoom)?;
+            }
+        }
         let fresh = self.nonces.lock().unwrap_or_else(|p| p.into_inner()).claim(
             challenge.params.nonce,
             challenge.deadline_ms,
@@ -157,10 +165,14 @@ impl MinerCore {
     /// A version 4 challenge's pools against PROTOCOL.md 20.1's limits and against what each
     /// device claims to hold (the claim the challenge's inventory digest bound).
     fn check_chain_pools(&self, params: &ChainPoolParams, work: &Work) -> Result<(), MinerError> {
-        let devices = self.selected.devices();
-        let partition =
-            canonical_partition(work.num_chains(), devices.len() as u32).map_err(|e| MinerError::Engine(e.into()))?;
-        check_pools_fit(&params.pools(work, &partition)?, &devices)
+        check_pools_fit(&self.chain_pools(params, work)?, &self.selected.devices())
+    }
+
+    /// Each device's version 4 pool under `params`, every limit of PROTOCOL.md 20.1 checked.
+    fn chain_pools(&self, params: &ChainPoolParams, work: &Work) -> Result<Vec<ChainPool>, MinerError> {
+        let devices = self.selected.devices().len() as u32;
+        let partition = canonical_partition(work.num_chains(), devices).map_err(|e| MinerError::Engine(e.into()))?;
+        Ok(params.pools(work, &partition)?)
     }
 
     /// `stop_at_ms`: when the work on `challenge` would stop ([`Self::stop_at_ms`]).

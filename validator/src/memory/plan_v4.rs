@@ -471,6 +471,52 @@ mod tests {
         }
     }
 
+    /// What this validator plans, a GPU miner of this release holds: beside the states of 96%
+    /// of the claim (as NVML reports it), the walk's buffers (`walk_buffer_bytes` for the
+    /// planned W and L), the reserve kept beside a pool, one chain's batch at n = 2048, and
+    /// 512 MiB for the CUDA context and modules, on the smallest and largest GPUs the bound's
+    /// table names, at the default walk target; and at ten times it, on the H100 and H200.
+    /// An RTX 4090 cannot hold a 20 s walk's kept traces (1 byte a step, 275 MB) in the 4% its
+    /// pool leaves: its miner refuses such a challenge before any work, naming the sizes
+    /// (`check_chain_pool_capacity`), as this test shows by the numbers.
+    #[test]
+    fn a_gpu_holds_the_planned_pool_beside_its_walk_and_chains() {
+        use gpu_attest_kernels::plan::POOL_RESERVE_BYTES;
+        use gpu_attest_kernels::pool_states::walk_buffer_bytes;
+        let one_chain = 3 * 2048 * 2048 + 2048 * 2048 / 16 + 32 * 32;
+        let context = 512 << 20;
+        // (name, NVML's total, a calibrated walk rate)
+        let cases = [
+            ("NVIDIA GeForce RTX 4090", 25_757_220_864u64, 0.9e12),
+            ("NVIDIA H100 80GB HBM3", 85_520_809_984, 3.0e12),
+            ("NVIDIA H200", 150_754_820_096, 4.3e12),
+        ];
+        for (name, total, rate) in cases {
+            for target_ms in [2_000, 20_000] {
+                let fits = target_ms == 2_000 || !name.contains("4090");
+                let settings = V4Settings {
+                    walk_target_ms: target_ms,
+                    ..design_settings()
+                };
+                let plan =
+                    plan_chain_pools("cuda", &[gpu(name, total)], &[calibrated(rate)], 2048, 8, &settings).unwrap();
+                let states = plan.params.pool_chains[0] * 2048 * 2048;
+                let walk = walk_buffer_bytes(plan.params.walkers, plan.params.walk_steps);
+                let needed = states + walk + POOL_RESERVE_BYTES + one_chain + context;
+                assert_eq!(
+                    needed <= total,
+                    fits,
+                    "{name}, {target_ms} ms: {} MiB of states, {} MiB for the walk of {} x {}, {} MiB free",
+                    states >> 20,
+                    walk >> 20,
+                    plan.params.walkers,
+                    plan.params.walk_steps,
+                    total.saturating_sub(needed) >> 20,
+                );
+            }
+        }
+    }
+
     /// Design table 6.3 at the calibrated slack; the worst row for a device outside the table.
     #[test]
     fn openings_follow_the_bound_per_model() {
