@@ -246,13 +246,25 @@ if [ -n "$address" ]; then
     >"$out/attestation-v4.json" 2>"$out/attestation-v4.log"
   v4_status=$?
   grep -E "self-check" "$out/miner-v4.log"
-  python3 - "$out/attestation-v4.json" <<'PY' || v4_status=1
-import json, sys
+  # The headline's `attested walk / bench walk`: each device's proven walk rate in the verdict
+  # against `miner bench`'s version 4 walk over most of the same GPU's memory (walk.log).
+  python3 - "$out/attestation-v4.json" "$out/walk.log" <<'PY' | tee "$out/attestation-v4-walk.log" || v4_status=1
+import json, re, sys
 v = json.load(open(sys.argv[1]))
 print(f"verdict: passed={v.get('passed')} protocol_version={v.get('protocol_version')} reasons={v.get('reasons')}")
+bench = {}
+for line in open(sys.argv[2]):
+    m = re.match(r"memory walk v4, device (\d+) .*?: ([0-9.]+) GB/s to the walk root", line)
+    if m:
+        bench[int(m.group(1))] = float(m.group(2)) * 1e9
 memory = v.get("memory") or {}
 for j, d in enumerate(memory.get("devices") or []):
-    print(f"device {j}: {d.get('pool_entries')} slices of {d.get('claimed_bytes')} bytes claimed; walk {d.get('walk')}")
+    walk = d.get("walk") or {}
+    proven = walk.get("proven_bytes_per_sec")
+    ratio = f"{proven / bench[j]:.2f}" if proven and bench.get(j) else "no bench figure"
+    print(f"device {j}: {d.get('pool_entries')} slices of {d.get('claimed_bytes')} bytes claimed; walk measured "
+          f"{walk.get('measured_ms')} ms against {walk.get('expected_ms')} expected (deadline {walk.get('deadline_ms')}); "
+          f"{(proven or 0) / 1e9:.0f} GB/s attested, attested / bench walk {ratio}; held_at_least {walk.get('held_at_least')}")
 sys.exit(0 if v.get("protocol_version") == 4 else 1)
 PY
 else
@@ -309,7 +321,7 @@ echo
 echo "== summary ($(date -u +%FT%TZ))"
 printf '%s\n' "${summary[@]}" | tee "$out/summary.txt"
 for part in summary.txt info.log selftest.log gpu-tests.log kernel-compile.log bench.log fill-weight.log kernel-choice.log ncu.log walk.log evidence.log \
-  host-memory.log attestation.log gpu-validator.log attestation-tma.log miner-v4.log attestation-v4.log attestation-v4.json \
+  host-memory.log attestation.log gpu-validator.log attestation-tma.log miner-v4.log attestation-v4.log attestation-v4-walk.log \
   cpu-oracle.log host-cpu.log; do
   [ -f "$out/$part" ] && { echo "== $part"; cat "$out/$part"; echo; }
 done >"$out/report.txt"

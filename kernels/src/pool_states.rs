@@ -233,10 +233,45 @@ impl CudaPoolStates {
         self.states.as_mut().expect("taken only on drop")
     }
 
-    fn device_states(&self) -> &CudaSlice<i8> {
-        self.states.as_ref().expect("taken only on drop")
+    /// An error if the device was reset since the states were kept: they are gone.
+    fn check_open(&self) -> Result<(), BackendError> {
+        if self.runtime_open.load(Ordering::SeqCst) {
+            Ok(())
+        } else {
+            Err(BackendError::Device {
+                device: self.pool.device,
+                detail: "the device faulted after this pool was kept; its context, and the pool with it, are gone"
+                    .into(),
+            })
+        }
     }
 
+    /// The states as the walk and the openings read them.
+    fn on_device(&self) -> Result<StatesOnDevice<'_>, BackendError> {
+        self.check_open()?;
+        Ok(StatesOnDevice {
+            stream: &self.stream,
+            walker: &self.walker,
+            states: self.states.as_ref().expect("taken only on drop"),
+            pool: self.pool,
+            limits: self.limits,
+        })
+    }
+}
+
+/// States of 64 KiB slices side by side in one device buffer, walked and opened on its stream
+/// (after anything queued there before): a version 4 pool's, or `miner bench`'s walk over a
+/// filled buffer.
+pub struct StatesOnDevice<'a> {
+    pub stream: &'a Arc<CudaStream>,
+    pub walker: &'a DeviceWalker,
+    /// Slice `e` at byte `e * 65536`.
+    pub states: &'a CudaSlice<i8>,
+    pub pool: ChainPool,
+    pub limits: StateWalkLimits,
+}
+
+impl StatesOnDevice<'_> {
     fn err(&self, e: cudarc::driver::DriverError) -> BackendError {
         backend_error(self.pool.device, e)
     }
@@ -245,17 +280,6 @@ impl CudaPoolStates {
         BackendError::Device {
             device: self.pool.device,
             detail,
-        }
-    }
-
-    /// An error if the device was reset since the states were kept: they are gone.
-    fn check_open(&self) -> Result<(), BackendError> {
-        if self.runtime_open.load(Ordering::SeqCst) {
-            Ok(())
-        } else {
-            Err(self.device_error(
-                "the device faulted after this pool was kept; its context, and the pool with it, are gone".into(),
-            ))
         }
     }
 
@@ -291,25 +315,15 @@ impl CudaPoolStates {
             )))
         }
     }
-}
 
-/// `digests` of 8 little-endian words each, as the kernels write them.
-fn digests(words: &[u32]) -> Vec<Digest> {
-    words.chunks_exact(8).map(digest_from_words).collect()
-}
-
-impl PoolStates for CudaPoolStates {
-    fn pool(&self) -> &ChainPool {
-        &self.pool
-    }
-
-    fn walk(
+    /// Version 4's walk of `walk` over these states (see the module's header), `ended` told the
+    /// walk root before the kept traces are copied back.
+    pub fn walk(
         &self,
         walk: &SliceWalk,
         cancel: &CancelToken,
         ended: &(dyn Fn(Digest) + Sync),
     ) -> Result<DeviceWalk, BackendError> {
-        self.check_open()?;
         self.check_walk(walk)?;
         let (walkers, walk_steps) = (walk.walkers, walk.steps);
         let free = free_after_sync(self.stream.context(), self.pool.device)?;
@@ -351,8 +365,8 @@ impl PoolStates for CudaPoolStates {
             let len = words * launch.steps as usize;
             let mut written = launch_states.slice_mut(0..len);
             self.walker.launch(
-                &self.stream,
-                self.device_states(),
+                self.stream,
+                self.states,
                 slices,
                 &mut states,
                 launch.first_step,
@@ -363,7 +377,7 @@ impl PoolStates for CudaPoolStates {
                 4,
             )?;
             self.walker.launch_blocks(
-                &self.stream,
+                self.stream,
                 &firsts,
                 &launch_states.slice(0..len),
                 launch.first_step,
@@ -376,7 +390,7 @@ impl PoolStates for CudaPoolStates {
             queued.push_back(self.mark()?);
         }
         self.walker
-            .launch_roots(&self.stream, &block_nodes, walk_steps, walkers, &mut roots)?;
+            .launch_roots(self.stream, &block_nodes, walk_steps, walkers, &mut roots)?;
         let walker_roots = digests(&self.download_words(&roots)?);
         let root = MerkleTree::new(&walker_roots).root();
         // The root is signed and sent before the kept traces cross to the host.
@@ -397,6 +411,26 @@ impl PoolStates for CudaPoolStates {
             kept,
         })
     }
+}
+
+/// `digests` of 8 little-endian words each, as the kernels write them.
+fn digests(words: &[u32]) -> Vec<Digest> {
+    words.chunks_exact(8).map(digest_from_words).collect()
+}
+
+impl PoolStates for CudaPoolStates {
+    fn pool(&self) -> &ChainPool {
+        &self.pool
+    }
+
+    fn walk(
+        &self,
+        walk: &SliceWalk,
+        cancel: &CancelToken,
+        ended: &(dyn Fn(Digest) + Sync),
+    ) -> Result<DeviceWalk, BackendError> {
+        self.on_device()?.walk(walk, cancel, ended)
+    }
 
     fn open(
         &self,
@@ -406,13 +440,12 @@ impl PoolStates for CudaPoolStates {
         step: u32,
         chain: &dyn Fn(u64) -> (Vec<Digest>, MerkleProof),
     ) -> Result<Option<StepOpening>, BackendError> {
-        self.check_open()?;
-        open_kept_step(walk, self, walked, walker, step, chain)
+        open_kept_step(walk, &self.on_device()?, walked, walker, step, chain)
     }
 }
 
 /// An opening's blocks are walked again on the device, and its slice's state copied back.
-impl OpenSource for CudaPoolStates {
+impl OpenSource for StatesOnDevice<'_> {
     fn pool(&self) -> &ChainPool {
         &self.pool
     }
@@ -430,8 +463,8 @@ impl OpenSource for CudaPoolStates {
             .memcpy_htod(&key_words(&start.0), &mut state)
             .map_err(|e| self.err(e))?;
         self.walker.launch(
-            &self.stream,
-            self.device_states(),
+            self.stream,
+            self.states,
             self.pool.slices(),
             &mut state,
             first,
@@ -451,7 +484,7 @@ impl OpenSource for CudaPoolStates {
         let at = (chain - self.pool.first_chain) as usize * bytes;
         let mut state = vec![0i8; bytes];
         self.stream
-            .memcpy_dtoh(&self.device_states().slice(at..at + bytes), &mut state)
+            .memcpy_dtoh(&self.states.slice(at..at + bytes), &mut state)
             .map_err(|e| self.err(e))?;
         self.stream.synchronize().map_err(|e| self.err(e))?;
         let state: &[u8] = bytemuck::cast_slice(&state);

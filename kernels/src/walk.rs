@@ -9,11 +9,14 @@ use super::device::{DeviceRuntime, backend_error};
 use super::kernels::{AuxModule, WALK_BLOCKS_FN, WALK_FN, WALK_ROOTS_FN};
 // A state is a digest as the kernel holds it: eight little-endian words, as a ChaCha8 key is.
 use super::pipeline::key_words;
+use super::pool_states::{StateWalkLimits, StatesOnDevice};
 use cudarc::driver::{CudaFunction, CudaSlice, CudaStream, CudaView, CudaViewMut, LaunchConfig, PushKernelArg};
 use cudarc::nvrtc::Ptx;
 use gpu_attest_shared::backend::{BackendError, CancelToken};
 use gpu_attest_shared::digest::Digest;
+use gpu_attest_shared::memory::chain_pool::{ChainPool, MAX_WALK_STEPS};
 use gpu_attest_shared::memory::pool::PoolBytes;
+use gpu_attest_shared::memory::slice_walk::SliceWalk;
 use gpu_attest_shared::memory::walk::{WalkSpec, walk_all};
 use gpu_attest_shared::memory::{ENTRY_BYTES, MemoryParams};
 use std::time::Duration;
@@ -255,6 +258,17 @@ pub struct WalkBench {
     /// fill budget (PROTOCOL.md 18.6, step 5) assumes it is at least the class's rate over the
     /// kernel's fill weight (a quarter on wgmma).
     pub fill_tops: f64,
+    /// Version 4's walk (PROTOCOL.md 20.4) over the same bytes as states of 64 KiB, every state
+    /// folded into its walker's tree on the device, timed to the walk root as an attested
+    /// walk is (the kept traces come back after): what an attested version 4 walk on this
+    /// device is compared with. The best of two walks of about the budget each.
+    pub walk_v4_bytes_per_sec: f64,
+    pub walk_v4_steps: u32,
+    /// Against version 3's walk above: what the trees cost.
+    pub walk_v4_share_of_walk: f64,
+    /// Whether version 4's walk and openings on the device gave the CPU's, every one
+    /// (`DeviceRuntime::v4_walk_matches_cpu`).
+    pub v4_matches_cpu: bool,
 }
 
 /// Most steps a timed launch takes: a launch stays well under a second on the largest GPUs
@@ -345,6 +359,42 @@ pub fn bench_walk(
     let seconds = time(steps)?;
     let walk_bytes_per_sec = f64::from(walkers) * f64::from(steps) * ENTRY_BYTES as f64 / seconds;
 
+    // Version 4's walk over the same bytes, as states at n = 256 (one slice each), timed to its
+    // root.
+    let v4_matches_cpu = rt.v4_walk_matches_cpu()?;
+    let on_device = StatesOnDevice {
+        stream: &rt.stream,
+        walker: &walker,
+        states: pool,
+        pool: ChainPool {
+            device: rt.index,
+            first_chain: 0,
+            chains: entries,
+            n: 256,
+        },
+        limits: StateWalkLimits::default(),
+    };
+    let walk_v4_steps = (walk_bytes_per_sec * budget.as_secs_f64() / (f64::from(walkers) * ENTRY_BYTES as f64))
+        .clamp(64.0, f64::from(MAX_WALK_STEPS)) as u32;
+    let v4_walk = SliceWalk {
+        nonce: [5; 32],
+        walk_seed: [6; 32],
+        global: Digest::default(),
+        walkers,
+        steps: walk_v4_steps,
+    };
+    let mut walk_v4_bytes_per_sec: f64 = 0.0;
+    for _ in 0..2 {
+        let started = std::time::Instant::now();
+        let to_root = std::sync::Mutex::new(None);
+        on_device.walk(&v4_walk, &CancelToken::new(), &|_| {
+            *to_root.lock().unwrap_or_else(|p| p.into_inner()) = Some(started.elapsed())
+        })?;
+        let to_root = to_root.into_inner().unwrap_or_else(|p| p.into_inner());
+        let seconds = to_root.unwrap_or_else(|| started.elapsed()).as_secs_f64();
+        walk_v4_bytes_per_sec = walk_v4_bytes_per_sec.max(v4_walk_bytes(&v4_walk) / seconds);
+    }
+
     // Copy bandwidth: two buffers of 1 to 2 GiB in the pool's place.
     drop(filled);
     let half = (len / 2).clamp(MIN_BENCH_BYTES as usize, 2 << 30);
@@ -368,7 +418,16 @@ pub fn bench_walk(
         fill_seconds,
         fill_entries_per_sec: entries as f64 / fill_seconds,
         fill_tops: pool_spec.fill_ops() as f64 / fill_seconds / 1e12,
+        walk_v4_bytes_per_sec,
+        walk_v4_steps,
+        walk_v4_share_of_walk: walk_v4_bytes_per_sec / walk_bytes_per_sec,
+        v4_matches_cpu,
     })
+}
+
+/// The bytes a version 4 walk reads: `W * L` slices.
+fn v4_walk_bytes(walk: &SliceWalk) -> f64 {
+    f64::from(walk.walkers) * f64::from(walk.steps) * ENTRY_BYTES as f64
 }
 
 /// A walk of 300 walkers over 37 entries, 16 steps in two launches of 8 with a checkpoint every

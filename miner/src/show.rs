@@ -202,7 +202,7 @@ pub fn bench_gpus(
             println!("        cuBLASLt baseline did not run: {e}");
         }
     })?;
-    // The memory walk (protocol version 3) on each device, against its copy bandwidth. A walk
+    // The memory walks (protocol versions 3 and 4) on each device, against its copy bandwidth. A walk
     // that cannot run leaves the GEMM rows reported, and fails the command after them.
     let pool_bytes = (memory_mib as u64).saturating_mul(1 << 20);
     let walks = (memory_mib > 0).then(|| {
@@ -228,6 +228,21 @@ pub fn bench_gpus(
                         "NOT the CPU walk's checkpoints"
                     }
                 );
+                println!(
+                    "memory walk v4, device {} ({}): {:.0} GB/s to the walk root, {:.0}% of the v3 walk; {} walkers x {} \
+                     steps, every state in its walker's tree on the device; {}",
+                    w.device,
+                    w.name,
+                    w.walk_v4_bytes_per_sec / 1e9,
+                    100.0 * w.walk_v4_share_of_walk,
+                    w.walkers,
+                    w.walk_v4_steps,
+                    if w.v4_matches_cpu {
+                        "the CPU's trees and openings, every one"
+                    } else {
+                        "NOT the CPU's trees and openings"
+                    }
+                );
             }
         })
     });
@@ -243,7 +258,7 @@ pub fn bench_gpus(
     if let Some(e) = walk_error {
         return Err(e);
     }
-    if memory.iter().any(|w| !w.matches_cpu) {
+    if memory.iter().any(|w| !w.matches_cpu || !w.v4_matches_cpu) {
         return Err("the device walk differs from the CPU walk: report this with `miner info`".into());
     }
     Ok(())
