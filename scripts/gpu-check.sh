@@ -321,7 +321,7 @@ echo
 echo "== summary ($(date -u +%FT%TZ))"
 printf '%s\n' "${summary[@]}" | tee "$out/summary.txt"
 for part in summary.txt info.log selftest.log gpu-tests.log kernel-compile.log bench.log fill-weight.log kernel-choice.log ncu.log walk.log evidence.log \
-  host-memory.log attestation.log gpu-validator.log attestation-tma.log miner-v4.log attestation-v4.log attestation-v4-walk.log \
+  host-memory.log attestation.log gpu-validator.log attestation-tma.log miner-v4.log attestation-v4.log attestation-v4-walk.log attestation-v4.json \
   cpu-oracle.log host-cpu.log; do
   [ -f "$out/$part" ] && { echo "== $part"; cat "$out/$part"; echo; }
 done >"$out/report.txt"

@@ -97,18 +97,18 @@ pub struct CudaPoolStates {
     runtime_open: Arc<AtomicBool>,
 }
 
-/// Local memory the driver reserves for the tree kernels (their right edges: up to 512 bytes a
-/// thread, for every thread the GPU can hold at once: 138 MB on an H100, 100 MB on an RTX
-/// 4090), with room over.
-const TREE_LOCAL_BYTES: u64 = 160 << 20;
-
 /// Device memory a walk of `walkers` walkers and `walk_steps` steps takes beside the states:
-/// the walkers' states (three copies), one launch's states at most, the kept traces (block
-/// starts and nodes), and the tree kernels' local memory.
+/// the walkers' states (three copies), one launch's states, and the kept traces (block starts
+/// and nodes). Not the tree kernels' local memory (their right edges, up to 512 bytes a thread
+/// for every thread the GPU holds at once: 138 MB on an H100): the driver reserved it when the
+/// version 4 self-check launched them at start, and keeps it, so it is already out of what is
+/// free.
 pub fn walk_buffer_bytes(walkers: u32, walk_steps: u32) -> u64 {
+    let limits = StateWalkLimits::default();
+    let per_launch = steps_per_launch(walkers, walk_steps, limits.launch_bytes, limits.states_bytes);
     let walkers = u64::from(walkers);
     let trees = 2 * walkers * u64::from(tree_blocks(walk_steps)) * 32;
-    3 * walkers * 32 + StateWalkLimits::default().states_bytes + trees + TREE_LOCAL_BYTES
+    3 * walkers * 32 + walkers * u64::from(per_launch) * 32 + trees
 }
 
 impl DeviceRuntime {

@@ -261,7 +261,8 @@ pub struct WalkBench {
     /// Version 4's walk (PROTOCOL.md 20.4) over the same bytes as states of 64 KiB, every state
     /// folded into its walker's tree on the device, timed to the walk root as an attested
     /// walk is (the kept traces come back after): what an attested version 4 walk on this
-    /// device is compared with. The best of two walks of about the budget each.
+    /// device is compared with. The best of two walks, each sized to take the budget at
+    /// version 3's rate. 0 where it did not run (`walk_v4_error`).
     pub walk_v4_bytes_per_sec: f64,
     pub walk_v4_steps: u32,
     /// Against version 3's walk above: what the trees cost.
@@ -269,6 +270,8 @@ pub struct WalkBench {
     /// Whether version 4's walk and openings on the device gave the CPU's, every one
     /// (`DeviceRuntime::v4_walk_matches_cpu`).
     pub v4_matches_cpu: bool,
+    /// Why version 4's walk did not run, where it did not; version 3's figures stand.
+    pub walk_v4_error: Option<String>,
 }
 
 /// Most steps a timed launch takes: a launch stays well under a second on the largest GPUs
@@ -360,40 +363,12 @@ pub fn bench_walk(
     let walk_bytes_per_sec = f64::from(walkers) * f64::from(steps) * ENTRY_BYTES as f64 / seconds;
 
     // Version 4's walk over the same bytes, as states at n = 256 (one slice each), timed to its
-    // root.
-    let v4_matches_cpu = rt.v4_walk_matches_cpu()?;
-    let on_device = StatesOnDevice {
-        stream: &rt.stream,
-        walker: &walker,
-        states: pool,
-        pool: ChainPool {
-            device: rt.index,
-            first_chain: 0,
-            chains: entries,
-            n: 256,
-        },
-        limits: StateWalkLimits::default(),
-    };
-    let walk_v4_steps = (walk_bytes_per_sec * budget.as_secs_f64() / (f64::from(walkers) * ENTRY_BYTES as f64))
-        .clamp(64.0, f64::from(MAX_WALK_STEPS)) as u32;
-    let v4_walk = SliceWalk {
-        nonce: [5; 32],
-        walk_seed: [6; 32],
-        global: Digest::default(),
-        walkers,
-        steps: walk_v4_steps,
-    };
-    let mut walk_v4_bytes_per_sec: f64 = 0.0;
-    for _ in 0..2 {
-        let started = std::time::Instant::now();
-        let to_root = std::sync::Mutex::new(None);
-        on_device.walk(&v4_walk, &CancelToken::new(), &|_| {
-            *to_root.lock().unwrap_or_else(|p| p.into_inner()) = Some(started.elapsed())
-        })?;
-        let to_root = to_root.into_inner().unwrap_or_else(|p| p.into_inner());
-        let seconds = to_root.unwrap_or_else(|| started.elapsed()).as_secs_f64();
-        walk_v4_bytes_per_sec = walk_v4_bytes_per_sec.max(v4_walk_bytes(&v4_walk) / seconds);
-    }
+    // root; an error leaves version 3's figures standing.
+    let (v4_matches_cpu, walk_v4_steps, walk_v4_bytes_per_sec, walk_v4_error) =
+        match bench_walk_v4(rt, &walker, pool, entries, walkers, walk_bytes_per_sec, budget) {
+            Ok((matches, steps, rate)) => (matches, steps, rate, None),
+            Err(e) => (false, 0, 0.0, Some(e.to_string())),
+        };
 
     // Copy bandwidth: two buffers of 1 to 2 GiB in the pool's place.
     drop(filled);
@@ -422,7 +397,56 @@ pub fn bench_walk(
         walk_v4_steps,
         walk_v4_share_of_walk: walk_v4_bytes_per_sec / walk_bytes_per_sec,
         v4_matches_cpu,
+        walk_v4_error,
     })
+}
+
+/// `miner bench`'s version 4 walk on `rt`'s device over `pool`'s `entries` slices (see
+/// [`WalkBench::walk_v4_bytes_per_sec`]): whether the device's version 4 walk matches the
+/// CPU's, the steps a walker took, and the best rate of two walks.
+fn bench_walk_v4(
+    rt: &DeviceRuntime,
+    walker: &DeviceWalker,
+    pool: &CudaSlice<i8>,
+    entries: u64,
+    walkers: u32,
+    v3_bytes_per_sec: f64,
+    budget: Duration,
+) -> Result<(bool, u32, f64), BackendError> {
+    let v4_matches_cpu = rt.v4_walk_matches_cpu()?;
+    let on_device = StatesOnDevice {
+        stream: &rt.stream,
+        walker,
+        states: pool,
+        pool: ChainPool {
+            device: rt.index,
+            first_chain: 0,
+            chains: entries,
+            n: 256,
+        },
+        limits: StateWalkLimits::default(),
+    };
+    let walk_v4_steps = (v3_bytes_per_sec * budget.as_secs_f64() / (f64::from(walkers) * ENTRY_BYTES as f64))
+        .clamp(64.0, f64::from(MAX_WALK_STEPS)) as u32;
+    let v4_walk = SliceWalk {
+        nonce: [5; 32],
+        walk_seed: [6; 32],
+        global: Digest::default(),
+        walkers,
+        steps: walk_v4_steps,
+    };
+    let mut walk_v4_bytes_per_sec: f64 = 0.0;
+    for _ in 0..2 {
+        let started = std::time::Instant::now();
+        let to_root = std::sync::Mutex::new(None);
+        on_device.walk(&v4_walk, &CancelToken::new(), &|_| {
+            *to_root.lock().unwrap_or_else(|p| p.into_inner()) = Some(started.elapsed())
+        })?;
+        let to_root = to_root.into_inner().unwrap_or_else(|p| p.into_inner());
+        let seconds = to_root.unwrap_or_else(|| started.elapsed()).as_secs_f64();
+        walk_v4_bytes_per_sec = walk_v4_bytes_per_sec.max(v4_walk_bytes(&v4_walk) / seconds);
+    }
+    Ok((v4_matches_cpu, walk_v4_steps, walk_v4_bytes_per_sec))
 }
 
 /// The bytes a version 4 walk reads: `W * L` slices.

@@ -228,6 +228,10 @@ pub fn bench_gpus(
                         "NOT the CPU walk's checkpoints"
                     }
                 );
+                if let Some(e) = &w.walk_v4_error {
+                    println!("memory walk v4, device {} ({}): did not run: {e}", w.device, w.name);
+                    return;
+                }
                 println!(
                     "memory walk v4, device {} ({}): {:.0} GB/s to the walk root, {:.0}% of the v3 walk; {} walkers x {} \
                      steps, every state in its walker's tree on the device; {}",
@@ -257,6 +261,9 @@ pub fn bench_gpus(
     }
     if let Some(e) = walk_error {
         return Err(e);
+    }
+    if let Some(e) = memory.iter().find_map(|w| w.walk_v4_error.as_ref()) {
+        return Err(format!("the version 4 walk did not run: {e}"));
     }
     if memory.iter().any(|w| !w.matches_cpu || !w.v4_matches_cpu) {
         return Err("the device walk differs from the CPU walk: report this with `miner info`".into());

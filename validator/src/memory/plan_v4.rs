@@ -473,8 +473,9 @@ mod tests {
 
     /// What this validator plans, a GPU miner of this release holds: beside the states of 96%
     /// of the claim (as NVML reports it), the walk's buffers (`walk_buffer_bytes` for the
-    /// planned W and L), the reserve kept beside a pool, one chain's batch at n = 2048, and
-    /// 512 MiB for the CUDA context and modules, on the smallest and largest GPUs the bound's
+    /// planned W and L), the reserve kept beside a pool, one chain's batch at n = 2048, 512 MiB
+    /// for the CUDA context and modules, and 160 MiB for the tree kernels' local memory (138 MB
+    /// on an H100), on the smallest and largest GPUs the bound's
     /// table names, at the default walk target; and at ten times it, on the H100 and H200.
     /// An RTX 4090 cannot hold a 20 s walk's kept traces (1 byte a step, 275 MB) in the 4% its
     /// pool leaves: its miner refuses such a challenge before any work, naming the sizes
@@ -484,7 +485,7 @@ mod tests {
         use gpu_attest_kernels::plan::POOL_RESERVE_BYTES;
         use gpu_attest_kernels::pool_states::walk_buffer_bytes;
         let one_chain = 3 * 2048 * 2048 + 2048 * 2048 / 16 + 32 * 32;
-        let context = 512 << 20;
+        let context = (512 << 20) + (160 << 20);
         // (name, NVML's total, a calibrated walk rate)
         let cases = [
             ("NVIDIA GeForce RTX 4090", 25_757_220_864u64, 0.9e12),
