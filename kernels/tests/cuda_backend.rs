@@ -35,6 +35,15 @@ fn gpus() -> Vec<GpuInfo> {
     }
 }
 
+/// The CUDA backend on `gpu` alone, with the kernel `auto` chooses.
+fn backend_on(gpu: &GpuInfo) -> CudaBackend {
+    CudaBackend::new(&CudaOptions {
+        ordinals: Some(vec![gpu.ordinal]),
+        ..CudaOptions::default()
+    })
+    .unwrap()
+}
+
 fn work(n: u32, num_chains: u64, iterations: u32, checkpoint_every: u32, tag: u8) -> Work {
     Work::new(ChallengeParams {
         nonce: [tag; 32],
@@ -264,11 +273,7 @@ fn a_gpu_pool_is_the_cpu_pool_and_walks_and_opens_as_it_does() {
 fn a_gpu_pool_past_one_batch_is_made_and_walked_whole() {
     let gpus = gpus();
     let cancel = CancelToken::new();
-    let cuda = CudaBackend::new(&CudaOptions {
-        ordinals: Some(vec![gpus[0].ordinal]),
-        ..CudaOptions::default()
-    })
-    .unwrap();
+    let cuda = backend_on(&gpus[0]);
     let entries = plan::MAX_BATCH + 37;
     let spec = PoolSpec::with_entries(&work(64, 1, 1, 1, 51), 0, entries);
     let made = std::sync::atomic::AtomicU64::new(0);
@@ -307,11 +312,7 @@ fn a_gpu_pool_past_one_batch_is_made_and_walked_whole() {
 #[ignore = "needs a CUDA GPU: run with --ignored on a GPU host (scripts/gpu-check.sh does)"]
 fn a_challenge_sized_pool_fits_after_the_chains_and_after_a_cancelled_fill() {
     let gpus = gpus();
-    let cuda = CudaBackend::new(&CudaOptions {
-        ordinals: Some(vec![gpus[0].ordinal]),
-        ..CudaOptions::default()
-    })
-    .unwrap();
+    let cuda = backend_on(&gpus[0]);
     let claimed = cuda.devices()[0].memory_bytes;
     let chains = work(2048, 4, 4, 2, 52);
     execute(&cuda, &chains, &|_| {}, &CancelToken::new()).unwrap();
@@ -397,11 +398,7 @@ fn a_gpu_v4_pool_is_the_cpus_and_walks_and_opens_as_it_does() {
     let cpu = CpuBackend::new(0, None).unwrap();
     let cancel = CancelToken::new();
     for gpu in &gpus {
-        let cuda = CudaBackend::new(&CudaOptions {
-            ordinals: Some(vec![gpu.ordinal]),
-            ..CudaOptions::default()
-        })
-        .unwrap();
+        let cuda = backend_on(gpu);
         cuda.check_chain_pools().expect("the version 4 self-check");
         assert!(cuda.keeps_chain_pools());
         for (tag, (n, m, k, c, pool_chains)) in [
@@ -459,11 +456,7 @@ fn a_gpu_v4_pool_is_the_cpus_and_walks_and_opens_as_it_does() {
 #[ignore = "needs a CUDA GPU: run with --ignored on a GPU host (scripts/gpu-check.sh does)"]
 fn a_challenge_sized_v4_pool_fits_beside_its_chains_and_walks() {
     let gpus = gpus();
-    let cuda = CudaBackend::new(&CudaOptions {
-        ordinals: Some(vec![gpus[0].ordinal]),
-        ..CudaOptions::default()
-    })
-    .unwrap();
+    let cuda = backend_on(&gpus[0]);
     let claimed = cuda.devices()[0].memory_bytes;
     let n = 2048u32;
     let pool_chains = (0.96 * claimed as f64 / f64::from(n * n)).floor() as u64;
