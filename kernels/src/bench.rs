@@ -248,7 +248,7 @@ pub struct GpuBench {
 }
 
 impl CudaBackend {
-    /// The memory walk bench ([`super::walk::bench_walk`]) on device `device` (its partition
+    /// The memory walk bench ([`super::walk_bench::bench_walk`]) on device `device` (its partition
     /// index).
     pub fn bench_walk(
         &self,
@@ -256,8 +256,10 @@ impl CudaBackend {
         pool_bytes: u64,
         walkers: u32,
         budget: Duration,
-    ) -> Result<super::walk::WalkBench, BackendError> {
-        self.on_device(device, |rt| super::walk::bench_walk(rt, pool_bytes, walkers, budget))
+    ) -> Result<super::walk_bench::WalkBench, BackendError> {
+        self.on_device(device, |rt| {
+            super::walk_bench::bench_walk(rt, pool_bytes, walkers, budget)
+        })
     }
 
     /// Measures device `device` at size `n` for about `budget` per figure.

@@ -23,6 +23,14 @@ use std::ops::Range;
 use std::path::Path;
 use std::sync::Arc;
 
+/// The walk module's entry points, loaded into one device's context.
+#[derive(Clone)]
+pub struct WalkFunctions {
+    pub(crate) steps: CudaFunction,
+    pub(crate) blocks: CudaFunction,
+    pub(crate) roots: CudaFunction,
+}
+
 pub struct DeviceRuntime {
     /// Position in the backend's device list: the partition's device index.
     pub index: u32,
@@ -42,7 +50,7 @@ pub struct DeviceRuntime {
     /// Hash checkpoints on the host instead of the device (`CudaOptions::host_hashing`).
     pub host_hashing: bool,
     /// The memory walk's kernel, once a pool or the bench has needed it (`DeviceRuntime::walker`).
-    pub(crate) walk_functions: std::sync::OnceLock<super::walk::WalkFunctions>,
+    pub(crate) walk_functions: std::sync::OnceLock<WalkFunctions>,
     /// Cleared when this runtime is dropped: a pool made on it (`super::pool`) outlives it only
     /// when the device faulted and is being reset, which frees the pool's memory with the context.
     pub(crate) open: Arc<std::sync::atomic::AtomicBool>,

@@ -15,8 +15,8 @@
 //! - [`device`]: one GPU's context, streams, kernels and launches; `pipeline` runs batches of
 //!   chains on it and makes pool entries; `slots` resets a faulted device or takes it out of
 //!   service; [`pool`] holds a device's pool of the memory phase (version 3), [`pool_states`]
-//!   version 4's pool of its chains' final states, and [`walk`] is the walk kernels' host side
-//!   (and `miner bench`'s walk).
+//!   version 4's pool of its chains' final states, [`walk`] is the walk kernels' host side, and
+//!   [`walk_bench`] `miner bench`'s walk.
 //! - [`bench`](mod@bench): `miner bench`'s GPU figures, timed by `timing`.
 //! - [`backend`]: the [`Backend`](gpu_attest_shared::Backend) over all of them.
 //! - [`checks`]: each kernel's self-check on each device, cached, and the kernel chosen from them.
@@ -43,6 +43,8 @@ pub mod telemetry;
 mod timing;
 pub mod tma;
 pub mod walk;
+pub mod walk_bench;
+mod words;
 
 pub use backend::CudaBackend;
 pub use detect::{Detection, GpuDetectError, GpuInfo};

@@ -6,6 +6,7 @@
 use super::device::{DeviceRuntime, hash_scratch_words};
 use super::plan;
 use super::pool_states::CudaPoolStates;
+use super::words::{digest_from_words, key_words};
 use cudarc::driver::{CudaEvent, CudaSlice};
 use gpu_attest_shared::backend::PoolStates;
 use gpu_attest_shared::backend::{BackendError, CancelToken, ChainProgress};
@@ -23,20 +24,6 @@ use std::ops::Range;
 /// before queueing a group it waits for the one before the last, so the device never drains
 /// while the host waits, and a cancelled challenge keeps the GPU busy for at most two groups.
 const STEPS_IN_FLIGHT: u32 = 8;
-
-/// The matrix key as the eight little-endian words ChaCha's state takes.
-pub fn key_words(key: &[u8; 32]) -> [u32; 8] {
-    core::array::from_fn(|i| u32::from_le_bytes(key[4 * i..4 * i + 4].try_into().unwrap()))
-}
-
-/// The digest the device holds as eight little-endian words: the inverse of [`key_words`].
-pub fn digest_from_words(words: &[u32]) -> Digest {
-    let mut bytes = [0u8; 32];
-    for (chunk, word) in bytes.chunks_exact_mut(4).zip(words) {
-        chunk.copy_from_slice(&word.to_le_bytes());
-    }
-    Digest(bytes)
-}
 
 /// blake3 of each n x n matrix in `host`, in order.
 fn hash_matrices(host: &[i8], nn: usize) -> Vec<Digest> {
@@ -536,14 +523,5 @@ mod tests {
                 }
             }
         }
-    }
-
-    #[test]
-    fn key_words_are_little_endian() {
-        let key: [u8; 32] = core::array::from_fn(|i| i as u8);
-        let words = key_words(&key);
-        assert_eq!(words[0], 0x0302_0100);
-        assert_eq!(words[7], 0x1f1e_1d1c);
-        assert_eq!(digest_from_words(&words), Digest(key), "and back");
     }
 }

@@ -4,9 +4,9 @@
 //! checkpoints and the few entries an opening carries come back.
 
 use super::device::{DeviceRuntime, backend_error, free_after_sync};
-use super::pipeline::{digest_from_words, key_words};
 use super::plan;
 use super::walk::DeviceWalker;
+use super::words::{digest_from_words, key_words};
 use cudarc::driver::{CudaEvent, CudaSlice, CudaStream, sys};
 use gpu_attest_shared::backend::{BackendError, CancelToken, ResidentPool};
 use gpu_attest_shared::digest::Digest;

@@ -14,8 +14,8 @@
 //! block) and copies back the one state whose slice it opens, to cut the slice's path.
 
 use super::device::{DeviceRuntime, backend_error, free_after_sync};
-use super::pipeline::{digest_from_words, key_words};
 use super::walk::{DeviceWalker, TREE_BLOCK_STATES, tree_blocks};
+use super::words::{digest_from_words, key_words};
 use cudarc::driver::{CudaEvent, CudaSlice, CudaStream, sys};
 use gpu_attest_shared::backend::{BackendError, CancelToken, PoolStates};
 use gpu_attest_shared::digest::Digest;

@@ -2,7 +2,7 @@
 //! cuBLASLt int8 plus a mix pass, and a whole challenge against its GEMM-only time.
 
 use gpu_attest_kernels::bench::{int8_peak_tops, step_floor_seconds};
-use gpu_attest_kernels::walk::WalkBench;
+use gpu_attest_kernels::walk_bench::WalkBench;
 use gpu_attest_kernels::{CudaBackend, CudaInitError, CudaOptions, GpuKernel};
 use gpu_attest_shared::Backend;
 use gpu_attest_shared::backend::CancelToken;
