@@ -17,6 +17,8 @@
 #   5b. on Hopper, one more with the miner on the opt-in TMA kernel;
 #   5c. one of protocol version 4 (the preview): the pool chains' final states kept, walked and
 #      opened on the GPUs, the verdict stating version 4 and each device's walk;
+#   5d. one with each GPU opened as two slots (a test mode: contexts, streams and host threads
+#      of their own, as separate GPUs), compute only;
 #   6. the host's CPU: every CPU kernel it runs against the oracle (GPU hosts are where AMX is
 #      found), the memory phase's bandwidths on its memory,
 #      and where it has AMX, the AMX kernel's k block and cache hints swept (2 threads
@@ -274,6 +276,28 @@ fi
 miner_down
 record attestation-v4 $v4_status
 
+# The test mode of two slots a GPU (issue: the multi-GPU path on real silicon): each GPU opened
+# as two slots, each with a context, streams and a host thread of its own, a device's chains
+# split over them by the canonical partition. The claim stays one device per GPU, and slots hold
+# no memory-phase pool, so the miner speaks version 2 and the validator attests its compute
+# (memory not required for this one run).
+echo "== attestation: each GPU as two slots (a test mode), compute only"
+printf '[memory]\nrequired = false\n' >"$work/validator-slots.toml"
+miner_up "$out/miner-slots.log" --backend cuda --gpu-slots 2
+if [ -n "$address" ]; then
+  limit "$bin/validator" attest --miner "http://$address" --config "$work/validator-slots.toml" \
+    --key-file "$work/validator.key" --database "$work/validator.db" --backend cpu --policy sampled \
+    --target-seconds "${TARGET_SECONDS:-10}" >"$out/attestation-slots.log" 2>&1
+  slots_status=$?
+  grep -E "slot" "$out/miner-slots.log" | head -n 4
+  cat "$out/attestation-slots.log"
+else
+  echo "the miner did not start with two slots a GPU:"; cat "$out/miner-slots.log"
+  slots_status=2
+fi
+miner_down
+record attestation-two-slots $slots_status
+
 echo "== host CPU: every CPU kernel it runs, against the oracle"
 limit "$bin/cpu-oracle-tests" >"$out/cpu-oracle.log" 2>&1
 status=$?
@@ -322,6 +346,7 @@ echo "== summary ($(date -u +%FT%TZ))"
 printf '%s\n' "${summary[@]}" | tee "$out/summary.txt"
 for part in summary.txt info.log selftest.log gpu-tests.log kernel-compile.log bench.log fill-weight.log kernel-choice.log ncu.log walk.log evidence.log \
   host-memory.log attestation.log gpu-validator.log attestation-tma.log miner-v4.log attestation-v4.log attestation-v4-walk.log attestation-v4.json \
+  miner-slots.log attestation-slots.log \
   cpu-oracle.log host-cpu.log; do
   [ -f "$out/$part" ] && { echo "== $part"; cat "$out/$part"; echo; }
 done >"$out/report.txt"

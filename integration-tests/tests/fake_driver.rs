@@ -92,6 +92,22 @@ fn a_cuda_12_driver_with_nvrtc_12_gets_past_the_version_check() {
     assert!(!String::from_utf8_lossy(&out.stderr).contains("NVRTC found"));
 }
 
+/// The test mode of several slots a GPU gives each slot a context of its own, which cudarc
+/// makes with cuCtxCreate_v4 and would panic on a driver without it: the miner names the entry
+/// point instead. The flag is a test mode's, kept out of `--help`.
+#[test]
+fn gpu_slots_on_a_driver_without_contexts_of_their_own_are_refused_naming_the_entry_point() {
+    let dir = Dir::fresh("fake-gpu-slots");
+    let libs = build(&dir.0, &[FakeLib::Cuda, FakeLib::Nvrtc, FakeLib::Nvml]);
+    let env = [("FAKE_CUDA_VERSION", "12040"), ("FAKE_NVRTC_VERSION", "12.4")];
+    let out = miner(&libs, &["info", "--backend", "cuda", "--gpu-slots", "2"], &env);
+    assert_one_line_failure(&out, "needs cuCtxCreate_v4 from the driver");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("2 slots a GPU"));
+    let help = miner(&libs, &["serve", "--help"], &env);
+    assert!(help.status.success());
+    assert!(!String::from_utf8_lossy(&help.stdout).contains("gpu-slots"));
+}
+
 #[test]
 fn a_driver_older_than_cuda_12_is_refused_with_the_branch_needed() {
     let dir = Dir::fresh("fake-cuda11");

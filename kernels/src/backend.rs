@@ -18,12 +18,16 @@ use gpu_attest_shared::matrix::Matrix;
 use gpu_attest_shared::memory::PoolSpec;
 use gpu_attest_shared::memory::chain_pool::{ChainPool, ChainPoolParams};
 use gpu_attest_shared::params::Work;
+use gpu_attest_shared::partition::canonical_partition;
 use gpu_attest_shared::statement::DeviceInfo;
 use std::ops::Range;
 
 pub struct CudaBackend {
-    /// One slot per device, in partition order.
+    /// One slot per device, in partition order; with `CudaOptions::slots_per_gpu` (a test
+    /// mode), that many per device, device `j`'s at `j * slots ..`.
     devices: DeviceSlots<DeviceRuntime>,
+    /// Slots per device: 1 but in the test mode.
+    slots: u32,
     kernel: GpuKernel,
     gpus: Vec<GpuInfo>,
     /// Kept to reopen a device after a fault, as it was first opened.
@@ -52,19 +56,32 @@ impl CudaBackend {
         let gpus = select_gpus(&detection.gpus, options.ordinals.as_deref())?;
         let kernel = choose_kernel(&gpus, options.kernel)?;
         compile::check_against_driver(detection.driver)?;
+        if options.slots() > 1 {
+            // cudarc makes a context of its own with cuCtxCreate_v4 and panics where the
+            // driver lacks it.
+            if let Some(missing) = SLOT_SYMBOLS.into_iter().find(|s| !super::driver::exports(s)) {
+                return Err(CudaInitError::SlotsUnsupported {
+                    slots: options.slots(),
+                    missing,
+                });
+            }
+        }
         Ok((gpus, kernel))
     }
 
     /// As [`CudaBackend::new`], from an earlier detection.
     pub fn from_detection(detection: &Detection, options: &CudaOptions) -> Result<Self, CudaInitError> {
         let (gpus, kernel) = Self::precheck(detection, options)?;
+        let slots = options.slots();
         let runtimes = gpus
             .iter()
             .enumerate()
-            .map(|(index, gpu)| open_device(index as u32, gpu, kernel, options))
+            .flat_map(|(index, gpu)| (0..slots).map(move |_| (index as u32, gpu)))
+            .map(|(index, gpu)| open_device(index, gpu, kernel, options))
             .collect::<Result<Vec<_>, CudaInitError>>()?;
         Ok(CudaBackend {
             devices: DeviceSlots::new(runtimes),
+            slots,
             kernel,
             gpus,
             options: options.clone(),
@@ -82,11 +99,17 @@ impl CudaBackend {
 
     /// How each device got its kernels (memory, disk cache or NVRTC) and any cache warning.
     pub fn module_notes(&self) -> Vec<String> {
+        let slots = self.slots;
         self.devices
-            .describe(|_, d| {
+            .describe(|slot, d| {
+                let which = if slots > 1 {
+                    format!("device {} slot {}", d.index, slot % slots)
+                } else {
+                    format!("device {}", d.index)
+                };
                 let mut note = format!(
-                    "device {} ({}): {} kernel for {} ({:?})",
-                    d.index, d.gpu.name, d.kernel, d.module.arch, d.module.origin
+                    "{which} ({}): {} kernel for {} ({:?})",
+                    d.gpu.name, d.kernel, d.module.arch, d.module.origin
                 );
                 if let Some(w) = &d.module.cache_warning {
                     note.push_str("; ");
@@ -96,30 +119,100 @@ impl CudaBackend {
             })
             .into_iter()
             .enumerate()
-            .map(|(index, note)| note.unwrap_or_else(|reason| format!("device {index}: out of service: {reason}")))
+            .map(|(slot, note)| {
+                note.unwrap_or_else(|reason| format!("device {}: out of service: {reason}", slot as u32 / slots))
+            })
             .collect()
     }
 
-    /// Device `device`, locked; an error if it is out of service.
+    /// Device `device` (its first slot), locked; an error if it is out of service.
     pub(crate) fn device(&self, device: u32) -> Result<SlotGuard<'_, DeviceRuntime>, BackendError> {
-        self.devices.get(device)
+        self.devices.get(device * self.slots)
     }
 
-    /// Runs `work` on device `device`, resetting the device after a sticky fault (see `slots`).
+    /// Runs `work` on device `device` (its first slot), resetting the device after a sticky
+    /// fault (see `slots`).
     pub(crate) fn on_device<T>(
         &self,
         device: u32,
         work: impl FnOnce(&DeviceRuntime) -> Result<T, BackendError>,
     ) -> Result<T, BackendError> {
-        self.devices.with(device, |device| self.reopen(device), work)
+        self.on_slot(device * self.slots, work)
     }
 
-    /// A fresh runtime for device `device`. The driver keeps a faulted primary context until its
-    /// last holder lets go; if anything else in the process still holds it, it is reset outright.
-    fn reopen(&self, device: u32) -> Result<DeviceRuntime, String> {
+    /// Runs `work` on slot `slot` of `devices`.
+    fn on_slot<T>(
+        &self,
+        slot: u32,
+        work: impl FnOnce(&DeviceRuntime) -> Result<T, BackendError>,
+    ) -> Result<T, BackendError> {
+        self.devices.with(slot, |slot| self.reopen(slot), work)
+    }
+
+    /// A fresh runtime for slot `slot`. The driver keeps a faulted primary context until its
+    /// last holder lets go; if anything else in the process still holds it, it is reset
+    /// outright. (A slot of the test mode has a context of its own, which goes with it.)
+    fn reopen(&self, slot: u32) -> Result<DeviceRuntime, String> {
+        let device = slot / self.slots;
         let gpu = &self.gpus[device as usize];
-        reset_primary_context_if_active(gpu.ordinal).map_err(|e| e.to_string())?;
+        if self.slots == 1 {
+            reset_primary_context_if_active(gpu.ordinal).map_err(|e| e.to_string())?;
+        }
         open_device(device, gpu, self.kernel, &self.options).map_err(|e| e.to_string())
+    }
+
+    /// Runs device `device`'s `chains` split over its slots (the test mode), each slot's share
+    /// (the canonical partition of the chains over the slots, at its offset) on a host thread
+    /// of its own, exactly as separate GPUs run theirs; the results in chain order.
+    fn run_chains_on_slots(
+        &self,
+        device: u32,
+        work: &Work,
+        chains: Range<u64>,
+        progress: ChainProgress<'_>,
+        cancel: &CancelToken,
+    ) -> Result<Vec<ChainResult>, BackendError> {
+        let shares = slot_shares(&chains, self.slots);
+        let done: Vec<std::sync::atomic::AtomicU64> =
+            shares.iter().map(|_| std::sync::atomic::AtomicU64::new(0)).collect();
+        let ran: Vec<Result<Vec<ChainResult>, BackendError>> = std::thread::scope(|scope| {
+            let running: Vec<_> = shares
+                .iter()
+                .enumerate()
+                .map(|(k, share)| {
+                    let (done, share) = (&done, share.clone());
+                    scope.spawn(move || {
+                        let report = |n: u64| {
+                            done[k].store(n, std::sync::atomic::Ordering::Relaxed);
+                            progress(done.iter().map(|d| d.load(std::sync::atomic::Ordering::Relaxed)).sum());
+                        };
+                        let slot = device * self.slots + k as u32;
+                        let ran = self.on_slot(slot, |d| d.run_chains(work, share, &report, cancel));
+                        if ran.is_err() {
+                            // The other slots' chains are of no use without these.
+                            cancel.cancel();
+                        }
+                        ran
+                    })
+                })
+                .collect();
+            running
+                .into_iter()
+                .map(|r| r.join().unwrap_or(Err(BackendError::Cancelled)))
+                .collect()
+        });
+        // The first slot's own error, rather than the cancellation it caused in the others.
+        if let Some(e) = ran
+            .iter()
+            .find_map(|r| r.as_ref().err().filter(|e| !matches!(e, BackendError::Cancelled)))
+        {
+            return Err(e.clone());
+        }
+        let mut results = Vec::with_capacity((chains.end - chains.start) as usize);
+        for r in ran {
+            results.extend(r?);
+        }
+        Ok(results)
     }
 
     /// [`Backend::fill_pool`], with the pool as it is on its GPU.
@@ -158,13 +251,39 @@ impl CudaBackend {
     }
 }
 
+/// The driver entry points a slot of the test mode needs beyond `driver::REQUIRED_SYMBOLS`: a
+/// context of its own, and its end.
+const SLOT_SYMBOLS: [&str; 2] = ["cuCtxCreate_v4", "cuCtxDestroy_v2"];
+
+/// Device `chains` split over `slots` slots: the canonical partition (PROTOCOL.md section 6) of
+/// its chains over them, each share at its offset from the device's first chain; empty shares
+/// left out.
+fn slot_shares(chains: &Range<u64>, slots: u32) -> Vec<Range<u64>> {
+    let count = chains.end.saturating_sub(chains.start);
+    canonical_partition(count, slots)
+        .map(|parts| {
+            parts
+                .into_iter()
+                .filter(|p| p.count > 0)
+                .map(|p| chains.start + p.offset..chains.start + p.offset + p.count)
+                .collect()
+        })
+        .unwrap_or_else(|_| vec![chains.clone()])
+}
+
 fn open_device(
     index: u32,
     gpu: &GpuInfo,
     kernel: GpuKernel,
     options: &CudaOptions,
 ) -> Result<DeviceRuntime, CudaInitError> {
-    let mut device = DeviceRuntime::new(index, gpu.clone(), kernel, options.cache_dir.as_deref())?;
+    let mut device = DeviceRuntime::open(
+        index,
+        gpu.clone(),
+        kernel,
+        options.cache_dir.as_deref(),
+        options.slots(),
+    )?;
     device.host_hashing = options.host_hashing;
     Ok(device)
 }
@@ -173,16 +292,23 @@ impl Backend for CudaBackend {
     fn describe(&self) -> String {
         let mut names: Vec<&str> = self.gpus.iter().map(|g| g.name.as_str()).collect();
         names.dedup();
+        let slots = if self.slots > 1 {
+            format!(", each opened as {} slots (a test mode)", self.slots)
+        } else {
+            String::new()
+        };
         format!(
-            "cuda ({} kernel, {} x {})",
+            "cuda ({} kernel, {} x {}{slots})",
             self.kernel,
             self.gpus.len(),
             names.join(" + ")
         )
     }
 
+    /// One device per GPU, in the test mode of several slots a GPU too: the claim is the
+    /// hardware.
     fn device_count(&self) -> u32 {
-        self.devices.len() as u32
+        self.gpus.len() as u32
     }
 
     /// As the driver and NVML name them, made fit for the protocol's text rules (printable
@@ -195,8 +321,16 @@ impl Backend for CudaBackend {
             .collect()
     }
 
+    /// A device is out of service when any of its slots is.
     fn out_of_service(&self) -> Vec<(u32, String)> {
-        self.devices.out_of_service()
+        let mut out: Vec<(u32, String)> = Vec::new();
+        for (slot, reason) in self.devices.out_of_service() {
+            let device = slot / self.slots;
+            if out.last().is_none_or(|(last, _)| *last != device) {
+                out.push((device, reason));
+            }
+        }
+        out
     }
 
     fn run_chains(
@@ -207,6 +341,9 @@ impl Backend for CudaBackend {
         progress: ChainProgress<'_>,
         cancel: &CancelToken,
     ) -> Result<Vec<ChainResult>, BackendError> {
+        if self.slots > 1 {
+            return self.run_chains_on_slots(device, work, chains, progress, cancel);
+        }
         self.on_device(device, |d| d.run_chains(work, chains, progress, cancel))
     }
 
@@ -218,8 +355,9 @@ impl Backend for CudaBackend {
                 detail: e.to_string(),
             })?;
         for slice in partition.iter().filter(|s| s.count > 0) {
+            // A slot's share of the memory, for its share of the chains.
             let free = self.on_device(slice.index, |d| d.free_memory())?;
-            plan::batch_size(slice.index, work.n(), slice.count, free)?;
+            plan::batch_size(slice.index, work.n(), slice.count.div_ceil(u64::from(self.slots)), free)?;
         }
         Ok(())
     }
@@ -257,9 +395,10 @@ impl Backend for CudaBackend {
         self.holds_pools() && matches!(self.chain_pools_checked.get(), Some(Ok(())))
     }
 
-    /// Every selected GPU runs the walk kernel (compute capability 6.1 and later).
+    /// Every selected GPU runs the walk kernel (compute capability 6.1 and later), each opened
+    /// whole: a GPU opened as several slots (the test mode) holds no pool.
     fn holds_pools(&self) -> bool {
-        self.gpus.iter().all(|g| AuxModule::Walk.supports(g.compute_capability))
+        self.slots == 1 && self.gpus.iter().all(|g| AuxModule::Walk.supports(g.compute_capability))
     }
 
     fn check_pool_capacity(&self, spec: &PoolSpec) -> Result<(), BackendError> {
@@ -286,5 +425,43 @@ impl Backend for CudaBackend {
     ) -> Result<Matrix, BackendError> {
         check_advance(work, &start, first, steps)?;
         self.on_device(0, |d| d.advance(work, chain, &start, first, steps, cancel))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A device's chains over its slots (the test mode): every chain once, in order, each
+    /// share at its offset as the canonical partition gives it, and none empty.
+    #[test]
+    fn slot_shares_cover_the_device_chains_in_order() {
+        for (chains, slots) in [
+            (10..17u64, 2u32),
+            (0..1, 2),
+            (5..5, 3),
+            (100..1101, 3),
+            (0..4, 4),
+            (7..9, 1),
+        ] {
+            let shares = slot_shares(&chains, slots);
+            let mut next = chains.start;
+            for share in &shares {
+                assert_eq!(share.start, next, "{chains:?} over {slots}: in order, no gap");
+                assert!(share.end > share.start, "{chains:?} over {slots}: no empty share");
+                next = share.end;
+            }
+            assert_eq!(
+                next,
+                chains.end.max(chains.start),
+                "{chains:?} over {slots}: every chain"
+            );
+            assert!(shares.len() <= slots as usize);
+            let parts = canonical_partition(chains.end - chains.start, slots).unwrap();
+            for (share, part) in shares.iter().zip(parts.iter().filter(|p| p.count > 0)) {
+                assert_eq!(share.start - chains.start, part.offset);
+                assert_eq!(share.end - share.start, part.count);
+            }
+        }
     }
 }

@@ -49,6 +49,8 @@ pub struct DeviceRuntime {
     blake3_parents: CudaFunction,
     /// Hash checkpoints on the host instead of the device (`CudaOptions::host_hashing`).
     pub host_hashing: bool,
+    /// The slots its GPU is opened as (`CudaOptions::slots_per_gpu`), which share its memory.
+    memory_share: u64,
     /// The memory walk's kernel, once a pool or the bench has needed it (`DeviceRuntime::walker`).
     pub(crate) walk_functions: std::sync::OnceLock<WalkFunctions>,
     /// Cleared when this runtime is dropped: a pool made on it (`super::pool`) outlives it only
@@ -131,12 +133,30 @@ pub fn reset_primary_context_if_active(ordinal: u32) -> Result<(), DeviceInitErr
 impl DeviceRuntime {
     /// Opens the device's context and loads `kernel`'s module, compiled or from the cache.
     pub fn new(index: u32, gpu: GpuInfo, kernel: GpuKernel, cache_dir: Option<&Path>) -> Result<Self, DeviceInitError> {
+        Self::open(index, gpu, kernel, cache_dir, 1)
+    }
+
+    /// As [`DeviceRuntime::new`], as one of `slots` slots of its GPU (the test mode of
+    /// `CudaOptions::slots_per_gpu`): with more than one, a context of its own (not the GPU's
+    /// primary one) and a `1 / slots` share of the GPU's free memory to size its work by.
+    pub fn open(
+        index: u32,
+        gpu: GpuInfo,
+        kernel: GpuKernel,
+        cache_dir: Option<&Path>,
+        slots: u32,
+    ) -> Result<Self, DeviceInitError> {
         let ordinal = gpu.ordinal;
         let driver = |e: DriverError| DeviceInitError::Driver {
             ordinal,
             detail: driver_error_text(&e),
         };
-        let ctx = CudaContext::new(ordinal as usize).map_err(driver)?;
+        let ctx = if slots > 1 {
+            CudaContext::new_non_primary(ordinal as usize, 0)
+        } else {
+            CudaContext::new(ordinal as usize)
+        }
+        .map_err(driver)?;
         let stream = ctx.new_stream().map_err(driver)?;
         let hash_stream = ctx.new_stream().map_err(driver)?;
         let mut module = compile::load_or_compile(kernel, gpu.compute_capability, cache_dir)?;
@@ -171,6 +191,7 @@ impl DeviceRuntime {
             blake3_chunks: function(BLAKE3_CHUNKS_FN)?,
             blake3_parents: function(BLAKE3_PARENTS_FN)?,
             host_hashing: false,
+            memory_share: u64::from(slots.max(1)),
             walk_functions: std::sync::OnceLock::new(),
             open: Arc::new(std::sync::atomic::AtomicBool::new(true)),
             module,
@@ -185,9 +206,10 @@ impl DeviceRuntime {
         backend_error(self.index, e)
     }
 
-    /// Free device memory in bytes, once everything queued is done ([`free_after_sync`]).
+    /// Free device memory in bytes, once everything queued is done ([`free_after_sync`]): this
+    /// runtime's share of it, where its GPU is opened as several slots.
     pub fn free_memory(&self) -> Result<u64, BackendError> {
-        free_after_sync(&self.ctx, self.index)
+        Ok(free_after_sync(&self.ctx, self.index)? / self.memory_share)
     }
 
     /// A device buffer of `len` bytes, contents undefined (every kernel writes before it reads).

@@ -21,6 +21,23 @@ pub struct CudaOptions {
     /// Hash checkpoints on the host (copying each X back) instead of on the device. Slower; a
     /// fallback, and a cross-check in the GPU tests.
     pub host_hashing: bool,
+    /// A test mode (0 and 1: off): each GPU opened as this many slots, each with its own
+    /// context, streams and host thread, exactly as separate GPUs are, and a device's chains
+    /// split over its slots by the canonical partition with offsets. What the multi-GPU path
+    /// does, on a host with one GPU. The claim is unchanged: one device per GPU, so a miner in
+    /// this mode states exactly the hardware it has. Slots share a GPU's memory, each sizing its
+    /// batches from its share of it, and hold no memory-phase pool (a pool is one device's, and
+    /// contexts cannot read each other's memory): such a miner speaks protocol version 2. It
+    /// cannot show peer-to-peer copies, PCIe or NVLink topology, or one GPU's fault leaving
+    /// another running.
+    pub slots_per_gpu: u32,
+}
+
+impl CudaOptions {
+    /// Slots each GPU is opened as: 1 unless the test mode asks for more.
+    pub fn slots(&self) -> u32 {
+        self.slots_per_gpu.max(1)
+    }
 }
 
 #[derive(Debug, Error, Clone, PartialEq, Eq)]
@@ -43,6 +60,11 @@ pub enum CudaInitError {
         compute_capability: (u32, u32),
         kernel: GpuKernel,
     },
+    #[error(
+        "the test mode of {slots} slots a GPU needs {missing} from the driver (CUDA 12.5 or newer, driver R555 or \
+         newer) to give each slot a context of its own; this driver does not export it"
+    )]
+    SlotsUnsupported { slots: u32, missing: &'static str },
     #[error(transparent)]
     Build(#[from] KernelBuildError),
     #[error(transparent)]

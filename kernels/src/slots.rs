@@ -60,10 +60,6 @@ impl<R: Runtime> DeviceSlots<R> {
         }
     }
 
-    pub(crate) fn len(&self) -> usize {
-        self.slots.len()
-    }
-
     /// Device `device`, locked; an error at once if it is out of service.
     pub(crate) fn get(&self, device: u32) -> Result<SlotGuard<'_, R>, BackendError> {
         let slot = self.slots.get(device as usize).ok_or(BackendError::NoSuchDevice {

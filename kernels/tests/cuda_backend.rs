@@ -133,6 +133,77 @@ fn multi_gpu_split_commits_like_the_cpu_with_as_many_devices() {
     }
 }
 
+/// The test mode of several slots a GPU (`CudaOptions::slots_per_gpu`): one GPU opened as two
+/// slots, each with a context of its own, its own streams and its own host thread, exactly as
+/// separate GPUs are. A device's chains are split over its slots by the canonical partition at
+/// their offsets, and the commitment must be the CPU's bit for bit, for every shape and with
+/// progress reaching every chain; then every GPU of the host, each as two slots, against the
+/// CPU with as many devices (the device-sorted roots and the global checksum). The claim stays
+/// one device per GPU. What it cannot show: peer-to-peer copies, PCIe or NVLink topology, or a
+/// fault on one GPU leaving another running.
+#[test]
+#[ignore = "needs a CUDA GPU: run with --ignored on a GPU host (scripts/gpu-check.sh does)"]
+fn one_gpu_opened_as_two_slots_commits_like_the_cpu() {
+    let gpus = gpus();
+    let cancel = CancelToken::new();
+    let on_slots = |ordinals: Vec<u32>| {
+        CudaBackend::new(&CudaOptions {
+            ordinals: Some(ordinals),
+            slots_per_gpu: 2,
+            ..CudaOptions::default()
+        })
+        .unwrap()
+    };
+    let one = on_slots(vec![gpus[0].ordinal]);
+    assert_eq!(one.device_count(), 1, "the claim is the hardware: one device");
+    assert_eq!(one.devices().len(), 1);
+    assert!(!one.holds_pools() && !one.keeps_chain_pools(), "slots hold no pool");
+    assert!(one.describe().contains("2 slots"), "{}", one.describe());
+    let cpu = CpuBackend::new(0, None).unwrap();
+    for (tag, &(n, m, k, c)) in SHAPES.iter().enumerate() {
+        let work = work(n, m, k, c, 80 + tag as u8);
+        let want = execute(&cpu, &work, &|_| {}, &cancel).unwrap();
+        let most = std::sync::atomic::AtomicU64::new(0);
+        let got = execute(
+            &one,
+            &work,
+            &|p| {
+                most.fetch_max(p.done, std::sync::atomic::Ordering::Relaxed);
+            },
+            &cancel,
+        )
+        .unwrap();
+        assert_eq!(
+            got.commitment, want.commitment,
+            "two slots of {}: n={n} M={m} K={k} c={c}",
+            gpus[0].name
+        );
+        assert_eq!(got.chains, want.chains);
+        assert_eq!(most.into_inner(), m, "progress reaches every chain");
+        println!("ok: two slots of {} n={n} M={m} K={k} c={c}", gpus[0].name);
+    }
+    let all = on_slots(gpus.iter().map(|g| g.ordinal).collect());
+    let cpu = CpuBackend::new(0, None)
+        .unwrap()
+        .with_logical_devices(all.device_count());
+    for (m, tag) in [(1u64, 90u8), (all.device_count() as u64 * 5 + 3, 91)] {
+        let work = work(256, m, 3, 1, tag);
+        let want = execute(&cpu, &work, &|_| {}, &cancel).unwrap();
+        let got = execute(&all, &work, &|_| {}, &cancel).unwrap();
+        assert_eq!(
+            got.commitment,
+            want.commitment,
+            "{} GPUs as two slots each, M={m}",
+            gpus.len()
+        );
+        println!(
+            "ok: {} GPUs as two slots each, M={m}: G = {}",
+            gpus.len(),
+            got.commitment.global
+        );
+    }
+}
+
 /// Checkpoints hashed on the host (the fallback) and on the device agree with the CPU.
 #[test]
 #[ignore = "needs a CUDA GPU: run with --ignored on a GPU host (scripts/gpu-check.sh does)"]

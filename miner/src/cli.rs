@@ -110,6 +110,12 @@ pub struct Settings {
     /// CPU GEMM kernel: auto, amx, avx512-vnni, avx-vnni, avx2 or portable.
     #[arg(long, env = "GPU_ATTEST_CPU_KERNEL")]
     pub cpu_kernel: Option<KernelChoice>,
+    /// A test mode, not for production: open each GPU as this many slots, each with its own
+    /// context, streams and host thread, as separate GPUs are, its chains split over them.
+    /// The claim stays one device per GPU, and such a miner holds no memory-phase pool, so it
+    /// speaks protocol version 2 (compute only).
+    #[arg(long, hide = true, value_parser = clap::value_parser!(u32).range(1..=8))]
+    pub gpu_slots: Option<u32>,
 }
 
 #[derive(Clone, Debug, Args)]
@@ -154,6 +160,9 @@ impl Settings {
         }
         if let Some(k) = self.cpu_kernel {
             config.cpu_kernel = k;
+        }
+        if let Some(slots) = self.gpu_slots {
+            config.gpu_slots = slots;
         }
         config.validate()?;
         Ok(config)

@@ -104,6 +104,10 @@ pub struct MinerConfig {
     pub gpu_devices: Vec<u32>,
     /// Hash checkpoints on the host instead of the GPU (slower; a fallback).
     pub gpu_hash_on_host: bool,
+    /// The test mode of `--gpu-slots` (each GPU opened as this many slots): a flag only, never
+    /// read from a config file, so that no deployed miner runs in it unawares.
+    #[serde(skip)]
+    pub gpu_slots: u32,
     /// Where compiled kernels are cached; unset: `$XDG_CACHE_HOME/gpu-attest/kernels` or
     /// `~/.cache/gpu-attest/kernels`.
     pub kernel_cache_dir: Option<PathBuf>,
@@ -147,6 +151,7 @@ impl Default for MinerConfig {
             gpu_kernel: GpuKernelChoice::Auto,
             gpu_devices: Vec::new(),
             gpu_hash_on_host: false,
+            gpu_slots: 1,
             kernel_cache_dir: None,
             cpu_threads: 0,
             cpu_memory_mib: DEFAULT_CPU_MEMORY_MIB,
@@ -175,6 +180,7 @@ impl MinerConfig {
             },
             cache_dir: self.kernel_cache_dir.clone().or_else(default_cache_dir),
             host_hashing: self.gpu_hash_on_host,
+            slots_per_gpu: self.gpu_slots,
         }
     }
 
