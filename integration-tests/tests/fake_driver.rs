@@ -103,6 +103,9 @@ fn gpu_slots_on_a_driver_without_contexts_of_their_own_are_refused_naming_the_en
     let out = miner(&libs, &["info", "--backend", "cuda", "--gpu-slots", "2"], &env);
     assert_one_line_failure(&out, "needs cuCtxCreate_v4 from the driver");
     assert!(String::from_utf8_lossy(&out.stderr).contains("2 slots a GPU"));
+    // Under `auto` it would mine on the CPU unnoticed: refused, naming the flag to add.
+    let out = miner(&libs, &["info", "--gpu-slots", "2"], &env);
+    assert_one_line_failure(&out, "is a test mode of the cuda backend: add --backend cuda");
     let help = miner(&libs, &["serve", "--help"], &env);
     assert!(help.status.success());
     assert!(!String::from_utf8_lossy(&help.stdout).contains("gpu-slots"));

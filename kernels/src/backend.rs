@@ -127,7 +127,8 @@ impl CudaBackend {
 
     /// Device `device` (its first slot), locked; an error if it is out of service.
     pub(crate) fn device(&self, device: u32) -> Result<SlotGuard<'_, DeviceRuntime>, BackendError> {
-        self.devices.get(device * self.slots)
+        let slot = self.first_slot(device)?;
+        self.devices.get(slot).map_err(|e| self.as_device_error(e, device))
     }
 
     /// Runs `work` on device `device` (its first slot), resetting the device after a sticky
@@ -137,16 +138,44 @@ impl CudaBackend {
         device: u32,
         work: impl FnOnce(&DeviceRuntime) -> Result<T, BackendError>,
     ) -> Result<T, BackendError> {
-        self.on_slot(device * self.slots, work)
+        self.on_slot(self.first_slot(device)?, work)
     }
 
-    /// Runs `work` on slot `slot` of `devices`.
+    /// Where device `device`'s slots begin among `devices`.
+    fn first_slot(&self, device: u32) -> Result<u32, BackendError> {
+        if device >= self.device_count() {
+            return Err(BackendError::NoSuchDevice {
+                device,
+                count: self.device_count(),
+            });
+        }
+        Ok(device * self.slots)
+    }
+
+    /// Runs `work` on slot `slot` of `devices`; its errors name the device, not the slot.
     fn on_slot<T>(
         &self,
         slot: u32,
         work: impl FnOnce(&DeviceRuntime) -> Result<T, BackendError>,
     ) -> Result<T, BackendError> {
-        self.devices.with(slot, |slot| self.reopen(slot), work)
+        self.devices
+            .with(slot, |slot| self.reopen(slot), work)
+            .map_err(|e| self.as_device_error(e, slot / self.slots))
+    }
+
+    /// `DeviceSlots` numbers what it reports by slot; the protocol, and anyone reading an
+    /// error, knows devices. (The same with one slot a device.)
+    fn as_device_error(&self, e: BackendError, device: u32) -> BackendError {
+        match e {
+            BackendError::OutOfService { detail, .. } => BackendError::OutOfService { device, detail },
+            BackendError::Device { detail, .. } => BackendError::Device { device, detail },
+            BackendError::OutOfMemory { detail, .. } => BackendError::OutOfMemory { device, detail },
+            BackendError::NoSuchDevice { .. } => BackendError::NoSuchDevice {
+                device,
+                count: self.device_count(),
+            },
+            other => other,
+        }
     }
 
     /// A fresh runtime for slot `slot`. The driver keeps a faulted primary context until its
@@ -172,22 +201,25 @@ impl CudaBackend {
         progress: ChainProgress<'_>,
         cancel: &CancelToken,
     ) -> Result<Vec<ChainResult>, BackendError> {
+        use std::sync::atomic::{AtomicU64, Ordering};
+        let first = self.first_slot(device)?;
         let shares = slot_shares(&chains, self.slots);
-        let done: Vec<std::sync::atomic::AtomicU64> =
-            shares.iter().map(|_| std::sync::atomic::AtomicU64::new(0)).collect();
+        // Each slot adds what it finished since it last said: the last addition returns the
+        // whole, so progress always reaches every chain.
+        let total = AtomicU64::new(0);
         let ran: Vec<Result<Vec<ChainResult>, BackendError>> = std::thread::scope(|scope| {
             let running: Vec<_> = shares
                 .iter()
                 .enumerate()
                 .map(|(k, share)| {
-                    let (done, share) = (&done, share.clone());
+                    let (total, share) = (&total, share.clone());
                     scope.spawn(move || {
+                        let said = AtomicU64::new(0);
                         let report = |n: u64| {
-                            done[k].store(n, std::sync::atomic::Ordering::Relaxed);
-                            progress(done.iter().map(|d| d.load(std::sync::atomic::Ordering::Relaxed)).sum());
+                            let more = n.saturating_sub(said.swap(n, Ordering::Relaxed));
+                            progress(total.fetch_add(more, Ordering::Relaxed) + more);
                         };
-                        let slot = device * self.slots + k as u32;
-                        let ran = self.on_slot(slot, |d| d.run_chains(work, share, &report, cancel));
+                        let ran = self.on_slot(first + k as u32, |d| d.run_chains(work, share, &report, cancel));
                         if ran.is_err() {
                             // The other slots' chains are of no use without these.
                             cancel.cancel();
@@ -198,7 +230,16 @@ impl CudaBackend {
                 .collect();
             running
                 .into_iter()
-                .map(|r| r.join().unwrap_or(Err(BackendError::Cancelled)))
+                .enumerate()
+                .map(|(k, r)| {
+                    r.join().unwrap_or_else(|_| {
+                        cancel.cancel();
+                        Err(BackendError::Device {
+                            device,
+                            detail: format!("the host thread of slot {k} panicked"),
+                        })
+                    })
+                })
                 .collect()
         });
         // The first slot's own error, rather than the cancellation it caused in the others.

@@ -181,7 +181,7 @@ pub fn gpu_kernels(
         // The kernel that faulted this GPU earlier in this process, if one did.
         let mut faulted_by: Option<GpuKernel> = None;
         for kernel in kernels_for(gpu, kernels) {
-            let key = cache_key(gpu, kernel, suite.mid_n, options.host_hashing);
+            let key = cache_key(gpu, kernel, suite.mid_n, options.host_hashing, options.slots());
             let cached = if fresh {
                 None
             } else {
@@ -263,15 +263,22 @@ pub fn gpu_kernels(
 /// Everything a GPU result depends on: the device, its driver, NVRTC, the kernel's source, this
 /// software's version, the size checked and where checkpoints are hashed (device or host: a
 /// pass with one says nothing of the other).
-pub fn cache_key(gpu: &GpuInfo, kernel: GpuKernel, mid_n: u32, host_hashing: bool) -> String {
+pub fn cache_key(gpu: &GpuInfo, kernel: GpuKernel, mid_n: u32, host_hashing: bool, slots: u32) -> String {
     let source = blake3::hash(kernel.module_source().as_bytes()).to_hex();
     let nvrtc = match nvrtc_version() {
         Ok((major, minor)) => format!("{major}.{minor}"),
         Err(_) => "none".to_string(),
     };
     let hashing = if host_hashing { "host" } else { "device" };
+    // The test mode of several slots a GPU runs another path (contexts, threads, a split), so
+    // a whole GPU's pass is not its; one slot keeps the key it always had.
+    let slots = if slots > 1 {
+        format!("|{slots} slots")
+    } else {
+        String::new()
+    };
     format!(
-        "{}|{}|nvrtc {nvrtc}|{kernel}|{}|{}|n{mid_n}|{hashing} hashing",
+        "{}|{}|nvrtc {nvrtc}|{kernel}|{}|{}|n{mid_n}|{hashing} hashing{slots}",
         gpu.uuid,
         gpu.driver_version,
         &source[..32],
@@ -502,15 +509,20 @@ mod tests {
             driver_version: "580.159.04".into(),
             nvml: None,
         };
-        let device = cache_key(&gpu, GpuKernel::Wgmma, 1024, false);
-        let host = cache_key(&gpu, GpuKernel::Wgmma, 1024, true);
+        let device = cache_key(&gpu, GpuKernel::Wgmma, 1024, false, 1);
+        let host = cache_key(&gpu, GpuKernel::Wgmma, 1024, true, 1);
         assert_ne!(
             device, host,
             "a pass hashing on the host says nothing of device hashing"
         );
         assert!(device.contains("|nvrtc ") && device.contains("580.159.04"), "{device}");
-        assert_ne!(device, cache_key(&gpu, GpuKernel::Tensor, 1024, false));
-        assert_ne!(device, cache_key(&gpu, GpuKernel::Wgmma, 512, false));
+        assert_ne!(device, cache_key(&gpu, GpuKernel::Tensor, 1024, false, 1));
+        assert_ne!(device, cache_key(&gpu, GpuKernel::Wgmma, 512, false, 1));
+        assert_ne!(
+            device,
+            cache_key(&gpu, GpuKernel::Wgmma, 1024, false, 2),
+            "two slots a GPU"
+        );
     }
 
     fn faulted(kernel: &str, not_remembered: Option<&str>) -> KernelCheck {

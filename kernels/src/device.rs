@@ -152,11 +152,17 @@ impl DeviceRuntime {
             detail: driver_error_text(&e),
         };
         let ctx = if slots > 1 {
-            CudaContext::new_non_primary(ordinal as usize, 0)
+            CudaContext::new_non_primary(ordinal as usize, 0).map_err(|e| DeviceInitError::Driver {
+                ordinal,
+                detail: format!(
+                    "a context of its own for a slot of the test mode ({}); a GPU in exclusive-process \
+                     compute mode allows one context a process (nvidia-smi -c DEFAULT lifts it)",
+                    driver_error_text(&e)
+                ),
+            })?
         } else {
-            CudaContext::new(ordinal as usize)
-        }
-        .map_err(driver)?;
+            CudaContext::new(ordinal as usize).map_err(driver)?
+        };
         let stream = ctx.new_stream().map_err(driver)?;
         let hash_stream = ctx.new_stream().map_err(driver)?;
         let mut module = compile::load_or_compile(kernel, gpu.compute_capability, cache_dir)?;

@@ -211,6 +211,13 @@ impl MinerConfig {
                 "[limits] {name} = 0 would refuse every challenge; set a positive limit or leave it out for the default"
             ));
         }
+        if self.gpu_slots > 1 && self.backend != BackendChoice::Cuda {
+            return invalid(format!(
+                "--gpu-slots {} is a test mode of the cuda backend: add --backend cuda (under auto, a host whose GPU \
+                 cannot run it would mine on the CPU instead, unnoticed)",
+                self.gpu_slots
+            ));
+        }
         if l.max_n < MIN_N {
             return invalid(format!(
                 "[limits] max_n = {} is below {MIN_N}, the smallest n a challenge has (PROTOCOL.md): every challenge would be refused",
