@@ -184,12 +184,8 @@ pub fn expectation(claim: &HardwareClaim, n: u32, rates: &RateBook, config: &Val
         peak_ops_per_sec += rates.ceiling(&class) * units(&claim.backend, device);
         least_ops_per_sec += rate / slack_of(e.source);
         miners = miners.min(e.miners);
-        if e.source.trust() < weakest.trust() {
-            weakest = e.source;
-        }
-        if e.source.trust() > strongest.trust() {
-            strongest = e.source;
-        }
+        weakest = weakest.weaker(e.source);
+        strongest = strongest.stronger(e.source);
     }
     // Devices that all share one slack get it as it is, free of rounding.
     let slack = if slack_of(weakest) == slack_of(strongest) || least_ops_per_sec <= 0.0 {

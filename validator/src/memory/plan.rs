@@ -171,9 +171,7 @@ pub fn plan_memory(
     for device in &claim.devices {
         let expected = rates.expected(&walk_class(claim, device));
         bytes_per_sec.push(expected.ops_per_unit * units(&claim.backend, device));
-        if expected.source.trust() < source.trust() {
-            source = expected.source;
-        }
+        source = source.weaker(expected.source);
         miners = miners.min(expected.miners);
     }
     let slowest = slowest(&bytes_per_sec);

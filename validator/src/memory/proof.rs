@@ -172,7 +172,7 @@ impl MemoryProof {
                 .devices
                 .iter()
                 .map(|d| d.source)
-                .min_by_key(|s| s.trust())
+                .reduce(RateSource::weaker)
                 .unwrap_or(RateSource::Shipped)
                 .as_str()
                 .into(),

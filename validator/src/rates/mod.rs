@@ -48,6 +48,16 @@ impl RateSource {
         }
     }
 
+    /// The less trusted of two sources: what a claim's devices together are timed by.
+    pub fn weaker(self, other: RateSource) -> RateSource {
+        if other.trust() < self.trust() { other } else { self }
+    }
+
+    /// The more trusted of two sources.
+    pub fn stronger(self, other: RateSource) -> RateSource {
+        if other.trust() > self.trust() { other } else { self }
+    }
+
     /// Calibrated beats shared beats related beats shipped.
     pub fn trust(self) -> u8 {
         match self {
@@ -298,6 +308,23 @@ impl RateBook {
 mod tests {
     use super::calibration::Observation;
     use super::*;
+
+    /// The weaker of two sources is the less trusted, whichever side it is on; ties keep it.
+    #[test]
+    fn weaker_and_stronger_follow_trust() {
+        use RateSource::*;
+        let all = [Calibrated, Shared, Related, Shipped];
+        for a in all {
+            for b in all {
+                let (weak, strong) = (a.weaker(b), a.stronger(b));
+                assert_eq!(weak.trust(), a.trust().min(b.trust()), "{a:?} {b:?}");
+                assert_eq!(strong.trust(), a.trust().max(b.trust()), "{a:?} {b:?}");
+                assert_eq!(a.weaker(b), b.weaker(a));
+            }
+        }
+        assert_eq!(Calibrated.weaker(Shipped), Shipped);
+        assert_eq!(Related.stronger(Shared), Shared);
+    }
 
     fn class(model: &str) -> RateClass {
         RateClass {
