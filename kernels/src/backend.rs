@@ -14,6 +14,7 @@ use gpu_attest_shared::backend::{
     Backend, BackendError, CancelToken, ChainProgress, PoolStates, ResidentPool, check_advance,
 };
 use gpu_attest_shared::chain::ChainResult;
+use gpu_attest_shared::failure::side_by_side;
 use gpu_attest_shared::matrix::Matrix;
 use gpu_attest_shared::memory::PoolSpec;
 use gpu_attest_shared::memory::chain_pool::{ChainPool, ChainPoolParams};
@@ -203,57 +204,30 @@ impl CudaBackend {
     ) -> Result<Vec<ChainResult>, BackendError> {
         use std::sync::atomic::{AtomicU64, Ordering};
         let first = self.first_slot(device)?;
-        let shares = slot_shares(&chains, self.slots);
+        let shares: Vec<(u32, Range<u64>)> = (first..).zip(slot_shares(&chains, self.slots)).collect();
         // Each slot adds what it finished since it last said: the last addition returns the
         // whole, so progress always reaches every chain.
         let total = AtomicU64::new(0);
-        let ran: Vec<Result<Vec<ChainResult>, BackendError>> = std::thread::scope(|scope| {
-            let running: Vec<_> = shares
-                .iter()
-                .enumerate()
-                .map(|(k, share)| {
-                    let (total, share) = (&total, share.clone());
-                    scope.spawn(move || {
-                        let said = AtomicU64::new(0);
-                        let report = |n: u64| {
-                            let more = n.saturating_sub(said.swap(n, Ordering::Relaxed));
-                            progress(total.fetch_add(more, Ordering::Relaxed) + more);
-                        };
-                        let ran = self.on_slot(first + k as u32, |d| d.run_chains(work, share, &report, cancel));
-                        if ran.is_err() {
-                            // The other slots' chains are of no use without these.
-                            cancel.cancel();
-                        }
-                        ran
-                    })
-                })
-                .collect();
-            running
-                .into_iter()
-                .enumerate()
-                .map(|(k, r)| {
-                    r.join().unwrap_or_else(|_| {
-                        cancel.cancel();
-                        Err(BackendError::Device {
-                            device,
-                            detail: format!("the host thread of slot {k} panicked"),
-                        })
-                    })
-                })
-                .collect()
-        });
-        // The first slot's own error, rather than the cancellation it caused in the others.
-        if let Some(e) = ran
-            .iter()
-            .find_map(|r| r.as_ref().err().filter(|e| !matches!(e, BackendError::Cancelled)))
-        {
-            return Err(e.clone());
-        }
-        let mut results = Vec::with_capacity((chains.end - chains.start) as usize);
-        for r in ran {
-            results.extend(r?);
-        }
-        Ok(results)
+        let ran = side_by_side(
+            &shares,
+            cancel,
+            |(slot, share)| {
+                let said = AtomicU64::new(0);
+                let report = |n: u64| {
+                    let more = n.saturating_sub(said.swap(n, Ordering::Relaxed));
+                    progress(total.fetch_add(more, Ordering::Relaxed) + more);
+                };
+                self.on_slot(*slot, |d| d.run_chains(work, share.clone(), &report, cancel))
+            },
+            |k| {
+                cancel.cancel();
+                BackendError::Device {
+                    device,
+                    detail: format!("the host thread of slot {k} panicked"),
+                }
+            },
+        )?;
+        Ok(ran.into_iter().flatten().collect())
     }
 
     /// [`Backend::fill_pool`], with the pool as it is on its GPU.
@@ -273,6 +247,13 @@ impl CudaBackend {
     pub fn check_chain_pools(&self) -> Result<(), String> {
         self.chain_pools_checked
             .get_or_init(|| {
+                if !self.holds_pools() {
+                    return Err(
+                        "these GPUs hold no pool (each opened as slots, a test mode, or one older than compute \
+                         capability 6.1)"
+                            .into(),
+                    );
+                }
                 (0..self.device_count()).try_for_each(|device| {
                     match self.on_device(device, |d| d.v4_walk_matches_cpu()) {
                         Ok(true) => Ok(()),
@@ -430,10 +411,10 @@ impl Backend for CudaBackend {
         self.on_device(pool.device, |d| d.chain_pool_room(pool, walk))
     }
 
-    /// Every selected GPU runs the walk kernels (compute capability 6.1 and later), and their
-    /// version 4 walk passed its self-check ([`CudaBackend::check_chain_pools`]).
+    /// The version 4 self-check passed ([`CudaBackend::check_chain_pools`]), which it does only
+    /// where the GPUs hold pools.
     fn keeps_chain_pools(&self) -> bool {
-        self.holds_pools() && matches!(self.chain_pools_checked.get(), Some(Ok(())))
+        matches!(self.chain_pools_checked.get(), Some(Ok(())))
     }
 
     /// Every selected GPU runs the walk kernel (compute capability 6.1 and later), each opened

@@ -108,7 +108,8 @@ fn start_checked_cuda(config: &MinerConfig, detection: &Detection) -> Result<Sel
         CheckedKernelError::Selftest(why) => BackendSelectError::GpuSelftest(why),
     })?;
     // Version 4's walk is checked only where the operator asks the miner to say 4: until it
-    // has passed, the backend keeps no chain pools and the miner says 3.
+    // has passed, the backend keeps no chain pools and the miner says 3 (2 where its GPUs hold
+    // no pools).
     let chain_pools = config.limits.preview_protocol_4.then(|| backend.check_chain_pools());
     let mut selected = cuda_selection(backend);
     selected.notes.extend(checks.iter().map(|c| format!("self-check: {c}")));
@@ -117,7 +118,7 @@ fn start_checked_cuda(config: &MinerConfig, detection: &Detection) -> Result<Sel
             .notes
             .push("self-check: the version 4 walk matches the CPU's on every GPU".into()),
         Some(Err(why)) => selected.notes.push(format!(
-            "self-check: {why}; this miner says protocol version 3, not the version 4 preview"
+            "self-check: {why}; this miner does not say the version 4 preview"
         )),
         None => {}
     }

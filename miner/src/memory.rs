@@ -60,47 +60,14 @@ impl PoolPlan {
     }
 }
 
-/// `work` on every one of `items` (one per device), each on a thread of its own. The first
-/// failure cancels the others, and is the error returned, rather than the cancellation it
-/// caused on them.
+/// `work` on every device's item side by side ([`gpu_attest_shared::failure::side_by_side`]);
+/// a thread that panics counts as cancelled.
 pub(crate) fn side_by_side<T: Sync, U: Send>(
     items: &[T],
     cancel: &CancelToken,
     work: impl Fn(&T) -> Result<U, BackendError> + Sync,
 ) -> Result<Vec<U>, BackendError> {
-    let results: Vec<_> = std::thread::scope(|scope| {
-        let running: Vec<_> = items
-            .iter()
-            .map(|item| {
-                let work = &work;
-                scope.spawn(move || {
-                    let done = work(item);
-                    if done.is_err() {
-                        // The other devices' work is of no use without this one's.
-                        cancel.cancel();
-                    }
-                    done
-                })
-            })
-            .collect();
-        running
-            .into_iter()
-            .map(|r| r.join().unwrap_or(Err(BackendError::Cancelled)))
-            .collect()
-    });
-    let mut done = Vec::with_capacity(results.len());
-    let mut cancelled = false;
-    for result in results {
-        match result {
-            Ok(value) => done.push(value),
-            Err(BackendError::Cancelled) => cancelled = true,
-            Err(own) => return Err(own),
-        }
-    }
-    if cancelled {
-        return Err(BackendError::Cancelled);
-    }
-    Ok(done)
+    gpu_attest_shared::failure::side_by_side(items, cancel, work, |_| BackendError::Cancelled)
 }
 
 /// What a commitment names of its pools.

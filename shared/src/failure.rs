@@ -35,6 +35,52 @@ impl CancelToken {
     }
 }
 
+/// `work` on every one of `items` (one a device, or one a slot of a device), each on a thread
+/// of its own, the results in the items' order. The first failure cancels the others, and is
+/// the error returned, rather than the cancellations it caused on them; `panicked(i)` is the
+/// error of item `i`'s thread panicking.
+pub fn side_by_side<T: Sync, U: Send>(
+    items: &[T],
+    cancel: &CancelToken,
+    work: impl Fn(&T) -> Result<U, BackendError> + Sync,
+    panicked: impl Fn(usize) -> BackendError,
+) -> Result<Vec<U>, BackendError> {
+    let results: Vec<_> = std::thread::scope(|scope| {
+        let running: Vec<_> = items
+            .iter()
+            .map(|item| {
+                let work = &work;
+                scope.spawn(move || {
+                    let done = work(item);
+                    if done.is_err() {
+                        // The others' work is of no use without this one's.
+                        cancel.cancel();
+                    }
+                    done
+                })
+            })
+            .collect();
+        running
+            .into_iter()
+            .enumerate()
+            .map(|(i, r)| r.join().unwrap_or_else(|_| Err(panicked(i))))
+            .collect()
+    });
+    let mut done = Vec::with_capacity(results.len());
+    let mut cancelled = false;
+    for result in results {
+        match result {
+            Ok(value) => done.push(value),
+            Err(BackendError::Cancelled) => cancelled = true,
+            Err(own) => return Err(own),
+        }
+    }
+    if cancelled {
+        return Err(BackendError::Cancelled);
+    }
+    Ok(done)
+}
+
 #[derive(Debug, Error, Clone, PartialEq, Eq)]
 pub enum BackendError {
     #[error("the work was cancelled")]
