@@ -7,8 +7,8 @@ nvdisasm's SASS.
 For every `<kernel>-<arch>.cubin` in CUBIN_DIR (written by the kernel compile test), this
 disassembles the GEMM function and finds its main loop: of the loops (a label and a branch back
 to it), the one holding the most MMA instructions (IMMA, IGMMA/HGMMA; IDP.4A for the tiled
-kernel), the innermost of such loops nested in each other (the TMA kernel's tile loop holds its
-k loop). It prints, per kernel and architecture, the loop's instructions per iteration, split
+kernel), the innermost of such loops nested in each other (the TMA kernels' tile loops hold their
+k loops). It prints, per kernel and architecture, the loop's instructions per iteration, split
 into MMA and the rest (shared-memory loads, async copies, barriers and waits, and everything
 else: address arithmetic, predicates, loop control). The "other" column is the overhead to cut.
 
@@ -27,9 +27,10 @@ GEMM_FN = {
     "tensor": "gemm_mix_tensor",
     "wgmma": "gemm_mix_wgmma",
     "tma": "gemm_mix_tma",
+    "pingpong": "gemm_mix_pingpong",
 }
 # Bytes of k one iteration of the main loop covers (the kernels' BK): one k-tile per iteration.
-K_PER_ITERATION = {"tiled": 32, "tensor": 64, "wgmma": 128, "tma": 128}
+K_PER_ITERATION = {"tiled": 32, "tensor": 64, "wgmma": 128, "tma": 128, "pingpong": 128}
 INSTR = re.compile(r"/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)([^;]*);")
 LABEL = re.compile(r"^\s*(\.L_x_\d+):")
 TARGET = re.compile(r"`\((\.L_x_\d+)\)")

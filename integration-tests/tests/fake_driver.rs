@@ -185,8 +185,8 @@ fn selftest_reports_each_failing_gpu_kernel_and_auto_falls_back() {
     let kernels: Vec<&str> = gpu.iter().map(|c| c["kernel"].as_str().unwrap()).collect();
     assert_eq!(
         kernels,
-        ["tiled", "tensor", "wgmma", "tma"],
-        "every kernel a compute capability 9.0 GPU supports, the opt-in TMA kernel too"
+        ["tiled", "tensor", "wgmma", "tma", "pingpong"],
+        "every kernel a compute capability 9.0 GPU supports, the opt-in TMA kernels too"
     );
     for c in &gpu {
         assert_eq!(c["outcome"]["result"], "failed", "{c}");
@@ -207,7 +207,7 @@ fn selftest_reports_each_failing_gpu_kernel_and_auto_falls_back() {
     );
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
-        stderr.contains("4 of ") && stderr.contains("kernels failed their self-check"),
+        stderr.contains("5 of ") && stderr.contains("kernels failed their self-check"),
         "{stderr}"
     );
 
@@ -215,12 +215,13 @@ fn selftest_reports_each_failing_gpu_kernel_and_auto_falls_back() {
     let info: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(info["backend"], "cpu", "{info}");
     let note = info["notes"][0].as_str().unwrap();
-    // Every kernel auto may choose named, in its order (fastest first); not the opt-in TMA one.
+    // Every kernel auto may choose named, in its order (fastest first); not the opt-in TMA ones.
     assert!(
         note.contains("no GPU kernel passed its self-check (wgmma on gpu 0")
             && note.contains("; tensor on gpu 0")
             && note.contains("; tiled on gpu 0")
-            && !note.contains("tma on gpu 0"),
+            && !note.contains("tma on gpu 0")
+            && !note.contains("pingpong on gpu 0"),
         "{note}"
     );
 }

@@ -37,7 +37,6 @@
 
 #define TMA_BM 128
 #define TMA_BN 256
-#define TMA_BK 128
 #define TMA_STAGES 4
 #define TMA_THREADS 384
 #define TMA_CONSUMER_WARPS 8
@@ -48,54 +47,13 @@
 #define TMA_PRODUCER_REGISTERS 40
 #define TMA_CONSUMER_REGISTERS 232
 
-// The output tile `tile` of a batch: matrix, first row, first column. Row tiles vary fastest,
-// so the blocks running at one time share their B columns (the larger operand) in L2.
-struct tma_tile {
-    int matrix, row0, col0;
-};
-
-__device__ __forceinline__ tma_tile tma_tile_at(u32 tile, int n) {
-    const u32 rows = (u32)(n + TMA_BM - 1) / TMA_BM;
-    const u32 cols = (u32)(n + TMA_BN - 1) / TMA_BN;
-    const u32 in_matrix = tile % (rows * cols);
-    tma_tile t;
-    t.matrix = (int)(tile / (rows * cols));
-    t.row0 = (int)(in_matrix % rows) * TMA_BM;
-    t.col0 = (int)(in_matrix / rows) * TMA_BN;
-    return t;
-}
-
-// The producer's one thread: every k-tile of every tile of this block, in order, into the
-// stages as they are freed.
-__device__ __forceinline__ void tma_produce(const ga_tensor_map* x_map, const ga_tensor_map* bt_map, u8* smem,
-                                            u64* full, u64* empty, int n, u32 tiles) {
-    const int ktiles = (n + TMA_BK - 1) / TMA_BK;
-    int stage = 0;
-    u32 phase = 0;
-    for (u32 tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
-        const tma_tile t = tma_tile_at(tile, n);
-        for (int kt = 0; kt < ktiles; ++kt) {
-            ga_mbar_wait(&empty[stage], phase ^ 1);
-            u8* a = smem + stage * TMA_STAGE_BYTES;
-            ga_mbar_arrive_expect_tx(&full[stage], TMA_STAGE_BYTES);
-            ga_tma_load_3d(a, x_map, &full[stage], kt * TMA_BK, t.row0, t.matrix);
-            ga_tma_load_3d(a + TMA_A_BYTES, bt_map, &full[stage], kt * TMA_BK, t.col0, t.matrix);
-            if (++stage == TMA_STAGES) {
-                stage = 0;
-                phase ^= 1;
-            }
-        }
-    }
-}
+// The tile order and the producer are tma_gemm.cuh's, shared with gemm_pingpong.cu.
 
 // A consumer warpgroup (0 or 1): rows 64 * consumer.. of each of this block's tiles.
 __device__ __forceinline__ void tma_consume(u8* smem, u64* full, u64* empty, i8* out, int n, u32 step, u32 tiles,
                                             int consumer) {
     const int ktiles = (n + TMA_BK - 1) / TMA_BK;
     const int lane = threadIdx.x & 31;
-    const int warp = (threadIdx.x >> 5) & 3;
-    const int g = lane >> 2;
-    const int t4 = lane & 3;
     // Descriptors of the first stage's operands; another stage and k step add their offset / 16
     // to the start-address field (bits 0-13). Shared addresses stay below 2^18 bytes, so the sum
     // never carries out of the field, and no descriptor is rebuilt in the loop.
@@ -105,7 +63,7 @@ __device__ __forceinline__ void tma_consume(u8* smem, u64* full, u64* empty, i8*
     u32 phase = 0;
     int acc[128];
     for (u32 tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
-        const tma_tile t = tma_tile_at(tile, n);
+        const tma_tile t = tma_tile_at<TMA_BM, TMA_BN>(tile, n);
 #pragma unroll
         for (int i = 0; i < 128; ++i) acc[i] = 0;
         int retiring = -1;  // the stage whose wgmma the next wait_group retires
@@ -134,16 +92,7 @@ __device__ __forceinline__ void tma_consume(u8* smem, u64* full, u64* empty, i8*
         if (retiring >= 0 && lane == 0) ga_mbar_arrive(&empty[retiring]);
 
         // The epilogue, while the producer already loads the next tile.
-        i8* om = out + (u64)t.matrix * (u64)n * (u64)n;
-#pragma unroll
-        for (int i = 0; i < 128; i += 2) {
-            const int row = t.row0 + consumer * 64 + 16 * warp + g + 8 * ((i / 2) % 2);
-            const int col = t.col0 + 8 * (i / 4) + 2 * t4;
-            if (row < n && col < n) {
-                *(char2*)(om + (u64)row * n + col) =
-                    make_char2(ga_mix(acc[i], step, row, col), ga_mix(acc[i + 1], step, row, col + 1));
-            }
-        }
+        wg_store_mixed(acc, out + (u64)t.matrix * (u64)n * (u64)n, n, t.row0 + consumer * 64, t.col0, step);
     }
 }
 
@@ -171,7 +120,9 @@ gemm_mix_tma(const __grid_constant__ ga_tensor_map x_map, const __grid_constant_
 
     if (warpgroup == 0) {
         ga_setmaxnreg_dec<TMA_PRODUCER_REGISTERS>();
-        if (threadIdx.x == 0) tma_produce(&x_map, &bt_map, smem, full, empty, n, tiles);
+        if (threadIdx.x == 0) {
+            tma_produce<TMA_BM, TMA_BN, TMA_STAGES>(&x_map, &bt_map, smem, full, empty, n, tiles);
+        }
     } else {
         ga_setmaxnreg_inc<TMA_CONSUMER_REGISTERS>();
         tma_consume(smem, full, empty, out, n, step, tiles, warpgroup - 1);

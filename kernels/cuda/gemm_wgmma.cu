@@ -151,18 +151,5 @@ gemm_mix_wgmma(const i8* x, const i8* bt, i8* out, int n, u32 step) {
     wg_wait<0>();
     wg_fence_operand(acc);
 
-    i8* om = out + matrix;
-    const int lane = tid & 31;
-    const int warp = (tid >> 5) & 3;
-    const int g = lane >> 2;
-    const int t = lane & 3;
-#pragma unroll
-    for (int i = 0; i < 128; i += 2) {
-        const int row = row0 + warpgroup * 64 + 16 * warp + g + 8 * ((i / 2) % 2);
-        const int col = col0 + 8 * (i / 4) + 2 * t;
-        if (row < n && col < n) {
-            *(char2*)(om + (u64)row * n + col) =
-                make_char2(ga_mix(acc[i], step, row, col), ga_mix(acc[i + 1], step, row, col + 1));
-        }
-    }
+    wg_store_mixed(acc, out + matrix, n, row0 + warpgroup * 64, col0, step);
 }

@@ -82,3 +82,24 @@ __device__ __forceinline__ void wg_mma_m64n256k32(int (&d)[128], u64 a_desc, u64
 __device__ __forceinline__ u64 wg_descriptor(u32 smem_address) {
     return (u64)((smem_address & 0x3FFFF) >> 4) | ((u64)1 << 16) | ((u64)(1024 >> 4) << 32) | ((u64)1 << 62);
 }
+
+// Stores one warpgroup's 64 x 256 accumulators, mixed (the epilogue every GEMM kernel fuses),
+// at rows row0.. and columns col0.. of the n x n matrix `om`, skipping rows and columns past n.
+// The layout is the PTX ISA's wgmma D fragment: register i of lane 4g + t in warp w of the
+// warpgroup holds row 16w + g + 8 * ((i / 2) % 2), column 8 * (i / 4) + 2t + (i % 2), so each
+// even/odd pair is two adjacent bytes, stored together.
+__device__ __forceinline__ void wg_store_mixed(const int (&acc)[128], i8* om, int n, int row0, int col0, u32 step) {
+    const int lane = threadIdx.x & 31;
+    const int warp = (threadIdx.x >> 5) & 3;
+    const int g = lane >> 2;
+    const int t = lane & 3;
+#pragma unroll
+    for (int i = 0; i < 128; i += 2) {
+        const int row = row0 + 16 * warp + g + 8 * ((i / 2) % 2);
+        const int col = col0 + 8 * (i / 4) + 2 * t;
+        if (row < n && col < n) {
+            *(char2*)(om + (u64)row * n + col) =
+                make_char2(ga_mix(acc[i], step, row, col), ga_mix(acc[i + 1], step, row, col + 1));
+        }
+    }
+}

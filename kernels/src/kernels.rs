@@ -18,7 +18,9 @@ const GEMM_TENSOR: &str = include_str!("../cuda/gemm_tensor.cu");
 const WGMMA: &str = include_str!("../cuda/wgmma.cuh");
 const GEMM_WGMMA: &str = include_str!("../cuda/gemm_wgmma.cu");
 const TMA: &str = include_str!("../cuda/tma.cuh");
+const TMA_GEMM: &str = include_str!("../cuda/tma_gemm.cuh");
 const GEMM_TMA: &str = include_str!("../cuda/gemm_tma.cu");
+const GEMM_PINGPONG: &str = include_str!("../cuda/gemm_pingpong.cu");
 const MIX: &str = include_str!("../cuda/mix.cu");
 const BLAKE3: &str = include_str!("../cuda/blake3.cu");
 const WALK: &str = include_str!("../cuda/walk.cu");
@@ -115,17 +117,30 @@ pub enum GpuKernel {
     /// only. Opt-in (`--gpu-kernel tma`): `auto` does not choose it until a GPU run has measured
     /// it against wgmma ([`GpuKernel::FASTEST_FIRST`]).
     Tma,
+    /// The TMA kernel on the ping-pong schedule: each of the two consumer warpgroups takes whole
+    /// 64 x 256 tiles of its own, and they take turns on the tensor cores, so one's epilogue
+    /// runs under the other's wgmma (`kernels/cuda/gemm_pingpong.cu`). Compute capability 9.0
+    /// only. Opt-in (`--gpu-kernel pingpong`) until a GPU run has measured it exact and faster.
+    Pingpong,
 }
 
 impl GpuKernel {
-    pub const ALL: [GpuKernel; 4] = [GpuKernel::Tiled, GpuKernel::Tensor, GpuKernel::Wgmma, GpuKernel::Tma];
+    pub const ALL: [GpuKernel; 5] = [
+        GpuKernel::Tiled,
+        GpuKernel::Tensor,
+        GpuKernel::Wgmma,
+        GpuKernel::Tma,
+        GpuKernel::Pingpong,
+    ];
 
     /// Every kernel, fastest first where a device runs several: on an H100 (`miner bench`,
     /// BENCHMARKS.md) wgmma runs n = 2048 at 1.5x the tensor kernel's rate, and the tensor
     /// kernel at 7x the tiled one's. `auto` takes the first that runs and passes its self-check.
     ///
-    /// The TMA kernel is not here yet: it has not run on a GPU. Once `scripts/gpu-check.sh` has
-    /// measured it bit-exact and faster than wgmma, it goes first in this list, and that is the
+    /// The TMA kernels are not here: the cooperative one measured faster than wgmma on an H200
+    /// but filled pools more slowly and attested more slowly (BENCHMARKS.md), and the ping-pong
+    /// one has not run on a GPU. Once `scripts/gpu-check.sh` has measured one bit-exact and
+    /// faster than wgmma, chains and fill alike, it goes first in this list, and that is the
     /// whole switch that makes it the default on Hopper.
     pub const FASTEST_FIRST: [GpuKernel; 3] = [GpuKernel::Wgmma, GpuKernel::Tensor, GpuKernel::Tiled];
 
@@ -134,14 +149,14 @@ impl GpuKernel {
         match self {
             GpuKernel::Tiled => (6, 1),
             GpuKernel::Tensor => (8, 0),
-            GpuKernel::Wgmma | GpuKernel::Tma => (9, 0),
+            GpuKernel::Wgmma | GpuKernel::Tma | GpuKernel::Pingpong => (9, 0),
         }
     }
 
     pub fn supports(self, compute_capability: (u32, u32)) -> bool {
         match self {
             // Architecture-specific (sm_90a) features exist on 9.0 alone, not on later GPUs.
-            GpuKernel::Wgmma | GpuKernel::Tma => compute_capability == (9, 0),
+            GpuKernel::Wgmma | GpuKernel::Tma | GpuKernel::Pingpong => compute_capability == (9, 0),
             _ => compute_capability >= self.min_compute_capability(),
         }
     }
@@ -150,7 +165,9 @@ impl GpuKernel {
     pub fn requirement(self) -> String {
         let (major, minor) = self.min_compute_capability();
         match self {
-            GpuKernel::Wgmma | GpuKernel::Tma => format!("compute capability {major}.{minor} exactly (Hopper)"),
+            GpuKernel::Wgmma | GpuKernel::Tma | GpuKernel::Pingpong => {
+                format!("compute capability {major}.{minor} exactly (Hopper)")
+            }
             _ => format!("compute capability {major}.{minor} or later"),
         }
     }
@@ -159,7 +176,7 @@ impl GpuKernel {
     /// instructions (wgmma, TMA, setmaxnreg), nothing for the portable ones.
     pub fn arch_suffix(self) -> &'static str {
         match self {
-            GpuKernel::Wgmma | GpuKernel::Tma => "a",
+            GpuKernel::Wgmma | GpuKernel::Tma | GpuKernel::Pingpong => "a",
             _ => "",
         }
     }
@@ -178,6 +195,7 @@ impl GpuKernel {
             GpuKernel::Tensor => "gemm_mix_tensor",
             GpuKernel::Wgmma => "gemm_mix_wgmma",
             GpuKernel::Tma => "gemm_mix_tma",
+            GpuKernel::Pingpong => "gemm_mix_pingpong",
         }
     }
 
@@ -189,6 +207,8 @@ impl GpuKernel {
             GpuKernel::Tiled => (64, 64),
             GpuKernel::Tensor => (128, 128),
             GpuKernel::Wgmma | GpuKernel::Tma => (128, 256),
+            // One consumer warpgroup's tile: each of the two takes tiles of its own.
+            GpuKernel::Pingpong => (64, 256),
         }
     }
 
@@ -196,7 +216,7 @@ impl GpuKernel {
     /// output tiles of the whole batch in turn) and reads its operands through tensor maps,
     /// rather than one block per output tile reading plain pointers.
     pub fn is_persistent(self) -> bool {
-        matches!(self, GpuKernel::Tma)
+        matches!(self, GpuKernel::Tma | GpuKernel::Pingpong)
     }
 
     /// Dynamic shared memory the GEMM+mix entry point needs (beyond its static arrays); above
@@ -209,6 +229,9 @@ impl GpuKernel {
             GpuKernel::Wgmma => 4 * (128 + 256) * 128 + 1024,
             // TMA_SMEM_BYTES in gemm_tma.cu: the same stages (its barriers are static).
             GpuKernel::Tma => 4 * (128 + 256) * 128 + 1024,
+            // PP_SMEM_BYTES in gemm_pingpong.cu: five stages of (64 + 256) x 128 bytes, plus 1 KiB
+            // of alignment.
+            GpuKernel::Pingpong => 5 * (64 + 256) * 128 + 1024,
         }
     }
 
@@ -219,7 +242,7 @@ impl GpuKernel {
             GpuKernel::Tensor => 128,
             GpuKernel::Wgmma => 256,
             // A producer warpgroup and two consumer warpgroups.
-            GpuKernel::Tma => 384,
+            GpuKernel::Tma | GpuKernel::Pingpong => 384,
         }
     }
 
@@ -231,7 +254,8 @@ impl GpuKernel {
             GpuKernel::Tensor => &[CP_ASYNC, GEMM_TENSOR],
             GpuKernel::Wgmma => &[CP_ASYNC, WGMMA, GEMM_WGMMA],
             // cp_async.cuh for its shared-address conversion; the kernel issues no cp.async.
-            GpuKernel::Tma => &[CP_ASYNC, WGMMA, TMA, GEMM_TMA],
+            GpuKernel::Tma => &[CP_ASYNC, WGMMA, TMA, TMA_GEMM, GEMM_TMA],
+            GpuKernel::Pingpong => &[CP_ASYNC, WGMMA, TMA, TMA_GEMM, GEMM_PINGPONG],
         };
         [COMMON, CHACHA8, TRANSPOSE, MIX, BLAKE3]
             .iter()
@@ -249,6 +273,7 @@ impl fmt::Display for GpuKernel {
             GpuKernel::Tensor => "tensor",
             GpuKernel::Wgmma => "wgmma",
             GpuKernel::Tma => "tma",
+            GpuKernel::Pingpong => "pingpong",
         })
     }
 }
@@ -262,8 +287,9 @@ impl std::str::FromStr for GpuKernel {
             "tensor" => Ok(GpuKernel::Tensor),
             "wgmma" => Ok(GpuKernel::Wgmma),
             "tma" => Ok(GpuKernel::Tma),
+            "pingpong" => Ok(GpuKernel::Pingpong),
             other => Err(format!(
-                "unknown GPU kernel {other:?}; expected tiled, tensor, wgmma or tma"
+                "unknown GPU kernel {other:?}; expected tiled, tensor, wgmma, tma or pingpong"
             )),
         }
     }
@@ -291,14 +317,17 @@ mod tests {
         assert!(!GpuKernel::Tma.supports((10, 0)));
     }
 
-    /// The TMA kernel stays opt-in until a GPU has measured it: `auto` never picks it.
+    /// The TMA kernels stay opt-in until a GPU has measured them: `auto` never picks them.
     #[test]
-    fn auto_does_not_choose_the_unmeasured_tma_kernel() {
-        assert!(!GpuKernel::FASTEST_FIRST.contains(&GpuKernel::Tma));
-        assert!(
-            GpuKernel::ALL.contains(&GpuKernel::Tma),
-            "the self-check and bench still cover it"
-        );
+    fn auto_does_not_choose_the_unmeasured_tma_kernels() {
+        for kernel in [GpuKernel::Tma, GpuKernel::Pingpong] {
+            assert!(!GpuKernel::FASTEST_FIRST.contains(&kernel));
+            assert!(
+                GpuKernel::ALL.contains(&kernel),
+                "the self-check and bench still cover {kernel}"
+            );
+            assert!(kernel.supports((9, 0)) && !kernel.supports((10, 0)));
+        }
         assert_eq!(GpuKernel::best_for((9, 0)), Some(GpuKernel::Wgmma));
     }
 

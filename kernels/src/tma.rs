@@ -1,10 +1,10 @@
-//! The tensor maps the TMA kernel (`kernels/cuda/gemm_tma.cu`) loads its tiles through: what each
-//! describes ([`OperandMap`], plain numbers the host tests hand to the kernel's emulation too),
-//! and its encoding by the driver (`cuTensorMapEncodeTiled`) into the 128 opaque bytes the
-//! kernel takes as a parameter.
+//! The tensor maps the TMA kernels (`kernels/cuda/gemm_tma.cu`, `gemm_pingpong.cu`) load their
+//! tiles through: what each describes ([`OperandMap`], plain numbers the host tests hand to the
+//! kernels' emulation too), and its encoding by the driver (`cuTensorMapEncodeTiled`) into the
+//! 128 opaque bytes a kernel takes as a parameter.
 //!
 //! A batch of `count` n x n int8 matrices is one 3-d tensor: k (innermost, contiguous), rows,
-//! matrices. A box is 128 bytes of k by the kernel's tile rows (128 of X, 256 of Bt) of one
+//! matrices. A box is 128 bytes of k by the kernel's tile rows (128 or 64 of X, 256 of Bt) of one
 //! matrix, in the 128-byte swizzle wgmma's descriptors read. Rows and k past n lie outside the
 //! tensor, and TMA writes zeros for them: no box reads into the next matrix.
 
@@ -145,17 +145,22 @@ mod tests {
         assert_eq!(bt.to_arg(), "64,64,1,64,4096,128,256,1");
     }
 
-    /// The kernel announces one stage's bytes (TMA_STAGE_BYTES) to each `full` barrier and then
-    /// loads one box of each map: if the two differed, the phase would never complete.
+    /// A kernel announces one stage's bytes ((rows + columns) x TMA_BK, tma_gemm.cuh) to each
+    /// `full` barrier and then loads one box of each map: if the two differed, the phase would
+    /// never complete. The stages (four of the cooperative kernel's, five of the ping-pong's)
+    /// fill its dynamic shared memory but for the alignment KiB.
     #[test]
     fn the_two_boxes_are_exactly_the_stage_the_kernel_waits_for() {
         use crate::GpuKernel;
-        let (rows, columns) = GpuKernel::Tma.block_tile();
-        let stage = (GpuKernel::Tma.dynamic_shared_bytes() - 1024) / 4;
-        for n in [64, 192, 2048] {
-            let x = OperandMap::new(n, 2, rows).unwrap();
-            let bt = OperandMap::new(n, 2, columns).unwrap();
-            assert_eq!(x.box_bytes() + bt.box_bytes(), stage, "n = {n}");
+        for (kernel, stages) in [(GpuKernel::Tma, 4), (GpuKernel::Pingpong, 5)] {
+            let (rows, columns) = kernel.block_tile();
+            let stage = (kernel.dynamic_shared_bytes() - 1024) / stages;
+            for n in [64, 192, 2048] {
+                let x = OperandMap::new(n, 2, rows).unwrap();
+                let bt = OperandMap::new(n, 2, columns).unwrap();
+                assert_eq!(x.box_bytes() + bt.box_bytes(), stage, "{kernel}, n = {n}");
+                assert_eq!((rows + columns) * BOX_K, stage, "{kernel}, n = {n}");
+            }
         }
     }
 

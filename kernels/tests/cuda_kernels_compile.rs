@@ -75,7 +75,7 @@ fn every_kernel_compiles_for_every_target_architecture() {
                     assert!(ptx.contains("fence.proxy.async.shared::cta"));
                     assert!(ptx.contains(".target sm_90a"), "wgmma needs the sm_90a target");
                 }
-                GpuKernel::Tma => {
+                GpuKernel::Tma | GpuKernel::Pingpong => {
                     assert!(ptx.contains("wgmma.mma_async.sync.aligned.m64n256k32.s32.s8.s8"));
                     assert!(ptx.contains("cp.async.bulk.tensor.3d.shared::cluster.global"));
                     assert!(ptx.contains("mbarrier.try_wait.parity.shared::cta.b64"));
@@ -83,7 +83,11 @@ fn every_kernel_compiles_for_every_target_architecture() {
                     assert!(ptx.contains("setmaxnreg.inc.sync.aligned.u32 232"));
                     assert!(ptx.contains("setmaxnreg.dec.sync.aligned.u32 40"));
                     // The tensor maps are read from the parameter space, where the host put them.
-                    assert!(ptx.contains(".param .align 64 .b8 gemm_mix_tma_param_0[128]"));
+                    let param = format!(".param .align 64 .b8 {}_param_0[128]", kernel.gemm_fn());
+                    assert!(
+                        ptx.contains(&param),
+                        "{kernel}: the tensor map is not a 128-byte parameter"
+                    );
                     assert!(!ptx.contains("cp.async.cg.shared.global"), "TMA alone feeds it");
                     assert!(ptx.contains(".target sm_90a"), "TMA kernel needs the sm_90a target");
                     // The launch bounds fix the entry register count (384 threads, one block an

@@ -445,7 +445,7 @@ int main(int argc, char** argv) {
             nodes = next;
         }
         fwrite(a.data(), 4, count * 8, stdout);
-    } else if (mode == "gemm") {  // gemm tiled|tensor|wgmma|tma N COUNT STEP [...] < X matrices, then B matrices
+    } else if (mode == "gemm") {  // gemm tiled|tensor|wgmma|tma|pingpong N COUNT STEP [...] < X matrices, then B matrices
         std::string kind = argv[2];
         unsigned n = (unsigned)strtoul(argv[3], 0, 10), count = (unsigned)strtoul(argv[4], 0, 10);
         u32 step = (u32)strtoul(argv[5], 0, 10);
@@ -466,14 +466,17 @@ int main(int argc, char** argv) {
             launch_threads((n + WG_BN - 1) / WG_BN, (n + WG_BM - 1) / WG_BM, count, WG_THREADS, 1,
                            [&] { gemm_mix_wgmma(x, bt.data(), out.data(), (int)n, step); });
             free(wg_smem_raw);
-        } else {  // gemm tma N COUNT STEP BLOCKS X_MAP BT_MAP: the persistent grid, the host's maps
+        } else {  // gemm tma|pingpong N COUNT STEP BLOCKS X_MAP BT_MAP: the persistent grid, the host's maps
             const unsigned blocks = (unsigned)strtoul(argv[6], 0, 10);
             ga_tensor_map x_map = ga_parse_map(argv[7], x), bt_map = ga_parse_map(argv[8], bt.data());
-            ga_dynamic_smem_bytes = TMA_SMEM_BYTES;
-            wg_smem_raw = (unsigned char*)aligned_alloc(1024, TMA_SMEM_BYTES);
-            memset(wg_smem_raw, 0xa5, TMA_SMEM_BYTES);  // garbage, as a GPU's shared memory holds
-            launch_threads(blocks, 1, 1, TMA_THREADS, 1,
-                           [&] { gemm_mix_tma(x_map, bt_map, out.data(), (int)n, (int)count, step); });
+            const bool pingpong = kind == "pingpong";
+            ga_dynamic_smem_bytes = pingpong ? PP_SMEM_BYTES : TMA_SMEM_BYTES;
+            wg_smem_raw = (unsigned char*)aligned_alloc(1024, ga_dynamic_smem_bytes);
+            memset(wg_smem_raw, 0xa5, ga_dynamic_smem_bytes);  // garbage, as a GPU's shared memory holds
+            launch_threads(blocks, 1, 1, pingpong ? PP_THREADS : TMA_THREADS, 1, [&] {
+                if (pingpong) gemm_mix_pingpong(x_map, bt_map, out.data(), (int)n, (int)count, step);
+                else gemm_mix_tma(x_map, bt_map, out.data(), (int)n, (int)count, step);
+            });
             free(wg_smem_raw);
         }
         fwrite(out.data(), 1, out.size(), stdout);
@@ -482,6 +485,7 @@ int main(int argc, char** argv) {
         printf("tensor %d %d %d 0\n", TC_BM, TC_BN, TC_THREADS);
         printf("wgmma %d %d %d %d\n", WG_BM, WG_BN, WG_THREADS, WG_SMEM_BYTES);
         printf("tma %d %d %d %d\n", TMA_BM, TMA_BN, TMA_THREADS, TMA_SMEM_BYTES);
+        printf("pingpong %d %d %d %d\n", PP_BM, PP_BN, PP_THREADS, PP_SMEM_BYTES);
         printf("walk %d\n", WALK_THREADS);
         printf("tree %d\n", TREE_THREADS);
     } else if (mode == "walk") {  // walk P WALKERS FIRST_STEP STEPS EVERY VERSION < pool, then WALKERS + 1 states
@@ -597,7 +601,9 @@ fn build_harness(name: &str, mutations: &[Mutation]) -> Option<PathBuf> {
         read("gemm_wgmma.cu"),
         read("tma.cuh"),
         TMA_SHIM.to_string(),
+        read("tma_gemm.cuh"),
         read("gemm_tma.cu"),
+        read("gemm_pingpong.cu"),
         read("walk.cu"),
         read("walk_tree.cu"),
         HARNESS.to_string(),
@@ -808,15 +814,17 @@ fn device_gemm_kernels_match_the_naive_step() {
     }
 }
 
-/// The TMA kernel's arguments: its persistent grid of `blocks`, and the tensor maps the host
-/// encodes (`OperandMap`, the same numbers the CUDA backend hands cuTensorMapEncodeTiled).
-fn tma_args(n: usize, count: usize, step: u32, blocks: u32) -> Vec<String> {
-    let (rows, columns) = GpuKernel::Tma.block_tile();
+/// A persistent kernel's arguments (`tma` or `pingpong`): its grid of `blocks`, and the tensor
+/// maps the host encodes (`OperandMap`, the same numbers the CUDA backend hands
+/// cuTensorMapEncodeTiled, with the kernel's own box rows).
+fn persistent_args(kernel: GpuKernel, n: usize, count: usize, step: u32, blocks: u32) -> Vec<String> {
+    assert!(kernel.is_persistent());
+    let (rows, columns) = kernel.block_tile();
     let x_map = OperandMap::new(n, count, rows).unwrap();
     let bt_map = OperandMap::new(n, count, columns).unwrap();
     [
         "gemm",
-        "tma",
+        &kernel.to_string(),
         &n.to_string(),
         &count.to_string(),
         &step.to_string(),
@@ -850,7 +858,7 @@ fn device_tma_kernel_matches_the_naive_step() {
     ] {
         let input = gemm_input(&mut rng, n, count);
         let step = 9u32;
-        let args = tma_args(n, count, step, blocks);
+        let args = persistent_args(GpuKernel::Tma, n, count, step, blocks);
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
         let got = run(&args, &input);
         for (z, want) in naive_steps(&input, n, count, step).iter().enumerate() {
@@ -883,7 +891,7 @@ fn a_tma_consumer_that_waits_one_phase_too_early_fails_in_the_emulation() {
     let mut rng = ChaCha8Rng::from_seed([24; 32]);
     let (n, count, step) = (192usize, 2usize, 9u32);
     let input = gemm_input(&mut rng, n, count);
-    let args = tma_args(n, count, step, 2);
+    let args = persistent_args(GpuKernel::Tma, n, count, step, 2);
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let out = run_binary(&mutant, &args, &input, &[("GA_EMULATION_DEADLOCK_MS", "5000")]);
     let want: Vec<u8> = naive_steps(&input, n, count, step).concat();
@@ -900,6 +908,94 @@ fn a_tma_consumer_that_waits_one_phase_too_early_fails_in_the_emulation() {
             format!("aborted: {}", String::from_utf8_lossy(&out.stderr).trim())
         }
     );
+}
+
+/// The ping-pong kernel against the naive step. Its consumers take alternate tiles of their
+/// block, so the grids give a consumer no tile, one, or one more than the other; and k-tiles
+/// fewer than its five stages (the ring holding several tiles at once) and more, so that
+/// consumer 1's first k-tile lies in the ring's second pass (704: six k-tiles, the last half
+/// outside the tensor, and a last column tile of 192).
+#[test]
+fn device_pingpong_kernel_matches_the_naive_step() {
+    if harness().is_none() {
+        return;
+    }
+    let mut rng = ChaCha8Rng::from_seed([25; 32]);
+    // (n, matrices, blocks): 64, two tiles in one block, one a consumer; 64 on two blocks, one
+    // idle and the other's consumer 1 idle; 192, three tiles in one block (consumer 0 takes
+    // two); 320, twenty tiles of three k-tiles over three blocks (7, 7, 6); 704, thirty-three
+    // tiles of six k-tiles over two blocks.
+    for (n, count, blocks) in [
+        (64usize, 2usize, 1u32),
+        (64, 1, 2),
+        (192, 1, 1),
+        (320, 2, 3),
+        (704, 1, 2),
+    ] {
+        let input = gemm_input(&mut rng, n, count);
+        let step = 11u32;
+        let args = persistent_args(GpuKernel::Pingpong, n, count, step, blocks);
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let got = run(&args, &input);
+        for (z, want) in naive_steps(&input, n, count, step).iter().enumerate() {
+            assert_eq!(
+                &got[z * n * n..(z + 1) * n * n],
+                &want[..],
+                "pingpong kernel, n={n}, {blocks} blocks, matrix {z}"
+            );
+        }
+    }
+}
+
+/// The ping-pong schedule's two rules, each broken in a mutant that the emulation must catch
+/// (a wrong product, a barrier check or a deadlock):
+/// - a consumer that does not wait for its turn: consumer 1's first k-tile lies in the ring's
+///   second pass (n = 704, six k-tiles, five stages), so its parity wait passes on a stage the
+///   ring has not come round to;
+/// - a consumer that does not skip the other's tile in the ring after its own.
+#[test]
+fn pingpong_mutants_that_break_the_turns_or_the_ring_fail_in_the_emulation() {
+    if harness().is_none() {
+        return;
+    }
+    let mutants = [
+        (
+            "pingpong-no-turns",
+            Mutation {
+                file: "gemm_pingpong.cu",
+                from: "ga_mbar_wait(&turn[consumer], (turns & 1u) ^ (consumer == 0 ? 1u : 0u));",
+                to: "",
+            },
+        ),
+        (
+            "pingpong-no-skip",
+            Mutation {
+                file: "gemm_pingpong.cu",
+                from: "at = pp_advance(at, ktiles);",
+                to: "",
+            },
+        ),
+    ];
+    let mut rng = ChaCha8Rng::from_seed([26; 32]);
+    let (n, count, step) = (704usize, 1usize, 11u32);
+    let input = gemm_input(&mut rng, n, count);
+    let want: Vec<u8> = naive_steps(&input, n, count, step).concat();
+    let args = persistent_args(GpuKernel::Pingpong, n, count, step, 2);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    for (name, mutation) in mutants {
+        let mutant = build_harness(name, &[mutation]).unwrap();
+        let out = run_binary(&mutant, &args, &input, &[("GA_EMULATION_DEADLOCK_MS", "5000")]);
+        let caught = !out.status.success() || out.stdout != want;
+        assert!(caught, "mutant {name} computed the right product");
+        println!(
+            "mutant {name} caught: {}",
+            if out.status.success() {
+                "wrong product".to_string()
+            } else {
+                format!("aborted: {}", String::from_utf8_lossy(&out.stderr).trim())
+            }
+        );
+    }
 }
 
 /// The walk kernel's launches, `first..first + steps` from `starts`: (each walker's checkpoints,

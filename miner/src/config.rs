@@ -36,6 +36,9 @@ pub enum GpuKernelChoice {
     /// wgmma fed by TMA, warp-specialised, persistent: Hopper only, and opt-in until a GPU run
     /// has measured it (`auto` does not choose it yet). Checked like every kernel before use.
     Tma,
+    /// The TMA kernel on the ping-pong schedule (one consumer's epilogue under the other's
+    /// wgmma): Hopper only, opt-in until a GPU run has measured it. Checked like every kernel.
+    Pingpong,
 }
 
 /// What this miner agrees to run. A challenge beyond any limit is refused before work starts.
@@ -177,6 +180,7 @@ impl MinerConfig {
                 GpuKernelChoice::Tensor => Some(GpuKernel::Tensor),
                 GpuKernelChoice::Wgmma => Some(GpuKernel::Wgmma),
                 GpuKernelChoice::Tma => Some(GpuKernel::Tma),
+                GpuKernelChoice::Pingpong => Some(GpuKernel::Pingpong),
             },
             cache_dir: self.kernel_cache_dir.clone().or_else(default_cache_dir),
             host_hashing: self.gpu_hash_on_host,

@@ -1,0 +1,54 @@
+// What the persistent TMA GEMM kernels share (gemm_tma.cu, the cooperative schedule, and
+// gemm_pingpong.cu): the order of the output tiles and the producer that loads them. Both read
+// X and Bt through 3-d tensor maps (k, rows, matrices; kernels/src/tma.rs) in boxes of TMA_BK
+// bytes of k, and both keep a stage as A (the tile's X rows) then B (its Bt rows), each box in
+// the 128-byte swizzle wgmma's descriptors read.
+
+// Bytes of k a box and a stage cover: the most the 128-byte swizzle allows (tma.rs's BOX_K).
+#define TMA_BK 128
+
+// The output tile `tile` of a batch: matrix, first row, first column. Row tiles vary fastest,
+// so the blocks running at one time share their B columns (the larger operand) in L2.
+struct tma_tile {
+    int matrix, row0, col0;
+};
+
+template <int BM, int BN>
+__device__ __forceinline__ tma_tile tma_tile_at(u32 tile, int n) {
+    const u32 rows = (u32)(n + BM - 1) / BM;
+    const u32 cols = (u32)(n + BN - 1) / BN;
+    const u32 in_matrix = tile % (rows * cols);
+    tma_tile t;
+    t.matrix = (int)(tile / (rows * cols));
+    t.row0 = (int)(in_matrix % rows) * BM;
+    t.col0 = (int)(in_matrix / rows) * BN;
+    return t;
+}
+
+// The producer's one thread: every k-tile of every tile of this block (blockIdx.x, then a grid's
+// width further on each time), in order, into the STAGES stages of (BM + BN) x TMA_BK bytes as
+// the consumers free them. Each stage's `full` barrier gets one arrival announcing the stage's
+// bytes, then both boxes count against it; `empty` is waited on with the parity opposite the
+// consumers' `full` waits, so the first pass over the stages does not wait.
+template <int BM, int BN, int STAGES>
+__device__ __forceinline__ void tma_produce(const ga_tensor_map* x_map, const ga_tensor_map* bt_map, u8* smem,
+                                            u64* full, u64* empty, int n, u32 tiles) {
+    const int stage_bytes = (BM + BN) * TMA_BK;
+    const int ktiles = (n + TMA_BK - 1) / TMA_BK;
+    int stage = 0;
+    u32 phase = 0;
+    for (u32 tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+        const tma_tile t = tma_tile_at<BM, BN>(tile, n);
+        for (int kt = 0; kt < ktiles; ++kt) {
+            ga_mbar_wait(&empty[stage], phase ^ 1);
+            u8* a = smem + stage * stage_bytes;
+            ga_mbar_arrive_expect_tx(&full[stage], stage_bytes);
+            ga_tma_load_3d(a, x_map, &full[stage], kt * TMA_BK, t.row0, t.matrix);
+            ga_tma_load_3d(a + BM * TMA_BK, bt_map, &full[stage], kt * TMA_BK, t.col0, t.matrix);
+            if (++stage == STAGES) {
+                stage = 0;
+                phase ^= 1;
+            }
+        }
+    }
+}
