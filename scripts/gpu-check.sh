@@ -11,10 +11,11 @@
 #      signed report checked against NVIDIA's root (PROTOCOL.md 19);
 #   4. one full attestation of protocol version 3 (the memory phase: 95% of each GPU's memory
 #      filled and walked): miner on the GPUs, validator on the CPU, sampled verification;
-#   3c. on Hopper, with ncu on the PATH: Nsight Compute's tensor-pipe utilisation and duration of
-#      one launch each of the wgmma and TMA kernels at n = 2048;
+#   3c. on Hopper: each opt-in TMA kernel (cooperative, ping-pong) against wgmma, its fill's cost
+#      in chain operations, and with ncu on the PATH Nsight Compute's tensor-pipe utilisation and
+#      duration of one launch each of the wgmma and TMA kernels at n = 2048;
 #   5. one more with the validator on the GPUs as well, recomputing every chain;
-#   5b. on Hopper, one more with the miner on the opt-in TMA kernel;
+#   5b. on Hopper, one more with the miner on each opt-in TMA kernel;
 #   5c. one of protocol version 4 (the preview): the pool chains' final states kept, walked and
 #      opened on the GPUs, the verdict stating version 4 and each device's walk;
 #   5d. one with each GPU opened as two slots (a test mode: contexts, streams and host threads
@@ -93,9 +94,9 @@ limit "$bin/miner" bench --backend cuda --sizes "${BENCH_SIZES:-1024,2048,4096}"
 # What a fill operation costs in chain operations on the kernel `auto` mines on: the validator
 # times the fill at a weight per kernel (PROTOCOL.md 18.6 step 5), set from such figures; on a
 # new GPU model a ratio above that weight means honest miners are short of time.
-if [ -s "$out/bench.json" ]; then
-  echo "== the fill's cost in chain operations (PROTOCOL.md 18.6's fill weight)"
-  python3 - "$out/bench.json" "$(sed -n 's/^backend: cuda (\(.*\) kernel)$/\1/p' "$out/info.log")" <<'PY' 2>&1 | tee "$out/fill-weight.log"
+# `fill_weight BENCH_JSON KERNEL`: that ratio per device, from a bench whose pool KERNEL filled.
+fill_weight() {
+  python3 - "$1" "$2" <<'PY'
 import json, sys
 bench, kernel = json.load(open(sys.argv[1])), sys.argv[2]
 for walk in bench.get("memory") or []:
@@ -105,6 +106,11 @@ for walk in bench.get("memory") or []:
         print(f"device {walk['device']} ({walk['name']}): {kernel} runs n = 2048 at {chains:.1f} TOPS and fills at "
               f"{walk['fill_tops']:.1f}: a fill operation costs {chains / walk['fill_tops']:.2f} chain operations")
 PY
+}
+if [ -s "$out/bench.json" ]; then
+  echo "== the fill's cost in chain operations (PROTOCOL.md 18.6's fill weight)"
+  fill_weight "$out/bench.json" "$(sed -n 's/^backend: cuda (\(.*\) kernel)$/\1/p' "$out/info.log")" 2>&1 |
+    tee "$out/fill-weight.log"
 fi
 
 # The bench above walks a 512 MiB pool (past the L2); this one walks 90% of each GPU's free
@@ -120,13 +126,16 @@ echo "== device evidence"
 limit "$bin/miner" evidence 2>&1 | tee "$out/evidence.log"
 record device-evidence "${PIPESTATUS[0]}"
 
-# Which Hopper kernel `auto` should take, from the bench above: the TMA kernel against wgmma and
-# cuBLASLt plus the mix at each size, beside issue 33's bars (70% of the int8 peak at n = 2048,
-# 60% at 1024, 3x cuBLASLt plus the mix at 2048). `auto` follows GpuKernel::FASTEST_FIRST; moving
-# Tma first there is the switch, once this says it is exact (self-check, GPU tests) and faster.
+# Which Hopper kernel `auto` should take, from the bench above: each TMA kernel (cooperative, and
+# ping-pong) against wgmma and cuBLASLt plus the mix at each size, beside the bars (70% of the
+# int8 peak at n = 2048, 60% at 1024, 3x cuBLASLt plus the mix at 2048), then its fill's cost in
+# chain operations (a kernel `auto` mines on fills its pools too). `auto` follows
+# GpuKernel::FASTEST_FIRST; moving a kernel first there is the switch, once this says it is exact
+# (self-check, GPU tests) and faster, chains and fill alike.
 compute_cap=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -n 1)
+hopper_kernels="tma pingpong"
 if [ "$compute_cap" = "9.0" ] && [ -s "$out/bench.json" ]; then
-  echo "== the TMA kernel against wgmma (from the bench)"
+  echo "== the TMA kernels against wgmma (from the bench)"
   python3 - "$out/bench.json" <<'PY' 2>&1 | tee "$out/kernel-choice.log"
 import json, sys
 def rows(node):
@@ -141,32 +150,36 @@ def rows(node):
 found = {}
 for r in rows(json.load(open(sys.argv[1]))):
     found[(r["kernel"], r["device"], r["n"])] = r
-for (kernel, device, n), tma in sorted(found.items()):
-    if kernel != "tma" or ("wgmma", device, n) not in found:
+for (kernel, device, n), row in sorted(found.items()):
+    if kernel not in ("tma", "pingpong") or ("wgmma", device, n) not in found:
         continue
     wgmma = found[("wgmma", device, n)]
-    peak = tma.get("peak_tops")
-    share = f"{tma['tops'] / peak:.0%} of peak" if peak else "peak unknown"
-    lt = tma.get("cublaslt_seconds")
-    vs_lt = f"{lt / tma['seconds']:.2f}x cuBLASLt+mix" if lt else "no cuBLASLt figure"
-    verdict = "faster" if tma["tops"] > wgmma["tops"] else "NOT faster"
-    print(f"device {device} n={n}: tma {tma['tops']:.1f} TOPS ({share}, {vs_lt}), wgmma {wgmma['tops']:.1f}: "
-          f"tma is {tma['tops'] / wgmma['tops']:.2f}x, {verdict}")
+    peak = row.get("peak_tops")
+    share = f"{row['tops'] / peak:.1%} of peak" if peak else "peak unknown"
+    lt = row.get("cublaslt_seconds")
+    vs_lt = f"{lt / row['seconds']:.2f}x cuBLASLt+mix" if lt else "no cuBLASLt figure"
+    verdict = "faster" if row["tops"] > wgmma["tops"] else "NOT faster"
+    print(f"device {device} n={n}: {kernel} {row['tops']:.1f} TOPS ({share}, {vs_lt}), wgmma {wgmma['tops']:.1f}: "
+          f"{kernel} is {row['tops'] / wgmma['tops']:.2f}x, {verdict}")
 PY
+  for kernel in $hopper_kernels; do
+    limit "$bin/miner" bench --backend cuda --gpu-kernel "$kernel" --sizes 2048 --seconds 0.5 --memory-mib 8192 --json \
+      >"$out/bench-fill-$kernel.json" 2>/dev/null && fill_weight "$out/bench-fill-$kernel.json" "$kernel"
+  done 2>&1 | tee -a "$out/kernel-choice.log"
 fi
 
-# Hopper kernels under Nsight Compute: one launch each of wgmma and tma at n = 2048 (8 chains,
+# Hopper kernels under Nsight Compute: one launch each of wgmma, tma and pingpong at n = 2048 (8 chains,
 # after the bench's warm-up launches), the tensor pipe's share of the elapsed cycles and the
 # duration. Metric names differ between ncu versions, so only those this ncu knows are asked for.
 if [ "$compute_cap" = "9.0" ] && command -v ncu >/dev/null; then
-  echo "== Nsight Compute: wgmma and tma at n = 2048, tensor pipe utilisation"
+  echo "== Nsight Compute: wgmma and the TMA kernels at n = 2048, tensor pipe utilisation"
   known=$(ncu --query-metrics 2>/dev/null | awk '{print $1}')
   metrics=gpu__time_duration.sum
   for m in sm__pipe_tensor_op_gmma_cycles_active sm__pipe_tensor_op_imma_cycles_active sm__pipe_tensor_cycles_active; do
     grep -qx "$m" <<<"$known" && metrics+=",$m.avg.pct_of_peak_sustained_elapsed"
   done
   ncu_status=0
-  for kernel in wgmma tma; do
+  for kernel in wgmma $hopper_kernels; do
     limit ncu --clock-control none --kernel-name "gemm_mix_$kernel" --launch-skip 2 --launch-count 1 \
       --metrics "$metrics" "$bin/miner" bench --backend cuda --sizes 2048 --seconds 0.3 --memory-mib 0 \
       >"$out/ncu-$kernel.log" 2>&1 || ncu_status=1
@@ -219,20 +232,22 @@ miner_down
 record attestation $status
 record gpu-validator $gpu_validator
 
-# The opt-in TMA kernel through a whole attestation: its proven rate against its bench rate above
-# (the issue's bar: within 5%), checked on arrival by the miner's self-check like any kernel.
+# The opt-in TMA kernels through a whole attestation each: the proven rate against the bench rate
+# above (the bar: within 5%), each kernel checked on arrival by the miner's self-check.
 if [ "$compute_cap" = "9.0" ]; then
-  echo "== attestation: miner on the TMA kernel, validator on CPU"
-  miner_on tma
-  if [ -n "$address" ]; then
-    attest_sampled attestation-tma.log
-    tma_status=$?
-  else
-    echo "the miner did not start on the TMA kernel:"; cat "$out/miner-tma.log"
-    tma_status=2
-  fi
-  miner_down
-  record attestation-tma $tma_status
+  for kernel in $hopper_kernels; do
+    echo "== attestation: miner on the $kernel kernel, validator on CPU"
+    miner_on "$kernel"
+    if [ -n "$address" ]; then
+      attest_sampled "attestation-$kernel.log"
+      kernel_status=$?
+    else
+      echo "the miner did not start on the $kernel kernel:"; cat "$out/miner-$kernel.log"
+      kernel_status=2
+    fi
+    miner_down
+    record "attestation-$kernel" $kernel_status
+  done
 fi
 
 # Protocol version 4 through a whole attestation (PROTOCOL.md 20, the preview): the miner keeps
@@ -345,7 +360,7 @@ echo
 echo "== summary ($(date -u +%FT%TZ))"
 printf '%s\n' "${summary[@]}" | tee "$out/summary.txt"
 for part in summary.txt info.log selftest.log gpu-tests.log kernel-compile.log bench.log fill-weight.log kernel-choice.log ncu.log walk.log evidence.log \
-  host-memory.log attestation.log gpu-validator.log attestation-tma.log miner-v4.log attestation-v4.log attestation-v4-walk.log attestation-v4.json \
+  host-memory.log attestation.log gpu-validator.log attestation-tma.log attestation-pingpong.log miner-v4.log attestation-v4.log attestation-v4-walk.log attestation-v4.json \
   miner-slots.log attestation-slots.log \
   cpu-oracle.log host-cpu.log; do
   [ -f "$out/$part" ] && { echo "== $part"; cat "$out/$part"; echo; }
