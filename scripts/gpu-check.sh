@@ -12,8 +12,8 @@
 #   4. one full attestation of protocol version 3 (the memory phase: 95% of each GPU's memory
 #      filled and walked): miner on the GPUs, validator on the CPU, sampled verification;
 #   3c. on Hopper: each opt-in TMA kernel (cooperative, ping-pong) against wgmma, its fill's cost
-#      in chain operations, and with ncu on the PATH Nsight Compute's tensor-pipe utilisation and
-#      duration of one launch each of the wgmma and TMA kernels at n = 2048;
+#      in chain operations, and with ncu on the PATH Nsight Compute's tensor-pipe utilisation, L2
+#      and L1 throughput and duration of one launch each of the wgmma and TMA kernels at n = 2048;
 #   5. one more with the validator on the GPUs as well, recomputing every chain;
 #   5b. on Hopper, one more with the miner on each opt-in TMA kernel;
 #   5c. one of protocol version 4 (the preview): the pool chains' final states kept, walked and
@@ -175,7 +175,12 @@ if [ "$compute_cap" = "9.0" ] && command -v ncu >/dev/null; then
   echo "== Nsight Compute: wgmma and the TMA kernels at n = 2048, tensor pipe utilisation"
   known=$(ncu --query-metrics 2>/dev/null | awk '{print $1}')
   metrics=gpu__time_duration.sum
-  for m in sm__pipe_tensor_op_gmma_cycles_active sm__pipe_tensor_op_imma_cycles_active sm__pipe_tensor_cycles_active; do
+  # The tensor pipe's share, and the L2's and L1/shared memory's throughput: the ping-pong kernel
+  # moves 1.67x the cooperative one's bytes from L2 a multiply-add, so whether the cooperative
+  # one's main loop is bound by L2 decides which lever comes next (docs/benchmarks record of
+  # 2026-11-27).
+  for m in sm__pipe_tensor_op_gmma_cycles_active sm__pipe_tensor_op_imma_cycles_active sm__pipe_tensor_cycles_active \
+    lts__throughput l1tex__throughput; do
     grep -qx "$m" <<<"$known" && metrics+=",$m.avg.pct_of_peak_sustained_elapsed"
   done
   ncu_status=0
@@ -183,7 +188,7 @@ if [ "$compute_cap" = "9.0" ] && command -v ncu >/dev/null; then
     limit ncu --clock-control none --kernel-name "gemm_mix_$kernel" --launch-skip 2 --launch-count 1 \
       --metrics "$metrics" "$bin/miner" bench --backend cuda --sizes 2048 --seconds 0.3 --memory-mib 0 \
       >"$out/ncu-$kernel.log" 2>&1 || ncu_status=1
-    echo "-- $kernel"; grep -E "gemm_mix_|gpu__time_duration|pipe_tensor" "$out/ncu-$kernel.log"
+    echo "-- $kernel"; grep -E "gemm_mix_|gpu__time_duration|pipe_tensor|lts__throughput|l1tex__throughput" "$out/ncu-$kernel.log"
   done | tee "$out/ncu.log"
   record nsight-compute $ncu_status
 else

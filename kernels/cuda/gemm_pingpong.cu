@@ -114,7 +114,7 @@ __device__ __forceinline__ void pp_consume(u8* smem, u64* full, u64* empty, u64*
         if (lane == 0) ga_mbar_arrive(&turn[consumer ^ 1]);
         wg_wait<0>();
         wg_fence_operand(acc);
-        if (lane == 0) ga_mbar_arrive(&empty[retiring]);
+        if (retiring >= 0 && lane == 0) ga_mbar_arrive(&empty[retiring]);
         // The other consumer's tile comes next in the ring.
         at = pp_advance(at, ktiles);
 
@@ -132,7 +132,10 @@ gemm_mix_pingpong(const __grid_constant__ ga_tensor_map x_map, const __grid_cons
     // The stages, aligned to 1024 bytes; A then B within each stage.
     u8* smem = wg_smem_raw + ((1024 - (ga_smem_addr(wg_smem_raw) & 1023)) & 1023);
     const u32 tiles = (u32)count * (u32)((n + PP_BM - 1) / PP_BM) * (u32)((n + PP_BN - 1) / PP_BN);
-    const int warpgroup = threadIdx.x >> 7;
+    // The warpgroup, read from lane 0 so the compiler knows it is the same across the warp: the
+    // consumer's ring position, and with it every wgmma descriptor, then stays in uniform
+    // registers (CUTLASS's canonical_warp_group_idx does the same).
+    const int warpgroup = __shfl_sync(0xffffffffu, (int)(threadIdx.x >> 7), 0);
 
     if (threadIdx.x == 0) {
         ga_tma_prefetch_map(&x_map);

@@ -104,7 +104,9 @@ gemm_mix_tma(const __grid_constant__ ga_tensor_map x_map, const __grid_constant_
     // The stages, aligned to 1024 bytes; A then B within each stage.
     u8* smem = wg_smem_raw + ((1024 - (ga_smem_addr(wg_smem_raw) & 1023)) & 1023);
     const u32 tiles = (u32)count * (u32)((n + TMA_BM - 1) / TMA_BM) * (u32)((n + TMA_BN - 1) / TMA_BN);
-    const int warpgroup = threadIdx.x >> 7;
+    // The warpgroup, read from lane 0 so the compiler knows it is the same across the warp (see
+    // gemm_pingpong.cu).
+    const int warpgroup = __shfl_sync(0xffffffffu, (int)(threadIdx.x >> 7), 0);
 
     if (threadIdx.x == 0) {
         ga_tma_prefetch_map(&x_map);

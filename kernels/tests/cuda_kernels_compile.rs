@@ -97,7 +97,7 @@ fn every_kernel_compiles_for_every_target_architecture() {
                 GpuKernel::Tiled => assert!(ptx.contains("dp4a.s32.s32"), "the tiled kernel must use dp4a"),
             }
             if let Some(ptxas) = &ptxas {
-                assemble(
+                let usage = assemble(
                     ptxas,
                     &kernel.to_string(),
                     arch,
@@ -105,6 +105,16 @@ fn every_kernel_compiles_for_every_target_architecture() {
                     &ptx,
                     &[kernel.gemm_fn()],
                 );
+                // setmaxnreg hands the producer's registers to the consumers within the block's
+                // allocation: 128 x 40 + 256 x 232 = 64512 = 384 x 168. With fewer registers at
+                // entry, the consumers' setmaxnreg.inc would wait for registers that never come,
+                // a hang no mbarrier timeout traps.
+                if kernel.is_persistent() {
+                    assert!(
+                        usage.iter().any(|l| l.contains("Used 168 registers")),
+                        "{kernel} on sm_{arch}: not 168 registers at entry: {usage:?}"
+                    );
+                }
             }
             checked += 1;
         }
@@ -163,8 +173,9 @@ fn every_aux_module_compiles_for_every_target_architecture() {
 }
 
 /// Assembles `ptx` (module `name`) for sm_`arch``suffix` and fails on errors or on register
-/// spills in the `checked` functions (the GEMM kernel, or an aux module's entry points).
-fn assemble(ptxas: &PathBuf, name: &str, arch: u32, suffix: &str, ptx: &str, checked: &[&str]) {
+/// spills in the `checked` functions (the GEMM kernel, or an aux module's entry points); returns
+/// ptxas's register and spill lines for them.
+fn assemble(ptxas: &PathBuf, name: &str, arch: u32, suffix: &str, ptx: &str, checked: &[&str]) -> Vec<String> {
     // One folder per module and architecture: the tests run in parallel and each removes its own.
     let dir = std::env::temp_dir().join(format!("gpu-attest-ptxas-{}-{name}-{arch}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
@@ -225,4 +236,5 @@ fn assemble(ptxas: &PathBuf, name: &str, arch: u32, suffix: &str, ptx: &str, che
         }
     }
     std::fs::remove_dir_all(&dir).ok();
+    usage.into_iter().map(String::from).collect()
 }

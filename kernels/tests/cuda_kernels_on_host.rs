@@ -90,6 +90,21 @@ static inline int __shfl_xor_sync(unsigned mask, int v, int lane_mask) {
     return got;
 }
 
+// __shfl_sync from a source lane, over a whole warp (the same conditions as above).
+static int ga_shfl_sync_values[32][32];
+static inline int __shfl_sync(unsigned mask, int v, int src_lane) {
+    if (mask != 0xffffffffu) {
+        fprintf(stderr, "__shfl_sync with a partial mask (%08x): not emulated\n", mask);
+        abort();
+    }
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    ga_shfl_sync_values[warp][lane] = v;
+    (*ga_warp_barriers)[warp]->arrive_and_wait();
+    const int got = ga_shfl_sync_values[warp][src_lane & 31];
+    (*ga_warp_barriers)[warp]->arrive_and_wait();
+    return got;
+}
+
 // cp.async as the PTX ISA promises it, no more: a thread's copies land only when a wait_group
 // retires their commit group, and until then the destination holds garbage (the hardware may
 // write it at any moment after the issue). A pipeline that reads a stage before waiting for it
@@ -924,13 +939,15 @@ fn device_pingpong_kernel_matches_the_naive_step() {
     // (n, matrices, blocks): 64, two tiles in one block, one a consumer; 64 on two blocks, one
     // idle and the other's consumer 1 idle; 192, three tiles in one block (consumer 0 takes
     // two); 320, twenty tiles of three k-tiles over three blocks (7, 7, 6); 704, thirty-three
-    // tiles of six k-tiles over two blocks.
+    // tiles of six k-tiles over two blocks; 640, k-tiles exactly the stages (a tile's skip
+    // flips the phase and leaves the stage), thirty tiles over three blocks.
     for (n, count, blocks) in [
         (64usize, 2usize, 1u32),
         (64, 1, 2),
         (192, 1, 1),
         (320, 2, 3),
         (704, 1, 2),
+        (640, 1, 3),
     ] {
         let input = gemm_input(&mut rng, n, count);
         let step = 11u32;
