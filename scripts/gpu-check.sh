@@ -11,7 +11,8 @@
 #      signed report checked against NVIDIA's root (PROTOCOL.md 19);
 #   4. one full attestation of protocol version 3 (the memory phase: 95% of each GPU's memory
 #      filled and walked): miner on the GPUs, validator on the CPU, sampled verification;
-#   3c. on Hopper: each opt-in TMA kernel (cooperative, ping-pong) against wgmma, its fill's cost
+#   3c. on Hopper: each opt-in TMA kernel (cooperative, ping-pong, ping-pong in clusters of two
+#      multicasting Bt) against wgmma, its fill's cost
 #      in chain operations, and with ncu on the PATH Nsight Compute's tensor-pipe utilisation, L2
 #      and L1 throughput and duration of one launch each of the wgmma and TMA kernels at n = 2048;
 #   5. one more with the validator on the GPUs as well, recomputing every chain;
@@ -126,14 +127,14 @@ echo "== device evidence"
 limit "$bin/miner" evidence 2>&1 | tee "$out/evidence.log"
 record device-evidence "${PIPESTATUS[0]}"
 
-# Which Hopper kernel `auto` should take, from the bench above: each TMA kernel (cooperative, and
-# ping-pong) against wgmma and cuBLASLt plus the mix at each size, beside the bars (70% of the
+# Which Hopper kernel `auto` should take, from the bench above: each TMA kernel (cooperative,
+# ping-pong, and ping-pong in clusters of two that multicast Bt) against wgmma and cuBLASLt plus the mix at each size, beside the bars (70% of the
 # int8 peak at n = 2048, 60% at 1024, 3x cuBLASLt plus the mix at 2048), then its fill's cost in
 # chain operations (a kernel `auto` mines on fills its pools too). `auto` follows
 # GpuKernel::FASTEST_FIRST; moving a kernel first there is the switch, once this says it is exact
 # (self-check, GPU tests) and faster, chains and fill alike.
 compute_cap=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -n 1)
-hopper_kernels="tma pingpong"
+hopper_kernels="tma pingpong multicast"
 if [ "$compute_cap" = "9.0" ] && [ -s "$out/bench.json" ]; then
   echo "== the TMA kernels against wgmma (from the bench)"
   python3 - "$out/bench.json" <<'PY' 2>&1 | tee "$out/kernel-choice.log"
@@ -151,7 +152,7 @@ found = {}
 for r in rows(json.load(open(sys.argv[1]))):
     found[(r["kernel"], r["device"], r["n"])] = r
 for (kernel, device, n), row in sorted(found.items()):
-    if kernel not in ("tma", "pingpong") or ("wgmma", device, n) not in found:
+    if kernel not in ("tma", "pingpong", "multicast") or ("wgmma", device, n) not in found:
         continue
     wgmma = found[("wgmma", device, n)]
     peak = row.get("peak_tops")
@@ -168,7 +169,7 @@ PY
   done 2>&1 | tee -a "$out/kernel-choice.log"
 fi
 
-# Hopper kernels under Nsight Compute: one launch each of wgmma, tma and pingpong at n = 2048 (8 chains,
+# Hopper kernels under Nsight Compute: one launch each of wgmma and the TMA kernels at n = 2048 (8 chains,
 # after the bench's warm-up launches), the tensor pipe's share of the elapsed cycles and the
 # duration. Metric names differ between ncu versions, so only those this ncu knows are asked for.
 if [ "$compute_cap" = "9.0" ] && command -v ncu >/dev/null; then
@@ -365,7 +366,7 @@ echo
 echo "== summary ($(date -u +%FT%TZ))"
 printf '%s\n' "${summary[@]}" | tee "$out/summary.txt"
 for part in summary.txt info.log selftest.log gpu-tests.log kernel-compile.log bench.log fill-weight.log kernel-choice.log ncu.log walk.log evidence.log \
-  host-memory.log attestation.log gpu-validator.log attestation-tma.log attestation-pingpong.log miner-v4.log attestation-v4.log attestation-v4-walk.log attestation-v4.json \
+  host-memory.log attestation.log gpu-validator.log attestation-tma.log attestation-pingpong.log attestation-multicast.log miner-v4.log attestation-v4.log attestation-v4-walk.log attestation-v4.json \
   miner-slots.log attestation-slots.log \
   cpu-oracle.log host-cpu.log; do
   [ -f "$out/$part" ] && { echo "== $part"; cat "$out/$part"; echo; }

@@ -28,9 +28,10 @@ GEMM_FN = {
     "wgmma": "gemm_mix_wgmma",
     "tma": "gemm_mix_tma",
     "pingpong": "gemm_mix_pingpong",
+    "multicast": "gemm_mix_multicast",
 }
 # Bytes of k one iteration of the main loop covers (the kernels' BK): one k-tile per iteration.
-K_PER_ITERATION = {"tiled": 32, "tensor": 64, "wgmma": 128, "tma": 128, "pingpong": 128}
+K_PER_ITERATION = {"tiled": 32, "tensor": 64, "wgmma": 128, "tma": 128, "pingpong": 128, "multicast": 128}
 INSTR = re.compile(r"/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)([^;]*);")
 LABEL = re.compile(r"^\s*(\.L_x_\d+):")
 TARGET = re.compile(r"`\((\.L_x_\d+)\)")

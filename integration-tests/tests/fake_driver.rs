@@ -185,7 +185,7 @@ fn selftest_reports_each_failing_gpu_kernel_and_auto_falls_back() {
     let kernels: Vec<&str> = gpu.iter().map(|c| c["kernel"].as_str().unwrap()).collect();
     assert_eq!(
         kernels,
-        ["tiled", "tensor", "wgmma", "tma", "pingpong"],
+        ["tiled", "tensor", "wgmma", "tma", "pingpong", "multicast"],
         "every kernel a compute capability 9.0 GPU supports, the opt-in TMA kernels too"
     );
     for c in &gpu {
@@ -207,7 +207,7 @@ fn selftest_reports_each_failing_gpu_kernel_and_auto_falls_back() {
     );
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
-        stderr.contains("5 of ") && stderr.contains("kernels failed their self-check"),
+        stderr.contains("6 of ") && stderr.contains("kernels failed their self-check"),
         "{stderr}"
     );
 
@@ -221,7 +221,8 @@ fn selftest_reports_each_failing_gpu_kernel_and_auto_falls_back() {
             && note.contains("; tensor on gpu 0")
             && note.contains("; tiled on gpu 0")
             && !note.contains("tma on gpu 0")
-            && !note.contains("pingpong on gpu 0"),
+            && !note.contains("pingpong on gpu 0")
+            && !note.contains("multicast on gpu 0"),
         "{note}"
     );
 }

@@ -7,7 +7,7 @@
 // right and promoting an odd last node unchanged. That yields BLAKE3's tree, whose left subtree
 // always holds the largest power-of-two number of chunks. The level with two nodes is the root.
 //
-// Kept free of shared memory and barriers so that shared/tests/cuda_kernels_on_host.rs can run
+// Kept free of shared memory and barriers so that kernels/tests/cuda_kernels_on_host.rs can run
 // this exact source on the CPU, one emulated thread at a time, against the blake3 crate.
 
 #define GA_B3_CHUNK_START 1u

@@ -1,5 +1,5 @@
 // Definitions every gpu-attest kernel shares. NVRTC compiles each module from this header
-// followed by the kernel file (see shared/src/cuda/kernels.rs), so nothing here may rely on
+// followed by the kernel file (see kernels/src/kernels.rs), so nothing here may rely on
 // system headers: NVRTC has none.
 
 typedef unsigned int u32;

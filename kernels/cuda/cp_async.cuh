@@ -1,8 +1,8 @@
 // Asynchronous global -> shared copies (cp.async, sm_80 and later) and the shared-address
 // conversion the tensor-core kernels share. NVRTC compiles it into the modules of the kernels
-// that use it only (see shared/src/cuda/kernels.rs): older GPUs have no cp.async.
+// that use it only (see kernels/src/kernels.rs): older GPUs have no cp.async.
 //
-// A host build (shared/tests/cuda_kernels_on_host.rs) defines GA_HOST_EMULATION and supplies
+// A host build (kernels/tests/cuda_kernels_on_host.rs) defines GA_HOST_EMULATION and supplies
 // equivalents: copies that land only when the wait_group retiring their group runs.
 #ifndef GA_HOST_EMULATION
 __device__ __forceinline__ u32 ga_smem_addr(const void* p) {

@@ -47,8 +47,11 @@
 #define PP_CONSUMER_WARPS 4
 #define PP_A_BYTES (PP_BM * TMA_BK)
 #define PP_STAGE_BYTES ((PP_BM + PP_BN) * TMA_BK)
+// The barriers (full and empty per stage, two turns) live after the stages, in dynamic shared
+// memory: a cluster's blocks address each other's barriers at the same offsets.
+#define PP_BARRIER_BYTES 128
 // One extra KiB to align the stages to the 1024 bytes the swizzle pattern is anchored to.
-#define PP_SMEM_BYTES (PP_STAGES * PP_STAGE_BYTES + 1024)
+#define PP_SMEM_BYTES (PP_STAGES * PP_STAGE_BYTES + PP_BARRIER_BYTES + 1024)
 #define PP_PRODUCER_REGISTERS 40
 #define PP_CONSUMER_REGISTERS 232
 
@@ -69,9 +72,24 @@ __device__ __forceinline__ pp_position pp_advance(pp_position position, int k) {
     return position;
 }
 
-// Consumer warpgroup `consumer` (0 or 1): the block's tiles consumer, consumer + 2, ...
+// Frees a stage: one arrival per warp on its `empty` barrier, in this block, and with CLUSTER
+// blocks sharing Bt in every block of the cluster (whose producers multicast into it).
+template <int CLUSTER>
+__device__ __forceinline__ void pp_release(u64* empty) {
+    if (CLUSTER == 1) {
+        ga_mbar_arrive(empty);
+    } else {
+#pragma unroll
+        for (u32 cta = 0; cta < CLUSTER; ++cta) ga_mbar_arrive_cluster(empty, cta);
+    }
+}
+
+// Consumer warpgroup `consumer` (0 or 1): the block's tiles consumer, consumer + 2, ... of the
+// `tiles` of CLUSTER * PP_BM x PP_BN its cluster (or, alone, itself) takes, rows rank * PP_BM..
+// of each.
+template <int CLUSTER>
 __device__ __forceinline__ void pp_consume(u8* smem, u64* full, u64* empty, u64* turn, i8* out, int n, u32 step,
-                                           u32 tiles, int consumer) {
+                                           u32 tiles, int consumer, u32 rank) {
     const int ktiles = (n + TMA_BK - 1) / TMA_BK;
     const int lane = threadIdx.x & 31;
     // Descriptors of the first stage's operands; another stage and k step add their offset / 16
@@ -81,10 +99,12 @@ __device__ __forceinline__ void pp_consume(u8* smem, u64* full, u64* empty, u64*
     const u64 b_desc = wg_descriptor(ga_smem_addr(smem + PP_A_BYTES));
     // Consumer 1's first k-tile comes after consumer 0's first tile.
     pp_position at = pp_advance(pp_position{0, 0}, consumer * ktiles);
+    const u32 first = blockIdx.x / CLUSTER;
+    const u32 stride = gridDim.x / CLUSTER;
     u32 turns = 0;  // this consumer's tiles so far
     int acc[128];
-    for (u32 tile = blockIdx.x + (u32)consumer * gridDim.x; tile < tiles; tile += 2 * gridDim.x, ++turns) {
-        const tma_tile t = tma_tile_at<PP_BM, PP_BN>(tile, n);
+    for (u32 tile = first + (u32)consumer * stride; tile < tiles; tile += 2 * stride, ++turns) {
+        const tma_tile t = tma_tile_at<CLUSTER * PP_BM, PP_BN>(tile, n);
 #pragma unroll
         for (int i = 0; i < 128; ++i) acc[i] = 0;
         // This consumer's turn-th tile follows the other consumer's tile before it: consumer 1
@@ -105,7 +125,7 @@ __device__ __forceinline__ void pp_consume(u8* smem, u64* full, u64* empty, u64*
             // k-tile kt's wgmma keeps running; kt - 1's is retired, so its stage is free.
             wg_wait<1>();
             wg_fence_operand(acc);
-            if (retiring >= 0 && lane == 0) ga_mbar_arrive(&empty[retiring]);
+            if (retiring >= 0 && lane == 0) pp_release<CLUSTER>(&empty[retiring]);
             retiring = at.stage;
             at = pp_advance(at, 1);
         }
@@ -114,50 +134,78 @@ __device__ __forceinline__ void pp_consume(u8* smem, u64* full, u64* empty, u64*
         if (lane == 0) ga_mbar_arrive(&turn[consumer ^ 1]);
         wg_wait<0>();
         wg_fence_operand(acc);
-        if (retiring >= 0 && lane == 0) ga_mbar_arrive(&empty[retiring]);
+        if (retiring >= 0 && lane == 0) pp_release<CLUSTER>(&empty[retiring]);
         // The other consumer's tile comes next in the ring.
         at = pp_advance(at, ktiles);
 
         // The epilogue, under the other consumer's wgmma.
-        wg_store_mixed(acc, out + (u64)t.matrix * (u64)n * (u64)n, n, t.row0, t.col0, step);
+        wg_store_mixed(acc, out + (u64)t.matrix * (u64)n * (u64)n, n, t.row0 + (int)rank * PP_BM, t.col0, step);
+    }
+}
+
+// The kernel, alone (CLUSTER 1) or as one block of a cluster of two sharing their Bt rows.
+template <int CLUSTER>
+__device__ __forceinline__ void pp_gemm(const ga_tensor_map* x_map, const ga_tensor_map* bt_map, i8* out, int n,
+                                        int count, u32 step) {
+    // The stages, aligned to 1024 bytes; A then B within each stage; the barriers after them.
+    u8* smem = wg_smem_raw + ((1024 - (ga_smem_addr(wg_smem_raw) & 1023)) & 1023);
+    u64* full = (u64*)(smem + PP_STAGES * PP_STAGE_BYTES);
+    u64* empty = full + PP_STAGES;
+    u64* turn = empty + PP_STAGES;
+    const u32 tiles =
+        (u32)count * (u32)((n + CLUSTER * PP_BM - 1) / (CLUSTER * PP_BM)) * (u32)((n + PP_BN - 1) / PP_BN);
+    // The warpgroup, read from lane 0 so the compiler knows it is the same across the warp: the
+    // consumer's ring position, and with it every wgmma descriptor, then stays in uniform
+    // registers (CUTLASS's canonical_warp_group_idx does the same).
+    const int warpgroup = __shfl_sync(0xffffffffu, (int)(threadIdx.x >> 7), 0);
+    const u32 rank = CLUSTER == 1 ? 0u : ga_cluster_rank();
+
+    if (threadIdx.x == 0) {
+        ga_tma_prefetch_map(x_map);
+        ga_tma_prefetch_map(bt_map);
+#pragma unroll
+        for (int s = 0; s < PP_STAGES; ++s) {
+            ga_mbar_init(&full[s], 1);
+            ga_mbar_init(&empty[s], CLUSTER * PP_CONSUMER_WARPS);
+        }
+        ga_mbar_init(&turn[0], PP_CONSUMER_WARPS);
+        ga_mbar_init(&turn[1], PP_CONSUMER_WARPS);
+        ga_mbar_init_fence();
+    }
+    // Every block's barriers are initialised before any block of the cluster arrives on them or
+    // multicasts into its stages.
+    if (CLUSTER == 1) {
+        __syncthreads();
+    } else {
+        ga_cluster_sync();
+    }
+
+    if (warpgroup == 0) {
+        ga_setmaxnreg_dec<PP_PRODUCER_REGISTERS>();
+        if (threadIdx.x == 0) {
+            if (CLUSTER == 1) {
+                tma_produce<PP_BM, PP_BN, PP_STAGES>(x_map, bt_map, smem, full, empty, n, tiles);
+            } else {
+                tma_produce_pair<PP_BM, PP_BN, PP_STAGES>(x_map, bt_map, smem, full, empty, n, tiles, rank);
+            }
+        }
+    } else {
+        ga_setmaxnreg_inc<PP_CONSUMER_REGISTERS>();
+        pp_consume<CLUSTER>(smem, full, empty, turn, out, n, step, tiles, warpgroup - 1, rank);
     }
 }
 
 extern "C" __global__ void __launch_bounds__(PP_THREADS, 1)
 gemm_mix_pingpong(const __grid_constant__ ga_tensor_map x_map, const __grid_constant__ ga_tensor_map bt_map,
                   i8* out, int n, int count, u32 step) {
-    __shared__ __align__(8) u64 pp_full[PP_STAGES];
-    __shared__ __align__(8) u64 pp_empty[PP_STAGES];
-    __shared__ __align__(8) u64 pp_turn[2];
-    // The stages, aligned to 1024 bytes; A then B within each stage.
-    u8* smem = wg_smem_raw + ((1024 - (ga_smem_addr(wg_smem_raw) & 1023)) & 1023);
-    const u32 tiles = (u32)count * (u32)((n + PP_BM - 1) / PP_BM) * (u32)((n + PP_BN - 1) / PP_BN);
-    // The warpgroup, read from lane 0 so the compiler knows it is the same across the warp: the
-    // consumer's ring position, and with it every wgmma descriptor, then stays in uniform
-    // registers (CUTLASS's canonical_warp_group_idx does the same).
-    const int warpgroup = __shfl_sync(0xffffffffu, (int)(threadIdx.x >> 7), 0);
+    pp_gemm<1>(&x_map, &bt_map, out, n, count, step);
+}
 
-    if (threadIdx.x == 0) {
-        ga_tma_prefetch_map(&x_map);
-        ga_tma_prefetch_map(&bt_map);
-#pragma unroll
-        for (int s = 0; s < PP_STAGES; ++s) {
-            ga_mbar_init(&pp_full[s], 1);
-            ga_mbar_init(&pp_empty[s], PP_CONSUMER_WARPS);
-        }
-        ga_mbar_init(&pp_turn[0], PP_CONSUMER_WARPS);
-        ga_mbar_init(&pp_turn[1], PP_CONSUMER_WARPS);
-        ga_mbar_init_fence();
-    }
-    __syncthreads();
-
-    if (warpgroup == 0) {
-        ga_setmaxnreg_dec<PP_PRODUCER_REGISTERS>();
-        if (threadIdx.x == 0) {
-            tma_produce<PP_BM, PP_BN, PP_STAGES>(&x_map, &bt_map, smem, pp_full, pp_empty, n, tiles);
-        }
-    } else {
-        ga_setmaxnreg_inc<PP_CONSUMER_REGISTERS>();
-        pp_consume(smem, pp_full, pp_empty, pp_turn, out, n, step, tiles, warpgroup - 1);
-    }
+// Blocks in clusters of two (the grid is even): both take the same output tiles' Bt columns, and
+// each block's producer loads half of them for both (tma_produce_pair). Its Bt tensor map has
+// boxes of PP_BN / 2 rows.
+extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(PP_THREADS, 1)
+gemm_mix_multicast(const __grid_constant__ ga_tensor_map x_map, const __grid_constant__ ga_tensor_map bt_map,
+                   i8* out, int n, int count, u32 step) {
+    pp_gemm<2>(&x_map, &bt_map, out, n, count, step);
 }

@@ -38,7 +38,7 @@
 #define TC_THREADS 128
 
 // The PTX helpers (cp.async ones in cp_async.cuh). A host build
-// (shared/tests/cuda_kernels_on_host.rs) defines GA_HOST_EMULATION and supplies equivalents:
+// (kernels/tests/cuda_kernels_on_host.rs) defines GA_HOST_EMULATION and supplies equivalents:
 // ldmatrix and mma as warp exchanges following the PTX ISA's layout tables.
 #ifndef GA_HOST_EMULATION
 __device__ __forceinline__ void tc_ldmatrix_x4(int* r, const void* row_addr) {

@@ -32,7 +32,7 @@
 // `empty` with the parity opposite the consumers' `full` waits, so its first pass over the
 // stages does not wait (the phase "before" the first counts as complete).
 //
-// The tensor maps (shared/src/cuda/tma.rs) are 3-d: k (innermost, n bytes), rows (n), matrices
+// The tensor maps (kernels/src/tma.rs) are 3-d: k (innermost, n bytes), rows (n), matrices
 // (count), so a box never reads across matrices: rows and k past n are zeros.
 
 #define TMA_BM 128

@@ -1,15 +1,16 @@
-// Hopper's asynchronous machinery for gemm_tma.cu (sm_90a): transaction barriers (mbarrier),
-// tensor-map tile loads (TMA, cp.async.bulk.tensor) and register rebalancing between warpgroups
+// Hopper's asynchronous machinery for the TMA kernels (gemm_tma.cu, gemm_pingpong.cu; sm_90a):
+// transaction barriers (mbarrier), tensor-map tile loads (TMA, cp.async.bulk.tensor), their
+// multicast to the blocks of a cluster, and register rebalancing between warpgroups
 // (setmaxnreg). Written from the PTX ISA 8.x sections on each instruction; CUTLASS's
 // cluster_barrier.h and copy_sm90_tma.hpp issue the same instructions.
 //
-// A host build (shared/tests/cuda_kernels_on_host.rs) defines GA_HOST_EMULATION and supplies
+// A host build (kernels/tests/cuda_kernels_on_host.rs) defines GA_HOST_EMULATION and supplies
 // equivalents that are as late and as strict as the PTX ISA allows: a tile load writes garbage
 // at issue and lands only when a thread polls its barrier, and a barrier's phase completes only
 // when both its arrivals and its transaction bytes are in.
 
 // A tensor map (CUtensorMap): 128 opaque bytes the host encodes (cuTensorMapEncodeTiled; see
-// shared/src/cuda/tma.rs), passed to the kernel by value as a __grid_constant__ parameter so
+// kernels/src/tma.rs), passed to the kernel by value as a __grid_constant__ parameter so
 // that TMA can read it from the parameter space.
 struct __align__(64) ga_tensor_map {
     u64 opaque[16];
@@ -91,6 +92,46 @@ __device__ __forceinline__ void ga_tma_load_3d(void* dst, const ga_tensor_map* m
         "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
         " [%0], [%1, {%3, %4, %5}], [%2];\n" ::"r"(ga_smem_addr(dst)),
         "l"((u64)map), "r"(ga_smem_addr(bar)), "r"(c0), "r"(c1), "r"(c2)
+        : "memory");
+}
+
+// The same load written to the same shared-memory offset in every block of the cluster named in
+// `cta_mask` (bit r: the block of rank r), and counted against the barrier at `bar`'s offset in
+// each of them: one read of global memory (and of L2) for several blocks.
+__device__ __forceinline__ void ga_tma_load_3d_multicast(void* dst, const ga_tensor_map* map, u64* bar,
+                                                         unsigned short cta_mask, int c0, int c1, int c2) {
+    asm volatile(
+        "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.multicast::cluster"
+        " [%0], [%1, {%4, %5, %6}], [%2], %3;\n" ::"r"(ga_smem_addr(dst)),
+        "l"((u64)map), "r"(ga_smem_addr(bar)), "h"(cta_mask), "r"(c0), "r"(c1), "r"(c2)
+        : "memory");
+}
+
+// This block's rank in its cluster.
+__device__ __forceinline__ u32 ga_cluster_rank() {
+    u32 rank;
+    asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(rank));
+    return rank;
+}
+
+// Every thread of every block of the cluster arrives, then waits for all the others (release,
+// then acquire): what one block initialised is then visible to the others, and no block goes on
+// before all have reached this point.
+__device__ __forceinline__ void ga_cluster_sync() {
+    asm volatile("barrier.cluster.arrive.release.aligned;\n" ::: "memory");
+    asm volatile("barrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+}
+
+// One arrival on the barrier at `bar`'s shared-memory offset in the block of rank `cta` of this
+// cluster (this block's own for its own rank), with release semantics at cluster scope.
+__device__ __forceinline__ void ga_mbar_arrive_cluster(u64* bar, u32 cta) {
+    asm volatile(
+        "{\n"
+        ".reg .b32 remote;\n"
+        "mapa.shared::cluster.u32 remote, %0, %1;\n"
+        "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [remote];\n"
+        "}\n" ::"r"(ga_smem_addr(bar)),
+        "r"(cta)
         : "memory");
 }
 

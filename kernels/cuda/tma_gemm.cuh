@@ -52,3 +52,46 @@ __device__ __forceinline__ void tma_produce(const ga_tensor_map* x_map, const ga
         }
     }
 }
+
+// The producer of one block of a cluster of two that share their Bt rows (gemm_pingpong.cu's
+// multicast kernel): the cluster takes output tiles of 2 BM x BN (cluster c of the grid's
+// gridDim.x / 2: tiles c, c + gridDim.x / 2, ...), the block of rank r their rows r * BM..; a
+// stage holds the block's BM rows of X and all BN rows of Bt. Each block loads its own X box and
+// half of the Bt rows (BN / 2 from col0 + r * BN / 2), multicast into the same place in both
+// blocks' stages and counted against both blocks' `full` barriers: each stage's Bt is read from
+// L2 once for the two blocks. Both blocks load the same tiles' k-tiles in the same order, so a
+// stage holds the same k-tile in both, and a block refills it only once the consumers of both
+// have freed it (each block's `empty` counts the arrivals of both blocks' consumer warps).
+// Afterwards the producer waits until every stage has been freed once more: the other block's
+// consumers arrive on this block's barriers, and must have done so before this block exits.
+template <int BM, int BN, int STAGES>
+__device__ __forceinline__ void tma_produce_pair(const ga_tensor_map* x_map, const ga_tensor_map* bt_map,
+                                                 u8* smem, u64* full, u64* empty, int n, u32 tiles, u32 rank) {
+    const int stage_bytes = (BM + BN) * TMA_BK;
+    const int half_bytes = (BN / 2) * TMA_BK;
+    const int ktiles = (n + TMA_BK - 1) / TMA_BK;
+    int stage = 0;
+    u32 phase = 0;
+    for (u32 tile = blockIdx.x / 2; tile < tiles; tile += gridDim.x / 2) {
+        const tma_tile t = tma_tile_at<2 * BM, BN>(tile, n);
+        for (int kt = 0; kt < ktiles; ++kt) {
+            ga_mbar_wait(&empty[stage], phase ^ 1);
+            u8* a = smem + stage * stage_bytes;
+            ga_mbar_arrive_expect_tx(&full[stage], stage_bytes);
+            ga_tma_load_3d(a, x_map, &full[stage], kt * TMA_BK, t.row0 + (int)rank * BM, t.matrix);
+            ga_tma_load_3d_multicast(a + BM * TMA_BK + (int)rank * half_bytes, bt_map, &full[stage], 0x3,
+                                     kt * TMA_BK, t.col0 + (int)rank * (BN / 2), t.matrix);
+            if (++stage == STAGES) {
+                stage = 0;
+                phase ^= 1;
+            }
+        }
+    }
+    for (int s = 0; s < STAGES; ++s) {
+        ga_mbar_wait(&empty[stage], phase ^ 1);
+        if (++stage == STAGES) {
+            stage = 0;
+            phase ^= 1;
+        }
+    }
+}

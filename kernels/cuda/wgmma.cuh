@@ -2,7 +2,7 @@
 // cp.async; gemm_tma.cu, fed by TMA): the PTX wrappers, the shared-memory matrix descriptor,
 // and the dynamic shared memory both kernels' stages live in. sm_90a only.
 //
-// A host build (shared/tests/cuda_kernels_on_host.rs) defines GA_HOST_EMULATION and supplies
+// A host build (kernels/tests/cuda_kernels_on_host.rs) defines GA_HOST_EMULATION and supplies
 // equivalents (wgmma computed from the descriptors the kernel builds, by the PTX ISA's layout
 // tables, when its group is retired), and the dynamic shared memory.
 #ifndef GA_HOST_EMULATION

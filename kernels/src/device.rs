@@ -343,8 +343,9 @@ impl DeviceRuntime {
         unsafe { launch.launch(cfg) }.map(|_| ()).map_err(|e| self.err(e))
     }
 
-    /// The persistent kernel's launch (`gemm_mix_tma`): X and Bt through tensor maps encoded for
-    /// this launch's buffers, one block per SM or per output tile, whichever is fewer.
+    /// A persistent kernel's launch (`gemm_mix_tma`, `gemm_mix_pingpong`, `gemm_mix_multicast`):
+    /// X and Bt through tensor maps encoded for this launch's buffers, one block per SM or per
+    /// output tile, whichever is fewer, in whole clusters where the kernel's blocks pair up.
     fn launch_persistent(
         &self,
         x_base: u64,
@@ -355,6 +356,8 @@ impl DeviceRuntime {
         step: u32,
     ) -> Result<(), BackendError> {
         let (tile_rows, tile_cols) = self.kernel.block_tile();
+        let (x_rows, bt_rows) = self.kernel.box_rows();
+        let cluster = u64::from(self.kernel.cluster_blocks());
         let map = |base: u64, rows: u32| {
             OperandMap::new(n, count, rows)
                 .and_then(|m| m.encode(base))
@@ -363,11 +366,15 @@ impl DeviceRuntime {
                     detail: e.to_string(),
                 })
         };
-        let (x_map, bt_map) = (map(x_base, tile_rows)?, map(bt_base, tile_cols)?);
-        let tiles =
-            (n as u64).div_ceil(u64::from(tile_rows)) * (n as u64).div_ceil(u64::from(tile_cols)) * count as u64;
+        let (x_map, bt_map) = (map(x_base, x_rows)?, map(bt_base, bt_rows)?);
+        // The output tiles of a cluster (of one block, or of several on adjacent row tiles): the
+        // grid is whole clusters, no more than the SMs hold, and no more than there are tiles.
+        let tiles = (n as u64).div_ceil(u64::from(tile_rows) * cluster)
+            * (n as u64).div_ceil(u64::from(tile_cols))
+            * count as u64;
+        let clusters = tiles.min((u64::from(self.gpu.sm_count) / cluster).max(1));
         let cfg = LaunchConfig {
-            grid_dim: (tiles.min(u64::from(self.gpu.sm_count.max(1))) as u32, 1, 1),
+            grid_dim: ((clusters * cluster) as u32, 1, 1),
             block_dim: (self.kernel.block_threads(), 1, 1),
             shared_mem_bytes: self.kernel.dynamic_shared_bytes(),
         };
@@ -380,7 +387,8 @@ impl DeviceRuntime {
             .arg(&n_arg)
             .arg(&count_arg)
             .arg(&step);
-        // SAFETY: matches gemm_mix_tma(ga_tensor_map, ga_tensor_map, i8*, int, int, u32); the maps
+        // SAFETY: matches every persistent entry point's (ga_tensor_map, ga_tensor_map, i8*, int,
+        // int, u32), and its __cluster_dims__ divides the grid; the maps
         // describe count n x n matrices at the bases of buffers that hold them, and `out` holds
         // count * n * n bytes.
         unsafe { launch.launch(cfg) }.map(|_| ()).map_err(|e| self.err(e))

@@ -122,15 +122,22 @@ pub enum GpuKernel {
     /// runs under the other's wgmma (`kernels/cuda/gemm_pingpong.cu`). Compute capability 9.0
     /// only. Opt-in (`--gpu-kernel pingpong`) until a GPU run has measured it exact and faster.
     Pingpong,
+    /// The ping-pong kernel with its blocks in clusters of two that take adjacent row tiles and
+    /// share their Bt rows: each block's producer loads half of them and multicasts it to both,
+    /// so each block reads from L2 what the cooperative kernel's blocks do per multiply-add
+    /// (`gemm_mix_multicast` in `kernels/cuda/gemm_pingpong.cu`). Compute capability 9.0 only.
+    /// Opt-in (`--gpu-kernel multicast`) until a GPU run has measured it exact and faster.
+    Multicast,
 }
 
 impl GpuKernel {
-    pub const ALL: [GpuKernel; 5] = [
+    pub const ALL: [GpuKernel; 6] = [
         GpuKernel::Tiled,
         GpuKernel::Tensor,
         GpuKernel::Wgmma,
         GpuKernel::Tma,
         GpuKernel::Pingpong,
+        GpuKernel::Multicast,
     ];
 
     /// Every kernel, fastest first where a device runs several: on an H100 (`miner bench`,
@@ -139,7 +146,7 @@ impl GpuKernel {
     ///
     /// The TMA kernels are not here: the cooperative one measured faster than wgmma on an H200
     /// but filled pools more slowly and attested more slowly (BENCHMARKS.md), and the ping-pong
-    /// one has not run on a GPU. Once `scripts/gpu-check.sh` has measured one bit-exact and
+    /// ones have not run on a GPU. Once `scripts/gpu-check.sh` has measured one bit-exact and
     /// faster than wgmma, chains and fill alike, it goes first in this list, and that is the
     /// whole switch that makes it the default on Hopper.
     pub const FASTEST_FIRST: [GpuKernel; 3] = [GpuKernel::Wgmma, GpuKernel::Tensor, GpuKernel::Tiled];
@@ -149,14 +156,16 @@ impl GpuKernel {
         match self {
             GpuKernel::Tiled => (6, 1),
             GpuKernel::Tensor => (8, 0),
-            GpuKernel::Wgmma | GpuKernel::Tma | GpuKernel::Pingpong => (9, 0),
+            GpuKernel::Wgmma | GpuKernel::Tma | GpuKernel::Pingpong | GpuKernel::Multicast => (9, 0),
         }
     }
 
     pub fn supports(self, compute_capability: (u32, u32)) -> bool {
         match self {
             // Architecture-specific (sm_90a) features exist on 9.0 alone, not on later GPUs.
-            GpuKernel::Wgmma | GpuKernel::Tma | GpuKernel::Pingpong => compute_capability == (9, 0),
+            GpuKernel::Wgmma | GpuKernel::Tma | GpuKernel::Pingpong | GpuKernel::Multicast => {
+                compute_capability == (9, 0)
+            }
             _ => compute_capability >= self.min_compute_capability(),
         }
     }
@@ -165,7 +174,7 @@ impl GpuKernel {
     pub fn requirement(self) -> String {
         let (major, minor) = self.min_compute_capability();
         match self {
-            GpuKernel::Wgmma | GpuKernel::Tma | GpuKernel::Pingpong => {
+            GpuKernel::Wgmma | GpuKernel::Tma | GpuKernel::Pingpong | GpuKernel::Multicast => {
                 format!("compute capability {major}.{minor} exactly (Hopper)")
             }
             _ => format!("compute capability {major}.{minor} or later"),
@@ -176,7 +185,7 @@ impl GpuKernel {
     /// instructions (wgmma, TMA, setmaxnreg), nothing for the portable ones.
     pub fn arch_suffix(self) -> &'static str {
         match self {
-            GpuKernel::Wgmma | GpuKernel::Tma | GpuKernel::Pingpong => "a",
+            GpuKernel::Wgmma | GpuKernel::Tma | GpuKernel::Pingpong | GpuKernel::Multicast => "a",
             _ => "",
         }
     }
@@ -196,6 +205,7 @@ impl GpuKernel {
             GpuKernel::Wgmma => "gemm_mix_wgmma",
             GpuKernel::Tma => "gemm_mix_tma",
             GpuKernel::Pingpong => "gemm_mix_pingpong",
+            GpuKernel::Multicast => "gemm_mix_multicast",
         }
     }
 
@@ -208,15 +218,31 @@ impl GpuKernel {
             GpuKernel::Tensor => (128, 128),
             GpuKernel::Wgmma | GpuKernel::Tma => (128, 256),
             // One consumer warpgroup's tile: each of the two takes tiles of its own.
-            GpuKernel::Pingpong => (64, 256),
+            GpuKernel::Pingpong | GpuKernel::Multicast => (64, 256),
         }
+    }
+
+    /// Blocks of one cluster (the kernel's `__cluster_dims__`): its grid is a multiple of this,
+    /// and a cluster's blocks take adjacent row tiles of one output tile of `rows * cluster` rows.
+    pub fn cluster_blocks(self) -> u32 {
+        match self {
+            GpuKernel::Multicast => 2,
+            _ => 1,
+        }
+    }
+
+    /// Rows of one tensor-map box of X and of Bt, for a persistent kernel: the block tile's rows
+    /// and columns, but where a cluster's blocks each load a share of the Bt rows they all use.
+    pub fn box_rows(self) -> (u32, u32) {
+        let (rows, columns) = self.block_tile();
+        (rows, columns / self.cluster_blocks())
     }
 
     /// Whether the kernel runs a persistent grid (at most one block per SM, each taking the
     /// output tiles of the whole batch in turn) and reads its operands through tensor maps,
     /// rather than one block per output tile reading plain pointers.
     pub fn is_persistent(self) -> bool {
-        matches!(self, GpuKernel::Tma | GpuKernel::Pingpong)
+        matches!(self, GpuKernel::Tma | GpuKernel::Pingpong | GpuKernel::Multicast)
     }
 
     /// Dynamic shared memory the GEMM+mix entry point needs (beyond its static arrays); above
@@ -229,9 +255,9 @@ impl GpuKernel {
             GpuKernel::Wgmma => 4 * (128 + 256) * 128 + 1024,
             // TMA_SMEM_BYTES in gemm_tma.cu: the same stages (its barriers are static).
             GpuKernel::Tma => 4 * (128 + 256) * 128 + 1024,
-            // PP_SMEM_BYTES in gemm_pingpong.cu: five stages of (64 + 256) x 128 bytes, plus 1 KiB
-            // of alignment.
-            GpuKernel::Pingpong => 5 * (64 + 256) * 128 + 1024,
+            // PP_SMEM_BYTES in gemm_pingpong.cu: five stages of (64 + 256) x 128 bytes, the
+            // barriers' 128 bytes, and 1 KiB of alignment.
+            GpuKernel::Pingpong | GpuKernel::Multicast => 5 * (64 + 256) * 128 + 128 + 1024,
         }
     }
 
@@ -242,7 +268,7 @@ impl GpuKernel {
             GpuKernel::Tensor => 128,
             GpuKernel::Wgmma => 256,
             // A producer warpgroup and two consumer warpgroups.
-            GpuKernel::Tma | GpuKernel::Pingpong => 384,
+            GpuKernel::Tma | GpuKernel::Pingpong | GpuKernel::Multicast => 384,
         }
     }
 
@@ -255,7 +281,8 @@ impl GpuKernel {
             GpuKernel::Wgmma => &[CP_ASYNC, WGMMA, GEMM_WGMMA],
             // cp_async.cuh for its shared-address conversion; the kernel issues no cp.async.
             GpuKernel::Tma => &[CP_ASYNC, WGMMA, TMA, TMA_GEMM, GEMM_TMA],
-            GpuKernel::Pingpong => &[CP_ASYNC, WGMMA, TMA, TMA_GEMM, GEMM_PINGPONG],
+            // One file holds both ping-pong entry points.
+            GpuKernel::Pingpong | GpuKernel::Multicast => &[CP_ASYNC, WGMMA, TMA, TMA_GEMM, GEMM_PINGPONG],
         };
         [COMMON, CHACHA8, TRANSPOSE, MIX, BLAKE3]
             .iter()
@@ -274,6 +301,7 @@ impl fmt::Display for GpuKernel {
             GpuKernel::Wgmma => "wgmma",
             GpuKernel::Tma => "tma",
             GpuKernel::Pingpong => "pingpong",
+            GpuKernel::Multicast => "multicast",
         })
     }
 }
@@ -288,8 +316,9 @@ impl std::str::FromStr for GpuKernel {
             "wgmma" => Ok(GpuKernel::Wgmma),
             "tma" => Ok(GpuKernel::Tma),
             "pingpong" => Ok(GpuKernel::Pingpong),
+            "multicast" => Ok(GpuKernel::Multicast),
             other => Err(format!(
-                "unknown GPU kernel {other:?}; expected tiled, tensor, wgmma, tma or pingpong"
+                "unknown GPU kernel {other:?}; expected tiled, tensor, wgmma, tma, pingpong or multicast"
             )),
         }
     }
@@ -320,7 +349,7 @@ mod tests {
     /// The TMA kernels stay opt-in until a GPU has measured them: `auto` never picks them.
     #[test]
     fn auto_does_not_choose_the_unmeasured_tma_kernels() {
-        for kernel in [GpuKernel::Tma, GpuKernel::Pingpong] {
+        for kernel in [GpuKernel::Tma, GpuKernel::Pingpong, GpuKernel::Multicast] {
             assert!(!GpuKernel::FASTEST_FIRST.contains(&kernel));
             assert!(
                 GpuKernel::ALL.contains(&kernel),

@@ -146,19 +146,26 @@ mod tests {
     }
 
     /// A kernel announces one stage's bytes ((rows + columns) x TMA_BK, tma_gemm.cuh) to each
-    /// `full` barrier and then loads one box of each map: if the two differed, the phase would
-    /// never complete. The stages (four of the cooperative kernel's, five of the ping-pong's)
-    /// fill its dynamic shared memory but for the alignment KiB.
+    /// `full` barrier and then loads one X box and Bt boxes (one, or one from each block of its
+    /// cluster, multicast): if the two differed, the phase would never complete. The stages
+    /// (four of the cooperative kernel's, five of the ping-pong ones') fill its dynamic shared
+    /// memory but for the alignment KiB and the barriers' bytes.
     #[test]
-    fn the_two_boxes_are_exactly_the_stage_the_kernel_waits_for() {
+    fn the_boxes_are_exactly_the_stage_the_kernel_waits_for() {
         use crate::GpuKernel;
-        for (kernel, stages) in [(GpuKernel::Tma, 4), (GpuKernel::Pingpong, 5)] {
+        for (kernel, stages, barriers) in [
+            (GpuKernel::Tma, 4, 0),
+            (GpuKernel::Pingpong, 5, 128),
+            (GpuKernel::Multicast, 5, 128),
+        ] {
             let (rows, columns) = kernel.block_tile();
-            let stage = (kernel.dynamic_shared_bytes() - 1024) / stages;
+            let (x_rows, bt_rows) = kernel.box_rows();
+            let stage = (kernel.dynamic_shared_bytes() - 1024 - barriers) / stages;
             for n in [64, 192, 2048] {
-                let x = OperandMap::new(n, 2, rows).unwrap();
-                let bt = OperandMap::new(n, 2, columns).unwrap();
-                assert_eq!(x.box_bytes() + bt.box_bytes(), stage, "{kernel}, n = {n}");
+                let x = OperandMap::new(n, 2, x_rows).unwrap();
+                let bt = OperandMap::new(n, 2, bt_rows).unwrap();
+                let landed = x.box_bytes() + bt.box_bytes() * kernel.cluster_blocks();
+                assert_eq!(landed, stage, "{kernel}, n = {n}");
                 assert_eq!((rows + columns) * BOX_K, stage, "{kernel}, n = {n}");
             }
         }

@@ -75,7 +75,7 @@ fn every_kernel_compiles_for_every_target_architecture() {
                     assert!(ptx.contains("fence.proxy.async.shared::cta"));
                     assert!(ptx.contains(".target sm_90a"), "wgmma needs the sm_90a target");
                 }
-                GpuKernel::Tma | GpuKernel::Pingpong => {
+                GpuKernel::Tma | GpuKernel::Pingpong | GpuKernel::Multicast => {
                     assert!(ptx.contains("wgmma.mma_async.sync.aligned.m64n256k32.s32.s8.s8"));
                     assert!(ptx.contains("cp.async.bulk.tensor.3d.shared::cluster.global"));
                     assert!(ptx.contains("mbarrier.try_wait.parity.shared::cta.b64"));
@@ -93,6 +93,15 @@ fn every_kernel_compiles_for_every_target_architecture() {
                     // The launch bounds fix the entry register count (384 threads, one block an
                     // SM: 168) that setmaxnreg moves from the producer to the consumers.
                     assert!(ptx.contains(".maxntid 384") && ptx.contains(".minnctapersm 1"));
+                    if kernel == GpuKernel::Multicast {
+                        assert!(ptx.contains(".multicast::cluster"), "Bt is multicast");
+                        assert!(ptx.contains("mapa.shared::cluster.u32"));
+                        assert!(ptx.contains("mbarrier.arrive.release.cluster.shared::cluster.b64"));
+                        assert!(ptx.contains("barrier.cluster.arrive.release.aligned"));
+                        let entry = ptx.split(".entry ").find(|e| e.starts_with(kernel.gemm_fn())).unwrap();
+                        let head = &entry[..entry.find('{').unwrap()];
+                        assert!(head.contains(".reqnctapercluster 2, 1, 1"), "clusters of two: {head}");
+                    }
                 }
                 GpuKernel::Tiled => assert!(ptx.contains("dp4a.s32.s32"), "the tiled kernel must use dp4a"),
             }

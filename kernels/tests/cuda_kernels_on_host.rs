@@ -34,6 +34,7 @@ use std::sync::OnceLock;
 
 const SHIM: &str = r#"
 #define GA_HOST_EMULATION 1
+#include <atomic>
 #include <barrier>
 #include <cstdio>
 #include <cstdlib>
@@ -47,6 +48,7 @@ const SHIM: &str = r#"
 #define __global__
 #define __forceinline__ inline
 #define __launch_bounds__(...)
+#define __cluster_dims__(...)
 // Shared memory is static storage in a section of its own, filled with garbage before every
 // block as a GPU's is: a kernel that reads shared bytes it never wrote reads 0xa5 here.
 #define __shared__ static __attribute__((section("ga_shared")))
@@ -59,8 +61,10 @@ static inline uint4 make_uint4(unsigned a, unsigned b, unsigned c, unsigned d) {
 struct char2 { signed char x, y; };
 static inline char2 make_char2(signed char a, signed char b) { return char2{a, b}; }
 
-// A block's threads are OS threads; __syncthreads is a barrier over them.
-static std::barrier<>* ga_block_barrier;
+// A block's threads are OS threads; __syncthreads is a barrier over them. What belongs to one
+// block (its barriers, its shared memory) is reached through thread-locals the launcher sets, so
+// that the blocks of a cluster can run at once.
+static thread_local std::barrier<>* ga_block_barrier;
 static inline void __syncthreads() { ga_block_barrier->arrive_and_wait(); }
 
 static inline int __dp4a(int a, int b, int c) {
@@ -76,7 +80,9 @@ template <class T> static inline T __ldg(const T* p) { return *p; }
 // also order shared memory across the warp, which a real shuffle does not: a race between the
 // lanes of one warp around a shuffle would not show here.
 static int ga_shfl_values[32][32];
-static std::vector<std::unique_ptr<std::barrier<>>>* ga_warp_barriers;
+static thread_local std::vector<std::unique_ptr<std::barrier<>>>* ga_warp_barriers;
+// Which of the blocks running at once (a cluster's) this thread's is: indexes per-warp scratch.
+static thread_local unsigned ga_block_slot;
 static inline int __shfl_xor_sync(unsigned mask, int v, int lane_mask) {
     if (mask != 0xffffffffu) {
         fprintf(stderr, "__shfl_xor_sync with a partial mask (%08x): not emulated\n", mask);
@@ -91,16 +97,16 @@ static inline int __shfl_xor_sync(unsigned mask, int v, int lane_mask) {
 }
 
 // __shfl_sync from a source lane, over a whole warp (the same conditions as above).
-static int ga_shfl_sync_values[32][32];
+static int ga_shfl_sync_values[2][32][32];
 static inline int __shfl_sync(unsigned mask, int v, int src_lane) {
     if (mask != 0xffffffffu) {
         fprintf(stderr, "__shfl_sync with a partial mask (%08x): not emulated\n", mask);
         abort();
     }
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    ga_shfl_sync_values[warp][lane] = v;
+    ga_shfl_sync_values[ga_block_slot][warp][lane] = v;
     (*ga_warp_barriers)[warp]->arrive_and_wait();
-    const int got = ga_shfl_sync_values[warp][src_lane & 31];
+    const int got = ga_shfl_sync_values[ga_block_slot][warp][src_lane & 31];
     (*ga_warp_barriers)[warp]->arrive_and_wait();
     return got;
 }
@@ -174,7 +180,9 @@ static inline void tc_mma(int* c, int a0, int a1, int a2, int a3, int b0, int b1
 
 // wgmma (gemm_wgmma.cu). Dynamic shared memory is one 1024-aligned buffer, and a shared address
 // is an offset into it, so descriptors built by the kernel decode to host pointers here.
-static unsigned char* wg_smem_raw;
+// This thread's block's dynamic shared memory; the launcher copies ga_launch_smem into it.
+static thread_local unsigned char* wg_smem_raw;
+static unsigned char* ga_launch_smem;
 static size_t ga_dynamic_smem_bytes;
 static inline unsigned ga_smem_addr(const void* p) { return (unsigned)((const unsigned char*)p - wg_smem_raw); }
 static inline void wg_fence_proxy_async() {}
@@ -248,7 +256,7 @@ const TMA_SHIM: &str = r#"
 // opaque[0] the base, [1..3] the dims, [4..5] the row and matrix strides, [6..8] the box.
 // The map is copied: the kernel's parameter lives on the issuing thread's stack here, and a load
 // may land after that thread has finished.
-struct ga_load { unsigned char* dst; ga_tensor_map map; int c0, c1, c2; };
+struct ga_load { unsigned char* dst; unsigned char* base; ga_tensor_map map; int c0, c1, c2; };
 struct ga_mbarrier {
     u32 expected = 0, pending = 0, phase = 0;
     long long tx = 0;
@@ -258,7 +266,38 @@ static std::mutex ga_mbar_mutex;
 static std::condition_variable ga_mbar_changed;
 static std::map<const void*, ga_mbarrier> ga_mbars;
 
+// The cluster running now (launch_clusters): each block's shared memory and whether it has
+// exited, this thread's rank, and a barrier over all the cluster's threads. A block alone is a
+// cluster of one. Reaching the shared memory of a block that has exited (an arrival on its
+// barrier, a multicast into it) aborts the run: on a GPU that memory may already be another
+// block's.
+static unsigned char* ga_cluster_smem[2];
+static bool ga_cluster_exited[2];
+static unsigned ga_cluster_size = 1;
+static std::barrier<>* ga_cluster_barrier;
+static thread_local unsigned ga_rank;
+
+static void ga_check_live(const void* p) {
+    if (ga_cluster_size < 2) return;
+    for (unsigned r = 0; r < ga_cluster_size; ++r) {
+        const unsigned char* at = (const unsigned char*)p;
+        if (at >= ga_cluster_smem[r] && at < ga_cluster_smem[r] + ga_dynamic_smem_bytes && ga_cluster_exited[r]) {
+            fprintf(stderr, "a block reached the shared memory of block %u of its cluster after it exited\n", r);
+            abort();
+        }
+    }
+}
+
+// `p` in this thread's block's shared memory, at the same offset in the block of rank `cta`
+// (mapa.shared::cluster).
+static unsigned char* ga_peer(const void* p, unsigned cta) {
+    if (cta >= ga_cluster_size) { fprintf(stderr, "block rank %u outside a cluster of %u\n", cta, ga_cluster_size); abort(); }
+    if (ga_cluster_size < 2) return (unsigned char*)p;
+    return ga_cluster_smem[cta] + ((const unsigned char*)p - wg_smem_raw);
+}
+
 static ga_mbarrier& ga_mbar(const void* bar) {
+    ga_check_live(bar);
     auto it = ga_mbars.find(bar);
     if (it == ga_mbars.end()) { fprintf(stderr, "an mbarrier used before mbarrier.init\n"); abort(); }
     return it->second;
@@ -314,23 +353,47 @@ static void ga_land(const ga_load& l) {
         for (u32 k = 0; k < box0; ++k) {
             const u64 gk = (u64)l.c0 + k, gr = (u64)l.c1 + r, gz = (u64)l.c2;
             const bool in = l.c0 >= 0 && l.c1 >= 0 && l.c2 >= 0 && gk < dims[0] && gr < dims[1] && gz < dims[2];
-            unsigned addr = (unsigned)(l.dst - wg_smem_raw) + r * box0 + k;
+            unsigned addr = (unsigned)(l.dst - l.base) + r * box0 + k;
             addr ^= ((addr >> 7) & 7) << 4;
-            wg_smem_raw[addr] = in ? (unsigned char)base[gz * m[5] + gr * m[4] + gk] : 0;
+            l.base[addr] = in ? (unsigned char)base[gz * m[5] + gr * m[4] + gk] : 0;
         }
 }
 
-static void ga_tma_load_3d(void* dst, const ga_tensor_map* map, u64* bar, int c0, int c1, int c2) {
+// A load's destination in this block (or, multicast, the same place in the blocks of `cta_mask`):
+// garbage from the issue, landing only when a waiter on the barrier at `bar`'s place polls it.
+static void ga_tma_load_to(void* dst, const ga_tensor_map* map, u64* bar, unsigned cta_mask, int c0, int c1, int c2) {
     const u64* m = map->opaque;
     const u32 box_bytes = ga_box_bytes(*map);
     const unsigned at = (unsigned)((unsigned char*)dst - wg_smem_raw);
     if (m[6] != 128 || m[8] != 1) { fprintf(stderr, "a TMA box other than 128 bytes of k by rows of one matrix\n"); abort(); }
     if (at % 1024 != 0) { fprintf(stderr, "a 128-byte-swizzled TMA box not 1024-byte aligned\n"); abort(); }
     if (at + box_bytes > ga_dynamic_smem_bytes) { fprintf(stderr, "a TMA box past the shared memory\n"); abort(); }
+    if (cta_mask == 0 || (cta_mask >> ga_cluster_size) != 0) { fprintf(stderr, "multicast to blocks outside the cluster\n"); abort(); }
     std::lock_guard<std::mutex> lock(ga_mbar_mutex);
-    ga_mbarrier& b = ga_mbar(bar);
-    memset(dst, 0xa5, box_bytes);
-    b.loads.push_back(ga_load{(unsigned char*)dst, *map, c0, c1, c2});
+    for (unsigned r = 0; r < ga_cluster_size; ++r) {
+        if (!(cta_mask >> r & 1)) continue;
+        unsigned char* to = ga_peer(dst, r);
+        ga_check_live(to);
+        ga_mbarrier& b = ga_mbar(ga_peer(bar, r));
+        memset(to, 0xa5, box_bytes);
+        b.loads.push_back(ga_load{to, ga_cluster_size < 2 ? wg_smem_raw : ga_cluster_smem[r], *map, c0, c1, c2});
+    }
+}
+static void ga_tma_load_3d(void* dst, const ga_tensor_map* map, u64* bar, int c0, int c1, int c2) {
+    ga_tma_load_to(dst, map, bar, 1u << ga_rank, c0, c1, c2);
+}
+static void ga_tma_load_3d_multicast(void* dst, const ga_tensor_map* map, u64* bar, unsigned short cta_mask, int c0,
+                                     int c1, int c2) {
+    ga_tma_load_to(dst, map, bar, cta_mask, c0, c1, c2);
+}
+static u32 ga_cluster_rank() { return ga_rank; }
+static void ga_cluster_sync() {
+    if (!ga_cluster_barrier) { fprintf(stderr, "a cluster barrier outside a cluster launch\n"); abort(); }
+    ga_cluster_barrier->arrive_and_wait();
+}
+static void ga_mbar_arrive_cluster(u64* bar, u32 cta) {
+    std::lock_guard<std::mutex> lock(ga_mbar_mutex);
+    ga_mbar_arrive_locked(ga_mbar(ga_peer(bar, cta)));
 }
 static void ga_tma_prefetch_map(const ga_tensor_map*) {}
 
@@ -364,8 +427,17 @@ static bool ga_mbar_try_wait(u64* bar, u32 parity) {
     return false;
 }
 
+// How long the threads of a cluster's second block sleep before each barrier wait
+// (GA_EMULATION_SKEW_MS, default none): the blocks of a cluster then run at different speeds, as
+// they may on a GPU, and an ordering between them that only lockstep kept shows up.
+static std::chrono::milliseconds ga_skew() {
+    static const long ms = [] { const char* v = getenv("GA_EMULATION_SKEW_MS"); return v ? atol(v) : 0L; }();
+    return std::chrono::milliseconds(ms);
+}
+
 // No timer here: the emulated try_wait aborts a wait that never completes.
 static void ga_mbar_wait(u64* bar, u32 parity) {
+    if (ga_rank == 1 && ga_skew().count() > 0) std::this_thread::sleep_for(ga_skew());
     while (!ga_mbar_try_wait(bar, parity)) {
     }
 }
@@ -385,20 +457,72 @@ static void launch_threads(unsigned gx, unsigned gy, unsigned gz, unsigned bx, u
                 std::barrier<> block(threads);
                 std::vector<std::unique_ptr<std::barrier<>>> warps;
                 for (unsigned w = 0; w < (threads + 31) / 32; ++w) warps.push_back(std::make_unique<std::barrier<>>(32));
-                ga_block_barrier = &block;
-                ga_warp_barriers = &warps;
                 memset(__start_ga_shared, 0xa5, (size_t)(__stop_ga_shared - __start_ga_shared));
                 std::vector<std::thread> pool;
                 for (unsigned t = 0; t < threads; ++t)
-                    pool.emplace_back([=, &f] {
+                    pool.emplace_back([=, &f, &block, &warps] {
                         blockDim = {bx, by, 1};
                         gridDim = {gx, gy, gz};
                         blockIdx = {x, y, z};
                         threadIdx = {t % bx, t / bx, 0};
+                        ga_block_barrier = &block;
+                        ga_warp_barriers = &warps;
+                        wg_smem_raw = ga_launch_smem;
+                        ga_block_slot = 0;
+                        ga_rank = 0;
                         f();
                     });
                 for (auto& th : pool) th.join();
             }
+}
+
+// A one-dimensional grid of gx blocks of bx threads in clusters of `cluster` consecutive blocks
+// (kernels with __cluster_dims__): a cluster's blocks run at once, each with dynamic shared memory
+// of its own (ga_dynamic_smem_bytes of garbage), and a block that has exited is marked so, for
+// the checks above. Static __shared__ arrays are one copy here, so such kernels keep their
+// barriers in dynamic shared memory (as they must anyway, to reach each other's).
+template <class F>
+static void launch_clusters(unsigned gx, unsigned cluster, unsigned bx, F f) {
+    if (cluster < 2 || cluster > 2 || gx % cluster != 0) { fprintf(stderr, "clusters of 2 over an even grid only\n"); abort(); }
+    for (unsigned c = 0; c < gx / cluster; ++c) {
+        std::barrier<> whole(cluster * bx);
+        std::vector<std::unique_ptr<std::barrier<>>> blocks;
+        std::vector<std::vector<std::unique_ptr<std::barrier<>>>> warps(cluster);
+        std::atomic<unsigned> running[2];
+        for (unsigned r = 0; r < cluster; ++r) {
+            blocks.push_back(std::make_unique<std::barrier<>>(bx));
+            for (unsigned w = 0; w < (bx + 31) / 32; ++w) warps[r].push_back(std::make_unique<std::barrier<>>(32));
+            ga_cluster_smem[r] = (unsigned char*)aligned_alloc(1024, ga_dynamic_smem_bytes);
+            memset(ga_cluster_smem[r], 0xa5, ga_dynamic_smem_bytes);
+            ga_cluster_exited[r] = false;
+            running[r] = bx;
+        }
+        ga_cluster_size = cluster;
+        ga_cluster_barrier = &whole;
+        std::vector<std::thread> pool;
+        for (unsigned r = 0; r < cluster; ++r)
+            for (unsigned t = 0; t < bx; ++t)
+                pool.emplace_back([=, &f, &blocks, &warps, &running] {
+                    blockDim = {bx, 1, 1};
+                    gridDim = {gx, 1, 1};
+                    blockIdx = {c * cluster + r, 0, 0};
+                    threadIdx = {t, 0, 0};
+                    ga_block_barrier = blocks[r].get();
+                    ga_warp_barriers = &warps[r];
+                    wg_smem_raw = ga_cluster_smem[r];
+                    ga_block_slot = r;
+                    ga_rank = r;
+                    f();
+                    if (--running[r] == 0) {
+                        std::lock_guard<std::mutex> lock(ga_mbar_mutex);
+                        ga_cluster_exited[r] = true;
+                    }
+                });
+        for (auto& th : pool) th.join();
+        ga_cluster_size = 1;
+        ga_cluster_barrier = nullptr;
+        for (unsigned r = 0; r < cluster; ++r) free(ga_cluster_smem[r]);
+    }
 }
 
 // Every thread of a grid (gx, gy) of blocks of bx threads, one after another (kernels without
@@ -477,22 +601,28 @@ int main(int argc, char** argv) {
             launch_threads(tiles, tiles, count, TC_THREADS, 1,
                            [&] { gemm_mix_tensor(x, bt.data(), out.data(), (int)n, step); });
         } else if (kind == "wgmma") {
-            wg_smem_raw = (unsigned char*)aligned_alloc(1024, WG_SMEM_BYTES);
+            ga_launch_smem = (unsigned char*)aligned_alloc(1024, WG_SMEM_BYTES);
             launch_threads((n + WG_BN - 1) / WG_BN, (n + WG_BM - 1) / WG_BM, count, WG_THREADS, 1,
                            [&] { gemm_mix_wgmma(x, bt.data(), out.data(), (int)n, step); });
-            free(wg_smem_raw);
+            free(ga_launch_smem);
+        } else if (kind == "multicast") {  // gemm multicast N COUNT STEP BLOCKS X_MAP BT_MAP: clusters of two
+            const unsigned blocks = (unsigned)strtoul(argv[6], 0, 10);
+            ga_tensor_map x_map = ga_parse_map(argv[7], x), bt_map = ga_parse_map(argv[8], bt.data());
+            ga_dynamic_smem_bytes = PP_SMEM_BYTES;
+            launch_clusters(blocks, 2, PP_THREADS,
+                            [&] { gemm_mix_multicast(x_map, bt_map, out.data(), (int)n, (int)count, step); });
         } else {  // gemm tma|pingpong N COUNT STEP BLOCKS X_MAP BT_MAP: the persistent grid, the host's maps
             const unsigned blocks = (unsigned)strtoul(argv[6], 0, 10);
             ga_tensor_map x_map = ga_parse_map(argv[7], x), bt_map = ga_parse_map(argv[8], bt.data());
             const bool pingpong = kind == "pingpong";
             ga_dynamic_smem_bytes = pingpong ? PP_SMEM_BYTES : TMA_SMEM_BYTES;
-            wg_smem_raw = (unsigned char*)aligned_alloc(1024, ga_dynamic_smem_bytes);
-            memset(wg_smem_raw, 0xa5, ga_dynamic_smem_bytes);  // garbage, as a GPU's shared memory holds
+            ga_launch_smem = (unsigned char*)aligned_alloc(1024, ga_dynamic_smem_bytes);
+            memset(ga_launch_smem, 0xa5, ga_dynamic_smem_bytes);  // garbage, as a GPU's shared memory holds
             launch_threads(blocks, 1, 1, pingpong ? PP_THREADS : TMA_THREADS, 1, [&] {
                 if (pingpong) gemm_mix_pingpong(x_map, bt_map, out.data(), (int)n, (int)count, step);
                 else gemm_mix_tma(x_map, bt_map, out.data(), (int)n, (int)count, step);
             });
-            free(wg_smem_raw);
+            free(ga_launch_smem);
         }
         fwrite(out.data(), 1, out.size(), stdout);
     } else if (mode == "shapes") {  // each GEMM kernel's block: rows, columns, threads, dynamic smem
@@ -501,6 +631,7 @@ int main(int argc, char** argv) {
         printf("wgmma %d %d %d %d\n", WG_BM, WG_BN, WG_THREADS, WG_SMEM_BYTES);
         printf("tma %d %d %d %d\n", TMA_BM, TMA_BN, TMA_THREADS, TMA_SMEM_BYTES);
         printf("pingpong %d %d %d %d\n", PP_BM, PP_BN, PP_THREADS, PP_SMEM_BYTES);
+        printf("multicast %d %d %d %d\n", PP_BM, PP_BN, PP_THREADS, PP_SMEM_BYTES);
         printf("walk %d\n", WALK_THREADS);
         printf("tree %d\n", TREE_THREADS);
     } else if (mode == "walk") {  // walk P WALKERS FIRST_STEP STEPS EVERY VERSION < pool, then WALKERS + 1 states
@@ -834,7 +965,7 @@ fn device_gemm_kernels_match_the_naive_step() {
 /// cuTensorMapEncodeTiled, with the kernel's own box rows).
 fn persistent_args(kernel: GpuKernel, n: usize, count: usize, step: u32, blocks: u32) -> Vec<String> {
     assert!(kernel.is_persistent());
-    let (rows, columns) = kernel.block_tile();
+    let (rows, columns) = kernel.box_rows();
     let x_map = OperandMap::new(n, count, rows).unwrap();
     let bt_map = OperandMap::new(n, count, columns).unwrap();
     [
@@ -1002,6 +1133,113 @@ fn pingpong_mutants_that_break_the_turns_or_the_ring_fail_in_the_emulation() {
     for (name, mutation) in mutants {
         let mutant = build_harness(name, &[mutation]).unwrap();
         let out = run_binary(&mutant, &args, &input, &[("GA_EMULATION_DEADLOCK_MS", "5000")]);
+        let caught = !out.status.success() || out.stdout != want;
+        assert!(caught, "mutant {name} computed the right product");
+        println!(
+            "mutant {name} caught: {}",
+            if out.status.success() {
+                "wrong product".to_string()
+            } else {
+                format!("aborted: {}", String::from_utf8_lossy(&out.stderr).trim())
+            }
+        );
+    }
+}
+
+/// The ping-pong kernel in clusters of two (`gemm_mix_multicast`) against the naive step: the
+/// two blocks of a cluster run at once, each with shared memory of its own, and each block's
+/// producer multicasts half of the Bt rows into both. Grids of one cluster and of several; a
+/// cluster's second row tile past n (n = 192: three 64-row tiles, so the second cluster tile's
+/// lower half is all outside the matrix), k-tiles fewer than the stages and more.
+#[test]
+fn device_multicast_kernel_matches_the_naive_step() {
+    if harness().is_none() {
+        return;
+    }
+    let mut rng = ChaCha8Rng::from_seed([27; 32]);
+    // (n, matrices, blocks): 64, two cluster tiles (the lower halves outside the matrices) in
+    // one cluster; 192, one matrix's two cluster tiles on one cluster; 320, twelve cluster tiles
+    // of three k-tiles over two clusters; 704, eighteen of six k-tiles over two clusters.
+    for (n, count, blocks) in [(64usize, 2usize, 2u32), (192, 1, 2), (320, 2, 4), (704, 1, 4)] {
+        let input = gemm_input(&mut rng, n, count);
+        let step = 13u32;
+        let args = persistent_args(GpuKernel::Multicast, n, count, step, blocks);
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        // In lockstep, and (but for the largest case, which adds time, not coverage) with the
+        // second block of each cluster running behind the first.
+        let skews: &[&str] = if n > 320 { &["0"] } else { &["0", "5"] };
+        for skew in skews {
+            let out = run_binary(harness().unwrap(), &args, &input, &[("GA_EMULATION_SKEW_MS", skew)]);
+            assert!(
+                out.status.success(),
+                "multicast n={n}, skew {skew} ms: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            for (z, want) in naive_steps(&input, n, count, step).iter().enumerate() {
+                assert_eq!(
+                    &out.stdout[z * n * n..(z + 1) * n * n],
+                    &want[..],
+                    "multicast kernel, n={n}, {blocks} blocks, matrix {z}, skew {skew} ms"
+                );
+            }
+        }
+    }
+}
+
+/// What the clusters' sharing needs, each broken in a mutant the emulation must catch, with the
+/// cluster's second block running slower (GA_EMULATION_SKEW_MS) so that the first runs ahead as
+/// far as the barriers let it:
+/// - a block that frees a stage in its own block only: the other block's producer then
+///   multicasts into it while it is still read;
+/// - a producer that multicasts its half of Bt into its own block only, so the other block's
+///   stage never receives it;
+/// - a producer that does not wait, at the end, for the other block's consumers to have freed
+///   every stage: its block exits while they still arrive on its barriers.
+#[test]
+fn multicast_mutants_that_break_the_sharing_fail_in_the_emulation() {
+    if harness().is_none() {
+        return;
+    }
+    let mutants = [
+        (
+            "multicast-release-own-block-only",
+            Mutation {
+                file: "gemm_pingpong.cu",
+                from: "for (u32 cta = 0; cta < CLUSTER; ++cta) ga_mbar_arrive_cluster(empty, cta);",
+                to: "ga_mbar_arrive_cluster(empty, ga_cluster_rank()); ga_mbar_arrive_cluster(empty, ga_cluster_rank());",
+            },
+        ),
+        (
+            "multicast-to-own-block-only",
+            Mutation {
+                file: "tma_gemm.cuh",
+                from: "bt_map, &full[stage], 0x3,",
+                to: "bt_map, &full[stage], (unsigned short)(1u << rank),",
+            },
+        ),
+        (
+            "multicast-no-producer-tail",
+            Mutation {
+                file: "tma_gemm.cuh",
+                from: "    for (int s = 0; s < STAGES; ++s) {\n        ga_mbar_wait(&empty[stage], phase ^ 1);",
+                to: "    for (int s = 0; s < 0; ++s) {\n        ga_mbar_wait(&empty[stage], phase ^ 1);",
+            },
+        ),
+    ];
+    let mut rng = ChaCha8Rng::from_seed([28; 32]);
+    let (n, count, step) = (320usize, 1usize, 13u32);
+    let input = gemm_input(&mut rng, n, count);
+    let want: Vec<u8> = naive_steps(&input, n, count, step).concat();
+    let args = persistent_args(GpuKernel::Multicast, n, count, step, 2);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    for (name, mutation) in mutants {
+        let mutant = build_harness(name, &[mutation]).unwrap();
+        let out = run_binary(
+            &mutant,
+            &args,
+            &input,
+            &[("GA_EMULATION_DEADLOCK_MS", "5000"), ("GA_EMULATION_SKEW_MS", "20")],
+        );
         let caught = !out.status.success() || out.stdout != want;
         assert!(caught, "mutant {name} computed the right product");
         println!(

@@ -39,6 +39,9 @@ pub enum GpuKernelChoice {
     /// The TMA kernel on the ping-pong schedule (one consumer's epilogue under the other's
     /// wgmma): Hopper only, opt-in until a GPU run has measured it. Checked like every kernel.
     Pingpong,
+    /// The ping-pong kernel in clusters of two blocks that multicast their shared Bt rows (half
+    /// the L2 reads of them): Hopper only, opt-in until a GPU run has measured it.
+    Multicast,
 }
 
 /// What this miner agrees to run. A challenge beyond any limit is refused before work starts.
@@ -181,6 +184,7 @@ impl MinerConfig {
                 GpuKernelChoice::Wgmma => Some(GpuKernel::Wgmma),
                 GpuKernelChoice::Tma => Some(GpuKernel::Tma),
                 GpuKernelChoice::Pingpong => Some(GpuKernel::Pingpong),
+                GpuKernelChoice::Multicast => Some(GpuKernel::Multicast),
             },
             cache_dir: self.kernel_cache_dir.clone().or_else(default_cache_dir),
             host_hashing: self.gpu_hash_on_host,
