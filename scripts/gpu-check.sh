@@ -29,6 +29,10 @@
 #      out, for a short lease.
 # Each step runs under a time limit (STEP_TIMEOUT seconds, default 900): a kernel that hangs on a
 # new GPU fails its step instead of hanging the check, and the steps after it still run.
+# STEPS picks steps by name for a short lease (default: all): selftest gpu-tests kernel-compile
+# bench memory-walk device-evidence kernel-choice nsight-compute attestation attestation-kernels
+# attestation-v4 attestation-two-slots host-cpu; kernel-choice needs bench. GPU_TESTS_FILTER
+# passes a name filter to the GPU tests (e.g. `v4` or `slot`).
 # Prints a summary and exits non-zero if any step failed. Logs go to $OUT (or target/gpu-check),
 # and everything a bug report needs is gathered into one file there, report.txt. On a machine
 # without a usable GPU it says so in one line and exits 2.
@@ -47,6 +51,9 @@ step_timeout=${STEP_TIMEOUT:-900}
 # `limit CMD...`: CMD under the step time limit; exit status 124 when it ran out.
 limit() { timeout --kill-after=10 "$step_timeout" "$@"; }
 
+# `want STEP`: whether STEPS asks for this step.
+want() { [ -z "${STEPS:-}" ] || [ "${STEPS}" = all ] || [[ " $STEPS " == *" $1 "* ]]; }
+
 record() { # name status
   if [ "$2" -eq 0 ]; then summary+=("PASS  $1")
   elif [ "$2" -eq 124 ] || [ "$2" -eq 137 ]; then
@@ -62,12 +69,16 @@ fi
 echo "== devices"
 cat "$out/info.log"
 
+if want selftest; then
 echo "== self-check: every kernel on every GPU against the CPU"
 limit "$bin/miner" selftest --fresh 2>&1 | tee "$out/selftest.log"
 record selftest "${PIPESTATUS[0]}"
+fi
 
+if want gpu-tests; then
 echo "== GPU tests"
-limit "$bin/gpu-tests" --ignored --test-threads=1 --nocapture >"$out/gpu-tests.log" 2>&1
+# shellcheck disable=SC2086 # the filter is one word or none
+limit "$bin/gpu-tests" --ignored --test-threads=1 --nocapture ${GPU_TESTS_FILTER:-} >"$out/gpu-tests.log" 2>&1
 status=$?
 # Fault recovery runs in a process of its own: a CUDA fault poisons the whole process's context.
 limit "$bin/gpu-fault-tests" --ignored --nocapture >>"$out/gpu-tests.log" 2>&1
@@ -77,20 +88,16 @@ if [ "$status" -eq 0 ]; then status=$fault_status; fi
 if grep -q SKIPPED "$out/gpu-tests.log"; then status=1; fi
 grep -E "^ok:|SKIPPED|panicked|test result" "$out/gpu-tests.log"
 record gpu-tests $status
+fi
 
+if want kernel-compile; then
 echo "== kernel compile check (NVRTC + ptxas)"
 GPU_ATTEST_REQUIRE_NVRTC=1 GPU_ATTEST_PTXAS=$(command -v ptxas || echo "$cuda_home/bin/ptxas") \
   limit "$bin/kernel-compile-tests" --nocapture >"$out/kernel-compile.log" 2>&1
 status=$?
 grep -E "^sm_|test result" "$out/kernel-compile.log"
 record kernel-compile $status
-
-echo "== miner bench (cuda)"
-limit "$bin/miner" bench --backend cuda --sizes "${BENCH_SIZES:-1024,2048,4096}" --seconds "${BENCH_SECONDS:-2}" \
-  2>&1 | tee "$out/bench.log"
-record bench "${PIPESTATUS[0]}"
-limit "$bin/miner" bench --backend cuda --sizes "${BENCH_SIZES:-1024,2048,4096}" --seconds 1 --json \
-  >"$out/bench.json" 2>/dev/null || true
+fi
 
 # What a fill operation costs in chain operations on the kernel `auto` mines on: the validator
 # times the fill at a weight per kernel (PROTOCOL.md 18.6 step 5), set from such figures; on a
@@ -108,24 +115,37 @@ for walk in bench.get("memory") or []:
               f"{walk['fill_tops']:.1f}: a fill operation costs {chains / walk['fill_tops']:.2f} chain operations")
 PY
 }
+if want bench; then
+echo "== miner bench (cuda)"
+limit "$bin/miner" bench --backend cuda --sizes "${BENCH_SIZES:-1024,2048,4096}" --seconds "${BENCH_SECONDS:-2}" \
+  2>&1 | tee "$out/bench.log"
+record bench "${PIPESTATUS[0]}"
+limit "$bin/miner" bench --backend cuda --sizes "${BENCH_SIZES:-1024,2048,4096}" --seconds 1 --json \
+  >"$out/bench.json" 2>/dev/null || true
+
 if [ -s "$out/bench.json" ]; then
   echo "== the fill's cost in chain operations (PROTOCOL.md 18.6's fill weight)"
   fill_weight "$out/bench.json" "$(sed -n 's/^backend: cuda (\(.*\) kernel)$/\1/p' "$out/info.log")" 2>&1 |
     tee "$out/fill-weight.log"
 fi
+fi
 
 # The bench above walks a 512 MiB pool (past the L2); this one walks 90% of each GPU's free
 # memory, where the TLB's reach is what a real pool meets, and checks the walk against the CPU's.
+if want memory-walk; then
 echo "== memory walk (cuda): most of each GPU's memory"
 limit "$bin/miner" bench --backend cuda --sizes 1024 --seconds 2 --memory-mib 10000000 \
   2>&1 | tee "$out/walk.log" | grep -E "^memory walk|differs"
 record memory-walk "${PIPESTATUS[0]}"
+fi
 
 # What each GPU offers as confidential-computing evidence (PROTOCOL.md 19): usually "CC off" on
 # a rented host, which is a fact to record, not a failure.
+if want device-evidence; then
 echo "== device evidence"
 limit "$bin/miner" evidence 2>&1 | tee "$out/evidence.log"
 record device-evidence "${PIPESTATUS[0]}"
+fi
 
 # Which Hopper kernel `auto` should take, from the bench above: each TMA kernel (cooperative,
 # ping-pong, and ping-pong in clusters of two that multicast Bt) against wgmma and cuBLASLt plus the mix at each size, beside the bars (70% of the
@@ -135,7 +155,7 @@ record device-evidence "${PIPESTATUS[0]}"
 # (self-check, GPU tests) and faster, chains and fill alike.
 compute_cap=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -n 1)
 hopper_kernels="tma pingpong multicast"
-if [ "$compute_cap" = "9.0" ] && [ -s "$out/bench.json" ]; then
+if want kernel-choice && [ "$compute_cap" = "9.0" ] && [ -s "$out/bench.json" ]; then
   echo "== the TMA kernels against wgmma (from the bench)"
   python3 - "$out/bench.json" <<'PY' 2>&1 | tee "$out/kernel-choice.log"
 import json, sys
@@ -172,7 +192,9 @@ fi
 # Hopper kernels under Nsight Compute: one launch each of wgmma and the TMA kernels at n = 2048 (8 chains,
 # after the bench's warm-up launches), the tensor pipe's share of the elapsed cycles and the
 # duration. Metric names differ between ncu versions, so only those this ncu knows are asked for.
-if [ "$compute_cap" = "9.0" ] && command -v ncu >/dev/null; then
+if ! want nsight-compute; then
+  :
+elif [ "$compute_cap" = "9.0" ] && command -v ncu >/dev/null; then
   echo "== Nsight Compute: wgmma and the TMA kernels at n = 2048, tensor pipe utilisation"
   known=$(ncu --query-metrics 2>/dev/null | awk '{print $1}')
   metrics=gpu__time_duration.sum
@@ -218,6 +240,7 @@ attest_sampled() {
   return $status
 }
 
+if want attestation; then
 echo "== attestation: miner on GPU, validator on CPU"
 miner_on auto
 if [ -n "$address" ]; then
@@ -237,10 +260,11 @@ fi
 miner_down
 record attestation $status
 record gpu-validator $gpu_validator
+fi
 
 # The opt-in TMA kernels through a whole attestation each: the proven rate against the bench rate
 # above (the bar: within 5%), each kernel checked on arrival by the miner's self-check.
-if [ "$compute_cap" = "9.0" ]; then
+if want attestation-kernels && [ "$compute_cap" = "9.0" ]; then
   for kernel in $hopper_kernels; do
     echo "== attestation: miner on the $kernel kernel, validator on CPU"
     miner_on "$kernel"
@@ -260,6 +284,7 @@ fi
 # its pool chains' final states (96% of each GPU's claimed memory) on the GPUs, walks them there
 # and opens them there. It says 4 only once its version 4 walk has passed the self-check it runs
 # at start (its log says which); the verdict must then say 4, with each device's walk.
+if want attestation-v4; then
 echo "== attestation: protocol version 4 (miner on GPU, validator on CPU)"
 printf '[limits]\npreview_protocol_4 = true\n' >"$work/miner-v4.toml"
 miner_up "$out/miner-v4.log" --backend cuda --config "$work/miner-v4.toml"
@@ -272,11 +297,12 @@ if [ -n "$address" ]; then
   # The headline's `attested walk / bench walk`: each device's proven walk rate in the verdict
   # against `miner bench`'s version 4 walk over most of the same GPU's memory (walk.log).
   python3 - "$out/attestation-v4.json" "$out/walk.log" <<'PY' | tee "$out/attestation-v4-walk.log" || v4_status=1
-import json, re, sys
+import json, os, re, sys
 v = json.load(open(sys.argv[1]))
 print(f"verdict: passed={v.get('passed')} protocol_version={v.get('protocol_version')} reasons={v.get('reasons')}")
 bench = {}
-for line in open(sys.argv[2]):
+# walk.log is the memory-walk step's (absent when STEPS left it out: no ratio then).
+for line in open(sys.argv[2]) if os.path.exists(sys.argv[2]) else []:
     m = re.match(r"memory walk v4, device (\d+) .*?: ([0-9.]+) GB/s to the walk root", line)
     if m:
         bench[int(m.group(1))] = float(m.group(2)) * 1e9
@@ -296,12 +322,14 @@ else
 fi
 miner_down
 record attestation-v4 $v4_status
+fi
 
 # The test mode of two slots a GPU (issue: the multi-GPU path on real silicon): each GPU opened
 # as two slots, each with a context, streams and a host thread of its own, a device's chains
 # split over them by the canonical partition. The claim stays one device per GPU, and slots hold
 # no memory-phase pool, so the miner speaks version 2 and the validator attests its compute
 # (memory not required for this one run).
+if want attestation-two-slots; then
 echo "== attestation: each GPU as two slots (a test mode), compute only"
 printf '[memory]\nrequired = false\n' >"$work/validator-slots.toml"
 miner_up "$out/miner-slots.log" --backend cuda --gpu-slots 2
@@ -318,7 +346,9 @@ else
 fi
 miner_down
 record attestation-two-slots $slots_status
+fi
 
+if want host-cpu; then
 echo "== host CPU: every CPU kernel it runs, against the oracle"
 limit "$bin/cpu-oracle-tests" >"$out/cpu-oracle.log" 2>&1
 status=$?
@@ -360,6 +390,7 @@ elif GPU_ATTEST_CPU_KERNEL=amx "$bin/miner" info --backend cpu >/dev/null 2>&1; 
   fi
 else
   echo "(this host's CPU has no usable AMX: the k-block sweep is left out)" | tee "$out/host-cpu.log"
+fi
 fi
 
 echo
