@@ -173,10 +173,11 @@ __device__ __forceinline__ void pp_gemm(const ga_tensor_map* x_map, const ga_ten
         ga_mbar_init_fence();
     }
     // Every block's barriers are initialised before any block of the cluster arrives on them or
-    // multicasts into its stages.
+    // multicasts into its stages. (Warp 0 reconverges first: the cluster barrier is .aligned.)
     if (CLUSTER == 1) {
         __syncthreads();
     } else {
+        __syncwarp();
         ga_cluster_sync();
     }
 

@@ -47,18 +47,33 @@ __device__ __forceinline__ void ga_mbar_arrive(u64* bar) {
 // Whether the phase of parity `parity` has completed: true once the barrier's current phase is
 // the next one. A phase is named by its parity, so a waiter must track which phase it expects:
 // waiting on the parity of the phase before would pass at once (the mutant the host test
-// builds). try_wait may suspend the thread for a while before it answers false.
+// builds). try_wait may suspend the thread for a while before it answers false. It acquires at
+// the block's scope; ClusterScope acquires at the cluster's, pairing with arrivals that another
+// block of the cluster released at that scope (ga_mbar_arrive_cluster).
+template <bool ClusterScope = false>
 __device__ __forceinline__ bool ga_mbar_try_wait(u64* bar, u32 parity) {
     u32 done;
-    asm volatile(
-        "{\n"
-        ".reg .pred complete;\n"
-        "mbarrier.try_wait.parity.shared::cta.b64 complete, [%1], %2;\n"
-        "selp.u32 %0, 1, 0, complete;\n"
-        "}\n"
-        : "=r"(done)
-        : "r"(ga_smem_addr(bar)), "r"(parity)
-        : "memory");
+    if (ClusterScope) {
+        asm volatile(
+            "{\n"
+            ".reg .pred complete;\n"
+            "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 complete, [%1], %2;\n"
+            "selp.u32 %0, 1, 0, complete;\n"
+            "}\n"
+            : "=r"(done)
+            : "r"(ga_smem_addr(bar)), "r"(parity)
+            : "memory");
+    } else {
+        asm volatile(
+            "{\n"
+            ".reg .pred complete;\n"
+            "mbarrier.try_wait.parity.shared::cta.b64 complete, [%1], %2;\n"
+            "selp.u32 %0, 1, 0, complete;\n"
+            "}\n"
+            : "=r"(done)
+            : "r"(ga_smem_addr(bar)), "r"(parity)
+            : "memory");
+    }
     return done != 0;
 }
 
@@ -75,10 +90,11 @@ __device__ __forceinline__ u64 ga_globaltimer() {
 #define GA_MBAR_TIMEOUT_NS 4000000000ull
 
 // Waits for the phase of parity `parity` to complete (see ga_mbar_try_wait).
+template <bool ClusterScope = false>
 __device__ __forceinline__ void ga_mbar_wait(u64* bar, u32 parity) {
-    if (ga_mbar_try_wait(bar, parity)) return;
+    if (ga_mbar_try_wait<ClusterScope>(bar, parity)) return;
     const u64 start = ga_globaltimer();
-    while (!ga_mbar_try_wait(bar, parity)) {
+    while (!ga_mbar_try_wait<ClusterScope>(bar, parity)) {
         if (ga_globaltimer() - start > GA_MBAR_TIMEOUT_NS) __trap();
     }
 }

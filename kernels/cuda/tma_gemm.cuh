@@ -61,7 +61,8 @@ __device__ __forceinline__ void tma_produce(const ga_tensor_map* x_map, const ga
 // blocks' stages and counted against both blocks' `full` barriers: each stage's Bt is read from
 // L2 once for the two blocks. Both blocks load the same tiles' k-tiles in the same order, so a
 // stage holds the same k-tile in both, and a block refills it only once the consumers of both
-// have freed it (each block's `empty` counts the arrivals of both blocks' consumer warps).
+// have freed it (each block's `empty` counts the arrivals of both blocks' consumer warps, and is
+// waited on at cluster scope, pairing with the other block's releases).
 // Afterwards the producer waits until every stage has been freed once more: the other block's
 // consumers arrive on this block's barriers, and must have done so before this block exits.
 template <int BM, int BN, int STAGES>
@@ -75,7 +76,7 @@ __device__ __forceinline__ void tma_produce_pair(const ga_tensor_map* x_map, con
     for (u32 tile = blockIdx.x / 2; tile < tiles; tile += gridDim.x / 2) {
         const tma_tile t = tma_tile_at<2 * BM, BN>(tile, n);
         for (int kt = 0; kt < ktiles; ++kt) {
-            ga_mbar_wait(&empty[stage], phase ^ 1);
+            ga_mbar_wait<true>(&empty[stage], phase ^ 1);
             u8* a = smem + stage * stage_bytes;
             ga_mbar_arrive_expect_tx(&full[stage], stage_bytes);
             ga_tma_load_3d(a, x_map, &full[stage], kt * TMA_BK, t.row0 + (int)rank * BM, t.matrix);
@@ -88,7 +89,7 @@ __device__ __forceinline__ void tma_produce_pair(const ga_tensor_map* x_map, con
         }
     }
     for (int s = 0; s < STAGES; ++s) {
-        ga_mbar_wait(&empty[stage], phase ^ 1);
+        ga_mbar_wait<true>(&empty[stage], phase ^ 1);
         if (++stage == STAGES) {
             stage = 0;
             phase ^= 1;

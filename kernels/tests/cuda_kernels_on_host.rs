@@ -79,7 +79,7 @@ template <class T> static inline T __ldg(const T* p) { return *p; }
 // mask is refused outright, since this emulation cannot model one. Its two warp-wide barriers
 // also order shared memory across the warp, which a real shuffle does not: a race between the
 // lanes of one warp around a shuffle would not show here.
-static int ga_shfl_values[32][32];
+static int ga_shfl_values[2][32][32];
 static thread_local std::vector<std::unique_ptr<std::barrier<>>>* ga_warp_barriers;
 // Which of the blocks running at once (a cluster's) this thread's is: indexes per-warp scratch.
 static thread_local unsigned ga_block_slot;
@@ -89,12 +89,15 @@ static inline int __shfl_xor_sync(unsigned mask, int v, int lane_mask) {
         abort();
     }
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    ga_shfl_values[warp][lane] = v;
+    ga_shfl_values[ga_block_slot][warp][lane] = v;
     (*ga_warp_barriers)[warp]->arrive_and_wait();
-    const int got = ga_shfl_values[warp][(lane ^ lane_mask) & 31];
+    const int got = ga_shfl_values[ga_block_slot][warp][(lane ^ lane_mask) & 31];
     (*ga_warp_barriers)[warp]->arrive_and_wait();
     return got;
 }
+
+// __syncwarp over a whole warp.
+static inline void __syncwarp() { (*ga_warp_barriers)[threadIdx.x >> 5]->arrive_and_wait(); }
 
 // __shfl_sync from a source lane, over a whole warp (the same conditions as above).
 static int ga_shfl_sync_values[2][32][32];
@@ -427,17 +430,24 @@ static bool ga_mbar_try_wait(u64* bar, u32 parity) {
     return false;
 }
 
-// How long the threads of a cluster's second block sleep before each barrier wait
-// (GA_EMULATION_SKEW_MS, default none): the blocks of a cluster then run at different speeds, as
-// they may on a GPU, and an ordering between them that only lockstep kept shows up.
+// How long the threads of one block of a cluster (GA_EMULATION_SKEW_RANK, default the second)
+// sleep before each barrier wait (GA_EMULATION_SKEW_MS, default none): the blocks of a cluster
+// then run at different speeds, as they may on a GPU, and an ordering between them that only
+// lockstep kept shows up.
 static std::chrono::milliseconds ga_skew() {
     static const long ms = [] { const char* v = getenv("GA_EMULATION_SKEW_MS"); return v ? atol(v) : 0L; }();
     return std::chrono::milliseconds(ms);
 }
+static unsigned ga_skewed_rank() {
+    static const unsigned rank = [] { const char* v = getenv("GA_EMULATION_SKEW_RANK"); return v ? (unsigned)atoi(v) : 1u; }();
+    return rank;
+}
 
-// No timer here: the emulated try_wait aborts a wait that never completes.
+// No timer here: the emulated try_wait aborts a wait that never completes. Scopes are not
+// modelled: every emulated barrier operation is sequentially consistent.
+template <bool ClusterScope = false>
 static void ga_mbar_wait(u64* bar, u32 parity) {
-    if (ga_rank == 1 && ga_skew().count() > 0) std::this_thread::sleep_for(ga_skew());
+    if (ga_rank == ga_skewed_rank() && ga_skew().count() > 0) std::this_thread::sleep_for(ga_skew());
     while (!ga_mbar_try_wait(bar, parity)) {
     }
 }
@@ -1165,21 +1175,26 @@ fn device_multicast_kernel_matches_the_naive_step() {
         let step = 13u32;
         let args = persistent_args(GpuKernel::Multicast, n, count, step, blocks);
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        // In lockstep, and (but for the largest case, which adds time, not coverage) with the
-        // second block of each cluster running behind the first.
-        let skews: &[&str] = if n > 320 { &["0"] } else { &["0", "5"] };
-        for skew in skews {
-            let out = run_binary(harness().unwrap(), &args, &input, &[("GA_EMULATION_SKEW_MS", skew)]);
+        // In lockstep, and (but for the largest case, which adds time, not coverage) with
+        // either block of each cluster running behind the other: (milliseconds, lagging rank).
+        let skews: &[(&str, &str)] = if n > 320 {
+            &[("0", "1")]
+        } else {
+            &[("0", "1"), ("5", "1"), ("5", "0")]
+        };
+        for &(skew, rank) in skews {
+            let env = [("GA_EMULATION_SKEW_MS", skew), ("GA_EMULATION_SKEW_RANK", rank)];
+            let out = run_binary(harness().unwrap(), &args, &input, &env);
             assert!(
                 out.status.success(),
-                "multicast n={n}, skew {skew} ms: {}",
+                "multicast n={n}, rank {rank} {skew} ms behind: {}",
                 String::from_utf8_lossy(&out.stderr)
             );
             for (z, want) in naive_steps(&input, n, count, step).iter().enumerate() {
                 assert_eq!(
                     &out.stdout[z * n * n..(z + 1) * n * n],
                     &want[..],
-                    "multicast kernel, n={n}, {blocks} blocks, matrix {z}, skew {skew} ms"
+                    "multicast kernel, n={n}, {blocks} blocks, matrix {z}, rank {rank} {skew} ms behind"
                 );
             }
         }
@@ -1221,8 +1236,8 @@ fn multicast_mutants_that_break_the_sharing_fail_in_the_emulation() {
             "multicast-no-producer-tail",
             Mutation {
                 file: "tma_gemm.cuh",
-                from: "    for (int s = 0; s < STAGES; ++s) {\n        ga_mbar_wait(&empty[stage], phase ^ 1);",
-                to: "    for (int s = 0; s < 0; ++s) {\n        ga_mbar_wait(&empty[stage], phase ^ 1);",
+                from: "    for (int s = 0; s < STAGES; ++s) {\n        ga_mbar_wait<true>(&empty[stage], phase ^ 1);",
+                to: "    for (int s = 0; s < 0; ++s) {\n        ga_mbar_wait<true>(&empty[stage], phase ^ 1);",
             },
         ),
     ];
