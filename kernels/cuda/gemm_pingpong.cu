@@ -115,13 +115,7 @@ __device__ __forceinline__ void pp_consume(u8* smem, u64* full, u64* empty, u64*
         for (int kt = 0; kt < ktiles; ++kt) {
             ga_mbar_wait(&full[at.stage], at.phase);
             const u64 stage_offset = (u64)(at.stage * PP_STAGE_BYTES) >> 4;
-            wg_fence_operand(acc);
-            wg_fence();
-#pragma unroll
-            for (int kk = 0; kk < TMA_BK / 32; ++kk) {
-                wg_mma_m64n256k32(acc, a_desc + stage_offset + kk * 2, b_desc + stage_offset + kk * 2);
-            }
-            wg_commit();
+            tma_mma_ktile(acc, a_desc + stage_offset, b_desc + stage_offset);
             // k-tile kt's wgmma keeps running; kt - 1's is retired, so its stage is free.
             wg_wait<1>();
             wg_fence_operand(acc);

@@ -7,6 +7,20 @@
 // Bytes of k a box and a stage cover: the most the 128-byte swizzle allows (tma.rs's BOX_K).
 #define TMA_BK 128
 
+// One k-tile of a stage, on the tensor cores: the warpgroup's four wgmma.m64n256k32 over its
+// TMA_BK bytes of k, from the stage's descriptors (the first stage's, plus the stage's offset /
+// 16), committed as one group. The accumulators are fenced first, so that the compiler neither
+// moves them nor reads them while the group may still write them.
+__device__ __forceinline__ void tma_mma_ktile(int (&acc)[128], u64 a_desc, u64 b_desc) {
+    wg_fence_operand(acc);
+    wg_fence();
+#pragma unroll
+    for (int kk = 0; kk < TMA_BK / 32; ++kk) {
+        wg_mma_m64n256k32(acc, a_desc + kk * 2, b_desc + kk * 2);
+    }
+    wg_commit();
+}
+
 // The output tile `tile` of a batch: matrix, first row, first column. Row tiles vary fastest,
 // so the blocks running at one time share their B columns (the larger operand) in L2.
 struct tma_tile {

@@ -992,6 +992,71 @@ fn persistent_args(kernel: GpuKernel, n: usize, count: usize, step: u32, blocks:
     .collect()
 }
 
+/// A persistent kernel on `count` random n x n pairs over a grid of `blocks`, with `env`'s
+/// emulation settings, against the naive step, every matrix bit for bit.
+fn assert_persistent_matches_naive(
+    kernel: GpuKernel,
+    rng: &mut ChaCha8Rng,
+    (n, count, blocks): (usize, usize, u32),
+    step: u32,
+    env: &[(&str, &str)],
+) {
+    let input = gemm_input(rng, n, count);
+    let args = persistent_args(kernel, n, count, step, blocks);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let out = run_binary(harness().unwrap(), &args, &input, env);
+    assert!(
+        out.status.success(),
+        "{kernel}, n={n}, {blocks} blocks, {env:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for (z, want) in naive_steps(&input, n, count, step).iter().enumerate() {
+        assert_eq!(
+            &out.stdout[z * n * n..(z + 1) * n * n],
+            &want[..],
+            "{kernel} kernel, n={n}, {blocks} blocks, matrix {z}, {env:?}"
+        );
+    }
+}
+
+/// Each mutant of a persistent kernel, built and run on (n, count, blocks), must be caught: a
+/// wrong product, or an abort (a barrier check, a deadlock within 5 s).
+fn assert_mutants_caught(
+    kernel: GpuKernel,
+    seed: u8,
+    (n, count, blocks): (usize, usize, u32),
+    mutants: Vec<(&str, Mutation)>,
+    env: &[(&str, &str)],
+) {
+    let mut rng = ChaCha8Rng::from_seed([seed; 32]);
+    let step = 9u32;
+    let input = gemm_input(&mut rng, n, count);
+    let want: Vec<u8> = naive_steps(&input, n, count, step).concat();
+    let args = persistent_args(kernel, n, count, step, blocks);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let env: Vec<(&str, &str)> = [("GA_EMULATION_DEADLOCK_MS", "5000")]
+        .into_iter()
+        .chain(env.iter().copied())
+        .collect();
+    for (name, mutation) in mutants {
+        let mutant = build_harness(name, &[mutation]).unwrap();
+        let out = run_binary(&mutant, &args, &input, &env);
+        let caught = !out.status.success() || out.stdout != want;
+        assert!(
+            caught,
+            "mutant {name} computed the right product: the emulation let it pass"
+        );
+        println!(
+            "mutant {name} caught: {}",
+            if out.status.success() {
+                "wrong product".to_string()
+            } else {
+                format!("aborted: {}", String::from_utf8_lossy(&out.stderr).trim())
+            }
+        );
+    }
+}
+
 /// The TMA kernel against the naive step, on persistent grids that give a block several tiles
 /// (its stages and phases running on from one tile into the next), an uneven share of them, or
 /// none at all, with k-tiles fewer than the stages and more, the last one half past n.
@@ -1012,18 +1077,7 @@ fn device_tma_kernel_matches_the_naive_step() {
         (320, 2, 2),
         (576, 1, 4),
     ] {
-        let input = gemm_input(&mut rng, n, count);
-        let step = 9u32;
-        let args = persistent_args(GpuKernel::Tma, n, count, step, blocks);
-        let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        let got = run(&args, &input);
-        for (z, want) in naive_steps(&input, n, count, step).iter().enumerate() {
-            assert_eq!(
-                &got[z * n * n..(z + 1) * n * n],
-                &want[..],
-                "tma kernel, n={n}, {blocks} blocks, matrix {z}"
-            );
-        }
+        assert_persistent_matches_naive(GpuKernel::Tma, &mut rng, (n, count, blocks), 9, &[]);
     }
 }
 
@@ -1035,34 +1089,17 @@ fn a_tma_consumer_that_waits_one_phase_too_early_fails_in_the_emulation() {
     if harness().is_none() {
         return;
     }
-    let mutant = build_harness(
-        "tma-wait-one-phase-early",
-        &[Mutation {
-            file: "gemm_tma.cu",
-            from: "ga_mbar_wait(&full[stage], phase)",
-            to: "ga_mbar_wait(&full[stage], phase ^ 1)",
-        }],
-    )
-    .unwrap();
-    let mut rng = ChaCha8Rng::from_seed([24; 32]);
-    let (n, count, step) = (192usize, 2usize, 9u32);
-    let input = gemm_input(&mut rng, n, count);
-    let args = persistent_args(GpuKernel::Tma, n, count, step, 2);
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let out = run_binary(&mutant, &args, &input, &[("GA_EMULATION_DEADLOCK_MS", "5000")]);
-    let want: Vec<u8> = naive_steps(&input, n, count, step).concat();
-    let caught = !out.status.success() || out.stdout != want;
-    assert!(
-        caught,
-        "the mutant computed the right product: the emulation lets early waits pass"
-    );
-    println!(
-        "mutant caught: {}",
-        if out.status.success() {
-            "wrong product".to_string()
-        } else {
-            format!("aborted: {}", String::from_utf8_lossy(&out.stderr).trim())
-        }
+    let mutant = Mutation {
+        file: "gemm_tma.cu",
+        from: "ga_mbar_wait(&full[stage], phase)",
+        to: "ga_mbar_wait(&full[stage], phase ^ 1)",
+    };
+    assert_mutants_caught(
+        GpuKernel::Tma,
+        24,
+        (192, 2, 2),
+        vec![("tma-wait-one-phase-early", mutant)],
+        &[],
     );
 }
 
@@ -1090,18 +1127,7 @@ fn device_pingpong_kernel_matches_the_naive_step() {
         (704, 1, 2),
         (640, 1, 3),
     ] {
-        let input = gemm_input(&mut rng, n, count);
-        let step = 11u32;
-        let args = persistent_args(GpuKernel::Pingpong, n, count, step, blocks);
-        let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        let got = run(&args, &input);
-        for (z, want) in naive_steps(&input, n, count, step).iter().enumerate() {
-            assert_eq!(
-                &got[z * n * n..(z + 1) * n * n],
-                &want[..],
-                "pingpong kernel, n={n}, {blocks} blocks, matrix {z}"
-            );
-        }
+        assert_persistent_matches_naive(GpuKernel::Pingpong, &mut rng, (n, count, blocks), 11, &[]);
     }
 }
 
@@ -1116,7 +1142,7 @@ fn pingpong_mutants_that_break_the_turns_or_the_ring_fail_in_the_emulation() {
     if harness().is_none() {
         return;
     }
-    let mutants = [
+    let mutants = vec![
         (
             "pingpong-no-turns",
             Mutation {
@@ -1134,26 +1160,7 @@ fn pingpong_mutants_that_break_the_turns_or_the_ring_fail_in_the_emulation() {
             },
         ),
     ];
-    let mut rng = ChaCha8Rng::from_seed([26; 32]);
-    let (n, count, step) = (704usize, 1usize, 11u32);
-    let input = gemm_input(&mut rng, n, count);
-    let want: Vec<u8> = naive_steps(&input, n, count, step).concat();
-    let args = persistent_args(GpuKernel::Pingpong, n, count, step, 2);
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    for (name, mutation) in mutants {
-        let mutant = build_harness(name, &[mutation]).unwrap();
-        let out = run_binary(&mutant, &args, &input, &[("GA_EMULATION_DEADLOCK_MS", "5000")]);
-        let caught = !out.status.success() || out.stdout != want;
-        assert!(caught, "mutant {name} computed the right product");
-        println!(
-            "mutant {name} caught: {}",
-            if out.status.success() {
-                "wrong product".to_string()
-            } else {
-                format!("aborted: {}", String::from_utf8_lossy(&out.stderr).trim())
-            }
-        );
-    }
+    assert_mutants_caught(GpuKernel::Pingpong, 26, (704, 1, 2), mutants, &[]);
 }
 
 /// The ping-pong kernel in clusters of two (`gemm_mix_multicast`) against the naive step: the
@@ -1171,10 +1178,6 @@ fn device_multicast_kernel_matches_the_naive_step() {
     // one cluster; 192, one matrix's two cluster tiles on one cluster; 320, twelve cluster tiles
     // of three k-tiles over two clusters; 704, eighteen of six k-tiles over two clusters.
     for (n, count, blocks) in [(64usize, 2usize, 2u32), (192, 1, 2), (320, 2, 4), (704, 1, 4)] {
-        let input = gemm_input(&mut rng, n, count);
-        let step = 13u32;
-        let args = persistent_args(GpuKernel::Multicast, n, count, step, blocks);
-        let args: Vec<&str> = args.iter().map(String::as_str).collect();
         // In lockstep, and (but for the largest case, which adds time, not coverage) with
         // either block of each cluster running behind the other: (milliseconds, lagging rank).
         let skews: &[(&str, &str)] = if n > 320 {
@@ -1184,19 +1187,7 @@ fn device_multicast_kernel_matches_the_naive_step() {
         };
         for &(skew, rank) in skews {
             let env = [("GA_EMULATION_SKEW_MS", skew), ("GA_EMULATION_SKEW_RANK", rank)];
-            let out = run_binary(harness().unwrap(), &args, &input, &env);
-            assert!(
-                out.status.success(),
-                "multicast n={n}, rank {rank} {skew} ms behind: {}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-            for (z, want) in naive_steps(&input, n, count, step).iter().enumerate() {
-                assert_eq!(
-                    &out.stdout[z * n * n..(z + 1) * n * n],
-                    &want[..],
-                    "multicast kernel, n={n}, {blocks} blocks, matrix {z}, rank {rank} {skew} ms behind"
-                );
-            }
+            assert_persistent_matches_naive(GpuKernel::Multicast, &mut rng, (n, count, blocks), 13, &env);
         }
     }
 }
@@ -1215,7 +1206,7 @@ fn multicast_mutants_that_break_the_sharing_fail_in_the_emulation() {
     if harness().is_none() {
         return;
     }
-    let mutants = [
+    let mutants = vec![
         (
             "multicast-release-own-block-only",
             Mutation {
@@ -1241,31 +1232,13 @@ fn multicast_mutants_that_break_the_sharing_fail_in_the_emulation() {
             },
         ),
     ];
-    let mut rng = ChaCha8Rng::from_seed([28; 32]);
-    let (n, count, step) = (320usize, 1usize, 13u32);
-    let input = gemm_input(&mut rng, n, count);
-    let want: Vec<u8> = naive_steps(&input, n, count, step).concat();
-    let args = persistent_args(GpuKernel::Multicast, n, count, step, 2);
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    for (name, mutation) in mutants {
-        let mutant = build_harness(name, &[mutation]).unwrap();
-        let out = run_binary(
-            &mutant,
-            &args,
-            &input,
-            &[("GA_EMULATION_DEADLOCK_MS", "5000"), ("GA_EMULATION_SKEW_MS", "20")],
-        );
-        let caught = !out.status.success() || out.stdout != want;
-        assert!(caught, "mutant {name} computed the right product");
-        println!(
-            "mutant {name} caught: {}",
-            if out.status.success() {
-                "wrong product".to_string()
-            } else {
-                format!("aborted: {}", String::from_utf8_lossy(&out.stderr).trim())
-            }
-        );
-    }
+    assert_mutants_caught(
+        GpuKernel::Multicast,
+        28,
+        (320, 1, 2),
+        mutants,
+        &[("GA_EMULATION_SKEW_MS", "20")],
+    );
 }
 
 /// The walk kernel's launches, `first..first + steps` from `starts`: (each walker's checkpoints,
