@@ -19,7 +19,7 @@
 //   thread after setmaxnreg) and two consumers (232 registers: 128 accumulators each).
 // - Five stages of 40 KiB (64 rows of X and 256 of Bt by 128 bytes of k), each guarded by `full`
 //   (the producer's arrival and the stage's 40960 transaction bytes) and `empty` (one arrival
-//   from each of the four warps of the consumer that read it).
+//   from each of the four warps of the consumer that read it; see below for clusters).
 // - The producer loads the block's tiles in order, k-tile after k-tile, into one ring of stages;
 //   the consumers read it in turn: consumer 0 a tile's k-tiles, then consumer 1 the next tile's,
 //   and so on. So each consumer starts its pipeline position `consumer * ktiles` k-tiles in, and
@@ -35,6 +35,14 @@
 //   stage still holding another tile (the mutant the host test builds). Once the other consumer
 //   has issued its tile, every position before this consumer's first has been filled, and the
 //   producer cannot be more than one pass ahead of the position it is waited on at.
+//
+// Two entry points share this code: gemm_mix_pingpong, a block alone, and gemm_mix_multicast,
+// blocks in clusters of two on adjacent 64-row tiles of one 128 x 256 output tile. Those two
+// need the same Bt rows, so each block's producer loads half of them and multicasts it into both
+// blocks' stages (tma_produce_pair): a block then reads from L2 per multiply-add what the
+// cooperative kernel's 128 x 256 tiles read, where a lone 64 x 256 tile reads 1.67x that. In a
+// cluster, a stage's `empty` counts the arrivals of both blocks' consumer warps (eight), since
+// both producers write into it.
 //
 // Registers: the epilogue's mix (ga_mix, a few integer operations a byte) runs on the same 232
 // registers as the accumulators, one pair at a time, so it adds no live state to the 128

@@ -160,34 +160,37 @@ impl GpuKernel {
         }
     }
 
+    /// Whether the kernel uses sm_90a's architecture-specific instructions (wgmma, TMA,
+    /// setmaxnreg, clusters): they exist on compute capability 9.0 alone, not on later GPUs.
+    fn hopper_only(self) -> bool {
+        matches!(
+            self,
+            GpuKernel::Wgmma | GpuKernel::Tma | GpuKernel::Pingpong | GpuKernel::Multicast
+        )
+    }
+
     pub fn supports(self, compute_capability: (u32, u32)) -> bool {
-        match self {
-            // Architecture-specific (sm_90a) features exist on 9.0 alone, not on later GPUs.
-            GpuKernel::Wgmma | GpuKernel::Tma | GpuKernel::Pingpong | GpuKernel::Multicast => {
-                compute_capability == (9, 0)
-            }
-            _ => compute_capability >= self.min_compute_capability(),
+        if self.hopper_only() {
+            compute_capability == (9, 0)
+        } else {
+            compute_capability >= self.min_compute_capability()
         }
     }
 
     /// The compute capabilities the kernel runs on, in words, for error messages.
     pub fn requirement(self) -> String {
         let (major, minor) = self.min_compute_capability();
-        match self {
-            GpuKernel::Wgmma | GpuKernel::Tma | GpuKernel::Pingpong | GpuKernel::Multicast => {
-                format!("compute capability {major}.{minor} exactly (Hopper)")
-            }
-            _ => format!("compute capability {major}.{minor} or later"),
+        if self.hopper_only() {
+            format!("compute capability {major}.{minor} exactly (Hopper)")
+        } else {
+            format!("compute capability {major}.{minor} or later")
         }
     }
 
     /// What NVRTC's target name needs after `compute_NN`: `a` for architecture-specific
     /// instructions (wgmma, TMA, setmaxnreg), nothing for the portable ones.
     pub fn arch_suffix(self) -> &'static str {
-        match self {
-            GpuKernel::Wgmma | GpuKernel::Tma | GpuKernel::Pingpong | GpuKernel::Multicast => "a",
-            _ => "",
-        }
+        if self.hopper_only() { "a" } else { "" }
     }
 
     /// The fastest kernel a device of this compute capability runs, if any.
