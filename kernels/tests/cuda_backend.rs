@@ -57,9 +57,22 @@ fn work(n: u32, num_chains: u64, iterations: u32, checkpoint_every: u32, tag: u8
     .unwrap()
 }
 
+/// Every kernel all `gpus` run, or of those only the ones GPU_ATTEST_TEST_KERNELS names (a comma
+/// list): scripts/gpu-check.sh tests a kernel that has not yet run on a GPU in a process of its
+/// own, so that a fault in it (which poisons the process's contexts) cannot fail the others.
 fn kernels_for(gpus: &[GpuInfo]) -> Vec<GpuKernel> {
+    let named: Option<Vec<GpuKernel>> = std::env::var("GPU_ATTEST_TEST_KERNELS").ok().map(|list| {
+        list.split(',')
+            .map(|name| {
+                name.trim()
+                    .parse()
+                    .unwrap_or_else(|e| panic!("GPU_ATTEST_TEST_KERNELS: {e}"))
+            })
+            .collect()
+    });
     GpuKernel::ALL
         .into_iter()
+        .filter(|k| named.as_ref().is_none_or(|named| named.contains(k)))
         .filter(|k| gpus.iter().all(|g| k.supports(g.compute_capability)))
         .collect()
 }

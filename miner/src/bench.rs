@@ -264,48 +264,112 @@ pub fn gpu_walks(
         .collect()
 }
 
-/// Every kernel the selected GPUs support, on every device, at every size.
+/// The GPU kernels `miner bench` times: the one chosen (`--gpu-kernel`), or under `auto` every
+/// kernel, the opt-in ones included (the bench is how they are measured).
+pub fn gpu_kernels_to_time(chosen: Option<GpuKernel>) -> Vec<GpuKernel> {
+    chosen.map_or_else(|| GpuKernel::ALL.to_vec(), |k| vec![k])
+}
+
+/// What `miner bench` measured on the GPUs: a row per kernel, device and size, and the kernels
+/// that could not be timed, with why.
+pub struct GpuBench {
+    pub rows: Vec<GpuBenchRow>,
+    pub kernel_errors: Vec<String>,
+}
+
+/// `kernels` the selected GPUs support, on every device, at every size. A kernel that fails
+/// (it does not start, or a launch fails) is reported and the others are still timed: the bench
+/// is where a new kernel is first measured, and its failure must not hide the figures of the
+/// rest. (A fault poisons the process's contexts, so the kernels after it fail too; a script
+/// that must not lose them times a new kernel in a process of its own.)
 pub fn gpu(
     options: &CudaOptions,
+    kernels: &[GpuKernel],
     sizes: &[usize],
     budget: Duration,
     mut report: impl FnMut(&GpuBenchRow),
-) -> Result<Vec<GpuBenchRow>, String> {
+) -> GpuBench {
     let mut rows = Vec::new();
-    for kernel in GpuKernel::ALL {
-        let backend = match CudaBackend::new(&CudaOptions {
-            kernel: Some(kernel),
-            ..options.clone()
-        }) {
-            Ok(b) => b,
-            Err(CudaInitError::KernelUnsupported { .. }) => continue,
-            Err(e) => return Err(e.to_string()),
-        };
-        for device in 0..backend.device_count() {
-            for &n in sizes {
-                let b = backend.bench(device, n, budget).map_err(|e| e.to_string())?;
-                let ops = 2.0 * (n as f64).powi(3);
-                let floor = step_floor_seconds(&b.name, n);
-                let row = GpuBenchRow {
-                    kernel: kernel.to_string(),
-                    device,
-                    name: b.name.clone(),
-                    n,
-                    batch: b.batch,
-                    seconds: b.fused_step,
-                    tops: ops / b.fused_step / 1e12,
-                    peak_tops: int8_peak_tops(&b.name),
-                    floor_seconds: floor,
-                    share_of_floor: floor.map(|f| f / b.fused_step),
-                    cublaslt_seconds: b.cublaslt_step.as_ref().ok().copied(),
-                    cublaslt_tops: b.cublaslt_step.as_ref().ok().map(|s| ops / s / 1e12),
-                    cublaslt_error: b.cublaslt_step.as_ref().err().cloned(),
-                    challenge_over_gemm: b.challenge_over_gemm,
-                };
-                report(&row);
-                rows.push(row);
-            }
+    let mut kernel_errors = Vec::new();
+    for &kernel in kernels {
+        if let Err(e) = gpu_kernel(options, kernel, sizes, budget, &mut rows, &mut report) {
+            kernel_errors.push(format!("the {kernel} kernel: {e}"));
         }
     }
-    Ok(rows)
+    GpuBench { rows, kernel_errors }
+}
+
+/// One kernel's rows into `rows`; Err when it could not be timed. A kernel the GPUs do not run is
+/// left out without an error.
+fn gpu_kernel(
+    options: &CudaOptions,
+    kernel: GpuKernel,
+    sizes: &[usize],
+    budget: Duration,
+    rows: &mut Vec<GpuBenchRow>,
+    report: &mut impl FnMut(&GpuBenchRow),
+) -> Result<(), String> {
+    let backend = match CudaBackend::new(&CudaOptions {
+        kernel: Some(kernel),
+        ..options.clone()
+    }) {
+        Ok(b) => b,
+        Err(CudaInitError::KernelUnsupported { .. }) => return Ok(()),
+        Err(e) => return Err(e.to_string()),
+    };
+    for device in 0..backend.device_count() {
+        for &n in sizes {
+            let b = backend.bench(device, n, budget).map_err(|e| e.to_string())?;
+            let ops = 2.0 * (n as f64).powi(3);
+            let floor = step_floor_seconds(&b.name, n);
+            let row = GpuBenchRow {
+                kernel: kernel.to_string(),
+                device,
+                name: b.name.clone(),
+                n,
+                batch: b.batch,
+                seconds: b.fused_step,
+                tops: ops / b.fused_step / 1e12,
+                peak_tops: int8_peak_tops(&b.name),
+                floor_seconds: floor,
+                share_of_floor: floor.map(|f| f / b.fused_step),
+                cublaslt_seconds: b.cublaslt_step.as_ref().ok().copied(),
+                cublaslt_tops: b.cublaslt_step.as_ref().ok().map(|s| ops / s / 1e12),
+                cublaslt_error: b.cublaslt_step.as_ref().err().cloned(),
+                challenge_over_gemm: b.challenge_over_gemm,
+            };
+            report(&row);
+            rows.push(row);
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `--gpu-kernel K` times K alone, as `--cpu-kernel` does on the CPU; `auto` times every
+    /// kernel, the opt-in ones included, since the bench is where they are measured.
+    #[test]
+    fn the_bench_times_the_chosen_gpu_kernel_or_every_one() {
+        assert_eq!(gpu_kernels_to_time(Some(GpuKernel::Multicast)), [GpuKernel::Multicast]);
+        assert_eq!(gpu_kernels_to_time(None), GpuKernel::ALL);
+    }
+
+    /// Without a GPU every kernel fails to start, and each is named with why, not one error for
+    /// all (a new kernel's failure must not hide the others' rows).
+    #[test]
+    fn each_gpu_kernel_that_cannot_be_timed_is_named() {
+        let options = CudaOptions {
+            ordinals: Some(vec![9999]),
+            ..CudaOptions::default()
+        };
+        let kernels = [GpuKernel::Tiled, GpuKernel::Pingpong];
+        let bench = gpu(&options, &kernels, &[64], Duration::from_millis(1), |_| {});
+        assert!(bench.rows.is_empty());
+        assert_eq!(bench.kernel_errors.len(), 2, "{:?}", bench.kernel_errors);
+        assert!(bench.kernel_errors[0].starts_with("the tiled kernel: "));
+        assert!(bench.kernel_errors[1].starts_with("the pingpong kernel: "));
+    }
 }

@@ -163,7 +163,9 @@ pub fn info_json(selected: &SelectedBackend, detection: &Result<Detection, GpuDe
     })
 }
 
-/// `miner bench` on GPUs: one row per kernel, device and size, printed as each is measured.
+/// `miner bench` on GPUs: one row per kernel (every kernel, or the one `--gpu-kernel` names),
+/// device and size, printed as each is measured; a kernel that could not be timed is named after
+/// the rows, and fails the command once the memory walks have run.
 pub fn bench_gpus(
     config: &MinerConfig,
     sizes: &[usize],
@@ -178,7 +180,8 @@ pub fn bench_gpus(
             "kernel", "dev", "n", "batch", "us/step", "TOPS", "%peak", "%floor", "cuBLASLt", "vs lt+mix", "chal/gemm"
         );
     }
-    let rows = bench::gpu(&options, sizes, budget, |r| {
+    let kernels = bench::gpu_kernels_to_time(options.kernel);
+    let bench::GpuBench { rows, kernel_errors } = bench::gpu(&options, &kernels, sizes, budget, |r| {
         if json {
             return;
         }
@@ -201,7 +204,12 @@ pub fn bench_gpus(
         if let Some(e) = &r.cublaslt_error {
             println!("        cuBLASLt baseline did not run: {e}");
         }
-    })?;
+    });
+    if !json {
+        for e in &kernel_errors {
+            println!("not timed: {e}");
+        }
+    }
     // The memory walks (protocol versions 3 and 4) on each device, against its copy bandwidth. A walk
     // that cannot run leaves the GEMM rows reported, and fails the command after them.
     let pool_bytes = (memory_mib as u64).saturating_mul(1 << 20);
@@ -256,8 +264,16 @@ pub fn bench_gpus(
         Some(Err(e)) => (Vec::new(), Some(format!("the memory walk did not run: {e}"))),
     };
     if json {
-        let report = serde_json::json!({ "rows": rows, "memory": memory, "memory_error": walk_error });
+        let report = serde_json::json!({
+            "rows": rows,
+            "kernel_errors": kernel_errors,
+            "memory": memory,
+            "memory_error": walk_error,
+        });
         println!("{}", serde_json::to_string_pretty(&report).map_err(|e| e.to_string())?);
+    }
+    if !kernel_errors.is_empty() {
+        return Err(format!("not every kernel was timed: {}", kernel_errors.join("; ")));
     }
     if let Some(e) = walk_error {
         return Err(e);
