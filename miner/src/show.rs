@@ -176,7 +176,7 @@ pub fn bench_gpus(
     let options = config.cuda_options();
     if !json {
         println!(
-            "{:<7} {:>3} {:>5} {:>5} {:>10} {:>8} {:>7} {:>9} {:>10} {:>9} {:>9}  device",
+            "{:<9} {:>3} {:>5} {:>5} {:>10} {:>8} {:>7} {:>9} {:>10} {:>9} {:>9}  device",
             "kernel", "dev", "n", "batch", "us/step", "TOPS", "%peak", "%floor", "cuBLASLt", "vs lt+mix", "chal/gemm"
         );
     }
@@ -186,7 +186,7 @@ pub fn bench_gpus(
             return;
         }
         println!(
-            "{:<7} {:>3} {:>5} {:>5} {:>10.2} {:>8.1} {:>7} {:>9} {:>10} {:>9} {:>9.3}  {}",
+            "{:<9} {:>3} {:>5} {:>5} {:>10.2} {:>8.1} {:>7} {:>9} {:>10} {:>9} {:>9.3}  {}",
             r.kernel,
             r.device,
             r.n,
