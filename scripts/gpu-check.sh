@@ -12,9 +12,9 @@
 #   4. one full attestation of protocol version 3 (the memory phase: 95% of each GPU's memory
 #      filled and walked): miner on the GPUs, validator on the CPU, sampled verification;
 #   3c. on Hopper: each opt-in TMA kernel (cooperative, ping-pong, ping-pong in clusters of two
-#      multicasting Bt) against wgmma, its fill's cost
-#      in chain operations, and with ncu on the PATH Nsight Compute's tensor-pipe utilisation, L2
-#      and L1 throughput and duration of one launch each of the wgmma and TMA kernels at n = 2048;
+#      multicasting Bt) against wgmma, its fill's cost in chain operations, and with ncu on the
+#      PATH Nsight Compute's tensor-pipe utilisation, L2 and L1 throughput and duration of one
+#      launch each of the wgmma and TMA kernels at n = 2048;
 #   5. one more with the validator on the GPUs as well, recomputing every chain;
 #   5b. on Hopper, one more with the miner on each opt-in TMA kernel;
 #   5c. one of protocol version 4 (the preview): the pool chains' final states kept, walked and
@@ -87,8 +87,10 @@ echo "== GPU tests"
 GPU_ATTEST_TEST_KERNELS=$measured_kernels \
   limit "$bin/gpu-tests" --ignored --test-threads=1 --nocapture ${GPU_TESTS_FILTER:-} >"$out/gpu-tests.log" 2>&1
 status=$?
-# Each new kernel: the tests that run every kernel, in a process of its own.
+# Each new kernel: the tests that run every kernel, in a process of its own (unless a filter
+# asked for other tests).
 for kernel in $new_kernels; do
+  [ -z "${GPU_TESTS_FILTER:-}" ] || break
   GPU_ATTEST_TEST_KERNELS=$kernel limit "$bin/gpu-tests" --ignored --test-threads=1 --nocapture \
     every_kernel_matches_the_cpu a_gpu_pool_is_the_cpu_pool >>"$out/gpu-tests.log" 2>&1 || status=1
 done
@@ -184,9 +186,10 @@ record device-evidence "${PIPESTATUS[0]}"
 fi
 
 # Which Hopper kernel `auto` should take, from the bench above: each TMA kernel (cooperative,
-# ping-pong, and ping-pong in clusters of two that multicast Bt) against wgmma and cuBLASLt plus the mix at each size, beside the bars (70% of the
-# int8 peak at n = 2048, 60% at 1024, 3x cuBLASLt plus the mix at 2048), then its fill's cost in
-# chain operations (a kernel `auto` mines on fills its pools too). `auto` follows
+# ping-pong, and ping-pong in clusters of two that multicast Bt) against wgmma and cuBLASLt plus
+# the mix at each size, beside the bars (70% of the int8 peak at n = 2048, 60% at 1024, 3x
+# cuBLASLt plus the mix at 2048), then its fill's cost in chain operations (a kernel `auto` mines
+# on fills its pools too). `auto` follows
 # GpuKernel::FASTEST_FIRST; moving a kernel first there is the switch, once this says it is exact
 # (self-check, GPU tests) and faster, chains and fill alike.
 compute_cap=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -n 1)
