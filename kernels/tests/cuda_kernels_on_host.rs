@@ -594,7 +594,7 @@ int main(int argc, char** argv) {
             nodes = next;
         }
         fwrite(a.data(), 4, count * 8, stdout);
-    } else if (mode == "gemm") {  // gemm tiled|tensor|wgmma|tma|pingpong N COUNT STEP [...] < X matrices, then B matrices
+    } else if (mode == "gemm") {  // gemm tiled|tensor|wgmma|tma|pingpong|multicast N COUNT STEP [...] < X matrices, then B matrices
         std::string kind = argv[2];
         unsigned n = (unsigned)strtoul(argv[3], 0, 10), count = (unsigned)strtoul(argv[4], 0, 10);
         u32 step = (u32)strtoul(argv[5], 0, 10);
