@@ -1,5 +1,6 @@
 // What the persistent TMA GEMM kernels share (gemm_tma.cu, the cooperative schedule, and
-// gemm_pingpong.cu): the order of the output tiles and the producer that loads them. Both read
+// gemm_pingpong.cu): a k-tile's wgmma, the order of the output tiles, and the producers that load
+// them (a block's own, and that of a block in a cluster of two sharing Bt). Both read
 // X and Bt through 3-d tensor maps (k, rows, matrices; kernels/src/tma.rs) in boxes of TMA_BK
 // bytes of k, and both keep a stage as A (the tile's X rows) then B (its Bt rows), each box in
 // the 128-byte swizzle wgmma's descriptors read.
