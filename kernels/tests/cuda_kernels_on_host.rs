@@ -83,36 +83,30 @@ static int ga_shfl_values[2][32][32];
 static thread_local std::vector<std::unique_ptr<std::barrier<>>>* ga_warp_barriers;
 // Which of the blocks running at once (a cluster's) this thread's is: indexes per-warp scratch.
 static thread_local unsigned ga_block_slot;
-static inline int __shfl_xor_sync(unsigned mask, int v, int lane_mask) {
+// Every lane posts `v`, then reads lane `source(lane)`'s (`what` names the shuffle for the error).
+template <class Source>
+static inline int ga_shuffle(const char* what, unsigned mask, int v, Source source) {
     if (mask != 0xffffffffu) {
-        fprintf(stderr, "__shfl_xor_sync with a partial mask (%08x): not emulated\n", mask);
+        fprintf(stderr, "%s with a partial mask (%08x): not emulated\n", what, mask);
         abort();
     }
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     ga_shfl_values[ga_block_slot][warp][lane] = v;
     (*ga_warp_barriers)[warp]->arrive_and_wait();
-    const int got = ga_shfl_values[ga_block_slot][warp][(lane ^ lane_mask) & 31];
+    const int got = ga_shfl_values[ga_block_slot][warp][source(lane) & 31];
     (*ga_warp_barriers)[warp]->arrive_and_wait();
     return got;
+}
+static inline int __shfl_xor_sync(unsigned mask, int v, int lane_mask) {
+    return ga_shuffle("__shfl_xor_sync", mask, v, [=](int lane) { return lane ^ lane_mask; });
+}
+// __shfl_sync from a source lane, over a whole warp (the same conditions).
+static inline int __shfl_sync(unsigned mask, int v, int src_lane) {
+    return ga_shuffle("__shfl_sync", mask, v, [=](int) { return src_lane; });
 }
 
 // __syncwarp over a whole warp.
 static inline void __syncwarp() { (*ga_warp_barriers)[threadIdx.x >> 5]->arrive_and_wait(); }
-
-// __shfl_sync from a source lane, over a whole warp (the same conditions as above).
-static int ga_shfl_sync_values[2][32][32];
-static inline int __shfl_sync(unsigned mask, int v, int src_lane) {
-    if (mask != 0xffffffffu) {
-        fprintf(stderr, "__shfl_sync with a partial mask (%08x): not emulated\n", mask);
-        abort();
-    }
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    ga_shfl_sync_values[ga_block_slot][warp][lane] = v;
-    (*ga_warp_barriers)[warp]->arrive_and_wait();
-    const int got = ga_shfl_sync_values[ga_block_slot][warp][src_lane & 31];
-    (*ga_warp_barriers)[warp]->arrive_and_wait();
-    return got;
-}
 
 // cp.async as the PTX ISA promises it, no more: a thread's copies land only when a wait_group
 // retires their commit group, and until then the destination holds garbage (the hardware may
@@ -291,12 +285,16 @@ static void ga_check_live(const void* p) {
     }
 }
 
+// The shared memory of the block of rank `cta` in this thread's cluster (its own block alone).
+static unsigned char* ga_block_smem(unsigned cta) {
+    if (cta >= ga_cluster_size) { fprintf(stderr, "block rank %u outside a cluster of %u\n", cta, ga_cluster_size); abort(); }
+    return ga_cluster_size < 2 ? wg_smem_raw : ga_cluster_smem[cta];
+}
+
 // `p` in this thread's block's shared memory, at the same offset in the block of rank `cta`
 // (mapa.shared::cluster).
 static unsigned char* ga_peer(const void* p, unsigned cta) {
-    if (cta >= ga_cluster_size) { fprintf(stderr, "block rank %u outside a cluster of %u\n", cta, ga_cluster_size); abort(); }
-    if (ga_cluster_size < 2) return (unsigned char*)p;
-    return ga_cluster_smem[cta] + ((const unsigned char*)p - wg_smem_raw);
+    return ga_block_smem(cta) + ((const unsigned char*)p - wg_smem_raw);
 }
 
 static ga_mbarrier& ga_mbar(const void* bar) {
@@ -379,7 +377,7 @@ static void ga_tma_load_to(void* dst, const ga_tensor_map* map, u64* bar, unsign
         ga_check_live(to);
         ga_mbarrier& b = ga_mbar(ga_peer(bar, r));
         memset(to, 0xa5, box_bytes);
-        b.loads.push_back(ga_load{to, ga_cluster_size < 2 ? wg_smem_raw : ga_cluster_smem[r], *map, c0, c1, c2});
+        b.loads.push_back(ga_load{to, ga_block_smem(r), *map, c0, c1, c2});
     }
 }
 static void ga_tma_load_3d(void* dst, const ga_tensor_map* map, u64* bar, int c0, int c1, int c2) {
@@ -457,78 +455,77 @@ template <u32 Registers> static inline void ga_setmaxnreg_inc() {}
 "#;
 
 const HARNESS: &str = r#"
-// Every block of a grid in turn, its bx * by threads running together as OS threads.
+// Runs the blocks `ids` at once, each of bx * by threads as OS threads, block r with the shared
+// memory `smem[r]` and rank r (in a cluster, ga_cluster_size > 1), each thread reaching its
+// block's barriers, shared memory and scratch through the thread-locals above. A block is marked
+// exited when its last thread returns (the cluster checks read the marks).
+template <class F>
+static void run_blocks(const std::vector<ga_dim3>& ids, const std::vector<unsigned char*>& smem, ga_dim3 grid,
+                       unsigned bx, unsigned by, F& f) {
+    const unsigned threads = bx * by, count = (unsigned)ids.size();
+    std::vector<std::unique_ptr<std::barrier<>>> blocks;
+    std::vector<std::vector<std::unique_ptr<std::barrier<>>>> warps(count);
+    std::vector<std::atomic<unsigned>> running(count);
+    for (unsigned r = 0; r < count; ++r) {
+        blocks.push_back(std::make_unique<std::barrier<>>(threads));
+        for (unsigned w = 0; w < (threads + 31) / 32; ++w) warps[r].push_back(std::make_unique<std::barrier<>>(32));
+        running[r] = threads;
+        ga_cluster_exited[r] = false;
+    }
+    std::vector<std::thread> pool;
+    for (unsigned r = 0; r < count; ++r)
+        for (unsigned t = 0; t < threads; ++t)
+            pool.emplace_back([=, &f, &ids, &smem, &blocks, &warps, &running] {
+                blockDim = {bx, by, 1};
+                gridDim = grid;
+                blockIdx = ids[r];
+                threadIdx = {t % bx, t / bx, 0};
+                ga_block_barrier = blocks[r].get();
+                ga_warp_barriers = &warps[r];
+                wg_smem_raw = smem[r];
+                ga_block_slot = r;
+                ga_rank = r;
+                f();
+                if (--running[r] == 0) {
+                    std::lock_guard<std::mutex> lock(ga_mbar_mutex);
+                    ga_cluster_exited[r] = true;
+                }
+            });
+    for (auto& th : pool) th.join();
+}
+
+// Every block of a grid in turn, its bx * by threads running together as OS threads, all on the
+// dynamic shared memory ga_launch_smem.
 template <class F>
 static void launch_threads(unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, F f) {
-    const unsigned threads = bx * by;
     for (unsigned z = 0; z < gz; ++z)
         for (unsigned y = 0; y < gy; ++y)
             for (unsigned x = 0; x < gx; ++x) {
-                std::barrier<> block(threads);
-                std::vector<std::unique_ptr<std::barrier<>>> warps;
-                for (unsigned w = 0; w < (threads + 31) / 32; ++w) warps.push_back(std::make_unique<std::barrier<>>(32));
                 memset(__start_ga_shared, 0xa5, (size_t)(__stop_ga_shared - __start_ga_shared));
-                std::vector<std::thread> pool;
-                for (unsigned t = 0; t < threads; ++t)
-                    pool.emplace_back([=, &f, &block, &warps] {
-                        blockDim = {bx, by, 1};
-                        gridDim = {gx, gy, gz};
-                        blockIdx = {x, y, z};
-                        threadIdx = {t % bx, t / bx, 0};
-                        ga_block_barrier = &block;
-                        ga_warp_barriers = &warps;
-                        wg_smem_raw = ga_launch_smem;
-                        ga_block_slot = 0;
-                        ga_rank = 0;
-                        f();
-                    });
-                for (auto& th : pool) th.join();
+                run_blocks({ga_dim3{x, y, z}}, {ga_launch_smem}, ga_dim3{gx, gy, gz}, bx, by, f);
             }
 }
 
-// A one-dimensional grid of gx blocks of bx threads in clusters of `cluster` consecutive blocks
-// (kernels with __cluster_dims__): a cluster's blocks run at once, each with dynamic shared memory
-// of its own (ga_dynamic_smem_bytes of garbage), and a block that has exited is marked so, for
-// the checks above. Static __shared__ arrays are one copy here, so such kernels keep their
-// barriers in dynamic shared memory (as they must anyway, to reach each other's).
+// A one-dimensional grid of gx blocks of bx threads in clusters of two consecutive blocks
+// (kernels with __cluster_dims__(2, 1, 1)): a cluster's blocks run at once, each with dynamic
+// shared memory of its own (ga_dynamic_smem_bytes of garbage), under a cluster barrier. Static
+// __shared__ arrays are one copy here, so such kernels keep their barriers in dynamic shared
+// memory (as they must anyway, to reach each other's).
 template <class F>
-static void launch_clusters(unsigned gx, unsigned cluster, unsigned bx, F f) {
-    if (cluster < 2 || cluster > 2 || gx % cluster != 0) { fprintf(stderr, "clusters of 2 over an even grid only\n"); abort(); }
+static void launch_clusters(unsigned gx, unsigned bx, F f) {
+    const unsigned cluster = 2;
+    if (gx % cluster != 0) { fprintf(stderr, "clusters of 2 over an even grid only\n"); abort(); }
     for (unsigned c = 0; c < gx / cluster; ++c) {
         std::barrier<> whole(cluster * bx);
-        std::vector<std::unique_ptr<std::barrier<>>> blocks;
-        std::vector<std::vector<std::unique_ptr<std::barrier<>>>> warps(cluster);
-        std::atomic<unsigned> running[2];
+        std::vector<ga_dim3> ids;
         for (unsigned r = 0; r < cluster; ++r) {
-            blocks.push_back(std::make_unique<std::barrier<>>(bx));
-            for (unsigned w = 0; w < (bx + 31) / 32; ++w) warps[r].push_back(std::make_unique<std::barrier<>>(32));
+            ids.push_back(ga_dim3{c * cluster + r, 0, 0});
             ga_cluster_smem[r] = (unsigned char*)aligned_alloc(1024, ga_dynamic_smem_bytes);
             memset(ga_cluster_smem[r], 0xa5, ga_dynamic_smem_bytes);
-            ga_cluster_exited[r] = false;
-            running[r] = bx;
         }
         ga_cluster_size = cluster;
         ga_cluster_barrier = &whole;
-        std::vector<std::thread> pool;
-        for (unsigned r = 0; r < cluster; ++r)
-            for (unsigned t = 0; t < bx; ++t)
-                pool.emplace_back([=, &f, &blocks, &warps, &running] {
-                    blockDim = {bx, 1, 1};
-                    gridDim = {gx, 1, 1};
-                    blockIdx = {c * cluster + r, 0, 0};
-                    threadIdx = {t, 0, 0};
-                    ga_block_barrier = blocks[r].get();
-                    ga_warp_barriers = &warps[r];
-                    wg_smem_raw = ga_cluster_smem[r];
-                    ga_block_slot = r;
-                    ga_rank = r;
-                    f();
-                    if (--running[r] == 0) {
-                        std::lock_guard<std::mutex> lock(ga_mbar_mutex);
-                        ga_cluster_exited[r] = true;
-                    }
-                });
-        for (auto& th : pool) th.join();
+        run_blocks(ids, {ga_cluster_smem[0], ga_cluster_smem[1]}, ga_dim3{gx, 1, 1}, bx, 1, f);
         ga_cluster_size = 1;
         ga_cluster_barrier = nullptr;
         for (unsigned r = 0; r < cluster; ++r) free(ga_cluster_smem[r]);
@@ -619,7 +616,7 @@ int main(int argc, char** argv) {
             const unsigned blocks = (unsigned)strtoul(argv[6], 0, 10);
             ga_tensor_map x_map = ga_parse_map(argv[7], x), bt_map = ga_parse_map(argv[8], bt.data());
             ga_dynamic_smem_bytes = PP_SMEM_BYTES;
-            launch_clusters(blocks, 2, PP_THREADS,
+            launch_clusters(blocks, PP_THREADS,
                             [&] { gemm_mix_multicast(x_map, bt_map, out.data(), (int)n, (int)count, step); });
         } else {  // gemm tma|pingpong N COUNT STEP BLOCKS X_MAP BT_MAP: the persistent grid, the host's maps
             const unsigned blocks = (unsigned)strtoul(argv[6], 0, 10);
