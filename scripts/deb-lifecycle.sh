@@ -28,6 +28,8 @@ cleanup() {
     dpkg --purge gpu-attest >/dev/null 2>&1 || true
     rm -rf /etc/gpu-attest /run/credentials/gpu-attest-miner.service /run/credentials/gpu-attest-validator.service \
         /var/lib/gpu-attest-miner /var/lib/gpu-attest-validator /var/cache/gpu-attest-miner /var/cache/gpu-attest-validator
+    # The daemons' logs were printed where a step failed; the keys must not outlive the run.
+    rm -rf "$work"
 }
 trap cleanup EXIT
 

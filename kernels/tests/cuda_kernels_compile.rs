@@ -199,9 +199,8 @@ fn assemble(ptxas: &PathBuf, name: &str, arch: u32, suffix: &str, ptx: &str, che
         .output()
         .expect("running ptxas");
     let log = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "ptxas failed for {name} on sm_{arch}:\n{log}");
     // For the SASS instruction counts of scripts/kernel-check.sh.
-    if let Some(keep) = std::env::var_os("GPU_ATTEST_CUBIN_DIR") {
+    if let Some(keep) = std::env::var_os("GPU_ATTEST_CUBIN_DIR").filter(|_| out.status.success()) {
         std::fs::create_dir_all(&keep).unwrap();
         std::fs::copy(
             dir.join(format!("{name}-{arch}.cubin")),
@@ -209,6 +208,20 @@ fn assemble(ptxas: &PathBuf, name: &str, arch: u32, suffix: &str, ptx: &str, che
         )
         .unwrap();
     }
+    // Removed before any assertion, so that a failing run leaves nothing behind either.
+    std::fs::remove_dir_all(&dir).ok();
+    assert!(
+        out.status.success(),
+        "ptxas failed for {name} on sm_{arch}:\n{log}{}",
+        if log.contains("writing file") {
+            format!(
+                "(ptxas could not write its output: is there free space in {}?)",
+                dir.display()
+            )
+        } else {
+            String::new()
+        }
+    );
     // ptxas -v prints, per function, "Compiling entry function 'name'" then its usage lines.
     let usage: Vec<&str> = log
         .split("Compiling entry function")
@@ -244,6 +257,5 @@ fn assemble(ptxas: &PathBuf, name: &str, arch: u32, suffix: &str, ptx: &str, che
             );
         }
     }
-    std::fs::remove_dir_all(&dir).ok();
     usage.into_iter().map(String::from).collect()
 }

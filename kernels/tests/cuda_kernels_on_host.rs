@@ -27,6 +27,7 @@ use gpu_attest_shared::memory::walk::{entry_index, step};
 use gpu_attest_shared::mix::mix;
 use rand_chacha::ChaCha8Rng;
 use rand_chacha::rand_core::{Rng, SeedableRng};
+use std::hash::{Hash, Hasher};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -762,18 +763,36 @@ fn build_harness(name: &str, mutations: &[Mutation]) -> Option<PathBuf> {
         HARNESS.to_string(),
     ]
     .join("\n");
-    let dir = std::env::temp_dir().join(format!("gpu-attest-host-kernels-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let cpp = dir.join(format!("{name}.cpp"));
-    std::fs::write(&cpp, source).unwrap();
     let cxx = std::env::var("CXX").unwrap_or_else(|_| "c++".into());
+    // Built into the target directory under a name drawn from its source and compiler command, so
+    // that a rerun with the same sources reuses it and nothing is left outside `cargo clean`'s reach.
+    let key = {
+        let mut hasher = std::hash::DefaultHasher::new();
+        (&source, &cxx).hash(&mut hasher);
+        hasher.finish()
+    };
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("host-kernels");
+    std::fs::create_dir_all(&dir).unwrap();
+    let binary = dir.join(format!("{name}-{key:016x}"));
+    if binary.exists() {
+        return Some(binary);
+    }
+    // Built under a name of this process's own, then renamed: a concurrent run never sees half
+    // a binary.
+    let partial = dir.join(format!("{name}-{key:016x}.{}", std::process::id()));
+    let cpp = dir.join(format!("{name}-{key:016x}.{}.cpp", std::process::id()));
+    std::fs::write(&cpp, source).unwrap();
     let built = Command::new(&cxx)
         .args(["-O2", "-std=c++20", "-pthread", "-o"])
-        .arg(dir.join(name))
+        .arg(&partial)
         .arg(&cpp)
         .output();
+    std::fs::remove_file(&cpp).ok();
     match built {
-        Ok(out) if out.status.success() => Some(dir.join(name)),
+        Ok(out) if out.status.success() => {
+            std::fs::rename(&partial, &binary).unwrap();
+            Some(binary)
+        }
         Ok(out) => panic!(
             "the kernels ({name}) do not compile as C++ for the host run:\n{}",
             String::from_utf8_lossy(&out.stderr)

@@ -377,7 +377,7 @@ mod tests {
     /// holds it; once the first lets go, it can.
     #[test]
     fn a_log_in_use_is_refused_to_a_second_miner() {
-        let (_dir, path) = fresh_dir("in-use");
+        let (dir, path) = fresh_dir("in-use");
         let first = NonceLog::open(&path, 0).unwrap();
         let refused = NonceLog::open(&path, 0).err().expect("a second miner opened the log");
         let message = refused.to_string();
@@ -387,6 +387,7 @@ mod tests {
             "{message}"
         );
         drop(first);
-        NonceLog::open(&path, 0).unwrap();
+        drop(NonceLog::open(&path, 0).unwrap());
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }
