@@ -406,22 +406,9 @@ if [ "$sweep_rounds" -eq 0 ]; then
 elif GPU_ATTEST_CPU_KERNEL=amx "$bin/miner" info --backend cpu >/dev/null 2>&1; then
   echo "== host CPU: the AMX kernel's k block and cache hints, on 2 threads and on all, interleaved over rounds" |
     tee "$out/host-cpu.log"
-  sweep_status=0
-  # "block/hints": the blocks with the hints on (the default), then the default block and one
-  # pass with them off, to measure what the hints buy.
-  for round in $(seq "$sweep_rounds"); do
-    for threads in 2 0; do
-      for setting in 512/auto 1024/auto 2048/auto 8192/auto 1024/off 8192/off; do
-        block=${setting%/*} hints=${setting#*/}
-        echo "-- round $round, threads $threads (0: all), k block $block, cache hints $hints" >>"$out/host-cpu.log"
-        GPU_ATTEST_CPU_K_BLOCK=$block GPU_ATTEST_CPU_CACHE_HINTS=$hints limit "$bin/miner" bench --backend cpu \
-          --cpu-kernel amx --cpu-threads "$threads" --sizes 1024,2048,4096 --seconds 0.7 --memory-mib 0 >>"$out/host-cpu.log" 2>&1 ||
-          sweep_status=1
-      done
-    done
-  done
-  grep -E "^cpu |^register-only" "$out/host-cpu.log"
-  record amx-k-block-and-hints $sweep_status
+  limit python3 "$bin/cpu_amx_sweep.py" --miner "$bin/miner" --rounds "$sweep_rounds" --threads 2,0 2>&1 |
+    tee -a "$out/host-cpu.log"
+  record amx-k-block-and-hints "${PIPESTATUS[0]}"
   if python3 -c 'import onnxruntime, onnx, numpy' 2>/dev/null; then
     echo "== host CPU: the engine against ONNX Runtime, 2 threads" | tee -a "$out/host-cpu.log"
     limit python3 "$bin/cpu_vs_onnxruntime.py" --miner "$bin/miner" --threads 2 --rounds 5 \

@@ -247,7 +247,13 @@ impl<'p> Product<'p> {
             b,
             blocked_spans: k_spans(n, gemm.k_block(n)),
             whole_of_k: k_spans(n, n),
-            rows_per_task: rows_per_task(n, gemm.threads(), tile_rows),
+            rows_per_task: rows_per_task(
+                n,
+                gemm.threads(),
+                tile_rows,
+                n * kernel.a_element_bytes(),
+                kernel.task_a_bytes(),
+            ),
             cache_hints: gemm.cache_hints(),
         }
     }
@@ -518,7 +524,14 @@ mod tests {
         let stop_after_two = || asked.fetch_add(1, Ordering::Relaxed) >= 2;
         let mut stopped = Matrix::zeros(n);
         assert!(!gemm.step_unless(&x, &b, 3, &mut stopped, &stop_after_two));
-        let tasks = rows_per_task(n, gemm.threads(), gemm.kernel().tile_rows());
+        let kernel = gemm.kernel();
+        let tasks = rows_per_task(
+            n,
+            gemm.threads(),
+            kernel.tile_rows(),
+            n * kernel.a_element_bytes(),
+            kernel.task_a_bytes(),
+        );
         let tasks = n.div_ceil(tasks);
         assert!(
             asked.load(Ordering::Relaxed) <= 2 + tasks,

@@ -36,11 +36,20 @@ pub(super) fn streamed_operand(strips: usize, tile_rows: usize, k_len: usize) ->
 
 /// Enough tasks for rayon to balance (four per thread; one per thread for small products, where
 /// each task's fixed cost, scheduling and the AMX tile configuration, would show), each a whole
-/// number of tiles.
-pub(super) fn rows_per_task(n: usize, threads: usize, tile_rows: usize) -> usize {
+/// number of tiles, and each, where the kernel asks it (`task_a_bytes`), small enough that its
+/// rows of A (`a_row_bytes` a row) stay in L2.
+pub(super) fn rows_per_task(
+    n: usize,
+    threads: usize,
+    tile_rows: usize,
+    a_row_bytes: usize,
+    task_a_bytes: Option<usize>,
+) -> usize {
     let per_thread = if n <= 512 { 1 } else { 4 };
     let tasks = (threads * per_thread).max(1);
-    n.div_ceil(tasks).next_multiple_of(tile_rows).clamp(tile_rows, n)
+    let balanced = n.div_ceil(tasks).next_multiple_of(tile_rows);
+    let in_l2 = task_a_bytes.map_or(usize::MAX, |bytes| bytes / a_row_bytes.max(1) / tile_rows * tile_rows);
+    balanced.min(in_l2).clamp(tile_rows, n)
 }
 
 #[cfg(test)]
@@ -53,7 +62,7 @@ mod tests {
     fn the_operand_re_read_last_streams() {
         // As the driver walks: a task of one strip takes the whole of k in one pass.
         let amx_pass = |n: usize, threads: usize, k_block: usize| {
-            let strips = rows_per_task(n, threads, 32) / 32;
+            let strips = rows_per_task(n, threads, 32, n, crate::gemm::KernelKind::Amx.task_a_bytes()) / 32;
             streamed_operand(strips, 32, if strips == 1 { n } else { k_block.min(n) })
         };
         // n = 256 on 2 threads: 128 rows x 256 of A (32 KiB) and 8 KiB of B fit in 48 KiB.
@@ -91,9 +100,15 @@ mod tests {
         for n in (64..=8192).step_by(64) {
             for threads in 1..=16 {
                 for tile_rows in [8, 32] {
-                    let rows = rows_per_task(n, threads, tile_rows);
-                    assert_eq!(rows % tile_rows, 0);
-                    assert!(rows >= tile_rows && rows <= n);
+                    for (element_bytes, cap) in [(1, None), (1, Some(1 << 20)), (2, Some(1 << 20))] {
+                        let rows = rows_per_task(n, threads, tile_rows, n * element_bytes, cap);
+                        assert_eq!(rows % tile_rows, 0);
+                        assert!(rows >= tile_rows && rows <= n);
+                        // A task's A fits under the cap, unless one tile's rows do not.
+                        if let Some(cap) = cap {
+                            assert!(rows == tile_rows || rows * n * element_bytes <= cap);
+                        }
+                    }
                 }
             }
         }

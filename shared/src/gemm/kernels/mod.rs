@@ -323,6 +323,16 @@ impl KernelKind {
         }
     }
 
+    /// The most of A (in the kernel's layout) one task should take, for the kernels whose speed
+    /// depends on a task's rows staying in L2; None: no limit beyond balancing the threads.
+    pub(super) fn task_a_bytes(self) -> Option<usize> {
+        match self {
+            #[cfg(target_arch = "x86_64")]
+            KernelKind::Amx => Some(amx::TASK_A_BYTES),
+            _ => None,
+        }
+    }
+
     /// What a thread must hold while it computes tiles with this kernel (AMX's tile
     /// configuration); start one per block of tiles, on the thread that computes them.
     pub(super) fn begin(self) -> KernelThread {

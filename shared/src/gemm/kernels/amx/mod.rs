@@ -37,12 +37,15 @@ pub(super) const TILE_ROWS: usize = 32;
 /// Row strip s stays at byte offset s*32n, so the driver slices strips as it would rows.
 pub(super) fn pack_a(a: &[u8], n: usize) -> AlignedBytes {
     assert!(n.is_multiple_of(64) && a.len().is_multiple_of(TILE_ROWS * n));
-    let lines_per_strip = TILE_ROWS * n / 64;
-    // Line l of the result: strip l / lines_per_strip, then k-block, then row within the strip.
-    AlignedBytes::from_lines(a.len() / 64, |l| {
-        let (strip, within) = (l / lines_per_strip, l % lines_per_strip);
-        let (kb, r) = (within / TILE_ROWS, within % TILE_ROWS);
-        let at = (strip * TILE_ROWS + r) * n + kb * 64;
+    // The lines in the result's order: strips, then k-blocks, then rows within the strip. The
+    // source offsets are walked, not divided out of the line number: a division per line cost
+    // as much as the copy.
+    let sources = (0..a.len() / (TILE_ROWS * n)).flat_map(|strip| {
+        (0..n / 64).flat_map(move |kb| (0..TILE_ROWS).map(move |r| (strip * TILE_ROWS + r) * n + kb * 64))
+    });
+    let mut sources = sources.into_iter();
+    AlignedBytes::from_lines(a.len() / 64, |_| {
+        let at = sources.next().expect("one source a line");
         a[at..at + 64].try_into().expect("64 bytes")
     })
 }
@@ -152,6 +155,15 @@ fn self_test_on(unit: &mut impl TileUnit) -> bool {
 /// pass, as before. The size is reasoned, not yet tuned on AMX hardware; the knob is there for
 /// that.
 pub(in crate::gemm) const K_BLOCK: usize = 1024;
+
+/// The most of A one task takes: half of the 2 MiB L2 of every CPU with AMX so far, so that a
+/// task's rows stay in L2 while every panel of B passes over them, beside the panel and the
+/// output. A task reads its rows once per panel: from L3 they were the limit at n >= 4096. On
+/// a 2-thread Xeon, tasks of 1 MiB instead of 2 (n = 4096) and 4 (8192) took the kernel from
+/// 2.7-2.8 to 3.6-3.8 TOPS at n = 4096 and from 2.0-2.1 to 3.2-3.4 at 8192; n <= 2048, whose
+/// tasks were already that small on 2 threads, did not change. The vector kernels do not take
+/// it: the same cap cost avx512-vnni 10% at n = 8192.
+pub(in crate::gemm) const TASK_A_BYTES: usize = 1 << 20;
 
 /// The 32x32 tile over the span `ops.k` of k: the sums start as `sums` says, then per 64 of k two
 /// loads of A (rows 0-15 and 16-31 of the packed strip's k-block), two of B (columns 0-15 and
