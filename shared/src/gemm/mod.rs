@@ -19,6 +19,7 @@ mod kernels;
 pub mod naive;
 mod packed;
 mod schedule;
+mod scratch;
 mod settings;
 
 pub use kernels::{CACHE_HINTS_ENV, K_BLOCK_ENV, KERNEL_ENV, KernelChoice, KernelKind, UnknownKernel};
@@ -28,6 +29,7 @@ use crate::matrix::Matrix;
 use kernels::{Streamed, Sums, TileOperands};
 use rayon::prelude::*;
 use schedule::{k_spans, rows_per_task, streamed_operand};
+use scratch::ScratchPool;
 use settings::{cache_hints_from_env, k_block_from_env};
 use std::ops::Range;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -62,6 +64,8 @@ pub struct CpuGemm {
     /// Whether the tile calls say which operand streams ([`Streamed`]); off only to measure
     /// what the hints buy.
     cache_hints: bool,
+    /// Where the tasks lay out their rows of A, kept from one product to the next.
+    scratch: ScratchPool,
 }
 
 impl CpuGemm {
@@ -89,6 +93,7 @@ impl CpuGemm {
             pool,
             k_block,
             cache_hints,
+            scratch: ScratchPool::default(),
         })
     }
 
@@ -210,6 +215,7 @@ struct Product<'p> {
     whole_of_k: Vec<Range<usize>>,
     rows_per_task: usize,
     cache_hints: bool,
+    scratch: &'p ScratchPool,
 }
 
 /// A task's own state while it walks its tiles.
@@ -229,7 +235,7 @@ struct TaskTiles {
 }
 
 impl<'p> Product<'p> {
-    fn new(gemm: &CpuGemm, a: &'p Matrix, b: &'p PackedB) -> Self {
+    fn new(gemm: &'p CpuGemm, a: &'p Matrix, b: &'p PackedB) -> Self {
         let n = a.n();
         let kernel = gemm.kernel;
         let tile_rows = kernel.tile_rows();
@@ -255,6 +261,7 @@ impl<'p> Product<'p> {
                 kernel.task_a_bytes(),
             ),
             cache_hints: gemm.cache_hints(),
+            scratch: &gemm.scratch,
         }
     }
 
@@ -274,9 +281,12 @@ impl<'p> Product<'p> {
         // packing runs on every thread, and into this core's cache, instead of on one thread
         // before any tile starts (at n = 1024 on 16 threads that serial pass was a large share
         // of the step).
-        let prepared = self
-            .kernel
-            .prepare_a(&self.a_bytes[first_row * n..(first_row + block_rows) * n], n);
+        let mut scratch = self.scratch.take();
+        let prepared = self.kernel.prepare_a(
+            &self.a_bytes[first_row * n..(first_row + block_rows) * n],
+            n,
+            scratch.buffer(),
+        );
         // Blocking k pays when a panel's block of B serves several strips of this task from
         // L1; for a task of one strip it would only add the stores and reloads of the sums, so
         // such a task takes k in one pass.
@@ -304,7 +314,7 @@ impl<'p> Product<'p> {
                     first: block_of_k == 0,
                     last: block_of_k + 1 == k_spans.len(),
                 };
-                self.pass(&thread, prepared.as_slice(), &pass, block, &mut state, epilogue);
+                self.pass(&thread, prepared, &pass, block, &mut state, epilogue);
             }
         }
         if let Some((which, at)) = state.pending {

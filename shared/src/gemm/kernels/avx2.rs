@@ -19,7 +19,6 @@
 //!   L1 while the eight 4-row x 8-column sub-tiles of the tile take their turns over it; the
 //!   partial sums wait in a small array between blocks.
 
-use crate::aligned::AlignedBytes;
 use crate::gemm::TILE_COLS;
 use std::arch::x86_64::*;
 
@@ -35,18 +34,31 @@ pub(super) fn is_available() -> bool {
     is_x86_feature_detected!("avx2")
 }
 
-/// A widened to i16 in strips of TILE_ROWS rows: strip s, k-quad q is one 64-byte line holding
-/// `A[8s + r][4q + t]` at i16 index `r*4 + t`. Strip s starts at byte `s * TILE_ROWS * n * 2`.
+/// [`pack_a_into`] into a buffer of its own.
+#[cfg(test)]
+fn pack_a(a: &[u8], n: usize) -> crate::aligned::AlignedBytes {
+    use crate::aligned::AlignedBytes;
+    let mut packed = AlignedBytes::zeroed(a.len() * A_ELEMENT_BYTES);
+    pack_a_into(a, n, packed.as_mut_slice());
+    packed
+}
+
+/// A widened to i16 in strips of TILE_ROWS rows, into `packed` (`a.len() * 2` bytes, every one
+/// of which it overwrites): strip s, k-quad q is one 64-byte line holding `A[8s + r][4q + t]`
+/// at i16 index `r*4 + t`. Strip s starts at byte `s * TILE_ROWS * n * 2`.
 ///
 /// This runs before every product (each task packs its own rows), so it is vectorised too: at
 /// n = 256 a byte-by-byte rearrangement took a fifth of the step.
-pub(super) fn pack_a(a: &[u8], n: usize) -> AlignedBytes {
+pub(super) fn pack_a_into(a: &[u8], n: usize, packed: &mut [u8]) {
     assert!(n.is_multiple_of(16) && a.len().is_multiple_of(TILE_ROWS * n));
+    assert_eq!(
+        packed.len(),
+        a.len() * A_ELEMENT_BYTES,
+        "the packed layout is two bytes an element"
+    );
     assert!(is_available(), "the AVX2 layout of A is only built on CPUs with AVX2");
-    let mut packed = AlignedBytes::zeroed(a.len() * A_ELEMENT_BYTES);
-    // SAFETY: AVX2 was checked just above.
-    unsafe { pack_a_avx2(a, n, packed.as_mut_slice()) };
-    packed
+    // SAFETY: AVX2 was checked just above, and the sizes.
+    unsafe { pack_a_avx2(a, n, packed) };
 }
 
 /// Widens each row 16 bytes at a time and sends each of the resulting four k-quads (8 bytes) to

@@ -288,16 +288,18 @@ impl KernelKind {
 
     /// A in the layout this kernel reads: row-major as it is, row-major biased by +128 for the
     /// `vpdpbusd` kernels, in AMX strips, or widened to i16 in strips for AVX2. Either way, the
-    /// rows of tile t start at byte `t * tile_rows() * n * a_element_bytes()`.
-    pub(super) fn prepare_a<'a>(self, a: &'a [u8], n: usize) -> PreparedA<'a> {
+    /// rows of tile t start at byte `t * tile_rows() * n * a_element_bytes()`. A rearranged
+    /// copy is built in `scratch`, whose memory the caller keeps from one product to the next.
+    pub(super) fn prepare_a<'a>(self, a: &'a [u8], n: usize, scratch: &'a mut AlignedBytes) -> &'a [u8] {
         match self {
-            KernelKind::Avx512Vnni | KernelKind::AvxVnni => PreparedA::Owned(biased(a)),
+            KernelKind::Avx512Vnni | KernelKind::AvxVnni => biased(a, scratch.reuse(a.len())),
             #[cfg(target_arch = "x86_64")]
-            KernelKind::Amx => PreparedA::Owned(amx::pack_a(a, n)),
+            KernelKind::Amx => amx::pack_a_into(a, n, scratch.reuse(a.len())),
             #[cfg(target_arch = "x86_64")]
-            KernelKind::Avx2 => PreparedA::Owned(avx2::pack_a(a, n)),
-            _ => PreparedA::Borrowed(a),
+            KernelKind::Avx2 => avx2::pack_a_into(a, n, scratch.reuse(a.len() * avx2::A_ELEMENT_BYTES)),
+            _ => return a,
         }
+        scratch.as_slice()
     }
 
     /// Whether `tile` takes a span of k and carried sums. The others take the
@@ -429,6 +431,22 @@ mod tests {
         assert!(KernelKind::ALL[..first].iter().all(|k| !k.is_available()));
     }
 
+    /// A scratch buffer that held a larger A before (its bytes left over) gives the same
+    /// layout as a fresh one: every kernel's preparation overwrites every byte it hands out.
+    #[test]
+    fn a_reused_scratch_buffer_prepares_the_same_a() {
+        for kernel in KernelKind::ALL.into_iter().filter(|k| k.is_available()) {
+            let n = 128;
+            let rows = 2 * kernel.tile_rows();
+            let a: Vec<u8> = (0..rows * n).map(|i| (i * 37 + i / 7) as u8).collect();
+            let mut fresh = AlignedBytes::zeroed(0);
+            let want = kernel.prepare_a(&a, n, &mut fresh).to_vec();
+            let mut used = AlignedBytes::zeroed(0);
+            used.reuse(4 * rows * n * kernel.a_element_bytes()).fill(0xA5);
+            assert_eq!(kernel.prepare_a(&a, n, &mut used), want.as_slice(), "{kernel}");
+        }
+    }
+
     #[test]
     fn tiles_divide_every_supported_n() {
         for k in KernelKind::ALL {
@@ -480,29 +498,14 @@ pub(super) struct KernelThread {
 /// kernels read, row-major as A is. It is rebuilt for every product, so it goes a cache line at
 /// a time, which the compiler turns into vector xors (byte by byte, with its bounds checks, it
 /// cost a tenth of a step at n = 1024 on a Zen 5).
-fn biased(a: &[u8]) -> AlignedBytes {
+fn biased(a: &[u8], out: &mut [u8]) {
     assert!(
-        a.len().is_multiple_of(64),
-        "A is whole cache lines (n is a multiple of 64)"
+        a.len().is_multiple_of(64) && out.len() == a.len(),
+        "A is whole cache lines (n is a multiple of 64), and so is its biased copy"
     );
-    AlignedBytes::from_lines(a.len() / 64, |l| {
-        let line: &[u8; 64] = a[l * 64..][..64].try_into().expect("64 bytes");
-        line.map(|v| v ^ 0x80)
-    })
-}
-
-/// A as a kernel reads it: borrowed when the kernel takes row-major A as it is.
-pub(super) enum PreparedA<'a> {
-    Borrowed(&'a [u8]),
-    Owned(AlignedBytes),
-}
-
-impl PreparedA<'_> {
-    pub(super) fn as_slice(&self) -> &[u8] {
-        match self {
-            PreparedA::Borrowed(a) => a,
-            PreparedA::Owned(a) => a.as_slice(),
-        }
+    for (dst, src) in out.chunks_exact_mut(64).zip(a.chunks_exact(64)) {
+        let line: &[u8; 64] = src.try_into().expect("64 bytes");
+        dst.copy_from_slice(&line.map(|v| v ^ 0x80));
     }
 }
 

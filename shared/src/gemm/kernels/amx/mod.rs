@@ -36,18 +36,25 @@ pub(super) const TILE_ROWS: usize = 32;
 /// at large n. Packed, each tile is 1 KiB of consecutive lines and the strip streams in order.
 /// Row strip s stays at byte offset s*32n, so the driver slices strips as it would rows.
 pub(super) fn pack_a(a: &[u8], n: usize) -> AlignedBytes {
-    assert!(n.is_multiple_of(64) && a.len().is_multiple_of(TILE_ROWS * n));
-    // The lines in the result's order: strips, then k-blocks, then rows within the strip. The
-    // source offsets are walked, not divided out of the line number: a division per line cost
-    // as much as the copy.
-    let sources = (0..a.len() / (TILE_ROWS * n)).flat_map(|strip| {
-        (0..n / 64).flat_map(move |kb| (0..TILE_ROWS).map(move |r| (strip * TILE_ROWS + r) * n + kb * 64))
-    });
-    let mut sources = sources.into_iter();
-    AlignedBytes::from_lines(a.len() / 64, |_| {
-        let at = sources.next().expect("one source a line");
-        a[at..at + 64].try_into().expect("64 bytes")
-    })
+    let mut packed = AlignedBytes::zeroed(a.len());
+    pack_a_into(a, n, packed.as_mut_slice());
+    packed
+}
+
+/// [`pack_a`] into `out`, `a.len()` bytes, every one of which it overwrites.
+pub(super) fn pack_a_into(a: &[u8], n: usize, out: &mut [u8]) {
+    assert!(n.is_multiple_of(64) && a.len().is_multiple_of(TILE_ROWS * n) && out.len() == a.len());
+    // The lines in the result's order: strips, then k-blocks, then rows within the strip (a
+    // division per line to find its source cost as much as the copy).
+    let mut lines = out.chunks_exact_mut(64);
+    for strip in a.chunks_exact(TILE_ROWS * n) {
+        for kb in 0..n / 64 {
+            for r in 0..TILE_ROWS {
+                let line = lines.next().expect("as many lines as A has");
+                line.copy_from_slice(&strip[r * n + kb * 64..][..64]);
+            }
+        }
+    }
 }
 
 /// Whether this process may run the kernel: the CPU has AMX-TILE and AMX-INT8, the kernel
