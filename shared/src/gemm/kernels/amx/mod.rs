@@ -157,10 +157,9 @@ fn self_test_on(unit: &mut impl TileUnit) -> bool {
 /// task's rows, so it can stay in L1 (48 KiB on Sapphire Rapids) while the strips' blocks of A
 /// stream from L2; the sums are stored and reloaded once per pass (8 tile moves per 64 tile
 /// loads). Unblocked, each tile streams both its A strip and its B panel (32n bytes each) from
-/// L2, and at n = 4096 a task's rows of A no longer fit in L2 at all: the kernel measured 49%
-/// of the register-only rate at n = 2048 and 30% at 4096 on a 2-thread Xeon. n <= 1024 is one
-/// pass, as before. The size is reasoned, not yet tuned on AMX hardware; the knob is there for
-/// that.
+/// L2. n <= 1024 is one pass. Swept on a 2-thread AMX Xeon (2026-11-27, with tasks already
+/// within L2, [`TASK_A_BYTES`]): 1024 and one pass were level at n = 1024-8192, 512 and 256
+/// slower (each pass ends in a store and reload of the sums after the tile unit drains).
 pub(in crate::gemm) const K_BLOCK: usize = 1024;
 
 /// The most of A one task takes: half of the 2 MiB L2 of every CPU with AMX so far, so that a
