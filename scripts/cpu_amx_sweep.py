@@ -28,8 +28,13 @@ def bench(miner, setting, threads, sizes, seconds):
         miner, "bench", "--backend", "cpu", "--cpu-kernel", "amx", "--cpu-threads", str(threads),
         "--sizes", sizes, "--seconds", str(seconds), "--memory-mib", "0", "--json",
     ]
-    out = subprocess.run(cmd, env=env, check=True, capture_output=True, text=True).stdout
-    return json.loads(out)
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    if done.returncode != 0:
+        # The miner's own words, so that a failed setting says why; the sweep goes on.
+        print(f"setting {setting}, threads {threads}: miner bench exited {done.returncode}:\n{done.stderr.strip()}",
+              file=sys.stderr)
+        return None
+    return json.loads(done.stdout)
 
 
 def main():
@@ -48,32 +53,49 @@ def main():
         return 2
     threads_list = [int(t) for t in args.threads.split(",")]
     settings = args.settings.split(",")
+    sizes = [int(n) for n in args.sizes.split(",")]
     # (threads, setting, n) -> TOPS per round; threads -> ceilings seen.
     tops, ceilings, used = {}, {}, {}
+    failed = 0
     for round_ in range(1, args.rounds + 1):
         for threads in threads_list:
             for setting in settings:
                 report = bench(args.miner, setting, threads, args.sizes, args.seconds)
+                if report is None:
+                    failed += 1
+                    continue
                 for row in report["rows"]:
                     tops.setdefault((threads, setting, row["n"]), []).append(row["tops"])
                     used[(threads, setting, row["n"])] = (row["threads"], row["k_block"], row["cache_hints"])
                 for c in report["ceilings"]:
                     if c["kernel"] == "amx":
                         ceilings.setdefault(threads, []).append(c["tops"])
-            print(f"round {round_} of {args.rounds} done", file=sys.stderr)
+        # After every round, so that a run cut short by a time limit still leaves its figures.
+        print(f"\nafter round {round_} of {args.rounds}:")
+        print_tables(threads_list, settings, sizes, tops, ceilings, used, round_)
+        sys.stdout.flush()
+    if failed:
+        print(f"{failed} bench runs failed (their errors are above)", file=sys.stderr)
+        return 1
+    return 0
 
-    sizes = [int(n) for n in args.sizes.split(",")]
+
+def print_tables(threads_list, settings, sizes, tops, ceilings, used, rounds):
     for threads in threads_list:
         ceiling = max(ceilings.get(threads, [0.0])) or None
-        engine_threads = used[(threads, settings[0], sizes[0])][0]
-        print(f"\nAMX, {engine_threads} threads: median TOPS over {args.rounds} rounds (min-max), "
-              f"share of the register-only ceiling ({ceiling or 0:.2f} TOPS, best of the rounds)")
+        engine_threads = next((u[0] for k, u in used.items() if k[0] == threads), threads)
+        print(f"\nAMX, {engine_threads} threads: median TOPS over up to {rounds} rounds (min-max), "
+              f"share of the register-only ceiling ({ceiling or 0:.2f} TOPS, best of the rounds). "
+              f"Where a task is one strip of rows it takes k in one pass whatever the block.")
         print("| setting | " + " | ".join(f"n = {n}" for n in sizes) + " |")
         print("|---|" + "---|" * len(sizes))
         for setting in settings:
             cells = []
             for n in sizes:
-                values = tops[(threads, setting, n)]
+                values = tops.get((threads, setting, n))
+                if not values:
+                    cells.append("failed")
+                    continue
                 median = statistics.median(values)
                 share = f", {median / ceiling:.0%}" if ceiling else ""
                 _, k_block, hints = used[(threads, setting, n)]
@@ -81,7 +103,6 @@ def main():
                 cells.append(f"{median:.2f} ({min(values):.2f}-{max(values):.2f}{share}; {label}"
                              f"{', hints' if hints else ''})")
             print(f"| {setting} | " + " | ".join(cells) + " |")
-    return 0
 
 
 if __name__ == "__main__":

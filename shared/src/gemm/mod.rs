@@ -365,11 +365,10 @@ impl<'p> Product<'p> {
             let pending = state.pending;
             let mut between = |slot: usize, slots: usize| {
                 if let Some((_, at)) = pending {
-                    let per_slot = tile_rows.div_ceil(slots).max(EPILOGUE_ROWS);
-                    let from = (slot * per_slot).min(tile_rows);
-                    let to = ((slot + 1) * per_slot).min(tile_rows);
-                    if from < to {
-                        epilogue(&previous[from..to], &mut *block, at.down(from, n));
+                    let rows = epilogue_rows(slot, slots, tile_rows);
+                    if !rows.is_empty() {
+                        let first = rows.start;
+                        epilogue(&previous[rows], &mut *block, at.down(first, n));
                     }
                 }
             };
@@ -402,6 +401,14 @@ impl<'p> Product<'p> {
 /// than they hid: on a 2-thread AMX Xeon, chunks of 8 rows took n = 1024 from 4.50-4.61 to
 /// 4.87-5.27 TOPS (four rounds, interleaved), and n = 2048 and 4096 2-3% faster.
 const EPILOGUE_ROWS: usize = 8;
+
+/// The rows of the previous tile (of `tile_rows`) whose epilogue runs in side-work slot `slot`
+/// of `slots`: the first slots take [`EPILOGUE_ROWS`] or more each, the rest none, so that
+/// every row runs once, whatever the number of slots.
+fn epilogue_rows(slot: usize, slots: usize, tile_rows: usize) -> Range<usize> {
+    let per_slot = tile_rows.div_ceil(slots).max(EPILOGUE_ROWS);
+    (slot * per_slot).min(tile_rows)..((slot + 1) * per_slot).min(tile_rows)
+}
 
 /// One block of k (`k`) over one panel of B; `first` and `last` say whether sums start fresh
 /// and whether the tile is finished after it.
@@ -483,6 +490,30 @@ pub fn register_peak(kernel: KernelKind, threads: usize, seconds: f64) -> Option
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Every row of a finished tile gets its epilogue exactly once, in order, for every number
+    /// of slots a kernel offers (one for the vector kernels, one per k-step of the span for
+    /// AMX), in chunks of at least EPILOGUE_ROWS but for the tile's last.
+    #[test]
+    fn every_row_of_a_tile_is_mixed_once() {
+        for tile_rows in [8, 32] {
+            for slots in 1..=130 {
+                let chunks: Vec<_> = (0..slots)
+                    .map(|slot| epilogue_rows(slot, slots, tile_rows))
+                    .filter(|rows| !rows.is_empty())
+                    .collect();
+                let covered: Vec<usize> = chunks.iter().flat_map(|rows| rows.clone()).collect();
+                assert_eq!(
+                    covered,
+                    (0..tile_rows).collect::<Vec<_>>(),
+                    "{tile_rows} rows, {slots} slots"
+                );
+                // Only the last chunk may be shorter (what is left of the tile).
+                let (_, rest) = chunks.split_last().unwrap();
+                assert!(rest.iter().all(|rows| rows.len() >= EPILOGUE_ROWS), "{chunks:?}");
+            }
+        }
+    }
 
     #[test]
     fn only_the_blocking_kernels_block_k() {

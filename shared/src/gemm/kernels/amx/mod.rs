@@ -252,6 +252,31 @@ mod tests {
     use crate::gemm::{PackedB, naive};
     use crate::matrix::generate;
 
+    /// The layout as the driver rebuilds it every product, into a buffer a larger A left
+    /// dirty: every byte where [`pack_a`]'s definition puts it (on any CPU: no AMX needed).
+    #[test]
+    fn pack_a_into_a_dirty_buffer_overwrites_every_byte() {
+        let n = 192;
+        let a: Vec<u8> = (0..2 * TILE_ROWS * n).map(|i| (i * 37 + i / 7) as u8).collect();
+        let mut scratch = AlignedBytes::zeroed(0);
+        scratch.reuse(3 * a.len()).fill(0xA5);
+        let packed = scratch.reuse(a.len());
+        pack_a_into(&a, n, packed);
+        for strip in 0..2 {
+            for kb in 0..n / 64 {
+                for r in 0..TILE_ROWS {
+                    let at = strip * TILE_ROWS * n + kb * 2048 + r * 64;
+                    let src = (strip * TILE_ROWS + r) * n + kb * 64;
+                    assert_eq!(
+                        &packed[at..at + 64],
+                        &a[src..src + 64],
+                        "strip {strip} k-block {kb} row {r}"
+                    );
+                }
+            }
+        }
+    }
+
     #[test]
     fn the_self_test_passes_on_the_emulated_unit() {
         assert!(self_test_on(&mut Emulated::new()));
