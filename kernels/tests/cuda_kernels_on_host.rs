@@ -766,9 +766,10 @@ fn build_harness(name: &str, mutations: &[Mutation]) -> Option<PathBuf> {
     let cxx = std::env::var("CXX").unwrap_or_else(|_| "c++".into());
     // Built into the target directory under a name drawn from its source and compiler command, so
     // that a rerun with the same sources reuses it and nothing is left outside `cargo clean`'s reach.
+    const FLAGS: [&str; 3] = ["-O2", "-std=c++20", "-pthread"];
     let key = {
         let mut hasher = std::hash::DefaultHasher::new();
-        (&source, &cxx).hash(&mut hasher);
+        (&source, &cxx, FLAGS).hash(&mut hasher);
         hasher.finish()
     };
     let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("host-kernels");
@@ -783,7 +784,8 @@ fn build_harness(name: &str, mutations: &[Mutation]) -> Option<PathBuf> {
     let cpp = dir.join(format!("{name}-{key:016x}.{}.cpp", std::process::id()));
     std::fs::write(&cpp, source).unwrap();
     let built = Command::new(&cxx)
-        .args(["-O2", "-std=c++20", "-pthread", "-o"])
+        .args(FLAGS)
+        .arg("-o")
         .arg(&partial)
         .arg(&cpp)
         .output();
