@@ -104,7 +104,11 @@ async fn passes(setting: &Setting, runs: u32, seed: u8) -> u32 {
         seed,
         &[validator_key()],
         selected(kernel, Arc::new(faker)),
-        Limits::default(),
+        // It says version 4, as a miner must to be sent a version 4 challenge.
+        Limits {
+            preview_protocol_4: true,
+            ..Limits::default()
+        },
         NonceLog::in_memory(),
     );
     let miner_key = core.public_key();
@@ -128,8 +132,10 @@ async fn passes(setting: &Setting, runs: u32, seed: u8) -> u32 {
             steps_opened: setting.opened,
             rows_checked: 0,
             sized_as: None,
+            bound_as: "a CPU",
             held_at_least: None,
         }],
+        host_held_at_least: 0.0,
     };
     let mut passed = 0;
     for run in 0..runs {

@@ -112,7 +112,7 @@ async fn walk(
 
 #[tokio::test(flavor = "multi_thread")]
 async fn an_honest_miner_walks_its_chains_states_and_opens_steps_that_check() {
-    let core = miner_core(61, &[validator_key()], DEVICES);
+    let core = v4_miner_core(61);
     let miner_key = core.public_key();
     let miner = spawn_miner(core).await;
     let mut client = MinerClient::connect(miner.url()).await.unwrap();
@@ -183,7 +183,7 @@ async fn an_honest_miner_walks_its_chains_states_and_opens_steps_that_check() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn each_version_4_refusal_has_its_own_status() {
-    let core = miner_core(62, &[validator_key()], DEVICES);
+    let core = v4_miner_core(62);
     let miner_key = core.public_key();
     let miner = spawn_miner(core).await;
     let mut client = MinerClient::connect(miner.url()).await.unwrap();
@@ -233,7 +233,34 @@ async fn each_version_4_refusal_has_its_own_status() {
     assert!(
         refused.message().contains("speaks protocol version 3")
             && refused.message().contains("version 4 challenge")
-            && refused.message().contains("upgrade the miner"),
+            && refused.message().contains("preview_protocol_4"),
+        "{}",
+        refused.message()
+    );
+
+    // A backend that keeps its chain states, but an operator who did not ask for the preview:
+    // its inventory says 3, and it refuses 4 the same way rather than take it.
+    let cpu = test_cpu(2).with_logical_devices(DEVICES);
+    let kernel = cpu.kernel();
+    let not_asked = miner_on(
+        64,
+        &[validator_key()],
+        selected(kernel, Arc::new(cpu)),
+        Limits::default(),
+        NonceLog::in_memory(),
+    );
+    assert_eq!(not_asked.inventory().protocol_version, 3);
+    let not_asked_key = not_asked.public_key();
+    let not_asked = spawn_miner(not_asked).await;
+    let refused = MinerClient::connect(not_asked.url())
+        .await
+        .unwrap()
+        .run_challenge(run(&challenge(not_asked_key, 14, vec![1, 1], CHAINS)))
+        .await
+        .unwrap_err();
+    assert_eq!(refused.code(), Code::FailedPrecondition, "{refused:?}");
+    assert!(
+        refused.message().contains("preview_protocol_4"),
         "{}",
         refused.message()
     );
@@ -288,6 +315,19 @@ async fn each_version_4_refusal_has_its_own_status() {
         .await
         .unwrap_err();
     assert_eq!(refused.code(), Code::OutOfRange, "{refused:?}");
+    // More steps than 2048 for each device of the commitment: refused, naming the limit, and
+    // the round not used up (the last request below is served).
+    let most = 2048 * DEVICES as usize;
+    let refused = client
+        .open_chains(open_request(nonce, &[], &vec![step; most + 1]))
+        .await
+        .unwrap_err();
+    assert_eq!(refused.code(), Code::ResourceExhausted, "{refused:?}");
+    assert!(
+        refused.message().contains(&format!("at most {most} per request")),
+        "{}",
+        refused.message()
+    );
     let mut with_segments = open_request(nonce, &[], &[]);
     with_segments.walk_samples = vec![v1::WalkSampleRequest::default()];
     let refused = client.open_chains(with_segments).await.unwrap_err();
@@ -308,6 +348,11 @@ async fn each_version_4_refusal_has_its_own_status() {
         round.message().await.unwrap().unwrap().step.is_some(),
         "the round was still there"
     );
+    while round.message().await.unwrap().is_some() {}
+    // The same request again, once the round has ended (and released the states): a replay,
+    // named as one (14.5), not a release for a later challenge that never came.
+    let replayed = client.open_chains(open_request(nonce, &[], &[step])).await.unwrap_err();
+    assert_eq!(replayed.code(), Code::AlreadyExists, "{replayed:?}");
 
     // A later challenge releases the states; a compute-only commitment has none to walk.
     drop(round);
@@ -344,6 +389,7 @@ fn exchange_plan(pool_chains: Vec<u64>, deadlines: [u64; DEVICES as usize]) -> C
             steps_opened: 8,
             rows_checked: 3,
             sized_as: None,
+            bound_as: "a CPU",
             held_at_least: None,
         })
         .collect();
@@ -356,6 +402,7 @@ fn exchange_plan(pool_chains: Vec<u64>, deadlines: [u64; DEVICES as usize]) -> C
         min_iterations: 2,
         min_chains: CHAINS,
         devices,
+        host_held_at_least: 0.0,
     }
 }
 
@@ -394,7 +441,7 @@ async fn validator_exchange_of(
 /// changed on the way fails its own check.
 #[tokio::test(flavor = "multi_thread")]
 async fn the_validators_exchange_passes_an_honest_miner_and_clocks_each_device_alone() {
-    let core = miner_core(64, &[validator_key()], DEVICES);
+    let core = v4_miner_core(64);
     let miner_key = core.public_key();
     let miner = spawn_miner(core).await;
 
@@ -439,7 +486,7 @@ async fn a_faked_step_fails_its_own_opening() {
         65,
         &[validator_key()],
         selected(kernel, Arc::new(faker)),
-        Limits::default(),
+        speaks_4(),
         NonceLog::in_memory(),
     );
     let miner_key = core.public_key();
@@ -482,6 +529,20 @@ fn v4_validator_config(dir: &TempDir, policy: Policy) -> gpu_attest_validator::c
     config
 }
 
+/// Limits that say version 4 (the preview): a miner without them speaks 3 and refuses a
+/// version 4 challenge.
+fn speaks_4() -> Limits {
+    Limits {
+        preview_protocol_4: true,
+        ..Limits::default()
+    }
+}
+
+/// The honest miner of this file's exchanges: two logical CPU devices, saying version 4.
+fn v4_miner_core(seed: u8) -> Arc<gpu_attest_miner::MinerCore> {
+    miner_core_with(seed, &[validator_key()], DEVICES, speaks_4(), NonceLog::in_memory())
+}
+
 /// A CPU miner claiming 256 KiB (a pool of 3 states of 64 KiB at n = 256) on `backend`, saying
 /// version 4.
 fn v4_miner(
@@ -489,15 +550,11 @@ fn v4_miner(
     kernel: gpu_attest_shared::gemm::KernelKind,
     backend: Arc<dyn gpu_attest_shared::Backend>,
 ) -> Arc<gpu_attest_miner::MinerCore> {
-    let limits = Limits {
-        preview_protocol_4: true,
-        ..Limits::default()
-    };
     miner_on(
         seed,
         &[validator_key()],
         selected(kernel, backend),
-        limits,
+        speaks_4(),
         NonceLog::in_memory(),
     )
 }
@@ -568,7 +625,6 @@ async fn honest_version_4_attestation(seed: u8, policy: Policy, named: &str) {
     assert!(verdict.params.num_chains >= 3, "the pool's chains are run");
     let memory = verdict.memory.as_ref().expect("the memory phase");
     assert_eq!(memory.devices[0].pool_entries, 3, "three states of one slice each");
-    assert_eq!(memory.devices[0].proven_bytes, 3 << 16);
     assert_eq!(memory.walk_checkpoint_every, 1, "every state committed");
     assert_eq!(memory.walk_samples, 1649, "a CPU is opened as the bound's worst row");
     assert_eq!(memory.fill_weight, 0.0, "no fill");
@@ -580,8 +636,9 @@ async fn honest_version_4_attestation(seed: u8, policy: Policy, named: &str) {
         (proven_ops / chains_ops - 1.0).abs() < 0.01,
         "{proven_ops} against {chains_ops}"
     );
-    // The device's own walk: its clock, its class's first-contact rate, its openings, and no
-    // bound claimed for a CPU (the bound's table has no CPU model).
+    // The device's own walk: its clock, its class's first-contact rate, its openings, and the
+    // bound a CPU gets: a hash-paced walk at a CPU's rate lets a cheater serve the whole pool
+    // from a drive or another host, so nothing is shown of its memory, and it says so.
     let walk = memory.devices[0]
         .walk
         .as_ref()
@@ -590,7 +647,11 @@ async fn honest_version_4_attestation(seed: u8, policy: Policy, named: &str) {
     assert!(walk.measured_ms <= walk.deadline_ms && walk.expected_ms > 0);
     assert_eq!(walk.bandwidth_source, "shipped", "first contact with its walk-v4 class");
     assert_eq!((walk.steps_opened, walk.rows_checked), (1649, 474));
-    assert_eq!((walk.sized_as.as_str(), walk.held_at_least), ("", None));
+    assert_eq!(
+        (walk.sized_as.as_str(), walk.bound_as.as_str(), walk.held_at_least),
+        ("", "a CPU", Some(0.0))
+    );
+    assert_eq!(memory.devices[0].proven_bytes, 0, "nothing shown held, nothing stated");
     let proven = walk.proven_bytes_per_sec.expect("a pass proves the device's bandwidth");
     // The pass teaches its walk-v4 class, per core, and not version 3's walk class.
     let device = &claim.devices[0];
@@ -661,7 +722,7 @@ async fn a_pool_the_device_has_no_room_for_is_refused_before_any_work() {
         64,
         &[validator_key()],
         selected(kernel, Arc::new(backend)),
-        Limits::default(),
+        speaks_4(),
         NonceLog::in_memory(),
     );
     let miner_key = core.public_key();
@@ -688,7 +749,7 @@ async fn state_cheater(seed: u8, cheat: StateCheat) -> (Running, PublicKey) {
         seed,
         &[validator_key()],
         selected(kernel, Arc::new(cheater)),
-        Limits::default(),
+        speaks_4(),
         NonceLog::in_memory(),
     );
     let key = core.public_key();

@@ -78,8 +78,9 @@ pub enum MinerError {
     )]
     MemoryPhaseUnsupported(String),
     #[error(
-        "this miner speaks protocol version {spoken}, and a version {asked} challenge needs a release that speaks it: \
-         upgrade the miner, or have the validator send what the miner's inventory says it speaks"
+        "this miner speaks protocol version {spoken}, and a version {asked} challenge needs a miner that speaks it \
+         (version 4 in this release: `[limits] preview_protocol_4 = true`, on a backend that keeps its chain states): \
+         have the validator send what the miner's inventory says it speaks"
     )]
     VersionNotSpoken { asked: u32, spoken: u32 },
     #[error("invalid memory phase: {0}")]

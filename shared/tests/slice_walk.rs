@@ -375,3 +375,87 @@ fn a_step_opened_from_the_kept_trace_is_the_step_opened_from_the_whole_walk() {
         );
     }
 }
+
+/// At n = 768 a slice holds 85.33 rows, so rows are cut by slices' edges (PROTOCOL.md 20.1):
+/// slice 1 holds the last two thirds of row 85 and the first two thirds of row 170. An honest
+/// device passes a check of every row that has bytes in each opened slice, and a state whose
+/// tail of row 85 is not the work function's fails on slice 1, where those bytes lie, and
+/// passes on slice 0, where the row's head lies (the check compares the bytes the slice holds).
+#[test]
+fn rows_cut_by_a_slice_edge_are_checked_on_the_bytes_the_slice_holds() {
+    const CUT_N: u32 = 768;
+    let work = Work::new(ChallengeParams {
+        nonce: [3; 32],
+        seed: [4; 32],
+        miner_key: [5; 32],
+        n: CUT_N,
+        num_chains: 1,
+        iterations: 1,
+        checkpoint_every: 1,
+    })
+    .unwrap();
+    let pool = ChainPool::new(0, 0, 1, CUT_N as usize).unwrap();
+    assert_eq!(pool.slices(), 9);
+    let walk = SliceWalk {
+        walkers: 4,
+        steps: 24,
+        ..walk()
+    };
+    let honest = reference::chain_state(work.key(), 0, CUT_N as usize, 1);
+    let mut tampered = honest.clone();
+    // Row 85 spans bytes 65280..66048: its last 512 bytes are slice 1's first.
+    for byte in &mut tampered.as_bytes_mut()[65536..65536 + 512] {
+        *byte = byte.wrapping_add(1);
+    }
+    let every_row: Vec<u32> = (0..86).collect();
+    for (state, is_honest) in [(honest, true), (tampered, false)] {
+        // The chain's last checkpoint commits whichever state is held.
+        let mut checkpoints = reference::chain(&work, 0).checkpoints;
+        *checkpoints.last_mut().unwrap() = state.digest();
+        let tree = MerkleTree::new(&[leaf_hash(0, &checkpoints)]);
+        let held = HeldStates::new(pool, vec![state]).unwrap();
+        let walked = walk_device(&walk, &held);
+        let committed = DeviceCommitments {
+            device_root: tree.root(),
+            device_chains: 1,
+            walk_root: walked.root,
+        };
+        let chain = |i: u64| (checkpoints.clone(), tree.proof(i).unwrap());
+        let mut seen = std::collections::HashSet::new();
+        for w in 0..walk.walkers {
+            for t in 0..walk.steps {
+                let opening = open_step(&walk, &held, &walked.walker_roots, w, t, chain).unwrap();
+                let q = entry_index(&opening.before, pool.slices());
+                seen.insert(q);
+                let checked = check_step(&work, &walk, &pool, &committed, &opening, &every_row);
+                // Row 85 is the first of slice 1's rows (`r = 0`) and the 86th of slice 0's.
+                let row_85 = check_step(
+                    &work,
+                    &walk,
+                    &pool,
+                    &committed,
+                    &opening,
+                    &[if q == 1 { 0 } else { 85 }],
+                );
+                match (is_honest, q) {
+                    (true, _) => {
+                        checked.unwrap_or_else(|e| panic!("slice {q}: {e}"));
+                    }
+                    (false, 1) => {
+                        assert!(
+                            matches!(checked, Err(StepRejection::PoolStateMismatch { row: 85, .. })),
+                            "{checked:?}"
+                        );
+                        assert!(
+                            matches!(row_85, Err(StepRejection::PoolStateMismatch { row: 85, .. })),
+                            "{row_85:?}"
+                        );
+                    }
+                    (false, 0) => assert!(row_85.is_ok(), "row 85's head is the work function's: {row_85:?}"),
+                    (false, _) => assert!(checked.is_ok(), "slice {q} holds no tampered byte: {checked:?}"),
+                }
+            }
+        }
+        assert!(seen.contains(&0) && seen.contains(&1), "the walk read slices {seen:?}");
+    }
+}

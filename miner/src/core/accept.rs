@@ -97,7 +97,9 @@ impl MinerCore {
                 return Err(MinerError::MemoryPhaseUnsupported(self.selected.name.clone()));
             }
             Some(MemoryPhase::V3(memory)) => (Some(PoolPlan::new(*memory, &work, &self.selected.devices())?), None),
-            Some(phase @ MemoryPhase::V4(_)) if !self.selected.backend.keeps_chain_pools() => {
+            // Only where the inventory says 4: a miner whose operator did not ask for the
+            // preview, or whose backend keeps no chain states, speaks 3 and refuses 4.
+            Some(phase @ MemoryPhase::V4(_)) if self.protocol_version() < phase.protocol_version() => {
                 return Err(MinerError::VersionNotSpoken {
                     asked: phase.protocol_version(),
                     spoken: self.protocol_version(),

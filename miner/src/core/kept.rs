@@ -59,6 +59,12 @@ impl RecentCommitment {
         !self.opened.swap(true, Ordering::SeqCst)
     }
 
+    /// Whether its one opening round has been used: a request after it is a replay, whatever
+    /// became of the states since (PROTOCOL.md 14.5: `ALREADY_EXISTS`).
+    pub(super) fn round_used(&self) -> bool {
+        self.opened.load(Ordering::SeqCst)
+    }
+
     /// Whether its validator may still open it and has not: what a stopping miner waits for.
     fn awaits_round(&self) -> bool {
         !self.opened.load(Ordering::SeqCst) && self.held_for() < OPENING_HOLD

@@ -8,7 +8,7 @@ use gpu_attest_proto::convert::{OpenRequest, WalkRequest};
 use gpu_attest_shared::memory::statement::{
     WalkSample, WalkStatement, open_request_bytes_v3, walk_opening_bytes, walk_request_bytes,
 };
-use gpu_attest_shared::memory::statement_v4::{self, MAX_STEP_SAMPLES, StepSample, WalkRoot, step_opening_bytes};
+use gpu_attest_shared::memory::statement_v4::{self, StepSample, WalkRoot, max_step_samples, step_opening_bytes};
 use gpu_attest_shared::opening::{ChainOpening, SampleRequest, check_sample, open_chain};
 use gpu_attest_shared::statement::{open_request_bytes, opening_bytes};
 use gpu_attest_shared::{CancelToken, Digest};
@@ -48,12 +48,6 @@ impl MinerCore {
                 max: MAX_WALK_SAMPLES,
             });
         }
-        if steps.len() > MAX_STEP_SAMPLES {
-            return Err(MinerError::TooManyWalkSamples {
-                requested: steps.len(),
-                max: MAX_STEP_SAMPLES,
-            });
-        }
         if samples.len() > self.limits.max_samples as usize {
             return Err(MinerError::TooManySamples {
                 requested: samples.len(),
@@ -61,6 +55,14 @@ impl MinerCore {
             });
         }
         let recent = self.kept.find(&nonce)?;
+        // Steps per device of this commitment: a host of many devices is opened as much as one.
+        let most_steps = max_step_samples(recent.execution.trees.len());
+        if steps.len() > most_steps {
+            return Err(MinerError::TooManyWalkSamples {
+                requested: steps.len(),
+                max: most_steps,
+            });
+        }
         if validator_key != recent.validator_key.0 || !self.is_allowed(&recent.validator_key) {
             return Err(MinerError::OpenNotAllowed);
         }
@@ -85,6 +87,12 @@ impl MinerCore {
             .map_err(|_| MinerError::BadOpenSignature)?;
         for &sample in &samples {
             check_sample(&recent.work, sample)?;
+        }
+        // A replay is named as one before the walk's state is looked at: the first round's
+        // end released the states, and "released for a later challenge" would send its
+        // sender looking for a challenge that never came.
+        if recent.round_used() {
+            return Err(MinerError::AlreadyOpened(hex::encode(nonce)));
         }
         match &recent.memory {
             Some(memory) => memory.check_samples(&walks)?,

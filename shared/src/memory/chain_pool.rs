@@ -156,9 +156,33 @@ impl ChainPool {
         (self.first_chain + e / r, e % r)
     }
 
-    /// State rows in one slice: `65536 / n`.
+    /// State rows whose bytes lie in one slice where every slice holds whole rows (`n` a power of
+    /// two): `65536 / n`. Elsewhere a slice holds `65536 / n` rows and parts of one or two more:
+    /// [`ChainPool::slice_rows`] says which.
     pub fn rows_per_slice(&self) -> u32 {
         (SLICE_BYTES / self.n) as u32
+    }
+
+    /// The rows of a state that have bytes in its slice `q` (PROTOCOL.md 20.1): the first, and
+    /// how many. Where `n` divides 65536 they are `65536 / n` whole rows from `q * 65536 / n`;
+    /// at any other allowed `n` (768, say: 85.33 rows a slice) the first and last may be cut by
+    /// the slice's edges.
+    pub fn slice_rows(&self, q: u64) -> (u32, u32) {
+        let (slice, n) = (SLICE_BYTES as u64, self.n as u64);
+        let first = q * slice / n;
+        let last = ((q + 1) * slice - 1) / n;
+        (first as u32, (last - first + 1) as u32)
+    }
+
+    /// The bytes row `row` and slice `q` share: as a range of the row, and as one of the slice.
+    /// Empty ranges where they share none.
+    pub fn row_in_slice(&self, row: u32, q: u64) -> (std::ops::Range<usize>, std::ops::Range<usize>) {
+        let n = self.n as u64;
+        let (row_start, slice_start) = (u64::from(row) * n, q * SLICE_BYTES as u64);
+        let low = row_start.max(slice_start);
+        let high = (row_start + n).min(slice_start + SLICE_BYTES as u64).max(low);
+        let of = |base: u64| (low - base) as usize..(high - base) as usize;
+        (of(row_start), of(slice_start))
     }
 }
 
@@ -257,6 +281,27 @@ mod tests {
         assert_eq!(pool.locate(0), (10, 0));
         assert_eq!(pool.locate(5), (11, 1));
         assert_eq!(pool.locate(11), (12, 3));
+        // Where n divides a slice, its rows are whole: the same rows either way.
+        assert_eq!(pool.slice_rows(3), (384, 128));
+        assert_eq!(pool.row_in_slice(385, 3), (0..512, 512..1024));
+        // n = 768: 85.33 rows a slice. Slice 1 starts a third of the way into row 85, ends two
+        // thirds into row 170, and holds rows 85 to 170, the first and last cut.
+        let cut = ChainPool::new(0, 0, 1, 768).unwrap();
+        assert_eq!(cut.slices_per_state(), 9);
+        assert_eq!(cut.slice_rows(0), (0, 86));
+        assert_eq!(cut.slice_rows(1), (85, 86));
+        assert_eq!(cut.slice_rows(8), (682, 86));
+        assert_eq!(cut.row_in_slice(85, 1), (256..768, 0..512));
+        assert_eq!(cut.row_in_slice(170, 1), (0..512, 65024..65536));
+        assert_eq!(cut.row_in_slice(86, 1), (0..768, 512..1280));
+        let (none_of_row, none_of_slice) = cut.row_in_slice(171, 1);
+        assert!(none_of_row.is_empty() && none_of_slice.is_empty());
+        // Every byte of a state in exactly one slice, every row's bytes across its slices.
+        for q in 0..9 {
+            let (first, count) = cut.slice_rows(q);
+            let held: usize = (first..first + count).map(|r| cut.row_in_slice(r, q).1.len()).sum();
+            assert_eq!(held, 65536, "slice {q}");
+        }
         assert_eq!(ChainPool::new(0, 0, 1, 300), Err(ChainPoolError::NotWholeSlices(300)));
         assert_eq!(ChainPool::new(2, 0, 0, 256), Err(ChainPoolError::Empty { device: 2 }));
     }

@@ -485,9 +485,10 @@ impl StepRejection {
     }
 }
 
-/// Checks one opened step of `pool`'s device, with the rows `rows` (indices among the slice's
-/// `65536 / n` state rows, drawn by the validator after the opening arrived) made again from
-/// the work function.
+/// Checks one opened step of `pool`'s device, with the rows `rows` made again from the work
+/// function: each `r` names the row `first + r mod count` of the slice's rows
+/// ([`ChainPool::slice_rows`]), drawn by the validator after the opening arrived, and the bytes
+/// that row shares with the slice are compared (all of it where `n` divides 65536).
 pub fn check_step(
     work: &Work,
     walk: &SliceWalk,
@@ -543,13 +544,12 @@ pub fn check_step(
     if rows.is_empty() {
         return Ok(());
     }
-    let (n, per_slice) = (pool.n, pool.rows_per_slice());
+    let (first, count) = pool.slice_rows(q);
     let made = StateRows::new(work, chain);
     for &r in rows {
-        let in_slice = r % per_slice;
-        let row = q as u32 * per_slice + in_slice;
-        let at = in_slice as usize * n;
-        if bytemuck::cast_slice::<i8, u8>(&made.row(row)) != &opening.slice[at..at + n] {
+        let row = first + r % count;
+        let (of_row, of_slice) = pool.row_in_slice(row, q);
+        if bytemuck::cast_slice::<i8, u8>(&made.row(row))[of_row] != opening.slice[of_slice] {
             return Err(StepRejection::PoolStateMismatch { chain, row });
         }
     }

@@ -15,9 +15,16 @@ const WALK_ROOT_DOMAIN: &[u8] = b"gpu-attest v4 walk root";
 const OPEN_REQUEST_DOMAIN_V4: &[u8] = b"gpu-attest v4 open request";
 const STEP_OPENING_DOMAIN: &[u8] = b"gpu-attest v4 step opening";
 
-/// Most walk steps one open request may ask for: design 6.3's largest count for one device is
-/// 1512 (an RTX 4090), and a host has ten such devices at most before this bound binds.
-pub const MAX_STEP_SAMPLES: usize = 16384;
+/// Most walk steps one open request may ask for of one device: above the largest count a
+/// validator of this release opens on any device (its cap, 1649 steps: PROTOCOL.md 20.9 step 6),
+/// with room for a validator that opens more.
+pub const MAX_STEP_SAMPLES_PER_DEVICE: usize = 2048;
+
+/// Most walk steps one open request may ask for, in all, of a commitment on `devices` devices:
+/// [`MAX_STEP_SAMPLES_PER_DEVICE`] each, so that no host is refused for its size.
+pub fn max_step_samples(devices: usize) -> usize {
+    MAX_STEP_SAMPLES_PER_DEVICE.saturating_mul(devices.max(1))
+}
 
 /// One walk step to open: device `j`, walker `w`, step `t` (the step from `s_{w,t}` to
 /// `s_{w,t+1}`).

@@ -360,7 +360,8 @@ impl StatesWalk {
         };
         let rows = if self.row_checked.contains(&sample) {
             let mut rng = ChaCha20Rng::from_seed(random32()?);
-            vec![(rng.next_u64() % u64::from(walked.pool.rows_per_slice())) as u32]
+            // Reduced to one of the opened slice's rows in `check_step` (PROTOCOL.md 20.5).
+            vec![rng.next_u32()]
         } else {
             Vec::new()
         };
