@@ -14,7 +14,7 @@ use gpu_attest_shared::opening::SampleRequest;
 use gpu_attest_shared::params::ChallengeParams;
 use gpu_attest_shared::statement::{Challenge, Commitment, MemoryPhase};
 use gpu_attest_validator::attest::client::MinerConnection;
-use gpu_attest_validator::attest::walk_v4::walk_states;
+use gpu_attest_validator::attest::walk_v4::{StepChecks, walk_states};
 use gpu_attest_validator::config::Policy;
 use gpu_attest_validator::memory::plan_v4::ChainPoolPlan;
 use gpu_attest_validator::reason::Reason;
@@ -119,13 +119,18 @@ pub async fn validator_exchange(
         .open_chains(open_request(c.params.nonce, &[], &steps), work.n())
         .await
         .unwrap();
+    // Checked as the validator checks them: several at once, each waited for in order.
+    let mut checks = StepChecks::default();
     for &step in &steps {
         let mut wire = openings.message().await.unwrap().expect("one opening per step");
         tamper(&mut wire);
-        walked
-            .check_opening(&work, &miner_key, step, &wire, &mut reasons)
-            .await
-            .unwrap();
+        if let Some(check) = walked
+            .begin_check(&work, &miner_key, step, &wire, &mut reasons)
+            .unwrap()
+        {
+            checks.push(check, &mut reasons).await.unwrap();
+        }
     }
+    checks.finish(&mut reasons).await.unwrap();
     reasons
 }

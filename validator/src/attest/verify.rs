@@ -6,7 +6,7 @@ use super::decoding::own_decode_failure;
 use super::outcome::Outcome;
 use super::untrusted::miner_text;
 use super::walk::WalkContext;
-use super::walk_v4::StatesWalk;
+use super::walk_v4::{StatesWalk, StepChecks};
 use super::{AttestError, AttestEvent, random32};
 use crate::reason::ReasonCode;
 use gpu_attest_proto::convert::{opening_from_wire, sample_to_wire, walk_sample_to_wire};
@@ -228,7 +228,10 @@ pub async fn sampled(
         Some(MemoryOpenings::Steps(s)) => due.extend(s.steps.iter().map(|&step| Due::Step(step, s.walked))),
         None => {}
     }
-    for sample in due {
+    // Step checks run on every core while the openings keep coming; each is waited for before
+    // this returns, whatever ended the stream.
+    let mut steps = StepChecks::default();
+    'openings: for sample in due {
         let started = Instant::now();
         let next = tokio::time::timeout(budget.saturating_sub(waited), stream.message()).await;
         waited += started.elapsed();
@@ -239,7 +242,7 @@ pub async fn sampled(
                     ReasonCode::OpeningMissing,
                     format!("miner sent no opening for {sample}"),
                 );
-                return Ok(());
+                break 'openings;
             }
             Ok(Err(s)) => {
                 match own_decode_failure(&s) {
@@ -255,11 +258,11 @@ pub async fn sampled(
                         format!("opening {sample} failed ({:?}): {}", s.code(), miner_text(s.message())),
                     ),
                 }
-                return Ok(());
+                break 'openings;
             }
             Err(_) => {
                 timed_out(outcome);
-                return Ok(());
+                break 'openings;
             }
         };
         match sample {
@@ -268,12 +271,15 @@ pub async fn sampled(
                 super::walk::check_opening(context, nonce, commitment, walk, &wire, outcome).await?
             }
             Due::Step(step, walked) => {
-                walked
-                    .check_opening(work, &commitment.miner_key, step, &wire, &mut outcome.reasons)
-                    .await?
+                if let Some(check) =
+                    walked.begin_check(work, &commitment.miner_key, step, &wire, &mut outcome.reasons)?
+                {
+                    steps.push(check, &mut outcome.reasons).await?;
+                }
             }
         }
     }
+    steps.finish(&mut outcome.reasons).await?;
     Ok(())
 }
 
