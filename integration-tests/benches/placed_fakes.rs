@@ -136,6 +136,7 @@ async fn passes(setting: &Setting, runs: u32, seed: u8) -> u32 {
             held_at_least: None,
         }],
         host_held_at_least: 0.0,
+        short_of_ninety: None,
     };
     let mut passed = 0;
     for run in 0..runs {

@@ -28,6 +28,7 @@ use gpu_attest_shared::cpu::CpuBackend;
 use gpu_attest_shared::keys::PublicKey;
 use gpu_attest_shared::memory::chain_pool::{ChainPool, ChainPoolParams};
 use gpu_attest_shared::memory::slice_walk::{DeviceCommitments, SliceWalk, check_step};
+use gpu_attest_shared::memory::statement_v4::max_step_samples;
 use gpu_attest_shared::memory::statement_v4::{StepSample, WalkRoot, step_opening_bytes, walk_request_bytes};
 use gpu_attest_shared::opening::SampleRequest;
 use gpu_attest_shared::statement::Challenge;
@@ -403,6 +404,7 @@ fn exchange_plan(pool_chains: Vec<u64>, deadlines: [u64; DEVICES as usize]) -> C
         min_chains: CHAINS,
         devices,
         host_held_at_least: 0.0,
+        short_of_ninety: None,
     }
 }
 
@@ -527,6 +529,63 @@ fn v4_validator_config(dir: &TempDir, policy: Policy) -> gpu_attest_validator::c
         ..MemoryConfig::default()
     };
     config
+}
+
+/// A big host is not refused for its size: ten and sixteen logical devices pass an honest
+/// version 4 attestation end to end, each device's walk clocked and opened on its own, and the
+/// verdict states the host's memory. The walks are kept short (64 steps a device, every one
+/// opened, each of its own slice check and row check) so that the test stays cheap; that the
+/// open request's limit takes every device at the cap (1649 steps; 16490 and 26384 in all,
+/// past the 16384 a request could once hold) is asserted beside it, and
+/// `each_version_4_refusal_has_its_own_status` shows the limit refusing one step past it.
+#[tokio::test(flavor = "multi_thread")]
+async fn hosts_of_ten_and_sixteen_devices_are_attested_whole() {
+    let _alone = TIMED.lock().await;
+    for (seed, devices) in [(69, 10u32), (70, 16)] {
+        assert!(max_step_samples(devices as usize) >= 1649 * devices as usize);
+        let cpu = test_cpu(TEST_CORES as usize)
+            .with_logical_devices(devices)
+            .claiming(TEST_CORES, 256 << 10);
+        let kernel = cpu.kernel();
+        let miner = spawn_miner(v4_miner(seed, kernel, Arc::new(cpu))).await;
+        let dir = TempDir::new("attest-v4-big-host");
+        let mut config = v4_validator_config(&dir, Policy::Sampled);
+        // Every logical device walks on the same two cores. Expected at 2 MB/s a core, a 1 s
+        // walk is 8 walkers of 8 steps: short enough to open whole, and a deadline no device
+        // misses for sharing the cores.
+        config.rates.insert(
+            0,
+            RateEntry {
+                backend: "cpu".into(),
+                kernel: "walk-v4".into(),
+                model: String::new(),
+                ops_per_sec: 2.0e6,
+                peak_ops_per_sec: 0.0,
+                source: "this test: logical devices sharing two cores".into(),
+            },
+        );
+        let attestor = attestor(&config).await;
+        let verdict = attestor.attest(&miner.url(), &|_| {}).await.expect("a verdict");
+        assert!(verdict.passed, "{devices} devices: {:?}", verdict.reasons);
+        assert_eq!(verdict.protocol_version, 4);
+        let memory = verdict.memory.as_ref().expect("the memory phase");
+        assert_eq!(memory.devices.len(), devices as usize);
+        let per_device = memory.walkers * memory.walk_steps;
+        assert!(per_device < 1649, "a short walk: {per_device} steps a device");
+        assert_eq!(
+            memory.walk_samples,
+            per_device * devices,
+            "every step of every device opened"
+        );
+        for device in &memory.devices {
+            let walk = device.walk.as_ref().expect("each device's own walk");
+            assert!(walk.measured_ms > 0, "each device's root timed on its own");
+            assert_eq!((walk.steps_opened, walk.rows_checked), (per_device, per_device));
+        }
+        // A CPU's hash-paced walk shows nothing held, and the verdict says so, per host.
+        assert_eq!(memory.host_held_at_least, Some(0.0));
+        assert!(memory.proves.contains("nothing of the claim"), "{}", memory.proves);
+    }
 }
 
 /// Limits that say version 4 (the preview): a miner without them speaks 3 and refuses a

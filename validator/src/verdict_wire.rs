@@ -100,6 +100,7 @@ pub fn verdict_to_wire(v: &Verdict) -> v1::Verdict {
                         steps_opened: w.steps_opened,
                         rows_checked: w.rows_checked,
                         sized_as: w.sized_as.clone(),
+                        bound_as: w.bound_as.clone(),
                         held_at_least: w.held_at_least,
                     }),
                 })
@@ -114,6 +115,8 @@ pub fn verdict_to_wire(v: &Verdict) -> v1::Verdict {
             bandwidth_miners: m.bandwidth_miners,
             slack: m.slack,
             fill_weight: m.fill_weight,
+            host_held_at_least: m.host_held_at_least,
+            proves: m.proves.clone(),
         }),
         identity: v.identity.as_ref().map(|i| v1::IdentityVerdict {
             policy: i.policy.clone(),
@@ -217,6 +220,7 @@ pub fn verdict_from_wire(v: &v1::Verdict) -> Verdict {
                         steps_opened: w.steps_opened,
                         rows_checked: w.rows_checked,
                         sized_as: w.sized_as.clone(),
+                        bound_as: w.bound_as.clone(),
                         held_at_least: w.held_at_least,
                     }),
                 })
@@ -231,6 +235,8 @@ pub fn verdict_from_wire(v: &v1::Verdict) -> Verdict {
             bandwidth_miners: m.bandwidth_miners,
             slack: m.slack,
             fill_weight: m.fill_weight,
+            host_held_at_least: m.host_held_at_least,
+            proves: m.proves.clone(),
         }),
         identity: v.identity.as_ref().map(|i| IdentityProof {
             policy: i.policy.clone(),
@@ -303,6 +309,7 @@ mod tests {
                         steps_opened: 468,
                         rows_checked: 174,
                         sized_as: "H100 SXM".into(),
+                        bound_as: "H100 SXM".into(),
                         held_at_least: Some(0.8563),
                     }),
                 },
@@ -320,6 +327,7 @@ mod tests {
                         steps_opened: 1512,
                         rows_checked: 434,
                         sized_as: String::new(),
+                        bound_as: "an unlisted GPU".into(),
                         held_at_least: None,
                     }),
                 },
@@ -334,6 +342,8 @@ mod tests {
             bandwidth_miners: 3,
             slack: 1.5,
             fill_weight: 2.0,
+            host_held_at_least: Some(0.8712),
+            proves: "version 4: the host held at least 87.1% of its claim".into(),
         });
         v.identity = Some(IdentityProof {
             policy: "when-offered".into(),

@@ -85,18 +85,146 @@ pub const MODELS: &[DeviceModel] = &[
     },
 ];
 
-/// The model named `name` in [`MODELS`].
+/// Datasheet figures of parts the design's tables do not size openings for: a device of one of
+/// these is opened as the table's worst row, and its verdict states the bound its own figures
+/// give (NVIDIA datasheets; dense int8, half the sparse figure; one direction of each link).
+pub const OTHER_MODELS: &[DeviceModel] = &[
+    DeviceModel {
+        name: "H100 PCIe",
+        bandwidth: 2.0 * TB,
+        int8_peak: 1513.0 * TB,
+        host_link: PCIE_GEN5_X16,
+        peer_link: Some(300.0 * GB),
+        c2c: None,
+    },
+    DeviceModel {
+        name: "H100 NVL",
+        bandwidth: 3.9 * TB,
+        int8_peak: 1670.5 * TB,
+        host_link: PCIE_GEN5_X16,
+        peer_link: Some(300.0 * GB),
+        c2c: None,
+    },
+    DeviceModel {
+        name: "A100 40GB SXM",
+        bandwidth: 1.555 * TB,
+        int8_peak: 624.0 * TB,
+        host_link: PCIE_GEN4_X16,
+        peer_link: Some(300.0 * GB),
+        c2c: None,
+    },
+    DeviceModel {
+        name: "A100 80GB PCIe",
+        bandwidth: 1.935 * TB,
+        int8_peak: 624.0 * TB,
+        host_link: PCIE_GEN4_X16,
+        peer_link: Some(300.0 * GB),
+        c2c: None,
+    },
+    DeviceModel {
+        name: "A100 40GB PCIe",
+        bandwidth: 1.555 * TB,
+        int8_peak: 624.0 * TB,
+        host_link: PCIE_GEN4_X16,
+        peer_link: Some(300.0 * GB),
+        c2c: None,
+    },
+    DeviceModel {
+        name: "L40S",
+        bandwidth: 0.864 * TB,
+        int8_peak: 733.0 * TB,
+        host_link: PCIE_GEN4_X16,
+        peer_link: None,
+        c2c: None,
+    },
+    DeviceModel {
+        name: "L40",
+        bandwidth: 0.864 * TB,
+        int8_peak: 362.0 * TB,
+        host_link: PCIE_GEN4_X16,
+        peer_link: None,
+        c2c: None,
+    },
+    DeviceModel {
+        name: "L4",
+        bandwidth: 0.3 * TB,
+        int8_peak: 242.5 * TB,
+        host_link: PCIE_GEN4_X16,
+        peer_link: None,
+        c2c: None,
+    },
+    DeviceModel {
+        name: "A10",
+        bandwidth: 0.6 * TB,
+        int8_peak: 250.0 * TB,
+        host_link: PCIE_GEN4_X16,
+        peer_link: None,
+        c2c: None,
+    },
+    DeviceModel {
+        name: "RTX 3090",
+        bandwidth: 0.936 * TB,
+        int8_peak: 284.0 * TB,
+        host_link: PCIE_GEN4_X16,
+        peer_link: Some(56.25 * GB),
+        c2c: None,
+    },
+    DeviceModel {
+        name: "RTX 6000 Ada",
+        bandwidth: 0.96 * TB,
+        int8_peak: 728.5 * TB,
+        host_link: PCIE_GEN4_X16,
+        peer_link: None,
+        c2c: None,
+    },
+];
+
+/// What a GPU outside both tables is taken to be: the most of every source any GPU this release
+/// knows of has (a B200's 8 TB/s and 4.5 dense int8 Pops/s, a Grace's 450 GB/s C2C link), so
+/// that its bound holds whatever it is. It is weak by design: name the part in the table.
+pub const UNKNOWN_GPU: DeviceModel = DeviceModel {
+    name: "an unlisted GPU",
+    bandwidth: 8.0 * TB,
+    int8_peak: 4500.0 * TB,
+    host_link: 450.0 * GB,
+    peer_link: None,
+    c2c: None,
+};
+
+/// What a CPU device is taken to be: its pool sits in host memory, and a cheater serves what it
+/// lacks from anything else the host reaches (drives, or another host over a 400 Gb/s network:
+/// 50 GB/s), at a memory bandwidth as high as a twelve-channel DDR5 server's. A CPU's walk is
+/// paced by hashing, not by memory, so its bound is usually nothing: the verdict says so.
+pub const CPU: DeviceModel = DeviceModel {
+    name: "a CPU",
+    bandwidth: 0.5 * TB,
+    int8_peak: 0.0,
+    host_link: 50.0 * GB,
+    peer_link: None,
+    c2c: None,
+};
+
+/// The model named `name` in [`MODELS`] or [`OTHER_MODELS`].
 pub fn model(name: &str) -> Option<&'static DeviceModel> {
-    MODELS.iter().find(|m| m.name == name)
+    MODELS.iter().chain(OTHER_MODELS).find(|m| m.name == name)
 }
 
-/// The model of [`MODELS`] a device reporting `name` with `memory_bytes` is, if any: what a
-/// planner sizes that device's openings for. Variants the table does not cover (an H100 PCIe,
-/// an A100 40GB, any other GPU, a CPU) are `None`, and a planner sizes them for the worst row.
+/// Whether `model` is one of the design's table ([`MODELS`]), whose counts size openings; the
+/// others are opened as its worst row.
+pub fn sizes_openings(model: &DeviceModel) -> bool {
+    MODELS.iter().any(|m| m.name == model.name)
+}
+
+/// The model of [`MODELS`] or [`OTHER_MODELS`] a device reporting `name` with `memory_bytes`
+/// is, if any. Any other GPU, and a CPU, is `None`: [`bound_model`] says what it is taken to be.
 pub fn model_for_device(name: &str, memory_bytes: u64) -> Option<&'static DeviceModel> {
     let name = name.to_ascii_lowercase();
     let has = |part: &str| name.contains(part);
-    let pcie = has("pcie") || has("nvl");
+    // Whole words, so that "l4" is not "l40s" and "a10" is not "a100".
+    let words: Vec<&str> = name.split(|c: char| !c.is_ascii_alphanumeric()).collect();
+    let word = |w: &str| words.contains(&w);
+    let pcie = has("pcie");
+    let nvl = has("nvl");
     let found = if has("gh200") {
         // The 96 GB part reports about 102e9 bytes (97871 MiB), the 144 GB part about 151e9.
         if memory_bytes <= 120 * 1_000_000_000 {
@@ -104,26 +232,60 @@ pub fn model_for_device(name: &str, memory_bytes: u64) -> Option<&'static Device
         } else {
             "GH200 144 GB"
         }
-    } else if has("h200") && !pcie {
+    } else if has("h200") && !pcie && !nvl {
         "H200"
-    } else if has("h100") && !pcie {
+    } else if has("h100") && nvl {
+        "H100 NVL"
+    } else if has("h100") && pcie {
+        "H100 PCIe"
+    } else if has("h100") {
         "H100 SXM"
-    } else if has("a100") && has("80gb") && !pcie {
-        "A100 80GB SXM"
+    } else if has("a100") {
+        // NVML names the memory ("A100-SXM4-40GB", "A100 80GB PCIe"); the size decides where
+        // it does not.
+        let eighty = has("80gb") || (!has("40gb") && memory_bytes > 60 * 1_000_000_000);
+        match (eighty, pcie) {
+            (true, false) => "A100 80GB SXM",
+            (true, true) => "A100 80GB PCIe",
+            (false, false) => "A100 40GB SXM",
+            (false, true) => "A100 40GB PCIe",
+        }
     } else if has("rtx 4090") {
         "RTX 4090"
+    } else if has("rtx 3090") {
+        "RTX 3090"
+    } else if has("rtx 6000 ada") {
+        "RTX 6000 Ada"
+    } else if word("l40s") {
+        "L40S"
+    } else if word("l40") {
+        "L40"
+    } else if word("l4") {
+        "L4"
+    } else if word("a10") {
+        "A10"
     } else {
         return None;
     };
     model(found)
 }
 
-/// The sources a planner sizes a model's openings against: its own regeneration with
-/// everything behind its host link (row C), or on a GH200 its regeneration alone (its row A;
-/// Grace's memory, row D, is past what the clock catches, design 4.4).
+/// What a device's bound is computed with: its model where the tables name it, else [`CPU`] on
+/// the CPU backend and [`UNKNOWN_GPU`] on any other. Every device gets a bound.
+pub fn bound_model(backend: &str, name: &str, memory_bytes: u64) -> &'static DeviceModel {
+    match model_for_device(name, memory_bytes) {
+        Some(model) => model,
+        None if backend == "cpu" => &CPU,
+        None => &UNKNOWN_GPU,
+    }
+}
+
+/// The sources a model's bound is computed against: its own regeneration with everything
+/// behind its host link (row C), or on a GH200 its regeneration with Grace's memory over C2C
+/// (its row D): what the clock leaves hidden is the more for it, and a GH200 pass states it.
 pub fn sized_sources(model: &DeviceModel) -> Sources {
     match model.c2c {
-        Some(_) => Sources::Regenerate,
+        Some(_) => Sources::RegenerateAndGrace,
         None => Sources::RegenerateAndHost,
     }
 }
@@ -389,6 +551,30 @@ impl Design {
         })
     }
 
+    /// The clock of device `own` of a host whose devices are `host` (`own` among them), timed at
+    /// `slack` over `eta` of its datasheet bandwidth, when any device of the host may serve its
+    /// walk. A walker's state is 32 bytes, so a walker can move to whichever device holds the
+    /// slice it needs next: a device's pool need not sit in that device's memory. What the
+    /// clock then hides of that pool is what every device's sources together deliver (each its
+    /// own [`sized_sources`]), and the cheater's spare reads are the whole host's bandwidth.
+    /// Giving every pool all of it at once only weakens the bound, so a bound computed on this
+    /// clock holds for each pool whatever the others do: the host holds less than the sum of
+    /// the pools' bounds only if some pool is below its own. On a host of one device it is
+    /// [`Design::clocked`] with that device's sources.
+    pub fn pooled_clock(&self, own: &DeviceModel, host: &[&DeviceModel], slack: f64, eta: f64) -> Clocked {
+        let sources: f64 = host
+            .iter()
+            .map(|m| m.source_rate(sized_sources(m), self.kappa).unwrap_or(0.0))
+            .sum();
+        let bandwidth: f64 = host.iter().map(|m| m.bandwidth).sum();
+        let expected = eta * own.bandwidth;
+        Clocked {
+            undetected: WalkClock { slack, rate: expected }.undetected_shortfall(sources),
+            // As `clocked`'s `S / eta`, times the host's bandwidth over the device's own.
+            reads: (slack / eta * (bandwidth / own.bandwidth)).max(1.0),
+        }
+    }
+
     /// What `steps` openings and `rows` row checks prove of a device on `clock`: the least
     /// shortfall the best mixed cheater passes with at most `pass`. Its pass probability falls
     /// as the shortfall grows (a larger shortfall leaves more to fake, and the cheap share it
@@ -462,6 +648,90 @@ impl Design {
             }
         }
         caught(f64::from(high) / 100.0)
+    }
+}
+
+/// One device's pool as the host's bound needs it: its clock on the host's pooled sources
+/// ([`Design::pooled_clock`]: `undetected` is the most of its pool the sources can hide before
+/// its deadline), its openings, and its claim.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct HostPool {
+    pub clock: Clocked,
+    pub steps: u32,
+    pub rows: u32,
+    pub claimed_bytes: f64,
+}
+
+/// Grid steps per device over the sources' budget: the host bound gives each pool at most one
+/// step more than it could use, so the finer the grid, the less the bound gives away (about a
+/// quarter of one device's `x*` per pool at 4).
+const HOST_GRID_PER_DEVICE: usize = 4;
+
+impl Design {
+    /// The least share of the host's claimed memory (all its devices' claims together) that it
+    /// is shown to hold of their pools, somewhere among its devices, with probability at least
+    /// `1 - pass` against the best cheater (PROTOCOL.md 20.9 step 7).
+    ///
+    /// The host passes only if every device's openings pass, so it passes with more than `pass`
+    /// only if every pool `j` is short by less than `thr_j(y_j)`: the least shortfall caught
+    /// ([`Design::proven`]) when the sources hide `y_j` of that pool. The sources are shared:
+    /// what hides one pool's reads cannot hide another's, so `sum y_j <= Y`, the most any one
+    /// pool's clock hides (the sources' output over the longest deadline), and `y_j` at most
+    /// pool `j`'s own `undetected`. The host's shortfall is at most the largest
+    /// `sum_j claimed_j * thr_j(y_j)` under that budget; `thr_j` rises with `y`, so on a grid
+    /// of `Y / (4d)` with every `y_j` rounded up to it (at most `d - 1` steps over the budget)
+    /// a search over whole steps bounds it from above. `caught(clock, steps, rows)` is
+    /// [`Design::proven`]'s `shortfall_caught` (the caller may remember it).
+    pub fn host_held_share(&self, pools: &[HostPool], caught: &dyn Fn(Clocked, u32, u32) -> f64) -> f64 {
+        let claimed: f64 = pools.iter().map(|p| p.claimed_bytes).sum();
+        if pools.is_empty() || claimed <= 0.0 {
+            return 0.0;
+        }
+        if let [pool] = pools {
+            // One device: its own clock is the whole budget, and thr rises with it.
+            return (self.pool_share * (1.0 - caught(pool.clock, pool.steps, pool.rows).min(1.0))).max(0.0);
+        }
+        let budget = pools.iter().map(|p| p.clock.undetected).fold(0.0, f64::max);
+        let grid = HOST_GRID_PER_DEVICE * pools.len();
+        let step = budget / grid as f64;
+        let units = grid + pools.len() - 1;
+        // best[u]: the largest claimed-weighted shortfall of the pools so far with u steps.
+        let mut best = vec![0.0f64; units + 1];
+        // thr on the grid, per kind of pool: a host's like devices share one.
+        let mut grids: std::collections::HashMap<(u64, u64, u32, u32), Vec<f64>> = Default::default();
+        for pool in pools {
+            let own = pool.clock.undetected;
+            let key = (own.to_bits(), pool.clock.reads.to_bits(), pool.steps, pool.rows);
+            let shares = grids.entry(key).or_insert_with(|| {
+                // thr_j at k steps, the clock capped at the pool's own: k beyond that buys
+                // nothing.
+                let most = if step > 0.0 {
+                    ((own / step).ceil() as usize).min(units)
+                } else {
+                    0
+                };
+                (0..=most)
+                    .map(|k| {
+                        let clock = Clocked {
+                            undetected: (k as f64 * step).min(own),
+                            reads: pool.clock.reads,
+                        };
+                        caught(clock, pool.steps, pool.rows).min(1.0)
+                    })
+                    .collect()
+            });
+            let thr: Vec<f64> = shares.iter().map(|share| share * pool.claimed_bytes).collect();
+            let most = thr.len() - 1;
+            let mut next = vec![0.0f64; units + 1];
+            for (used, slot) in next.iter_mut().enumerate() {
+                *slot = (0..=most.min(used))
+                    .map(|k| best[used - k] + thr[k])
+                    .fold(0.0, f64::max);
+            }
+            best = next;
+        }
+        let shortfall = best.into_iter().fold(0.0, f64::max) / claimed;
+        (self.pool_share * (1.0 - shortfall)).max(0.0)
     }
 }
 
@@ -539,16 +809,34 @@ mod tests {
         assert_eq!(of("NVIDIA GeForce RTX 4090", 25_757_220_864), Some("RTX 4090"));
         assert_eq!(of("NVIDIA GH200 480GB", 102_625_681_408), Some("GH200 96 GB"));
         assert_eq!(of("NVIDIA GH200 144G HBM3e", 151_061_594_112), Some("GH200 144 GB"));
-        for other in [
-            "NVIDIA H100 PCIe",
-            "NVIDIA H100 NVL",
-            "NVIDIA A100-PCIE-40GB",
-            "NVIDIA L40S",
-            "cpu: AMD EPYC",
-        ] {
+        assert_eq!(of("NVIDIA H100 PCIe", 85_520_809_984), Some("H100 PCIe"));
+        assert_eq!(of("NVIDIA H100 NVL", 100_485_038_080), Some("H100 NVL"));
+        assert_eq!(of("NVIDIA A100-SXM4-40GB", 42_505_273_344), Some("A100 40GB SXM"));
+        assert_eq!(of("NVIDIA A100-PCIE-40GB", 42_505_273_344), Some("A100 40GB PCIe"));
+        assert_eq!(of("NVIDIA A100 80GB PCIe", 85_899_345_920), Some("A100 80GB PCIe"));
+        assert_eq!(of("NVIDIA L40S", 48_305_799_168), Some("L40S"));
+        assert_eq!(of("NVIDIA L40", 48_305_799_168), Some("L40"));
+        assert_eq!(of("NVIDIA L4", 24_152_899_584), Some("L4"));
+        assert_eq!(of("NVIDIA A10", 24_152_899_584), Some("A10"));
+        assert_eq!(of("NVIDIA GeForce RTX 3090", 25_769_803_776), Some("RTX 3090"));
+        assert_eq!(
+            of("NVIDIA RTX 6000 Ada Generation", 51_527_024_640),
+            Some("RTX 6000 Ada")
+        );
+        for other in ["NVIDIA H200 NVL", "NVIDIA B200", "NVIDIA A40", "cpu: AMD EPYC"] {
             assert_eq!(of(other, 80_000_000_000), None, "{other}");
         }
-        assert_eq!(sized_sources(model("GH200 96 GB").unwrap()), Sources::Regenerate);
+        assert_eq!(bound_model("cpu", "cpu: AMD EPYC", 1 << 30), &CPU);
+        assert_eq!(bound_model("cuda", "NVIDIA B200", 190_000_000_000), &UNKNOWN_GPU);
+        assert_eq!(bound_model("cuda", "NVIDIA L40S", 48_305_799_168).name, "L40S");
+        // Only the design's table sizes openings: a part added for its bound does not move the
+        // cap every unlisted device is opened with.
+        assert!(MODELS.iter().all(sizes_openings));
+        assert!(!OTHER_MODELS.iter().any(sizes_openings));
+        assert_eq!(
+            sized_sources(model("GH200 96 GB").unwrap()),
+            Sources::RegenerateAndGrace
+        );
         assert_eq!(sized_sources(model("H100 SXM").unwrap()), Sources::RegenerateAndHost);
     }
 
@@ -559,7 +847,9 @@ mod tests {
     #[test]
     fn the_proven_bound_follows_the_clock_and_the_openings() {
         let d = VERSION_4;
-        for m in MODELS {
+        // A GH200's clock hides more than the 90% holder's shortfall once Grace is counted:
+        // no count catches it there (see the GH200 test below).
+        for m in MODELS.iter().filter(|m| m.c2c.is_none()) {
             let sources = sized_sources(m);
             let clock = d.clocked(m, sources, d.slack, d.eta).unwrap();
             let sizing = d.size(m, sources).unwrap();
@@ -607,6 +897,124 @@ mod tests {
         let nothing = d.proven(blind, 468, 174);
         assert_eq!((nothing.shortfall_caught, nothing.held_at_least), (1.0, 0.0));
         assert_eq!(d.clocked(h100, Sources::RegenerateAndGrace, 1.25, 0.9), None);
+    }
+
+    /// A GH200's Grace memory over C2C is counted: its clock hides 16.15% (design row D) at the
+    /// design's clock, so the 90% holder is not claimed caught, and what a pass proves is about
+    /// four fifths of its claim there and two thirds at first contact, not 90%.
+    #[test]
+    fn a_gh200_bound_counts_its_grace_memory() {
+        let d = VERSION_4;
+        // (model, held at the design's clock, held at first contact: S 2 over 0.75)
+        for (name, design, first) in [("GH200 96 GB", 0.7909, 0.644), ("GH200 144 GB", 0.8200, 0.699)] {
+            let m = model(name).unwrap();
+            let clock = d.clocked(m, sized_sources(m), d.slack, d.eta).unwrap();
+            assert_eq!(d.mixed_counts(clock), None, "{name}: x* {}", clock.undetected);
+            let held = d.proven(clock, 1649, 474).held_at_least;
+            assert!((held - design).abs() < 0.0005, "{name}: {held}");
+            let at_first = d.clocked(m, sized_sources(m), 2.0, 0.75).unwrap();
+            let held = d.proven(at_first, 1649, 474).held_at_least;
+            assert!((held - first).abs() < 0.0005, "{name}: {held}");
+            let without_grace = d.clocked(m, Sources::Regenerate, d.slack, d.eta).unwrap();
+            assert!(d.proven(without_grace, 1649, 474).held_at_least > 0.9);
+        }
+    }
+
+    /// Walkers move between a host's devices, so a pool's bound counts every device's sources
+    /// and bandwidth. One device alone is exactly its own clock; two H100s that claim to be one
+    /// H200 are held to the whole host's sources, and each pool's bound is weaker than one
+    /// device's.
+    #[test]
+    fn a_pooled_clock_counts_every_device_of_the_host() {
+        let d = VERSION_4;
+        let h100 = model("H100 SXM").unwrap();
+        let h200 = model("H200").unwrap();
+        let alone = d.pooled_clock(h100, &[h100], 1.5, 0.9);
+        assert_eq!(alone, d.clocked(h100, sized_sources(h100), 1.5, 0.9).unwrap());
+        let pair = d.pooled_clock(h100, &[h100, h100], 1.5, 0.9);
+        assert!((pair.undetected - 2.0 * alone.undetected).abs() < 1e-12);
+        assert!((pair.reads - 2.0 * alone.reads).abs() < 1e-12);
+        let (one, two) = (d.proven(alone, 497, 185), d.proven(pair, 497, 185));
+        assert!(two.held_at_least < one.held_at_least - 0.02, "{one:?} {two:?}");
+        // A claimed H200 beside an H100: the H200's pool is held to both devices' sources.
+        let mixed = d.pooled_clock(h200, &[h200, h100], 1.5, 0.9);
+        let own = d.clocked(h200, sized_sources(h200), 1.5, 0.9).unwrap();
+        assert!(mixed.undetected > own.undetected && mixed.reads > own.reads);
+    }
+
+    /// The host's bound: one device alone is its own bound; on a host of like devices it lies
+    /// between the bound that gives every pool all the sources (each device's own, pooled) and
+    /// what one device alone proves, and it is a bound: no split of the sources beats it.
+    #[test]
+    fn the_host_bound_shares_the_sources_between_the_pools() {
+        let d = VERSION_4;
+        let h100 = model("H100 SXM").unwrap();
+        let caught = |clock: Clocked, steps: u32, rows: u32| d.proven(clock, steps, rows).shortfall_caught;
+        let (steps, rows) = (788, 238);
+        let pool = |host: &[&DeviceModel]| HostPool {
+            clock: d.pooled_clock(h100, host, 1.5, 0.9),
+            steps,
+            rows,
+            claimed_bytes: 80e9,
+        };
+        let alone = d.proven(d.pooled_clock(h100, &[h100], 1.5, 0.9), steps, rows);
+        let one = d.host_held_share(&[pool(&[h100])], &caught);
+        assert!((one - alone.held_at_least).abs() < 1e-12, "{one} {alone:?}");
+
+        let host = [h100; 4];
+        let pools = [pool(&host); 4];
+        let shared = d.host_held_share(&pools, &caught);
+        let each_all = d.proven(pools[0].clock, steps, rows).held_at_least;
+        assert!(
+            shared > each_all + 0.05 && shared < alone.held_at_least,
+            "host {shared}, every pool with every source {each_all}, one alone {}",
+            alone.held_at_least
+        );
+        // No split of the sources' budget passes a larger shortfall than the bound allows: all
+        // on one pool, evenly, and in between.
+        let budget = pools[0].clock.undetected;
+        for split in [
+            [1.0, 0.0, 0.0, 0.0],
+            [0.25; 4],
+            [0.5, 0.5, 0.0, 0.0],
+            [0.7, 0.1, 0.1, 0.1],
+        ] {
+            let short: f64 = split
+                .iter()
+                .map(|&share| {
+                    let clock = Clocked {
+                        undetected: share * budget,
+                        reads: pools[0].clock.reads,
+                    };
+                    caught(clock, steps, rows)
+                })
+                .sum::<f64>()
+                / 4.0;
+            assert!(
+                d.pool_share * (1.0 - short) >= shared - 1e-9,
+                "{split:?}: {} below the bound {shared}",
+                d.pool_share * (1.0 - short)
+            );
+        }
+    }
+
+    /// Every device gets a bound: a listed part from its datasheet, an unlisted GPU as the
+    /// strongest GPU known, a CPU as host memory a network away. A CPU's hash-paced walk
+    /// proves nothing of its memory at the shipped rates, and its bound says so (0).
+    #[test]
+    fn every_device_has_a_bound() {
+        let d = VERSION_4;
+        let l40s = model("L40S").unwrap();
+        let clock = d.pooled_clock(l40s, &[l40s], 1.5, 0.9);
+        let held = d.proven(clock, 1649, 474).held_at_least;
+        assert!(held > 0.85 && held < 0.96, "{held}");
+        // Two cores walking at 2 GB/s each, at first contact.
+        let cpu = d.pooled_clock(&CPU, &[&CPU], 2.0, 4e9 / CPU.bandwidth);
+        assert!(cpu.undetected > 1.0, "{cpu:?}");
+        assert_eq!(d.proven(cpu, 1649, 474).held_at_least, 0.0);
+        let unknown = d.pooled_clock(&UNKNOWN_GPU, &[&UNKNOWN_GPU], 1.5, 0.9);
+        let held = d.proven(unknown, 1649, 474).held_at_least;
+        assert!((0.0..0.96).contains(&held), "{held}");
     }
 
     #[test]

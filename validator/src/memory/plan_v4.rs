@@ -8,7 +8,7 @@
 //! expected walk rate and where it came from, so that the arithmetic is tested alone.
 
 use crate::rates::RateSource;
-use gpu_attest_shared::memory::bound::{self, Design, DeviceModel, MODELS, Proven, VERSION_4};
+use gpu_attest_shared::memory::bound::{self, Clocked, Design, DeviceModel, HostPool, MODELS, VERSION_4};
 use gpu_attest_shared::memory::chain_pool::{ChainPoolParams, MAX_POOL_SLICES, MAX_WALK_STEPS};
 use gpu_attest_shared::memory::params::MAX_WALKERS;
 use gpu_attest_shared::memory::slice::SLICE_BYTES;
@@ -75,13 +75,18 @@ pub struct DeviceWalkPlan {
     /// Walk steps opened, and of them how many have a row checked (design 6.3, 6.4).
     pub steps_opened: u32,
     pub rows_checked: u32,
-    /// The model of the bound's table these counts come from; `None` when the device is none of
-    /// them and is sized for the table's worst row.
+    /// The model of the design's table these counts come from; `None` when the device is none
+    /// of them and is opened as the table's worst row.
     pub sized_as: Option<&'static str>,
-    /// The share of its claim below which this device is caught with probability at least
-    /// `1 - pass` (0.995), against its model's sized sources (design 4.4 row C; row A on a
-    /// GH200), at this clock and with these openings; `None` for a device outside the bound's
-    /// table, of which nothing is claimed. Below 0.9 at first contact on some models.
+    /// The model its bound is computed with (`bound::bound_model`): its own where a table names
+    /// it, else the strongest GPU known, or a CPU's.
+    pub bound_as: &'static str,
+    /// The share of this device's claim below which the host is caught, with probability at
+    /// least `1 - pass` (0.995), holding less of this device's pool, somewhere among its
+    /// devices (hidden ones included): walkers move between devices, so no more is shown of
+    /// where (`Design::pooled_clock`). Against every device's sources at once (design 4.4 row
+    /// C; a GH200's Grace memory included), at this clock and with these openings. Below 0.9 at
+    /// first contact on some models and on hosts of several devices. `Some` for every device.
     pub held_at_least: Option<f64>,
 }
 
@@ -105,6 +110,14 @@ pub struct ChainPoolPlan {
     /// at least its `N_j`.
     pub min_chains: u64,
     pub devices: Vec<DeviceWalkPlan>,
+    /// The least share of the host's claimed memory (every device's claim together) it is
+    /// shown to hold of their pools, somewhere among its devices (hidden ones included), with
+    /// probability at least `1 - pass`: the sources shared between the pools
+    /// (`Design::host_held_share`). At least what the devices' `held_at_least` add up to.
+    pub host_held_at_least: f64,
+    /// Why `host_held_at_least` is under 0.9, where it is: stated in the verdict
+    /// (`memory.proves`) and logged when the plan is made.
+    pub short_of_ninety: Option<String>,
 }
 
 impl ChainPoolPlan {
@@ -159,8 +172,8 @@ pub fn min_iterations(n: u32, checkpoint_every: u32) -> u32 {
     KAPPA_OVER_TWO.div_ceil(n.max(1)).max(every).div_ceil(every) * every
 }
 
-/// Steps to open, rows to check, and what they prove.
-type Counts = (u32, u32, Option<Proven>);
+/// Steps to open and rows to check.
+type Counts = (u32, u32);
 
 /// What the bound's figures are remembered by: the design's parameters (by their bits) and the
 /// model, and for a device's clock its slack and `eta` too.
@@ -168,14 +181,23 @@ type Counts = (u32, u32, Option<Proven>);
 enum CountsKey {
     Design([u64; 5], &'static str),
     Clock([u64; 5], &'static str, u64, u64),
+    /// A bound: the design, the clock's `x*` and reads (by their bits), steps and rows.
+    Caught([u64; 5], u64, u64, u32, u32),
+}
+
+/// What the validator remembers per key: counts, or the least shortfall caught.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Remembered {
+    Counts(Counts),
+    Caught(f64),
 }
 
 /// Counts computed once per process for each clock: the bound's searches take a fraction of a
 /// second, and a validator plans the same few classes at the same rates over and over. Cleared
 /// when it grows past a size no real fleet reaches, so that drifting learned rates cannot grow
 /// it without bound.
-fn remembered(key: CountsKey, compute: impl FnOnce() -> Counts) -> Counts {
-    static SEEN: OnceLock<Mutex<HashMap<CountsKey, Counts>>> = OnceLock::new();
+fn remembered(key: CountsKey, compute: impl FnOnce() -> Remembered) -> Remembered {
+    static SEEN: OnceLock<Mutex<HashMap<CountsKey, Remembered>>> = OnceLock::new();
     let seen = SEEN.get_or_init(Default::default);
     if let Some(counts) = seen.lock().unwrap_or_else(|e| e.into_inner()).get(&key) {
         return *counts;
@@ -203,14 +225,14 @@ fn design_bits(design: &Design) -> [u64; 5] {
 /// cheater (design 6.3 and 6.4, `Design::mixed_counts`).
 fn design_counts(design: &Design, model: &DeviceModel) -> Option<(u32, u32)> {
     let key = CountsKey::Design(design_bits(design), model.name);
-    let (steps, rows, _) = remembered(key, || {
+    let remembered = remembered(key, || {
         let clock = design.clocked(model, bound::sized_sources(model), design.slack, design.eta);
-        match clock.and_then(|clock| design.mixed_counts(clock)) {
-            Some((steps, rows)) => (steps, rows, None),
-            None => (0, 0, None),
-        }
+        Remembered::Counts(clock.and_then(|clock| design.mixed_counts(clock)).unwrap_or((0, 0)))
     });
-    (steps > 0).then_some((steps, rows))
+    match remembered {
+        Remembered::Counts((steps, rows)) if steps > 0 => Some((steps, rows)),
+        _ => None,
+    }
 }
 
 /// `eta` to the thousandth, rounded down: a learned rate moves a little with every vote, and a
@@ -222,30 +244,51 @@ fn rounded_down(eta: f64) -> f64 {
     ((eta * 1000.0 + 1e-9).floor() / 1000.0).max(0.0)
 }
 
-/// The bound's counts for `model` and what they prove: the design clock's counts, raised
-/// towards what the device's own clock needs (`slack` over `eta` of its datasheet bandwidth,
-/// the rate it is expected at) but never past `cap` (the table's worst row, what a device
-/// outside the table is opened with, which bounds this validator's work), and the cap itself
-/// where no count up to it catches the 90% holder: where the clock alone hides its shortfall
-/// (an RTX 4090 at first contact), or catching what it leaves would take more (an H100 at
-/// first contact needs about 150,000 openings). The verdict states the weaker bound the
-/// openings prove.
+/// The counts `model` is opened with: the design clock's counts, raised towards what the
+/// device's own clock needs (`slack` over `eta` of its datasheet bandwidth, the rate it is
+/// expected at) but never past `cap` (the table's worst row, what a device outside the table is
+/// opened with, which bounds this validator's work), and the cap itself where no count up to it
+/// catches the 90% holder: where the clock alone hides its shortfall (an RTX 4090 at first
+/// contact), or catching what it leaves would take more (an H100 at first contact needs about
+/// 150,000 openings). The verdict states the weaker bound the openings prove.
 fn counts(design: &Design, model: &DeviceModel, slack: f64, eta: f64, cap: (u32, u32)) -> Counts {
-    let eta = rounded_down(eta);
     // The cap is the design's worst row, a function of the design: the key need not hold it.
     let key = CountsKey::Clock(design_bits(design), model.name, slack.to_bits(), eta.to_bits());
-    remembered(key, || counted(design, model, slack, eta, cap))
+    let remembered = remembered(key, || {
+        let Some(clock) = design.clocked(model, bound::sized_sources(model), slack, eta) else {
+            return Remembered::Counts(cap);
+        };
+        // A model the design sizes nothing for is opened as the cap, like a device outside it.
+        let base = design_counts(design, model).unwrap_or(cap);
+        Remembered::Counts(design.opened(base, clock, cap))
+    });
+    match remembered {
+        Remembered::Counts(counts) => counts,
+        Remembered::Caught(_) => cap,
+    }
 }
 
-fn counted(design: &Design, model: &DeviceModel, slack: f64, eta: f64, cap: (u32, u32)) -> Counts {
-    let sources = bound::sized_sources(model);
-    let Some(clock) = design.clocked(model, sources, slack, eta) else {
-        return (cap.0, cap.1, None);
-    };
-    // A model the design sizes nothing for is opened as the cap, like a device outside it.
-    let base = design_counts(design, model).unwrap_or(cap);
-    let (steps, rows) = design.opened(base, clock, cap);
-    (steps, rows, Some(design.proven(clock, steps, rows)))
+/// The least shortfall of a pool caught at `clock` with these openings (`Design::proven`),
+/// remembered by the clock's figures: the host's bound asks for it at many clocks.
+fn caught(design: &Design, clock: Clocked, steps: u32, rows: u32) -> f64 {
+    let key = CountsKey::Caught(
+        design_bits(design),
+        clock.undetected.to_bits(),
+        clock.reads.to_bits(),
+        steps,
+        rows,
+    );
+    match remembered(key, || {
+        Remembered::Caught(design.proven(clock, steps, rows).shortfall_caught)
+    }) {
+        Remembered::Caught(caught) => caught,
+        Remembered::Counts(_) => 1.0,
+    }
+}
+
+/// The share of its claim a pool is shown held at `clock` (`Proven::held_at_least`).
+fn held_at_least(design: &Design, clock: Clocked, steps: u32, rows: u32) -> f64 {
+    (design.pool_share * (1.0 - caught(design, clock, steps, rows))).max(0.0)
 }
 
 /// The most any model of the table needs at the design's clock: what a device outside it is
@@ -348,42 +391,39 @@ pub fn plan_chain_pools(
     let walk_steps = wanted.ceil().clamp(1.0, f64::from(MAX_WALK_STEPS)) as u32;
 
     let walk_bytes = f64::from(walkers) * f64::from(walk_steps) * SLICE_BYTES as f64;
+    let steps_per_device = u32::try_from(u64::from(walkers) * u64::from(walk_steps)).unwrap_or(u32::MAX);
     let worst = worst_counts(design);
     if worst.0 == 0 || worst.1 == 0 {
         return Err(PlanV4Error::NoOpenings);
     }
-    let plans: Vec<DeviceWalkPlan> = devices
+    // Every device's bound counts every device's sources: a walker moves between them.
+    let bounds = Bounds {
+        design,
+        host: devices
+            .iter()
+            .map(|d| bound::bound_model(backend, &d.name, d.memory_bytes))
+            .collect(),
+        worst,
+        steps_per_device,
+        walk_bytes,
+    };
+    let (plans, host_pools): (Vec<DeviceWalkPlan>, Vec<HostPool>) = devices
         .iter()
         .zip(rates)
         .zip(&pool_chains)
-        .map(|((device, rate), &pool_chains)| {
-            let slack = slack_of(rate);
-            let model = bound::model_for_device(&device.name, device.memory_bytes);
-            // The clock hides more the lower the expected rate is against the datasheet: the
-            // bound is taken at the rate this device is actually expected at (a first-contact
-            // rate is 0.75 of the datasheet), never at the design's 0.9 unless it is that.
-            let (steps_opened, rows_checked, proven) = match model {
-                Some(model) => {
-                    let expected_eta = (rate.bytes_per_sec / model.bandwidth).min(1.0);
-                    counts(design, model, slack, expected_eta, worst)
-                }
-                None => (worst.0, worst.1, None),
-            };
-            let expected_ms = (walk_bytes / rate.bytes_per_sec * 1e3).ceil() as u64;
-            DeviceWalkPlan {
-                pool_chains,
-                bytes_per_sec: rate.bytes_per_sec,
-                source: rate.source,
-                expected_ms,
-                slack,
-                deadline_ms: (expected_ms as f64 * slack).ceil() as u64,
-                steps_opened,
-                rows_checked,
-                sized_as: model.map(|m| m.name),
-                held_at_least: proven.map(|p| p.held_at_least),
-            }
-        })
-        .collect();
+        .enumerate()
+        .map(|(j, ((device, rate), &pool_chains))| bounds.plan_device(j, device, rate, slack_of(rate), pool_chains))
+        .unzip();
+    let host_held_at_least =
+        design.host_held_share(&host_pools, &|clock, steps, rows| caught(design, clock, steps, rows));
+    let short_of_ninety = bounds.why_short_of_ninety(&plans, host_held_at_least);
+    if let Some(why) = &short_of_ninety {
+        tracing::info!(
+            held = host_held_at_least,
+            "version 4: this host's walk is sized to show {:.1}% of its claim held, under the 90% line: {why}",
+            host_held_at_least * 100.0
+        );
+    }
     let most = pool_chains.iter().copied().max().unwrap_or(1);
     Ok(ChainPoolPlan {
         params: ChainPoolParams {
@@ -394,7 +434,115 @@ pub fn plan_chain_pools(
         min_iterations: min_iterations(n, checkpoint_every),
         min_chains: most.saturating_mul(devices.len() as u64),
         devices: plans,
+        host_held_at_least,
+        short_of_ninety,
     })
+}
+
+/// What every device's openings and bound are worked out with, in one plan.
+struct Bounds<'a> {
+    design: &'a Design,
+    /// The model each device's bound is computed with, in index order: the host.
+    host: Vec<&'static DeviceModel>,
+    /// The design's worst row: what a device outside its table is opened with, and the cap.
+    worst: (u32, u32),
+    steps_per_device: u32,
+    walk_bytes: f64,
+}
+
+impl Bounds<'_> {
+    /// Device `j`'s part of the plan, and its pool as the host's bound needs it.
+    fn plan_device(
+        &self,
+        j: usize,
+        device: &DeviceInfo,
+        rate: &ExpectedWalk,
+        slack: f64,
+        pool_chains: u64,
+    ) -> (DeviceWalkPlan, HostPool) {
+        let (design, bound_as) = (self.design, self.host[j]);
+        let sized = bound::model_for_device(&device.name, device.memory_bytes).filter(|m| bound::sizes_openings(m));
+        // The clock hides more the lower the expected rate is against the datasheet: the bound
+        // is taken at the rate this device is actually expected at (a first-contact rate is
+        // 0.75 of the datasheet), never at the design's 0.9 unless it is that.
+        let eta = rounded_down((rate.bytes_per_sec / bound_as.bandwidth).min(1.0));
+        let (steps, rows) = match sized {
+            Some(model) => counts(design, model, slack, eta, self.worst),
+            None => self.worst,
+        };
+        // No step is opened twice: a walk of fewer steps than that is opened whole, and the
+        // bound is computed with the counts actually opened.
+        let steps_opened = steps.min(self.steps_per_device);
+        let rows_checked = rows.min(steps_opened);
+        let clock = design.pooled_clock(bound_as, &self.host, slack, eta);
+        let expected_ms = (self.walk_bytes / rate.bytes_per_sec * 1e3).ceil() as u64;
+        let plan = DeviceWalkPlan {
+            pool_chains,
+            bytes_per_sec: rate.bytes_per_sec,
+            source: rate.source,
+            expected_ms,
+            slack,
+            deadline_ms: (expected_ms as f64 * slack).ceil() as u64,
+            steps_opened,
+            rows_checked,
+            sized_as: sized.map(|m| m.name),
+            bound_as: bound_as.name,
+            held_at_least: Some(held_at_least(design, clock, steps_opened, rows_checked)),
+        };
+        let pool = HostPool {
+            clock,
+            steps: steps_opened,
+            rows: rows_checked,
+            claimed_bytes: device.memory_bytes as f64,
+        };
+        (plan, pool)
+    }
+
+    /// Why the host's bound is under 0.9 of its claim, where it is: the first cause that
+    /// applies, in the order a reader can act on it. `None` at or above the line.
+    fn why_short_of_ninety(&self, plans: &[DeviceWalkPlan], host_held: f64) -> Option<String> {
+        if host_held >= 0.9 - 1e-9 {
+            return None;
+        }
+        let design = self.design;
+        let lacks = bound::shortfall_holding(0.9, design.pool_share);
+        let own = |j: usize| {
+            let (model, plan) = (self.host[j], &plans[j]);
+            let eta = rounded_down((plan.bytes_per_sec / model.bandwidth).min(1.0));
+            (model, plan, eta, design.pooled_clock(model, &[model], plan.slack, eta))
+        };
+        if let Some((j, (model, plan, eta, clock))) = (0..plans.len())
+            .map(|j| (j, own(j)))
+            .find(|(_, (.., clock))| clock.undetected >= lacks)
+        {
+            let hidden = if clock.undetected >= 1.0 {
+                "all".to_string()
+            } else {
+                format!("{:.2}%", clock.undetected * 100.0)
+            };
+            return Some(format!(
+                "device {j}'s clock alone (slack {} over {eta} of {}'s datasheet bandwidth, {}) hides {hidden} of its pool from its own sources, more than the {:.2}% a holder of 90% of its claim lacks",
+                plan.slack,
+                model.name,
+                plan.source.as_str(),
+                lacks * 100.0
+            ));
+        }
+        if plans.len() > 1 {
+            return Some(format!(
+                "the host's {} devices share their sources (a walker moves between them), so together they hide more of any one pool than each alone",
+                plans.len()
+            ));
+        }
+        let plan = &plans[0];
+        Some(format!(
+            "catching a holder of 90% of its claim at this clock (slack {}, {}) takes more openings than the cap of {} steps and {} rows a device, which bounds this validator's work",
+            plan.slack,
+            plan.source.as_str(),
+            self.worst.0,
+            self.worst.1
+        ))
+    }
 }
 
 #[cfg(test)]
@@ -544,12 +692,49 @@ mod tests {
                 (1649, 474, None),
             ]
         );
-        assert!(plan.devices[..3].iter().all(|d| d.catches_ninety_percent()));
-        assert!(
-            !plan.devices[3].catches_ninety_percent(),
-            "nothing is claimed for a model the bound lacks"
-        );
         assert_eq!(plan.slack(), 1.25);
+        // On one host every pool is held to all four devices' sources (a walker moves to
+        // whichever holds its next slice), so none claims the 90% holder caught; the host's own
+        // bound, the sources shared, says more than the devices' figures added up.
+        assert!(plan.devices.iter().all(|d| !d.catches_ninety_percent()));
+        let added: f64 = plan
+            .devices
+            .iter()
+            .zip(&devices)
+            .map(|(d, device)| d.held_at_least.unwrap() * device.memory_bytes as f64)
+            .sum();
+        let claimed: f64 = devices.iter().map(|d| d.memory_bytes as f64).sum();
+        assert!(
+            plan.host_held_at_least > added / claimed,
+            "{} against {}",
+            plan.host_held_at_least,
+            added / claimed
+        );
+        assert_eq!(
+            plan.devices.iter().map(|d| d.bound_as).collect::<Vec<_>>(),
+            ["H100 SXM", "H200", "RTX 4090", "L40S"]
+        );
+        // Each alone, on a host of its own, is caught as its model's row says; the L40S,
+        // opened as the worst row, states its own datasheet's bound, below 90%.
+        for (device, rate) in devices.iter().zip(rates) {
+            let alone = plan_chain_pools(
+                "cuda",
+                std::slice::from_ref(device),
+                &[rate],
+                2048,
+                8,
+                &design_settings(),
+            )
+            .unwrap();
+            let held = alone.devices[0].held_at_least.unwrap();
+            assert_eq!(alone.host_held_at_least, held, "{}", device.name);
+            assert_eq!(
+                alone.devices[0].catches_ninety_percent(),
+                !device.name.contains("L40S"),
+                "{}: {held}",
+                device.name
+            );
+        }
     }
 
     /// Each device is timed at its own rate: a fast device's deadline is not the slow one's.
@@ -647,6 +832,34 @@ mod tests {
             "raised as far as the worst row"
         );
         assert_eq!((at(0.9).steps_opened, at(0.9).rows_checked), (497, 185));
+    }
+
+    /// Where the host's bound falls under the 90% line, the plan says why, in the order an
+    /// operator can act on it: a clock that hides the 90% holder on its own, several devices
+    /// sharing their sources, or openings held at the cap.
+    #[test]
+    fn a_plan_under_the_ninety_percent_line_says_why() {
+        let plan = |devices: &[DeviceInfo], rates: &[ExpectedWalk]| {
+            plan_chain_pools("cuda", devices, rates, 2048, 8, &V4Settings::default()).unwrap()
+        };
+        let h100 = gpu("NVIDIA H100 80GB HBM3", 80_000_000_000);
+        let one = plan(std::slice::from_ref(&h100), &[calibrated(0.9 * 3.35e12)]);
+        assert_eq!(one.short_of_ninety, None, "{}", one.host_held_at_least);
+        let two = plan(&[h100.clone(), h100], &[calibrated(0.9 * 3.35e12); 2]);
+        let why = two.short_of_ninety.expect("two H100s share their sources");
+        assert!(why.contains("share their sources"), "{why}");
+        let rtx = plan(
+            &[gpu("NVIDIA GeForce RTX 4090", 24_000_000_000)],
+            &[calibrated(0.9 * 1.008e12)],
+        );
+        let why = rtx.short_of_ninety.expect("the RTX 4090 at slack 1.5");
+        assert!(why.contains("cap of 1649 steps"), "{why}");
+        let gh200 = plan(
+            &[gpu("NVIDIA GH200 480GB", 102_625_681_408)],
+            &[calibrated(0.9 * 4.0e12)],
+        );
+        let why = gh200.short_of_ninety.expect("Grace counted");
+        assert!(why.contains("clock alone") && why.contains("GH200 96 GB"), "{why}");
     }
 
     #[test]

@@ -6,7 +6,7 @@ use super::MemoryPlan;
 use super::fill::{FillWork, LEGACY_FILL_WEIGHT};
 use super::plan_v4::ChainPoolPlan;
 use crate::rates::RateSource;
-use gpu_attest_shared::memory::bound::{self, Sources, VERSION_4};
+use gpu_attest_shared::memory::bound::VERSION_4;
 use gpu_attest_shared::memory::slice::SLICE_BYTES;
 use serde::{Deserialize, Serialize};
 
@@ -17,9 +17,10 @@ pub struct DeviceMemory {
     pub claimed_bytes: u64,
     /// P_j: the entries of 64 KiB its pool held.
     pub pool_entries: u64,
-    /// `pool_entries * 65536` on a pass; 0 otherwise (a failed verdict proves nothing). The
-    /// pool the walk covered, not a bound on what the device held: in version 4 that bound is
-    /// the walk's `held_at_least`.
+    /// Version 3: `pool_entries * 65536` on a pass, the pool the walk covered (SECURITY.md
+    /// states what its time bounds). Version 4: the least of this device's pool the host was
+    /// shown to hold, somewhere among its devices: `floor(walk.held_at_least * claimed_bytes)`.
+    /// 0 on a verdict that proves nothing.
     pub proven_bytes: u64,
     /// Version 4: this device's own walk, clocked and judged on its own (PROTOCOL.md 20.9).
     /// Absent in version 3, whose one walk the proof's fields state.
@@ -43,17 +44,24 @@ pub struct DeviceWalk {
     pub bandwidth_source: String,
     pub steps_opened: u32,
     pub rows_checked: u32,
-    /// The model of the bound's table the openings were sized for; empty for a device outside
+    /// The model of the design's table the openings were sized for; empty for a device outside
     /// it, which was opened as the table's worst row.
     pub sized_as: String,
-    /// The share of its claimed memory below which this device would have been caught, with
-    /// probability at least 99.5%, by a cheater that makes missing slices again on its own
-    /// tensor cores while reading over its host link (on a GH200, regenerating alone), mixing
-    /// cheap states and faked steps as suits it best (PROTOCOL.md 20.9 step 7). It assumes the
-    /// device is the model its name says and does not cover NVLink peers or a GH200's Grace
-    /// memory. Null where nothing is claimed: a device outside the table, or a verdict that
-    /// proves nothing.
+    /// The share of this device's claim below which a host holding less of this device's pool,
+    /// somewhere among its devices (hidden ones included), would have been caught with
+    /// probability at least 99.5%: walkers move between devices, so the walk shows the pool
+    /// held on the host, not on this device. Against a cheater that uses every device's
+    /// sources at once (regeneration on their tensor cores, their host links, a GH200's Grace
+    /// memory) and mixes cheap states and faked steps as suits it best (PROTOCOL.md 20.9 step
+    /// 7). It assumes each device is the model its name says. Null on a verdict that proves
+    /// nothing (and, on verdicts stored before every device had a bound, a device outside the
+    /// table).
     pub held_at_least: Option<f64>,
+    /// The model the bound was computed with: the device's own where a table names it, else
+    /// `an unlisted GPU` (the strongest GPU known) or `a CPU` (PROTOCOL.md 20.9 step 7). Empty
+    /// on a verdict stored before it was recorded.
+    #[serde(default)]
+    pub bound_as: String,
 }
 
 /// The memory phase of one verdict.
@@ -88,6 +96,18 @@ pub struct MemoryProof {
     /// fill, and a proof without one is version 4's ([`MemoryProof::protocol_version`]).
     #[serde(default = "legacy_fill_weight")]
     pub fill_weight: f64,
+    /// Version 4: the least share of the host's claimed memory (every device's claim together)
+    /// that it was shown to hold of the pools, somewhere among its devices (hidden ones
+    /// included), with probability at least 99.5%: what the walk proves, per host (PROTOCOL.md
+    /// 20.9 step 7). Null in version 3, on a verdict that proves nothing, and on one stored
+    /// before it was recorded.
+    #[serde(default)]
+    pub host_held_at_least: Option<f64>,
+    /// What the memory phase proves, in one sentence a person reads on the verdict's face
+    /// ([`MemoryProof::statement`]): which bound, for what, or that nothing was shown. Empty on
+    /// a verdict stored before it was recorded.
+    #[serde(default)]
+    pub proves: String,
 }
 
 fn legacy_fill_weight() -> f64 {
@@ -123,6 +143,8 @@ impl MemoryProof {
             bandwidth_miners: plan.miners,
             slack: plan.slack,
             fill_weight: plan.fill_weight,
+            host_held_at_least: None,
+            proves: String::new(),
         }
     }
 
@@ -158,6 +180,7 @@ impl MemoryProof {
                         steps_opened: d.steps_opened,
                         rows_checked: d.rows_checked,
                         sized_as: d.sized_as.unwrap_or_default().into(),
+                        bound_as: d.bound_as.into(),
                         held_at_least: d.held_at_least,
                     }),
                 })
@@ -179,6 +202,10 @@ impl MemoryProof {
             bandwidth_miners: 0,
             slack: plan.slack(),
             fill_weight: 0.0,
+            host_held_at_least: Some(plan.host_held_at_least),
+            // Until the verdict is settled, why the plan falls under the 90% line, which
+            // `statement` then says beside the figure.
+            proves: plan.short_of_ninety.clone().unwrap_or_default(),
         }
     }
 
@@ -201,28 +228,64 @@ impl MemoryProof {
     pub fn settle(&mut self, proves: bool) {
         let walk_bytes = self.walk_bytes;
         for device in &mut self.devices {
-            device.proven_bytes = if proves {
-                device
-                    .pool_entries
-                    .saturating_mul(gpu_attest_shared::memory::ENTRY_BYTES as u64)
-            } else {
-                0
-            };
-            if let Some(walk) = device.walk.as_mut() {
-                walk.proven_bytes_per_sec =
-                    (proves && walk.measured_ms > 0).then(|| walk_bytes as f64 / (walk.measured_ms as f64 / 1000.0));
-                if !proves {
-                    walk.held_at_least = None;
+            device.proven_bytes = match device.walk.as_mut() {
+                // Version 4: what the bound shows held, never the pool asked for.
+                Some(walk) => {
+                    walk.proven_bytes_per_sec = (proves && walk.measured_ms > 0)
+                        .then(|| walk_bytes as f64 / (walk.measured_ms as f64 / 1000.0));
+                    if !proves {
+                        walk.held_at_least = None;
+                    }
+                    walk.held_at_least
+                        .map_or(0, |held| (held * device.claimed_bytes as f64).floor() as u64)
                 }
-            }
+                None if proves => device
+                    .pool_entries
+                    .saturating_mul(gpu_attest_shared::memory::ENTRY_BYTES as u64),
+                None => 0,
+            };
         }
+        if !proves {
+            self.host_held_at_least = None;
+        }
+        let short_of_ninety = std::mem::take(&mut self.proves);
+        self.proves = self.statement(proves, &short_of_ninety);
         self.proven_walk_bytes_per_sec = (proves && self.walk_measured_ms > 0)
             .then(|| self.walk_bytes as f64 / (self.walk_measured_ms as f64 / 1000.0));
     }
 
-    /// The memory proven in all, bytes.
+    /// What the memory phase proves, on the verdict's face (PROTOCOL.md 16.1 `memory.proves`),
+    /// with why a version 4 plan falls under the 90% line where it does (`short_of_ninety`,
+    /// from the plan; empty otherwise).
+    pub fn statement(&self, proves: bool, short_of_ninety: &str) -> String {
+        if !proves {
+            return "nothing: the verdict proves no memory".into();
+        }
+        let under = if short_of_ninety.is_empty() {
+            String::new()
+        } else {
+            format!("; under the 90% line because {short_of_ninety}")
+        };
+        match (self.protocol_version(), self.host_held_at_least) {
+            (4, Some(share)) if share > 0.0 => format!(
+                "version 4: the host held at least {:.1}% of its claim in its pools, somewhere among its devices (walkers move between them: not where), against every device's sources at once (PROTOCOL.md 20.9){under}",
+                share * 100.0
+            ),
+            (4, _) => format!(
+                "version 4: nothing of the claim is shown held: the walk's clock lets a cheater serve the whole pool from elsewhere (PROTOCOL.md 20.9){under}"
+            ),
+            _ => "version 3: the pools were walked in time, by the host's devices together; no share of the claim is bounded (a device holding 90% of its claim can pass: SECURITY.md, version 3's memory proof)".into(),
+        }
+    }
+
+    /// The memory proven in all, bytes: in version 4 the host's bound over its whole claim
+    /// (the sources shared between the pools, so at least the devices' figures added up).
     pub fn proven_bytes(&self) -> u64 {
-        self.devices.iter().map(|d| d.proven_bytes).sum()
+        let devices: u64 = self.devices.iter().map(|d| d.proven_bytes).sum();
+        match self.host_held_at_least {
+            Some(share) => devices.max((share * self.claimed_bytes() as f64).floor() as u64),
+            None => devices,
+        }
     }
 
     /// The int8 operations that made every pool: 2^31 an entry (PROTOCOL.md 18.1); none in
@@ -263,9 +326,14 @@ impl std::fmt::Display for MemoryProof {
         let gib = |bytes: u64| bytes as f64 / f64::from(1u32 << 30);
         write!(
             f,
-            "memory: {:.3} GiB claimed, {:.3} GiB proven on {} device(s); walk of {} MiB per device in {} ms (expected {}, deadline {}): ",
+            "memory: {:.3} GiB claimed, {:.3} GiB {} on {} device(s); walk of {} MiB per device in {} ms (expected {}, deadline {}): ",
             gib(self.claimed_bytes()),
             gib(self.proven_bytes()),
+            if self.protocol_version() >= 4 {
+                "shown held on the host, somewhere among its devices,"
+            } else {
+                "proven"
+            },
             self.devices.len(),
             self.walk_bytes >> 20,
             self.walk_measured_ms,
@@ -283,6 +351,13 @@ impl std::fmt::Display for MemoryProof {
                 self.expected_walk_bytes_per_sec / 1e9,
                 self.bandwidth_source
             )?;
+            if let Some(share) = self.host_held_at_least {
+                write!(
+                    f,
+                    "; the host held at least {:.1}% of its claim in its pools, somewhere among its devices (walkers move between them: not shown where)",
+                    share * 100.0
+                )?;
+            }
             for (j, walk) in self
                 .devices
                 .iter()
@@ -304,8 +379,8 @@ impl std::fmt::Display for MemoryProof {
 }
 
 /// `walked in 812 ms (expected 1000, deadline 2000, shipped), 1649 steps opened, 474 rows
-/// checked; caught below 88.5% of its claim (sized as H100 SXM, against a cheater making
-/// missing states again while reading over its host link)`.
+/// checked; its pool held on the host at 88.5% of its claim or more (bound as H100 SXM, against
+/// every device's regeneration and host links at once)`.
 impl std::fmt::Display for DeviceWalk {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
@@ -318,22 +393,23 @@ impl std::fmt::Display for DeviceWalk {
             self.steps_opened,
             self.rows_checked
         )?;
-        match (self.held_at_least, self.sized_as.as_str()) {
-            (Some(held), model) => {
-                // The cheater the bound is computed against is its model's (PROTOCOL.md 20.9
-                // step 7): a GH200's Grace memory is not counted.
-                let against = match bound::model(model).map(bound::sized_sources) {
-                    Some(Sources::Regenerate) => "making missing states again",
-                    _ => "making missing states again while reading over its host link",
-                };
-                write!(
-                    f,
-                    "caught below {:.1}% of its claim (sized as {model}, against a cheater {against})",
-                    held * 100.0
-                )
-            }
-            (None, "") => write!(f, "no bound claimed: not a model the bound covers"),
-            (None, _) => write!(f, "no bound: the verdict proves nothing"),
+        let model = if self.bound_as.is_empty() {
+            &self.sized_as
+        } else {
+            &self.bound_as
+        };
+        match self.held_at_least {
+            Some(held) if held > 0.0 => write!(
+                f,
+                "its pool held on the host (not shown where) at {:.1}% of its claim or more (bound as {model}, against every device's regeneration and host links at once)",
+                held * 100.0
+            ),
+            Some(_) => write!(
+                f,
+                "nothing shown of its memory: the clock allows a cheater as {model} to serve the whole pool from elsewhere"
+            ),
+            None if model.is_empty() => write!(f, "no bound claimed: not a model the bound covers"),
+            None => write!(f, "no bound: the verdict proves nothing"),
         }
     }
 }

@@ -478,6 +478,8 @@ pub(crate) mod test_support {
             bandwidth_miners: 0,
             slack: 2.0,
             fill_weight: 1.25,
+            host_held_at_least: None,
+            proves: String::new(),
         };
         Verdict {
             id: 0,

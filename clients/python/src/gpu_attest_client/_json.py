@@ -50,6 +50,7 @@ def _device_walk(w) -> Dict[str, Any]:
         "rows_checked": w.rows_checked,
         "sized_as": w.sized_as,
         "held_at_least": w.held_at_least if w.HasField("held_at_least") else None,
+        "bound_as": w.bound_as,
     }
 
 
@@ -82,6 +83,8 @@ def _memory(m) -> Dict[str, Any]:
         "bandwidth_miners": m.bandwidth_miners,
         "slack": m.slack,
         "fill_weight": m.fill_weight,
+        "host_held_at_least": m.host_held_at_least if m.HasField("host_held_at_least") else None,
+        "proves": m.proves,
     }
 
 

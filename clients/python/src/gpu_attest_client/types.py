@@ -202,9 +202,10 @@ class Verdict:
     rate_source: RateSource
     rate_miners: int
     slack: float
-    #: The pools the walk covered on a pass, summed over the devices (each ``proven_bytes``);
-    #: None without a memory phase. Not a bound on what was held: in version 4 each device's
-    #: ``walk.held_at_least`` (``to_json()``) is.
+    #: Summed over the devices' ``proven_bytes``; None without a memory phase. Version 3: the
+    #: pools the walk covered on a pass. Version 4: the least of the pools the host was shown
+    #: to hold, somewhere among its devices (each device's ``walk.held_at_least`` of its claim,
+    #: ``to_json()``); 0 where nothing was shown.
     proven_memory_bytes: Optional[int]
     retested: bool
     #: The protocol version whose rules judged it: 3 with the memory phase, 2 without; 0 from a
