@@ -154,6 +154,13 @@ const UNMEASURED_CPU: &str =
 /// 18.6) and is capped at the fastest. More specific names come first.
 const GPU_BANDWIDTH: &[(&str, f64, f64, &str)] = &[
     ("B200", 8.0e12, 8.0e12, "NVIDIA HGX B200 datasheet: 8 TB/s per GPU"),
+    // Before "H200", which its name contains.
+    (
+        "GH200",
+        4.0e12,
+        4.9e12,
+        "NVIDIA GH200 datasheet: 4 TB/s (96 GB HBM3) to 4.9 TB/s (144 GB HBM3e)",
+    ),
     ("H200 NVL", 4.8e12, 4.8e12, "NVIDIA H200 datasheet: 4.8 TB/s (NVL)"),
     ("H200", 4.8e12, 4.8e12, "NVIDIA H200 datasheet: 4.8 TB/s (SXM)"),
     ("H100 PCIe", 2.0e12, 2.0e12, "NVIDIA H100 datasheet: 2 TB/s (PCIe)"),
