@@ -319,22 +319,46 @@ impl MemoryProof {
     }
 }
 
-/// `memory: 1.0 GiB claimed, 0.9 GiB proven on 1 device(s); walk of 64 MiB per device in 316 ms
-/// (expected 401, deadline 802): proved 21.2 GB/s per device, expected 17.0 GB/s (shipped)`.
+/// Version 3: `memory: 1.0 GiB claimed, 0.9 GiB proven on 1 device(s); walk of 64 MiB per device
+/// in 316 ms (expected 401, deadline 802): proved 21.2 GB/s per device, expected 17.0 GB/s
+/// (shipped); ...`. Version 4 leads with what the host was shown to hold (or that nothing was),
+/// then the walk, then each device's own.
 impl std::fmt::Display for MemoryProof {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let gib = |bytes: u64| bytes as f64 / f64::from(1u32 << 30);
+        let version_4 = self.protocol_version() >= 4;
+        if version_4 {
+            write!(
+                f,
+                "memory (version 4, no fill): {:.3} GiB claimed on {} device(s); ",
+                gib(self.claimed_bytes()),
+                self.devices.len()
+            )?;
+            match self.host_held_at_least {
+                Some(share) if share > 0.0 => write!(
+                    f,
+                    "the host held at least {:.3} GiB of its pools ({:.1}% of its claim), somewhere among its devices (walkers move between them: not shown where); ",
+                    gib(self.proven_bytes()),
+                    share * 100.0
+                )?,
+                Some(_) => write!(
+                    f,
+                    "nothing of the claim shown held: the walk's clock lets a cheater serve the whole pool from elsewhere; "
+                )?,
+                None => write!(f, "no memory proven; ")?,
+            }
+        } else {
+            write!(
+                f,
+                "memory: {:.3} GiB claimed, {:.3} GiB proven on {} device(s); ",
+                gib(self.claimed_bytes()),
+                gib(self.proven_bytes()),
+                self.devices.len(),
+            )?;
+        }
         write!(
             f,
-            "memory: {:.3} GiB claimed, {:.3} GiB {} on {} device(s); walk of {} MiB per device in {} ms (expected {}, deadline {}): ",
-            gib(self.claimed_bytes()),
-            gib(self.proven_bytes()),
-            if self.protocol_version() >= 4 {
-                "shown held on the host, somewhere among its devices,"
-            } else {
-                "proven"
-            },
-            self.devices.len(),
+            "walk of {} MiB per device in {} ms (expected {}, deadline {}): ",
             self.walk_bytes >> 20,
             self.walk_measured_ms,
             self.walk_expected_ms,
@@ -344,37 +368,24 @@ impl std::fmt::Display for MemoryProof {
             Some(rate) => write!(f, "proved {:.1} GB/s per device, ", rate / 1e9)?,
             None => write!(f, "proved no bandwidth, ")?,
         }
-        if self.protocol_version() >= 4 {
-            write!(
-                f,
-                "expected {:.1} GB/s ({}); version 4, no fill",
-                self.expected_walk_bytes_per_sec / 1e9,
-                self.bandwidth_source
-            )?;
-            if let Some(share) = self.host_held_at_least {
-                write!(
-                    f,
-                    "; the host held at least {:.1}% of its claim in its pools, somewhere among its devices (walkers move between them: not shown where)",
-                    share * 100.0
-                )?;
-            }
-            for (j, walk) in self
-                .devices
-                .iter()
-                .enumerate()
-                .filter_map(|(j, d)| Some((j, d.walk.as_ref()?)))
-            {
-                write!(f, "; device {j}: {walk}")?;
-            }
-            return Ok(());
-        }
         write!(
             f,
-            "expected {:.1} GB/s ({}); the fill timed as {} chain operations each",
+            "expected {:.1} GB/s ({})",
             self.expected_walk_bytes_per_sec / 1e9,
-            self.bandwidth_source,
-            self.fill_weight
-        )
+            self.bandwidth_source
+        )?;
+        if !version_4 {
+            return write!(f, "; the fill timed as {} chain operations each", self.fill_weight);
+        }
+        for (j, walk) in self
+            .devices
+            .iter()
+            .enumerate()
+            .filter_map(|(j, d)| Some((j, d.walk.as_ref()?)))
+        {
+            write!(f, "; device {j}: {walk}")?;
+        }
+        Ok(())
     }
 }
 
