@@ -1,7 +1,9 @@
 //! Prints the version 4 memory bounds (docs/design/protocol-v4.md, tables 4.4 and 6.3) from the
 //! arithmetic in `gpu_attest_shared::memory::bound`, so that each figure can be checked.
 
-use gpu_attest_shared::memory::bound::{MODELS, Sources, VERSION_4, sized_sources};
+use gpu_attest_shared::memory::bound::{
+    CPU, DeviceModel, HostPool, MODELS, OTHER_MODELS, Sources, UNKNOWN_GPU, VERSION_4, sized_sources,
+};
 
 fn main() {
     let d = VERSION_4;
@@ -85,5 +87,64 @@ fn main() {
             raised.0,
             raised.1,
         );
+    }
+    hosts(&d);
+}
+
+/// What a verdict states per device on hosts of one to sixteen like devices (PROTOCOL.md 20.9
+/// step 7: every device's sources count for each pool, since walkers move between devices),
+/// calibrated (`S` 1.5 over 0.9 of the datasheet) and at first contact (`S` 2.0 over 0.75),
+/// opened as this release opens them. Other parts and the envelopes, opened as the cap.
+fn hosts(d: &gpu_attest_shared::memory::bound::Design) {
+    let cap = MODELS
+        .iter()
+        .filter_map(|m| {
+            d.clocked(m, sized_sources(m), d.slack, d.eta)
+                .and_then(|c| d.mixed_counts(c))
+        })
+        .fold((0, 0), |(s, r), (cs, cr)| (s.max(cs), r.max(cr)));
+    println!();
+    println!("Per host of d like devices: what the host is shown to hold of its claim, as");
+    println!("`memory.host_held_at_least` states it (the sources shared between the pools), and after the");
+    println!("slash what each device's `walk.held_at_least` states (every source on its pool alone):");
+    println!("| device | clock (steps, rows) | d = 1 | d = 2 | d = 4 | d = 8 | d = 16 |");
+    println!("|---|---|---|---|---|---|---|");
+    let models: Vec<&DeviceModel> = MODELS.iter().chain(OTHER_MODELS).chain([&UNKNOWN_GPU, &CPU]).collect();
+    let caught = |clock, steps, rows| d.proven(clock, steps, rows).shortfall_caught;
+    for model in models {
+        for (clock_name, slack, eta) in [("calibrated", 1.5, 0.9), ("first contact", 2.0, 0.75)] {
+            let own = d.clocked(model, sized_sources(model), slack, eta);
+            let design = d
+                .clocked(model, sized_sources(model), d.slack, d.eta)
+                .and_then(|c| d.mixed_counts(c))
+                .filter(|_| MODELS.iter().any(|m| m.name == model.name));
+            let (steps, rows) = match (design, own) {
+                (Some(base), Some(own)) => d.opened(base, own, cap),
+                _ => cap,
+            };
+            let cells: Vec<String> = [1usize, 2, 4, 8, 16]
+                .iter()
+                .map(|&n| {
+                    let host = vec![model; n];
+                    let clock = d.pooled_clock(model, &host, slack, eta);
+                    let pool = HostPool {
+                        clock,
+                        steps,
+                        rows,
+                        claimed_bytes: 1.0,
+                    };
+                    format!(
+                        "{:.1}% / {:.1}%",
+                        d.host_held_share(&vec![pool; n], &caught) * 100.0,
+                        d.proven(clock, steps, rows).held_at_least * 100.0
+                    )
+                })
+                .collect();
+            println!(
+                "| {} | {clock_name} ({steps}, {rows}) | {} |",
+                model.name,
+                cells.join(" | ")
+            );
+        }
     }
 }
