@@ -132,6 +132,7 @@ fn hosts(d: &gpu_attest_shared::memory::bound::Design) {
                         steps,
                         rows,
                         claimed_bytes: 1.0,
+                        pool_share: d.pool_share,
                     };
                     format!(
                         "{:.1}% / {:.1}%",

@@ -660,6 +660,9 @@ pub struct HostPool {
     pub steps: u32,
     pub rows: u32,
     pub claimed_bytes: f64,
+    /// The pool's share of the claim: its states' bytes over the claim, at most the design's
+    /// `pool_share` (less where whole states or the pool's cap leave less).
+    pub pool_share: f64,
 }
 
 /// Grid steps per device over the sources' budget: the host bound gives each pool at most one
@@ -689,13 +692,13 @@ impl Design {
         }
         if let [pool] = pools {
             // One device: its own clock is the whole budget, and thr rises with it.
-            return (self.pool_share * (1.0 - caught(pool.clock, pool.steps, pool.rows).min(1.0))).max(0.0);
+            return (pool.pool_share * (1.0 - caught(pool.clock, pool.steps, pool.rows).min(1.0))).max(0.0);
         }
         let budget = pools.iter().map(|p| p.clock.undetected).fold(0.0, f64::max);
         let grid = HOST_GRID_PER_DEVICE * pools.len();
         let step = budget / grid as f64;
         let units = grid + pools.len() - 1;
-        // best[u]: the largest claimed-weighted shortfall of the pools so far with u steps.
+        // best[u]: the largest shortfall in bytes of pool of the pools so far with u steps.
         let mut best = vec![0.0f64; units + 1];
         // thr on the grid, per kind of pool: a host's like devices share one.
         let mut grids: std::collections::HashMap<(u64, u64, u32, u32), Vec<f64>> = Default::default();
@@ -720,7 +723,8 @@ impl Design {
                     })
                     .collect()
             });
-            let thr: Vec<f64> = shares.iter().map(|share| share * pool.claimed_bytes).collect();
+            let pool_bytes = pool.pool_share * pool.claimed_bytes;
+            let thr: Vec<f64> = shares.iter().map(|share| share * pool_bytes).collect();
             let most = thr.len() - 1;
             let mut next = vec![0.0f64; units + 1];
             for (used, slot) in next.iter_mut().enumerate() {
@@ -730,8 +734,8 @@ impl Design {
             }
             best = next;
         }
-        let shortfall = best.into_iter().fold(0.0, f64::max) / claimed;
-        (self.pool_share * (1.0 - shortfall)).max(0.0)
+        let pooled: f64 = pools.iter().map(|p| p.pool_share * p.claimed_bytes).sum();
+        ((pooled - best.into_iter().fold(0.0, f64::max)) / claimed).max(0.0)
     }
 }
 
@@ -956,6 +960,7 @@ mod tests {
             steps,
             rows,
             claimed_bytes: 80e9,
+            pool_share: d.pool_share,
         };
         let alone = d.proven(d.pooled_clock(h100, &[h100], 1.5, 0.9), steps, rows);
         let one = d.host_held_share(&[pool(&[h100])], &caught);

@@ -268,7 +268,7 @@ impl MemoryProof {
         };
         match (self.protocol_version(), self.host_held_at_least) {
             (4, Some(share)) if share > 0.0 => format!(
-                "version 4: the host held at least {:.1}% of its claim in its pools, somewhere among its devices (walkers move between them: not where), against every device's sources at once (PROTOCOL.md 20.9){under}",
+                "version 4: the host held at least {:.1}% of its claim in its pools, somewhere among its devices (walkers move between them: not where), against every device's sources at once, if its walkers stayed on GPUs: walkers moved to the host's CPUs or to another machine read memory this figure does not count (PROTOCOL.md 20.9, SECURITY.md){under}",
                 share * 100.0
             ),
             (4, _) => format!(
@@ -337,7 +337,7 @@ impl std::fmt::Display for MemoryProof {
             match self.host_held_at_least {
                 Some(share) if share > 0.0 => write!(
                     f,
-                    "the host held at least {:.3} GiB of its pools ({:.1}% of its claim), somewhere among its devices (walkers move between them: not shown where); ",
+                    "the host held at least {:.3} GiB of its pools ({:.1}% of its claim), somewhere among its devices (walkers move between them: not shown where), if its walkers stayed on GPUs; ",
                     gib(self.proven_bytes()),
                     share * 100.0
                 )?,
