@@ -448,6 +448,12 @@ pub fn plan_chain_pools(
     })
 }
 
+/// The share of `model`'s datasheet bandwidth a device is expected at, `eta`, rounded down
+/// ([`rounded_down`]): the one `eta` a device's openings, bound and reason are computed at.
+fn expected_eta(bytes_per_sec: f64, model: &DeviceModel) -> f64 {
+    rounded_down((bytes_per_sec / model.bandwidth).min(1.0))
+}
+
 /// What every device's openings and bound are worked out with, in one plan.
 struct Bounds<'a> {
     design: &'a Design,
@@ -476,7 +482,7 @@ impl Bounds<'_> {
         // The clock hides more the lower the expected rate is against the datasheet: the bound
         // is taken at the rate this device is actually expected at (a first-contact rate is
         // 0.75 of the datasheet), never at the design's 0.9 unless it is that.
-        let eta = rounded_down((rate.bytes_per_sec / bound_as.bandwidth).min(1.0));
+        let eta = expected_eta(rate.bytes_per_sec, bound_as);
         let (steps, rows) = match sized {
             Some(model) => counts(design, model, slack, eta, self.worst),
             None => self.worst,
@@ -522,7 +528,7 @@ impl Bounds<'_> {
         let lacks = bound::shortfall_holding(0.9, design.pool_share);
         let own = |j: usize| {
             let (model, plan) = (self.host[j], &plans[j]);
-            let eta = rounded_down((plan.bytes_per_sec / model.bandwidth).min(1.0));
+            let eta = expected_eta(plan.bytes_per_sec, model);
             (model, plan, eta, design.pooled_clock(model, &[model], plan.slack, eta))
         };
         if let Some((j, (model, plan, eta, clock))) = (0..plans.len())
