@@ -442,10 +442,48 @@ static unsigned ga_skewed_rank() {
     return rank;
 }
 
+// Threads lo..hi-1 of each block (GA_EMULATION_HOLD_THREADS=lo-hi, default none) are held at
+// their first barrier wait until every other thread of their block has reached one (or
+// returned). A GPU may run that schedule (a warpgroup late to start); the host's scheduler runs
+// it only by chance, so a test that needs it (a wait that passes too early, seen only if it is
+// reached before the phase it should have waited for) forces it here, every run.
+static std::atomic<unsigned> ga_hold_others_left[2];
+static thread_local bool ga_hold_counted, ga_hold_released;
+static bool ga_held_thread() {
+    static const std::pair<unsigned, unsigned> range = [] {
+        const char* v = getenv("GA_EMULATION_HOLD_THREADS");
+        unsigned lo = 0, hi = 0;
+        if (v && sscanf(v, "%u-%u", &lo, &hi) != 2) { fprintf(stderr, "GA_EMULATION_HOLD_THREADS is lo-hi\n"); abort(); }
+        return std::pair<unsigned, unsigned>{lo, hi};
+    }();
+    return threadIdx.x >= range.first && threadIdx.x < range.second;
+}
+// This thread, outside the held ones, has reached a barrier wait or returned.
+static void ga_hold_count_arrival() {
+    if (ga_hold_counted || ga_held_thread()) return;
+    ga_hold_counted = true;
+    --ga_hold_others_left[ga_block_slot];
+}
+static void ga_hold_if_held() {
+    using clock = std::chrono::steady_clock;
+    if (ga_hold_released || !ga_held_thread()) return;
+    const clock::time_point since = clock::now();
+    while (ga_hold_others_left[ga_block_slot].load() > 0) {
+        if (clock::now() - since > ga_deadlock_after()) {
+            fprintf(stderr, "deadlock: held thread %u waited for the others of its block to reach a barrier wait\n", threadIdx.x);
+            abort();
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    ga_hold_released = true;
+}
+
 // No timer here: the emulated try_wait aborts a wait that never completes. Scopes are not
 // modelled: every emulated barrier operation is sequentially consistent.
 template <bool ClusterScope = false>
 static void ga_mbar_wait(u64* bar, u32 parity) {
+    ga_hold_count_arrival();
+    ga_hold_if_held();
     if (ga_rank == ga_skewed_rank() && ga_skew().count() > 0) std::this_thread::sleep_for(ga_skew());
     while (!ga_mbar_try_wait(bar, parity)) {
     }
@@ -472,6 +510,12 @@ static void run_blocks(const std::vector<ga_dim3>& ids, const std::vector<unsign
         for (unsigned w = 0; w < (threads + 31) / 32; ++w) warps[r].push_back(std::make_unique<std::barrier<>>(32));
         running[r] = threads;
         ga_cluster_exited[r] = false;
+        unsigned held = 0;
+        for (unsigned t = 0; t < threads; ++t) {
+            threadIdx = {t % bx, t / bx, 0};
+            held += ga_held_thread() ? 1u : 0u;
+        }
+        ga_hold_others_left[r] = threads - held;
     }
     std::vector<std::thread> pool;
     for (unsigned r = 0; r < count; ++r)
@@ -487,6 +531,7 @@ static void run_blocks(const std::vector<ga_dim3>& ids, const std::vector<unsign
                 ga_block_slot = r;
                 ga_rank = r;
                 f();
+                ga_hold_count_arrival();
                 if (--running[r] == 0) {
                     std::lock_guard<std::mutex> lock(ga_mbar_mutex);
                     ga_cluster_exited[r] = true;
@@ -1147,6 +1192,10 @@ fn device_pingpong_kernel_matches_the_naive_step() {
     ] {
         assert_persistent_matches_naive(GpuKernel::Pingpong, &mut rng, (n, count, blocks), 11, &[]);
     }
+    // The schedule the mutant test below forces (the producer started last) is one the kernel
+    // itself must get right, or that test would catch its mutants for the wrong reason.
+    let held = [("GA_EMULATION_HOLD_THREADS", "0-128")];
+    assert_persistent_matches_naive(GpuKernel::Pingpong, &mut rng, (704, 1, 2), 11, &held);
 }
 
 /// The ping-pong schedule's two rules, each broken in a mutant that the emulation must catch
@@ -1178,7 +1227,17 @@ fn pingpong_mutants_that_break_the_turns_or_the_ring_fail_in_the_emulation() {
             },
         ),
     ];
-    assert_mutants_caught(GpuKernel::Pingpong, 26, (704, 1, 2), mutants, &[]);
+    // The producer's warpgroup held until both consumers have reached a wait, so that consumer
+    // 1 reaches its first k-tile's wait before the ring's first pass has filled that stage: left
+    // to the scheduler, a consumer 1 started late (a loaded machine) waits at the right phase by
+    // luck and the mutant without turns passes.
+    assert_mutants_caught(
+        GpuKernel::Pingpong,
+        26,
+        (704, 1, 2),
+        mutants,
+        &[("GA_EMULATION_HOLD_THREADS", "0-128")],
+    );
 }
 
 /// The ping-pong kernel in clusters of two (`gemm_mix_multicast`) against the naive step: the
