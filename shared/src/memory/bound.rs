@@ -373,6 +373,13 @@ pub fn least_faked_share(x: f64, x_star: f64, reads: f64) -> Option<f64> {
     Some(bisect(1e-12, faked, excess))
 }
 
+/// The run of held steps the cheater of [`least_faked_share`] grinds for after each fake when it
+/// fakes a share `faked` of the walk: its spare reads, `gamma = reads - 1 + x* + phi` walk-lengths,
+/// spread evenly over its fakes (design 6.2). The placed-fakes benchmark plays that cheater.
+pub fn ground_run(x: f64, x_star: f64, reads: f64, faked: f64) -> f64 {
+    held_run(x, (reads - 1.0 + x_star + faked) / faked)
+}
+
 /// The run `r` of held indices that a waste of `waste` reads per fake buys:
 /// `(1 - x)^(-r) = 1 + x (waste + r)`.
 fn held_run(x: f64, waste: f64) -> f64 {
