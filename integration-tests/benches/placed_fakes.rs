@@ -15,6 +15,16 @@
 //! `s` steps drawn uniformly without replacement among the `W * L` is one of the `F` faked,
 //! `C(WL - F, s) / C(WL, s)`, wherever the fakes are.
 //!
+//! Then the cheater the bound is computed against (PROTOCOL.md 20.9 step 7, design 6.2), played
+//! by `Grinding` in `tests/common/step_fakes.rs`: short of the share of its pool that the
+//! planner's own verdict for an H100 SXM at the shipped settings says it holds at least, it
+//! serves misses up to what its clock hides, fakes the rest, and grinds each made-up state until
+//! its next steps read slices it holds. Its faked share must be no less than the bound's least,
+//! its pass count must agree with the exact prediction from its own fakes (few openings), and at
+//! the planner's openings, over three times the runs, it must pass no more often than the bound
+//! allows. Its walk is 16,384 steps: shorter than a GPU's (about 1e8), which favours it, since its
+//! faked share then varies more from run to run and the pass probability is convex in it.
+//!
 //! `cargo bench -p gpu-attest-integration-tests --bench placed_fakes [-- RUNS]`
 
 #[path = "../tests/common/mod.rs"]
