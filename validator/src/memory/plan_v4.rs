@@ -491,17 +491,22 @@ impl Bounds<'_> {
         // bound is computed with the counts actually opened.
         let steps_opened = steps.min(self.steps_per_device);
         let rows_checked = rows.min(steps_opened);
-        let clock = design.pooled_clock(bound_as, &self.host, slack, eta);
+        let exact_ms = self.walk_bytes / rate.bytes_per_sec * 1e3;
+        let expected_ms = exact_ms.ceil() as u64;
+        let deadline_ms = (expected_ms as f64 * slack).ceil() as u64;
+        // The bound is computed at the allowance the device actually gets: its deadline in whole
+        // milliseconds over its exact expected time, a little over `slack` (PROTOCOL.md 20.9).
+        let allowed = deadline_ms as f64 / exact_ms;
+        let clock = design.pooled_clock(bound_as, &self.host, allowed, eta);
         // What the pool really is of the claim: the bound is of bytes held of the pool.
         let pool_share = (pool_chains as f64 * self.state_bytes / device.memory_bytes as f64).min(design.pool_share);
-        let expected_ms = (self.walk_bytes / rate.bytes_per_sec * 1e3).ceil() as u64;
         let plan = DeviceWalkPlan {
             pool_chains,
             bytes_per_sec: rate.bytes_per_sec,
             source: rate.source,
             expected_ms,
             slack,
-            deadline_ms: (expected_ms as f64 * slack).ceil() as u64,
+            deadline_ms,
             steps_opened,
             rows_checked,
             sized_as: sized.map(|m| m.name),
@@ -792,6 +797,32 @@ mod tests {
         .unwrap();
         let partition = canonical_partition(plan.min_chains, 2).unwrap();
         assert!(chain_pools(&work, &partition, &plan.params.pool_chains).is_ok());
+    }
+
+    /// The bound is computed at the allowance the device gets, its deadline in whole
+    /// milliseconds over its exact expected time, not at the nominal slack: on a short walk the
+    /// rounding adds a share the clock lets a cheater use.
+    #[test]
+    fn the_bound_is_computed_at_the_deadline_given() {
+        let settings = V4Settings {
+            walk_target_ms: 7,
+            ..V4Settings::default()
+        };
+        let rate = 0.9 * 3.35e12;
+        let device = [gpu("NVIDIA H100 80GB HBM3", 80_000_000_000)];
+        let plan = plan_chain_pools("cuda", &device, &[calibrated(rate)], 2048, 8, &settings).unwrap();
+        let d = &plan.devices[0];
+        let exact_ms = f64::from(plan.params.walkers) * f64::from(plan.params.walk_steps) * 65536.0 / rate * 1e3;
+        let allowed = d.deadline_ms as f64 / exact_ms;
+        assert!(allowed > 1.01 * d.slack, "{allowed} over slack {}", d.slack);
+        let model = bound::model("H100 SXM").unwrap();
+        let pool_share = (d.pool_chains * 2048 * 2048) as f64 / 80e9;
+        let held_at = |slack: f64| {
+            let clock = VERSION_4.pooled_clock(model, &[model], slack, expected_eta(rate, model));
+            held_at_least(&VERSION_4, pool_share, clock, d.steps_opened, d.rows_checked)
+        };
+        assert_eq!(d.held_at_least, Some(held_at(allowed)));
+        assert!(held_at(allowed) < held_at(d.slack));
     }
 
     #[test]
