@@ -340,21 +340,7 @@ pub fn plan_chain_pools(
     }
     let design = &settings.design;
     let state_bytes = u64::from(n) * u64::from(n);
-    let slices_per_state = state_bytes / SLICE_BYTES as u64;
-    let mut pool_chains = Vec::with_capacity(devices.len());
-    for (j, device) in devices.iter().enumerate() {
-        let fits = (design.pool_share * device.memory_bytes as f64 / state_bytes as f64).floor() as u64;
-        let chains = fits.min(MAX_POOL_SLICES / slices_per_state);
-        if chains == 0 {
-            return Err(PlanV4Error::NoStateFits {
-                device: j as u32,
-                memory_bytes: device.memory_bytes,
-                share: design.pool_share,
-                state_bytes,
-            });
-        }
-        pool_chains.push(chains);
-    }
+    let pool_chains = pools_per_device(devices, design, state_bytes)?;
     if let Some((j, rate)) = rates
         .iter()
         .enumerate()
@@ -374,29 +360,8 @@ pub fn plan_chain_pools(
             settings.first_contact_slack
         }
     };
-
-    // The walk's length from the slowest device, as in version 3 (PROTOCOL.md 18.6): walkers
-    // are raised where even the longest walk of the configured ones is too short (a CPU whose
-    // small pool sits in its caches).
     let slowest = rates.iter().map(|r| r.bytes_per_sec).fold(f64::INFINITY, f64::min);
-    let target_ms = settings.walk_target_ms as f64;
-    let ms_for = |walkers: u32, steps: u32| f64::from(walkers) * f64::from(steps) * SLICE_BYTES as f64 / slowest * 1e3;
-    let configured = walkers(backend, devices, settings);
-    let walkers = if ms_for(configured, MAX_WALK_STEPS) >= target_ms {
-        configured
-    } else {
-        let needed = (f64::from(configured) * target_ms / ms_for(configured, MAX_WALK_STEPS)).ceil();
-        needed.clamp(f64::from(configured), f64::from(MAX_WALKERS)) as u32
-    };
-    if ms_for(walkers, MAX_WALK_STEPS) < target_ms / 2.0 {
-        return Err(PlanV4Error::WalkTooShort {
-            walkers,
-            reach_ms: ms_for(walkers, MAX_WALK_STEPS),
-            target_ms: settings.walk_target_ms,
-        });
-    }
-    let wanted = target_ms / ms_for(walkers, 1);
-    let walk_steps = wanted.ceil().clamp(1.0, f64::from(MAX_WALK_STEPS)) as u32;
+    let (walkers, walk_steps) = walk_shape(walkers(backend, devices, settings), slowest, settings.walk_target_ms)?;
 
     let walk_bytes = f64::from(walkers) * f64::from(walk_steps) * SLICE_BYTES as f64;
     let steps_per_device = u32::try_from(u64::from(walkers) * u64::from(walk_steps)).unwrap_or(u32::MAX);
@@ -416,23 +381,8 @@ pub fn plan_chain_pools(
         walk_bytes,
         state_bytes: state_bytes as f64,
     };
-    let (plans, host_pools): (Vec<DeviceWalkPlan>, Vec<HostPool>) = devices
-        .iter()
-        .zip(rates)
-        .zip(&pool_chains)
-        .enumerate()
-        .map(|(j, ((device, rate), &pool_chains))| bounds.plan_device(j, device, rate, slack_of(rate), pool_chains))
-        .unzip();
-    let host_held_at_least =
-        design.host_held_share(&host_pools, &|clock, steps, rows| caught(design, clock, steps, rows));
-    let short_of_ninety = bounds.why_short_of_ninety(&plans, host_held_at_least);
-    if let Some(why) = &short_of_ninety {
-        tracing::info!(
-            held = host_held_at_least,
-            "version 4: this host's walk is sized to show {:.1}% of its claim held, under the 90% line: {why}",
-            host_held_at_least * 100.0
-        );
-    }
+    let slacks: Vec<f64> = rates.iter().map(slack_of).collect();
+    let (plans, host_held_at_least, short_of_ninety) = bounds.plan_host(devices, rates, &slacks, &pool_chains);
     let most = pool_chains.iter().copied().max().unwrap_or(1);
     Ok(ChainPoolPlan {
         params: ChainPoolParams {
@@ -446,6 +396,53 @@ pub fn plan_chain_pools(
         host_held_at_least,
         short_of_ninety,
     })
+}
+
+/// Each device's pool in whole states: `floor(pool_share * memory / n^2)`, within the cap on a
+/// pool's slices; a device where no state fits is refused by its index.
+fn pools_per_device(devices: &[DeviceInfo], design: &Design, state_bytes: u64) -> Result<Vec<u64>, PlanV4Error> {
+    let slices_per_state = state_bytes / SLICE_BYTES as u64;
+    devices
+        .iter()
+        .enumerate()
+        .map(|(j, device)| {
+            let fits = (design.pool_share * device.memory_bytes as f64 / state_bytes as f64).floor() as u64;
+            let chains = fits.min(MAX_POOL_SLICES / slices_per_state);
+            if chains == 0 {
+                return Err(PlanV4Error::NoStateFits {
+                    device: j as u32,
+                    memory_bytes: device.memory_bytes,
+                    share: design.pool_share,
+                    state_bytes,
+                });
+            }
+            Ok(chains)
+        })
+        .collect()
+}
+
+/// The walk's walkers and steps: the slowest device (at `slowest` bytes a second) walks for
+/// `target_ms`, as in version 3 (PROTOCOL.md 18.6). Walkers are raised from `configured` where
+/// even the longest walk is too short (a CPU whose small pool sits in its caches); a walk that
+/// cannot reach half the target is refused.
+fn walk_shape(configured: u32, slowest: f64, target_ms: u64) -> Result<(u32, u32), PlanV4Error> {
+    let target = target_ms as f64;
+    let ms_for = |walkers: u32, steps: u32| f64::from(walkers) * f64::from(steps) * SLICE_BYTES as f64 / slowest * 1e3;
+    let walkers = if ms_for(configured, MAX_WALK_STEPS) >= target {
+        configured
+    } else {
+        let needed = (f64::from(configured) * target / ms_for(configured, MAX_WALK_STEPS)).ceil();
+        needed.clamp(f64::from(configured), f64::from(MAX_WALKERS)) as u32
+    };
+    if ms_for(walkers, MAX_WALK_STEPS) < target / 2.0 {
+        return Err(PlanV4Error::WalkTooShort {
+            walkers,
+            reach_ms: ms_for(walkers, MAX_WALK_STEPS),
+            target_ms,
+        });
+    }
+    let wanted = target / ms_for(walkers, 1);
+    Ok((walkers, wanted.ceil().clamp(1.0, f64::from(MAX_WALK_STEPS)) as u32))
 }
 
 /// The share of `model`'s datasheet bandwidth a device is expected at, `eta`, rounded down
@@ -469,6 +466,32 @@ struct Bounds<'a> {
 
 impl Bounds<'_> {
     /// Device `j`'s part of the plan, and its pool as the host's bound needs it.
+    /// Every device's plan and bound, and the host's: the least share of its whole claim shown
+    /// held, and why it falls under the 90% line where it does (logged as well).
+    fn plan_host(
+        &self,
+        devices: &[DeviceInfo],
+        rates: &[ExpectedWalk],
+        slacks: &[f64],
+        pool_chains: &[u64],
+    ) -> (Vec<DeviceWalkPlan>, f64, Option<String>) {
+        let (plans, host_pools): (Vec<DeviceWalkPlan>, Vec<HostPool>) = (0..devices.len())
+            .map(|j| self.plan_device(j, &devices[j], &rates[j], slacks[j], pool_chains[j]))
+            .unzip();
+        let design = self.design;
+        let host_held_at_least =
+            design.host_held_share(&host_pools, &|clock, steps, rows| caught(design, clock, steps, rows));
+        let short_of_ninety = self.why_short_of_ninety(&plans, host_held_at_least);
+        if let Some(why) = &short_of_ninety {
+            tracing::info!(
+                held = host_held_at_least,
+                "version 4: this host's walk is sized to show {:.1}% of its claim held, under the 90% line: {why}",
+                host_held_at_least * 100.0
+            );
+        }
+        (plans, host_held_at_least, short_of_ninety)
+    }
+
     fn plan_device(
         &self,
         j: usize,
