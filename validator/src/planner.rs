@@ -17,6 +17,7 @@ use gpu_attest_shared::inventory::{HardwareClaim, Inventory, InventoryError, Min
 use gpu_attest_shared::params::{
     ChallengeParams, MAX_CHAINS, MAX_SEGMENTS, MAX_TOTAL_CHECKPOINTS, NEWEST_PROTOCOL_VERSION,
 };
+use gpu_attest_shared::statement::MemoryPhase;
 
 /// Kept off a miner's `max_duration_ms`: the miner measures the deadline window on its own
 /// clock, after the challenge has travelled, so a deadline planned right at the limit would be
@@ -39,11 +40,58 @@ pub struct Plan {
     pub finish_by_ms: u64,
     /// Openings to ask for under the sampled policy (0 under full re-execution).
     pub samples: u32,
-    /// The memory phase (protocol version 3); `None` when the challenge has none.
-    pub memory: Option<MemoryPlan>,
-    /// Version 4's memory phase (PROTOCOL.md 20), for a miner whose inventory says 4; never
-    /// beside `memory`.
-    pub chain_pool: Option<ChainPoolPlan>,
+    /// The memory phase, which fixes the protocol version the attestation runs under.
+    pub memory: MemoryPhasePlan,
+}
+
+/// A challenge's memory phase, decided once, by the planner: it is the protocol version the
+/// attestation runs under, the opening requests it signs and the verdict it states
+/// (PROTOCOL.md 16.1), so nothing downstream works the version out again.
+#[derive(Clone, Debug, PartialEq)]
+pub enum MemoryPhasePlan {
+    /// No memory phase (turned off, or not required of a miner that cannot walk): judged under
+    /// version 2, and proving no memory.
+    Off,
+    /// Version 3's fill and walk (PROTOCOL.md 18).
+    V3(MemoryPlan),
+    /// Version 4's chain pools and walk (PROTOCOL.md 20), for a miner whose inventory says 4.
+    V4(ChainPoolPlan),
+}
+
+impl MemoryPhasePlan {
+    /// The protocol version whose rules judge the attestation.
+    pub fn protocol_version(&self) -> u32 {
+        match self {
+            MemoryPhasePlan::Off => 2,
+            MemoryPhasePlan::V3(_) => 3,
+            MemoryPhasePlan::V4(_) => 4,
+        }
+    }
+
+    /// Version 3's plan, if the phase is version 3's.
+    pub fn v3(&self) -> Option<&MemoryPlan> {
+        match self {
+            MemoryPhasePlan::V3(plan) => Some(plan),
+            _ => None,
+        }
+    }
+
+    /// Version 4's plan, if the phase is version 4's.
+    pub fn v4(&self) -> Option<&ChainPoolPlan> {
+        match self {
+            MemoryPhasePlan::V4(plan) => Some(plan),
+            _ => None,
+        }
+    }
+
+    /// What the signed challenge carries of it.
+    pub fn challenge_phase(&self) -> Option<MemoryPhase> {
+        match self {
+            MemoryPhasePlan::Off => None,
+            MemoryPhasePlan::V3(plan) => Some(MemoryPhase::V3(plan.params)),
+            MemoryPhasePlan::V4(pool) => Some(MemoryPhase::V4(pool.params.clone())),
+        }
+    }
 }
 
 #[derive(Debug, thiserror::Error, PartialEq)]
@@ -310,17 +358,17 @@ pub fn plan(
     let expectation = expectation(claim, n, rates, config);
     let rate = expectation.ops_per_sec;
     let memory = match chain_pool {
-        Some(_) => None,
-        None => plan_memory(inventory, &config.memory, rates)?,
+        Some(pool) => MemoryPhasePlan::V4(pool),
+        None => plan_memory(inventory, &config.memory, rates)?.map_or(MemoryPhasePlan::Off, MemoryPhasePlan::V3),
     };
     let timing = Timing {
         ops_per_chain: 2.0 * f64::from(n).powi(3) * f64::from(iterations),
         rate,
         slack: expectation.slack,
-        fixed_s: memory.as_ref().map_or(0.0, |m| fill_seconds(claim, n, rates, m)),
+        fixed_s: memory.v3().map_or(0.0, |m| fill_seconds(claim, n, rates, m)),
     };
 
-    let pool_chains = chain_pool.as_ref().map_or(0, |p| p.min_chains);
+    let pool_chains = memory.v4().map_or(0, |p| p.min_chains);
     let num_chains = chain_count(&timing, config, limits, iterations, devices, pool_chains)?;
     let samples = sample_count(config, limits, sampled)?;
 
@@ -344,7 +392,6 @@ pub fn plan(
         finish_by_ms: finish_by_ms(deadline_ms, config.deadline.finish_by, inventory),
         samples,
         memory,
-        chain_pool,
     })
 }
 

@@ -318,6 +318,7 @@ fn time_allowed(plan: &Plan) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::planner::MemoryPhasePlan;
     use gpu_attest_shared::ChallengeParams;
     use gpu_attest_shared::inventory::HardwareClaim;
     use gpu_attest_shared::statement::DeviceInfo;
@@ -350,8 +351,7 @@ mod tests {
             deadline_ms: 1,
             finish_by_ms: 0,
             samples: 1,
-            memory: None,
-            chain_pool: None,
+            memory: MemoryPhasePlan::Off,
         }
     }
 

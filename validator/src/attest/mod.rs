@@ -40,7 +40,7 @@ use gpu_attest_shared::engine::DeviceProgress;
 use gpu_attest_shared::evidence::EvidenceTrust;
 use gpu_attest_shared::inventory::{HardwareClaim, Inventory, InventoryError};
 use gpu_attest_shared::keys::{KeyPair, PublicKey};
-use gpu_attest_shared::statement::{Challenge, MemoryPhase};
+use gpu_attest_shared::statement::Challenge;
 use gpu_attest_shared::{Backend, Work};
 use outcome::Outcome;
 use rand_chacha::rand_core::SeedableRng;
@@ -381,11 +381,7 @@ impl Attestor {
             deadline_ms: issued_at_ms.saturating_add(plan.deadline_ms),
             validator_key: self.public_key(),
             inventory_digest: plan.claim.digest(),
-            memory: match (&plan.memory, &plan.chain_pool) {
-                (_, Some(pool)) => Some(MemoryPhase::V4(pool.params.clone())),
-                (Some(m), None) => Some(MemoryPhase::V3(m.params)),
-                (None, None) => None,
-            },
+            memory: plan.memory.challenge_phase(),
             finish_by_ms: (plan.finish_by_ms > 0).then(|| issued_at_ms.saturating_add(plan.finish_by_ms)),
         }
     }
@@ -457,7 +453,7 @@ impl Attestor {
             // graded miss may) does not have its evidence read.
             self.check_identity(challenge, committed, outcome, on_event).await?;
         }
-        let walked = match outcome.plan.memory.clone() {
+        let walked = match outcome.plan.memory.v3().cloned() {
             Some(memory) => {
                 if !walk::check_pools(commitment, &memory, outcome) {
                     return Ok(());
@@ -475,14 +471,14 @@ impl Attestor {
             }
             None => None,
         };
-        if outcome.plan.chain_pool.is_some() && commitment.pools.is_some() {
+        if outcome.plan.memory.v4().is_some() && commitment.pools.is_some() {
             outcome.fail(
                 crate::reason::ReasonCode::PoolNotCanonical,
                 "the commitment names pools, but a version 4 challenge's pool is its chains' states (PROTOCOL.md 20.8)",
             );
             return Ok(());
         }
-        let states_walk = match outcome.plan.chain_pool.clone() {
+        let states_walk = match outcome.plan.memory.v4().cloned() {
             Some(pool) if outcome.may_prove() => {
                 let walked = walk_v4::walk_states(
                     miner,

@@ -3,7 +3,7 @@
 use crate::config::Policy;
 use crate::device_identity::IdentityProof;
 use crate::memory::MemoryProof;
-use crate::planner::Plan;
+use crate::planner::{MemoryPhasePlan, Plan};
 use crate::reason::{Reason, ReasonCode};
 use crate::store::{StoredParams, Verdict};
 use crate::throughput::{Throughput, graded_miss};
@@ -33,13 +33,13 @@ impl Outcome {
             plan: plan.clone(),
             reasons: Vec::new(),
             measured_ms: 0,
-            memory: match (&plan.memory, &plan.chain_pool) {
-                (_, Some(pool)) => {
+            memory: match &plan.memory {
+                MemoryPhasePlan::V4(pool) => {
                     let claimed: Vec<u64> = plan.claim.devices.iter().map(|d| d.memory_bytes).collect();
                     Some(MemoryProof::planned_v4(pool, plan.params.n, &claimed))
                 }
-                (Some(memory), None) => Some(MemoryProof::planned(memory)),
-                (None, None) => None,
+                MemoryPhasePlan::V3(memory) => Some(MemoryProof::planned(memory)),
+                MemoryPhasePlan::Off => None,
             },
             identity: None,
             global: Digest::default(),

@@ -8,6 +8,7 @@ use super::untrusted::miner_text;
 use super::walk::WalkContext;
 use super::walk_v4::{StatesWalk, StepChecks};
 use super::{AttestError, AttestEvent, random32};
+use crate::planner::MemoryPhasePlan;
 use crate::reason::ReasonCode;
 use gpu_attest_proto::convert::{opening_from_wire, sample_to_wire, walk_sample_to_wire};
 use gpu_attest_proto::memory_v4::step_sample_to_wire;
@@ -178,10 +179,10 @@ pub async fn sampled(
     let nonce = work.params().nonce;
     // A commitment is opened with a request of its challenge's version: a version 3 one with
     // walk samples or none, a version 4 one with steps or none.
-    let signed = match (&outcome.plan.chain_pool, &commitment.pools) {
-        (Some(_), _) => statement_v4::open_request_bytes(&nonce, &samples, &step_samples),
-        (None, Some(_)) => open_request_bytes_v3(&nonce, &samples, &walk_samples),
-        (None, None) => open_request_bytes(&nonce, &samples),
+    let signed = match (&outcome.plan.memory, &commitment.pools) {
+        (MemoryPhasePlan::V4(_), _) => statement_v4::open_request_bytes(&nonce, &samples, &step_samples),
+        (_, Some(_)) => open_request_bytes_v3(&nonce, &samples, &walk_samples),
+        (_, None) => open_request_bytes(&nonce, &samples),
     };
     let request = v1::OpenChainsRequest {
         nonce: nonce.to_vec(),

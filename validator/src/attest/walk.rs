@@ -118,7 +118,7 @@ pub async fn request_walk(
     outcome: &mut Outcome,
     on_event: &(dyn Fn(AttestEvent) + Send + Sync),
 ) -> Result<Option<WalkContext>, AttestError> {
-    let Some(plan) = outcome.plan.memory.clone() else {
+    let Some(plan) = outcome.plan.memory.v3().cloned() else {
         return Ok(None);
     };
     let walked = walk_and_check(miner, identity, work, commitment, &plan, outcome, on_event).await?;

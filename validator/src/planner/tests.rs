@@ -263,7 +263,7 @@ fn memory_phase_is_sized_from_claimed_memory_and_datasheet_bandwidth() {
     inv.limits.max_chains = 1 << 20;
     let with_memory = ValidatorConfig::default();
     let p = plan(&inv, &with_memory, &shipped_book(), true, [0; 32], [0; 32]).unwrap();
-    let m = p.memory.as_ref().expect("a version 3 miner gets the memory phase");
+    let m = p.memory.v3().expect("a version 3 miner gets the memory phase");
     assert_eq!(m.pools[0].entries, (80u64 << 30) * 950 / 1000 / 65536);
     assert_eq!(m.params.pool_permille, 950);
     assert_eq!((m.params.walkers, m.params.walk_checkpoint_every), (8192, 8));
@@ -311,8 +311,8 @@ fn a_version_4_miner_is_planned_with_its_pool_in_its_chains() {
         [0; 32],
     )
     .unwrap();
-    assert!(p.memory.is_none(), "no version 3 phase beside version 4's");
-    let pool = p.chain_pool.as_ref().expect("version 4's phase");
+    let pool = p.memory.v4().expect("version 4's phase");
+    assert_eq!(p.memory.protocol_version(), 4);
     assert_eq!(pool.params.pool_chains, vec![18310], "design table 2.6");
     assert_eq!(p.params.n, 2048);
     assert_eq!(p.params.iterations, 32, "16 configured, raised to 2^16 / 2048");
@@ -374,7 +374,9 @@ fn first_contact_bounds_per_model() {
             [0; 32],
         )
         .unwrap()
-        .chain_pool
+        .memory
+        .v4()
+        .cloned()
         .unwrap();
         let stated = pool.devices[0].held_at_least.unwrap();
         assert!((stated - held).abs() < 0.0001, "{name}: {stated}");
@@ -398,7 +400,9 @@ fn version_3_walk_rates_do_not_time_version_4() {
     book.share(walk_class(&inv.claim, device), learned(2.2e12));
     let pool = plan(&inv, &config, &book, true, [0; 32], [0; 32])
         .unwrap()
-        .chain_pool
+        .memory
+        .v4()
+        .cloned()
         .unwrap();
     assert!(!pool.observed(), "a version 3 rate does not make version 4 calibrated");
     assert_eq!(pool.slack(), 2.0);
@@ -411,7 +415,9 @@ fn version_3_walk_rates_do_not_time_version_4() {
     book.share(walk_v4_class(&inv.claim, device, 2048), learned(3.1e12));
     let pool = plan(&inv, &config, &book, true, [0; 32], [0; 32])
         .unwrap()
-        .chain_pool
+        .memory
+        .v4()
+        .cloned()
         .unwrap();
     assert!(pool.observed());
     assert_eq!(
@@ -424,7 +430,7 @@ fn version_3_walk_rates_do_not_time_version_4() {
     // Its version 3 walk class is still what a version 3 miner is timed by.
     inv.protocol_version = 3;
     let v3 = plan(&inv, &config, &book, true, [0; 32], [0; 32]).unwrap();
-    assert_eq!(v3.memory.unwrap().bytes_per_sec, vec![2.2e12]);
+    assert_eq!(v3.memory.v3().unwrap().bytes_per_sec, vec![2.2e12]);
 }
 
 /// Design 7: where this validator refuses version 3's memory phase, a miner that speaks 3
@@ -446,14 +452,15 @@ fn a_version_3_miner_is_refused_naming_the_upgrade() {
     }
     config.memory.required = false;
     let compute_only = plan(&inv, &config, &book, true, [0; 32], [0; 32]).unwrap();
-    assert!(compute_only.memory.is_none() && compute_only.chain_pool.is_none());
+    assert_eq!(compute_only.memory, MemoryPhasePlan::Off);
+    assert_eq!(compute_only.memory.protocol_version(), 2);
     inv.protocol_version = 4;
     let v4 = plan(&inv, &config, &book, true, [0; 32], [0; 32]).unwrap();
-    assert!(v4.chain_pool.is_some());
+    assert!(v4.memory.v4().is_some());
     // Off (this release's default), version 3 is planned as before.
     inv.protocol_version = 3;
     let kept = plan(&inv, &ValidatorConfig::default(), &book, true, [0; 32], [0; 32]).unwrap();
-    assert!(kept.memory.is_some());
+    assert_eq!(kept.memory.protocol_version(), 3);
 }
 
 #[test]
@@ -469,7 +476,7 @@ fn memory_phase_refusals_name_their_cause() {
     // Without the memory phase, or where it is not required, a version 2 miner is
     // challenged as before.
     let without = plan(&old, &config(ChallengeConfig::default()), &book, true, [0; 32], [0; 32]);
-    assert!(without.unwrap().memory.is_none());
+    assert_eq!(without.unwrap().memory, MemoryPhasePlan::Off);
     let optional = ValidatorConfig {
         memory: MemoryConfig {
             required: false,
@@ -477,12 +484,7 @@ fn memory_phase_refusals_name_their_cause() {
         },
         ..ValidatorConfig::default()
     };
-    assert!(
-        plan(&old, &optional, &book, true, [0; 32], [0; 32])
-            .unwrap()
-            .memory
-            .is_none()
-    );
+    assert!(plan(&old, &optional, &book, true, [0; 32], [0; 32]).unwrap().memory == MemoryPhasePlan::Off);
     // A claim too small for one entry cannot be challenged.
     let tiny = inventory("cuda", "tensor", &[H100]);
     assert!(matches!(
@@ -493,7 +495,7 @@ fn memory_phase_refusals_name_their_cause() {
     let mut cpu = inventory("cpu", "avx2", &["cpu: test"]);
     cpu.claim.devices[0].memory_bytes = 1 << 20;
     let p = plan(&cpu, &with_memory, &book, true, [0; 32], [0; 32]).unwrap();
-    assert_eq!(p.memory.unwrap().params.walkers, 16);
+    assert_eq!(p.memory.v3().unwrap().params.walkers, 16);
 }
 
 /// A CPU's small pool sits in its cache: once its bandwidth is learned, even the longest
@@ -519,6 +521,8 @@ fn walkers_grow_until_a_fast_cpu_walks_for_the_target() {
     let m = plan(&cpu, &with_memory, &book, true, [0; 32], [0; 32])
         .expect("a fast CPU is still attested")
         .memory
+        .v3()
+        .cloned()
         .unwrap();
     assert_eq!(m.bytes_per_sec, vec![learned], "the learned bandwidth times one core");
     // 4 walkers walk at most 4096 * 8 steps of 64 KiB: 409 ms at 21 GB/s. 20 walkers reach
@@ -537,6 +541,8 @@ fn walkers_grow_until_a_fast_cpu_walks_for_the_target() {
     let m = plan(&cpu, &slow, &book, true, [0; 32], [0; 32])
         .unwrap()
         .memory
+        .v3()
+        .cloned()
         .unwrap();
     assert_eq!(m.params.walkers, 64);
     assert!((2_000..2_100).contains(&m.walk_expected_ms), "{}", m.walk_expected_ms);
