@@ -343,7 +343,7 @@ fn commitment_received(flags: u8, mut wire: v1::Commitment) {
     let work = &honest().0;
     let mut outcome = Outcome::new("http://fuzz.invalid", planned(), Policy::Sampled);
     if check_statement(&challenge, work, &commitment, &signature, &mut outcome)
-        && let Some(memory) = &planned().memory
+        && let Some(memory) = planned().memory.v3()
     {
         let _ = check_pools(&commitment, memory, &mut outcome);
     }
@@ -720,7 +720,7 @@ pub fn seeds() -> Vec<(&'static str, &'static str, Vec<u8>)> {
     // A version 3 challenge, the memory phase as the validator plans it; signed by the harness
     // (selector bit 4).
     let memory_challenge = Challenge {
-        memory: planned().memory.as_ref().map(|m| MemoryPhase::V3(m.params)),
+        memory: planned().memory.v3().map(|m| MemoryPhase::V3(m.params)),
         ..challenge.clone()
     };
     let miner_config = MinerConfig::default().to_toml();

@@ -18,19 +18,30 @@ use tokio::sync::OwnedMutexGuard;
 pub struct AcceptedChallenge {
     pub challenge: Challenge,
     pub work: Work,
-    /// The pools a version 3 challenge asks for; `None` for version 2.
-    pub pool_plan: Option<PoolPlan>,
-    /// The pools once filled ([`MinerCore::fill`]), until the commitment keeps them.
-    pub pools: Option<Vec<Box<dyn ResidentPool>>>,
-    /// The pool chains of a version 4 challenge, checked against the claim; `None` otherwise.
-    pub chain_pool: Option<ChainPoolParams>,
-    /// Their final states once the chains ran ([`MinerCore::execute`]), until the commitment
-    /// keeps them.
-    pub pool_states: Option<Vec<Box<dyn PoolStates>>>,
+    /// The memory phase the challenge asks for, and what is held of it so far.
+    pub memory: AcceptedMemory,
     /// When the work stops by this machine's clock, Unix milliseconds ([`MinerCore::stop_at_ms`]).
     stop_at_ms: u64,
     pub(super) accepted_at: Instant,
     _devices: OwnedMutexGuard<()>,
+}
+
+/// An accepted challenge's memory phase, one per protocol version, with what the miner holds of
+/// it until the commitment keeps it.
+pub enum AcceptedMemory {
+    /// Version 2: none.
+    None,
+    /// Version 3: the pools to fill, and the pools once filled ([`MinerCore::fill`]).
+    V3 {
+        plan: PoolPlan,
+        pools: Option<Vec<Box<dyn ResidentPool>>>,
+    },
+    /// Version 4: the pool chains, checked against the claim, and their final states once the
+    /// chains ran ([`MinerCore::execute`]).
+    V4 {
+        params: ChainPoolParams,
+        states: Option<Vec<Box<dyn PoolStates>>>,
+    },
 }
 
 impl AcceptedChallenge {
@@ -91,12 +102,15 @@ impl MinerCore {
                 finish_by_ms,
             });
         }
-        let (pool_plan, chain_pool) = match &challenge.memory {
-            None => (None, None),
+        let memory = match &challenge.memory {
+            None => AcceptedMemory::None,
             Some(MemoryPhase::V3(_)) if !self.selected.backend.holds_pools() => {
                 return Err(MinerError::MemoryPhaseUnsupported(self.selected.name.clone()));
             }
-            Some(MemoryPhase::V3(memory)) => (Some(PoolPlan::new(*memory, &work, &self.selected.devices())?), None),
+            Some(MemoryPhase::V3(memory)) => AcceptedMemory::V3 {
+                plan: PoolPlan::new(*memory, &work, &self.selected.devices())?,
+                pools: None,
+            },
             // Only where the inventory says 4: a miner whose operator did not ask for the
             // preview, or whose backend keeps no chain states, speaks 3 and refuses 4.
             Some(phase @ MemoryPhase::V4(_)) if self.protocol_version() < phase.protocol_version() => {
@@ -107,7 +121,10 @@ impl MinerCore {
             }
             Some(MemoryPhase::V4(params)) => {
                 self.check_chain_pools(params, &work)?;
-                (None, Some(params.clone()))
+                AcceptedMemory::V4 {
+                    params: params.clone(),
+                    states: None,
+                }
             }
         };
         if self.running.is_stopping() {
@@ -131,16 +148,18 @@ impl MinerCore {
             .backend
             .check_capacity(&work)
             .map_err(MinerError::NoRoom)?;
-        if let Some(plan) = &pool_plan {
-            plan.check_capacity(self.selected.backend.as_ref())
-                .map_err(MinerError::NoRoom)?;
-        }
-        if let Some(params) = &chain_pool {
-            for pool in self.chain_pools(params, &work)? {
-                self.selected
-                    .backend
-                    .check_chain_pool_capacity(&work, &pool, params)
-                    .map_err(MinerError::NoRoom)?;
+        match &memory {
+            AcceptedMemory::None => {}
+            AcceptedMemory::V3 { plan, .. } => plan
+                .check_capacity(self.selected.backend.as_ref())
+                .map_err(MinerError::NoRoom)?,
+            AcceptedMemory::V4 { params, .. } => {
+                for pool in self.chain_pools(params, &work)? {
+                    self.selected
+                        .backend
+                        .check_chain_pool_capacity(&work, &pool, params)
+                        .map_err(MinerError::NoRoom)?;
+                }
             }
         }
         let fresh = self.nonces.lock().unwrap_or_else(|p| p.into_inner()).claim(
@@ -155,10 +174,7 @@ impl MinerCore {
             stop_at_ms,
             challenge,
             work,
-            pool_plan,
-            pools: None,
-            chain_pool,
-            pool_states: None,
+            memory,
             accepted_at: Instant::now(),
             _devices: devices,
         })

@@ -8,7 +8,7 @@ mod kept;
 mod open;
 mod running;
 
-pub use accept::AcceptedChallenge;
+pub use accept::{AcceptedChallenge, AcceptedMemory};
 pub use kept::{KeptCommitments, RecentCommitment};
 pub use open::OpenRound;
 pub use running::{Running, WorkRunning};
@@ -262,12 +262,14 @@ impl MinerCore {
         cancel: &CancelToken,
     ) -> Result<Execution, MinerError> {
         let backend = self.selected.backend.as_ref();
-        match &accepted.chain_pool {
-            None => Ok(engine::execute(backend, &accepted.work, progress, cancel)?),
-            Some(params) => {
+        match &mut accepted.memory {
+            AcceptedMemory::V4 { params, states } => {
                 let kept = engine::execute_with_pools(backend, &accepted.work, &params.pool_chains, progress, cancel)?;
-                accepted.pool_states = Some(kept.pools);
+                *states = Some(kept.pools);
                 Ok(kept.execution)
+            }
+            AcceptedMemory::None | AcceptedMemory::V3 { .. } => {
+                Ok(engine::execute(backend, &accepted.work, progress, cancel)?)
             }
         }
     }
@@ -280,14 +282,14 @@ impl MinerCore {
         progress: &(dyn Fn(u32, u64) + Sync),
         cancel: &CancelToken,
     ) -> Result<(), MinerError> {
-        if let Some(plan) = &accepted.pool_plan {
-            let pools = plan
+        if let AcceptedMemory::V3 { plan, pools } = &mut accepted.memory {
+            let filled = plan
                 .fill(self.selected.backend.as_ref(), progress, cancel)
                 .map_err(|e| match e {
                     BackendError::Cancelled => MinerError::Engine(engine::EngineError::Backend(e)),
                     other => MinerError::Fill(other),
                 })?;
-            accepted.pools = Some(pools);
+            *pools = Some(filled);
         }
         Ok(())
     }
@@ -303,7 +305,10 @@ impl MinerCore {
             backend: self.selected.name.clone(),
             kernel: self.selected.kernel.clone(),
             compute_ms,
-            pools: accepted.pools.as_deref().map(pool_commitments),
+            pools: match &accepted.memory {
+                AcceptedMemory::V3 { pools: Some(pools), .. } => Some(pool_commitments(pools)),
+                _ => None,
+            },
         }
     }
 
@@ -315,14 +320,20 @@ impl MinerCore {
     }
 
     /// Keeps an execution openable by the challenge's validator, and releases the devices.
-    pub fn remember(&self, mut accepted: AcceptedChallenge, execution: Execution) {
-        let memory = match (accepted.pool_plan.as_ref(), accepted.pools.take()) {
-            (Some(plan), Some(pools)) => Some(HeldMemory::new(plan.params, pools)),
-            _ => None,
-        };
-        let chain_pools = match (accepted.chain_pool.take(), accepted.pool_states.take()) {
-            (Some(params), Some(states)) => Some(HeldChainPools::new(params, execution.commitment.global, states)),
-            _ => None,
+    pub fn remember(&self, accepted: AcceptedChallenge, execution: Execution) {
+        let (memory, chain_pools) = match accepted.memory {
+            AcceptedMemory::V3 {
+                plan,
+                pools: Some(pools),
+            } => (Some(HeldMemory::new(plan.params, pools)), None),
+            AcceptedMemory::V4 {
+                params,
+                states: Some(states),
+            } => (
+                None,
+                Some(HeldChainPools::new(params, execution.commitment.global, states)),
+            ),
+            _ => (None, None),
         };
         self.kept.keep(ToKeep {
             nonce: accepted.challenge.params.nonce,
