@@ -29,7 +29,7 @@ pub use client::{MAX_MINER_MESSAGE_BYTES, normalise_url};
 use crate::config::{Policy, ValidatorConfig};
 use crate::device_identity::{check_commitment_evidence, check_part_reuse};
 use crate::metrics::{Phase, ValidatorMetrics};
-use crate::planner::{Plan, PlanError, classes, plan};
+use crate::planner::{MemoryPhasePlan, Plan, PlanError, classes, plan};
 use crate::rates::RateBook;
 use crate::rates::class::homogeneous;
 use crate::rates::class::{walk_class, walk_v4_class};
@@ -40,13 +40,27 @@ use gpu_attest_shared::engine::DeviceProgress;
 use gpu_attest_shared::evidence::EvidenceTrust;
 use gpu_attest_shared::inventory::{HardwareClaim, Inventory, InventoryError};
 use gpu_attest_shared::keys::{KeyPair, PublicKey};
-use gpu_attest_shared::statement::Challenge;
+use gpu_attest_shared::memory::statement_v4::StepSample;
+use gpu_attest_shared::statement::{Challenge, Commitment};
 use gpu_attest_shared::{Backend, Work};
 use outcome::Outcome;
 use rand_chacha::rand_core::SeedableRng;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use tonic::Code;
+use walk::WalkContext;
+use walk_v4::StatesWalk;
+
+/// What the memory phase's walk left to open after the chains.
+enum Walked {
+    /// Nothing: the challenge had no memory phase, the verdict had failed before the walk, or
+    /// the walk itself failed (the outcome says why).
+    Nothing,
+    /// Version 3's walk, whose segments are drawn once it is checked.
+    V3(WalkContext),
+    /// Version 4's walked states, and the steps drawn to open.
+    V4(StatesWalk, Vec<StepSample>),
+}
 
 pub fn now_ms() -> u64 {
     SystemTime::now()
@@ -453,75 +467,19 @@ impl Attestor {
             // graded miss may) does not have its evidence read.
             self.check_identity(challenge, committed, outcome, on_event).await?;
         }
-        let walked = match outcome.plan.memory.v3().cloned() {
-            Some(memory) => {
-                if !walk::check_pools(commitment, &memory, outcome) {
-                    return Ok(());
-                }
-                if !outcome.may_prove() {
-                    // The walk costs the miner seconds and proves nothing for a failed verdict.
-                    on_event(AttestEvent::Phase {
-                        name: "walking",
-                        detail: "not asked for: the verdict has already failed".into(),
-                    });
-                    None
-                } else {
-                    walk::request_walk(miner, &self.identity, &work, commitment, outcome, on_event).await?
-                }
-            }
-            None => None,
-        };
-        if outcome.plan.memory.v4().is_some() && commitment.pools.is_some() {
-            outcome.fail(
-                crate::reason::ReasonCode::PoolNotCanonical,
-                "the commitment names pools, but a version 4 challenge's pool is its chains' states (PROTOCOL.md 20.8)",
-            );
+        let Some(walked) = self.walk(miner, &work, commitment, outcome, on_event).await? else {
             return Ok(());
-        }
-        let states_walk = match outcome.plan.memory.v4().cloned() {
-            Some(pool) if outcome.may_prove() => {
-                let walked = walk_v4::walk_states(
-                    miner,
-                    &self.identity,
-                    &work,
-                    commitment,
-                    &pool,
-                    &mut outcome.reasons,
-                    on_event,
-                )
-                .await?;
-                if let (Some(walked), Some(proof)) = (&walked, outcome.memory.as_mut()) {
-                    // Each device's own time, and the slowest as the proof's one walk time.
-                    for (j, device) in walked.devices.iter().enumerate() {
-                        proof.record_device_walk(j, device.measured_us.div_ceil(1000).max(1));
-                    }
-                }
-                walked
-                    .map(|mut walked| {
-                        let steps = walked.draw_steps(&pool, &mut rand_chacha::ChaCha20Rng::from_seed(random32()?));
-                        Ok::<_, AttestError>((walked, steps))
-                    })
-                    .transpose()?
-            }
-            Some(_) => {
-                on_event(AttestEvent::Phase {
-                    name: "walking",
-                    detail: "not asked for: the verdict has already failed".into(),
-                });
-                None
-            }
-            None => None,
         };
-        let memory_openings = match (&walked, &states_walk) {
-            (Some(context), _) => Some(verify::MemoryOpenings::Segments(verify::WalkOpenings {
+        let memory_openings = match &walked {
+            Walked::V3(context) => Some(verify::MemoryOpenings::Segments(verify::WalkOpenings {
                 context,
                 samples: context.draw_samples(&mut rand_chacha::ChaCha20Rng::from_seed(random32()?)),
             })),
-            (None, Some((walked, steps))) => Some(verify::MemoryOpenings::Steps(verify::StepOpenings {
+            Walked::V4(walked, steps) => Some(verify::MemoryOpenings::Steps(verify::StepOpenings {
                 walked,
                 steps: steps.clone(),
             })),
-            (None, None) => None,
+            Walked::Nothing => None,
         };
         if outcome.policy == Policy::Full && !outcome.may_prove() {
             // Re-execution costs this validator as much as the work: a miner that has already
@@ -561,6 +519,71 @@ impl Attestor {
             outcome,
         )
         .await
+    }
+
+    /// The memory phase's walk, of the challenge's version: `None` when the commitment has
+    /// already failed it (the outcome says why), else what the walk left to open. A verdict
+    /// that can no longer prove anything is not walked: the walk costs the miner seconds.
+    async fn walk(
+        &self,
+        miner: &mut MinerConnection,
+        work: &Work,
+        commitment: &Commitment,
+        outcome: &mut Outcome,
+        on_event: &(dyn Fn(AttestEvent) + Send + Sync),
+    ) -> Result<Option<Walked>, AttestError> {
+        let not_asked = || AttestEvent::Phase {
+            name: "walking",
+            detail: "not asked for: the verdict has already failed".into(),
+        };
+        match outcome.plan.memory.clone() {
+            MemoryPhasePlan::Off => Ok(Some(Walked::Nothing)),
+            MemoryPhasePlan::V3(memory) => {
+                if !walk::check_pools(commitment, &memory, outcome) {
+                    return Ok(None);
+                }
+                if !outcome.may_prove() {
+                    on_event(not_asked());
+                    return Ok(Some(Walked::Nothing));
+                }
+                let context = walk::request_walk(miner, &self.identity, work, commitment, outcome, on_event).await?;
+                Ok(Some(context.map_or(Walked::Nothing, Walked::V3)))
+            }
+            MemoryPhasePlan::V4(_) if commitment.pools.is_some() => {
+                outcome.fail(
+                    crate::reason::ReasonCode::PoolNotCanonical,
+                    "the commitment names pools, but a version 4 challenge's pool is its chains' states (PROTOCOL.md 20.8)",
+                );
+                Ok(None)
+            }
+            MemoryPhasePlan::V4(_) if !outcome.may_prove() => {
+                on_event(not_asked());
+                Ok(Some(Walked::Nothing))
+            }
+            MemoryPhasePlan::V4(pool) => {
+                let walked = walk_v4::walk_states(
+                    miner,
+                    &self.identity,
+                    work,
+                    commitment,
+                    &pool,
+                    &mut outcome.reasons,
+                    on_event,
+                )
+                .await?;
+                let Some(mut walked) = walked else {
+                    return Ok(Some(Walked::Nothing));
+                };
+                if let Some(proof) = outcome.memory.as_mut() {
+                    // Each device's own time, and the slowest as the proof's one walk time.
+                    for (j, device) in walked.devices.iter().enumerate() {
+                        proof.record_device_walk(j, device.measured_us.div_ceil(1000).max(1));
+                    }
+                }
+                let steps = walked.draw_steps(&pool, &mut rand_chacha::ChaCha20Rng::from_seed(random32()?));
+                Ok(Some(Walked::V4(walked, steps)))
+            }
+        }
     }
 
     /// Device evidence under this validator's identity policy (PROTOCOL.md 19.4): before the
