@@ -171,27 +171,14 @@ pub async fn sampled(
 ) -> Result<(), AttestError> {
     let mut rng = ChaCha20Rng::from_seed(random32()?);
     let samples = draw_samples(&mut rng, work, chains);
-    let (walk_samples, step_samples) = match &memory {
-        Some(MemoryOpenings::Segments(w)) => (w.samples.clone(), Vec::new()),
-        Some(MemoryOpenings::Steps(s)) => (Vec::new(), s.steps.clone()),
-        None => (Vec::new(), Vec::new()),
-    };
     let nonce = work.params().nonce;
-    // A commitment is opened with a request of its challenge's version: a version 3 one with
-    // walk samples or none, a version 4 one with steps or none.
-    let signed = match (&outcome.plan.memory, &commitment.pools) {
-        (MemoryPhasePlan::V4(_), _) => statement_v4::open_request_bytes(&nonce, &samples, &step_samples),
-        (_, Some(_)) => open_request_bytes_v3(&nonce, &samples, &walk_samples),
-        (_, None) => open_request_bytes(&nonce, &samples),
-    };
-    let request = v1::OpenChainsRequest {
-        nonce: nonce.to_vec(),
-        samples: samples.iter().map(sample_to_wire).collect(),
-        validator_key: identity.public_key().0.to_vec(),
-        signature: identity.sign(&signed).to_vec(),
-        walk_samples: walk_samples.iter().map(walk_sample_to_wire).collect(),
-        step_samples: step_samples.iter().map(step_sample_to_wire).collect(),
-    };
+    let request = open_request(
+        identity,
+        nonce,
+        (&outcome.plan.memory, commitment),
+        &samples,
+        memory.as_ref(),
+    );
     // A miner that stalls must not hold this validator: all openings must arrive within the
     // budget, counting only the time spent waiting for the miner, not this validator's own
     // recomputation.
@@ -208,14 +195,7 @@ pub async fn sampled(
     let mut stream = match opened {
         Ok(Ok(stream)) => stream,
         Ok(Err(s)) => {
-            outcome.fail(
-                ReasonCode::OpenRefused,
-                format!(
-                    "miner refused to open chains ({:?}): {}",
-                    s.code(),
-                    miner_text(s.message())
-                ),
-            );
+            refused(&s, outcome);
             return Ok(());
         }
         Err(_) => {
@@ -223,47 +203,22 @@ pub async fn sampled(
             return Ok(());
         }
     };
-    let mut due: Vec<Due> = samples.iter().map(|&s| Due::Chain(s)).collect();
-    match &memory {
-        Some(MemoryOpenings::Segments(w)) => due.extend(w.samples.iter().map(|&sample| Due::Walk(sample, w.context))),
-        Some(MemoryOpenings::Steps(s)) => due.extend(s.steps.iter().map(|&step| Due::Step(step, s.walked))),
-        None => {}
-    }
+    let due = owed(&samples, memory.as_ref());
     // Step checks run on every core while the openings keep coming; each is waited for before
     // this returns, whatever ended the stream.
     let mut steps = StepChecks::default();
-    'openings: for sample in due {
+    for sample in due {
         let started = Instant::now();
         let next = tokio::time::timeout(budget.saturating_sub(waited), stream.message()).await;
         waited += started.elapsed();
         let wire = match next {
-            Ok(Ok(Some(wire))) => wire,
-            Ok(Ok(None)) => {
-                outcome.fail(
-                    ReasonCode::OpeningMissing,
-                    format!("miner sent no opening for {sample}"),
-                );
-                break 'openings;
-            }
-            Ok(Err(s)) => {
-                match own_decode_failure(&s) {
-                    Some(why) => {
-                        let code = match sample {
-                            Due::Chain(_) => ReasonCode::MalformedOpening,
-                            Due::Walk(..) | Due::Step(..) => ReasonCode::MalformedWalkOpening,
-                        };
-                        outcome.fail(code, format!("opening {sample}: {why}"));
-                    }
-                    None => outcome.fail(
-                        ReasonCode::OpeningFailed,
-                        format!("opening {sample} failed ({:?}): {}", s.code(), miner_text(s.message())),
-                    ),
-                }
-                break 'openings;
-            }
+            Ok(received) => match received_opening(received, sample, outcome) {
+                Some(wire) => wire,
+                None => break,
+            },
             Err(_) => {
                 timed_out(outcome);
-                break 'openings;
+                break;
             }
         };
         match sample {
@@ -282,6 +237,95 @@ pub async fn sampled(
     }
     steps.finish(&mut outcome.reasons).await?;
     Ok(())
+}
+
+/// The signed open request for `samples` and what the walk left to open, of the challenge's
+/// version (PROTOCOL.md 13.3, 18.5, 20.5): a version 3 one with walk samples or none, a version
+/// 4 one with steps or none.
+fn open_request(
+    identity: &KeyPair,
+    nonce: [u8; 32],
+    (phase, commitment): (&MemoryPhasePlan, &Commitment),
+    samples: &[SampleRequest],
+    memory: Option<&MemoryOpenings<'_>>,
+) -> v1::OpenChainsRequest {
+    let (walk_samples, step_samples) = match memory {
+        Some(MemoryOpenings::Segments(w)) => (w.samples.clone(), Vec::new()),
+        Some(MemoryOpenings::Steps(s)) => (Vec::new(), s.steps.clone()),
+        None => (Vec::new(), Vec::new()),
+    };
+    let signed = match (phase, &commitment.pools) {
+        (MemoryPhasePlan::V4(_), _) => statement_v4::open_request_bytes(&nonce, samples, &step_samples),
+        (_, Some(_)) => open_request_bytes_v3(&nonce, samples, &walk_samples),
+        (_, None) => open_request_bytes(&nonce, samples),
+    };
+    v1::OpenChainsRequest {
+        nonce: nonce.to_vec(),
+        samples: samples.iter().map(sample_to_wire).collect(),
+        validator_key: identity.public_key().0.to_vec(),
+        signature: identity.sign(&signed).to_vec(),
+        walk_samples: walk_samples.iter().map(walk_sample_to_wire).collect(),
+        step_samples: step_samples.iter().map(step_sample_to_wire).collect(),
+    }
+}
+
+/// The openings the stream owes, in request order: the chains, then the walk segments or steps.
+fn owed<'a>(samples: &[SampleRequest], memory: Option<&MemoryOpenings<'a>>) -> Vec<Due<'a>> {
+    let mut due: Vec<Due> = samples.iter().map(|&s| Due::Chain(s)).collect();
+    match memory {
+        Some(MemoryOpenings::Segments(w)) => due.extend(w.samples.iter().map(|&sample| Due::Walk(sample, w.context))),
+        Some(MemoryOpenings::Steps(s)) => due.extend(s.steps.iter().map(|&step| Due::Step(step, s.walked))),
+        None => {}
+    }
+    due
+}
+
+/// The miner refused the open request.
+fn refused(status: &Status, outcome: &mut Outcome) {
+    outcome.fail(
+        ReasonCode::OpenRefused,
+        format!(
+            "miner refused to open chains ({:?}): {}",
+            status.code(),
+            miner_text(status.message())
+        ),
+    );
+}
+
+/// The opening the stream sent for `sample`, or `None` once the outcome says why there is none
+/// (the stream ended, or the miner sent an error: malformed by this validator's decoding, or the
+/// miner's own).
+fn received_opening(
+    received: Result<Option<v1::ChainOpening>, Status>,
+    sample: Due<'_>,
+    outcome: &mut Outcome,
+) -> Option<v1::ChainOpening> {
+    match received {
+        Ok(Some(wire)) => Some(wire),
+        Ok(None) => {
+            outcome.fail(
+                ReasonCode::OpeningMissing,
+                format!("miner sent no opening for {sample}"),
+            );
+            None
+        }
+        Err(s) => {
+            match own_decode_failure(&s) {
+                Some(why) => {
+                    let code = match sample {
+                        Due::Chain(_) => ReasonCode::MalformedOpening,
+                        Due::Walk(..) | Due::Step(..) => ReasonCode::MalformedWalkOpening,
+                    };
+                    outcome.fail(code, format!("opening {sample}: {why}"));
+                }
+                None => outcome.fail(
+                    ReasonCode::OpeningFailed,
+                    format!("opening {sample} failed ({:?}): {}", s.code(), miner_text(s.message())),
+                ),
+            }
+            None
+        }
+    }
 }
 
 /// An opening the stream owes, in request order: the chains, then the walk segments or steps.
