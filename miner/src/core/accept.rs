@@ -102,31 +102,7 @@ impl MinerCore {
                 finish_by_ms,
             });
         }
-        let memory = match &challenge.memory {
-            None => AcceptedMemory::None,
-            Some(MemoryPhase::V3(_)) if !self.selected.backend.holds_pools() => {
-                return Err(MinerError::MemoryPhaseUnsupported(self.selected.name.clone()));
-            }
-            Some(MemoryPhase::V3(memory)) => AcceptedMemory::V3 {
-                plan: PoolPlan::new(*memory, &work, &self.selected.devices())?,
-                pools: None,
-            },
-            // Only where the inventory says 4: a miner whose operator did not ask for the
-            // preview, or whose backend keeps no chain states, speaks 3 and refuses 4.
-            Some(phase @ MemoryPhase::V4(_)) if self.protocol_version() < phase.protocol_version() => {
-                return Err(MinerError::VersionNotSpoken {
-                    asked: phase.protocol_version(),
-                    spoken: self.protocol_version(),
-                });
-            }
-            Some(MemoryPhase::V4(params)) => {
-                self.check_chain_pools(params, &work)?;
-                AcceptedMemory::V4 {
-                    params: params.clone(),
-                    states: None,
-                }
-            }
-        };
+        let memory = self.accepted_memory(&challenge, &work)?;
         if self.running.is_stopping() {
             return Err(MinerError::Stopping);
         }
@@ -148,20 +124,7 @@ impl MinerCore {
             .backend
             .check_capacity(&work)
             .map_err(MinerError::NoRoom)?;
-        match &memory {
-            AcceptedMemory::None => {}
-            AcceptedMemory::V3 { plan, .. } => plan
-                .check_capacity(self.selected.backend.as_ref())
-                .map_err(MinerError::NoRoom)?,
-            AcceptedMemory::V4 { params, .. } => {
-                for pool in self.chain_pools(params, &work)? {
-                    self.selected
-                        .backend
-                        .check_chain_pool_capacity(&work, &pool, params)
-                        .map_err(MinerError::NoRoom)?;
-                }
-            }
-        }
+        self.check_room(&memory, &work)?;
         let fresh = self.nonces.lock().unwrap_or_else(|p| p.into_inner()).claim(
             challenge.params.nonce,
             challenge.deadline_ms,
@@ -178,6 +141,57 @@ impl MinerCore {
             accepted_at: Instant::now(),
             _devices: devices,
         })
+    }
+
+    /// The memory phase `challenge` asks for, if this miner can take it: version 3's pools
+    /// only on a backend that holds them, version 4 only where the inventory says 4, its pools
+    /// within what each device claims.
+    fn accepted_memory(&self, challenge: &Challenge, work: &Work) -> Result<AcceptedMemory, MinerError> {
+        Ok(match &challenge.memory {
+            None => AcceptedMemory::None,
+            Some(MemoryPhase::V3(_)) if !self.selected.backend.holds_pools() => {
+                return Err(MinerError::MemoryPhaseUnsupported(self.selected.name.clone()));
+            }
+            Some(MemoryPhase::V3(memory)) => AcceptedMemory::V3 {
+                plan: PoolPlan::new(*memory, work, &self.selected.devices())?,
+                pools: None,
+            },
+            // Only where the inventory says 4: a miner whose operator did not ask for the
+            // preview, or whose backend keeps no chain states, speaks 3 and refuses 4.
+            Some(phase @ MemoryPhase::V4(_)) if self.protocol_version() < phase.protocol_version() => {
+                return Err(MinerError::VersionNotSpoken {
+                    asked: phase.protocol_version(),
+                    spoken: self.protocol_version(),
+                });
+            }
+            Some(MemoryPhase::V4(params)) => {
+                self.check_chain_pools(params, work)?;
+                AcceptedMemory::V4 {
+                    params: params.clone(),
+                    states: None,
+                }
+            }
+        })
+    }
+
+    /// Room on the devices for what the phase will hold beside the chains, asked of the backend
+    /// before any work (a GPU's free memory).
+    fn check_room(&self, memory: &AcceptedMemory, work: &Work) -> Result<(), MinerError> {
+        match memory {
+            AcceptedMemory::None => {}
+            AcceptedMemory::V3 { plan, .. } => plan
+                .check_capacity(self.selected.backend.as_ref())
+                .map_err(MinerError::NoRoom)?,
+            AcceptedMemory::V4 { params, .. } => {
+                for pool in self.chain_pools(params, work)? {
+                    self.selected
+                        .backend
+                        .check_chain_pool_capacity(work, &pool, params)
+                        .map_err(MinerError::NoRoom)?;
+                }
+            }
+        }
+        Ok(())
     }
 
     /// A version 4 challenge's pools against PROTOCOL.md 20.1's limits and against what each
