@@ -11,7 +11,8 @@
 //! - [`opening`], [`verify`]: sampled openings and the validator's checks.
 //! - [`keys`], [`statement`]: ed25519 keys and the canonical encodings they sign.
 //! - [`inventory`]: the hardware a miner claims and the limits it sets.
-//! - [`memory`]: the memory proof of version 3: a resident pool and a walk over it.
+//! - [`memory`]: the memory proof: version 3's filled pool and walk, version 4's pool of chain
+//!   states, its walk, and the bound a verdict states.
 //! - [`reference`]: the work function written out plainly, the oracle every fast path is
 //!   tested against; [`vectors`]: PROTOCOL.md's vector challenge; [`selftest`]: a backend
 //!   checked against both before anyone relies on it.

@@ -3,8 +3,8 @@
 use crate::digest::Digest;
 use thiserror::Error;
 
-/// The newest protocol version this crate implements (PROTOCOL.md): 3 adds the memory phase
-/// (section 18).
+/// The version a miner of this release speaks unless its operator asks for version 4's preview
+/// ([`NEWEST_PROTOCOL_VERSION`]): 3 adds the memory phase (PROTOCOL.md 18).
 pub const PROTOCOL_VERSION: u32 = 3;
 /// The newest version this crate speaks with a peer that says it: version 4's memory proof over
 /// the chains' own states (PROTOCOL.md 20). A validator attests a miner whose inventory says 4

@@ -1,5 +1,6 @@
-//! The memory proof (PROTOCOL.md section 18): each device fills a pool with the work function's
-//! own output and then walks it, step by step, in an order that each step's result chooses.
+//! The memory proof: in version 3 (PROTOCOL.md 18) each device fills a pool with the work
+//! function's own output, in version 4 (PROTOCOL.md 20) its pool is its pool chains' final
+//! states; then it walks the pool, step by step, in an order that each step's result chooses.
 //!
 //! - [`params`]: the challenge's memory parameters and the size of each device's pool.
 //! - [`bench`](mod@bench): the memory phase's bandwidths and fill rate on the CPU, for `miner bench`.
@@ -7,8 +8,8 @@
 //!   memory.
 //! - [`walk`]: the walk's start states, its step, walker traces and the walk root.
 //! - [`check`]: the validator's check of one opened walk segment.
-//! - [`chain_pool`], [`slice`], [`slice_walk`], [`bound`]: version 4's engine, not yet on the
-//!   wire (docs/design/protocol-v4.md): the pool as the pool chains' final states, a 64 KiB
+//! - [`chain_pool`], [`slice`], [`slice_walk`], [`bound`]: version 4's engine (PROTOCOL.md 20,
+//!   a preview a miner speaks where its operator asks): the pool as the pool chains' final states, a 64 KiB
 //!   slice of one proven against the state's BLAKE3 hash, the walk over slices with every state
 //!   committed and the check of one opened step, and the clock and opening bounds against the
 //!   best cheater, from which a planner sizes its openings.

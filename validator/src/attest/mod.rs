@@ -12,7 +12,8 @@
 //! - [`outcome`]: the verdict being assembled.
 //! - [`untrusted`]: a miner's own words made safe to store and show.
 //! - [`retest`]: the one retest a miss just past the deadline gets.
-//! - [`walk`]: the memory phase's walk and its openings.
+//! - [`walk`]: version 3's memory walk and its openings; [`walk_v4`]: version 4's walk, timed
+//!   per device, and its step checks.
 
 pub mod client;
 pub mod decoding;

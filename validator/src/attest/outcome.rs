@@ -17,7 +17,7 @@ pub struct Outcome {
     pub plan: Plan,
     pub reasons: Vec<Reason>,
     pub measured_ms: u64,
-    /// The memory phase as planned, then as measured (version 3).
+    /// The memory phase as planned, then as measured (version 3 or 4; `None` without one).
     pub memory: Option<MemoryProof>,
     /// Device evidence as checked (PROTOCOL.md 19.5); `None` under the `off` policy, or when the
     /// commitment failed before its evidence was read.

@@ -76,10 +76,11 @@ pub struct Verdict {
     /// The run this verdict's retest replaced (PROTOCOL.md 14.7); `None` for a first run.
     /// Stored as JSON.
     pub first_run: Option<FirstRun>,
-    /// The protocol version whose rules judged it (PROTOCOL.md 16.1): 3 when the challenge
-    /// carried the memory phase, 2 when it did not. Not a column of its own: every version-3
-    /// verdict is stored with its memory phase, so it is derived from that on reading
-    /// ([`judged_under`]).
+    /// The protocol version whose rules judged it (PROTOCOL.md 16.1): 4 or 3 by the memory
+    /// phase the challenge carried (version 4's proof has no fill), 2 when it carried none. Not
+    /// a column of its own: every verdict with a memory phase is stored with it, so it is
+    /// derived from that on reading ([`judged_under`]); the planner's `MemoryPhasePlan` decided
+    /// the same.
     pub protocol_version: u32,
 }
 
