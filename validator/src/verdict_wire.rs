@@ -77,65 +77,8 @@ pub fn verdict_to_wire(v: &Verdict) -> v1::Verdict {
         rate_miners: v.throughput.rate_miners,
         slack: v.throughput.slack,
         claimed_peak_ops_per_sec: v.throughput.claimed_peak_ops_per_sec,
-        memory: v.memory.as_ref().map(|m| v1::MemoryVerdict {
-            pool_permille: m.pool_permille,
-            walkers: m.walkers,
-            walk_steps: m.walk_steps,
-            walk_checkpoint_every: m.walk_checkpoint_every,
-            walk_samples: m.walk_samples,
-            devices: m
-                .devices
-                .iter()
-                .map(|d| v1::DeviceMemoryVerdict {
-                    claimed_bytes: d.claimed_bytes,
-                    pool_entries: d.pool_entries,
-                    proven_bytes: d.proven_bytes,
-                    walk: d.walk.as_ref().map(|w| v1::DeviceWalkVerdict {
-                        measured_ms: w.measured_ms,
-                        expected_ms: w.expected_ms,
-                        deadline_ms: w.deadline_ms,
-                        expected_bytes_per_sec: w.expected_bytes_per_sec,
-                        proven_bytes_per_sec: w.proven_bytes_per_sec.unwrap_or(0.0),
-                        bandwidth_source: w.bandwidth_source.clone(),
-                        steps_opened: w.steps_opened,
-                        rows_checked: w.rows_checked,
-                        sized_as: w.sized_as.clone(),
-                        bound_as: w.bound_as.clone(),
-                        held_at_least: w.held_at_least,
-                    }),
-                })
-                .collect(),
-            walk_bytes: m.walk_bytes,
-            walk_measured_ms: m.walk_measured_ms,
-            walk_expected_ms: m.walk_expected_ms,
-            walk_deadline_ms: m.walk_deadline_ms,
-            expected_walk_bytes_per_sec: m.expected_walk_bytes_per_sec,
-            proven_walk_bytes_per_sec: m.proven_walk_bytes_per_sec.unwrap_or(0.0),
-            bandwidth_source: m.bandwidth_source.clone(),
-            bandwidth_miners: m.bandwidth_miners,
-            slack: m.slack,
-            fill_weight: m.fill_weight,
-            host_held_at_least: m.host_held_at_least,
-            proves: m.proves.clone(),
-        }),
-        identity: v.identity.as_ref().map(|i| v1::IdentityVerdict {
-            policy: i.policy.clone(),
-            devices: i
-                .devices
-                .iter()
-                .map(|d| v1::DeviceIdentityVerdict {
-                    index: d.index,
-                    status: d.status.as_str().into(),
-                    line: d.line.clone(),
-                    reason: d.reason.clone().unwrap_or_default(),
-                    part: d
-                        .part
-                        .as_ref()
-                        .map(|(chip, id)| vec![chip.clone(), id.clone()])
-                        .unwrap_or_default(),
-                })
-                .collect(),
-        }),
+        memory: v.memory.as_ref().map(memory_to_wire),
+        identity: v.identity.as_ref().map(identity_to_wire),
     }
 }
 
@@ -197,64 +140,8 @@ pub fn verdict_from_wire(v: &v1::Verdict) -> Verdict {
                 v.claimed_peak_ops_per_sec,
             ),
         },
-        memory: v.memory.as_ref().map(|m| MemoryProof {
-            pool_permille: m.pool_permille,
-            walkers: m.walkers,
-            walk_steps: m.walk_steps,
-            walk_checkpoint_every: m.walk_checkpoint_every,
-            walk_samples: m.walk_samples,
-            devices: m
-                .devices
-                .iter()
-                .map(|d| DeviceMemory {
-                    claimed_bytes: d.claimed_bytes,
-                    pool_entries: d.pool_entries,
-                    proven_bytes: d.proven_bytes,
-                    walk: d.walk.as_ref().map(|w| DeviceWalk {
-                        measured_ms: w.measured_ms,
-                        expected_ms: w.expected_ms,
-                        deadline_ms: w.deadline_ms,
-                        expected_bytes_per_sec: w.expected_bytes_per_sec,
-                        proven_bytes_per_sec: positive(w.proven_bytes_per_sec),
-                        bandwidth_source: w.bandwidth_source.clone(),
-                        steps_opened: w.steps_opened,
-                        rows_checked: w.rows_checked,
-                        sized_as: w.sized_as.clone(),
-                        bound_as: w.bound_as.clone(),
-                        held_at_least: w.held_at_least,
-                    }),
-                })
-                .collect(),
-            walk_bytes: m.walk_bytes,
-            walk_measured_ms: m.walk_measured_ms,
-            walk_expected_ms: m.walk_expected_ms,
-            walk_deadline_ms: m.walk_deadline_ms,
-            expected_walk_bytes_per_sec: m.expected_walk_bytes_per_sec,
-            proven_walk_bytes_per_sec: positive(m.proven_walk_bytes_per_sec),
-            bandwidth_source: m.bandwidth_source.clone(),
-            bandwidth_miners: m.bandwidth_miners,
-            slack: m.slack,
-            fill_weight: m.fill_weight,
-            host_held_at_least: m.host_held_at_least,
-            proves: m.proves.clone(),
-        }),
-        identity: v.identity.as_ref().map(|i| IdentityProof {
-            policy: i.policy.clone(),
-            devices: i
-                .devices
-                .iter()
-                .map(|d| DeviceIdentity {
-                    index: d.index,
-                    status: IdentityStatus::from_name(&d.status),
-                    line: d.line.clone(),
-                    reason: (!d.reason.is_empty()).then(|| d.reason.clone()),
-                    part: match d.part.as_slice() {
-                        [chip, id] => Some((chip.clone(), id.clone())),
-                        _ => None,
-                    },
-                })
-                .collect(),
-        }),
+        memory: v.memory.as_ref().map(memory_from_wire),
+        identity: v.identity.as_ref().map(identity_from_wire),
         first_run: v.first_run.as_ref().map(|f| FirstRun {
             nonce: hex::encode(&f.nonce),
             measured_ms: f.measured_ms,
@@ -265,6 +152,139 @@ pub fn verdict_from_wire(v: &v1::Verdict) -> Verdict {
             reasons: reasons_from_wire(&f.fail_reasons),
         }),
         protocol_version: v.protocol_version,
+    }
+}
+
+/// A verdict's memory phase as the API sends it (PROTOCOL.md 16.1 `memory`).
+fn memory_to_wire(m: &MemoryProof) -> v1::MemoryVerdict {
+    v1::MemoryVerdict {
+        pool_permille: m.pool_permille,
+        walkers: m.walkers,
+        walk_steps: m.walk_steps,
+        walk_checkpoint_every: m.walk_checkpoint_every,
+        walk_samples: m.walk_samples,
+        devices: m
+            .devices
+            .iter()
+            .map(|d| v1::DeviceMemoryVerdict {
+                claimed_bytes: d.claimed_bytes,
+                pool_entries: d.pool_entries,
+                proven_bytes: d.proven_bytes,
+                walk: d.walk.as_ref().map(|w| v1::DeviceWalkVerdict {
+                    measured_ms: w.measured_ms,
+                    expected_ms: w.expected_ms,
+                    deadline_ms: w.deadline_ms,
+                    expected_bytes_per_sec: w.expected_bytes_per_sec,
+                    proven_bytes_per_sec: w.proven_bytes_per_sec.unwrap_or(0.0),
+                    bandwidth_source: w.bandwidth_source.clone(),
+                    steps_opened: w.steps_opened,
+                    rows_checked: w.rows_checked,
+                    sized_as: w.sized_as.clone(),
+                    bound_as: w.bound_as.clone(),
+                    held_at_least: w.held_at_least,
+                }),
+            })
+            .collect(),
+        walk_bytes: m.walk_bytes,
+        walk_measured_ms: m.walk_measured_ms,
+        walk_expected_ms: m.walk_expected_ms,
+        walk_deadline_ms: m.walk_deadline_ms,
+        expected_walk_bytes_per_sec: m.expected_walk_bytes_per_sec,
+        proven_walk_bytes_per_sec: m.proven_walk_bytes_per_sec.unwrap_or(0.0),
+        bandwidth_source: m.bandwidth_source.clone(),
+        bandwidth_miners: m.bandwidth_miners,
+        slack: m.slack,
+        fill_weight: m.fill_weight,
+        host_held_at_least: m.host_held_at_least,
+        proves: m.proves.clone(),
+    }
+}
+
+/// A verdict's device identity as the API sends it (PROTOCOL.md 16.1 `identity`).
+fn identity_to_wire(i: &IdentityProof) -> v1::IdentityVerdict {
+    v1::IdentityVerdict {
+        policy: i.policy.clone(),
+        devices: i
+            .devices
+            .iter()
+            .map(|d| v1::DeviceIdentityVerdict {
+                index: d.index,
+                status: d.status.as_str().into(),
+                line: d.line.clone(),
+                reason: d.reason.clone().unwrap_or_default(),
+                part: d
+                    .part
+                    .as_ref()
+                    .map(|(chip, id)| vec![chip.clone(), id.clone()])
+                    .unwrap_or_default(),
+            })
+            .collect(),
+    }
+}
+
+/// [`memory_to_wire`]'s inverse.
+fn memory_from_wire(m: &v1::MemoryVerdict) -> MemoryProof {
+    MemoryProof {
+        pool_permille: m.pool_permille,
+        walkers: m.walkers,
+        walk_steps: m.walk_steps,
+        walk_checkpoint_every: m.walk_checkpoint_every,
+        walk_samples: m.walk_samples,
+        devices: m
+            .devices
+            .iter()
+            .map(|d| DeviceMemory {
+                claimed_bytes: d.claimed_bytes,
+                pool_entries: d.pool_entries,
+                proven_bytes: d.proven_bytes,
+                walk: d.walk.as_ref().map(|w| DeviceWalk {
+                    measured_ms: w.measured_ms,
+                    expected_ms: w.expected_ms,
+                    deadline_ms: w.deadline_ms,
+                    expected_bytes_per_sec: w.expected_bytes_per_sec,
+                    proven_bytes_per_sec: positive(w.proven_bytes_per_sec),
+                    bandwidth_source: w.bandwidth_source.clone(),
+                    steps_opened: w.steps_opened,
+                    rows_checked: w.rows_checked,
+                    sized_as: w.sized_as.clone(),
+                    bound_as: w.bound_as.clone(),
+                    held_at_least: w.held_at_least,
+                }),
+            })
+            .collect(),
+        walk_bytes: m.walk_bytes,
+        walk_measured_ms: m.walk_measured_ms,
+        walk_expected_ms: m.walk_expected_ms,
+        walk_deadline_ms: m.walk_deadline_ms,
+        expected_walk_bytes_per_sec: m.expected_walk_bytes_per_sec,
+        proven_walk_bytes_per_sec: positive(m.proven_walk_bytes_per_sec),
+        bandwidth_source: m.bandwidth_source.clone(),
+        bandwidth_miners: m.bandwidth_miners,
+        slack: m.slack,
+        fill_weight: m.fill_weight,
+        host_held_at_least: m.host_held_at_least,
+        proves: m.proves.clone(),
+    }
+}
+
+/// [`identity_to_wire`]'s inverse.
+fn identity_from_wire(i: &v1::IdentityVerdict) -> IdentityProof {
+    IdentityProof {
+        policy: i.policy.clone(),
+        devices: i
+            .devices
+            .iter()
+            .map(|d| DeviceIdentity {
+                index: d.index,
+                status: IdentityStatus::from_name(&d.status),
+                line: d.line.clone(),
+                reason: (!d.reason.is_empty()).then(|| d.reason.clone()),
+                part: match d.part.as_slice() {
+                    [chip, id] => Some((chip.clone(), id.clone())),
+                    _ => None,
+                },
+            })
+            .collect(),
     }
 }
 
