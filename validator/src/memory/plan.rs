@@ -120,6 +120,56 @@ fn walkers(claim: &HardwareClaim, config: &MemoryConfig) -> u32 {
     per_device.clamp(1, MAX_WALKERS)
 }
 
+/// Each device's pool: `permille` of its memory in whole entries, within the protocol's limit.
+fn planned_pools(claim: &HardwareClaim, permille: u32) -> Result<Vec<PlannedPool>, MemoryPlanError> {
+    claim
+        .devices
+        .iter()
+        .enumerate()
+        .map(|(j, d)| {
+            let entries = pool_entries(d.memory_bytes, permille);
+            if !(1..=MAX_POOL_ENTRIES).contains(&entries) {
+                return Err(MemoryPlanError::PoolSize {
+                    device: j as u32,
+                    memory_bytes: d.memory_bytes,
+                    permille,
+                    entries,
+                });
+            }
+            Ok(PlannedPool {
+                memory_bytes: d.memory_bytes,
+                entries,
+            })
+        })
+        .collect()
+}
+
+/// The walkers of a walk whose longest length reaches `target_ms` at `slowest` bytes a second.
+/// A device whose small pool sits in a fast cache (a CPU with a few cores) walks even the
+/// longest walk of the `configured` walkers in less than the target, once its bandwidth is
+/// learned. More walkers make every step longer, so they are raised until the longest walk
+/// reaches the target: the walk keeps its length instead of the miner going unattested. A walk
+/// that cannot reach half the target is refused.
+fn walkers_reaching(configured: u32, slowest: f64, target_ms: u64) -> Result<u32, MemoryPlanError> {
+    let longest = MAX_WALK_SEGMENTS * WALK_CHECKPOINT_EVERY;
+    let target = target_ms as f64;
+    let reach_ms = |walkers: u32| f64::from(walkers) * ENTRY_BYTES as f64 * f64::from(longest) / slowest * 1000.0;
+    let walkers = if reach_ms(configured) >= target {
+        configured
+    } else {
+        let needed = (f64::from(configured) * target / reach_ms(configured)).ceil();
+        needed.clamp(f64::from(configured), f64::from(MAX_WALKERS)) as u32
+    };
+    if reach_ms(walkers) < target / 2.0 {
+        return Err(MemoryPlanError::WalkTooShort {
+            walkers,
+            reach_ms: reach_ms(walkers),
+            target_ms,
+        });
+    }
+    Ok(walkers)
+}
+
 /// Plans the memory phase for `inventory`, or `None` when this validator does not ask for it.
 pub fn plan_memory(
     inventory: &Inventory,
@@ -144,26 +194,7 @@ pub fn plan_memory(
     }
     let claim = &inventory.claim;
     let permille = config.pool_permille;
-    let pools = claim
-        .devices
-        .iter()
-        .enumerate()
-        .map(|(j, d)| {
-            let entries = pool_entries(d.memory_bytes, permille);
-            if !(1..=MAX_POOL_ENTRIES).contains(&entries) {
-                return Err(MemoryPlanError::PoolSize {
-                    device: j as u32,
-                    memory_bytes: d.memory_bytes,
-                    permille,
-                    entries,
-                });
-            }
-            Ok(PlannedPool {
-                memory_bytes: d.memory_bytes,
-                entries,
-            })
-        })
-        .collect::<Result<Vec<_>, _>>()?;
+    let pools = planned_pools(claim, permille)?;
 
     let mut bytes_per_sec = Vec::with_capacity(claim.devices.len());
     let mut source = RateSource::Calibrated;
@@ -182,27 +213,7 @@ pub fn plan_memory(
     };
 
     let every = WALK_CHECKPOINT_EVERY;
-    let longest = MAX_WALK_SEGMENTS * every;
-    let target_ms = config.walk_target_ms as f64;
-    let reach_ms = |walkers: u32| f64::from(walkers) * ENTRY_BYTES as f64 * f64::from(longest) / slowest * 1000.0;
-    // A device whose small pool sits in a fast cache (a CPU with a few cores) walks even the
-    // longest walk of the configured walkers in less than the target, once its bandwidth is
-    // learned. More walkers make every step longer, so they are raised until the longest walk
-    // reaches the target: the walk keeps its length instead of the miner going unattested.
-    let configured = walkers(claim, config);
-    let walkers = if reach_ms(configured) >= target_ms {
-        configured
-    } else {
-        let needed = (f64::from(configured) * target_ms / reach_ms(configured)).ceil();
-        needed.clamp(f64::from(configured), f64::from(MAX_WALKERS)) as u32
-    };
-    if reach_ms(walkers) < target_ms / 2.0 {
-        return Err(MemoryPlanError::WalkTooShort {
-            walkers,
-            reach_ms: reach_ms(walkers),
-            target_ms: config.walk_target_ms,
-        });
-    }
+    let walkers = walkers_reaching(walkers(claim, config), slowest, config.walk_target_ms)?;
     let step_bytes = f64::from(walkers) * ENTRY_BYTES as f64;
     let walk_ms = |steps: u32| f64::from(steps) * step_bytes / slowest * 1000.0;
     let wanted = (config.walk_target_ms as f64 / 1000.0 * slowest / step_bytes / f64::from(every)).ceil();
