@@ -13,6 +13,7 @@ use super::untrusted::miner_text;
 use super::{AttestError, AttestEvent, now_ms, random32};
 use crate::memory::plan_v4::ChainPoolPlan;
 use crate::reason::{Reason, ReasonCode};
+use gpu_attest_proto::convert::{WalkRequest, walk_request_to_wire};
 use gpu_attest_proto::memory_v4::{step_opening_from_wire, walk_root_from_wire};
 use gpu_attest_proto::v1;
 use gpu_attest_shared::Work;
@@ -63,15 +64,14 @@ pub async fn walk_states(
     let walk_seed = random32()?;
     let longest = plan.devices.iter().map(|d| d.deadline_ms).max().unwrap_or(0);
     let deadline_ms = now_ms().saturating_add(longest);
-    let request = v1::WalkRequest {
-        nonce: nonce.to_vec(),
-        walk_seed: walk_seed.to_vec(),
-        deadline_unix_ms: deadline_ms,
-        validator_key: identity.public_key().0.to_vec(),
-        signature: identity
-            .sign(&walk_request_bytes(&nonce, &walk_seed, deadline_ms))
-            .to_vec(),
-    };
+    // Version 3's message, signed over version 4's bytes (PROTOCOL.md 20.7).
+    let request = walk_request_to_wire(&WalkRequest {
+        nonce,
+        walk_seed,
+        deadline_ms,
+        validator_key: identity.public_key().0,
+        signature: identity.sign(&walk_request_bytes(&nonce, &walk_seed, deadline_ms)),
+    });
     on_event(AttestEvent::Phase {
         name: "walking",
         detail: format!(
@@ -101,9 +101,35 @@ pub async fn walk_states(
         miner, identity, request, &walk, commitment, plan, sent, give_up, reasons,
     )
     .await;
-    let Some(roots) = roots else {
+    let Some(devices) = roots.and_then(|roots| walked_devices(roots, work, commitment, plan, reasons)) else {
         return Ok(None);
     };
+    on_event(AttestEvent::Phase {
+        name: "walk-received",
+        detail: devices
+            .iter()
+            .enumerate()
+            .map(|(j, d)| format!("device {j} after {} ms", d.measured_us.div_ceil(1000)))
+            .collect::<Vec<_>>()
+            .join(", "),
+    });
+    Ok(Some(StatesWalk {
+        walk,
+        row_checked: HashSet::new(),
+        devices,
+    }))
+}
+
+/// Each device's received root with its pool and commitments, every device timed against its
+/// own deadline: a late one is a reason, and its root is kept. `None` (with the reason) when a
+/// device has no pool of the planned size.
+fn walked_devices(
+    roots: Vec<(Digest, u64, u64)>,
+    work: &Work,
+    commitment: &Commitment,
+    plan: &ChainPoolPlan,
+    reasons: &mut Vec<Reason>,
+) -> Option<Vec<WalkedDevice>> {
     let mut devices = Vec::with_capacity(roots.len());
     for (j, (root, measured_us, device_us)) in roots.into_iter().enumerate() {
         let planned = &plan.devices[j];
@@ -123,7 +149,7 @@ pub async fn walk_states(
                 ReasonCode::WalkNotCanonical,
                 format!("device {j} has no pool of the planned size in the commitment's partition"),
             ));
-            return Ok(None);
+            return None;
         };
         let root_j = &commitment.work.devices[j];
         devices.push(WalkedDevice {
@@ -137,20 +163,7 @@ pub async fn walk_states(
             device_us,
         });
     }
-    on_event(AttestEvent::Phase {
-        name: "walk-received",
-        detail: devices
-            .iter()
-            .enumerate()
-            .map(|(j, d)| format!("device {j} after {} ms", d.measured_us.div_ceil(1000)))
-            .collect::<Vec<_>>()
-            .join(", "),
-    });
-    Ok(Some(StatesWalk {
-        walk,
-        row_checked: HashSet::new(),
-        devices,
-    }))
+    Some(devices)
 }
 
 /// Device `j`'s pool: its first `N_j` chains, from the commitment's partition.
@@ -210,43 +223,8 @@ async fn collect_roots(
             Ok(Ok(Some(message))) => message,
         };
         let measured_us = sent.elapsed().as_micros() as u64;
-        let (device, root, device_us, signature) = match walk_root_from_wire(&message) {
-            Ok(decoded) => decoded,
-            Err(e) => return fail(reasons, ReasonCode::MalformedWalk, format!("malformed walk root: {e}")),
-        };
-        let Some(slot) = roots.get_mut(device as usize) else {
-            return fail(
-                reasons,
-                ReasonCode::WalkNotCanonical,
-                format!("a walk root for device {device}; the challenge has {devices} devices"),
-            );
-        };
-        let statement = WalkRoot {
-            nonce: walk.nonce,
-            miner_key: commitment.miner_key,
-            validator_key: identity.public_key(),
-            walk_seed: walk.walk_seed,
-            device,
-            root,
-            device_us,
-        };
-        if commitment
-            .miner_key
-            .verify(&statement.signing_bytes(), &signature)
-            .is_err()
-        {
-            return fail(
-                reasons,
-                ReasonCode::WalkSignature,
-                format!("device {device}'s walk root is not signed by the miner over this walk"),
-            );
-        }
-        if slot.replace((root, measured_us, device_us)).is_some() {
-            return fail(
-                reasons,
-                ReasonCode::WalkNotCanonical,
-                format!("two walk roots for device {device}"),
-            );
+        if let Err((code, message)) = take_root(&message, measured_us, walk, commitment, identity, &mut roots) {
+            return fail(reasons, code, message);
         }
     }
     let missing: Vec<usize> = (0..devices).filter(|&j| roots[j].is_none()).collect();
@@ -258,6 +236,54 @@ async fn collect_roots(
         );
     }
     Some(roots.into_iter().flatten().collect())
+}
+
+/// One root from the stream, decoded, for a device of the challenge, signed by the miner over
+/// this walk, and the first for its device: kept in `roots` with the time it arrived, or the
+/// reason it cannot be.
+fn take_root(
+    message: &v1::DeviceWalkRoot,
+    measured_us: u64,
+    walk: &SliceWalk,
+    commitment: &Commitment,
+    identity: &KeyPair,
+    roots: &mut [Option<(Digest, u64, u64)>],
+) -> Result<(), (ReasonCode, String)> {
+    let devices = roots.len();
+    let (device, root, device_us, signature) =
+        walk_root_from_wire(message).map_err(|e| (ReasonCode::MalformedWalk, format!("malformed walk root: {e}")))?;
+    let Some(slot) = roots.get_mut(device as usize) else {
+        return Err((
+            ReasonCode::WalkNotCanonical,
+            format!("a walk root for device {device}; the challenge has {devices} devices"),
+        ));
+    };
+    let statement = WalkRoot {
+        nonce: walk.nonce,
+        miner_key: commitment.miner_key,
+        validator_key: identity.public_key(),
+        walk_seed: walk.walk_seed,
+        device,
+        root,
+        device_us,
+    };
+    if commitment
+        .miner_key
+        .verify(&statement.signing_bytes(), &signature)
+        .is_err()
+    {
+        return Err((
+            ReasonCode::WalkSignature,
+            format!("device {device}'s walk root is not signed by the miner over this walk"),
+        ));
+    }
+    if slot.replace((root, measured_us, device_us)).is_some() {
+        return Err((
+            ReasonCode::WalkNotCanonical,
+            format!("two walk roots for device {device}"),
+        ));
+    }
+    Ok(())
 }
 
 fn timed_out(sent: Instant, roots: &[Option<(Digest, u64, u64)>]) -> String {
