@@ -144,16 +144,27 @@ fn planned_pools(claim: &HardwareClaim, permille: u32) -> Result<Vec<PlannedPool
         .collect()
 }
 
-/// The walkers of a walk whose longest length reaches `target_ms` at `slowest` bytes a second.
-/// A device whose small pool sits in a fast cache (a CPU with a few cores) walks even the
-/// longest walk of the `configured` walkers in less than the target, once its bandwidth is
-/// learned. More walkers make every step longer, so they are raised until the longest walk
-/// reaches the target: the walk keeps its length instead of the miner going unattested. A walk
-/// that cannot reach half the target is refused.
-fn walkers_reaching(configured: u32, slowest: f64, target_ms: u64) -> Result<u32, MemoryPlanError> {
-    let longest = MAX_WALK_SEGMENTS * WALK_CHECKPOINT_EVERY;
+/// A walk that cannot reach half its target even with the most walkers: how many, and how long
+/// their longest walk takes.
+pub(super) struct TooShort {
+    pub walkers: u32,
+    pub reach_ms: f64,
+}
+
+/// The walkers of a walk whose longest length (`longest_bytes` a walker) reaches `target_ms` at
+/// `slowest` bytes a second, in both versions. A device whose small pool sits in a fast cache (a
+/// CPU with a few cores) walks even the longest walk of the `configured` walkers in less than
+/// the target, once its bandwidth is learned. More walkers make every step longer, so they are
+/// raised until the longest walk reaches the target: the walk keeps its length instead of the
+/// miner going unattested. A walk that cannot reach half the target is refused.
+pub(super) fn walkers_reaching(
+    configured: u32,
+    longest_bytes: f64,
+    slowest: f64,
+    target_ms: u64,
+) -> Result<u32, TooShort> {
     let target = target_ms as f64;
-    let reach_ms = |walkers: u32| f64::from(walkers) * ENTRY_BYTES as f64 * f64::from(longest) / slowest * 1000.0;
+    let reach_ms = |walkers: u32| f64::from(walkers) * longest_bytes / slowest * 1000.0;
     let walkers = if reach_ms(configured) >= target {
         configured
     } else {
@@ -161,10 +172,9 @@ fn walkers_reaching(configured: u32, slowest: f64, target_ms: u64) -> Result<u32
         needed.clamp(f64::from(configured), f64::from(MAX_WALKERS)) as u32
     };
     if reach_ms(walkers) < target / 2.0 {
-        return Err(MemoryPlanError::WalkTooShort {
+        return Err(TooShort {
             walkers,
             reach_ms: reach_ms(walkers),
-            target_ms,
         });
     }
     Ok(walkers)
@@ -213,7 +223,15 @@ pub fn plan_memory(
     };
 
     let every = WALK_CHECKPOINT_EVERY;
-    let walkers = walkers_reaching(walkers(claim, config), slowest, config.walk_target_ms)?;
+    let longest_bytes = ENTRY_BYTES as f64 * f64::from(MAX_WALK_SEGMENTS * every);
+    let target_ms = config.walk_target_ms;
+    let walkers = walkers_reaching(walkers(claim, config), longest_bytes, slowest, target_ms).map_err(
+        |TooShort { walkers, reach_ms }| MemoryPlanError::WalkTooShort {
+            walkers,
+            reach_ms,
+            target_ms,
+        },
+    )?;
     let step_bytes = f64::from(walkers) * ENTRY_BYTES as f64;
     let walk_ms = |steps: u32| f64::from(steps) * step_bytes / slowest * 1000.0;
     let wanted = (config.walk_target_ms as f64 / 1000.0 * slowest / step_bytes / f64::from(every)).ceil();

@@ -7,6 +7,7 @@
 //! Nothing here reads the rate book or the configuration file: the caller gives each device's
 //! expected walk rate and where it came from, so that the arithmetic is tested alone.
 
+use super::plan::{TooShort, walkers_reaching};
 use crate::rates::RateSource;
 use gpu_attest_shared::memory::bound::{self, Clocked, Design, DeviceModel, HostPool, MODELS, VERSION_4};
 use gpu_attest_shared::memory::chain_pool::{ChainPoolParams, MAX_POOL_SLICES, MAX_WALK_STEPS};
@@ -422,26 +423,20 @@ fn pools_per_device(devices: &[DeviceInfo], design: &Design, state_bytes: u64) -
 }
 
 /// The walk's walkers and steps: the slowest device (at `slowest` bytes a second) walks for
-/// `target_ms`, as in version 3 (PROTOCOL.md 18.6). Walkers are raised from `configured` where
-/// even the longest walk is too short (a CPU whose small pool sits in its caches); a walk that
-/// cannot reach half the target is refused.
+/// `target_ms`, its walkers raised by version 3's rule (PROTOCOL.md 18.6,
+/// [`walkers_reaching`]) where even the longest walk is too short.
 fn walk_shape(configured: u32, slowest: f64, target_ms: u64) -> Result<(u32, u32), PlanV4Error> {
-    let target = target_ms as f64;
+    let longest_bytes = f64::from(MAX_WALK_STEPS) * SLICE_BYTES as f64;
+    let walkers =
+        walkers_reaching(configured, longest_bytes, slowest, target_ms).map_err(|TooShort { walkers, reach_ms }| {
+            PlanV4Error::WalkTooShort {
+                walkers,
+                reach_ms,
+                target_ms,
+            }
+        })?;
     let ms_for = |walkers: u32, steps: u32| f64::from(walkers) * f64::from(steps) * SLICE_BYTES as f64 / slowest * 1e3;
-    let walkers = if ms_for(configured, MAX_WALK_STEPS) >= target {
-        configured
-    } else {
-        let needed = (f64::from(configured) * target / ms_for(configured, MAX_WALK_STEPS)).ceil();
-        needed.clamp(f64::from(configured), f64::from(MAX_WALKERS)) as u32
-    };
-    if ms_for(walkers, MAX_WALK_STEPS) < target / 2.0 {
-        return Err(PlanV4Error::WalkTooShort {
-            walkers,
-            reach_ms: ms_for(walkers, MAX_WALK_STEPS),
-            target_ms,
-        });
-    }
-    let wanted = target / ms_for(walkers, 1);
+    let wanted = target_ms as f64 / ms_for(walkers, 1);
     Ok((walkers, wanted.ceil().clamp(1.0, f64::from(MAX_WALK_STEPS)) as u32))
 }
 
