@@ -449,15 +449,16 @@ static unsigned ga_skewed_rank() {
 // reached before the phase it should have waited for) forces it here, every run.
 static std::atomic<unsigned> ga_hold_others_left[2];
 static thread_local bool ga_hold_counted, ga_hold_released;
-static bool ga_held_thread() {
+static bool ga_held_index(unsigned x) {
     static const std::pair<unsigned, unsigned> range = [] {
         const char* v = getenv("GA_EMULATION_HOLD_THREADS");
         unsigned lo = 0, hi = 0;
         if (v && sscanf(v, "%u-%u", &lo, &hi) != 2) { fprintf(stderr, "GA_EMULATION_HOLD_THREADS is lo-hi\n"); abort(); }
         return std::pair<unsigned, unsigned>{lo, hi};
     }();
-    return threadIdx.x >= range.first && threadIdx.x < range.second;
+    return x >= range.first && x < range.second;
 }
+static bool ga_held_thread() { return ga_held_index(threadIdx.x); }
 // This thread, outside the held ones, has reached a barrier wait or returned.
 static void ga_hold_count_arrival() {
     if (ga_hold_counted || ga_held_thread()) return;
@@ -511,10 +512,7 @@ static void run_blocks(const std::vector<ga_dim3>& ids, const std::vector<unsign
         running[r] = threads;
         ga_cluster_exited[r] = false;
         unsigned held = 0;
-        for (unsigned t = 0; t < threads; ++t) {
-            threadIdx = {t % bx, t / bx, 0};
-            held += ga_held_thread() ? 1u : 0u;
-        }
+        for (unsigned t = 0; t < threads; ++t) held += ga_held_index(t % bx) ? 1u : 0u;
         ga_hold_others_left[r] = threads - held;
     }
     std::vector<std::thread> pool;
