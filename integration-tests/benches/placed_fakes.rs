@@ -71,10 +71,7 @@ impl Setting {
 
     /// `C(WL - F, s) / C(WL, s)`.
     fn predicted_pass(&self) -> f64 {
-        let (total, faked) = (self.total() as f64, f64::from(self.faked));
-        (0..self.opened)
-            .map(|i| (total - faked - f64::from(i)) / (total - f64::from(i)))
-            .product()
+        without_replacement(self.total(), u64::from(self.faked), self.opened)
     }
 }
 

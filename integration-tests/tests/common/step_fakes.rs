@@ -64,11 +64,7 @@ impl PoolCheat for StepFakes {
                 })
                 .collect()
         });
-        Box::new(FakedWalk {
-            states,
-            tracer,
-            traces: Mutex::new(Vec::new()),
-        })
+        FakedWalk::boxed(states, tracer)
     }
 }
 
@@ -85,6 +81,7 @@ fn made_up(state: &Digest, attempt: u64) -> Digest {
 /// the rest. After each fake it grinds: it tries made-up states one after another, each until
 /// its first missing index, and keeps the first whose next `run` steps read held slices only.
 /// What it did, walk by walk, is in [`Grinding::tallies`].
+#[derive(Clone)]
 pub struct Grinding {
     pub missing: u64,
     pub serve_share: f64,
@@ -166,22 +163,13 @@ impl PoolCheat for Grinding {
         _: &mut [ChainResult],
         states: Box<dyn PoolStates>,
     ) -> Box<dyn PoolStates> {
-        let me = Grinding {
-            missing: self.missing,
-            serve_share: self.serve_share,
-            run: self.run,
-            tallies: self.tallies.clone(),
-        };
+        let me = self.clone();
         let tracer: Tracer = Arc::new(move |source, walk| {
             let (traces, tally) = me.trace_walk(source, walk);
             me.tallies.lock().unwrap().push(tally);
             traces
         });
-        Box::new(FakedWalk {
-            states,
-            tracer,
-            traces: Mutex::new(Vec::new()),
-        })
+        FakedWalk::boxed(states, tracer)
     }
 }
 
@@ -190,6 +178,17 @@ struct FakedWalk {
     states: Box<dyn PoolStates>,
     tracer: Tracer,
     traces: Mutex<Vec<Vec<Digest>>>,
+}
+
+impl FakedWalk {
+    /// The pool a cheat hands its backend: the honest `states`, walked by `tracer`.
+    fn boxed(states: Box<dyn PoolStates>, tracer: Tracer) -> Box<dyn PoolStates> {
+        Box::new(FakedWalk {
+            states,
+            tracer,
+            traces: Mutex::new(Vec::new()),
+        })
+    }
 }
 
 impl PoolStates for FakedWalk {
