@@ -29,10 +29,8 @@ pub struct RecentCommitment {
     /// When the hold ([`OPENING_HOLD`]) started: at the commitment, and again when its walk
     /// statement was sent, since a version 3 validator opens after the walk.
     hold_from: Mutex<Instant>,
-    /// The pools and walk of a version 3 commitment.
-    pub memory: Option<HeldMemory>,
-    /// The kept states and walk of a version 4 commitment.
-    pub chain_pools: Option<HeldChainPools>,
+    /// What it holds of its memory phase: version 3's pools or version 4's kept states.
+    pub memory: KeptMemory,
     /// Set by the first open request that passes every check: an open request is single-use,
     /// so a captured one cannot make this miner recompute again and again.
     opened: AtomicBool,
@@ -77,11 +75,50 @@ impl RecentCommitment {
     /// soak saw the miners' memory rise in steps. The commitment itself stays, so the hold
     /// spacing still sees it and a repeated open request still gets "already opened".
     pub fn finish_round(&self) {
-        if let Some(memory) = &self.memory {
-            memory.release();
+        match &self.memory {
+            KeptMemory::None => {}
+            KeptMemory::V3(memory) => memory.release(),
+            KeptMemory::V4(pools) => pools.release(),
         }
-        if let Some(pools) = &self.chain_pools {
-            pools.release();
+    }
+}
+
+/// A kept commitment's memory phase, one per protocol version: decided when the challenge was
+/// accepted (`AcceptedMemory`), so that what it answers is never worked out again from which
+/// parts happen to be there.
+pub enum KeptMemory {
+    /// Version 2, or a version 3 challenge whose pools were never filled: nothing to walk.
+    None,
+    /// Version 3: the pools and their walk.
+    V3(HeldMemory),
+    /// Version 4: the pool chains' kept states and their walk.
+    V4(HeldChainPools),
+}
+
+impl KeptMemory {
+    /// Version 3's pools, if the commitment has them.
+    pub fn v3(&self) -> Option<&HeldMemory> {
+        match self {
+            KeptMemory::V3(memory) => Some(memory),
+            _ => None,
+        }
+    }
+
+    /// Whether it still holds its pools (or kept states): until its walk and opening round are
+    /// over, or it is released for another challenge.
+    pub fn holds_pools(&self) -> bool {
+        match self {
+            KeptMemory::None => false,
+            KeptMemory::V3(memory) => memory.holds_pools(),
+            KeptMemory::V4(pools) => pools.holds_pools(),
+        }
+    }
+
+    /// Version 4's kept states, if the commitment has them.
+    pub fn v4(&self) -> Option<&HeldChainPools> {
+        match self {
+            KeptMemory::V4(pools) => Some(pools),
+            _ => None,
         }
     }
 }
@@ -93,8 +130,7 @@ pub(super) struct ToKeep {
     pub work: Work,
     pub execution: Execution,
     pub computed_in: Duration,
-    pub memory: Option<HeldMemory>,
-    pub chain_pools: Option<HeldChainPools>,
+    pub memory: KeptMemory,
 }
 
 /// The kept commitments, oldest first, each for `keep_for`.
@@ -136,7 +172,6 @@ impl KeptCommitments {
             computed_in: kept.computed_in,
             hold_from: Mutex::new(Instant::now()),
             memory: kept.memory,
-            chain_pools: kept.chain_pools,
             work: kept.work,
             execution: kept.execution,
             stored_at: Instant::now(),
@@ -193,12 +228,6 @@ impl KeptCommitments {
     /// round, or kept by a validator that never opens (the full policy) until they expire or
     /// another challenge needs the memory.
     pub fn holding_pools(&self) -> usize {
-        self.lock()
-            .iter()
-            .filter(|r| {
-                r.memory.as_ref().is_some_and(HeldMemory::holds_pools)
-                    || r.chain_pools.as_ref().is_some_and(HeldChainPools::holds_pools)
-            })
-            .count()
+        self.lock().iter().filter(|r| r.memory.holds_pools()).count()
     }
 }

@@ -32,7 +32,7 @@ use gpu_attest_shared::opening::ChainOpening;
 use gpu_attest_shared::params::{MIN_PROTOCOL_VERSION, NEWEST_PROTOCOL_VERSION, PROTOCOL_VERSION};
 use gpu_attest_shared::statement::Commitment;
 use gpu_attest_shared::{BackendError, CancelToken};
-use kept::ToKeep;
+use kept::{KeptMemory, ToKeep};
 use std::collections::HashSet;
 use std::sync::{Mutex, RwLock};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -321,26 +321,22 @@ impl MinerCore {
 
     /// Keeps an execution openable by the challenge's validator, and releases the devices.
     pub fn remember(&self, accepted: AcceptedChallenge, execution: Execution) {
-        let (memory, chain_pools) = match accepted.memory {
+        let memory = match accepted.memory {
             AcceptedMemory::V3 {
                 plan,
                 pools: Some(pools),
-            } => (Some(HeldMemory::new(plan.params, pools)), None),
+            } => KeptMemory::V3(HeldMemory::new(plan.params, pools)),
             AcceptedMemory::V4 {
                 params,
                 states: Some(states),
-            } => (
-                None,
-                Some(HeldChainPools::new(params, execution.commitment.global, states)),
-            ),
-            _ => (None, None),
+            } => KeptMemory::V4(HeldChainPools::new(params, execution.commitment.global, states)),
+            _ => KeptMemory::None,
         };
         self.kept.keep(ToKeep {
             nonce: accepted.challenge.params.nonce,
             validator_key: accepted.challenge.validator_key,
             computed_in: accepted.accepted_at.elapsed(),
             memory,
-            chain_pools,
             work: accepted.work,
             execution,
         });

@@ -1,6 +1,7 @@
 //! Answering a commitment's validator: the walk (version 3) and the one opening round, each
 //! request checked in the order of PROTOCOL.md 14.5 and 18.4 before anything runs.
 
+use super::kept::KeptMemory;
 use super::{MAX_WALK_SAMPLES, MinerCore, Opened, RecentCommitment, Signed, SignedOpening};
 use crate::error::MinerError;
 use crate::memory_v4::HeldChainPools;
@@ -66,20 +67,20 @@ impl MinerCore {
         if validator_key != recent.validator_key.0 || !self.is_allowed(&recent.validator_key) {
             return Err(MinerError::OpenNotAllowed);
         }
-        if !steps.is_empty() && recent.chain_pools.is_none() {
+        if !steps.is_empty() && recent.memory.v4().is_none() {
             return Err(MinerError::NotVersion4(hex::encode(nonce)));
         }
-        if !walks.is_empty() && recent.chain_pools.is_some() {
+        if !walks.is_empty() && recent.memory.v4().is_some() {
             return Err(MinerError::OtherVersion {
                 nonce: hex::encode(nonce),
                 version: 4,
                 what: "its walk has no segments; ask for its steps (step_samples)",
             });
         }
-        let signed = match (&recent.memory, &recent.chain_pools) {
-            (_, Some(_)) => statement_v4::open_request_bytes(&nonce, &samples, &steps),
-            (Some(_), None) => open_request_bytes_v3(&nonce, &samples, &walks),
-            (None, None) => open_request_bytes(&nonce, &samples),
+        let signed = match &recent.memory {
+            KeptMemory::V4(_) => statement_v4::open_request_bytes(&nonce, &samples, &steps),
+            KeptMemory::V3(_) => open_request_bytes_v3(&nonce, &samples, &walks),
+            KeptMemory::None => open_request_bytes(&nonce, &samples),
         };
         recent
             .validator_key
@@ -95,12 +96,10 @@ impl MinerCore {
             return Err(MinerError::AlreadyOpened(hex::encode(nonce)));
         }
         match &recent.memory {
-            Some(memory) => memory.check_samples(&walks)?,
-            None if !walks.is_empty() => return Err(MinerError::NoMemoryPhase(hex::encode(nonce))),
-            None => {}
-        }
-        if let Some(pools) = &recent.chain_pools {
-            pools.check_steps(&steps)?;
+            KeptMemory::V3(memory) => memory.check_samples(&walks)?,
+            KeptMemory::V4(pools) => pools.check_steps(&steps)?,
+            KeptMemory::None if !walks.is_empty() => return Err(MinerError::NoMemoryPhase(hex::encode(nonce))),
+            KeptMemory::None => {}
         }
         if !recent.claim_round() {
             return Err(MinerError::AlreadyOpened(hex::encode(nonce)));
@@ -209,7 +208,7 @@ impl MinerCore {
     /// for a version 3 commitment, and the first such request. Passing uses up the walk.
     pub fn check_walk_request(&self, request: WalkRequest) -> Result<(Arc<RecentCommitment>, WalkRequest), MinerError> {
         let recent = self.signed_walk_request(&request, walk_request_bytes)?;
-        if recent.chain_pools.is_some() {
+        if recent.memory.v4().is_some() {
             return Err(MinerError::OtherVersion {
                 nonce: hex::encode(request.nonce),
                 version: 4,
@@ -218,7 +217,7 @@ impl MinerCore {
         }
         let memory = recent
             .memory
-            .as_ref()
+            .v3()
             .ok_or_else(|| MinerError::NoMemoryPhase(hex::encode(request.nonce)))?;
         if !memory.claim_walk() {
             return Err(MinerError::AlreadyWalked(hex::encode(request.nonce)));
@@ -257,7 +256,7 @@ impl MinerCore {
     ) -> Result<Signed<WalkStatement>, MinerError> {
         let memory = recent
             .memory
-            .as_ref()
+            .v3()
             .ok_or_else(|| MinerError::NoMemoryPhase(hex::encode(request.nonce)))?;
         let started = Instant::now();
         let roots = memory.walk(request.nonce, request.walk_seed, cancel)?;
@@ -280,7 +279,7 @@ impl MinerCore {
     pub fn open_walk(&self, recent: &RecentCommitment, sample: WalkSample) -> Result<SignedOpening, MinerError> {
         let memory = recent
             .memory
-            .as_ref()
+            .v3()
             .ok_or_else(|| MinerError::NoMemoryPhase(hex::encode(recent.nonce)))?;
         let opening = memory.open(sample)?;
         Ok(SignedOpening {
@@ -325,12 +324,13 @@ impl MinerCore {
 
 /// The kept states of a version 4 commitment, or why `recent` has none.
 fn held_chain_pools(recent: &RecentCommitment) -> Result<&HeldChainPools, MinerError> {
-    recent.chain_pools.as_ref().ok_or_else(|| match recent.memory {
-        Some(_) => MinerError::OtherVersion {
+    match &recent.memory {
+        KeptMemory::V4(pools) => Ok(pools),
+        KeptMemory::V3(_) => Err(MinerError::OtherVersion {
             nonce: hex::encode(recent.nonce),
             version: 3,
             what: "its walk is asked for with WalkPool",
-        },
-        None => MinerError::NotVersion4(hex::encode(recent.nonce)),
-    })
+        }),
+        KeptMemory::None => Err(MinerError::NotVersion4(hex::encode(recent.nonce))),
+    }
 }
