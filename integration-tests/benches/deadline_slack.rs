@@ -21,7 +21,7 @@ mod common;
 use common::fleet::*;
 use common::*;
 use gpu_attest_validator::config::DeadlineConfig;
-use gpu_attest_validator::store::Verdict;
+use gpu_attest_validator::verdict::Verdict;
 
 const DEFAULT_HONEST: usize = 200;
 const DEFAULT_CHEATS: usize = 100;

@@ -45,8 +45,8 @@ use gpu_attest_shared::memory::chain_pool::ChainPoolParams;
 use gpu_attest_validator::memory::plan_v4::{
     ChainPoolPlan, DeviceWalkPlan, ExpectedWalk, V4Settings, plan_chain_pools,
 };
-use gpu_attest_validator::rates::RateSource;
-use gpu_attest_validator::reason::ReasonCode;
+use gpu_attest_validator::verdict::class::RateSource;
+use gpu_attest_validator::verdict::reason::ReasonCode;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 

@@ -19,7 +19,7 @@ use gpu_attest_shared::params::ChallengeParams;
 use gpu_attest_shared::statement::Challenge;
 use gpu_attest_validator::attest::AttestError;
 use gpu_attest_validator::config::Policy;
-use gpu_attest_validator::reason::ReasonCode;
+use gpu_attest_validator::verdict::reason::ReasonCode;
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tonic::Code;

@@ -8,11 +8,11 @@ use common::cheats::{Cheat, spawn_cheater};
 use common::*;
 use gpu_attest_validator::attest::AttestEvent;
 use gpu_attest_validator::config::Policy;
-use gpu_attest_validator::memory::MemoryProof;
-use gpu_attest_validator::rates::RateSource;
-use gpu_attest_validator::reason::ReasonCode;
-use gpu_attest_validator::store::Verdict;
-use gpu_attest_validator::throughput::operations;
+use gpu_attest_validator::verdict::Verdict;
+use gpu_attest_validator::verdict::class::RateSource;
+use gpu_attest_validator::verdict::memory::MemoryProof;
+use gpu_attest_validator::verdict::reason::ReasonCode;
+use gpu_attest_validator::verdict::throughput::operations;
 
 #[tokio::test(flavor = "multi_thread")]
 async fn honest_miner_passes_sampled_verification() {

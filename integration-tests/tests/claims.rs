@@ -13,14 +13,14 @@ use gpu_attest_shared::inventory::InventoryError;
 use gpu_attest_validator::attest::{AttestError, AttestEvent};
 use gpu_attest_validator::config::Policy;
 use gpu_attest_validator::planner::PlanError;
-use gpu_attest_validator::reason::ReasonCode;
 use gpu_attest_validator::store::VerdictFilter;
+use gpu_attest_validator::verdict::reason::ReasonCode;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 /// The plan error an attestation ended with; panics on any other outcome.
-fn plan_error(result: Result<gpu_attest_validator::store::Verdict, AttestError>) -> PlanError {
+fn plan_error(result: Result<gpu_attest_validator::verdict::Verdict, AttestError>) -> PlanError {
     match result {
         Err(AttestError::Plan { source, .. }) => source,
         other => panic!("expected a refusal to plan, got {other:?}"),
@@ -40,7 +40,10 @@ async fn miner_with_limits(seed: u8, limits: Limits) -> Running {
 }
 
 /// Attests `url` with a fresh validator, returning the verdict and every progress event relayed.
-async fn attest_watching_progress(url: &str, tag: &str) -> (gpu_attest_validator::store::Verdict, Vec<DeviceProgress>) {
+async fn attest_watching_progress(
+    url: &str,
+    tag: &str,
+) -> (gpu_attest_validator::verdict::Verdict, Vec<DeviceProgress>) {
     let dir = TempDir::new(tag);
     let attestor = attestor(&validator_config(&dir, Policy::Sampled)).await;
     let relayed = Mutex::new(Vec::new());

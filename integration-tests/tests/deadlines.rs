@@ -8,8 +8,8 @@ mod common;
 
 use common::fleet::*;
 use common::*;
-use gpu_attest_validator::rates::RateSource;
-use gpu_attest_validator::reason::ReasonCode;
+use gpu_attest_validator::verdict::class::RateSource;
+use gpu_attest_validator::verdict::reason::ReasonCode;
 
 #[tokio::test(flavor = "multi_thread")]
 async fn calibrated_deadlines_fail_an_under_provisioned_miner_and_pass_honest_ones() {

@@ -33,12 +33,13 @@ use gpu_attest_shared::memory::statement_v4::{StepSample, WalkRoot, step_opening
 use gpu_attest_shared::opening::SampleRequest;
 use gpu_attest_shared::statement::Challenge;
 use gpu_attest_shared::{BackendError, Digest, Work};
-use gpu_attest_validator::config::{Policy, RateEntry};
-use gpu_attest_validator::memory::MemoryConfig;
+use gpu_attest_validator::config::Policy;
+use gpu_attest_validator::config::memory::MemoryConfig;
+use gpu_attest_validator::config::rates::RateEntry;
 use gpu_attest_validator::memory::plan_v4::{ChainPoolPlan, DeviceWalkPlan};
-use gpu_attest_validator::rates::RateSource;
-use gpu_attest_validator::rates::class::{walk_class, walk_v4_class};
-use gpu_attest_validator::reason::{Reason, ReasonCode};
+use gpu_attest_validator::verdict::class::RateSource;
+use gpu_attest_validator::verdict::class::{walk_class, walk_v4_class};
+use gpu_attest_validator::verdict::reason::{Reason, ReasonCode};
 use std::sync::Arc;
 use std::time::Duration;
 use tonic::Code;

@@ -144,7 +144,7 @@ pub struct ServeArgs {
 
 impl Settings {
     /// Loads the config file and applies these flags.
-    pub fn resolve(&self) -> Result<MinerConfig, crate::config::ConfigError> {
+    pub fn resolve(&self) -> Result<MinerConfig, gpu_attest_daemon::config::ConfigError> {
         let mut config = MinerConfig::load(self.config.as_deref())?;
         if let Some(b) = self.backend {
             config.backend = b;
@@ -170,7 +170,7 @@ impl Settings {
 }
 
 impl ServeArgs {
-    pub fn resolve(&self) -> Result<MinerConfig, crate::config::ConfigError> {
+    pub fn resolve(&self) -> Result<MinerConfig, gpu_attest_daemon::config::ConfigError> {
         let mut config = self.settings.resolve()?;
         if let Some(l) = self.listen {
             config.listen = l;

@@ -1,6 +1,6 @@
 //! Miner configuration: built-in defaults, then a TOML file, then flags and environment.
 
-pub use gpu_attest_daemon::config::ConfigError;
+use gpu_attest_daemon::config::ConfigError;
 use gpu_attest_daemon::config::{config_to_toml, load_config};
 use gpu_attest_daemon::metrics::MetricsConfig;
 use gpu_attest_daemon::tls::TlsFiles;

@@ -3,10 +3,11 @@
 //! the allow-list. The binary calls [`run`]; tests call the same builders.
 
 use crate::backends::{self, BackendSelectError};
-use crate::config::{ConfigError, MinerConfig};
+use crate::config::MinerConfig;
 use crate::core::MinerCore;
 use crate::nonces::{NonceLog, NonceLogError};
 use crate::server;
+use gpu_attest_daemon::config::ConfigError;
 use gpu_attest_daemon::run::{Daemon, Network, ServeError};
 use gpu_attest_shared::keys::{KeyError, KeyPair, PublicKey};
 use std::collections::HashSet;

@@ -123,7 +123,7 @@ pub enum RatesAction {
 }
 
 /// The address a client on this host reaches `config`'s API at.
-pub fn api_address(config: &crate::ValidatorConfig) -> String {
+pub fn api_address(config: &crate::config::ValidatorConfig) -> String {
     let mut listen = config.listen;
     if listen.ip().is_unspecified() {
         listen.set_ip(match listen {
@@ -215,7 +215,7 @@ pub struct ApiArgs {
 impl ApiArgs {
     /// The API address: `--api`, else the config's `listen` (a wildcard address read as
     /// loopback, https when the config serves TLS), else [`DEFAULT_API`].
-    pub fn address(&self) -> Result<String, crate::config::ConfigError> {
+    pub fn address(&self) -> Result<String, gpu_attest_daemon::config::ConfigError> {
         if let Some(api) = &self.api {
             return Ok(api.clone());
         }
@@ -227,7 +227,9 @@ impl ApiArgs {
 
     /// The validator config the API's address comes from, when it comes from one: --config,
     /// else the installed one where it exists; `None` under --api.
-    fn validator_config(&self) -> Result<Option<crate::ValidatorConfig>, crate::config::ConfigError> {
+    fn validator_config(
+        &self,
+    ) -> Result<Option<crate::config::ValidatorConfig>, gpu_attest_daemon::config::ConfigError> {
         if self.api.is_some() {
             return Ok(None);
         }
@@ -237,13 +239,13 @@ impl ApiArgs {
             None if installed.exists() => installed,
             None => return Ok(None),
         };
-        crate::ValidatorConfig::load(Some(path)).map(Some)
+        crate::config::ValidatorConfig::load(Some(path)).map(Some)
     }
 
     /// The TLS files for the API: the flags', and for an address taken from a config that serves
     /// TLS, that config's `[tls] ca` unless --api-ca names another (`validator tls-certs` signs
     /// the validator's certificate and the operator's with the one CA).
-    pub fn tls(&self) -> Result<gpu_attest_daemon::tls::TlsFiles, crate::config::ConfigError> {
+    pub fn tls(&self) -> Result<gpu_attest_daemon::tls::TlsFiles, gpu_attest_daemon::config::ConfigError> {
         let ca = match &self.api_ca {
             Some(ca) => Some(ca.clone()),
             None => self.validator_config()?.and_then(|config| config.tls.ca),
@@ -326,7 +328,7 @@ pub struct Settings {
 }
 
 impl Settings {
-    pub fn resolve(&self) -> Result<ValidatorConfig, crate::config::ConfigError> {
+    pub fn resolve(&self) -> Result<ValidatorConfig, gpu_attest_daemon::config::ConfigError> {
         let mut c = ValidatorConfig::load(self.config.as_deref())?;
         if let Some(v) = &self.key_file {
             c.key_file = v.clone();
@@ -363,7 +365,7 @@ mod tests {
 
     #[test]
     fn the_api_address_comes_from_the_flag_then_the_config() {
-        let mut config = crate::ValidatorConfig {
+        let mut config = crate::config::ValidatorConfig {
             listen: "0.0.0.0:7171".parse().unwrap(),
             ..Default::default()
         };

@@ -14,13 +14,13 @@ pub mod metrics;
 pub mod operator;
 pub mod planner;
 pub mod rates;
-pub mod reason;
 pub mod scheduler;
 pub mod server;
 pub mod service;
 pub mod show;
 pub mod store;
-pub mod throughput;
+pub mod untrusted;
+pub mod verdict;
 pub mod verdict_wire;
 pub mod watch;
 

@@ -3,7 +3,8 @@
 //! The handles are cheap clones over shared atomics; the registry is built once, for the
 //! endpoint, from clones of them.
 
-use crate::store::{MinerRecord, Store, StoreError, Verdict, VerdictFilter};
+use crate::store::{MinerRecord, Store, StoreError, VerdictFilter};
+use crate::verdict::Verdict;
 use gpu_attest_daemon::metrics::prometheus_client::metrics::counter::Counter;
 use gpu_attest_daemon::metrics::prometheus_client::metrics::family::Family;
 use gpu_attest_daemon::metrics::prometheus_client::metrics::gauge::Gauge;
@@ -463,8 +464,8 @@ mod tests {
         let mut failed = crate::store::test_support::passing_verdict([9; 32]);
         failed.passed = false;
         failed.miner_url = "http://c".into();
-        failed.reasons = vec![crate::reason::Reason::new(
-            crate::reason::ReasonCode::ReexecutionMismatch,
+        failed.reasons = vec![crate::verdict::reason::Reason::new(
+            crate::verdict::reason::ReasonCode::ReexecutionMismatch,
             "x",
         )];
         metrics.attested(Ok(&failed), false);

@@ -2,7 +2,8 @@
 //! speaks the same gRPC API as any dashboard, so a running validator is managed without a
 //! hand-written client and without stopping it.
 
-use crate::store::{Verdict, VerdictFilter};
+use crate::store::VerdictFilter;
+use crate::verdict::Verdict;
 use crate::verdict_wire::verdict_from_wire;
 use gpu_attest_daemon::dial::dial;
 use gpu_attest_daemon::errors::error_chain;

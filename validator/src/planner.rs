@@ -9,10 +9,11 @@ use crate::config::{ChallengeConfig, ValidatorConfig};
 use crate::memory::MemoryPlan;
 use crate::memory::plan::{MemoryPlanError, plan_memory};
 use crate::memory::plan_v4::{ChainPoolPlan, ExpectedWalk, PlanV4Error, V4Settings, plan_chain_pools};
-use crate::rates::class::units;
-use crate::rates::class::{walk_class, walk_v4_class};
-use crate::rates::{RateBook, RateClass, RateSource};
-use crate::throughput::Expectation;
+use crate::rates::RateBook;
+use crate::verdict::class::units;
+use crate::verdict::class::{RateClass, RateSource};
+use crate::verdict::class::{walk_class, walk_v4_class};
+use crate::verdict::throughput::Expectation;
 use gpu_attest_shared::inventory::{HardwareClaim, Inventory, InventoryError, MinerLimits};
 use gpu_attest_shared::params::{
     ChallengeParams, MAX_CHAINS, MAX_SEGMENTS, MAX_TOTAL_CHECKPOINTS, NEWEST_PROTOCOL_VERSION,

@@ -1,10 +1,10 @@
 //! The `Validator` gRPC API. Errors become statuses here and only here.
 
-use crate::attest::untrusted::caller_text_problem;
 use crate::attest::{AttestError, AttestEvent, Attestor, normalise_url, now_ms};
 use crate::backoffs::Backoff;
 use crate::in_flight::{InFlight, Joined};
 use crate::store::{MinerRecord, MinerStanding, StoreError, VerdictFilter};
+use crate::untrusted::caller_text_problem;
 use crate::verdict_wire::verdict_to_wire;
 use crate::watch::{self, Follower};
 use gpu_attest_daemon::connections::holds_connection;

@@ -3,8 +3,8 @@
 //! that it stays a thin dispatch over the library.
 
 use crate::rates::report::RateTable;
-use crate::store::Verdict;
-use crate::throughput::{Expectation, show_rate};
+use crate::verdict::Verdict;
+use crate::verdict::throughput::{Expectation, show_rate};
 
 /// One verdict in full, as `validator attest` prints it.
 pub fn print_verdict(v: &Verdict, database: &str) {
@@ -314,7 +314,7 @@ pub fn print_rate_table(table: &RateTable) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::reason::{Reason, ReasonCode};
+    use crate::verdict::reason::{Reason, ReasonCode};
     use crate::verdict_wire::{verdict_from_wire, verdict_to_wire};
 
     #[test]

@@ -4,16 +4,16 @@
 //! --json` (from the API, through [`verdict_from_wire`]) print the same objects, and a test holds
 //! the round trip exact.
 
-use crate::device_identity::{DeviceIdentity, IdentityProof, IdentityStatus};
-use crate::memory::proof::{DeviceMemory, DeviceWalk, MemoryProof};
-use crate::rates::RateSource;
-use crate::reason::{Reason, ReasonCode};
-use crate::store::{FirstRun, StoredParams, Verdict};
-use crate::throughput::Throughput;
+use crate::verdict::class::RateSource;
+use crate::verdict::identity::{DeviceIdentity, IdentityProof, IdentityStatus};
+use crate::verdict::memory::{DeviceMemory, DeviceWalk, MemoryProof};
+use crate::verdict::reason::{Reason, ReasonCode};
+use crate::verdict::throughput::Throughput;
+use crate::verdict::{FirstRun, StoredParams, Verdict};
 use gpu_attest_proto::convert::{device_from_wire, device_to_wire};
 use gpu_attest_proto::v1;
 
-fn fail_reasons_to_wire(reasons: &[crate::reason::Reason]) -> Vec<v1::FailReason> {
+fn fail_reasons_to_wire(reasons: &[crate::verdict::reason::Reason]) -> Vec<v1::FailReason> {
     reasons
         .iter()
         .map(|r| v1::FailReason {
@@ -135,7 +135,7 @@ pub fn verdict_from_wire(v: &v1::Verdict) -> Verdict {
             rate_miners: v.rate_miners,
             slack: v.slack,
             claimed_peak_ops_per_sec: v.claimed_peak_ops_per_sec,
-            proven_share_of_peak: crate::throughput::share_of_peak(
+            proven_share_of_peak: crate::verdict::throughput::share_of_peak(
                 positive(v.proven_ops_per_sec),
                 v.claimed_peak_ops_per_sec,
             ),

@@ -10,7 +10,8 @@
 //! fills). The wait is measured on this process's own clock, so clocks of other validators do
 //! not enter.
 
-use crate::store::{Store, StoreError, Verdict};
+use crate::store::{Store, StoreError};
+use crate::verdict::Verdict;
 use std::time::{Duration, Instant};
 
 /// How long a gap in the ids may hold the verdicts after it: longer than any verdict's

@@ -2,8 +2,8 @@
 //! everyone by what they proved. Shared by the deadline tests and the slack benchmark.
 
 use super::*;
-use gpu_attest_validator::config::CalibrationConfig;
-use gpu_attest_validator::rates::RateSource;
+use gpu_attest_validator::config::calibration::CalibrationConfig;
+use gpu_attest_validator::verdict::class::RateSource;
 
 /// Distinct honest miners that calibrate the class: the default `min_miners`.
 pub const CALIBRATING_MINERS: u8 = 3;

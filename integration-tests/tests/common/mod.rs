@@ -28,10 +28,12 @@ use gpu_attest_shared::cpu::CpuBackend;
 use gpu_attest_shared::inventory::HardwareClaim;
 use gpu_attest_shared::keys::{KeyPair, PublicKey};
 use gpu_attest_validator::Attestor;
-use gpu_attest_validator::config::{ChallengeConfig, DeadlineConfig, Policy, RateEntry, ValidatorConfig};
-use gpu_attest_validator::memory::MemoryConfig;
-use gpu_attest_validator::reason::ReasonCode;
-use gpu_attest_validator::store::{Store, Verdict, VerdictFilter};
+use gpu_attest_validator::config::memory::MemoryConfig;
+use gpu_attest_validator::config::rates::RateEntry;
+use gpu_attest_validator::config::{ChallengeConfig, DeadlineConfig, Policy, ValidatorConfig};
+use gpu_attest_validator::store::{Store, VerdictFilter};
+use gpu_attest_validator::verdict::Verdict;
+use gpu_attest_validator::verdict::reason::ReasonCode;
 use std::collections::HashSet;
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -388,7 +390,7 @@ pub fn assert_failed_with(verdict: &Verdict, code: ReasonCode) {
 }
 
 /// The first reason of `verdict` with `code`, after asserting that the verdict failed and has one.
-pub fn failed_with(verdict: &Verdict, code: ReasonCode) -> &gpu_attest_validator::reason::Reason {
+pub fn failed_with(verdict: &Verdict, code: ReasonCode) -> &gpu_attest_validator::verdict::reason::Reason {
     assert!(!verdict.passed, "a cheating miner passed: {verdict:?}");
     let reason = verdict.reasons.iter().find(|r| r.code == code);
     reason.unwrap_or_else(|| panic!("no reason is {code}; reasons: {:?}", verdict.reasons))

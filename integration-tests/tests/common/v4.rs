@@ -17,7 +17,7 @@ use gpu_attest_validator::attest::client::MinerConnection;
 use gpu_attest_validator::attest::walk_v4::{StepChecks, walk_states};
 use gpu_attest_validator::config::Policy;
 use gpu_attest_validator::memory::plan_v4::ChainPoolPlan;
-use gpu_attest_validator::reason::Reason;
+use gpu_attest_validator::verdict::reason::Reason;
 use rand_chacha::ChaCha20Rng;
 use rand_chacha::rand_core::SeedableRng;
 use tonic::transport::Channel;

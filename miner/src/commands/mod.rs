@@ -10,8 +10,8 @@ mod serve;
 
 use crate::backends::BackendSelectError;
 use crate::cli::Command;
-use crate::config::ConfigError;
 use crate::daemon::DaemonError;
+use gpu_attest_daemon::config::ConfigError;
 use gpu_attest_daemon::key_files;
 use gpu_attest_daemon::logging::UnknownLogFormat;
 use gpu_attest_daemon::run::{ServeError, Stopped};

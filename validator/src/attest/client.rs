@@ -3,8 +3,8 @@
 
 use super::AttestError;
 use super::decoding::own_decode_failure;
-use super::untrusted::miner_text;
 use crate::config::ValidatorConfig;
+use crate::untrusted::miner_text;
 use gpu_attest_daemon::dial::{DialError, dial, made_by_the_connection};
 use gpu_attest_daemon::errors::error_chain;
 use gpu_attest_daemon::tls::check_plaintext_client;
@@ -76,7 +76,7 @@ pub fn miner_url_problem(url: &str) -> Option<&'static str> {
 /// anything.
 pub fn shown_url(url: &str) -> String {
     let redacted = crate::store::redact_url(url);
-    super::untrusted::miner_text(&redacted.chars().take(128).collect::<String>())
+    crate::untrusted::miner_text(&redacted.chars().take(128).collect::<String>())
         + if redacted.chars().count() > 128 { "..." } else { "" }
 }
 

@@ -3,11 +3,11 @@
 //! client never sees a miner's impossible claims as if they were facts.
 
 use super::decoding::own_decode_failure;
-use super::untrusted::miner_text;
 use super::{AttestError, AttestEvent};
 use crate::device_identity::check::WireEvidence;
 use crate::planner::Plan;
-use crate::reason::{Reason, ReasonCode};
+use crate::untrusted::miner_text;
+use crate::verdict::reason::{Reason, ReasonCode};
 use gpu_attest_daemon::dial::made_by_the_connection;
 use gpu_attest_proto::convert::commitment_from_wire;
 use gpu_attest_proto::evidence::evidence_from_wire;
@@ -340,9 +340,9 @@ mod tests {
                 kernel: "portable".into(),
                 devices: vec![DeviceInfo::default(); 2],
             },
-            expectation: crate::throughput::Expectation {
+            expectation: crate::verdict::throughput::Expectation {
                 ops_per_sec: 1.0,
-                source: Some(crate::rates::RateSource::Shipped),
+                source: Some(crate::verdict::class::RateSource::Shipped),
                 miners: 0,
                 slack: 2.0,
                 peak_ops_per_sec: 0.0,

@@ -10,7 +10,6 @@
 //! - [`exchange`]: the challenge stream, each event checked against the plan.
 //! - [`verify`]: the commitment's checks and the verification of the work.
 //! - [`outcome`]: the verdict being assembled.
-//! - [`untrusted`]: a miner's own words made safe to store and show.
 //! - [`retest`]: the one retest a miss just past the deadline gets.
 //! - [`walk`]: version 3's memory walk and its openings; [`walk_v4`]: version 4's walk, timed
 //!   per device, and its step checks.
@@ -20,7 +19,6 @@ pub mod decoding;
 pub mod exchange;
 pub mod outcome;
 pub mod retest;
-pub mod untrusted;
 pub mod verify;
 pub mod walk;
 pub mod walk_v4;
@@ -32,9 +30,10 @@ use crate::device_identity::{check_commitment_evidence, check_part_reuse};
 use crate::metrics::{Phase, ValidatorMetrics};
 use crate::planner::{MemoryPhasePlan, Plan, PlanError, classes, plan};
 use crate::rates::RateBook;
-use crate::rates::class::homogeneous;
-use crate::rates::class::{walk_class, walk_v4_class};
-use crate::store::{ClassObservation, Store, StoreError, Verdict};
+use crate::store::{ClassObservation, Store, StoreError};
+use crate::verdict::Verdict;
+use crate::verdict::class::homogeneous;
+use crate::verdict::class::{walk_class, walk_v4_class};
 use client::MinerConnection;
 use exchange::{AcceptWindow, Committed, Received, await_commitment};
 use gpu_attest_shared::engine::DeviceProgress;
@@ -380,7 +379,7 @@ impl Attestor {
     }
 
     /// Whether this miner's passes count towards calibration
-    /// ([`CalibrationConfig::registered_only`](crate::rates::calibration::CalibrationConfig)).
+    /// ([`CalibrationConfig::registered_only`](crate::config::calibration::CalibrationConfig)).
     async fn teaches(&self, url: &str, key: [u8; 32]) -> Result<bool, StoreError> {
         if !self.config.calibration.registered_only {
             return Ok(true);
@@ -439,7 +438,7 @@ impl Attestor {
                     detail: format!("after {measured} ms"),
                 });
                 if measured > plan.deadline_ms {
-                    outcome.fail(crate::reason::ReasonCode::LateCommitment, late(measured, plan));
+                    outcome.fail(crate::verdict::reason::ReasonCode::LateCommitment, late(measured, plan));
                 }
                 Ok(Some(*committed))
             }
@@ -537,6 +536,10 @@ impl Attestor {
             name: "walking",
             detail: "not asked for: the verdict has already failed".into(),
         };
+        if let Some(why) = pools_out_of_place(&outcome.plan.memory, commitment.pools.is_some()) {
+            outcome.fail(crate::verdict::reason::ReasonCode::PoolNotCanonical, why);
+            return Ok(None);
+        }
         match outcome.plan.memory.clone() {
             MemoryPhasePlan::Off => Ok(Some(Walked::Nothing)),
             MemoryPhasePlan::V3(memory) => {
@@ -549,13 +552,6 @@ impl Attestor {
                 }
                 let context = walk::request_walk(miner, &self.identity, work, commitment, outcome, on_event).await?;
                 Ok(Some(context.map_or(Walked::Nothing, Walked::V3)))
-            }
-            MemoryPhasePlan::V4(_) if commitment.pools.is_some() => {
-                outcome.fail(
-                    crate::reason::ReasonCode::PoolNotCanonical,
-                    "the commitment names pools, but a version 4 challenge's pool is its chains' states (PROTOCOL.md 20.8)",
-                );
-                Ok(None)
             }
             MemoryPhasePlan::V4(_) if !outcome.may_prove() => {
                 on_event(not_asked());
@@ -707,6 +703,22 @@ fn check_url(url: &str) -> Result<(), AttestError> {
     }
 }
 
+/// Why a commitment's pool list does not fit the challenge's memory phase (PROTOCOL.md 13.2,
+/// 18.4, 20.8), if it does not: only a version 3 commitment names pools. Checked before the walk,
+/// so that the version every later step speaks (the walk's request, the open request's signed
+/// bytes) is the one the planner chose, never one told from what the commitment happens to carry.
+fn pools_out_of_place(phase: &MemoryPhasePlan, names_pools: bool) -> Option<&'static str> {
+    match phase {
+        MemoryPhasePlan::Off if names_pools => {
+            Some("the commitment names pools, but the challenge asked for no memory phase (PROTOCOL.md 13.2)")
+        }
+        MemoryPhasePlan::V4(_) if names_pools => Some(
+            "the commitment names pools, but a version 4 challenge's pool is its chains' states (PROTOCOL.md 20.8)",
+        ),
+        _ => None,
+    }
+}
+
 /// What a passing verdict teaches about its hardware classes: the class rate it proves per
 /// unit (the fill counted at its weight), and the proven walk bandwidth per unit of each walk
 /// class. A compute rate (and version 3's one walk time) is learned only from a claim of one
@@ -720,7 +732,7 @@ fn learned_from(verdict: &Verdict, claim: &HardwareClaim, miner_key: [u8; 32]) -
     }
     let mut learned = Vec::new();
     let memory = verdict.memory.as_ref();
-    if memory.is_some_and(|m| m.protocol_version() >= 4) {
+    if verdict.protocol_version >= 4 {
         // A version 4 walk is timed without the host: it must not raise the rate version 3
         // walks are timed at, nor be timed by theirs.
         for (device, walked) in claim.devices.iter().zip(memory.map_or(&[][..], |m| &m.devices)) {
@@ -728,7 +740,7 @@ fn learned_from(verdict: &Verdict, claim: &HardwareClaim, miner_key: [u8; 32]) -
                 learned.push(ClassObservation {
                     class: walk_v4_class(claim, device, verdict.params.n),
                     miner_key,
-                    ops_per_unit: rate / crate::rates::class::units(&claim.backend, device),
+                    ops_per_unit: rate / crate::verdict::class::units(&claim.backend, device),
                 });
             }
         }
@@ -746,14 +758,14 @@ fn learned_from(verdict: &Verdict, claim: &HardwareClaim, miner_key: [u8; 32]) -
         });
     }
     let version_3_walk = memory
-        .filter(|m| m.protocol_version() == 3)
+        .filter(|_| verdict.protocol_version == 3)
         .and_then(|m| m.proven_walk_bytes_per_sec);
     if let (Some(per_device), Some(device)) = (version_3_walk, claim.devices.first()) {
         // Every device walked the same bytes in the measured time; a unit is a core on CPUs.
         learned.push(ClassObservation {
             class: walk_class(claim, device),
             miner_key,
-            ops_per_unit: per_device / crate::rates::class::units(&claim.backend, device),
+            ops_per_unit: per_device / crate::verdict::class::units(&claim.backend, device),
         });
     }
     learned
@@ -785,7 +797,7 @@ fn announce(plan: &Plan, on_event: &(dyn Fn(AttestEvent) + Send + Sync)) {
             p.checkpoint_every,
             plan.claim.devices.len(),
             plan.expected_ms,
-            crate::throughput::show_rate(plan.expectation.ops_per_sec),
+            crate::verdict::throughput::show_rate(plan.expectation.ops_per_sec),
             plan.expectation.basis(),
             plan.deadline_ms,
             match plan.finish_by_ms {
@@ -794,4 +806,16 @@ fn announce(plan: &Plan, on_event: &(dyn Fn(AttestEvent) + Send + Sync)) {
             }
         ),
     });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{MemoryPhasePlan, pools_out_of_place};
+
+    #[test]
+    fn a_commitment_naming_pools_to_a_challenge_without_a_memory_phase_is_refused() {
+        let why = pools_out_of_place(&MemoryPhasePlan::Off, true).expect("pools out of place");
+        assert!(why.contains("no memory phase"), "{why}");
+        assert_eq!(pools_out_of_place(&MemoryPhasePlan::Off, false), None);
+    }
 }

@@ -1,12 +1,12 @@
 //! A verdict being assembled while an attestation runs.
 
 use crate::config::Policy;
-use crate::device_identity::IdentityProof;
-use crate::memory::MemoryProof;
 use crate::planner::{MemoryPhasePlan, Plan};
-use crate::reason::{Reason, ReasonCode};
-use crate::store::{StoredParams, Verdict};
-use crate::throughput::{Throughput, graded_miss};
+use crate::verdict::identity::IdentityProof;
+use crate::verdict::memory::MemoryProof;
+use crate::verdict::reason::{Reason, ReasonCode};
+use crate::verdict::throughput::{Throughput, graded_miss};
+use crate::verdict::{StoredParams, Verdict};
 use gpu_attest_shared::Digest;
 use gpu_attest_shared::keys::PublicKey;
 use gpu_attest_shared::verify::Rejection;
@@ -36,9 +36,9 @@ impl Outcome {
             memory: match &plan.memory {
                 MemoryPhasePlan::V4(pool) => {
                     let claimed: Vec<u64> = plan.claim.devices.iter().map(|d| d.memory_bytes).collect();
-                    Some(MemoryProof::planned_v4(pool, plan.params.n, &claimed))
+                    Some(pool.planned_proof(plan.params.n, &claimed))
                 }
-                MemoryPhasePlan::V3(memory) => Some(MemoryProof::planned(memory)),
+                MemoryPhasePlan::V3(memory) => Some(memory.planned_proof()),
                 MemoryPhasePlan::Off => None,
             },
             identity: None,
@@ -111,7 +111,7 @@ impl Outcome {
             global_checksum: self.global.to_hex(),
             created_at_ms,
             throughput,
-            protocol_version: crate::store::judged_under(memory.as_ref()),
+            protocol_version: self.plan.memory.protocol_version(),
             memory,
             identity: self.identity,
             first_run: None,

@@ -3,8 +3,8 @@
 //! stalled once is not stored as a FAIL; the first run stays on record inside the verdict.
 
 use crate::config::DeadlineConfig;
-use crate::store::Verdict;
-use crate::throughput::graded_miss;
+use crate::verdict::Verdict;
+use crate::verdict::throughput::graded_miss;
 
 /// Why `first` gets a retest, for the attestation's events; `None` when it does not. Only a
 /// graded miss (its work verified, so only its time failed) whose commitment came within
@@ -33,9 +33,9 @@ pub fn band_ms(deadline_ms: u64, band: f64) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::reason::{Reason, ReasonCode};
-    use crate::store::FirstRun;
     use crate::store::test_support::passing_verdict;
+    use crate::verdict::FirstRun;
+    use crate::verdict::reason::{Reason, ReasonCode};
 
     fn late(measured_ms: u64) -> Verdict {
         let mut v = passing_verdict([1; 32]);

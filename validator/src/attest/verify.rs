@@ -4,12 +4,12 @@
 use super::client::MinerConnection;
 use super::decoding::own_decode_failure;
 use super::outcome::Outcome;
-use super::untrusted::miner_text;
 use super::walk::WalkContext;
 use super::walk_v4::{StatesWalk, StepChecks};
 use super::{AttestError, AttestEvent, random32};
 use crate::planner::MemoryPhasePlan;
-use crate::reason::ReasonCode;
+use crate::untrusted::miner_text;
+use crate::verdict::reason::ReasonCode;
 use gpu_attest_proto::convert::{opening_from_wire, sample_to_wire, walk_sample_to_wire};
 use gpu_attest_proto::memory_v4::step_sample_to_wire;
 use gpu_attest_proto::v1;
@@ -172,13 +172,7 @@ pub async fn sampled(
     let mut rng = ChaCha20Rng::from_seed(random32()?);
     let samples = draw_samples(&mut rng, work, chains);
     let nonce = work.params().nonce;
-    let request = open_request(
-        identity,
-        nonce,
-        (&outcome.plan.memory, commitment),
-        &samples,
-        memory.as_ref(),
-    );
+    let request = open_request(identity, nonce, &outcome.plan.memory, &samples, memory.as_ref());
     // A miner that stalls must not hold this validator: all openings must arrive within the
     // budget, counting only the time spent waiting for the miner, not this validator's own
     // recomputation.
@@ -245,7 +239,7 @@ pub async fn sampled(
 fn open_request(
     identity: &KeyPair,
     nonce: [u8; 32],
-    (phase, commitment): (&MemoryPhasePlan, &Commitment),
+    phase: &MemoryPhasePlan,
     samples: &[SampleRequest],
     memory: Option<&MemoryOpenings<'_>>,
 ) -> v1::OpenChainsRequest {
@@ -254,10 +248,11 @@ fn open_request(
         Some(MemoryOpenings::Steps(s)) => (Vec::new(), s.steps.clone()),
         None => (Vec::new(), Vec::new()),
     };
-    let signed = match (phase, &commitment.pools) {
-        (MemoryPhasePlan::V4(_), _) => statement_v4::open_request_bytes(&nonce, samples, &step_samples),
-        (_, Some(_)) => open_request_bytes_v3(&nonce, samples, &walk_samples),
-        (_, None) => open_request_bytes(&nonce, samples),
+    // The version the planner chose: the walk refused a commitment whose pools did not fit it.
+    let signed = match phase {
+        MemoryPhasePlan::V4(_) => statement_v4::open_request_bytes(&nonce, samples, &step_samples),
+        MemoryPhasePlan::V3(_) => open_request_bytes_v3(&nonce, samples, &walk_samples),
+        MemoryPhasePlan::Off => open_request_bytes(&nonce, samples),
     };
     v1::OpenChainsRequest {
         nonce: nonce.to_vec(),

@@ -6,10 +6,10 @@
 use super::client::MinerConnection;
 use super::decoding::own_decode_failure;
 use super::outcome::Outcome;
-use super::untrusted::miner_text;
 use super::{AttestError, AttestEvent, now_ms, random32};
-use crate::memory::{MemoryPlan, MemoryProof};
-use crate::reason::{Reason, ReasonCode};
+use crate::memory::MemoryPlan;
+use crate::untrusted::miner_text;
+use crate::verdict::reason::{Reason, ReasonCode};
 use gpu_attest_proto::convert::{WalkRequest, walk_opening_from_wire, walk_request_to_wire, walk_statement_from_wire};
 use gpu_attest_proto::v1;
 use gpu_attest_shared::Work;
@@ -123,7 +123,7 @@ pub async fn request_walk(
     };
     let walked = walk_and_check(miner, identity, work, commitment, &plan, outcome, on_event).await?;
     Ok(walked.map(|(context, measured_ms)| {
-        let proof = outcome.memory.get_or_insert_with(|| MemoryProof::planned(&plan));
+        let proof = outcome.memory.get_or_insert_with(|| plan.planned_proof());
         proof.walk_measured_ms = measured_ms;
         context
     }))

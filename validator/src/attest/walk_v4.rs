@@ -9,10 +9,10 @@
 
 use super::client::MinerConnection;
 use super::decoding::own_decode_failure;
-use super::untrusted::miner_text;
 use super::{AttestError, AttestEvent, now_ms, random32};
 use crate::memory::plan_v4::ChainPoolPlan;
-use crate::reason::{Reason, ReasonCode};
+use crate::untrusted::miner_text;
+use crate::verdict::reason::{Reason, ReasonCode};
 use gpu_attest_proto::convert::{WalkRequest, walk_request_to_wire};
 use gpu_attest_proto::memory_v4::{step_opening_from_wire, walk_root_from_wire};
 use gpu_attest_proto::v1;

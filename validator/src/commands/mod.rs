@@ -10,12 +10,12 @@ mod serve;
 mod verdicts;
 
 use crate::cli::{Command, RatesAction};
-use crate::config::ConfigError;
 use crate::daemon::DaemonError;
 use crate::operator::OperatorError;
 use crate::rates::report::RatesError;
 use crate::store::StoreError;
 use gpu_attest_daemon::certs::CertsError;
+use gpu_attest_daemon::config::ConfigError;
 use gpu_attest_daemon::key_files;
 use gpu_attest_daemon::logging::UnknownLogFormat;
 use gpu_attest_daemon::run::{ServeError, Stopped};

@@ -1,12 +1,18 @@
 //! Validator configuration: built-in defaults, then a TOML file, then flags and environment.
 
-pub use crate::rates::calibration::CalibrationConfig;
-pub use crate::rates::shipped::{RateEntry, shipped_rates};
-pub use gpu_attest_daemon::config::ConfigError;
-use gpu_attest_daemon::config::{config_to_toml, load_config};
+pub mod calibration;
+pub mod identity;
+pub mod memory;
+pub mod rates;
+
+use calibration::CalibrationConfig;
+use gpu_attest_daemon::config::{ConfigError, config_to_toml, load_config};
 use gpu_attest_daemon::metrics::MetricsConfig;
 use gpu_attest_daemon::tls::TlsFiles;
 use gpu_attest_shared::gemm::KernelChoice;
+use identity::IdentityConfig;
+use memory::MemoryConfig;
+use rates::RateEntry;
 use serde::{Deserialize, Serialize};
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -285,9 +291,9 @@ pub struct ValidatorConfig {
     pub rates: Vec<RateEntry>,
     pub calibration: CalibrationConfig,
     /// The memory phase (protocol version 3, PROTOCOL.md 18).
-    pub memory: crate::memory::MemoryConfig,
+    pub memory: MemoryConfig,
     /// Device evidence (PROTOCOL.md 19): `policy` and the operator's chip and SKU tables.
-    pub identity: crate::device_identity::IdentityConfig,
+    pub identity: IdentityConfig,
     /// Prometheus metrics on their own loopback HTTP listener; off unless `listen` is set.
     pub metrics: MetricsConfig,
 }
@@ -315,8 +321,8 @@ impl Default for ValidatorConfig {
             request_burst: 60,
             rates: Vec::new(),
             calibration: CalibrationConfig::default(),
-            memory: crate::memory::MemoryConfig::default(),
-            identity: crate::device_identity::IdentityConfig::default(),
+            memory: MemoryConfig::default(),
+            identity: IdentityConfig::default(),
             metrics: MetricsConfig::default(),
         }
     }
@@ -404,11 +410,6 @@ impl ValidatorConfig {
             };
             probe.validate().err().map(|e| format!("[challenge]: {e}"))
         })
-    }
-
-    /// The table first contact is timed by: this config's rows, then the shipped ones.
-    pub fn rate_table(&self) -> Vec<RateEntry> {
-        self.rates.iter().cloned().chain(shipped_rates()).collect()
     }
 
     pub fn to_toml(&self) -> String {

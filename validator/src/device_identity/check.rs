@@ -1,10 +1,10 @@
 //! A commitment's device evidence under the validator's policy (PROTOCOL.md 19.4).
 
-use super::config::{IdentityConfig, IdentityPolicy};
-use super::proof::{DeviceIdentity, IdentityProof, IdentityStatus};
-use crate::attest::untrusted::miner_text;
-use crate::reason::{Reason, ReasonCode};
+use crate::config::identity::{IdentityConfig, IdentityPolicy};
 use crate::store::{Store, StoreError};
+use crate::untrusted::miner_text;
+use crate::verdict::identity::{DeviceIdentity, IdentityProof, IdentityStatus};
+use crate::verdict::reason::{Reason, ReasonCode};
 use gpu_attest_proto::WireError;
 use gpu_attest_proto::evidence::SignedEvidence;
 use gpu_attest_shared::evidence::{

@@ -1,11 +1,8 @@
-//! Hardware identity where the GPU can sign (PROTOCOL.md 19): what the validator asks of device
-//! evidence ([`config`]), how it checks a commitment's evidence under its policy ([`check`]),
-//! and what a verdict states of it ([`proof`]). The evidence itself is `shared::evidence`.
+//! Hardware identity where the GPU can sign (PROTOCOL.md 19): how the validator checks a
+//! commitment's evidence under its policy ([`check`]). What it asks of evidence is
+//! `config::identity`; what a verdict states of it is `verdict::identity`; the evidence itself is
+//! `shared::evidence`.
 
 pub mod check;
-pub mod config;
-pub mod proof;
 
 pub use check::{check_commitment_evidence, check_part_reuse};
-pub use config::{IdentityConfig, IdentityPolicy};
-pub use proof::{DeviceIdentity, IdentityProof, IdentityStatus};

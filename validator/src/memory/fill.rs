@@ -34,32 +34,10 @@ pub fn fill_weight(backend: &str, kernel: &str) -> f64 {
     }
 }
 
-/// The weight verdicts stored before it was recorded were timed with: PROTOCOL.md 18.6's first
-/// factor, 2 on every backend.
-pub const LEGACY_FILL_WEIGHT: f64 = 2.0;
-
-/// A challenge's pool work as its verdict counts it: the fill's operations and their weight.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct FillWork {
-    /// `sum over j of P_j * 2^31`: the int8 operations that made every pool.
-    pub ops: f64,
-    /// Chain operations at the class's rate that one fill operation is timed as.
-    pub weight: f64,
-}
-
-impl FillWork {
-    /// No memory phase: nothing filled.
-    pub const NONE: FillWork = FillWork { ops: 0.0, weight: 1.0 };
-
-    /// The fill in chain operations at the class's rate.
-    pub fn weighted_ops(&self) -> f64 {
-        self.ops * self.weight
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::verdict::memory::FillWork;
 
     /// Every weight covers the slowdown measured for its kernel, with the margin above it small
     /// enough that a pass still times the chains: within 15% of the measurement.

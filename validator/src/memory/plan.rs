@@ -8,9 +8,11 @@
 //! imported and capped by the same rules; the shipped table has one row per GPU model, from its
 //! datasheet (`rates::shipped`).
 
-use super::MemoryConfig;
-use crate::rates::class::{units, walk_class};
-use crate::rates::{RateBook, RateSource};
+use crate::config::memory::MemoryConfig;
+use crate::rates::RateBook;
+use crate::verdict::class::RateSource;
+use crate::verdict::class::{units, walk_class};
+use crate::verdict::memory::{DeviceMemory, MemoryProof};
 use gpu_attest_shared::inventory::{HardwareClaim, Inventory};
 use gpu_attest_shared::memory::params::{ENTRY_BYTES, MAX_POOL_ENTRIES, MAX_WALK_SEGMENTS, MAX_WALKERS, pool_entries};
 use gpu_attest_shared::memory::{ENTRY_OPS, MemoryParams};
@@ -61,6 +63,39 @@ pub struct MemoryPlan {
 }
 
 impl MemoryPlan {
+    /// The proof as planned, before the walk: nothing measured, nothing proven yet.
+    pub fn planned_proof(&self) -> MemoryProof {
+        MemoryProof {
+            pool_permille: self.params.pool_permille,
+            walkers: self.params.walkers,
+            walk_steps: self.params.walk_steps,
+            walk_checkpoint_every: self.params.walk_checkpoint_every,
+            walk_samples: self.samples,
+            devices: self
+                .pools
+                .iter()
+                .map(|p| DeviceMemory {
+                    claimed_bytes: p.memory_bytes,
+                    pool_entries: p.entries,
+                    proven_bytes: 0,
+                    walk: None,
+                })
+                .collect(),
+            walk_bytes: self.walk_bytes(),
+            walk_measured_ms: 0,
+            walk_expected_ms: self.walk_expected_ms,
+            walk_deadline_ms: self.walk_deadline_ms,
+            expected_walk_bytes_per_sec: self.slowest_bytes_per_sec(),
+            proven_walk_bytes_per_sec: None,
+            bandwidth_source: self.source.as_str().into(),
+            bandwidth_miners: self.miners,
+            slack: self.slack,
+            fill_weight: self.fill_weight,
+            host_held_at_least: None,
+            proves: String::new(),
+        }
+    }
+
     /// Bytes one device's walk reads: `W * L * 65536`.
     pub fn walk_bytes(&self) -> u64 {
         self.params.walk_bytes()

@@ -8,7 +8,8 @@
 //! expected walk rate and where it came from, so that the arithmetic is tested alone.
 
 use super::plan::{TooShort, walkers_reaching};
-use crate::rates::RateSource;
+use crate::verdict::class::RateSource;
+use crate::verdict::memory::{DeviceMemory, DeviceWalk, MemoryProof};
 use gpu_attest_shared::memory::bound::{self, Clocked, Design, DeviceModel, HostPool, MODELS, VERSION_4};
 use gpu_attest_shared::memory::chain_pool::{ChainPoolParams, MAX_POOL_SLICES, MAX_WALK_STEPS};
 use gpu_attest_shared::memory::params::MAX_WALKERS;
@@ -128,6 +129,67 @@ pub struct ChainPoolPlan {
 }
 
 impl ChainPoolPlan {
+    /// The proof as planned for version 4 (PROTOCOL.md 20), before the walk. Its fields read as
+    /// version 3's do, in the same units: each device's pool in 64 KiB slices (`N_j n^2 /
+    /// 65536`), every state committed (`walk_checkpoint_every` 1), the steps opened in all as
+    /// `walk_samples`, and no fill. The proof's walk times are the slowest device's; each
+    /// device's own, its openings and the bound they prove are its `walk`.
+    pub fn planned_proof(&self, n: u32, claimed: &[u64]) -> MemoryProof {
+        let slices_per_state = u64::from(n) * u64::from(n) / SLICE_BYTES as u64;
+        let slowest = self.devices.iter().max_by_key(|d| d.expected_ms).cloned();
+        MemoryProof {
+            pool_permille: (VERSION_4.pool_share * 1000.0).round() as u32,
+            walkers: self.params.walkers,
+            walk_steps: self.params.walk_steps,
+            walk_checkpoint_every: 1,
+            walk_samples: self.devices.iter().map(|d| d.steps_opened).sum(),
+            devices: self
+                .devices
+                .iter()
+                .zip(claimed)
+                .map(|(d, &claimed_bytes)| DeviceMemory {
+                    claimed_bytes,
+                    pool_entries: d.pool_chains * slices_per_state,
+                    proven_bytes: 0,
+                    walk: Some(DeviceWalk {
+                        measured_ms: 0,
+                        expected_ms: d.expected_ms,
+                        deadline_ms: d.deadline_ms,
+                        expected_bytes_per_sec: d.bytes_per_sec,
+                        proven_bytes_per_sec: None,
+                        bandwidth_source: d.source.as_str().into(),
+                        steps_opened: d.steps_opened,
+                        rows_checked: d.rows_checked,
+                        sized_as: d.sized_as.unwrap_or_default().into(),
+                        bound_as: d.bound_as.into(),
+                        held_at_least: d.held_at_least,
+                    }),
+                })
+                .collect(),
+            walk_bytes: self.params.walk_bytes(),
+            walk_measured_ms: 0,
+            walk_expected_ms: slowest.as_ref().map_or(0, |d| d.expected_ms),
+            walk_deadline_ms: self.devices.iter().map(|d| d.deadline_ms).max().unwrap_or(0),
+            expected_walk_bytes_per_sec: slowest.as_ref().map_or(0.0, |d| d.bytes_per_sec),
+            proven_walk_bytes_per_sec: None,
+            bandwidth_source: self
+                .devices
+                .iter()
+                .map(|d| d.source)
+                .reduce(RateSource::weaker)
+                .unwrap_or(RateSource::Shipped)
+                .as_str()
+                .into(),
+            bandwidth_miners: 0,
+            slack: self.slack(),
+            fill_weight: 0.0,
+            host_held_at_least: Some(self.host_held_at_least),
+            // Until the verdict is settled, why the plan falls under the 90% line, which
+            // `statement` then says beside the figure.
+            proves: self.short_of_ninety.clone().unwrap_or_default(),
+        }
+    }
+
     /// The largest of the devices' slacks (deadline over expected walk time): what a verdict
     /// states as the walk's one slack.
     pub fn slack(&self) -> f64 {

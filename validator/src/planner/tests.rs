@@ -1,9 +1,10 @@
 //! The planner's tests: what it plans for each inventory, config and rate book.
 
 use super::*;
-use crate::memory::MemoryConfig;
-use crate::rates::calibration::{CalibrationConfig, Observation};
+use crate::config::calibration::CalibrationConfig;
+use crate::config::memory::MemoryConfig;
 use crate::rates::shipped::shipped_rates;
+use crate::store::Observation;
 use gpu_attest_shared::inventory::MinerLimits;
 use gpu_attest_shared::keys::KeyPair;
 use gpu_attest_shared::params::PROTOCOL_VERSION;
@@ -390,7 +391,7 @@ fn first_contact_bounds_per_model() {
 fn version_3_walk_rates_do_not_time_version_4() {
     let mut inv = v4_inventory(H100, 80_000_000_000);
     let config = ValidatorConfig::default();
-    let learned = |rate: f64| crate::rates::SharedRate {
+    let learned = |rate: f64| crate::store::SharedRate {
         ops_per_unit: rate,
         miners: 3,
         observations: 3,
@@ -508,11 +509,11 @@ fn walkers_grow_until_a_fast_cpu_walks_for_the_target() {
     cpu.claim.devices[0].sm_count = 1;
     cpu.claim.devices[0].memory_bytes = 16 << 20;
     let mut book = shipped_book();
-    let class = crate::rates::class::walk_class(&cpu.claim, &cpu.claim.devices[0]);
+    let class = crate::verdict::class::walk_class(&cpu.claim, &cpu.claim.devices[0]);
     let learned = 21e9;
     book.share(
         class,
-        crate::rates::SharedRate {
+        crate::store::SharedRate {
             ops_per_unit: learned,
             miners: 3,
             observations: 3,

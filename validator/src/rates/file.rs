@@ -15,8 +15,8 @@
 //! observations = 170
 //! ```
 
-use super::class::{RateClass, Unit, model_of};
 use super::{Expected, SharedRate};
+use crate::verdict::class::{RateClass, Unit, model_of};
 use serde::{Deserialize, Serialize};
 
 pub const FORMAT: u32 = 1;

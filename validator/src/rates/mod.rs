@@ -16,88 +16,18 @@
 //! and shared classes with the tight slack and shipped ones with the first-contact slack.
 
 pub mod calibration;
-pub mod class;
 pub mod file;
 pub mod report;
 pub mod shipped;
 
 use crate::config::ValidatorConfig;
+use crate::config::calibration::CalibrationConfig;
+use crate::config::rates::RateEntry;
+use crate::store::SharedRate;
 use crate::store::{Store, StoreError};
-use calibration::{CalibrationConfig, Learned, learn};
-pub use class::{RateClass, Unit};
-use serde::{Deserialize, Serialize};
-pub use shipped::RateEntry;
+use crate::verdict::class::{RateClass, RateSource};
+use calibration::{Learned, learn};
 use std::collections::HashMap;
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum RateSource {
-    Calibrated,
-    Shared,
-    Related,
-    Shipped,
-}
-
-impl RateSource {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            RateSource::Calibrated => "calibrated",
-            RateSource::Shared => "shared",
-            RateSource::Related => "related",
-            RateSource::Shipped => "shipped",
-        }
-    }
-
-    /// The less trusted of two sources: what a claim's devices together are timed by.
-    pub fn weaker(self, other: RateSource) -> RateSource {
-        if other.trust() < self.trust() { other } else { self }
-    }
-
-    /// The more trusted of two sources.
-    pub fn stronger(self, other: RateSource) -> RateSource {
-        if other.trust() > self.trust() { other } else { self }
-    }
-
-    /// Calibrated beats shared beats related beats shipped.
-    pub fn trust(self) -> u8 {
-        match self {
-            RateSource::Shipped => 0,
-            RateSource::Related => 1,
-            RateSource::Shared => 2,
-            RateSource::Calibrated => 3,
-        }
-    }
-
-    pub fn parse(s: &str) -> Option<RateSource> {
-        [
-            RateSource::Calibrated,
-            RateSource::Shared,
-            RateSource::Related,
-            RateSource::Shipped,
-        ]
-        .into_iter()
-        .find(|r| r.as_str() == s)
-    }
-
-    /// Whether the rate was observed on real miners (tight slack) or is a first-contact guess.
-    pub fn is_observed(self) -> bool {
-        self != RateSource::Shipped
-    }
-}
-
-impl std::fmt::Display for RateSource {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-/// An imported row: a rate another validator learned, with the evidence it reported.
-#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
-pub struct SharedRate {
-    pub ops_per_unit: f64,
-    pub miners: u32,
-    pub observations: u32,
-}
 
 /// The rate a class is expected to sustain, per unit, and where it comes from.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -158,7 +88,7 @@ impl RateBook {
     /// memory phase's slacks: miners that hold its votes and walk slowly on purpose cannot
     /// bring its clock below what first contact times a walk at.
     pub fn of_config(config: &ValidatorConfig) -> Self {
-        RateBook::shipped(config.rate_table(), config.calibration.clone())
+        RateBook::shipped(shipped::rate_table(&config.rates), config.calibration.clone())
             .with_floor(config.deadline.first_contact_slack)
             .with_walk_floor(config.memory.first_contact_slack / config.memory.slack)
     }
@@ -248,7 +178,7 @@ impl RateBook {
     }
 
     /// Learns `class` from `observations` (newest first), if enough miners voted.
-    pub fn learn(&mut self, class: RateClass, observations: &[calibration::Observation]) {
+    pub fn learn(&mut self, class: RateClass, observations: &[crate::store::Observation]) {
         let ceiling = shipped::peak_for(&self.shipped, &class);
         if let Some(learned) = learn(observations, &self.calibration, ceiling) {
             self.learned.insert(class, learned);
@@ -306,8 +236,8 @@ impl RateBook {
 
 #[cfg(test)]
 mod tests {
-    use super::calibration::Observation;
     use super::*;
+    use crate::store::Observation;
 
     /// The weaker of two sources is the less trusted, whichever side it is on; ties keep it.
     #[test]
@@ -416,7 +346,7 @@ mod tests {
     #[test]
     fn a_walk_class_is_not_ratcheted_below_first_contact() {
         let walk = RateClass {
-            kernel: class::WALK_V4_KERNEL.into(),
+            kernel: crate::verdict::class::WALK_V4_KERNEL.into(),
             ..class("NVIDIA H100 80GB HBM3")
         };
         let mut book = RateBook::shipped(shipped::shipped_rates(), CalibrationConfig::default())

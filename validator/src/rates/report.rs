@@ -1,9 +1,10 @@
 //! `validator rates`: the table as this validator sees it, and its export and import.
 
-use super::calibration::Observation;
 use super::file::{FORMAT, RateFile, RateFileError, SharedClass};
+use super::shipped;
 use super::{Expected, RateBook, RateClass, RateEntry, RateSource};
 use crate::config::ValidatorConfig;
+use crate::store::Observation;
 use crate::store::{Store, StoreError};
 use gpu_attest_proto::v1;
 use serde::Serialize;
@@ -80,7 +81,7 @@ pub async fn table(store: &Store, config: &ValidatorConfig, now_ms: u64) -> Resu
     }
     Ok(RateTable {
         classes: rows,
-        shipped: config.rate_table(),
+        shipped: shipped::rate_table(&config.rates),
         calibration_min_miners: config.calibration.min_miners,
     })
 }

@@ -27,9 +27,9 @@ mod verdicts;
 
 pub use leases::{Lease, LeaseRefusal};
 pub use miners::{MinerRecord, MinerStanding, RevokedKey};
-pub use rates::ClassObservation;
+pub use rates::{ClassObservation, Observation, SharedRate};
 pub use schema::SCHEMA_VERSION;
-pub use verdicts::{FirstRun, StoredParams, Verdict, VerdictFilter, judged_under};
+pub use verdicts::VerdictFilter;
 
 use gpu_attest_shared::keys::PublicKey;
 use sqlx::any::{AnyConnectOptions, AnyPoolOptions};
@@ -423,9 +423,10 @@ pub mod scratch;
 
 #[cfg(test)]
 pub(crate) mod test_support {
-    use super::{Store, StoredParams, Verdict};
-    use crate::rates::RateSource;
-    use crate::throughput::{Expectation, Throughput};
+    use super::Store;
+    use crate::verdict::class::RateSource;
+    use crate::verdict::throughput::{Expectation, Throughput};
+    use crate::verdict::{StoredParams, Verdict};
     use gpu_attest_shared::statement::DeviceInfo;
 
     /// Removes a scratch SQLite directory when dropped.
@@ -456,13 +457,13 @@ pub(crate) mod test_support {
             peak_ops_per_sec: 3.2e11,
         };
         // A version 3 verdict: its pools are in what it proves.
-        let memory = crate::memory::MemoryProof {
+        let memory = crate::verdict::memory::MemoryProof {
             pool_permille: 950,
             walkers: 8,
             walk_steps: 64,
             walk_checkpoint_every: 8,
             walk_samples: 64,
-            devices: vec![crate::memory::DeviceMemory {
+            devices: vec![crate::verdict::memory::DeviceMemory {
                 claimed_bytes: 1 << 20,
                 pool_entries: 15,
                 proven_bytes: 15 << 16,
@@ -504,11 +505,11 @@ pub(crate) mod test_support {
             memory: Some(memory),
             protocol_version: 3,
             // Its device's evidence: stored and read back with the verdict (PROTOCOL.md 19.5).
-            identity: Some(crate::device_identity::IdentityProof {
+            identity: Some(crate::verdict::identity::IdentityProof {
                 policy: "when-offered".into(),
-                devices: vec![crate::device_identity::DeviceIdentity {
+                devices: vec![crate::verdict::identity::DeviceIdentity {
                     index: 0,
-                    status: crate::device_identity::IdentityStatus::NotOffered,
+                    status: crate::verdict::identity::IdentityStatus::NotOffered,
                     line: "not offered (CC not supported)".into(),
                     reason: None,
                     part: None,
@@ -647,14 +648,19 @@ mod tests {
         // The old row has no stored rate: the expected time gives it.
         assert_eq!(t.expected_ops_per_sec, operations / 0.1);
         assert_eq!(t.proven_ops_per_sec, Some(operations / 0.05));
-        // And the migrated table takes new verdicts with their rate.
+        // Stored before versions were, and without a memory phase: judged under version 2.
+        assert_eq!(verdicts[0].protocol_version, 2);
+        // And the migrated table takes new verdicts with their rate and the version they carry,
+        // as carried: not told again from the memory phase (which this one has none of).
         let mut newer = verdicts[0].clone();
         newer.nonce = hex::encode([4u8; 32]);
         newer.throughput.expected_ops_per_sec = 123.0;
+        newer.protocol_version = 4;
         assert!(store.claim_nonce(&[4; 32], "http://m", 2).await.unwrap());
         store.insert_verdict(&newer).await.unwrap();
         let back = store.verdicts(&VerdictFilter { limit: 1, ..all }).await.unwrap();
         assert_eq!(back[0].throughput.expected_ops_per_sec, 123.0);
+        assert_eq!(back[0].protocol_version, 4);
         store.close().await;
         // Opened again, it is at the current version and stays readable, leases and all.
         let again = Store::open(&path).await.unwrap();

@@ -1,8 +1,23 @@
 //! Rate observations (what passing verdicts proved, per class) and imported (shared) rates.
 
 use super::{Store, StoreError, as_i64};
-use crate::rates::calibration::Observation;
-use crate::rates::{RateClass, SharedRate};
+use crate::verdict::class::RateClass;
+use serde::{Deserialize, Serialize};
+
+/// An imported row: a rate another validator learned, with the evidence it reported.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct SharedRate {
+    pub ops_per_unit: f64,
+    pub miners: u32,
+    pub observations: u32,
+}
+
+/// One passing verdict's proven rate, per unit of its class.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Observation {
+    pub miner_key: [u8; 32],
+    pub ops_per_unit: f64,
+}
 
 /// Observations read per class at most: far more than any `per_miner` x miners in use, and a
 /// bound on the work one planning step does.
@@ -159,8 +174,8 @@ mod tests {
     /// when handed an observation.
     #[tokio::test]
     async fn a_graded_retest_reads_back_whole_and_teaches_nothing() {
-        use crate::reason::{Reason, ReasonCode};
-        use crate::store::FirstRun;
+        use crate::verdict::FirstRun;
+        use crate::verdict::reason::{Reason, ReasonCode};
         for (store, _scratch) in crate::store::test_stores("graded").await {
             let first = {
                 let mut v = passing_verdict([1; 32]);
@@ -175,9 +190,9 @@ mod tests {
             graded.measured_ms = 310;
             graded.finish_by_ms = 600;
             graded.reasons = vec![Reason::new(ReasonCode::LateCommitment, "after 310 ms")];
-            graded.throughput = crate::throughput::Throughput::of(
+            graded.throughput = crate::verdict::throughput::Throughput::of(
                 &graded.params,
-                crate::memory::MemoryProof::fill_work_of(graded.memory.as_ref()),
+                crate::verdict::memory::MemoryProof::fill_work_of(graded.memory.as_ref()),
                 1,
                 310,
                 &graded.throughput.expectation(),

@@ -9,14 +9,15 @@
 //! record the certified parts they saw (`part_sightings`); 7 verdicts keep their challenge's
 //! finish-by time (PROTOCOL.md 14.3), which says whether a late one proved its rate, and the
 //! first run a retest replaced (14.7); 8 verdicts keep the claimed devices' peak, which says what
-//! share of it the proven rate is. SQLite keeps the version in `PRAGMA user_version` (as it always
+//! share of it the proven rate is; 9 verdicts keep the protocol version the planner chose to judge
+//! them under (PROTOCOL.md 16.1), rather than leaving it to be told from the memory proof. SQLite keeps the version in `PRAGMA user_version` (as it always
 //! has), PostgreSQL in the one-row table `schema_version`.
 
 use super::{Dialect, Store, StoreError};
 // Every statement run with AssertSqlSafe is built here from constants, never from input.
 use sqlx::{AssertSqlSafe, Executor};
 
-pub const SCHEMA_VERSION: i64 = 8;
+pub const SCHEMA_VERSION: i64 = 9;
 
 /// `{id}`: an auto-assigned 64-bit key; `{int}`, `{real}`, `{blob}`: 64-bit integer, double,
 /// bytes. Booleans are integers 0/1 in both, so that both read them the same way.
@@ -58,7 +59,8 @@ CREATE TABLE IF NOT EXISTS verdicts (
     identity        TEXT NOT NULL DEFAULT '',
     finish_by_ms    {int} NOT NULL DEFAULT 0,
     first_run       TEXT NOT NULL DEFAULT '',
-    peak_ops_per_sec {real} NOT NULL DEFAULT 0
+    peak_ops_per_sec {real} NOT NULL DEFAULT 0,
+    protocol_version {int} NOT NULL DEFAULT 0
 );
 CREATE INDEX IF NOT EXISTS verdicts_by_miner ON verdicts (miner_url, id);
 CREATE TABLE IF NOT EXISTS part_sightings (
@@ -147,7 +149,7 @@ fn statements(dialect: Dialect) -> Vec<String> {
 /// Columns added to `verdicts` after version 1, by the version that added them. A fresh table
 /// has them from SCHEMA; an older SQLite file gets them here. (PostgreSQL stores start at 4:
 /// they get what came after from [`POSTGRES_ADDED_COLUMNS`].)
-const SQLITE_ADDED_COLUMNS: [(i64, &[&str]); 6] = [
+const SQLITE_ADDED_COLUMNS: [(i64, &[&str]); 7] = [
     // Rows from before keep 0: their expected rate is derived from expected_ms on read.
     (
         2,
@@ -183,16 +185,22 @@ const SQLITE_ADDED_COLUMNS: [(i64, &[&str]); 6] = [
         8,
         &["ALTER TABLE verdicts ADD COLUMN peak_ops_per_sec REAL NOT NULL DEFAULT 0"],
     ),
+    // Rows from before read 0: their version is told from their memory proof (`judged_under`).
+    (
+        9,
+        &["ALTER TABLE verdicts ADD COLUMN protocol_version INTEGER NOT NULL DEFAULT 0"],
+    ),
 ];
 
 /// Columns added to `verdicts` after a PostgreSQL store's first version (4), each idempotent:
 /// the migration runs them all in its one transaction.
-const POSTGRES_ADDED_COLUMNS: [&str; 5] = [
+const POSTGRES_ADDED_COLUMNS: [&str; 6] = [
     "ALTER TABLE verdicts ADD COLUMN IF NOT EXISTS memory TEXT NOT NULL DEFAULT ''",
     "ALTER TABLE verdicts ADD COLUMN IF NOT EXISTS identity TEXT NOT NULL DEFAULT ''",
     "ALTER TABLE verdicts ADD COLUMN IF NOT EXISTS finish_by_ms BIGINT NOT NULL DEFAULT 0",
     "ALTER TABLE verdicts ADD COLUMN IF NOT EXISTS first_run TEXT NOT NULL DEFAULT ''",
     "ALTER TABLE verdicts ADD COLUMN IF NOT EXISTS peak_ops_per_sec DOUBLE PRECISION NOT NULL DEFAULT 0",
+    "ALTER TABLE verdicts ADD COLUMN IF NOT EXISTS protocol_version BIGINT NOT NULL DEFAULT 0",
 ];
 
 /// Arbitrary, fixed: the advisory lock validators sharing a PostgreSQL database take while one

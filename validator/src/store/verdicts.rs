@@ -1,132 +1,14 @@
 //! Verdicts: one row each, written in one transaction with the rate a pass proved.
 
 use super::{ClassObservation, Store, StoreError, as_i64, as_u64};
-use crate::device_identity::IdentityProof;
-use crate::memory::MemoryProof;
-use crate::rates::RateSource;
-use crate::reason::Reason;
-use crate::throughput::{Expectation, Throughput, graded_miss};
-use gpu_attest_shared::inventory::HardwareClaim;
-use gpu_attest_shared::params::ChallengeParams;
+use crate::verdict::class::RateSource;
+use crate::verdict::identity::IdentityProof;
+use crate::verdict::memory::MemoryProof;
+use crate::verdict::reason::Reason;
+use crate::verdict::throughput::{Expectation, Throughput, graded_miss};
+use crate::verdict::{FirstRun, StoredParams, Verdict, judged_under};
 use gpu_attest_shared::statement::DeviceInfo;
-use serde::{Deserialize, Serialize};
 use sqlx::Row;
-
-/// Challenge parameters as stored (JSON with hex bytes).
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct StoredParams {
-    pub nonce: String,
-    pub seed: String,
-    pub miner_key: String,
-    pub n: u32,
-    pub num_chains: u64,
-    pub iterations: u32,
-    pub checkpoint_every: u32,
-}
-
-impl From<&ChallengeParams> for StoredParams {
-    fn from(p: &ChallengeParams) -> Self {
-        StoredParams {
-            nonce: hex::encode(p.nonce),
-            seed: hex::encode(p.seed),
-            miner_key: hex::encode(p.miner_key),
-            n: p.n,
-            num_chains: p.num_chains,
-            iterations: p.iterations,
-            checkpoint_every: p.checkpoint_every,
-        }
-    }
-}
-
-/// One attestation's outcome, as stored and served.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct Verdict {
-    /// Assigned by the store; 0 before it is stored.
-    pub id: u64,
-    pub miner_url: String,
-    pub miner_key: String,
-    pub nonce: String,
-    pub passed: bool,
-    pub reasons: Vec<Reason>,
-    pub policy: String,
-    pub samples: u32,
-    pub params: StoredParams,
-    pub measured_ms: u64,
-    pub expected_ms: u64,
-    pub deadline_ms: u64,
-    /// Time from sending the challenge by which a late commitment still proves its rate
-    /// (PROTOCOL.md 14.3; from sending, like `deadline_ms`, not from the deadline); 0 when the
-    /// challenge had no finish-by time.
-    pub finish_by_ms: u64,
-    /// Stored as JSON with `DeviceInfo`'s own field names.
-    pub inventory: Vec<DeviceInfo>,
-    pub backend: String,
-    pub kernel: String,
-    pub global_checksum: String,
-    pub created_at_ms: u64,
-    /// What the verdict proves about throughput; derived from the fields above and the
-    /// expected rate, which is stored.
-    pub throughput: Throughput,
-    /// What it proves about memory (protocol version 3); `None` for a challenge without the
-    /// memory phase. Stored as JSON.
-    pub memory: Option<MemoryProof>,
-    /// What it states of device identity (PROTOCOL.md 19.5); `None` under the `off` policy or
-    /// before the evidence was read. Stored as JSON.
-    pub identity: Option<IdentityProof>,
-    /// The run this verdict's retest replaced (PROTOCOL.md 14.7); `None` for a first run.
-    /// Stored as JSON.
-    pub first_run: Option<FirstRun>,
-    /// The protocol version whose rules judged it (PROTOCOL.md 16.1): 4 or 3 by the memory
-    /// phase the challenge carried (version 4's proof has no fill), 2 when it carried none. Not
-    /// a column of its own: every verdict with a memory phase is stored with it, so it is
-    /// derived from that on reading ([`judged_under`]); the planner's `MemoryPhasePlan` decided
-    /// the same.
-    pub protocol_version: u32,
-}
-
-/// The protocol version a verdict with (or without) a memory phase was judged under.
-pub fn judged_under(memory: Option<&MemoryProof>) -> u32 {
-    memory.map_or(2, MemoryProof::protocol_version)
-}
-
-/// The run a retest replaced, as the retest's verdict records it.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct FirstRun {
-    /// Hex, as the verdict's own.
-    pub nonce: String,
-    pub measured_ms: u64,
-    pub expected_ms: u64,
-    pub deadline_ms: u64,
-    pub finish_by_ms: u64,
-    /// What the late work proved (a first run is always a graded miss).
-    pub proven_ops_per_sec: Option<f64>,
-    pub reasons: Vec<Reason>,
-}
-
-impl Verdict {
-    /// The hardware the challenge was sized for, as the verdict names it.
-    pub fn claim(&self) -> HardwareClaim {
-        HardwareClaim {
-            backend: self.backend.clone(),
-            kernel: self.kernel.clone(),
-            devices: self.inventory.clone(),
-        }
-    }
-}
-
-impl From<&Verdict> for FirstRun {
-    fn from(v: &Verdict) -> Self {
-        FirstRun {
-            nonce: v.nonce.clone(),
-            measured_ms: v.measured_ms,
-            expected_ms: v.expected_ms,
-            deadline_ms: v.deadline_ms,
-            finish_by_ms: v.finish_by_ms,
-            proven_ops_per_sec: v.throughput.proven_ops_per_sec,
-            reasons: v.reasons.clone(),
-        }
-    }
-}
 
 /// The columns [`verdict_from_row`] reads, in its order: one list for every query that reads
 /// whole verdicts, so that none falls out of step with the reader.
@@ -135,7 +17,7 @@ macro_rules! verdict_columns {
         "id, miner_url, miner_key, nonce, passed, reasons, policy, samples, params, measured_ms, \
          expected_ms, deadline_ms, inventory, backend, kernel, global_checksum, created_at_ms, \
          expected_ops_per_sec, rate_source, rate_miners, slack, memory, identity, finish_by_ms, first_run, \
-         peak_ops_per_sec"
+         peak_ops_per_sec, protocol_version"
     };
 }
 
@@ -169,9 +51,9 @@ impl Store {
             "INSERT INTO verdicts (miner_url, miner_key, nonce, passed, reasons, policy, samples, params, measured_ms,
                                    expected_ms, deadline_ms, inventory, backend, kernel, global_checksum, created_at_ms,
                                    expected_ops_per_sec, rate_source, rate_miners, slack, memory, identity, finish_by_ms,
-                                   first_run, peak_ops_per_sec)
+                                   first_run, peak_ops_per_sec, protocol_version)
              VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22,
-                     $23, $24, $25)
+                     $23, $24, $25, $26)
              RETURNING id",
         )
         .bind(&v.miner_url)
@@ -208,6 +90,7 @@ impl Store {
             None => String::new(),
         })
         .bind(t.claimed_peak_ops_per_sec)
+        .bind(i64::from(v.protocol_version))
         .fetch_one(&mut *tx)
         .await?;
         // Only a pass teaches: a graded miss proves a rate too, but one below what its class
@@ -312,7 +195,7 @@ fn verdict_from_row(r: &sqlx::any::AnyRow) -> Result<Verdict, StoreError> {
     } else {
         // Stored before the rate was: what the expected time implies (to within its rounding
         // up to a whole millisecond).
-        crate::throughput::operations(&params) / (expected_ms.max(1) as f64 / 1000.0)
+        crate::verdict::throughput::operations(&params) / (expected_ms.max(1) as f64 / 1000.0)
     };
     let expectation = Expectation {
         ops_per_sec: expected_ops_per_sec,
@@ -347,7 +230,11 @@ fn verdict_from_row(r: &sqlx::any::AnyRow) -> Result<Verdict, StoreError> {
     };
     let fill = MemoryProof::fill_work_of(memory.as_ref());
     let throughput = Throughput::of(&params, fill, inventory.len(), measured_ms, &expectation, proves);
-    let protocol_version = judged_under(memory.as_ref());
+    // 0 for verdicts stored before the version was: told from their memory proof.
+    let protocol_version = match small(r.try_get(26)?, "protocol_version")? {
+        0 => judged_under(memory.as_ref()),
+        version => version,
+    };
     Ok(Verdict {
         id: as_u64(r.try_get(0)?)?,
         miner_url: r.try_get(1)?,

@@ -138,6 +138,70 @@ pub fn homogeneous(claim: &HardwareClaim, n: u32) -> Option<(RateClass, f64)> {
     Some((class, total))
 }
 
+/// Where an expected rate comes from, most trusted first: learned from this validator's
+/// passes, imported from another validator, taken from a related class, or the shipped table.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum RateSource {
+    Calibrated,
+    Shared,
+    Related,
+    Shipped,
+}
+
+impl RateSource {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RateSource::Calibrated => "calibrated",
+            RateSource::Shared => "shared",
+            RateSource::Related => "related",
+            RateSource::Shipped => "shipped",
+        }
+    }
+
+    /// The less trusted of two sources: what a claim's devices together are timed by.
+    pub fn weaker(self, other: RateSource) -> RateSource {
+        if other.trust() < self.trust() { other } else { self }
+    }
+
+    /// The more trusted of two sources.
+    pub fn stronger(self, other: RateSource) -> RateSource {
+        if other.trust() > self.trust() { other } else { self }
+    }
+
+    /// Calibrated beats shared beats related beats shipped.
+    pub fn trust(self) -> u8 {
+        match self {
+            RateSource::Shipped => 0,
+            RateSource::Related => 1,
+            RateSource::Shared => 2,
+            RateSource::Calibrated => 3,
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<RateSource> {
+        [
+            RateSource::Calibrated,
+            RateSource::Shared,
+            RateSource::Related,
+            RateSource::Shipped,
+        ]
+        .into_iter()
+        .find(|r| r.as_str() == s)
+    }
+
+    /// Whether the rate was observed on real miners (tight slack) or is a first-contact guess.
+    pub fn is_observed(self) -> bool {
+        self != RateSource::Shipped
+    }
+}
+
+impl std::fmt::Display for RateSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

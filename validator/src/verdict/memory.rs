@@ -2,12 +2,6 @@
 //! and proven, and for the walk its size, its times on this validator's clock, and the bandwidth
 //! it proved beside the one expected.
 
-use super::MemoryPlan;
-use super::fill::{FillWork, LEGACY_FILL_WEIGHT};
-use super::plan_v4::ChainPoolPlan;
-use crate::rates::RateSource;
-use gpu_attest_shared::memory::bound::VERSION_4;
-use gpu_attest_shared::memory::slice::SLICE_BYTES;
 use serde::{Deserialize, Serialize};
 
 /// One device's memory, as a verdict states it.
@@ -115,100 +109,6 @@ fn legacy_fill_weight() -> f64 {
 }
 
 impl MemoryProof {
-    /// The proof as planned, before the walk: nothing measured, nothing proven yet.
-    pub fn planned(plan: &MemoryPlan) -> Self {
-        MemoryProof {
-            pool_permille: plan.params.pool_permille,
-            walkers: plan.params.walkers,
-            walk_steps: plan.params.walk_steps,
-            walk_checkpoint_every: plan.params.walk_checkpoint_every,
-            walk_samples: plan.samples,
-            devices: plan
-                .pools
-                .iter()
-                .map(|p| DeviceMemory {
-                    claimed_bytes: p.memory_bytes,
-                    pool_entries: p.entries,
-                    proven_bytes: 0,
-                    walk: None,
-                })
-                .collect(),
-            walk_bytes: plan.walk_bytes(),
-            walk_measured_ms: 0,
-            walk_expected_ms: plan.walk_expected_ms,
-            walk_deadline_ms: plan.walk_deadline_ms,
-            expected_walk_bytes_per_sec: plan.slowest_bytes_per_sec(),
-            proven_walk_bytes_per_sec: None,
-            bandwidth_source: plan.source.as_str().into(),
-            bandwidth_miners: plan.miners,
-            slack: plan.slack,
-            fill_weight: plan.fill_weight,
-            host_held_at_least: None,
-            proves: String::new(),
-        }
-    }
-
-    /// The proof as planned for version 4 (PROTOCOL.md 20), before the walk. Its fields read as
-    /// version 3's do, in the same units: each device's pool in 64 KiB slices (`N_j n^2 /
-    /// 65536`), every state committed (`walk_checkpoint_every` 1), the steps opened in all as
-    /// `walk_samples`, and no fill. The proof's walk times are the slowest device's; each
-    /// device's own, its openings and the bound they prove are its `walk`.
-    pub fn planned_v4(plan: &ChainPoolPlan, n: u32, claimed: &[u64]) -> Self {
-        let slices_per_state = u64::from(n) * u64::from(n) / SLICE_BYTES as u64;
-        let slowest = plan.devices.iter().max_by_key(|d| d.expected_ms).cloned();
-        MemoryProof {
-            pool_permille: (VERSION_4.pool_share * 1000.0).round() as u32,
-            walkers: plan.params.walkers,
-            walk_steps: plan.params.walk_steps,
-            walk_checkpoint_every: 1,
-            walk_samples: plan.devices.iter().map(|d| d.steps_opened).sum(),
-            devices: plan
-                .devices
-                .iter()
-                .zip(claimed)
-                .map(|(d, &claimed_bytes)| DeviceMemory {
-                    claimed_bytes,
-                    pool_entries: d.pool_chains * slices_per_state,
-                    proven_bytes: 0,
-                    walk: Some(DeviceWalk {
-                        measured_ms: 0,
-                        expected_ms: d.expected_ms,
-                        deadline_ms: d.deadline_ms,
-                        expected_bytes_per_sec: d.bytes_per_sec,
-                        proven_bytes_per_sec: None,
-                        bandwidth_source: d.source.as_str().into(),
-                        steps_opened: d.steps_opened,
-                        rows_checked: d.rows_checked,
-                        sized_as: d.sized_as.unwrap_or_default().into(),
-                        bound_as: d.bound_as.into(),
-                        held_at_least: d.held_at_least,
-                    }),
-                })
-                .collect(),
-            walk_bytes: plan.params.walk_bytes(),
-            walk_measured_ms: 0,
-            walk_expected_ms: slowest.as_ref().map_or(0, |d| d.expected_ms),
-            walk_deadline_ms: plan.devices.iter().map(|d| d.deadline_ms).max().unwrap_or(0),
-            expected_walk_bytes_per_sec: slowest.as_ref().map_or(0.0, |d| d.bytes_per_sec),
-            proven_walk_bytes_per_sec: None,
-            bandwidth_source: plan
-                .devices
-                .iter()
-                .map(|d| d.source)
-                .reduce(RateSource::weaker)
-                .unwrap_or(RateSource::Shipped)
-                .as_str()
-                .into(),
-            bandwidth_miners: 0,
-            slack: plan.slack(),
-            fill_weight: 0.0,
-            host_held_at_least: Some(plan.host_held_at_least),
-            // Until the verdict is settled, why the plan falls under the 90% line, which
-            // `statement` then says beside the figure.
-            proves: plan.short_of_ninety.clone().unwrap_or_default(),
-        }
-    }
-
     /// The protocol version the proof was made under: 4 when it has no fill, else 3.
     pub fn protocol_version(&self) -> u32 {
         if self.fill_weight == 0.0 { 4 } else { 3 }
@@ -422,6 +322,29 @@ impl std::fmt::Display for DeviceWalk {
             None if model.is_empty() => write!(f, "no bound claimed: not a model the bound covers"),
             None => write!(f, "no bound: the verdict proves nothing"),
         }
+    }
+}
+
+/// The weight verdicts stored before it was recorded were timed with: PROTOCOL.md 18.6's first
+/// factor, 2 on every backend.
+pub const LEGACY_FILL_WEIGHT: f64 = 2.0;
+
+/// A challenge's pool work as its verdict counts it: the fill's operations and their weight.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct FillWork {
+    /// `sum over j of P_j * 2^31`: the int8 operations that made every pool.
+    pub ops: f64,
+    /// Chain operations at the class's rate that one fill operation is timed as.
+    pub weight: f64,
+}
+
+impl FillWork {
+    /// No memory phase: nothing filled.
+    pub const NONE: FillWork = FillWork { ops: 0.0, weight: 1.0 };
+
+    /// The fill in chain operations at the class's rate.
+    pub fn weighted_ops(&self) -> f64 {
+        self.ops * self.weight
     }
 }
 

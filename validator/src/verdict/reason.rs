@@ -321,7 +321,7 @@ mod tests {
     /// built from: every code this validator can store is there, and nothing else.
     #[test]
     fn every_code_is_the_protocols_table() {
-        let text = include_str!("../../PROTOCOL.md");
+        let text = include_str!("../../../PROTOCOL.md");
         let section = &text[text.find("## 16. Verdict reasons").expect("section 16")..];
         let section = &section[..section.find("\n## 17.").expect("section 17 follows")];
         let table = &section[section.find("| code | meaning |").expect("the table")..];

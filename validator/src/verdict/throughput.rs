@@ -2,10 +2,10 @@
 //! the time this validator measured, beside the rate the planner expected of the claimed
 //! hardware. The measured time, not the miner's report, is the evidence.
 
-use crate::memory::FillWork;
-use crate::rates::RateSource;
-use crate::reason::{Reason, ReasonCode};
-use crate::store::StoredParams;
+use crate::verdict::StoredParams;
+use crate::verdict::class::RateSource;
+use crate::verdict::memory::FillWork;
+use crate::verdict::reason::{Reason, ReasonCode};
 use serde::{Deserialize, Serialize};
 
 /// What the planner expected of the claimed hardware, and on what evidence.

@@ -1,0 +1,149 @@
+//! The validator's modules stand on floors, and every import runs down: a module uses only the
+//! modules on floors below its own (docs/design/architecture.md, "The validator's floors"). At
+//! the bottom are the verdict's own types and the configuration, which the subsystems fill in
+//! and read; nothing there knows the store, the planner or the attestation that use them. An
+//! import that ran back up would tie a lower layer to a higher one, and the next change would
+//! make a circle of them.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+/// Each top-level module of `validator/src` and its floor, lowest first. A new module gets the
+/// floor just above the highest it imports.
+const FLOORS: &[(&str, u32)] = &[
+    ("backoffs", 1),
+    ("config", 1),
+    ("in_flight", 1),
+    ("untrusted", 1),
+    ("verdict", 1),
+    ("store", 2),
+    ("verdict_wire", 2),
+    ("device_identity", 3),
+    ("metrics", 3),
+    ("rates", 3),
+    ("watch", 3),
+    ("memory", 4),
+    ("operator", 4),
+    ("planner", 5),
+    ("show", 5),
+    ("attest", 6),
+    ("cli", 7),
+    ("scheduler", 7),
+    ("service", 7),
+    ("server", 8),
+    ("daemon", 9),
+    ("commands", 10),
+    ("lib", 11),
+    ("main", 12),
+];
+
+fn validator_src() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../validator/src")
+}
+
+fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
+    for entry in std::fs::read_dir(dir).expect("validator/src is readable") {
+        let path = entry.expect("a directory entry").path();
+        if path.is_dir() {
+            rust_files(&path, out);
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            out.push(path);
+        }
+    }
+}
+
+/// The code of a file that ships: its inline test module (which may reach anywhere to build
+/// what it tests) left out, and comments skipped.
+fn shipped_lines(text: &str) -> impl Iterator<Item = (usize, &str)> {
+    let end = text.find("#[cfg(test)]\nmod tests").unwrap_or(text.len());
+    text[..end]
+        .lines()
+        .enumerate()
+        .filter(|(_, line)| !line.trim_start().starts_with("//"))
+}
+
+/// The modules `line` names as `crate::<module>`.
+fn crate_modules(line: &str) -> Vec<&str> {
+    line.match_indices("crate::")
+        .map(|(at, found)| {
+            let rest = &line[at + found.len()..];
+            let end = rest
+                .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+                .unwrap_or(rest.len());
+            &rest[..end]
+        })
+        .filter(|module| !module.is_empty())
+        .collect()
+}
+
+#[test]
+fn every_import_in_the_validator_runs_down_its_floors() {
+    let floors: BTreeMap<&str, u32> = FLOORS.iter().copied().collect();
+    let src = validator_src();
+    let mut files = Vec::new();
+    rust_files(&src, &mut files);
+    files.sort();
+    assert!(
+        files.len() > 20,
+        "found only {} files under {}",
+        files.len(),
+        src.display()
+    );
+    let mut wrong = Vec::new();
+    for file in &files {
+        let relative = file.strip_prefix(&src).expect("under validator/src");
+        // A module's tests in a file of their own are test code, like an inline test module.
+        if relative.file_name().is_some_and(|n| n == "tests.rs") {
+            continue;
+        }
+        let first = relative.components().next().expect("a path under src");
+        let module = first.as_os_str().to_str().expect("UTF-8 names").trim_end_matches(".rs");
+        let Some(&floor) = floors.get(module) else {
+            wrong.push(format!(
+                "{}: module `{module}` has no floor; add it to FLOORS (and the map) above what it imports",
+                relative.display()
+            ));
+            continue;
+        };
+        let text = std::fs::read_to_string(file).expect("a readable source file");
+        for (at, line) in shipped_lines(&text) {
+            for used in crate_modules(line) {
+                if used == module {
+                    continue;
+                }
+                match floors.get(used) {
+                    Some(&below) if below < floor => {}
+                    Some(&other) => wrong.push(format!(
+                        "{}:{}: `{module}` (floor {floor}) imports `{used}` (floor {other}): an import back up",
+                        relative.display(),
+                        at + 1
+                    )),
+                    None => wrong.push(format!(
+                        "{}:{}: `crate::{used}` is not a module with a floor",
+                        relative.display(),
+                        at + 1
+                    )),
+                }
+            }
+        }
+    }
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+}
+
+/// The rule is checked, not just stated: an import back up in a file like the validator's is
+/// found, with its line.
+#[test]
+fn an_import_back_up_is_what_the_check_finds() {
+    let text =
+        "//! The store.\nuse crate::verdict::Verdict;\nuse crate::planner::plan;\n// crate::attest in a comment\n";
+    let found: Vec<(usize, Vec<&str>)> = shipped_lines(text)
+        .map(|(at, line)| (at, crate_modules(line)))
+        .filter(|(_, modules)| !modules.is_empty())
+        .collect();
+    assert_eq!(found, vec![(1, vec!["verdict"]), (2, vec!["planner"])]);
+    let floors: BTreeMap<&str, u32> = FLOORS.iter().copied().collect();
+    assert!(
+        floors["planner"] > floors["store"],
+        "the planner stands above the store"
+    );
+}
