@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
+import socket
 import subprocess
 import sys
 import threading
@@ -16,7 +18,9 @@ from gpu_attest_client import (
     AlreadyExists,
     AsyncClient,
     Client,
+    DeadlineExceeded,
     FailedPrecondition,
+    GpuAttestError,
     InvalidArgument,
     OutOfRange,
     Phase,
@@ -198,6 +202,76 @@ def test_the_asyncio_client_makes_the_same_calls(validator, honest_miner):
             return verdict
 
     assert isinstance(asyncio.run(run()), Verdict)
+
+
+@pytest.fixture
+def silent_miner_url():
+    """A "miner" that takes connections and never answers: an attestation of it outlives any
+    deadline, and stores no verdict that a later test would see."""
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen()
+        yield f"http://127.0.0.1:{silent.getsockname()[1]}"
+
+
+def test_the_asyncio_client_answers_and_fails_as_the_blocking_one(api, validator, honest_miner, silent_miner_url):
+    """Both clients carry out the same calls: each asyncio call gives what the blocking one
+    gives, and fails with the same exception and message, whether the validator refuses a call,
+    a stream fails, a stream outlives its deadline, or the client's own checks refuse it."""
+    api.register_miner(honest_miner.url, "both")
+    newest = api.attest(honest_miner.url).id
+    # Each call, and how many values to take where it is iterated (a watch never ends by itself).
+    answers = [
+        (lambda c: c.list_miners(), None),
+        (lambda c: c.list_revoked_keys(), None),
+        (lambda c: c.list_rates(), None),
+        (lambda c: c.remove_miner("http://127.0.0.1:1"), None),
+        (lambda c: c.list_verdicts(page_size=2, limit=5), None),
+        (lambda c: c.list_verdicts(honest_miner.url, passed=True, limit=3), None),
+        (lambda c: c.watch_verdicts(after_id=newest - 1), 1),
+    ]
+    alias = honest_miner.url.replace("127.0.0.1", "localhost")
+    failures = [
+        (InvalidArgument, lambda c: c.register_miner(""), None),
+        (Unavailable, lambda c: c.register_miner("http://127.0.0.1:1"), None),
+        (AlreadyExists, lambda c: c.register_miner(alias), None),
+        (OutOfRange, lambda c: c.watch_verdicts(after_id=newest + 1000), 1),
+        (ValueError, lambda c: c.revoke_miner_key("beef", "too short"), None),
+        (ValueError, lambda c: c.list_verdicts(page_size=501), None),
+        (DeadlineExceeded, lambda c: c.attest(silent_miner_url, timeout=0.5), None),
+    ]
+
+    def blocking(call, take):
+        try:
+            answer = call(api)
+            return list(itertools.islice(answer, take)) if hasattr(answer, "__next__") else answer
+        except (GpuAttestError, ValueError) as e:
+            return type(e), str(e)
+
+    async def awaited(client, call, take):
+        try:
+            answer = call(client)
+            if not hasattr(answer, "__anext__"):
+                return await answer
+            taken = []
+            async for value in answer:
+                taken.append(value)
+                if len(taken) == take:
+                    break
+            await answer.aclose()
+            return taken
+        except (GpuAttestError, ValueError) as e:
+            return type(e), str(e)
+
+    async def all_awaited(calls):
+        async with AsyncClient(validator.url) as client:
+            return [await awaited(client, call, take) for call, take in calls]
+
+    expected = [blocking(call, take) for call, take in answers]
+    assert asyncio.run(all_awaited(answers)) == expected
+    expected = [blocking(call, take) for _, call, take in failures]
+    assert [raised for raised, _ in expected] == [kind for kind, _, _ in failures]
+    assert asyncio.run(all_awaited([(call, take) for _, call, take in failures])) == expected
 
 
 def test_api_addresses_are_checked_before_connecting():

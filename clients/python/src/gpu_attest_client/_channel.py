@@ -1,10 +1,12 @@
-"""The API address and TLS files, read as `validator miners --api` reads them."""
+"""The API address and TLS files, read as `validator miners --api` reads them, and the channel
+to it."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional, Union
+from types import ModuleType
+from typing import Any, Optional, Union
 from urllib.parse import urlsplit
 
 import grpc
@@ -44,3 +46,14 @@ def target(api: str, ca: Optional[PathLike] = None, cert: Optional[PathLike] = N
         root_certificates=read(ca), private_key=read(key), certificate_chain=read(cert)
     )
     return Target(parts.netloc, credentials)
+
+
+def connect(grpc_module: ModuleType, api: str, ca: Optional[PathLike] = None,
+            cert: Optional[PathLike] = None, key: Optional[PathLike] = None) -> Any:
+    """A channel to ``api`` (as :func:`target` reads it) from ``grpc_module``: ``grpc`` for the
+    blocking client, ``grpc.aio`` for the asyncio one, whose channel functions take the same
+    arguments."""
+    where = target(api, ca, cert, key)
+    if where.credentials is None:
+        return grpc_module.insecure_channel(where.address)
+    return grpc_module.secure_channel(where.address, where.credentials)

@@ -1,9 +1,10 @@
-"""The asyncio client: the same calls as :class:`gpu_attest_client.Client`, awaited."""
+"""The asyncio client: the calls of ``_calls``, as :class:`gpu_attest_client.Client` makes them,
+carried out by awaiting the stub."""
 
 from __future__ import annotations
 
 import asyncio
-from typing import AsyncIterator, Callable, List, Optional, Union
+from typing import Any, AsyncIterator, Callable, List, Optional, Union
 
 import grpc
 import grpc.aio
@@ -11,10 +12,9 @@ import grpc.aio
 from gpu_attest.v1 import validator_pb2 as pb
 from gpu_attest.v1 import validator_pb2_grpc as rpc
 
-from . import _requests
-from ._channel import PathLike, target
-from .errors import GpuAttestError, Unavailable, from_rpc_error
-from .types import AttestEvent, MinerRecord, RevokedKey, Verdict, event_from_proto
+from . import _calls, _plan
+from ._channel import PathLike, connect
+from .types import AttestEvent, MinerRecord, RevokedKey, Verdict
 
 
 class AsyncClient:
@@ -24,11 +24,7 @@ class AsyncClient:
                  cert: Optional[PathLike] = None, key: Optional[PathLike] = None,
                  timeout: float = 30.0):
         self._api = api
-        where = target(api, ca, cert, key)
-        if where.credentials is None:
-            self._channel = grpc.aio.insecure_channel(where.address)
-        else:
-            self._channel = grpc.aio.secure_channel(where.address, where.credentials)
+        self._channel = connect(grpc.aio, api, ca, cert, key)
         self._stub = rpc.ValidatorStub(self._channel)
         self._timeout = timeout
 
@@ -41,89 +37,78 @@ class AsyncClient:
     async def __aexit__(self, *_) -> None:
         await self.close()
 
-    async def _call(self, method, request):
-        try:
-            return await method(request, timeout=self._timeout)
-        except grpc.aio.AioRpcError as e:
-            raise from_rpc_error(e, self._api) from None
-
     async def register_miner(self, url: str, name: str = "", *, replace_key: bool = False) -> MinerRecord:
-        request = pb.RegisterMinerRequest(url=url, name=name, replace_key=replace_key)
-        return MinerRecord.from_proto(await self._call(self._stub.RegisterMiner, request))
+        return await self._result(_calls.register_miner(url, name, replace_key))
 
     async def list_miners(self) -> List[MinerRecord]:
-        response = await self._call(self._stub.ListMiners, pb.ListMinersRequest())
-        return [MinerRecord.from_proto(m) for m in response.miners]
+        return await self._result(_calls.list_miners())
 
     async def remove_miner(self, url: str) -> bool:
-        return (await self._call(self._stub.RemoveMiner, pb.RemoveMinerRequest(url=url))).removed
+        return await self._result(_calls.remove_miner(url))
 
     async def revoke_miner_key(self, miner_key: Union[bytes, str], reason: str) -> bool:
-        request = pb.RevokeMinerKeyRequest(miner_key=_requests.miner_key(miner_key), reason=reason)
-        return (await self._call(self._stub.RevokeMinerKey, request)).newly_revoked
+        return await self._result(_calls.revoke_miner_key(miner_key, reason))
 
     async def list_revoked_keys(self) -> List[RevokedKey]:
-        response = await self._call(self._stub.ListRevokedKeys, pb.ListRevokedKeysRequest())
-        return [RevokedKey.from_proto(k) for k in response.keys]
+        return await self._result(_calls.list_revoked_keys())
 
     async def list_rates(self) -> pb.ListRatesResponse:
-        return await self._call(self._stub.ListRates, pb.ListRatesRequest())
+        return await self._result(_calls.list_rates())
 
-    async def attest_events(self, url: str, timeout: Optional[float] = None) -> AsyncIterator[AttestEvent]:
-        try:
-            async for event in self._stub.AttestMiner(pb.AttestMinerRequest(url=url), timeout=timeout):
-                converted = event_from_proto(event)
-                if converted is not None:
-                    yield converted
-        except grpc.aio.AioRpcError as e:
-            raise from_rpc_error(e, self._api) from None
+    # The calls a caller iterates return the async generator that carries them out, rather than
+    # wrapping it in one of their own: `aclose()` on what the caller holds then cancels the
+    # stream at once, not when a wrapped generator is collected.
+
+    def attest_events(self, url: str, timeout: Optional[float] = None) -> AsyncIterator[AttestEvent]:
+        return self._iterate(_calls.attest_events(url, timeout))
 
     async def attest(self, url: str, on_event: Optional[Callable[[AttestEvent], None]] = None,
                      timeout: Optional[float] = None) -> Verdict:
-        async for event in self.attest_events(url, timeout):
-            if isinstance(event, Verdict):
-                return event
-            if on_event is not None:
-                on_event(event)
-        raise GpuAttestError(grpc.StatusCode.UNKNOWN, f"the attestation of {url} ended without a verdict")
+        return await self._result(_calls.attest(url, on_event, timeout))
 
-    async def list_verdicts(self, miner_url: str = "", *, passed: Optional[bool] = None,
-                            since_unix_ms: int = 0, limit: Optional[int] = None,
-                            page_size: int = 100) -> AsyncIterator[Verdict]:
-        token, seen = "", 0
-        while True:
-            request = _requests.list_verdicts(miner_url, passed, since_unix_ms, page_size, token)
-            response = await self._call(self._stub.ListVerdicts, request)
-            for v in response.verdicts:
-                if limit is not None and seen >= limit:
-                    return
-                seen += 1
-                yield Verdict.from_proto(v)
-            token = response.next_page_token
-            if not token:
-                return
+    def list_verdicts(self, miner_url: str = "", *, passed: Optional[bool] = None,
+                      since_unix_ms: int = 0, limit: Optional[int] = None,
+                      page_size: int = 100) -> AsyncIterator[Verdict]:
+        return self._iterate(_calls.list_verdicts(miner_url, passed, since_unix_ms, limit, page_size))
 
-    async def watch_verdicts(self, after_id: Optional[int] = None, miner_url: str = "") -> AsyncIterator[Verdict]:
+    def watch_verdicts(self, after_id: Optional[int] = None, miner_url: str = "") -> AsyncIterator[Verdict]:
+        return self._iterate(_calls.watch_verdicts(after_id, miner_url))
+
+    def follow_verdicts(self, after_id: Optional[int] = None, miner_url: str = "",
+                        retry_seconds: float = 2.0) -> AsyncIterator[Verdict]:
+        return self._iterate(_calls.follow_verdicts(after_id, miner_url, retry_seconds))
+
+    # Carrying plans out: what Client does by blocking, done by awaiting.
+
+    async def _result(self, plan: _plan.Plan[Any]) -> Any:
+        run = _plan.Run(plan, self._api)
+        async for _ in self._drive(run):
+            pass  # a call with a result emits nothing
+        return run.result
+
+    def _iterate(self, plan: _plan.Plan[None]) -> AsyncIterator[Any]:
+        return self._drive(_plan.Run(plan, self._api))
+
+    async def _drive(self, run: _plan.Run) -> AsyncIterator[Any]:
         try:
-            async for v in self._stub.WatchVerdicts(_requests.watch_verdicts(after_id, miner_url)):
-                yield Verdict.from_proto(v)
-        except grpc.aio.AioRpcError as e:
-            raise from_rpc_error(e, self._api) from None
+            while (effect := run.next()) is not None:
+                if isinstance(effect, _plan.Emit):
+                    yield effect.value
+                    continue
+                try:
+                    run.gave(await self._perform(effect))
+                except grpc.aio.AioRpcError as e:
+                    run.failed(e)
+        finally:
+            run.close()
 
-    async def follow_verdicts(self, after_id: Optional[int] = None, miner_url: str = "",
-                              retry_seconds: float = 2.0) -> AsyncIterator[Verdict]:
-        last = after_id
-        while True:
-            try:
-                if last is None:
-                    # As Client.follow_verdicts: the starting point is fixed before the first
-                    # watch, so a reconnect before the first verdict misses none.
-                    newest_id = 0
-                    async for newest in self.list_verdicts(limit=1, page_size=1):
-                        newest_id = newest.id
-                    last = newest_id
-                async for verdict in self.watch_verdicts(last, miner_url):
-                    last = verdict.id
-                    yield verdict
-            except Unavailable:
-                await asyncio.sleep(retry_seconds)
+    async def _perform(self, effect: _plan.Effect) -> Any:
+        if isinstance(effect, _plan.Unary):
+            return await getattr(self._stub, effect.rpc)(effect.request, timeout=self._timeout)
+        if isinstance(effect, _plan.Open):
+            return getattr(self._stub, effect.rpc)(effect.request, timeout=effect.timeout)
+        if isinstance(effect, _plan.Receive):
+            message = await effect.call.read()
+            return None if message is grpc.aio.EOF else message
+        await asyncio.sleep(effect.seconds)  # _plan.Sleep, the last kind
+        return None
