@@ -13,6 +13,9 @@ cargo build --locked -q -p gpu-attest-miner -p gpu-attest-validator -p gpu-attes
 venv=target/pyclient-venv
 [ -x "$venv/bin/python" ] || python3 -m venv "$venv"
 echo "== installing the client and pytest" >&2
+# setuptools never removes a module from its build folder: one left from an older tree would be
+# installed beside this tree's and could hide a missing module.
+rm -rf clients/python/build
 "$venv/bin/pip" install -q './clients/python[test]'
 # The same version number from a changed tree: reinstalled, so that the tests see this tree.
 "$venv/bin/pip" install -q --force-reinstall --no-deps ./clients/python

@@ -75,8 +75,10 @@ class Client:
 
     def attest_events(self, url: str, timeout: Optional[float] = None) -> Iterator[AttestEvent]:
         """Attests the miner at ``url`` now: its phases and progress as they happen, then the
-        stored :class:`Verdict` as the last event. ``timeout`` bounds the whole attestation
-        (unset: as long as the validator takes; it has the challenge's deadlines of its own)."""
+        stored :class:`Verdict` as the last event. ``timeout`` bounds how long this client
+        waits for the whole attestation (unset: as long as the validator takes; it has the
+        challenge's deadlines of its own). It does not stop the validator: an attestation this
+        client gave up on still ends in a stored verdict, which ``list_verdicts`` shows."""
         return self._iterate(_calls.attest_events(url, timeout))
 
     def attest(self, url: str, on_event: Optional[Callable[[AttestEvent], None]] = None,

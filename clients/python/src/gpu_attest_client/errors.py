@@ -100,7 +100,10 @@ def _hint(code: grpc.StatusCode, details: str, api: Optional[str]) -> str:
     if api.startswith("http://") and ("Socket closed" in details or "TSI_DATA_CORRUPTED" in details):
         return (f"{api} closed the connection: if that API is served with TLS, use https:// with ca= "
                 "(and cert=, key= where it requires client certificates)")
-    if "Connection refused" in details or "connection refused" in details:
+    # gRPC's own words when this client could not connect: a validator that could not reach a
+    # miner also says "Connection refused", but in its own message, and the hint would send the
+    # caller to the wrong host.
+    if "failed to connect to all addresses" in details and "onnection refused" in details:
         return f"nothing listens at {api}: is `validator serve` running there?"
     return ""
 
