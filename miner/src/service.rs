@@ -1,6 +1,6 @@
 //! The `Miner` gRPC service: a thin async shell around [`MinerCore`].
 
-use crate::core::{AcceptedChallenge, MinerCore, now_ms};
+use crate::core::{AcceptedChallenge, MinerCore, Signed, now_ms};
 use crate::error::MinerError;
 use crate::metrics::ChallengeOutcome;
 use crate::openings::{RoundLimits, Sample, run_round};
@@ -9,7 +9,9 @@ use gpu_attest_proto::convert::{
     challenge_from_wire, inventory_to_wire, open_request_from_wire, walk_request_from_wire,
 };
 use gpu_attest_proto::v1::{self, challenge_event::Event, miner_server::Miner};
-use gpu_attest_shared::engine::EngineError;
+use gpu_attest_shared::engine::{EngineError, Execution};
+use gpu_attest_shared::evidence::DeviceEvidence;
+
 use gpu_attest_shared::keys::PublicKey;
 use gpu_attest_shared::{BackendError, CancelToken};
 use std::pin::Pin;
@@ -258,16 +260,19 @@ impl Drop for CancelOnDrop {
     }
 }
 
+/// The events of one challenge's stream, as the miner sends them.
+type ChallengeEvents = mpsc::Sender<Result<v1::ChallengeEvent, Status>>;
+
+/// What the work of one challenge produced: its execution and the devices' evidence, or why not.
+type Worked = Result<(Execution, Signed<Vec<DeviceEvidence>>), MinerError>;
+
+fn event(e: Event) -> Result<v1::ChallengeEvent, Status> {
+    Ok(v1::ChallengeEvent { event: Some(e) })
+}
+
 /// Runs an accepted challenge to its commitment, cancelling on disconnect or once the time to
 /// work has run out (the finish-by time, else the deadline).
-async fn run_accepted(
-    core: Arc<MinerCore>,
-    accepted: AcceptedChallenge,
-    tx: mpsc::Sender<Result<v1::ChallengeEvent, Status>>,
-) {
-    let nonce = hex::encode(accepted.challenge.params.nonce);
-    let chains = accepted.challenge.params.num_chains;
-    let event = |e| Ok(v1::ChallengeEvent { event: Some(e) });
+async fn run_accepted(core: Arc<MinerCore>, accepted: AcceptedChallenge, tx: ChallengeEvents) {
     let devices = core.backend().backend.device_count();
     let _ = tx
         .send(event(Event::Accepted(v1::Accepted {
@@ -275,56 +280,73 @@ async fn run_accepted(
             backend: core.backend().name.clone(),
         })))
         .await;
-
-    let stop_named = accepted.stop_named();
     let cancel = CancelToken::new();
-    let watcher = {
-        let (tx, cancel, time_left) = (tx.clone(), cancel.clone(), accepted.time_left());
-        tokio::spawn(async move {
-            tokio::select! {
-                _ = tx.closed() => {}
-                _ = tokio::time::sleep(time_left) => {}
-            }
-            cancel.cancel();
-        })
-    };
+    let watcher = cancel_when_gone_or_late(&tx, &cancel, accepted.time_left());
     let started = Instant::now();
-    let progress_tx = tx.clone();
-    let worker_core = core.clone();
-    let worker_cancel = cancel.clone();
-    let joined = tokio::task::spawn_blocking(move || {
-        let progress = |p: gpu_attest_shared::engine::DeviceProgress| {
-            let _ = progress_tx.try_send(event(Event::Progress(v1::Progress {
-                device: p.device,
-                done: p.done,
-                total: p.total,
-            })));
-        };
-        let mut accepted = accepted;
-        let result = worker_core
-            .execute(&mut accepted, &progress, &worker_cancel)
-            .and_then(|execution| {
-                worker_core.fill(&mut accepted, &|_, _| {}, &worker_cancel)?;
-                // Asked after the work, so that the GPUs answer while nothing else runs on them.
-                let evidence = worker_core.gather_evidence(&accepted);
-                Ok((execution, evidence))
-            });
-        (accepted, result)
+    let joined = tokio::task::spawn_blocking({
+        let (core, tx, cancel) = (core.clone(), tx.clone(), cancel.clone());
+        move || work(&core, accepted, &tx, &cancel)
     })
     .await;
     watcher.abort();
-    let (accepted, result) = match joined {
-        Ok(pair) => pair,
+    match joined {
+        Ok((accepted, worked)) => answer(&core, &tx, accepted, worked, started).await,
         Err(join) => {
             core.metrics().challenge(ChallengeOutcome::Failed, None);
             let _ = tx
                 .send(Err(Status::internal(format!("challenge worker failed: {join}"))))
                 .await;
-            return;
         }
+    }
+}
+
+/// Cancels the work when the validator hangs up or `time_left` runs out, whichever comes first.
+fn cancel_when_gone_or_late(
+    tx: &ChallengeEvents,
+    cancel: &CancelToken,
+    time_left: std::time::Duration,
+) -> tokio::task::JoinHandle<()> {
+    let (tx, cancel) = (tx.clone(), cancel.clone());
+    tokio::spawn(async move {
+        tokio::select! {
+            _ = tx.closed() => {}
+            _ = tokio::time::sleep(time_left) => {}
+        }
+        cancel.cancel();
+    })
+}
+
+/// The challenge's work (blocking): its chains with progress sent as they go, its pools, then
+/// the devices' evidence.
+fn work(
+    core: &MinerCore,
+    mut accepted: AcceptedChallenge,
+    tx: &ChallengeEvents,
+    cancel: &CancelToken,
+) -> (AcceptedChallenge, Worked) {
+    let progress = |p: gpu_attest_shared::engine::DeviceProgress| {
+        let _ = tx.try_send(event(Event::Progress(v1::Progress {
+            device: p.device,
+            done: p.done,
+            total: p.total,
+        })));
     };
+    let result = core.execute(&mut accepted, &progress, cancel).and_then(|execution| {
+        core.fill(&mut accepted, &|_, _| {}, cancel)?;
+        // Asked after the work, so that the GPUs answer while nothing else runs on them.
+        let evidence = core.gather_evidence(&accepted);
+        Ok((execution, evidence))
+    });
+    (accepted, result)
+}
+
+/// Sends the commitment for work that was done, or the error that ended it, and counts it.
+async fn answer(core: &MinerCore, tx: &ChallengeEvents, accepted: AcceptedChallenge, worked: Worked, started: Instant) {
+    let nonce = hex::encode(accepted.challenge.params.nonce);
+    let chains = accepted.challenge.params.num_chains;
+    let stop_named = accepted.stop_named();
     let compute_ms = started.elapsed().as_millis() as u64;
-    match result {
+    match worked {
         Ok((execution, evidence)) => {
             let commitment = core.commit(accepted, execution, compute_ms);
             core.metrics().computed(chains, started.elapsed());

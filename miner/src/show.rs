@@ -5,6 +5,7 @@ use crate::backends::SelectedBackend;
 use crate::bench;
 use crate::config::MinerConfig;
 use gpu_attest_kernels::detect::{Detection, GpuDetectError};
+use gpu_attest_kernels::walk_bench::WalkBench;
 use gpu_attest_shared::gemm::KernelKind;
 use std::time::Duration;
 
@@ -182,27 +183,8 @@ pub fn bench_gpus(
     }
     let kernels = bench::gpu_kernels_to_time(options.kernel);
     let bench::GpuBench { rows, kernel_errors } = bench::gpu(&options, &kernels, sizes, budget, |r| {
-        if json {
-            return;
-        }
-        println!(
-            "{:<9} {:>3} {:>5} {:>5} {:>10.2} {:>8.1} {:>7} {:>9} {:>10} {:>9} {:>9.3}  {}",
-            r.kernel,
-            r.device,
-            r.n,
-            r.batch,
-            r.seconds * 1e6,
-            r.tops,
-            pct(r.peak_tops.map(|p| r.tops / p)),
-            pct(r.share_of_floor),
-            r.cublaslt_tops.map_or("-".to_string(), |t| format!("{t:.1}")),
-            r.cublaslt_seconds
-                .map_or("-".to_string(), |s| format!("{:.2}x", s / r.seconds)),
-            r.challenge_over_gemm,
-            r.name
-        );
-        if let Some(e) = &r.cublaslt_error {
-            println!("        cuBLASLt baseline did not run: {e}");
+        if !json {
+            print_gemm_row(r);
         }
     });
     if !json {
@@ -216,45 +198,7 @@ pub fn bench_gpus(
     let walks = (memory_mib > 0).then(|| {
         bench::gpu_walks(&options, pool_bytes, budget, |w| {
             if !json {
-                println!(
-                    "memory walk, device {} ({}): {:.0} GB/s, {:.0}% of copy ({:.0} GB/s); pool {} MiB, {} walkers x {} steps; \
-                     pool fill: {:.1} s, {:.0} entries/s ({:.1} TOPS); {}",
-                    w.device,
-                    w.name,
-                    w.walk_bytes_per_sec / 1e9,
-                    100.0 * w.walk_share_of_copy,
-                    w.copy_bytes_per_sec / 1e9,
-                    w.pool_bytes >> 20,
-                    w.walkers,
-                    w.steps,
-                    w.fill_seconds,
-                    w.fill_entries_per_sec,
-                    w.fill_tops,
-                    if w.matches_cpu {
-                        "the CPU walk's checkpoints, every one"
-                    } else {
-                        "NOT the CPU walk's checkpoints"
-                    }
-                );
-                if let Some(e) = &w.walk_v4_error {
-                    println!("memory walk v4, device {} ({}): did not run: {e}", w.device, w.name);
-                    return;
-                }
-                println!(
-                    "memory walk v4, device {} ({}): {:.0} GB/s to the walk root, {:.0}% of the v3 walk; {} walkers x {} \
-                     steps, every state in its walker's tree on the device; {}",
-                    w.device,
-                    w.name,
-                    w.walk_v4_bytes_per_sec / 1e9,
-                    100.0 * w.walk_v4_share_of_walk,
-                    w.walkers,
-                    w.walk_v4_steps,
-                    if w.v4_matches_cpu {
-                        "the CPU's trees and openings, every one"
-                    } else {
-                        "NOT the CPU's trees and openings"
-                    }
-                );
+                print_walks(w);
             }
         })
     });
@@ -272,6 +216,78 @@ pub fn bench_gpus(
         });
         println!("{}", serde_json::to_string_pretty(&report).map_err(|e| e.to_string())?);
     }
+    gpu_bench_verdict(&kernel_errors, walk_error, &memory)
+}
+
+/// One GEMM row of `miner bench` on a GPU, under the header `bench_gpus` prints.
+fn print_gemm_row(r: &bench::GpuBenchRow) {
+    println!(
+        "{:<9} {:>3} {:>5} {:>5} {:>10.2} {:>8.1} {:>7} {:>9} {:>10} {:>9} {:>9.3}  {}",
+        r.kernel,
+        r.device,
+        r.n,
+        r.batch,
+        r.seconds * 1e6,
+        r.tops,
+        pct(r.peak_tops.map(|p| r.tops / p)),
+        pct(r.share_of_floor),
+        r.cublaslt_tops.map_or("-".to_string(), |t| format!("{t:.1}")),
+        r.cublaslt_seconds
+            .map_or("-".to_string(), |s| format!("{:.2}x", s / r.seconds)),
+        r.challenge_over_gemm,
+        r.name
+    );
+    if let Some(e) = &r.cublaslt_error {
+        println!("        cuBLASLt baseline did not run: {e}");
+    }
+}
+
+/// One device's memory walks, both versions, each against the CPU's.
+fn print_walks(w: &WalkBench) {
+    println!(
+        "memory walk, device {} ({}): {:.0} GB/s, {:.0}% of copy ({:.0} GB/s); pool {} MiB, {} walkers x {} steps; \
+         pool fill: {:.1} s, {:.0} entries/s ({:.1} TOPS); {}",
+        w.device,
+        w.name,
+        w.walk_bytes_per_sec / 1e9,
+        100.0 * w.walk_share_of_copy,
+        w.copy_bytes_per_sec / 1e9,
+        w.pool_bytes >> 20,
+        w.walkers,
+        w.steps,
+        w.fill_seconds,
+        w.fill_entries_per_sec,
+        w.fill_tops,
+        if w.matches_cpu {
+            "the CPU walk's checkpoints, every one"
+        } else {
+            "NOT the CPU walk's checkpoints"
+        }
+    );
+    if let Some(e) = &w.walk_v4_error {
+        println!("memory walk v4, device {} ({}): did not run: {e}", w.device, w.name);
+        return;
+    }
+    println!(
+        "memory walk v4, device {} ({}): {:.0} GB/s to the walk root, {:.0}% of the v3 walk; {} walkers x {} \
+         steps, every state in its walker's tree on the device; {}",
+        w.device,
+        w.name,
+        w.walk_v4_bytes_per_sec / 1e9,
+        100.0 * w.walk_v4_share_of_walk,
+        w.walkers,
+        w.walk_v4_steps,
+        if w.v4_matches_cpu {
+            "the CPU's trees and openings, every one"
+        } else {
+            "NOT the CPU's trees and openings"
+        }
+    );
+}
+
+/// Whether the GPU bench passed: every kernel timed, both walks run, and each device's walks
+/// the CPU's to the bit.
+fn gpu_bench_verdict(kernel_errors: &[String], walk_error: Option<String>, memory: &[WalkBench]) -> Result<(), String> {
     if !kernel_errors.is_empty() {
         return Err(format!("not every kernel was timed: {}", kernel_errors.join("; ")));
     }

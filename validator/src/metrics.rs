@@ -99,6 +99,14 @@ impl ValidatorMetrics {
     pub fn registry(&self) -> Registry {
         let mut r = Registry::with_prefix("gpu_attest_validator");
         register_build_info(&mut r);
+        self.register_attestations(&mut r);
+        self.register_miners(&mut r);
+        self.register_scheduler(&mut r);
+        r
+    }
+
+    /// How attestations end, why they fail, and how long their phases take.
+    fn register_attestations(&self, r: &mut Registry) {
         r.register(
             "attestations",
             "Attestations by outcome: pass and fail are stored verdicts, error is an attestation that could not run (no verdict)",
@@ -129,6 +137,11 @@ impl ValidatorMetrics {
             "Time this validator spent verifying a commitment (re-execution, full or sampled)",
             self.verification.clone(),
         );
+    }
+
+    /// What each miner's latest verdict proved and was timed by, and when it was registered and
+    /// last passed.
+    fn register_miners(&self, r: &mut Registry) {
         r.register(
             "proven_ops_per_second",
             "The rate each miner proved in its latest verdict (0 when it failed, except a graded miss: the rate its late work proved)",
@@ -164,6 +177,10 @@ impl ValidatorMetrics {
             "Miners registered with this validator (its database's, shared with any validator on the same PostgreSQL database)",
             self.registered.clone(),
         );
+    }
+
+    /// The scheduler's queue, back-offs and running attestations.
+    fn register_scheduler(&self, r: &mut Registry) {
         r.register(
             "scheduler_queue_depth",
             "Miners due for attestation and waiting for a free slot",
@@ -179,7 +196,6 @@ impl ValidatorMetrics {
             "Scheduled attestations running now",
             self.running.clone(),
         );
-        r
     }
 
     pub fn phase(&self, phase: Phase, took: Duration) {

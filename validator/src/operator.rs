@@ -52,6 +52,14 @@ pub enum OperatorError {
     NoVerdict(String),
 }
 
+/// How one watch stream ended.
+enum Watched {
+    /// The caller wants no more verdicts.
+    Stopped,
+    /// The stream was lost (why, for the operator); a reconnect resumes it.
+    Lost(String),
+}
+
 /// How long `follow` waits before it asks again after losing the validator.
 const RECONNECT: std::time::Duration = std::time::Duration::from_secs(2);
 
@@ -347,29 +355,9 @@ impl Operator {
             None => self.newest_verdict_id().await?,
         };
         loop {
-            let request = v1::WatchVerdictsRequest {
-                after_id: Some(after),
-                miner_url: miner_url.clone().unwrap_or_default(),
-            };
-            let lost = match self.client.watch_verdicts(request).await {
-                Ok(stream) => {
-                    let mut stream = stream.into_inner();
-                    loop {
-                        match stream.message().await {
-                            Ok(Some(verdict)) => {
-                                after = after.max(verdict.id);
-                                if !on_verdict(verdict_from_wire(&verdict)) {
-                                    return Ok(());
-                                }
-                            }
-                            Ok(None) => break "the validator ended the stream".to_string(),
-                            Err(s) if reconnectable(&s) => break s.message().to_string(),
-                            Err(s) => return Err(self.refused(s)),
-                        }
-                    }
-                }
-                Err(s) if reconnectable(&s) => s.message().to_string(),
-                Err(s) => return Err(self.refused(s)),
+            let lost = match self.watch_once(&mut after, &miner_url, &mut on_verdict).await? {
+                Watched::Stopped => return Ok(()),
+                Watched::Lost(why) => why,
             };
             eprintln!(
                 "lost the validator at {} ({lost}); following again from verdict #{after} in {} s",
@@ -377,6 +365,38 @@ impl Operator {
                 RECONNECT.as_secs()
             );
             tokio::time::sleep(RECONNECT).await;
+        }
+    }
+
+    /// One `WatchVerdicts` stream from `after`, moving `after` on with each verdict handed to
+    /// `on_verdict`, until `on_verdict` stops or the stream is lost in a way a reconnect mends.
+    async fn watch_once(
+        &mut self,
+        after: &mut u64,
+        miner_url: &Option<String>,
+        on_verdict: &mut impl FnMut(Verdict) -> bool,
+    ) -> Result<Watched, OperatorError> {
+        let request = v1::WatchVerdictsRequest {
+            after_id: Some(*after),
+            miner_url: miner_url.clone().unwrap_or_default(),
+        };
+        let mut stream = match self.client.watch_verdicts(request).await {
+            Ok(stream) => stream.into_inner(),
+            Err(s) if reconnectable(&s) => return Ok(Watched::Lost(s.message().to_string())),
+            Err(s) => return Err(self.refused(s)),
+        };
+        loop {
+            match stream.message().await {
+                Ok(Some(verdict)) => {
+                    *after = (*after).max(verdict.id);
+                    if !on_verdict(verdict_from_wire(&verdict)) {
+                        return Ok(Watched::Stopped);
+                    }
+                }
+                Ok(None) => return Ok(Watched::Lost("the validator ended the stream".to_string())),
+                Err(s) if reconnectable(&s) => return Ok(Watched::Lost(s.message().to_string())),
+                Err(s) => return Err(self.refused(s)),
+            }
         }
     }
 

@@ -50,34 +50,24 @@ impl Handshake {
                     }
                     return;
                 }
+                Handshake::Tls { .. } if data.is_empty() => return,
                 Handshake::Tls {
                     header,
                     header_len,
                     body_left,
                     content_type,
                 } => {
-                    if data.is_empty() {
-                        return;
-                    }
-                    if *body_left > 0 {
+                    let taken = if *body_left > 0 {
                         let take = (*body_left).min(data.len());
                         *body_left -= take;
-                        data = &data[take..];
-                        if *body_left == 0 && *content_type == APPLICATION_DATA {
-                            *self = Handshake::Done;
-                        }
-                        continue;
-                    }
-                    header[*header_len] = data[0];
-                    *header_len += 1;
-                    data = &data[1..];
-                    if *header_len == header.len() {
-                        *header_len = 0;
-                        *content_type = header[0];
-                        *body_left = usize::from(u16::from_be_bytes([header[3], header[4]]));
-                        if *body_left == 0 && *content_type == APPLICATION_DATA {
-                            *self = Handshake::Done;
-                        }
+                        take
+                    } else {
+                        take_header_byte(header, header_len, body_left, content_type, data[0]);
+                        1
+                    };
+                    data = &data[taken..];
+                    if *header_len == 0 && *body_left == 0 && *content_type == APPLICATION_DATA {
+                        *self = Handshake::Done;
                     }
                 }
             }
@@ -86,6 +76,24 @@ impl Handshake {
 
     pub(super) fn done(&self) -> bool {
         matches!(self, Handshake::Done)
+    }
+}
+
+/// One byte of a record header; once the header is whole, the record's content type and its
+/// body's length are known and the next header starts from scratch.
+fn take_header_byte(
+    header: &mut [u8; 5],
+    header_len: &mut usize,
+    body_left: &mut usize,
+    content_type: &mut u8,
+    byte: u8,
+) {
+    header[*header_len] = byte;
+    *header_len += 1;
+    if *header_len == header.len() {
+        *header_len = 0;
+        *content_type = header[0];
+        *body_left = usize::from(u16::from_be_bytes([header[3], header[4]]));
     }
 }
 

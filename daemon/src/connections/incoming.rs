@@ -204,6 +204,23 @@ impl GuardedStream {
     }
 }
 
+impl GuardedStream {
+    /// `read` arrived: the handshake reads it until it is done, and from then on every read
+    /// puts the silence deadline off again (until the handshake is done, only its own counts).
+    fn bytes_came(&mut self, read: &[u8]) {
+        if !self.handshake.done() {
+            self.handshake.read(read);
+            if self.handshake.done() {
+                self.connection.handshake_done();
+            }
+        }
+        if self.handshake.done() {
+            let next = Instant::now() + self.silent_for;
+            self.silence.as_mut().reset(next);
+        }
+    }
+}
+
 impl AsyncRead for GuardedStream {
     fn poll_read(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
         let this = self.get_mut();
@@ -212,17 +229,7 @@ impl AsyncRead for GuardedStream {
         match Pin::new(&mut this.inner).poll_read(cx, buf) {
             Poll::Ready(Ok(())) => {
                 if buf.filled().len() > before {
-                    if !this.handshake.done() {
-                        this.handshake.read(&buf.filled()[before..]);
-                        if this.handshake.done() {
-                            this.connection.handshake_done();
-                        }
-                    }
-                    // Until the handshake is done, only its own deadline counts.
-                    if this.handshake.done() {
-                        let next = Instant::now() + this.silent_for;
-                        this.silence.as_mut().reset(next);
-                    }
+                    this.bytes_came(&buf.filled()[before..]);
                 }
                 Poll::Ready(Ok(()))
             }

@@ -1,6 +1,6 @@
 //! One device's evidence against one challenge, and a commitment's evidence as a whole.
 
-use super::cert_chain::{DeviceChain, TrustAnchors};
+use super::cert_chain::{DeviceChain, LeafIdentity, TrustAnchors};
 use super::fault::EvidenceFault;
 use super::model::SkuTable;
 use super::spdm::{AttestationReport, opaque};
@@ -73,15 +73,7 @@ pub fn check_device_evidence(
     if !evidence.is_offered() {
         return Err(EvidenceFault::NotOffered(evidence.cc_state.describe().to_string()));
     }
-    let report = AttestationReport::parse(&evidence.report)?;
-    let leaf = DeviceChain::decode(&evidence.certificates)?.verify(&trust.anchors, now_unix_secs)?;
-
-    let signature = Signature::from_slice(&report.signature)
-        .map_err(|_| EvidenceFault::Signature("r or s is out of range".into()))?;
-    leaf.key
-        .verify(report.signed_bytes(&evidence.report), &signature)
-        .map_err(|_| EvidenceFault::Signature(format!("device {}", leaf.device_id)))?;
-
+    let (report, leaf) = signed_report(evidence, trust, now_unix_secs)?;
     if &report.request_nonce != expected_nonce {
         return Err(EvidenceFault::WrongNonce(format!(
             "it answers {}, this challenge asks {}",
@@ -89,16 +81,60 @@ pub fn check_device_evidence(
             hex::encode(expected_nonce)
         )));
     }
-    match (report.fwid(), leaf.fwid.as_deref()) {
-        (None, _) => {}
-        (Some(reported), Some(certified)) if reported == certified => {}
-        (Some(_), _) => {
-            return Err(EvidenceFault::Chain(
-                "the attestation key was certified for other firmware than the report names".into(),
-            ));
-        }
+    if report
+        .fwid()
+        .is_some_and(|reported| leaf.fwid.as_deref() != Some(reported))
+    {
+        return Err(EvidenceFault::Chain(
+            "the attestation key was certified for other firmware than the report names".into(),
+        ));
     }
-    match trust.table.chip_for(claimed_model) {
+    check_model(&report, &leaf, claimed_model, &trust.table)?;
+    let project = report.opaque_text(opaque::PROJECT);
+    let project_sku = report.opaque_text(opaque::PROJECT_SKU);
+    let mode = match report.feature_flag() {
+        Some(0) => Some("spt"),
+        Some(1) => Some("mpt"),
+        Some(2) => Some("ppcie"),
+        _ => None,
+    };
+    Ok(GenuineDevice {
+        index: evidence.index,
+        chip: leaf.chip,
+        device_id: leaf.device_id,
+        project,
+        project_sku,
+        mode,
+        issuer_fingerprint: leaf.issuer_fingerprint,
+    })
+}
+
+/// The report, decoded, and the leaf of its certificate chain, verified up to a pinned root at
+/// `now_unix_secs`, whose key signed the report.
+fn signed_report(
+    evidence: &DeviceEvidence,
+    trust: &EvidenceTrust,
+    now_unix_secs: u64,
+) -> Result<(AttestationReport, LeafIdentity), EvidenceFault> {
+    let report = AttestationReport::parse(&evidence.report)?;
+    let leaf = DeviceChain::decode(&evidence.certificates)?.verify(&trust.anchors, now_unix_secs)?;
+    let signature = Signature::from_slice(&report.signature)
+        .map_err(|_| EvidenceFault::Signature("r or s is out of range".into()))?;
+    leaf.key
+        .verify(report.signed_bytes(&evidence.report), &signature)
+        .map_err(|_| EvidenceFault::Signature(format!("device {}", leaf.device_id)))?;
+    Ok((report, leaf))
+}
+
+/// The device is the claimed model: the certificate's chip is the model's, the report names
+/// that chip (where it names one), and a listed SKU is the model.
+fn check_model(
+    report: &AttestationReport,
+    leaf: &LeafIdentity,
+    claimed_model: &str,
+    table: &SkuTable,
+) -> Result<(), EvidenceFault> {
+    match table.chip_for(claimed_model) {
         None => {
             return Err(EvidenceFault::UnknownModel(format!(
                 "it knows no chip for `{claimed_model}` (an operator adds one to [[identity.chips]])"
@@ -123,28 +159,14 @@ pub fn check_device_evidence(
     let project = report.opaque_text(opaque::PROJECT);
     let project_sku = report.opaque_text(opaque::PROJECT_SKU);
     if let (Some(project), Some(sku)) = (&project, &project_sku)
-        && !trust.table.sku_may_be(project, sku, claimed_model)
+        && !table.sku_may_be(project, sku, claimed_model)
     {
         return Err(EvidenceFault::SkuMismatch(format!(
             "project {project} SKU {sku} is a {}, not `{claimed_model}`",
-            trust.table.models_for_sku(project, sku).join(" or ")
+            table.models_for_sku(project, sku).join(" or ")
         )));
     }
-    let mode = match report.feature_flag() {
-        Some(0) => Some("spt"),
-        Some(1) => Some("mpt"),
-        Some(2) => Some("ppcie"),
-        _ => None,
-    };
-    Ok(GenuineDevice {
-        index: evidence.index,
-        chip: leaf.chip,
-        device_id: leaf.device_id,
-        project,
-        project_sku,
-        mode,
-        issuer_fingerprint: leaf.issuer_fingerprint,
-    })
+    Ok(())
 }
 
 /// Each device's outcome: its evidence checked, and no certified part standing for two slots.

@@ -56,18 +56,44 @@ fn best_rate(runs: usize, bytes: f64, mut f: impl FnMut()) -> f64 {
 /// (rounded down to whole entries; at least one) and a walk of about `budget`.
 /// A buffer the machine cannot give is an error, not a crash.
 pub fn measure(gemm: &CpuGemm, bytes: usize, budget: Duration) -> Result<MemoryBench, BackendError> {
-    let no_memory = || BackendError::OutOfMemory {
-        device: 0,
-        detail: format!("cannot allocate the bench's buffers of {bytes} bytes"),
-    };
     let bytes = (bytes / ENTRY_BYTES).max(1) * ENTRY_BYTES;
     let threads = gemm.threads();
     // The walk reads any entry bytes the same way: keystream, not entries made (minutes here).
     let pool = gemm
         .install(|| PoolBytes::keystream(&[5; 32], bytes / ENTRY_BYTES))
-        .ok_or_else(no_memory)?;
-    let source = pool.as_bytes();
-    let piece = bytes.div_ceil(threads).next_multiple_of(64);
+        .ok_or_else(|| no_memory(bytes))?;
+    let (read, copy) = read_and_copy_rates(gemm, pool.as_bytes())?;
+    let cancel = CancelToken::new();
+    let walk = walk_rate(gemm, &pool, budget, &cancel);
+    let walk_v4 = walk_v4_rate(gemm, &pool, budget, &cancel)?;
+    let fill = fill_rate(gemm, budget, &cancel)?;
+    Ok(MemoryBench {
+        threads,
+        bytes: bytes as u64,
+        read_bytes_per_sec: read,
+        copy_bytes_per_sec: copy,
+        walk_bytes_per_sec: walk,
+        walk_share_of_read: walk / read,
+        walk_share_of_copy: walk / copy,
+        fill_entries_per_sec: fill,
+        fill_tops: fill * ENTRY_OPS as f64 / 1e12,
+        walk_v4_bytes_per_sec: walk_v4,
+        walk_v4_share_of_read: walk_v4 / read,
+    })
+}
+
+fn no_memory(bytes: usize) -> BackendError {
+    BackendError::OutOfMemory {
+        device: 0,
+        detail: format!("cannot allocate the bench's buffers of {bytes} bytes"),
+    }
+}
+
+/// The machine's read and copy bandwidth over `source` on every thread, best of three: what a
+/// walk's bandwidth is a share of.
+fn read_and_copy_rates(gemm: &CpuGemm, source: &[u8]) -> Result<(f64, f64), BackendError> {
+    let bytes = source.len();
+    let piece = bytes.div_ceil(gemm.threads()).next_multiple_of(64);
     let read = gemm.install(|| {
         best_rate(3, bytes as f64, || {
             let sum: u64 = source
@@ -82,7 +108,7 @@ pub fn measure(gemm: &CpuGemm, bytes: usize, budget: Duration) -> Result<MemoryB
             std::hint::black_box(sum);
         })
     });
-    let mut target = AlignedBytes::try_zeroed(bytes).ok_or_else(no_memory)?;
+    let mut target = AlignedBytes::try_zeroed(bytes).ok_or_else(|| no_memory(bytes))?;
     let copy = gemm.install(|| {
         best_rate(3, 2.0 * bytes as f64, || {
             target
@@ -92,13 +118,15 @@ pub fn measure(gemm: &CpuGemm, bytes: usize, budget: Duration) -> Result<MemoryB
                 .for_each(|(to, from)| to.copy_from_slice(from));
         })
     });
-    drop(target);
+    Ok((read, copy))
+}
 
-    // Walk: enough walkers to keep every thread busy, steps sized to the budget from a short
-    // first walk.
+/// Version 3's walk over `pool`: enough walkers to keep every thread busy, steps sized to the
+/// budget from a short first walk; the best of three.
+fn walk_rate(gemm: &CpuGemm, pool: &PoolBytes, budget: Duration, cancel: &CancelToken) -> f64 {
     let mut params = MemoryParams {
         pool_permille: 1000,
-        walkers: (threads * 4) as u32,
+        walkers: (gemm.threads() * 4) as u32,
         walk_steps: 64,
         walk_checkpoint_every: 8,
     };
@@ -110,44 +138,29 @@ pub fn measure(gemm: &CpuGemm, bytes: usize, budget: Duration) -> Result<MemoryB
         entries: pool.entries(),
         params,
     };
-    let cancel = CancelToken::new();
     let timed_walk = |params: MemoryParams| {
         let start = Instant::now();
-        gemm.install(|| walk_all(&pool, &spec(params), &cancel))
+        gemm.install(|| walk_all(pool, &spec(params), cancel))
             .expect("a walk nothing cancels runs whole");
         params.walk_bytes() as f64 / start.elapsed().as_secs_f64()
     };
     let first = timed_walk(params);
     let steps = (first * budget.as_secs_f64() / (params.walkers as f64 * ENTRY_BYTES as f64)) as u32;
     params.walk_steps = steps.clamp(64, 8 * 4096) / 8 * 8;
-    let walk = (0..2).map(|_| timed_walk(params)).fold(first, f64::max);
+    (0..2).map(|_| timed_walk(params)).fold(first, f64::max)
+}
 
-    let walk_v4 = walk_v4_rate(gemm, &pool, budget, &cancel)?;
-
-    // Fill: pools of one entry a thread, made as the miner makes them, until the budget is
-    // spent (at least one).
+/// Pools of one entry a thread, made as the miner makes them, until the budget is spent (at
+/// least one): entries per second.
+fn fill_rate(gemm: &CpuGemm, budget: Duration, cancel: &CancelToken) -> Result<f64, BackendError> {
     let work = Work::new(crate::vectors::vector_params()).expect("the vector challenge is valid");
-    let fill_spec = PoolSpec::with_entries(&work, 0, threads as u64);
+    let fill_spec = PoolSpec::with_entries(&work, 0, gemm.threads() as u64);
     let (start, mut made) = (Instant::now(), 0u64);
     while made == 0 || start.elapsed() < budget {
-        HostPool::fill(gemm, &fill_spec, &|_| {}, &cancel)?;
+        HostPool::fill(gemm, &fill_spec, &|_| {}, cancel)?;
         made += fill_spec.entries();
     }
-    let fill = made as f64 / start.elapsed().as_secs_f64();
-
-    Ok(MemoryBench {
-        threads,
-        bytes: bytes as u64,
-        read_bytes_per_sec: read,
-        copy_bytes_per_sec: copy,
-        walk_bytes_per_sec: walk,
-        walk_share_of_read: walk / read,
-        walk_share_of_copy: walk / copy,
-        fill_entries_per_sec: fill,
-        fill_tops: fill * ENTRY_OPS as f64 / 1e12,
-        walk_v4_bytes_per_sec: walk_v4,
-        walk_v4_share_of_read: walk_v4 / read,
-    })
+    Ok(made as f64 / start.elapsed().as_secs_f64())
 }
 
 /// A pool's bytes read as states at n = 256, one 64 KiB slice each, in place: a step reads one

@@ -157,25 +157,14 @@ pub fn draw_rows(rng: &mut impl rand_chacha::rand_core::Rng) -> Vec<u32> {
     rows
 }
 
-/// The validator's side: checks `opening` against the request `(walker, segment)` of device
-/// `spec.device`, the committed walk root, and the work function's entries of the pool `pool`:
-/// `is_made(e, bytes)` says whether `bytes` are entry `e` (a validator compares drawn rows,
-/// [`super::pool::entry_rows_match`] and [`draw_rows`]; a test may compare whole entries).
-/// Reports the first check that fails.
-pub fn check_segment(
+/// The opened walker's checkpoints: one per segment boundary, committed under the walk root,
+/// and starting where the walker starts.
+fn check_walker_checkpoints(
     spec: &WalkSpec,
-    pool: &PoolSpec,
     walk_root: &Digest,
-    request: (u32, u32),
+    walker: u32,
     opening: &WalkOpening,
-    is_made: &dyn Fn(u64, &[u8]) -> bool,
 ) -> Result<(), WalkCheckError> {
-    let (walker, segment) = request;
-    let got = (opening.device, opening.walker, opening.segment);
-    let want = (spec.device, walker, segment);
-    if got != want || walker >= spec.params.walkers || segment >= spec.params.walk_segments() {
-        return Err(WalkCheckError::WrongRequest { got, want });
-    }
     let want_checkpoints = spec.params.walk_segments() as usize + 1;
     if opening.checkpoints.len() != want_checkpoints {
         return Err(WalkCheckError::CheckpointCount {
@@ -200,6 +189,29 @@ pub fn check_segment(
     if opening.checkpoints[0] != spec.start_state(walker) {
         return Err(WalkCheckError::WrongStart { walker });
     }
+    Ok(())
+}
+
+/// The validator's side: checks `opening` against the request `(walker, segment)` of device
+/// `spec.device`, the committed walk root, and the work function's entries of the pool `pool`:
+/// `is_made(e, bytes)` says whether `bytes` are entry `e` (a validator compares drawn rows,
+/// [`super::pool::entry_rows_match`] and [`draw_rows`]; a test may compare whole entries).
+/// Reports the first check that fails.
+pub fn check_segment(
+    spec: &WalkSpec,
+    pool: &PoolSpec,
+    walk_root: &Digest,
+    request: (u32, u32),
+    opening: &WalkOpening,
+    is_made: &dyn Fn(u64, &[u8]) -> bool,
+) -> Result<(), WalkCheckError> {
+    let (walker, segment) = request;
+    let got = (opening.device, opening.walker, opening.segment);
+    let want = (spec.device, walker, segment);
+    if got != want || walker >= spec.params.walkers || segment >= spec.params.walk_segments() {
+        return Err(WalkCheckError::WrongRequest { got, want });
+    }
+    check_walker_checkpoints(spec, walk_root, walker, opening)?;
     let every = spec.params.walk_checkpoint_every;
     if opening.entries.len() != every as usize {
         return Err(WalkCheckError::EntryCount {

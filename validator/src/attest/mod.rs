@@ -262,33 +262,43 @@ impl Attestor {
         let first = self.run_once(&url, None, on_event).await?.into_verdict(now_ms());
         let verdict = match retest::due(&first, &self.config.deadline) {
             None => first,
-            Some(why) => {
-                // Logged, since a scheduled attestation shows its phases to nobody.
-                tracing::info!(miner = %url, reason = %why, "retesting a miss within the retest band");
-                on_event(AttestEvent::Phase {
-                    name: "retest",
-                    detail: why,
-                });
-                match self.run_once(&url, Some(&first), on_event).await {
-                    Ok(second) => {
-                        let mut second = second.into_verdict(now_ms());
-                        second.first_run = Some((&first).into());
-                        self.metrics.retested(if second.passed { "pass" } else { "fail" });
-                        second
-                    }
-                    // The first run's verdict stands: a retest that could not run loses nothing.
-                    Err(e) => {
-                        tracing::warn!(miner = %url, error = %e, "the retest could not run; the first run's verdict is stored");
-                        self.metrics.retested("error");
-                        first
-                    }
-                }
-            }
+            Some(why) => self.retest(&url, first, why, on_event).await,
         };
         let started = Instant::now();
         let stored = self.store_verdict(verdict, on_event).await;
         self.metrics.phase(Phase::Store, started.elapsed());
         stored
+    }
+
+    /// A miss within the retest band, retested with a fresh challenge (PROTOCOL.md 14.7): the
+    /// retest's verdict, which records the first run, or the first run's when the retest could
+    /// not run (it loses nothing).
+    async fn retest(
+        &self,
+        url: &str,
+        first: Verdict,
+        why: String,
+        on_event: &(dyn Fn(AttestEvent) + Send + Sync),
+    ) -> Verdict {
+        // Logged, since a scheduled attestation shows its phases to nobody.
+        tracing::info!(miner = %url, reason = %why, "retesting a miss within the retest band");
+        on_event(AttestEvent::Phase {
+            name: "retest",
+            detail: why,
+        });
+        match self.run_once(url, Some(&first), on_event).await {
+            Ok(second) => {
+                let mut second = second.into_verdict(now_ms());
+                second.first_run = Some((&first).into());
+                self.metrics.retested(if second.passed { "pass" } else { "fail" });
+                second
+            }
+            Err(e) => {
+                tracing::warn!(miner = %url, error = %e, "the retest could not run; the first run's verdict is stored");
+                self.metrics.retested("error");
+                first
+            }
+        }
     }
 
     /// One challenge to `url`, from its inventory to its verified outcome, not yet stored. A

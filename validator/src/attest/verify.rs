@@ -306,13 +306,7 @@ fn received_opening(
         }
         Err(s) => {
             match own_decode_failure(&s) {
-                Some(why) => {
-                    let code = match sample {
-                        Due::Chain(_) => ReasonCode::MalformedOpening,
-                        Due::Walk(..) | Due::Step(..) => ReasonCode::MalformedWalkOpening,
-                    };
-                    outcome.fail(code, format!("opening {sample}: {why}"));
-                }
+                Some(why) => outcome.fail(sample.malformed(), format!("opening {sample}: {why}")),
                 None => outcome.fail(
                     ReasonCode::OpeningFailed,
                     format!("opening {sample} failed ({:?}): {}", s.code(), miner_text(s.message())),
@@ -330,6 +324,16 @@ enum Due<'a> {
     Walk(WalkSample, &'a WalkContext),
     /// A version 4 step.
     Step(StepSample, &'a StatesWalk),
+}
+
+impl Due<'_> {
+    /// The reason an opening of this kind that does not decode fails with.
+    fn malformed(&self) -> ReasonCode {
+        match self {
+            Due::Chain(_) => ReasonCode::MalformedOpening,
+            Due::Walk(..) | Due::Step(..) => ReasonCode::MalformedWalkOpening,
+        }
+    }
 }
 
 impl std::fmt::Display for Due<'_> {

@@ -152,19 +152,7 @@ async fn walk_and_check(
     };
     on_event(AttestEvent::Phase {
         name: "walking",
-        detail: format!(
-            "{} walkers x {} steps over pools of {} on {} device(s); expected {} ms, deadline {} ms",
-            plan.params.walkers,
-            plan.params.walk_steps,
-            plan.pools
-                .iter()
-                .map(|p| format!("{} MiB", (p.entries * 65536) >> 20))
-                .collect::<Vec<_>>()
-                .join(", "),
-            plan.pools.len(),
-            plan.walk_expected_ms,
-            plan.walk_deadline_ms
-        ),
+        detail: walk_planned(plan),
     });
     // The same grace as the commitment's (PROTOCOL.md 14.4) for a miner that does not stop.
     let grace = Duration::from_millis(plan.walk_deadline_ms / 10 + 2_000);
@@ -172,6 +160,7 @@ async fn walk_and_check(
     let answered = tokio::time::timeout(deadline + grace, miner.walk_pool(walk_request_to_wire(&request))).await;
     let measured_ms = sent.elapsed().as_millis() as u64;
     let wire = match answered {
+        Ok(Ok(wire)) => wire,
         Err(_) => {
             outcome.fail(
                 ReasonCode::WalkTimedOut,
@@ -183,20 +172,9 @@ async fn walk_and_check(
             return Ok(None);
         }
         Ok(Err(status)) => {
-            match own_decode_failure(&status) {
-                Some(why) => outcome.fail(ReasonCode::MalformedWalk, format!("walk statement: {why}")),
-                None => outcome.fail(
-                    ReasonCode::WalkRefused,
-                    format!(
-                        "miner refused or failed the walk ({:?}): {}",
-                        status.code(),
-                        miner_text(status.message())
-                    ),
-                ),
-            }
+            walk_not_answered(&status, outcome);
             return Ok(None);
         }
-        Ok(Ok(wire)) => wire,
     };
     let Some(context) = check_statement(work, &wire, &request, commitment, plan, outcome) else {
         return Ok(None);
@@ -217,6 +195,40 @@ async fn walk_and_check(
         );
     }
     Ok(Some((context, measured_ms)))
+}
+
+/// What the walk asks of the miner, for the attestation's event.
+fn walk_planned(plan: &MemoryPlan) -> String {
+    let pools: Vec<String> = plan
+        .pools
+        .iter()
+        .map(|p| format!("{} MiB", (p.entries * 65536) >> 20))
+        .collect();
+    format!(
+        "{} walkers x {} steps over pools of {} on {} device(s); expected {} ms, deadline {} ms",
+        plan.params.walkers,
+        plan.params.walk_steps,
+        pools.join(", "),
+        plan.pools.len(),
+        plan.walk_expected_ms,
+        plan.walk_deadline_ms
+    )
+}
+
+/// The miner answered the walk request with an error: one this validator made of a statement
+/// it could not decode, or the miner's own refusal.
+fn walk_not_answered(status: &tonic::Status, outcome: &mut Outcome) {
+    match own_decode_failure(status) {
+        Some(why) => outcome.fail(ReasonCode::MalformedWalk, format!("walk statement: {why}")),
+        None => outcome.fail(
+            ReasonCode::WalkRefused,
+            format!(
+                "miner refused or failed the walk ({:?}): {}",
+                status.code(),
+                miner_text(status.message())
+            ),
+        ),
+    }
 }
 
 /// The walk statement's checks (PROTOCOL.md 18.4), in order; the context to check openings

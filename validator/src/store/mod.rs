@@ -204,6 +204,57 @@ pub(super) fn opening_to_write_failed(location: &str, source: sqlx::Error) -> St
     }
 }
 
+/// The pool of connections a store runs on, each set up for `access`: a SQLite file has one
+/// writer connection in WAL mode with full sync (a verdict stored is on disk), waiting out
+/// another process's lock for `BUSY_TIMEOUT`; a PostgreSQL store has several connections, a
+/// reader's read-only.
+async fn open_pool(options: AnyConnectOptions, dialect: Dialect, access: Access) -> Result<AnyPool, sqlx::Error> {
+    match dialect {
+        Dialect::Sqlite => {
+            AnyPoolOptions::new()
+                .max_connections(1)
+                .after_connect(move |conn, _| {
+                    Box::pin(async move {
+                        if access == Access::ReadWrite {
+                            conn.execute("PRAGMA journal_mode = WAL").await?;
+                            conn.execute("PRAGMA synchronous = FULL").await?;
+                            conn.execute("PRAGMA foreign_keys = ON").await?;
+                        }
+                        sqlx::raw_sql(AssertSqlSafe(format!(
+                            "PRAGMA busy_timeout = {}",
+                            BUSY_TIMEOUT.as_millis()
+                        )))
+                        .execute(&mut *conn)
+                        .await?;
+                        Ok(())
+                    })
+                })
+                .connect_with(options)
+                .await
+        }
+        Dialect::Postgres => {
+            let connections = if access == Access::ReadOnly {
+                1
+            } else {
+                POSTGRES_CONNECTIONS
+            };
+            AnyPoolOptions::new()
+                .max_connections(connections)
+                .acquire_timeout(BUSY_TIMEOUT * 2)
+                .after_connect(move |conn, _| {
+                    Box::pin(async move {
+                        if access == Access::ReadOnly {
+                            conn.execute("SET default_transaction_read_only = on").await?;
+                        }
+                        Ok(())
+                    })
+                })
+                .connect_with(options)
+                .await
+        }
+    }
+}
+
 /// SQLite's refusal to read a WAL database whose shared-memory file it cannot create, or to
 /// open a file it may not write: SQLITE_READONLY (8) or SQLITE_CANTOPEN (14), with their
 /// extended codes.
@@ -279,50 +330,7 @@ impl Store {
             _ => open_err(source),
         };
         probed.map_err(open_failure)?;
-        let pool = match dialect {
-            Dialect::Sqlite => {
-                AnyPoolOptions::new()
-                    .max_connections(1)
-                    .after_connect(move |conn, _| {
-                        Box::pin(async move {
-                            if access == Access::ReadWrite {
-                                conn.execute("PRAGMA journal_mode = WAL").await?;
-                                conn.execute("PRAGMA synchronous = FULL").await?;
-                                conn.execute("PRAGMA foreign_keys = ON").await?;
-                            }
-                            sqlx::raw_sql(AssertSqlSafe(format!(
-                                "PRAGMA busy_timeout = {}",
-                                BUSY_TIMEOUT.as_millis()
-                            )))
-                            .execute(&mut *conn)
-                            .await?;
-                            Ok(())
-                        })
-                    })
-                    .connect_with(options)
-                    .await
-            }
-            Dialect::Postgres => {
-                AnyPoolOptions::new()
-                    .max_connections(if access == Access::ReadOnly {
-                        1
-                    } else {
-                        POSTGRES_CONNECTIONS
-                    })
-                    .acquire_timeout(BUSY_TIMEOUT * 2)
-                    .after_connect(move |conn, _| {
-                        Box::pin(async move {
-                            if access == Access::ReadOnly {
-                                conn.execute("SET default_transaction_read_only = on").await?;
-                            }
-                            Ok(())
-                        })
-                    })
-                    .connect_with(options)
-                    .await
-            }
-        }
-        .map_err(open_failure)?;
+        let pool = open_pool(options, dialect, access).await.map_err(open_failure)?;
         Ok(Store {
             pool,
             dialect,

@@ -211,102 +211,111 @@ const MIGRATION_LOCK: i64 = 0x6770_7561_7474_6573;
 const MIGRATION_WAIT_SECS: u64 = 60;
 
 pub(super) async fn migrate(store: &Store) -> Result<(), StoreError> {
-    // Migrating is the first write: a SQLite file that may not be written fails here.
-    let open_err = |source| match store.dialect {
+    match store.dialect {
+        Dialect::Sqlite => migrate_sqlite(store).await,
+        Dialect::Postgres => migrate_postgres(store).await,
+    }
+}
+
+/// Migrating is the first write: a SQLite file that may not be written fails here.
+fn opening_failed(store: &Store) -> impl Fn(sqlx::Error) -> StoreError + '_ {
+    move |source| match store.dialect {
         Dialect::Sqlite => super::opening_to_write_failed(&store.location, source),
         Dialect::Postgres => StoreError::Open {
             location: store.location.clone(),
             source,
         },
-    };
-    // One connection throughout: PRAGMAs and advisory locks belong to a connection.
-    let mut conn = store.pool.acquire().await.map_err(open_err)?;
-    match store.dialect {
-        Dialect::Sqlite => {
-            let (version,): (i64,) = sqlx::query_as("PRAGMA user_version")
-                .fetch_one(&mut *conn)
-                .await
-                .map_err(open_err)?;
-            check_version(store, version)?;
-            for statement in statements(Dialect::Sqlite) {
-                sqlx::raw_sql(AssertSqlSafe(statement))
-                    .execute(&mut *conn)
-                    .await
-                    .map_err(open_err)?;
-            }
-            // Each step records its version in its own transaction, so a crash between steps
-            // leaves a database that the next open carries on from, never one that repeats one.
-            if version >= 1 {
-                for (to, step) in SQLITE_ADDED_COLUMNS {
-                    if version < to {
-                        conn.execute("BEGIN").await.map_err(open_err)?;
-                        for statement in step {
-                            conn.execute(*statement).await.map_err(open_err)?;
-                        }
-                        sqlx::raw_sql(AssertSqlSafe(format!("PRAGMA user_version = {to}")))
-                            .execute(&mut *conn)
-                            .await
-                            .map_err(open_err)?;
-                        conn.execute("COMMIT").await.map_err(open_err)?;
-                    }
-                }
-            }
-            sqlx::raw_sql(AssertSqlSafe(format!("PRAGMA user_version = {SCHEMA_VERSION}")))
-                .execute(&mut *conn)
-                .await
-                .map_err(open_err)?;
+    }
+}
+
+/// SQLite: the tables, then each column step past the file's `user_version`.
+async fn migrate_sqlite(store: &Store) -> Result<(), StoreError> {
+    let open_err = opening_failed(store);
+    // One connection throughout: PRAGMAs belong to a connection.
+    let mut conn = store.pool.acquire().await.map_err(&open_err)?;
+    let (version,): (i64,) = sqlx::query_as("PRAGMA user_version")
+        .fetch_one(&mut *conn)
+        .await
+        .map_err(&open_err)?;
+    check_version(store, version)?;
+    for statement in statements(Dialect::Sqlite) {
+        sqlx::raw_sql(AssertSqlSafe(statement))
+            .execute(&mut *conn)
+            .await
+            .map_err(&open_err)?;
+    }
+    // Each step records its version in its own transaction, so a crash between steps leaves a
+    // database that the next open carries on from, never one that repeats one.
+    let due = SQLITE_ADDED_COLUMNS
+        .iter()
+        .filter(|(to, _)| version >= 1 && version < *to);
+    for (to, step) in due {
+        conn.execute("BEGIN").await.map_err(&open_err)?;
+        for statement in *step {
+            conn.execute(*statement).await.map_err(&open_err)?;
         }
-        Dialect::Postgres => {
-            // One transaction holding a transaction-level advisory lock: validators starting
-            // together migrate one at a time, PostgreSQL's DDL commits or rolls back whole, and
-            // the lock goes with the transaction whatever happens (a session lock could stay
-            // with a pooled connection). A validator waits at most MIGRATION_WAIT for it.
-            drop(conn);
-            let mut tx = store.pool.begin().await.map_err(open_err)?;
-            sqlx::raw_sql(AssertSqlSafe(format!(
-                "SET LOCAL lock_timeout = '{}s'",
-                MIGRATION_WAIT_SECS
-            )))
+        sqlx::raw_sql(AssertSqlSafe(format!("PRAGMA user_version = {to}")))
+            .execute(&mut *conn)
+            .await
+            .map_err(&open_err)?;
+        conn.execute("COMMIT").await.map_err(&open_err)?;
+    }
+    sqlx::raw_sql(AssertSqlSafe(format!("PRAGMA user_version = {SCHEMA_VERSION}")))
+        .execute(&mut *conn)
+        .await
+        .map_err(&open_err)?;
+    Ok(())
+}
+
+/// PostgreSQL: one transaction holding a transaction-level advisory lock, so that validators
+/// starting together migrate one at a time, PostgreSQL's DDL commits or rolls back whole, and
+/// the lock goes with the transaction whatever happens (a session lock could stay with a pooled
+/// connection). A validator waits at most `MIGRATION_WAIT_SECS` for it.
+async fn migrate_postgres(store: &Store) -> Result<(), StoreError> {
+    let open_err = opening_failed(store);
+    let mut tx = store.pool.begin().await.map_err(&open_err)?;
+    sqlx::raw_sql(AssertSqlSafe(format!(
+        "SET LOCAL lock_timeout = '{}s'",
+        MIGRATION_WAIT_SECS
+    )))
+    .execute(&mut *tx)
+    .await
+    .map_err(&open_err)?;
+    // Wrapped in a count: the lock function returns `void`, a type rows cannot carry here.
+    sqlx::query("SELECT count(*) FROM (SELECT pg_advisory_xact_lock($1)) AS locked")
+        .bind(MIGRATION_LOCK)
+        .execute(&mut *tx)
+        .await
+        .map_err(&open_err)?;
+    tx.execute("CREATE TABLE IF NOT EXISTS schema_version (version BIGINT NOT NULL)")
+        .await
+        .map_err(&open_err)?;
+    let found: Option<(i64,)> = sqlx::query_as("SELECT version FROM schema_version")
+        .fetch_optional(&mut *tx)
+        .await
+        .map_err(&open_err)?;
+    let found = found.map(|(v,)| v);
+    check_version(store, found.unwrap_or(0))?;
+    for statement in statements(Dialect::Postgres) {
+        sqlx::raw_sql(AssertSqlSafe(statement))
             .execute(&mut *tx)
             .await
-            .map_err(open_err)?;
-            // Wrapped in a count: the lock function returns `void`, a type rows cannot carry here.
-            sqlx::query("SELECT count(*) FROM (SELECT pg_advisory_xact_lock($1)) AS locked")
-                .bind(MIGRATION_LOCK)
-                .execute(&mut *tx)
-                .await
-                .map_err(open_err)?;
-            tx.execute("CREATE TABLE IF NOT EXISTS schema_version (version BIGINT NOT NULL)")
-                .await
-                .map_err(open_err)?;
-            let found: Option<(i64,)> = sqlx::query_as("SELECT version FROM schema_version")
-                .fetch_optional(&mut *tx)
-                .await
-                .map_err(open_err)?;
-            let found = found.map(|(v,)| v);
-            check_version(store, found.unwrap_or(0))?;
-            for statement in statements(Dialect::Postgres) {
-                sqlx::raw_sql(AssertSqlSafe(statement))
-                    .execute(&mut *tx)
-                    .await
-                    .map_err(open_err)?;
-            }
-            for statement in POSTGRES_ADDED_COLUMNS {
-                tx.execute(statement).await.map_err(open_err)?;
-            }
-            let query = if found.is_some() {
-                "UPDATE schema_version SET version = $1"
-            } else {
-                "INSERT INTO schema_version (version) VALUES ($1)"
-            };
-            sqlx::query(query)
-                .bind(SCHEMA_VERSION)
-                .execute(&mut *tx)
-                .await
-                .map_err(open_err)?;
-            tx.commit().await.map_err(open_err)?;
-        }
+            .map_err(&open_err)?;
     }
+    for statement in POSTGRES_ADDED_COLUMNS {
+        tx.execute(statement).await.map_err(&open_err)?;
+    }
+    let query = if found.is_some() {
+        "UPDATE schema_version SET version = $1"
+    } else {
+        "INSERT INTO schema_version (version) VALUES ($1)"
+    };
+    sqlx::query(query)
+        .bind(SCHEMA_VERSION)
+        .execute(&mut *tx)
+        .await
+        .map_err(&open_err)?;
+    tx.commit().await.map_err(&open_err)?;
     Ok(())
 }
 

@@ -40,84 +40,12 @@ impl Store {
     /// Stores a verdict and, for a passing one, the rates it proved for its classes (compute,
     /// and walk bandwidth), in one transaction: a crash leaves all or none.
     pub async fn record_verdict(&self, v: &Verdict, observations: &[ClassObservation]) -> Result<u64, StoreError> {
-        let json = |value: serde_json::Result<String>| value.map_err(|e| StoreError::Corrupt(e.to_string()));
-        let nonce = hex::decode(&v.nonce).map_err(|e| StoreError::Corrupt(format!("nonce: {e}")))?;
-        let miner_key = hex::decode(&v.miner_key).map_err(|e| StoreError::Corrupt(format!("miner key: {e}")))?;
-        let miner_key_bytes = miner_key.clone();
-        let global = hex::decode(&v.global_checksum).map_err(|e| StoreError::Corrupt(format!("checksum: {e}")))?;
-        let t = &v.throughput;
         let mut tx = self.pool.begin().await?;
-        let (id,): (i64,) = sqlx::query_as(
-            "INSERT INTO verdicts (miner_url, miner_key, nonce, passed, reasons, policy, samples, params, measured_ms,
-                                   expected_ms, deadline_ms, inventory, backend, kernel, global_checksum, created_at_ms,
-                                   expected_ops_per_sec, rate_source, rate_miners, slack, memory, identity, finish_by_ms,
-                                   first_run, peak_ops_per_sec, protocol_version)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22,
-                     $23, $24, $25, $26)
-             RETURNING id",
-        )
-        .bind(&v.miner_url)
-        .bind(miner_key)
-        .bind(nonce)
-        .bind(i64::from(v.passed))
-        .bind(json(serde_json::to_string(&v.reasons))?)
-        .bind(&v.policy)
-        .bind(i64::from(v.samples))
-        .bind(json(serde_json::to_string(&v.params))?)
-        .bind(as_i64(v.measured_ms))
-        .bind(as_i64(v.expected_ms))
-        .bind(as_i64(v.deadline_ms))
-        .bind(json(serde_json::to_string(&v.inventory))?)
-        .bind(&v.backend)
-        .bind(&v.kernel)
-        .bind(global)
-        .bind(as_i64(v.created_at_ms))
-        .bind(t.expected_ops_per_sec)
-        .bind(t.rate_source.map(|r| r.as_str()).unwrap_or(""))
-        .bind(i64::from(t.rate_miners))
-        .bind(t.slack)
-        .bind(match &v.memory {
-            Some(m) => json(serde_json::to_string(m))?,
-            None => String::new(),
-        })
-        .bind(match &v.identity {
-            Some(i) => json(serde_json::to_string(i))?,
-            None => String::new(),
-        })
-        .bind(as_i64(v.finish_by_ms))
-        .bind(match &v.first_run {
-            Some(f) => json(serde_json::to_string(f))?,
-            None => String::new(),
-        })
-        .bind(t.claimed_peak_ops_per_sec)
-        .bind(i64::from(v.protocol_version))
-        .fetch_one(&mut *tx)
-        .await?;
+        let id = insert_verdict_row(&mut tx, v).await?;
         // Only a pass teaches: a graded miss proves a rate too, but one below what its class
         // must reach, and a class's rate must not learn from its misses.
-        let taught = if v.passed { observations } else { &[] };
-        for o in taught
-            .iter()
-            .filter(|o| o.ops_per_unit.is_finite() && o.ops_per_unit > 0.0)
-        {
-            let insert = if o.class.is_walk() {
-                "INSERT INTO walk_observations (backend, kernel, model, n, miner_key, ops_per_unit, verdict_id, created_at_ms)
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8)"
-            } else {
-                "INSERT INTO rate_observations (backend, kernel, model, n, miner_key, ops_per_unit, verdict_id, created_at_ms)
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8)"
-            };
-            sqlx::query(insert)
-                .bind(&o.class.backend)
-                .bind(&o.class.kernel)
-                .bind(&o.class.model)
-                .bind(i64::from(o.class.n))
-                .bind(o.miner_key.to_vec())
-                .bind(o.ops_per_unit)
-                .bind(id)
-                .bind(as_i64(v.created_at_ms))
-                .execute(&mut *tx)
-                .await?;
+        if v.passed {
+            insert_observations(&mut tx, id, v.created_at_ms, observations).await?;
         }
         // A graded miss's devices did verified work for this key too: one GPU must not earn
         // graded misses for many keys unseen (PROTOCOL.md 19.4, step 4).
@@ -125,7 +53,8 @@ impl Store {
             && let Some(identity) = &v.identity
         {
             let parts: Vec<(String, String)> = identity.devices.iter().filter_map(|d| d.part.clone()).collect();
-            super::sightings::record(&mut tx, &parts, &miner_key_bytes, id, v.created_at_ms).await?;
+            let miner_key = hex::decode(&v.miner_key).map_err(|e| StoreError::Corrupt(format!("miner key: {e}")))?;
+            super::sightings::record(&mut tx, &parts, &miner_key, id, v.created_at_ms).await?;
         }
         tx.commit().await?;
         let id = as_u64(id)?;
@@ -178,6 +107,96 @@ impl Store {
     }
 }
 
+/// Inserts the verdict's row and returns its id.
+async fn insert_verdict_row(tx: &mut sqlx::Transaction<'_, sqlx::Any>, v: &Verdict) -> Result<i64, StoreError> {
+    let json = |value: serde_json::Result<String>| value.map_err(|e| StoreError::Corrupt(e.to_string()));
+    let nonce = hex::decode(&v.nonce).map_err(|e| StoreError::Corrupt(format!("nonce: {e}")))?;
+    let miner_key = hex::decode(&v.miner_key).map_err(|e| StoreError::Corrupt(format!("miner key: {e}")))?;
+    let global = hex::decode(&v.global_checksum).map_err(|e| StoreError::Corrupt(format!("checksum: {e}")))?;
+    let t = &v.throughput;
+    let (id,): (i64,) = sqlx::query_as(
+        "INSERT INTO verdicts (miner_url, miner_key, nonce, passed, reasons, policy, samples, params, measured_ms,
+                               expected_ms, deadline_ms, inventory, backend, kernel, global_checksum, created_at_ms,
+                               expected_ops_per_sec, rate_source, rate_miners, slack, memory, identity, finish_by_ms,
+                               first_run, peak_ops_per_sec, protocol_version)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22,
+                 $23, $24, $25, $26)
+         RETURNING id",
+    )
+    .bind(&v.miner_url)
+    .bind(miner_key)
+    .bind(nonce)
+    .bind(i64::from(v.passed))
+    .bind(json(serde_json::to_string(&v.reasons))?)
+    .bind(&v.policy)
+    .bind(i64::from(v.samples))
+    .bind(json(serde_json::to_string(&v.params))?)
+    .bind(as_i64(v.measured_ms))
+    .bind(as_i64(v.expected_ms))
+    .bind(as_i64(v.deadline_ms))
+    .bind(json(serde_json::to_string(&v.inventory))?)
+    .bind(&v.backend)
+    .bind(&v.kernel)
+    .bind(global)
+    .bind(as_i64(v.created_at_ms))
+    .bind(t.expected_ops_per_sec)
+    .bind(t.rate_source.map(|r| r.as_str()).unwrap_or(""))
+    .bind(i64::from(t.rate_miners))
+    .bind(t.slack)
+    .bind(match &v.memory {
+        Some(m) => json(serde_json::to_string(m))?,
+        None => String::new(),
+    })
+    .bind(match &v.identity {
+        Some(i) => json(serde_json::to_string(i))?,
+        None => String::new(),
+    })
+    .bind(as_i64(v.finish_by_ms))
+    .bind(match &v.first_run {
+        Some(f) => json(serde_json::to_string(f))?,
+        None => String::new(),
+    })
+    .bind(t.claimed_peak_ops_per_sec)
+    .bind(i64::from(v.protocol_version))
+    .fetch_one(&mut **tx)
+    .await?;
+    Ok(id)
+}
+
+/// Inserts the rates a passing verdict proved, each in its kind's table (compute or walk
+/// bandwidth); figures that are not positive and finite teach nothing.
+async fn insert_observations(
+    tx: &mut sqlx::Transaction<'_, sqlx::Any>,
+    id: i64,
+    created_at_ms: u64,
+    observations: &[ClassObservation],
+) -> Result<(), StoreError> {
+    for o in observations
+        .iter()
+        .filter(|o| o.ops_per_unit.is_finite() && o.ops_per_unit > 0.0)
+    {
+        let insert = if o.class.is_walk() {
+            "INSERT INTO walk_observations (backend, kernel, model, n, miner_key, ops_per_unit, verdict_id, created_at_ms)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8)"
+        } else {
+            "INSERT INTO rate_observations (backend, kernel, model, n, miner_key, ops_per_unit, verdict_id, created_at_ms)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8)"
+        };
+        sqlx::query(insert)
+            .bind(&o.class.backend)
+            .bind(&o.class.kernel)
+            .bind(&o.class.model)
+            .bind(i64::from(o.class.n))
+            .bind(o.miner_key.to_vec())
+            .bind(o.ops_per_unit)
+            .bind(id)
+            .bind(as_i64(created_at_ms))
+            .execute(&mut **tx)
+            .await?;
+    }
+    Ok(())
+}
+
 fn verdict_from_row(r: &sqlx::any::AnyRow) -> Result<Verdict, StoreError> {
     let corrupt = |what: &str, e: serde_json::Error| StoreError::Corrupt(format!("{what}: {e}"));
     let small = |value: i64, what: &str| {
@@ -206,28 +225,13 @@ fn verdict_from_row(r: &sqlx::any::AnyRow) -> Result<Verdict, StoreError> {
         // 0 for verdicts stored before the peak was.
         peak_ops_per_sec: r.try_get(25)?,
     };
-    let memory_json: String = r.try_get(21)?;
-    let memory: Option<MemoryProof> = if memory_json.is_empty() {
-        None
-    } else {
-        Some(serde_json::from_str(&memory_json).map_err(|e| corrupt("memory", e))?)
-    };
-    let identity_json: String = r.try_get(22)?;
-    let identity: Option<IdentityProof> = if identity_json.is_empty() {
-        None
-    } else {
-        Some(serde_json::from_str(&identity_json).map_err(|e| corrupt("identity", e))?)
-    };
+    let memory: Option<MemoryProof> = optional_json(r, 21, "memory")?;
+    let identity: Option<IdentityProof> = optional_json(r, 22, "identity")?;
     let reasons: Vec<Reason> = serde_json::from_str(&r.try_get::<String, _>(5)?).map_err(|e| corrupt("reasons", e))?;
     // 0 for verdicts stored before finish-by times: none of them is graded.
     let finish_by_ms = as_u64(r.try_get(23)?)?;
     let proves = passed || graded_miss(&reasons, measured_ms, finish_by_ms);
-    let first_run_json: String = r.try_get(24)?;
-    let first_run: Option<FirstRun> = if first_run_json.is_empty() {
-        None
-    } else {
-        Some(serde_json::from_str(&first_run_json).map_err(|e| corrupt("first_run", e))?)
-    };
+    let first_run: Option<FirstRun> = optional_json(r, 24, "first_run")?;
     let fill = MemoryProof::fill_work_of(memory.as_ref());
     let throughput = Throughput::of(&params, fill, inventory.len(), measured_ms, &expectation, proves);
     // 0 for verdicts stored before the version was: told from their memory proof.
@@ -260,4 +264,19 @@ fn verdict_from_row(r: &sqlx::any::AnyRow) -> Result<Verdict, StoreError> {
         first_run,
         protocol_version,
     })
+}
+
+/// A JSON column that is empty for a verdict without the part (or stored before it was kept).
+fn optional_json<T: serde::de::DeserializeOwned>(
+    r: &sqlx::any::AnyRow,
+    column: usize,
+    what: &str,
+) -> Result<Option<T>, StoreError> {
+    let text: String = r.try_get(column)?;
+    if text.is_empty() {
+        return Ok(None);
+    }
+    serde_json::from_str(&text)
+        .map(Some)
+        .map_err(|e| StoreError::Corrupt(format!("{what}: {e}")))
 }

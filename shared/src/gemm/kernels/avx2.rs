@@ -106,35 +106,11 @@ pub(super) unsafe fn tile(strip: &[u8], n: usize, panel: &[u8], out: &mut [[i32;
     // partial[r][g]: row r, columns 4g..4g+4, as two i32 lanes per column.
     let mut partial = [[_mm256_setzero_si256(); TILE_COLS / 4]; TILE_ROWS];
     for first_quad in (0..quads).step_by(BLOCK_QUADS) {
-        let last_quad = (first_quad + BLOCK_QUADS).min(quads);
-        for col_group in 0..TILE_COLS / 8 {
-            for row_group in 0..TILE_ROWS / 4 {
-                let mut acc: [[__m256i; 2]; 4] =
-                    std::array::from_fn(|r| std::array::from_fn(|h| partial[row_group * 4 + r][col_group * 2 + h]));
-                for q in first_quad..last_quad {
-                    // SAFETY: q < n/4 and col_group < 4 keep b + q*128 + col_group*32 + 32
-                    // within the panel's 32n bytes; q*64 + 64 <= 16n keeps A's reads within the
-                    // strip's 16n bytes.
-                    let (b0, b1) = unsafe {
-                        let p = b.add(q * 128 + col_group * 32);
-                        (
-                            _mm256_cvtepi8_epi16(_mm_loadu_si128(p.cast())),
-                            _mm256_cvtepi8_epi16(_mm_loadu_si128(p.add(16).cast())),
-                        )
-                    };
-                    for (r, acc) in acc.iter_mut().enumerate() {
-                        // (a0, a1, a2, a3) of this row, four times over, against (column, k 0..3).
-                        // SAFETY: within the strip, as said above.
-                        let a4 = unsafe { a.add(q * 64 + (row_group * 4 + r) * 8).cast::<i64>().read_unaligned() };
-                        let a4 = _mm256_set1_epi64x(a4);
-                        acc[0] = _mm256_add_epi32(acc[0], _mm256_madd_epi16(a4, b0));
-                        acc[1] = _mm256_add_epi32(acc[1], _mm256_madd_epi16(a4, b1));
-                    }
-                }
-                for (r, acc) in acc.into_iter().enumerate() {
-                    partial[row_group * 4 + r][col_group * 2..col_group * 2 + 2].copy_from_slice(&acc);
-                }
-            }
+        let block = first_quad..(first_quad + BLOCK_QUADS).min(quads);
+        for (row_group, col_group) in SUB_TILES {
+            // SAFETY: AVX2 is present (this function's own contract), and the block's quads are
+            // below n/4, as `sub_tile` needs.
+            unsafe { sub_tile(a, b, block.clone(), (row_group, col_group), &mut partial) };
         }
     }
     for (dst, row) in out.iter_mut().zip(partial) {
@@ -144,6 +120,60 @@ pub(super) unsafe fn tile(strip: &[u8], n: usize, panel: &[u8], out: &mut [[i32;
             // SAFETY: `dst` is 8 i32 = one 32-byte store.
             unsafe { _mm256_storeu_si256(dst.as_mut_ptr().cast(), sums) };
         }
+    }
+}
+
+/// The tile's 4-row x 8-column sub-tiles, as (row group, column group): a block of k is run
+/// through each in turn while the block's A and B stay in L1.
+const SUB_TILES: [(usize, usize); (TILE_ROWS / 4) * (TILE_COLS / 8)] = {
+    let mut all = [(0, 0); (TILE_ROWS / 4) * (TILE_COLS / 8)];
+    let mut i = 0;
+    while i < all.len() {
+        // Column groups outermost, as the loops were written: each B load serves both row groups.
+        all[i] = (i % (TILE_ROWS / 4), i / (TILE_ROWS / 4));
+        i += 1;
+    }
+    all
+};
+
+/// One sub-tile over the k-quads `block`: its accumulators from `partial`, the block's
+/// `vpmaddwd` + `vpaddd` into them, and back.
+///
+/// # Safety
+/// The CPU must have AVX2; `a` and `b` are the strip and panel of [`tile`], and every quad of
+/// `block` is below n/4.
+#[target_feature(enable = "avx2")]
+#[inline]
+unsafe fn sub_tile(
+    a: *const u8,
+    b: *const u8,
+    block: std::ops::Range<usize>,
+    (row_group, col_group): (usize, usize),
+    partial: &mut [[__m256i; TILE_COLS / 4]; TILE_ROWS],
+) {
+    let mut acc: [[__m256i; 2]; 4] =
+        std::array::from_fn(|r| std::array::from_fn(|h| partial[row_group * 4 + r][col_group * 2 + h]));
+    for q in block {
+        // SAFETY: q < n/4 and col_group < 4 keep b + q*128 + col_group*32 + 32 within the
+        // panel's 32n bytes; q*64 + 64 <= 16n keeps A's reads within the strip's 16n bytes.
+        let (b0, b1) = unsafe {
+            let p = b.add(q * 128 + col_group * 32);
+            (
+                _mm256_cvtepi8_epi16(_mm_loadu_si128(p.cast())),
+                _mm256_cvtepi8_epi16(_mm_loadu_si128(p.add(16).cast())),
+            )
+        };
+        for (r, acc) in acc.iter_mut().enumerate() {
+            // (a0, a1, a2, a3) of this row, four times over, against (column, k 0..3).
+            // SAFETY: within the strip, as said above.
+            let a4 = unsafe { a.add(q * 64 + (row_group * 4 + r) * 8).cast::<i64>().read_unaligned() };
+            let a4 = _mm256_set1_epi64x(a4);
+            acc[0] = _mm256_add_epi32(acc[0], _mm256_madd_epi16(a4, b0));
+            acc[1] = _mm256_add_epi32(acc[1], _mm256_madd_epi16(a4, b1));
+        }
+    }
+    for (r, acc) in acc.into_iter().enumerate() {
+        partial[row_group * 4 + r][col_group * 2..col_group * 2 + 2].copy_from_slice(&acc);
     }
 }
 

@@ -29,35 +29,57 @@ pub(super) unsafe fn tile(
     let b = panel.as_ptr();
     for row_group in 0..TILE_ROWS / 4 {
         for col_group in 0..TILE_COLS / 16 {
-            // SAFETY: col_group < 2, so the two 8-lane loads stay within the 32 i32.
-            let start = unsafe {
-                let c = bias_correction.as_ptr().add(col_group * 16);
-                [_mm256_loadu_si256(c.cast()), _mm256_loadu_si256(c.add(8).cast())]
-            };
-            let mut acc = [start; 4];
-            for q in 0..n / 4 {
-                // SAFETY: q < n/4 and col_group < 2 keep b + q*128 + col_group*64 + 64 within
-                // the panel's 32n bytes; row_group*4 + r < 8 keeps A's reads within 8n bytes.
-                let (b0, b1) = unsafe {
-                    let p = b.add(q * 128 + col_group * 64);
-                    (_mm256_loadu_si256(p.cast()), _mm256_loadu_si256(p.add(32).cast()))
-                };
-                for (r, acc) in acc.iter_mut().enumerate() {
-                    let row = row_group * 4 + r;
-                    let a4 = unsafe { a.add(row * n + 4 * q).cast::<i32>().read_unaligned() };
-                    let a4 = _mm256_set1_epi32(a4);
-                    acc[0] = _mm256_dpbusd_avx_epi32(acc[0], a4, b0);
-                    acc[1] = _mm256_dpbusd_avx_epi32(acc[1], a4, b1);
-                }
-            }
-            for (r, acc) in acc.into_iter().enumerate() {
-                let dst = &mut out[row_group * 4 + r][col_group * 16..col_group * 16 + 16];
-                // SAFETY: `dst` is 16 i32 = two 32-byte stores.
-                unsafe {
-                    _mm256_storeu_si256(dst.as_mut_ptr().cast(), acc[0]);
-                    _mm256_storeu_si256(dst.as_mut_ptr().add(8).cast(), acc[1]);
-                }
-            }
+            // SAFETY: AVX2 and AVX-VNNI are present (this function's own contract); the groups
+            // are within the tile, and the lengths are as `tile` was given them.
+            unsafe { sub_tile(a, n, b, bias_correction, (row_group, col_group), out) };
+        }
+    }
+}
+
+/// One 4-row x 16-column sub-tile over the whole k range: sums that start at the bias
+/// correction, the `vpdpbusd` of every k-quad, then stored to `out`.
+///
+/// # Safety
+/// The CPU must have AVX2 and AVX-VNNI; `a`, `n`, `b` and `out` as [`tile`] has them,
+/// `row_group < TILE_ROWS / 4` and `col_group < TILE_COLS / 16`.
+#[target_feature(enable = "avx2,avxvnni")]
+#[inline]
+unsafe fn sub_tile(
+    a: *const u8,
+    n: usize,
+    b: *const u8,
+    bias_correction: &[i32; TILE_COLS],
+    (row_group, col_group): (usize, usize),
+    out: &mut [[i32; TILE_COLS]],
+) {
+    // SAFETY: col_group < 2, so the two 8-lane loads stay within the 32 i32.
+    let start = unsafe {
+        let c = bias_correction.as_ptr().add(col_group * 16);
+        [_mm256_loadu_si256(c.cast()), _mm256_loadu_si256(c.add(8).cast())]
+    };
+    let mut acc = [start; 4];
+    for q in 0..n / 4 {
+        // SAFETY: q < n/4 and col_group < 2 keep b + q*128 + col_group*64 + 64 within the
+        // panel's 32n bytes; row_group*4 + r < 8 keeps A's reads within 8n bytes.
+        let (b0, b1) = unsafe {
+            let p = b.add(q * 128 + col_group * 64);
+            (_mm256_loadu_si256(p.cast()), _mm256_loadu_si256(p.add(32).cast()))
+        };
+        for (r, acc) in acc.iter_mut().enumerate() {
+            let row = row_group * 4 + r;
+            // SAFETY: within A's 8n bytes, as said above.
+            let a4 = unsafe { a.add(row * n + 4 * q).cast::<i32>().read_unaligned() };
+            let a4 = _mm256_set1_epi32(a4);
+            acc[0] = _mm256_dpbusd_avx_epi32(acc[0], a4, b0);
+            acc[1] = _mm256_dpbusd_avx_epi32(acc[1], a4, b1);
+        }
+    }
+    for (r, acc) in acc.into_iter().enumerate() {
+        let dst = &mut out[row_group * 4 + r][col_group * 16..col_group * 16 + 16];
+        // SAFETY: `dst` is 16 i32 = two 32-byte stores.
+        unsafe {
+            _mm256_storeu_si256(dst.as_mut_ptr().cast(), acc[0]);
+            _mm256_storeu_si256(dst.as_mut_ptr().add(8).cast(), acc[1]);
         }
     }
 }
