@@ -2,7 +2,8 @@
 //! network and on the host: how freed memory goes back to the system (`allocator`), one gRPC
 //! server stack (`stack`), the transport policy (`tls`, `rate_limit`, `requests`), dialling a
 //! peer with one bound on connect and handshake together (`dial`), the refusal log, which
-//! connection a call came on (`connect_info`), config files, the key file commands (`key_files`), logs, the listening socket,
+//! connection a call came on (`connect_info`), config files, the shape of a command's failure
+//! and its exit status (`command`), the key file commands (`key_files`), logs, the listening socket,
 //! signals, the Prometheus metrics endpoint, errors on one line (`errors`), places for long
 //! calls bounded per client (`slots`), and stopping when a device goes out of service
 //! (`devices`).
@@ -12,6 +13,7 @@
 #[allow(unsafe_code)]
 pub mod allocator;
 pub mod certs;
+pub mod command;
 pub mod config;
 mod connect_info;
 // getrlimit/setrlimit for the open-files limit, and shutdown(2) of a socket being written to.

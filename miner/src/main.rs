@@ -16,12 +16,5 @@ fn main() -> ExitCode {
     if !matches!(cli.command, Command::Serve(_)) {
         gpu_attest_daemon::signals::end_quietly_when_output_closes();
     }
-    match commands::run(cli.command) {
-        Ok(answer) => ExitCode::from(answer.exit_status()),
-        Err(e) => {
-            // Each cause once: most of our errors already print their cause themselves.
-            eprintln!("error: {}", gpu_attest_daemon::errors::error_chain(&e));
-            ExitCode::from(e.exit_status())
-        }
-    }
+    gpu_attest_daemon::command::exit_code(commands::run(cli.command))
 }

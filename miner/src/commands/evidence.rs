@@ -39,11 +39,7 @@ pub(super) fn check(roots: Option<&Path>, json: bool) -> Result<Answer, CommandE
 
 /// The DER certificates of the PEM file at `path`.
 fn read_roots(path: &Path) -> Result<Vec<Vec<u8>>, CommandError> {
-    let pem = std::fs::read(path).map_err(|source| CommandError::File {
-        action: "reading",
-        path: path.to_path_buf(),
-        source,
-    })?;
+    let pem = gpu_attest_daemon::command::read_file(path)?;
     DeviceChain::pem_to_der(&pem).map_err(|source| CommandError::NotPem {
         path: path.to_path_buf(),
         source,

@@ -11,24 +11,21 @@ mod serve;
 use crate::backends::BackendSelectError;
 use crate::cli::Command;
 use crate::daemon::DaemonError;
-use gpu_attest_daemon::config::ConfigError;
+use gpu_attest_daemon::command::{CommandFailure, CommonError};
 use gpu_attest_daemon::key_files;
-use gpu_attest_daemon::logging::UnknownLogFormat;
 use gpu_attest_daemon::run::{ServeError, Stopped};
 use gpu_attest_shared::gemm::{GemmError, UnknownKernel};
-use gpu_attest_shared::keys::KeyError;
 use std::path::PathBuf;
 use thiserror::Error;
 
 pub use gpu_attest_daemon::exit::Answer;
 
-/// Why a command could not do what was asked.
+/// Why a command could not do what was asked: what any command of either daemon can fail with
+/// ([`CommonError`]), or a reason of the miner's own.
 #[derive(Debug, Error)]
 pub enum CommandError {
     #[error(transparent)]
-    Config(#[from] ConfigError),
-    #[error(transparent)]
-    Key(#[from] KeyError),
+    Common(#[from] CommonError),
     #[error(transparent)]
     Backend(#[from] BackendSelectError),
     #[error(transparent)]
@@ -37,8 +34,6 @@ pub enum CommandError {
     Gemm(#[from] GemmError),
     #[error(transparent)]
     Daemon(#[from] DaemonError),
-    #[error(transparent)]
-    Logging(#[from] UnknownLogFormat),
     #[error("{what} {size} is not a valid challenge size (a multiple of 64 in 64..=8192)")]
     InvalidSize { what: &'static str, size: usize },
     /// The GPU was asked for by name and could not be checked: checking the CPU alone is no
@@ -52,39 +47,25 @@ pub enum CommandError {
     NoDriver(String),
     #[error("{0}")]
     Evidence(String),
-    #[error("{action} {}", path.display())]
-    File {
-        action: &'static str,
-        path: PathBuf,
-        source: std::io::Error,
-    },
     #[error("{} holds no PEM certificates", path.display())]
     NotPem {
         path: PathBuf,
         source: gpu_attest_shared::evidence::EvidenceFault,
     },
-    #[error("cannot start the async runtime")]
-    Runtime(#[source] std::io::Error),
-    #[error("cannot write the output as JSON")]
-    Json(#[from] serde_json::Error),
 }
 
-impl CommandError {
-    /// A device fault has a status of its own, so that a supervisor restarts the daemon; every
-    /// other error is the shared "could not do it" status.
-    pub fn exit_status(&self) -> u8 {
-        let faulted = matches!(
+gpu_attest_daemon::command_error_from_common!(CommandError);
+
+impl CommandFailure for CommandError {
+    /// A device fault has a status of its own, so that a supervisor restarts the daemon.
+    fn is_device_fault(&self) -> bool {
+        matches!(
             self,
             CommandError::Daemon(
                 DaemonError::Serve(ServeError::Stopped(Stopped::DevicesOutOfService { .. }))
                     | DaemonError::Backend(BackendSelectError::GpuFaulted(_))
             ) | CommandError::Backend(BackendSelectError::GpuFaulted(_))
-        );
-        if faulted {
-            gpu_attest_daemon::exit::DEVICE_FAULT
-        } else {
-            gpu_attest_daemon::exit::ERROR
-        }
+        )
     }
 }
 
@@ -132,6 +113,5 @@ fn check_size(what: &'static str, size: usize) -> Result<(), CommandError> {
 
 /// Prints `value` as pretty JSON on stdout.
 fn print_json(value: &impl serde::Serialize) -> Result<(), CommandError> {
-    println!("{}", serde_json::to_string_pretty(value)?);
-    Ok(())
+    Ok(gpu_attest_daemon::command::print_json(value)?)
 }

@@ -12,7 +12,7 @@ pub(super) fn serve(args: ServeArgs) -> Result<Answer, CommandError> {
         return Ok(Answer::Yes);
     }
     gpu_attest_daemon::logging::init_logging()?;
-    let runtime = tokio::runtime::Runtime::new().map_err(CommandError::Runtime)?;
+    let runtime = tokio::runtime::Runtime::new().map_err(gpu_attest_daemon::command::CommonError::Runtime)?;
     runtime.block_on(daemon::run(
         config,
         move || args.resolve(),

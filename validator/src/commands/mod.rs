@@ -15,23 +15,20 @@ use crate::operator::OperatorError;
 use crate::rates::report::RatesError;
 use crate::store::StoreError;
 use gpu_attest_daemon::certs::CertsError;
-use gpu_attest_daemon::config::ConfigError;
+use gpu_attest_daemon::command::{CommandFailure, CommonError};
 use gpu_attest_daemon::key_files;
-use gpu_attest_daemon::logging::UnknownLogFormat;
 use gpu_attest_daemon::run::{ServeError, Stopped};
-use gpu_attest_shared::keys::KeyError;
 use std::path::PathBuf;
 use thiserror::Error;
 
 pub use gpu_attest_daemon::exit::Answer;
 
-/// Why a command could not do what was asked.
+/// Why a command could not do what was asked: what any command of either daemon can fail with
+/// ([`CommonError`]), or a reason of the validator's own.
 #[derive(Debug, Error)]
 pub enum CommandError {
     #[error(transparent)]
-    Config(#[from] ConfigError),
-    #[error(transparent)]
-    Key(#[from] KeyError),
+    Common(#[from] CommonError),
     #[error(transparent)]
     Certs(#[from] CertsError),
     #[error(transparent)]
@@ -42,38 +39,28 @@ pub enum CommandError {
     Attest(#[from] crate::attest::AttestError),
     #[error(transparent)]
     Operator(#[from] OperatorError),
-    #[error(transparent)]
-    Logging(#[from] UnknownLogFormat),
     #[error("importing {}", path.display())]
     Import { path: PathBuf, source: RatesError },
     #[error("no database at {}; run `validator attest` or `validator serve` first", .0.display())]
     NoDatabase(PathBuf),
-    #[error("{action} {}", path.display())]
-    File {
-        action: &'static str,
-        path: PathBuf,
-        source: std::io::Error,
-    },
-    #[error("cannot start the async runtime")]
-    Runtime(#[source] std::io::Error),
-    #[error("cannot write the output as JSON")]
-    Json(#[from] serde_json::Error),
     /// Ctrl-C or SIGTERM during a one-shot attestation: what was stored by then.
     #[error("interrupted: {0}")]
     Interrupted(String),
 }
 
-impl CommandError {
-    /// A device fault has a status of its own, so that a supervisor restarts the daemon; every
-    /// other error is the shared "could not do it" status.
-    pub fn exit_status(&self) -> u8 {
-        match self {
+gpu_attest_daemon::command_error_from_common!(CommandError);
+
+impl CommandFailure for CommandError {
+    /// A device fault (a GPU this validator verifies on) has a status of its own, so that a
+    /// supervisor restarts the daemon.
+    fn is_device_fault(&self) -> bool {
+        matches!(
+            self,
             CommandError::Daemon(
                 DaemonError::Serve(ServeError::Stopped(Stopped::DevicesOutOfService { .. }))
-                | DaemonError::GpuFaulted(_),
-            ) => gpu_attest_daemon::exit::DEVICE_FAULT,
-            _ => gpu_attest_daemon::exit::ERROR,
-        }
+                    | DaemonError::GpuFaulted(_),
+            )
+        )
     }
 }
 
@@ -127,13 +114,12 @@ pub fn run(command: Command) -> Result<Answer, CommandError> {
 
 /// The runtime a one-shot command's calls run on.
 fn runtime() -> Result<tokio::runtime::Runtime, CommandError> {
-    gpu_attest_daemon::signals::one_shot_runtime().map_err(CommandError::Runtime)
+    Ok(gpu_attest_daemon::command::runtime()?)
 }
 
 /// Prints `value` as pretty JSON on stdout.
 fn print_json(value: &impl serde::Serialize) -> Result<(), CommandError> {
-    println!("{}", serde_json::to_string_pretty(value)?);
-    Ok(())
+    Ok(gpu_attest_daemon::command::print_json(value)?)
 }
 
 /// Refuses a SQLite database file that is not there, for the commands that only read one.

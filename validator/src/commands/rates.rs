@@ -57,22 +57,14 @@ async fn act(store: &Store, config: &ValidatorConfig, action: RatesAction) -> Re
             let text = file.to_toml();
             match output {
                 Some(path) => {
-                    std::fs::write(&path, text).map_err(|source| CommandError::File {
-                        action: "writing",
-                        path: path.clone(),
-                        source,
-                    })?;
+                    gpu_attest_daemon::command::write_file(&path, text)?;
                     eprintln!("wrote {} classes to {}", file.classes.len(), path.display());
                 }
                 None => print!("{text}"),
             }
         }
         RatesAction::Import { file } => {
-            let text = std::fs::read_to_string(&file).map_err(|source| CommandError::File {
-                action: "reading",
-                path: file.clone(),
-                source,
-            })?;
+            let text = gpu_attest_daemon::command::read_text(&file)?;
             let imported = report::import(store, &text, now)
                 .await
                 .map_err(|source| CommandError::Import {

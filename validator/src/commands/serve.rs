@@ -29,7 +29,7 @@ pub(super) fn serve(settings: &Settings, overrides: Overrides, print_config: boo
         return Ok(Answer::Yes);
     }
     gpu_attest_daemon::logging::init_logging()?;
-    let runtime = tokio::runtime::Runtime::new().map_err(CommandError::Runtime)?;
+    let runtime = tokio::runtime::Runtime::new().map_err(gpu_attest_daemon::command::CommonError::Runtime)?;
     runtime.block_on(daemon::run(config, gpu_attest_daemon::signals::shutdown_signal()))?;
     Ok(Answer::Yes)
 }

@@ -1,0 +1,160 @@
+//! The shape both daemons' commands share, so that `miner` and `validator` fail alike: what any
+//! command can fail with ([`CommonError`]), the exit status a failure ends the process with
+//! ([`CommandFailure`], [`exit_code`]), and the helpers every one-shot command uses. Each
+//! daemon's own `CommandError` is `CommonError` plus the reasons only it has.
+
+use crate::config::ConfigError;
+use crate::exit::{self, Answer};
+use crate::logging::UnknownLogFormat;
+use gpu_attest_shared::keys::KeyError;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use thiserror::Error;
+
+/// What a command of either daemon can fail with, whatever it does.
+#[derive(Debug, Error)]
+pub enum CommonError {
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    #[error(transparent)]
+    Key(#[from] KeyError),
+    #[error(transparent)]
+    Logging(#[from] UnknownLogFormat),
+    #[error("{action} {}", path.display())]
+    File {
+        action: &'static str,
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("cannot start the async runtime")]
+    Runtime(#[source] std::io::Error),
+    #[error("cannot write the output as JSON")]
+    Json(#[from] serde_json::Error),
+}
+
+/// A command's failure, as the process ends with it.
+pub trait CommandFailure: std::error::Error {
+    /// Whether a device went out of service: such a failure has an exit status of its own, so
+    /// that a supervisor restarts the daemon rather than waiting for its operator.
+    fn is_device_fault(&self) -> bool;
+
+    /// [`exit::DEVICE_FAULT`] for a device fault, else the shared "could not do it" status.
+    fn exit_status(&self) -> u8 {
+        if self.is_device_fault() {
+            exit::DEVICE_FAULT
+        } else {
+            exit::ERROR
+        }
+    }
+}
+
+/// How a command's result ends the process: its answer's status, or one line on stderr (each
+/// cause once: most errors already print their cause themselves) and the failure's status.
+pub fn exit_code<E: CommandFailure + 'static>(result: Result<Answer, E>) -> ExitCode {
+    match result {
+        Ok(answer) => ExitCode::from(answer.exit_status()),
+        Err(e) => {
+            eprintln!("error: {}", crate::errors::error_chain(&e));
+            ExitCode::from(e.exit_status())
+        }
+    }
+}
+
+/// The runtime a one-shot command's calls run on.
+pub fn runtime() -> Result<tokio::runtime::Runtime, CommonError> {
+    crate::signals::one_shot_runtime().map_err(CommonError::Runtime)
+}
+
+/// Prints `value` as pretty JSON on stdout.
+pub fn print_json(value: &impl serde::Serialize) -> Result<(), CommonError> {
+    println!("{}", serde_json::to_string_pretty(value)?);
+    Ok(())
+}
+
+/// Reads a file a command was given, naming it when it cannot.
+pub fn read_file(path: &Path) -> Result<Vec<u8>, CommonError> {
+    std::fs::read(path).map_err(|source| file_error("reading", path, source))
+}
+
+/// Reads a text file a command was given, naming it when it cannot.
+pub fn read_text(path: &Path) -> Result<String, CommonError> {
+    std::fs::read_to_string(path).map_err(|source| file_error("reading", path, source))
+}
+
+/// Writes a file a command was asked for, naming it when it cannot.
+pub fn write_file(path: &Path, contents: impl AsRef<[u8]>) -> Result<(), CommonError> {
+    std::fs::write(path, contents).map_err(|source| file_error("writing", path, source))
+}
+
+fn file_error(action: &'static str, path: &Path, source: std::io::Error) -> CommonError {
+    CommonError::File {
+        action,
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+/// Gives a daemon's `CommandError` (which must have a `Common(CommonError)` variant) every
+/// conversion `CommonError` has, so that `?` takes a config, key, log-format or JSON error
+/// straight into it.
+#[macro_export]
+macro_rules! command_error_from_common {
+    ($target:ty) => {
+        $crate::command_error_from_common!(@each $target,
+            $crate::config::ConfigError,
+            ::gpu_attest_shared::keys::KeyError,
+            $crate::logging::UnknownLogFormat,
+            ::serde_json::Error);
+    };
+    (@each $target:ty, $($source:ty),+) => {
+        $(
+            impl From<$source> for $target {
+                fn from(e: $source) -> Self {
+                    Self::Common($crate::command::CommonError::from(e))
+                }
+            }
+        )+
+    };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A daemon's error as the daemons build theirs: the common part and one reason of its own.
+    #[derive(Debug, Error)]
+    enum DaemonCommandError {
+        #[error(transparent)]
+        Common(#[from] CommonError),
+        #[error("the device went away")]
+        DeviceGone,
+    }
+
+    crate::command_error_from_common!(DaemonCommandError);
+
+    impl CommandFailure for DaemonCommandError {
+        fn is_device_fault(&self) -> bool {
+            matches!(self, DaemonCommandError::DeviceGone)
+        }
+    }
+
+    fn bad_json() -> Result<(), DaemonCommandError> {
+        serde_json::from_str::<u32>("not json")?;
+        Ok(())
+    }
+
+    #[test]
+    fn a_common_failure_converts_straight_in_and_ends_with_the_shared_status() {
+        let e = bad_json().expect_err("not JSON");
+        assert!(matches!(e, DaemonCommandError::Common(CommonError::Json(_))), "{e:?}");
+        assert_eq!(e.exit_status(), exit::ERROR);
+        assert_eq!(DaemonCommandError::DeviceGone.exit_status(), exit::DEVICE_FAULT);
+    }
+
+    #[test]
+    fn a_file_that_cannot_be_read_is_named() {
+        let missing = Path::new("no/such/file.pem");
+        let e = read_file(missing).expect_err("no such file");
+        assert_eq!(e.to_string(), "reading no/such/file.pem");
+    }
+}
