@@ -18,8 +18,9 @@
 //!   checked against both before anyone relies on it.
 //!
 //! No GPU code lives here: the CUDA backend is the `gpu-attest-kernels` crate, one more
-//! implementation of [`Backend`]. So a peer or a validator that needs only the protocol builds
-//! no cudarc and no NVML.
+//! implementation of [`Backend`]. So a peer that needs only the protocol builds no cudarc and
+//! no NVML. (This project's validator does link the kernels crate: it re-executes on a GPU
+//! where it has one, and sizes version 4's pools with the miner's own buffer arithmetic.)
 
 // Page-aligned, mmap-backed buffers: the pool's memory and the GEMMs' operands.
 #[allow(unsafe_code)]
