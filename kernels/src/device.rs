@@ -11,6 +11,7 @@
 use super::compile::{self, CompiledModule, KernelBuildError};
 use super::detect::{GpuInfo, driver_error_text};
 use super::kernels::{BLAKE3_CHUNKS_FN, BLAKE3_PARENTS_FN, GENERATE_FN, GpuKernel, MIX_FN, TRANSPOSE_FN};
+use super::raw;
 use super::tma::OperandMap;
 use cudarc::driver::{
     CudaContext, CudaEvent, CudaFunction, CudaSlice, CudaStream, DevicePtr, DriverError, LaunchConfig, PushKernelArg,
@@ -115,17 +116,10 @@ pub fn reset_primary_context_if_active(ordinal: u32) -> Result<(), DeviceInitErr
         detail: driver_error_text(&e),
     };
     let device = result::device::get(ordinal as i32).map_err(driver)?;
-    let (mut flags, mut active) = (0u32, 0i32);
-    // SAFETY: `device` is a valid device handle; both out-pointers are live locals.
-    unsafe { sys::cuDevicePrimaryCtxGetState(device, &mut flags, &mut active) }
-        .result()
-        .map_err(driver)?;
-    if active != 0 {
-        // SAFETY: the backend's own runtime for this device is already dropped; whatever else
-        // holds the context shares its fault and gets an error, not undefined behaviour.
-        unsafe { sys::cuDevicePrimaryCtxReset_v2(device) }
-            .result()
-            .map_err(driver)?;
+    if raw::driver::primary_context_active(device).map_err(driver)? {
+        // The backend's own runtime for this device is already dropped; whatever else holds
+        // the context shares its fault and gets errors from it.
+        raw::driver::reset_primary_context(device).map_err(driver)?;
     }
     Ok(())
 }

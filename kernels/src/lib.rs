@@ -38,6 +38,7 @@ mod pipeline;
 pub mod plan;
 pub mod pool;
 pub mod pool_states;
+mod raw;
 mod slots;
 pub mod telemetry;
 mod timing;
