@@ -5,6 +5,7 @@
 
 use super::backend::CudaBackend;
 use super::device::DeviceRuntime;
+use super::raw::device_memory::alloc_uninit;
 use super::timing::time_launches;
 use cudarc::cublaslt::{result as lt, sys as lt_sys};
 use cudarc::driver::{CudaSlice, DevicePtr, DevicePtrMut, LaunchConfig, PushKernelArg};
@@ -86,8 +87,8 @@ pub fn cublaslt_mix_seconds(rt: &DeviceRuntime, n: usize, batch: usize, budget: 
     let len = batch * n * n;
     let e = |e: BackendError| e.to_string();
     let (mut x, mut next, bt) = operands(rt, n, batch).map_err(e)?;
-    // SAFETY: written by the GEMM before the mix reads it.
-    let mut y: CudaSlice<i32> = unsafe { rt.stream.alloc::<i32>(len) }.map_err(|err| rt.err(err).to_string())?;
+    // Undefined contents are enough: written by the GEMM before the mix reads it.
+    let mut y: CudaSlice<i32> = alloc_uninit::<i32>(&rt.stream, len).map_err(|err| rt.err(err).to_string())?;
     let gemm = LtInt8Gemm::new(n, batch)?;
     let (count, n_u32) = (len as u64, n as u32);
     let cfg = LaunchConfig::for_num_elems(len as u32);

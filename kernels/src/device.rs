@@ -214,14 +214,15 @@ impl DeviceRuntime {
 
     /// A device buffer of `len` bytes, contents undefined (every kernel writes before it reads).
     pub fn alloc(&self, len: usize) -> Result<CudaSlice<i8>, BackendError> {
-        // SAFETY: the buffer is written by a kernel or a copy before anything reads it.
-        unsafe { self.stream.alloc::<i8>(len) }.map_err(|e| self.err(e))
+        // Undefined is enough: the buffer is written by a kernel or a copy before anything
+        // reads it.
+        raw::device_memory::alloc_uninit::<i8>(&self.stream, len).map_err(|e| self.err(e))
     }
 
     /// Scratch words for device hashing, contents undefined (written before read).
     pub fn alloc_words(&self, len: usize) -> Result<CudaSlice<u32>, BackendError> {
-        // SAFETY: every word is written by a hashing kernel before it is read.
-        unsafe { self.stream.alloc::<u32>(len) }.map_err(|e| self.err(e))
+        // Undefined is enough: every word is written by a hashing kernel before it is read.
+        raw::device_memory::alloc_uninit::<u32>(&self.stream, len).map_err(|e| self.err(e))
     }
 
     /// Fills `count` matrices of `out` with ChaCha8 output: matrix z is stream

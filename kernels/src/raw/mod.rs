@@ -7,10 +7,12 @@
 //!   context's state and reset.
 //! - [`nvrtc`]: NVRTC's presence, version and architectures.
 //! - [`cublaslt`]: `miner bench`'s cuBLASLt int8 GEMM.
+//! - [`device_memory`]: device buffers whose contents start undefined.
 //! - [`tensor_map`]: the TMA kernels' tensor maps, encoded by the driver and passed by value.
 //! - [`launch`]: the kernels' entry points, each launched through a function whose Rust
 //!   signature is the kernel's CUDA one.
 
+pub(crate) mod device_memory;
 pub(crate) mod driver;
 pub(crate) mod nvrtc;
 pub(crate) mod tensor_map;
