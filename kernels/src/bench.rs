@@ -6,9 +6,10 @@
 use super::backend::CudaBackend;
 use super::device::DeviceRuntime;
 use super::raw::device_memory::alloc_uninit;
+use super::raw::launch::MixArgs;
 use super::timing::time_launches;
 use cudarc::cublaslt::{result as lt, sys as lt_sys};
-use cudarc::driver::{CudaSlice, DevicePtr, DevicePtrMut, LaunchConfig, PushKernelArg};
+use cudarc::driver::{CudaSlice, DevicePtr, DevicePtrMut, LaunchConfig};
 use gpu_attest_shared::backend::{BackendError, CancelToken};
 use gpu_attest_shared::params::{ChallengeParams, Work};
 use std::time::{Duration, Instant};
@@ -97,11 +98,15 @@ pub fn cublaslt_mix_seconds(rt: &DeviceRuntime, n: usize, batch: usize, budget: 
             device: rt.index,
             detail,
         })?;
-        let mut launch = rt.stream.launch_builder(&rt.mix);
-        launch.arg(&y).arg(&mut next).arg(&count).arg(&step).arg(&n_u32);
-        // SAFETY: matches mix_i32(const int*, i8*, u64, u32, u32); both buffers hold `len`
-        // elements, whole n x n matrices.
-        unsafe { launch.launch(cfg) }.map_err(|err| rt.err(err))?;
+        // Both buffers hold `len` elements, whole n x n matrices.
+        let args = MixArgs {
+            y: &y,
+            out: &mut next,
+            count,
+            step,
+            n: n_u32,
+        };
+        rt.mix.launch(&rt.stream, cfg, args).map_err(|err| rt.err(err))?;
         std::mem::swap(&mut x, &mut next);
         Ok(())
     })

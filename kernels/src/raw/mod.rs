@@ -14,5 +14,6 @@
 
 pub(crate) mod device_memory;
 pub(crate) mod driver;
+pub(crate) mod launch;
 pub(crate) mod nvrtc;
 pub(crate) mod tensor_map;
