@@ -12,6 +12,7 @@
 //! - [`launch`]: the kernels' entry points, each launched through a function whose Rust
 //!   signature is the kernel's CUDA one.
 
+pub(crate) mod cublaslt;
 pub(crate) mod device_memory;
 pub(crate) mod driver;
 pub(crate) mod launch;
