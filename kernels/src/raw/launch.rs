@@ -420,8 +420,8 @@ impl WalkBlocks {
 
     /// Queues the fold of one walk launch's states into blocks, a thread a block (threads past
     /// them return): the caller keeps `firsts` 8 words a walker, `states` 8 words a walker per
-    /// step, and both outputs 8 words a walker per block (`crate::walk::DeviceWalker::launch_blocks`
-    /// asserts them).
+    /// step, and both outputs 8 words a walker per block
+    /// (`crate::walk::DeviceWalker::launch_blocks` asserts them).
     pub(crate) fn launch(
         &self,
         stream: &CudaStream,

@@ -3,9 +3,9 @@
 //! comment says why it is sound. cudarc's own layering, one step up: its raw bindings below
 //! these, the rest of the crate above them, under the workspace's `unsafe_code = "deny"`.
 //!
-//! - [`driver`]: driver queries (version, entry points, device attributes) and the primary
-//!   context's state and reset.
-//! - [`nvrtc`]: NVRTC's presence, version and architectures.
+//! - [`driver`]: driver queries (library, version, entry points, device attributes) and the
+//!   primary context's state and reset.
+//! - [`nvrtc`]: NVRTC's library, version and architectures.
 //! - [`cublaslt`]: `miner bench`'s cuBLASLt int8 GEMM.
 //! - [`device_memory`]: device buffers whose contents start undefined.
 //! - [`tensor_map`]: the TMA kernels' tensor maps, encoded by the driver and passed by value.
