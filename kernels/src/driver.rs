@@ -138,8 +138,8 @@ pub fn version() -> Result<CudaVersion, String> {
     if !exports("cuDriverGetVersion") {
         return Err("the library loaded as libcuda does not export cuDriverGetVersion".into());
     }
-    let raw = raw::driver::version().map_err(|e| format!("cuDriverGetVersion failed: {e:?}"))?;
-    CudaVersion::from_driver_int(raw).ok_or_else(|| format!("cuDriverGetVersion reported {raw}"))
+    let reported = raw::driver::version().map_err(|e| format!("cuDriverGetVersion failed: {e:?}"))?;
+    CudaVersion::from_driver_int(reported).ok_or_else(|| format!("cuDriverGetVersion reported {reported}"))
 }
 
 /// Whether PTX from an NVRTC of `nvrtc`'s version loads on a driver for `driver`: the driver

@@ -10,8 +10,10 @@
 //! What the types do not fix is how far a kernel reaches into its buffers: that follows from
 //! the launch's grid and its numbers. Each `launch` says what its caller keeps within the
 //! buffers it passes, and the callers size their buffers and grids so (the walk's launches
-//! assert it). The buffers go to cudarc as slices and views, so it orders the launch after
-//! their earlier writes on other streams, and they outlive the queued work.
+//! assert it). The buffers go to cudarc as slices and views, read-only ones by `&` and written
+//! ones by `&mut`, so its read and write tracking sees each launch as the kernel uses them (the
+//! persistent GEMM's operands, behind tensor maps, by the `device_ptr` guards its caller holds
+//! across the launch).
 
 use super::tensor_map::TensorMap;
 use crate::kernels::{
