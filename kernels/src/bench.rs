@@ -5,9 +5,11 @@
 
 use super::backend::CudaBackend;
 use super::device::DeviceRuntime;
+use super::raw::cublaslt;
+use super::raw::device_memory::alloc_uninit;
+use super::raw::launch::MixArgs;
 use super::timing::time_launches;
-use cudarc::cublaslt::{result as lt, sys as lt_sys};
-use cudarc::driver::{CudaSlice, DevicePtr, DevicePtrMut, LaunchConfig, PushKernelArg};
+use cudarc::driver::{CudaSlice, LaunchConfig};
 use gpu_attest_shared::backend::{BackendError, CancelToken};
 use gpu_attest_shared::params::{ChallengeParams, Work};
 use std::time::{Duration, Instant};
@@ -79,156 +81,36 @@ pub fn fused_step_seconds(rt: &DeviceRuntime, n: usize, batch: usize, budget: Du
 /// cuBLASLt's int8 GEMM (int32 out), then the separate mix pass: what a miner without fused
 /// kernels would run per step. Err with a reason when cuBLASLt is missing or refuses the shape.
 pub fn cublaslt_mix_seconds(rt: &DeviceRuntime, n: usize, batch: usize, budget: Duration) -> Result<f64, String> {
-    // SAFETY: only tries to dlopen the library.
-    if !unsafe { lt_sys::is_culib_present() } {
+    if !cublaslt::library_present() {
         return Err("cuBLASLt (libcublasLt) not found".into());
     }
     let len = batch * n * n;
     let e = |e: BackendError| e.to_string();
     let (mut x, mut next, bt) = operands(rt, n, batch).map_err(e)?;
-    // SAFETY: written by the GEMM before the mix reads it.
-    let mut y: CudaSlice<i32> = unsafe { rt.stream.alloc::<i32>(len) }.map_err(|err| rt.err(err).to_string())?;
-    let gemm = LtInt8Gemm::new(n, batch)?;
+    // Undefined contents are enough: written by the GEMM before the mix reads it.
+    let mut y: CudaSlice<i32> = alloc_uninit::<i32>(&rt.stream, len).map_err(|err| rt.err(err).to_string())?;
+    let gemm = cublaslt::LtInt8Gemm::new(n, batch)?;
     let (count, n_u32) = (len as u64, n as u32);
     let cfg = LaunchConfig::for_num_elems(len as u32);
     time_launches(rt, budget, |step| {
-        gemm.run(rt, &bt, &x, &mut y).map_err(|detail| BackendError::Device {
-            device: rt.index,
-            detail,
-        })?;
-        let mut launch = rt.stream.launch_builder(&rt.mix);
-        launch.arg(&y).arg(&mut next).arg(&count).arg(&step).arg(&n_u32);
-        // SAFETY: matches mix_i32(const int*, i8*, u64, u32, u32); both buffers hold `len`
-        // elements, whole n x n matrices.
-        unsafe { launch.launch(cfg) }.map_err(|err| rt.err(err))?;
+        gemm.run(&rt.stream, &bt, &x, &mut y)
+            .map_err(|detail| BackendError::Device {
+                device: rt.index,
+                detail,
+            })?;
+        // Both buffers hold `len` elements, whole n x n matrices.
+        let args = MixArgs {
+            y: &y,
+            out: &mut next,
+            count,
+            step,
+            n: n_u32,
+        };
+        rt.mix.launch(&rt.stream, cfg, args).map_err(|err| rt.err(err))?;
         std::mem::swap(&mut x, &mut next);
         Ok(())
     })
     .map_err(e)
-}
-
-/// A batched int8 GEMM through cuBLASLt computing Y = X * B (row-major) as the column-major
-/// product Y^T = B^T X^T: `bt` (B^T row-major) read as column-major is B, taken transposed;
-/// `x` (row-major) read as column-major is X^T, taken as is. "TN" is the int8 layout cuBLASLt
-/// supports without reordering.
-struct LtInt8Gemm {
-    handle: lt_sys::cublasLtHandle_t,
-    desc: lt_sys::cublasLtMatmulDesc_t,
-    a: lt_sys::cublasLtMatrixLayout_t,
-    b: lt_sys::cublasLtMatrixLayout_t,
-    c: lt_sys::cublasLtMatrixLayout_t,
-    algo: lt_sys::cublasLtMatmulAlgo_t,
-}
-
-impl LtInt8Gemm {
-    fn new(n: usize, batch: usize) -> Result<Self, String> {
-        use lt_sys::cudaDataType::{CUDA_R_8I, CUDA_R_32I};
-        let fail = |what: &str, e: lt::CublasError| format!("cuBLASLt {what}: {e:?}");
-        let handle = lt::create_handle().map_err(|e| fail("create", e))?;
-        let desc = lt::create_matmul_desc(lt_sys::cublasComputeType_t::CUBLAS_COMPUTE_32I, CUDA_R_32I)
-            .map_err(|e| fail("matmul desc", e))?;
-        // cublasOperation_t is an int32 in the attribute; CUBLAS_OP_T is 1.
-        let op_t: i32 = 1;
-        // SAFETY: desc is live; the attribute takes an int32.
-        unsafe {
-            lt::set_matmul_desc_attribute(
-                desc,
-                lt_sys::cublasLtMatmulDescAttributes_t::CUBLASLT_MATMUL_DESC_TRANSA,
-                (&op_t as *const i32).cast(),
-                std::mem::size_of_val(&op_t),
-            )
-        }
-        .map_err(|e| fail("transa", e))?;
-        let (rows, ld) = (n as u64, n as i64);
-        let layout = |ty| -> Result<_, String> {
-            let l = lt::create_matrix_layout(ty, rows, rows, ld).map_err(|e| fail("layout", e))?;
-            let count = batch as i32;
-            let stride = (n * n) as i64;
-            // SAFETY: l is live; the attributes take an int32 and an int64.
-            unsafe {
-                lt::set_matrix_layout_attribute(
-                    l,
-                    lt_sys::cublasLtMatrixLayoutAttribute_t::CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT,
-                    (&count as *const i32).cast(),
-                    4,
-                )
-                .and_then(|_| {
-                    lt::set_matrix_layout_attribute(
-                        l,
-                        lt_sys::cublasLtMatrixLayoutAttribute_t::CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET,
-                        (&stride as *const i64).cast(),
-                        8,
-                    )
-                })
-            }
-            .map_err(|e| fail("batch layout", e))?;
-            Ok(l)
-        };
-        let (a, b, c) = (layout(CUDA_R_8I)?, layout(CUDA_R_8I)?, layout(CUDA_R_32I)?);
-        let pref = lt::create_matmul_pref().map_err(|e| fail("preference", e))?;
-        // SAFETY: all descriptors are live; no workspace is offered (max bytes default 0).
-        let heuristic = unsafe { lt::get_matmul_algo_heuristic(handle, desc, a, b, c, c, pref) };
-        // SAFETY: pref is live and no longer needed.
-        unsafe { lt::destroy_matmul_pref(pref) }.ok();
-        let heuristic = heuristic.map_err(|e| fail("has no int8 algorithm for this shape", e))?;
-        Ok(LtInt8Gemm {
-            handle,
-            desc,
-            a,
-            b,
-            c,
-            algo: heuristic.algo,
-        })
-    }
-
-    fn run(
-        &self,
-        rt: &DeviceRuntime,
-        bt: &CudaSlice<i8>,
-        x: &CudaSlice<i8>,
-        y: &mut CudaSlice<i32>,
-    ) -> Result<(), String> {
-        let (alpha, beta) = (1i32, 0i32);
-        let (a_ptr, _ra) = bt.device_ptr(&rt.stream);
-        let (b_ptr, _rb) = x.device_ptr(&rt.stream);
-        let (y_ptr, _ry) = y.device_ptr_mut(&rt.stream);
-        // SAFETY: pointers are live device buffers of the sizes the layouts describe; the stream
-        // is this device's.
-        unsafe {
-            lt::matmul(
-                self.handle,
-                self.desc,
-                (&alpha as *const i32).cast(),
-                (&beta as *const i32).cast(),
-                a_ptr as *const _,
-                self.a,
-                b_ptr as *const _,
-                self.b,
-                y_ptr as *const _,
-                self.c,
-                y_ptr as *mut _,
-                self.c,
-                &self.algo,
-                std::ptr::null_mut(),
-                0,
-                rt.stream.cu_stream() as lt_sys::cudaStream_t,
-            )
-        }
-        .map_err(|e| format!("cuBLASLt matmul: {e:?}"))
-    }
-}
-
-impl Drop for LtInt8Gemm {
-    fn drop(&mut self) {
-        // SAFETY: each handle was created in `new` and is destroyed once.
-        unsafe {
-            lt::destroy_matrix_layout(self.a).ok();
-            lt::destroy_matrix_layout(self.b).ok();
-            lt::destroy_matrix_layout(self.c).ok();
-            lt::destroy_matmul_desc(self.desc).ok();
-            lt::destroy_handle(self.handle).ok();
-        }
-    }
 }
 
 /// One device's figures at one size.

@@ -9,6 +9,7 @@
 
 use super::driver::{self, CudaVersion};
 use super::kernels::{AuxModule, GpuKernel};
+use super::raw;
 use cudarc::nvrtc;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -64,8 +65,7 @@ pub enum KernelBuildError {
 /// Whether libnvrtc can be loaded. Asked before any NVRTC call: cudarc panics when the library is
 /// missing.
 pub fn nvrtc_present() -> bool {
-    // SAFETY: only tries to dlopen the library by its candidate names.
-    unsafe { nvrtc::sys::is_culib_present() }
+    raw::nvrtc::library_present()
 }
 
 /// NVRTC's (major, minor) version.
@@ -73,12 +73,7 @@ pub fn nvrtc_version() -> Result<(i32, i32), KernelBuildError> {
     if !nvrtc_present() {
         return Err(KernelBuildError::NvrtcMissing);
     }
-    let (mut major, mut minor) = (0, 0);
-    // SAFETY: both pointers are valid for the call.
-    unsafe { nvrtc::sys::nvrtcVersion(&mut major, &mut minor) }
-        .result()
-        .map_err(|e| KernelBuildError::Nvrtc(format!("{e:?}")))?;
-    Ok((major, minor))
+    raw::nvrtc::version().map_err(|e| KernelBuildError::Nvrtc(format!("{e:?}")))
 }
 
 /// Whether the PTX this NVRTC writes loads on a driver for CUDA `driver` (see
@@ -95,18 +90,7 @@ pub fn supported_archs() -> Result<Vec<u32>, KernelBuildError> {
     if !nvrtc_present() {
         return Err(KernelBuildError::NvrtcMissing);
     }
-    let mut count = 0;
-    // SAFETY: count is valid; the array is sized from it.
-    unsafe { nvrtc::sys::nvrtcGetNumSupportedArchs(&mut count) }
-        .result()
-        .map_err(|e| KernelBuildError::Nvrtc(format!("{e:?}")))?;
-    let mut archs = vec![0i32; count.max(0) as usize];
-    if !archs.is_empty() {
-        // SAFETY: archs holds `count` ints.
-        unsafe { nvrtc::sys::nvrtcGetSupportedArchs(archs.as_mut_ptr()) }
-            .result()
-            .map_err(|e| KernelBuildError::Nvrtc(format!("{e:?}")))?;
-    }
+    let archs = raw::nvrtc::supported_archs().map_err(|e| KernelBuildError::Nvrtc(format!("{e:?}")))?;
     Ok(archs.into_iter().filter_map(|a| u32::try_from(a).ok()).collect())
 }
 

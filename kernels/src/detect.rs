@@ -7,6 +7,7 @@
 //! missing, never by index. NVML is optional: without it the driver's facts are reported alone.
 
 use super::driver::{self, CudaVersion, MIN_DRIVER};
+use super::raw;
 use cudarc::driver::{result, sys};
 use gpu_attest_shared::statement::DeviceInfo;
 use thiserror::Error;
@@ -121,8 +122,7 @@ pub(crate) fn driver_error_text(e: &result::DriverError) -> String {
 /// Whether the CUDA driver library can be loaded. Asked before any driver call: cudarc panics
 /// when the library is missing.
 pub fn driver_present() -> bool {
-    // SAFETY: only tries to dlopen the library by its candidate names.
-    unsafe { sys::is_culib_present() }
+    raw::driver::library_present()
 }
 
 /// Finds the CUDA devices of this host, in ordinal order, with NVML's facts where NVML runs.
@@ -183,8 +183,7 @@ fn cuda_device(ordinal: u32, driver_version: &str) -> Result<GpuInfo, GpuDetectE
     };
     let dev = result::device::get(ordinal as i32).map_err(query)?;
     let attr = |a| -> Result<u32, GpuDetectError> {
-        // SAFETY: dev is a valid device handle from cuDeviceGet.
-        let v = unsafe { result::device::get_attribute(dev, a) }.map_err(query)?;
+        let v = raw::driver::device_attribute(dev, a).map_err(query)?;
         Ok(v.max(0) as u32)
     };
     use sys::CUdevice_attribute as A;
@@ -203,8 +202,7 @@ fn cuda_device(ordinal: u32, driver_version: &str) -> Result<GpuInfo, GpuDetectE
         ordinal,
         name: result::device::get_name(dev).map_err(query)?,
         uuid: format_uuid(&uuid.bytes.map(|b| b as u8)),
-        // SAFETY: dev is a valid device handle.
-        memory_bytes: unsafe { result::device::total_mem(dev) }.map_err(query)? as u64,
+        memory_bytes: raw::driver::total_memory(dev).map_err(query)? as u64,
         sm_count: attr(A::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?,
         compute_capability,
         pci_bus_id,

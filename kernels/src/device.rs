@@ -10,11 +10,16 @@
 
 use super::compile::{self, CompiledModule, KernelBuildError};
 use super::detect::{GpuInfo, driver_error_text};
-use super::kernels::{BLAKE3_CHUNKS_FN, BLAKE3_PARENTS_FN, GENERATE_FN, GpuKernel, MIX_FN, TRANSPOSE_FN};
+use super::kernels::GpuKernel;
+use super::raw;
+use super::raw::launch::{
+    Blake3Chunks, Blake3ChunksArgs, Blake3Parents, Blake3ParentsArgs, Chacha8Generate, GemmMix, GemmMixArgs,
+    GemmMixPersistent, GemmMixPersistentArgs, GenerateArgs, MixI32, TransposeArgs, TransposeI8, UNMAPPED_ADDRESS,
+    WalkBlocks, WalkRoots, WalkSteps,
+};
 use super::tma::OperandMap;
 use cudarc::driver::{
-    CudaContext, CudaEvent, CudaFunction, CudaSlice, CudaStream, DevicePtr, DriverError, LaunchConfig, PushKernelArg,
-    result, sys,
+    CudaContext, CudaEvent, CudaSlice, CudaStream, DevicePtr, DriverError, LaunchConfig, result, sys,
 };
 use cudarc::nvrtc::Ptx;
 use gpu_attest_shared::backend::BackendError;
@@ -26,9 +31,9 @@ use std::sync::Arc;
 /// The walk module's entry points, loaded into one device's context.
 #[derive(Clone)]
 pub struct WalkFunctions {
-    pub(crate) steps: CudaFunction,
-    pub(crate) blocks: CudaFunction,
-    pub(crate) roots: CudaFunction,
+    pub(crate) steps: WalkSteps,
+    pub(crate) blocks: WalkBlocks,
+    pub(crate) roots: WalkRoots,
 }
 
 pub struct DeviceRuntime {
@@ -41,12 +46,12 @@ pub struct DeviceRuntime {
     pub(crate) stream: Arc<CudaStream>,
     /// Checkpoint hashing, beside the chain steps on `stream`.
     hash_stream: Arc<CudaStream>,
-    generate: CudaFunction,
-    transpose: CudaFunction,
-    gemm: CudaFunction,
-    pub(crate) mix: CudaFunction,
-    blake3_chunks: CudaFunction,
-    blake3_parents: CudaFunction,
+    generate: Chacha8Generate,
+    transpose: TransposeI8,
+    gemm: GemmMix,
+    pub(crate) mix: MixI32,
+    blake3_chunks: Blake3Chunks,
+    blake3_parents: Blake3Parents,
     /// Hash checkpoints on the host instead of the device (`CudaOptions::host_hashing`).
     pub host_hashing: bool,
     /// The slots its GPU is opened as (`CudaOptions::slots_per_gpu`), which share its memory.
@@ -115,17 +120,10 @@ pub fn reset_primary_context_if_active(ordinal: u32) -> Result<(), DeviceInitErr
         detail: driver_error_text(&e),
     };
     let device = result::device::get(ordinal as i32).map_err(driver)?;
-    let (mut flags, mut active) = (0u32, 0i32);
-    // SAFETY: `device` is a valid device handle; both out-pointers are live locals.
-    unsafe { sys::cuDevicePrimaryCtxGetState(device, &mut flags, &mut active) }
-        .result()
-        .map_err(driver)?;
-    if active != 0 {
-        // SAFETY: the backend's own runtime for this device is already dropped; whatever else
-        // holds the context shares its fault and gets an error, not undefined behaviour.
-        unsafe { sys::cuDevicePrimaryCtxReset_v2(device) }
-            .result()
-            .map_err(driver)?;
+    if raw::driver::primary_context_active(device).map_err(driver)? {
+        // The backend's own runtime for this device is already dropped; whatever else holds
+        // the context shares its fault and gets errors from it.
+        raw::driver::reset_primary_context(device).map_err(driver)?;
     }
     Ok(())
 }
@@ -176,26 +174,26 @@ impl DeviceRuntime {
             }
             Err(e) => return Err(driver(e)),
         };
-        let function = |name: &str| loaded.load_function(name).map_err(driver);
-        let gemm = function(kernel.gemm_fn())?;
+        let gemm = GemmMix::load(&loaded, kernel).map_err(driver)?;
         let dynamic_shared = kernel.dynamic_shared_bytes();
         if dynamic_shared > 0 {
             // Above 48 KiB a function only gets the dynamic shared memory it opted into.
-            gemm.set_attribute(
-                sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                dynamic_shared as i32,
-            )
-            .map_err(driver)?;
+            gemm.function()
+                .set_attribute(
+                    sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                    dynamic_shared as i32,
+                )
+                .map_err(driver)?;
         }
         Ok(DeviceRuntime {
             index,
             kernel,
-            generate: function(GENERATE_FN)?,
-            transpose: function(TRANSPOSE_FN)?,
+            generate: Chacha8Generate::load(&loaded).map_err(driver)?,
+            transpose: TransposeI8::load(&loaded).map_err(driver)?,
             gemm,
-            mix: function(MIX_FN)?,
-            blake3_chunks: function(BLAKE3_CHUNKS_FN)?,
-            blake3_parents: function(BLAKE3_PARENTS_FN)?,
+            mix: MixI32::load(&loaded).map_err(driver)?,
+            blake3_chunks: Blake3Chunks::load(&loaded).map_err(driver)?,
+            blake3_parents: Blake3Parents::load(&loaded).map_err(driver)?,
             host_hashing: false,
             memory_share: u64::from(slots.max(1)),
             walk_functions: std::sync::OnceLock::new(),
@@ -220,14 +218,15 @@ impl DeviceRuntime {
 
     /// A device buffer of `len` bytes, contents undefined (every kernel writes before it reads).
     pub fn alloc(&self, len: usize) -> Result<CudaSlice<i8>, BackendError> {
-        // SAFETY: the buffer is written by a kernel or a copy before anything reads it.
-        unsafe { self.stream.alloc::<i8>(len) }.map_err(|e| self.err(e))
+        // Undefined is enough: the buffer is written by a kernel or a copy before anything
+        // reads it.
+        raw::device_memory::alloc_uninit::<i8>(&self.stream, len).map_err(|e| self.err(e))
     }
 
     /// Scratch words for device hashing, contents undefined (written before read).
     pub fn alloc_words(&self, len: usize) -> Result<CudaSlice<u32>, BackendError> {
-        // SAFETY: every word is written by a hashing kernel before it is read.
-        unsafe { self.stream.alloc::<u32>(len) }.map_err(|e| self.err(e))
+        // Undefined is enough: every word is written by a hashing kernel before it is read.
+        raw::device_memory::alloc_uninit::<u32>(&self.stream, len).map_err(|e| self.err(e))
     }
 
     /// Fills `count` matrices of `out` with ChaCha8 output: matrix z is stream
@@ -247,15 +246,15 @@ impl DeviceRuntime {
             block_dim: (256, 1, 1),
             shared_mem_bytes: 0,
         };
-        let mut launch = self.stream.launch_builder(&self.generate);
-        launch
-            .arg(out)
-            .arg(key)
-            .arg(&first_stream)
-            .arg(&stride)
-            .arg(&blocks_per_matrix);
-        // SAFETY: the arguments match chacha8_generate's signature; `out` holds count * n * n bytes.
-        unsafe { launch.launch(cfg) }.map(|_| ()).map_err(|e| self.err(e))
+        // `out` holds count * n * n bytes.
+        let args = GenerateArgs {
+            out,
+            key,
+            first_stream,
+            stream_stride: stride,
+            blocks_per_matrix,
+        };
+        self.generate.launch(&self.stream, cfg, args).map_err(|e| self.err(e))
     }
 
     /// B_i transposed, for `chains`, into `bt`; `scratch` receives B on the way and is free
@@ -303,10 +302,9 @@ impl DeviceRuntime {
             block_dim: (32, 8, 1),
             shared_mem_bytes: 0,
         };
-        let mut launch = self.stream.launch_builder(&self.transpose);
-        launch.arg(input).arg(out).arg(&n_arg);
-        // SAFETY: matches transpose_i8(const i8*, i8*, int); both buffers hold count * n * n bytes.
-        unsafe { launch.launch(cfg) }.map(|_| ()).map_err(|e| self.err(e))
+        // Both buffers hold count * n * n bytes.
+        let args = TransposeArgs { input, out, n: n_arg };
+        self.transpose.launch(&self.stream, cfg, args).map_err(|e| self.err(e))
     }
 
     /// One chain step for `count` chains: `out[z] = mix(x[z] * B[z], step)`, with `bt[z] = B[z]^T`.
@@ -319,12 +317,15 @@ impl DeviceRuntime {
         n: usize,
         step: u32,
     ) -> Result<(), BackendError> {
-        if self.kernel.is_persistent() {
-            // The guards record cudarc's read events once the launch is queued.
-            let (x_base, _x_read) = x.device_ptr(&self.stream);
-            let (bt_base, _bt_read) = bt.device_ptr(&self.stream);
-            return self.launch_persistent(x_base, bt_base, out, count, n, step);
-        }
+        let gemm = match &self.gemm {
+            GemmMix::Persistent(gemm) => {
+                // The guards record cudarc's read events once the launch is queued.
+                let (x_base, _x_read) = x.device_ptr(&self.stream);
+                let (bt_base, _bt_read) = bt.device_ptr(&self.stream);
+                return self.launch_persistent(gemm, x_base, bt_base, out, count, n, step);
+            }
+            GemmMix::Pointers(gemm) => gemm,
+        };
         let (tile_rows, tile_cols) = self.kernel.block_tile();
         let n_arg = n as i32;
         let cfg = LaunchConfig {
@@ -336,18 +337,24 @@ impl DeviceRuntime {
             block_dim: (self.kernel.block_threads(), 1, 1),
             shared_mem_bytes: self.kernel.dynamic_shared_bytes(),
         };
-        let mut launch = self.stream.launch_builder(&self.gemm);
-        launch.arg(x).arg(bt).arg(out).arg(&n_arg).arg(&step);
-        // SAFETY: matches gemm_mix_*(const i8*, const i8*, i8*, int, u32); all three buffers hold
-        // count * n * n bytes.
-        unsafe { launch.launch(cfg) }.map(|_| ()).map_err(|e| self.err(e))
+        // All three buffers hold count * n * n bytes.
+        let args = GemmMixArgs {
+            x,
+            bt,
+            out,
+            n: n_arg,
+            step,
+        };
+        gemm.launch(&self.stream, cfg, args).map_err(|e| self.err(e))
     }
 
     /// A persistent kernel's launch (`gemm_mix_tma`, `gemm_mix_pingpong`, `gemm_mix_multicast`):
     /// X and Bt through tensor maps encoded for this launch's buffers, one block per SM or per
     /// output tile, whichever is fewer, in whole clusters where the kernel's blocks pair up.
+    #[allow(clippy::too_many_arguments)]
     fn launch_persistent(
         &self,
+        gemm: &GemmMixPersistent,
         x_base: u64,
         bt_base: u64,
         out: &mut CudaSlice<i8>,
@@ -379,19 +386,17 @@ impl DeviceRuntime {
             shared_mem_bytes: self.kernel.dynamic_shared_bytes(),
         };
         let (n_arg, count_arg) = (n as i32, count as i32);
-        let mut launch = self.stream.launch_builder(&self.gemm);
-        launch
-            .arg(&x_map)
-            .arg(&bt_map)
-            .arg(out)
-            .arg(&n_arg)
-            .arg(&count_arg)
-            .arg(&step);
-        // SAFETY: matches every persistent entry point's (ga_tensor_map, ga_tensor_map, i8*, int,
-        // int, u32), and its __cluster_dims__ divides the grid; the maps
-        // describe count n x n matrices at the bases of buffers that hold them, and `out` holds
-        // count * n * n bytes.
-        unsafe { launch.launch(cfg) }.map(|_| ()).map_err(|e| self.err(e))
+        // The kernel's __cluster_dims__ divides the grid; the maps describe count n x n matrices
+        // at the bases of buffers that hold them, and `out` holds count * n * n bytes.
+        let args = GemmMixPersistentArgs {
+            x_map: &x_map,
+            bt_map: &bt_map,
+            out,
+            n: n_arg,
+            count: count_arg,
+            step,
+        };
+        gemm.launch(&self.stream, cfg, args).map_err(|e| self.err(e))
     }
 
     /// blake3 of each of the first `count` n x n matrices of `data`, hashed on the device on the
@@ -422,19 +427,29 @@ impl DeviceRuntime {
             block_dim: (HASH_THREADS, 1, 1),
             shared_mem_bytes: 0,
         };
-        let mut launch = self.hash_stream.launch_builder(&self.blake3_chunks);
-        launch.arg(data).arg(&bytes).arg(&mut *scratch_a);
-        // SAFETY: matches blake3_chunks(const u8*, u64, u32*); scratch_a holds count * chunks * 8 words.
-        unsafe { launch.launch(grid(chunks)) }.map_err(|e| self.err(e))?;
+        // scratch_a holds count * chunks * 8 words.
+        let args = Blake3ChunksArgs {
+            data,
+            matrix_bytes: bytes,
+            cvs: &mut *scratch_a,
+        };
+        self.blake3_chunks
+            .launch(&self.hash_stream, grid(chunks), args)
+            .map_err(|e| self.err(e))?;
         let (mut level, mut next_level) = (scratch_a, scratch_b);
         let mut nodes = chunks;
         while nodes > 1 {
             let root = u32::from(nodes == 2);
-            let mut launch = self.hash_stream.launch_builder(&self.blake3_parents);
-            launch.arg(&*level).arg(&mut *next_level).arg(&nodes).arg(&root);
-            // SAFETY: matches blake3_parents(const u32*, u32*, u64, u32); both buffers hold
-            // count * nodes * 8 words.
-            unsafe { launch.launch(grid(nodes.div_ceil(2))) }.map_err(|e| self.err(e))?;
+            // Both buffers hold count * nodes * 8 words.
+            let args = Blake3ParentsArgs {
+                input: &*level,
+                out: &mut *next_level,
+                in_count: nodes,
+                root,
+            };
+            self.blake3_parents
+                .launch(&self.hash_stream, grid(nodes.div_ceil(2)), args)
+                .map_err(|e| self.err(e))?;
             std::mem::swap(&mut level, &mut next_level);
             nodes = nodes.div_ceil(2);
         }
@@ -496,23 +511,22 @@ impl DeviceRuntime {
     /// Launches the GEMM kernel on an address no allocation holds: an illegal-address fault,
     /// sticky like a real one. For the GPU tests of fault recovery only.
     pub(crate) fn inject_fault(&self) -> Result<(), BackendError> {
-        const UNMAPPED: u64 = 0x10;
         let (n, step) = (64i32, 0u32);
-        if self.kernel.is_persistent() {
-            let mut out = self.alloc(64 * 64)?;
-            self.launch_persistent(UNMAPPED, UNMAPPED, &mut out, 1, 64, step)?;
-            return self.synchronize();
-        }
+        let gemm = match &self.gemm {
+            GemmMix::Persistent(gemm) => {
+                let mut out = self.alloc(64 * 64)?;
+                self.launch_persistent(gemm, UNMAPPED_ADDRESS, UNMAPPED_ADDRESS, &mut out, 1, 64, step)?;
+                return self.synchronize();
+            }
+            GemmMix::Pointers(gemm) => gemm,
+        };
         let cfg = LaunchConfig {
             grid_dim: (1, 1, 1),
             block_dim: (self.kernel.block_threads(), 1, 1),
             shared_mem_bytes: self.kernel.dynamic_shared_bytes(),
         };
-        let mut launch = self.stream.launch_builder(&self.gemm);
-        launch.arg(&UNMAPPED).arg(&UNMAPPED).arg(&UNMAPPED).arg(&n).arg(&step);
-        // SAFETY: deliberately unsound on the device (three unmapped pointers), which faults the
-        // context and nothing else: no host memory is involved, and the context is discarded.
-        unsafe { launch.launch(cfg) }.map_err(|e| self.err(e))?;
+        gemm.launch_unmapped(&self.stream, cfg, n, step)
+            .map_err(|e| self.err(e))?;
         self.synchronize()
     }
 

@@ -8,7 +8,7 @@
 //! every entry point it will call is exported, and checks NVRTC against the driver. Each check
 //! that fails gives one line naming what was found and what is needed, never a panic.
 
-use cudarc::driver::sys;
+use super::raw;
 use std::fmt;
 
 /// The CUDA version a driver supports, as `cuDriverGetVersion` reports it (12040 is 12.4).
@@ -124,8 +124,7 @@ pub const EVENT_TIMING_SYMBOL: &str = "cuEventElapsedTime_v2";
 /// Whether the loaded driver library exports `symbol`. Call only when
 /// [`super::detect::driver_present`] is true: cudarc panics when there is no library at all.
 pub fn exports(symbol: &str) -> bool {
-    // SAFETY: only looks the symbol up; it is not called, and the pointer type is never used.
-    unsafe { sys::culib().get::<*const ()>(symbol.as_bytes()).is_ok() }
+    raw::driver::exports(symbol)
 }
 
 /// The entry points of [`REQUIRED_SYMBOLS`] the driver lacks.
@@ -139,12 +138,8 @@ pub fn version() -> Result<CudaVersion, String> {
     if !exports("cuDriverGetVersion") {
         return Err("the library loaded as libcuda does not export cuDriverGetVersion".into());
     }
-    let mut raw = 0;
-    // SAFETY: `raw` is valid for the call.
-    unsafe { sys::cuDriverGetVersion(&mut raw) }
-        .result()
-        .map_err(|e| format!("cuDriverGetVersion failed: {e:?}"))?;
-    CudaVersion::from_driver_int(raw).ok_or_else(|| format!("cuDriverGetVersion reported {raw}"))
+    let reported = raw::driver::version().map_err(|e| format!("cuDriverGetVersion failed: {e:?}"))?;
+    CudaVersion::from_driver_int(reported).ok_or_else(|| format!("cuDriverGetVersion reported {reported}"))
 }
 
 /// Whether PTX from an NVRTC of `nvrtc`'s version loads on a driver for `driver`: the driver

@@ -26,7 +26,9 @@ const BLAKE3: &str = include_str!("../cuda/blake3.cu");
 const WALK: &str = include_str!("../cuda/walk.cu");
 const WALK_TREE: &str = include_str!("../cuda/walk_tree.cu");
 
-/// Entry points every module exports.
+/// Entry points every module exports. Each entry point's parameters are written out a second
+/// time, as the argument struct of its launch type in `raw/launch.rs`: a change to a kernel's
+/// signature changes both.
 pub const GENERATE_FN: &str = "chacha8_generate";
 pub const TRANSPOSE_FN: &str = "transpose_i8";
 /// A standalone mix pass, for the benchmark's cuBLASLt baseline.

@@ -20,10 +20,13 @@
 //! - [`bench`](mod@bench): `miner bench`'s GPU figures, timed by `timing`.
 //! - [`backend`]: the [`Backend`](gpu_attest_shared::Backend) over all of them.
 //! - [`checks`]: each kernel's self-check on each device, cached, and the kernel chosen from them.
+//! - `raw`: the only module allowed `unsafe`: the driver, NVRTC and cuBLASLt calls cudarc leaves
+//!   unsafe, device buffers that start undefined, the tensor maps' encoding, and each kernel's
+//!   launch through a function whose Rust signature is the kernel's CUDA one. Everything above
+//!   it is safe Rust (the workspace denies `unsafe_code`).
 
-// Driver, NVRTC and NVML calls through cudarc's raw bindings, and device memory the kernels
-// read and write: this crate is the one place GPU code is unsafe.
-#![allow(unsafe_code)]
+// Every `unsafe` block says why it is sound; they are all in `raw`, the one module allowed them.
+#![warn(clippy::undocumented_unsafe_blocks)]
 pub mod backend;
 pub mod bench;
 pub mod checks;
@@ -38,6 +41,10 @@ mod pipeline;
 pub mod plan;
 pub mod pool;
 pub mod pool_states;
+// The driver, NVRTC and cuBLASLt calls cudarc leaves unsafe, device buffers that start
+// undefined, and the kernel launches: each behind a safe function or type.
+#[allow(unsafe_code)]
+mod raw;
 mod slots;
 pub mod telemetry;
 mod timing;

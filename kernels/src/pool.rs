@@ -5,6 +5,7 @@
 
 use super::device::{DeviceRuntime, backend_error, free_after_sync};
 use super::plan;
+use super::raw::device_memory::alloc_uninit;
 use super::walk::DeviceWalker;
 use super::words::{digest_from_words, key_words};
 use cudarc::driver::{CudaEvent, CudaSlice, CudaStream, sys};
@@ -247,11 +248,12 @@ impl ResidentPool for CudaPool {
             .max()
             .unwrap_or(0);
         let words_per_segment = walkers as usize * 8;
-        // SAFETY: both are written before they are read: the states by the copy just below,
-        // the checkpoints by the launches of a round before that round's copy reads them.
-        let mut states = unsafe { self.stream.alloc::<u32>(words_per_segment) }.map_err(|e| self.err(e))?;
+        // Undefined contents are enough: both are written before they are read, the states by
+        // the copy just below, the checkpoints by the launches of a round before that round's
+        // copy reads them.
+        let mut states = alloc_uninit::<u32>(&self.stream, words_per_segment).map_err(|e| self.err(e))?;
         let mut checkpoints =
-            unsafe { self.stream.alloc::<u32>(words_per_segment * most_segments as usize) }.map_err(|e| self.err(e))?;
+            alloc_uninit::<u32>(&self.stream, words_per_segment * most_segments as usize).map_err(|e| self.err(e))?;
         let starts: Vec<Digest> = (0..walkers).map(|w| walk.start_state(w)).collect();
         let start_words: Vec<u32> = starts.iter().flat_map(|s| key_words(&s.0)).collect();
         self.stream

@@ -14,6 +14,7 @@
 //! block) and copies back the one state whose slice it opens, to cut the slice's path.
 
 use super::device::{DeviceRuntime, backend_error, free_after_sync};
+use super::raw::device_memory::alloc_uninit;
 use super::walk::{DeviceWalker, TREE_BLOCK_STATES, tree_blocks};
 use super::words::{digest_from_words, key_words};
 use cudarc::driver::{CudaEvent, CudaSlice, CudaStream, sys};
@@ -284,9 +285,9 @@ impl StatesOnDevice<'_> {
     }
 
     fn alloc_words(&self, len: usize) -> Result<CudaSlice<u32>, BackendError> {
-        // SAFETY: every buffer of this module is written before it is read (uploads, the walk's
-        // states and the tree kernels' outputs), as each use below says.
-        unsafe { self.stream.alloc::<u32>(len) }.map_err(|e| self.err(e))
+        // Undefined contents are enough: every buffer of this module is written before it is
+        // read (uploads, the walk's states and the tree kernels' outputs), as each use below says.
+        alloc_uninit::<u32>(self.stream, len).map_err(|e| self.err(e))
     }
 
     fn download_words(&self, src: &CudaSlice<u32>) -> Result<Vec<u32>, BackendError> {

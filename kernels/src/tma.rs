@@ -8,7 +8,9 @@
 //! matrix, in the 128-byte swizzle wgmma's descriptors read. Rows and k past n lie outside the
 //! tensor, and TMA writes zeros for them: no box reads into the next matrix.
 
-use cudarc::driver::{DeviceRepr, DriverError, sys};
+pub use super::raw::tensor_map::TensorMap;
+use super::raw::tensor_map::encode_tiled_u8;
+use cudarc::driver::DriverError;
 
 /// Bytes of k one box covers: the kernel's TMA_BK, and the most the 128-byte swizzle allows.
 pub const BOX_K: u32 = 128;
@@ -91,42 +93,10 @@ impl OperandMap {
         if !base.is_multiple_of(16) {
             return Err(TensorMapError::Misaligned(base));
         }
-        let element_strides = [1u32; 3];
-        let mut map = std::mem::MaybeUninit::<sys::CUtensorMap>::uninit();
-        // SAFETY: every pointer is to a live local array of the rank's length (strides: rank - 1),
-        // and `map` is written by the call before it is read; encoding only reads these and
-        // writes the map, it touches no device memory.
-        unsafe {
-            sys::cuTensorMapEncodeTiled(
-                map.as_mut_ptr(),
-                sys::CUtensorMapDataType::CU_TENSOR_MAP_DATA_TYPE_UINT8,
-                3,
-                base as *mut std::ffi::c_void,
-                self.dims.as_ptr(),
-                self.strides.as_ptr(),
-                self.box_dims.as_ptr(),
-                element_strides.as_ptr(),
-                sys::CUtensorMapInterleave::CU_TENSOR_MAP_INTERLEAVE_NONE,
-                sys::CUtensorMapSwizzle::CU_TENSOR_MAP_SWIZZLE_128B,
-                sys::CUtensorMapL2promotion::CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-                sys::CUtensorMapFloatOOBfill::CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE,
-            )
-            .result()
-            .map_err(|e: DriverError| TensorMapError::Driver(super::detect::driver_error_text(&e)))?;
-            Ok(TensorMap(map.assume_init()))
-        }
+        encode_tiled_u8(base, &self.dims, &self.strides, &self.box_dims)
+            .map_err(|e: DriverError| TensorMapError::Driver(super::detect::driver_error_text(&e)))
     }
 }
-
-/// An encoded tensor map, passed to the kernel by value (`const __grid_constant__
-/// ga_tensor_map`).
-#[derive(Clone, Copy, Debug)]
-#[repr(transparent)]
-pub struct TensorMap(sys::CUtensorMap);
-
-// SAFETY: a plain 128-byte, 64-byte-aligned (or more) C struct, the layout of the kernel's
-// `ga_tensor_map` parameter: the driver copies its bytes into the launch's parameter space.
-unsafe impl DeviceRepr for TensorMap {}
 
 #[cfg(test)]
 mod tests {

@@ -5,9 +5,10 @@
 
 use super::compile::{compile_aux_ptx, supported_archs, target_arch};
 use super::device::{DeviceRuntime, WalkFunctions, backend_error};
-use super::kernels::{AuxModule, WALK_BLOCKS_FN, WALK_FN, WALK_ROOTS_FN};
+use super::kernels::AuxModule;
+use super::raw::launch::{WalkBlocks, WalkBlocksArgs, WalkRoots, WalkRootsArgs, WalkSteps, WalkStepsArgs};
 // A state is a digest as the kernel holds it: eight little-endian words, as a ChaCha8 key is.
-use cudarc::driver::{CudaSlice, CudaStream, CudaView, CudaViewMut, LaunchConfig, PushKernelArg};
+use cudarc::driver::{CudaSlice, CudaStream, CudaView, CudaViewMut, LaunchConfig};
 use cudarc::nvrtc::Ptx;
 use gpu_attest_shared::backend::BackendError;
 use gpu_attest_shared::memory::ENTRY_BYTES;
@@ -41,11 +42,10 @@ fn load_walk_functions(rt: &DeviceRuntime) -> Result<WalkFunctions, BackendError
     })?;
     let ptx = compile_aux_ptx(AuxModule::Walk, arch).map_err(|e| device_error(e.to_string()))?;
     let module = rt.ctx.load_module(Ptx::from_src(ptx)).map_err(|e| rt.err(e))?;
-    let load = |name: &str| module.load_function(name).map_err(|e| rt.err(e));
     Ok(WalkFunctions {
-        steps: load(WALK_FN)?,
-        blocks: load(WALK_BLOCKS_FN)?,
-        roots: load(WALK_ROOTS_FN)?,
+        steps: WalkSteps::load(&module).map_err(|e| rt.err(e))?,
+        blocks: WalkBlocks::load(&module).map_err(|e| rt.err(e))?,
+        roots: WalkRoots::load(&module).map_err(|e| rt.err(e))?,
     })
 }
 
@@ -104,21 +104,22 @@ impl DeviceWalker {
             block_dim: (AuxModule::Walk.block_threads(), 1, 1),
             shared_mem_bytes: 0,
         };
-        let mut launch = stream.launch_builder(&self.functions.steps);
-        launch
-            .arg(pool)
-            .arg(&entries)
-            .arg(states)
-            .arg(&first_step)
-            .arg(&steps)
-            .arg(&every)
-            .arg(checkpoints)
-            .arg(&walkers)
-            .arg(&version);
-        // SAFETY: matches walk_steps(const i8*, u64, u32*, u32, u32, u32, u32*, u32, u32), with
-        // the buffers' sizes asserted above; one block of the module's block size per walker.
-        unsafe { launch.launch(config) }.map_err(|e| backend_error(self.device, e))?;
-        Ok(())
+        // The buffers' sizes are asserted above; one block of the module's block size per walker.
+        let args = WalkStepsArgs {
+            pool,
+            entries,
+            states,
+            first_step,
+            steps,
+            checkpoint_every: every,
+            checkpoints,
+            walkers,
+            version,
+        };
+        self.functions
+            .steps
+            .launch(stream, config, args)
+            .map_err(|e| backend_error(self.device, e))
     }
 
     /// Queues on `stream` the fold of the blocks of 64 states that end in one version 4 walk
@@ -160,22 +161,23 @@ impl DeviceWalker {
             block_dim: (TREE_THREADS, 1, 1),
             shared_mem_bytes: 0,
         };
-        let mut launch = stream.launch_builder(&self.functions.blocks);
-        launch
-            .arg(firsts)
-            .arg(states)
-            .arg(&first_step)
-            .arg(&steps)
-            .arg(&walk_steps)
-            .arg(&walkers)
-            .arg(&blocks)
-            .arg(block_starts)
-            .arg(block_nodes);
-        // SAFETY: matches walk_blocks(const u32*, const u32*, u32, u32, u32, u32, u32, u32*,
-        // u32*), with the buffers' sizes and the launch's alignment asserted above; the kernel
-        // returns from threads past walkers * launch_blocks.
-        unsafe { launch.launch(config) }.map_err(|e| backend_error(self.device, e))?;
-        Ok(())
+        // The buffers' sizes and the launch's alignment are asserted above; the kernel returns
+        // from threads past walkers * launch_blocks.
+        let args = WalkBlocksArgs {
+            firsts,
+            states,
+            first_step,
+            steps,
+            walk_steps,
+            walkers,
+            blocks,
+            block_starts,
+            block_nodes,
+        };
+        self.functions
+            .blocks
+            .launch(stream, config, args)
+            .map_err(|e| backend_error(self.device, e))
     }
 
     /// Queues on `stream` each walker's root over its `walk_steps / 64 + 1` block nodes.
@@ -195,12 +197,17 @@ impl DeviceWalker {
             block_dim: (TREE_THREADS, 1, 1),
             shared_mem_bytes: 0,
         };
-        let mut launch = stream.launch_builder(&self.functions.roots);
-        launch.arg(block_nodes).arg(&blocks).arg(&walkers).arg(roots);
-        // SAFETY: matches walk_roots(const u32*, u32, u32, u32*), with the buffers' sizes
-        // asserted above; the kernel returns from threads past `walkers`.
-        unsafe { launch.launch(config) }.map_err(|e| backend_error(self.device, e))?;
-        Ok(())
+        // The buffers' sizes are asserted above; the kernel returns from threads past `walkers`.
+        let args = WalkRootsArgs {
+            block_nodes,
+            blocks,
+            walkers,
+            roots,
+        };
+        self.functions
+            .roots
+            .launch(stream, config, args)
+            .map_err(|e| backend_error(self.device, e))
     }
 }
 
