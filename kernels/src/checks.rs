@@ -187,77 +187,119 @@ pub fn gpu_kernels(
             } else {
                 cache.as_deref().and_then(|d| read_cached(d, &key))
             };
-            let mut faulted_device = false;
-            let mut fault_not_remembered = None;
-            let (outcome, was_cached) = match (cached, faulted_by) {
-                (Some(outcome), _) => (outcome, true),
-                // Every context of this process on the GPU fails now: checking would blame
-                // this kernel for the earlier one's fault. Not cached: a restart checks it.
-                (None, Some(culprit)) => (
-                    Outcome::Failed {
-                        reason: format!(
-                            "not checked: the {culprit} kernel faulted this GPU earlier in this process; a restart checks it"
-                        ),
-                    },
-                    false,
-                ),
+            let checked = match (cached, faulted_by) {
+                (Some(outcome), _) => Checked::from_cache(outcome),
+                (None, Some(culprit)) => Checked::after_fault_by(culprit),
                 (None, None) => {
                     let one = CudaOptions {
                         ordinals: Some(vec![gpu.ordinal]),
                         kernel: Some(kernel),
                         ..options.clone()
                     };
-                    let (mut outcome, mut lasting) = match CudaBackend::from_detection(detection, &one) {
-                        Ok(backend) => {
-                            let (outcome, lasting) = suite.check(&backend);
-                            faulted_device = !backend.out_of_service().is_empty();
-                            (outcome, lasting)
-                        }
-                        Err(e) => (Outcome::Failed { reason: e.to_string() }, false),
-                    };
-                    if faulted_device {
-                        // Cached, so that the restart this fault needs goes on to the next
-                        // kernel instead of faulting the GPU again.
-                        faulted_by = Some(kernel);
-                        lasting = true;
-                        if let Outcome::Failed { reason } = &mut outcome {
-                            reason.push_str(
-                                " (it faulted the GPU; remembered until the driver, the kernel source or this software changes: `miner selftest --fresh`, or deleting the cache's selftest folder, checks it again)",
-                            );
-                        }
-                    }
-                    if lasting {
-                        let written = match cache.as_deref() {
-                            Some(dir) => {
-                                write_cached(dir, &key, &outcome).map_err(|e| format!("{}: {e}", dir.display()))
-                            }
-                            None => Err(
-                                "no kernel cache directory: set GPU_ATTEST_KERNEL_CACHE, or the miner's kernel_cache_dir"
-                                    .to_string(),
-                            ),
-                        };
-                        // A result that cannot be written costs a rerun next time, nothing
-                        // more; but a fault that is not remembered would recur at every restart.
-                        if faulted_device {
-                            fault_not_remembered = written.err();
-                        }
-                    }
-                    (outcome, false)
+                    check_now(suite, detection, &one, cache.as_deref(), &key)
                 }
             };
+            if checked.faulted_device {
+                faulted_by = Some(kernel);
+            }
             checks.push(KernelCheck {
                 backend: "cuda".into(),
                 index: index as u32,
                 device: describe_gpu(gpu),
                 kernel: kernel.to_string(),
-                outcome,
-                cached: was_cached,
-                faulted_device,
-                fault_not_remembered,
+                outcome: checked.outcome,
+                cached: checked.cached,
+                faulted_device: checked.faulted_device,
+                fault_not_remembered: checked.fault_not_remembered,
             });
         }
     }
     Ok(checks)
+}
+
+/// One kernel's check on one GPU, before it is named in a [`KernelCheck`].
+struct Checked {
+    outcome: Outcome,
+    cached: bool,
+    faulted_device: bool,
+    fault_not_remembered: Option<String>,
+}
+
+impl Checked {
+    fn from_cache(outcome: Outcome) -> Self {
+        Checked {
+            outcome,
+            cached: true,
+            faulted_device: false,
+            fault_not_remembered: None,
+        }
+    }
+
+    /// Every context of this process on the GPU fails now: checking would blame this kernel for
+    /// the earlier one's fault. Not cached: a restart checks it.
+    fn after_fault_by(culprit: GpuKernel) -> Self {
+        Checked {
+            outcome: Outcome::Failed {
+                reason: format!(
+                    "not checked: the {culprit} kernel faulted this GPU earlier in this process; a restart checks it"
+                ),
+            },
+            cached: false,
+            faulted_device: false,
+            fault_not_remembered: None,
+        }
+    }
+}
+
+/// Checks the one kernel on the one GPU that `one` selects, and remembers a lasting result
+/// (a pass, a wrong result, a fault) in `cache` under `key`.
+fn check_now(
+    suite: &mut LazySuite,
+    detection: &Detection,
+    one: &CudaOptions,
+    cache: Option<&Path>,
+    key: &str,
+) -> Checked {
+    let (mut outcome, mut lasting, faulted_device) = match CudaBackend::from_detection(detection, one) {
+        Ok(backend) => {
+            let (outcome, lasting) = suite.check(&backend);
+            (outcome, lasting, !backend.out_of_service().is_empty())
+        }
+        Err(e) => (Outcome::Failed { reason: e.to_string() }, false, false),
+    };
+    if faulted_device {
+        // Cached, so that the restart this fault needs goes on to the next kernel instead of
+        // faulting the GPU again.
+        lasting = true;
+        if let Outcome::Failed { reason } = &mut outcome {
+            reason.push_str(
+                " (it faulted the GPU; remembered until the driver, the kernel source or this software changes: `miner selftest --fresh`, or deleting the cache's selftest folder, checks it again)",
+            );
+        }
+    }
+    let written = if lasting {
+        remember(cache, key, &outcome)
+    } else {
+        Ok(())
+    };
+    Checked {
+        outcome,
+        cached: false,
+        faulted_device,
+        // A result that cannot be written costs a rerun next time, nothing more; but a fault
+        // that is not remembered would recur at every restart.
+        fault_not_remembered: if faulted_device { written.err() } else { None },
+    }
+}
+
+/// Writes a lasting outcome to the kernel cache.
+fn remember(cache: Option<&Path>, key: &str, outcome: &Outcome) -> Result<(), String> {
+    match cache {
+        Some(dir) => write_cached(dir, key, outcome).map_err(|e| format!("{}: {e}", dir.display())),
+        None => {
+            Err("no kernel cache directory: set GPU_ATTEST_KERNEL_CACHE, or the miner's kernel_cache_dir".to_string())
+        }
+    }
 }
 
 /// Everything a GPU result depends on: the device, its driver, NVRTC, the kernel's source, this

@@ -212,16 +212,10 @@ impl CudaPool {
     }
 }
 
-impl ResidentPool for CudaPool {
-    fn spec(&self) -> &PoolSpec {
-        &self.spec
-    }
-
-    fn root(&self) -> Digest {
-        self.tree.root()
-    }
-
-    fn walk(&self, walk: &WalkSpec, cancel: &CancelToken) -> Result<DeviceWalk, BackendError> {
+impl CudaPool {
+    /// A walk this pool can take: the pool still open, the walk's parameters within PROTOCOL.md
+    /// 18.1, and over this device's pool of these entries.
+    fn check_walk(&self, walk: &WalkSpec) -> Result<(), BackendError> {
         self.check_open()?;
         walk.params.validate().map_err(|e| BackendError::Device {
             device: self.device,
@@ -239,6 +233,21 @@ impl ResidentPool for CudaPool {
                 ),
             });
         }
+        Ok(())
+    }
+}
+
+impl ResidentPool for CudaPool {
+    fn spec(&self) -> &PoolSpec {
+        &self.spec
+    }
+
+    fn root(&self) -> Digest {
+        self.tree.root()
+    }
+
+    fn walk(&self, walk: &WalkSpec, cancel: &CancelToken) -> Result<DeviceWalk, BackendError> {
+        self.check_walk(walk)?;
         let params = walk.params;
         let (walkers, every) = (params.walkers, params.walk_checkpoint_every);
         let rounds = walk_rounds(&params, self.limits.launch_bytes, self.buffer_segments(walkers)?);

@@ -327,17 +327,9 @@ impl StatesOnDevice<'_> {
     ) -> Result<DeviceWalk, BackendError> {
         self.check_walk(walk)?;
         let (walkers, walk_steps) = (walk.walkers, walk.steps);
-        let free = free_after_sync(self.stream.context(), self.pool.device)?;
         let blocks = tree_blocks(walk_steps) as usize;
         let tree_words = walkers as usize * blocks * 8;
-        let per_launch = steps_per_launch(
-            walkers,
-            walk_steps,
-            self.limits.launch_bytes,
-            self.limits
-                .states_bytes
-                .min(free.saturating_sub(2 * tree_words as u64 * 4) / 4),
-        );
+        let per_launch = self.launch_steps(walkers, walk_steps, tree_words)?;
         let words = walkers as usize * 8;
         // Written before read: `states` by the upload below, `firsts` by the copy before each
         // launch, `launch_states` by each walk launch before its tree launch reads it, the
@@ -396,21 +388,45 @@ impl StatesOnDevice<'_> {
         let root = MerkleTree::new(&walker_roots).root();
         // The root is signed and sent before the kept traces cross to the host.
         ended(root);
-        let starts = digests(&self.download_words(&block_starts)?);
-        let nodes = digests(&self.download_words(&block_nodes)?);
-        let kept = starts
+        Ok(DeviceWalk {
+            walker_roots,
+            root,
+            kept: self.kept_traces(&block_starts, &block_nodes, blocks)?,
+        })
+    }
+
+    /// Steps each walk launch takes: within the launch limit, and with the launch's states
+    /// within what is free beside the walk's two trees (the states limit, at most).
+    fn launch_steps(&self, walkers: u32, walk_steps: u32, tree_words: usize) -> Result<u32, BackendError> {
+        let free = free_after_sync(self.stream.context(), self.pool.device)?;
+        Ok(steps_per_launch(
+            walkers,
+            walk_steps,
+            self.limits.launch_bytes,
+            self.limits
+                .states_bytes
+                .min(free.saturating_sub(2 * tree_words as u64 * 4) / 4),
+        ))
+    }
+
+    /// Each walker's kept trace, `blocks` block starts and nodes, from the tree launches'
+    /// buffers.
+    fn kept_traces(
+        &self,
+        block_starts: &CudaSlice<u32>,
+        block_nodes: &CudaSlice<u32>,
+        blocks: usize,
+    ) -> Result<Vec<KeptTrace>, BackendError> {
+        let starts = digests(&self.download_words(block_starts)?);
+        let nodes = digests(&self.download_words(block_nodes)?);
+        Ok(starts
             .chunks(blocks)
             .zip(nodes.chunks(blocks))
             .map(|(starts, nodes)| KeptTrace {
                 block_starts: starts.to_vec(),
                 block_nodes: nodes.to_vec(),
             })
-            .collect();
-        Ok(DeviceWalk {
-            walker_roots,
-            root,
-            kept,
-        })
+            .collect())
     }
 }
 

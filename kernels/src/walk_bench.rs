@@ -5,6 +5,7 @@
 //! a walk carried across launches is checked too; version 4's by its self-check).
 
 use super::device::DeviceRuntime;
+use super::pool::CudaPool;
 use super::pool_states::{StateWalkLimits, StatesOnDevice};
 use super::walk::DeviceWalker;
 use super::words::key_words;
@@ -15,7 +16,7 @@ use gpu_attest_shared::memory::chain_pool::{ChainPool, MAX_WALK_STEPS};
 use gpu_attest_shared::memory::pool::PoolBytes;
 use gpu_attest_shared::memory::slice_walk::SliceWalk;
 use gpu_attest_shared::memory::walk::{WalkSpec, walk_all};
-use gpu_attest_shared::memory::{ENTRY_BYTES, MemoryParams};
+use gpu_attest_shared::memory::{ENTRY_BYTES, MemoryParams, PoolSpec};
 use std::time::Duration;
 
 /// The walk on one device, as `miner bench` reports it.
@@ -87,41 +88,13 @@ pub fn bench_walk(
     // what is free for the runtime, and the fill's reserve and batch buffers.
     let checkpoint_words = walkers as usize * (MAX_STEPS_PER_LAUNCH / BENCH_EVERY) as usize * 8;
     let own = (checkpoint_words + walkers as usize * 8) as u64 * 4;
-    let free = rt.free_memory()?;
-    let room = (free / 10 * 9)
-        .min(free.saturating_sub(super::plan::RESERVE_BYTES + FILL_BUFFER_BYTES))
-        .saturating_sub(own);
-    let entries = (pool_bytes.max(MIN_BENCH_BYTES).min(room) / ENTRY_BYTES as u64).max(1);
+    let entries = pool_entries(rt, pool_bytes, own)?;
     let mut states = rt.alloc_words(walkers as usize * 8)?;
     let mut checkpoints = rt.alloc_words(checkpoint_words)?;
-    // A real pool, as a challenge's is filled: its fill is the memory phase's compute.
-    let work = gpu_attest_shared::params::Work::new(gpu_attest_shared::vectors::vector_params()).map_err(|e| {
-        BackendError::Device {
-            device: rt.index,
-            detail: e.to_string(),
-        }
-    })?;
-    let pool_spec = gpu_attest_shared::memory::PoolSpec::with_entries(&work, rt.index, entries);
-    let started = std::time::Instant::now();
-    let filled = rt.fill_pool(&pool_spec, &|_| {}, &CancelToken::new())?;
-    let fill_seconds = started.elapsed().as_secs_f64();
+    let (pool_spec, filled, fill_seconds) = filled_pool(rt, entries)?;
     let pool = filled.device_entries();
     let len = pool.len();
-    // Every walker from a start of its own (walkers that share a state share every entry, and
-    // would be served by the cache).
-    let spec = WalkSpec {
-        nonce: [3; 32],
-        walk_seed: [4; 32],
-        device: rt.index,
-        pool_root: Digest::default(),
-        entries,
-        params: MemoryParams {
-            pool_permille: 1000,
-            walkers,
-            walk_steps: BENCH_EVERY,
-            walk_checkpoint_every: BENCH_EVERY,
-        },
-    };
+    let spec = bench_spec(rt.index, entries, walkers);
     let starts: Vec<u32> = (0..walkers).flat_map(|w| key_words(&spec.start_state(w).0)).collect();
     rt.stream.memcpy_htod(&starts, &mut states).map_err(|e| rt.err(e))?;
     // `time_launches` queues 16 launches between looks at the clock, so a launch is sized for
@@ -156,15 +129,8 @@ pub fn bench_walk(
             Err(e) => (false, 0, 0.0, Some(e.to_string())),
         };
 
-    // Copy bandwidth: two buffers of 1 to 2 GiB in the pool's place.
     drop(filled);
-    let half = (len / 2).clamp(MIN_BENCH_BYTES as usize, 2 << 30);
-    let (mut from, mut to) = (rt.alloc(half)?, rt.alloc(half)?);
-    rt.stream.memset_zeros(&mut from).map_err(|e| rt.err(e))?;
-    let copy_seconds = super::timing::time_launches(rt, budget, |_| {
-        rt.stream.memcpy_dtod(&from, &mut to).map_err(|e| rt.err(e))
-    })?;
-    let copy_bytes_per_sec = 2.0 * half as f64 / copy_seconds;
+    let copy_bytes_per_sec = copy_rate(rt, len, budget)?;
     Ok(WalkBench {
         device: rt.index,
         name: rt.gpu.name.clone(),
@@ -185,6 +151,62 @@ pub fn bench_walk(
         v4_matches_cpu,
         walk_v4_error,
     })
+}
+
+/// A real pool of `entries`, filled as a challenge's is (its fill is the memory phase's
+/// compute), and the seconds the fill took.
+fn filled_pool(rt: &DeviceRuntime, entries: u64) -> Result<(PoolSpec, CudaPool, f64), BackendError> {
+    let work = gpu_attest_shared::params::Work::new(gpu_attest_shared::vectors::vector_params()).map_err(|e| {
+        BackendError::Device {
+            device: rt.index,
+            detail: e.to_string(),
+        }
+    })?;
+    let pool_spec = PoolSpec::with_entries(&work, rt.index, entries);
+    let started = std::time::Instant::now();
+    let filled = rt.fill_pool(&pool_spec, &|_| {}, &CancelToken::new())?;
+    Ok((pool_spec, filled, started.elapsed().as_secs_f64()))
+}
+
+/// The pool's entries: `pool_bytes` (at least [`MIN_BENCH_BYTES`]) where it fits beside the
+/// bench's `own` buffers, a tenth of what is free for the runtime, and the fill's reserve and
+/// batch buffers.
+fn pool_entries(rt: &DeviceRuntime, pool_bytes: u64, own: u64) -> Result<u64, BackendError> {
+    let free = rt.free_memory()?;
+    let room = (free / 10 * 9)
+        .min(free.saturating_sub(super::plan::RESERVE_BYTES + FILL_BUFFER_BYTES))
+        .saturating_sub(own);
+    Ok((pool_bytes.max(MIN_BENCH_BYTES).min(room) / ENTRY_BYTES as u64).max(1))
+}
+
+/// The bench's walk: every walker from a start of its own (walkers that share a state share
+/// every entry, and would be served by the cache), checkpoints as the validator's default.
+fn bench_spec(device: u32, entries: u64, walkers: u32) -> WalkSpec {
+    WalkSpec {
+        nonce: [3; 32],
+        walk_seed: [4; 32],
+        device,
+        pool_root: Digest::default(),
+        entries,
+        params: MemoryParams {
+            pool_permille: 1000,
+            walkers,
+            walk_steps: BENCH_EVERY,
+            walk_checkpoint_every: BENCH_EVERY,
+        },
+    }
+}
+
+/// Copy bandwidth, device to device: two buffers of 1 to 2 GiB in the pool's place (`len`
+/// bytes, freed before this).
+fn copy_rate(rt: &DeviceRuntime, len: usize, budget: Duration) -> Result<f64, BackendError> {
+    let half = (len / 2).clamp(MIN_BENCH_BYTES as usize, 2 << 30);
+    let (mut from, mut to) = (rt.alloc(half)?, rt.alloc(half)?);
+    rt.stream.memset_zeros(&mut from).map_err(|e| rt.err(e))?;
+    let copy_seconds = super::timing::time_launches(rt, budget, |_| {
+        rt.stream.memcpy_dtod(&from, &mut to).map_err(|e| rt.err(e))
+    })?;
+    Ok(2.0 * half as f64 / copy_seconds)
 }
 
 /// `miner bench`'s version 4 walk on `rt`'s device over `pool`'s `entries` slices (see
