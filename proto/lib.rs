@@ -17,4 +17,4 @@ pub mod v1 {
     pub const FILE_DESCRIPTOR_SET: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/gpu_attest_descriptor.bin"));
 }
 
-pub use convert::WireError;
+pub use fields::WireError;
