@@ -12,12 +12,12 @@ use gpu_attest_shared::matrix::Matrix;
 use gpu_attest_shared::memory::chain_pool::ChainPoolParams;
 use gpu_attest_shared::memory::check::{OpenedEntry, WalkOpening};
 use gpu_attest_shared::memory::params::{ENTRY_BYTES, MAX_WALK_CHECKPOINT_EVERY, MAX_WALK_SEGMENTS, MemoryParams};
-use gpu_attest_shared::memory::statement::{PoolCommitment, WalkSample, WalkStatement};
-use gpu_attest_shared::memory::statement_v4::StepSample;
 use gpu_attest_shared::merkle::MerkleProof;
 use gpu_attest_shared::opening::{ChainOpening, SampleRequest};
 use gpu_attest_shared::params::{ChallengeParams, MAX_SEGMENTS};
 use gpu_attest_shared::partition::{DeviceSlice, MAX_DEVICES};
+use gpu_attest_shared::statement::memory_v3::{PoolCommitment, WalkSample, WalkStatement};
+use gpu_attest_shared::statement::memory_v4::StepSample;
 use gpu_attest_shared::statement::{Challenge, Commitment, DeviceInfo, MemoryPhase};
 
 pub fn params_to_wire(p: &ChallengeParams) -> v1::ChallengeParams {

@@ -10,9 +10,9 @@ use gpu_attest_shared::memory::chain_pool::MAX_WALK_STEPS;
 use gpu_attest_shared::memory::params::MAX_WALKERS;
 use gpu_attest_shared::memory::slice::{SLICE_BYTES, SlicePath};
 use gpu_attest_shared::memory::slice_walk::StepOpening;
-use gpu_attest_shared::memory::statement_v4::StepSample;
 use gpu_attest_shared::merkle::MerkleProof;
 use gpu_attest_shared::params::{MAX_CHAINS, MAX_N, MAX_SEGMENTS};
+use gpu_attest_shared::statement::memory_v4::StepSample;
 
 /// Levels of a tree over `leaves` leaves at most: `ceil(log2(leaves))`.
 const fn levels(leaves: u64) -> usize {

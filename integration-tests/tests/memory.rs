@@ -388,7 +388,7 @@ fn walk_request(nonce: u8, signer: &gpu_attest_shared::keys::KeyPair) -> gpu_att
         walk_seed: seed,
         deadline_ms: deadline,
         validator_key: signer.public_key().0,
-        signature: signer.sign(&gpu_attest_shared::memory::statement::walk_request_bytes(
+        signature: signer.sign(&gpu_attest_shared::statement::memory_v3::walk_request_bytes(
             &nonce, &seed, deadline,
         )),
     })
@@ -417,7 +417,7 @@ async fn committed(
 async fn walk_requests_and_walk_samples_are_refused_by_status() {
     use gpu_attest_proto::v1::miner_client::MinerClient;
     use gpu_attest_shared::keys::KeyPair;
-    use gpu_attest_shared::memory::statement::{WalkSample, open_request_bytes_v3};
+    use gpu_attest_shared::statement::memory_v3::{WalkSample, open_request_bytes_v3};
     use tonic::Code;
     let _turn = TURN.lock().await;
     let validator = KeyPair::from_seed([VALIDATOR_SEED; 32]);

@@ -28,10 +28,10 @@ use gpu_attest_shared::cpu::CpuBackend;
 use gpu_attest_shared::keys::PublicKey;
 use gpu_attest_shared::memory::chain_pool::{ChainPool, ChainPoolParams};
 use gpu_attest_shared::memory::slice_walk::{DeviceCommitments, SliceWalk, check_step};
-use gpu_attest_shared::memory::statement_v4::max_step_samples;
-use gpu_attest_shared::memory::statement_v4::{StepSample, WalkRoot, step_opening_bytes, walk_request_bytes};
 use gpu_attest_shared::opening::SampleRequest;
 use gpu_attest_shared::statement::Challenge;
+use gpu_attest_shared::statement::memory_v4::max_step_samples;
+use gpu_attest_shared::statement::memory_v4::{StepSample, WalkRoot, step_opening_bytes, walk_request_bytes};
 use gpu_attest_shared::{BackendError, Digest, Work};
 use gpu_attest_validator::config::Policy;
 use gpu_attest_validator::config::memory::MemoryConfig;
@@ -280,7 +280,7 @@ async fn each_version_4_refusal_has_its_own_status() {
     assert_eq!(refused.code(), Code::FailedPrecondition, "{refused:?}");
     assert!(refused.message().contains("WalkStates"), "{}", refused.message());
     // Version 3's walk rpc, and a walk request signed over version 3's bytes.
-    let version_3: WalkStatement = gpu_attest_shared::memory::statement::walk_request_bytes;
+    let version_3: WalkStatement = gpu_attest_shared::statement::memory_v3::walk_request_bytes;
     let refused = client
         .walk_pool(walk_request(nonce, [1; 32], version_3))
         .await

@@ -5,10 +5,10 @@ use gpu_attest_shared::engine::EngineError;
 use gpu_attest_shared::keys::PublicKey;
 use gpu_attest_shared::memory::MemoryError;
 use gpu_attest_shared::memory::chain_pool::ChainPoolParamsError;
-use gpu_attest_shared::memory::statement::WalkSample;
-use gpu_attest_shared::memory::statement_v4::StepSample;
 use gpu_attest_shared::opening::OpenError;
 use gpu_attest_shared::params::ParamsError;
+use gpu_attest_shared::statement::memory_v3::WalkSample;
+use gpu_attest_shared::statement::memory_v4::StepSample;
 use gpu_attest_shared::{BackendError, Digest};
 use tonic::{Code, Status};
 

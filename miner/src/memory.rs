@@ -10,10 +10,10 @@
 use crate::error::MinerError;
 use gpu_attest_shared::backend::ResidentPool;
 use gpu_attest_shared::memory::check::WalkOpening;
-use gpu_attest_shared::memory::statement::{PoolCommitment, WalkSample};
 use gpu_attest_shared::memory::walk::{DeviceWalk, WalkSpec};
 use gpu_attest_shared::memory::{MemoryParams, PoolSpec};
 use gpu_attest_shared::statement::DeviceInfo;
+use gpu_attest_shared::statement::memory_v3::{PoolCommitment, WalkSample};
 use gpu_attest_shared::{Backend, BackendError, CancelToken, Digest, Work};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, MutexGuard};

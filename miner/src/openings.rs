@@ -12,9 +12,9 @@
 use crate::core::{MinerCore, RecentCommitment};
 use gpu_attest_proto::v1;
 use gpu_attest_shared::CancelToken;
-use gpu_attest_shared::memory::statement::WalkSample;
-use gpu_attest_shared::memory::statement_v4::StepSample;
 use gpu_attest_shared::opening::SampleRequest;
+use gpu_attest_shared::statement::memory_v3::WalkSample;
+use gpu_attest_shared::statement::memory_v4::StepSample;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::mpsc;

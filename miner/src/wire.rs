@@ -8,9 +8,9 @@ use gpu_attest_proto::evidence::evidence_to_wire;
 use gpu_attest_proto::memory_v4::{step_opening_to_wire, walk_root_to_wire};
 use gpu_attest_proto::v1;
 use gpu_attest_shared::evidence::DeviceEvidence;
-use gpu_attest_shared::memory::statement::WalkStatement;
-use gpu_attest_shared::memory::statement_v4::WalkRoot;
 use gpu_attest_shared::statement::Commitment;
+use gpu_attest_shared::statement::memory_v3::WalkStatement;
+use gpu_attest_shared::statement::memory_v4::WalkRoot;
 
 /// The commitment, with the device evidence signed beside it (PROTOCOL.md 19.3) when given.
 pub fn commitment(signed: &Signed<Commitment>, evidence: Option<&Signed<Vec<DeviceEvidence>>>) -> v1::Commitment {

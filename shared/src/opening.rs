@@ -4,32 +4,12 @@
 use crate::backend::{Backend, BackendError, CancelToken};
 use crate::commitment::DeviceTree;
 use crate::digest::Digest;
-use crate::matrix::{Matrix, generate_a};
-use crate::merkle::MerkleProof;
+use crate::matrix::generate_a;
 use crate::params::Work;
 use rand_core::Rng;
 use thiserror::Error;
 
-/// What the validator asks for: segment `segment` of chain `chain` (steps `segment*c ..
-/// (segment+1)*c`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct SampleRequest {
-    pub chain: u64,
-    pub segment: u32,
-}
-
-/// The miner's answer to one [`SampleRequest`].
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ChainOpening {
-    pub chain: u64,
-    pub segment: u32,
-    /// All K/c + 1 checkpoint hashes of the chain.
-    pub checkpoints: Vec<Digest>,
-    /// Path from the chain's leaf to its device root.
-    pub proof: MerkleProof,
-    /// `X_{segment * c}`.
-    pub start: Matrix,
-}
+pub use crate::statement::{ChainOpening, SampleRequest};
 
 #[derive(Debug, Error, Clone, PartialEq, Eq)]
 pub enum OpenError {

@@ -10,15 +10,15 @@ use gpu_attest_shared::keys::PublicKey;
 use gpu_attest_shared::matrix::{generate_a, generate_b};
 use gpu_attest_shared::memory::check::open_segment;
 use gpu_attest_shared::memory::pool::HostPool;
-use gpu_attest_shared::memory::statement::{
-    PoolCommitment, WalkSample, WalkStatement, open_request_bytes_v3, walk_opening_bytes, walk_request_bytes,
-};
 use gpu_attest_shared::memory::walk::{DeviceWalk, WalkSpec, walk_all};
 use gpu_attest_shared::memory::{MemoryParams, PoolSpec};
 use gpu_attest_shared::merkle::{MerkleTree, empty_root};
 use gpu_attest_shared::mix::mix;
 use gpu_attest_shared::opening::{ChainOpening, SampleRequest};
 use gpu_attest_shared::reference;
+use gpu_attest_shared::statement::memory_v3::{
+    PoolCommitment, WalkSample, WalkStatement, open_request_bytes_v3, walk_opening_bytes, walk_request_bytes,
+};
 use gpu_attest_shared::statement::{Challenge, Commitment, DeviceInfo, MemoryPhase, open_request_bytes, opening_bytes};
 use gpu_attest_shared::vectors;
 use gpu_attest_shared::{CancelToken, ChallengeParams, Digest, Work};

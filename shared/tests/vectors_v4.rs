@@ -172,10 +172,10 @@ fn version_4_engine_vectors() {
 fn version_4_statement_vectors() {
     use gpu_attest_shared::keys::{KeyPair, PublicKey};
     use gpu_attest_shared::memory::chain_pool::ChainPoolParams;
-    use gpu_attest_shared::memory::statement_v4::{
+    use gpu_attest_shared::opening::SampleRequest;
+    use gpu_attest_shared::statement::memory_v4::{
         StepSample, WalkRoot, open_request_bytes, step_opening_bytes, walk_request_bytes,
     };
-    use gpu_attest_shared::opening::SampleRequest;
     use gpu_attest_shared::statement::{Challenge, MemoryPhase};
 
     let VectorWalk { exec, walk, held, .. } = vector_walk();

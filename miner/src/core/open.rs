@@ -6,11 +6,11 @@ use super::{MAX_WALK_SAMPLES, MinerCore, Opened, RecentCommitment, Signed, Signe
 use crate::error::MinerError;
 use crate::memory_v4::HeldChainPools;
 use gpu_attest_proto::convert::{OpenRequest, WalkRequest};
-use gpu_attest_shared::memory::statement::{
+use gpu_attest_shared::opening::{ChainOpening, SampleRequest, check_sample, open_chain};
+use gpu_attest_shared::statement::memory_v3::{
     WalkSample, WalkStatement, open_request_bytes_v3, walk_opening_bytes, walk_request_bytes,
 };
-use gpu_attest_shared::memory::statement_v4::{self, StepSample, WalkRoot, max_step_samples, step_opening_bytes};
-use gpu_attest_shared::opening::{ChainOpening, SampleRequest, check_sample, open_chain};
+use gpu_attest_shared::statement::memory_v4::{self, StepSample, WalkRoot, max_step_samples, step_opening_bytes};
 use gpu_attest_shared::statement::{open_request_bytes, opening_bytes};
 use gpu_attest_shared::{CancelToken, Digest};
 use std::sync::Arc;
@@ -78,7 +78,7 @@ impl MinerCore {
             });
         }
         let signed = match &recent.memory {
-            KeptMemory::V4(_) => statement_v4::open_request_bytes(&nonce, &samples, &steps),
+            KeptMemory::V4(_) => memory_v4::open_request_bytes(&nonce, &samples, &steps),
             KeptMemory::V3(_) => open_request_bytes_v3(&nonce, &samples, &walks),
             KeptMemory::None => open_request_bytes(&nonce, &samples),
         };
@@ -119,7 +119,7 @@ impl MinerCore {
         &self,
         request: WalkRequest,
     ) -> Result<(Arc<RecentCommitment>, WalkRequest), MinerError> {
-        let recent = self.signed_walk_request(&request, statement_v4::walk_request_bytes)?;
+        let recent = self.signed_walk_request(&request, memory_v4::walk_request_bytes)?;
         let pools = held_chain_pools(&recent)?;
         if !pools.claim_walk() {
             return Err(MinerError::AlreadyWalked(hex::encode(request.nonce)));

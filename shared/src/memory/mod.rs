@@ -13,8 +13,8 @@
 //!   slice of one proven against the state's BLAKE3 hash, the walk over slices with every state
 //!   committed and the check of one opened step, and the clock and opening bounds against the
 //!   best cheater, from which a planner sizes its openings.
-//! - [`statement`]: the signed statements of the memory phase (challenge, commitment, walk
-//!   request and statement, open request, walk opening).
+//!
+//! The memory phase's signed statements are `crate::statement::memory_v3` and `memory_v4`.
 //!
 //! Why it proves memory: an entry costs `2 * 256 * 64 = 32768` int8 operations per byte to make
 //! and one read to use. A walk step reads one whole entry that the step before it chose, so a
@@ -31,8 +31,6 @@ pub mod params;
 pub mod pool;
 pub mod slice;
 pub mod slice_walk;
-pub mod statement;
-pub mod statement_v4;
 pub mod walk;
 
 pub use params::{ENTRY_BYTES, ENTRY_N, ENTRY_OPS, ENTRY_STEPS, MemoryError, MemoryParams, PoolSpec};

@@ -40,7 +40,7 @@ use gpu_attest_shared::engine::DeviceProgress;
 use gpu_attest_shared::evidence::EvidenceTrust;
 use gpu_attest_shared::inventory::{HardwareClaim, Inventory, InventoryError};
 use gpu_attest_shared::keys::{KeyPair, PublicKey};
-use gpu_attest_shared::memory::statement_v4::StepSample;
+use gpu_attest_shared::statement::memory_v4::StepSample;
 use gpu_attest_shared::statement::{Challenge, Commitment};
 use gpu_attest_shared::{Backend, Work};
 use outcome::Outcome;

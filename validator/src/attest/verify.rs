@@ -14,9 +14,9 @@ use gpu_attest_proto::convert::{opening_from_wire, sample_to_wire, walk_sample_t
 use gpu_attest_proto::memory_v4::step_sample_to_wire;
 use gpu_attest_proto::v1;
 use gpu_attest_shared::keys::{KeyPair, PublicKey};
-use gpu_attest_shared::memory::statement::{WalkSample, open_request_bytes_v3};
-use gpu_attest_shared::memory::statement_v4::{self, StepSample};
 use gpu_attest_shared::opening::{SampleRequest, draw_samples};
+use gpu_attest_shared::statement::memory_v3::{WalkSample, open_request_bytes_v3};
+use gpu_attest_shared::statement::memory_v4::{self, StepSample};
 use gpu_attest_shared::statement::{Challenge, Commitment, open_request_bytes, opening_bytes};
 use gpu_attest_shared::verify::{VerifyError, check_commitment, verify_full, verify_opening};
 use gpu_attest_shared::{Backend, CancelToken, Work};
@@ -250,7 +250,7 @@ fn open_request(
     };
     // The version the planner chose: the walk refused a commitment whose pools did not fit it.
     let signed = match phase {
-        MemoryPhasePlan::V4(_) => statement_v4::open_request_bytes(&nonce, samples, &step_samples),
+        MemoryPhasePlan::V4(_) => memory_v4::open_request_bytes(&nonce, samples, &step_samples),
         MemoryPhasePlan::V3(_) => open_request_bytes_v3(&nonce, samples, &walk_samples),
         MemoryPhasePlan::Off => open_request_bytes(&nonce, samples),
     };

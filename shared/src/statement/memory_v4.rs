@@ -3,12 +3,11 @@
 //! domain of its own followed by fixed-width fields and length-prefixed lists (PROTOCOL.md 13),
 //! so that no statement's bytes can be read as another's.
 
-use super::slice_walk::StepOpening;
+use super::{OPEN_REQUEST_DOMAIN, SampleRequest, redomained};
 use crate::digest::Digest;
 use crate::encoding::{put_digests, put_u32};
 use crate::keys::PublicKey;
-use crate::opening::SampleRequest;
-use crate::statement::{OPEN_REQUEST_DOMAIN, redomained};
+use crate::memory::slice_walk::StepOpening;
 
 const WALK_REQUEST_DOMAIN: &[u8] = b"gpu-attest v4 walk request";
 const WALK_ROOT_DOMAIN: &[u8] = b"gpu-attest v4 walk root";
@@ -39,8 +38,8 @@ pub struct StepSample {
 /// le64(deadline_unix_ms)`) under this version's domain.
 pub fn walk_request_bytes(nonce: &[u8; 32], walk_seed: &[u8; 32], deadline_ms: u64) -> Vec<u8> {
     redomained(
-        super::statement::walk_request_bytes(nonce, walk_seed, deadline_ms),
-        super::statement::WALK_REQUEST_DOMAIN,
+        super::memory_v3::walk_request_bytes(nonce, walk_seed, deadline_ms),
+        super::memory_v3::WALK_REQUEST_DOMAIN,
         WALK_REQUEST_DOMAIN,
     )
 }
@@ -80,7 +79,7 @@ impl WalkRoot {
 /// `list(le32(j) || le32(w) || le32(t))`.
 pub fn open_request_bytes(nonce: &[u8; 32], chains: &[SampleRequest], steps: &[StepSample]) -> Vec<u8> {
     let mut out = redomained(
-        crate::statement::open_request_bytes(nonce, chains),
+        super::open_request_bytes(nonce, chains),
         OPEN_REQUEST_DOMAIN,
         OPEN_REQUEST_DOMAIN_V4,
     );
@@ -181,7 +180,7 @@ mod tests {
             with_step,
             open_request_bytes(&[1; 32], &[], &[StepSample { step: 4, ..step }])
         );
-        let v3 = super::super::statement::open_request_bytes_v3(&[1; 32], &[], &[]);
+        let v3 = super::super::memory_v3::open_request_bytes_v3(&[1; 32], &[], &[]);
         assert_ne!(
             open_request_bytes(&[1; 32], &[], &[]),
             v3,
@@ -190,7 +189,7 @@ mod tests {
         assert!(with_step.starts_with(OPEN_REQUEST_DOMAIN_V4));
         assert_ne!(
             walk_request_bytes(&[1; 32], &[4; 32], 7),
-            super::super::statement::walk_request_bytes(&[1; 32], &[4; 32], 7)
+            super::super::memory_v3::walk_request_bytes(&[1; 32], &[4; 32], 7)
         );
     }
 }

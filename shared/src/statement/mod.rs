@@ -4,16 +4,41 @@
 //! implementation can reproduce them and a re-encoding cannot change what was signed. Each starts
 //! with its own domain string, so a signature of one kind can never be passed off as another.
 
+pub mod memory_v3;
+pub mod memory_v4;
+
 use crate::commitment::{DeviceRoot, WorkCommitment};
 pub use crate::device::DeviceInfo;
 use crate::digest::Digest;
 use crate::encoding::{put_digests, put_inventory, put_str, put_u32};
 use crate::inventory::HardwareClaim;
 use crate::keys::{KeyPair, PublicKey, SignatureError};
+use crate::matrix::Matrix;
 use crate::memory::chain_pool::ChainPoolParams;
 use crate::memory::params::MemoryParams;
-use crate::opening::{ChainOpening, SampleRequest};
+use crate::merkle::MerkleProof;
 use crate::params::ChallengeParams;
+
+/// What the validator asks for: segment `segment` of chain `chain` (steps `segment*c ..
+/// (segment+1)*c`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct SampleRequest {
+    pub chain: u64,
+    pub segment: u32,
+}
+
+/// The miner's answer to one [`SampleRequest`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ChainOpening {
+    pub chain: u64,
+    pub segment: u32,
+    /// All K/c + 1 checkpoint hashes of the chain.
+    pub checkpoints: Vec<Digest>,
+    /// Path from the chain's leaf to its device root.
+    pub proof: MerkleProof,
+    /// `X_{segment * c}`.
+    pub start: Matrix,
+}
 
 const CHALLENGE_DOMAIN: &[u8] = b"gpu-attest v1 challenge";
 const COMMITMENT_DOMAIN: &[u8] = b"gpu-attest v1 commitment statement";

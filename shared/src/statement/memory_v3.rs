@@ -3,13 +3,12 @@
 //! walk statement and the walk opening are new. (Version 3's challenge and commitment are
 //! encoded with version 2's, in `crate::statement`.)
 
-use super::check::WalkOpening;
+pub use super::PoolCommitment;
+use super::{OPEN_REQUEST_DOMAIN, SampleRequest, open_request_bytes, redomained};
 use crate::digest::Digest;
 use crate::encoding::{put_digests, put_u32};
 use crate::keys::PublicKey;
-use crate::opening::SampleRequest;
-pub use crate::statement::PoolCommitment;
-use crate::statement::{OPEN_REQUEST_DOMAIN, open_request_bytes, redomained};
+use crate::memory::check::WalkOpening;
 
 const OPEN_REQUEST_V3_DOMAIN: &[u8] = b"gpu-attest v3 open request";
 pub(crate) const WALK_REQUEST_DOMAIN: &[u8] = b"gpu-attest v3 walk request";
@@ -92,7 +91,7 @@ pub fn walk_opening_bytes(nonce: &[u8; 32], opening: &WalkOpening) -> Vec<u8> {
     put_digests(&mut out, &opening.proof.siblings);
     put_u32(&mut out, opening.entries.len());
     for entry in &opening.entries {
-        out.extend(super::pool::entry_leaf(&entry.bytes).0);
+        out.extend(crate::memory::pool::entry_leaf(&entry.bytes).0);
         put_digests(&mut out, &entry.proof.siblings);
     }
     out
