@@ -52,6 +52,17 @@ fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
     }
 }
 
+/// The top module a file under a crate's `src` belongs to (`store` for `store/rates.rs`), or
+/// `None` for a module's tests in a file of their own, which are test code like an inline test
+/// module.
+fn top_module(relative: &Path) -> Option<String> {
+    if relative.file_name().is_some_and(|n| n == "tests.rs") {
+        return None;
+    }
+    let first = relative.components().next()?;
+    Some(first.as_os_str().to_str()?.trim_end_matches(".rs").to_string())
+}
+
 /// The code of a file that ships: its inline test module (which may reach anywhere to build
 /// what it tests) left out, and comments skipped.
 fn shipped_lines(text: &str) -> impl Iterator<Item = (usize, &str)> {
@@ -92,12 +103,10 @@ fn every_import_in_the_validator_runs_down_its_floors() {
     let mut wrong = Vec::new();
     for file in &files {
         let relative = file.strip_prefix(&src).expect("under validator/src");
-        // A module's tests in a file of their own are test code, like an inline test module.
-        if relative.file_name().is_some_and(|n| n == "tests.rs") {
+        let Some(module) = top_module(relative) else {
             continue;
-        }
-        let first = relative.components().next().expect("a path under src");
-        let module = first.as_os_str().to_str().expect("UTF-8 names").trim_end_matches(".rs");
+        };
+        let module = module.as_str();
         let Some(&floor) = floors.get(module) else {
             wrong.push(format!(
                 "{}: module `{module}` has no floor; add it to FLOORS (and the map) above what it imports",
@@ -156,16 +165,9 @@ fn module_imports(crate_src: &Path) -> BTreeMap<String, std::collections::BTreeS
     let mut imports: BTreeMap<String, std::collections::BTreeSet<String>> = BTreeMap::new();
     for file in &files {
         let relative = file.strip_prefix(crate_src).expect("under the crate");
-        if relative.file_name().is_some_and(|n| n == "tests.rs") {
+        let Some(module) = top_module(relative) else {
             continue;
-        }
-        let first = relative.components().next().expect("a path under src");
-        let module = first
-            .as_os_str()
-            .to_str()
-            .expect("UTF-8 names")
-            .trim_end_matches(".rs")
-            .to_string();
+        };
         let text = std::fs::read_to_string(file).expect("a readable source file");
         let used: Vec<String> = shipped_lines(&text)
             .flat_map(|(_, line)| crate_modules(line))

@@ -40,8 +40,9 @@ impl Store {
     /// Stores a verdict and, for a passing one, the rates it proved for its classes (compute,
     /// and walk bandwidth), in one transaction: a crash leaves all or none.
     pub async fn record_verdict(&self, v: &Verdict, observations: &[ClassObservation]) -> Result<u64, StoreError> {
+        let miner_key = hex::decode(&v.miner_key).map_err(|e| StoreError::Corrupt(format!("miner key: {e}")))?;
         let mut tx = self.pool.begin().await?;
-        let id = insert_verdict_row(&mut tx, v).await?;
+        let id = insert_verdict_row(&mut tx, v, &miner_key).await?;
         // Only a pass teaches: a graded miss proves a rate too, but one below what its class
         // must reach, and a class's rate must not learn from its misses.
         if v.passed {
@@ -53,7 +54,6 @@ impl Store {
             && let Some(identity) = &v.identity
         {
             let parts: Vec<(String, String)> = identity.devices.iter().filter_map(|d| d.part.clone()).collect();
-            let miner_key = hex::decode(&v.miner_key).map_err(|e| StoreError::Corrupt(format!("miner key: {e}")))?;
             super::sightings::record(&mut tx, &parts, &miner_key, id, v.created_at_ms).await?;
         }
         tx.commit().await?;
@@ -107,11 +107,14 @@ impl Store {
     }
 }
 
-/// Inserts the verdict's row and returns its id.
-async fn insert_verdict_row(tx: &mut sqlx::Transaction<'_, sqlx::Any>, v: &Verdict) -> Result<i64, StoreError> {
+/// Inserts the verdict's row (its miner key already decoded) and returns its id.
+async fn insert_verdict_row(
+    tx: &mut sqlx::Transaction<'_, sqlx::Any>,
+    v: &Verdict,
+    miner_key: &[u8],
+) -> Result<i64, StoreError> {
     let json = |value: serde_json::Result<String>| value.map_err(|e| StoreError::Corrupt(e.to_string()));
     let nonce = hex::decode(&v.nonce).map_err(|e| StoreError::Corrupt(format!("nonce: {e}")))?;
-    let miner_key = hex::decode(&v.miner_key).map_err(|e| StoreError::Corrupt(format!("miner key: {e}")))?;
     let global = hex::decode(&v.global_checksum).map_err(|e| StoreError::Corrupt(format!("checksum: {e}")))?;
     let t = &v.throughput;
     let (id,): (i64,) = sqlx::query_as(
@@ -143,19 +146,10 @@ async fn insert_verdict_row(tx: &mut sqlx::Transaction<'_, sqlx::Any>, v: &Verdi
     .bind(t.rate_source.map(|r| r.as_str()).unwrap_or(""))
     .bind(i64::from(t.rate_miners))
     .bind(t.slack)
-    .bind(match &v.memory {
-        Some(m) => json(serde_json::to_string(m))?,
-        None => String::new(),
-    })
-    .bind(match &v.identity {
-        Some(i) => json(serde_json::to_string(i))?,
-        None => String::new(),
-    })
+    .bind(optional_json_text(v.memory.as_ref())?)
+    .bind(optional_json_text(v.identity.as_ref())?)
     .bind(as_i64(v.finish_by_ms))
-    .bind(match &v.first_run {
-        Some(f) => json(serde_json::to_string(f))?,
-        None => String::new(),
-    })
+    .bind(optional_json_text(v.first_run.as_ref())?)
     .bind(t.claimed_peak_ops_per_sec)
     .bind(i64::from(v.protocol_version))
     .fetch_one(&mut **tx)
@@ -263,6 +257,14 @@ fn verdict_from_row(r: &sqlx::any::AnyRow) -> Result<Verdict, StoreError> {
         identity,
         first_run,
         protocol_version,
+    })
+}
+
+/// The text of a JSON column that [`optional_json`] reads back: empty for a part the verdict
+/// does not have.
+fn optional_json_text<T: serde::Serialize>(part: Option<&T>) -> Result<String, StoreError> {
+    part.map_or(Ok(String::new()), |part| {
+        serde_json::to_string(part).map_err(|e| StoreError::Corrupt(e.to_string()))
     })
 }
 
