@@ -30,6 +30,8 @@ pub enum CommonError {
     Runtime(#[source] std::io::Error),
     #[error("cannot write the output as JSON")]
     Json(#[from] serde_json::Error),
+    #[error(transparent)]
+    Probe(#[from] crate::health_probe::ProbeError),
 }
 
 /// A command's failure, as the process ends with it.
@@ -104,6 +106,7 @@ macro_rules! command_error_from_common {
             $crate::config::ConfigError,
             ::gpu_attest_shared::keys::KeyError,
             $crate::logging::UnknownLogFormat,
+            $crate::health_probe::ProbeError,
             ::serde_json::Error);
     };
     (@each $target:ty, $($source:ty),+) => {

@@ -4,7 +4,7 @@
 //! peer with one bound on connect and handshake together (`dial`), the refusal log, which
 //! connection a call came on (`connect_info`), config files, the shape of a command's failure
 //! and its exit status (`command`), the key file commands (`key_files`), logs, the listening socket,
-//! signals, the Prometheus metrics endpoint, errors on one line (`errors`), places for long
+//! signals, the Prometheus metrics endpoint, the health probe for supervisors, errors on one line (`errors`), places for long
 //! calls bounded per client (`slots`), and stopping when a device goes out of service
 //! (`devices`).
 //! The wire types live apart, in `gpu-attest-proto`, for peers that want only those.
@@ -23,6 +23,7 @@ pub mod devices;
 pub mod dial;
 pub mod errors;
 pub mod exit;
+pub mod health_probe;
 pub mod key_files;
 pub mod listen;
 pub mod logging;

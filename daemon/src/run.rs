@@ -5,6 +5,7 @@
 //! its listening line.
 
 use crate::devices::{EXIT_DEVICE_FAULT, describe};
+use crate::health_probe::{HealthConfig, HealthProbeError, ProbeListener};
 use crate::listen::BindError;
 use crate::metrics::{Endpoint, Exposition, MetricsConfig, MetricsError};
 use crate::tls::{TlsFiles, TransportError};
@@ -24,6 +25,8 @@ pub enum ServeError {
     #[error(transparent)]
     Metrics(#[from] MetricsError),
     #[error(transparent)]
+    Health(#[from] HealthProbeError),
+    #[error(transparent)]
     Stopped(#[from] Stopped),
 }
 
@@ -34,6 +37,7 @@ pub struct Network<'a> {
     pub tls: &'a TlsFiles,
     pub allow_plaintext: bool,
     pub metrics: &'a MetricsConfig,
+    pub health: &'a HealthConfig,
 }
 
 impl Network<'_> {
@@ -46,6 +50,12 @@ impl Network<'_> {
             tracing::warn!("{warning}");
         }
         Ok(tls)
+    }
+
+    /// The health probe's listener, bound now (before the gRPC port, as the metrics are), or
+    /// none when the config names no address.
+    pub fn health_probe(&self) -> Result<Option<ProbeListener>, ServeError> {
+        Ok(ProbeListener::bind(self.health)?)
     }
 }
 

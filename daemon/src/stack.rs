@@ -1,9 +1,11 @@
 //! The one gRPC server stack both daemons run: their services, the standard health service and
 //! server reflection on one listener, behind the same layers (refusal log, call tracking, the
 //! per-peer rate limit, and the request intake's deadline and memory budget, over every
-//! service) with the same TLS and connection limits.
+//! service) with the same TLS and connection limits; and the health service alone on the
+//! probe's listener, where one is configured ([`crate::health_probe`]).
 
 use crate::connections::{self, ConnectionLimits};
+use crate::health_probe::ProbeListener;
 use crate::rate_limit::PeerRateLimiter;
 use crate::refusal_log::RefusalLogLayer;
 use crate::requests::RequestIntake;
@@ -30,6 +32,8 @@ pub struct ServeOptions {
     /// How often the daemon asks its backend for devices out of service, besides when a
     /// refusal rings its [`crate::devices::DeviceAlarm`].
     pub device_watch: Duration,
+    /// Where the health service is also served alone, in plaintext, for a supervisor's probe.
+    pub health_probe: Option<ProbeListener>,
 }
 
 /// The default [`ServeOptions::drain_limit`]: long enough for a challenge's commitment to go
@@ -49,6 +53,7 @@ impl ServeOptions {
             connections: ConnectionLimits::default(),
             requests: RequestIntake::default(),
             device_watch: crate::devices::WATCH_INTERVAL,
+            health_probe: None,
         }
     }
 }
@@ -68,6 +73,8 @@ pub async fn serve<H: Health>(
     shutdown: impl Future<Output = ()> + Send,
 ) -> Result<(), tonic::transport::Error> {
     let tls = options.tls.is_some();
+    // The probe answers from the same reporter; it stops with the server (aborted below).
+    let probe = options.health_probe.as_ref().map(|probe| probe.spawn(health.clone()));
     let mut server = Server::builder()
         .max_concurrent_streams(options.max_concurrent_streams)
         .http2_keepalive_interval(Some(KEEPALIVE_INTERVAL));
@@ -117,10 +124,14 @@ pub async fn serve<H: Health>(
             }
         }
     };
-    tokio::select! {
+    let result = tokio::select! {
         result = served => result,
         () = drain_over => Ok(()),
+    };
+    if let Some(probe) = probe {
+        probe.abort();
     }
+    result
 }
 
 /// gRPC server reflection over the service `api_name`, the health service and reflection

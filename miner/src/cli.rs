@@ -89,6 +89,16 @@ pub enum Command {
         #[arg(long, env = "GPU_ATTEST_MINER_KEY_FILE", default_value = "miner.key")]
         key_file: PathBuf,
     },
+    /// Ask the running miner's health probe (`[health] listen`) whether it serves: prints
+    /// SERVING and exits 0, else one line saying why and exits 1. For a container's HEALTHCHECK.
+    Health {
+        /// The miner's config file, for its `[health] listen` address.
+        #[arg(long, env = "GPU_ATTEST_MINER_CONFIG")]
+        config: Option<PathBuf>,
+        /// The probe's address, instead of the config's.
+        #[arg(long)]
+        address: Option<SocketAddr>,
+    },
 }
 
 /// Settings shared by the commands that choose a backend.

@@ -2,6 +2,7 @@
 
 use gpu_attest_daemon::config::ConfigError;
 use gpu_attest_daemon::config::{config_to_toml, load_config};
+use gpu_attest_daemon::health_probe::HealthConfig;
 use gpu_attest_daemon::metrics::MetricsConfig;
 use gpu_attest_daemon::tls::TlsFiles;
 use gpu_attest_kernels::compile::default_cache_dir;
@@ -140,6 +141,9 @@ pub struct MinerConfig {
     pub limits: Limits,
     /// Prometheus metrics on their own loopback HTTP listener; off unless `listen` is set.
     pub metrics: MetricsConfig,
+    /// The gRPC health service alone, in plaintext, for a supervisor's probe (`health`
+    /// command); off unless `listen` is set.
+    pub health: HealthConfig,
 }
 
 /// The CPU backend's memory claim unless configured: a pool of 15 MiB, filled in seconds.
@@ -168,6 +172,7 @@ impl Default for MinerConfig {
             allow_plaintext: false,
             limits: Limits::default(),
             metrics: MetricsConfig::default(),
+            health: HealthConfig::default(),
         }
     }
 }

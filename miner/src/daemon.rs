@@ -86,11 +86,14 @@ pub async fn run(
         tls: &config.tls,
         allow_plaintext: config.allow_plaintext,
         metrics: &config.metrics,
+        health: &config.health,
     };
     let tls = network.server_tls()?;
+    let health_probe = network.health_probe()?;
     let core = Arc::new(core(&config)?);
     let options = server::ServeOptions {
         tls,
+        health_probe,
         connections: gpu_attest_daemon::connections::limits_for_this_process(),
         ..server::plaintext_options(&config.limits)
     };

@@ -15,6 +15,9 @@ pub use gpu_attest_daemon::ServeOptions;
 
 /// Largest request a miner decodes: challenges and open requests are small.
 pub const MAX_REQUEST_BYTES: usize = 1 << 20;
+
+/// The daemon's gRPC service, as the health service and reflection name it.
+pub const SERVICE_NAME: &str = <MinerServer<MinerService> as tonic::server::NamedService>::NAME;
 /// Largest message a miner sends: one opening carries an n*n matrix (64 MiB at n = 8192).
 pub const MAX_RESPONSE_BYTES: usize = 72 << 20;
 
@@ -77,9 +80,7 @@ pub async fn serve(
     let miner = MinerServer::new(MinerService::new(core))
         .max_decoding_message_size(MAX_REQUEST_BYTES)
         .max_encoding_message_size(MAX_RESPONSE_BYTES);
-    let api = (
-        <MinerServer<MinerService> as tonic::server::NamedService>::NAME,
-        Routes::new(miner),
-    );
-    stack::serve(options, health_service, api, listener, stop).await
+    let api = (SERVICE_NAME, Routes::new(miner));
+    // Boxed: the server's future is large, and callers spawn or await this one.
+    Box::pin(stack::serve(options, health_service, api, listener, stop)).await
 }

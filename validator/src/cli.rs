@@ -36,6 +36,16 @@ pub enum Command {
         #[arg(long)]
         print_config: bool,
     },
+    /// Ask the running validator's health probe (`[health] listen`) whether it serves: prints
+    /// SERVING and exits 0, else one line saying why and exits 1. For a container's HEALTHCHECK.
+    Health {
+        /// The validator's config file, for its `[health] listen` address.
+        #[arg(long, env = "GPU_ATTEST_VALIDATOR_CONFIG")]
+        config: Option<PathBuf>,
+        /// The probe's address, instead of the config's.
+        #[arg(long)]
+        address: Option<SocketAddr>,
+    },
     /// Attest one miner now, print the verdict and store it. Exit code: 0 pass, 1 fail, 2 error.
     Attest {
         #[command(flatten)]

@@ -115,12 +115,15 @@ pub async fn run(
         tls: &config.tls,
         allow_plaintext: config.allow_plaintext,
         metrics: &config.metrics,
+        health: &config.health,
     };
     let tls = network.server_tls()?;
+    let health_probe = network.health_probe()?;
     let attestor = Arc::new(attestor(&config).await?);
     crate::metrics::restore(attestor.metrics(), attestor.store()).await?;
     let options = server::ServeOptions {
         tls,
+        health_probe,
         connections: gpu_attest_daemon::connections::limits_for_this_process(),
         ..server::plaintext_options(&config)
     };

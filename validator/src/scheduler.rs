@@ -104,8 +104,16 @@ pub struct SchedulerState {
 /// new registration is picked up soon.
 const REFRESH: Duration = Duration::from_secs(5);
 
+/// How long attestations in flight at shutdown may go on to their verdicts before they are
+/// dropped: inside the validator unit's `TimeoutStopSec=60`, with room for closing the store.
+/// A CPU host's attestation takes seconds; one that needs longer is cut short (its lease given
+/// back, the miner due again at once) rather than killed with the process.
+pub const STOP_DRAIN: Duration = Duration::from_secs(45);
+
 /// Runs `attest` for every miner `miners()` lists, paced by `schedule`, until `shutdown` turns
-/// true. Attestations still running then are dropped (their challenges cancelled).
+/// true. Then no attestation starts; those running have [`STOP_DRAIN`] to reach and store
+/// their verdicts (a second interrupt stops them at once), and what is left is dropped (its
+/// challenge cancelled).
 pub async fn run_with<M, MF, A, F, R>(
     schedule: Schedule,
     miners: M,
@@ -174,8 +182,42 @@ pub async fn run_with<M, MF, A, F, R>(
             _ = shutdown.changed() => {}
         }
     }
-    tasks.abort_all();
+    drain(&mut tasks, &mut task_urls, &mut timetable).await;
     info!("scheduler stopped");
+}
+
+/// Lets the attestations in `tasks` finish, for up to [`STOP_DRAIN`] or until a second
+/// interrupt, then drops what is left.
+async fn drain(
+    tasks: &mut JoinSet<Attempt>,
+    task_urls: &mut HashMap<tokio::task::Id, String>,
+    timetable: &mut Timetable,
+) {
+    if tasks.is_empty() {
+        return;
+    }
+    info!(
+        running = tasks.len(),
+        seconds = STOP_DRAIN.as_secs(),
+        "stopping: attestations in flight have up to the drain limit to reach their verdicts; interrupt again to stop now"
+    );
+    let finished = async {
+        while let Some(joined) = tasks.join_next_with_id().await {
+            let id = joined.as_ref().map_or_else(tokio::task::JoinError::id, |(id, _)| *id);
+            if let Some(url) = task_urls.remove(&id) {
+                timetable.settle(&url, joined.map_or(Attempt::Error, |(_, attempt)| attempt));
+            }
+        }
+    };
+    tokio::select! {
+        () = finished => info!("attestations in flight finished"),
+        () = tokio::time::sleep(STOP_DRAIN) => warn!(
+            seconds = STOP_DRAIN.as_secs(),
+            "attestations still running after the drain limit; stopping without them"
+        ),
+        () = gpu_attest_daemon::signals::interrupted() => warn!("interrupted again: stopping the attestations in flight"),
+    }
+    tasks.abort_all();
 }
 
 /// Every listed miner's place in the schedule, and which are being attested now.
@@ -591,5 +633,61 @@ mod tests {
             "the panicking miner is retried with a backoff: {boom:?}"
         );
         assert!(boom[1] - boom[0] < 100, "{boom:?}");
+    }
+
+    /// At shutdown nothing new starts, an attestation in flight that ends within the drain
+    /// limit reaches its end (its verdict stored, in the daemon), and one that would take
+    /// longer is dropped at the limit.
+    #[tokio::test(start_paused = true)]
+    async fn a_stop_lets_attestations_in_flight_finish_within_the_drain_limit() {
+        let s = schedule();
+        let (stop, stopped) = watch::channel(false);
+        let miners = || async { Ok(["quick", "slow"].map(String::from).to_vec()) };
+        let started: Arc<Mutex<Vec<String>>> = Arc::default();
+        let finished: Arc<Mutex<Vec<String>>> = Arc::default();
+        let attest = {
+            let (started, finished, stop_seen) = (started.clone(), finished.clone(), stopped.clone());
+            move |url: String, _errors: u32| {
+                let (started, finished, mut stop_seen) = (started.clone(), finished.clone(), stop_seen.clone());
+                async move {
+                    started.lock().unwrap().push(url.clone());
+                    if url == "quick" {
+                        // Still running at the stop, and done 20 s after it.
+                        let _ = stop_seen.wait_for(|stop| *stop).await;
+                        tokio::time::sleep(Duration::from_secs(20)).await;
+                    } else {
+                        tokio::time::sleep(Duration::from_secs(100_000)).await;
+                    }
+                    finished.lock().unwrap().push(url);
+                    Attempt::Verdict
+                }
+            }
+        };
+        let runner = tokio::spawn(run_with(
+            s,
+            miners,
+            attest,
+            |_| {},
+            ChaCha8Rng::from_seed([7; 32]),
+            stopped,
+        ));
+        // Both start within the first interval; wait until both run, then stop.
+        while started.lock().unwrap().len() < 2 {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+        let stopping = Instant::now();
+        stop.send(true).unwrap();
+        runner.await.unwrap();
+        let took = stopping.elapsed();
+        assert_eq!(
+            *finished.lock().unwrap(),
+            ["quick"],
+            "the quick one finished, the slow one was dropped"
+        );
+        assert_eq!(started.lock().unwrap().len(), 2, "nothing started after the stop");
+        assert!(
+            took >= STOP_DRAIN && took < STOP_DRAIN + Duration::from_secs(1),
+            "stopped after {took:?}: the drain limit, not the slow attestation's end"
+        );
     }
 }

@@ -15,6 +15,9 @@ use tonic::service::Routes;
 pub use gpu_attest_daemon::ServeOptions;
 
 pub const MAX_REQUEST_BYTES: usize = 1 << 20;
+
+/// The daemon's gRPC service, as the health service and reflection name it.
+pub const SERVICE_NAME: &str = <ValidatorServer<ValidatorService> as tonic::server::NamedService>::NAME;
 /// Calls one operator connection may have open at once: the API's calls are short.
 pub const MAX_CONCURRENT_STREAMS: u32 = 64;
 
@@ -56,19 +59,24 @@ pub async fn serve(
         "validator",
     );
     // Verdict watchers end their streams as the drain starts (their clients come back from the
-    // last verdict they saw), rather than hold the stop for the drain limit.
+    // last verdict they saw), rather than hold the stop for the drain limit. The scheduler is
+    // told at the same moment: it starts nothing more, and its attestations in flight go on to
+    // their verdicts (`scheduler::STOP_DRAIN`) while the API drains.
     let (stopping_tx, stopping) = watch::channel(false);
-    let stop = async move {
-        stop.await;
-        let _ = stopping_tx.send(true);
+    let stop_tx = Arc::new(stop_tx);
+    let stop = {
+        let stop_tx = stop_tx.clone();
+        async move {
+            stop.await;
+            let _ = stopping_tx.send(true);
+            let _ = stop_tx.send(true);
+        }
     };
     let api =
         ValidatorServer::new(ValidatorService::new(attestor, stopping)).max_decoding_message_size(MAX_REQUEST_BYTES);
-    let api = (
-        <ValidatorServer<ValidatorService> as tonic::server::NamedService>::NAME,
-        Routes::new(api),
-    );
+    let api = (SERVICE_NAME, Routes::new(api));
     let result = stack::serve(options, health_service, api, listener, stop).await;
+    // Also when the server ended on its own, without the stop.
     let _ = stop_tx.send(true);
     if let Some(task) = scheduler {
         let _ = task.await;

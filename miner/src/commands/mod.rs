@@ -75,6 +75,7 @@ pub fn run(command: Command) -> Result<Answer, CommandError> {
         Command::PublicKey { key_file } => Ok(key_files::print_public_key(&key_file).map(|()| Answer::Yes)?),
         Command::Keygen { key_file } => Ok(key_files::create_and_print(&key_file).map(|()| Answer::Yes)?),
         Command::Evidence { roots, json } => evidence::check(roots.as_deref(), json),
+        Command::Health { config, address } => health(config.as_deref(), address),
         Command::Info { settings, json } => info::info(&settings, json),
         Command::Bench {
             settings,
@@ -114,4 +115,12 @@ fn check_size(what: &'static str, size: usize) -> Result<(), CommandError> {
 /// Prints `value` as pretty JSON on stdout.
 fn print_json(value: &impl serde::Serialize) -> Result<(), CommandError> {
     Ok(gpu_attest_daemon::command::print_json(value)?)
+}
+
+/// `health`: the running miner's probe, at `address` or the config's `[health] listen`.
+fn health(config: Option<&std::path::Path>, address: Option<std::net::SocketAddr>) -> Result<Answer, CommandError> {
+    use gpu_attest_daemon::health_probe;
+    let config: crate::config::MinerConfig = gpu_attest_daemon::config::load_config(config)?;
+    let address = health_probe::probe_address(address, &config.health)?;
+    Ok(health_probe::check(address, crate::server::SERVICE_NAME)?)
 }

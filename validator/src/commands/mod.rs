@@ -94,6 +94,7 @@ pub fn run(command: Command) -> Result<Answer, CommandError> {
             action.unwrap_or(RatesAction::Show { json: false }),
         ),
         Command::Miners { api, action } => miners::miners(&api, action),
+        Command::Health { config, address } => health(config.as_deref(), address),
         Command::Serve {
             settings,
             listen,
@@ -128,4 +129,12 @@ fn require_database(database: &std::path::Path) -> Result<(), CommandError> {
         return Err(CommandError::NoDatabase(database.to_path_buf()));
     }
     Ok(())
+}
+
+/// `health`: the running validator's probe, at `address` or the config's `[health] listen`.
+fn health(config: Option<&std::path::Path>, address: Option<std::net::SocketAddr>) -> Result<Answer, CommandError> {
+    use gpu_attest_daemon::health_probe;
+    let config: crate::config::ValidatorConfig = gpu_attest_daemon::config::load_config(config)?;
+    let address = health_probe::probe_address(address, &config.health)?;
+    Ok(health_probe::check(address, crate::server::SERVICE_NAME)?)
 }

@@ -7,6 +7,7 @@ pub mod rates;
 
 use calibration::CalibrationConfig;
 use gpu_attest_daemon::config::{ConfigError, config_to_toml, load_config};
+use gpu_attest_daemon::health_probe::HealthConfig;
 use gpu_attest_daemon::metrics::MetricsConfig;
 use gpu_attest_daemon::tls::TlsFiles;
 use gpu_attest_shared::gemm::KernelChoice;
@@ -296,6 +297,9 @@ pub struct ValidatorConfig {
     pub identity: IdentityConfig,
     /// Prometheus metrics on their own loopback HTTP listener; off unless `listen` is set.
     pub metrics: MetricsConfig,
+    /// The gRPC health service alone, in plaintext, for a supervisor's probe (`health`
+    /// command); off unless `listen` is set.
+    pub health: HealthConfig,
 }
 
 impl Default for ValidatorConfig {
@@ -324,6 +328,7 @@ impl Default for ValidatorConfig {
             memory: MemoryConfig::default(),
             identity: IdentityConfig::default(),
             metrics: MetricsConfig::default(),
+            health: HealthConfig::default(),
         }
     }
 }
