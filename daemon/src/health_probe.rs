@@ -88,9 +88,14 @@ impl ProbeListener {
                 }
             };
             tracing::info!(%address, "health probe served (grpc.health.v1, plaintext)");
-            let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
+            // Few connections, kept as the gRPC port keeps its own: a prober holding `Watch`
+            // streams or silent connections gives way to the next, and never takes the
+            // descriptors the daemon's peers need.
+            let (incoming, calls) = crate::connections::guarded(listener, PROBE_CONNECTIONS, false);
             let served = tonic::transport::Server::builder()
                 .timeout(PROBE_TIMEOUT)
+                .max_concurrent_streams(4)
+                .layer(calls)
                 .add_service(health)
                 .serve_with_incoming(incoming)
                 .await;
@@ -100,6 +105,15 @@ impl ProbeListener {
         })
     }
 }
+
+/// The probe's connections: a supervisor needs one at a time.
+const PROBE_CONNECTIONS: crate::connections::ConnectionLimits = crate::connections::ConnectionLimits {
+    per_address: 8,
+    total: 16,
+    handshake_within: Duration::from_secs(10),
+    silent_for: Duration::from_secs(75),
+    evictable_after: Duration::from_secs(10),
+};
 
 /// How long the `health` command waits to connect, and then for the answer: well inside the
 /// usual probe timeouts (a container's `HEALTHCHECK` defaults to 30 s), so that a hung daemon

@@ -21,9 +21,31 @@ pub struct TlsFiles {
     pub ca: Option<PathBuf>,
 }
 
+/// What to do about a file the daemon's user may not read: name that user, since under
+/// systemd's DynamicUser= or in a container it is not the operator's.
+fn read_hint(source: &std::io::Error) -> String {
+    if source.kind() != std::io::ErrorKind::PermissionDenied {
+        return String::new();
+    }
+    // /proc/self belongs to the process's effective user.
+    #[cfg(unix)]
+    let uid = {
+        use std::os::unix::fs::MetadataExt;
+        std::fs::metadata("/proc/self").ok().map(|m| m.uid())
+    };
+    #[cfg(not(unix))]
+    let uid: Option<u32> = None;
+    match uid {
+        Some(uid) => {
+            format!(" (this daemon runs as uid {uid}: make the file readable by it, e.g. owned by it with mode 600)")
+        }
+        None => " (make the file readable by the daemon's user)".to_owned(),
+    }
+}
+
 #[derive(Debug, Error)]
 pub enum TransportError {
-    #[error("cannot read {what} {path}: {source}")]
+    #[error("cannot read {what} {path}: {source}{}", read_hint(source))]
     Read {
         what: &'static str,
         path: String,
@@ -262,5 +284,25 @@ mod tests {
             Err(TransportError::Read { what: "CA", .. })
         ));
         TlsFiles::default().check_readable().unwrap();
+    }
+
+    /// A key the daemon's user may not read says which user that is; other failures do not
+    /// guess.
+    #[test]
+    fn an_unreadable_file_names_the_user_that_must_read_it() {
+        let denied = TransportError::Read {
+            what: "key",
+            path: "/run/secrets/miner_key".into(),
+            source: std::io::Error::from(std::io::ErrorKind::PermissionDenied),
+        };
+        let text = denied.to_string();
+        assert!(text.starts_with("cannot read key /run/secrets/miner_key: "), "{text}");
+        assert!(text.contains("this daemon runs as uid "), "{text}");
+        let missing = TransportError::Read {
+            what: "key",
+            path: "/run/secrets/miner_key".into(),
+            source: std::io::Error::from(std::io::ErrorKind::NotFound),
+        };
+        assert!(!missing.to_string().contains("uid"), "{missing}");
     }
 }

@@ -594,6 +594,72 @@ fn the_service_example_configs_load() {
     }
 }
 
+/// The container images' configs (deploy/container/, baked into the images and mounted by the
+/// compose file) are ones the daemons load, with the health probe the images' HEALTHCHECK asks
+/// and the secrets' paths the compose file mounts.
+#[test]
+fn the_container_configs_load_with_their_health_probe() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap()
+        .join("deploy/container");
+    let compose = std::fs::read_to_string(root.join("compose.yaml")).unwrap();
+    for (bin, probe, secret) in [
+        ("miner", "127.0.0.1:7072", "/run/secrets/miner_key"),
+        ("validator", "127.0.0.1:7073", "/run/secrets/validator_key"),
+    ] {
+        let out = cmd(bin)
+            .args(["serve", "--print-config", "--config"])
+            .arg(root.join(format!("{bin}.toml")))
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{bin}.toml: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let printed = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            printed.contains(&format!("listen = \"{probe}\"")),
+            "{bin}.toml: {printed}"
+        );
+        assert!(printed.contains(secret), "{bin}.toml names {secret}");
+        let name = secret.rsplit('/').next().unwrap();
+        assert!(
+            compose.contains(&format!("{name}:")),
+            "compose.yaml has the secret {name}"
+        );
+        assert!(
+            compose.contains(&format!("test: gpu-attest-{bin} health")),
+            "compose.yaml checks the {bin}'s health with its command"
+        );
+    }
+}
+
+/// `health` without a probe address to ask says where to set one, in one line, and a probe
+/// nobody serves is an answer (unhealthy, status 1), not an error.
+#[test]
+fn the_health_command_without_a_probe() {
+    for bin in ["miner", "validator"] {
+        let env = format!("GPU_ATTEST_{}_CONFIG", bin.to_uppercase());
+        let out = cmd(bin).arg("health").env_remove(&env).output().unwrap();
+        assert_one_line_error(&out, "no health probe address: set [health] listen");
+        let nobody = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let address = nobody.local_addr().unwrap();
+        drop(nobody);
+        let out = cmd(bin)
+            .args(["health", "--address", &address.to_string()])
+            .env_remove(&env)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(1), "{bin}: {out:?}");
+        assert!(
+            String::from_utf8_lossy(&out.stdout).starts_with(&format!("UNREACHABLE: cannot connect to {address}")),
+            "{bin}: {out:?}"
+        );
+    }
+}
+
 /// A peer that accepts each connection and closes it at once (as a crowded miner closes a
 /// newcomer's) makes `validator attest` fail in one line, "cannot reach", exit 2: never killed
 /// by SIGPIPE on its next write to the dead socket (it was, about one run in six, exit 141 with
