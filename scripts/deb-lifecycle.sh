@@ -7,11 +7,13 @@
 #
 #   scripts/deb-lifecycle.sh [DEB]     # default: the newest target/debian/gpu-attest_*.deb
 #
-# With systemd as PID 1 the units are started with systemctl. Without it (a container, most CI
-# machines) this script starts each unit's ExecStartPre and ExecStart itself, under a user of its
-# own with the unit's StateDirectory, CacheDirectory, Environment and LoadCredential, and says so:
-# that checks the files, the binaries, the users' access and the credentials, not systemd's own
-# handling of the units (`scripts/package-deb.sh --check` runs `systemd-analyze verify` on them).
+# The fallback of scripts/deb-systemd.sh, which boots systemd in a container and is what CI
+# runs: this one needs neither, and runs on the host itself. With systemd as PID 1 the units are
+# started with systemctl. Without it (a container, most CI machines) this script starts each
+# unit's ExecStartPre and ExecStart itself, under a user of its own with the unit's
+# StateDirectory, CacheDirectory, Environment and LoadCredential, and says so: that checks the
+# files, the binaries, the users' access and the credentials, not systemd's own handling of the
+# units (their hardening, Restart=, the journal), which only scripts/deb-systemd.sh shows.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
