@@ -70,6 +70,9 @@ pub async fn shutdown_or_device_lost<S: tonic::server::NamedService>(
                 tracing::error!(device, %reason, "device out of service: the {daemon} stops so that a fresh process can use it");
             }
             health.set_not_serving::<S>().await;
+            // And the server as a whole (service ""), which a probe asks unless told a service
+            // name (a Kubernetes gRPC probe, by default).
+            health.set_service_status("", tonic_health::ServingStatus::NotServing).await;
         }
     }
 }

@@ -160,7 +160,12 @@ pub fn check(address: SocketAddr, service: &str) -> Result<Answer, ProbeError> {
         .enable_all()
         .build()
         .map_err(ProbeError::Runtime)?;
-    let answer = runtime.block_on(ask(address, service));
+    // One bound on the whole question, connecting included.
+    let answer = runtime.block_on(async {
+        tokio::time::timeout(PROBE_TIMEOUT, ask(address, service))
+            .await
+            .unwrap_or_else(|_| Err(format!("no answer from {address} within {} s", PROBE_TIMEOUT.as_secs())))
+    });
     match answer {
         Ok(ServingStatus::Serving) => {
             println!("SERVING");

@@ -105,10 +105,11 @@ pub struct SchedulerState {
 const REFRESH: Duration = Duration::from_secs(5);
 
 /// How long attestations in flight at shutdown may go on to their verdicts before they are
-/// dropped: inside the validator unit's `TimeoutStopSec=60`, with room for closing the store.
+/// dropped: inside the validator unit's `TimeoutStopSec=60`, with room for giving back the
+/// leases and closing the store (a PostgreSQL connection may take up to 10 s).
 /// A CPU host's attestation takes seconds; one that needs longer is cut short (its lease given
 /// back, the miner due again at once) rather than killed with the process.
-pub const STOP_DRAIN: Duration = Duration::from_secs(45);
+pub const STOP_DRAIN: Duration = Duration::from_secs(40);
 
 /// Runs `attest` for every miner `miners()` lists, paced by `schedule`, until `shutdown` turns
 /// true. Then no attestation starts; those running have [`STOP_DRAIN`] to reach and store
