@@ -16,7 +16,9 @@ engine=${CONTAINER_ENGINE:-$(command -v podman >/dev/null && echo podman || echo
 command -v "$engine" >/dev/null || { echo "container-build: $engine not found (set CONTAINER_ENGINE to podman or docker)" >&2; exit 1; }
 deb=${1:-$(ls -t target/debian/gpu-attest_*.deb 2>/dev/null | head -1)}
 [ -f "$deb" ] || { echo "container-build: no package: build one with scripts/package-deb.sh, or name it" >&2; exit 2; }
-version=$(dpkg-deb -f "$deb" Version | sed 's/-[^-]*$//')
+# gpu-attest_VERSION-REVISION_ARCH.deb, as scripts/package-deb.sh names it.
+version=$(basename "$deb" | sed -n 's/^gpu-attest_\([^_-]*\)-[^_]*_[^_]*\.deb$/\1/p')
+[ -n "$version" ] || { echo "container-build: $deb is not named gpu-attest_VERSION-REVISION_ARCH.deb" >&2; exit 2; }
 
 context=target/container/context
 rm -rf "$context"
