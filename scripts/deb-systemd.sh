@@ -119,10 +119,10 @@ cp /root/pki/miner-localhost.pem /etc/gpu-attest/tls/miner.pem
 install -m 600 /root/pki/validator.key /etc/gpu-attest/tls/validator.key
 install -m 600 /root/pki/miner-localhost.key /etc/gpu-attest/tls/miner.key
 examples=/usr/share/doc/gpu-attest/examples
-# The examples' ports moved to free ones, and a 20 s schedule.
+# The examples' ports moved to free ones, and a 10 s schedule.
 sed -e '0,/^listen = /s/^listen = .*/listen = \"127.0.0.1:$validator_port\"/' \
     -e '/^\[metrics\]/,\$ s/^listen = .*/listen = \"127.0.0.1:$validator_metrics\"/' \
-    -e 's/^interval_secs = .*/interval_secs = 20/' \
+    -e 's/^interval_secs = .*/interval_secs = 10/' \
     \$examples/validator.example.toml >/etc/gpu-attest/validator.toml
 systemctl enable --now gpu-attest-validator 2>/dev/null
 for _ in \$(seq 100); do [ -s /var/lib/gpu-attest-validator/validator.key ] && break; sleep 0.1; done
