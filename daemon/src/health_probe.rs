@@ -156,10 +156,9 @@ pub fn probe_address(flag: Option<SocketAddr>, config: &HealthConfig) -> Result<
 /// [`Answer::Yes`] (exit status 0); anything else, no answer within [`PROBE_TIMEOUT`] included,
 /// is [`Answer::No`] (status 1, "unhealthy" to a container runtime).
 pub fn check(address: SocketAddr, service: &str) -> Result<Answer, ProbeError> {
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(ProbeError::Runtime)?;
+    // The one-shot commands' runtime: a write to a probe that reset its connection is an error
+    // for the call, not a SIGPIPE ending the command without its line.
+    let runtime = crate::signals::one_shot_runtime().map_err(ProbeError::Runtime)?;
     // One bound on the whole question, connecting included.
     let answer = runtime.block_on(async {
         tokio::time::timeout(PROBE_TIMEOUT, ask(address, service))

@@ -183,17 +183,15 @@ pub async fn run_with<M, MF, A, F, R>(
             _ = shutdown.changed() => {}
         }
     }
-    drain(&mut tasks, &mut task_urls, &mut timetable).await;
+    drain(&mut tasks, &task_urls).await;
     info!("scheduler stopped");
 }
 
 /// Lets the attestations in `tasks` finish, for up to [`STOP_DRAIN`] or until a second
 /// interrupt, then drops what is left.
-async fn drain(
-    tasks: &mut JoinSet<Attempt>,
-    task_urls: &mut HashMap<tokio::task::Id, String>,
-    timetable: &mut Timetable,
-) {
+/// No attempt is settled: the timetable ends with the scheduler, and a backoff logged now
+/// would announce a retry that never comes.
+async fn drain(tasks: &mut JoinSet<Attempt>, task_urls: &HashMap<tokio::task::Id, String>) {
     if tasks.is_empty() {
         return;
     }
@@ -204,9 +202,8 @@ async fn drain(
     );
     let finished = async {
         while let Some(joined) = tasks.join_next_with_id().await {
-            let id = joined.as_ref().map_or_else(tokio::task::JoinError::id, |(id, _)| *id);
-            if let Some(url) = task_urls.remove(&id) {
-                timetable.settle(&url, joined.map_or(Attempt::Error, |(_, attempt)| attempt));
+            if let Err(failed) = joined {
+                warn!(url = task_urls.get(&failed.id()).map_or("?", String::as_str), error = %failed, "attestation task failed while the scheduler stopped");
             }
         }
     };
