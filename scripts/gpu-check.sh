@@ -223,8 +223,8 @@ for (kernel, device, n), row in sorted(found.items()):
           f"{kernel} is {row['tops'] / wgmma['tops']:.2f}x, {verdict}")
 PY
   # Each TMA kernel alone (a process each, so a fault in a new one costs no other figure): its
-  # rate at n = 2048 and its pool's fill.
-  for kernel in $hopper_kernels; do
+  # rate at n = 2048 and its pool's fill (version 3's; FILL_WEIGHTS=0 leaves it out).
+  [ "${FILL_WEIGHTS:-1}" = 0 ] || for kernel in $hopper_kernels; do
     limit "$bin/miner" bench --backend cuda --gpu-kernel "$kernel" --sizes 2048 --seconds 0.5 --memory-mib 8192 --json \
       >"$out/bench-fill-$kernel.json" 2>"$out/bench-fill-$kernel.err" && fill_weight "$out/bench-fill-$kernel.json" "$kernel" ||
       echo "$kernel: the fill bench failed: $(tail -n 1 "$out/bench-fill-$kernel.err")"
@@ -270,6 +270,8 @@ validator_key=$("$bin/validator" public-key --key-file "$work/validator.key")
 # shellcheck source=miner_up.sh
 . "$(dirname "$0")/miner_up.sh"
 miner_on() { miner_up "$out/miner-$1.log" --backend cuda --gpu-kernel "$1"; }
+# The version 4 preview's miner config (its pool is the chains' final states, no fill).
+printf '[limits]\npreview_protocol_4 = true\n' >"$work/miner-v4.toml"
 
 # `attest_sampled LOG`: one attestation of the miner at $address by a validator on the CPU,
 # sampled verification, into $out/LOG; its exit status.
@@ -306,10 +308,13 @@ fi
 
 # The opt-in TMA kernels through a whole attestation each: the proven rate against the bench rate
 # above (the bar: within 5%), each kernel checked on arrival by the miner's self-check.
+# KERNEL_PROTOCOL=4 runs them under version 4 (no pool fill: a third of the time on an H200).
 if want attestation-kernels && [ "$compute_cap" = "9.0" ]; then
+  kernel_config=()
+  [ "${KERNEL_PROTOCOL:-}" = 4 ] && kernel_config=(--config "$work/miner-v4.toml")
   for kernel in $hopper_kernels; do
     echo "== attestation: miner on the $kernel kernel, validator on CPU"
-    miner_on "$kernel"
+    miner_up "$out/miner-$kernel.log" --backend cuda --gpu-kernel "$kernel" "${kernel_config[@]}"
     if [ -n "$address" ]; then
       attest_sampled "attestation-$kernel.log"
       kernel_status=$?
@@ -328,7 +333,6 @@ fi
 # at start (its log says which); the verdict must then say 4, with each device's walk.
 if want attestation-v4; then
 echo "== attestation: protocol version 4 (miner on GPU, validator on CPU)"
-printf '[limits]\npreview_protocol_4 = true\n' >"$work/miner-v4.toml"
 miner_up "$out/miner-v4.log" --backend cuda --config "$work/miner-v4.toml"
 if [ -n "$address" ]; then
   limit "$bin/validator" attest --miner "http://$address" --key-file "$work/validator.key" \

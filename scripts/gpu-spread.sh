@@ -13,6 +13,8 @@
 # worse than the 30 s default, so the spread is, if anything, overstated.
 #   usage: gpu-spread.sh [RUNS] [BIN_DIR]     (default 50 runs; BIN_DIR: this script's folder)
 # MINER_BACKEND=cpu runs the same loop on a host without a GPU (to try the script).
+# PROTOCOL=4 has the miner ask for protocol version 4 (the preview: its pool is the chains' own
+# final states, walked and opened on the GPUs), with MEMORY=true the spread of its walk.
 # Output: $OUT (or target/gpu-spread)/verdicts.json, the verdicts one after another, and spread.txt.
 set -uo pipefail
 runs=${1:-50}
@@ -47,7 +49,12 @@ EOF
 
 # shellcheck source=miner_up.sh
 . "$(dirname "$0")/miner_up.sh"
-miner_up "$out/spread-miner.log" --backend "${MINER_BACKEND:-cuda}"
+miner_config=()
+if [ "${PROTOCOL:-}" = 4 ]; then
+  printf '[limits]\npreview_protocol_4 = true\n' >"$work/miner.toml"
+  miner_config=(--config "$work/miner.toml")
+fi
+miner_up "$out/spread-miner.log" --backend "${MINER_BACKEND:-cuda}" "${miner_config[@]}"
 if [ -z "$address" ]; then
   echo "gpu-spread: the miner did not start:" >&2
   cat "$out/spread-miner.log" >&2
@@ -90,6 +97,17 @@ for v in learned:
 stats("learned rate: time / expected (every run, retests too)", runs)
 walks = [v["memory"] for v in verdicts if v.get("memory") and v["memory"]["walk_measured_ms"]]
 stats("walk: time / expected", [ratio(m["walk_measured_ms"], m["walk_expected_ms"]) for m in walks])
+walk_times = [m["walk_measured_ms"] for m in walks]
+if walk_times:
+    median = sorted(walk_times)[len(walk_times) // 2]
+    stats("walk: time / median walk time", [t / max(median, 1) for t in walk_times])
+stats("memory phase: walk time / chains' time",
+      [v["memory"]["walk_measured_ms"] / max(v["measured_ms"], 1) for v in verdicts
+       if v.get("memory") and v["memory"]["walk_measured_ms"]])
+for v in verdicts[-1:]:
+    m = v.get("memory") or {}
+    print(f"protocol version {v.get('protocol_version')}; host_held_at_least {m.get('host_held_at_least')}; "
+          f"proves: {m.get('proves')}")
 rates = [v["throughput"].get("proven_ops_per_sec") for v in verdicts if v["throughput"].get("proven_ops_per_sec")]
 stats("proven rate, TOPS", [r / 1e12 for r in rates])
 fails = [v for v in verdicts if not v["passed"]]

@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# One short GPU lease, one command: what a lent GPU host must measure first (the open GPU issue's
+# run 1 and as much of run 2 as fits), in about 9 minutes of device time, with the binaries that
+# scripts/gpu-bundle.sh built beside this script.
+#   1. the NVIDIA device nodes and their names in /proc/devices (the miner unit's DeviceAllow=
+#      names them: char-nvidia, char-nvidia-uvm, char-nvidia-caps);
+#   2. gpu-check.sh, the steps that decide the defaults: self-check, GPU tests (the new kernels
+#      in processes of their own), kernel compile, bench with the version 4 walk over most of the
+#      GPU's memory, the kernel choice, device evidence, one version 4 attestation on each TMA
+#      kernel and one on `auto`, and a two-slot attestation (RUN1_SECONDS in all, default 360);
+#   3. gpu-spread.sh with protocol version 4 and its memory phase on (SPREAD_RUNS, default 20,
+#      at TARGET_SECONDS_SPREAD, default 5; SPREAD_SECONDS in all, default 170).
+# Every log is packed into $OUT/gpu-lease.tar.gz (a lease returns a few files, not folders), and
+# the summaries are printed. Exit status: gpu-check's, or the spread's where it alone failed.
+#   usage: gpu-lease.sh [BIN_DIR]      (default: the folder this script is in)
+set -uo pipefail
+bin=$(cd "${1:-$(dirname "$0")}" && pwd)
+final=${OUT:-target/gpu-lease}
+mkdir -p "$final"
+final=$(cd "$final" && pwd)
+logs=$(mktemp -d)
+
+echo "== NVIDIA device nodes"
+{ ls -l /dev/nvidia* 2>&1; grep -i nvidia /proc/devices; nvidia-smi --query-gpu=name,memory.total,clocks.max.sm,clocks.max.mem,power.limit,driver_version --format=csv; } |
+  tee "$logs/device-nodes.log"
+
+echo "== gpu-check (run 1)"
+OUT="$logs/check" STEP_TIMEOUT=${STEP_TIMEOUT:-120} BENCH_SECONDS=${BENCH_SECONDS:-1} \
+  TARGET_SECONDS=${TARGET_SECONDS:-5} HOST_CPU_SWEEP_ROUNDS=0 FILL_WEIGHTS=0 KERNEL_PROTOCOL=4 \
+  STEPS=${STEPS:-"selftest gpu-tests kernel-compile bench memory-walk device-evidence kernel-choice attestation-v4 attestation-kernels attestation-two-slots"} \
+  timeout --kill-after=10 "${RUN1_SECONDS:-360}" "$bin/gpu-check.sh" "$bin"
+check_status=$?
+
+echo "== gpu-spread, protocol version 4 with its memory phase (run 2)"
+OUT="$logs/spread" PROTOCOL=4 MEMORY=true TARGET_SECONDS=${TARGET_SECONDS_SPREAD:-5} \
+  timeout --kill-after=10 "${SPREAD_SECONDS:-170}" "$bin/gpu-spread.sh" "${SPREAD_RUNS:-20}" "$bin"
+spread_status=$?
+# A spread cut short by its time limit still reports what it measured.
+if [ "$spread_status" -eq 124 ] && [ -s "$logs/spread/verdicts.json" ] && [ ! -s "$logs/spread/spread.txt" ]; then
+  echo "(the spread ran out of time: its summary is computed by the host from verdicts.json)"
+fi
+
+tar -C "$logs" --exclude=kernel-cache -czf "$final/gpu-lease.tar.gz" .
+cp "$logs/check/report.txt" "$final/report.txt" 2>/dev/null
+rm -rf "$logs"
+echo "== gpu-lease: check status $check_status, spread status $spread_status; logs in $final/gpu-lease.tar.gz"
+[ "$check_status" -ne 0 ] && exit "$check_status"
+exit "$spread_status"
