@@ -215,12 +215,13 @@ fn selftest_reports_each_failing_gpu_kernel_and_auto_falls_back() {
     let info: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(info["backend"], "cpu", "{info}");
     let note = info["notes"][0].as_str().unwrap();
-    // Every kernel auto may choose named, in its order (fastest first); not the opt-in TMA ones.
+    // Every kernel auto may choose named, in its order (fastest first); not the opt-in
+    // ping-pong ones.
     assert!(
-        note.contains("no GPU kernel passed its self-check (wgmma on gpu 0")
+        note.contains("no GPU kernel passed its self-check (tma on gpu 0")
+            && note.contains("; wgmma on gpu 0")
             && note.contains("; tensor on gpu 0")
             && note.contains("; tiled on gpu 0")
-            && !note.contains("tma on gpu 0")
             && !note.contains("pingpong on gpu 0")
             && !note.contains("multicast on gpu 0"),
         "{note}"
@@ -253,9 +254,9 @@ fn a_validator_on_a_gpu_that_fails_every_kernel_refuses_to_start_naming_each() {
     assert_eq!(out.status.code(), Some(2), "{stderr}");
     let error = stderr.lines().last().unwrap_or_default();
     assert!(
-        error.starts_with(
-            "error: the GPUs failed their self-check (no GPU kernel passed its self-check (wgmma on gpu 0"
-        ) && error.contains("; tensor on gpu 0")
+        error.starts_with("error: the GPUs failed their self-check (no GPU kernel passed its self-check (tma on gpu 0")
+            && error.contains("; wgmma on gpu 0")
+            && error.contains("; tensor on gpu 0")
             && error.contains("; tiled on gpu 0")
             && error.contains("CUDA_ERROR_NOT_SUPPORTED")
             && error.contains("verify with --backend cpu"),

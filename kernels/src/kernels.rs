@@ -116,8 +116,8 @@ pub enum GpuKernel {
     /// The same wgmma fed by TMA: a producer warpgroup loads whole tiles into mbarrier-guarded
     /// stages while two consumer warpgroups multiply, on a persistent grid that overlaps one
     /// tile's epilogue with the next tile's loads (`kernels/cuda/gemm_tma.cu`). Compute capability 9.0
-    /// only. Opt-in (`--gpu-kernel tma`): `auto` does not choose it until a GPU run has measured
-    /// it against wgmma ([`GpuKernel::FASTEST_FIRST`]).
+    /// only. `auto`'s choice on Hopper: bit-exact on two H200 leases, and 5% faster than wgmma on
+    /// chains (BENCHMARKS.md).
     Tma,
     /// The TMA kernel on the ping-pong schedule: each of the two consumer warpgroups takes whole
     /// 64 x 256 tiles of its own, and they take turns on the tensor cores, so one's epilogue
@@ -142,16 +142,20 @@ impl GpuKernel {
         GpuKernel::Multicast,
     ];
 
-    /// Every kernel, fastest first where a device runs several: on an H100 (`miner bench`,
-    /// BENCHMARKS.md) wgmma runs n = 2048 at 1.5x the tensor kernel's rate, and the tensor
-    /// kernel at 7x the tiled one's. `auto` takes the first that runs and passes its self-check.
+    /// Every kernel `auto` may choose, fastest first where a device runs several, by whole
+    /// challenges on an H200 (BENCHMARKS.md): tma proved 9.46e14 op/s where wgmma proved
+    /// 8.96e14 (its fused step 947 TOPS against 905 at n = 2048, and 5% ahead at 1024 and 4096
+    /// too, on two leases), wgmma runs n = 2048 at 1.5x the tensor kernel's rate, and the tensor
+    /// kernel at 7x the tiled one's. `auto` takes the first that runs and passes its
+    /// self-check. Version 4's pool is the chains' own states, so the chains' rate is the pool's;
+    /// version 3's fill on tma is slower than on wgmma, and the validator times it at tma's own
+    /// weight (PROTOCOL.md 18.6).
     ///
-    /// The TMA kernels are not here: the cooperative one measured faster than wgmma on an H200
-    /// but filled pools more slowly and attested more slowly (BENCHMARKS.md), and the ping-pong
-    /// ones have not run on a GPU. Once `scripts/gpu-check.sh` has measured one bit-exact and
-    /// faster than wgmma, chains and fill alike, it goes first in this list, and that is the
-    /// whole switch that makes it the default on Hopper.
-    pub const FASTEST_FIRST: [GpuKernel; 3] = [GpuKernel::Wgmma, GpuKernel::Tensor, GpuKernel::Tiled];
+    /// The ping-pong kernels are not here: `pingpong`'s fused step is the fastest (56% of the
+    /// peak at n = 2048), but a whole challenge on it took 1.39x its steps' time and attested at
+    /// 7.57e14; `multicast` is slow (26%). Each goes first in this list once a GPU run measures
+    /// it bit-exact and faster than tma on whole challenges: that is the whole switch.
+    pub const FASTEST_FIRST: [GpuKernel; 4] = [GpuKernel::Tma, GpuKernel::Wgmma, GpuKernel::Tensor, GpuKernel::Tiled];
 
     /// The oldest compute capability the kernel's instructions exist on.
     pub fn min_compute_capability(self) -> (u32, u32) {
@@ -340,7 +344,9 @@ mod tests {
         assert_eq!(GpuKernel::best_for((7, 5)), Some(GpuKernel::Tiled));
         assert_eq!(GpuKernel::best_for((8, 0)), Some(GpuKernel::Tensor));
         assert_eq!(GpuKernel::best_for((8, 9)), Some(GpuKernel::Tensor));
-        assert_eq!(GpuKernel::best_for((9, 0)), Some(GpuKernel::Wgmma));
+        assert_eq!(GpuKernel::best_for((9, 0)), Some(GpuKernel::Tma));
+        assert_eq!(GpuKernel::best_for((8, 9)), Some(GpuKernel::Tensor));
+        assert_eq!(GpuKernel::best_for((7, 5)), Some(GpuKernel::Tiled));
         assert_eq!(GpuKernel::best_for((10, 0)), Some(GpuKernel::Tensor));
         assert!(!GpuKernel::Tensor.supports((7, 5)));
         // wgmma exists on Hopper alone: sm_90a code runs on no other architecture.
@@ -351,10 +357,11 @@ mod tests {
         assert!(!GpuKernel::Tma.supports((10, 0)));
     }
 
-    /// The TMA kernels stay opt-in until a GPU has measured them: `auto` never picks them.
+    /// `auto` takes tma on Hopper, the fastest on whole challenges there; the ping-pong kernels
+    /// stay opt-in until a GPU run measures them faster on whole challenges.
     #[test]
-    fn auto_does_not_choose_the_unmeasured_tma_kernels() {
-        for kernel in [GpuKernel::Tma, GpuKernel::Pingpong, GpuKernel::Multicast] {
+    fn auto_chooses_tma_on_hopper_and_never_the_ping_pong_kernels() {
+        for kernel in [GpuKernel::Pingpong, GpuKernel::Multicast] {
             assert!(!GpuKernel::FASTEST_FIRST.contains(&kernel));
             assert!(
                 GpuKernel::ALL.contains(&kernel),
@@ -362,7 +369,9 @@ mod tests {
             );
             assert!(kernel.supports((9, 0)) && !kernel.supports((10, 0)));
         }
-        assert_eq!(GpuKernel::best_for((9, 0)), Some(GpuKernel::Wgmma));
+        assert_eq!(GpuKernel::best_for((9, 0)), Some(GpuKernel::Tma));
+        assert_eq!(GpuKernel::best_for((8, 9)), Some(GpuKernel::Tensor));
+        assert_eq!(GpuKernel::best_for((7, 5)), Some(GpuKernel::Tiled));
     }
 
     #[test]

@@ -99,7 +99,7 @@ pub fn select_gpus(detected: &[GpuInfo], ordinals: Option<&[u32]>) -> Result<Vec
 }
 
 /// The kernels every one of `gpus` supports, fastest first (on a host mixing Hopper with other
-/// GPUs, not wgmma): what `auto` may choose among.
+/// GPUs, neither tma nor wgmma): what `auto` may choose among.
 pub fn kernels_all_support(gpus: &[GpuInfo]) -> Vec<GpuKernel> {
     GpuKernel::FASTEST_FIRST
         .into_iter()
@@ -165,7 +165,7 @@ mod tests {
     #[test]
     fn kernel_choice_suits_the_oldest_device() {
         let hopper = [gpu(0, (9, 0)), gpu(1, (9, 0))];
-        assert_eq!(choose_kernel(&hopper, None), Ok(GpuKernel::Wgmma));
+        assert_eq!(choose_kernel(&hopper, None), Ok(GpuKernel::Tma));
         assert_eq!(choose_kernel(&hopper, Some(GpuKernel::Tiled)), Ok(GpuKernel::Tiled));
         let mixed = [gpu(0, (9, 0)), gpu(1, (7, 5))];
         assert_eq!(choose_kernel(&mixed, None), Ok(GpuKernel::Tiled));
@@ -175,7 +175,7 @@ mod tests {
             err.to_string().contains("needs compute capability 8.0 or later"),
             "{err}"
         );
-        // Hopper beside a newer GPU: wgmma is not for both, the tensor kernel is.
+        // Hopper beside a newer GPU: tma and wgmma are not for both, the tensor kernel is.
         let hopper_and_blackwell = [gpu(0, (9, 0)), gpu(1, (10, 0))];
         assert_eq!(choose_kernel(&hopper_and_blackwell, None), Ok(GpuKernel::Tensor));
         // wgmma refuses anything but Hopper.
