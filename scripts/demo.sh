@@ -28,16 +28,14 @@ trap cleanup EXIT
 [ -f "$work/validator.key" ] || "$bin/validator" keygen --key-file "$work/validator.key" >/dev/null
 validator_key=$("$bin/validator" public-key --key-file "$work/validator.key")
 
-# The miner says protocol version 4 (PROTOCOL.md 20, a preview on the CPU backend): its memory
+# The miner says protocol version 4 (PROTOCOL.md 20), as every miner does by default: its memory
 # proof keeps the chains' own final states as the pool, so the verdict states the memory proven
-# under version 4, per device. A GPU miner says 4 only once its version 4 walk has passed the
-# self-check it runs at start.
+# under version 4 (on a CPU: none, and it says why). A GPU miner says 4 once its version 4 walk
+# has passed the self-check it runs at start.
 cat >"$work/miner.toml" <<'TOML'
-# Written by scripts/demo.sh: say protocol version 4, and claim 4 MiB (61 states of 64 KiB whose
-# chains run 256 steps each), which a CPU proves in seconds.
+# Written by scripts/demo.sh: claim 4 MiB (61 states of 64 KiB whose chains run 256 steps
+# each), which a CPU proves in seconds.
 cpu_memory_mib = 4
-[limits]
-preview_protocol_4 = true
 TOML
 
 echo "== starting miner" >&2

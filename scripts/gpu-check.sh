@@ -9,15 +9,15 @@
 #      CPU's walk, and read against the device's copy bandwidth), and the pool fill's rate;
 #   3b. `miner evidence`: each GPU's confidential-computing state and, where CC is on, its
 #      signed report checked against NVIDIA's root (PROTOCOL.md 19);
-#   4. one full attestation of protocol version 3 (the memory phase: 95% of each GPU's memory
-#      filled and walked): miner on the GPUs, validator on the CPU, sampled verification;
-#   3c. on Hopper: each opt-in TMA kernel (cooperative, ping-pong, ping-pong in clusters of two
+#   4. one full attestation at the defaults (protocol version 4: the chains' final states kept
+#      and walked): miner on the GPUs, validator on the CPU, sampled verification;
+#   3c. on Hopper: each TMA kernel (cooperative, ping-pong, ping-pong in clusters of two
 #      multicasting Bt) against wgmma, its fill's cost in chain operations, and with ncu on the
 #      PATH Nsight Compute's tensor-pipe utilisation, L2 and L1 throughput and duration of one
 #      launch each of the wgmma and TMA kernels at n = 2048;
 #   5. one more with the validator on the GPUs as well, recomputing every chain;
 #   5b. on Hopper, one more with the miner on each opt-in TMA kernel;
-#   5c. one of protocol version 4 (the preview): the pool chains' final states kept, walked and
+#   5c. one of protocol version 4 (named in the config): the pool chains' final states kept, walked and
 #      opened on the GPUs, the verdict stating version 4 and each device's walk;
 #   5d. one with each GPU opened as two slots (a test mode: contexts, streams and host threads
 #      of their own, as separate GPUs), compute only;
@@ -270,8 +270,8 @@ validator_key=$("$bin/validator" public-key --key-file "$work/validator.key")
 # shellcheck source=miner_up.sh
 . "$(dirname "$0")/miner_up.sh"
 miner_on() { miner_up "$out/miner-$1.log" --backend cuda --gpu-kernel "$1"; }
-# The version 4 preview's miner config (its pool is the chains' final states, no fill).
-printf '[limits]\npreview_protocol_4 = true\n' >"$work/miner-v4.toml"
+# Version 4's miner config, spelled out (the default; its pool is the chains' final states, no fill).
+printf '[limits]\nprotocol_4 = true\n' >"$work/miner-v4.toml"
 
 # `attest_sampled LOG`: one attestation of the miner at $address by a validator on the CPU,
 # sampled verification, into $out/LOG; its exit status.
@@ -327,7 +327,7 @@ if want attestation-kernels && [ "$compute_cap" = "9.0" ]; then
   done
 fi
 
-# Protocol version 4 through a whole attestation (PROTOCOL.md 20, the preview): the miner keeps
+# Protocol version 4 through a whole attestation (PROTOCOL.md 20): the miner keeps
 # its pool chains' final states (96% of each GPU's claimed memory) on the GPUs, walks them there
 # and opens them there. It says 4 only once its version 4 walk has passed the self-check it runs
 # at start (its log says which); the verdict must then say 4, with each device's walk.
@@ -363,7 +363,7 @@ for j, d in enumerate(memory.get("devices") or []):
 sys.exit(0 if v.get("protocol_version") == 4 else 1)
 PY
 else
-  echo "the miner did not start with the version 4 preview:"; cat "$out/miner-v4.log"
+  echo "the miner did not start with version 4:"; cat "$out/miner-v4.log"
   v4_status=2
 fi
 miner_down

@@ -13,8 +13,8 @@
 # worse than the 30 s default, so the spread is, if anything, overstated.
 #   usage: gpu-spread.sh [RUNS] [BIN_DIR]     (default 50 runs; BIN_DIR: this script's folder)
 # MINER_BACKEND=cpu runs the same loop on a host without a GPU (to try the script).
-# PROTOCOL=4 has the miner ask for protocol version 4 (the preview: its pool is the chains' own
-# final states, walked and opened on the GPUs), with MEMORY=true the spread of its walk.
+# PROTOCOL=4 names protocol version 4 in the miner's config (the default: its pool is the chains'
+# own final states, walked and opened on the GPUs), with MEMORY=true the spread of its walk.
 # Output: $OUT (or target/gpu-spread)/verdicts.json, the verdicts one after another, and spread.txt.
 set -uo pipefail
 runs=${1:-50}
@@ -51,7 +51,7 @@ EOF
 . "$(dirname "$0")/miner_up.sh"
 miner_config=()
 if [ "${PROTOCOL:-}" = 4 ]; then
-  printf '[limits]\npreview_protocol_4 = true\n' >"$work/miner.toml"
+  printf '[limits]\nprotocol_4 = true\n' >"$work/miner.toml"
   miner_config=(--config "$work/miner.toml")
 fi
 miner_up "$out/spread-miner.log" --backend "${MINER_BACKEND:-cuda}" "${miner_config[@]}"

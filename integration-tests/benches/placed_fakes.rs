@@ -130,7 +130,7 @@ async fn commitments<C: PoolCheat + 'static>(
         backend,
         // It says version 4, as a miner must to be sent a version 4 challenge.
         Limits {
-            preview_protocol_4: true,
+            protocol_4: true,
             ..Limits::default()
         },
         NonceLog::in_memory(),

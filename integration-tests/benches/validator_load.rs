@@ -51,7 +51,7 @@ fn write_config(dir: &Path, database: &str) {
         format!(
             "key_file = {:?}\ndatabase = {:?}\nsamples = 4\ncpu_threads = 1\n\
              requests_per_minute = 100000000\nrequest_burst = 1000000\n\
-             [challenge]\ncpu_n = 64\niterations = 4\ncheckpoint_every = 2\ntarget_seconds = 0.05\n\
+             [challenge]\ncpu_n = 64\niterations = 4\ncheckpoint_every = 2\ntarget_seconds = 0.05\n[memory]\nenabled = false\n\
              [deadline]\nmin_ms = 100\n\
              [[rates]]\nbackend = \"cpu\"\nops_per_sec = 1e8\n",
             dir.join("v.key"),

@@ -263,12 +263,12 @@ impl Miner for CheatingMiner {
         &self,
         request: Request<v1::OpenChainsRequest>,
     ) -> Result<Response<Self::OpenChainsStream>, Status> {
-        // Walk samples (a version 3 commitment) are opened honestly, after the chains: these
-        // cheats are at the chains.
+        // Walk samples (a version 3 commitment) and walk steps (version 4) are opened honestly,
+        // after the chains: these cheats are at the chains.
         let running = self.core.running().started();
         let request = convert::open_request_from_wire(request.get_ref()).map_err(MinerError::from)?;
         let round = self.core.check_open_request(request)?;
-        let (recent, samples, walks) = (round.recent, round.chains, round.walks);
+        let (recent, samples, walks, steps) = (round.recent, round.chains, round.walks, round.steps);
         if self.cheat == Cheat::StallOpenings {
             return Ok(Response::new(Box::pin(tokio_stream::pending())));
         }
@@ -276,8 +276,10 @@ impl Miner for CheatingMiner {
         let openings = tokio::task::spawn_blocking(move || {
             let chains = samples.into_iter().map(|s| core.open(&recent, s, &CancelToken::new()));
             let walks = walks.into_iter().map(|w| core.open_walk(&recent, w));
+            let steps = steps.into_iter().map(|step| core.open_step(&recent, step));
             let openings = chains
                 .chain(walks)
+                .chain(steps)
                 .map(|o| o.map(|o| gpu_attest_miner::wire::opening(&o)).map_err(Status::from))
                 .collect::<Vec<_>>();
             // The round is over, as the real miner's ends: its pools go now, and the memory it
@@ -324,10 +326,12 @@ impl Miner for CheatingMiner {
         Ok(Response::new(gpu_attest_miner::wire::walk_statement(&statement)))
     }
 
-    /// These cheaters speak version 3 (their inventory says so): no validator asks them for a
-    /// version 4 walk.
-    async fn walk_states(&self, _: Request<v1::WalkRequest>) -> Result<Response<Self::WalkStatesStream>, Status> {
-        Err(Status::unimplemented("this cheating miner speaks protocol version 3"))
+    /// Walks honestly, as the real miner does (version 4, which these cheaters' inventories say
+    /// by default): these cheats are at the chains.
+    async fn walk_states(&self, request: Request<v1::WalkRequest>) -> Result<Response<Self::WalkStatesStream>, Status> {
+        let honest = gpu_attest_miner::service::MinerService::new(self.core.clone());
+        let roots = Miner::walk_states(&honest, request).await?.into_inner();
+        Ok(Response::new(Box::pin(roots)))
     }
 }
 

@@ -176,18 +176,26 @@ fn fresh_miner_core() -> MinerCore {
         notes: Vec::new(),
         self_checks: Vec::new(),
     };
+    // Says version 3, so that the harness's version 3 challenge (its memory phase as the
+    // harness validator plans it) is taken: version 3's decoding and checks stay in the code
+    // while older miners are attested, and stay fuzzed.
+    let says_3 = Limits {
+        protocol_4: false,
+        ..Limits::default()
+    };
     MinerCore::new(
         KeyPair::from_seed(MINER_SEED),
         HashSet::from([validator().public_key()]),
-        Limits::default(),
+        says_3,
         selected,
         Duration::from_secs(60),
         NonceLog::in_memory(),
     )
 }
 
-/// The validator's plan for the seed inventory under the default configuration (the memory
-/// phase on): what a commitment's statement and pools are checked against.
+/// The validator's plan for the seed inventory (a version 3 miner) under the default
+/// configuration with version 3 allowed: what a commitment's statement and pools are checked
+/// against.
 fn planned() -> &'static Plan {
     static PLAN: OnceLock<Plan> = OnceLock::new();
     PLAN.get_or_init(|| {
@@ -197,9 +205,15 @@ fn planned() -> &'static Plan {
     })
 }
 
+/// The default configuration with `[memory] refuse_version_3 = false`, as a validator that still
+/// attests miners of a release before version 4 runs.
 fn default_config() -> &'static ValidatorConfig {
     static CONFIG: OnceLock<ValidatorConfig> = OnceLock::new();
-    CONFIG.get_or_init(ValidatorConfig::default)
+    CONFIG.get_or_init(|| {
+        let mut config = ValidatorConfig::default();
+        config.memory.refuse_version_3 = false;
+        config
+    })
 }
 
 /// Splits off the first byte, which picks among an entry point's variants.

@@ -189,7 +189,7 @@ async fn every_dashboard_and_alert_query_names_exported_metrics_and_labels() {
     let dir = Dir::fresh("dashboard");
     let d = &dir.0;
     let validator_key = keygen("validator", &d.join("v.key"));
-    // Miners that claim 1 MiB (a pool filled in about a second), timed at about one core's rate
+    // Miners that claim 1 MiB (a version 4 pool of 15 states at n = 256), timed at about one core's rate
     // under a deadline of at least 4 s: the slow-once cheater's commitment 300 ms past it falls
     // in the retest band (1.15), so that the retest series exist.
     std::fs::write(d.join("miner.toml"), "cpu_memory_mib = 1\n").unwrap();
@@ -197,7 +197,7 @@ async fn every_dashboard_and_alert_query_names_exported_metrics_and_labels() {
         d.join("validator.toml"),
         format!(
             "key_file = {:?}\nsamples = 4\ncpu_threads = 1\n\
-             [challenge]\ncpu_n = 64\niterations = 4\ncheckpoint_every = 2\ntarget_seconds = 0.5\n\
+             [challenge]\ncpu_n = 256\niterations = 4\ncheckpoint_every = 2\ntarget_seconds = 0.5\n\
              [deadline]\nmin_ms = 4000\n\
              [[rates]]\nbackend = \"cpu\"\nops_per_sec = 4e10\n",
             d.join("v.key")

@@ -50,7 +50,7 @@ async fn the_certificates_tls_certs_makes_carry_mutual_tls_both_ways() {
         format!(
             "key_file = {:?}\nsamples = 4\ncpu_threads = 1\n\
              [challenge]\ncpu_n = 64\niterations = 4\ncheckpoint_every = 2\ntarget_seconds = 0.5\n\
-             [deadline]\nmin_ms = 2000\n\
+             [deadline]\nmin_ms = 2000\n[memory]\nenabled = false\n\
              [[rates]]\nbackend = \"cpu\"\nops_per_sec = 2e9\n\
              [tls]\ncert = {:?}\nkey = {:?}\nca = {:?}\n\
              [miner_tls]\ncert = {:?}\nkey = {:?}\nca = {:?}\n",

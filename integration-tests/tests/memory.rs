@@ -1,4 +1,7 @@
-//! The memory phase end to end (PROTOCOL.md 18): real miner servers on loopback, the
+//! Version 3's memory phase end to end (PROTOCOL.md 18), which validators of this release refuse
+//! by default and still run where `[memory] refuse_version_3 = false` (for miners of older
+//! releases while they upgrade; the miners here say 3 with `[limits] protocol_4 = false`):
+//! real miner servers on loopback, the
 //! validator's whole attestation with its store, CPU backend, 1 MiB claimed (a pool of 15
 //! entries). The honest miner proves its memory; each cheating miner fails with the reason that
 //! names its cheat: on time for a pool it does not hold, on its openings for a pool or walk it
@@ -94,6 +97,7 @@ fn memory_config(dir: &TempDir, policy: Policy) -> ValidatorConfig {
     ];
     config.memory = MemoryConfig {
         enabled: true,
+        refuse_version_3: false,
         walk_target_ms: 400,
         walk_samples: 16,
         first_contact_slack: TEST_WALK_SLACK,
@@ -107,13 +111,18 @@ fn cpu_claiming(memory_bytes: u64) -> CpuBackend {
     common::test_cpu(TEST_CORES as usize).claiming(TEST_CORES, memory_bytes)
 }
 
-/// A miner on `backend`, which runs the CPU kernel `kernel`.
+/// A miner on `backend`, which runs the CPU kernel `kernel`, saying version 3 (`protocol_4`
+/// off), as a miner of a release before version 4 does.
 fn miner_with(seed: u8, kernel: KernelKind, backend: Arc<dyn Backend>) -> Arc<gpu_attest_miner::MinerCore> {
+    let says_3 = Limits {
+        protocol_4: false,
+        ..Limits::default()
+    };
     miner_on(
         seed,
         &[validator_key()],
         common::selected(kernel, backend),
-        Limits::default(),
+        says_3,
         NonceLog::in_memory(),
     )
 }
@@ -156,26 +165,27 @@ async fn attest_registered(core: Arc<gpu_attest_miner::MinerCore>, policy: Polic
 }
 
 /// Design 7's `a_version_3_miner_is_refused_naming_the_upgrade`, and
-/// `every_verdict_states_its_protocol_version`: a validator set to refuse version 3's memory
-/// phase refuses a miner that speaks 3 before any challenge, naming the upgrade; with
-/// `required = false` it attests the miner's compute only, under version 2. By default (this
-/// release) the same miner is attested under version 3.
+/// `every_verdict_states_its_protocol_version`: a validator that refuses version 3's memory
+/// phase (this release's default) refuses a miner that speaks 3 before any challenge, naming
+/// the upgrade; with `required = false` it attests the miner's compute only, under version 2.
+/// With `refuse_version_3 = false` the same miner is attested under version 3.
 #[tokio::test(flavor = "multi_thread")]
-async fn a_version_3_miner_is_refused_naming_the_upgrade_where_the_validator_says_so() {
+async fn a_version_3_miner_is_refused_naming_the_upgrade_by_default() {
     let _turn = TURN.lock().await;
     let miner = spawn_miner(honest(48)).await;
     let dir = TempDir::new("memory-refuse-v3");
     let mut config = memory_config(&dir, Policy::Sampled);
-    let by_default = attestor(&config)
+    let kept = attestor(&config)
         .await
         .attest(&miner.url(), &|_| {})
         .await
         .expect("a verdict");
-    assert!(by_default.passed, "{:?}", by_default.reasons);
-    assert_eq!(by_default.protocol_version, 3);
-    assert!(by_default.memory.is_some());
+    assert!(kept.passed, "{:?}", kept.reasons);
+    assert_eq!(kept.protocol_version, 3);
+    assert!(kept.memory.is_some());
 
-    config.memory.refuse_version_3 = true;
+    config.memory.refuse_version_3 = MemoryConfig::default().refuse_version_3;
+    assert!(config.memory.refuse_version_3, "this release's default");
     let refused = attestor(&config)
         .await
         .attest(&miner.url(), &|_| {})

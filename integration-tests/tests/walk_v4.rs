@@ -235,20 +235,20 @@ async fn each_version_4_refusal_has_its_own_status() {
     assert!(
         refused.message().contains("speaks protocol version 3")
             && refused.message().contains("version 4 challenge")
-            && refused.message().contains("preview_protocol_4"),
+            && refused.message().contains("protocol_4"),
         "{}",
         refused.message()
     );
 
-    // A backend that keeps its chain states, but an operator who did not ask for the preview:
-    // its inventory says 3, and it refuses 4 the same way rather than take it.
+    // A backend that keeps its chain states, but an operator who turned version 4 off: its
+    // inventory says 3, and it refuses 4 the same way rather than take it.
     let cpu = test_cpu(2).with_logical_devices(DEVICES);
     let kernel = cpu.kernel();
     let not_asked = miner_on(
         64,
         &[validator_key()],
         selected(kernel, Arc::new(cpu)),
-        Limits::default(),
+        version_3_limits(),
         NonceLog::in_memory(),
     );
     assert_eq!(not_asked.inventory().protocol_version, 3);
@@ -261,11 +261,7 @@ async fn each_version_4_refusal_has_its_own_status() {
         .await
         .unwrap_err();
     assert_eq!(refused.code(), Code::FailedPrecondition, "{refused:?}");
-    assert!(
-        refused.message().contains("preview_protocol_4"),
-        "{}",
-        refused.message()
-    );
+    assert!(refused.message().contains("protocol_4"), "{}", refused.message());
 
     let c = challenge(miner_key, 1, vec![1, 1], CHAINS);
     let nonce = c.params.nonce;
@@ -589,11 +585,18 @@ async fn hosts_of_ten_and_sixteen_devices_are_attested_whole() {
     }
 }
 
-/// Limits that say version 4 (the preview): a miner without them speaks 3 and refuses a
-/// version 4 challenge.
+/// Limits that say version 4 (the default, spelled out where a test depends on it).
 fn speaks_4() -> Limits {
     Limits {
-        preview_protocol_4: true,
+        protocol_4: true,
+        ..Limits::default()
+    }
+}
+
+/// Limits that say version 3: `protocol_4` turned off, for a validator older than version 4.
+fn version_3_limits() -> Limits {
+    Limits {
+        protocol_4: false,
         ..Limits::default()
     }
 }
@@ -648,7 +651,7 @@ async fn a_version_4_miner_that_fakes_steps_fails_on_its_openings() {
 }
 
 /// Design 9's `v4_honest_miner_passes_with_its_pool_in_its_chains`, through the whole
-/// attestation with its store: a miner that says 4 (`preview_protocol_4`) is planned and
+/// attestation with its store: a miner that says 4 (`protocol_4`, the default) is planned and
 /// challenged under version 4, keeps its first chains' states as its pool (no fill), walks
 /// them, opens its steps, and the stored verdict states version 4 and the memory it proved.
 #[tokio::test(flavor = "multi_thread")]
@@ -664,7 +667,7 @@ async fn honest_version_4_attestation(seed: u8, policy: Policy, named: &str) {
     let cpu = test_cpu(TEST_CORES as usize).claiming(TEST_CORES, 256 << 10);
     let kernel = cpu.kernel();
     let core = v4_miner(seed, kernel, Arc::new(cpu));
-    assert_eq!(core.inventory().protocol_version, 4, "the preview says 4");
+    assert_eq!(core.inventory().protocol_version, 4, "a CPU miner says 4");
     let (key, claim) = (core.public_key(), core.claim());
     let miner = spawn_miner(core).await;
     let dir = TempDir::new("attest-v4");

@@ -107,10 +107,10 @@ fn start_checked_cuda(config: &MinerConfig, detection: &Detection) -> Result<Sel
         CheckedKernelError::GpuFaulted(what) => BackendSelectError::GpuFaulted(what),
         CheckedKernelError::Selftest(why) => BackendSelectError::GpuSelftest(why),
     })?;
-    // Version 4's walk is checked only where the operator asks the miner to say 4: until it
-    // has passed, the backend keeps no chain pools and the miner says 3 (2 where its GPUs hold
-    // no pools).
-    let chain_pools = config.limits.preview_protocol_4.then(|| backend.check_chain_pools());
+    // Version 4's walk is checked only where the miner is to say 4 (the default): until it has
+    // passed, the backend keeps no chain pools and the miner says 3 (2 where its GPUs hold no
+    // pools), which a validator of this release attests for compute only or refuses.
+    let chain_pools = config.limits.protocol_4.then(|| backend.check_chain_pools());
     let mut selected = cuda_selection(backend);
     selected.notes.extend(checks.iter().map(|c| format!("self-check: {c}")));
     match chain_pools {
@@ -118,7 +118,7 @@ fn start_checked_cuda(config: &MinerConfig, detection: &Detection) -> Result<Sel
             .notes
             .push("self-check: the version 4 walk matches the CPU's on every GPU".into()),
         Some(Err(why)) => selected.notes.push(format!(
-            "self-check: {why}; this miner does not say the version 4 preview"
+            "self-check: {why}; this miner says protocol version 3, whose memory phase validators of this release refuse: report this line with `miner info`'s output"
         )),
         None => {}
     }

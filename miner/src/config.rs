@@ -25,8 +25,8 @@ pub enum BackendChoice {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "lowercase")]
 pub enum GpuKernelChoice {
-    /// The fastest kernel every selected GPU runs and passed its self-check on: wgmma on
-    /// Hopper, else tensor, else tiled.
+    /// The fastest kernel every selected GPU runs and passed its self-check on: tma on Hopper
+    /// (then wgmma), else tensor, else tiled.
     Auto,
     /// CUDA cores, dp4a, shared-memory tiles (sm_61 and later).
     Tiled,
@@ -34,14 +34,14 @@ pub enum GpuKernelChoice {
     Tensor,
     /// int8 warpgroup MMA, Hopper (compute capability 9.0) only.
     Wgmma,
-    /// wgmma fed by TMA, warp-specialised, persistent: Hopper only, and opt-in until a GPU run
-    /// has measured it (`auto` does not choose it yet). Checked like every kernel before use.
+    /// wgmma fed by TMA, warp-specialised, persistent: Hopper only; `auto`'s first choice there.
     Tma,
     /// The TMA kernel on the ping-pong schedule (one consumer's epilogue under the other's
-    /// wgmma): Hopper only, opt-in until a GPU run has measured it. Checked like every kernel.
+    /// wgmma): Hopper only, opt-in: its step is the fastest, but whole challenges on it ran
+    /// slower than on tma (BENCHMARKS.md). Checked like every kernel.
     Pingpong,
     /// The ping-pong kernel in clusters of two blocks that multicast their shared Bt rows (half
-    /// the L2 reads of them): Hopper only, opt-in until a GPU run has measured it.
+    /// the L2 reads of them): Hopper only, opt-in: measured slower than wgmma.
     Multicast,
 }
 
@@ -68,10 +68,12 @@ pub struct Limits {
     pub work_past_deadline: bool,
     /// Say protocol version 4 in the inventory (PROTOCOL.md 20) where the backend keeps its
     /// chains' states (the CPU backend, and the CUDA backend once its version 4 walk has passed
-    /// a self-check against the CPU's, which this setting runs at start): a preview, for
-    /// validators that speak version 4. Off, the inventory says 3, and a version 4 challenge
-    /// sent anyway is still answered on the CPU backend.
-    pub preview_protocol_4: bool,
+    /// a self-check against the CPU's, which this setting runs at start). On by default: a
+    /// validator of this release refuses version 3's memory phase. Off, the inventory says 3,
+    /// for a validator older than version 4 (a version 4 challenge sent anyway is refused).
+    /// Its name before version 4 was the default, `preview_protocol_4`, is still read.
+    #[serde(alias = "preview_protocol_4")]
+    pub protocol_4: bool,
 }
 
 impl Default for Limits {
@@ -86,7 +88,7 @@ impl Default for Limits {
             request_burst: 30,
             max_concurrent_streams: 16,
             work_past_deadline: true,
-            preview_protocol_4: false,
+            protocol_4: true,
         }
     }
 }

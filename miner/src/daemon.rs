@@ -59,6 +59,13 @@ pub fn core(config: &MinerConfig) -> Result<MinerCore, DaemonError> {
     for note in &selected.notes {
         info!("{note}");
     }
+    if config.limits.protocol_4 && selected.backend.holds_pools() && !selected.backend.keeps_chain_pools() {
+        // The version 4 walk's self-check failed (the note above says why): this miner says 3,
+        // whose memory phase validators of this release refuse.
+        warn!(
+            "this miner says protocol version 3, not 4: validators of this release refuse its memory phase (or, with [memory] required = false, attest its compute only); the self-check note above says why version 4 is off"
+        );
+    }
     let nonce_file = config.nonce_file();
     let nonces = NonceLog::open(&nonce_file, crate::core::now_ms())?;
     let shown = std::path::absolute(&nonce_file).unwrap_or_else(|_| nonce_file.clone());

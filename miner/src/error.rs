@@ -79,7 +79,7 @@ pub enum MinerError {
     MemoryPhaseUnsupported(String),
     #[error(
         "this miner speaks protocol version {spoken}, and a version {asked} challenge needs a miner that speaks it \
-         (version 4 in this release: `[limits] preview_protocol_4 = true`, on a backend that keeps its chain states): \
+         (version 4: `[limits] protocol_4 = true`, the default, on a backend that keeps its chain states): \
          have the validator send what the miner's inventory says it speaks"
     )]
     VersionNotSpoken { asked: u32, spoken: u32 },

@@ -3,13 +3,15 @@
 use crate::digest::Digest;
 use thiserror::Error;
 
-/// The version a miner of this release speaks unless its operator asks for version 4's preview
-/// ([`NEWEST_PROTOCOL_VERSION`]): 3 adds the memory phase (PROTOCOL.md 18).
+/// Version 3, the memory phase of a filled pool (PROTOCOL.md 18): what a miner of this release
+/// speaks where its backend holds pools but cannot say [`NEWEST_PROTOCOL_VERSION`] (its operator
+/// turned `protocol_4` off, or its GPU's version 4 walk failed its self-check). Validators of
+/// this release refuse its memory phase by default.
 pub const PROTOCOL_VERSION: u32 = 3;
 /// The newest version this crate speaks with a peer that says it: version 4's memory proof over
 /// the chains' own states (PROTOCOL.md 20). A validator attests a miner whose inventory says 4
-/// under version 4; a miner of this release says 4 only where its operator asks it to
-/// (`preview_protocol_4`), until every validator speaks it.
+/// under version 4; a miner of this release says 4 by default wherever its backend keeps its
+/// chains' states (`protocol_4`).
 pub const NEWEST_PROTOCOL_VERSION: u32 = 4;
 /// The oldest version it still speaks: a version 2 miner can be challenged without a memory
 /// phase, where a validator allows that (its verdicts then prove no memory).

@@ -160,7 +160,7 @@ fn plan_chain_pool(
         .collect();
     let memory = &config.memory;
     let settings = V4Settings {
-        calibrated_slack: memory.slack,
+        calibrated_slack: memory.observed_slack(&claim.backend),
         first_contact_slack: memory.first_contact_slack,
         walkers_per_gpu: memory.walkers_per_gpu,
         walkers_per_core: memory.walkers_per_core,

@@ -133,14 +133,16 @@ pub fn keygen(bin: &str, path: &Path) -> String {
         .to_string()
 }
 
-/// `validator.toml` in `dir`: its key `v.key`, its database `v.db`, small CPU challenges.
+/// `validator.toml` in `dir`: its key `v.key`, its database `v.db`, small CPU challenges
+/// without the memory phase (n = 64 is too small for version 4's slices; the demo and
+/// `walk_v4.rs` run the memory phase end to end).
 pub fn write_small_validator_config(dir: &Path) {
     std::fs::write(
         dir.join("validator.toml"),
         format!(
             "key_file = {:?}\ndatabase = {:?}\nsamples = 4\ncpu_threads = 1\n\
              [challenge]\ncpu_n = 64\niterations = 4\ncheckpoint_every = 2\ntarget_seconds = 0.5\n\
-             [deadline]\nmin_ms = 2000\n\
+             [deadline]\nmin_ms = 2000\n[memory]\nenabled = false\n\
              [[rates]]\nbackend = \"cpu\"\nops_per_sec = 2e9\n",
             dir.join("v.key"),
             dir.join("v.db")

@@ -156,8 +156,8 @@ impl MinerCore {
                 plan: PoolPlan::new(*memory, work, &self.selected.devices())?,
                 pools: None,
             },
-            // Only where the inventory says 4: a miner whose operator did not ask for the
-            // preview, or whose backend keeps no chain states, speaks 3 and refuses 4.
+            // Only where the inventory says 4: a miner whose operator turned `protocol_4` off,
+            // or whose backend keeps no chain states, speaks 3 and refuses 4.
             Some(phase @ MemoryPhase::V4(_)) if self.protocol_version() < phase.protocol_version() => {
                 return Err(MinerError::VersionNotSpoken {
                     asked: phase.protocol_version(),

@@ -223,11 +223,11 @@ impl MinerCore {
     }
 
     /// The protocol version this miner speaks: 3 (the memory phase) where its backend can hold
-    /// pools, 2 otherwise (PROTOCOL.md 14.2); 4 where its operator asks for the preview and the
+    /// pools, 2 otherwise (PROTOCOL.md 14.2); 4 where `protocol_4` is on (the default) and the
     /// backend keeps its chains' states (PROTOCOL.md 20).
     pub fn protocol_version(&self) -> u32 {
         let backend = &self.selected.backend;
-        if self.limits.preview_protocol_4 && backend.keeps_chain_pools() {
+        if self.limits.protocol_4 && backend.keeps_chain_pools() {
             NEWEST_PROTOCOL_VERSION
         } else if backend.holds_pools() {
             PROTOCOL_VERSION

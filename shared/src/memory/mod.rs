@@ -9,7 +9,7 @@
 //! - [`walk`]: the walk's start states, its step, walker traces and the walk root.
 //! - [`check`]: the validator's check of one opened walk segment.
 //! - [`chain_pool`], [`slice`], [`slice_walk`], [`bound`]: version 4's engine (PROTOCOL.md 20,
-//!   a preview a miner speaks where its operator asks): the pool as the pool chains' final states, a 64 KiB
+//!   what a miner of this release speaks by default): the pool as the pool chains' final states, a 64 KiB
 //!   slice of one proven against the state's BLAKE3 hash, the walk over slices with every state
 //!   committed and the check of one opened step, and the clock and opening bounds against the
 //!   best cheater, from which a planner sizes its openings.

@@ -15,8 +15,10 @@ pub struct MemoryConfig {
     pub required: bool,
     /// Refuse version 3's memory phase (PROTOCOL.md 18): a miner that speaks 3 is then treated
     /// as one that cannot prove memory (refused while `required`, else challenged under
-    /// version 2, compute only), and only version 4 verdicts state memory. Off in this release:
-    /// no GPU miner speaks 4 until the CUDA walk has run on a GPU.
+    /// version 2, compute only), and only version 4 verdicts state memory. On by default:
+    /// version 3 bounds no share of the claim (a device holding 90% of it passes), and a
+    /// validator that still accepted it would let a cheater downgrade to it. Off only to attest
+    /// miners of releases before version 4 while they are upgraded.
     pub refuse_version_3: bool,
     /// Thousandths of each device's claimed memory that its pool fills (PROTOCOL.md 18.6).
     pub pool_permille: u32,
@@ -28,8 +30,15 @@ pub struct MemoryConfig {
     pub walk_target_ms: u64,
     /// Walk segments opened per attestation (each c_w = 8 entries of 64 KiB).
     pub walk_samples: u32,
-    /// Walk deadline over the expected walk time when every device's bandwidth was observed.
+    /// Walk deadline over the expected walk time when every device's bandwidth was observed, on
+    /// GPUs: honest GPU walks time within 1% of their learned rate (p99 1.005 on an H200,
+    /// BENCHMARKS.md), and a tighter clock leaves a cheater less time to regenerate or fetch
+    /// what it does not hold.
     pub slack: f64,
+    /// The same on the CPU backend, whose walks time less steadily (a shared machine, other
+    /// processes on its memory bus). A CPU verdict states no share of memory held, so this
+    /// only keeps honest CPU miners passing.
+    pub cpu_slack: f64,
     /// The same at first contact, against the shipped table's bandwidth (0.75 of the datasheet).
     pub first_contact_slack: f64,
 }
@@ -39,19 +48,33 @@ impl Default for MemoryConfig {
         MemoryConfig {
             enabled: true,
             required: true,
-            refuse_version_3: false,
+            refuse_version_3: true,
             pool_permille: 950,
             walkers_per_gpu: 8192,
             walkers_per_core: 4,
             walk_target_ms: 2_000,
             walk_samples: 64,
-            slack: 1.5,
+            slack: 1.25,
+            cpu_slack: 1.5,
             first_contact_slack: 2.0,
         }
     }
 }
 
 impl MemoryConfig {
+    /// The walk's slack for a rate observed on `backend`: `cpu_slack` on the CPU, else `slack`.
+    pub fn observed_slack(&self, backend: &str) -> f64 {
+        if backend == "cpu" { self.cpu_slack } else { self.slack }
+    }
+
+    /// The loosest observed slack: a walk class's learned rate is floored at the shipped rate
+    /// times it over `first_contact_slack`, so that no backend's observed clock is looser than
+    /// first contact's (a floor that holds for the loosest holds for every backend). Version 3's
+    /// walks, whose timed window holds the host's copies, are timed at it on every backend.
+    pub fn loosest_observed_slack(&self) -> f64 {
+        self.slack.max(self.cpu_slack)
+    }
+
     /// Refuses settings no attestation could pass or plan with, with the reason.
     pub fn problem(&self) -> Option<String> {
         if !(1..=1000).contains(&self.pool_permille) {
@@ -74,14 +97,16 @@ impl MemoryConfig {
             ));
         }
         let valid = |slack: f64| slack.is_finite() && slack >= 1.0;
-        if !valid(self.slack) || !valid(self.first_contact_slack) {
-            return Some("[memory] slack and first_contact_slack must be at least 1".into());
+        if !valid(self.slack) || !valid(self.cpu_slack) || !valid(self.first_contact_slack) {
+            return Some("[memory] slack, cpu_slack and first_contact_slack must be at least 1".into());
         }
-        if self.slack > self.first_contact_slack {
-            return Some(format!(
-                "[memory] slack = {} exceeds first_contact_slack = {}: a walk whose rate was observed would be timed more loosely than one seen for the first time; lower slack or raise first_contact_slack",
-                self.slack, self.first_contact_slack
-            ));
+        for (name, slack) in [("slack", self.slack), ("cpu_slack", self.cpu_slack)] {
+            if slack > self.first_contact_slack {
+                return Some(format!(
+                    "[memory] {name} = {slack} exceeds first_contact_slack = {}: a walk whose rate was observed would be timed more loosely than one seen for the first time; lower {name} or raise first_contact_slack",
+                    self.first_contact_slack
+                ));
+            }
         }
         None
     }

@@ -157,7 +157,7 @@ impl DeadlineConfig {
 impl Default for DeadlineConfig {
     fn default() -> Self {
         DeadlineConfig {
-            slack: 1.5,
+            slack: 1.25,
             cpu_slack: 1.75,
             first_contact_slack: 3.0,
             min_ms: 2_000,
@@ -403,18 +403,38 @@ impl ValidatorConfig {
                 r.backend, r.model
             ));
         }
-        [self.challenge.gpu_n, self.challenge.cpu_n].into_iter().find_map(|n| {
-            let probe = gpu_attest_shared::ChallengeParams {
-                nonce: [0; 32],
-                seed: [0; 32],
-                miner_key: [0; 32],
-                n,
-                num_chains: 1,
-                iterations: self.challenge.iterations,
-                checkpoint_every: self.challenge.checkpoint_every,
-            };
-            probe.validate().err().map(|e| format!("[challenge]: {e}"))
-        })
+        [self.challenge.gpu_n, self.challenge.cpu_n]
+            .into_iter()
+            .find_map(|n| {
+                let probe = gpu_attest_shared::ChallengeParams {
+                    nonce: [0; 32],
+                    seed: [0; 32],
+                    miner_key: [0; 32],
+                    n,
+                    num_chains: 1,
+                    iterations: self.challenge.iterations,
+                    checkpoint_every: self.challenge.checkpoint_every,
+                };
+                probe.validate().err().map(|e| format!("[challenge]: {e}"))
+            })
+            .or_else(|| self.memory_n_problem())
+    }
+
+    /// Version 4's memory phase walks whole 64 KiB slices of each `n x n` state, so with the
+    /// memory phase on, both sizes must be multiples of 256 (PROTOCOL.md 20.9): refused at start
+    /// rather than at every attestation of a miner that says 4.
+    fn memory_n_problem(&self) -> Option<String> {
+        if !self.memory.enabled {
+            return None;
+        }
+        [("gpu_n", self.challenge.gpu_n), ("cpu_n", self.challenge.cpu_n)]
+            .into_iter()
+            .find(|(_, n)| n % 256 != 0)
+            .map(|(name, n)| {
+                format!(
+                    "[challenge] {name} = {n} is not a multiple of 256, which version 4's memory phase needs (it walks whole 64 KiB slices of each n x n state): set {name} to a multiple of 256 (the defaults are 2048 and 256), or [memory] enabled = false to attest compute only"
+                )
+            })
     }
 
     pub fn to_toml(&self) -> String {
@@ -452,6 +472,17 @@ mod tests {
         let mut bad_n = ValidatorConfig::default();
         bad_n.challenge.cpu_n = 100;
         assert!(bad_n.validate().is_err());
+        // n = 64 is a valid challenge, but not with the memory phase, whose states are walked
+        // in 64 KiB slices.
+        let mut small = ValidatorConfig::default();
+        small.challenge.cpu_n = 64;
+        let err = small.validate().unwrap_err().to_string();
+        assert!(
+            err.contains("cpu_n = 64 is not a multiple of 256") && err.contains("enabled = false"),
+            "{err}"
+        );
+        small.memory.enabled = false;
+        assert!(small.validate().is_ok());
         let mut loose = ValidatorConfig::default();
         loose.deadline.slack = 0.5;
         assert!(loose.validate().is_err());
@@ -459,7 +490,17 @@ mod tests {
         let mut inverted = ValidatorConfig::default();
         inverted.memory.slack = 2.5;
         let err = inverted.validate().unwrap_err().to_string();
-        assert!(err.contains("exceeds first_contact_slack"), "{err}");
+        assert!(
+            err.contains("[memory] slack = 2.5 exceeds first_contact_slack"),
+            "{err}"
+        );
+        let mut inverted = ValidatorConfig::default();
+        inverted.memory.cpu_slack = 2.5;
+        let err = inverted.validate().unwrap_err().to_string();
+        assert!(
+            err.contains("[memory] cpu_slack = 2.5 exceeds first_contact_slack"),
+            "{err}"
+        );
         for accept_ms in [0, 249, 60_001] {
             let mut window = ValidatorConfig::default();
             window.deadline.accept_ms = accept_ms;

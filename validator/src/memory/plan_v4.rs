@@ -33,9 +33,9 @@ pub struct V4Settings {
     /// Pool share, kappa, calibrated slack, the honest walk's share of the datasheet, and the
     /// pass probability the openings are sized for.
     pub design: Design,
-    /// Deadline over expected walk time when every device's rate was observed. The design's
-    /// 1.25 waits for a measured device-timed spread (p99 of time over expected at most 1.1);
-    /// until then `[memory] slack`. The verdict's bound is computed at whichever is used.
+    /// Deadline over expected walk time when every device's rate was observed: `[memory]
+    /// slack` on GPUs (the design's 1.25, measured p99 of time over expected 1.005 on an H200),
+    /// `cpu_slack` on the CPU. The verdict's bound is computed at whichever is used.
     pub calibrated_slack: f64,
     pub first_contact_slack: f64,
     pub walkers_per_gpu: u32,
@@ -48,7 +48,7 @@ impl Default for V4Settings {
     fn default() -> Self {
         V4Settings {
             design: VERSION_4,
-            calibrated_slack: 1.5,
+            calibrated_slack: 1.25,
             first_contact_slack: 2.0,
             walkers_per_gpu: 8192,
             walkers_per_core: 4,
@@ -979,10 +979,16 @@ mod tests {
         let two = plan(&[h100.clone(), h100], &[calibrated(0.9 * 3.35e12); 2]);
         let why = two.short_of_ninety.expect("two H100s share their sources");
         assert!(why.contains("share their sources"), "{why}");
-        let rtx = plan(
-            &[gpu("NVIDIA GeForce RTX 4090", 24_000_000_000)],
-            &[calibrated(0.9 * 1.008e12)],
-        );
+        // An RTX 4090 meets the line at the GPU slack of 1.25; at 1.5 (the slack before GPU
+        // walks were measured) catching its 90% holder took more than the cap.
+        let rtx_4090 = [gpu("NVIDIA GeForce RTX 4090", 24_000_000_000)];
+        let rtx = plan(&rtx_4090, &[calibrated(0.9 * 1.008e12)]);
+        assert_eq!(rtx.short_of_ninety, None, "{}", rtx.host_held_at_least);
+        let loose = V4Settings {
+            calibrated_slack: 1.5,
+            ..V4Settings::default()
+        };
+        let rtx = plan_chain_pools("cuda", &rtx_4090, &[calibrated(0.9 * 1.008e12)], 2048, 8, &loose).unwrap();
         let why = rtx.short_of_ninety.expect("the RTX 4090 at slack 1.5");
         assert!(why.contains("cap of 1649 steps"), "{why}");
         let gh200 = plan(

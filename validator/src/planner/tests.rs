@@ -57,6 +57,14 @@ fn config(challenge: ChallengeConfig) -> ValidatorConfig {
     }
 }
 
+/// A validator that still plans version 3's memory phase (`refuse_version_3` off), for the
+/// tests of that phase while it remains in the code.
+fn version_3_config() -> ValidatorConfig {
+    let mut config = ValidatorConfig::default();
+    config.memory.refuse_version_3 = false;
+    config
+}
+
 fn shipped_book() -> RateBook {
     RateBook::shipped(shipped_rates(), CalibrationConfig::default())
 }
@@ -262,7 +270,7 @@ fn memory_phase_is_sized_from_claimed_memory_and_datasheet_bandwidth() {
     let mut inv = inventory("cuda", "tensor", &[H100]);
     inv.claim.devices[0].memory_bytes = 80 << 30;
     inv.limits.max_chains = 1 << 20;
-    let with_memory = ValidatorConfig::default();
+    let with_memory = version_3_config();
     let p = plan(&inv, &with_memory, &shipped_book(), true, [0; 32], [0; 32]).unwrap();
     let m = p.memory.v3().expect("a version 3 miner gets the memory phase");
     assert_eq!(m.pools[0].entries, (80u64 << 30) * 950 / 1000 / 65536);
@@ -390,7 +398,7 @@ fn first_contact_bounds_per_model() {
 #[test]
 fn version_3_walk_rates_do_not_time_version_4() {
     let mut inv = v4_inventory(H100, 80_000_000_000);
-    let config = ValidatorConfig::default();
+    let config = version_3_config();
     let learned = |rate: f64| crate::store::SharedRate {
         ops_per_unit: rate,
         miners: 3,
@@ -423,8 +431,8 @@ fn version_3_walk_rates_do_not_time_version_4() {
     assert!(pool.observed());
     assert_eq!(
         pool.slack(),
-        1.5,
-        "[memory] slack, until a device-timed spread allows 1.25"
+        1.25,
+        "[memory] slack: a GPU walk's measured spread (p99 1.005 on an H200) allows 1.25"
     );
     assert_eq!(pool.devices[0].bytes_per_sec, 3.1e12);
     assert!(pool.devices[0].catches_ninety_percent(), "near 0.9 of the datasheet");
@@ -432,6 +440,35 @@ fn version_3_walk_rates_do_not_time_version_4() {
     inv.protocol_version = 3;
     let v3 = plan(&inv, &config, &book, true, [0; 32], [0; 32]).unwrap();
     assert_eq!(v3.memory.v3().unwrap().bytes_per_sec, vec![2.2e12]);
+}
+
+/// Observed walks are timed at `[memory] slack` on GPUs and `cpu_slack` on the CPU, and the
+/// walk class's floor keeps both clocks no looser than first contact's.
+#[test]
+fn observed_walks_are_timed_at_the_slack_of_their_backend() {
+    let config = ValidatorConfig::default();
+    assert_eq!((config.memory.slack, config.memory.cpu_slack), (1.25, 1.5));
+    let learned = crate::store::SharedRate {
+        ops_per_unit: 30e9,
+        miners: 3,
+        observations: 3,
+    };
+    let mut cpu = inventory("cpu", "avx2", &["cpu: test"]);
+    cpu.protocol_version = 4;
+    cpu.claim.devices[0].memory_bytes = 16 << 20;
+    let mut book = shipped_book();
+    let n = config.challenge.cpu_n;
+    book.share(walk_v4_class(&cpu.claim, &cpu.claim.devices[0], n), learned);
+    let pool = plan(&cpu, &config, &book, true, [0; 32], [0; 32])
+        .unwrap()
+        .memory
+        .v4()
+        .cloned()
+        .unwrap();
+    assert!(pool.observed());
+    assert_eq!(pool.slack(), 1.5, "a CPU walk at cpu_slack");
+    // The floor: first contact's slack over the loosest observed one.
+    assert_eq!(config.memory.loosest_observed_slack(), 1.5);
 }
 
 /// Design 7: where this validator refuses version 3's memory phase, a miner that speaks 3
@@ -442,8 +479,9 @@ fn version_3_walk_rates_do_not_time_version_4() {
 fn a_version_3_miner_is_refused_naming_the_upgrade() {
     let mut inv = v4_inventory(H100, 80_000_000_000);
     inv.protocol_version = 3;
+    // This release's default.
     let mut config = ValidatorConfig::default();
-    config.memory.refuse_version_3 = true;
+    assert!(config.memory.refuse_version_3);
     let book = shipped_book();
     let refused = plan(&inv, &config, &book, true, [0; 32], [0; 32]).unwrap_err();
     assert_eq!(refused, PlanError::Memory(MemoryPlanError::Version3Refused));
@@ -458,15 +496,15 @@ fn a_version_3_miner_is_refused_naming_the_upgrade() {
     inv.protocol_version = 4;
     let v4 = plan(&inv, &config, &book, true, [0; 32], [0; 32]).unwrap();
     assert!(v4.memory.v4().is_some());
-    // Off (this release's default), version 3 is planned as before.
+    // Off (for miners of releases before version 4), version 3 is planned as before.
     inv.protocol_version = 3;
-    let kept = plan(&inv, &ValidatorConfig::default(), &book, true, [0; 32], [0; 32]).unwrap();
+    let kept = plan(&inv, &version_3_config(), &book, true, [0; 32], [0; 32]).unwrap();
     assert_eq!(kept.memory.protocol_version(), 3);
 }
 
 #[test]
 fn memory_phase_refusals_name_their_cause() {
-    let with_memory = ValidatorConfig::default();
+    let with_memory = version_3_config();
     let book = shipped_book();
     let mut old = inventory("cuda", "tensor", &[H100]);
     old.claim.devices[0].memory_bytes = 80 << 30;
@@ -481,7 +519,7 @@ fn memory_phase_refusals_name_their_cause() {
     let optional = ValidatorConfig {
         memory: MemoryConfig {
             required: false,
-            ..MemoryConfig::default()
+            ..version_3_config().memory
         },
         ..ValidatorConfig::default()
     };
@@ -504,7 +542,7 @@ fn memory_phase_refusals_name_their_cause() {
 /// it is not (the soak found one-core CPU miners unattestable before).
 #[test]
 fn walkers_grow_until_a_fast_cpu_walks_for_the_target() {
-    let with_memory = ValidatorConfig::default();
+    let with_memory = version_3_config();
     let mut cpu = inventory("cpu", "avx2", &["cpu: test"]);
     cpu.claim.devices[0].sm_count = 1;
     cpu.claim.devices[0].memory_bytes = 16 << 20;
@@ -535,7 +573,7 @@ fn walkers_grow_until_a_fast_cpu_walks_for_the_target() {
     let slow = ValidatorConfig {
         memory: MemoryConfig {
             walkers_per_core: 64,
-            ..MemoryConfig::default()
+            ..version_3_config().memory
         },
         ..ValidatorConfig::default()
     };

@@ -52,8 +52,9 @@ pub struct RateBook {
     shared: HashMap<RateClass, SharedRate>,
     /// Observed rates are kept at or above the shipped rate over this (the first-contact slack).
     floor_divisor: f64,
-    /// The same for walk classes: `[memory] first_contact_slack / slack`, so that an observed
-    /// walk's deadline (its slack over the floor) is never looser than first contact's.
+    /// The same for walk classes: `[memory] first_contact_slack` over the loosest observed
+    /// slack (`slack` or `cpu_slack`), so that an observed walk's deadline (its slack over the
+    /// floor) is never looser than first contact's on any backend.
     walk_floor_divisor: f64,
 }
 
@@ -90,7 +91,7 @@ impl RateBook {
     pub fn of_config(config: &ValidatorConfig) -> Self {
         RateBook::shipped(shipped::rate_table(&config.rates), config.calibration.clone())
             .with_floor(config.deadline.first_contact_slack)
-            .with_walk_floor(config.memory.first_contact_slack / config.memory.slack)
+            .with_walk_floor(config.memory.first_contact_slack / config.memory.loosest_observed_slack())
     }
 
     /// The tables `config` names plus what `store` holds for `classes`.

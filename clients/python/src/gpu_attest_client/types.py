@@ -208,8 +208,8 @@ class Verdict:
     #: ``to_json()``); 0 where nothing was shown.
     proven_memory_bytes: Optional[int]
     retested: bool
-    #: The protocol version whose rules judged it: 3 with the memory phase, 2 without; 0 from a
-    #: validator older than the field.
+    #: The protocol version whose rules judged it: 4 (or 3, from a miner of an older release) with
+    #: the memory phase, 2 without; 0 from a validator older than the field.
     protocol_version: int
     raw: Any = field(repr=False, compare=False)
     #: The claimed devices' peak (PROTOCOL.md 16.1); 0.0 when the validator did not record one.
