@@ -407,12 +407,7 @@ fn version_3_walk_rates_do_not_time_version_4() {
     let device = &inv.claim.devices[0];
     let mut book = shipped_book();
     book.share(walk_class(&inv.claim, device), learned(2.2e12));
-    let pool = plan(&inv, &config, &book, true, [0; 32], [0; 32])
-        .unwrap()
-        .memory
-        .v4()
-        .cloned()
-        .unwrap();
+    let pool = v4_plan(&inv, &config, &book);
     assert!(!pool.observed(), "a version 3 rate does not make version 4 calibrated");
     assert_eq!(pool.slack(), 2.0);
     assert_eq!(
@@ -422,12 +417,7 @@ fn version_3_walk_rates_do_not_time_version_4() {
     );
 
     book.share(walk_v4_class(&inv.claim, device, 2048), learned(3.1e12));
-    let pool = plan(&inv, &config, &book, true, [0; 32], [0; 32])
-        .unwrap()
-        .memory
-        .v4()
-        .cloned()
-        .unwrap();
+    let pool = v4_plan(&inv, &config, &book);
     assert!(pool.observed());
     assert_eq!(
         pool.slack(),
@@ -440,6 +430,16 @@ fn version_3_walk_rates_do_not_time_version_4() {
     inv.protocol_version = 3;
     let v3 = plan(&inv, &config, &book, true, [0; 32], [0; 32]).unwrap();
     assert_eq!(v3.memory.v3().unwrap().bytes_per_sec, vec![2.2e12]);
+}
+
+/// The version 4 pool plan for `inv` (zero nonce and seed), which must be planned under 4.
+fn v4_plan(inv: &Inventory, config: &ValidatorConfig, book: &RateBook) -> crate::memory::plan_v4::ChainPoolPlan {
+    plan(inv, config, book, true, [0; 32], [0; 32])
+        .unwrap()
+        .memory
+        .v4()
+        .cloned()
+        .unwrap()
 }
 
 /// Observed walks are timed at `[memory] slack` on GPUs and `cpu_slack` on the CPU, and the
@@ -459,12 +459,7 @@ fn observed_walks_are_timed_at_the_slack_of_their_backend() {
     let mut book = shipped_book();
     let n = config.challenge.cpu_n;
     book.share(walk_v4_class(&cpu.claim, &cpu.claim.devices[0], n), learned);
-    let pool = plan(&cpu, &config, &book, true, [0; 32], [0; 32])
-        .unwrap()
-        .memory
-        .v4()
-        .cloned()
-        .unwrap();
+    let pool = v4_plan(&cpu, &config, &book);
     assert!(pool.observed());
     assert_eq!(pool.slack(), 1.5, "a CPU walk at cpu_slack");
     // The floor: first contact's slack over the loosest observed one.
