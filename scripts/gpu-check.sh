@@ -17,7 +17,7 @@
 #      launch each of the wgmma and TMA kernels at n = 2048;
 #   5. one more with the validator on the GPUs as well, recomputing every chain;
 #   5b. on Hopper, one more with the miner on each opt-in TMA kernel;
-#   5c. one of protocol version 4 (named in the config): the pool chains' final states kept, walked and
+#   5c. one of protocol version 4 (the miner's default): the pool chains' final states kept, walked and
 #      opened on the GPUs, the verdict stating version 4 and each device's walk;
 #   5d. one with each GPU opened as two slots (a test mode: contexts, streams and host threads
 #      of their own, as separate GPUs), compute only;
@@ -270,8 +270,6 @@ validator_key=$("$bin/validator" public-key --key-file "$work/validator.key")
 # shellcheck source=miner_up.sh
 . "$(dirname "$0")/miner_up.sh"
 miner_on() { miner_up "$out/miner-$1.log" --backend cuda --gpu-kernel "$1"; }
-# Version 4's miner config, spelled out (the default; its pool is the chains' final states, no fill).
-printf '[limits]\nprotocol_4 = true\n' >"$work/miner-v4.toml"
 
 # `attest_sampled LOG`: one attestation of the miner at $address by a validator on the CPU,
 # sampled verification, into $out/LOG; its exit status.
@@ -307,14 +305,12 @@ record gpu-validator $gpu_validator
 fi
 
 # The opt-in TMA kernels through a whole attestation each: the proven rate against the bench rate
-# above (the bar: within 5%), each kernel checked on arrival by the miner's self-check.
-# KERNEL_PROTOCOL=4 runs them under version 4 (no pool fill: a third of the time on an H200).
+# above (the bar: within 5%), each kernel checked on arrival by the miner's self-check; under
+# version 4, the miner's default (no pool fill: a third of version 3's time on an H200).
 if want attestation-kernels && [ "$compute_cap" = "9.0" ]; then
-  kernel_config=()
-  [ "${KERNEL_PROTOCOL:-}" = 4 ] && kernel_config=(--config "$work/miner-v4.toml")
   for kernel in $hopper_kernels; do
     echo "== attestation: miner on the $kernel kernel, validator on CPU"
-    miner_up "$out/miner-$kernel.log" --backend cuda --gpu-kernel "$kernel" "${kernel_config[@]}"
+    miner_on "$kernel"
     if [ -n "$address" ]; then
       attest_sampled "attestation-$kernel.log"
       kernel_status=$?
@@ -333,7 +329,7 @@ fi
 # at start (its log says which); the verdict must then say 4, with each device's walk.
 if want attestation-v4; then
 echo "== attestation: protocol version 4 (miner on GPU, validator on CPU)"
-miner_up "$out/miner-v4.log" --backend cuda --config "$work/miner-v4.toml"
+miner_up "$out/miner-v4.log" --backend cuda
 if [ -n "$address" ]; then
   limit "$bin/validator" attest --miner "http://$address" --key-file "$work/validator.key" \
     --database "$work/validator.db" --backend cpu --policy sampled --target-seconds "${TARGET_SECONDS:-10}" --json \

@@ -26,13 +26,13 @@ echo "== NVIDIA device nodes"
 
 echo "== gpu-check (run 1)"
 OUT="$logs/check" STEP_TIMEOUT=${STEP_TIMEOUT:-120} BENCH_SECONDS=${BENCH_SECONDS:-1} \
-  TARGET_SECONDS=${TARGET_SECONDS:-5} HOST_CPU_SWEEP_ROUNDS=0 FILL_WEIGHTS=0 KERNEL_PROTOCOL=4 \
+  TARGET_SECONDS=${TARGET_SECONDS:-5} HOST_CPU_SWEEP_ROUNDS=0 FILL_WEIGHTS=0 \
   STEPS=${STEPS:-"selftest gpu-tests kernel-compile bench memory-walk device-evidence kernel-choice attestation-v4 attestation-kernels attestation-two-slots"} \
   timeout --kill-after=10 "${RUN1_SECONDS:-360}" "$bin/gpu-check.sh" "$bin"
 check_status=$?
 
 echo "== gpu-spread, protocol version 4 with its memory phase (run 2)"
-OUT="$logs/spread" PROTOCOL=4 MEMORY=true TARGET_SECONDS=${TARGET_SECONDS_SPREAD:-5} \
+OUT="$logs/spread" MEMORY=true TARGET_SECONDS=${TARGET_SECONDS_SPREAD:-5} \
   timeout --kill-after=10 "${SPREAD_SECONDS:-170}" "$bin/gpu-spread.sh" "${SPREAD_RUNS:-20}" "$bin"
 spread_status=$?
 # A spread cut short by its time limit still reports what it measured.

@@ -6,15 +6,12 @@
 # median, as a calibrated fleet would time it. The GPU deadline slack (deadline.slack) and the
 # retest band should sit above the spread this prints, with room.
 #
-# The memory phase is off by default: it has deadlines of its own, and filling 95% of a large
-# GPU on every one of RUNS attestations takes most of the time (19 s on an H200); this measures
-# the compute deadline's spread. MEMORY=true turns it on, to see the fill's share of the
-# spread. The target is short (TARGET_SECONDS, default 3, as the CPU slack bench), which times
+# The memory phase is off by default: it has deadlines of its own; this measures the compute
+# deadline's spread. MEMORY=true turns it on (version 4's walk, the miner's default: about 2 s
+# beside the chains on an H200), to see the walk's spread and share. The target is short (TARGET_SECONDS, default 3, as the CPU slack bench), which times
 # worse than the 30 s default, so the spread is, if anything, overstated.
 #   usage: gpu-spread.sh [RUNS] [BIN_DIR]     (default 50 runs; BIN_DIR: this script's folder)
 # MINER_BACKEND=cpu runs the same loop on a host without a GPU (to try the script).
-# PROTOCOL=4 names protocol version 4 in the miner's config (the default: its pool is the chains'
-# own final states, walked and opened on the GPUs), with MEMORY=true the spread of its walk.
 # Output: $OUT (or target/gpu-spread)/verdicts.json, the verdicts one after another, and spread.txt.
 set -uo pipefail
 runs=${1:-50}
@@ -49,12 +46,7 @@ EOF
 
 # shellcheck source=miner_up.sh
 . "$(dirname "$0")/miner_up.sh"
-miner_config=()
-if [ "${PROTOCOL:-}" = 4 ]; then
-  printf '[limits]\nprotocol_4 = true\n' >"$work/miner.toml"
-  miner_config=(--config "$work/miner.toml")
-fi
-miner_up "$out/spread-miner.log" --backend "${MINER_BACKEND:-cuda}" "${miner_config[@]}"
+miner_up "$out/spread-miner.log" --backend "${MINER_BACKEND:-cuda}"
 if [ -z "$address" ]; then
   echo "gpu-spread: the miner did not start:" >&2
   cat "$out/spread-miner.log" >&2

@@ -10,7 +10,7 @@
 
 use gpu_attest_miner::MinerCore;
 use gpu_attest_miner::backends::SelectedBackend;
-use gpu_attest_miner::config::{Limits, MinerConfig};
+use gpu_attest_miner::config::MinerConfig;
 use gpu_attest_miner::nonces::NonceLog;
 use gpu_attest_proto::convert::{
     challenge_from_wire, challenge_to_wire, commitment_from_wire, commitment_to_wire, inventory_from_wire,
@@ -179,14 +179,10 @@ fn fresh_miner_core() -> MinerCore {
     // Says version 3, so that the harness's version 3 challenge (its memory phase as the
     // harness validator plans it) is taken: version 3's decoding and checks stay in the code
     // while older miners are attested, and stay fuzzed.
-    let says_3 = Limits {
-        protocol_4: false,
-        ..Limits::default()
-    };
     MinerCore::new(
         KeyPair::from_seed(MINER_SEED),
         HashSet::from([validator().public_key()]),
-        says_3,
+        crate::version_3_limits(),
         selected,
         Duration::from_secs(60),
         NonceLog::in_memory(),
@@ -209,11 +205,7 @@ fn planned() -> &'static Plan {
 /// attests miners of a release before version 4 runs.
 fn default_config() -> &'static ValidatorConfig {
     static CONFIG: OnceLock<ValidatorConfig> = OnceLock::new();
-    CONFIG.get_or_init(|| {
-        let mut config = ValidatorConfig::default();
-        config.memory.refuse_version_3 = false;
-        config
-    })
+    CONFIG.get_or_init(crate::version_3_validator_config)
 }
 
 /// Splits off the first byte, which picks among an entry point's variants.

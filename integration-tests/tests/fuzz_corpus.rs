@@ -135,8 +135,7 @@ fn the_seeds_pass_the_checks_they_seed() {
     let wire = v1::Inventory::decode(seed("inventory", "cpu-two-devices").as_slice()).unwrap();
     let inventory = inventory_from_wire(&wire).unwrap();
     // The seed inventory says version 3: planned where version 3 is still allowed.
-    let mut config = ValidatorConfig::default();
-    config.memory.refuse_version_3 = false;
+    let config = gpu_attest_integration_tests::version_3_validator_config();
     let rates = RateBook::of_config(&config);
     plan(&inventory, &config, &rates, true, [1; 32], [2; 32]).expect("the seed inventory is planned for");
 

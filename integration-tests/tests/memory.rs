@@ -16,7 +16,6 @@ mod common;
 use common::mangled::{Mangle, spawn_mangled};
 use common::memory_cheats::{CheatingPools, MemoryCheat, serve_entries};
 use common::*;
-use gpu_attest_miner::config::Limits;
 use gpu_attest_miner::nonces::NonceLog;
 use gpu_attest_shared::cpu::CpuBackend;
 use gpu_attest_shared::gemm::{CpuGemm, KernelKind};
@@ -114,15 +113,11 @@ fn cpu_claiming(memory_bytes: u64) -> CpuBackend {
 /// A miner on `backend`, which runs the CPU kernel `kernel`, saying version 3 (`protocol_4`
 /// off), as a miner of a release before version 4 does.
 fn miner_with(seed: u8, kernel: KernelKind, backend: Arc<dyn Backend>) -> Arc<gpu_attest_miner::MinerCore> {
-    let says_3 = Limits {
-        protocol_4: false,
-        ..Limits::default()
-    };
     miner_on(
         seed,
         &[validator_key()],
         common::selected(kernel, backend),
-        says_3,
+        gpu_attest_integration_tests::version_3_limits(),
         NonceLog::in_memory(),
     )
 }

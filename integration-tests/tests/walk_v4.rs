@@ -248,7 +248,7 @@ async fn each_version_4_refusal_has_its_own_status() {
         64,
         &[validator_key()],
         selected(kernel, Arc::new(cpu)),
-        version_3_limits(),
+        gpu_attest_integration_tests::version_3_limits(),
         NonceLog::in_memory(),
     );
     assert_eq!(not_asked.inventory().protocol_version, 3);
@@ -589,14 +589,6 @@ async fn hosts_of_ten_and_sixteen_devices_are_attested_whole() {
 fn speaks_4() -> Limits {
     Limits {
         protocol_4: true,
-        ..Limits::default()
-    }
-}
-
-/// Limits that say version 3: `protocol_4` turned off, for a validator older than version 4.
-fn version_3_limits() -> Limits {
-    Limits {
-        protocol_4: false,
         ..Limits::default()
     }
 }

@@ -10,6 +10,7 @@ use crate::server;
 use gpu_attest_daemon::config::ConfigError;
 use gpu_attest_daemon::run::{Daemon, Network, ServeError};
 use gpu_attest_shared::keys::{KeyError, KeyPair, PublicKey};
+use gpu_attest_shared::params::PROTOCOL_VERSION;
 use std::collections::HashSet;
 use std::future::Future;
 use std::sync::Arc;
@@ -59,25 +60,26 @@ pub fn core(config: &MinerConfig) -> Result<MinerCore, DaemonError> {
     for note in &selected.notes {
         info!("{note}");
     }
-    if config.limits.protocol_4 && selected.backend.holds_pools() && !selected.backend.keeps_chain_pools() {
-        // The version 4 walk's self-check failed (the note above says why): this miner says 3,
-        // whose memory phase validators of this release refuse.
-        warn!(
-            "this miner says protocol version 3, not 4: validators of this release refuse its memory phase (or, with [memory] required = false, attest its compute only); the self-check note above says why version 4 is off"
-        );
-    }
     let nonce_file = config.nonce_file();
     let nonces = NonceLog::open(&nonce_file, crate::core::now_ms())?;
     let shown = std::path::absolute(&nonce_file).unwrap_or_else(|_| nonce_file.clone());
     info!(path = %shown.display(), "nonce log");
-    Ok(MinerCore::new(
+    let core = MinerCore::new(
         identity,
         allowed,
         config.limits.clone(),
         selected,
         Duration::from_secs(config.keep_commitments_secs),
         nonces,
-    ))
+    );
+    if config.limits.protocol_4 && core.protocol_version() == PROTOCOL_VERSION {
+        // Asked to say 4, it says 3: the version 4 walk's self-check failed (the note above
+        // says why), and validators of this release refuse version 3's memory phase.
+        warn!(
+            "this miner says protocol version 3, not 4: validators of this release refuse its memory phase (or, with [memory] required = false, attest its compute only); the self-check note above says why version 4 is off"
+        );
+    }
+    Ok(core)
 }
 
 /// Serves `config`'s miner until `shutdown` completes: gRPC on `config.listen`, metrics when
