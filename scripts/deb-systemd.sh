@@ -135,6 +135,20 @@ systemctl enable --now gpu-attest-miner 2>/dev/null
 "
 
 journal() { inside journalctl --unit "$1" --output cat --no-pager 2>/dev/null; }
+# journal_says UNIT PATTERN [GREP FLAGS]: whether UNIT's journal has a line matching PATTERN,
+# waiting up to 30 s for it. A daemon's last lines reach journald through a pipe after the
+# daemon has exited (`systemctl stop` returns first), so one early read can miss them; and the
+# journal is read whole before grep looks at it, since `journalctl | grep -q` under pipefail
+# fails whenever grep stops reading early.
+journal_says() {
+    local text
+    for _ in $(seq 150); do
+        text=$(journal "$1")
+        grep -q "${@:3}" -e "$2" <<<"$text" && return 0
+        sleep 0.2
+    done
+    return 1
+}
 fail() {
     echo "deb-systemd: $*" >&2
     for unit in gpu-attest-validator gpu-attest-miner; do
@@ -145,8 +159,7 @@ fail() {
 }
 # Both daemons said they listen: in the journal, where systemd put their output.
 for unit in gpu-attest-validator gpu-attest-miner; do
-    for _ in $(seq 150); do journal "$unit" | grep -q '^listening on ' && break; sleep 0.2; done
-    journal "$unit" | grep -q '^listening on ' || fail "$unit did not start"
+    journal_says "$unit" '^listening on ' || fail "$unit did not start"
 done
 # `validator miners` finds the API from /etc/gpu-attest/validator.toml, as the guide says.
 inside gpu-attest-validator miners add "https://localhost:$miner_port" --name packaged >/dev/null \
@@ -209,7 +222,7 @@ before_stop=$(newest_id)
 inside systemctl stop gpu-attest-validator
 drained=$(verdicts | awk -v after="$before_stop" '$1 > after' | tail -1)
 [ "${drained#* }" = PASS ] || fail "the attestation in flight at the stop left '${drained:-no verdict}', not a stored PASS"
-journal gpu-attest-validator | grep -q 'validator stopped' || fail "the validator's journal has no 'validator stopped' line"
+journal_says gpu-attest-validator 'validator stopped' || fail "the validator's journal has no 'validator stopped' line"
 inside systemctl start gpu-attest-validator
 say "stopped mid-attestation: the verdict it was reaching is stored (${drained% *}), and the daemon said it stopped"
 
@@ -233,7 +246,7 @@ inside systemctl is-failed --quiet gpu-attest-miner || fail "the miner without i
 # (A manual restart sets the count back to 0.)
 restarts_now=$(inside systemctl show --property NRestarts --value gpu-attest-miner)
 [ "$restarts_now" -eq 0 ] || fail "the miner without its credential was restarted $restarts_now times"
-journal gpu-attest-miner | grep -qi 'credential' || fail "the miner's journal does not name the missing credential"
+journal_says gpu-attest-miner 'credential' -i || fail "the miner's journal does not name the missing credential"
 inside mv /root/miner.key.away /etc/gpu-attest/tls/miner.key
 journal gpu-attest-miner | grep -i 'credential' | tail -1 | sed 's/^/    /' >&2
 
@@ -248,8 +261,8 @@ sleep 7
 kill "$squatter" 2>/dev/null || true
 inside systemctl is-failed --quiet gpu-attest-validator || fail "the validator on a port in use is not failed: $(inside systemctl is-active gpu-attest-validator)"
 [ "$(inside systemctl show --property NRestarts --value gpu-attest-validator)" -eq 0 ] || fail "the validator on a port in use was restarted"
+journal_says gpu-attest-validator "cannot listen on 127.0.0.1:$validator_port" || fail "the validator's journal does not name the port in use"
 journal gpu-attest-validator | grep "cannot listen on 127.0.0.1:$validator_port" | tail -1 | sed 's/^/    /' >&2
-journal gpu-attest-validator | grep -q "cannot listen on 127.0.0.1:$validator_port" || fail "the validator's journal does not name the port in use"
 
 say "purging the package: nothing of it may be left"
 inside systemctl stop gpu-attest-validator gpu-attest-miner

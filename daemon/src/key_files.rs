@@ -11,9 +11,22 @@ pub fn print_public_key(key_file: &Path) -> Result<(), KeyError> {
 }
 
 /// Creates a key file (owner-only; never overwrites) and prints where, and its public key.
-pub fn create_and_print(key_file: &Path) -> Result<(), KeyError> {
-    let keys = KeyPair::create_file(key_file)?;
-    println!("wrote {} (owner-only)", key_file.display());
+/// With `keep_existing`, a key file already there is loaded instead (so a bad one is still an
+/// error) and its public key printed: a service's first-start step then says nothing alarming
+/// on every later start.
+pub fn create_and_print(key_file: &Path, keep_existing: bool) -> Result<(), KeyError> {
+    let keys = match KeyPair::create_file(key_file) {
+        Ok(keys) => {
+            println!("wrote {} (owner-only)", key_file.display());
+            keys
+        }
+        Err(KeyError::Exists { .. }) if keep_existing => {
+            let keys = KeyPair::load_file(key_file)?;
+            println!("kept {} (already there)", key_file.display());
+            keys
+        }
+        Err(error) => return Err(error),
+    };
     println!("public key: {}", keys.public_key());
     Ok(())
 }

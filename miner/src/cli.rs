@@ -88,6 +88,10 @@ pub enum Command {
     Keygen {
         #[arg(long, env = "GPU_ATTEST_MINER_KEY_FILE", default_value = "miner.key")]
         key_file: PathBuf,
+        /// Keep a key file that is already there (checked, its public key printed) and exit
+        /// 0, instead of refusing: for a service manager's "create on first start" step.
+        #[arg(long)]
+        if_missing: bool,
     },
     /// Ask the running miner's health probe (`[health] listen`) whether it serves: prints
     /// SERVING and exits 0, else one line saying why and exits 1. For a container's HEALTHCHECK.

@@ -84,10 +84,33 @@ fn keygen_refuses_to_overwrite_and_serve_refuses_open_key_files() {
     let again = miner().args(["keygen", "--key-file"]).arg(&key).output().unwrap();
     assert!(!again.status.success());
     assert!(String::from_utf8_lossy(&again.stderr).contains("already exists"));
+    // `--if-missing` (the units' first-start step) keeps the key: same bytes, its public key
+    // printed, exit 0.
+    let first_key = std::fs::read(&key).unwrap();
+    let public = miner().args(["public-key", "--key-file"]).arg(&key).output().unwrap();
+    let kept = miner()
+        .args(["keygen", "--if-missing", "--key-file"])
+        .arg(&key)
+        .output()
+        .unwrap();
+    assert!(kept.status.success(), "{}", String::from_utf8_lossy(&kept.stderr));
+    let said = String::from_utf8(kept.stdout).unwrap();
+    assert!(said.contains("(already there)"), "{said}");
+    let public = String::from_utf8(public.stdout).unwrap();
+    assert!(said.contains(&format!("public key: {}", public.trim())), "{said}");
+    assert_eq!(std::fs::read(&key).unwrap(), first_key);
     #[cfg(unix)]
     {
         use std::os::unix::fs::PermissionsExt;
         std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o644)).unwrap();
+        // A key file gone bad is still an error under `--if-missing`: the unit stops there.
+        let bad = miner()
+            .args(["keygen", "--if-missing", "--key-file"])
+            .arg(&key)
+            .output()
+            .unwrap();
+        assert!(!bad.status.success());
+        assert!(String::from_utf8_lossy(&bad.stderr).contains("chmod 600"));
         let out = miner()
             .args(["serve", "--listen", "127.0.0.1:0", "--key-file"])
             .arg(&key)

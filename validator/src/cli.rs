@@ -94,6 +94,10 @@ pub enum Command {
     Keygen {
         #[arg(long, env = "GPU_ATTEST_VALIDATOR_KEY_FILE", default_value = "validator.key")]
         key_file: PathBuf,
+        /// Keep a key file that is already there (checked, its public key printed) and exit
+        /// 0, instead of refusing: for a service manager's "create on first start" step.
+        #[arg(long)]
+        if_missing: bool,
     },
     /// Make a private CA and the TLS certificates of a small deployment in an empty directory:
     /// the validator's (server, and client towards miners), one per miner host, and an

@@ -73,7 +73,9 @@ impl CommandFailure for CommandError {
 pub fn run(command: Command) -> Result<Answer, CommandError> {
     match command {
         Command::PublicKey { key_file } => Ok(key_files::print_public_key(&key_file).map(|()| Answer::Yes)?),
-        Command::Keygen { key_file } => Ok(key_files::create_and_print(&key_file).map(|()| Answer::Yes)?),
+        Command::Keygen { key_file, if_missing } => {
+            Ok(key_files::create_and_print(&key_file, if_missing).map(|()| Answer::Yes)?)
+        }
         Command::Evidence { roots, json } => evidence::check(roots.as_deref(), json),
         Command::Health { config, address } => health(config.as_deref(), address),
         Command::Info { settings, json } => info::info(&settings, json),

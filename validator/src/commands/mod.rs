@@ -68,7 +68,9 @@ impl CommandFailure for CommandError {
 pub fn run(command: Command) -> Result<Answer, CommandError> {
     match command {
         Command::PublicKey { key_file } => Ok(key_files::print_public_key(&key_file).map(|()| Answer::Yes)?),
-        Command::Keygen { key_file } => Ok(key_files::create_and_print(&key_file).map(|()| Answer::Yes)?),
+        Command::Keygen { key_file, if_missing } => {
+            Ok(key_files::create_and_print(&key_file, if_missing).map(|()| Answer::Yes)?)
+        }
         Command::TlsCerts {
             out,
             validator_hosts,
