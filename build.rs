@@ -2,7 +2,11 @@
 //! fresh machine needs no system `protoc`.
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let protos = ["proto/gpu_attest/v1/miner.proto", "proto/gpu_attest/v1/validator.proto"];
+    let protos = [
+        "proto/gpu_attest/v1/miner.proto",
+        "proto/gpu_attest/v1/validator.proto",
+        "proto/gpu_attest/v1/transcript.proto",
+    ];
     for path in ["proto/gpu_attest/v1/common.proto"].iter().chain(&protos) {
         println!("cargo:rerun-if-changed={path}");
     }

@@ -5,6 +5,10 @@
 /// that a kernel failed.
 pub const ANSWER_NO: u8 = 1;
 
+/// The command ran and its answer is yes in part: an audit that confirmed everything it could
+/// re-derive and took the rest as stated (it lists what).
+pub const ANSWER_IN_PART: u8 = 3;
+
 /// The command could not do what was asked: bad usage, a bad config or key file, a peer out of
 /// reach, a database error. Command-line usage errors (clap's) have this status too.
 pub const ERROR: u8 = 2;
@@ -18,6 +22,8 @@ pub use crate::devices::EXIT_DEVICE_FAULT as DEVICE_FAULT;
 pub enum Answer {
     Yes,
     No,
+    /// Yes for what could be checked, the rest unchecked: [`ANSWER_IN_PART`].
+    InPart,
 }
 
 impl Answer {
@@ -31,6 +37,7 @@ impl Answer {
         match self {
             Answer::Yes => 0,
             Answer::No => ANSWER_NO,
+            Answer::InPart => ANSWER_IN_PART,
         }
     }
 }

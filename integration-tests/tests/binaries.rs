@@ -81,6 +81,89 @@ fn attest_a_real_miner_then_fail_cleanly_on_bad_targets() {
     }
 }
 
+/// The transcript path as an operator walks it with the binaries: a verdict kept with its
+/// transcript, `verdicts export` writing it (never over a file), `audit` confirming it (exit 0),
+/// a changed byte failing it (exit 1), and what is not a transcript refused (exit 2).
+#[test]
+fn a_verdicts_transcript_is_exported_and_audited_with_the_binaries() {
+    let dir = Dir::fresh("transcripts");
+    let d = &dir.0;
+    let validator_key = keygen("validator", &d.join("v.key"));
+    keygen("miner", &d.join("m.key"));
+    write_small_validator_config(d);
+    let config = d.join("validator.toml");
+    let mut text = std::fs::read_to_string(&config).unwrap();
+    text.push_str("[transcripts]\nkeep = \"all\"\n");
+    std::fs::write(&config, text).unwrap();
+    let (_miner, miner_url) = start(serve_miner(d, &validator_key));
+    let out = attest(d, &miner_url);
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let verdict: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let id = verdict["id"].as_u64().unwrap().to_string();
+    let size = verdict["transcript_bytes"]
+        .as_u64()
+        .expect("the verdict says its transcript is kept");
+
+    let export = |id: &str, out: &Path| {
+        cmd("validator")
+            .args(["verdicts", "--database"])
+            .arg(d.join("v.db"))
+            .args(["export", id, "--out"])
+            .arg(out)
+            .output()
+            .unwrap()
+    };
+    let file = d.join("verdict.transcript");
+    let exported = export(&id, &file);
+    assert!(
+        exported.status.success(),
+        "{}",
+        String::from_utf8_lossy(&exported.stderr)
+    );
+    assert_eq!(std::fs::metadata(&file).unwrap().len(), size);
+    assert_one_line_error(&export(&id, &file), "already exists");
+    assert_one_line_error(&export("999", &d.join("none")), "no verdict 999");
+
+    let audit = |path: &Path, key: Option<&str>| {
+        let mut command = cmd("validator");
+        command.arg("audit").arg(path);
+        if let Some(key) = key {
+            command.args(["--validator-key", key]);
+        }
+        command.output().unwrap()
+    };
+    let printed = |out: &Output| String::from_utf8_lossy(&out.stdout).into_owned();
+    let confirmed = audit(&file, Some(validator_key.as_str()));
+    let report = printed(&confirmed);
+    assert_eq!(confirmed.status.code(), Some(0), "{report}");
+    assert!(
+        report.contains("CONFIRMED: the verdict follows from the transcript"),
+        "{report}"
+    );
+
+    // One byte changed, past the file's first fields: the signature fails; exit 1.
+    let mut bytes = std::fs::read(&file).unwrap();
+    let at = bytes.len() / 2;
+    bytes[at] ^= 0x20;
+    let changed = d.join("changed.transcript");
+    std::fs::write(&changed, &bytes).unwrap();
+    let differs = audit(&changed, None);
+    let report = printed(&differs);
+    assert_eq!(
+        differs.status.code(),
+        Some(1),
+        "{report}{}",
+        String::from_utf8_lossy(&differs.stderr)
+    );
+    assert!(report.contains("DIFFERS"), "{report}");
+
+    // Not a transcript, and not a key.
+    let junk = d.join("junk");
+    std::fs::write(&junk, b"not a transcript").unwrap();
+    assert_one_line_error(&audit(&junk, None), "not a gpu-attest transcript");
+    assert_one_line_error(&audit(&file, Some("beef")), "--validator-key");
+}
+
 /// A daemon started without its key says so in one line: the file, its cause once (most errors
 /// carry their cause in their own message, and the chain used to repeat it at every level),
 /// and the command that makes a key.

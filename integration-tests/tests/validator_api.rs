@@ -589,6 +589,14 @@ struct EndlessEmptyPages {
 impl v1::validator_server::Validator for EndlessEmptyPages {
     type AttestMinerStream = tokio_stream::Empty<Result<v1::AttestEvent, tonic::Status>>;
     type WatchVerdictsStream = tokio_stream::Empty<Result<v1::Verdict, tonic::Status>>;
+    type GetTranscriptStream = tokio_stream::Empty<Result<v1::TranscriptChunk, tonic::Status>>;
+
+    async fn get_transcript(
+        &self,
+        _: tonic::Request<v1::GetTranscriptRequest>,
+    ) -> Result<tonic::Response<Self::GetTranscriptStream>, tonic::Status> {
+        Err(tonic::Status::unimplemented("not this test's"))
+    }
 
     async fn watch_verdicts(
         &self,

@@ -57,12 +57,31 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// List stored verdicts, newest first.
+    /// List stored verdicts, newest first; or export one's transcript.
     Verdicts {
         #[arg(long, env = "GPU_ATTEST_VALIDATOR_DATABASE", default_value = "validator.db")]
         database: PathBuf,
         #[command(flatten)]
         filter: VerdictFilterArgs,
+        #[arg(long)]
+        json: bool,
+        #[command(subcommand)]
+        action: Option<VerdictsAction>,
+    },
+    /// Check a verdict again from its transcript (`verdicts export`), offline: no database, no
+    /// network, no GPU. Exit code: 0 confirmed, 3 confirmed in part (what was taken as stated is
+    /// listed), 1 a part differs or a signature fails, 2 the file cannot be read.
+    Audit {
+        /// The transcript file.
+        file: PathBuf,
+        /// The validator key (64 hex digits) the transcript must be signed by; without it the
+        /// audit names the key it is signed by, for you to compare.
+        #[arg(long)]
+        validator_key: Option<String>,
+        /// Threads for recomputing openings; 0 uses every core.
+        #[arg(long, default_value_t = 0)]
+        threads: usize,
+        /// Print the report as JSON.
         #[arg(long)]
         json: bool,
     },
@@ -310,6 +329,18 @@ pub enum MinersAction {
         /// Why, for the record.
         #[arg(long)]
         reason: String,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum VerdictsAction {
+    /// Write verdict ID's kept transcript to a file, for `validator audit` (PROTOCOL.md 21).
+    Export {
+        /// The verdict's id (`validator verdicts` lists them).
+        id: u64,
+        /// Where to write it; an existing file is not overwritten.
+        #[arg(long, short)]
+        out: PathBuf,
     },
 }
 

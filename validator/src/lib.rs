@@ -2,6 +2,7 @@
 //! over it, and the integration tests run the same server in-process on port-0 listeners.
 
 pub mod attest;
+pub mod audit;
 pub mod backoffs;
 pub mod cli;
 pub mod commands;
@@ -19,6 +20,7 @@ pub mod server;
 pub mod service;
 pub mod show;
 pub mod store;
+pub mod transcript;
 pub mod untrusted;
 pub mod verdict;
 pub mod verdict_wire;

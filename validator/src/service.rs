@@ -129,6 +129,11 @@ fn is_trusted_caller<T>(request: &Request<T>) -> bool {
 
 type EventStream = Pin<Box<dyn Stream<Item = Result<v1::AttestEvent, Status>> + Send>>;
 type VerdictStream = Pin<Box<dyn Stream<Item = Result<v1::Verdict, Status>> + Send>>;
+type TranscriptStream = Pin<Box<dyn Stream<Item = Result<v1::TranscriptChunk, Status>> + Send>>;
+
+/// The largest piece of a transcript one message carries: well under any client's default
+/// message limit (4 MiB).
+const TRANSCRIPT_CHUNK_BYTES: usize = 1 << 20;
 
 /// How long a watcher waits for its client to take a verdict before it ends the watch: a client
 /// that stops reading does not keep a watcher's place for good.
@@ -204,6 +209,7 @@ async fn run_watcher(
 impl Validator for ValidatorService {
     type AttestMinerStream = EventStream;
     type WatchVerdictsStream = VerdictStream;
+    type GetTranscriptStream = TranscriptStream;
 
     async fn register_miner(
         &self,
@@ -424,6 +430,29 @@ impl Validator for ValidatorService {
         // As attest_miner: only a trusted caller's watch keeps its connection from being closed
         // to make room.
         Ok(if trusted { holds_connection(response) } else { response })
+    }
+
+    async fn get_transcript(
+        &self,
+        request: Request<v1::GetTranscriptRequest>,
+    ) -> Result<Response<TranscriptStream>, Status> {
+        let id = request.into_inner().verdict_id;
+        let Some(bytes) = self.attestor.store().transcript(id).await? else {
+            return Err(Status::not_found(format!(
+                "verdict {id} has no kept transcript: the validator keeps failing verdicts' by default ([transcripts] keep), within its budget, and none from before this release"
+            )));
+        };
+        let total_bytes = bytes.len() as u64;
+        let chunks: Vec<Result<v1::TranscriptChunk, Status>> = bytes
+            .chunks(TRANSCRIPT_CHUNK_BYTES)
+            .map(|data| {
+                Ok(v1::TranscriptChunk {
+                    data: data.to_vec(),
+                    total_bytes,
+                })
+            })
+            .collect();
+        Ok(Response::new(Box::pin(tokio_stream::iter(chunks))))
     }
 
     async fn list_verdicts(

@@ -60,6 +60,12 @@ pub fn print_verdict(v: &Verdict, database: &str) {
         println!("  reason: {r}");
     }
     println!("  verdict #{} stored in {database}", v.id);
+    if let Some(bytes) = v.transcript_bytes {
+        println!(
+            "  its transcript is kept ({bytes} bytes): `validator verdicts export {} --out FILE`, then `validator audit FILE`",
+            v.id
+        );
+    }
 }
 
 /// Stored verdicts, one line each, as `validator verdicts` and `validator miners verdicts` print

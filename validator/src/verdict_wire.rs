@@ -50,6 +50,7 @@ pub fn verdict_to_wire(v: &Verdict) -> v1::Verdict {
         deadline_ms: v.deadline_ms,
         finish_by_ms: v.finish_by_ms,
         protocol_version: v.protocol_version,
+        transcript_bytes: v.transcript_bytes.unwrap_or(0),
         first_run: v.first_run.as_ref().map(|f| v1::FirstRun {
             nonce: hex32(&f.nonce),
             measured_ms: f.measured_ms,
@@ -152,6 +153,7 @@ pub fn verdict_from_wire(v: &v1::Verdict) -> Verdict {
             reasons: reasons_from_wire(&f.fail_reasons),
         }),
         protocol_version: v.protocol_version,
+        transcript_bytes: (v.transcript_bytes > 0).then_some(v.transcript_bytes),
     }
 }
 

@@ -22,6 +22,7 @@ from gpu_attest_client import (
     FailedPrecondition,
     GpuAttestError,
     InvalidArgument,
+    NotFound,
     OutOfRange,
     Phase,
     Progress,
@@ -91,6 +92,31 @@ def test_a_failed_verdict_gives_its_reasons_as_codes(api, cheating_miner):
     failed = list(api.list_verdicts(passed=False))
     assert verdict.id in [v.id for v in failed]
     assert all(not v.passed for v in failed)
+
+
+def test_a_failed_verdicts_transcript_is_saved_and_audits_offline(api, cheating_miner, honest_miner, workdir):
+    """A FAIL keeps its transcript (PROTOCOL.md 21) by default; the client saves it through the
+    API, and ``validator audit`` re-derives the verdict from that file alone."""
+    verdict = api.attest(cheating_miner.url)
+    assert not verdict.passed
+    listed = next(v for v in api.list_verdicts(passed=False) if v.id == verdict.id)
+    assert listed.transcript_bytes and listed.transcript_bytes > 0
+    path = workdir / f"verdict-{verdict.id}.transcript"
+    assert api.save_transcript(verdict.id, path) == listed.transcript_bytes
+    with pytest.raises(FileExistsError):
+        api.save_transcript(verdict.id, path)
+    audited = subprocess.run(
+        [binary("validator"), "audit", str(path), "--json"], capture_output=True, text=True
+    )
+    report = json.loads(audited.stdout)
+    assert audited.returncode == 0, audited.stdout + audited.stderr
+    assert report["finding"] == "confirmed" and not report["differs"], report
+    # A pass keeps none by default: asking for it is NotFound, with what to change.
+    passed = api.attest(honest_miner.url)
+    assert passed.passed and passed.transcript_bytes is None
+    with pytest.raises(NotFound) as none:
+        api.transcript(passed.id)
+    assert "keep" in none.value.message
 
 
 def test_a_verdicts_json_is_the_validators_own(api, honest_miner, cheating_miner, v4_miner, workdir):

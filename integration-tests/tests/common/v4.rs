@@ -17,6 +17,7 @@ use gpu_attest_validator::attest::client::MinerConnection;
 use gpu_attest_validator::attest::walk_v4::{StepChecks, walk_states};
 use gpu_attest_validator::config::Policy;
 use gpu_attest_validator::memory::plan_v4::ChainPoolPlan;
+use gpu_attest_validator::transcript::Recorder;
 use gpu_attest_validator::verdict::reason::Reason;
 use rand_chacha::ChaCha20Rng;
 use rand_chacha::rand_core::SeedableRng;
@@ -107,6 +108,7 @@ pub async fn validator_exchange(
         &commitment,
         plan,
         &mut reasons,
+        &mut Recorder::default(),
         &|_| {},
     )
     .await
@@ -124,10 +126,8 @@ pub async fn validator_exchange(
     for &step in &steps {
         let mut wire = openings.message().await.unwrap().expect("one opening per step");
         tamper(&mut wire);
-        if let Some(check) = walked
-            .begin_check(&work, &miner_key, step, &wire, &mut reasons)
-            .unwrap()
-        {
+        let row = walked.draw_row(step, &mut Recorder::default()).unwrap();
+        if let Some(check) = walked.begin_check(&work, &miner_key, step, &wire, row, &mut reasons) {
             checks.push(check, &mut reasons).await.unwrap();
         }
     }

@@ -134,6 +134,8 @@ impl AcceptWindow {
 
 /// A commitment as received: converted from the wire, nothing checked yet.
 pub struct Committed {
+    /// As received, for the transcript.
+    pub wire: v1::Commitment,
     pub commitment: Commitment,
     pub signature: [u8; 64],
     /// The device evidence beside it (PROTOCOL.md 19.3), read only under an identity policy.
@@ -143,6 +145,8 @@ pub struct Committed {
 /// How the challenge stream ended, from the validator's side.
 pub enum Received {
     Commitment(Box<Committed>),
+    /// A commitment that does not decode: as received (for the transcript), and why.
+    Unreadable(Box<v1::Commitment>, Reason),
     /// The attestation has failed; the outcome says why.
     Failed(Reason),
 }
@@ -294,17 +298,26 @@ fn handle(check: &mut StreamCheck, event: Event, on_event: &(dyn Fn(AttestEvent)
                 commitment,
                 signature,
                 evidence: evidence_from_wire(&c.evidence, &c.evidence_signature),
+                wire: c,
             })),
-            Err(e) => Received::Failed(Reason::new(
-                ReasonCode::MalformedCommitment,
-                format!("malformed commitment: {e}"),
-            )),
+            Err(e) => {
+                let reason = malformed_commitment(&e);
+                Received::Unreadable(Box::new(c), reason)
+            }
         }),
         Event::Commitment(_) => Some(Received::Failed(Reason::new(
             ReasonCode::StreamOutOfOrder,
             "miner sent a commitment before accepting the challenge",
         ))),
     }
+}
+
+/// Why a commitment that does not decode fails (PROTOCOL.md 14.4 step 1).
+pub fn malformed_commitment(error: &gpu_attest_proto::WireError) -> Reason {
+    Reason::new(
+        ReasonCode::MalformedCommitment,
+        format!("malformed commitment: {error}"),
+    )
 }
 
 /// The time a miner had, for people: "deadline 4000 ms", with the finish-by time if any.

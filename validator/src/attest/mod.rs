@@ -30,7 +30,8 @@ use crate::device_identity::{check_commitment_evidence, check_part_reuse};
 use crate::metrics::{Phase, ValidatorMetrics};
 use crate::planner::{MemoryPhasePlan, Plan, PlanError, classes, plan};
 use crate::rates::RateBook;
-use crate::store::{ClassObservation, Store, StoreError};
+use crate::store::{ClassObservation, Kept, Store, StoreError};
+use crate::transcript::{RecordedPlan, Recorder};
 use crate::verdict::Verdict;
 use crate::verdict::class::homogeneous;
 use crate::verdict::class::{walk_class, walk_v4_class};
@@ -259,15 +260,67 @@ impl Attestor {
         {
             return Err(bad);
         }
-        let first = self.run_once(&url, None, on_event).await?.into_verdict(now_ms());
-        let verdict = match retest::due(&first, &self.config.deadline) {
-            None => first,
-            Some(why) => self.retest(&url, first, why, on_event).await,
+        let mut first_run = self.run_once(&url, None, on_event).await?;
+        let first_record = first_run.take_record();
+        let first = first_run.into_verdict(now_ms());
+        let (verdict, record) = match retest::due(&first, &self.config.deadline) {
+            None => (first, first_record),
+            Some(why) => self.retest(&url, first, first_record, why, on_event).await,
         };
         let started = Instant::now();
-        let stored = self.store_verdict(verdict, on_event).await;
+        let mut stored = self.store_verdict(verdict, on_event).await;
+        if let Ok(verdict) = &mut stored {
+            verdict.transcript_bytes = self.keep_transcript(verdict, record).await;
+        }
         self.metrics.phase(Phase::Store, started.elapsed());
         stored
+    }
+
+    /// Seals and keeps the stored `verdict`'s transcript where `[transcripts]` says to, and
+    /// returns its size once kept. A transcript that cannot be kept is logged, never lost
+    /// silently, and never costs the verdict.
+    async fn keep_transcript(&self, verdict: &Verdict, (recorder, plan): (Recorder, RecordedPlan)) -> Option<u64> {
+        let config = &self.config.transcripts;
+        if !config.keeps(verdict.passed) {
+            return None;
+        }
+        let sealed = match recorder.into_transcript(verdict, &plan) {
+            Ok(transcript) => crate::transcript::seal(&transcript, &self.identity),
+            Err(e) => {
+                tracing::error!(verdict = verdict.id, error = %e, "transcript could not be written");
+                return None;
+            }
+        };
+        let size = sealed.len() as u64;
+        match self
+            .store
+            .keep_transcript(verdict.id, &sealed, config.budget_bytes(), now_ms())
+            .await
+        {
+            Ok(Kept::Yes { evicted }) => {
+                if evicted > 0 {
+                    tracing::info!(
+                        verdict = verdict.id,
+                        evicted,
+                        "older transcripts dropped to keep within transcripts.budget_mib"
+                    );
+                }
+                Some(size)
+            }
+            Ok(Kept::OverBudget { size }) => {
+                tracing::warn!(
+                    verdict = verdict.id,
+                    size,
+                    budget_mib = config.budget_mib,
+                    "transcript larger than the whole transcripts.budget_mib: not kept"
+                );
+                None
+            }
+            Err(e) => {
+                tracing::error!(verdict = verdict.id, error = %e, "transcript could not be stored");
+                None
+            }
+        }
     }
 
     /// A miss within the retest band, retested with a fresh challenge (PROTOCOL.md 14.7): the
@@ -277,9 +330,10 @@ impl Attestor {
         &self,
         url: &str,
         first: Verdict,
+        first_record: (Recorder, RecordedPlan),
         why: String,
         on_event: &(dyn Fn(AttestEvent) + Send + Sync),
-    ) -> Verdict {
+    ) -> (Verdict, (Recorder, RecordedPlan)) {
         // Logged, since a scheduled attestation shows its phases to nobody.
         tracing::info!(miner = %url, reason = %why, "retesting a miss within the retest band");
         on_event(AttestEvent::Phase {
@@ -287,16 +341,17 @@ impl Attestor {
             detail: why,
         });
         match self.run_once(url, Some(&first), on_event).await {
-            Ok(second) => {
+            Ok(mut second) => {
+                let record = second.take_record();
                 let mut second = second.into_verdict(now_ms());
                 second.first_run = Some((&first).into());
                 self.metrics.retested(if second.passed { "pass" } else { "fail" });
-                second
+                (second, record)
             }
             Err(e) => {
                 tracing::warn!(miner = %url, error = %e, "the retest could not run; the first run's verdict is stored");
                 self.metrics.retested("error");
-                first
+                (first, first_record)
             }
         }
     }
@@ -425,6 +480,9 @@ impl Attestor {
         let grace = Duration::from_millis(plan.deadline_ms / 10 + 2_000);
         let wait_limit = Duration::from_millis(plan.deadline_ms.max(plan.finish_by_ms)) + grace;
         let signature = challenge.sign(&self.identity);
+        outcome
+            .transcript
+            .challenge(gpu_attest_proto::convert::challenge_to_wire(challenge, &signature));
         let sent = Instant::now();
         let until = tokio::time::Instant::now() + wait_limit;
         let window = AcceptWindow::new(self.config.deadline.accept_ms, plan.deadline_ms);
@@ -441,7 +499,15 @@ impl Attestor {
                 outcome.reasons.push(reason);
                 Ok(None)
             }
+            Received::Unreadable(wire, reason) => {
+                outcome.transcript.commitment(*wire, outcome.measured_ms);
+                outcome.reasons.push(reason);
+                Ok(None)
+            }
             Received::Commitment(committed) => {
+                outcome
+                    .transcript
+                    .commitment(committed.wire.clone(), outcome.measured_ms);
                 let measured = outcome.measured_ms;
                 on_event(AttestEvent::Phase {
                     name: "commitment-received",
@@ -575,6 +641,7 @@ impl Attestor {
                     commitment,
                     &pool,
                     &mut outcome.reasons,
+                    &mut outcome.transcript,
                     on_event,
                 )
                 .await?;
@@ -612,6 +679,7 @@ impl Attestor {
             committed.evidence.clone(),
         );
         let now = now_ms();
+        outcome.transcript.evidence_checked(&config, now);
         let (mut proof, mut reasons) = tokio::task::spawn_blocking(move || {
             check_commitment_evidence(
                 &config,
@@ -717,7 +785,7 @@ fn check_url(url: &str) -> Result<(), AttestError> {
 /// 18.4, 20.8), if it does not: only a version 3 commitment names pools. Checked before the walk,
 /// so that the version every later step speaks (the walk's request, the open request's signed
 /// bytes) is the one the planner chose, never one told from what the commitment happens to carry.
-fn pools_out_of_place(phase: &MemoryPhasePlan, names_pools: bool) -> Option<&'static str> {
+pub fn pools_out_of_place(phase: &MemoryPhasePlan, names_pools: bool) -> Option<&'static str> {
     match phase {
         MemoryPhasePlan::Off if names_pools => {
             Some("the commitment names pools, but the challenge asked for no memory phase (PROTOCOL.md 13.2)")
@@ -783,7 +851,7 @@ fn learned_from(verdict: &Verdict, claim: &HardwareClaim, miner_key: [u8; 32]) -
 
 /// Why a commitment after the deadline fails, and whether its work still counts: by the
 /// finish-by time it is verified and the verdict states the rate it proved; past it, nothing.
-fn late(measured: u64, plan: &Plan) -> String {
+pub fn late(measured: u64, plan: &Plan) -> String {
     let late = format!(
         "commitment arrived after {measured} ms; the deadline was {} ms",
         plan.deadline_ms

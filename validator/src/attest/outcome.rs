@@ -2,6 +2,7 @@
 
 use crate::config::Policy;
 use crate::planner::{MemoryPhasePlan, Plan};
+use crate::transcript::{RecordedPlan, Recorder};
 use crate::verdict::identity::IdentityProof;
 use crate::verdict::memory::MemoryProof;
 use crate::verdict::reason::{Reason, ReasonCode};
@@ -22,28 +23,66 @@ pub struct Outcome {
     /// Device evidence as checked (PROTOCOL.md 19.5); `None` under the `off` policy, or when the
     /// commitment failed before its evidence was read.
     pub identity: Option<IdentityProof>,
+    /// The messages as they went, for the transcript (PROTOCOL.md 21).
+    pub transcript: Recorder,
+    /// The plan as it stood before the challenge was sent, for the transcript.
+    planned: Box<RecordedPlan>,
     global: Digest,
 }
 
 impl Outcome {
     pub fn new(url: &str, plan: &Plan, policy: Policy) -> Self {
+        let memory = match &plan.memory {
+            MemoryPhasePlan::V4(pool) => {
+                let claimed: Vec<u64> = plan.claim.devices.iter().map(|d| d.memory_bytes).collect();
+                Some(pool.planned_proof(plan.params.n, &claimed))
+            }
+            MemoryPhasePlan::V3(memory) => Some(memory.planned_proof()),
+            MemoryPhasePlan::Off => None,
+        };
+        Self::with_memory(url, plan, policy, memory, plan.memory.protocol_version())
+    }
+
+    /// An outcome whose memory phase is `memory` as planned, judged under `protocol_version`:
+    /// for an audit, which has the planned figures from a transcript rather than a plan.
+    pub fn with_memory(
+        url: &str,
+        plan: &Plan,
+        policy: Policy,
+        memory: Option<MemoryProof>,
+        protocol_version: u32,
+    ) -> Self {
+        let planned = Box::new(RecordedPlan {
+            policy: policy_name(policy).into(),
+            samples: plan.samples,
+            expected_ms: plan.expected_ms,
+            deadline_ms: plan.deadline_ms,
+            finish_by_ms: plan.finish_by_ms,
+            expectation: plan.expectation,
+            backend: plan.claim.backend.clone(),
+            kernel: plan.claim.kernel.clone(),
+            inventory: plan.claim.devices.clone(),
+            protocol_version,
+            memory: memory.clone(),
+        });
         Outcome {
             url: url.into(),
             policy,
             plan: plan.clone(),
             reasons: Vec::new(),
             measured_ms: 0,
-            memory: match &plan.memory {
-                MemoryPhasePlan::V4(pool) => {
-                    let claimed: Vec<u64> = plan.claim.devices.iter().map(|d| d.memory_bytes).collect();
-                    Some(pool.planned_proof(plan.params.n, &claimed))
-                }
-                MemoryPhasePlan::V3(memory) => Some(memory.planned_proof()),
-                MemoryPhasePlan::Off => None,
-            },
+            memory,
             identity: None,
+            transcript: Recorder::default(),
+            planned,
             global: Digest::default(),
         }
+    }
+
+    /// What was recorded, and the plan it was recorded under, taken out before the outcome
+    /// becomes a verdict.
+    pub fn take_record(&mut self) -> (Recorder, RecordedPlan) {
+        (std::mem::take(&mut self.transcript), (*self.planned).clone())
     }
 
     pub fn fail(&mut self, code: ReasonCode, message: impl Into<String>) {
@@ -94,11 +133,7 @@ impl Outcome {
             nonce: hex::encode(params.nonce),
             passed,
             reasons: self.reasons,
-            policy: match self.policy {
-                Policy::Full => "full",
-                _ => "sampled",
-            }
-            .into(),
+            policy: policy_name(self.policy).into(),
             samples: self.plan.samples,
             params: stored,
             measured_ms: self.measured_ms,
@@ -111,10 +146,19 @@ impl Outcome {
             global_checksum: self.global.to_hex(),
             created_at_ms,
             throughput,
-            protocol_version: self.plan.memory.protocol_version(),
+            protocol_version: self.planned.protocol_version,
             memory,
             identity: self.identity,
             first_run: None,
+            transcript_bytes: None,
         }
+    }
+}
+
+/// A policy as verdicts name it: re-execution in full, or sampled openings.
+pub fn policy_name(policy: Policy) -> &'static str {
+    match policy {
+        Policy::Full => "full",
+        _ => "sampled",
     }
 }

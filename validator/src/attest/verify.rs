@@ -173,27 +173,24 @@ pub async fn sampled(
     let samples = draw_samples(&mut rng, work, chains);
     let nonce = work.params().nonce;
     let request = open_request(identity, nonce, &outcome.plan.memory, &samples, memory.as_ref());
+    outcome.transcript.open_request(&request);
     // A miner that stalls must not hold this validator: all openings must arrive within the
     // budget, counting only the time spent waiting for the miner, not this validator's own
     // recomputation.
     let budget = opening_budget(outcome.plan.deadline_ms);
-    let timed_out = |outcome: &mut Outcome| {
-        outcome.fail(
-            ReasonCode::OpeningsTimedOut,
-            format!("miner did not send all openings within {} ms", budget.as_millis()),
-        )
-    };
     let started = Instant::now();
     let opened = tokio::time::timeout(budget, open_with_retries(miner, request, work.n())).await;
     let mut waited = started.elapsed();
     let mut stream = match opened {
         Ok(Ok(stream)) => stream,
         Ok(Err(s)) => {
+            outcome.transcript.open_refused(&s);
             refused(&s, outcome);
             return Ok(());
         }
         Err(_) => {
-            timed_out(outcome);
+            outcome.transcript.open_timed_out();
+            openings_timed_out(outcome);
             return Ok(());
         }
     };
@@ -206,12 +203,16 @@ pub async fn sampled(
         let next = tokio::time::timeout(budget.saturating_sub(waited), stream.message()).await;
         waited += started.elapsed();
         let wire = match next {
-            Ok(received) => match received_opening(received, sample, outcome) {
-                Some(wire) => wire,
-                None => break,
-            },
+            Ok(received) => {
+                outcome.transcript.opening(&received);
+                match received_opening(received, sample, outcome) {
+                    Some(wire) => wire,
+                    None => break,
+                }
+            }
             Err(_) => {
-                timed_out(outcome);
+                outcome.transcript.opening_timed_out();
+                openings_timed_out(outcome);
                 break;
             }
         };
@@ -221,8 +222,9 @@ pub async fn sampled(
                 super::walk::check_opening(context, nonce, commitment, walk, &wire, outcome).await?
             }
             Due::Step(step, walked) => {
+                let row = walked.draw_row(step, &mut outcome.transcript)?;
                 if let Some(check) =
-                    walked.begin_check(work, &commitment.miner_key, step, &wire, &mut outcome.reasons)?
+                    walked.begin_check(work, &commitment.miner_key, step, &wire, row, &mut outcome.reasons)
                 {
                     steps.push(check, &mut outcome.reasons).await?;
                 }
@@ -264,8 +266,17 @@ fn open_request(
     }
 }
 
+/// Not every opening came within the opening budget.
+pub fn openings_timed_out(outcome: &mut Outcome) {
+    let budget = opening_budget(outcome.plan.deadline_ms);
+    outcome.fail(
+        ReasonCode::OpeningsTimedOut,
+        format!("miner did not send all openings within {} ms", budget.as_millis()),
+    )
+}
+
 /// The openings the stream owes, in request order: the chains, then the walk segments or steps.
-fn owed<'a>(samples: &[SampleRequest], memory: Option<&MemoryOpenings<'a>>) -> Vec<Due<'a>> {
+pub fn owed<'a>(samples: &[SampleRequest], memory: Option<&MemoryOpenings<'a>>) -> Vec<Due<'a>> {
     let mut due: Vec<Due> = samples.iter().map(|&s| Due::Chain(s)).collect();
     match memory {
         Some(MemoryOpenings::Segments(w)) => due.extend(w.samples.iter().map(|&sample| Due::Walk(sample, w.context))),
@@ -276,7 +287,7 @@ fn owed<'a>(samples: &[SampleRequest], memory: Option<&MemoryOpenings<'a>>) -> V
 }
 
 /// The miner refused the open request.
-fn refused(status: &Status, outcome: &mut Outcome) {
+pub fn refused(status: &Status, outcome: &mut Outcome) {
     outcome.fail(
         ReasonCode::OpenRefused,
         format!(
@@ -290,7 +301,7 @@ fn refused(status: &Status, outcome: &mut Outcome) {
 /// The opening the stream sent for `sample`, or `None` once the outcome says why there is none
 /// (the stream ended, or the miner sent an error: malformed by this validator's decoding, or the
 /// miner's own).
-fn received_opening(
+pub fn received_opening(
     received: Result<Option<v1::ChainOpening>, Status>,
     sample: Due<'_>,
     outcome: &mut Outcome,
@@ -319,7 +330,7 @@ fn received_opening(
 
 /// An opening the stream owes, in request order: the chains, then the walk segments or steps.
 #[derive(Clone, Copy)]
-enum Due<'a> {
+pub enum Due<'a> {
     Chain(SampleRequest),
     Walk(WalkSample, &'a WalkContext),
     /// A version 4 step.
@@ -378,7 +389,7 @@ async fn open_with_retries(
 
 /// Checks one opening, recording what is wrong with it; `Err` only when this validator cannot
 /// check at all (its own backend failed), which must not be blamed on the miner.
-async fn check_opening(
+pub async fn check_opening(
     backend: Arc<dyn Backend>,
     work: &Work,
     commitment: &Commitment,

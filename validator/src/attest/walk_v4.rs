@@ -11,6 +11,7 @@ use super::client::MinerConnection;
 use super::decoding::own_decode_failure;
 use super::{AttestError, AttestEvent, now_ms, random32};
 use crate::memory::plan_v4::ChainPoolPlan;
+use crate::transcript::Recorder;
 use crate::untrusted::miner_text;
 use crate::verdict::reason::{Reason, ReasonCode};
 use gpu_attest_proto::convert::{WalkRequest, walk_request_to_wire};
@@ -51,6 +52,7 @@ pub struct StatesWalk {
 /// Sends the walk request and collects every device's root. `None` when the walk failed before
 /// there was anything to open (the reasons say why); a late device is a reason, but its root is
 /// kept and its steps are opened like the others'.
+#[allow(clippy::too_many_arguments)]
 pub async fn walk_states(
     miner: &mut MinerConnection,
     identity: &KeyPair,
@@ -58,6 +60,7 @@ pub async fn walk_states(
     commitment: &Commitment,
     plan: &ChainPoolPlan,
     reasons: &mut Vec<Reason>,
+    recorder: &mut Recorder,
     on_event: &(dyn Fn(AttestEvent) + Send + Sync),
 ) -> Result<Option<StatesWalk>, AttestError> {
     let nonce = work.params().nonce;
@@ -72,6 +75,7 @@ pub async fn walk_states(
         validator_key: identity.public_key().0,
         signature: identity.sign(&walk_request_bytes(&nonce, &walk_seed, deadline_ms)),
     });
+    recorder.walk_request(request.clone());
     on_event(AttestEvent::Phase {
         name: "walking",
         detail: format!(
@@ -98,7 +102,16 @@ pub async fn walk_states(
     let give_up = Duration::from_millis(longest + longest / 10 + 2_000);
     let sent = Instant::now();
     let roots = collect_roots(
-        miner, identity, request, &walk, commitment, plan, sent, give_up, reasons,
+        miner,
+        identity.public_key(),
+        request,
+        &walk,
+        commitment,
+        plan,
+        sent,
+        give_up,
+        reasons,
+        recorder,
     )
     .await;
     let Some(devices) = roots.and_then(|roots| walked_devices(roots, work, commitment, plan, reasons)) else {
@@ -123,7 +136,7 @@ pub async fn walk_states(
 /// Each device's received root with its pool and commitments, every device timed against its
 /// own deadline: a late one is a reason, and its root is kept. `None` (with the reason) when a
 /// device has no pool of the planned size.
-fn walked_devices(
+pub fn walked_devices(
     roots: Vec<(Digest, u64, u64)>,
     work: &Work,
     commitment: &Commitment,
@@ -182,7 +195,7 @@ fn device_pool(work: &Work, commitment: &Commitment, plan: &ChainPoolPlan, j: us
 #[allow(clippy::too_many_arguments)]
 async fn collect_roots(
     miner: &mut MinerConnection,
-    identity: &KeyPair,
+    validator_key: PublicKey,
     request: v1::WalkRequest,
     walk: &SliceWalk,
     commitment: &Commitment,
@@ -190,108 +203,144 @@ async fn collect_roots(
     sent: Instant,
     give_up: Duration,
     reasons: &mut Vec<Reason>,
+    recorder: &mut Recorder,
 ) -> Option<Vec<(Digest, u64, u64)>> {
-    let devices = plan.devices.len();
-    let mut roots: Vec<Option<(Digest, u64, u64)>> = vec![None; devices];
-    let fail = |reasons: &mut Vec<Reason>, code, message: String| {
-        reasons.push(Reason::new(code, message));
-        None
-    };
-    let refused = |reasons: &mut Vec<Reason>, status: tonic::Status| match own_decode_failure(&status) {
-        Some(why) => fail(reasons, ReasonCode::MalformedWalk, format!("walk root: {why}")),
-        None => fail(
-            reasons,
-            ReasonCode::WalkRefused,
-            format!(
-                "miner refused or failed the walk ({:?}): {}",
-                status.code(),
-                miner_text(status.message())
-            ),
-        ),
-    };
+    let mut roots = Roots::new(plan.devices.len());
     let until = tokio::time::Instant::from_std(sent) + give_up;
     let mut stream = match tokio::time::timeout_at(until, miner.walk_states(request)).await {
-        Err(_) => return fail(reasons, ReasonCode::WalkTimedOut, timed_out(sent, &roots)),
-        Ok(Err(status)) => return refused(reasons, status),
+        Err(_) => return roots.timed_out(sent.elapsed().as_millis() as u64, reasons, recorder),
+        Ok(Err(status)) => return roots.refused(&status, reasons, recorder),
         Ok(Ok(stream)) => stream,
     };
     loop {
         let message = match tokio::time::timeout_at(until, stream.message()).await {
-            Err(_) => return fail(reasons, ReasonCode::WalkTimedOut, timed_out(sent, &roots)),
-            Ok(Err(status)) => return refused(reasons, status),
+            Err(_) => return roots.timed_out(sent.elapsed().as_millis() as u64, reasons, recorder),
+            Ok(Err(status)) => return roots.refused(&status, reasons, recorder),
             Ok(Ok(None)) => break,
             Ok(Ok(Some(message))) => message,
         };
         let measured_us = sent.elapsed().as_micros() as u64;
-        if let Err((code, message)) = take_root(&message, measured_us, walk, commitment, identity, &mut roots) {
-            return fail(reasons, code, message);
+        recorder.walk_root(&message, measured_us);
+        if let Err((code, message)) = roots.take(&message, measured_us, walk, commitment, validator_key) {
+            reasons.push(Reason::new(code, message));
+            return None;
         }
     }
-    let missing: Vec<usize> = (0..devices).filter(|&j| roots[j].is_none()).collect();
-    if !missing.is_empty() {
-        return fail(
-            reasons,
-            ReasonCode::WalkNotCanonical,
-            format!("the walk ended without the roots of devices {missing:?}"),
-        );
-    }
-    Some(roots.into_iter().flatten().collect())
+    roots.all(reasons)
 }
 
-/// One root from the stream, decoded, for a device of the challenge, signed by the miner over
-/// this walk, and the first for its device: kept in `roots` with the time it arrived, or the
-/// reason it cannot be.
-fn take_root(
-    message: &v1::DeviceWalkRoot,
-    measured_us: u64,
-    walk: &SliceWalk,
-    commitment: &Commitment,
-    identity: &KeyPair,
-    roots: &mut [Option<(Digest, u64, u64)>],
-) -> Result<(), (ReasonCode, String)> {
-    let devices = roots.len();
-    let (device, root, device_us, signature) =
-        walk_root_from_wire(message).map_err(|e| (ReasonCode::MalformedWalk, format!("malformed walk root: {e}")))?;
-    let Some(slot) = roots.get_mut(device as usize) else {
-        return Err((
-            ReasonCode::WalkNotCanonical,
-            format!("a walk root for device {device}; the challenge has {devices} devices"),
-        ));
-    };
-    let statement = WalkRoot {
-        nonce: walk.nonce,
-        miner_key: commitment.miner_key,
-        validator_key: identity.public_key(),
-        walk_seed: walk.walk_seed,
-        device,
-        root,
-        device_us,
-    };
-    if commitment
-        .miner_key
-        .verify(&statement.signing_bytes(), &signature)
-        .is_err()
-    {
-        return Err((
-            ReasonCode::WalkSignature,
-            format!("device {device}'s walk root is not signed by the miner over this walk"),
-        ));
-    }
-    if slot.replace((root, measured_us, device_us)).is_some() {
-        return Err((
-            ReasonCode::WalkNotCanonical,
-            format!("two walk roots for device {device}"),
-        ));
-    }
-    Ok(())
-}
+/// The roots of a walk as they arrive, one slot per device: how a stream of them is judged,
+/// live or from a transcript.
+pub struct Roots(Vec<Option<(Digest, u64, u64)>>);
 
-fn timed_out(sent: Instant, roots: &[Option<(Digest, u64, u64)>]) -> String {
-    let missing: Vec<usize> = (0..roots.len()).filter(|&j| roots[j].is_none()).collect();
-    format!(
-        "no walk roots from devices {missing:?} within {} ms",
-        sent.elapsed().as_millis()
-    )
+impl Roots {
+    pub fn new(devices: usize) -> Self {
+        Roots(vec![None; devices])
+    }
+
+    /// The stream failed with `status` (recorded): the miner's refusal or failure, or a
+    /// message this validator could not decode.
+    pub fn refused(
+        &self,
+        status: &tonic::Status,
+        reasons: &mut Vec<Reason>,
+        recorder: &mut Recorder,
+    ) -> Option<Vec<(Digest, u64, u64)>> {
+        recorder.walk_failed(status);
+        reasons.push(match own_decode_failure(status) {
+            Some(why) => Reason::new(ReasonCode::MalformedWalk, format!("walk root: {why}")),
+            None => Reason::new(
+                ReasonCode::WalkRefused,
+                format!(
+                    "miner refused or failed the walk ({:?}): {}",
+                    status.code(),
+                    miner_text(status.message())
+                ),
+            ),
+        });
+        None
+    }
+
+    /// Nothing more came within the walk's time, `after_ms` after the request (recorded).
+    pub fn timed_out(
+        &self,
+        after_ms: u64,
+        reasons: &mut Vec<Reason>,
+        recorder: &mut Recorder,
+    ) -> Option<Vec<(Digest, u64, u64)>> {
+        recorder.walk_timed_out(after_ms);
+        reasons.push(Reason::new(
+            ReasonCode::WalkTimedOut,
+            format!("no walk roots from devices {:?} within {after_ms} ms", self.missing()),
+        ));
+        None
+    }
+
+    fn missing(&self) -> Vec<usize> {
+        (0..self.0.len()).filter(|&j| self.0[j].is_none()).collect()
+    }
+
+    /// Every device's root, in device order, once the stream has ended; `None` (with the
+    /// reason) when one is missing.
+    pub fn all(self, reasons: &mut Vec<Reason>) -> Option<Vec<(Digest, u64, u64)>> {
+        let missing = self.missing();
+        if !missing.is_empty() {
+            reasons.push(Reason::new(
+                ReasonCode::WalkNotCanonical,
+                format!("the walk ended without the roots of devices {missing:?}"),
+            ));
+            return None;
+        }
+        Some(self.0.into_iter().flatten().collect())
+    }
+
+    /// One root from the stream, decoded, for a device of the challenge, signed by the miner
+    /// over this walk, and the first for its device: kept with the time it arrived, or the
+    /// reason it cannot be.
+    pub fn take(
+        &mut self,
+        message: &v1::DeviceWalkRoot,
+        measured_us: u64,
+        walk: &SliceWalk,
+        commitment: &Commitment,
+        validator_key: PublicKey,
+    ) -> Result<(), (ReasonCode, String)> {
+        let devices = self.0.len();
+        let (device, root, device_us, signature) = walk_root_from_wire(message)
+            .map_err(|e| (ReasonCode::MalformedWalk, format!("malformed walk root: {e}")))?;
+        let Some(slot) = self.0.get_mut(device as usize) else {
+            return Err((
+                ReasonCode::WalkNotCanonical,
+                format!("a walk root for device {device}; the challenge has {devices} devices"),
+            ));
+        };
+        let statement = WalkRoot {
+            nonce: walk.nonce,
+            miner_key: commitment.miner_key,
+            validator_key,
+            walk_seed: walk.walk_seed,
+            device,
+            root,
+            device_us,
+        };
+        if commitment
+            .miner_key
+            .verify(&statement.signing_bytes(), &signature)
+            .is_err()
+        {
+            return Err((
+                ReasonCode::WalkSignature,
+                format!("device {device}'s walk root is not signed by the miner over this walk"),
+            ));
+        }
+        if slot.replace((root, measured_us, device_us)).is_some() {
+            return Err((
+                ReasonCode::WalkNotCanonical,
+                format!("two walk roots for device {device}"),
+            ));
+        }
+        Ok(())
+    }
 }
 
 impl StatesWalk {
@@ -325,19 +374,46 @@ impl StatesWalk {
         steps
     }
 
+    /// A walk from a transcript: its roots as received, and the steps the validator chose to
+    /// row-check (which a live walk draws with the steps).
+    pub fn replayed(walk: SliceWalk, devices: Vec<WalkedDevice>, row_checked: HashSet<StepSample>) -> Self {
+        StatesWalk {
+            walk,
+            devices,
+            row_checked,
+        }
+    }
+
+    /// Whether `sample` is one of the steps whose slice gets a row check.
+    pub fn row_checked(&self, sample: &StepSample) -> bool {
+        self.row_checked.contains(sample)
+    }
+
+    /// The row for `sample`'s row check, drawn now (after its opening arrived) where it gets
+    /// one, and recorded for the transcript.
+    pub fn draw_row(&self, sample: StepSample, recorder: &mut Recorder) -> Result<Option<u32>, AttestError> {
+        if !self.row_checked(&sample) {
+            return Ok(None);
+        }
+        // Reduced to one of the opened slice's rows in `check_step` (PROTOCOL.md 20.5).
+        let row = ChaCha20Rng::from_seed(random32()?).next_u32();
+        recorder.row_check(sample, row);
+        Ok(Some(row))
+    }
+
     /// Checks one opened step as it arrived (PROTOCOL.md 20.5): its decoding, echo and signature
-    /// now, recording what is wrong in `reasons`; the rest, with its row check (the costly
-    /// part: `K` vector-matrix products and the chain's `B`), as a job on a blocking thread
-    /// that the caller waits for with others ([`StepChecks`]). The row, when this step is one
-    /// to row-check, is drawn now, after the opening arrived.
+    /// now, recording what is wrong in `reasons`; the rest, with its row check on `row` where
+    /// it has one (the costly part: `K` vector-matrix products and the chain's `B`), as a job on
+    /// a blocking thread that the caller waits for with others ([`StepChecks`]).
     pub fn begin_check(
         &self,
         work: &Work,
         miner_key: &PublicKey,
         sample: StepSample,
         wire: &v1::ChainOpening,
+        row: Option<u32>,
         reasons: &mut Vec<Reason>,
-    ) -> Result<Option<StepCheck>, AttestError> {
+    ) -> Option<StepCheck> {
         let shown = format!(
             "step {} of walker {} on device {}",
             sample.step, sample.walker, sample.device
@@ -347,7 +423,7 @@ impl StatesWalk {
                 ReasonCode::MalformedWalkOpening,
                 format!("the miner sent another opening where {shown} was due"),
             ));
-            return Ok(None);
+            return None;
         };
         let (device, opening, signature) = match step_opening_from_wire(step) {
             Ok(decoded) => decoded,
@@ -356,7 +432,7 @@ impl StatesWalk {
                     ReasonCode::MalformedWalkOpening,
                     format!("malformed opening of {shown}: {e}"),
                 ));
-                return Ok(None);
+                return None;
             }
         };
         if (device, opening.walker, opening.step) != (sample.device, sample.walker, sample.step) {
@@ -367,7 +443,7 @@ impl StatesWalk {
                     opening.step, opening.walker
                 ),
             ));
-            return Ok(None);
+            return None;
         }
         let nonce = self.walk.nonce;
         if miner_key
@@ -378,26 +454,20 @@ impl StatesWalk {
                 ReasonCode::WalkOpeningSignature,
                 format!("the opening of {shown} is not signed by the miner"),
             ));
-            return Ok(None);
+            return None;
         }
         let Some(walked) = self.devices.get(device as usize).cloned() else {
             reasons.push(Reason::new(
                 ReasonCode::WalkOpeningForWrongRequest,
                 format!("{shown} names no device of this walk"),
             ));
-            return Ok(None);
+            return None;
         };
-        let rows = if self.row_checked.contains(&sample) {
-            let mut rng = ChaCha20Rng::from_seed(random32()?);
-            // Reduced to one of the opened slice's rows in `check_step` (PROTOCOL.md 20.5).
-            vec![rng.next_u32()]
-        } else {
-            Vec::new()
-        };
+        let rows: Vec<u32> = row.into_iter().collect();
         let (work, walk) = (work.clone(), self.walk.clone());
-        Ok(Some(StepCheck(tokio::task::spawn_blocking(move || {
+        Some(StepCheck(tokio::task::spawn_blocking(move || {
             check_step(&work, &walk, &walked.pool, &walked.committed, &opening, &rows)
-        }))))
+        })))
     }
 }
 

@@ -3,13 +3,14 @@
 //! a [`CommandError`] that knows its own exit status.
 
 mod attest;
+mod audit;
 mod certs;
 mod miners;
 mod rates;
 mod serve;
 mod verdicts;
 
-use crate::cli::{Command, RatesAction};
+use crate::cli::{Command, RatesAction, VerdictsAction};
 use crate::daemon::DaemonError;
 use crate::operator::OperatorError;
 use crate::rates::report::RatesError;
@@ -46,6 +47,27 @@ pub enum CommandError {
     /// Ctrl-C or SIGTERM during a one-shot attestation: what was stored by then.
     #[error("interrupted: {0}")]
     Interrupted(String),
+    #[error(
+        "verdict {0} has no kept transcript: [transcripts] keep = \"failures\" (the default) keeps failing verdicts' only, \"all\" every verdict's, each within budget_mib (the oldest go first); verdicts stored before this release have none"
+    )]
+    NoTranscript(u64),
+    #[error("no verdict {0} in this database (`validator verdicts` lists them)")]
+    NoVerdict(u64),
+    #[error("{}: {source}", path.display())]
+    Transcript {
+        path: PathBuf,
+        source: crate::transcript::TranscriptError,
+    },
+    #[error("--validator-key {0:?} is not a public key (64 hex digits, as `validator public-key` prints)")]
+    BadKey(String),
+    #[error("{} already exists; choose another --out, or remove it first", .0.display())]
+    Exists(PathBuf),
+    #[error("cannot {what} {}: {source}", path.display())]
+    File {
+        what: &'static str,
+        path: PathBuf,
+        source: std::io::Error,
+    },
 }
 
 gpu_attest_daemon::command_error_from_common!(CommandError);
@@ -84,7 +106,23 @@ pub fn run(command: Command) -> Result<Answer, CommandError> {
                 days,
             },
         ),
-        Command::Verdicts { database, filter, json } => verdicts::list_or_follow(&database, &filter, json),
+        Command::Verdicts {
+            database,
+            filter,
+            json,
+            action: None,
+        } => verdicts::list_or_follow(&database, &filter, json),
+        Command::Verdicts {
+            database,
+            action: Some(VerdictsAction::Export { id, out }),
+            ..
+        } => verdicts::export(&database, id, &out),
+        Command::Audit {
+            file,
+            validator_key,
+            threads,
+            json,
+        } => audit::audit(&file, validator_key.as_deref(), threads, json),
         Command::Attest { settings, miner, json } => attest::attest_once(&settings, &miner, json),
         Command::Rates {
             config,

@@ -33,3 +33,68 @@ pub(super) fn list_or_follow(database: &Path, filter: &VerdictFilterArgs, json: 
     }
     Ok(Answer::Yes)
 }
+
+/// `verdicts export ID --out FILE`: verdict `id`'s kept transcript, written to `out` (never
+/// over a file already there), for `validator audit`.
+pub(super) fn export(database: &Path, id: u64, out: &Path) -> Result<Answer, CommandError> {
+    require_database(database)?;
+    let bytes = runtime()?.block_on(async {
+        let store = Store::open_for_reading(database).await?;
+        let found = store.transcript(id).await;
+        let exists = match &found {
+            Ok(None) => {
+                let filter = crate::store::VerdictFilter {
+                    before_id: Some(id.saturating_add(1)),
+                    limit: 1,
+                    ..Default::default()
+                };
+                store
+                    .verdicts(&filter)
+                    .await
+                    .map(|v| v.first().is_some_and(|v| v.id == id))
+            }
+            _ => Ok(true),
+        };
+        store.close().await;
+        Ok::<_, CommandError>((found?, exists?))
+    })?;
+    let bytes = match bytes {
+        (Some(bytes), _) => bytes,
+        (None, true) => return Err(CommandError::NoTranscript(id)),
+        (None, false) => return Err(CommandError::NoVerdict(id)),
+    };
+    write_new(out, &bytes)?;
+    eprintln!(
+        "wrote verdict {id}'s transcript to {} ({} bytes); check it with `validator audit {}`",
+        out.display(),
+        bytes.len(),
+        out.display()
+    );
+    Ok(Answer::Yes)
+}
+
+/// Writes `bytes` to a new file at `path`, refusing one that exists.
+fn write_new(path: &Path, bytes: &[u8]) -> Result<(), CommandError> {
+    use std::io::Write;
+    let file = std::fs::OpenOptions::new().write(true).create_new(true).open(path);
+    let mut file = match file {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+            return Err(CommandError::Exists(path.to_path_buf()));
+        }
+        Err(source) => {
+            return Err(CommandError::File {
+                what: "create",
+                path: path.to_path_buf(),
+                source,
+            });
+        }
+    };
+    file.write_all(bytes)
+        .and_then(|()| file.sync_all())
+        .map_err(|source| CommandError::File {
+            what: "write",
+            path: path.to_path_buf(),
+            source,
+        })
+}

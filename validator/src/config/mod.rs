@@ -4,6 +4,7 @@ pub mod calibration;
 pub mod identity;
 pub mod memory;
 pub mod rates;
+pub mod transcripts;
 
 use calibration::CalibrationConfig;
 use gpu_attest_daemon::config::{ConfigError, config_to_toml, load_config};
@@ -17,6 +18,7 @@ use rates::RateEntry;
 use serde::{Deserialize, Serialize};
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use transcripts::TranscriptConfig;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "lowercase")]
@@ -295,6 +297,8 @@ pub struct ValidatorConfig {
     pub memory: MemoryConfig,
     /// Device evidence (PROTOCOL.md 19): `policy` and the operator's chip and SKU tables.
     pub identity: IdentityConfig,
+    /// Attestation transcripts (PROTOCOL.md 21): which verdicts keep theirs, within what budget.
+    pub transcripts: TranscriptConfig,
     /// Prometheus metrics on their own loopback HTTP listener; off unless `listen` is set.
     pub metrics: MetricsConfig,
     /// The gRPC health service alone, in plaintext, for a supervisor's probe (`health`
@@ -327,6 +331,7 @@ impl Default for ValidatorConfig {
             calibration: CalibrationConfig::default(),
             memory: MemoryConfig::default(),
             identity: IdentityConfig::default(),
+            transcripts: TranscriptConfig::default(),
             metrics: MetricsConfig::default(),
             health: HealthConfig::default(),
         }
@@ -345,6 +350,7 @@ impl ValidatorConfig {
             .verification_problem()
             .or_else(|| self.memory.problem())
             .or_else(|| self.identity.problem())
+            .or_else(|| self.transcripts.problem())
             .or_else(|| self.deadline.problem())
             .or_else(|| self.schedule.problem())
             .or_else(|| self.calibration_problem())

@@ -16,19 +16,22 @@
 //! - `verdicts`: verdicts, written with the rate they proved;
 //! - `miners`: registered miners and revoked keys;
 //! - `rates`: rate observations and imported (shared) rates;
-//! - `leases`: which validator attests which miner now.
+//! - `leases`: which validator attests which miner now;
+//! - `transcripts`: the verdicts' kept transcripts, within their budget.
 
 mod leases;
 mod miners;
 mod rates;
 mod schema;
 mod sightings;
+mod transcripts;
 mod verdicts;
 
 pub use leases::{Lease, LeaseRefusal};
 pub use miners::{MinerRecord, MinerStanding, RevokedKey};
 pub use rates::{ClassObservation, Observation, SharedRate};
 pub use schema::SCHEMA_VERSION;
+pub use transcripts::Kept;
 pub use verdicts::VerdictFilter;
 
 use gpu_attest_shared::keys::PublicKey;
@@ -524,6 +527,7 @@ pub(crate) mod test_support {
                 }],
             }),
             first_run: None,
+            transcript_bytes: None,
         }
     }
 

@@ -10,14 +10,16 @@
 //! finish-by time (PROTOCOL.md 14.3), which says whether a late one proved its rate, and the
 //! first run a retest replaced (14.7); 8 verdicts keep the claimed devices' peak, which says what
 //! share of it the proven rate is; 9 verdicts keep the protocol version the planner chose to judge
-//! them under (PROTOCOL.md 16.1), rather than leaving it to be told from the memory proof. SQLite keeps the version in `PRAGMA user_version` (as it always
-//! has), PostgreSQL in the one-row table `schema_version`.
+//! them under (PROTOCOL.md 16.1), rather than leaving it to be told from the memory proof; 10
+//! the verdicts' kept transcripts (PROTOCOL.md 21), a table of their own. SQLite keeps the
+//! version in `PRAGMA user_version` (as it always has), PostgreSQL in the one-row table
+//! `schema_version`.
 
 use super::{Dialect, Store, StoreError};
 // Every statement run with AssertSqlSafe is built here from constants, never from input.
 use sqlx::{AssertSqlSafe, Executor};
 
-pub const SCHEMA_VERSION: i64 = 9;
+pub const SCHEMA_VERSION: i64 = 10;
 
 /// `{id}`: an auto-assigned 64-bit key; `{int}`, `{real}`, `{blob}`: 64-bit integer, double,
 /// bytes. Booleans are integers 0/1 in both, so that both read them the same way.
@@ -92,6 +94,12 @@ CREATE TABLE IF NOT EXISTS leases (
     holder        TEXT NOT NULL,
     expires_at_ms {int} NOT NULL,
     next_due_ms   {int} NOT NULL
+);
+CREATE TABLE IF NOT EXISTS transcripts (
+    verdict_id  {int} PRIMARY KEY REFERENCES verdicts(id),
+    bytes       {blob} NOT NULL,
+    size        {int} NOT NULL,
+    kept_at_ms  {int} NOT NULL
 )";
 
 /// What passing verdicts proved, per class: one table for compute rates and one, alike, for walk

@@ -17,7 +17,8 @@ macro_rules! verdict_columns {
         "id, miner_url, miner_key, nonce, passed, reasons, policy, samples, params, measured_ms, \
          expected_ms, deadline_ms, inventory, backend, kernel, global_checksum, created_at_ms, \
          expected_ops_per_sec, rate_source, rate_miners, slack, memory, identity, finish_by_ms, first_run, \
-         peak_ops_per_sec, protocol_version"
+         peak_ops_per_sec, protocol_version, \
+         (SELECT size FROM transcripts WHERE transcripts.verdict_id = verdicts.id)"
     };
 }
 
@@ -257,6 +258,7 @@ fn verdict_from_row(r: &sqlx::any::AnyRow) -> Result<Verdict, StoreError> {
         identity,
         first_run,
         protocol_version,
+        transcript_bytes: r.try_get::<Option<i64>, _>(27)?.map(as_u64).transpose()?,
     })
 }
 

@@ -87,6 +87,11 @@ pub struct Verdict {
     /// phase the challenge carried, 2 when it carried none. Decided once, by the planner
     /// (`MemoryPhasePlan`), carried through the attestation and stored as it was decided.
     pub protocol_version: u32,
+    /// The size of the transcript kept beside it (PROTOCOL.md 21), in bytes; `None` when none
+    /// is kept (not asked for, dropped for the budget, or stored before transcripts). Read from
+    /// the store: never part of the verdict a transcript states.
+    #[serde(default)]
+    pub transcript_bytes: Option<u64>,
 }
 
 /// The protocol version a verdict stored before its version was (store schema 8 and earlier)

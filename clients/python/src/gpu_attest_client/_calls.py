@@ -153,6 +153,29 @@ def _watch_verdicts(after_id: Optional[int], miner_url: str) -> Open:
     return Open("WatchVerdicts", request, None)
 
 
+def transcript(verdict_id: int, timeout: Optional[float]) -> Plan[bytes]:
+    """A verdict's kept transcript (PROTOCOL.md 21), whole, from its chunks."""
+    call = yield Open("GetTranscript", pb.GetTranscriptRequest(verdict_id=verdict_id), timeout)
+    parts: List[bytes] = []
+    total = None
+    while (chunk := (yield Receive(call))) is not None:
+        total = chunk.total_bytes
+        parts.append(chunk.data)
+    data = b"".join(parts)
+    if total is None or len(data) != total:
+        raise GpuAttestError(
+            grpc.StatusCode.DATA_LOSS,
+            f"verdict {verdict_id}'s transcript came to {len(data)} bytes of {total}: ask again",
+        )
+    return data
+
+
+def save_transcript(path, data: bytes) -> None:
+    """Writes ``data`` to a new file at ``path``; an existing file is never overwritten."""
+    with open(path, "xb") as out:
+        out.write(data)
+
+
 def _next(call, parse: Callable) -> Plan:
     """The next message of the stream ``call`` as ``parse`` reads it, skipping those it reads
     as None (an event newer than this client); None at the stream's end."""

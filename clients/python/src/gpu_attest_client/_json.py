@@ -159,4 +159,5 @@ def verdict_json(v) -> Dict[str, Any]:
             else None
         ),
         "protocol_version": v.protocol_version,
+        "transcript_bytes": v.transcript_bytes or None,
     }

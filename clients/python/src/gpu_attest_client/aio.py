@@ -55,6 +55,14 @@ class AsyncClient:
     async def list_rates(self) -> pb.ListRatesResponse:
         return await self._result(_calls.list_rates())
 
+    async def transcript(self, verdict_id: int, timeout: Optional[float] = 60.0) -> bytes:
+        return await self._result(_calls.transcript(verdict_id, timeout))
+
+    async def save_transcript(self, verdict_id: int, path, timeout: Optional[float] = 60.0) -> int:
+        data = await self.transcript(verdict_id, timeout)
+        _calls.save_transcript(path, data)
+        return len(data)
+
     # The calls a caller iterates return the async generator that carries them out, rather than
     # wrapping it in one of their own: `aclose()` on what the caller holds then cancels the
     # stream at once, not when a wrapped generator is collected.

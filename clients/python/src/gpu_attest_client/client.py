@@ -71,6 +71,18 @@ class Client:
         `validator rates show` prints it."""
         return self._result(_calls.list_rates())
 
+    def transcript(self, verdict_id: int, timeout: Optional[float] = 60.0) -> bytes:
+        """Verdict ``verdict_id``'s kept transcript (PROTOCOL.md 21): the file ``validator audit``
+        checks. NotFound when the validator keeps none for it."""
+        return self._result(_calls.transcript(verdict_id, timeout))
+
+    def save_transcript(self, verdict_id: int, path, timeout: Optional[float] = 60.0) -> int:
+        """Writes verdict ``verdict_id``'s transcript to a new file at ``path`` (never over one
+        that exists), for ``validator audit``; returns its size."""
+        data = self.transcript(verdict_id, timeout)
+        _calls.save_transcript(path, data)
+        return len(data)
+
     # Attestation.
 
     def attest_events(self, url: str, timeout: Optional[float] = None) -> Iterator[AttestEvent]:

@@ -217,6 +217,9 @@ class Verdict:
     #: ``proven_ops_per_sec`` over that peak: what a pass says of the silicon (SECURITY.md
     #: "Compute"); None when nothing is proven or no peak was recorded.
     proven_share_of_peak: Optional[float] = None
+    #: The size of the transcript the validator keeps beside it (PROTOCOL.md 21), in bytes;
+    #: None when it keeps none. ``save_transcript(id, path)`` writes it for ``validator audit``.
+    transcript_bytes: Optional[int] = None
 
     @property
     def codes(self) -> List[Union[ReasonCode, str]]:
@@ -263,6 +266,7 @@ class Verdict:
             protocol_version=v.protocol_version,
             claimed_peak_ops_per_sec=v.claimed_peak_ops_per_sec,
             proven_share_of_peak=share_of_peak(v.proven_ops_per_sec, v.claimed_peak_ops_per_sec),
+            transcript_bytes=v.transcript_bytes or None,
             raw=v,
         )
 

@@ -1,0 +1,388 @@
+//! Attestation transcripts and the offline audit (PROTOCOL.md 21), end to end: real miners
+//! (honest and cheating) on loopback, a real validator storing verdicts and their transcripts,
+//! and `audit` re-deriving each verdict from its transcript alone; then every kind of tampering
+//! with a transcript, each caught and named.
+
+mod common;
+
+use common::cheats::{Cheat, spawn_cheater};
+use common::pool_cheat::CheatingCpu;
+use common::step_fakes::StepFakes;
+use common::*;
+use gpu_attest_miner::config::Limits;
+use gpu_attest_miner::nonces::NonceLog;
+use gpu_attest_proto::v1;
+use gpu_attest_proto::v1::recorded_opening::Received;
+use gpu_attest_shared::keys::KeyPair;
+use gpu_attest_validator::audit::{Finding, Report, audit};
+use gpu_attest_validator::config::Policy;
+use gpu_attest_validator::config::memory::MemoryConfig;
+use gpu_attest_validator::config::transcripts::KeepTranscripts;
+use gpu_attest_validator::transcript::{open, seal};
+use gpu_attest_validator::verdict::Verdict;
+use gpu_attest_validator::verdict::reason::ReasonCode;
+use gpu_attest_validator::{Attestor, ValidatorConfig};
+use prost::Message;
+use std::sync::Arc;
+
+/// One attestation at a time: the version 4 walks are timed.
+static TIMED: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// A version 4 validator at n = 256 (as `walk_v4.rs`'s) keeping `keep`'s transcripts.
+fn v4_config(dir: &TempDir, policy: Policy, keep: KeepTranscripts) -> ValidatorConfig {
+    let mut config = validator_config(dir, policy);
+    config.challenge.cpu_n = 256;
+    config.rates[0].ops_per_sec = 1.0e9;
+    config.memory = MemoryConfig {
+        enabled: true,
+        walk_target_ms: 1_000,
+        ..MemoryConfig::default()
+    };
+    config.transcripts.keep = keep;
+    config
+}
+
+/// A CPU miner claiming 256 KiB on `backend`, saying version 4.
+fn v4_miner(
+    seed: u8,
+    backend: Arc<dyn gpu_attest_shared::Backend>,
+    kernel: gpu_attest_shared::gemm::KernelKind,
+) -> Arc<gpu_attest_miner::MinerCore> {
+    miner_on(
+        seed,
+        &[validator_key()],
+        selected(kernel, backend),
+        Limits {
+            protocol_4: true,
+            ..Limits::default()
+        },
+        NonceLog::in_memory(),
+    )
+}
+
+/// Attests `url` with `attestor` and returns the verdict and its kept transcript.
+async fn attest_and_export(attestor: &Attestor, url: &str) -> (Verdict, Vec<u8>) {
+    let verdict = attestor.attest(url, &|_| {}).await.expect("a verdict");
+    let transcript = attestor
+        .store()
+        .transcript(verdict.id)
+        .await
+        .unwrap()
+        .expect("a kept transcript");
+    (verdict, transcript)
+}
+
+async fn audited(file: &[u8]) -> Report {
+    audit(file, None, Arc::new(test_cpu(2))).await.expect("a transcript")
+}
+
+/// An honest version 4 miner's pass, under `policy`, with every transcript kept.
+async fn honest_pass(seed: u8, policy: Policy) -> (Verdict, Vec<u8>, TempDir) {
+    let cpu = test_cpu(TEST_CORES as usize).claiming(TEST_CORES, 256 << 10);
+    let kernel = cpu.kernel();
+    let miner = spawn_miner(v4_miner(seed, Arc::new(cpu), kernel)).await;
+    let dir = TempDir::new("transcript-honest");
+    let attestor = attestor(&v4_config(&dir, policy, KeepTranscripts::All)).await;
+    let (verdict, file) = attest_and_export(&attestor, &miner.url()).await;
+    // A CPU miner's small pool: its step openings' few slices are kept once each.
+    assert!(file.len() < 16 << 20, "{} bytes", file.len());
+    assert!(verdict.passed, "{:?}", verdict.reasons);
+    assert_eq!(verdict.protocol_version, 4);
+    (verdict, file, dir)
+}
+
+fn assert_confirmed(report: &Report) {
+    assert_eq!(report.finding(), Finding::Confirmed, "{report}");
+    assert!(
+        report.differs.is_empty() && report.taken_as_stated.is_empty(),
+        "{report}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_honest_version_4_pass_audits_as_confirmed_under_either_policy() {
+    let _alone = TIMED.lock().await;
+    for (seed, policy) in [(90, Policy::Sampled), (91, Policy::Full)] {
+        let (verdict, file, _dir) = honest_pass(seed, policy).await;
+        let report = audited(&file).await;
+        assert_confirmed(&report);
+        let said = report.to_string();
+        assert!(said.contains(&format!("verdict {} (PASS", verdict.id)), "{said}");
+        assert!(said.contains("walk root(s) signed by the miner"), "{said}");
+        assert!(said.contains("1649 walk step(s) checked"), "{said}");
+        match policy {
+            Policy::Full => assert!(said.contains("every chain re-executed"), "{said}"),
+            _ => assert!(said.contains("8 chain opening(s) recomputed"), "{said}"),
+        }
+        assert!(
+            said.contains("the verdict re-derived from the transcript is the stated one"),
+            "{said}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_pass_keeps_no_transcript_by_default_and_a_step_fakers_fail_does_and_audits_to_its_reasons() {
+    let _alone = TIMED.lock().await;
+    let dir = TempDir::new("transcript-faker");
+    let config = v4_config(&dir, Policy::Sampled, KeepTranscripts::Failures);
+    assert_eq!(ValidatorConfig::default().transcripts.keep, KeepTranscripts::Failures);
+    let attestor = attestor(&config).await;
+    // An honest miner's pass: no transcript by default.
+    let cpu = test_cpu(TEST_CORES as usize).claiming(TEST_CORES, 256 << 10);
+    let kernel = cpu.kernel();
+    let honest = spawn_miner(v4_miner(92, Arc::new(cpu), kernel)).await;
+    let pass = attestor.attest(&honest.url(), &|_| {}).await.unwrap();
+    assert!(pass.passed, "{:?}", pass.reasons);
+    assert_eq!(attestor.store().transcript(pass.id).await.unwrap(), None);
+    // A miner that fakes every fifth walk step: a FAIL, whose transcript is kept.
+    let cpu = test_cpu(TEST_CORES as usize).claiming(TEST_CORES, 256 << 10);
+    let faker = CheatingCpu::new(cpu, StepFakes(Arc::new(|_, _, step| step % 5 == 0)));
+    let miner = spawn_miner(v4_miner(93, Arc::new(faker), kernel)).await;
+    let (verdict, file) = attest_and_export(&attestor, &miner.url()).await;
+    assert!(!verdict.passed);
+    assert!(
+        verdict
+            .reasons
+            .iter()
+            .all(|r| r.code == ReasonCode::WalkSegmentMismatch)
+    );
+    let report = audited(&file).await;
+    assert_confirmed(&report);
+    assert!(report.to_string().contains(&format!("verdict {} (FAIL", verdict.id)));
+
+    // Tampered: a reason dropped from the stated verdict, the transcript signed again with the
+    // validator's own key. The audit shows the reason the verdict no longer states.
+    let dropped = tampered(&file, |t| {
+        let mut v: Verdict = serde_json::from_str(&t.verdict_json).unwrap();
+        v.reasons.pop();
+        t.verdict_json = serde_json::to_string(&v).unwrap();
+    });
+    let report = audited(&dropped).await;
+    assert_eq!(report.finding(), Finding::Differs);
+    assert!(
+        report.differs.iter().any(
+            |d| d.starts_with("the transcript shows a reason the verdict does not state")
+                && d.ends_with("(walk-segment-mismatch)")
+        ),
+        "{report}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_chain_cheaters_fail_audits_to_its_reasons_and_a_swapped_opening_is_caught() {
+    let dir = TempDir::new("transcript-cheater");
+    let mut config = validator_config(&dir, Policy::Sampled);
+    config.transcripts.keep = KeepTranscripts::All;
+    let attestor = attestor(&config).await;
+    let cheater = spawn_cheater(miner_core(94, &[validator_key()], 1), Cheat::LeafChangedAfterCommit).await;
+    let (verdict, file) = attest_and_export(&attestor, &cheater.url()).await;
+    assert!(!verdict.passed);
+    assert_eq!(verdict.protocol_version, 2);
+    assert_confirmed(&audited(&file).await);
+
+    // An honest version 2 pass: its openings swapped in the transcript (re-signed), each then
+    // answers another sample and fails as it would have.
+    let honest = spawn_miner(miner_core(95, &[validator_key()], 1)).await;
+    let (pass, file) = attest_and_export(&attestor, &honest.url()).await;
+    assert!(pass.passed, "{:?}", pass.reasons);
+    assert_confirmed(&audited(&file).await);
+    let swapped = tampered(&file, |t| {
+        let openings = &mut t.open.as_mut().unwrap().openings;
+        assert!(openings.len() >= 2);
+        openings.swap(0, 1);
+    });
+    let report = audited(&swapped).await;
+    assert_eq!(report.finding(), Finding::Differs);
+    assert!(
+        report
+            .differs
+            .iter()
+            .any(|d| d.starts_with("the transcript shows a reason the verdict does not state")),
+        "{report}"
+    );
+    assert!(
+        report.differs.iter().any(|d| d.starts_with("verdict field `passed`")),
+        "{report}"
+    );
+}
+
+/// An honest version 2 pass's transcript (no memory phase: quick to audit), kept.
+async fn honest_version_2_pass(seed: u8) -> (Verdict, Vec<u8>, TempDir) {
+    let dir = TempDir::new("transcript-v2");
+    let mut config = validator_config(&dir, Policy::Sampled);
+    config.transcripts.keep = KeepTranscripts::All;
+    let attestor = attestor(&config).await;
+    let honest = spawn_miner(miner_core(seed, &[validator_key()], 1)).await;
+    let (verdict, file) = attest_and_export(&attestor, &honest.url()).await;
+    assert!(verdict.passed, "{:?}", verdict.reasons);
+    assert_confirmed(&audited(&file).await);
+    (verdict, file, dir)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn tampering_with_a_time_a_deadline_a_signature_or_a_byte_is_caught_and_named() {
+    let (verdict, file, _dir) = honest_version_2_pass(96).await;
+
+    // A byte changed after signing: the signature fails (and the part it changed shows).
+    let opened = open(&file).unwrap();
+    let mut moved = opened.transcript.clone();
+    moved.commitment.as_mut().unwrap().received_after_ms += verdict.deadline_ms;
+    let unsigned = v1::SignedTranscript {
+        transcript: moved.encode_to_vec(),
+        ..v1::SignedTranscript::decode(file.as_slice()).unwrap()
+    }
+    .encode_to_vec();
+    let report = audited(&unsigned).await;
+    assert!(
+        report
+            .differs
+            .iter()
+            .any(|d| d.starts_with("the transcript's signature does not verify")),
+        "{report}"
+    );
+
+    // A time moved, signed again: the commitment is now late, which the verdict does not say,
+    // and its measured time is not the verdict's.
+    let late = tampered(&file, |t| {
+        t.commitment.as_mut().unwrap().received_after_ms += verdict.deadline_ms
+    });
+    let report = audited(&late).await;
+    assert_eq!(report.finding(), Finding::Differs);
+    assert!(
+        report
+            .differs
+            .iter()
+            .any(|d| d.contains("does not state") && d.ends_with("(late-commitment)")),
+        "{report}"
+    );
+    assert!(
+        report
+            .differs
+            .iter()
+            .any(|d| d.starts_with("verdict field `measured_ms`")),
+        "{report}"
+    );
+
+    // The deadline in the plan loosened: the signed challenge says otherwise.
+    let looser = tampered(&file, |t| {
+        let mut plan: serde_json::Value = serde_json::from_str(&t.plan_json).unwrap();
+        plan["deadline_ms"] = (verdict.deadline_ms * 2).into();
+        t.plan_json = plan.to_string();
+    });
+    let report = audited(&looser).await;
+    assert!(report.differs.iter().any(|d| d.starts_with("deadline:")), "{report}");
+
+    // An opening's signature from another key.
+    let foreign = tampered(&file, |t| {
+        let opening = t
+            .open
+            .as_mut()
+            .unwrap()
+            .openings
+            .iter_mut()
+            .find_map(|o| match &mut o.received {
+                Some(Received::Opening(o)) => Some(o),
+                _ => None,
+            });
+        let opening = opening.unwrap();
+        opening.signature = KeyPair::from_seed([0x43; 32]).sign(b"something else").to_vec();
+    });
+    let report = audited(&foreign).await;
+    assert!(
+        report.differs.iter().any(|d| d.ends_with("(opening-signature)")),
+        "{report}"
+    );
+
+    // Signed by another key: the challenge names this validator, not the signer; and an auditor
+    // who names the validator's key sees that too.
+    let other = KeyPair::from_seed([0x42; 32]);
+    let forged = seal(&open(&file).unwrap().transcript, &other);
+    let report = audit(&forged, Some(validator_key()), Arc::new(test_cpu(2)))
+        .await
+        .unwrap();
+    assert!(
+        report
+            .differs
+            .iter()
+            .any(|d| d.contains("the transcript is signed by another key")),
+        "{report}"
+    );
+    assert!(report.differs.iter().any(|d| d.starts_with("signed by")), "{report}");
+
+    // Truncated or not a transcript at all: an error, or a signature that fails; never a panic.
+    for cut in [0, 1, file.len() / 3, file.len() - 1] {
+        match audit(&file[..cut], None, Arc::new(test_cpu(2))).await {
+            Err(_) => {}
+            Ok(report) => assert_eq!(report.finding(), Finding::Differs, "cut at {cut}: {report}"),
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn tampering_with_the_walk_is_caught_and_named() {
+    let _alone = TIMED.lock().await;
+    let (_, file, _dir) = honest_pass(97, Policy::Sampled).await;
+
+    // A walk root's time moved past its device's deadline.
+    let slow_walk = tampered(&file, |t| {
+        t.walk.as_mut().unwrap().roots[0].received_after_us += 3_600_000_000;
+    });
+    let report = audited(&slow_walk).await;
+    assert!(report.differs.iter().any(|d| d.ends_with("(late-walk)")), "{report}");
+
+    // A step opening's bytes changed: a byte of a slice steps read (the miner's signature over
+    // each of them then fails), and a step's state.
+    let bad_slice = tampered(&file, |t| t.open.as_mut().unwrap().slices[0][0] ^= 1);
+    let report = audited(&bad_slice).await;
+    assert!(
+        report.differs.iter().any(|d| d.ends_with("(walk-opening-signature)")),
+        "{report}"
+    );
+    let bad_state = tampered(&file, |t| {
+        let open = t.open.as_mut().unwrap();
+        let step = open
+            .openings
+            .iter_mut()
+            .find_map(|o| match &mut o.received {
+                Some(Received::Opening(o)) => o.step.as_mut(),
+                _ => None,
+            })
+            .unwrap();
+        step.after[0] ^= 1;
+    });
+    let report = audited(&bad_state).await;
+    assert!(
+        report.differs.iter().any(|d| d.ends_with("(walk-opening-signature)")),
+        "{report}"
+    );
+    // A slice reference to no slice: named, never a panic.
+    let bad_ref = tampered(&file, |t| {
+        let open = t.open.as_mut().unwrap();
+        let count = open.slices.len() as u32;
+        open.openings.iter_mut().find(|o| o.slice_ref > 0).unwrap().slice_ref = count + 1;
+    });
+    let report = audited(&bad_ref).await;
+    assert!(report.differs.iter().any(|d| d.contains("refers to slice")), "{report}");
+
+    // A row check dropped: the validator no longer checked the rows its plan says.
+    let fewer_rows = tampered(&file, |t| {
+        t.open.as_mut().unwrap().row_checks.pop();
+    });
+    let report = audited(&fewer_rows).await;
+    assert!(
+        report
+            .differs
+            .iter()
+            .any(|d| d.contains("not the plan's counts per device")),
+        "{report}"
+    );
+}
+
+/// `file` with its transcript changed by `change`, then signed again with this validator's key:
+/// what a validator that lies about its own verdict could publish.
+fn tampered(file: &[u8], change: impl FnOnce(&mut v1::Transcript)) -> Vec<u8> {
+    let mut transcript = open(file).unwrap().transcript;
+    change(&mut transcript);
+    seal(&transcript, &KeyPair::from_seed([VALIDATOR_SEED; 32]))
+}

@@ -1,0 +1,855 @@
+//! The attestation again, from its transcript: the validator's own checks, in the order an
+//! attestation runs them (`attest::Attestor::run_once` and `verify`), on the messages as
+//! received and the times as read, and the verdict they come to compared with the one stated.
+
+use super::Report;
+use crate::attest::exchange::malformed_commitment;
+use crate::attest::outcome::Outcome;
+use crate::attest::verify::{
+    Due, MemoryOpenings, StepOpenings, check_opening, check_statement, full, openings_timed_out, owed,
+    received_opening, refused,
+};
+use crate::attest::walk_v4::{Roots, StatesWalk, StepChecks, walked_devices};
+use crate::attest::{late, pools_out_of_place};
+use crate::config::Policy;
+use crate::device_identity::check_commitment_evidence;
+use crate::memory::plan_v4::{ChainPoolPlan, DeviceWalkPlan};
+use crate::planner::{MemoryPhasePlan, Plan};
+use crate::transcript::{Opened, RecordedEvidence, RecordedPlan, Recorder};
+use crate::verdict::Verdict;
+use crate::verdict::class::RateSource;
+use crate::verdict::memory::MemoryProof;
+use crate::verdict::reason::{Reason, ReasonCode};
+use gpu_attest_proto::convert::{challenge_from_wire, commitment_from_wire, walk_request_from_wire};
+use gpu_attest_proto::evidence::evidence_from_wire;
+use gpu_attest_proto::memory_v4::step_sample_from_wire;
+use gpu_attest_proto::v1;
+use gpu_attest_proto::v1::recorded_opening::Received;
+use gpu_attest_shared::inventory::HardwareClaim;
+use gpu_attest_shared::keys::PublicKey;
+use gpu_attest_shared::memory::slice_walk::SliceWalk;
+use gpu_attest_shared::opening::SampleRequest;
+use gpu_attest_shared::statement::memory_v4::{self, StepSample};
+use gpu_attest_shared::statement::{Challenge, Commitment, MemoryPhase, open_request_bytes};
+use gpu_attest_shared::{Backend, Work};
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use tonic::Status;
+
+/// Reasons the challenge stream gave (PROTOCOL.md 14.3): its events are not in a transcript,
+/// so these are taken as stated.
+const STREAM_REASONS: [ReasonCode; 6] = [
+    ReasonCode::NotAccepted,
+    ReasonCode::ImpossibleProgress,
+    ReasonCode::StreamOutOfOrder,
+    ReasonCode::MinerFailed,
+    ReasonCode::NoCommitment,
+    ReasonCode::CommitmentTimedOut,
+];
+
+/// Whether `code` comes from device evidence (PROTOCOL.md 19.4): checked against the
+/// validator's own trust store and part history, so taken as stated.
+fn from_evidence(code: ReasonCode) -> bool {
+    code.as_str().starts_with("identity-")
+}
+
+/// Replays the attestation `opened` records, adding what it finds to `report`.
+pub async fn replay(opened: &Opened, backend: Arc<dyn Backend>, report: &mut Report) {
+    let t = &opened.transcript;
+    let stated: Verdict = match serde_json::from_str(&t.verdict_json) {
+        Ok(v) => v,
+        Err(e) => return report.differ(format!("the stated verdict is not a verdict's JSON: {e}")),
+    };
+    report.verdict = format!(
+        "verdict {} ({}, {} at {})",
+        stated.id,
+        if stated.passed { "PASS" } else { "FAIL" },
+        stated.miner_url,
+        humantime::format_rfc3339_seconds(
+            std::time::UNIX_EPOCH + std::time::Duration::from_millis(stated.created_at_ms)
+        )
+    );
+    let planned: RecordedPlan = match serde_json::from_str(&t.plan_json) {
+        Ok(p) => p,
+        Err(e) => return report.differ(format!("the recorded plan does not read: {e}")),
+    };
+    if t.miner_url != stated.miner_url {
+        report.differ(format!(
+            "the transcript is of {}, the verdict of {}",
+            t.miner_url, stated.miner_url
+        ));
+    }
+    let Some((challenge, validator_key)) = check_challenge(t, opened.signer, &planned, &stated, report) else {
+        return;
+    };
+    let Some(replayed) = Replay::new(&challenge, &planned, &stated, validator_key, report) else {
+        return;
+    };
+    let derived = replayed.run(t, &challenge, backend, report).await;
+    compare(&stated, derived, report);
+}
+
+/// The signed challenge: decoded, signed by the transcript's signer, and what the plan and the
+/// verdict say of it. Returns it and the validator's key.
+fn check_challenge(
+    t: &v1::Transcript,
+    signer: Option<PublicKey>,
+    planned: &RecordedPlan,
+    stated: &Verdict,
+    report: &mut Report,
+) -> Option<(Challenge, PublicKey)> {
+    let Some(wire) = &t.challenge else {
+        report.differ("the transcript holds no challenge");
+        return None;
+    };
+    let (challenge, signature) = match challenge_from_wire(wire) {
+        Ok(c) => c,
+        Err(e) => {
+            report.differ(format!("the recorded challenge does not decode: {e}"));
+            return None;
+        }
+    };
+    if challenge.verify(&signature).is_err() {
+        report.differ("the challenge's signature does not verify with the validator key it names");
+    } else {
+        report.confirm("the challenge is signed by the validator it names");
+    }
+    if Some(challenge.validator_key) != signer {
+        report.differ(format!(
+            "the challenge names validator {}, the transcript is signed by another key",
+            challenge.validator_key
+        ));
+    }
+    let claim = HardwareClaim {
+        backend: planned.backend.clone(),
+        kernel: planned.kernel.clone(),
+        devices: planned.inventory.clone(),
+    };
+    let mut agree = true;
+    let mut check = |ok: bool, what: String| {
+        if !ok {
+            agree = false;
+            report.differ(what);
+        }
+    };
+    check(
+        claim.digest() == challenge.inventory_digest,
+        "the plan's hardware is not the hardware the signed challenge was sized for".into(),
+    );
+    check(
+        claim == stated.claim(),
+        "the verdict names other hardware than the plan".into(),
+    );
+    check(
+        crate::verdict::StoredParams::from(&challenge.params) == stated.params,
+        "the verdict's challenge parameters are not the signed challenge's".into(),
+    );
+    let signed_deadline = challenge.deadline_ms.saturating_sub(challenge.issued_at_ms);
+    check(
+        signed_deadline == planned.deadline_ms && planned.deadline_ms == stated.deadline_ms,
+        format!(
+            "deadline: the signed challenge gives {signed_deadline} ms, the plan {} ms, the verdict {} ms",
+            planned.deadline_ms, stated.deadline_ms
+        ),
+    );
+    let signed_finish_by = challenge
+        .finish_by_ms
+        .map_or(0, |f| f.saturating_sub(challenge.issued_at_ms));
+    check(
+        signed_finish_by == planned.finish_by_ms && planned.finish_by_ms == stated.finish_by_ms,
+        format!(
+            "finish-by time: the signed challenge gives {signed_finish_by} ms, the plan {} ms, the verdict {} ms",
+            planned.finish_by_ms, stated.finish_by_ms
+        ),
+    );
+    let signed_version = match challenge.memory {
+        Some(MemoryPhase::V4(_)) => 4,
+        Some(MemoryPhase::V3(_)) => 3,
+        None => 2,
+    };
+    check(
+        signed_version == planned.protocol_version && planned.protocol_version == stated.protocol_version,
+        format!(
+            "protocol version: the signed challenge's is {signed_version}, the plan's {}, the verdict's {}",
+            planned.protocol_version, stated.protocol_version
+        ),
+    );
+    check(
+        planned.expected_ms == stated.expected_ms
+            && planned.samples == stated.samples
+            && planned.policy == stated.policy,
+        "the verdict's expected time, samples or policy are not the plan's".into(),
+    );
+    if agree {
+        report.confirm(format!(
+            "the verdict's hardware, parameters, deadline ({} ms), finish-by time and protocol version {} are the signed challenge's",
+            planned.deadline_ms, planned.protocol_version
+        ));
+    }
+    Some((challenge.clone(), challenge.validator_key))
+}
+
+/// The replay's state: an outcome built from the recorded plan, as the live attestation's was.
+struct Replay<'a> {
+    outcome: Outcome,
+    work: Work,
+    stated: &'a Verdict,
+    validator_key: PublicKey,
+    /// Version 4's walk as planned; `None` under another version.
+    pool: Option<ChainPoolPlan>,
+}
+
+impl<'a> Replay<'a> {
+    fn new(
+        challenge: &Challenge,
+        planned: &RecordedPlan,
+        stated: &'a Verdict,
+        validator_key: PublicKey,
+        report: &mut Report,
+    ) -> Option<Self> {
+        let work = match Work::new(challenge.params) {
+            Ok(w) => w,
+            Err(e) => {
+                report.differ(format!("the signed challenge's parameters are not valid: {e}"));
+                return None;
+            }
+        };
+        let pool = match &challenge.memory {
+            Some(MemoryPhase::V4(params)) => match pool_plan(params, planned.memory.as_ref()) {
+                Some(pool) => Some(pool),
+                None => {
+                    report.differ("the plan's memory figures do not fit the signed challenge's pools");
+                    return None;
+                }
+            },
+            _ => None,
+        };
+        let plan = Plan {
+            params: challenge.params,
+            claim: stated.claim(),
+            expectation: planned.expectation,
+            expected_ms: planned.expected_ms,
+            deadline_ms: planned.deadline_ms,
+            finish_by_ms: planned.finish_by_ms,
+            samples: planned.samples,
+            memory: match &pool {
+                Some(pool) => MemoryPhasePlan::V4(pool.clone()),
+                None => MemoryPhasePlan::Off,
+            },
+        };
+        let policy = if planned.policy == "full" {
+            Policy::Full
+        } else {
+            Policy::Sampled
+        };
+        let outcome = Outcome::with_memory(
+            &stated.miner_url,
+            &plan,
+            policy,
+            planned.memory.clone(),
+            planned.protocol_version,
+        );
+        Some(Replay {
+            outcome,
+            work,
+            stated,
+            validator_key,
+            pool,
+        })
+    }
+
+    /// The stated reasons of the kinds `which` picks, taken as stated (into the outcome, as the
+    /// live attestation had them at this point) and listed in the report.
+    fn take_stated(&mut self, which: impl Fn(ReasonCode) -> bool, why: &str, report: &mut Report) {
+        for reason in self.stated.reasons.iter().filter(|r| which(r.code)) {
+            report.take_as_stated(format!("{} ({why})", reason.code.as_str()));
+            self.outcome.reasons.push(reason.clone());
+        }
+    }
+
+    /// Runs the attestation's checks in their order and returns the verdict they come to.
+    async fn run(
+        mut self,
+        t: &v1::Transcript,
+        challenge: &Challenge,
+        backend: Arc<dyn Backend>,
+        report: &mut Report,
+    ) -> Verdict {
+        self.take_stated(
+            |c| STREAM_REASONS.contains(&c),
+            "the challenge stream's events are not recorded",
+            report,
+        );
+        self.outcome.measured_ms = self.stated.measured_ms;
+        if self.stated.first_run.is_some() {
+            report.take_as_stated("the first run a retest replaced (its transcript is not kept)");
+        }
+        if let Some(commitment) = self.commitment(t, challenge, report) {
+            self.after_commitment(t, challenge, &commitment, backend, report).await;
+        } else if t.commitment.is_none() && !self.outcome.reasons.iter().any(|r| STREAM_REASONS.contains(&r.code)) {
+            report.differ("no commitment is recorded, and the verdict states no reason for its absence");
+        }
+        let version_3 = self.stated.protocol_version == 3;
+        let mut derived = self.outcome.into_verdict(self.stated.created_at_ms);
+        derived.id = self.stated.id;
+        derived.first_run = self.stated.first_run.clone();
+        if version_3 {
+            derived.memory = self.stated.memory.clone();
+        }
+        derived
+    }
+
+    /// The recorded commitment, decoded and timed: `Some` when it is worth verifying further.
+    fn commitment(
+        &mut self,
+        t: &v1::Transcript,
+        challenge: &Challenge,
+        report: &mut Report,
+    ) -> Option<(Commitment, [u8; 64])> {
+        let recorded = t.commitment.as_ref()?;
+        self.outcome.measured_ms = recorded.received_after_ms;
+        let wire = recorded.commitment.clone().unwrap_or_default();
+        let (commitment, signature) = match commitment_from_wire(&wire) {
+            Ok(c) => c,
+            Err(e) => {
+                self.outcome.reasons.push(malformed_commitment(&e));
+                return None;
+            }
+        };
+        let deadline_ms = self.outcome.plan.deadline_ms;
+        if recorded.received_after_ms > deadline_ms {
+            let why = late(recorded.received_after_ms, &self.outcome.plan);
+            self.outcome.fail(ReasonCode::LateCommitment, why);
+        }
+        report.confirm(format!(
+            "the commitment came {} ms after the challenge (deadline {deadline_ms} ms)",
+            recorded.received_after_ms
+        ));
+        if !check_statement(challenge, &self.work, &commitment, &signature, &mut self.outcome) {
+            return None;
+        }
+        report.confirm("the commitment's signature, bindings and structure (PROTOCOL.md 14.4)");
+        Some((commitment, signature))
+    }
+
+    /// Evidence, the walk and the openings, as `Attestor::verify` runs them.
+    async fn after_commitment(
+        &mut self,
+        t: &v1::Transcript,
+        challenge: &Challenge,
+        (commitment, _): &(Commitment, [u8; 64]),
+        backend: Arc<dyn Backend>,
+        report: &mut Report,
+    ) {
+        if self.outcome.may_prove() {
+            self.evidence(t, challenge, commitment, report);
+        }
+        if self.outcome.plan.memory.protocol_version() == 2 && challenge.memory.is_some() {
+            // Version 3: its fill and segment walk are not recorded.
+            report.take_as_stated(
+                "version 3's memory phase: its walk and openings are not recorded; its reasons and figures are as stated",
+            );
+            let already: Vec<ReasonCode> = self.outcome.reasons.iter().map(|r| r.code).collect();
+            self.take_stated(|c| !already.contains(&c), "version 3's walk and openings", report);
+            return;
+        }
+        if let Some(why) = pools_out_of_place(&self.outcome.plan.memory, commitment.pools.is_some()) {
+            self.outcome.fail(ReasonCode::PoolNotCanonical, why);
+            return;
+        }
+        let walked = self.walk(t, commitment, report);
+        let memory_openings = walked.as_ref().map(|(walked, steps)| {
+            MemoryOpenings::Steps(StepOpenings {
+                walked,
+                steps: steps.clone(),
+            })
+        });
+        if self.outcome.policy == Policy::Full && !self.outcome.may_prove() {
+            return self.expect_no_open(t, report);
+        }
+        let chains = match self.outcome.policy {
+            Policy::Full => {
+                let started = std::time::Instant::now();
+                match full(backend.clone(), &self.work, commitment, &mut self.outcome, &|_| {}).await {
+                    Ok(()) => report.confirm(format!(
+                        "every chain re-executed on this machine's CPU ({:.1} s)",
+                        started.elapsed().as_secs_f64()
+                    )),
+                    Err(e) => report.differ(format!("this machine could not re-execute the chains: {e}")),
+                }
+                0
+            }
+            _ => self.outcome.plan.samples,
+        };
+        if chains == 0 && memory_openings.is_none() {
+            return self.expect_no_open(t, report);
+        }
+        self.openings(t, commitment, chains, memory_openings.as_ref(), backend, report)
+            .await;
+    }
+
+    /// The commitment's device evidence, checked again under the identity settings and at the
+    /// time the transcript records (PROTOCOL.md 19.4), against NVIDIA's root as shipped. What
+    /// rests on the validator's own history (a certified part seen for another key) is taken
+    /// as stated.
+    fn evidence(&mut self, t: &v1::Transcript, challenge: &Challenge, commitment: &Commitment, report: &mut Report) {
+        let recorded: Option<RecordedEvidence> = (!t.evidence_json.is_empty())
+            .then(|| serde_json::from_str(&t.evidence_json))
+            .transpose()
+            .unwrap_or_else(|e| {
+                report.differ(format!("the recorded evidence settings do not read: {e}"));
+                None
+            });
+        let Some(recorded) = recorded else {
+            if self.stated.identity.is_some() {
+                report.differ("the verdict states device evidence, but the transcript records no evidence check");
+            }
+            return;
+        };
+        let wire = t
+            .commitment
+            .as_ref()
+            .and_then(|c| c.commitment.as_ref())
+            .cloned()
+            .unwrap_or_default();
+        let evidence = evidence_from_wire(&wire.evidence, &wire.evidence_signature);
+        let (proof, reasons) = check_commitment_evidence(
+            &recorded.config,
+            &recorded.config.trust(),
+            challenge,
+            commitment,
+            &self.outcome.plan.claim.devices,
+            &evidence,
+            recorded.checked_at_ms / 1000,
+        );
+        if proof
+            .as_ref()
+            .is_some_and(|p| p.devices.iter().any(|d| d.part.is_some()))
+        {
+            // Certified parts: whether one was seen for another key lately is in the
+            // validator's database, which an audit does not have.
+            self.take_stated(
+                from_evidence,
+                "a certified part's history is the validator's own",
+                report,
+            );
+            self.outcome.identity = self.stated.identity.clone();
+            report.take_as_stated("the certified parts' reuse check (the validator's part history)");
+            return;
+        }
+        report.confirm(format!(
+            "device evidence checked again under the {} policy",
+            recorded.config.policy.as_str()
+        ));
+        self.outcome.identity = proof;
+        self.outcome.reasons.extend(reasons);
+    }
+
+    fn expect_no_open(&self, t: &v1::Transcript, report: &mut Report) {
+        if t.open.is_some() {
+            report.differ("openings are recorded where the verdict could no longer prove anything and none should have been asked for");
+        }
+    }
+
+    /// Version 4's walk from its recorded roots (PROTOCOL.md 20.8): each root's signature and
+    /// time, and the steps the validator drew to open. `None` when there is nothing to open.
+    fn walk(
+        &mut self,
+        t: &v1::Transcript,
+        commitment: &Commitment,
+        report: &mut Report,
+    ) -> Option<(StatesWalk, Vec<StepSample>)> {
+        let pool = self.pool.clone()?;
+        let Some(recorded) = &t.walk else {
+            if self.outcome.may_prove() {
+                report.differ("no walk is recorded, though the verdict could still prove its memory");
+            }
+            return None;
+        };
+        if !self.outcome.may_prove() {
+            report
+                .differ("a walk is recorded where the verdict had already failed and none should have been asked for");
+        }
+        let Some(Ok(request)) = recorded.request.as_ref().map(walk_request_from_wire) else {
+            report.differ("the recorded walk request does not decode");
+            return None;
+        };
+        let nonce = self.work.params().nonce;
+        let signed = memory_v4::walk_request_bytes(&request.nonce, &request.walk_seed, request.deadline_ms);
+        if request.nonce != nonce || self.validator_key.verify(&signed, &request.signature).is_err() {
+            report.differ("the recorded walk request is not this challenge's, signed by its validator");
+            return None;
+        }
+        let walk = SliceWalk {
+            nonce,
+            walk_seed: request.walk_seed,
+            global: commitment.work.global,
+            walkers: pool.params.walkers,
+            steps: pool.params.walk_steps,
+        };
+        let reasons = &mut self.outcome.reasons;
+        let mut roots = Roots::new(pool.devices.len());
+        let mut scratch = Recorder::default();
+        let mut taken = true;
+        for root in &recorded.roots {
+            let message = root.root.clone().unwrap_or_default();
+            if let Err((code, why)) =
+                roots.take(&message, root.received_after_us, &walk, commitment, self.validator_key)
+            {
+                reasons.push(Reason::new(code, why));
+                taken = false;
+                break;
+            }
+        }
+        let all = if !taken {
+            None
+        } else if let Some(failure) = &recorded.failure {
+            roots.refused(&status(failure), reasons, &mut scratch)
+        } else if recorded.timed_out_after_ms > 0 {
+            roots.timed_out(recorded.timed_out_after_ms, reasons, &mut scratch)
+        } else {
+            roots.all(reasons)
+        };
+        let devices = all.and_then(|roots| walked_devices(roots, &self.work, commitment, &pool, reasons))?;
+        if let Some(proof) = self.outcome.memory.as_mut() {
+            for (j, device) in devices.iter().enumerate() {
+                proof.record_device_walk(j, device.measured_us.div_ceil(1000).max(1));
+            }
+        }
+        report.confirm(format!(
+            "{} walk root(s) signed by the miner over this walk, each timed against its device's deadline",
+            devices.len()
+        ));
+        let rows = self.drawn_rows(t);
+        let steps = self.drawn_steps(t, &pool, &rows, report);
+        let row_checked = rows.keys().copied().collect::<HashSet<_>>();
+        Some((StatesWalk::replayed(walk, devices, row_checked), steps))
+    }
+
+    /// The rows the validator drew for its row checks, by step.
+    fn drawn_rows(&self, t: &v1::Transcript) -> HashMap<StepSample, u32> {
+        t.open
+            .iter()
+            .flat_map(|o| &o.row_checks)
+            .filter_map(|r| r.step.as_ref().map(|s| (step_sample_from_wire(s), r.row)))
+            .collect()
+    }
+
+    /// The steps the open request asks for, checked against what the plan says the validator
+    /// draws: each device's planned count, none twice, and its planned row checks among them.
+    fn drawn_steps(
+        &self,
+        t: &v1::Transcript,
+        pool: &ChainPoolPlan,
+        rows: &HashMap<StepSample, u32>,
+        report: &mut Report,
+    ) -> Vec<StepSample> {
+        let steps: Vec<StepSample> = t
+            .open
+            .as_ref()
+            .and_then(|o| o.request.as_ref())
+            .map(|r| r.step_samples.iter().map(step_sample_from_wire).collect())
+            .unwrap_or_default();
+        let per_device = u64::from(pool.params.walkers) * u64::from(pool.params.walk_steps);
+        let mut fair = steps.iter().collect::<HashSet<_>>().len() == steps.len();
+        for (j, planned) in pool.devices.iter().enumerate() {
+            let drawn = steps.iter().filter(|s| s.device as usize == j).count() as u64;
+            let want = u64::from(planned.steps_opened).min(per_device);
+            let checked = rows.keys().filter(|s| s.device as usize == j).count() as u64;
+            fair &= drawn == want && checked == u64::from(planned.rows_checked).min(want);
+        }
+        fair &= rows.keys().all(|s| steps.contains(s));
+        if fair {
+            report.confirm(format!(
+                "{} walk steps opened and {} rows checked, as planned per device",
+                steps.len(),
+                rows.len()
+            ));
+        } else {
+            report.differ("the walk steps opened or the rows checked are not the plan's counts per device");
+        }
+        steps
+    }
+
+    /// The open request and every opening as received (PROTOCOL.md 14.5, 20.5), each checked as
+    /// the live attestation checked it.
+    async fn openings(
+        &mut self,
+        t: &v1::Transcript,
+        commitment: &Commitment,
+        chains: u32,
+        memory: Option<&MemoryOpenings<'_>>,
+        backend: Arc<dyn Backend>,
+        report: &mut Report,
+    ) {
+        let Some(open) = &t.open else {
+            report.differ("no open request is recorded, though openings were due");
+            return;
+        };
+        let Some(samples) = self.check_open_request(open, chains, memory, report) else {
+            return;
+        };
+        if let Some(refusal) = &open.refused {
+            refused(&status(refusal), &mut self.outcome);
+            return;
+        }
+        if open.timed_out {
+            openings_timed_out(&mut self.outcome);
+            return;
+        }
+        let rows = self.drawn_rows(t);
+        let due = owed(&samples, memory);
+        let mut received = open.openings.iter();
+        let mut steps = StepChecks::default();
+        let (mut chains_checked, mut steps_checked) = (0, 0);
+        for sample in due {
+            let next = received.next().map(|o| restore_slice(open, o));
+            let wire = match next {
+                Some(Err(why)) => {
+                    report.differ(why);
+                    break;
+                }
+                Some(Ok(received)) => received,
+                None => None,
+            };
+            let wire = match wire {
+                Some(Received::Opening(wire)) => match received_opening(Ok(Some(wire)), sample, &mut self.outcome) {
+                    Some(wire) => wire,
+                    None => break,
+                },
+                Some(Received::Ended(_)) => {
+                    received_opening(Ok(None), sample, &mut self.outcome);
+                    break;
+                }
+                Some(Received::Failure(failure)) => {
+                    received_opening(Err(status(&failure)), sample, &mut self.outcome);
+                    break;
+                }
+                Some(Received::TimedOut(_)) => {
+                    openings_timed_out(&mut self.outcome);
+                    break;
+                }
+                None => {
+                    report.differ(format!(
+                        "the transcript ends before the opening of {sample} that was due"
+                    ));
+                    break;
+                }
+            };
+            match sample {
+                Due::Chain(chain) => {
+                    if let Err(e) =
+                        check_opening(backend.clone(), &self.work, commitment, chain, &wire, &mut self.outcome).await
+                    {
+                        report.differ(format!("this machine could not check an opening: {e}"));
+                    }
+                    chains_checked += 1;
+                }
+                Due::Walk(..) => {}
+                Due::Step(step, walked) => {
+                    let row = rows.get(&step).copied();
+                    if let Some(check) = walked.begin_check(
+                        &self.work,
+                        &commitment.miner_key,
+                        step,
+                        &wire,
+                        row,
+                        &mut self.outcome.reasons,
+                    ) && let Err(e) = steps.push(check, &mut self.outcome.reasons).await
+                    {
+                        report.differ(format!("this machine could not check a step: {e}"));
+                    }
+                    steps_checked += 1;
+                }
+            }
+        }
+        if let Err(e) = steps.finish(&mut self.outcome.reasons).await {
+            report.differ(format!("this machine could not check a step: {e}"));
+        }
+        report.confirm(format!(
+            "{chains_checked} chain opening(s) recomputed and {steps_checked} walk step(s) checked on this machine's CPU, each as received"
+        ));
+    }
+
+    /// The recorded open request: this challenge's, signed by its validator over the version's
+    /// bytes, with the planned number of chain samples. Returns its chain samples.
+    fn check_open_request(
+        &self,
+        open: &v1::RecordedOpen,
+        chains: u32,
+        memory: Option<&MemoryOpenings<'_>>,
+        report: &mut Report,
+    ) -> Option<Vec<SampleRequest>> {
+        let Some(request) = &open.request else {
+            report.differ("the recorded open request is empty");
+            return None;
+        };
+        let samples: Vec<SampleRequest> = request
+            .samples
+            .iter()
+            .map(|s| SampleRequest {
+                chain: s.chain,
+                segment: s.segment,
+            })
+            .collect();
+        let steps: Vec<StepSample> = request.step_samples.iter().map(step_sample_from_wire).collect();
+        let nonce = self.work.params().nonce;
+        let signed = match self.outcome.plan.memory {
+            MemoryPhasePlan::V4(_) => memory_v4::open_request_bytes(&nonce, &samples, &steps),
+            _ => open_request_bytes(&nonce, &samples),
+        };
+        if request.nonce != nonce || self.validator_key.verify(&signed, &request.signature).is_err() {
+            report.differ("the recorded open request is not this challenge's, signed by its validator");
+            return None;
+        }
+        let drawn_steps = match memory {
+            Some(MemoryOpenings::Steps(s)) => s.steps.clone(),
+            _ => Vec::new(),
+        };
+        if samples.len() != chains as usize || steps != drawn_steps {
+            report.differ(format!(
+                "the open request asks for {} chain samples and {} steps; the plan says {chains} and the walk {}",
+                samples.len(),
+                steps.len(),
+                drawn_steps.len()
+            ));
+            return None;
+        }
+        let ok = samples
+            .iter()
+            .all(|s| s.chain < self.work.num_chains() && s.segment < self.work.segments());
+        if !ok {
+            report.differ("the open request names chains or segments outside the challenge");
+            return None;
+        }
+        report.confirm(format!(
+            "the open request, signed by the validator, asks for {} chain sample(s) and {} step(s)",
+            samples.len(),
+            steps.len()
+        ));
+        Some(samples)
+    }
+}
+
+/// A recorded opening as it was received: its step's slice put back from the transcript's
+/// table of slices (21.2). `Err` names a reference to no slice.
+fn restore_slice(open: &v1::RecordedOpen, recorded: &v1::RecordedOpening) -> Result<Option<Received>, String> {
+    let mut received = recorded.received.clone();
+    if recorded.slice_ref == 0 {
+        return Ok(received);
+    }
+    let slice = open.slices.get(recorded.slice_ref as usize - 1).ok_or_else(|| {
+        format!(
+            "a step opening refers to slice {} of {} recorded",
+            recorded.slice_ref,
+            open.slices.len()
+        )
+    })?;
+    match &mut received {
+        Some(Received::Opening(v1::ChainOpening { step: Some(step), .. })) if step.slice.is_empty() => {
+            step.slice = slice.clone();
+            Ok(received)
+        }
+        _ => Err("a slice reference on a recording that is no step opening with its slice moved".into()),
+    }
+}
+
+/// A recorded status as tonic's, so that it is judged as the live one was.
+fn status(recorded: &v1::RecordedStatus) -> Status {
+    Status::new(tonic::Code::from(recorded.code), recorded.message.clone())
+}
+
+/// Version 4's walk as planned, from the signed challenge's pool and the plan's memory figures
+/// (each device's expected rate, deadline and openings): `None` when they do not fit.
+fn pool_plan(
+    params: &gpu_attest_shared::memory::chain_pool::ChainPoolParams,
+    memory: Option<&MemoryProof>,
+) -> Option<ChainPoolPlan> {
+    let memory = memory?;
+    if memory.devices.len() != params.pool_chains.len() {
+        return None;
+    }
+    let devices = memory
+        .devices
+        .iter()
+        .zip(&params.pool_chains)
+        .map(|(device, &pool_chains)| {
+            let walk = device.walk.as_ref()?;
+            Some(DeviceWalkPlan {
+                pool_chains,
+                bytes_per_sec: walk.expected_bytes_per_sec,
+                source: RateSource::parse(&walk.bandwidth_source).unwrap_or(RateSource::Shipped),
+                expected_ms: walk.expected_ms,
+                slack: memory.slack,
+                deadline_ms: walk.deadline_ms,
+                steps_opened: walk.steps_opened,
+                rows_checked: walk.rows_checked,
+                sized_as: None,
+                bound_as: "",
+                held_at_least: walk.held_at_least,
+            })
+        })
+        .collect::<Option<Vec<_>>>()?;
+    Some(ChainPoolPlan {
+        params: params.clone(),
+        min_iterations: 0,
+        min_chains: 0,
+        devices,
+        host_held_at_least: memory.host_held_at_least.unwrap_or(0.0),
+        short_of_ninety: None,
+    })
+}
+
+/// The derived verdict against the stated one, field by field; the reasons one by one.
+fn compare(stated: &Verdict, derived: Verdict, report: &mut Report) {
+    let (Ok(serde_json::Value::Object(a)), Ok(serde_json::Value::Object(b))) =
+        (serde_json::to_value(stated), serde_json::to_value(&derived))
+    else {
+        return report.differ("the verdicts could not be compared");
+    };
+    let mut fields: Vec<&String> = a.keys().chain(b.keys()).collect::<Vec<_>>();
+    fields.sort();
+    fields.dedup();
+    let differing: Vec<&String> = fields.into_iter().filter(|k| a.get(*k) != b.get(*k)).collect();
+    for field in &differing {
+        if field.as_str() == "reasons" {
+            compare_reasons(&stated.reasons, &derived.reasons, report);
+        } else {
+            report.differ(format!(
+                "verdict field `{field}`: stated {}, re-derived {}",
+                shown(a.get(*field)),
+                shown(b.get(*field))
+            ));
+        }
+    }
+    if differing.is_empty() {
+        report.confirm(format!(
+            "the verdict re-derived from the transcript is the stated one: {}, {} reason(s), every rate and memory figure",
+            if stated.passed { "PASS" } else { "FAIL" },
+            stated.reasons.len()
+        ));
+    }
+}
+
+fn compare_reasons(stated: &[Reason], derived: &[Reason], report: &mut Report) {
+    for reason in stated.iter().filter(|r| !derived.contains(r)) {
+        report.differ(format!(
+            "the verdict states a reason the transcript does not show: {reason}"
+        ));
+    }
+    for reason in derived.iter().filter(|r| !stated.contains(r)) {
+        report.differ(format!(
+            "the transcript shows a reason the verdict does not state: {reason}"
+        ));
+    }
+}
+
+/// A JSON value for a person, cut short.
+fn shown(value: Option<&serde_json::Value>) -> String {
+    let text = value.map_or_else(|| "nothing".into(), |v| v.to_string());
+    if text.len() > 200 {
+        format!("{}...", &text[..text.floor_char_boundary(200)])
+    } else {
+        text
+    }
+}

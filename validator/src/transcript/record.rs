@@ -1,0 +1,210 @@
+//! What one attestation records while it runs: each message as sent or received, in order, with
+//! the validator's clock readings, and the plan it ran under. Turned into a transcript
+//! (PROTOCOL.md 21.2) once the verdict is known.
+
+use crate::config::identity::IdentityConfig;
+use crate::verdict::Verdict;
+use crate::verdict::memory::MemoryProof;
+use crate::verdict::throughput::Expectation;
+use gpu_attest_proto::v1;
+use gpu_attest_shared::device::DeviceInfo;
+use gpu_attest_shared::statement::memory_v4::StepSample;
+use serde::{Deserialize, Serialize};
+use tonic::Status;
+
+/// What the plan fixed before the challenge was sent (PROTOCOL.md 21.2): a transcript's
+/// `plan_json`. The audit re-derives the verdict from these and the messages.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RecordedPlan {
+    /// `full` or `sampled`.
+    pub policy: String,
+    /// Chain openings to ask for under the sampled policy.
+    pub samples: u32,
+    pub expected_ms: u64,
+    pub deadline_ms: u64,
+    pub finish_by_ms: u64,
+    /// The expected rate, where it came from, and the slack the deadline was set with.
+    pub expectation: Expectation,
+    /// The hardware the challenge was sized for (its digest is in the signed challenge).
+    pub backend: String,
+    pub kernel: String,
+    pub inventory: Vec<DeviceInfo>,
+    /// 2, 3 or 4 (PROTOCOL.md 16.1).
+    pub protocol_version: u32,
+    /// The memory phase as planned, before the walk: each device's expected walk rate and its
+    /// source, slack, deadline, openings and the bound they prove. `None` without one.
+    pub memory: Option<MemoryProof>,
+}
+
+/// Where device evidence was checked: a transcript's `evidence_json`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RecordedEvidence {
+    pub config: IdentityConfig,
+    pub checked_at_ms: u64,
+}
+
+/// The messages of one attestation, as they went. (Boxed: it travels inside the outcome of
+/// every attestation in flight, whose futures stay small.)
+#[derive(Clone, Debug, Default)]
+pub struct Recorder(Box<Records>);
+
+#[derive(Clone, Debug, Default)]
+struct Records {
+    challenge: Option<v1::Challenge>,
+    evidence: Option<RecordedEvidence>,
+    commitment: Option<v1::RecordedCommitment>,
+    walk: Option<v1::RecordedWalk>,
+    open: Option<v1::RecordedOpen>,
+    /// Where each distinct slice of the step openings is in `open.slices`, by its hash.
+    slice_refs: std::collections::HashMap<[u8; 32], u32>,
+}
+
+fn status(s: &Status) -> v1::RecordedStatus {
+    v1::RecordedStatus {
+        code: s.code() as i32,
+        message: s.message().to_string(),
+    }
+}
+
+impl Recorder {
+    pub fn challenge(&mut self, sent: v1::Challenge) {
+        self.0.challenge = Some(sent);
+    }
+
+    pub fn commitment(&mut self, received: v1::Commitment, received_after_ms: u64) {
+        self.0.commitment = Some(v1::RecordedCommitment {
+            commitment: Some(received),
+            received_after_ms,
+        });
+    }
+
+    /// Sets `received_after_ms` on a commitment recorded before the time was read.
+    pub fn commitment_time(&mut self, received_after_ms: u64) {
+        if let Some(c) = self.0.commitment.as_mut() {
+            c.received_after_ms = received_after_ms;
+        }
+    }
+
+    /// The commitment's device evidence was checked under `config` at `checked_at_ms`.
+    pub fn evidence_checked(&mut self, config: &IdentityConfig, checked_at_ms: u64) {
+        self.0.evidence = Some(RecordedEvidence {
+            config: config.clone(),
+            checked_at_ms,
+        });
+    }
+
+    pub fn walk_request(&mut self, sent: v1::WalkRequest) {
+        self.0.walk = Some(v1::RecordedWalk {
+            request: Some(sent),
+            ..Default::default()
+        });
+    }
+
+    pub fn walk_root(&mut self, received: &v1::DeviceWalkRoot, received_after_us: u64) {
+        if let Some(walk) = self.0.walk.as_mut() {
+            walk.roots.push(v1::RecordedWalkRoot {
+                root: Some(received.clone()),
+                received_after_us,
+            });
+        }
+    }
+
+    pub fn walk_failed(&mut self, failure: &Status) {
+        if let Some(walk) = self.0.walk.as_mut() {
+            walk.failure = Some(status(failure));
+        }
+    }
+
+    /// No (further) root within the walk's time, `after_ms` after the request.
+    pub fn walk_timed_out(&mut self, after_ms: u64) {
+        if let Some(walk) = self.0.walk.as_mut() {
+            walk.timed_out_after_ms = after_ms.max(1);
+        }
+    }
+
+    pub fn open_request(&mut self, sent: &v1::OpenChainsRequest) {
+        self.0.open = Some(v1::RecordedOpen {
+            request: Some(sent.clone()),
+            ..Default::default()
+        });
+    }
+
+    fn opened(&mut self, received: v1::recorded_opening::Received) {
+        let records = &mut *self.0;
+        let Some(open) = records.open.as_mut() else {
+            return;
+        };
+        let mut received = received;
+        let mut slice_ref = 0;
+        if let v1::recorded_opening::Received::Opening(v1::ChainOpening { step: Some(step), .. }) = &mut received
+            && !step.slice.is_empty()
+        {
+            // Each distinct slice once: a small pool's few slices are read by every step.
+            let slice = std::mem::take(&mut step.slice);
+            let hash = *blake3::hash(&slice).as_bytes();
+            slice_ref = *records.slice_refs.entry(hash).or_insert_with(|| {
+                open.slices.push(slice);
+                open.slices.len() as u32
+            });
+        }
+        open.openings.push(v1::RecordedOpening {
+            received: Some(received),
+            slice_ref,
+        });
+    }
+
+    pub fn open_refused(&mut self, refusal: &Status) {
+        if let Some(open) = self.0.open.as_mut() {
+            open.refused = Some(status(refusal));
+        }
+    }
+
+    pub fn open_timed_out(&mut self) {
+        if let Some(open) = self.0.open.as_mut() {
+            open.timed_out = true;
+        }
+    }
+
+    /// One read of the opening stream, as it came.
+    pub fn opening(&mut self, received: &Result<Option<v1::ChainOpening>, Status>) {
+        use v1::recorded_opening::Received;
+        self.opened(match received {
+            Ok(Some(opening)) => Received::Opening(opening.clone()),
+            Ok(None) => Received::Ended(true),
+            Err(s) => Received::Failure(status(s)),
+        });
+    }
+
+    pub fn opening_timed_out(&mut self) {
+        self.opened(v1::recorded_opening::Received::TimedOut(true));
+    }
+
+    /// The row drawn for `step`'s row check, after its opening arrived.
+    pub fn row_check(&mut self, step: StepSample, row: u32) {
+        if let Some(open) = self.0.open.as_mut() {
+            open.row_checks.push(v1::RowCheck {
+                step: Some(gpu_attest_proto::memory_v4::step_sample_to_wire(&step)),
+                row,
+            });
+        }
+    }
+
+    /// The transcript of the attestation that reached `verdict` (as stored, with its id).
+    pub fn into_transcript(self, verdict: &Verdict, plan: &RecordedPlan) -> Result<v1::Transcript, serde_json::Error> {
+        let records = *self.0;
+        Ok(v1::Transcript {
+            format: super::FORMAT,
+            verdict_json: serde_json::to_string(verdict)?,
+            plan_json: serde_json::to_string(plan)?,
+            challenge: records.challenge,
+            commitment: records.commitment,
+            walk: records.walk,
+            open: records.open,
+            miner_url: verdict.miner_url.clone(),
+            evidence_json: match &records.evidence {
+                Some(e) => serde_json::to_string(e)?,
+                None => String::new(),
+            },
+        })
+    }
+}
