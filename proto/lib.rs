@@ -8,6 +8,7 @@ pub mod convert;
 pub mod evidence;
 mod fields;
 pub mod memory_v4;
+pub mod transcript;
 
 #[allow(clippy::all, missing_docs)]
 pub mod v1 {

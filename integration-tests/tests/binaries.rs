@@ -157,6 +157,70 @@ fn a_verdicts_transcript_is_exported_and_audited_with_the_binaries() {
     );
     assert!(report.contains("DIFFERS"), "{report}");
 
+    // The miner holds the transcript against its own record of what it answered
+    // (`answers/` beside its key): every message matches; the changed file does not.
+    let check = |path: &Path| {
+        cmd("miner")
+            .arg("check-transcript")
+            .arg(path)
+            .arg("--key-file")
+            .arg(d.join("m.key"))
+            .output()
+            .unwrap()
+    };
+    let matches = check(&file);
+    let said = printed(&matches);
+    assert_eq!(
+        matches.status.code(),
+        Some(0),
+        "{said}{}",
+        String::from_utf8_lossy(&matches.stderr)
+    );
+    assert!(said.contains("MATCHES this miner's record"), "{said}");
+    assert!(said.contains("matches: the commitment, sent at"), "{said}");
+    assert!(
+        said.contains("opening(s), each the one this miner sent in its place"),
+        "{said}"
+    );
+    assert_eq!(check(&changed).status.code(), Some(1));
+    // A validator that says the stream ended early, signed with its own key: this miner's record
+    // holds the openings it sent after.
+    let validator = gpu_attest_shared::keys::KeyPair::load_file(&d.join("v.key")).unwrap();
+    let mut cut = gpu_attest_proto::transcript::open(&std::fs::read(&file).unwrap())
+        .unwrap()
+        .transcript;
+    let openings = &mut cut.open.as_mut().unwrap().openings;
+    assert!(openings.len() >= 3, "{}", openings.len());
+    openings.truncate(openings.len() - 2);
+    openings.push(gpu_attest_proto::v1::RecordedOpening {
+        received: Some(gpu_attest_proto::v1::recorded_opening::Received::Ended(true)),
+        slice_ref: 0,
+    });
+    let ended = d.join("ended.transcript");
+    std::fs::write(&ended, gpu_attest_proto::transcript::seal(&cut, &validator)).unwrap();
+    let short = check(&ended);
+    let said = printed(&short);
+    assert_eq!(short.status.code(), Some(1), "{said}");
+    assert!(
+        said.contains("DIFFERS: this miner sent 2 opening(s) the transcript does not hold, where it records the stream ending"),
+        "{said}"
+    );
+    // A record that lacks the commitment: the validator's transcript holds one this miner has
+    // no record of sending.
+    let nonce = verdict["nonce"].as_str().unwrap();
+    let record = d.join("answers").join(format!("{nonce}.jsonl"));
+    let lines = std::fs::read_to_string(&record).unwrap();
+    let kept: Vec<&str> = lines.lines().filter(|l| !l.contains("\"commitment\"")).collect();
+    assert!(kept.len() < lines.lines().count(), "{lines}");
+    std::fs::write(&record, kept.join("\n")).unwrap();
+    let differs = check(&file);
+    let said = printed(&differs);
+    assert_eq!(differs.status.code(), Some(1), "{said}");
+    assert!(
+        said.contains("DIFFERS: the transcript's commitment is not one this miner sent"),
+        "{said}"
+    );
+
     // Not a transcript, and not a key.
     let junk = d.join("junk");
     std::fs::write(&junk, b"not a transcript").unwrap();

@@ -93,6 +93,24 @@ pub enum Command {
         #[arg(long)]
         if_missing: bool,
     },
+    /// Hold a validator's transcript of an attestation of this miner (PROTOCOL.md 21; `validator
+    /// verdicts export`) against this miner's own record of what it answered (`[answers]`):
+    /// every message in it that this miner sent or received must be in the record. Exit code:
+    /// 0 they match, 1 they differ, 2 the file or the record cannot be read.
+    CheckTranscript {
+        /// The transcript file.
+        file: PathBuf,
+        /// The answer log's directory; default: the config's `[answers] dir`, or `answers/`
+        /// beside the key file.
+        #[arg(long)]
+        answers: Option<PathBuf>,
+        /// The miner's config file, for its answer log's directory.
+        #[arg(long, env = "GPU_ATTEST_MINER_CONFIG")]
+        config: Option<PathBuf>,
+        /// The key file, whose directory holds the answer log by default.
+        #[arg(long, env = "GPU_ATTEST_MINER_KEY_FILE")]
+        key_file: Option<PathBuf>,
+    },
     /// Ask the running miner's health probe (`[health] listen`) whether it serves: prints
     /// SERVING and exits 0, else one line saying why and exits 1. For a container's HEALTHCHECK.
     Health {

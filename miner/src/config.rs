@@ -146,6 +146,31 @@ pub struct MinerConfig {
     /// The gRPC health service alone, in plaintext, for a supervisor's probe (`health`
     /// command); off unless `listen` is set.
     pub health: HealthConfig,
+    /// This miner's own record of what it answered, for `check-transcript`.
+    pub answers: AnswersConfig,
+}
+
+/// `[answers]`: the miner's record of each challenge it answered (`crate::answers`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct AnswersConfig {
+    pub enabled: bool,
+    /// Unset: `answers/` beside the key file, like the nonce log.
+    pub dir: Option<PathBuf>,
+    /// Records older than this are removed (at start, and as each new challenge is recorded).
+    /// A record is about 100-200 KB (its openings' digests), so a miner attested every ten
+    /// minutes keeps about 200 MB at 7 days.
+    pub keep_days: u64,
+}
+
+impl Default for AnswersConfig {
+    fn default() -> Self {
+        AnswersConfig {
+            enabled: true,
+            dir: None,
+            keep_days: 7,
+        }
+    }
 }
 
 /// The CPU backend's memory claim unless configured: a pool of 15 MiB, filled in seconds.
@@ -175,6 +200,7 @@ impl Default for MinerConfig {
             limits: Limits::default(),
             metrics: MetricsConfig::default(),
             health: HealthConfig::default(),
+            answers: AnswersConfig::default(),
         }
     }
 }
@@ -266,6 +292,14 @@ impl MinerConfig {
         self.nonce_file
             .clone()
             .unwrap_or_else(|| self.key_file.with_file_name("miner-nonces.log"))
+    }
+
+    /// Where the answer log is: `[answers] dir`, or `answers/` beside the key file.
+    pub fn answers_dir(&self) -> PathBuf {
+        self.answers
+            .dir
+            .clone()
+            .unwrap_or_else(|| self.key_file.with_file_name("answers"))
     }
 
     pub fn to_toml(&self) -> String {

@@ -2,6 +2,7 @@
 //! log), then the gRPC server and the metrics endpoint until shutdown, with SIGHUP reloading
 //! the allow-list. The binary calls [`run`]; tests call the same builders.
 
+use crate::answers::AnswerLog;
 use crate::backends::{self, BackendSelectError};
 use crate::config::MinerConfig;
 use crate::core::MinerCore;
@@ -31,6 +32,8 @@ pub enum DaemonError {
     Backend(#[from] BackendSelectError),
     #[error(transparent)]
     Nonces(#[from] NonceLogError),
+    #[error(transparent)]
+    Answers(#[from] crate::answers::AnswersError),
     #[error(transparent)]
     Serve(#[from] ServeError),
 }
@@ -64,7 +67,7 @@ pub fn core(config: &MinerConfig) -> Result<MinerCore, DaemonError> {
     let nonces = NonceLog::open(&nonce_file, crate::core::now_ms())?;
     let shown = std::path::absolute(&nonce_file).unwrap_or_else(|_| nonce_file.clone());
     info!(path = %shown.display(), "nonce log");
-    let core = MinerCore::new(
+    let mut core = MinerCore::new(
         identity,
         allowed,
         config.limits.clone(),
@@ -72,6 +75,13 @@ pub fn core(config: &MinerConfig) -> Result<MinerCore, DaemonError> {
         Duration::from_secs(config.keep_commitments_secs),
         nonces,
     );
+    if config.answers.enabled {
+        let dir = config.answers_dir();
+        let log = AnswerLog::open(&dir, config.answers.keep_days)?;
+        let shown = std::path::absolute(&dir).unwrap_or(dir);
+        info!(path = %shown.display(), keep_days = config.answers.keep_days, "answer log");
+        core = core.with_answer_log(log);
+    }
     if config.limits.protocol_4 && core.protocol_version() == PROTOCOL_VERSION {
         // Asked to say 4, it says 3: the version 4 walk's self-check failed (the note above
         // says why), and validators of this release refuse version 3's memory phase.

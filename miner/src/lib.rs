@@ -1,6 +1,7 @@
 //! The gpu-attest miner daemon as a library: the `miner` binary is a thin command line over it,
 //! and the integration tests run the same server in-process on port-0 listeners.
 
+pub mod answers;
 pub mod backends;
 pub mod bench;
 pub mod cli;

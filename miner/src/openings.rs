@@ -156,6 +156,9 @@ impl Round<'_> {
             let Ok(slot) = slot else {
                 return; // the validator is gone
             };
+            if let Ok(opening) = &item {
+                core.record_answer(&self.recent.nonce, crate::answers::Kind::Opening, opening);
+            }
             slot.send(item);
             if failed {
                 return; // the stream ends with the error it was sent

@@ -1,5 +1,6 @@
 //! The `Miner` gRPC service: a thin async shell around [`MinerCore`].
 
+use crate::answers::Kind;
 use crate::core::{AcceptedChallenge, MinerCore, Signed, now_ms};
 use crate::error::MinerError;
 use crate::metrics::ChallengeOutcome;
@@ -97,6 +98,8 @@ impl Miner for MinerService {
         // An allowed validator signed it: its open request, on this connection, must not be
         // refused because a stranger at its address spent the address's request rate.
         trust_connection(request.extensions());
+        self.core
+            .record_answer(&accepted.challenge.params.nonce, Kind::Challenge, request.get_ref());
         info!(
             %peer,
             nonce = %hex::encode(accepted.challenge.params.nonce),
@@ -130,6 +133,8 @@ impl Miner for MinerService {
                 self.core.metrics().opening(false);
             })?;
         trust_connection(request.extensions());
+        self.core
+            .record_answer(&round.recent.nonce, Kind::OpenRequest, request.get_ref());
         let (tx, rx) = mpsc::channel(2);
         let limits = RoundLimits::for_commitment(&self.core, &round.recent);
         let core = self.core.clone();
@@ -192,6 +197,8 @@ impl Miner for MinerService {
             .and_then(|decoded| self.core.check_states_walk_request(decoded))
             .inspect_err(|e| warn!(%peer, error = %e, "walk request refused"))?;
         trust_connection(request.extensions());
+        self.core
+            .record_answer(&walk.nonce, Kind::WalkRequest, request.get_ref());
         let (tx, rx) = mpsc::channel(EVENT_BUFFER);
         let core = self.core.clone();
         tokio::spawn(async move {
@@ -208,11 +215,14 @@ impl Miner for MinerService {
             };
             let deadline_watch = cancel_long_past(walk.deadline_ms, &cancel);
             let (worker, worker_tx, started) = (core.clone(), tx.clone(), Instant::now());
+            let nonce_bytes = walk.nonce;
             let walked = tokio::task::spawn_blocking(move || {
                 // Each root goes out as its device's walk ends: the validator clocks each
                 // device from the request to its own root.
                 let send = |root: crate::core::Signed<_>| {
-                    let _ = worker_tx.blocking_send(Ok(crate::wire::walk_root(&root)));
+                    let wire = crate::wire::walk_root(&root);
+                    worker.record_answer(&nonce_bytes, Kind::WalkRoot, &wire);
+                    let _ = worker_tx.blocking_send(Ok(wire));
                 };
                 worker.walk_states(&recent, &walk, &cancel, &send)
             })
@@ -342,7 +352,8 @@ fn work(
 
 /// Sends the commitment for work that was done, or the error that ended it, and counts it.
 async fn answer(core: &MinerCore, tx: &ChallengeEvents, accepted: AcceptedChallenge, worked: Worked, started: Instant) {
-    let nonce = hex::encode(accepted.challenge.params.nonce);
+    let nonce_bytes = accepted.challenge.params.nonce;
+    let nonce = hex::encode(nonce_bytes);
     let chains = accepted.challenge.params.num_chains;
     let stop_named = accepted.stop_named();
     let compute_ms = started.elapsed().as_millis() as u64;
@@ -352,12 +363,9 @@ async fn answer(core: &MinerCore, tx: &ChallengeEvents, accepted: AcceptedChalle
             core.metrics().computed(chains, started.elapsed());
             core.metrics().challenge(ChallengeOutcome::Committed, None);
             info!(%nonce, compute_ms, "commitment sent");
-            let _ = tx
-                .send(event(Event::Commitment(crate::wire::commitment(
-                    &commitment,
-                    Some(&evidence),
-                ))))
-                .await;
+            let wire = crate::wire::commitment(&commitment, Some(&evidence));
+            core.record_answer(&nonce_bytes, Kind::Commitment, &wire);
+            let _ = tx.send(event(Event::Commitment(wire))).await;
         }
         Err(MinerError::Engine(EngineError::Backend(BackendError::Cancelled))) => {
             drop(accepted); // frees the devices now

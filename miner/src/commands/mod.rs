@@ -3,6 +3,7 @@
 //! [`CommandError`] that knows its own exit status.
 
 mod benchmark;
+mod check_transcript;
 mod evidence;
 mod info;
 mod selfcheck;
@@ -47,6 +48,17 @@ pub enum CommandError {
     NoDriver(String),
     #[error("{0}")]
     Evidence(String),
+    #[error(transparent)]
+    Answers(#[from] crate::answers::AnswersError),
+    #[error("{}: {source}", path.display())]
+    Transcript {
+        path: PathBuf,
+        source: gpu_attest_proto::transcript::TranscriptError,
+    },
+    #[error("cannot read {}: {source}", path.display())]
+    ReadFile { path: PathBuf, source: std::io::Error },
+    #[error("the transcript holds no challenge: it records no attestation")]
+    NoChallenge,
     #[error("{} holds no PEM certificates", path.display())]
     NotPem {
         path: PathBuf,
@@ -78,6 +90,12 @@ pub fn run(command: Command) -> Result<Answer, CommandError> {
         }
         Command::Evidence { roots, json } => evidence::check(roots.as_deref(), json),
         Command::Health { config, address } => health(config.as_deref(), address),
+        Command::CheckTranscript {
+            file,
+            answers,
+            config,
+            key_file,
+        } => check_transcript::check(&file, answers, config.as_deref(), key_file),
         Command::Info { settings, json } => info::info(&settings, json),
         Command::Bench {
             settings,

@@ -119,6 +119,8 @@ pub struct MinerCore {
     /// Rung when a challenge is refused for a device out of service, so that the server stops
     /// at once rather than at its watcher's next tick.
     device_alarm: DeviceAlarm,
+    /// This miner's record of what it answered (`[answers]`); `None` when off.
+    answers: Option<crate::answers::AnswerLog>,
 }
 
 impl MinerCore {
@@ -142,6 +144,20 @@ impl MinerCore {
             metrics: MinerMetrics::default(),
             running: Running::default(),
             device_alarm: DeviceAlarm::default(),
+            answers: None,
+        }
+    }
+
+    /// Keeps a record of what this miner answers in `log`.
+    pub fn with_answer_log(mut self, log: crate::answers::AnswerLog) -> Self {
+        self.answers = Some(log);
+        self
+    }
+
+    /// Records `message` of `kind` for challenge `nonce`, where the answer log is on.
+    pub fn record_answer(&self, nonce: &[u8], kind: crate::answers::Kind, message: &impl prost::Message) {
+        if let Some(log) = &self.answers {
+            log.record(nonce, kind, message);
         }
     }
 

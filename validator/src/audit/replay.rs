@@ -23,6 +23,7 @@ use crate::verdict::reason::{Reason, ReasonCode};
 use gpu_attest_proto::convert::{challenge_from_wire, commitment_from_wire, walk_request_from_wire};
 use gpu_attest_proto::evidence::evidence_from_wire;
 use gpu_attest_proto::memory_v4::step_sample_from_wire;
+use gpu_attest_proto::transcript::restored_opening;
 use gpu_attest_proto::v1;
 use gpu_attest_proto::v1::recorded_opening::Received;
 use gpu_attest_shared::inventory::HardwareClaim;
@@ -603,7 +604,7 @@ impl<'a> Replay<'a> {
         let mut steps = StepChecks::default();
         let (mut chains_checked, mut steps_checked) = (0, 0);
         for sample in due {
-            let next = received.next().map(|o| restore_slice(open, o));
+            let next = received.next().map(|o| restored_opening(open, o));
             let wire = match next {
                 Some(Err(why)) => {
                     report.differ(why);
@@ -728,29 +729,6 @@ impl<'a> Replay<'a> {
             steps.len()
         ));
         Some(samples)
-    }
-}
-
-/// A recorded opening as it was received: its step's slice put back from the transcript's
-/// table of slices (21.2). `Err` names a reference to no slice.
-fn restore_slice(open: &v1::RecordedOpen, recorded: &v1::RecordedOpening) -> Result<Option<Received>, String> {
-    let mut received = recorded.received.clone();
-    if recorded.slice_ref == 0 {
-        return Ok(received);
-    }
-    let slice = open.slices.get(recorded.slice_ref as usize - 1).ok_or_else(|| {
-        format!(
-            "a step opening refers to slice {} of {} recorded",
-            recorded.slice_ref,
-            open.slices.len()
-        )
-    })?;
-    match &mut received {
-        Some(Received::Opening(v1::ChainOpening { step: Some(step), .. })) if step.slice.is_empty() => {
-            step.slice = slice.clone();
-            Ok(received)
-        }
-        _ => Err("a slice reference on a recording that is no step opening with its slice moved".into()),
     }
 }
 

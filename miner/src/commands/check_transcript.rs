@@ -1,0 +1,200 @@
+//! `miner check-transcript FILE`: a validator's transcript of an attestation of this miner
+//! (PROTOCOL.md 21) held against this miner's own record of what it answered
+//! (`crate::answers`): what the validator says it received from this miner must be what this
+//! miner sent, and what it says it sent must be what this miner received.
+
+use super::{Answer, CommandError};
+use crate::answers::{AnswerLog, Entry, Kind, digest};
+use crate::config::MinerConfig;
+use gpu_attest_proto::transcript::{open, restored_opening};
+use gpu_attest_proto::v1;
+use gpu_attest_proto::v1::recorded_opening::Received;
+use std::path::{Path, PathBuf};
+
+pub(super) fn check(
+    file: &Path,
+    answers: Option<PathBuf>,
+    config: Option<&Path>,
+    key_file: Option<PathBuf>,
+) -> Result<Answer, CommandError> {
+    let dir = match answers {
+        Some(dir) => dir,
+        None => {
+            let mut config: MinerConfig = gpu_attest_daemon::config::load_config(config)?;
+            if let Some(key_file) = key_file {
+                config.key_file = key_file;
+            }
+            config.answers_dir()
+        }
+    };
+    let bytes = std::fs::read(file).map_err(|source| CommandError::ReadFile {
+        path: file.to_path_buf(),
+        source,
+    })?;
+    let opened = open(&bytes).map_err(|source| CommandError::Transcript {
+        path: file.to_path_buf(),
+        source,
+    })?;
+    let t = &opened.transcript;
+    let challenge = t.challenge.as_ref().ok_or(CommandError::NoChallenge)?;
+    let nonce = challenge.params.as_ref().map(|p| p.nonce.clone()).unwrap_or_default();
+    let record = AnswerLog::read(&dir, &nonce)?;
+    let mut report = Comparison::default();
+    if opened.signature_valid {
+        let signer = opened.signer.map(|k| k.to_string()).unwrap_or_default();
+        report.held(format!("the transcript is signed by validator {signer}"));
+    } else {
+        report.differ("the transcript's signature does not verify: it was changed after the validator signed it");
+    }
+    compare(t, challenge, &record, &mut report);
+    for line in &report.held {
+        println!("  matches: {line}");
+    }
+    for line in &report.differs {
+        println!("  DIFFERS: {line}");
+    }
+    if report.differs.is_empty() {
+        println!("MATCHES this miner's record of challenge {}", hex::encode(&nonce));
+        Ok(Answer::Yes)
+    } else {
+        println!("DIFFERS from this miner's record in {} part(s)", report.differs.len());
+        Ok(Answer::No)
+    }
+}
+
+#[derive(Default)]
+struct Comparison {
+    held: Vec<String>,
+    differs: Vec<String>,
+}
+
+impl Comparison {
+    fn held(&mut self, line: impl Into<String>) {
+        self.held.push(line.into());
+    }
+
+    fn differ(&mut self, line: impl Into<String>) {
+        self.differs.push(line.into());
+    }
+}
+
+fn entries(record: &[Entry], kind: Kind) -> Vec<&Entry> {
+    record.iter().filter(|e| e.kind == kind).collect()
+}
+
+fn time(ms: u64) -> String {
+    humantime::format_rfc3339_millis(std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms)).to_string()
+}
+
+/// Each message of the transcript this miner took part in, against its record.
+fn compare(t: &v1::Transcript, challenge: &v1::Challenge, record: &[Entry], report: &mut Comparison) {
+    let received = entries(record, Kind::Challenge);
+    let Some(accepted) = received.iter().find(|e| e.sha256 == digest(challenge)) else {
+        return report.differ("the transcript's challenge is not the one this miner accepted");
+    };
+    report.held(format!("the challenge, accepted at {}", time(accepted.at_ms)));
+    if let Some(recorded) = &t.commitment {
+        let wire = recorded.commitment.clone().unwrap_or_default();
+        match entries(record, Kind::Commitment).into_iter().find(|e| e.sha256 == digest(&wire)) {
+            Some(sent) => report.held(format!(
+                "the commitment, sent at {}, {} ms after this miner accepted the challenge; the validator read it {} ms after sending the challenge",
+                time(sent.at_ms),
+                sent.at_ms.saturating_sub(accepted.at_ms),
+                recorded.received_after_ms
+            )),
+            None => report.differ("the transcript's commitment is not one this miner sent"),
+        }
+    }
+    if let Some(walk) = &t.walk {
+        compare_walk(walk, record, report);
+    }
+    if let Some(open) = &t.open {
+        compare_openings(open, record, report);
+    }
+}
+
+fn compare_walk(walk: &v1::RecordedWalk, record: &[Entry], report: &mut Comparison) {
+    let request = walk.request.clone().unwrap_or_default();
+    let Some(asked) = entries(record, Kind::WalkRequest)
+        .into_iter()
+        .find(|e| e.sha256 == digest(&request))
+    else {
+        return report.differ("the transcript's walk request is not one this miner received");
+    };
+    let sent = entries(record, Kind::WalkRoot);
+    let mut held = 0;
+    for root in &walk.roots {
+        let wire = root.root.clone().unwrap_or_default();
+        match sent.iter().find(|e| e.sha256 == digest(&wire)) {
+            Some(entry) => {
+                held += 1;
+                report.held(format!(
+                    "device {}'s walk root, sent {} ms after this miner received the walk request; the validator read it {} ms after sending it",
+                    wire.device,
+                    entry.at_ms.saturating_sub(asked.at_ms),
+                    root.received_after_us / 1000
+                ));
+            }
+            None => report.differ(format!(
+                "the transcript's walk root of device {} is not one this miner sent",
+                wire.device
+            )),
+        }
+    }
+    if held == 0 && walk.roots.is_empty() && !sent.is_empty() {
+        report.differ("this miner sent walk roots the transcript does not hold");
+    }
+}
+
+fn compare_openings(open: &v1::RecordedOpen, record: &[Entry], report: &mut Comparison) {
+    let request = open.request.clone().unwrap_or_default();
+    if !entries(record, Kind::OpenRequest)
+        .into_iter()
+        .any(|e| e.sha256 == digest(&request))
+    {
+        return report.differ("the transcript's open request is not one this miner received");
+    }
+    let sent: Vec<&str> = entries(record, Kind::Opening)
+        .iter()
+        .map(|e| e.sha256.as_str())
+        .collect();
+    let mut matched = 0;
+    for (i, recorded) in open.openings.iter().enumerate() {
+        match restored_opening(open, recorded) {
+            Ok(Some(Received::Opening(opening))) => {
+                if sent.get(i).is_some_and(|d| *d == digest(&opening)) {
+                    matched += 1;
+                } else {
+                    report.differ(format!(
+                        "opening {} of the transcript is not the one this miner sent in that place",
+                        i + 1
+                    ));
+                }
+            }
+            Ok(_) => {}
+            Err(why) => report.differ(why),
+        }
+    }
+    report.held(format!(
+        "{matched} opening(s), each the one this miner sent in its place"
+    ));
+    let more = sent.len().saturating_sub(matched);
+    if more > 0 {
+        // This miner sent openings the validator did not record: after it stopped waiting (a
+        // timeout, the validator's budget), or where it says the stream ended or failed.
+        let last = open.openings.last().and_then(|o| o.received.as_ref());
+        match last {
+            Some(Received::TimedOut(_)) => report.held(format!(
+                "this miner sent {more} more opening(s) after the validator stopped waiting (its opening budget)"
+            )),
+            _ => report.differ(format!(
+                "this miner sent {more} opening(s) the transcript does not hold, where it records {}",
+                match last {
+                    Some(Received::Ended(_)) => "the stream ending",
+                    Some(Received::Failure(_)) => "an error from this miner",
+                    _ => "nothing",
+                }
+            )),
+        }
+    }
+}

@@ -1,0 +1,209 @@
+//! The attestation transcript file (PROTOCOL.md 21.1): a `Transcript`'s bytes signed by the
+//! validator, sealed and opened again. Here, beside the wire types, so that a validator writes
+//! it, and a miner or an auditor of any kind reads it, the same way.
+
+use crate::v1;
+use gpu_attest_shared::keys::{KeyPair, PublicKey};
+use prost::Message;
+use sha2::{Digest, Sha256};
+
+/// The transcript format this release writes and audits.
+pub const FORMAT: u32 = 1;
+
+/// What the validator's signature covers comes after this (PROTOCOL.md 21.1).
+const DOMAIN: &[u8] = b"gpu-attest v1 transcript";
+
+/// A transcript file's largest size this release reads: a verdict's openings at the largest
+/// challenge come to tens of MB, so this leaves room, and a hostile file cannot make the audit
+/// allocate without bound.
+pub const MAX_TRANSCRIPT_BYTES: usize = 1 << 30;
+
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum TranscriptError {
+    #[error("not a gpu-attest transcript: {0}")]
+    NotATranscript(String),
+    #[error("the transcript is {got} bytes; this release reads at most {MAX_TRANSCRIPT_BYTES}")]
+    TooLarge { got: usize },
+    #[error(
+        "transcript format {found}: this release reads format {FORMAT} (a newer validator wrote it; audit it with a release as new)"
+    )]
+    Format { found: u32 },
+}
+
+/// The bytes the validator signs for a transcript whose encoding is `transcript`: the domain,
+/// then SHA-256 of those bytes (so that an auditor can hash a large file as it reads it).
+pub fn signing_bytes(transcript: &[u8]) -> Vec<u8> {
+    let mut out = DOMAIN.to_vec();
+    out.extend_from_slice(&Sha256::digest(transcript));
+    out
+}
+
+/// Encodes `transcript` and signs it with `validator`: the file's bytes.
+pub fn seal(transcript: &v1::Transcript, validator: &KeyPair) -> Vec<u8> {
+    let bytes = transcript.encode_to_vec();
+    let signature = validator.sign(&signing_bytes(&bytes));
+    v1::SignedTranscript {
+        validator_key: validator.public_key().0.to_vec(),
+        signature: signature.to_vec(),
+        transcript: bytes,
+    }
+    .encode_to_vec()
+}
+
+/// A transcript file, decoded, with what its signature says. A signature that does not verify
+/// still opens the file, so that an audit can name the part that changed.
+#[derive(Debug)]
+pub struct Opened {
+    pub transcript: v1::Transcript,
+    /// The key the file names as its signer; `None` when it is not 32 bytes of a key.
+    pub signer: Option<PublicKey>,
+    /// Whether the signature verifies with `signer` over the transcript's bytes as stored.
+    pub signature_valid: bool,
+}
+
+/// Decodes a transcript file. Errors only when it cannot be read at all (not a transcript,
+/// too large, of another format); a bad signature is for the caller to judge.
+pub fn open(bytes: &[u8]) -> Result<Opened, TranscriptError> {
+    if bytes.len() > MAX_TRANSCRIPT_BYTES {
+        return Err(TranscriptError::TooLarge { got: bytes.len() });
+    }
+    let signed = v1::SignedTranscript::decode(bytes).map_err(|e| TranscriptError::NotATranscript(e.to_string()))?;
+    if signed.transcript.is_empty() {
+        return Err(TranscriptError::NotATranscript(
+            "it holds no transcript (an empty file, or another kind of message)".into(),
+        ));
+    }
+    let transcript = v1::Transcript::decode(signed.transcript.as_slice())
+        .map_err(|e| TranscriptError::NotATranscript(format!("the signed part does not decode: {e}")))?;
+    if transcript.format != FORMAT {
+        return Err(TranscriptError::Format {
+            found: transcript.format,
+        });
+    }
+    let signer = <[u8; 32]>::try_from(signed.validator_key.as_slice())
+        .ok()
+        .map(PublicKey);
+    let signature_valid = signer.is_some_and(|key| {
+        key.verify(&signing_bytes(&signed.transcript), &signed.signature)
+            .is_ok()
+    });
+    Ok(Opened {
+        transcript,
+        signer,
+        signature_valid,
+    })
+}
+
+/// A recorded opening as it was received: its step's slice put back from the transcript's
+/// table of slices (21.2). `Err` names a reference to no slice.
+pub fn restored_opening(
+    open: &v1::RecordedOpen,
+    recorded: &v1::RecordedOpening,
+) -> Result<Option<v1::recorded_opening::Received>, String> {
+    let mut received = recorded.received.clone();
+    if recorded.slice_ref == 0 {
+        return Ok(received);
+    }
+    let slice = open.slices.get(recorded.slice_ref as usize - 1).ok_or_else(|| {
+        format!(
+            "a step opening refers to slice {} of {} recorded",
+            recorded.slice_ref,
+            open.slices.len()
+        )
+    })?;
+    match &mut received {
+        Some(v1::recorded_opening::Received::Opening(v1::ChainOpening { step: Some(step), .. }))
+            if step.slice.is_empty() =>
+        {
+            step.slice = slice.clone();
+            Ok(received)
+        }
+        _ => Err("a slice reference on a recording that is no step opening with its slice moved".into()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> v1::Transcript {
+        v1::Transcript {
+            format: FORMAT,
+            verdict_json: "{}".into(),
+            miner_url: "https://miner:7000".into(),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn a_sealed_transcript_opens_with_a_valid_signature_and_any_changed_byte_breaks_it() {
+        let key = KeyPair::from_seed([7; 32]);
+        let file = seal(&sample(), &key);
+        let opened = open(&file).unwrap();
+        assert!(opened.signature_valid);
+        assert_eq!(opened.signer, Some(key.public_key()));
+        assert_eq!(opened.transcript, sample());
+        let mut changed = 0;
+        for at in 0..file.len() {
+            let mut bad = file.clone();
+            bad[at] ^= 0x01;
+            // A changed byte either stops the file decoding or fails its signature.
+            assert!(
+                !open(&bad).is_ok_and(|o| o.signature_valid),
+                "byte {at} changed and the transcript still verifies"
+            );
+            changed += 1;
+        }
+        assert_eq!(changed, file.len());
+    }
+
+    /// PROTOCOL.md 21.1's vector: a transcript's bytes, what is signed and the signature, which
+    /// this test computes and checks that the document quotes.
+    #[test]
+    fn the_signature_vector_is_protocol_md_s() {
+        let key = KeyPair::from_seed([0x11; 32]);
+        let transcript = v1::Transcript {
+            format: FORMAT,
+            verdict_json: "{}".into(),
+            plan_json: "{}".into(),
+            miner_url: "https://miner.example:7070".into(),
+            ..Default::default()
+        };
+        let bytes = transcript.encode_to_vec();
+        let file = seal(&transcript, &key);
+        let signed = v1::SignedTranscript::decode(file.as_slice()).unwrap();
+        let doc = include_str!("../PROTOCOL.md");
+        let values = [
+            hex::encode(key.public_key().0),
+            hex::encode(DOMAIN),
+            hex::encode(&bytes),
+            hex::encode(Sha256::digest(&bytes)),
+            hex::encode(signed.signature),
+        ];
+        let missing: Vec<&String> = values.iter().filter(|v| !doc.contains(v.as_str())).collect();
+        assert!(missing.is_empty(), "PROTOCOL.md 21.1 does not quote {missing:?}");
+    }
+
+    #[test]
+    fn what_is_not_a_transcript_is_an_error_never_a_panic() {
+        assert!(matches!(open(b""), Err(TranscriptError::NotATranscript(_))));
+        assert!(matches!(open(b"\xff\xff\xff"), Err(TranscriptError::NotATranscript(_))));
+        let key = KeyPair::from_seed([7; 32]);
+        let file = seal(&sample(), &key);
+        for cut in 0..file.len() {
+            // Truncated anywhere: an error or (where the cut falls between fields) a bad
+            // signature, never a panic and never a valid transcript.
+            if let Ok(opened) = open(&file[..cut]) {
+                assert!(!opened.signature_valid, "cut at {cut}");
+            }
+        }
+        let newer = v1::Transcript {
+            format: FORMAT + 1,
+            ..sample()
+        };
+        assert_eq!(
+            open(&seal(&newer, &key)).unwrap_err(),
+            TranscriptError::Format { found: FORMAT + 1 }
+        );
+    }
+}
