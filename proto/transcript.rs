@@ -13,10 +13,15 @@ pub const FORMAT: u32 = 1;
 /// What the validator's signature covers comes after this (PROTOCOL.md 21.1).
 const DOMAIN: &[u8] = b"gpu-attest v1 transcript";
 
-/// A transcript file's largest size this release reads: a verdict's openings at the largest
-/// challenge come to tens of MB, so this leaves room, and a hostile file cannot make the audit
-/// allocate without bound.
-pub const MAX_TRANSCRIPT_BYTES: usize = 1 << 30;
+/// A transcript file's largest size this release reads: a GPU verdict's at n = 2048 is about
+/// 100-125 MB, so this leaves room, and bounds what a hostile file can make a reader allocate.
+pub const MAX_TRANSCRIPT_BYTES: usize = 256 << 20;
+
+/// The most elements a transcript's repeated messages may hold, each list counted before the
+/// transcript is decoded: a decoded element takes up to a few hundred times the two bytes it
+/// can be encoded in, so a hostile file of short elements is refused, not decoded. Far above
+/// what a verdict holds (1024 chain samples and 16 x 1649 steps at most).
+pub const MAX_ELEMENTS: usize = 1 << 16;
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum TranscriptError {
@@ -24,6 +29,8 @@ pub enum TranscriptError {
     NotATranscript(String),
     #[error("the transcript is {got} bytes; this release reads at most {MAX_TRANSCRIPT_BYTES}")]
     TooLarge { got: usize },
+    #[error("the transcript's {what} hold more than {MAX_ELEMENTS} entries: not a verdict's")]
+    TooMany { what: &'static str },
     #[error(
         "transcript format {found}: this release reads format {FORMAT} (a newer validator wrote it; audit it with a release as new)"
     )]
@@ -73,6 +80,7 @@ pub fn open(bytes: &[u8]) -> Result<Opened, TranscriptError> {
             "it holds no transcript (an empty file, or another kind of message)".into(),
         ));
     }
+    check_counts(&signed.transcript)?;
     let transcript = v1::Transcript::decode(signed.transcript.as_slice())
         .map_err(|e| TranscriptError::NotATranscript(format!("the signed part does not decode: {e}")))?;
     if transcript.format != FORMAT {
@@ -92,6 +100,79 @@ pub fn open(bytes: &[u8]) -> Result<Opened, TranscriptError> {
         signer,
         signature_valid,
     })
+}
+
+/// The length-delimited fields numbered `tag` of the message `buf`, as slices of it (without
+/// decoding them); an error where `buf` is not a protobuf message.
+fn fields(buf: &[u8], tag: u32) -> Result<Vec<&[u8]>, TranscriptError> {
+    use prost::encoding::{WireType, decode_key, decode_varint};
+    let broken =
+        |e: prost::DecodeError| TranscriptError::NotATranscript(format!("the signed part does not decode: {e}"));
+    let (mut rest, mut found) = (buf, Vec::new());
+    while !rest.is_empty() {
+        let (field, wire) = decode_key(&mut rest).map_err(broken)?;
+        let skip = match wire {
+            WireType::Varint => {
+                decode_varint(&mut rest).map_err(broken)?;
+                0
+            }
+            WireType::SixtyFourBit => 8,
+            WireType::ThirtyTwoBit => 4,
+            WireType::LengthDelimited => {
+                let len = usize::try_from(decode_varint(&mut rest).map_err(broken)?).unwrap_or(usize::MAX);
+                if len > rest.len() {
+                    return Err(TranscriptError::NotATranscript("the signed part is cut short".into()));
+                }
+                if field == tag {
+                    if found.len() >= MAX_ELEMENTS {
+                        return Err(TranscriptError::TooMany { what: "lists" });
+                    }
+                    found.push(&rest[..len]);
+                }
+                len
+            }
+            _ => return Err(TranscriptError::NotATranscript("the signed part holds a group".into())),
+        };
+        if skip > rest.len() {
+            return Err(TranscriptError::NotATranscript("the signed part is cut short".into()));
+        }
+        rest = &rest[skip..];
+    }
+    Ok(found)
+}
+
+/// Refuses a transcript whose repeated messages hold more than [`MAX_ELEMENTS`] entries, counted
+/// on its bytes before it is decoded (21.1).
+fn check_counts(transcript: &[u8]) -> Result<(), TranscriptError> {
+    // (field of Transcript, field within it, what it is)
+    const LISTS: [(u32, u32, &str); 6] = [
+        (7, 2, "openings"),
+        (7, 5, "row checks"),
+        (7, 6, "slices"),
+        (6, 2, "walk roots"),
+        (6, 5, "row-checked steps"),
+        (5, 1, "commitments"),
+    ];
+    for (outer, inner, what) in LISTS {
+        for part in fields(transcript, outer)? {
+            if fields(part, inner)?.len() >= MAX_ELEMENTS {
+                return Err(TranscriptError::TooMany { what });
+            }
+        }
+    }
+    // The commitment's own lists (devices, inventory, pools, evidence).
+    for recorded in fields(transcript, 5)? {
+        for commitment in fields(recorded, 1)? {
+            for tag in [4, 6, 11, 12] {
+                if fields(commitment, tag)?.len() >= MAX_ELEMENTS {
+                    return Err(TranscriptError::TooMany {
+                        what: "commitment's lists",
+                    });
+                }
+            }
+        }
+    }
+    Ok(())
 }
 
 /// A recorded opening as it was received: its step's slice put back from the transcript's
@@ -182,6 +263,32 @@ mod tests {
         ];
         let missing: Vec<&String> = values.iter().filter(|v| !doc.contains(v.as_str())).collect();
         assert!(missing.is_empty(), "PROTOCOL.md 21.1 does not quote {missing:?}");
+    }
+
+    /// A file of many short entries (two bytes each, a few hundred once decoded) is refused on
+    /// its count, before it is decoded.
+    #[test]
+    fn a_transcript_of_too_many_entries_is_refused_before_it_is_decoded() {
+        let key = KeyPair::from_seed([7; 32]);
+        let many = v1::Transcript {
+            open: Some(v1::RecordedOpen {
+                openings: vec![v1::RecordedOpening::default(); MAX_ELEMENTS],
+                ..Default::default()
+            }),
+            ..sample()
+        };
+        assert_eq!(
+            open(&seal(&many, &key)).unwrap_err(),
+            TranscriptError::TooMany { what: "openings" }
+        );
+        let fewer = v1::Transcript {
+            open: Some(v1::RecordedOpen {
+                openings: vec![v1::RecordedOpening::default(); 1000],
+                ..Default::default()
+            }),
+            ..sample()
+        };
+        assert!(open(&seal(&fewer, &key)).unwrap().signature_valid);
     }
 
     #[test]

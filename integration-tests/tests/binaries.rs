@@ -202,7 +202,9 @@ fn a_verdicts_transcript_is_exported_and_audited_with_the_binaries() {
     let said = printed(&short);
     assert_eq!(short.status.code(), Some(1), "{said}");
     assert!(
-        said.contains("DIFFERS: this miner sent 2 opening(s) the transcript does not hold, where it records the stream ending"),
+        said.contains(
+            "DIFFERS: this miner sent 2 opening(s) the transcript does not hold, where it records the stream ending"
+        ),
         "{said}"
     );
     // A record that lacks the commitment: the validator's transcript holds one this miner has
@@ -376,6 +378,13 @@ fn an_operator_manages_the_miners_of_a_running_validator() {
         "no verdicts"
     );
     assert!(stdout_of(&miners(&api, &["verdicts", "--miner", &miner_url])).contains("PASS"));
+    // A pass keeps no transcript by default: asked for through the API, the one line says what
+    // keeps them.
+    let id = listed[0]["id"].as_u64().unwrap().to_string();
+    assert_one_line_error(
+        &miners(&api, &["transcript", &id, "--out", &d.join("t").display().to_string()]),
+        "has no kept transcript",
+    );
     // Followed from the start, through the API and from the database file: the same verdict,
     // as one JSON line each.
     let mut through_api = cmd("validator");

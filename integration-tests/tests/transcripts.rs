@@ -73,7 +73,9 @@ async fn attest_and_export(attestor: &Attestor, url: &str) -> (Verdict, Vec<u8>)
 }
 
 async fn audited(file: &[u8]) -> Report {
-    audit(file, None, Arc::new(test_cpu(2))).await.expect("a transcript")
+    audit(file, None, Arc::new(test_cpu(2)), false)
+        .await
+        .expect("a transcript")
 }
 
 /// An honest version 4 miner's pass, under `policy`, with every transcript kept.
@@ -104,9 +106,18 @@ async fn an_honest_version_4_pass_audits_as_confirmed_under_either_policy() {
     let _alone = TIMED.lock().await;
     for (seed, policy) in [(90, Policy::Sampled), (91, Policy::Full)] {
         let (verdict, file, _dir) = honest_pass(seed, policy).await;
-        let report = audited(&file).await;
+        // Under the full policy, re-executed here only when asked; otherwise taken as stated.
+        if policy == Policy::Full {
+            let report = audited(&file).await;
+            assert_eq!(report.finding(), Finding::ConfirmedInPart, "{report}");
+            assert!(report.taken_as_stated[0].contains("--reexecute"), "{report}");
+        }
+        let report = audit(&file, Some(validator_key()), Arc::new(test_cpu(2)), true)
+            .await
+            .expect("a transcript");
         assert_confirmed(&report);
         let said = report.to_string();
+        assert!(said.contains("sized again from the expected walk rates"), "{said}");
         assert!(said.contains(&format!("verdict {} (PASS", verdict.id)), "{said}");
         assert!(said.contains("walk root(s) signed by the miner"), "{said}");
         assert!(said.contains("1649 walk step(s) checked"), "{said}");
@@ -298,7 +309,7 @@ async fn tampering_with_a_time_a_deadline_a_signature_or_a_byte_is_caught_and_na
     // who names the validator's key sees that too.
     let other = KeyPair::from_seed([0x42; 32]);
     let forged = seal(&open(&file).unwrap().transcript, &other);
-    let report = audit(&forged, Some(validator_key()), Arc::new(test_cpu(2)))
+    let report = audit(&forged, Some(validator_key()), Arc::new(test_cpu(2)), false)
         .await
         .unwrap();
     assert!(
@@ -312,7 +323,7 @@ async fn tampering_with_a_time_a_deadline_a_signature_or_a_byte_is_caught_and_na
 
     // Truncated or not a transcript at all: an error, or a signature that fails; never a panic.
     for cut in [0, 1, file.len() / 3, file.len() - 1] {
-        match audit(&file[..cut], None, Arc::new(test_cpu(2))).await {
+        match audit(&file[..cut], None, Arc::new(test_cpu(2)), false).await {
             Err(_) => {}
             Ok(report) => assert_eq!(report.finding(), Finding::Differs, "cut at {cut}: {report}"),
         }
@@ -365,16 +376,39 @@ async fn tampering_with_the_walk_is_caught_and_named() {
     let report = audited(&bad_ref).await;
     assert!(report.differs.iter().any(|d| d.contains("refers to slice")), "{report}");
 
-    // A row check dropped: the validator no longer checked the rows its plan says.
+    // A row dropped: a step that was to be row-checked shows none.
     let fewer_rows = tampered(&file, |t| {
         t.open.as_mut().unwrap().row_checks.pop();
     });
     let report = audited(&fewer_rows).await;
     assert!(
+        report.differs.iter().any(|d| d.contains("no row is recorded")),
+        "{report}"
+    );
+    // Fewer steps row-checked than the plan says.
+    let fewer_checked = tampered(&file, |t| {
+        t.walk.as_mut().unwrap().row_checked.pop();
+    });
+    let report = audited(&fewer_checked).await;
+    assert!(
         report
             .differs
             .iter()
             .any(|d| d.contains("not the plan's counts per device")),
+        "{report}"
+    );
+    // The plan's bound raised: it is not what the stated rates give.
+    let raised = tampered(&file, |t| {
+        let mut plan: serde_json::Value = serde_json::from_str(&t.plan_json).unwrap();
+        plan["memory"]["host_held_at_least"] = 0.99.into();
+        t.plan_json = plan.to_string();
+    });
+    let report = audited(&raised).await;
+    assert!(
+        report
+            .differs
+            .iter()
+            .any(|d| d.contains("are not what its rates and settings give")),
         "{report}"
     );
 }

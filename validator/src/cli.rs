@@ -81,6 +81,11 @@ pub enum Command {
         /// Threads for recomputing openings; 0 uses every core.
         #[arg(long, default_value_t = 0)]
         threads: usize,
+        /// Under the full policy, re-execute every chain here (as long as the miner's work
+        /// took, on this CPU: minutes to hours for a GPU's); without it that part is taken as
+        /// stated.
+        #[arg(long)]
+        reexecute: bool,
         /// Print the report as JSON.
         #[arg(long)]
         json: bool,
@@ -321,6 +326,15 @@ pub enum MinersAction {
     Verdicts {
         #[command(flatten)]
         filter: VerdictFilterArgs,
+    },
+    /// Write verdict ID's kept transcript, read through the API, to a file for `validator audit`
+    /// (`validator verdicts export` reads the database file instead).
+    Transcript {
+        /// The verdict's id.
+        id: u64,
+        /// Where to write it; an existing file is not overwritten.
+        #[arg(long, short)]
+        out: PathBuf,
     },
     /// Never challenge or register this miner key again, whatever its URL.
     Revoke {

@@ -420,6 +420,37 @@ impl Operator {
         Ok(crate::rates::report::table_from_wire(&table))
     }
 
+    /// Verdict `id`'s kept transcript (GetTranscript), whole: its chunks in order, checked
+    /// against the size each one states.
+    pub async fn transcript(&mut self, id: u64) -> Result<Vec<u8>, OperatorError> {
+        let mut stream = self
+            .client
+            .get_transcript(v1::GetTranscriptRequest { verdict_id: id })
+            .await
+            .map_err(|s| self.refused(s))?
+            .into_inner();
+        let (mut bytes, mut total) = (Vec::new(), 0);
+        while let Some(chunk) = stream.message().await.map_err(|s| self.refused(s))? {
+            total = chunk
+                .total_bytes
+                .min(gpu_attest_proto::transcript::MAX_TRANSCRIPT_BYTES as u64);
+            if bytes.len() as u64 + chunk.data.len() as u64 > total {
+                break;
+            }
+            bytes.extend_from_slice(&chunk.data);
+        }
+        if bytes.len() as u64 != total {
+            return Err(OperatorError::Refused {
+                code: tonic::Code::DataLoss,
+                message: format!(
+                    "verdict {id}'s transcript came to {} bytes of the {total} it stated; ask again",
+                    bytes.len()
+                ),
+            });
+        }
+        Ok(bytes)
+    }
+
     /// Every revoked key, newest revocation first.
     pub async fn revoked(&mut self) -> Result<Vec<Revoked>, OperatorError> {
         let keys = self

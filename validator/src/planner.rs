@@ -158,15 +158,7 @@ fn plan_chain_pool(
             }
         })
         .collect();
-    let memory = &config.memory;
-    let settings = V4Settings {
-        calibrated_slack: memory.observed_slack(&claim.backend),
-        first_contact_slack: memory.first_contact_slack,
-        walkers_per_gpu: memory.walkers_per_gpu,
-        walkers_per_core: memory.walkers_per_core,
-        walk_target_ms: memory.walk_target_ms,
-        ..V4Settings::default()
-    };
+    let settings = v4_settings(config, &claim.backend);
     plan_chain_pools(
         &claim.backend,
         &claim.devices,
@@ -176,6 +168,19 @@ fn plan_chain_pool(
         &settings,
     )
     .map(Some)
+}
+
+/// What version 4's planner sizes a `backend` claim's memory phase with, from `config`.
+pub fn v4_settings(config: &ValidatorConfig, backend: &str) -> V4Settings {
+    let memory = &config.memory;
+    V4Settings {
+        calibrated_slack: memory.observed_slack(backend),
+        first_contact_slack: memory.first_contact_slack,
+        walkers_per_gpu: memory.walkers_per_gpu,
+        walkers_per_core: memory.walkers_per_core,
+        walk_target_ms: memory.walk_target_ms,
+        ..V4Settings::default()
+    }
 }
 
 /// The hardware classes of a claim's devices, at the size the planner gives it, and their walk

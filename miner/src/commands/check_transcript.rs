@@ -27,10 +27,18 @@ pub(super) fn check(
             config.answers_dir()
         }
     };
-    let bytes = std::fs::read(file).map_err(|source| CommandError::ReadFile {
+    let read_failed = |source| CommandError::ReadFile {
         path: file.to_path_buf(),
         source,
-    })?;
+    };
+    let size = std::fs::metadata(file).map_err(read_failed)?.len();
+    if size > gpu_attest_proto::transcript::MAX_TRANSCRIPT_BYTES as u64 {
+        return Err(CommandError::Transcript {
+            path: file.to_path_buf(),
+            source: gpu_attest_proto::transcript::TranscriptError::TooLarge { got: size as usize },
+        });
+    }
+    let bytes = std::fs::read(file).map_err(read_failed)?;
     let opened = open(&bytes).map_err(|source| CommandError::Transcript {
         path: file.to_path_buf(),
         source,
@@ -43,6 +51,9 @@ pub(super) fn check(
     if opened.signature_valid {
         let signer = opened.signer.map(|k| k.to_string()).unwrap_or_default();
         report.held(format!("the transcript is signed by validator {signer}"));
+        if opened.signer.map(|k| k.0.to_vec()) != Some(challenge.validator_key.clone()) {
+            report.differ("the transcript is signed by another key than the validator its challenge names");
+        }
     } else {
         report.differ("the transcript's signature does not verify: it was changed after the validator signed it");
     }
@@ -105,11 +116,34 @@ fn compare(t: &v1::Transcript, challenge: &v1::Challenge, record: &[Entry], repo
             None => report.differ("the transcript's commitment is not one this miner sent"),
         }
     }
-    if let Some(walk) = &t.walk {
-        compare_walk(walk, record, report);
+    // What this miner answered that the transcript leaves out.
+    let missing = |kind: Kind| entries(record, kind).first().map(|e| time(e.at_ms));
+    if t.commitment.is_none()
+        && let Some(at) = missing(Kind::Commitment)
+    {
+        report.differ(format!(
+            "this miner sent a commitment at {at}; the transcript holds none"
+        ));
     }
-    if let Some(open) = &t.open {
-        compare_openings(open, record, report);
+    match &t.walk {
+        Some(walk) => compare_walk(walk, record, report),
+        None => {
+            if let Some(at) = missing(Kind::WalkRequest) {
+                report.differ(format!(
+                    "this miner received a walk request at {at}; the transcript holds no walk"
+                ));
+            }
+        }
+    }
+    match &t.open {
+        Some(open) => compare_openings(open, record, report),
+        None => {
+            if let Some(at) = missing(Kind::OpenRequest) {
+                report.differ(format!(
+                    "this miner received an open request at {at}; the transcript holds none"
+                ));
+            }
+        }
     }
 }
 
@@ -122,12 +156,10 @@ fn compare_walk(walk: &v1::RecordedWalk, record: &[Entry], report: &mut Comparis
         return report.differ("the transcript's walk request is not one this miner received");
     };
     let sent = entries(record, Kind::WalkRoot);
-    let mut held = 0;
     for root in &walk.roots {
         let wire = root.root.clone().unwrap_or_default();
         match sent.iter().find(|e| e.sha256 == digest(&wire)) {
             Some(entry) => {
-                held += 1;
                 report.held(format!(
                     "device {}'s walk root, sent {} ms after this miner received the walk request; the validator read it {} ms after sending it",
                     wire.device,
@@ -141,8 +173,21 @@ fn compare_walk(walk: &v1::RecordedWalk, record: &[Entry], report: &mut Comparis
             )),
         }
     }
-    if held == 0 && walk.roots.is_empty() && !sent.is_empty() {
-        report.differ("this miner sent walk roots the transcript does not hold");
+    let recorded: Vec<String> = walk
+        .roots
+        .iter()
+        .map(|r| digest(&r.root.clone().unwrap_or_default()))
+        .collect();
+    let left_out = sent.iter().filter(|e| !recorded.contains(&e.sha256)).count();
+    if left_out > 0 && walk.timed_out_after_ms > 0 {
+        report.held(format!(
+            "this miner sent {left_out} more walk root(s) after the validator stopped waiting ({} ms after its request)",
+            walk.timed_out_after_ms
+        ));
+    } else if left_out > 0 {
+        report.differ(format!(
+            "this miner sent {left_out} walk root(s) the transcript does not hold, where it records the walk's end"
+        ));
     }
 }
 

@@ -388,6 +388,9 @@ impl Attestor {
         let challenge = self.challenge(&plan);
         announce(&plan, on_event);
         let mut outcome = Outcome::new(&url, &plan, self.policy());
+        if matches!(plan.memory, MemoryPhasePlan::V4(_)) {
+            outcome.record_v4_settings(&crate::planner::v4_settings(&self.config, &plan.claim.backend));
+        }
         lap(Phase::Prepare);
         let committed = self
             .exchange(&mut miner, &challenge, &plan, &mut outcome, on_event)
@@ -655,6 +658,7 @@ impl Attestor {
                     }
                 }
                 let steps = walked.draw_steps(&pool, &mut rand_chacha::ChaCha20Rng::from_seed(random32()?));
+                outcome.transcript.walk_row_checked(walked.row_checked_steps());
                 Ok(Some(Walked::V4(walked, steps)))
             }
         }

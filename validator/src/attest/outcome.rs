@@ -64,6 +64,7 @@ impl Outcome {
             inventory: plan.claim.devices.clone(),
             protocol_version,
             memory: memory.clone(),
+            v4_settings: None,
         });
         Outcome {
             url: url.into(),
@@ -77,6 +78,11 @@ impl Outcome {
             planned,
             global: Digest::default(),
         }
+    }
+
+    /// Records the settings version 4's planner sized this challenge's memory phase with.
+    pub fn record_v4_settings(&mut self, settings: &crate::memory::plan_v4::V4Settings) {
+        self.planned.v4_settings = Some(settings.into());
     }
 
     /// What was recorded, and the plan it was recorded under, taken out before the outcome

@@ -384,6 +384,13 @@ impl StatesWalk {
         }
     }
 
+    /// The steps whose slice gets a row check, in a fixed order (for the transcript).
+    pub fn row_checked_steps(&self) -> Vec<StepSample> {
+        let mut steps: Vec<StepSample> = self.row_checked.iter().copied().collect();
+        steps.sort_by_key(|s| (s.device, s.walker, s.step));
+        steps
+    }
+
     /// Whether `sample` is one of the steps whose slice gets a row check.
     pub fn row_checked(&self, sample: &StepSample) -> bool {
         self.row_checked.contains(sample)

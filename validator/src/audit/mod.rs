@@ -131,6 +131,7 @@ pub async fn audit(
     bytes: &[u8],
     signer: Option<PublicKey>,
     backend: Arc<dyn Backend>,
+    reexecute: bool,
 ) -> Result<Report, TranscriptError> {
     let started = Instant::now();
     let opened = transcript::open(bytes)?;
@@ -142,15 +143,17 @@ pub async fn audit(
         )),
         (None, _) => report.differ("the transcript names no validator key of 32 bytes"),
     }
+    let mut trusted = opened.signature_valid;
     if let Some(expected) = signer
         && opened.signer != Some(expected)
     {
+        trusted = false;
         report.differ(format!(
             "signed by {}, not by the validator key given ({expected})",
             opened.signer.map_or_else(|| "no key".into(), |k| k.to_string())
         ));
     }
-    replay::replay(&opened, backend, &mut report).await;
+    replay::replay(&opened, backend, replay::Options { trusted, reexecute }, &mut report).await;
     report.elapsed = started.elapsed();
     Ok(report)
 }

@@ -13,12 +13,11 @@ use crate::attest::walk_v4::{Roots, StatesWalk, StepChecks, walked_devices};
 use crate::attest::{late, pools_out_of_place};
 use crate::config::Policy;
 use crate::device_identity::check_commitment_evidence;
-use crate::memory::plan_v4::{ChainPoolPlan, DeviceWalkPlan};
+use crate::memory::plan_v4::{ChainPoolPlan, ExpectedWalk, plan_chain_pools};
 use crate::planner::{MemoryPhasePlan, Plan};
 use crate::transcript::{Opened, RecordedEvidence, RecordedPlan, Recorder};
 use crate::verdict::Verdict;
 use crate::verdict::class::RateSource;
-use crate::verdict::memory::MemoryProof;
 use crate::verdict::reason::{Reason, ReasonCode};
 use gpu_attest_proto::convert::{challenge_from_wire, commitment_from_wire, walk_request_from_wire};
 use gpu_attest_proto::evidence::evidence_from_wire;
@@ -55,7 +54,7 @@ fn from_evidence(code: ReasonCode) -> bool {
 }
 
 /// Replays the attestation `opened` records, adding what it finds to `report`.
-pub async fn replay(opened: &Opened, backend: Arc<dyn Backend>, report: &mut Report) {
+pub async fn replay(opened: &Opened, backend: Arc<dyn Backend>, options: Options, report: &mut Report) {
     let t = &opened.transcript;
     let stated: Verdict = match serde_json::from_str(&t.verdict_json) {
         Ok(v) => v,
@@ -66,9 +65,7 @@ pub async fn replay(opened: &Opened, backend: Arc<dyn Backend>, report: &mut Rep
         stated.id,
         if stated.passed { "PASS" } else { "FAIL" },
         stated.miner_url,
-        humantime::format_rfc3339_seconds(
-            std::time::UNIX_EPOCH + std::time::Duration::from_millis(stated.created_at_ms)
-        )
+        shown_time(stated.created_at_ms)
     );
     let planned: RecordedPlan = match serde_json::from_str(&t.plan_json) {
         Ok(p) => p,
@@ -83,9 +80,16 @@ pub async fn replay(opened: &Opened, backend: Arc<dyn Backend>, report: &mut Rep
     let Some((challenge, validator_key)) = check_challenge(t, opened.signer, &planned, &stated, report) else {
         return;
     };
-    let Some(replayed) = Replay::new(&challenge, &planned, &stated, validator_key, report) else {
+    let Some(mut replayed) = Replay::new(&challenge, &planned, &stated, validator_key, report) else {
         return;
     };
+    replayed.reexecute = options.reexecute;
+    if !options.trusted {
+        // Checked so far: the cheap parts, which name what changed. Recomputing openings of a
+        // file nobody vouches for would only spend this machine's time for its author.
+        let _ = replayed.commitment(t, &challenge, report);
+        return report.differ("not re-derived further: the transcript is not signed by the validator it must be");
+    }
     let derived = replayed.run(t, &challenge, backend, report).await;
     compare(&stated, derived, report);
 }
@@ -175,6 +179,14 @@ fn check_challenge(
             planned.protocol_version, stated.protocol_version
         ),
     );
+    let derived_deadline = (planned.expected_ms as f64 * planned.expectation.slack).ceil() as u64;
+    check(
+        derived_deadline == planned.deadline_ms,
+        format!(
+            "deadline: the plan's {} ms is not its expected time ({} ms) times its slack ({})",
+            planned.deadline_ms, planned.expected_ms, planned.expectation.slack
+        ),
+    );
     check(
         planned.expected_ms == stated.expected_ms
             && planned.samples == stated.samples
@@ -198,6 +210,19 @@ struct Replay<'a> {
     validator_key: PublicKey,
     /// Version 4's walk as planned; `None` under another version.
     pool: Option<ChainPoolPlan>,
+    /// Whether a full-policy verdict's chains are re-executed here.
+    reexecute: bool,
+}
+
+/// How far an audit goes.
+#[derive(Clone, Copy, Debug)]
+pub struct Options {
+    /// The file's signature verifies, with the key the auditor gave where one was given: only
+    /// then are openings recomputed.
+    pub trusted: bool,
+    /// Re-execute a full-policy verdict's every chain (as long as the miner's work took, on
+    /// this CPU); otherwise that part is taken as stated.
+    pub reexecute: bool,
 }
 
 impl<'a> Replay<'a> {
@@ -216,14 +241,15 @@ impl<'a> Replay<'a> {
             }
         };
         let pool = match &challenge.memory {
-            Some(MemoryPhase::V4(params)) => match pool_plan(params, planned.memory.as_ref()) {
-                Some(pool) => Some(pool),
-                None => {
-                    report.differ("the plan's memory figures do not fit the signed challenge's pools");
+            Some(MemoryPhase::V4(params)) => Some(sized_again(challenge, params, planned, report)?),
+            Some(MemoryPhase::V3(_)) => None,
+            None => {
+                if planned.memory.is_some() {
+                    report.differ("the plan states a memory phase the signed challenge does not have");
                     return None;
                 }
-            },
-            _ => None,
+                None
+            }
         };
         let plan = Plan {
             params: challenge.params,
@@ -256,6 +282,7 @@ impl<'a> Replay<'a> {
             stated,
             validator_key,
             pool,
+            reexecute: false,
         })
     }
 
@@ -276,11 +303,27 @@ impl<'a> Replay<'a> {
         backend: Arc<dyn Backend>,
         report: &mut Report,
     ) -> Verdict {
-        self.take_stated(
-            |c| STREAM_REASONS.contains(&c),
-            "the challenge stream's events are not recorded",
-            report,
-        );
+        if t.commitment.is_some() {
+            // A stream that ended in one of these reasons gave no commitment: with one recorded,
+            // the verdict states what did not happen.
+            for reason in self.stated.reasons.iter().filter(|r| STREAM_REASONS.contains(&r.code)) {
+                report.differ(format!(
+                    "the verdict states a reason of the stream's end, but a commitment is recorded: {reason}"
+                ));
+            }
+        } else {
+            // Before any commitment: `Accepted` naming other hardware, or a stream message this
+            // validator could not decode, end the stream as its other reasons do.
+            self.take_stated(
+                |c| {
+                    STREAM_REASONS.contains(&c)
+                        || c == ReasonCode::HardwareMismatch
+                        || c == ReasonCode::MalformedCommitment
+                },
+                "the challenge stream's events before the commitment are not recorded",
+                report,
+            );
+        }
         self.outcome.measured_ms = self.stated.measured_ms;
         if self.stated.first_run.is_some() {
             report.take_as_stated("the first run a retest replaced (its transcript is not kept)");
@@ -369,6 +412,17 @@ impl<'a> Replay<'a> {
             return self.expect_no_open(t, report);
         }
         let chains = match self.outcome.policy {
+            Policy::Full if !self.reexecute => {
+                // As long as the work took the miner's devices, on this CPU: only when asked.
+                report.take_as_stated(format!(
+                    "the full re-execution of {} chains of {} steps at n = {} (audit with --reexecute to repeat it here)",
+                    self.work.num_chains(),
+                    self.work.iterations(),
+                    self.work.n()
+                ));
+                self.take_stated(|c| c == ReasonCode::ReexecutionMismatch, "not re-executed here", report);
+                0
+            }
             Policy::Full => {
                 let started = std::time::Instant::now();
                 match full(backend.clone(), &self.work, commitment, &mut self.outcome, &|_| {}).await {
@@ -521,9 +575,8 @@ impl<'a> Replay<'a> {
             "{} walk root(s) signed by the miner over this walk, each timed against its device's deadline",
             devices.len()
         ));
-        let rows = self.drawn_rows(t);
-        let steps = self.drawn_steps(t, &pool, &rows, report);
-        let row_checked = rows.keys().copied().collect::<HashSet<_>>();
+        let row_checked: HashSet<StepSample> = recorded.row_checked.iter().map(step_sample_from_wire).collect();
+        let steps = self.drawn_steps(t, &pool, &row_checked, report);
         Some((StatesWalk::replayed(walk, devices, row_checked), steps))
     }
 
@@ -542,32 +595,31 @@ impl<'a> Replay<'a> {
         &self,
         t: &v1::Transcript,
         pool: &ChainPoolPlan,
-        rows: &HashMap<StepSample, u32>,
+        row_checked: &HashSet<StepSample>,
         report: &mut Report,
     ) -> Vec<StepSample> {
-        let steps: Vec<StepSample> = t
-            .open
-            .as_ref()
-            .and_then(|o| o.request.as_ref())
-            .map(|r| r.step_samples.iter().map(step_sample_from_wire).collect())
-            .unwrap_or_default();
+        let Some(request) = t.open.as_ref().and_then(|o| o.request.as_ref()) else {
+            // No open request (the verdict failed before it): nothing drawn was asked for.
+            return Vec::new();
+        };
+        let steps: Vec<StepSample> = request.step_samples.iter().map(step_sample_from_wire).collect();
+        let distinct: HashSet<&StepSample> = steps.iter().collect();
         let per_device = u64::from(pool.params.walkers) * u64::from(pool.params.walk_steps);
-        let mut fair = steps.iter().collect::<HashSet<_>>().len() == steps.len();
+        let mut fair = distinct.len() == steps.len() && row_checked.iter().all(|s| distinct.contains(s));
         for (j, planned) in pool.devices.iter().enumerate() {
             let drawn = steps.iter().filter(|s| s.device as usize == j).count() as u64;
             let want = u64::from(planned.steps_opened).min(per_device);
-            let checked = rows.keys().filter(|s| s.device as usize == j).count() as u64;
+            let checked = row_checked.iter().filter(|s| s.device as usize == j).count() as u64;
             fair &= drawn == want && checked == u64::from(planned.rows_checked).min(want);
         }
-        fair &= rows.keys().all(|s| steps.contains(s));
         if fair {
             report.confirm(format!(
-                "{} walk steps opened and {} rows checked, as planned per device",
+                "{} walk steps opened and {} of them row-checked, as planned per device",
                 steps.len(),
-                rows.len()
+                row_checked.len()
             ));
         } else {
-            report.differ("the walk steps opened or the rows checked are not the plan's counts per device");
+            report.differ("the walk steps opened or the steps row-checked are not the plan's counts per device");
         }
         steps
     }
@@ -649,6 +701,12 @@ impl<'a> Replay<'a> {
                 Due::Walk(..) => {}
                 Due::Step(step, walked) => {
                     let row = rows.get(&step).copied();
+                    if walked.row_checked(&step) && row.is_none() {
+                        report.differ(format!(
+                            "step {} of walker {} on device {} was to be row-checked, and no row is recorded for it",
+                            step.step, step.walker, step.device
+                        ));
+                    }
                     if let Some(check) = walked.begin_check(
                         &self.work,
                         &commitment.miner_key,
@@ -732,50 +790,82 @@ impl<'a> Replay<'a> {
     }
 }
 
+/// A Unix time in milliseconds for people; one past the year 9999 (which no clock reads, and
+/// RFC 3339 cannot show) as the number it is.
+pub fn shown_time(ms: u64) -> String {
+    const YEAR_10000_MS: u64 = 253_402_300_800_000;
+    if ms >= YEAR_10000_MS {
+        return format!("{ms} ms after 1970");
+    }
+    humantime::format_rfc3339_seconds(std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms)).to_string()
+}
+
 /// A recorded status as tonic's, so that it is judged as the live one was.
 fn status(recorded: &v1::RecordedStatus) -> Status {
     Status::new(tonic::Code::from(recorded.code), recorded.message.clone())
 }
 
-/// Version 4's walk as planned, from the signed challenge's pool and the plan's memory figures
-/// (each device's expected rate, deadline and openings): `None` when they do not fit.
-fn pool_plan(
+/// Version 4's memory phase sized again (PROTOCOL.md 20.9) from the rates and settings the plan
+/// states: the pools, the walk's shape, each device's deadline, openings and bound. It must be
+/// the signed challenge's pools and walk, and the plan's stated figures; `None` (with the
+/// difference) where it is not.
+fn sized_again(
+    challenge: &Challenge,
     params: &gpu_attest_shared::memory::chain_pool::ChainPoolParams,
-    memory: Option<&MemoryProof>,
+    planned: &RecordedPlan,
+    report: &mut Report,
 ) -> Option<ChainPoolPlan> {
-    let memory = memory?;
-    if memory.devices.len() != params.pool_chains.len() {
+    let (Some(memory), Some(settings)) = (planned.memory.as_ref(), planned.v4_settings) else {
+        report.differ("the plan states no version 4 memory phase or settings for a version 4 challenge");
         return None;
-    }
-    let devices = memory
+    };
+    let expected: Option<Vec<ExpectedWalk>> = memory
         .devices
         .iter()
-        .zip(&params.pool_chains)
-        .map(|(device, &pool_chains)| {
-            let walk = device.walk.as_ref()?;
-            Some(DeviceWalkPlan {
-                pool_chains,
+        .map(|d| {
+            let walk = d.walk.as_ref()?;
+            Some(ExpectedWalk {
                 bytes_per_sec: walk.expected_bytes_per_sec,
-                source: RateSource::parse(&walk.bandwidth_source).unwrap_or(RateSource::Shipped),
-                expected_ms: walk.expected_ms,
-                slack: memory.slack,
-                deadline_ms: walk.deadline_ms,
-                steps_opened: walk.steps_opened,
-                rows_checked: walk.rows_checked,
-                sized_as: None,
-                bound_as: "",
-                held_at_least: walk.held_at_least,
+                source: RateSource::parse(&walk.bandwidth_source)?,
             })
         })
-        .collect::<Option<Vec<_>>>()?;
-    Some(ChainPoolPlan {
-        params: params.clone(),
-        min_iterations: 0,
-        min_chains: 0,
-        devices,
-        host_held_at_least: memory.host_held_at_least.unwrap_or(0.0),
-        short_of_ninety: None,
-    })
+        .collect();
+    let Some(expected) = expected else {
+        report.differ("the plan's memory phase does not state each device's expected walk rate and its source");
+        return None;
+    };
+    let sized = match plan_chain_pools(
+        &planned.backend,
+        &planned.inventory,
+        &expected,
+        challenge.params.n,
+        challenge.params.checkpoint_every,
+        &settings.into(),
+    ) {
+        Ok(sized) => sized,
+        Err(e) => {
+            report.differ(format!(
+                "the plan's memory phase cannot be sized from the rates it states: {e}"
+            ));
+            return None;
+        }
+    };
+    if &sized.params != params {
+        report.differ("the signed challenge's pools and walk are not what the plan's rates and settings size");
+        return None;
+    }
+    let claimed: Vec<u64> = planned.inventory.iter().map(|d| d.memory_bytes).collect();
+    let figures = sized.planned_proof(challenge.params.n, &claimed);
+    if serde_json::to_value(&figures).ok() != serde_json::to_value(memory).ok() {
+        report
+            .differ("the plan's memory figures (deadlines, openings, bounds) are not what its rates and settings give");
+        return None;
+    }
+    report.confirm(format!(
+        "the memory phase (pools, walk, each device's deadline, openings and bound) sized again from the expected walk rates the plan states ({})",
+        memory.bandwidth_source
+    ));
+    Some(sized)
 }
 
 /// The derived verdict against the stated one, field by field; the reasons one by one.

@@ -18,6 +18,7 @@ pub(super) fn audit(
     file: &Path,
     validator_key: Option<&str>,
     threads: usize,
+    reexecute: bool,
     json: bool,
 ) -> Result<Answer, CommandError> {
     let signer = validator_key
@@ -52,7 +53,7 @@ pub(super) fn audit(
         );
     }
     let report = runtime()?
-        .block_on(crate::audit::audit(&bytes, signer, Arc::new(backend)))
+        .block_on(crate::audit::audit(&bytes, signer, Arc::new(backend), reexecute))
         .map_err(|source| CommandError::Transcript {
             path: file.to_path_buf(),
             source,

@@ -43,6 +43,19 @@ async fn run_action(operator: &mut Operator, action: MinersAction, json: bool) -
         MinersAction::Verdicts { filter } => shown(json, &operator.verdicts(&filter.filter()).await?, |verdicts| {
             show::print_stored_verdicts(verdicts)
         })?,
+        MinersAction::Transcript { id, out } => {
+            let bytes = operator.transcript(id).await?;
+            super::verdicts::write_new(&out, &bytes)?;
+            let answer = serde_json::json!({ "verdict": id, "path": out, "bytes": bytes.len() });
+            shown(json, &answer, |_| {
+                println!(
+                    "wrote verdict {id}'s transcript to {} ({} bytes); check it with `validator audit {}`",
+                    out.display(),
+                    bytes.len(),
+                    out.display()
+                )
+            })?;
+        }
         MinersAction::Revoke { key, reason } => {
             let newly_revoked = operator.revoke(&key, &reason).await?;
             let answer = serde_json::json!({ "miner_key": key, "newly_revoked": newly_revoked });

@@ -121,8 +121,9 @@ pub fn run(command: Command) -> Result<Answer, CommandError> {
             file,
             validator_key,
             threads,
+            reexecute,
             json,
-        } => audit::audit(&file, validator_key.as_deref(), threads, json),
+        } => audit::audit(&file, validator_key.as_deref(), threads, reexecute, json),
         Command::Attest { settings, miner, json } => attest::attest_once(&settings, &miner, json),
         Command::Rates {
             config,

@@ -74,7 +74,7 @@ pub(super) fn export(database: &Path, id: u64, out: &Path) -> Result<Answer, Com
 }
 
 /// Writes `bytes` to a new file at `path`, refusing one that exists.
-fn write_new(path: &Path, bytes: &[u8]) -> Result<(), CommandError> {
+pub(super) fn write_new(path: &Path, bytes: &[u8]) -> Result<(), CommandError> {
     use std::io::Write;
     let file = std::fs::OpenOptions::new().write(true).create_new(true).open(path);
     let mut file = match file {

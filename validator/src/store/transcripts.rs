@@ -37,10 +37,11 @@ impl Store {
             .await?;
         let mut evicted = 0;
         loop {
-            let (total,): (Option<i64>,) = sqlx::query_as("SELECT SUM(size) FROM transcripts")
+            // Cast, as PostgreSQL sums BIGINTs to a NUMERIC that the Any driver cannot read.
+            let (total,): (i64,) = sqlx::query_as("SELECT CAST(COALESCE(SUM(size), 0) AS BIGINT) FROM transcripts")
                 .fetch_one(&mut *tx)
                 .await?;
-            if total.map_or(0, |t| t.max(0) as u64) <= budget {
+            if total.max(0) as u64 <= budget {
                 break;
             }
             // The new one fits alone, so the loop ends before it is the oldest left.

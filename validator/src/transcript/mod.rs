@@ -11,4 +11,4 @@ pub mod record;
 pub use gpu_attest_proto::transcript::{
     FORMAT, MAX_TRANSCRIPT_BYTES, Opened, TranscriptError, open, seal, signing_bytes,
 };
-pub use record::{RecordedEvidence, RecordedPlan, Recorder};
+pub use record::{RecordedEvidence, RecordedPlan, RecordedV4Settings, Recorder};

@@ -3,6 +3,7 @@
 //! (PROTOCOL.md 21.2) once the verdict is known.
 
 use crate::config::identity::IdentityConfig;
+use crate::memory::plan_v4::V4Settings;
 use crate::verdict::Verdict;
 use crate::verdict::memory::MemoryProof;
 use crate::verdict::throughput::Expectation;
@@ -34,6 +35,46 @@ pub struct RecordedPlan {
     /// The memory phase as planned, before the walk: each device's expected walk rate and its
     /// source, slack, deadline, openings and the bound they prove. `None` without one.
     pub memory: Option<MemoryProof>,
+    /// Version 4: the settings the planner sized the pool, the walk and the openings with
+    /// (with the expected walk rates above, all it needs to size them again).
+    #[serde(default)]
+    pub v4_settings: Option<RecordedV4Settings>,
+}
+
+/// `V4Settings` as a transcript states them; the design (pool share, kappa, the pass
+/// probability) is this release's version 4 (PROTOCOL.md 20.9).
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RecordedV4Settings {
+    pub calibrated_slack: f64,
+    pub first_contact_slack: f64,
+    pub walkers_per_gpu: u32,
+    pub walkers_per_core: u32,
+    pub walk_target_ms: u64,
+}
+
+impl From<&V4Settings> for RecordedV4Settings {
+    fn from(s: &V4Settings) -> Self {
+        RecordedV4Settings {
+            calibrated_slack: s.calibrated_slack,
+            first_contact_slack: s.first_contact_slack,
+            walkers_per_gpu: s.walkers_per_gpu,
+            walkers_per_core: s.walkers_per_core,
+            walk_target_ms: s.walk_target_ms,
+        }
+    }
+}
+
+impl From<RecordedV4Settings> for V4Settings {
+    fn from(s: RecordedV4Settings) -> Self {
+        V4Settings {
+            calibrated_slack: s.calibrated_slack,
+            first_contact_slack: s.first_contact_slack,
+            walkers_per_gpu: s.walkers_per_gpu,
+            walkers_per_core: s.walkers_per_core,
+            walk_target_ms: s.walk_target_ms,
+            ..V4Settings::default()
+        }
+    }
 }
 
 /// Where device evidence was checked: a transcript's `evidence_json`.
@@ -106,6 +147,16 @@ impl Recorder {
                 root: Some(received.clone()),
                 received_after_us,
             });
+        }
+    }
+
+    /// The steps drawn for a row check, with the steps to open.
+    pub fn walk_row_checked(&mut self, steps: impl IntoIterator<Item = StepSample>) {
+        if let Some(walk) = self.0.walk.as_mut() {
+            walk.row_checked = steps
+                .into_iter()
+                .map(|s| gpu_attest_proto::memory_v4::step_sample_to_wire(&s))
+                .collect();
         }
     }
 
