@@ -8,15 +8,13 @@ mod common;
 use common::cheats::{Cheat, spawn_cheater};
 use common::pool_cheat::CheatingCpu;
 use common::step_fakes::StepFakes;
+use common::v4::{v4_miner, v4_validator_config};
 use common::*;
-use gpu_attest_miner::config::Limits;
-use gpu_attest_miner::nonces::NonceLog;
 use gpu_attest_proto::v1;
 use gpu_attest_proto::v1::recorded_opening::Received;
 use gpu_attest_shared::keys::KeyPair;
 use gpu_attest_validator::audit::{Finding, Report, audit};
 use gpu_attest_validator::config::Policy;
-use gpu_attest_validator::config::memory::MemoryConfig;
 use gpu_attest_validator::config::transcripts::KeepTranscripts;
 use gpu_attest_validator::transcript::{open, seal};
 use gpu_attest_validator::verdict::Verdict;
@@ -28,36 +26,11 @@ use std::sync::Arc;
 /// One attestation at a time: the version 4 walks are timed.
 static TIMED: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
-/// A version 4 validator at n = 256 (as `walk_v4.rs`'s) keeping `keep`'s transcripts.
+/// A version 4 validator at n = 256 (`common::v4`'s) keeping `keep`'s transcripts.
 fn v4_config(dir: &TempDir, policy: Policy, keep: KeepTranscripts) -> ValidatorConfig {
-    let mut config = validator_config(dir, policy);
-    config.challenge.cpu_n = 256;
-    config.rates[0].ops_per_sec = 1.0e9;
-    config.memory = MemoryConfig {
-        enabled: true,
-        walk_target_ms: 1_000,
-        ..MemoryConfig::default()
-    };
+    let mut config = v4_validator_config(dir, policy);
     config.transcripts.keep = keep;
     config
-}
-
-/// A CPU miner claiming 256 KiB on `backend`, saying version 4.
-fn v4_miner(
-    seed: u8,
-    backend: Arc<dyn gpu_attest_shared::Backend>,
-    kernel: gpu_attest_shared::gemm::KernelKind,
-) -> Arc<gpu_attest_miner::MinerCore> {
-    miner_on(
-        seed,
-        &[validator_key()],
-        selected(kernel, backend),
-        Limits {
-            protocol_4: true,
-            ..Limits::default()
-        },
-        NonceLog::in_memory(),
-    )
 }
 
 /// Attests `url` with `attestor` and returns the verdict and its kept transcript.
@@ -82,7 +55,7 @@ async fn audited(file: &[u8]) -> Report {
 async fn honest_pass(seed: u8, policy: Policy) -> (Verdict, Vec<u8>, TempDir) {
     let cpu = test_cpu(TEST_CORES as usize).claiming(TEST_CORES, 256 << 10);
     let kernel = cpu.kernel();
-    let miner = spawn_miner(v4_miner(seed, Arc::new(cpu), kernel)).await;
+    let miner = spawn_miner(v4_miner(seed, kernel, Arc::new(cpu))).await;
     let dir = TempDir::new("transcript-honest");
     let attestor = attestor(&v4_config(&dir, policy, KeepTranscripts::All)).await;
     let (verdict, file) = attest_and_export(&attestor, &miner.url()).await;
@@ -142,14 +115,14 @@ async fn a_pass_keeps_no_transcript_by_default_and_a_step_fakers_fail_does_and_a
     // An honest miner's pass: no transcript by default.
     let cpu = test_cpu(TEST_CORES as usize).claiming(TEST_CORES, 256 << 10);
     let kernel = cpu.kernel();
-    let honest = spawn_miner(v4_miner(92, Arc::new(cpu), kernel)).await;
+    let honest = spawn_miner(v4_miner(92, kernel, Arc::new(cpu))).await;
     let pass = attestor.attest(&honest.url(), &|_| {}).await.unwrap();
     assert!(pass.passed, "{:?}", pass.reasons);
     assert_eq!(attestor.store().transcript(pass.id).await.unwrap(), None);
     // A miner that fakes every fifth walk step: a FAIL, whose transcript is kept.
     let cpu = test_cpu(TEST_CORES as usize).claiming(TEST_CORES, 256 << 10);
     let faker = CheatingCpu::new(cpu, StepFakes(Arc::new(|_, _, step| step % 5 == 0)));
-    let miner = spawn_miner(v4_miner(93, Arc::new(faker), kernel)).await;
+    let miner = spawn_miner(v4_miner(93, kernel, Arc::new(faker))).await;
     let (verdict, file) = attest_and_export(&attestor, &miner.url()).await;
     assert!(!verdict.passed);
     assert!(

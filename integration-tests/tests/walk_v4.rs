@@ -15,7 +15,7 @@ use common::ninety_percent::NinetyPercent;
 use common::pool_cheat::{CheatingCpu, PoolCheat};
 use common::state_cheats::StateCheat;
 use common::step_fakes::StepFakes;
-use common::v4::{self, commit, open_request, validator};
+use common::v4::{self, commit, open_request, speaks_4, v4_miner, v4_validator_config, validator};
 use common::*;
 use gpu_attest_miner::config::Limits;
 use gpu_attest_miner::nonces::NonceLog;
@@ -34,7 +34,6 @@ use gpu_attest_shared::statement::memory_v4::max_step_samples;
 use gpu_attest_shared::statement::memory_v4::{StepSample, WalkRoot, step_opening_bytes, walk_request_bytes};
 use gpu_attest_shared::{BackendError, Digest, Work};
 use gpu_attest_validator::config::Policy;
-use gpu_attest_validator::config::memory::MemoryConfig;
 use gpu_attest_validator::config::rates::RateEntry;
 use gpu_attest_validator::memory::plan_v4::{ChainPoolPlan, DeviceWalkPlan};
 use gpu_attest_validator::verdict::class::RateSource;
@@ -513,21 +512,6 @@ async fn a_faked_step_fails_its_own_opening() {
     );
 }
 
-/// The validator of [`a_version_4_attestation_passes_an_honest_miner_and_states_its_memory`].
-fn v4_validator_config(dir: &TempDir, policy: Policy) -> gpu_attest_validator::config::ValidatorConfig {
-    let mut config = validator_config(dir, policy);
-    config.challenge.cpu_n = 256;
-    // Far below any CPU's rate at n = 256, so that the chains (256 steps each, for kappa) never
-    // make an honest miner late; the walk is expected at the shipped CPU row, also low.
-    config.rates[0].ops_per_sec = 1.0e9;
-    config.memory = MemoryConfig {
-        enabled: true,
-        walk_target_ms: 1_000,
-        ..MemoryConfig::default()
-    };
-    config
-}
-
 /// A big host is not refused for its size: ten and sixteen logical devices pass an honest
 /// version 4 attestation end to end, each device's walk clocked and opened on its own, and the
 /// verdict states the host's memory. The walks are kept short (64 steps a device, every one
@@ -585,33 +569,9 @@ async fn hosts_of_ten_and_sixteen_devices_are_attested_whole() {
     }
 }
 
-/// Limits that say version 4 (the default, spelled out where a test depends on it).
-fn speaks_4() -> Limits {
-    Limits {
-        protocol_4: true,
-        ..Limits::default()
-    }
-}
-
 /// The honest miner of this file's exchanges: two logical CPU devices, saying version 4.
 fn v4_miner_core(seed: u8) -> Arc<gpu_attest_miner::MinerCore> {
     miner_core_with(seed, &[validator_key()], DEVICES, speaks_4(), NonceLog::in_memory())
-}
-
-/// A CPU miner claiming 256 KiB (a pool of 3 states of 64 KiB at n = 256) on `backend`, saying
-/// version 4.
-fn v4_miner(
-    seed: u8,
-    kernel: gpu_attest_shared::gemm::KernelKind,
-    backend: Arc<dyn gpu_attest_shared::Backend>,
-) -> Arc<gpu_attest_miner::MinerCore> {
-    miner_on(
-        seed,
-        &[validator_key()],
-        selected(kernel, backend),
-        speaks_4(),
-        NonceLog::in_memory(),
-    )
 }
 
 /// A miner that fakes every fifth step of every walker, committing its trace consistently,

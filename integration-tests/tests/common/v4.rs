@@ -134,3 +134,42 @@ pub async fn validator_exchange(
     checks.finish(&mut reasons).await.unwrap();
     reasons
 }
+
+/// A validator at n = 256 with version 4's memory phase, as the version 4 and transcript tests
+/// attest: the chains at a rate far below any CPU's at n = 256 (256 steps each, for kappa), so
+/// that they never make an honest miner late; the walk at the shipped CPU row, also low.
+pub fn v4_validator_config(dir: &TempDir, policy: Policy) -> gpu_attest_validator::config::ValidatorConfig {
+    let mut config = validator_config(dir, policy);
+    config.challenge.cpu_n = 256;
+    config.rates[0].ops_per_sec = 1.0e9;
+    config.memory = gpu_attest_validator::config::memory::MemoryConfig {
+        enabled: true,
+        walk_target_ms: 1_000,
+        ..Default::default()
+    };
+    config
+}
+
+/// Limits that say version 4 (the default, spelled out where a test depends on it).
+pub fn speaks_4() -> gpu_attest_miner::config::Limits {
+    gpu_attest_miner::config::Limits {
+        protocol_4: true,
+        ..Default::default()
+    }
+}
+
+/// A CPU miner claiming 256 KiB (a pool of 3 states of 64 KiB at n = 256) on `backend`, saying
+/// version 4.
+pub fn v4_miner(
+    seed: u8,
+    kernel: gpu_attest_shared::gemm::KernelKind,
+    backend: std::sync::Arc<dyn gpu_attest_shared::Backend>,
+) -> std::sync::Arc<gpu_attest_miner::MinerCore> {
+    super::miner_on(
+        seed,
+        &[super::validator_key()],
+        super::selected(kernel, backend),
+        speaks_4(),
+        gpu_attest_miner::nonces::NonceLog::in_memory(),
+    )
+}
