@@ -182,17 +182,10 @@ async fn a_chain_cheaters_fail_audits_to_its_reasons_and_a_swapped_opening_is_ca
     });
     let report = audited(&swapped).await;
     assert_eq!(report.finding(), Finding::Differs);
-    assert!(
-        report
-            .differs
-            .iter()
-            .any(|d| d.starts_with("the transcript shows a reason the verdict does not state")),
-        "{report}"
-    );
-    assert!(
-        report.differs.iter().any(|d| d.starts_with("verdict field `passed`")),
-        "{report}"
-    );
+    assert_names(&report, |d| {
+        d.starts_with("the transcript shows a reason the verdict does not state")
+    });
+    assert_names(&report, |d| d.starts_with("verdict field `passed`"));
 }
 
 /// An honest version 2 pass's transcript (no memory phase: quick to audit), kept.
@@ -222,13 +215,7 @@ async fn tampering_with_a_time_a_deadline_a_signature_or_a_byte_is_caught_and_na
     }
     .encode_to_vec();
     let report = audited(&unsigned).await;
-    assert!(
-        report
-            .differs
-            .iter()
-            .any(|d| d.starts_with("the transcript's signature does not verify")),
-        "{report}"
-    );
+    assert_names(&report, |d| d.starts_with("the transcript's signature does not verify"));
 
     // A time moved, signed again: the commitment is now late, which the verdict does not say,
     // and its measured time is not the verdict's.
@@ -237,20 +224,10 @@ async fn tampering_with_a_time_a_deadline_a_signature_or_a_byte_is_caught_and_na
     });
     let report = audited(&late).await;
     assert_eq!(report.finding(), Finding::Differs);
-    assert!(
-        report
-            .differs
-            .iter()
-            .any(|d| d.contains("does not state") && d.ends_with("(late-commitment)")),
-        "{report}"
-    );
-    assert!(
-        report
-            .differs
-            .iter()
-            .any(|d| d.starts_with("verdict field `measured_ms`")),
-        "{report}"
-    );
+    assert_names(&report, |d| {
+        d.contains("does not state") && d.ends_with("(late-commitment)")
+    });
+    assert_names(&report, |d| d.starts_with("verdict field `measured_ms`"));
 
     // The deadline in the plan loosened: the signed challenge says otherwise.
     let looser = tampered(&file, |t| {
@@ -259,7 +236,7 @@ async fn tampering_with_a_time_a_deadline_a_signature_or_a_byte_is_caught_and_na
         t.plan_json = plan.to_string();
     });
     let report = audited(&looser).await;
-    assert!(report.differs.iter().any(|d| d.starts_with("deadline:")), "{report}");
+    assert_names(&report, |d| d.starts_with("deadline:"));
 
     // An opening's signature from another key.
     let foreign = tampered(&file, |t| {
@@ -277,10 +254,7 @@ async fn tampering_with_a_time_a_deadline_a_signature_or_a_byte_is_caught_and_na
         opening.signature = KeyPair::from_seed([0x43; 32]).sign(b"something else").to_vec();
     });
     let report = audited(&foreign).await;
-    assert!(
-        report.differs.iter().any(|d| d.ends_with("(opening-signature)")),
-        "{report}"
-    );
+    assert_names(&report, |d| d.ends_with("(opening-signature)"));
 
     // Signed by another key: the challenge names this validator, not the signer; and an auditor
     // who names the validator's key sees that too.
@@ -289,14 +263,8 @@ async fn tampering_with_a_time_a_deadline_a_signature_or_a_byte_is_caught_and_na
     let report = audit(&forged, Some(validator_key()), Arc::new(test_cpu(2)), false)
         .await
         .unwrap();
-    assert!(
-        report
-            .differs
-            .iter()
-            .any(|d| d.contains("the transcript is signed by another key")),
-        "{report}"
-    );
-    assert!(report.differs.iter().any(|d| d.starts_with("signed by")), "{report}");
+    assert_names(&report, |d| d.contains("the transcript is signed by another key"));
+    assert_names(&report, |d| d.starts_with("signed by"));
 
     // Truncated or not a transcript at all: an error, or a signature that fails; never a panic.
     for cut in [0, 1, file.len() / 3, file.len() - 1] {
@@ -305,6 +273,11 @@ async fn tampering_with_a_time_a_deadline_a_signature_or_a_byte_is_caught_and_na
             Ok(report) => assert_eq!(report.finding(), Finding::Differs, "cut at {cut}: {report}"),
         }
     }
+}
+
+/// Asserts that `report` names a difference `found` picks.
+fn assert_names(report: &Report, found: impl Fn(&str) -> bool) {
+    assert!(report.differs.iter().any(|d| found(d)), "{report}");
 }
 
 /// `file` with its transcript changed by `change`, then signed again with this validator's key:
@@ -324,16 +297,13 @@ async fn tampering_with_the_walk_is_caught_and_named(file: &[u8]) {
         t.walk.as_mut().unwrap().roots[0].received_after_us += 3_600_000_000;
     });
     let report = audited(&slow_walk).await;
-    assert!(report.differs.iter().any(|d| d.ends_with("(late-walk)")), "{report}");
+    assert_names(&report, |d| d.ends_with("(late-walk)"));
 
     // A step opening's bytes changed: a byte of a slice steps read (the miner's signature over
     // each of them then fails), and a step's state.
     let bad_slice = tampered(&file, |t| t.open.as_mut().unwrap().slices[0][0] ^= 1);
     let report = audited(&bad_slice).await;
-    assert!(
-        report.differs.iter().any(|d| d.ends_with("(walk-opening-signature)")),
-        "{report}"
-    );
+    assert_names(&report, |d| d.ends_with("(walk-opening-signature)"));
     let bad_state = tampered(&file, |t| {
         let open = t.open.as_mut().unwrap();
         let step = open
@@ -347,10 +317,7 @@ async fn tampering_with_the_walk_is_caught_and_named(file: &[u8]) {
         step.after[0] ^= 1;
     });
     let report = audited(&bad_state).await;
-    assert!(
-        report.differs.iter().any(|d| d.ends_with("(walk-opening-signature)")),
-        "{report}"
-    );
+    assert_names(&report, |d| d.ends_with("(walk-opening-signature)"));
     // A slice reference to no slice: named, never a panic.
     let bad_ref = tampered(&file, |t| {
         let open = t.open.as_mut().unwrap();
@@ -358,29 +325,20 @@ async fn tampering_with_the_walk_is_caught_and_named(file: &[u8]) {
         open.openings.iter_mut().find(|o| o.slice_ref > 0).unwrap().slice_ref = count + 1;
     });
     let report = audited(&bad_ref).await;
-    assert!(report.differs.iter().any(|d| d.contains("refers to slice")), "{report}");
+    assert_names(&report, |d| d.contains("refers to slice"));
 
     // A row dropped: a step that was to be row-checked shows none.
     let fewer_rows = tampered(&file, |t| {
         t.open.as_mut().unwrap().row_checks.pop();
     });
     let report = audited(&fewer_rows).await;
-    assert!(
-        report.differs.iter().any(|d| d.contains("no row is recorded")),
-        "{report}"
-    );
+    assert_names(&report, |d| d.contains("no row is recorded"));
     // Fewer steps row-checked than the plan says.
     let fewer_checked = tampered(&file, |t| {
         t.walk.as_mut().unwrap().row_checked.pop();
     });
     let report = audited(&fewer_checked).await;
-    assert!(
-        report
-            .differs
-            .iter()
-            .any(|d| d.contains("not the plan's counts per device")),
-        "{report}"
-    );
+    assert_names(&report, |d| d.contains("not the plan's counts per device"));
     // The plan's bound raised: it is not what the stated rates give.
     let raised = tampered(&file, |t| {
         let mut plan: serde_json::Value = serde_json::from_str(&t.plan_json).unwrap();
@@ -388,11 +346,5 @@ async fn tampering_with_the_walk_is_caught_and_named(file: &[u8]) {
         t.plan_json = plan.to_string();
     });
     let report = audited(&raised).await;
-    assert!(
-        report
-            .differs
-            .iter()
-            .any(|d| d.contains("are not what its rates and settings give")),
-        "{report}"
-    );
+    assert_names(&report, |d| d.contains("are not what its rates and settings give"));
 }
