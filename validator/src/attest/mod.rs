@@ -388,6 +388,9 @@ impl Attestor {
         let challenge = self.challenge(&plan);
         announce(&plan, on_event);
         let mut outcome = Outcome::new(&url, &plan, self.policy());
+        if self.config.transcripts.keep == crate::config::transcripts::KeepTranscripts::None {
+            outcome.transcript = Recorder::off();
+        }
         if matches!(plan.memory, MemoryPhasePlan::V4(_)) {
             outcome.record_v4_settings(&crate::planner::v4_settings(&self.config, &plan.claim.backend));
         }

@@ -98,6 +98,8 @@ struct Records {
     open: Option<v1::RecordedOpen>,
     /// Where each distinct slice of the step openings is in `open.slices`, by its hash.
     slice_refs: std::collections::HashMap<[u8; 32], u32>,
+    /// Records nothing (`[transcripts] keep = "none"`): the openings are not held twice.
+    off: bool,
 }
 
 fn status(s: &Status) -> v1::RecordedStatus {
@@ -108,26 +110,37 @@ fn status(s: &Status) -> v1::RecordedStatus {
 }
 
 impl Recorder {
+    /// A recorder that records nothing: for a validator that keeps no transcript, which then
+    /// holds no attestation's openings past their checks.
+    pub fn off() -> Self {
+        Recorder(Box::new(Records {
+            off: true,
+            ..Default::default()
+        }))
+    }
+
     pub fn challenge(&mut self, sent: v1::Challenge) {
+        if self.0.off {
+            return;
+        }
         self.0.challenge = Some(sent);
     }
 
     pub fn commitment(&mut self, received: v1::Commitment, received_after_ms: u64) {
+        if self.0.off {
+            return;
+        }
         self.0.commitment = Some(v1::RecordedCommitment {
             commitment: Some(received),
             received_after_ms,
         });
     }
 
-    /// Sets `received_after_ms` on a commitment recorded before the time was read.
-    pub fn commitment_time(&mut self, received_after_ms: u64) {
-        if let Some(c) = self.0.commitment.as_mut() {
-            c.received_after_ms = received_after_ms;
-        }
-    }
-
     /// The commitment's device evidence was checked under `config` at `checked_at_ms`.
     pub fn evidence_checked(&mut self, config: &IdentityConfig, checked_at_ms: u64) {
+        if self.0.off {
+            return;
+        }
         self.0.evidence = Some(RecordedEvidence {
             config: config.clone(),
             checked_at_ms,
@@ -135,6 +148,9 @@ impl Recorder {
     }
 
     pub fn walk_request(&mut self, sent: v1::WalkRequest) {
+        if self.0.off {
+            return;
+        }
         self.0.walk = Some(v1::RecordedWalk {
             request: Some(sent),
             ..Default::default()
@@ -174,6 +190,9 @@ impl Recorder {
     }
 
     pub fn open_request(&mut self, sent: &v1::OpenChainsRequest) {
+        if self.0.off {
+            return;
+        }
         self.0.open = Some(v1::RecordedOpen {
             request: Some(sent.clone()),
             ..Default::default()
@@ -257,5 +276,29 @@ impl Recorder {
                 None => String::new(),
             },
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A recorder that is off holds nothing of what passes through it.
+    #[test]
+    fn a_recorder_that_is_off_records_nothing() {
+        let opening = v1::ChainOpening {
+            start_matrix: vec![1; 4096],
+            ..Default::default()
+        };
+        for (mut recorder, on) in [(Recorder::default(), true), (Recorder::off(), false)] {
+            recorder.challenge(v1::Challenge::default());
+            recorder.commitment(v1::Commitment::default(), 5);
+            recorder.open_request(&v1::OpenChainsRequest::default());
+            recorder.opening(&Ok(Some(opening.clone())));
+            let records = &recorder.0;
+            assert_eq!(records.challenge.is_some(), on);
+            assert_eq!(records.commitment.is_some(), on);
+            assert_eq!(records.open.as_ref().map_or(0, |o| o.openings.len()), usize::from(on));
+        }
     }
 }
