@@ -230,6 +230,24 @@ fn a_verdicts_transcript_is_exported_and_audited_with_the_binaries() {
     assert_one_line_error(&audit(&file, Some("beef")), "--validator-key");
 }
 
+/// A miner whose answer log cannot be written still serves and attests: the record is the
+/// operator's evidence, not the miner's work.
+#[test]
+fn a_miner_whose_answer_log_cannot_be_written_still_serves() {
+    let dir = Dir::fresh("answers-unwritable");
+    let d = &dir.0;
+    let validator_key = keygen("validator", &d.join("v.key"));
+    keygen("miner", &d.join("m.key"));
+    write_small_validator_config(d);
+    // Under a regular file, so that no directory can be made there.
+    std::fs::write(d.join("a-file"), b"").unwrap();
+    std::fs::write(d.join("miner.toml"), "[answers]\ndir = \"a-file/answers\"\n").unwrap();
+    let mut serve = serve_miner(d, &validator_key);
+    serve.arg("--config").arg(d.join("miner.toml"));
+    let (_miner, miner_url) = start(serve);
+    assert_eq!(attest(d, &miner_url).status.code(), Some(0));
+}
+
 /// A daemon started without its key says so in one line: the file, its cause once (most errors
 /// carry their cause in their own message, and the chain used to repeat it at every level),
 /// and the command that makes a key.

@@ -33,8 +33,6 @@ pub enum DaemonError {
     #[error(transparent)]
     Nonces(#[from] NonceLogError),
     #[error(transparent)]
-    Answers(#[from] crate::answers::AnswersError),
-    #[error(transparent)]
     Serve(#[from] ServeError),
 }
 
@@ -77,10 +75,19 @@ pub fn core(config: &MinerConfig) -> Result<MinerCore, DaemonError> {
     );
     if config.answers.enabled {
         let dir = config.answers_dir();
-        let log = AnswerLog::open(&dir, config.answers.keep_days)?;
-        let shown = std::path::absolute(&dir).unwrap_or(dir);
-        info!(path = %shown.display(), keep_days = config.answers.keep_days, "answer log");
-        core = core.with_answer_log(log);
+        let shown = std::path::absolute(&dir).unwrap_or_else(|_| dir.clone());
+        // The record is the operator's evidence, not the miner's work: a directory it cannot
+        // write stops the record, never the miner.
+        match AnswerLog::open(&dir, config.answers.keep_days) {
+            Ok(log) => {
+                info!(path = %shown.display(), keep_days = config.answers.keep_days, "answer log");
+                core = core.with_answer_log(log);
+            }
+            Err(e) => warn!(
+                error = %e,
+                "no answer log: this miner keeps no record of what it answers (set [answers] dir to a writable directory, or enabled = false)"
+            ),
+        }
     }
     if config.limits.protocol_4 && core.protocol_version() == PROTOCOL_VERSION {
         // Asked to say 4, it says 3: the version 4 walk's self-check failed (the note above
