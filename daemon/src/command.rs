@@ -26,6 +26,10 @@ pub enum CommonError {
         path: PathBuf,
         source: std::io::Error,
     },
+    #[error("{} is {size} bytes; this reads at most {max}", path.display())]
+    TooLarge { path: PathBuf, size: u64, max: u64 },
+    #[error("{} already exists; choose another --out, or remove it first", .0.display())]
+    Exists(PathBuf),
     #[error("cannot start the async runtime")]
     Runtime(#[source] std::io::Error),
     #[error("cannot write the output as JSON")]
@@ -76,6 +80,48 @@ pub fn print_json(value: &impl serde::Serialize) -> Result<(), CommonError> {
 /// Reads a file a command was given, naming it when it cannot.
 pub fn read_file(path: &Path) -> Result<Vec<u8>, CommonError> {
     std::fs::read(path).map_err(|source| file_error("reading", path, source))
+}
+
+/// Reads a file a command was given, of at most `max` bytes: a larger one is refused before it
+/// is read (a hostile file must not make the command allocate without bound).
+pub fn read_file_at_most(path: &Path, max: u64) -> Result<Vec<u8>, CommonError> {
+    let size = std::fs::metadata(path)
+        .map_err(|source| file_error("reading", path, source))?
+        .len();
+    if size > max {
+        return Err(CommonError::TooLarge {
+            path: path.to_path_buf(),
+            size,
+            max,
+        });
+    }
+    read_file(path)
+}
+
+/// Writes a new file a command was asked for, never over one that exists, and syncs it.
+pub fn write_new_file(path: &Path, contents: &[u8]) -> Result<(), CommonError> {
+    use std::io::Write;
+    let mut file = match std::fs::OpenOptions::new().write(true).create_new(true).open(path) {
+        Ok(file) => file,
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+            return Err(CommonError::Exists(path.to_path_buf()));
+        }
+        Err(source) => return Err(file_error("creating", path, source)),
+    };
+    file.write_all(contents)
+        .and_then(|()| file.sync_all())
+        .map_err(|source| file_error("writing", path, source))
+}
+
+/// A Unix time in milliseconds as UTC to the second, `2026-11-25T11:04:34Z`; one past the
+/// year 9999 (which no clock reads, and RFC 3339 cannot show; a corrupted or hostile record
+/// can hold it) as the number it is, never a panic.
+pub fn utc(unix_ms: u64) -> String {
+    const YEAR_10000_MS: u64 = 253_402_300_800_000;
+    if unix_ms >= YEAR_10000_MS {
+        return format!("{unix_ms} ms after 1970");
+    }
+    humantime::format_rfc3339_seconds(std::time::UNIX_EPOCH + std::time::Duration::from_millis(unix_ms)).to_string()
 }
 
 /// Reads a text file a command was given, naming it when it cannot.

@@ -443,15 +443,14 @@ impl Validator for ValidatorService {
             )));
         };
         let total_bytes = bytes.len() as u64;
-        let chunks: Vec<Result<v1::TranscriptChunk, Status>> = bytes
-            .chunks(TRANSCRIPT_CHUNK_BYTES)
-            .map(|data| {
-                Ok(v1::TranscriptChunk {
-                    data: data.to_vec(),
-                    total_bytes,
-                })
+        // Each chunk copied out as it is sent, not all of them first: a transcript is tens of MB.
+        let chunks = (0..bytes.len()).step_by(TRANSCRIPT_CHUNK_BYTES).map(move |start| {
+            let end = (start + TRANSCRIPT_CHUNK_BYTES).min(bytes.len());
+            Ok(v1::TranscriptChunk {
+                data: bytes[start..end].to_vec(),
+                total_bytes,
             })
-            .collect();
+        });
         Ok(Response::new(Box::pin(tokio_stream::iter(chunks))))
     }
 

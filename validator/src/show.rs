@@ -5,6 +5,7 @@
 use crate::rates::report::RateTable;
 use crate::verdict::Verdict;
 use crate::verdict::throughput::{Expectation, show_rate};
+use gpu_attest_daemon::command::utc;
 
 /// One verdict in full, as `validator attest` prints it.
 pub fn print_verdict(v: &Verdict, database: &str) {
@@ -253,11 +254,6 @@ fn verdict_line(v: &VerdictLine) -> String {
         v.measured_ms,
         v.deadline_ms
     )
-}
-
-/// A Unix time in milliseconds as UTC to the second: `2026-11-25T11:04:34Z`.
-fn utc(unix_ms: u64) -> humantime::Rfc3339Timestamp {
-    humantime::format_rfc3339_seconds(std::time::UNIX_EPOCH + std::time::Duration::from_millis(unix_ms))
 }
 
 /// A graded miss for people: "too slow: proved 0.61x of the class rate".

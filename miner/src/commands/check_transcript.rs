@@ -6,6 +6,7 @@
 use super::{Answer, CommandError};
 use crate::answers::{AnswerLog, Entry, Kind, digest};
 use crate::config::MinerConfig;
+use gpu_attest_daemon::command::utc as time;
 use gpu_attest_proto::transcript::{open, restored_opening};
 use gpu_attest_proto::v1;
 use gpu_attest_proto::v1::recorded_opening::Received;
@@ -27,18 +28,8 @@ pub(super) fn check(
             config.answers_dir()
         }
     };
-    let read_failed = |source| CommandError::ReadFile {
-        path: file.to_path_buf(),
-        source,
-    };
-    let size = std::fs::metadata(file).map_err(read_failed)?.len();
-    if size > gpu_attest_proto::transcript::MAX_TRANSCRIPT_BYTES as u64 {
-        return Err(CommandError::Transcript {
-            path: file.to_path_buf(),
-            source: gpu_attest_proto::transcript::TranscriptError::TooLarge { got: size as usize },
-        });
-    }
-    let bytes = std::fs::read(file).map_err(read_failed)?;
+    let bytes =
+        gpu_attest_daemon::command::read_file_at_most(file, gpu_attest_proto::transcript::MAX_TRANSCRIPT_BYTES as u64)?;
     let opened = open(&bytes).map_err(|source| CommandError::Transcript {
         path: file.to_path_buf(),
         source,
@@ -91,10 +82,6 @@ impl Comparison {
 
 fn entries(record: &[Entry], kind: Kind) -> Vec<&Entry> {
     record.iter().filter(|e| e.kind == kind).collect()
-}
-
-fn time(ms: u64) -> String {
-    humantime::format_rfc3339_millis(std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms)).to_string()
 }
 
 /// Each message of the transcript this miner took part in, against its record.

@@ -55,8 +55,6 @@ pub enum CommandError {
         path: PathBuf,
         source: gpu_attest_proto::transcript::TranscriptError,
     },
-    #[error("cannot read {}: {source}", path.display())]
-    ReadFile { path: PathBuf, source: std::io::Error },
     #[error("the transcript holds no challenge: it records no attestation")]
     NoChallenge,
     #[error("{} holds no PEM certificates", path.display())]

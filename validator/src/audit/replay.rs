@@ -65,7 +65,7 @@ pub async fn replay(opened: &Opened, backend: Arc<dyn Backend>, options: Options
         stated.id,
         if stated.passed { "PASS" } else { "FAIL" },
         stated.miner_url,
-        shown_time(stated.created_at_ms)
+        gpu_attest_daemon::command::utc(stated.created_at_ms)
     );
     let planned: RecordedPlan = match serde_json::from_str(&t.plan_json) {
         Ok(p) => p,
@@ -199,7 +199,8 @@ fn check_challenge(
             planned.deadline_ms, planned.protocol_version
         ));
     }
-    Some((challenge.clone(), challenge.validator_key))
+    let validator_key = challenge.validator_key;
+    Some((challenge, validator_key))
 }
 
 /// The replay's state: an outcome built from the recorded plan, as the live attestation's was.
@@ -208,8 +209,6 @@ struct Replay<'a> {
     work: Work,
     stated: &'a Verdict,
     validator_key: PublicKey,
-    /// Version 4's walk as planned; `None` under another version.
-    pool: Option<ChainPoolPlan>,
     /// Whether a full-policy verdict's chains are re-executed here.
     reexecute: bool,
 }
@@ -259,10 +258,7 @@ impl<'a> Replay<'a> {
             deadline_ms: planned.deadline_ms,
             finish_by_ms: planned.finish_by_ms,
             samples: planned.samples,
-            memory: match &pool {
-                Some(pool) => MemoryPhasePlan::V4(pool.clone()),
-                None => MemoryPhasePlan::Off,
-            },
+            memory: pool.map_or(MemoryPhasePlan::Off, MemoryPhasePlan::V4),
         };
         let policy = if planned.policy == "full" {
             Policy::Full
@@ -281,7 +277,6 @@ impl<'a> Replay<'a> {
             work,
             stated,
             validator_key,
-            pool,
             reexecute: false,
         })
     }
@@ -514,7 +509,10 @@ impl<'a> Replay<'a> {
         commitment: &Commitment,
         report: &mut Report,
     ) -> Option<(StatesWalk, Vec<StepSample>)> {
-        let pool = self.pool.clone()?;
+        // Version 4's walk as sized again; none under another version.
+        let MemoryPhasePlan::V4(pool) = self.outcome.plan.memory.clone() else {
+            return None;
+        };
         let Some(recorded) = &t.walk else {
             if self.outcome.may_prove() {
                 report.differ("no walk is recorded, though the verdict could still prove its memory");
@@ -788,16 +786,6 @@ impl<'a> Replay<'a> {
         ));
         Some(samples)
     }
-}
-
-/// A Unix time in milliseconds for people; one past the year 9999 (which no clock reads, and
-/// RFC 3339 cannot show) as the number it is.
-pub fn shown_time(ms: u64) -> String {
-    const YEAR_10000_MS: u64 = 253_402_300_800_000;
-    if ms >= YEAR_10000_MS {
-        return format!("{ms} ms after 1970");
-    }
-    humantime::format_rfc3339_seconds(std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms)).to_string()
 }
 
 /// A recorded status as tonic's, so that it is judged as the live one was.

@@ -4,6 +4,7 @@
 use super::{Answer, CommandError, print_json, runtime};
 use crate::audit::{Finding, Report};
 use crate::daemon::DaemonError;
+use gpu_attest_daemon::command::read_file_at_most;
 use gpu_attest_shared::cpu::CpuBackend;
 use gpu_attest_shared::gemm::KernelChoice;
 use gpu_attest_shared::keys::PublicKey;
@@ -24,24 +25,8 @@ pub(super) fn audit(
     let signer = validator_key
         .map(|k| PublicKey::from_hex(k.trim()).ok_or_else(|| CommandError::BadKey(k.into())))
         .transpose()?;
-    let size = std::fs::metadata(file)
-        .map_err(|source| CommandError::File {
-            what: "read",
-            path: file.to_path_buf(),
-            source,
-        })?
-        .len();
-    if size > crate::transcript::MAX_TRANSCRIPT_BYTES as u64 {
-        return Err(CommandError::Transcript {
-            path: file.to_path_buf(),
-            source: crate::transcript::TranscriptError::TooLarge { got: size as usize },
-        });
-    }
-    let bytes = std::fs::read(file).map_err(|source| CommandError::File {
-        what: "read",
-        path: file.to_path_buf(),
-        source,
-    })?;
+    let bytes = read_file_at_most(file, crate::transcript::MAX_TRANSCRIPT_BYTES as u64)?;
+    let size = bytes.len() as u64;
     let kernel = KernelChoice::Auto.resolve().map_err(DaemonError::from)?;
     let backend = CpuBackend::new(threads, kernel).map_err(DaemonError::from)?;
     if !json && size > LARGE_TRANSCRIPT_BYTES {

@@ -45,7 +45,7 @@ async fn run_action(operator: &mut Operator, action: MinersAction, json: bool) -
         })?,
         MinersAction::Transcript { id, out } => {
             let bytes = operator.transcript(id).await?;
-            super::verdicts::write_new(&out, &bytes)?;
+            gpu_attest_daemon::command::write_new_file(&out, &bytes)?;
             let answer = serde_json::json!({ "verdict": id, "path": out, "bytes": bytes.len() });
             shown(json, &answer, |_| {
                 println!(

@@ -60,14 +60,6 @@ pub enum CommandError {
     },
     #[error("--validator-key {0:?} is not a public key (64 hex digits, as `validator public-key` prints)")]
     BadKey(String),
-    #[error("{} already exists; choose another --out, or remove it first", .0.display())]
-    Exists(PathBuf),
-    #[error("cannot {what} {}: {source}", path.display())]
-    File {
-        what: &'static str,
-        path: PathBuf,
-        source: std::io::Error,
-    },
 }
 
 gpu_attest_daemon::command_error_from_common!(CommandError);

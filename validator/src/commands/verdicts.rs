@@ -63,7 +63,7 @@ pub(super) fn export(database: &Path, id: u64, out: &Path) -> Result<Answer, Com
         (None, true) => return Err(CommandError::NoTranscript(id)),
         (None, false) => return Err(CommandError::NoVerdict(id)),
     };
-    write_new(out, &bytes)?;
+    gpu_attest_daemon::command::write_new_file(out, &bytes)?;
     eprintln!(
         "wrote verdict {id}'s transcript to {} ({} bytes); check it with `validator audit {}`",
         out.display(),
@@ -71,30 +71,4 @@ pub(super) fn export(database: &Path, id: u64, out: &Path) -> Result<Answer, Com
         out.display()
     );
     Ok(Answer::Yes)
-}
-
-/// Writes `bytes` to a new file at `path`, refusing one that exists.
-pub(super) fn write_new(path: &Path, bytes: &[u8]) -> Result<(), CommandError> {
-    use std::io::Write;
-    let file = std::fs::OpenOptions::new().write(true).create_new(true).open(path);
-    let mut file = match file {
-        Ok(f) => f,
-        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
-            return Err(CommandError::Exists(path.to_path_buf()));
-        }
-        Err(source) => {
-            return Err(CommandError::File {
-                what: "create",
-                path: path.to_path_buf(),
-                source,
-            });
-        }
-    };
-    file.write_all(bytes)
-        .and_then(|()| file.sync_all())
-        .map_err(|source| CommandError::File {
-            what: "write",
-            path: path.to_path_buf(),
-            source,
-        })
 }
