@@ -12,7 +12,7 @@
 # than 2 GiB, counts as a crash.
 #
 # A crash stops the script with the input under fuzz/artifacts/TARGET/. Copy it into
-# fuzz/regressions/TARGET/, where `cargo test` replays it (integration-tests/tests/fuzz_corpus.rs),
+# fuzz/regressions/TARGET/, where `cargo test` replays it (integration-tests/tests/integration/fuzz_corpus.rs),
 # and fix the cause. CI runs every target briefly; SECURITY.md records a long run.
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -2,7 +2,7 @@
 //! chains committed as the chain phase commits them, its pool walked, steps opened and checked.
 //! Each cheater here is one of docs/design/protocol-v4.md section 9's, and each check it fails
 //! is the defence named there. (These are the engine's tests, with chains made by the naive
-//! reference; integration-tests/tests/walk_v4.rs runs the walk through the miner's server.)
+//! reference; integration-tests/tests/timed/walk_v4.rs runs the walk through the miner's server.)
 
 use gpu_attest_shared::chain::leaf_hash;
 use gpu_attest_shared::digest::Digest;

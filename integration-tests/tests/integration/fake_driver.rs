@@ -5,7 +5,7 @@
 //! libraries are fakes built by the test, which is why this is not a GPU test.
 #![cfg(target_os = "linux")]
 
-mod common;
+use crate::common;
 
 use common::fake_driver::{FakeLib, build, library_path};
 use common::process::{Dir, assert_one_line_failure, cmd};

@@ -8,7 +8,7 @@
 //! - and the whole attestation with its store, a miner saying 4: an honest one passes and its
 //!   verdict states version 4, one that fakes steps fails.
 
-mod common;
+use crate::common;
 
 use common::memory_cheats::{CheatingPools, MemoryCheat};
 use common::ninety_percent::NinetyPercent;
@@ -43,10 +43,6 @@ use std::sync::Arc;
 use std::time::Duration;
 use tonic::Code;
 use tonic::transport::Channel;
-
-/// The tests whose verdicts rest on a walk's clock take turns, so that none is timed while
-/// another of this file's attestations loads the same cores.
-static TIMED: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 const DEVICES: u32 = 2;
 const N: u32 = 256;
@@ -521,7 +517,7 @@ async fn a_faked_step_fails_its_own_opening() {
 /// `each_version_4_refusal_has_its_own_status` shows the limit refusing one step past it.
 #[tokio::test(flavor = "multi_thread")]
 async fn hosts_of_ten_and_sixteen_devices_are_attested_whole() {
-    let _alone = TIMED.lock().await;
+    let _alone = crate::TIMED.lock().await;
     for (seed, devices) in [(69, 10u32), (70, 16)] {
         assert!(max_step_samples(devices as usize) >= 1649 * devices as usize);
         let cpu = test_cpu(TEST_CORES as usize)
@@ -608,7 +604,7 @@ async fn a_version_4_miner_that_fakes_steps_fails_on_its_openings() {
 /// them, opens its steps, and the stored verdict states version 4 and the memory it proved.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_version_4_attestation_passes_an_honest_miner_and_states_its_memory() {
-    let _alone = TIMED.lock().await;
+    let _alone = crate::TIMED.lock().await;
     // Under the full policy the chains are re-executed and the walk's steps still opened.
     for (seed, policy, named) in [(66, Policy::Sampled, "sampled"), (68, Policy::Full, "full")] {
         honest_version_4_attestation(seed, policy, named).await;
@@ -824,7 +820,7 @@ async fn a_slice_that_is_not_its_state_fails_its_path() {
 /// walked). The clock stops at each device's root: it passes, its walk timed as the walk alone.
 #[tokio::test(flavor = "multi_thread")]
 async fn the_walk_clock_excludes_the_download() {
-    let _alone = TIMED.lock().await;
+    let _alone = crate::TIMED.lock().await;
     let pause = Duration::from_secs(3);
     let cpu = test_cpu(TEST_CORES as usize).claiming(TEST_CORES, 256 << 10);
     let kernel = cpu.kernel();
@@ -849,7 +845,7 @@ async fn the_walk_clock_excludes_the_download() {
 /// that timing the whole walk (version 3) would have held every device to.
 #[tokio::test(flavor = "multi_thread")]
 async fn each_device_is_held_to_its_own_class() {
-    let _alone = TIMED.lock().await;
+    let _alone = crate::TIMED.lock().await;
     let cpu = test_cpu(TEST_CORES as usize)
         .with_logical_devices(2)
         .claiming(TEST_CORES, 256 << 10);
@@ -901,7 +897,7 @@ async fn each_device_is_held_to_its_own_class() {
 #[tokio::test(flavor = "multi_thread")]
 #[ignore = "a benchmark record: run with --ignored --nocapture"]
 async fn twenty_runs_v4_honest_and_cheats() {
-    let _alone = TIMED.lock().await;
+    let _alone = crate::TIMED.lock().await;
     let miner_of = |seed: u8, cheat: Option<StateCheat>, fakes: bool| {
         let cpu = test_cpu(TEST_CORES as usize).claiming(TEST_CORES, 256 << 10);
         let kernel = cpu.kernel();
@@ -1008,7 +1004,7 @@ fn honest_v4_walk_rate_per_core(states: u64) -> f64 {
 /// now, alone) with a slack of 4, the honest miner passes and the holder is late by seconds.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_miner_holding_90_percent_that_makes_up_the_rest_fails_on_time() {
-    let _alone = TIMED.lock().await;
+    let _alone = crate::TIMED.lock().await;
     let claim = 2 << 20;
     let states = (0.96 * claim as f64 / 65536.0) as u64;
     assert_eq!(states, 30);
@@ -1039,7 +1035,7 @@ async fn a_miner_holding_90_percent_that_makes_up_the_rest_fails_on_time() {
         test_cpu(TEST_CORES as usize).claiming(TEST_CORES, claim),
         NinetyPercent {
             server_exe: std::env::current_exe().unwrap(),
-            server_test: "entry_server".into(),
+            server_test: "walk_v4::entry_server".into(),
             dir: dir.path("server"),
             give_up: Duration::from_secs(5),
         },

@@ -2,7 +2,7 @@
 //! backend, small challenges. The honest miner passes under both policies; each cheating miner
 //! fails with the reason that names its cheat.
 
-mod common;
+use crate::common;
 
 use common::cheats::{Cheat, spawn_cheater};
 use common::*;

@@ -2,7 +2,7 @@
 //! hardware other than it showed, inventories outside the protocol, impossible progress, miner
 //! limits the validator must plan within, and a nonce log whose directory is replaced.
 
-mod common;
+use crate::common;
 
 use common::cheats::{Cheat, claimed_h100s, spawn_cheater};
 use common::*;

@@ -3,7 +3,7 @@
 //! `scripts/proptest-long.sh` runs many more. The coverage-guided fuzz targets
 //! (`scripts/fuzz.sh`) share the entry points of `hostile`.
 
-mod common;
+use crate::common;
 
 use common::*;
 use gpu_attest_integration_tests::hostile::{TARGETS, backend, check_any_walk_opening, honest, params};

@@ -8,7 +8,7 @@
 //! device is a GH100, so that GH100 evidence can stand for it. Nothing else is stood in for: the
 //! miner signs its evidence statement, the validator checks it and stores what it found.
 
-mod common;
+use crate::common;
 
 use common::*;
 use gpu_attest_integration_tests::test_pki::{ReportSpec, TestPki, signed_report};

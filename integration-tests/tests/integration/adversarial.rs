@@ -3,7 +3,7 @@
 //! do not verify; raw garbage on the socket; request floods. Each is refused with its reason, and
 //! the same daemons still serve an honest attestation afterwards.
 
-mod common;
+use crate::common;
 
 use common::cheats::{Cheat, spawn_cheater};
 use common::mangled::{Mangle, spawn_mangled};

@@ -3,7 +3,7 @@
 //! and `audit` re-deriving each verdict from its transcript alone; then every kind of tampering
 //! with a transcript, each caught and named.
 
-mod common;
+use crate::common;
 
 use common::cheats::{Cheat, spawn_cheater};
 use common::pool_cheat::CheatingCpu;
@@ -22,9 +22,6 @@ use gpu_attest_validator::verdict::reason::ReasonCode;
 use gpu_attest_validator::{Attestor, ValidatorConfig};
 use prost::Message;
 use std::sync::Arc;
-
-/// One attestation at a time: the version 4 walks are timed.
-static TIMED: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 /// A version 4 validator at n = 256 (`common::v4`'s) keeping `keep`'s transcripts.
 fn v4_config(dir: &TempDir, policy: Policy, keep: KeepTranscripts) -> ValidatorConfig {
@@ -76,7 +73,7 @@ fn assert_confirmed(report: &Report) {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn an_honest_version_4_pass_audits_as_confirmed_under_either_policy_and_walk_tampering_is_caught() {
-    let _alone = TIMED.lock().await;
+    let _alone = crate::TIMED.lock().await;
     for (seed, policy) in [(90, Policy::Sampled), (91, Policy::Full)] {
         let (verdict, file, _dir) = honest_pass(seed, policy).await;
         // Under the full policy, re-executed here only when asked; otherwise taken as stated.
@@ -111,7 +108,7 @@ async fn an_honest_version_4_pass_audits_as_confirmed_under_either_policy_and_wa
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_pass_keeps_no_transcript_by_default_and_a_step_fakers_fail_does_and_audits_to_its_reasons() {
-    let _alone = TIMED.lock().await;
+    let _alone = crate::TIMED.lock().await;
     let dir = TempDir::new("transcript-faker");
     let config = v4_config(&dir, Policy::Sampled, KeepTranscripts::Failures);
     assert_eq!(ValidatorConfig::default().transcripts.keep, KeepTranscripts::Failures);

@@ -1,7 +1,7 @@
 //! The miner's gRPC service against a real client: every refusal is its own status code, one
 //! challenge at a time, and a disconnect frees the devices.
 
-mod common;
+use crate::common;
 
 use common::*;
 use gpu_attest_proto::convert::challenge_to_wire;

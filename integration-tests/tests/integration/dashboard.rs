@@ -4,7 +4,7 @@
 //! a retest, an error); the miner reads its GPUs from the fake NVML. Then both endpoints are
 //! scraped and every metric and label in every query is looked up.
 
-mod common;
+use crate::common;
 
 use common::fake_driver::{FakeLib, build, library_path};
 use common::operated::{attest_via_api, start_logged, validator_serve};

@@ -11,7 +11,7 @@
 //! validator's rate row, as an operator would give it), so that the deadline sits at twice an
 //! honest walk whatever the machine; the tests take turns, so that none times another's load.
 
-mod common;
+use crate::common;
 
 use common::mangled::{Mangle, spawn_mangled};
 use common::memory_cheats::{CheatingPools, MemoryCheat, serve_entries};
@@ -33,10 +33,6 @@ use gpu_attest_validator::verdict::class::walk_class;
 use gpu_attest_validator::verdict::reason::ReasonCode;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tokio::sync::Mutex;
-
-/// One memory attestation at a time: each is timed against the machine's honest bandwidth.
-static TURN: Mutex<()> = Mutex::const_new(());
 
 /// The walk's deadline over an honest walk at the measured bandwidth.
 const TEST_WALK_SLACK: f64 = 2.5;
@@ -140,7 +136,7 @@ async fn attest_memory(core: Arc<gpu_attest_miner::MinerCore>, policy: Policy) -
 /// The same, with the miner registered first (so that its passes teach the validator its
 /// classes): the verdict, and the walk bandwidth observations the store then holds.
 async fn attest_registered(core: Arc<gpu_attest_miner::MinerCore>, policy: Policy) -> (Verdict, Vec<f64>) {
-    let _turn = TURN.lock().await;
+    let _turn = crate::TIMED.lock().await;
     let key = core.public_key();
     let claim = core.claim();
     let miner = spawn_miner(core).await;
@@ -166,7 +162,7 @@ async fn attest_registered(core: Arc<gpu_attest_miner::MinerCore>, policy: Polic
 /// With `refuse_version_3 = false` the same miner is attested under version 3.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_version_3_miner_is_refused_naming_the_upgrade_by_default() {
-    let _turn = TURN.lock().await;
+    let _turn = crate::TIMED.lock().await;
     let miner = spawn_miner(honest(48)).await;
     let dir = TempDir::new("memory-refuse-v3");
     let mut config = memory_config(&dir, Policy::Sampled);
@@ -209,7 +205,7 @@ async fn a_version_3_miner_is_refused_naming_the_upgrade_by_default() {
 #[tokio::test(flavor = "multi_thread")]
 async fn an_undecodable_walk_statement_is_malformed_not_refused() {
     for (seed, mangle) in (90..).zip(Mangle::ALL) {
-        let _turn = TURN.lock().await;
+        let _turn = crate::TIMED.lock().await;
         let miner = spawn_mangled(honest(seed), "/gpu_attest.v1.Miner/WalkPool", mangle).await;
         let dir = TempDir::new("mangled-walk");
         let attestor = attestor(&memory_config(&dir, Policy::Sampled)).await;
@@ -325,7 +321,7 @@ async fn a_miner_fetching_half_its_pool_from_another_process_fails_on_time() {
     let dir = TempDir::new("entry-server");
     let cheat = MemoryCheat::FetchesFromAnotherProcess {
         exe: std::env::current_exe().unwrap(),
-        server_test: "entry_server".into(),
+        server_test: "memory::entry_server".into(),
         dir: dir.path("server"),
     };
     let verdict = attest_memory(cheater(0x44, cheat, TEST_MEMORY_BYTES), Policy::Sampled).await;
@@ -424,7 +420,7 @@ async fn walk_requests_and_walk_samples_are_refused_by_status() {
     use gpu_attest_shared::keys::KeyPair;
     use gpu_attest_shared::statement::memory_v3::{WalkSample, open_request_bytes_v3};
     use tonic::Code;
-    let _turn = TURN.lock().await;
+    let _turn = crate::TIMED.lock().await;
     let validator = KeyPair::from_seed([VALIDATOR_SEED; 32]);
     let core = honest(0x47);
     let miner = spawn_miner(core.clone()).await;
@@ -542,8 +538,8 @@ async fn walk_requests_and_walk_samples_are_refused_by_status() {
 
 /// BENCHMARKS.md "The memory phase end to end": 20 honest attestations and 20 of a miner holding
 /// half its pool, in turn, each by a fresh validator against this machine's measured walk
-/// bandwidth. Run it alone: `cargo test -p gpu-attest-integration-tests --test memory --
-/// --ignored --nocapture twenty_runs`.
+/// bandwidth. Run it alone: `cargo test -p gpu-attest-integration-tests --test timed --
+/// --ignored --nocapture memory::twenty_runs`.
 #[tokio::test(flavor = "multi_thread")]
 #[ignore = "a measurement for BENCHMARKS.md, about two minutes"]
 async fn twenty_runs_honest_and_half_pool() {

@@ -2,7 +2,7 @@
 //! listener, one-shot attestation with a verdict, the three ways an attestation cannot happen
 //! (each one line on stderr, exit 2, nothing written to the database), and graceful shutdown.
 
-mod common;
+use crate::common;
 
 use common::process::{
     Dir, assert_one_line_failure, attest, cmd, keygen, serve_miner, start, start_logging, verdict_count,

@@ -3,7 +3,7 @@
 //! killed or stalled mid-challenge, the validator itself killed mid-round and restarted, its
 //! database full or read-only). Each fault ends with a recorded reason and the daemons serving.
 
-mod common;
+use crate::common;
 
 use common::operated::{Started, attest_via_api, start_logged, validator_serve};
 use common::process::{Dir, cmd, keygen, sample, scrape, serve_miner, signal, write_small_validator_config};

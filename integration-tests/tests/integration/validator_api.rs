@@ -1,7 +1,7 @@
 //! The validator's gRPC API over a real socket: registration and key binding, attestation as a
 //! stream, verdict listing with filters and paging, persistence across a restart, health.
 
-mod common;
+use crate::common;
 
 use common::*;
 use gpu_attest_proto::v1::{self, attest_event::Event, validator_client::ValidatorClient};

@@ -6,7 +6,7 @@
 //! miner meanwhile, even with a single slot. (A miner frozen mid-stream is `operations.rs`'s
 //! `a_miner_that_stalls_its_stream_times_out_and_the_validator_serves_on`.)
 
-mod common;
+use crate::common;
 
 use common::operated::{Started, start_logged};
 use common::process::{Dir, cmd, keygen, sample, scrape, signal, tls_certs};

@@ -4,7 +4,7 @@
 //! run out. Skipped, with one line, where no PostgreSQL server is configured
 //! (`GPU_ATTEST_TEST_POSTGRES`; `.ci/run` starts one).
 
-mod common;
+use crate::common;
 
 use common::process::{Daemon, Dir, cmd, keygen, serve_miner};
 use gpu_attest_validator::store::{Store, VerdictFilter, scratch};

@@ -3,7 +3,7 @@
 //! TLS to an operator, who attests the miner with `validator miners attest`; a miner whose
 //! allow-list lacks the validator is named at once, and then in `miners list`.
 
-mod common;
+use crate::common;
 
 use common::operated::{start_logged, validator_serve};
 use common::process::{Dir, cmd, keygen, tls_certs, write_small_validator_config};
