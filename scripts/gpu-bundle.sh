@@ -25,7 +25,8 @@ for line in sys.stdin:
     if msg.get("reason") == "compiler-artifact" and msg.get("executable") and msg["target"]["name"] in names:
         shutil.copy(msg["executable"], sys.argv[1] + "/" + names[msg["target"]["name"]])
 ' "$dest"
-cp scripts/gpu-check.sh scripts/gpu-spread.sh scripts/gpu-lease.sh scripts/miner_up.sh scripts/cpu_vs_onnxruntime.py scripts/cpu_amx_sweep.py "$dest/"
+cp scripts/gpu-check.sh scripts/gpu-spread.sh scripts/gpu-lease.sh scripts/miner_up.sh scripts/cpu_vs_onnxruntime.py scripts/cpu_amx_sweep.py \
+  scripts/probes/locality_probe.cu "$dest/"
 # Without debug info the folder is about 20 MiB instead of 160, small enough to copy to a GPU host.
 if command -v strip >/dev/null; then
   strip "$dest/miner" "$dest/validator" "$dest/gpu-tests" "$dest/gpu-fault-tests" "$dest/kernel-compile-tests" \

@@ -9,7 +9,10 @@
 #      GPU's memory, the kernel choice, device evidence, one version 4 attestation on each TMA
 #      kernel and one on `auto`, and a two-slot attestation (RUN1_SECONDS in all, default 360);
 #   3. gpu-spread.sh with protocol version 4 and its memory phase on (SPREAD_RUNS, default 20,
-#      at TARGET_SECONDS_SPREAD, default 5; SPREAD_SECONDS in all, default 170).
+#      at TARGET_SECONDS_SPREAD, default 5; SPREAD_SECONDS in all, default 170);
+#   4. where time is left (the lease's own clock under 540 s), the locality probe
+#      (probes/locality_probe.cu, compiled here by the host's nvcc): `t_l` and `Delta_host`,
+#      which decide docs/design/locality.md's settings.
 # Every log is packed into $OUT/gpu-lease.tar.gz (a lease returns a few files, not folders), and
 # the summaries are printed. Exit status: gpu-check's, or the spread's where it alone failed.
 #   usage: gpu-lease.sh [BIN_DIR]      (default: the folder this script is in)
@@ -38,6 +41,21 @@ spread_status=$?
 # A spread cut short by its time limit still reports what it measured.
 if [ "$spread_status" -eq 124 ] && [ -s "$logs/spread/verdicts.json" ] && [ ! -s "$logs/spread/spread.txt" ]; then
   echo "(the spread ran out of time: its summary is computed by the host from verdicts.json)"
+fi
+
+echo "== locality probe (t_l and Delta_host; docs/design/locality.md)"
+if [ "$SECONDS" -lt 540 ] && command -v nvcc >/dev/null && [ -f "$bin/locality_probe.cu" ]; then
+  mkdir -p "$logs/locality"
+  cc=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader | head -n 1 | tr -d ' .')
+  if timeout 60 nvcc -O3 -arch="sm_${cc:-90}" -o "$logs/locality/locality-probe" "$bin/locality_probe.cu" \
+       >"$logs/locality/build.log" 2>&1; then
+    timeout --kill-after=5 $((575 - SECONDS)) "$logs/locality/locality-probe" 16 4 200000 2>&1 |
+      tee "$logs/locality/probe.log"
+  else
+    echo "the probe did not build:"; cat "$logs/locality/build.log"
+  fi
+else
+  echo "skipped: $SECONDS s used, or no nvcc on this host"
 fi
 
 tar -C "$logs" --exclude=kernel-cache -czf "$final/gpu-lease.tar.gz" .
