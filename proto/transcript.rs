@@ -145,13 +145,14 @@ fn fields(buf: &[u8], tag: u32) -> Result<Vec<&[u8]>, TranscriptError> {
 /// on its bytes before it is decoded (21.1).
 fn check_counts(transcript: &[u8]) -> Result<(), TranscriptError> {
     // (field of Transcript, field within it, what it is)
-    const LISTS: [(u32, u32, &str); 6] = [
+    const LISTS: [(u32, u32, &str); 7] = [
         (7, 2, "openings"),
         (7, 5, "row checks"),
         (7, 6, "slices"),
         (6, 2, "walk roots"),
         (6, 5, "row-checked steps"),
         (5, 1, "commitments"),
+        (10, 3, "stream reads"),
     ];
     for (outer, inner, what) in LISTS {
         for part in fields(transcript, outer)? {

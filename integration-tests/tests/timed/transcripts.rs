@@ -345,3 +345,92 @@ async fn tampering_with_the_walk_is_caught_and_named(file: &[u8]) {
     let report = audited(&raised).await;
     assert_names(&report, |d| d.contains("are not what its rates and settings give"));
 }
+
+/// Each way a challenge stream ends in a FAIL before any commitment is derived again from the
+/// recorded reads, so that such a verdict audits as confirmed, not in part; a read dropped, one
+/// moved before the window it says passed, or a changed event is a difference.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_stream_that_ends_in_a_failure_audits_to_its_reason_and_a_changed_read_is_caught() {
+    let mut kept = Vec::new();
+    for (seed, cheat, code) in [
+        (100, Cheat::ImpossibleProgress, ReasonCode::ImpossibleProgress),
+        (101, Cheat::NeverAccepts, ReasonCode::NotAccepted),
+        (102, Cheat::RefusesAfterComputing, ReasonCode::NotAccepted),
+    ] {
+        let dir = TempDir::new("transcript-stream");
+        let mut config = validator_config(&dir, Policy::Sampled);
+        config.transcripts.keep = KeepTranscripts::Failures;
+        config.deadline.accept_ms = 300;
+        let attestor = attestor(&config).await;
+        let miner = spawn_cheater(miner_core(seed, &[validator_key()], 1), cheat).await;
+        let (verdict, file) = attest_and_export(&attestor, &miner.url()).await;
+        failed_with(&verdict, code);
+        let report = audited(&file).await;
+        assert_confirmed(&report);
+        assert!(
+            report
+                .confirmed
+                .iter()
+                .any(|c| c.contains(&format!("ended in {}", code.as_str()))),
+            "{cheat:?}: {report}"
+        );
+        kept.push((cheat, file));
+    }
+
+    let (_, impossible) = &kept[0];
+    let (_, silent) = &kept[1];
+    let stream = |t: &mut v1::Transcript| t.stream.as_mut().unwrap().reads.clone();
+    assert!(
+        stream(&mut open(silent).unwrap().transcript).len() > 1,
+        "the empty events are recorded"
+    );
+
+    // The deciding read dropped: the record ends without an outcome, and the reason is not
+    // derived.
+    let dropped = tampered(silent, |t| {
+        t.stream.as_mut().unwrap().reads.pop();
+    });
+    let report = audited(&dropped).await;
+    assert_names(&report, |d| d.contains("without an outcome"));
+    assert_names(&report, |d| d.ends_with("(not-accepted)"));
+
+    // The window said to have passed before it had (every read in order, the last at 1 ms).
+    let early = tampered(silent, |t| {
+        for (i, read) in t.stream.as_mut().unwrap().reads.iter_mut().enumerate() {
+            read.after_us = i as u64;
+        }
+        t.stream.as_mut().unwrap().reads.last_mut().unwrap().after_us = 1_000;
+    });
+    assert_names(&audited(&early).await, |d| {
+        d.contains("the accept window (300 ms) passed")
+    });
+
+    // The impossible progress changed: what the stream fails on is not what the verdict states.
+    let mended = tampered(impossible, |t| {
+        use v1::recorded_stream_read::Read;
+        let reads = &mut t.stream.as_mut().unwrap().reads;
+        let last = reads
+            .iter_mut()
+            .rev()
+            .find(|r| matches!(r.read, Some(Read::Progress(_))));
+        let Some(Read::Progress(p)) = &mut last.unwrap().read else {
+            unreachable!()
+        };
+        *p = v1::Progress {
+            device: 0,
+            done: 0,
+            total: p.total.min(1),
+        };
+    });
+    let report = audited(&mended).await;
+    assert_eq!(report.finding(), Finding::Differs, "{report}");
+
+    // A read moved before the one ahead of it.
+    let reordered = tampered(silent, |t| {
+        let reads = &mut t.stream.as_mut().unwrap().reads;
+        reads[0].after_us = reads.last().unwrap().after_us + 1;
+    });
+    assert_names(&audited(&reordered).await, |d| {
+        d.contains("before the read ahead of it")
+    });
+}

@@ -6,6 +6,7 @@ use super::decoding::own_decode_failure;
 use super::{AttestError, AttestEvent};
 use crate::device_identity::check::WireEvidence;
 use crate::planner::Plan;
+use crate::transcript::Recorder;
 use crate::untrusted::miner_text;
 use crate::verdict::reason::{Reason, ReasonCode};
 use gpu_attest_daemon::dial::made_by_the_connection;
@@ -115,21 +116,24 @@ impl AcceptWindow {
         }
     }
 
+    pub fn length_ms(&self) -> u64 {
+        self.length.as_millis() as u64
+    }
+
     /// What `answer` gave, if it came within the window; `None` once the window has passed.
     pub async fn bound<F: Future>(&self, answer: F) -> Option<F::Output> {
         tokio::time::timeout_at(self.ends, answer).await.ok()
     }
+}
 
-    /// Why an attestation whose miner let the window pass has failed.
-    pub fn missed(&self) -> Reason {
-        Reason::new(
-            ReasonCode::NotAccepted,
-            format!(
-                "the miner neither accepted nor refused the challenge within {} ms of its sending; past that a refusal no longer withdraws an issued challenge (a miner that is down or cannot be reached fails the same way)",
-                self.length.as_millis()
-            ),
-        )
-    }
+/// Why an attestation whose miner let an accept window of `window_ms` pass has failed.
+pub fn window_missed(window_ms: u64) -> Reason {
+    Reason::new(
+        ReasonCode::NotAccepted,
+        format!(
+            "the miner neither accepted nor refused the challenge within {window_ms} ms of its sending; past that a refusal no longer withdraws an issued challenge (a miner that is down or cannot be reached fails the same way)"
+        ),
+    )
 }
 
 /// A commitment as received: converted from the wire, nothing checked yet.
@@ -151,124 +155,270 @@ pub enum Received {
     Failed(Reason),
 }
 
-/// Reads the challenge stream until the commitment or `until`, relaying checked events. `Err`
-/// means the miner refused, or ended the stream, within the accept window (no verdict); every
-/// other outcome, from its first event on or once the window has passed, is a [`Received`].
-pub async fn await_commitment(
-    url: &str,
-    stream: &mut Streaming<v1::ChallengeEvent>,
-    plan: &Plan,
-    until: tokio::time::Instant,
-    window: &AcceptWindow,
-    on_event: &(dyn Fn(AttestEvent) + Send + Sync),
-) -> Result<Received, AttestError> {
-    let mut check = StreamCheck::new(plan);
-    let mut answered = false;
-    let started = Instant::now();
-    let read = async {
-        loop {
-            let next = if answered {
-                stream.message().await
-            } else {
-                match window.bound(stream.message()).await {
-                    Some(next) => next,
-                    None => return Ok(Received::Failed(window.missed())),
-                }
-            };
-            let event = match classify(next, answered, url, plan, started) {
-                Read::Event(event) => event,
-                Read::Skip => continue,
-                Read::Done(done) => return done,
-            };
-            answered = true;
-            if let Some(received) = handle(&mut check, event, on_event) {
-                return Ok(received);
-            }
+/// One read of the challenge stream as this validator made it: what [`StreamJudge`] acts on,
+/// and what a transcript records (PROTOCOL.md 21.2), so that an audit acts on it again.
+#[derive(Clone, Debug, PartialEq)]
+pub enum StreamRead {
+    /// A message (one of a kind this version does not know has no `event`).
+    Message(Box<v1::ChallengeEvent>),
+    /// The miner ended the stream.
+    Ended,
+    /// The stream failed with this status. `by_connection`: made by this side's transport (the
+    /// connection went), not sent by the miner.
+    Failed {
+        code: tonic::Code,
+        message: String,
+        by_connection: bool,
+    },
+    /// Nothing within the accept window.
+    WindowPassed,
+    /// Nothing more by the time the miner had (its deadline, or finish-by time, and the grace).
+    TimedOut,
+}
+
+impl StreamRead {
+    /// What a read of the stream gave, as this side saw it.
+    pub fn of(next: Result<Option<v1::ChallengeEvent>, tonic::Status>) -> Self {
+        match next {
+            Ok(Some(event)) => StreamRead::Message(Box::new(event)),
+            Ok(None) => StreamRead::Ended,
+            Err(status) => StreamRead::Failed {
+                code: status.code(),
+                message: status.message().to_string(),
+                by_connection: made_by_the_connection(&status),
+            },
         }
-    };
-    match tokio::time::timeout_at(until, read).await {
-        Ok(received) => received,
-        Err(_) if !answered => Ok(Received::Failed(window.missed())),
-        Err(_) => Ok(Received::Failed(Reason::new(
-            ReasonCode::CommitmentTimedOut,
-            format!(
-                "no commitment within {} ms ({})",
-                started.elapsed().as_millis(),
-                time_allowed(plan)
+    }
+
+    /// As a transcript records it (PROTOCOL.md 21.2): a commitment by a mark, since the
+    /// transcript holds it whole beside the reads.
+    pub fn recorded(&self, after_us: u64) -> v1::RecordedStreamRead {
+        use v1::recorded_stream_read::Read;
+        let (read, by_connection) = match self {
+            StreamRead::Message(message) => (
+                match &message.event {
+                    Some(Event::Accepted(a)) => Read::Accepted(a.clone()),
+                    Some(Event::Progress(p)) => Read::Progress(*p),
+                    Some(Event::Commitment(_)) => Read::Commitment(true),
+                    None => Read::Empty(true),
+                },
+                false,
             ),
-        ))),
+            StreamRead::Ended => (Read::Ended(true), false),
+            StreamRead::Failed {
+                code,
+                message,
+                by_connection,
+            } => (
+                Read::Failed(v1::RecordedStatus {
+                    code: *code as i32,
+                    message: message.clone(),
+                }),
+                *by_connection,
+            ),
+            StreamRead::WindowPassed => (Read::WindowPassed(true), false),
+            StreamRead::TimedOut => (Read::TimedOut(true), false),
+        };
+        v1::RecordedStreamRead {
+            after_us,
+            read: Some(read),
+            by_connection,
+        }
+    }
+
+    /// A recorded read again, its commitment mark replaced by `commitment` (the transcript's);
+    /// `None` for a read with nothing set, or a mark with no commitment recorded.
+    pub fn from_recorded(recorded: &v1::RecordedStreamRead, commitment: Option<&v1::Commitment>) -> Option<Self> {
+        use v1::recorded_stream_read::Read;
+        let message = |event| StreamRead::Message(Box::new(v1::ChallengeEvent { event }));
+        Some(match recorded.read.as_ref()? {
+            Read::Accepted(a) => message(Some(Event::Accepted(a.clone()))),
+            Read::Progress(p) => message(Some(Event::Progress(*p))),
+            Read::Commitment(_) => message(Some(Event::Commitment(commitment?.clone()))),
+            Read::Empty(_) => message(None),
+            Read::Ended(_) => StreamRead::Ended,
+            Read::Failed(status) => StreamRead::Failed {
+                code: tonic::Code::from_i32(status.code),
+                message: status.message.clone(),
+                by_connection: recorded.by_connection,
+            },
+            Read::WindowPassed(_) => StreamRead::WindowPassed,
+            Read::TimedOut(_) => StreamRead::TimedOut,
+        })
+    }
+
+    /// A read that, having passed, changes nothing the stream's judgement rests on: progress and
+    /// empty events, of which a transcript lists only the first ones.
+    pub fn is_routine(&self) -> bool {
+        matches!(self, StreamRead::Message(message)
+            if matches!(message.event, Some(Event::Progress(_)) | None))
     }
 }
 
-/// What one read of the challenge stream came to.
-enum Read {
-    Event(Event),
-    /// An empty event (a oneof this version does not know) says nothing: skipped.
-    Skip,
-    /// The stream ended, or failed: the attestation's outcome, or no verdict at all.
+/// What one read of the stream came to.
+pub enum Judged {
+    /// The event passed its checks: read on.
+    ReadOn,
+    /// The stream's outcome. `Err`: the miner refused, or ended the stream, within the accept
+    /// window (no verdict); every other outcome is a [`Received`].
     Done(Result<Received, AttestError>),
 }
 
-/// One read of the stream, `answered` saying whether the miner has sent an event yet: before
-/// that, an end or an error is a refusal (no verdict); after it, a failure.
-fn classify(
-    next: Result<Option<v1::ChallengeEvent>, tonic::Status>,
+/// The challenge stream's rules (PROTOCOL.md 14.3), applied one read at a time: by the
+/// attestation as it reads, and by an audit on the reads a transcript recorded.
+pub struct StreamJudge<'a> {
+    check: StreamCheck,
+    /// The miner has sent an event: from here an end or an error is a failure, not a refusal.
     answered: bool,
-    url: &str,
-    plan: &Plan,
-    started: Instant,
-) -> Read {
-    let failed = |code, message: String| Read::Done(Ok(Received::Failed(Reason::new(code, message))));
-    // What this validator could not decode was sent, not refused: a verdict, whenever it came
-    // (PROTOCOL.md 14.1). The events lead to the commitment, whose reason it takes.
-    if let Err(status) = &next
-        && let Some(why) = own_decode_failure(status)
-    {
-        return failed(
-            ReasonCode::MalformedCommitment,
-            format!("a message of the challenge stream: {why}"),
-        );
+    plan: &'a Plan,
+    window_ms: u64,
+}
+
+impl<'a> StreamJudge<'a> {
+    pub fn new(plan: &'a Plan, window_ms: u64) -> Self {
+        StreamJudge {
+            check: StreamCheck::new(plan),
+            answered: false,
+            plan,
+            window_ms,
+        }
     }
-    match next {
-        Ok(Some(v1::ChallengeEvent { event: Some(event) })) => Read::Event(event),
-        Ok(Some(v1::ChallengeEvent { event: None })) => Read::Skip,
-        Ok(None) if !answered => Read::Done(Err(AttestError::NotAMiner {
-            url: url.into(),
-            detail: "it ended the challenge stream without accepting or refusing".into(),
-        })),
-        Ok(None) => failed(
-            ReasonCode::NoCommitment,
-            "miner ended the stream without a commitment".into(),
-        ),
-        Err(status) if !answered => Read::Done(Err(super::client::refused(url, status))),
-        // The miner gave up at the deadline (or the finish-by time): it could not do the work
-        // in time, which is what the deadline tests. Named as such, not as a generic failure.
-        Err(status) if status.code() == tonic::Code::DeadlineExceeded => failed(
-            ReasonCode::CommitmentTimedOut,
-            format!(
-                "no commitment by the {}: the miner stopped after {} ms ({})",
-                time_allowed(plan),
-                started.elapsed().as_millis(),
-                miner_text(status.message())
+
+    pub fn answered(&self) -> bool {
+        self.answered
+    }
+
+    /// Judges `read`, made `after_ms` after the challenge was sent, relaying a checked event.
+    pub fn judge(
+        &mut self,
+        read: StreamRead,
+        after_ms: u64,
+        url: &str,
+        on_event: &(dyn Fn(AttestEvent) + Send + Sync),
+    ) -> Judged {
+        let failed = |code, message: String| Judged::Done(Ok(Received::Failed(Reason::new(code, message))));
+        match read {
+            StreamRead::Message(message) => match message.event {
+                Some(event) => {
+                    self.answered = true;
+                    match handle(&mut self.check, event, on_event) {
+                        Some(received) => Judged::Done(Ok(received)),
+                        None => Judged::ReadOn,
+                    }
+                }
+                // An empty event (a oneof this version does not know) says nothing.
+                None => Judged::ReadOn,
+            },
+            StreamRead::WindowPassed => Judged::Done(Ok(Received::Failed(window_missed(self.window_ms)))),
+            StreamRead::TimedOut if !self.answered => Judged::Done(Ok(Received::Failed(window_missed(self.window_ms)))),
+            StreamRead::TimedOut => failed(
+                ReasonCode::CommitmentTimedOut,
+                format!("no commitment within {after_ms} ms ({})", time_allowed(self.plan)),
             ),
-        ),
-        // Not the miner's word: the connection went (it shut down or crashed, or the network
-        // failed).
-        Err(status) if made_by_the_connection(&status) => failed(
-            ReasonCode::MinerFailed,
-            format!(
-                "the miner's connection closed after it accepted the challenge, without a word from the miner: it shut down, crashed or lost its network ({})",
-                miner_text(status.message())
+            StreamRead::Ended if !self.answered => Judged::Done(Err(AttestError::NotAMiner {
+                url: url.into(),
+                detail: "it ended the challenge stream without accepting or refusing".into(),
+            })),
+            StreamRead::Ended => failed(
+                ReasonCode::NoCommitment,
+                "miner ended the stream without a commitment".into(),
             ),
-        ),
-        Err(status) => failed(
+            StreamRead::Failed {
+                code,
+                message,
+                by_connection,
+            } => self.failure(tonic::Status::new(code, message), by_connection, after_ms, url),
+        }
+    }
+
+    /// A stream that failed with `status`: before the miner answered, a refusal (no verdict);
+    /// after, a failure.
+    fn failure(&self, status: tonic::Status, by_connection: bool, after_ms: u64, url: &str) -> Judged {
+        let failed = |code, message: String| Judged::Done(Ok(Received::Failed(Reason::new(code, message))));
+        // What this validator could not decode was sent, not refused: a verdict, whenever it
+        // came (PROTOCOL.md 14.1). The events lead to the commitment, whose reason it takes.
+        if let Some(why) = own_decode_failure(&status) {
+            return failed(
+                ReasonCode::MalformedCommitment,
+                format!("a message of the challenge stream: {why}"),
+            );
+        }
+        if !self.answered {
+            return Judged::Done(Err(super::client::refused(url, status)));
+        }
+        if status.code() == tonic::Code::DeadlineExceeded {
+            // The miner gave up at the deadline (or the finish-by time): it could not do the
+            // work in time, which is what the deadline tests. Named as such, not as a generic
+            // failure.
+            return failed(
+                ReasonCode::CommitmentTimedOut,
+                format!(
+                    "no commitment by the {}: the miner stopped after {after_ms} ms ({})",
+                    time_allowed(self.plan),
+                    miner_text(status.message())
+                ),
+            );
+        }
+        if by_connection {
+            // Not the miner's word: the connection went (it shut down or crashed, or the
+            // network failed).
+            return failed(
+                ReasonCode::MinerFailed,
+                format!(
+                    "the miner's connection closed after it accepted the challenge, without a word from the miner: it shut down, crashed or lost its network ({})",
+                    miner_text(status.message())
+                ),
+            );
+        }
+        failed(
             ReasonCode::MinerFailed,
             format!(
                 "miner failed after accepting the challenge ({:?}): {}",
                 status.code(),
                 miner_text(status.message())
             ),
-        ),
+        )
+    }
+}
+
+/// Reads the challenge stream until its outcome, judging and recording each read, and relaying
+/// checked events. Returns the outcome and when it was read (milliseconds from `sent`). `Err`
+/// means the miner refused, or ended the stream, within the accept window (no verdict).
+#[allow(clippy::too_many_arguments)]
+pub async fn await_commitment(
+    url: &str,
+    stream: &mut Streaming<v1::ChallengeEvent>,
+    plan: &Plan,
+    sent: Instant,
+    until: tokio::time::Instant,
+    window: &AcceptWindow,
+    recorder: &mut Recorder,
+    on_event: &(dyn Fn(AttestEvent) + Send + Sync),
+) -> Result<(Received, u64), AttestError> {
+    let mut judge = StreamJudge::new(plan, window.length_ms());
+    loop {
+        // The window ends before `until` (it is at most a quarter of the deadline).
+        let read = if judge.answered() {
+            match tokio::time::timeout_at(until, stream.message()).await {
+                Ok(next) => StreamRead::of(next),
+                Err(_) => StreamRead::TimedOut,
+            }
+        } else {
+            match window.bound(tokio::time::timeout_at(until, stream.message())).await {
+                Some(Ok(next)) => StreamRead::of(next),
+                Some(Err(_)) => StreamRead::TimedOut,
+                None => StreamRead::WindowPassed,
+            }
+        };
+        let after_us = sent.elapsed().as_micros() as u64;
+        let judged = judge.judge(read.clone(), after_us / 1000, url, on_event);
+        recorder.stream_read(
+            read.recorded(after_us),
+            read.is_routine() && matches!(judged, Judged::ReadOn),
+        );
+        if let Judged::Done(done) = judged {
+            return done.map(|received| (received, after_us / 1000));
+        }
     }
 }
 
@@ -409,6 +559,107 @@ mod tests {
             assert_eq!(code(check.progress(&p)), Some(ReasonCode::ImpossibleProgress), "{why}");
         }
         assert_eq!(code(check.accepted(&accepted)), Some(ReasonCode::StreamOutOfOrder));
+    }
+
+    /// Every kind of read comes back from its record as it was; a commitment by its mark, put
+    /// back from the transcript's.
+    #[test]
+    fn a_recorded_read_comes_back_as_it_was_read() {
+        let commitment = v1::Commitment {
+            nonce: vec![7; 32],
+            ..Default::default()
+        };
+        let event = |event| StreamRead::Message(Box::new(v1::ChallengeEvent { event: Some(event) }));
+        for read in [
+            event(Event::Accepted(v1::Accepted {
+                devices: 2,
+                backend: "cpu".into(),
+            })),
+            event(Event::Progress(progress(1, 2, 3))),
+            event(Event::Commitment(commitment.clone())),
+            StreamRead::Message(Box::default()),
+            StreamRead::Ended,
+            StreamRead::Failed {
+                code: tonic::Code::Unavailable,
+                message: "gone".into(),
+                by_connection: true,
+            },
+            StreamRead::WindowPassed,
+            StreamRead::TimedOut,
+        ] {
+            let recorded = read.recorded(1234);
+            assert_eq!(recorded.after_us, 1234);
+            assert_eq!(StreamRead::from_recorded(&recorded, Some(&commitment)), Some(read));
+        }
+        let mark = event(Event::Commitment(commitment)).recorded(0);
+        assert_eq!(
+            StreamRead::from_recorded(&mark, None),
+            None,
+            "a mark without its commitment"
+        );
+        assert_eq!(
+            StreamRead::from_recorded(&v1::RecordedStreamRead::default(), None),
+            None
+        );
+    }
+
+    fn judged_reason(judged: Judged) -> Option<ReasonCode> {
+        match judged {
+            Judged::Done(Ok(Received::Failed(reason))) => Some(reason.code),
+            _ => None,
+        }
+    }
+
+    /// The stream's rules one read at a time: before the miner answers, an end or an error is
+    /// a refusal (no verdict) and silence the window's reason; after, each is a failure of its
+    /// own.
+    #[test]
+    fn each_read_is_judged_by_whether_the_miner_has_answered() {
+        let plan = plan();
+        let accepted = StreamRead::Message(Box::new(v1::ChallengeEvent {
+            event: Some(Event::Accepted(v1::Accepted {
+                devices: 2,
+                backend: "cpu".into(),
+            })),
+        }));
+        let failed = |code, by_connection| StreamRead::Failed {
+            code,
+            message: "m".into(),
+            by_connection,
+        };
+        let unanswered = |read| StreamJudge::new(&plan, 300).judge(read, 5, "u", &|_| {});
+        assert!(matches!(unanswered(StreamRead::Ended), Judged::Done(Err(_))));
+        assert!(matches!(
+            unanswered(failed(tonic::Code::Unavailable, false)),
+            Judged::Done(Err(_))
+        ));
+        assert_eq!(
+            judged_reason(unanswered(StreamRead::WindowPassed)),
+            Some(ReasonCode::NotAccepted)
+        );
+        assert!(matches!(
+            unanswered(StreamRead::Message(Box::default())),
+            Judged::ReadOn
+        ));
+        for (read, code) in [
+            (StreamRead::Ended, ReasonCode::NoCommitment),
+            (StreamRead::TimedOut, ReasonCode::CommitmentTimedOut),
+            (
+                failed(tonic::Code::DeadlineExceeded, false),
+                ReasonCode::CommitmentTimedOut,
+            ),
+            (failed(tonic::Code::Unavailable, true), ReasonCode::MinerFailed),
+            (failed(tonic::Code::Internal, false), ReasonCode::MinerFailed),
+            (accepted.clone(), ReasonCode::StreamOutOfOrder),
+        ] {
+            let mut judge = StreamJudge::new(&plan, 300);
+            assert!(matches!(judge.judge(accepted.clone(), 1, "u", &|_| {}), Judged::ReadOn));
+            assert_eq!(
+                judged_reason(judge.judge(read.clone(), 2, "u", &|_| {})),
+                Some(code),
+                "{read:?}"
+            );
+        }
     }
 
     #[test]

@@ -36,7 +36,7 @@ use crate::verdict::Verdict;
 use crate::verdict::class::homogeneous;
 use crate::verdict::class::{walk_class, walk_v4_class};
 use client::MinerConnection;
-use exchange::{AcceptWindow, Committed, Received, await_commitment};
+use exchange::{AcceptWindow, Committed, Received, StreamRead, await_commitment, window_missed};
 use gpu_attest_shared::engine::DeviceProgress;
 use gpu_attest_shared::evidence::EvidenceTrust;
 use gpu_attest_shared::inventory::{HardwareClaim, Inventory, InventoryError};
@@ -492,14 +492,28 @@ impl Attestor {
         let sent = Instant::now();
         let until = tokio::time::Instant::now() + wait_limit;
         let window = AcceptWindow::new(self.config.deadline.accept_ms, plan.deadline_ms);
+        outcome
+            .transcript
+            .stream_started(window.length_ms(), wait_limit.as_millis() as u64);
         // A refusal here came within the window (the call is cut off at its end): an error,
         // no verdict. Silence past it is a verdict: the challenge stands issued.
-        let received = match window.bound(miner.run_challenge(challenge, &signature)).await {
+        let (received, measured_ms) = match window.bound(miner.run_challenge(challenge, &signature)).await {
             // The stream goes at the end of this arm: a miner still computing is cancelled.
-            Some(started) => await_commitment(miner.url(), &mut started?, plan, until, &window, on_event).await?,
-            None => Received::Failed(window.missed()),
+            Some(started) => {
+                let mut stream = started?;
+                let recorder = &mut outcome.transcript;
+                await_commitment(miner.url(), &mut stream, plan, sent, until, &window, recorder, on_event).await?
+            }
+            None => {
+                let after_us = sent.elapsed().as_micros() as u64;
+                outcome
+                    .transcript
+                    .stream_read(StreamRead::WindowPassed.recorded(after_us), false);
+                (Received::Failed(window_missed(window.length_ms())), after_us / 1000)
+            }
         };
-        outcome.measured_ms = sent.elapsed().as_millis() as u64;
+        // The time of the read that decided the stream, as the transcript records it.
+        outcome.measured_ms = measured_ms;
         match received {
             Received::Failed(reason) => {
                 outcome.reasons.push(reason);

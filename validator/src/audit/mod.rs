@@ -12,6 +12,7 @@
 //! - this module: the report, and what its exit code says.
 
 mod replay;
+mod stream;
 
 use crate::transcript::{self, TranscriptError};
 use gpu_attest_shared::Backend;

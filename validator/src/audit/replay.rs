@@ -3,6 +3,7 @@
 //! received and the times as read, and the verdict they come to compared with the one stated.
 
 use super::Report;
+use super::stream::{StreamEnd, replay_stream};
 use crate::attest::exchange::malformed_commitment;
 use crate::attest::outcome::Outcome;
 use crate::attest::verify::{
@@ -36,8 +37,8 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use tonic::Status;
 
-/// Reasons the challenge stream gave (PROTOCOL.md 14.3): its events are not in a transcript,
-/// so these are taken as stated.
+/// Reasons the challenge stream gave (PROTOCOL.md 14.3): taken as stated from a transcript of a
+/// release that did not record the stream.
 const STREAM_REASONS: [ReasonCode; 6] = [
     ReasonCode::NotAccepted,
     ReasonCode::ImpossibleProgress,
@@ -290,14 +291,34 @@ impl<'a> Replay<'a> {
         }
     }
 
-    /// Runs the attestation's checks in their order and returns the verdict they come to.
-    async fn run(
-        mut self,
-        t: &v1::Transcript,
-        challenge: &Challenge,
-        backend: Arc<dyn Backend>,
-        report: &mut Report,
-    ) -> Verdict {
+    /// The challenge stream replayed from its reads: its failure's reason, or the commitment
+    /// it ended in, at the time recorded for it.
+    fn stream(&mut self, t: &v1::Transcript, stream: &v1::RecordedStream, report: &mut Report) {
+        match replay_stream(t, stream, &self.outcome.plan, report) {
+            StreamEnd::Failed { reason, after_ms } => {
+                if t.commitment.is_some() {
+                    report.differ(format!(
+                        "the challenge stream ended without a commitment ({}), but one is recorded",
+                        reason.code.as_str()
+                    ));
+                }
+                self.outcome.reasons.push(reason);
+                self.outcome.measured_ms = after_ms;
+            }
+            StreamEnd::Commitment { after_ms } => {
+                let recorded = t.commitment.as_ref().map_or(0, |c| c.received_after_ms);
+                if recorded != after_ms {
+                    report.differ(format!(
+                        "the commitment is recorded {recorded} ms after the challenge, its read of the stream {after_ms} ms"
+                    ));
+                }
+            }
+            StreamEnd::Broken => {}
+        }
+    }
+
+    /// A transcript of a release that did not record the stream: its reasons as stated.
+    fn stream_as_stated(&mut self, t: &v1::Transcript, report: &mut Report) {
         if t.commitment.is_some() {
             // A stream that ended in one of these reasons gave no commitment: with one recorded,
             // the verdict states what did not happen.
@@ -315,11 +336,25 @@ impl<'a> Replay<'a> {
                         || c == ReasonCode::HardwareMismatch
                         || c == ReasonCode::MalformedCommitment
                 },
-                "the challenge stream's events before the commitment are not recorded",
+                "the challenge stream's events are not recorded in this transcript",
                 report,
             );
         }
+    }
+
+    /// Runs the attestation's checks in their order and returns the verdict they come to.
+    async fn run(
+        mut self,
+        t: &v1::Transcript,
+        challenge: &Challenge,
+        backend: Arc<dyn Backend>,
+        report: &mut Report,
+    ) -> Verdict {
         self.outcome.measured_ms = self.stated.measured_ms;
+        match &t.stream {
+            Some(stream) => self.stream(t, stream, report),
+            None => self.stream_as_stated(t, report),
+        }
         if self.stated.first_run.is_some() {
             report.take_as_stated("the first run a retest replaced (its transcript is not kept)");
         }

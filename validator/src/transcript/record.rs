@@ -86,6 +86,10 @@ pub struct RecordedEvidence {
 
 /// The messages of one attestation, as they went. (Boxed: it travels inside the outcome of
 /// every attestation in flight, whose futures stay small.)
+/// How many routine reads of the challenge stream (progress, empty events) a transcript lists
+/// before it only counts them: about 30 KB of them.
+pub const ROUTINE_READS_LISTED: u64 = 1024;
+
 #[derive(Clone, Debug, Default)]
 pub struct Recorder(Box<Records>);
 
@@ -94,6 +98,9 @@ struct Records {
     challenge: Option<v1::Challenge>,
     evidence: Option<RecordedEvidence>,
     commitment: Option<v1::RecordedCommitment>,
+    stream: Option<v1::RecordedStream>,
+    /// Routine reads listed so far (`ROUTINE_READS_LISTED` at most).
+    routine_reads: u64,
     walk: Option<v1::RecordedWalk>,
     open: Option<v1::RecordedOpen>,
     /// Where each distinct slice of the step openings is in `open.slices`, by its hash.
@@ -124,6 +131,39 @@ impl Recorder {
             return;
         }
         self.0.challenge = Some(sent);
+    }
+
+    /// The challenge went: the miner has `accept_window_ms` to accept and `allowed_ms` for its
+    /// commitment.
+    pub fn stream_started(&mut self, accept_window_ms: u64, allowed_ms: u64) {
+        if self.0.off {
+            return;
+        }
+        self.0.stream = Some(v1::RecordedStream {
+            accept_window_ms,
+            allowed_ms,
+            ..Default::default()
+        });
+    }
+
+    /// One read of the challenge stream. A `routine` one (progress, or an empty event, that
+    /// passed) is only counted once `ROUTINE_READS_LISTED` have been listed: a miner sending
+    /// events as fast as it can must not grow the record without bound, and none of them
+    /// decides anything.
+    pub fn stream_read(&mut self, read: v1::RecordedStreamRead, routine: bool) {
+        if self.0.off {
+            return;
+        }
+        let records = &mut *self.0;
+        let stream = records.stream.get_or_insert_with(Default::default);
+        if routine {
+            if records.routine_reads >= ROUTINE_READS_LISTED {
+                stream.passed_reads_left_out += 1;
+                return;
+            }
+            records.routine_reads += 1;
+        }
+        stream.reads.push(read);
     }
 
     pub fn commitment(&mut self, received: v1::Commitment, received_after_ms: u64) {
@@ -268,6 +308,7 @@ impl Recorder {
             plan_json: serde_json::to_string(plan)?,
             challenge: records.challenge,
             commitment: records.commitment,
+            stream: records.stream,
             walk: records.walk,
             open: records.open,
             miner_url: verdict.miner_url.clone(),
@@ -283,6 +324,31 @@ impl Recorder {
 mod tests {
     use super::*;
 
+    /// Routine reads past the first `ROUTINE_READS_LISTED` are counted, not listed; every
+    /// other read is listed however many came before it.
+    #[test]
+    fn routine_stream_reads_are_listed_up_to_their_cap_and_counted_after() {
+        let mut recorder = Recorder::default();
+        recorder.stream_started(250, 10_000);
+        let read = |after_us| v1::RecordedStreamRead {
+            after_us,
+            ..Default::default()
+        };
+        for i in 0..ROUTINE_READS_LISTED + 10 {
+            recorder.stream_read(read(i), true);
+        }
+        recorder.stream_read(read(9_999), false);
+        let stream = recorder.0.stream.unwrap();
+        assert_eq!(stream.reads.len() as u64, ROUTINE_READS_LISTED + 1);
+        assert_eq!(stream.passed_reads_left_out, 10);
+        assert_eq!(
+            stream.reads.last().unwrap().after_us,
+            9_999,
+            "the deciding read is listed"
+        );
+        assert_eq!((stream.accept_window_ms, stream.allowed_ms), (250, 10_000));
+    }
+
     /// A recorder that is off holds nothing of what passes through it.
     #[test]
     fn a_recorder_that_is_off_records_nothing() {
@@ -295,7 +361,10 @@ mod tests {
             recorder.commitment(v1::Commitment::default(), 5);
             recorder.open_request(&v1::OpenChainsRequest::default());
             recorder.opening(&Ok(Some(opening.clone())));
+            recorder.stream_started(250, 10_000);
+            recorder.stream_read(v1::RecordedStreamRead::default(), false);
             let records = &recorder.0;
+            assert_eq!(records.stream.is_some(), on);
             assert_eq!(records.challenge.is_some(), on);
             assert_eq!(records.commitment.is_some(), on);
             assert_eq!(records.open.as_ref().map_or(0, |o| o.openings.len()), usize::from(on));
