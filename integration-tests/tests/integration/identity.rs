@@ -21,9 +21,12 @@ use gpu_attest_shared::evidence::{CcState, ChipEntry, DeviceEvidence};
 use gpu_attest_shared::keys::KeyPair;
 use gpu_attest_shared::statement::DeviceInfo;
 use gpu_attest_validator::attest::Attestor;
+use gpu_attest_validator::audit::{Finding, Report, audit_with_anchors};
 use gpu_attest_validator::config::identity::{IdentityConfig, IdentityPolicy};
+use gpu_attest_validator::config::transcripts::KeepTranscripts;
 use gpu_attest_validator::config::{Policy, ValidatorConfig};
 use gpu_attest_validator::store::Store;
+use gpu_attest_validator::transcript::{open, seal};
 use gpu_attest_validator::verdict::Verdict;
 use gpu_attest_validator::verdict::identity::IdentityStatus;
 use gpu_attest_validator::verdict::reason::ReasonCode;
@@ -117,6 +120,22 @@ async fn identity_validator(policy: IdentityPolicy) -> (Attestor, TempDir) {
     (attestor, dir)
 }
 
+/// [`identity_validator`], keeping every verdict's transcript.
+async fn identity_validator_keeping_all(policy: IdentityPolicy) -> (Attestor, TempDir) {
+    let dir = TempDir::new("identity");
+    let mut config = identity_config(&dir, policy);
+    config.transcripts.keep = KeepTranscripts::All;
+    let attestor = Attestor::new(
+        KeyPair::from_seed([VALIDATOR_SEED; 32]),
+        config.clone(),
+        Arc::new(CpuBackend::new(2, None).unwrap()),
+        false,
+        Arc::new(Store::open(&config.database).await.unwrap()),
+    )
+    .with_evidence_anchors(TestPki::anchors());
+    (attestor, dir)
+}
+
 /// One attestation by a fresh validator.
 async fn attest_identity(url: &str, policy: IdentityPolicy) -> Verdict {
     let (attestor, _dir) = identity_validator(policy).await;
@@ -174,14 +193,29 @@ async fn one_genuine_part_cannot_stand_for_two_devices() {
     );
 }
 
+/// Audits `verdict`'s kept transcript against the test PKI's root.
+async fn audited(attestor: &Attestor, verdict: &Verdict) -> (Report, Vec<u8>) {
+    let file = attestor
+        .store()
+        .transcript(verdict.id)
+        .await
+        .unwrap()
+        .expect("a kept transcript");
+    let backend = Arc::new(CpuBackend::new(2, None).unwrap());
+    let report = audit_with_anchors(&file, Some(validator_key()), backend, TestPki::anchors())
+        .await
+        .unwrap();
+    (report, file)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_genuine_part_cannot_answer_for_two_miners() {
     // Two miner keys whose "GPUs" are the same parts: one rented GPU answering for both.
-    let (attestor, _dir) = identity_validator(IdentityPolicy::Required).await;
+    let (attestor, _dir) = identity_validator_keeping_all(IdentityPolicy::Required).await;
     let mut first = spawn_miner(miner(0x58, 1, Some(Answer::Genuine))).await;
-    let verdict = attest_with(&attestor, &first.url()).await;
+    let passed = attest_with(&attestor, &first.url()).await;
     first.stop();
-    assert!(verdict.passed, "reasons: {:?}", verdict.reasons);
+    assert!(passed.passed, "reasons: {:?}", passed.reasons);
     let mut second = spawn_miner(miner(0x59, 1, Some(Answer::Genuine))).await;
     let verdict = attest_with(&attestor, &second.url()).await;
     assert_failed_with(&verdict, ReasonCode::IdentityDeviceMismatch);
@@ -190,6 +224,34 @@ async fn one_genuine_part_cannot_answer_for_two_miners() {
         "{:?}",
         verdict.reasons
     );
+
+    // The audit derives each device's evidence again and takes only the part history as
+    // stated: the refusal for reuse, and that the pass's part had not been seen elsewhere.
+    for (verdict, stated) in [
+        (&verdict, "answered for another miner lately"),
+        (&passed, "had not answered"),
+    ] {
+        let (report, _) = audited(&attestor, verdict).await;
+        assert_eq!(report.finding(), Finding::ConfirmedInPart, "{report}");
+        assert!(report.taken_as_stated.iter().any(|t| t.contains(stated)), "{report}");
+        assert!(
+            report.taken_as_stated.iter().all(|t| t.contains("part history")),
+            "{report}"
+        );
+    }
+    // A validator that states other evidence than the device gave is caught: the finding is
+    // derived, not copied.
+    let (_, file) = audited(&attestor, &passed).await;
+    let mut transcript = open(&file).unwrap().transcript;
+    let mut stated: Verdict = serde_json::from_str(&transcript.verdict_json).unwrap();
+    stated.identity.as_mut().unwrap().devices[0].line = "genuine NVIDIA GB200".into();
+    transcript.verdict_json = serde_json::to_string(&stated).unwrap();
+    let forged = seal(&transcript, &KeyPair::from_seed([VALIDATOR_SEED; 32]));
+    let backend = Arc::new(CpuBackend::new(2, None).unwrap());
+    let report = audit_with_anchors(&forged, None, backend, TestPki::anchors())
+        .await
+        .unwrap();
+    assert!(report.differs.iter().any(|d| d.contains("identity")), "{report}");
     // The first key may use its part again.
     let mut again = spawn_miner(miner(0x58, 1, Some(Answer::Genuine))).await;
     assert!(attest_with(&attestor, &again.url()).await.passed);

@@ -134,6 +134,35 @@ pub async fn audit(
     backend: Arc<dyn Backend>,
     reexecute: bool,
 ) -> Result<Report, TranscriptError> {
+    let options = replay::Options {
+        reexecute,
+        ..Default::default()
+    };
+    audit_with(bytes, signer, backend, options).await
+}
+
+/// [`audit`], with device evidence checked against `anchors` instead of NVIDIA's root: for
+/// tests, whose evidence comes from the project's test PKI.
+#[cfg(feature = "test-support")]
+pub async fn audit_with_anchors(
+    bytes: &[u8],
+    signer: Option<PublicKey>,
+    backend: Arc<dyn Backend>,
+    anchors: gpu_attest_shared::evidence::TrustAnchors,
+) -> Result<Report, TranscriptError> {
+    let options = replay::Options {
+        anchors: Some(anchors),
+        ..Default::default()
+    };
+    audit_with(bytes, signer, backend, options).await
+}
+
+async fn audit_with(
+    bytes: &[u8],
+    signer: Option<PublicKey>,
+    backend: Arc<dyn Backend>,
+    mut options: replay::Options,
+) -> Result<Report, TranscriptError> {
     let started = Instant::now();
     let opened = transcript::open(bytes)?;
     let mut report = Report::default();
@@ -154,7 +183,8 @@ pub async fn audit(
             opened.signer.map_or_else(|| "no key".into(), |k| k.to_string())
         ));
     }
-    replay::replay(&opened, backend, replay::Options { trusted, reexecute }, &mut report).await;
+    options.trusted = trusted;
+    replay::replay(&opened, backend, options, &mut report).await;
     report.elapsed = started.elapsed();
     Ok(report)
 }

@@ -19,6 +19,7 @@ use crate::planner::{MemoryPhasePlan, Plan};
 use crate::transcript::{Opened, RecordedEvidence, RecordedPlan, Recorder};
 use crate::verdict::Verdict;
 use crate::verdict::class::RateSource;
+use crate::verdict::identity::{IdentityProof, IdentityStatus};
 use crate::verdict::reason::{Reason, ReasonCode};
 use gpu_attest_proto::convert::{challenge_from_wire, commitment_from_wire, walk_request_from_wire};
 use gpu_attest_proto::evidence::evidence_from_wire;
@@ -26,6 +27,7 @@ use gpu_attest_proto::memory_v4::step_sample_from_wire;
 use gpu_attest_proto::transcript::restored_opening;
 use gpu_attest_proto::v1;
 use gpu_attest_proto::v1::recorded_opening::Received;
+use gpu_attest_shared::evidence::TrustAnchors;
 use gpu_attest_shared::inventory::HardwareClaim;
 use gpu_attest_shared::keys::PublicKey;
 use gpu_attest_shared::memory::slice_walk::SliceWalk;
@@ -47,12 +49,6 @@ const STREAM_REASONS: [ReasonCode; 6] = [
     ReasonCode::NoCommitment,
     ReasonCode::CommitmentTimedOut,
 ];
-
-/// Whether `code` comes from device evidence (PROTOCOL.md 19.4): checked against the
-/// validator's own trust store and part history, so taken as stated.
-fn from_evidence(code: ReasonCode) -> bool {
-    code.as_str().starts_with("identity-")
-}
 
 /// Replays the attestation `opened` records, adding what it finds to `report`.
 pub async fn replay(opened: &Opened, backend: Arc<dyn Backend>, options: Options, report: &mut Report) {
@@ -85,6 +81,7 @@ pub async fn replay(opened: &Opened, backend: Arc<dyn Backend>, options: Options
         return;
     };
     replayed.reexecute = options.reexecute;
+    replayed.anchors = options.anchors.clone();
     if !options.trusted {
         // Checked so far: the cheap parts, which name what changed. Recomputing openings of a
         // file nobody vouches for would only spend this machine's time for its author.
@@ -212,10 +209,12 @@ struct Replay<'a> {
     validator_key: PublicKey,
     /// Whether a full-policy verdict's chains are re-executed here.
     reexecute: bool,
+    /// The roots device evidence must chain to: NVIDIA's, as shipped, unless a test's.
+    anchors: Option<TrustAnchors>,
 }
 
 /// How far an audit goes.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug, Default)]
 pub struct Options {
     /// The file's signature verifies, with the key the auditor gave where one was given: only
     /// then are openings recomputed.
@@ -223,6 +222,8 @@ pub struct Options {
     /// Re-execute a full-policy verdict's every chain (as long as the miner's work took, on
     /// this CPU); otherwise that part is taken as stated.
     pub reexecute: bool,
+    /// Evidence roots other than NVIDIA's (the test PKI's), for tests.
+    pub anchors: Option<TrustAnchors>,
 }
 
 impl<'a> Replay<'a> {
@@ -279,6 +280,7 @@ impl<'a> Replay<'a> {
             stated,
             validator_key,
             reexecute: false,
+            anchors: None,
         })
     }
 
@@ -498,29 +500,23 @@ impl<'a> Replay<'a> {
             .cloned()
             .unwrap_or_default();
         let evidence = evidence_from_wire(&wire.evidence, &wire.evidence_signature);
-        let (proof, reasons) = check_commitment_evidence(
+        let mut trust = recorded.config.trust();
+        if let Some(anchors) = &self.anchors {
+            trust.anchors = anchors.clone();
+        }
+        let (mut proof, mut reasons) = check_commitment_evidence(
             &recorded.config,
-            &recorded.config.trust(),
+            &trust,
             challenge,
             commitment,
             &self.outcome.plan.claim.devices,
             &evidence,
             recorded.checked_at_ms / 1000,
         );
-        if proof
-            .as_ref()
-            .is_some_and(|p| p.devices.iter().any(|d| d.part.is_some()))
+        if let Some(proof) = &mut proof
+            && recorded.config.part_reuse_ms() > 0
         {
-            // Certified parts: whether one was seen for another key lately is in the
-            // validator's database, which an audit does not have.
-            self.take_stated(
-                from_evidence,
-                "a certified part's history is the validator's own",
-                report,
-            );
-            self.outcome.identity = self.stated.identity.clone();
-            report.take_as_stated("the certified parts' reuse check (the validator's part history)");
-            return;
+            reasons.extend(self.part_reuse_as_stated(proof, report));
         }
         report.confirm(format!(
             "device evidence checked again under the {} policy",
@@ -528,6 +524,47 @@ impl<'a> Replay<'a> {
         ));
         self.outcome.identity = proof;
         self.outcome.reasons.extend(reasons);
+    }
+
+    /// PROTOCOL.md 19.4 step 4 on `proof` (derived again): whether a certified part answered
+    /// for another miner key lately is in the validator's database, which an audit does not
+    /// have. A device the verdict refused for that is taken as stated (its entry and its
+    /// reason); that no other part was so seen, too. Everything else about each device is
+    /// derived.
+    fn part_reuse_as_stated(&self, proof: &mut IdentityProof, report: &mut Report) -> Vec<Reason> {
+        let mismatch = ReasonCode::IdentityDeviceMismatch;
+        let stated_devices = self.stated.identity.as_ref().map_or(&[][..], |p| &p.devices[..]);
+        let mut reasons = Vec::new();
+        let mut unrefused = 0;
+        for device in proof.devices.iter_mut().filter(|d| d.part.is_some()) {
+            unrefused += 1;
+            let Some(stated) = stated_devices.iter().find(|s| {
+                s.index == device.index
+                    && s.status == IdentityStatus::Refused
+                    && s.reason.as_deref() == Some(mismatch.as_str())
+            }) else {
+                continue;
+            };
+            let prefix = format!("device {}: part ", device.index);
+            let stated_reasons = self
+                .stated
+                .reasons
+                .iter()
+                .filter(|r| r.code == mismatch && r.message.starts_with(&prefix));
+            reasons.extend(stated_reasons.cloned());
+            report.take_as_stated(format!(
+                "device {}: its certified part answered for another miner lately (identity-device-mismatch; the validator's part history)",
+                device.index
+            ));
+            *device = stated.clone();
+            unrefused -= 1;
+        }
+        if unrefused > 0 {
+            report.take_as_stated(format!(
+                "that {unrefused} certified part(s) had not answered for another miner within the reuse window (the validator's part history)"
+            ));
+        }
+        reasons
     }
 
     fn expect_no_open(&self, t: &v1::Transcript, report: &mut Report) {

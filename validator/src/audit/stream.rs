@@ -84,16 +84,16 @@ pub(super) fn replay_stream(
             }
             Judged::Done(Ok(Received::Failed(reason))) => {
                 report.confirm(format!(
-                    "the challenge stream, {count} read(s) replayed ({} routine one(s) not listed), ended in {} after {after_ms} ms",
-                    stream.passed_reads_left_out,
+                    "the challenge stream, {count} read(s) replayed{}, ended in {} after {after_ms} ms",
+                    left_out(stream),
                     reason.code.as_str()
                 ));
                 return StreamEnd::Failed { reason, after_ms };
             }
             Judged::Done(Ok(Received::Commitment(_) | Received::Unreadable(..))) => {
                 report.confirm(format!(
-                    "the challenge stream, {count} read(s) replayed ({} routine one(s) not listed), ended in the commitment after {after_ms} ms",
-                    stream.passed_reads_left_out
+                    "the challenge stream, {count} read(s) replayed{}, ended in the commitment after {after_ms} ms",
+                    left_out(stream)
                 ));
                 return StreamEnd::Commitment { after_ms };
             }
@@ -116,4 +116,12 @@ fn early(read: &StreamRead, after_us: u64, stream: &v1::RecordedStream) -> Optio
             after_us
         )
     })
+}
+
+/// The routine reads the record counts and does not list, for the report.
+fn left_out(stream: &v1::RecordedStream) -> String {
+    match stream.passed_reads_left_out {
+        0 => String::new(),
+        n => format!(" ({n} routine read(s) that passed not listed)"),
+    }
 }
