@@ -23,6 +23,12 @@ pub const MAX_TRANSCRIPT_BYTES: usize = 256 << 20;
 /// what a verdict holds (1024 chain samples and 16 x 1649 steps at most).
 pub const MAX_ELEMENTS: usize = 1 << 16;
 
+/// The most fields a transcript may hold in all, at every depth, counted before it is decoded
+/// (a packed list counting one a byte): a decoded field takes up to some fifty bytes, so this
+/// bounds what any file makes a reader allocate to about 200 MB beyond its own size. A GPU
+/// verdict's transcript holds a few hundred thousand (its proofs' hashes, mostly).
+pub const MAX_FIELDS: u64 = 1 << 22;
+
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum TranscriptError {
     #[error("not a gpu-attest transcript: {0}")]
@@ -31,6 +37,8 @@ pub enum TranscriptError {
     TooLarge { got: usize },
     #[error("the transcript's {what} hold more than {MAX_ELEMENTS} entries: not a verdict's")]
     TooMany { what: &'static str },
+    #[error("the transcript holds more than {MAX_FIELDS} fields in all: not a verdict's")]
+    TooManyFields,
     #[error(
         "transcript format {found}: this release reads format {FORMAT} (a newer validator wrote it; audit it with a release as new)"
     )]
@@ -81,6 +89,8 @@ pub fn open(bytes: &[u8]) -> Result<Opened, TranscriptError> {
         ));
     }
     check_counts(&signed.transcript)?;
+    let mut fields = 0;
+    count_fields(&signed.transcript, TRANSCRIPT, &mut fields)?;
     let transcript = v1::Transcript::decode(signed.transcript.as_slice())
         .map_err(|e| TranscriptError::NotATranscript(format!("the signed part does not decode: {e}")))?;
     if transcript.format != FORMAT {
@@ -100,6 +110,91 @@ pub fn open(bytes: &[u8]) -> Result<Opened, TranscriptError> {
         signer,
         signature_valid,
     })
+}
+
+/// What a field holds, for counting a transcript's fields before decoding it: a nested message
+/// (walked into, with the fields of it that hold messages or packed lists), a packed list of
+/// varints (one element a byte, at most), or anything else (one element).
+#[derive(Clone, Copy)]
+enum Shape {
+    Message(&'static [(u32, Shape)]),
+    Packed,
+}
+
+// The messages of transcript.proto, common.proto and miner.proto that hold others or lists,
+// each with those fields (by number). Any field not listed counts once.
+const TRANSCRIPT: &[(u32, Shape)] = &[
+    (4, Shape::Message(CHALLENGE)),
+    (5, Shape::Message(&[(1, Shape::Message(COMMITMENT))])),
+    (6, Shape::Message(RECORDED_WALK)),
+    (7, Shape::Message(RECORDED_OPEN)),
+    (10, Shape::Message(&[(3, Shape::Message(&[]))])),
+];
+const CHALLENGE: &[(u32, Shape)] = &[
+    (1, Shape::Message(&[])),
+    (7, Shape::Message(&[])),
+    (9, Shape::Message(&[(3, Shape::Packed)])),
+];
+const COMMITMENT: &[(u32, Shape)] = &[
+    (4, Shape::Message(&[])),
+    (6, Shape::Message(&[])),
+    (11, Shape::Message(&[])),
+    (12, Shape::Message(&[])),
+];
+const RECORDED_WALK: &[(u32, Shape)] = &[(2, Shape::Message(&[(1, Shape::Message(&[]))]))];
+const RECORDED_OPEN: &[(u32, Shape)] = &[
+    (
+        1,
+        Shape::Message(&[
+            (2, Shape::Message(&[])),
+            (5, Shape::Message(&[])),
+            (6, Shape::Message(&[])),
+        ]),
+    ),
+    (2, Shape::Message(&[(1, Shape::Message(CHAIN_OPENING))])),
+    (5, Shape::Message(&[])),
+];
+const CHAIN_OPENING: &[(u32, Shape)] = &[
+    (8, Shape::Message(&[(7, Shape::Message(&[]))])),
+    (9, Shape::Message(&[])),
+];
+
+/// Adds to `count` the fields of the message `buf` of shape `shape`, at every depth the shape
+/// names; an error where `buf` is not a protobuf message or the count passes [`MAX_FIELDS`].
+fn count_fields(buf: &[u8], shape: &[(u32, Shape)], count: &mut u64) -> Result<(), TranscriptError> {
+    use prost::encoding::{WireType, decode_key, decode_varint};
+    let broken =
+        |e: prost::DecodeError| TranscriptError::NotATranscript(format!("the signed part does not decode: {e}"));
+    let short = || TranscriptError::NotATranscript("the signed part is cut short".into());
+    let mut rest = buf;
+    while !rest.is_empty() {
+        let (field, wire) = decode_key(&mut rest).map_err(broken)?;
+        *count += 1;
+        let skip = match wire {
+            WireType::Varint => {
+                decode_varint(&mut rest).map_err(broken)?;
+                0
+            }
+            WireType::SixtyFourBit => 8,
+            WireType::ThirtyTwoBit => 4,
+            WireType::LengthDelimited => {
+                let len = usize::try_from(decode_varint(&mut rest).map_err(broken)?).unwrap_or(usize::MAX);
+                let payload = rest.get(..len).ok_or_else(short)?;
+                match shape.iter().find(|(tag, _)| *tag == field) {
+                    Some((_, Shape::Message(inner))) => count_fields(payload, inner, count)?,
+                    Some((_, Shape::Packed)) => *count += len as u64,
+                    None => {}
+                }
+                len
+            }
+            _ => return Err(TranscriptError::NotATranscript("the signed part holds a group".into())),
+        };
+        if *count > MAX_FIELDS {
+            return Err(TranscriptError::TooManyFields);
+        }
+        rest = rest.get(skip..).ok_or_else(short)?;
+    }
+    Ok(())
 }
 
 /// The length-delimited fields numbered `tag` of the message `buf`, as slices of it (without
@@ -264,6 +359,47 @@ mod tests {
         ];
         let missing: Vec<&String> = values.iter().filter(|v| !doc.contains(v.as_str())).collect();
         assert!(missing.is_empty(), "PROTOCOL.md 21.1 does not quote {missing:?}");
+    }
+
+    /// Short entries deep inside one entry (a step opening's proof of empty hashes, 2 bytes
+    /// each encoded and some 24 decoded) are counted too, and refused before decoding.
+    #[test]
+    fn a_transcript_of_too_many_fields_at_any_depth_is_refused_before_it_is_decoded() {
+        let key = KeyPair::from_seed([7; 32]);
+        let opening = |proof: usize| v1::RecordedOpening {
+            received: Some(v1::recorded_opening::Received::Opening(v1::ChainOpening {
+                step: Some(v1::StepOpening {
+                    walker_proof: vec![Vec::new(); proof],
+                    ..Default::default()
+                }),
+                ..Default::default()
+            })),
+            slice_ref: 0,
+        };
+        let with = |proof| v1::Transcript {
+            open: Some(v1::RecordedOpen {
+                openings: vec![opening(proof)],
+                ..Default::default()
+            }),
+            ..sample()
+        };
+        assert_eq!(
+            open(&seal(&with(MAX_FIELDS as usize), &key)).unwrap_err(),
+            TranscriptError::TooManyFields
+        );
+        // A packed list counts a field a byte.
+        let packed = v1::Transcript {
+            challenge: Some(v1::Challenge {
+                chain_pool: Some(v1::ChainPoolParams {
+                    pool_chains: vec![1; MAX_FIELDS as usize],
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }),
+            ..sample()
+        };
+        assert_eq!(open(&seal(&packed, &key)).unwrap_err(), TranscriptError::TooManyFields);
+        assert!(open(&seal(&with(1000), &key)).is_ok());
     }
 
     /// A file of many short entries (two bytes each, a few hundred once decoded) is refused on
