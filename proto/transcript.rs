@@ -23,11 +23,17 @@ pub const MAX_TRANSCRIPT_BYTES: usize = 256 << 20;
 /// what a verdict holds (1024 chain samples and 16 x 1649 steps at most).
 pub const MAX_ELEMENTS: usize = 1 << 16;
 
-/// The most fields a transcript may hold in all, at every depth, counted before it is decoded
-/// (a packed list counting one a byte): a decoded field takes up to some fifty bytes, so this
-/// bounds what any file makes a reader allocate to about 200 MB beyond its own size. A GPU
-/// verdict's transcript holds a few hundred thousand (its proofs' hashes, mostly).
-pub const MAX_FIELDS: u64 = 1 << 22;
+/// What decoding a transcript may cost beyond its own size, estimated on its bytes before it is
+/// decoded: every field at every depth costs [`FIELD_COST`] (a vector's slot, a byte string's
+/// header), a nested message [`MESSAGE_COST`] more (its struct), a packed list 8 bytes a byte.
+/// A GPU verdict's transcript comes to some 50 MB of it (its proofs' hashes and its openings);
+/// a hostile file of empty entries cannot make a reader allocate more than this.
+pub const MAX_DECODING_COST: u64 = 256 << 20;
+/// The estimated cost of one decoded field.
+const FIELD_COST: u64 = 32;
+/// The estimated cost of one decoded nested message beyond its fields: the largest struct a
+/// transcript holds (a chain opening with its step and walk openings inline) is under this.
+const MESSAGE_COST: u64 = 1024;
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum TranscriptError {
@@ -37,8 +43,11 @@ pub enum TranscriptError {
     TooLarge { got: usize },
     #[error("the transcript's {what} hold more than {MAX_ELEMENTS} entries: not a verdict's")]
     TooMany { what: &'static str },
-    #[error("the transcript holds more than {MAX_FIELDS} fields in all: not a verdict's")]
-    TooManyFields,
+    #[error(
+        "the transcript's entries would take more than {} MiB to decode beyond its size: not a verdict's",
+        MAX_DECODING_COST >> 20
+    )]
+    TooCostly,
     #[error(
         "transcript format {found}: this release reads format {FORMAT} (a newer validator wrote it; audit it with a release as new)"
     )]
@@ -89,8 +98,8 @@ pub fn open(bytes: &[u8]) -> Result<Opened, TranscriptError> {
         ));
     }
     check_counts(&signed.transcript)?;
-    let mut fields = 0;
-    count_fields(&signed.transcript, TRANSCRIPT, &mut fields)?;
+    let mut cost = 0;
+    decoding_cost(&signed.transcript, TRANSCRIPT, &mut cost)?;
     let transcript = v1::Transcript::decode(signed.transcript.as_slice())
         .map_err(|e| TranscriptError::NotATranscript(format!("the signed part does not decode: {e}")))?;
     if transcript.format != FORMAT {
@@ -112,9 +121,9 @@ pub fn open(bytes: &[u8]) -> Result<Opened, TranscriptError> {
     })
 }
 
-/// What a field holds, for counting a transcript's fields before decoding it: a nested message
-/// (walked into, with the fields of it that hold messages or packed lists), a packed list of
-/// varints (one element a byte, at most), or anything else (one element).
+/// What a field holds, for estimating a transcript's decoding cost before decoding it: a nested
+/// message (walked into, with the fields of it that hold messages or packed lists), a packed
+/// list of varints (one element a byte, at most), or anything else (one field).
 #[derive(Clone, Copy)]
 enum Shape {
     Message(&'static [(u32, Shape)]),
@@ -122,7 +131,7 @@ enum Shape {
 }
 
 // The messages of transcript.proto, common.proto and miner.proto that hold others or lists,
-// each with those fields (by number). Any field not listed counts once.
+// each with those fields (by number). Any field not listed costs one field.
 const TRANSCRIPT: &[(u32, Shape)] = &[
     (4, Shape::Message(CHALLENGE)),
     (5, Shape::Message(&[(1, Shape::Message(COMMITMENT))])),
@@ -159,9 +168,10 @@ const CHAIN_OPENING: &[(u32, Shape)] = &[
     (9, Shape::Message(&[])),
 ];
 
-/// Adds to `count` the fields of the message `buf` of shape `shape`, at every depth the shape
-/// names; an error where `buf` is not a protobuf message or the count passes [`MAX_FIELDS`].
-fn count_fields(buf: &[u8], shape: &[(u32, Shape)], count: &mut u64) -> Result<(), TranscriptError> {
+/// Adds to `cost` what decoding the message `buf` of shape `shape` would take, at every depth
+/// the shape names; an error where `buf` is not a protobuf message or the cost passes
+/// [`MAX_DECODING_COST`].
+fn decoding_cost(buf: &[u8], shape: &[(u32, Shape)], cost: &mut u64) -> Result<(), TranscriptError> {
     use prost::encoding::{WireType, decode_key, decode_varint};
     let broken =
         |e: prost::DecodeError| TranscriptError::NotATranscript(format!("the signed part does not decode: {e}"));
@@ -169,7 +179,7 @@ fn count_fields(buf: &[u8], shape: &[(u32, Shape)], count: &mut u64) -> Result<(
     let mut rest = buf;
     while !rest.is_empty() {
         let (field, wire) = decode_key(&mut rest).map_err(broken)?;
-        *count += 1;
+        *cost += FIELD_COST;
         let skip = match wire {
             WireType::Varint => {
                 decode_varint(&mut rest).map_err(broken)?;
@@ -181,16 +191,19 @@ fn count_fields(buf: &[u8], shape: &[(u32, Shape)], count: &mut u64) -> Result<(
                 let len = usize::try_from(decode_varint(&mut rest).map_err(broken)?).unwrap_or(usize::MAX);
                 let payload = rest.get(..len).ok_or_else(short)?;
                 match shape.iter().find(|(tag, _)| *tag == field) {
-                    Some((_, Shape::Message(inner))) => count_fields(payload, inner, count)?,
-                    Some((_, Shape::Packed)) => *count += len as u64,
+                    Some((_, Shape::Message(inner))) => {
+                        *cost += MESSAGE_COST;
+                        decoding_cost(payload, inner, cost)?
+                    }
+                    Some((_, Shape::Packed)) => *cost += 8 * len as u64,
                     None => {}
                 }
                 len
             }
             _ => return Err(TranscriptError::NotATranscript("the signed part holds a group".into())),
         };
-        if *count > MAX_FIELDS {
-            return Err(TranscriptError::TooManyFields);
+        if *cost > MAX_DECODING_COST {
+            return Err(TranscriptError::TooCostly);
         }
         rest = rest.get(skip..).ok_or_else(short)?;
     }
@@ -362,9 +375,10 @@ mod tests {
     }
 
     /// Short entries deep inside one entry (a step opening's proof of empty hashes, 2 bytes
-    /// each encoded and some 24 decoded) are counted too, and refused before decoding.
+    /// each encoded and some 24 decoded), and lists of empty messages spread over many copies
+    /// of one field, are costed too, and refused before decoding.
     #[test]
-    fn a_transcript_of_too_many_fields_at_any_depth_is_refused_before_it_is_decoded() {
+    fn a_transcript_too_costly_to_decode_at_any_depth_is_refused_before_it_is_decoded() {
         let key = KeyPair::from_seed([7; 32]);
         let opening = |proof: usize| v1::RecordedOpening {
             received: Some(v1::recorded_opening::Received::Opening(v1::ChainOpening {
@@ -383,22 +397,45 @@ mod tests {
             }),
             ..sample()
         };
+        let too_many = (MAX_DECODING_COST / FIELD_COST) as usize;
         assert_eq!(
-            open(&seal(&with(MAX_FIELDS as usize), &key)).unwrap_err(),
-            TranscriptError::TooManyFields
+            open(&seal(&with(too_many), &key)).unwrap_err(),
+            TranscriptError::TooCostly
         );
         // A packed list counts a field a byte.
         let packed = v1::Transcript {
             challenge: Some(v1::Challenge {
                 chain_pool: Some(v1::ChainPoolParams {
-                    pool_chains: vec![1; MAX_FIELDS as usize],
+                    pool_chains: vec![1; (MAX_DECODING_COST / 8) as usize],
                     ..Default::default()
                 }),
                 ..Default::default()
             }),
             ..sample()
         };
-        assert_eq!(open(&seal(&packed, &key)).unwrap_err(), TranscriptError::TooManyFields);
+        assert_eq!(open(&seal(&packed, &key)).unwrap_err(), TranscriptError::TooCostly);
+        // The open field written again and again, each time with fewer openings than a list may
+        // hold: prost would join them into one list; the cost is over them all.
+        let one = v1::Transcript {
+            open: Some(v1::RecordedOpen {
+                openings: vec![v1::RecordedOpening::default(); 60_000],
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+        .encode_to_vec();
+        let mut repeated = sample().encode_to_vec();
+        let copies = (MAX_DECODING_COST / (60_000 * MESSAGE_COST)) as usize + 1;
+        for _ in 0..copies {
+            repeated.extend_from_slice(&one);
+        }
+        let signed = v1::SignedTranscript {
+            validator_key: key.public_key().0.to_vec(),
+            signature: vec![0; 64],
+            transcript: repeated,
+        }
+        .encode_to_vec();
+        assert_eq!(open(&signed).unwrap_err(), TranscriptError::TooCostly);
         assert!(open(&seal(&with(1000), &key)).is_ok());
     }
 
