@@ -13,7 +13,7 @@
 // Build: nvcc -O3 -arch=sm_90 -o locality-probe locality_probe.cu   (any sm_70 or later works)
 // Usage: locality-probe [DEVICE_GIB] [HOST_GIB] [STEPS]   (defaults 16, 4, 200000)
 // Output: one line per measurement, `name walkers steps ms ns_per_step`, then the figures the
-// design asks for. Each figure is the best of three launches (the others only warm the clocks).
+// design asks for (the step is docs/design/locality.md's, shared::memory::locality's). Each figure is the best of three launches (the others only warm the clocks).
 
 #include <cuda_runtime.h>
 #include <stdint.h>
@@ -73,10 +73,11 @@ __global__ void walk(const uint64_t* __restrict__ local, uint64_t local_lines,
         const uint64_t n1 = __shfl_sync(0xffffffffu, x, 1);
         const uint64_t n2 = __shfl_sync(0xffffffffu, x, 2);
         const uint64_t n3 = __shfl_sync(0xffffffffu, x, 3);
-        s0 = mix64(n0 ^ s1);
-        s1 = n1 + s2;
-        s2 = n2 ^ s3;
-        s3 = n3 + s0;
+        const uint64_t next0 = mix64(n0 ^ n1 ^ n2 ^ n3 ^ s1);
+        s1 = n1 + s2 + next0;
+        s2 = n2 ^ s3 ^ next0;
+        s3 = n3 + s0 + next0;
+        s0 = next0;
     }
     if (lane == 0) out[walker] = s0 ^ s1 ^ s2 ^ s3;
 }
