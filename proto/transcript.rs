@@ -7,8 +7,11 @@ use gpu_attest_shared::keys::{KeyPair, PublicKey};
 use prost::Message;
 use sha2::{Digest, Sha256};
 
-/// The transcript format this release writes and audits.
-pub const FORMAT: u32 = 1;
+/// The transcript format this release writes: 2 records the challenge stream (PROTOCOL.md 21.2).
+pub const FORMAT: u32 = 2;
+
+/// The oldest format this release reads: 1, the previous release's, without the stream.
+pub const OLDEST_FORMAT: u32 = 1;
 
 /// What the validator's signature covers comes after this (PROTOCOL.md 21.1).
 const DOMAIN: &[u8] = b"gpu-attest v1 transcript";
@@ -49,7 +52,7 @@ pub enum TranscriptError {
     )]
     TooCostly,
     #[error(
-        "transcript format {found}: this release reads format {FORMAT} (a newer validator wrote it; audit it with a release as new)"
+        "transcript format {found}: this release reads formats {OLDEST_FORMAT} to {FORMAT} (a newer validator wrote it; audit it with a release as new)"
     )]
     Format { found: u32 },
 }
@@ -102,7 +105,7 @@ pub fn open(bytes: &[u8]) -> Result<Opened, TranscriptError> {
     decoding_cost(&signed.transcript, TRANSCRIPT, &mut cost)?;
     let transcript = v1::Transcript::decode(signed.transcript.as_slice())
         .map_err(|e| TranscriptError::NotATranscript(format!("the signed part does not decode: {e}")))?;
-    if transcript.format != FORMAT {
+    if !(OLDEST_FORMAT..=FORMAT).contains(&transcript.format) {
         return Err(TranscriptError::Format {
             found: transcript.format,
         });
@@ -353,7 +356,7 @@ mod tests {
     fn the_signature_vector_is_protocol_md_s() {
         let key = KeyPair::from_seed([0x11; 32]);
         let transcript = v1::Transcript {
-            format: FORMAT,
+            format: 1,
             verdict_json: "{}".into(),
             plan_json: "{}".into(),
             miner_url: "https://miner.example:7070".into(),

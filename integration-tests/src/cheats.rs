@@ -74,6 +74,8 @@ pub enum Cheat {
     RefusesAfterComputing,
     /// Sends only empty events, never `Accepted`, never a refusal.
     NeverAccepts,
+    /// Computes honestly and sends its commitment without `Accepted` before it.
+    CommitsBeforeAccepting,
 }
 
 impl Cheat {
@@ -102,6 +104,7 @@ impl Cheat {
         (Cheat::UnknownBackend, "unknown-backend"),
         (Cheat::RefusesAfterComputing, "refuses-after-computing"),
         (Cheat::NeverAccepts, "never-accepts"),
+        (Cheat::CommitsBeforeAccepting, "commits-before-accepting"),
     ];
 
     pub fn name(self) -> &'static str {
@@ -235,14 +238,16 @@ impl Miner for CheatingMiner {
         }
         // Accepted at once, as an honest miner does; the cheat happens in what follows.
         let (tx, rx) = tokio::sync::mpsc::channel(4);
-        let _ = tx
-            .send(Ok(v1::ChallengeEvent {
-                event: Some(Event::Accepted(v1::Accepted {
-                    devices: self.core.backend().backend.device_count(),
-                    backend: "cpu".into(),
-                })),
-            }))
-            .await;
+        if self.cheat != Cheat::CommitsBeforeAccepting {
+            let _ = tx
+                .send(Ok(v1::ChallengeEvent {
+                    event: Some(Event::Accepted(v1::Accepted {
+                        devices: self.core.backend().backend.device_count(),
+                        backend: "cpu".into(),
+                    })),
+                }))
+                .await;
+        }
         let (core, cheat, first) = (self.core.clone(), self.cheat, self.first.clone());
         tokio::spawn(async move {
             let events = match after_accepting(core.clone(), cheat, &first, accepted).await {

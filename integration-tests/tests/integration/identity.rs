@@ -239,6 +239,30 @@ async fn one_genuine_part_cannot_answer_for_two_miners() {
             "{report}"
         );
     }
+    // A refusal for reuse that names this very miner's key is not what the reuse check writes.
+    let (_, file) = audited(&attestor, &verdict).await;
+    let mut transcript = open(&file).unwrap().transcript;
+    let mut stated: Verdict = serde_json::from_str(&transcript.verdict_json).unwrap();
+    let own = gpu_attest_shared::keys::PublicKey(KeyPair::from_seed([0x59; 32]).public_key().0).to_string();
+    let device = &mut stated.identity.as_mut().unwrap().devices[0];
+    let other = device.line.split(' ').nth(5).unwrap().to_string();
+    device.line = device.line.replace(&other, &own);
+    stated.reasons[0].message = stated.reasons[0].message.replace(&other, &own);
+    transcript.verdict_json = serde_json::to_string(&stated).unwrap();
+    let forged = seal(&transcript, &KeyPair::from_seed([VALIDATOR_SEED; 32]));
+    let backend = Arc::new(CpuBackend::new(2, None).unwrap());
+    let report = audit_with_anchors(&forged, None, backend, TestPki::anchors())
+        .await
+        .unwrap();
+    assert!(
+        report
+            .differs
+            .iter()
+            .any(|d| d.contains("not as the reuse check says it")),
+        "{report}"
+    );
+    assert_ne!(other, own, "the line named another miner's key before");
+
     // A validator that states other evidence than the device gave is caught: the finding is
     // derived, not copied.
     let (_, file) = audited(&attestor, &passed).await;

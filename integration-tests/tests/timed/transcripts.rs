@@ -356,6 +356,7 @@ async fn a_stream_that_ends_in_a_failure_audits_to_its_reason_and_a_changed_read
         (100, Cheat::ImpossibleProgress, ReasonCode::ImpossibleProgress),
         (101, Cheat::NeverAccepts, ReasonCode::NotAccepted),
         (102, Cheat::RefusesAfterComputing, ReasonCode::NotAccepted),
+        (103, Cheat::CommitsBeforeAccepting, ReasonCode::StreamOutOfOrder),
     ] {
         let dir = TempDir::new("transcript-stream");
         let mut config = validator_config(&dir, Policy::Sampled);
@@ -424,6 +425,35 @@ async fn a_stream_that_ends_in_a_failure_audits_to_its_reason_and_a_changed_read
     });
     let report = audited(&mended).await;
     assert_eq!(report.finding(), Finding::Differs, "{report}");
+
+    // The window said to have passed after the miner had answered.
+    let answered = tampered(impossible, |t| {
+        use v1::recorded_stream_read::Read;
+        let last = t.stream.as_mut().unwrap().reads.last_mut().unwrap();
+        last.read = Some(Read::WindowPassed(true));
+        last.after_us = last.after_us.max(1_000_000);
+    });
+    assert_names(&audited(&answered).await, |d| {
+        d.contains("after the miner had answered")
+    });
+
+    // The time allowed cut to the deadline, or an accept window under its floor.
+    for (field, what) in [("allowed", "allowed"), ("window", "to accept the challenge")] {
+        let cut = tampered(silent, |t| {
+            let stream = t.stream.as_mut().unwrap();
+            match field {
+                "allowed" => stream.allowed_ms -= 1,
+                _ => stream.accept_window_ms = 1,
+            }
+        });
+        assert_names(&audited(&cut).await, |d| d.contains(what));
+    }
+
+    // The stream's record removed from a transcript of a format that has one.
+    let stripped = tampered(silent, |t| t.stream = None);
+    assert_names(&audited(&stripped).await, |d| {
+        d.contains("records the challenge stream, and holds none")
+    });
 
     // A read moved before the one ahead of it.
     let reordered = tampered(silent, |t| {

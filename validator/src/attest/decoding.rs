@@ -30,7 +30,12 @@ pub fn own_decode_failure(status: &Status) -> Option<String> {
         Code::ResourceExhausted => message.starts_with("Error decompressing"),
         _ => false,
     };
-    ours.then(|| format!("it could not be decoded ({})", message.trim_end_matches('.')))
+    ours.then(|| could_not_decode(message))
+}
+
+/// The reason's words for a message this validator could not decode, tonic's `message` given.
+pub fn could_not_decode(message: &str) -> String {
+    format!("it could not be decoded ({})", message.trim_end_matches('.'))
 }
 
 #[cfg(test)]

@@ -2,7 +2,7 @@
 //! `Commitment`. Every event is checked against the plan before anything is relayed, so an API
 //! client never sees a miner's impossible claims as if they were facts.
 
-use super::decoding::own_decode_failure;
+use super::decoding::{could_not_decode, own_decode_failure};
 use super::{AttestError, AttestEvent};
 use crate::device_identity::check::WireEvidence;
 use crate::planner::Plan;
@@ -101,7 +101,14 @@ pub struct AcceptWindow {
 }
 
 /// The shortest accept window: a slow network's round trip or two.
-const ACCEPT_FLOOR_MS: u64 = 250;
+pub const ACCEPT_FLOOR_MS: u64 = 250;
+
+/// The time a miner has for its commitment from the challenge's sending (PROTOCOL.md 14.4): its
+/// deadline, or finish-by time, and a grace of a tenth of the deadline and 2 s for a miner that
+/// does not stop itself.
+pub fn time_allowed_ms(deadline_ms: u64, finish_by_ms: u64) -> u64 {
+    deadline_ms.max(finish_by_ms) + deadline_ms / 10 + 2_000
+}
 
 impl AcceptWindow {
     /// The window from now, for a challenge with a deadline `deadline_ms` away: create it as the
@@ -164,11 +171,13 @@ pub enum StreamRead {
     /// The miner ended the stream.
     Ended,
     /// The stream failed with this status. `by_connection`: made by this side's transport (the
-    /// connection went), not sent by the miner.
+    /// connection went), not sent by the miner; `undecodable`: this side could not decode what
+    /// the miner sent (PROTOCOL.md 14.1), which is the miner's doing whatever came before it.
     Failed {
         code: tonic::Code,
         message: String,
         by_connection: bool,
+        undecodable: bool,
     },
     /// Nothing within the accept window.
     WindowPassed,
@@ -186,6 +195,7 @@ impl StreamRead {
                 code: status.code(),
                 message: status.message().to_string(),
                 by_connection: made_by_the_connection(&status),
+                undecodable: own_decode_failure(&status).is_some(),
             },
         }
     }
@@ -194,7 +204,7 @@ impl StreamRead {
     /// transcript holds it whole beside the reads.
     pub fn recorded(&self, after_us: u64) -> v1::RecordedStreamRead {
         use v1::recorded_stream_read::Read;
-        let (read, by_connection) = match self {
+        let (read, flags) = match self {
             StreamRead::Message(message) => (
                 match &message.event {
                     Some(Event::Accepted(a)) => Read::Accepted(a.clone()),
@@ -202,45 +212,49 @@ impl StreamRead {
                     Some(Event::Commitment(_)) => Read::Commitment(true),
                     None => Read::Empty(true),
                 },
-                false,
+                (false, false),
             ),
-            StreamRead::Ended => (Read::Ended(true), false),
+            StreamRead::Ended => (Read::Ended(true), (false, false)),
             StreamRead::Failed {
                 code,
                 message,
                 by_connection,
+                undecodable,
             } => (
                 Read::Failed(v1::RecordedStatus {
                     code: *code as i32,
                     message: message.clone(),
                 }),
-                *by_connection,
+                (*by_connection, *undecodable),
             ),
-            StreamRead::WindowPassed => (Read::WindowPassed(true), false),
-            StreamRead::TimedOut => (Read::TimedOut(true), false),
+            StreamRead::WindowPassed => (Read::WindowPassed(true), (false, false)),
+            StreamRead::TimedOut => (Read::TimedOut(true), (false, false)),
         };
         v1::RecordedStreamRead {
             after_us,
             read: Some(read),
-            by_connection,
+            by_connection: flags.0,
+            undecodable: flags.1,
         }
     }
 
-    /// A recorded read again, its commitment mark replaced by `commitment` (the transcript's);
-    /// `None` for a read with nothing set, or a mark with no commitment recorded.
+    /// A recorded read again, its commitment mark replaced by `commitment` (the transcript's,
+    /// or an empty one where none is recorded: a commitment sent before `Accepted` ends the
+    /// stream unread); `None` for a read with nothing set.
     pub fn from_recorded(recorded: &v1::RecordedStreamRead, commitment: Option<&v1::Commitment>) -> Option<Self> {
         use v1::recorded_stream_read::Read;
         let message = |event| StreamRead::Message(Box::new(v1::ChallengeEvent { event }));
         Some(match recorded.read.as_ref()? {
             Read::Accepted(a) => message(Some(Event::Accepted(a.clone()))),
             Read::Progress(p) => message(Some(Event::Progress(*p))),
-            Read::Commitment(_) => message(Some(Event::Commitment(commitment?.clone()))),
+            Read::Commitment(_) => message(Some(Event::Commitment(commitment.cloned().unwrap_or_default()))),
             Read::Empty(_) => message(None),
             Read::Ended(_) => StreamRead::Ended,
             Read::Failed(status) => StreamRead::Failed {
                 code: tonic::Code::from_i32(status.code),
                 message: status.message.clone(),
                 by_connection: recorded.by_connection,
+                undecodable: recorded.undecodable,
             },
             Read::WindowPassed(_) => StreamRead::WindowPassed,
             Read::TimedOut(_) => StreamRead::TimedOut,
@@ -327,20 +341,37 @@ impl<'a> StreamJudge<'a> {
                 code,
                 message,
                 by_connection,
-            } => self.failure(tonic::Status::new(code, message), by_connection, after_ms, url),
+                undecodable,
+            } => self.failure(
+                tonic::Status::new(code, message),
+                by_connection,
+                undecodable,
+                after_ms,
+                url,
+            ),
         }
     }
 
     /// A stream that failed with `status`: before the miner answered, a refusal (no verdict);
     /// after, a failure.
-    fn failure(&self, status: tonic::Status, by_connection: bool, after_ms: u64, url: &str) -> Judged {
+    fn failure(
+        &self,
+        status: tonic::Status,
+        by_connection: bool,
+        undecodable: bool,
+        after_ms: u64,
+        url: &str,
+    ) -> Judged {
         let failed = |code, message: String| Judged::Done(Ok(Received::Failed(Reason::new(code, message))));
         // What this validator could not decode was sent, not refused: a verdict, whenever it
         // came (PROTOCOL.md 14.1). The events lead to the commitment, whose reason it takes.
-        if let Some(why) = own_decode_failure(&status) {
+        if undecodable {
             return failed(
                 ReasonCode::MalformedCommitment,
-                format!("a message of the challenge stream: {why}"),
+                format!(
+                    "a message of the challenge stream: {}",
+                    could_not_decode(status.message())
+                ),
             );
         }
         if !self.answered {
@@ -583,6 +614,13 @@ mod tests {
                 code: tonic::Code::Unavailable,
                 message: "gone".into(),
                 by_connection: true,
+                undecodable: false,
+            },
+            StreamRead::Failed {
+                code: tonic::Code::Internal,
+                message: "failed to decode Protobuf message: x".into(),
+                by_connection: false,
+                undecodable: true,
             },
             StreamRead::WindowPassed,
             StreamRead::TimedOut,
@@ -594,8 +632,8 @@ mod tests {
         let mark = event(Event::Commitment(commitment)).recorded(0);
         assert_eq!(
             StreamRead::from_recorded(&mark, None),
-            None,
-            "a mark without its commitment"
+            Some(event(Event::Commitment(v1::Commitment::default()))),
+            "a commitment not kept (sent before Accepted) reads as an empty one"
         );
         assert_eq!(
             StreamRead::from_recorded(&v1::RecordedStreamRead::default(), None),
@@ -626,6 +664,7 @@ mod tests {
             code,
             message: "m".into(),
             by_connection,
+            undecodable: false,
         };
         let unanswered = |read| StreamJudge::new(&plan, 300).judge(read, 5, "u", &|_| {});
         assert!(matches!(unanswered(StreamRead::Ended), Judged::Done(Err(_))));

@@ -483,8 +483,7 @@ impl Attestor {
     ) -> Result<Option<Committed>, AttestError> {
         // The miner stops at the finish-by time (else the deadline) itself; the grace covers a
         // miner that does not.
-        let grace = Duration::from_millis(plan.deadline_ms / 10 + 2_000);
-        let wait_limit = Duration::from_millis(plan.deadline_ms.max(plan.finish_by_ms)) + grace;
+        let wait_limit = Duration::from_millis(exchange::time_allowed_ms(plan.deadline_ms, plan.finish_by_ms));
         let signature = challenge.sign(&self.identity);
         outcome
             .transcript

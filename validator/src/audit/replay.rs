@@ -355,6 +355,11 @@ impl<'a> Replay<'a> {
         self.outcome.measured_ms = self.stated.measured_ms;
         match &t.stream {
             Some(stream) => self.stream(t, stream, report),
+            // Format 1 did not record the stream; a later file without it has had it removed.
+            None if t.format >= 2 => report.differ(format!(
+                "the transcript is of format {}, which records the challenge stream, and holds none",
+                t.format
+            )),
             None => self.stream_as_stated(t, report),
         }
         if self.stated.first_run.is_some() {
@@ -516,7 +521,7 @@ impl<'a> Replay<'a> {
         if let Some(proof) = &mut proof
             && recorded.config.part_reuse_ms() > 0
         {
-            reasons.extend(self.part_reuse_as_stated(proof, report));
+            reasons.extend(self.part_reuse_as_stated(proof, &challenge.params.miner_key, report));
         }
         report.confirm(format!(
             "device evidence checked again under the {} policy",
@@ -529,14 +534,23 @@ impl<'a> Replay<'a> {
     /// PROTOCOL.md 19.4 step 4 on `proof` (derived again): whether a certified part answered
     /// for another miner key lately is in the validator's database, which an audit does not
     /// have. A device the verdict refused for that is taken as stated (its entry and its
-    /// reason); that no other part was so seen, too. Everything else about each device is
-    /// derived.
-    fn part_reuse_as_stated(&self, proof: &mut IdentityProof, report: &mut Report) -> Vec<Reason> {
+    /// reason), once they say what the check writes: this very part, another miner's key, one
+    /// reason that is the line; that no other part was so seen, too. Everything else about each
+    /// device is derived.
+    fn part_reuse_as_stated(
+        &self,
+        proof: &mut IdentityProof,
+        miner_key: &[u8; 32],
+        report: &mut Report,
+    ) -> Vec<Reason> {
         let mismatch = ReasonCode::IdentityDeviceMismatch;
         let stated_devices = self.stated.identity.as_ref().map_or(&[][..], |p| &p.devices[..]);
         let mut reasons = Vec::new();
         let mut unrefused = 0;
-        for device in proof.devices.iter_mut().filter(|d| d.part.is_some()) {
+        for device in &mut proof.devices {
+            let Some((chip, id)) = device.part.clone() else {
+                continue;
+            };
             unrefused += 1;
             let Some(stated) = stated_devices.iter().find(|s| {
                 s.index == device.index
@@ -545,13 +559,29 @@ impl<'a> Replay<'a> {
             }) else {
                 continue;
             };
-            let prefix = format!("device {}: part ", device.index);
-            let stated_reasons = self
+            // What the reuse check writes (19.4 step 4): this part, another miner's key, the
+            // part itself no longer recorded, and one reason that is the line.
+            let prefix = format!("part {chip}:{id} answered for miner ");
+            let other_key = stated
+                .line
+                .strip_prefix(&prefix)
+                .and_then(|rest| rest.split(' ').next())
+                .is_some_and(|key| key != PublicKey(*miner_key).to_string());
+            let said = format!("device {}: {}", device.index, stated.line);
+            let stated_reasons: Vec<&Reason> = self
                 .stated
                 .reasons
                 .iter()
-                .filter(|r| r.code == mismatch && r.message.starts_with(&prefix));
-            reasons.extend(stated_reasons.cloned());
+                .filter(|r| r.code == mismatch && r.message.starts_with(&format!("device {}: part ", device.index)))
+                .collect();
+            if !other_key || stated.part.is_some() || stated_reasons.len() != 1 || stated_reasons[0].message != said {
+                report.differ(format!(
+                    "device {}: the verdict refuses its certified part {chip}:{id} as seen for another miner, but not as the reuse check says it (PROTOCOL.md 19.4 step 4): {:?}",
+                    device.index, stated.line
+                ));
+                continue;
+            }
+            reasons.push(stated_reasons[0].clone());
             report.take_as_stated(format!(
                 "device {}: its certified part answered for another miner lately (identity-device-mismatch; the validator's part history)",
                 device.index

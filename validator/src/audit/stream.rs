@@ -3,7 +3,7 @@
 //! in (or its commitment) is derived, not taken as stated.
 
 use super::Report;
-use crate::attest::exchange::{Judged, Received, StreamJudge, StreamRead};
+use crate::attest::exchange::{ACCEPT_FLOOR_MS, Judged, Received, StreamJudge, StreamRead, time_allowed_ms};
 use crate::planner::Plan;
 use crate::verdict::reason::Reason;
 use gpu_attest_proto::v1;
@@ -26,17 +26,24 @@ pub(super) fn replay_stream(
     report: &mut Report,
 ) -> StreamEnd {
     let commitment = t.commitment.as_ref().and_then(|c| c.commitment.as_ref());
-    let allowed_ms = plan.deadline_ms.max(plan.finish_by_ms);
-    if stream.allowed_ms < allowed_ms {
+    let allowed_ms = time_allowed_ms(plan.deadline_ms, plan.finish_by_ms);
+    if stream.allowed_ms != allowed_ms {
         report.differ(format!(
-            "the miner was allowed {} ms for its commitment, less than its deadline of {allowed_ms} ms",
+            "the miner was allowed {} ms for its commitment; its deadline and grace (PROTOCOL.md 14.4) give {allowed_ms} ms",
             stream.allowed_ms
         ));
         return StreamEnd::Broken;
     }
+    if stream.accept_window_ms < ACCEPT_FLOOR_MS {
+        report.differ(format!(
+            "the miner had {} ms to accept the challenge, under the {ACCEPT_FLOOR_MS} ms every miner is given (PROTOCOL.md 14.3)",
+            stream.accept_window_ms
+        ));
+        return StreamEnd::Broken;
+    }
     report.confirm(format!(
-        "the miner had {} ms to accept (the validator's setting) and {} ms for its commitment (deadline {allowed_ms} ms and the validator's grace)",
-        stream.accept_window_ms, stream.allowed_ms
+        "the miner had {} ms to accept (the validator's setting) and {allowed_ms} ms for its commitment (its deadline and grace)",
+        stream.accept_window_ms
     ));
     let mut judge = StreamJudge::new(plan, stream.accept_window_ms);
     let url = t.miner_url.as_str();
@@ -50,11 +57,15 @@ pub(super) fn replay_stream(
         }
         last_us = recorded.after_us;
         let Some(read) = StreamRead::from_recorded(recorded, commitment) else {
-            report.differ(format!(
-                "{place} records nothing, or a commitment the transcript does not hold"
-            ));
+            report.differ(format!("{place} records nothing"));
             return StreamEnd::Broken;
         };
+        if read == StreamRead::WindowPassed && judge.answered() {
+            report.differ(format!(
+                "{place} says the accept window passed, after the miner had answered"
+            ));
+            return StreamEnd::Broken;
+        }
         if let Some(why) = early(&read, recorded.after_us, stream) {
             report.differ(format!("{place}: {why}"));
             return StreamEnd::Broken;
@@ -89,6 +100,12 @@ pub(super) fn replay_stream(
                     reason.code.as_str()
                 ));
                 return StreamEnd::Failed { reason, after_ms };
+            }
+            Judged::Done(Ok(Received::Commitment(_) | Received::Unreadable(..))) if commitment.is_none() => {
+                report.differ(format!(
+                    "the challenge stream ends in a commitment at {place}, which the transcript does not hold"
+                ));
+                return StreamEnd::Broken;
             }
             Judged::Done(Ok(Received::Commitment(_) | Received::Unreadable(..))) => {
                 report.confirm(format!(
