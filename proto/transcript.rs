@@ -175,6 +175,48 @@ const CHAIN_OPENING: &[(u32, Shape)] = &[
 /// the shape names; an error where `buf` is not a protobuf message or the cost passes
 /// [`MAX_DECODING_COST`].
 fn decoding_cost(buf: &[u8], shape: &[(u32, Shape)], cost: &mut u64) -> Result<(), TranscriptError> {
+    each_field(buf, |field, payload| {
+        *cost += FIELD_COST;
+        if let Some(payload) = payload {
+            match shape.iter().find(|(tag, _)| *tag == field) {
+                Some((_, Shape::Message(inner))) => {
+                    *cost += MESSAGE_COST;
+                    decoding_cost(payload, inner, cost)?;
+                }
+                Some((_, Shape::Packed)) => *cost += 8 * payload.len() as u64,
+                None => {}
+            }
+        }
+        if *cost > MAX_DECODING_COST {
+            return Err(TranscriptError::TooCostly);
+        }
+        Ok(())
+    })
+}
+
+/// The length-delimited fields numbered `tag` of the message `buf`, as slices of it (without
+/// decoding them); an error where `buf` is not a protobuf message.
+fn fields(buf: &[u8], tag: u32) -> Result<Vec<&[u8]>, TranscriptError> {
+    let mut found = Vec::new();
+    each_field(buf, |field, payload| {
+        if let Some(payload) = payload.filter(|_| field == tag) {
+            if found.len() >= MAX_ELEMENTS {
+                return Err(TranscriptError::TooMany { what: "lists" });
+            }
+            found.push(payload);
+        }
+        Ok(())
+    })?;
+    Ok(found)
+}
+
+/// Calls `visit` with each field of the message `buf`, in order: its number, and its payload
+/// where it is length-delimited. Nothing is decoded; an error where `buf` is not a protobuf
+/// message (or `visit` gives one).
+fn each_field<'a>(
+    buf: &'a [u8],
+    mut visit: impl FnMut(u32, Option<&'a [u8]>) -> Result<(), TranscriptError>,
+) -> Result<(), TranscriptError> {
     use prost::encoding::{WireType, decode_key, decode_varint};
     let broken =
         |e: prost::DecodeError| TranscriptError::NotATranscript(format!("the signed part does not decode: {e}"));
@@ -182,74 +224,23 @@ fn decoding_cost(buf: &[u8], shape: &[(u32, Shape)], cost: &mut u64) -> Result<(
     let mut rest = buf;
     while !rest.is_empty() {
         let (field, wire) = decode_key(&mut rest).map_err(broken)?;
-        *cost += FIELD_COST;
-        let skip = match wire {
+        let (payload, skip) = match wire {
             WireType::Varint => {
                 decode_varint(&mut rest).map_err(broken)?;
-                0
+                (None, 0)
             }
-            WireType::SixtyFourBit => 8,
-            WireType::ThirtyTwoBit => 4,
+            WireType::SixtyFourBit => (None, 8),
+            WireType::ThirtyTwoBit => (None, 4),
             WireType::LengthDelimited => {
                 let len = usize::try_from(decode_varint(&mut rest).map_err(broken)?).unwrap_or(usize::MAX);
-                let payload = rest.get(..len).ok_or_else(short)?;
-                match shape.iter().find(|(tag, _)| *tag == field) {
-                    Some((_, Shape::Message(inner))) => {
-                        *cost += MESSAGE_COST;
-                        decoding_cost(payload, inner, cost)?
-                    }
-                    Some((_, Shape::Packed)) => *cost += 8 * len as u64,
-                    None => {}
-                }
-                len
+                (Some(rest.get(..len).ok_or_else(short)?), len)
             }
             _ => return Err(TranscriptError::NotATranscript("the signed part holds a group".into())),
         };
-        if *cost > MAX_DECODING_COST {
-            return Err(TranscriptError::TooCostly);
-        }
         rest = rest.get(skip..).ok_or_else(short)?;
+        visit(field, payload)?;
     }
     Ok(())
-}
-
-/// The length-delimited fields numbered `tag` of the message `buf`, as slices of it (without
-/// decoding them); an error where `buf` is not a protobuf message.
-fn fields(buf: &[u8], tag: u32) -> Result<Vec<&[u8]>, TranscriptError> {
-    use prost::encoding::{WireType, decode_key, decode_varint};
-    let broken =
-        |e: prost::DecodeError| TranscriptError::NotATranscript(format!("the signed part does not decode: {e}"));
-    let (mut rest, mut found) = (buf, Vec::new());
-    while !rest.is_empty() {
-        let (field, wire) = decode_key(&mut rest).map_err(broken)?;
-        let skip = match wire {
-            WireType::Varint => {
-                decode_varint(&mut rest).map_err(broken)?;
-                0
-            }
-            WireType::SixtyFourBit => 8,
-            WireType::ThirtyTwoBit => 4,
-            WireType::LengthDelimited => {
-                let len = usize::try_from(decode_varint(&mut rest).map_err(broken)?).unwrap_or(usize::MAX);
-                if len > rest.len() {
-                    return Err(TranscriptError::NotATranscript("the signed part is cut short".into()));
-                }
-                if field == tag {
-                    if found.len() >= MAX_ELEMENTS {
-                        return Err(TranscriptError::TooMany { what: "lists" });
-                    }
-                    found.push(&rest[..len]);
-                }
-                len
-            }
-            _ => return Err(TranscriptError::NotATranscript("the signed part holds a group".into())),
-        };
-        if skip > rest.len() {
-            return Err(TranscriptError::NotATranscript("the signed part is cut short".into()));
-        }
-        rest = &rest[skip..];
-    }
-    Ok(found)
 }
 
 /// Refuses a transcript whose repeated messages hold more than [`MAX_ELEMENTS`] entries, counted

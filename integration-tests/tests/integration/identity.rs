@@ -107,24 +107,14 @@ fn identity_config(dir: &TempDir, policy: IdentityPolicy) -> ValidatorConfig {
 
 /// A validator that pins the test PKI's root, with its database in the directory returned.
 async fn identity_validator(policy: IdentityPolicy) -> (Attestor, TempDir) {
-    let dir = TempDir::new("identity");
-    let config = identity_config(&dir, policy);
-    let attestor = Attestor::new(
-        KeyPair::from_seed([VALIDATOR_SEED; 32]),
-        config.clone(),
-        Arc::new(CpuBackend::new(2, None).unwrap()),
-        false,
-        Arc::new(Store::open(&config.database).await.unwrap()),
-    )
-    .with_evidence_anchors(TestPki::anchors());
-    (attestor, dir)
+    identity_validator_keeping(policy, KeepTranscripts::Failures).await
 }
 
-/// [`identity_validator`], keeping every verdict's transcript.
-async fn identity_validator_keeping_all(policy: IdentityPolicy) -> (Attestor, TempDir) {
+/// [`identity_validator`], keeping the transcripts `keep` says.
+async fn identity_validator_keeping(policy: IdentityPolicy, keep: KeepTranscripts) -> (Attestor, TempDir) {
     let dir = TempDir::new("identity");
     let mut config = identity_config(&dir, policy);
-    config.transcripts.keep = KeepTranscripts::All;
+    config.transcripts.keep = keep;
     let attestor = Attestor::new(
         KeyPair::from_seed([VALIDATOR_SEED; 32]),
         config.clone(),
@@ -211,7 +201,7 @@ async fn audited(attestor: &Attestor, verdict: &Verdict) -> (Report, Vec<u8>) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_genuine_part_cannot_answer_for_two_miners() {
     // Two miner keys whose "GPUs" are the same parts: one rented GPU answering for both.
-    let (attestor, _dir) = identity_validator_keeping_all(IdentityPolicy::Required).await;
+    let (attestor, _dir) = identity_validator_keeping(IdentityPolicy::Required, KeepTranscripts::All).await;
     let mut first = spawn_miner(miner(0x58, 1, Some(Answer::Genuine))).await;
     let passed = attest_with(&attestor, &first.url()).await;
     first.stop();
