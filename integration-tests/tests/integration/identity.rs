@@ -183,19 +183,28 @@ async fn one_genuine_part_cannot_stand_for_two_devices() {
     );
 }
 
-/// Audits `verdict`'s kept transcript against the test PKI's root.
-async fn audited(attestor: &Attestor, verdict: &Verdict) -> (Report, Vec<u8>) {
-    let file = attestor
-        .store()
-        .transcript(verdict.id)
+/// `verdict`'s kept transcript.
+async fn kept_transcript(attestor: &Attestor, verdict: &Verdict) -> Vec<u8> {
+    let stored = attestor.store().transcript(verdict.id).await.unwrap();
+    stored.expect("a kept transcript")
+}
+
+/// Audits `file` against the test PKI's root.
+async fn audited(file: &[u8]) -> Report {
+    let backend = Arc::new(CpuBackend::new(2, None).unwrap());
+    audit_with_anchors(file, Some(validator_key()), backend, TestPki::anchors())
         .await
         .unwrap()
-        .expect("a kept transcript");
-    let backend = Arc::new(CpuBackend::new(2, None).unwrap());
-    let report = audit_with_anchors(&file, Some(validator_key()), backend, TestPki::anchors())
-        .await
-        .unwrap();
-    (report, file)
+}
+
+/// Audits `file` with its stated verdict changed by `change` and signed again by this
+/// validator's key: what a validator that lies about its own verdict could publish.
+async fn audited_with_verdict_changed(file: &[u8], change: impl FnOnce(&mut Verdict)) -> Report {
+    let mut transcript = open(file).unwrap().transcript;
+    let mut stated: Verdict = serde_json::from_str(&transcript.verdict_json).unwrap();
+    change(&mut stated);
+    transcript.verdict_json = serde_json::to_string(&stated).unwrap();
+    audited(&seal(&transcript, &KeyPair::from_seed([VALIDATOR_SEED; 32]))).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -221,7 +230,7 @@ async fn one_genuine_part_cannot_answer_for_two_miners() {
         (&verdict, "answered for another miner lately"),
         (&passed, "had not answered"),
     ] {
-        let (report, _) = audited(&attestor, verdict).await;
+        let report = audited(&kept_transcript(&attestor, verdict).await).await;
         assert_eq!(report.finding(), Finding::ConfirmedInPart, "{report}");
         assert!(report.taken_as_stated.iter().any(|t| t.contains(stated)), "{report}");
         assert!(
@@ -230,20 +239,16 @@ async fn one_genuine_part_cannot_answer_for_two_miners() {
         );
     }
     // A refusal for reuse that names this very miner's key is not what the reuse check writes.
-    let (_, file) = audited(&attestor, &verdict).await;
-    let mut transcript = open(&file).unwrap().transcript;
-    let mut stated: Verdict = serde_json::from_str(&transcript.verdict_json).unwrap();
-    let own = gpu_attest_shared::keys::PublicKey(KeyPair::from_seed([0x59; 32]).public_key().0).to_string();
-    let device = &mut stated.identity.as_mut().unwrap().devices[0];
-    let other = device.line.split(' ').nth(5).unwrap().to_string();
-    device.line = device.line.replace(&other, &own);
-    stated.reasons[0].message = stated.reasons[0].message.replace(&other, &own);
-    transcript.verdict_json = serde_json::to_string(&stated).unwrap();
-    let forged = seal(&transcript, &KeyPair::from_seed([VALIDATOR_SEED; 32]));
-    let backend = Arc::new(CpuBackend::new(2, None).unwrap());
-    let report = audit_with_anchors(&forged, None, backend, TestPki::anchors())
-        .await
-        .unwrap();
+    let own = KeyPair::from_seed([0x59; 32]).public_key().to_string();
+    let mut other = String::new();
+    let file = kept_transcript(&attestor, &verdict).await;
+    let report = audited_with_verdict_changed(&file, |stated| {
+        let device = &mut stated.identity.as_mut().unwrap().devices[0];
+        other = device.line.split(' ').nth(5).unwrap().to_string();
+        device.line = device.line.replace(&other, &own);
+        stated.reasons[0].message = stated.reasons[0].message.replace(&other, &own);
+    })
+    .await;
     assert!(
         report
             .differs
@@ -255,16 +260,11 @@ async fn one_genuine_part_cannot_answer_for_two_miners() {
 
     // A validator that states other evidence than the device gave is caught: the finding is
     // derived, not copied.
-    let (_, file) = audited(&attestor, &passed).await;
-    let mut transcript = open(&file).unwrap().transcript;
-    let mut stated: Verdict = serde_json::from_str(&transcript.verdict_json).unwrap();
-    stated.identity.as_mut().unwrap().devices[0].line = "genuine NVIDIA GB200".into();
-    transcript.verdict_json = serde_json::to_string(&stated).unwrap();
-    let forged = seal(&transcript, &KeyPair::from_seed([VALIDATOR_SEED; 32]));
-    let backend = Arc::new(CpuBackend::new(2, None).unwrap());
-    let report = audit_with_anchors(&forged, None, backend, TestPki::anchors())
-        .await
-        .unwrap();
+    let file = kept_transcript(&attestor, &passed).await;
+    let report = audited_with_verdict_changed(&file, |stated| {
+        stated.identity.as_mut().unwrap().devices[0].line = "genuine NVIDIA GB200".into();
+    })
+    .await;
     assert!(report.differs.iter().any(|d| d.contains("identity")), "{report}");
     // The first key may use its part again.
     let mut again = spawn_miner(miner(0x58, 1, Some(Answer::Genuine))).await;

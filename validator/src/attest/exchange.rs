@@ -204,37 +204,34 @@ impl StreamRead {
     /// transcript holds it whole beside the reads.
     pub fn recorded(&self, after_us: u64) -> v1::RecordedStreamRead {
         use v1::recorded_stream_read::Read;
-        let (read, flags) = match self {
-            StreamRead::Message(message) => (
-                match &message.event {
-                    Some(Event::Accepted(a)) => Read::Accepted(a.clone()),
-                    Some(Event::Progress(p)) => Read::Progress(*p),
-                    Some(Event::Commitment(_)) => Read::Commitment(true),
-                    None => Read::Empty(true),
-                },
-                (false, false),
-            ),
-            StreamRead::Ended => (Read::Ended(true), (false, false)),
+        let read = match self {
+            StreamRead::Message(message) => match &message.event {
+                Some(Event::Accepted(a)) => Read::Accepted(a.clone()),
+                Some(Event::Progress(p)) => Read::Progress(*p),
+                Some(Event::Commitment(_)) => Read::Commitment(true),
+                None => Read::Empty(true),
+            },
+            StreamRead::Ended => Read::Ended(true),
+            StreamRead::Failed { code, message, .. } => Read::Failed(v1::RecordedStatus {
+                code: *code as i32,
+                message: message.clone(),
+            }),
+            StreamRead::WindowPassed => Read::WindowPassed(true),
+            StreamRead::TimedOut => Read::TimedOut(true),
+        };
+        let (by_connection, undecodable) = match self {
             StreamRead::Failed {
-                code,
-                message,
                 by_connection,
                 undecodable,
-            } => (
-                Read::Failed(v1::RecordedStatus {
-                    code: *code as i32,
-                    message: message.clone(),
-                }),
-                (*by_connection, *undecodable),
-            ),
-            StreamRead::WindowPassed => (Read::WindowPassed(true), (false, false)),
-            StreamRead::TimedOut => (Read::TimedOut(true), (false, false)),
+                ..
+            } => (*by_connection, *undecodable),
+            _ => (false, false),
         };
         v1::RecordedStreamRead {
             after_us,
             read: Some(read),
-            by_connection: flags.0,
-            undecodable: flags.1,
+            by_connection,
+            undecodable,
         }
     }
 
@@ -278,6 +275,13 @@ pub enum Judged {
     Done(Result<Received, AttestError>),
 }
 
+impl Judged {
+    /// The stream has failed, with the reason `code` and `message` give.
+    fn failed(code: ReasonCode, message: String) -> Self {
+        Judged::Done(Ok(Received::Failed(Reason::new(code, message))))
+    }
+}
+
 /// The challenge stream's rules (PROTOCOL.md 14.3), applied one read at a time: by the
 /// attestation as it reads, and by an audit on the reads a transcript recorded.
 pub struct StreamJudge<'a> {
@@ -310,7 +314,6 @@ impl<'a> StreamJudge<'a> {
         url: &str,
         on_event: &(dyn Fn(AttestEvent) + Send + Sync),
     ) -> Judged {
-        let failed = |code, message: String| Judged::Done(Ok(Received::Failed(Reason::new(code, message))));
         match read {
             StreamRead::Message(message) => match message.event {
                 Some(event) => {
@@ -325,7 +328,7 @@ impl<'a> StreamJudge<'a> {
             },
             StreamRead::WindowPassed => Judged::Done(Ok(Received::Failed(window_missed(self.window_ms)))),
             StreamRead::TimedOut if !self.answered => Judged::Done(Ok(Received::Failed(window_missed(self.window_ms)))),
-            StreamRead::TimedOut => failed(
+            StreamRead::TimedOut => Judged::failed(
                 ReasonCode::CommitmentTimedOut,
                 format!("no commitment within {after_ms} ms ({})", time_allowed(self.plan)),
             ),
@@ -333,7 +336,7 @@ impl<'a> StreamJudge<'a> {
                 url: url.into(),
                 detail: "it ended the challenge stream without accepting or refusing".into(),
             })),
-            StreamRead::Ended => failed(
+            StreamRead::Ended => Judged::failed(
                 ReasonCode::NoCommitment,
                 "miner ended the stream without a commitment".into(),
             ),
@@ -362,11 +365,10 @@ impl<'a> StreamJudge<'a> {
         after_ms: u64,
         url: &str,
     ) -> Judged {
-        let failed = |code, message: String| Judged::Done(Ok(Received::Failed(Reason::new(code, message))));
         // What this validator could not decode was sent, not refused: a verdict, whenever it
         // came (PROTOCOL.md 14.1). The events lead to the commitment, whose reason it takes.
         if undecodable {
-            return failed(
+            return Judged::failed(
                 ReasonCode::MalformedCommitment,
                 format!(
                     "a message of the challenge stream: {}",
@@ -381,7 +383,7 @@ impl<'a> StreamJudge<'a> {
             // The miner gave up at the deadline (or the finish-by time): it could not do the
             // work in time, which is what the deadline tests. Named as such, not as a generic
             // failure.
-            return failed(
+            return Judged::failed(
                 ReasonCode::CommitmentTimedOut,
                 format!(
                     "no commitment by the {}: the miner stopped after {after_ms} ms ({})",
@@ -393,7 +395,7 @@ impl<'a> StreamJudge<'a> {
         if by_connection {
             // Not the miner's word: the connection went (it shut down or crashed, or the
             // network failed).
-            return failed(
+            return Judged::failed(
                 ReasonCode::MinerFailed,
                 format!(
                     "the miner's connection closed after it accepted the challenge, without a word from the miner: it shut down, crashed or lost its network ({})",
@@ -401,7 +403,7 @@ impl<'a> StreamJudge<'a> {
                 ),
             );
         }
-        failed(
+        Judged::failed(
             ReasonCode::MinerFailed,
             format!(
                 "miner failed after accepting the challenge ({:?}): {}",

@@ -81,7 +81,7 @@ pub async fn replay(opened: &Opened, backend: Arc<dyn Backend>, options: Options
         return;
     };
     replayed.reexecute = options.reexecute;
-    replayed.anchors = options.anchors.clone();
+    replayed.anchors = options.anchors;
     if !options.trusted {
         // Checked so far: the cheap parts, which name what changed. Recomputing openings of a
         // file nobody vouches for would only spend this machine's time for its author.

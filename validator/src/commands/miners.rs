@@ -45,16 +45,9 @@ async fn run_action(operator: &mut Operator, action: MinersAction, json: bool) -
         })?,
         MinersAction::Transcript { id, out } => {
             let bytes = operator.transcript(id).await?;
-            gpu_attest_daemon::command::write_new_file(&out, &bytes)?;
+            let wrote = super::write_transcript(id, &out, &bytes)?;
             let answer = serde_json::json!({ "verdict": id, "path": out, "bytes": bytes.len() });
-            shown(json, &answer, |_| {
-                println!(
-                    "wrote verdict {id}'s transcript to {} ({} bytes); check it with `validator audit {}`",
-                    out.display(),
-                    bytes.len(),
-                    out.display()
-                )
-            })?;
+            shown(json, &answer, |_| println!("{wrote}"))?;
         }
         MinersAction::Revoke { key, reason } => {
             let newly_revoked = operator.revoke(&key, &reason).await?;

@@ -152,6 +152,18 @@ fn runtime() -> Result<tokio::runtime::Runtime, CommandError> {
 }
 
 /// Prints `value` as pretty JSON on stdout.
+/// Writes verdict `id`'s transcript, `bytes`, to a new file at `out`; returns what to tell the
+/// operator.
+fn write_transcript(id: u64, out: &std::path::Path, bytes: &[u8]) -> Result<String, CommandError> {
+    gpu_attest_daemon::command::write_new_file(out, bytes)?;
+    Ok(format!(
+        "wrote verdict {id}'s transcript to {} ({} bytes); check it with `validator audit {}`",
+        out.display(),
+        bytes.len(),
+        out.display()
+    ))
+}
+
 fn print_json(value: &impl serde::Serialize) -> Result<(), CommandError> {
     Ok(gpu_attest_daemon::command::print_json(value)?)
 }

@@ -63,12 +63,6 @@ pub(super) fn export(database: &Path, id: u64, out: &Path) -> Result<Answer, Com
         (None, true) => return Err(CommandError::NoTranscript(id)),
         (None, false) => return Err(CommandError::NoVerdict(id)),
     };
-    gpu_attest_daemon::command::write_new_file(out, &bytes)?;
-    eprintln!(
-        "wrote verdict {id}'s transcript to {} ({} bytes); check it with `validator audit {}`",
-        out.display(),
-        bytes.len(),
-        out.display()
-    );
+    eprintln!("{}", super::write_transcript(id, out, &bytes)?);
     Ok(Answer::Yes)
 }
