@@ -1,19 +1,30 @@
-//! The locality walk's arithmetic (docs/design/locality.md): a latency-bound walk over a
-//! device's version 4 pool, one 256-byte line a step, with every `C`-th state kept as a
-//! checkpoint and a segment between two checkpoints replayed from the lines it read.
+//! The locality walk (docs/design/locality.md): a latency-bound walk over a device's version 4
+//! pool, one 256-byte line a step, run in generations so that its sequence can be checked from a
+//! few openings.
 //!
-//! Not on the wire yet: no message carries it and no verdict states it. It is here, with its
-//! tests, so that the miner's walk (CPU and CUDA), the validator's replay and the protocol's
-//! vectors are built on one definition, and so that `examples/locality_latency.rs` measures the
-//! very step the design sizes.
-//!
-//! Why a cheap mix and not a hash: the step must cost one memory latency, so that a line served
-//! from elsewhere (a peer device, host memory, another process) costs a hop the clock sees. Every
-//! word of the line goes through the bijection [`mix64`] keyed by the state, so the next line is
-//! known only once the whole line has been read; the walk's states are committed by hashing the
-//! checkpoints, not by the step.
+//! - [`step`]: one step. Why a cheap mix and not a hash: the step must cost one memory latency, so
+//!   that a line served from elsewhere (a peer device, host memory, another process or host)
+//!   costs a hop the clock sees. Every word of the line goes through the bijection [`mix64`]
+//!   keyed by the state, so the next line is known only once the whole line has been read.
+//! - [`LocalityWalk`], [`walk_lines`]: `W` walkers a generation, each `C` steps; generation
+//!   `g + 1` starts from the digest of every end state of generation `g`, so no walker of it can
+//!   begin before all of generation `g` has ended. That is what makes the walk sequential as a
+//!   whole: a walker split into pieces walked side by side (which would hide a remote hop behind
+//!   another piece's) needs a made-up end state, and every opened segment checks its end.
+//! - [`open_segment`], [`check_segment`]: one walker of one generation opened, its `C` lines each
+//!   proven against the pool as a 1 KiB BLAKE3 chunk (20.2's construction one level down), and
+//!   replayed from the start the generation before it gives to the end the miner committed.
 
+use super::chain_pool::ChainPool;
+use super::slice::{CHUNK_BYTES, CHUNKS_PER_SLICE, SliceError, SlicePath, chunk_path, verify_chunk};
+use super::slice_walk::{SliceSource, pool_state};
+use crate::chain::leaf_hash;
 use crate::digest::Digest;
+use crate::failure::{BackendError, CancelToken};
+use crate::merkle::{MerkleProof, MerkleTree, verify_proof};
+use crate::params::Work;
+use rayon::prelude::*;
+use std::collections::HashMap;
 use thiserror::Error;
 
 /// The bytes a step reads: one line.
@@ -22,6 +33,16 @@ pub const LINE_BYTES: usize = 256;
 pub const LINES_PER_SLICE: u64 = 65536 / LINE_BYTES as u64;
 
 const START_CONTEXT: &[u8] = b"gpu-attest v4 locality start";
+const NEXT_CONTEXT: &[u8] = b"gpu-attest v4 locality next";
+const GENERATION_CONTEXT: &[u8] = b"gpu-attest v4 locality generation";
+
+/// Most walkers a generation: the ends of one generation are hashed into the next's starts and
+/// sent whole in every opening (32 bytes each).
+pub const MAX_WALKERS: u32 = 4096;
+/// Most steps a walker takes in one generation: an opened segment carries one line proof a step.
+pub const MAX_SEGMENT_STEPS: u32 = 1024;
+/// Most end states a miner keeps for one device's walk (`W * G`): 128 MiB of them.
+pub const MAX_KEPT_ENDS: u64 = 1 << 22;
 
 /// A walker's state: four 64-bit words (32 bytes, little-endian words when written as bytes).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -159,6 +180,382 @@ pub fn replay_segment(
     }
     if state != to {
         return Err(SegmentError::WrongEnd { steps: lines.len() });
+    }
+    Ok(())
+}
+
+/// What every device's locality walk of one challenge is bound to, and its shape.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LocalityWalk {
+    pub nonce: [u8; 32],
+    /// Drawn by the validator after every root of the version 4 walk arrived.
+    pub seed: [u8; 32],
+    /// G, the commitment's global root.
+    pub global: Digest,
+    /// `W`, walkers a generation.
+    pub walkers: u32,
+    /// `G`, generations.
+    pub generations: u32,
+    /// `C`, steps a walker takes in one generation.
+    pub steps: u32,
+}
+
+/// Why a locality walk's shape is refused.
+#[derive(Debug, Error, Clone, PartialEq, Eq)]
+pub enum ShapeError {
+    #[error(
+        "a locality walk needs at least one walker, generation and step, got W = {walkers}, G = {generations}, C = {steps}"
+    )]
+    Empty { walkers: u32, generations: u32, steps: u32 },
+    #[error("{walkers} walkers a generation is above the limit of {MAX_WALKERS}")]
+    TooManyWalkers { walkers: u32 },
+    #[error("{steps} steps a segment is above the limit of {MAX_SEGMENT_STEPS}")]
+    SegmentTooLong { steps: u32 },
+    #[error("{walkers} walkers x {generations} generations is {ends} end states, above the limit of {MAX_KEPT_ENDS}")]
+    TooManyEnds { walkers: u32, generations: u32, ends: u64 },
+}
+
+impl LocalityWalk {
+    /// Checks the shape against this release's limits: what a miner refuses before it walks.
+    pub fn check_shape(&self) -> Result<(), ShapeError> {
+        let (walkers, generations, steps) = (self.walkers, self.generations, self.steps);
+        if walkers == 0 || generations == 0 || steps == 0 {
+            return Err(ShapeError::Empty {
+                walkers,
+                generations,
+                steps,
+            });
+        }
+        if walkers > MAX_WALKERS {
+            return Err(ShapeError::TooManyWalkers { walkers });
+        }
+        if steps > MAX_SEGMENT_STEPS {
+            return Err(ShapeError::SegmentTooLong { steps });
+        }
+        let ends = u64::from(walkers) * u64::from(generations);
+        if ends > MAX_KEPT_ENDS {
+            return Err(ShapeError::TooManyEnds {
+                walkers,
+                generations,
+                ends,
+            });
+        }
+        Ok(())
+    }
+
+    /// Steps each walker takes over the whole walk: `G * C`.
+    pub fn walker_steps(&self) -> u64 {
+        u64::from(self.generations) * u64::from(self.steps)
+    }
+
+    /// Walker `w`'s first state in generation `g` of device `j`: [`State::start`] for the first
+    /// generation, else [`next_start`] from the digest of the generation before.
+    pub fn start(&self, device: u32, walker: u32, previous: Option<&Digest>) -> State {
+        match previous {
+            None => State::start(&self.nonce, &self.seed, &self.global, device, walker),
+            Some(digest) => next_start(digest, walker),
+        }
+    }
+}
+
+/// `D_g = blake3("gpu-attest v4 locality generation" || le32(j) || le32(g) || e_{g,0} || .. ||
+/// e_{g,W-1})`: every end state of generation `g`, in walker order. It is the leaf `g` of the
+/// device's locality root, and what generation `g + 1` starts from.
+pub fn generation_digest(device: u32, generation: u32, ends: &[State]) -> Digest {
+    let mut h = blake3::Hasher::new();
+    h.update(GENERATION_CONTEXT);
+    h.update(&device.to_le_bytes());
+    h.update(&generation.to_le_bytes());
+    for end in ends {
+        h.update(&end.to_bytes());
+    }
+    h.finalize().into()
+}
+
+/// `s_{g+1,w,0} = blake3("gpu-attest v4 locality next" || D_g || le32(w))` as four words.
+pub fn next_start(previous: &Digest, walker: u32) -> State {
+    let mut h = blake3::Hasher::new();
+    h.update(NEXT_CONTEXT);
+    h.update(previous.as_bytes());
+    h.update(&walker.to_le_bytes());
+    State::from_bytes(h.finalize().as_bytes())
+}
+
+/// `steps` steps from `state` over a pool of `pool_slices` slices read from `slices`.
+fn walk_segment<'a>(mut state: State, steps: u32, pool_slices: u64, slices: impl Fn(u64) -> &'a [u8]) -> State {
+    for _ in 0..steps {
+        let line = state.names(pool_slices);
+        state = step(&state, line.of(slices(line.slice)));
+    }
+    state
+}
+
+/// One device's locality walk as the miner keeps it for the openings: every end state,
+/// generation by generation (`W` each), each generation's digest, and the root over them.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LineWalk {
+    pub walkers: u32,
+    pub ends: Vec<State>,
+    pub digests: Vec<Digest>,
+    pub root: Digest,
+}
+
+impl LineWalk {
+    /// The end states of generation `g`, in walker order.
+    pub fn generation(&self, g: u32) -> Option<&[State]> {
+        let w = self.walkers as usize;
+        self.ends.get(g as usize * w..(g as usize + 1) * w)
+    }
+}
+
+/// Walks every generation of `walk` over `source`'s device, each generation's walkers side by
+/// side (a thread each, as many as the host lends), stopping soon after `cancel` is cancelled.
+pub fn walk_lines(
+    walk: &LocalityWalk,
+    source: &dyn SliceSource,
+    cancel: &CancelToken,
+) -> Result<LineWalk, BackendError> {
+    let pool = source.pool();
+    let (device, slices) = (pool.device, pool.slices());
+    let mut ends = Vec::with_capacity(walk.walkers as usize * walk.generations as usize);
+    let mut digests = Vec::with_capacity(walk.generations as usize);
+    for g in 0..walk.generations {
+        cancel.check()?;
+        let previous = digests.last();
+        let walked: Vec<State> = (0..walk.walkers)
+            .into_par_iter()
+            .map(|w| walk_segment(walk.start(device, w, previous), walk.steps, slices, |e| source.slice(e)))
+            .collect();
+        digests.push(generation_digest(device, g, &walked));
+        ends.extend(walked);
+    }
+    let root = MerkleTree::new(&digests).root();
+    Ok(LineWalk {
+        walkers: walk.walkers,
+        ends,
+        digests,
+        root,
+    })
+}
+
+/// One step's line, proven against the pool: the 1 KiB chunk that holds it with the chunk's path
+/// to its state's hash, and that state's chain (its checkpoint hashes, the last the state's hash,
+/// and its leaf's proof in the device root).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LineProof {
+    pub chunk: Vec<u8>,
+    pub chunk_path: SlicePath,
+    pub checkpoints: Vec<Digest>,
+    pub chain_proof: MerkleProof,
+}
+
+/// Walker `walker` of generation `generation` opened: the ends of the generation before (from
+/// which its start follows; none for the first), the ends of its own generation (among them its
+/// own end), each generation's place in the locality root, and the line of every step.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SegmentOpening {
+    pub generation: u32,
+    pub walker: u32,
+    pub previous: Vec<State>,
+    pub previous_proof: MerkleProof,
+    pub ends: Vec<State>,
+    pub ends_proof: MerkleProof,
+    pub lines: Vec<LineProof>,
+}
+
+/// Opens walker `walker` of generation `generation` of `walked` by walking it again from its
+/// start. `chain(i)` gives chain `i`'s checkpoint hashes and its leaf's proof in the device
+/// root, as the miner kept them from the chains. `Ok(None)` for a segment outside the walk.
+pub fn open_segment(
+    walk: &LocalityWalk,
+    source: &dyn SliceSource,
+    walked: &LineWalk,
+    generation: u32,
+    walker: u32,
+    chain: &dyn Fn(u64) -> (Vec<Digest>, MerkleProof),
+) -> Result<Option<SegmentOpening>, BackendError> {
+    if walker >= walk.walkers || generation >= walk.generations || walked.walkers != walk.walkers {
+        return Ok(None);
+    }
+    let tree = MerkleTree::new(&walked.digests);
+    let (Some(ends), Some(ends_proof)) = (walked.generation(generation), tree.proof(u64::from(generation))) else {
+        return Ok(None);
+    };
+    let (previous, previous_proof) = match generation.checked_sub(1) {
+        None => (Vec::new(), MerkleProof::default()),
+        Some(p) => match (walked.generation(p), tree.proof(u64::from(p))) {
+            (Some(ends), Some(proof)) => (ends.to_vec(), proof),
+            _ => return Ok(None),
+        },
+    };
+    let pool = source.pool();
+    let slices = pool.slices();
+    let previous_digest = generation.checked_sub(1).and_then(|p| walked.digests.get(p as usize));
+    let mut state = walk.start(pool.device, walker, previous_digest);
+    // A chain's whole state is gathered once however many of the segment's lines it holds.
+    let mut states: HashMap<u64, Vec<u8>> = HashMap::new();
+    let mut lines = Vec::with_capacity(walk.steps as usize);
+    for _ in 0..walk.steps {
+        let line = state.names(slices);
+        let (chain_index, q) = pool.locate(line.slice);
+        let whole = states
+            .entry(chain_index)
+            .or_insert_with(|| pool_state(source, chain_index));
+        let chunk = q * CHUNKS_PER_SLICE + u64::from(line.line) / LINES_PER_CHUNK;
+        let chunk_path = chunk_path(whole, chunk).map_err(|e| BackendError::Device {
+            device: pool.device,
+            detail: format!("a pool state that is not whole slices: {e}"),
+        })?;
+        let (checkpoints, chain_proof) = chain(chain_index);
+        lines.push(LineProof {
+            chunk: whole[chunk as usize * CHUNK_BYTES..][..CHUNK_BYTES].to_vec(),
+            chunk_path,
+            checkpoints,
+            chain_proof,
+        });
+        state = step(&state, line.of(source.slice(line.slice)));
+    }
+    Ok(Some(SegmentOpening {
+        generation,
+        walker,
+        previous,
+        previous_proof,
+        ends: ends.to_vec(),
+        ends_proof,
+        lines,
+    }))
+}
+
+/// Lines in a 1 KiB chunk.
+const LINES_PER_CHUNK: u64 = (CHUNK_BYTES / LINE_BYTES) as u64;
+
+/// What the validator holds of one device when it checks a locality opening.
+#[derive(Clone, Copy, Debug)]
+pub struct LocalityCommitments {
+    /// `root_j` of the commitment, over the device's `device_chains` chain leaves.
+    pub device_root: Digest,
+    pub device_chains: u64,
+    /// The device's signed locality root.
+    pub locality_root: Digest,
+}
+
+/// Why an opened locality segment fails, each with its own code.
+#[derive(Debug, Error, Clone, PartialEq, Eq)]
+pub enum LocalityRejection {
+    #[error("walker {walker} of generation {generation} is outside the walk")]
+    OutOfRange { generation: u32, walker: u32 },
+    #[error("generation {generation}'s end states are {got}, the walk has {want} walkers")]
+    WrongWalkerCount { generation: u32, got: usize, want: u32 },
+    #[error("generation {generation}'s end states are not the ones the locality root committed")]
+    GenerationNotCommitted { generation: u32 },
+    #[error("the segment carries {got} lines for a segment of {want} steps")]
+    WrongLineCount { got: usize, want: u32 },
+    #[error("step {step}: chain {chain}'s checkpoints are not the ones its leaf committed")]
+    ChainNotCommitted { step: usize, chain: u64 },
+    #[error("step {step}: the line is not part of chain {chain}'s committed state: {error}")]
+    LineNotCommitted { step: usize, chain: u64, error: SliceError },
+    #[error("walker {walker} of generation {generation} over its lines does not end at its committed end state")]
+    SegmentMismatch { generation: u32, walker: u32 },
+}
+
+impl LocalityRejection {
+    /// The stable code a verdict stores (PROTOCOL.md section 16).
+    pub fn code(&self) -> &'static str {
+        match self {
+            LocalityRejection::OutOfRange { .. } | LocalityRejection::WrongWalkerCount { .. } => {
+                "locality-opening-for-wrong-request"
+            }
+            LocalityRejection::GenerationNotCommitted { .. } => "locality-generation-not-committed",
+            LocalityRejection::WrongLineCount { .. } | LocalityRejection::SegmentMismatch { .. } => {
+                "locality-segment-mismatch"
+            }
+            LocalityRejection::ChainNotCommitted { .. } => "leaf-not-committed",
+            LocalityRejection::LineNotCommitted { .. } => "locality-line-not-committed",
+        }
+    }
+}
+
+/// Checks one opened segment of `pool`'s device: both generations' ends against the locality
+/// root, each line against its chain's committed state, and the replay from the start the
+/// generation before gives (or the challenge, for the first) to the walker's committed end.
+pub fn check_segment(
+    work: &Work,
+    walk: &LocalityWalk,
+    pool: &ChainPool,
+    committed: &LocalityCommitments,
+    opening: &SegmentOpening,
+) -> Result<(), LocalityRejection> {
+    let (g, w) = (opening.generation, opening.walker);
+    if g >= walk.generations || w >= walk.walkers {
+        return Err(LocalityRejection::OutOfRange {
+            generation: g,
+            walker: w,
+        });
+    }
+    let generations = u64::from(walk.generations);
+    let in_root = |generation: u32, ends: &[State], proof: &MerkleProof| {
+        if ends.len() != walk.walkers as usize {
+            return Err(LocalityRejection::WrongWalkerCount {
+                generation,
+                got: ends.len(),
+                want: walk.walkers,
+            });
+        }
+        let digest = generation_digest(pool.device, generation, ends);
+        verify_proof(
+            &committed.locality_root,
+            &digest,
+            u64::from(generation),
+            generations,
+            proof,
+        )
+        .map_err(|_| LocalityRejection::GenerationNotCommitted { generation })?;
+        Ok(digest)
+    };
+    let previous = match g.checked_sub(1) {
+        None => None,
+        Some(p) => Some(in_root(p, &opening.previous, &opening.previous_proof)?),
+    };
+    in_root(g, &opening.ends, &opening.ends_proof)?;
+    if opening.lines.len() != walk.steps as usize {
+        return Err(LocalityRejection::WrongLineCount {
+            got: opening.lines.len(),
+            want: walk.steps,
+        });
+    }
+    let slices = pool.slices();
+    let mut state = walk.start(pool.device, w, previous.as_ref());
+    for (i, proof) in opening.lines.iter().enumerate() {
+        let line = state.names(slices);
+        let (chain, q) = pool.locate(line.slice);
+        let whole_chain = proof.checkpoints.len() == work.checkpoints_per_chain();
+        if !whole_chain
+            || verify_proof(
+                &committed.device_root,
+                &leaf_hash(chain, &proof.checkpoints),
+                chain - pool.first_chain,
+                committed.device_chains,
+                &proof.chain_proof,
+            )
+            .is_err()
+        {
+            return Err(LocalityRejection::ChainNotCommitted { step: i, chain });
+        }
+        let state_hash = proof.checkpoints.last().expect("a chain has checkpoints");
+        let chunk = q * CHUNKS_PER_SLICE + u64::from(line.line) / LINES_PER_CHUNK;
+        verify_chunk(state_hash, pool.state_bytes(), chunk, &proof.chunk, &proof.chunk_path)
+            .map_err(|error| LocalityRejection::LineNotCommitted { step: i, chain, error })?;
+        let within = (u64::from(line.line) % LINES_PER_CHUNK) as usize * LINE_BYTES;
+        let bytes: &[u8; LINE_BYTES] = proof.chunk[within..within + LINE_BYTES]
+            .try_into()
+            .expect("a verified chunk is 1024 bytes");
+        state = step(&state, bytes);
+    }
+    if state != opening.ends[w as usize] {
+        return Err(LocalityRejection::SegmentMismatch {
+            generation: g,
+            walker: w,
+        });
     }
     Ok(())
 }

@@ -13,8 +13,8 @@
 //!   slice of one proven against the state's BLAKE3 hash, the walk over slices with every state
 //!   committed and the check of one opened step, and the clock and opening bounds against the
 //!   best cheater, from which a planner sizes its openings.
-//! - [`locality`]: the locality walk's step, walk and segment replay (docs/design/locality.md;
-//!   designed, not on the wire yet).
+//! - [`locality`]: the locality walk (docs/design/locality.md): its step, its generations, a
+//!   segment's opening and the validator's check of one.
 //!
 //! The memory phase's signed statements are `crate::statement::memory_v3` and `memory_v4`.
 //!

@@ -18,6 +18,11 @@ use thiserror::Error;
 pub const SLICE_BYTES: usize = 1 << 16;
 /// Largest state a slice is proven in: n = 8192, 64 MiB, 1024 slices.
 pub const MAX_STATE_BYTES: u64 = 1 << 26;
+/// Bytes in one BLAKE3 chunk: the unit a locality walk's line is proven in (a line is a quarter
+/// of a chunk), with the same construction one level further down.
+pub const CHUNK_BYTES: usize = 1024;
+/// Chunks in a slice.
+pub const CHUNKS_PER_SLICE: u64 = (SLICE_BYTES / CHUNK_BYTES) as u64;
 
 /// The sibling chaining values on a slice's path to its state's hash, bottom first.
 #[derive(Clone, Debug, PartialEq, Eq, Default)]
@@ -29,13 +34,13 @@ pub struct SlicePath {
 pub enum SliceError {
     #[error("a state of {0} bytes is not a whole number of 64 KiB slices in 1..=1024")]
     NotWholeSlices(u64),
-    #[error("slice {slice} is outside a state of {count} slices")]
+    #[error("slice or chunk {slice} is outside a state of {count}")]
     OutOfRange { slice: u64, count: u64 },
-    #[error("a slice is 65536 bytes, got {0}")]
+    #[error("a slice is 65536 bytes and a chunk 1024, got {0}")]
     WrongLength(usize),
     #[error("slice {slice}'s path has {got} siblings, its place in the state needs {want}")]
     PathLength { slice: u64, got: usize, want: usize },
-    #[error("slice {slice} and its path do not hash to the committed state")]
+    #[error("slice or chunk {slice} and its path do not hash to the committed state")]
     Mismatch { slice: u64 },
 }
 
@@ -47,24 +52,24 @@ struct Level {
     sibling_len: u64,
 }
 
-/// The levels from the state's root down to slice `slice`, root first. The shape depends on the
-/// state's length and the slice's index alone, so a verifier rebuilds it and takes nothing but
-/// chaining values from the prover.
-fn levels(state_bytes: u64, slice: u64) -> Result<Vec<Level>, SliceError> {
-    let slice_bytes = SLICE_BYTES as u64;
-    if state_bytes == 0 || !state_bytes.is_multiple_of(slice_bytes) || state_bytes > MAX_STATE_BYTES {
+/// The levels from the state's root down to unit `index` (a slice, or a chunk: `unit_bytes` a
+/// power of two from 1 KiB to 64 KiB), root first. The shape depends on the state's length and
+/// the unit's index alone, so a verifier rebuilds it and takes nothing but chaining values from
+/// the prover.
+fn levels(state_bytes: u64, unit_bytes: u64, index: u64) -> Result<Vec<Level>, SliceError> {
+    if state_bytes == 0 || !state_bytes.is_multiple_of(SLICE_BYTES as u64) || state_bytes > MAX_STATE_BYTES {
         return Err(SliceError::NotWholeSlices(state_bytes));
     }
-    let count = state_bytes / slice_bytes;
-    if slice >= count {
-        return Err(SliceError::OutOfRange { slice, count });
+    let count = state_bytes / unit_bytes;
+    if index >= count {
+        return Err(SliceError::OutOfRange { slice: index, count });
     }
-    let target = slice * slice_bytes;
+    let target = index * unit_bytes;
     let (mut start, mut len) = (0, state_bytes);
     let mut levels = Vec::new();
-    while len > slice_bytes {
-        // A power of two of bytes at least half of `len`, so at least one slice: the subtree
-        // boundaries below stay on slice boundaries.
+    while len > unit_bytes {
+        // A power of two of bytes at least half of `len`, so at least one unit: the subtree
+        // boundaries below stay on unit boundaries.
         let left = left_subtree_len(len);
         if target < start + left {
             levels.push(Level {
@@ -96,7 +101,17 @@ fn subtree(bytes: &[u8], offset: u64) -> ChainingValue {
 
 /// The path of slice `slice` of `state`, made from the state itself (the miner's side).
 pub fn slice_path(state: &[u8], slice: u64) -> Result<SlicePath, SliceError> {
-    let mut siblings: Vec<ChainingValue> = levels(state.len() as u64, slice)?
+    unit_path(state, SLICE_BYTES as u64, slice)
+}
+
+/// The path of chunk `chunk` (1 KiB, the chunk index within the whole state) of `state`: a
+/// locality line's proof (docs/design/locality.md 2).
+pub fn chunk_path(state: &[u8], chunk: u64) -> Result<SlicePath, SliceError> {
+    unit_path(state, CHUNK_BYTES as u64, chunk)
+}
+
+fn unit_path(state: &[u8], unit_bytes: u64, index: u64) -> Result<SlicePath, SliceError> {
+    let mut siblings: Vec<ChainingValue> = levels(state.len() as u64, unit_bytes, index)?
         .iter()
         .map(|level| {
             let (start, len) = (level.sibling_start as usize, level.sibling_len as usize);
@@ -116,22 +131,45 @@ pub fn verify_slice(
     bytes: &[u8],
     path: &SlicePath,
 ) -> Result<(), SliceError> {
-    let levels = levels(state_bytes, slice)?;
-    if bytes.len() != SLICE_BYTES {
+    verify_unit(state_hash, state_bytes, SLICE_BYTES as u64, slice, bytes, path)
+}
+
+/// Checks that `bytes` are chunk `chunk` (1 KiB) of a state of `state_bytes` bytes whose BLAKE3
+/// hash is `state_hash`.
+pub fn verify_chunk(
+    state_hash: &Digest,
+    state_bytes: u64,
+    chunk: u64,
+    bytes: &[u8],
+    path: &SlicePath,
+) -> Result<(), SliceError> {
+    verify_unit(state_hash, state_bytes, CHUNK_BYTES as u64, chunk, bytes, path)
+}
+
+fn verify_unit(
+    state_hash: &Digest,
+    state_bytes: u64,
+    unit_bytes: u64,
+    index: u64,
+    bytes: &[u8],
+    path: &SlicePath,
+) -> Result<(), SliceError> {
+    let levels = levels(state_bytes, unit_bytes, index)?;
+    if bytes.len() as u64 != unit_bytes {
         return Err(SliceError::WrongLength(bytes.len()));
     }
     if path.siblings.len() != levels.len() {
         return Err(SliceError::PathLength {
-            slice,
+            slice: index,
             got: path.siblings.len(),
             want: levels.len(),
         });
     }
     let root: Digest = match levels.split_first() {
-        // A state of one slice: the slice is the whole message.
+        // A state of one unit: the unit is the whole message.
         None => blake3::hash(bytes).into(),
         Some((top, below)) => {
-            let mut node = subtree(bytes, slice * SLICE_BYTES as u64);
+            let mut node = subtree(bytes, index * unit_bytes);
             let join = |node: &ChainingValue, sibling: &ChainingValue, level: &Level| {
                 if level.slice_is_left {
                     (*node, *sibling)
@@ -151,7 +189,7 @@ pub fn verify_slice(
     if &root == state_hash {
         Ok(())
     } else {
-        Err(SliceError::Mismatch { slice })
+        Err(SliceError::Mismatch { slice: index })
     }
 }
 
@@ -183,6 +221,41 @@ mod tests {
                 verify_slice(&hash, state.len() as u64, slice, slice_of(&state, slice), &path)
                     .unwrap_or_else(|e| panic!("n = {n}, slice {slice}: {e}"));
             }
+        }
+    }
+
+    /// Every chunk proves against the state's hash, a path six levels longer than its slice's;
+    /// a changed byte, sibling or index fails.
+    #[test]
+    fn every_chunk_proves_against_the_states_own_blake3_hash() {
+        for n in [256, 768, 1024] {
+            let state = random_state(n);
+            let hash: Digest = blake3::hash(&state).into();
+            let len = state.len() as u64;
+            let count = len / CHUNK_BYTES as u64;
+            for chunk in [0, 1, 63, 64, count / 2 + 5, count - 1]
+                .into_iter()
+                .filter(|&c| c < count)
+            {
+                let path = chunk_path(&state, chunk).unwrap();
+                let bytes = &state[chunk as usize * CHUNK_BYTES..][..CHUNK_BYTES];
+                verify_chunk(&hash, len, chunk, bytes, &path).unwrap_or_else(|e| panic!("n = {n}, chunk {chunk}: {e}"));
+                let slice_levels = slice_path(&state, chunk / CHUNKS_PER_SLICE).unwrap().siblings.len();
+                assert_eq!(path.siblings.len(), slice_levels + 6, "n = {n}, chunk {chunk}");
+                let mut changed = bytes.to_vec();
+                changed[1000] ^= 4;
+                assert!(verify_chunk(&hash, len, chunk, &changed, &path).is_err());
+                let mut bad = path.clone();
+                bad.siblings[0][3] ^= 1;
+                assert!(verify_chunk(&hash, len, chunk, bytes, &bad).is_err());
+                let other = (chunk + 1) % count;
+                assert!(verify_chunk(&hash, len, other, bytes, &path).is_err());
+            }
+            assert!(verify_chunk(&hash, len, count, &state[..CHUNK_BYTES], &SlicePath::default()).is_err());
+            assert_eq!(
+                verify_chunk(&hash, len, 0, &state[..100], &chunk_path(&state, 0).unwrap()),
+                Err(SliceError::WrongLength(100))
+            );
         }
     }
 

@@ -428,7 +428,7 @@ pub fn open_kept_step<S: OpenSource + ?Sized>(
 }
 
 /// The whole final state of `chain`, gathered from its slices.
-fn pool_state<S: SliceSource + ?Sized>(source: &S, chain: u64) -> Vec<u8> {
+pub(crate) fn pool_state<S: SliceSource + ?Sized>(source: &S, chain: u64) -> Vec<u8> {
     let pool = source.pool();
     let first = (chain - pool.first_chain) * pool.slices_per_state();
     (first..first + pool.slices_per_state())

@@ -10,7 +10,7 @@ use crate::keys::PublicKey;
 use crate::memory::slice_walk::StepOpening;
 
 const WALK_REQUEST_DOMAIN: &[u8] = b"gpu-attest v4 walk request";
-const WALK_ROOT_DOMAIN: &[u8] = b"gpu-attest v4 walk root";
+pub(crate) const WALK_ROOT_DOMAIN: &[u8] = b"gpu-attest v4 walk root";
 const OPEN_REQUEST_DOMAIN_V4: &[u8] = b"gpu-attest v4 open request";
 const STEP_OPENING_DOMAIN: &[u8] = b"gpu-attest v4 step opening";
 

@@ -4,6 +4,7 @@
 //! implementation can reproduce them and a re-encoding cannot change what was signed. Each starts
 //! with its own domain string, so a signature of one kind can never be passed off as another.
 
+pub mod locality;
 pub mod memory_v3;
 pub mod memory_v4;
 
