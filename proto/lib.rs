@@ -7,6 +7,7 @@
 pub mod convert;
 pub mod evidence;
 mod fields;
+pub mod locality;
 pub mod memory_v4;
 pub mod transcript;
 

@@ -31,6 +31,8 @@ impl Miner for StandIn {
     type RunChallengeStream = Events<v1::ChallengeEvent>;
     type OpenChainsStream = Events<v1::ChainOpening>;
     type WalkStatesStream = Events<v1::DeviceWalkRoot>;
+    type WalkLinesStream = Events<v1::DeviceWalkRoot>;
+    type OpenLinesStream = Events<v1::LocalityOpening>;
 
     /// Answers at once, or, for a request marked `slow` (a registration probing a slow miner),
     /// after SLOW_CALL: holding its connection meanwhile if it is also marked `held`.
@@ -61,6 +63,14 @@ impl Miner for StandIn {
     }
 
     async fn walk_states(&self, _: Request<v1::WalkRequest>) -> Result<Response<Self::WalkStatesStream>, Status> {
+        Err(Status::unimplemented("not in this test"))
+    }
+
+    async fn walk_lines(&self, _: Request<v1::LocalityRequest>) -> Result<Response<Self::WalkLinesStream>, Status> {
+        Err(Status::unimplemented("not in this test"))
+    }
+
+    async fn open_lines(&self, _: Request<v1::OpenLinesRequest>) -> Result<Response<Self::OpenLinesStream>, Status> {
         Err(Status::unimplemented("not in this test"))
     }
 }

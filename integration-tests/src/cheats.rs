@@ -176,6 +176,8 @@ impl Miner for CheatingMiner {
     type RunChallengeStream = Events<v1::ChallengeEvent>;
     type OpenChainsStream = Events<v1::ChainOpening>;
     type WalkStatesStream = Events<v1::DeviceWalkRoot>;
+    type WalkLinesStream = Events<v1::DeviceWalkRoot>;
+    type OpenLinesStream = Events<v1::LocalityOpening>;
 
     async fn get_inventory(&self, _: Request<v1::GetInventoryRequest>) -> Result<Response<v1::Inventory>, Status> {
         let mut inventory = gpu_attest_proto::convert::inventory_to_wire(&self.core.inventory());
@@ -337,6 +339,27 @@ impl Miner for CheatingMiner {
         let honest = gpu_attest_miner::service::MinerService::new(self.core.clone());
         let roots = Miner::walk_states(&honest, request).await?.into_inner();
         Ok(Response::new(Box::pin(roots)))
+    }
+
+    // The locality walk as the honest miner answers it: these cheats are of the chain phase.
+    async fn walk_lines(
+        &self,
+        request: Request<v1::LocalityRequest>,
+    ) -> Result<Response<Self::WalkLinesStream>, Status> {
+        let honest = gpu_attest_miner::service::MinerService::new(self.core.clone());
+        Ok(Response::new(Box::pin(
+            Miner::walk_lines(&honest, request).await?.into_inner(),
+        )))
+    }
+
+    async fn open_lines(
+        &self,
+        request: Request<v1::OpenLinesRequest>,
+    ) -> Result<Response<Self::OpenLinesStream>, Status> {
+        let honest = gpu_attest_miner::service::MinerService::new(self.core.clone());
+        Ok(Response::new(Box::pin(
+            Miner::open_lines(&honest, request).await?.into_inner(),
+        )))
     }
 }
 

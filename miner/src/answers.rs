@@ -30,12 +30,20 @@ pub enum Kind {
     OpenRequest,
     /// Sent: one opening.
     Opening,
+    /// Received: a locality walk request (PROTOCOL.md 20.10).
+    LocalityRequest,
+    /// Sent: one device's locality root.
+    LocalityRoot,
+    /// Received: a locality open request this miner answered.
+    LocalityOpenRequest,
+    /// Sent: one opened locality segment.
+    LocalityOpening,
 }
 
 impl Kind {
     /// Whether the message is kept whole (else by digest only: openings are large).
     fn whole(self) -> bool {
-        self != Kind::Opening
+        !matches!(self, Kind::Opening | Kind::LocalityOpening)
     }
 }
 

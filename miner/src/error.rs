@@ -121,6 +121,22 @@ pub enum MinerError {
     TooManyWalkSamples { requested: usize, max: usize },
     #[error("the walk failed: {0}")]
     Walk(BackendError),
+    #[error("locality walk refused: {0}")]
+    LocalityShape(#[from] gpu_attest_shared::memory::locality::ShapeError),
+    #[error(
+        "the locality walk of commitment {0} was asked for before its version 4 walk: send WalkStates first, then WalkLines"
+    )]
+    LocalityBeforeWalk(String),
+    #[error("the lines of commitment {0} were already walked; a locality request is single-use")]
+    LinesAlreadyWalked(String),
+    #[error("locality segments asked for before the locality walk: send WalkLines first")]
+    LinesNotWalked,
+    #[error("the locality segments of commitment {0} were already opened; a locality open request is single-use")]
+    LinesAlreadyOpened(String),
+    #[error("locality sample {0:?} names no device, generation or walker of this locality walk")]
+    LocalitySampleOutOfRange(gpu_attest_shared::statement::locality::SegmentSample),
+    #[error("locality request signature does not verify")]
+    BadLocalitySignature,
 }
 
 impl MinerError {
@@ -135,7 +151,11 @@ impl MinerError {
             | MinerError::Memory(_) => Code::InvalidArgument,
             MinerError::PoolOverClaim { .. } => Code::ResourceExhausted,
             MinerError::OtherVersion { .. } => Code::FailedPrecondition,
-            MinerError::StepSampleOutOfRange(_) => Code::OutOfRange,
+            MinerError::StepSampleOutOfRange(_) | MinerError::LocalitySampleOutOfRange(_) => Code::OutOfRange,
+            MinerError::LocalityShape(_) => Code::InvalidArgument,
+            MinerError::LocalityBeforeWalk(_) | MinerError::LinesNotWalked => Code::FailedPrecondition,
+            MinerError::LinesAlreadyWalked(_) | MinerError::LinesAlreadyOpened(_) => Code::AlreadyExists,
+            MinerError::BadLocalitySignature => Code::Unauthenticated,
             MinerError::BadWalkSignature => Code::Unauthenticated,
             MinerError::AlreadyWalked(_) => Code::AlreadyExists,
             MinerError::NoMemoryPhase(_)

@@ -10,12 +10,15 @@ use crate::error::MinerError;
 use crate::memory::{HeldPools, side_by_side};
 use gpu_attest_shared::backend::PoolStates;
 use gpu_attest_shared::memory::chain_pool::{ChainPool, ChainPoolParams};
+use gpu_attest_shared::memory::locality::{LineWalk, LocalityWalk, SegmentOpening};
 use gpu_attest_shared::memory::slice_walk::{DeviceWalk, SliceWalk, StepOpening};
 use gpu_attest_shared::merkle::MerkleProof;
 use gpu_attest_shared::statement::DeviceInfo;
+use gpu_attest_shared::statement::locality::SegmentSample;
 use gpu_attest_shared::statement::memory_v4::StepSample;
 use gpu_attest_shared::{CancelToken, Digest};
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 /// Refuses, before a challenge is accepted, a pool that is more than its device claims to
@@ -42,6 +45,12 @@ struct Walked {
     devices: Vec<DeviceWalk>,
 }
 
+/// A finished locality walk, kept for its openings.
+struct WalkedLines {
+    walk: LocalityWalk,
+    devices: Vec<LineWalk>,
+}
+
 /// The memory side of a version 4 commitment: each device's kept states until they are
 /// released, whether its one walk has been asked for, and the walk once done.
 pub struct HeldChainPools {
@@ -50,6 +59,10 @@ pub struct HeldChainPools {
     global: Digest,
     pools: HeldPools<Vec<Box<dyn PoolStates>>>,
     walked: Mutex<Option<Walked>>,
+    /// The locality walk (PROTOCOL.md 20.10): asked for at most once, opened at most once.
+    lines_requested: AtomicBool,
+    lines_opened: AtomicBool,
+    lines: Mutex<Option<WalkedLines>>,
 }
 
 impl HeldChainPools {
@@ -60,7 +73,15 @@ impl HeldChainPools {
             global,
             pools: HeldPools::new(pools),
             walked: Mutex::new(None),
+            lines_requested: AtomicBool::new(false),
+            lines_opened: AtomicBool::new(false),
+            lines: Mutex::new(None),
         }
+    }
+
+    /// G, the commitment's global root.
+    pub fn global(&self) -> Digest {
+        self.global
     }
 
     pub fn params(&self) -> &ChainPoolParams {
@@ -152,5 +173,81 @@ impl HeldChainPools {
         pool.open(&walked.walk, device, sample.walker, sample.step, &chain)
             .map_err(MinerError::Walk)?
             .ok_or(MinerError::StepSampleOutOfRange(sample))
+    }
+
+    /// Whether the version 4 walk has been done: the locality walk comes after it.
+    pub fn has_walked(&self) -> bool {
+        self.walked.lock().unwrap_or_else(|p| p.into_inner()).is_some()
+    }
+
+    /// Marks the commitment's one locality walk as asked for; `false` if it already was.
+    pub fn claim_lines(&self) -> bool {
+        !self.lines_requested.swap(true, Ordering::SeqCst)
+    }
+
+    /// Marks the locality walk's one opening round as asked for; `false` if it already was.
+    pub fn claim_lines_opening(&self) -> bool {
+        !self.lines_opened.swap(true, Ordering::SeqCst)
+    }
+
+    /// The locality walk of every device (blocking), the devices side by side; `ended(j,
+    /// locality_root_j, took)` is called on device `j`'s thread as soon as its walk ends.
+    pub fn walk_lines(
+        &self,
+        walk: LocalityWalk,
+        cancel: &CancelToken,
+        ended: &(dyn Fn(u32, Digest, Duration) + Sync),
+    ) -> Result<(), MinerError> {
+        let devices = {
+            let pools = self.pools.lock();
+            let pools = pools.as_ref().ok_or(MinerError::PoolsReleased)?;
+            side_by_side(pools, cancel, |pool| {
+                let started = Instant::now();
+                let walked = pool.walk_lines(&walk, cancel)?;
+                ended(pool.pool().device, walked.root, started.elapsed());
+                Ok(walked)
+            })
+            .map_err(MinerError::Walk)?
+        };
+        *self.lines.lock().unwrap_or_else(|p| p.into_inner()) = Some(WalkedLines { walk, devices });
+        Ok(())
+    }
+
+    /// Checks locality samples before their round starts: the locality walk is done, the
+    /// states still held, and every sample names a device, generation and walker of it.
+    pub fn check_line_samples(&self, samples: &[SegmentSample]) -> Result<(), MinerError> {
+        let lines = self.lines.lock().unwrap_or_else(|p| p.into_inner());
+        let lines = lines.as_ref().ok_or(MinerError::LinesNotWalked)?;
+        if !self.holds_pools() {
+            return Err(MinerError::PoolsReleased);
+        }
+        for &sample in samples {
+            let in_range = (sample.device as usize) < lines.devices.len()
+                && sample.generation < lines.walk.generations
+                && sample.walker < lines.walk.walkers;
+            if !in_range {
+                return Err(MinerError::LocalitySampleOutOfRange(sample));
+            }
+        }
+        Ok(())
+    }
+
+    /// Opens one locality segment (blocking: walks that walker's generation again).
+    pub fn open_lines(
+        &self,
+        sample: SegmentSample,
+        chain: &dyn Fn(u64) -> (Vec<gpu_attest_shared::Digest>, MerkleProof),
+    ) -> Result<SegmentOpening, MinerError> {
+        let lines = self.lines.lock().unwrap_or_else(|p| p.into_inner());
+        let lines = lines.as_ref().ok_or(MinerError::LinesNotWalked)?;
+        let pools = self.pools.lock();
+        let pools = pools.as_ref().ok_or(MinerError::PoolsReleased)?;
+        let j = sample.device as usize;
+        let (Some(pool), Some(walked)) = (pools.get(j), lines.devices.get(j)) else {
+            return Err(MinerError::LocalitySampleOutOfRange(sample));
+        };
+        pool.open_lines(&lines.walk, walked, sample.generation, sample.walker, chain)
+            .map_err(MinerError::Walk)?
+            .ok_or(MinerError::LocalitySampleOutOfRange(sample))
     }
 }

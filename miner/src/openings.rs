@@ -166,3 +166,50 @@ impl Round<'_> {
         }
     }
 }
+
+/// Runs a locality opening round (PROTOCOL.md 20.10) for `samples` of `recent`, each opened
+/// segment (or the error that ends the round) sent on `tx`, within the limits of an opening
+/// round. It does not finish the commitment's round: the chain and step openings follow it.
+pub async fn run_lines_round(
+    core: Arc<MinerCore>,
+    recent: Arc<RecentCommitment>,
+    samples: Vec<gpu_attest_shared::statement::locality::SegmentSample>,
+    tx: mpsc::Sender<Result<v1::LocalityOpening, Status>>,
+    limits: RoundLimits,
+) {
+    let nonce = hex::encode(recent.nonce);
+    let ends = tokio::time::Instant::now() + limits.round;
+    let Ok(_devices) = tokio::time::timeout_at(ends, core.running().lock_devices()).await else {
+        warn!(%nonce, "locality opening round ended before the devices were free");
+        return;
+    };
+    for sample in samples {
+        if tx.is_closed() {
+            return; // the validator is gone
+        }
+        let (worker, held) = (core.clone(), recent.clone());
+        let opened = tokio::task::spawn_blocking(move || worker.open_lines(&held, sample)).await;
+        let item = match opened {
+            Ok(result) => result
+                .map(|o| gpu_attest_proto::locality::opening_to_wire(o.device, &o.opening, &o.signature))
+                .map_err(Status::from),
+            Err(join) => Err(Status::internal(format!("locality opening worker failed: {join}"))),
+        };
+        let failed = item.is_err();
+        core.metrics().opening(!failed);
+        let wait = limits
+            .handover
+            .min(ends.saturating_duration_since(tokio::time::Instant::now()));
+        let Ok(Ok(slot)) = tokio::time::timeout(wait, tx.reserve()).await else {
+            warn!(%nonce, "locality opening round ended: the validator stopped taking openings");
+            return;
+        };
+        if let Ok(opening) = &item {
+            core.record_answer(&recent.nonce, crate::answers::Kind::LocalityOpening, opening);
+        }
+        slot.send(item);
+        if failed {
+            return;
+        }
+    }
+}

@@ -4,7 +4,7 @@ use crate::answers::Kind;
 use crate::core::{AcceptedChallenge, MinerCore, Signed, now_ms};
 use crate::error::MinerError;
 use crate::metrics::ChallengeOutcome;
-use crate::openings::{RoundLimits, Sample, run_round};
+use crate::openings::{RoundLimits, Sample, run_lines_round, run_round};
 use gpu_attest_daemon::connections::{holds_connection, trust_connection};
 use gpu_attest_proto::convert::{
     challenge_from_wire, inventory_to_wire, open_request_from_wire, walk_request_from_wire,
@@ -64,6 +64,8 @@ impl Miner for MinerService {
     type RunChallengeStream = EventStream<v1::ChallengeEvent>;
     type OpenChainsStream = EventStream<v1::ChainOpening>;
     type WalkStatesStream = EventStream<v1::DeviceWalkRoot>;
+    type WalkLinesStream = EventStream<v1::DeviceWalkRoot>;
+    type OpenLinesStream = EventStream<v1::LocalityOpening>;
 
     async fn get_inventory(
         &self,
@@ -243,6 +245,87 @@ impl Miner for MinerService {
                     let _ = tx.send(Err(status)).await;
                 }
             }
+        });
+        Ok(holds_connection(Response::new(Box::pin(ReceiverStream::new(rx)))))
+    }
+
+    async fn walk_lines(
+        &self,
+        request: Request<v1::LocalityRequest>,
+    ) -> Result<Response<Self::WalkLinesStream>, Status> {
+        let running = self.core.running().started();
+        let peer = peer(&request);
+        let (recent, walk) = self
+            .core
+            .check_locality_request(request.get_ref())
+            .inspect_err(|e| warn!(%peer, error = %e, "locality request refused"))?;
+        trust_connection(request.extensions());
+        self.core
+            .record_answer(&recent.nonce, Kind::LocalityRequest, request.get_ref());
+        let (tx, rx) = mpsc::channel(EVENT_BUFFER);
+        let core = self.core.clone();
+        tokio::spawn(async move {
+            let nonce = hex::encode(recent.nonce);
+            // The walk reads the states where the devices hold them (see `walk_pool`).
+            let devices = core.running().lock_devices().await;
+            let cancel = CancelToken::new();
+            let hung_up = {
+                let (tx, cancel) = (tx.clone(), cancel.clone());
+                tokio::spawn(async move {
+                    tx.closed().await;
+                    cancel.cancel();
+                })
+            };
+            let deadline_watch = cancel_long_past(walk.deadline_ms, &cancel);
+            let (worker, worker_tx, started) = (core.clone(), tx.clone(), Instant::now());
+            let walked = tokio::task::spawn_blocking(move || {
+                let send = |root: Signed<_>| {
+                    let wire = crate::wire::walk_root(&root);
+                    worker.record_answer(&recent.nonce, Kind::LocalityRoot, &wire);
+                    let _ = worker_tx.blocking_send(Ok(wire));
+                };
+                worker.walk_lines(&recent, &walk, &cancel, &send)
+            })
+            .await;
+            deadline_watch.abort();
+            hung_up.abort();
+            drop(devices);
+            core.running().ended(running);
+            let failed = match walked {
+                Ok(Ok(())) => None,
+                Ok(Err(e)) => Some(Status::from(e)),
+                Err(join) => Some(Status::internal(format!("locality walk worker failed: {join}"))),
+            };
+            match failed {
+                None => info!(%nonce, walk_ms = started.elapsed().as_millis() as u64, "locality roots sent"),
+                Some(status) => {
+                    warn!(%nonce, error = %status.message(), "locality walk failed");
+                    let _ = tx.send(Err(status)).await;
+                }
+            }
+        });
+        Ok(holds_connection(Response::new(Box::pin(ReceiverStream::new(rx)))))
+    }
+
+    async fn open_lines(
+        &self,
+        request: Request<v1::OpenLinesRequest>,
+    ) -> Result<Response<Self::OpenLinesStream>, Status> {
+        let running = self.core.running().started();
+        let peer = peer(&request);
+        let round = gpu_attest_proto::locality::open_request_from_wire(request.get_ref())
+            .map_err(MinerError::from)
+            .and_then(|decoded| self.core.check_lines_open_request(decoded))
+            .inspect_err(|e| warn!(%peer, error = %e, "locality open request refused"))?;
+        trust_connection(request.extensions());
+        self.core
+            .record_answer(&round.recent.nonce, Kind::LocalityOpenRequest, request.get_ref());
+        let (tx, rx) = mpsc::channel(2);
+        let limits = RoundLimits::for_commitment(&self.core, &round.recent);
+        let core = self.core.clone();
+        tokio::spawn(async move {
+            run_lines_round(core.clone(), round.recent, round.samples, tx, limits).await;
+            core.running().ended(running);
         });
         Ok(holds_connection(Response::new(Box::pin(ReceiverStream::new(rx)))))
     }

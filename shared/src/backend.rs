@@ -12,6 +12,9 @@ use crate::matrix::Matrix;
 use crate::memory::PoolSpec;
 use crate::memory::chain_pool::{ChainPool, ChainPoolParams};
 use crate::memory::check::{CommittedEntries, WalkOpening, open_segment};
+use crate::memory::locality::{
+    LineWalk, LocalityWalk, SegmentOpening, open_segment as open_locality_segment, walk_lines,
+};
 use crate::memory::slice_walk::{
     DeviceWalk as StateWalk, HeldStates, SliceSource, SliceWalk, StepOpening, open_kept_step, walk_device_until,
 };
@@ -95,6 +98,32 @@ pub trait PoolStates: Send + Sync {
             what: "open a pool held on a device without openings of its own",
         })?;
         open_kept_step(walk, source, walked, walker, step, chain)
+    }
+
+    /// The locality walk of `walk` over these states (PROTOCOL.md 20.10): every generation's
+    /// end states, their digests and the locality root. Stops soon after `cancel` is cancelled.
+    /// A pool held on a device that has no line walk of its own says so ([`BackendError::Unsupported`]).
+    fn walk_lines(&self, walk: &LocalityWalk, cancel: &CancelToken) -> Result<LineWalk, BackendError> {
+        let source = self.host_states().ok_or(BackendError::Unsupported {
+            what: "walk lines of a pool held on a device (the locality walk runs on the CPU backend in this release)",
+        })?;
+        walk_lines(walk, source, cancel)
+    }
+
+    /// Opens walker `walker` of generation `generation` of `walked`, the walk
+    /// [`PoolStates::walk_lines`] made. `Ok(None)` for a segment outside the walk.
+    fn open_lines(
+        &self,
+        walk: &LocalityWalk,
+        walked: &LineWalk,
+        generation: u32,
+        walker: u32,
+        chain: &dyn Fn(u64) -> (Vec<Digest>, MerkleProof),
+    ) -> Result<Option<SegmentOpening>, BackendError> {
+        let source = self.host_states().ok_or(BackendError::Unsupported {
+            what: "open lines of a pool held on a device (the locality walk runs on the CPU backend in this release)",
+        })?;
+        open_locality_segment(walk, source, walked, generation, walker, chain)
     }
 }
 

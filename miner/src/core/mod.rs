@@ -5,11 +5,13 @@
 
 mod accept;
 mod kept;
+mod lines;
 mod open;
 mod running;
 
 pub use accept::{AcceptedChallenge, AcceptedMemory};
 pub use kept::{KeptCommitments, RecentCommitment};
+pub use lines::{LinesRound, SignedSegment};
 pub use open::OpenRound;
 pub use running::{Running, WorkRunning};
 

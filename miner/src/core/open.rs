@@ -178,18 +178,7 @@ impl MinerCore {
     /// Builds and signs one opened walk step (blocking: walks the step's walker again).
     pub fn open_step(&self, recent: &RecentCommitment, sample: StepSample) -> Result<SignedOpening, MinerError> {
         let pools = held_chain_pools(recent)?;
-        let execution = &recent.execution;
-        let chain = |i: u64| {
-            let checkpoints = execution.chains.get(i as usize).map(|c| c.checkpoints.clone());
-            let proof = execution
-                .trees
-                .iter()
-                .find(|t| t.slice.contains(i))
-                .and_then(|t| t.tree.proof(i - t.slice.offset));
-            // Every pool chain is one of its device's chains (checked when the challenge was
-            // accepted), so both are there.
-            (checkpoints.unwrap_or_default(), proof.unwrap_or_default())
-        };
+        let chain = chain_of(recent);
         let opening = pools.open(sample, chain)?;
         Ok(SignedOpening {
             nonce: recent.nonce,
@@ -322,8 +311,27 @@ impl MinerCore {
     }
 }
 
+/// Chain `i`'s checkpoint hashes and its leaf's proof in its device root, as `recent` kept
+/// them: what a walk step's or a locality line's opening proves its state against.
+pub(super) fn chain_of(
+    recent: &RecentCommitment,
+) -> impl Fn(u64) -> (Vec<Digest>, gpu_attest_shared::merkle::MerkleProof) + '_ {
+    let execution = &recent.execution;
+    move |i: u64| {
+        let checkpoints = execution.chains.get(i as usize).map(|c| c.checkpoints.clone());
+        let proof = execution
+            .trees
+            .iter()
+            .find(|t| t.slice.contains(i))
+            .and_then(|t| t.tree.proof(i - t.slice.offset));
+        // Every pool chain is one of its device's chains (checked when the challenge was
+        // accepted), so both are there.
+        (checkpoints.unwrap_or_default(), proof.unwrap_or_default())
+    }
+}
+
 /// The kept states of a version 4 commitment, or why `recent` has none.
-fn held_chain_pools(recent: &RecentCommitment) -> Result<&HeldChainPools, MinerError> {
+pub(super) fn held_chain_pools(recent: &RecentCommitment) -> Result<&HeldChainPools, MinerError> {
     match &recent.memory {
         KeptMemory::V4(pools) => Ok(pools),
         KeptMemory::V3(_) => Err(MinerError::OtherVersion {
