@@ -62,7 +62,7 @@ pub struct HeldChainPools {
     /// The locality walk (PROTOCOL.md 20.10): asked for at most once, opened at most once.
     lines_requested: AtomicBool,
     lines_opened: AtomicBool,
-    lines: Mutex<Option<WalkedLines>>,
+    lines: Mutex<Option<Box<WalkedLines>>>,
 }
 
 impl HeldChainPools {
@@ -209,7 +209,7 @@ impl HeldChainPools {
             })
             .map_err(MinerError::Walk)?
         };
-        *self.lines.lock().unwrap_or_else(|p| p.into_inner()) = Some(WalkedLines { walk, devices });
+        *self.lines.lock().unwrap_or_else(|p| p.into_inner()) = Some(Box::new(WalkedLines { walk, devices }));
         Ok(())
     }
 

@@ -9,8 +9,8 @@ use gpu_attest_shared::digest::Digest;
 use gpu_attest_shared::matrix::Matrix;
 use gpu_attest_shared::memory::chain_pool::ChainPool;
 use gpu_attest_shared::memory::locality::{
-    LineWalk, LocalityCommitments, LocalityRejection, LocalityWalk, ShapeError, State, check_segment,
-    generation_digest, next_start, open_segment, step, walk_lines,
+    LineWalk, LocalityCommitments, LocalityRejection, LocalityWalk, ShapeError, State, check_segment, open_segment,
+    step, walk_lines,
 };
 use gpu_attest_shared::memory::slice_walk::{HeldStates, SliceSource};
 use gpu_attest_shared::merkle::{MerkleProof, MerkleTree};
@@ -120,12 +120,12 @@ fn walk_by_the_book(device: &Device, walk: &LocalityWalk) -> Vec<Vec<State>> {
     let slices = device.pool.slices();
     let mut generations: Vec<Vec<State>> = Vec::new();
     for g in 0..walk.generations {
-        let previous = generations.last().map(|ends| generation_digest(0, g - 1, ends));
+        let previous = generations.last().map(|ends| walk.generation_digest(0, g - 1, ends));
         let ends = (0..walk.walkers)
             .map(|w| {
                 let mut s = match previous {
                     None => State::start(&walk.nonce, &walk.seed, &walk.global, 0, w),
-                    Some(d) => next_start(&d, w),
+                    Some(d) => walk.next_start(0, &d, w),
                 };
                 for _ in 0..walk.steps {
                     let line = s.names(slices);
@@ -149,7 +149,7 @@ fn an_honest_device_passes_every_opened_segment() {
     let digests: Vec<Digest> = by_the_book
         .iter()
         .enumerate()
-        .map(|(g, ends)| generation_digest(0, g as u32, ends))
+        .map(|(g, ends)| walk.generation_digest(0, g as u32, ends))
         .collect();
     assert_eq!(walked.root, MerkleTree::new(&digests).root());
     for g in 0..walk.generations {
@@ -187,26 +187,98 @@ fn an_honest_device_passes_every_opened_segment() {
 }
 
 /// Generation `g + 1` cannot begin before every walker of `g` has ended: each of their end
-/// states changes every start of the next.
+/// states changes every start of the next. And no generation can be walked before the seed is
+/// known: the digests and the starts they give are bound to the nonce, the seed and the device.
 #[test]
 fn every_end_of_a_generation_moves_every_start_of_the_next() {
+    let walk = walk();
     let ends: Vec<State> = (0..4).map(|i| State([i, i + 1, i + 2, i + 3])).collect();
-    let base = generation_digest(2, 7, &ends);
+    let base = walk.generation_digest(2, 7, &ends);
     for changed in 0..ends.len() {
         let mut other = ends.clone();
         other[changed].0[3] ^= 1;
-        let digest = generation_digest(2, 7, &other);
+        let digest = walk.generation_digest(2, 7, &other);
         assert_ne!(digest, base);
         for w in 0..4 {
             assert_ne!(
-                next_start(&digest, w),
-                next_start(&base, w),
+                walk.next_start(2, &digest, w),
+                walk.next_start(2, &base, w),
                 "end {changed}, walker {w}"
             );
         }
     }
-    assert_ne!(generation_digest(3, 7, &ends), base, "the device is bound");
-    assert_ne!(generation_digest(2, 8, &ends), base, "the generation is bound");
+    assert_ne!(walk.generation_digest(3, 7, &ends), base, "the device is bound");
+    assert_ne!(walk.generation_digest(2, 8, &ends), base, "the generation is bound");
+    for other in [
+        LocalityWalk {
+            seed: [7; 32],
+            ..walk.clone()
+        },
+        LocalityWalk {
+            nonce: [7; 32],
+            ..walk.clone()
+        },
+    ] {
+        assert_ne!(other.generation_digest(2, 7, &ends), base, "the walk is bound");
+        assert_ne!(
+            other.next_start(2, &base, 0),
+            walk.next_start(2, &base, 0),
+            "the walk is bound"
+        );
+    }
+    assert_ne!(
+        walk.next_start(3, &base, 0),
+        walk.next_start(2, &base, 0),
+        "the device is bound"
+    );
+}
+
+/// What this construction cannot show, and why a verdict states no share from it: a miner
+/// that makes up one whole generation's ends can walk the generations after it side by side
+/// with those before (the made-up digest is known at once), halving the walk's time, and only
+/// that generation's segments fail: 1 in G of them. Checking a chain's sequence from a few
+/// openings needs a depth-robust structure (docs/design/locality.md 2).
+#[test]
+fn a_made_up_generation_splits_the_walk_and_fails_only_its_own_segments() {
+    let device = Device::honest();
+    let walk = walk();
+    let slices = device.pool.slices();
+    let made_up = 2u32;
+    let mut ends: Vec<Vec<State>> = Vec::new();
+    for g in 0..walk.generations {
+        let previous = ends.last().map(|e| walk.generation_digest(0, g - 1, e));
+        let generation: Vec<State> = (0..walk.walkers)
+            .map(|w| {
+                if g == made_up {
+                    return State([9, 9, 9, u64::from(w)]);
+                }
+                let mut s = walk.start(0, w, previous.as_ref());
+                for _ in 0..walk.steps {
+                    let line = s.names(slices);
+                    s = step(&s, line.of(device.held.slice(line.slice)));
+                }
+                s
+            })
+            .collect();
+        ends.push(generation);
+    }
+    let digests: Vec<Digest> = ends
+        .iter()
+        .enumerate()
+        .map(|(g, e)| walk.generation_digest(0, g as u32, e))
+        .collect();
+    let split = LineWalk {
+        walkers: walk.walkers,
+        ends: ends.concat(),
+        root: MerkleTree::new(&digests).root(),
+        digests,
+    };
+    for g in 0..walk.generations {
+        for w in 0..walk.walkers {
+            let checked = device.check(&walk, split.root, &device.open(&walk, &split, g, w));
+            assert_eq!(checked.is_ok(), g != made_up, "generation {g}, walker {w}: {checked:?}");
+        }
+    }
 }
 
 /// The cheater the generations are for: a walker split into two halves walked side by side
@@ -224,7 +296,7 @@ fn a_made_up_end_state_fails_its_segment_and_only_its_segment() {
     let slices = device.pool.slices();
     let mut ends: Vec<Vec<State>> = Vec::new();
     for g in 0..walk.generations {
-        let previous = ends.last().map(|e| generation_digest(0, g - 1, e));
+        let previous = ends.last().map(|e| walk.generation_digest(0, g - 1, e));
         let generation: Vec<State> = (0..walk.walkers)
             .map(|w| {
                 if (g, w) == (faked_g, faked_w) {
@@ -243,7 +315,7 @@ fn a_made_up_end_state_fails_its_segment_and_only_its_segment() {
     let digests: Vec<Digest> = ends
         .iter()
         .enumerate()
-        .map(|(g, e)| generation_digest(0, g as u32, e))
+        .map(|(g, e)| walk.generation_digest(0, g as u32, e))
         .collect();
     let cheat = LineWalk {
         walkers: walk.walkers,

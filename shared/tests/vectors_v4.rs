@@ -261,3 +261,68 @@ fn version_4_statement_vectors() {
         );
     }
 }
+
+/// PROTOCOL.md 20.10: the locality walk over 20.6's pool with the same walk seed as its seed,
+/// `W = 2`, `G = 3`, `C = 8`, and one opened segment that checks; and the request's bytes at
+/// deadline 1 700 000 095 000 signed by 13.7's validator.
+#[test]
+fn locality_vectors() {
+    use gpu_attest_shared::keys::KeyPair;
+    use gpu_attest_shared::memory::locality::{
+        LocalityCommitments, LocalityWalk, State, check_segment, open_segment, step, walk_lines,
+    };
+    use gpu_attest_shared::statement::locality::request_bytes;
+
+    let VectorWalk { work, exec, held, .. } = vector_walk();
+    let walk = LocalityWalk {
+        nonce: params().nonce,
+        seed: walk_seed(),
+        global: exec.commitment.global,
+        walkers: 2,
+        generations: 3,
+        steps: 8,
+    };
+    let walked = walk_lines(&walk, &held, &CancelToken::new()).unwrap();
+    let start = walk.start(0, 0, None);
+    let line = start.names(held.pool().slices());
+    let first = step(&start, line.of(held.slice(line.slice)));
+    let leaves: Vec<Digest> = exec.chains.iter().map(|c| c.leaf()).collect();
+    let tree = MerkleTree::new(&leaves);
+    let chain = |i: u64| (exec.chains[i as usize].checkpoints.clone(), tree.proof(i).unwrap());
+    let opening = open_segment(&walk, &held, &walked, 1, 1, &chain).unwrap().unwrap();
+    let committed = LocalityCommitments {
+        device_root: exec.commitment.devices[0].root,
+        device_chains: 3,
+        locality_root: walked.root,
+    };
+    check_segment(&work, &walk, held.pool(), &committed, &opening).expect("the opened segment checks");
+    let validator = KeyPair::from_seed(std::array::from_fn(|i| 0x80 + i as u8));
+    let request = request_bytes(&walk, 1_700_000_095_000);
+    let hex_state = |s: &State| hex::encode(s.to_bytes());
+    let got = [
+        ("locality s_{0,0} (generation 0)", hex_state(&start)),
+        ("its line", format!("slice {}, line {}", line.slice, line.line)),
+        ("after one step", hex_state(&first)),
+        ("e_{0,0}", hex_state(&walked.ends[0])),
+        ("e_{0,1}", hex_state(&walked.ends[1])),
+        ("D_0", walked.digests[0].to_hex()),
+        (
+            "generation 1's walker 1 starts at",
+            hex_state(&walk.start(0, 1, Some(&walked.digests[0]))),
+        ),
+        ("locality root", walked.root.to_hex()),
+        ("locality request (bytes)", hex::encode(&request)),
+        ("locality request (signature)", hex::encode(validator.sign(&request))),
+    ];
+    let printed: String = got
+        .iter()
+        .map(|(name, value)| format!("| {name} | `{value}` |\n"))
+        .collect();
+    let doc = include_str!("../../PROTOCOL.md");
+    for (name, value) in &got {
+        assert!(
+            doc.contains(&format!("| {name} | `{value}` |")),
+            "PROTOCOL.md 20.10 lacks {name} = {value}; all of them:\n{printed}"
+        );
+    }
+}

@@ -6,7 +6,7 @@
 
 use crate::verdict::class::RateSource;
 use crate::verdict::identity::{DeviceIdentity, IdentityProof, IdentityStatus};
-use crate::verdict::memory::{DeviceMemory, DeviceWalk, MemoryProof};
+use crate::verdict::memory::{DeviceLocality, DeviceMemory, DeviceWalk, MemoryProof};
 use crate::verdict::reason::{Reason, ReasonCode};
 use crate::verdict::throughput::Throughput;
 use crate::verdict::{FirstRun, StoredParams, Verdict};
@@ -185,6 +185,16 @@ fn memory_to_wire(m: &MemoryProof) -> v1::MemoryVerdict {
                     bound_as: w.bound_as.clone(),
                     held_at_least: w.held_at_least,
                 }),
+                locality: d.locality.as_ref().map(|l| v1::DeviceLocalityVerdict {
+                    walkers: l.walkers,
+                    generations: l.generations,
+                    steps: l.steps,
+                    segments_opened: l.segments_opened,
+                    measured_us: l.measured_us,
+                    expected_us: l.expected_us,
+                    deadline_us: l.deadline_us,
+                    step_ns: l.step_ns,
+                }),
             })
             .collect(),
         walk_bytes: m.walk_bytes,
@@ -252,6 +262,16 @@ fn memory_from_wire(m: &v1::MemoryVerdict) -> MemoryProof {
                     bound_as: w.bound_as.clone(),
                     held_at_least: w.held_at_least,
                 }),
+                locality: d.locality.as_ref().map(|l| DeviceLocality {
+                    walkers: l.walkers,
+                    generations: l.generations,
+                    steps: l.steps,
+                    segments_opened: l.segments_opened,
+                    measured_us: l.measured_us,
+                    expected_us: l.expected_us,
+                    deadline_us: l.deadline_us,
+                    step_ns: l.step_ns,
+                }),
             })
             .collect(),
         walk_bytes: m.walk_bytes,
@@ -312,12 +332,14 @@ mod tests {
             // A version 3 device, then version 4's (its own walk, with and without a bound).
             devices: vec![
                 DeviceMemory {
+                    locality: None,
                     claimed_bytes: 1 << 30,
                     pool_entries: 15564,
                     proven_bytes: 15564 * 65536,
                     walk: None,
                 },
                 DeviceMemory {
+                    locality: None,
                     claimed_bytes: 80 << 30,
                     pool_entries: 1_171_840,
                     proven_bytes: 1_171_840 * 65536,
@@ -336,6 +358,7 @@ mod tests {
                     }),
                 },
                 DeviceMemory {
+                    locality: None,
                     claimed_bytes: 1 << 20,
                     pool_entries: 16,
                     proven_bytes: 16 * 65536,

@@ -6,6 +6,7 @@ pub mod breakable;
 pub mod cheats;
 pub mod fake_driver;
 pub mod fleet;
+pub mod locality_cheats;
 pub mod mangled;
 pub mod memory_cheats;
 pub mod ninety_percent;

@@ -5,6 +5,7 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+mod locality;
 mod memory;
 mod transcripts;
 mod walk_v4;

@@ -1044,3 +1044,166 @@ async fn a_miner_holding_90_percent_that_makes_up_the_rest_fails_on_time() {
     let verdict = attestor.attest(&cheater.url(), &|_| {}).await.expect("a verdict");
     assert_late(&verdict);
 }
+
+/// The locality walk's requests (PROTOCOL.md 20.10) on the real miner: each bad one refused on
+/// its own status before any work, then the walk with each device's root signed over the
+/// locality root statement, segments that check, and neither request taken twice.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_locality_walk_refuses_each_bad_request_on_its_status_and_opens_segments_that_check() {
+    use gpu_attest_proto::locality::{
+        LocalityRequest, OpenLinesRequest, open_request_to_wire, opening_from_wire as locality_opening_from_wire,
+        request_to_wire,
+    };
+    use gpu_attest_shared::keys::KeyPair;
+    use gpu_attest_shared::memory::locality::{LocalityCommitments, LocalityWalk, check_segment};
+    use gpu_attest_shared::statement::locality::{SegmentSample, open_request_bytes, request_bytes, root_bytes};
+
+    let core = v4_miner_core(63);
+    let miner_key = core.public_key();
+    let miner = spawn_miner(core).await;
+    let mut client = MinerClient::connect(miner.url()).await.unwrap();
+    let c = challenge(miner_key, 3, vec![2, 3], CHAINS);
+    let nonce = c.params.nonce;
+    let commitment = commit(&mut client, &c).await;
+    let walk = LocalityWalk {
+        nonce,
+        seed: [0x51; 32],
+        global: commitment.work.global,
+        walkers: 2,
+        generations: 4,
+        steps: 16,
+    };
+    let deadline_ms = now() + 30_000;
+    let request = |walk: &LocalityWalk, signer: &KeyPair| {
+        request_to_wire(&LocalityRequest {
+            walk: walk.clone(),
+            deadline_ms,
+            validator_key: validator_key().0,
+            signature: signer.sign(&request_bytes(walk, deadline_ms)),
+        })
+    };
+    let refused = |result: Result<tonic::Response<tonic::Streaming<v1::DeviceWalkRoot>>, tonic::Status>| {
+        result.map(drop).expect_err("refused").code()
+    };
+    // Before the version 4 walk: the locality walk reads what that walk leaves.
+    assert_eq!(
+        refused(client.walk_lines(request(&walk, &validator())).await),
+        Code::FailedPrecondition
+    );
+    walk_states_of(&mut client, miner_key, nonce).await;
+    let stranger = KeyPair::from_seed([0x33; 32]);
+    assert_eq!(
+        refused(client.walk_lines(request(&walk, &stranger)).await),
+        Code::Unauthenticated
+    );
+    let unknown = LocalityWalk {
+        nonce: [0x77; 32],
+        ..walk.clone()
+    };
+    assert_eq!(
+        refused(client.walk_lines(request(&unknown, &validator())).await),
+        Code::NotFound
+    );
+    let empty = LocalityWalk {
+        walkers: 0,
+        ..walk.clone()
+    };
+    assert_eq!(
+        refused(client.walk_lines(request(&empty, &validator())).await),
+        Code::InvalidArgument
+    );
+
+    let mut stream = client
+        .walk_lines(request(&walk, &validator()))
+        .await
+        .unwrap()
+        .into_inner();
+    let mut roots = vec![None; DEVICES as usize];
+    while let Some(message) = stream.message().await.unwrap() {
+        let (device, root, device_us, signature) = walk_root_from_wire(&message).unwrap();
+        let statement = WalkRoot {
+            nonce,
+            miner_key,
+            validator_key: validator_key(),
+            walk_seed: walk.seed,
+            device,
+            root,
+            device_us,
+        };
+        miner_key
+            .verify(&root_bytes(&statement), &signature)
+            .expect("signed over the locality root statement");
+        assert!(
+            miner_key.verify(&statement.signing_bytes(), &signature).is_err(),
+            "not a walk root's"
+        );
+        assert!(roots[device as usize].replace(root).is_none());
+    }
+    assert_eq!(
+        refused(client.walk_lines(request(&walk, &validator())).await),
+        Code::AlreadyExists
+    );
+
+    let open = |samples: Vec<SegmentSample>| {
+        open_request_to_wire(&OpenLinesRequest {
+            nonce,
+            signature: validator().sign(&open_request_bytes(&nonce, &samples)),
+            samples,
+            validator_key: validator_key().0,
+        })
+    };
+    let outside = vec![SegmentSample {
+        device: 0,
+        generation: 4,
+        walker: 0,
+    }];
+    let status = client.open_lines(open(outside)).await.map(drop).expect_err("refused");
+    assert_eq!(status.code(), Code::OutOfRange);
+    let samples = vec![
+        SegmentSample {
+            device: 0,
+            generation: 0,
+            walker: 1,
+        },
+        SegmentSample {
+            device: 1,
+            generation: 3,
+            walker: 0,
+        },
+    ];
+    let mut openings = client.open_lines(open(samples.clone())).await.unwrap().into_inner();
+    let work = Work::new(c.params).unwrap();
+    for asked in &samples {
+        let message = openings
+            .message()
+            .await
+            .unwrap()
+            .expect("one opening per sample, in order");
+        let (device, opening, signature) = locality_opening_from_wire(&message).unwrap();
+        assert_eq!(
+            (device, opening.generation, opening.walker),
+            (asked.device, asked.generation, asked.walker)
+        );
+        miner_key
+            .verify(
+                &gpu_attest_shared::statement::locality::opening_bytes(&nonce, device, &opening),
+                &signature,
+            )
+            .expect("signed over the locality opening");
+        let root = &commitment.work.devices[device as usize];
+        let pool = ChainPool::new(device, root.slice.offset, [2, 3][device as usize], N as usize).unwrap();
+        let committed = LocalityCommitments {
+            device_root: root.root,
+            device_chains: root.slice.count,
+            locality_root: roots[device as usize].unwrap(),
+        };
+        check_segment(&work, &walk, &pool, &committed, &opening).expect("an honest segment checks");
+    }
+    let again = client.open_lines(open(samples)).await.map(drop).expect_err("refused");
+    assert_eq!(again.code(), Code::AlreadyExists);
+}
+
+/// Walks `nonce`'s states with a fixed seed, for the tests that need the walk done.
+async fn walk_states_of(client: &mut MinerClient<Channel>, miner: PublicKey, nonce: [u8; 32]) {
+    walk(client, miner, nonce, [0x42; 32]).await;
+}

@@ -24,7 +24,6 @@ use crate::failure::{BackendError, CancelToken};
 use crate::merkle::{MerkleProof, MerkleTree, verify_proof};
 use crate::params::Work;
 use rayon::prelude::*;
-use std::collections::HashMap;
 use thiserror::Error;
 
 /// The bytes a step reads: one line.
@@ -249,36 +248,43 @@ impl LocalityWalk {
     }
 
     /// Walker `w`'s first state in generation `g` of device `j`: [`State::start`] for the first
-    /// generation, else [`next_start`] from the digest of the generation before.
+    /// generation, else [`Self::next_start`] from the digest of the generation before.
     pub fn start(&self, device: u32, walker: u32, previous: Option<&Digest>) -> State {
         match previous {
             None => State::start(&self.nonce, &self.seed, &self.global, device, walker),
-            Some(digest) => next_start(digest, walker),
+            Some(digest) => self.next_start(device, digest, walker),
         }
     }
-}
 
-/// `D_g = blake3("gpu-attest v4 locality generation" || le32(j) || le32(g) || e_{g,0} || .. ||
-/// e_{g,W-1})`: every end state of generation `g`, in walker order. It is the leaf `g` of the
-/// device's locality root, and what generation `g + 1` starts from.
-pub fn generation_digest(device: u32, generation: u32, ends: &[State]) -> Digest {
-    let mut h = blake3::Hasher::new();
-    h.update(GENERATION_CONTEXT);
-    h.update(&device.to_le_bytes());
-    h.update(&generation.to_le_bytes());
-    for end in ends {
-        h.update(&end.to_bytes());
+    /// `D_g = blake3("gpu-attest v4 locality generation" || nonce || seed || le32(j) || le32(g)
+    /// || e_{g,0} || .. || e_{g,W-1})`: every end state of generation `g`, in walker order, bound
+    /// to this walk (so that no generation can be walked before the seed is known). It is the
+    /// leaf `g` of the device's locality root, and what generation `g + 1` starts from.
+    pub fn generation_digest(&self, device: u32, generation: u32, ends: &[State]) -> Digest {
+        let mut h = blake3::Hasher::new();
+        h.update(GENERATION_CONTEXT);
+        h.update(&self.nonce);
+        h.update(&self.seed);
+        h.update(&device.to_le_bytes());
+        h.update(&generation.to_le_bytes());
+        for end in ends {
+            h.update(&end.to_bytes());
+        }
+        h.finalize().into()
     }
-    h.finalize().into()
-}
 
-/// `s_{g+1,w,0} = blake3("gpu-attest v4 locality next" || D_g || le32(w))` as four words.
-pub fn next_start(previous: &Digest, walker: u32) -> State {
-    let mut h = blake3::Hasher::new();
-    h.update(NEXT_CONTEXT);
-    h.update(previous.as_bytes());
-    h.update(&walker.to_le_bytes());
-    State::from_bytes(h.finalize().as_bytes())
+    /// `s_{g+1,w,0} = blake3("gpu-attest v4 locality next" || nonce || seed || le32(j) || D_g ||
+    /// le32(w))` as four words.
+    pub fn next_start(&self, device: u32, previous: &Digest, walker: u32) -> State {
+        let mut h = blake3::Hasher::new();
+        h.update(NEXT_CONTEXT);
+        h.update(&self.nonce);
+        h.update(&self.seed);
+        h.update(&device.to_le_bytes());
+        h.update(previous.as_bytes());
+        h.update(&walker.to_le_bytes());
+        State::from_bytes(h.finalize().as_bytes())
+    }
 }
 
 /// `steps` steps from `state` over a pool of `pool_slices` slices read from `slices`.
@@ -326,7 +332,7 @@ pub fn walk_lines(
             .into_par_iter()
             .map(|w| walk_segment(walk.start(device, w, previous), walk.steps, slices, |e| source.slice(e)))
             .collect();
-        digests.push(generation_digest(device, g, &walked));
+        digests.push(walk.generation_digest(device, g, &walked));
         ends.extend(walked);
     }
     let root = MerkleTree::new(&digests).root();
@@ -392,15 +398,17 @@ pub fn open_segment(
     let slices = pool.slices();
     let previous_digest = generation.checked_sub(1).and_then(|p| walked.digests.get(p as usize));
     let mut state = walk.start(pool.device, walker, previous_digest);
-    // A chain's whole state is gathered once however many of the segment's lines it holds.
-    let mut states: HashMap<u64, Vec<u8>> = HashMap::new();
+    // The line's chain's whole state is gathered to cut the chunk's path, and kept while the
+    // next line is of the same chain: one state held at a time, however large the pool.
+    let mut held: Option<(u64, Vec<u8>)> = None;
     let mut lines = Vec::with_capacity(walk.steps as usize);
     for _ in 0..walk.steps {
         let line = state.names(slices);
         let (chain_index, q) = pool.locate(line.slice);
-        let whole = states
-            .entry(chain_index)
-            .or_insert_with(|| pool_state(source, chain_index));
+        if held.as_ref().is_none_or(|(i, _)| *i != chain_index) {
+            held = Some((chain_index, pool_state(source, chain_index)));
+        }
+        let whole = &held.as_ref().expect("just gathered").1;
         let chunk = q * CHUNKS_PER_SLICE + u64::from(line.line) / LINES_PER_CHUNK;
         let chunk_path = chunk_path(whole, chunk).map_err(|e| BackendError::Device {
             device: pool.device,
@@ -501,7 +509,7 @@ pub fn check_segment(
                 want: walk.walkers,
             });
         }
-        let digest = generation_digest(pool.device, generation, ends);
+        let digest = walk.generation_digest(pool.device, generation, ends);
         verify_proof(
             &committed.locality_root,
             &digest,

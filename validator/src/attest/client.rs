@@ -219,6 +219,21 @@ impl MinerConnection {
     pub async fn walk_states(&mut self, request: v1::WalkRequest) -> Result<Streaming<v1::DeviceWalkRoot>, Status> {
         Ok(self.client.walk_states(request).await?.into_inner())
     }
+
+    /// Asks the miner for the locality walk (PROTOCOL.md 20.10): one signed root per device.
+    pub async fn walk_lines(&mut self, request: v1::LocalityRequest) -> Result<Streaming<v1::DeviceWalkRoot>, Status> {
+        Ok(self.client.walk_lines(request).await?.into_inner())
+    }
+
+    /// Asks for locality segments, accepting messages of at most `max_bytes`.
+    pub async fn open_lines(
+        &mut self,
+        request: v1::OpenLinesRequest,
+        max_bytes: usize,
+    ) -> Result<Streaming<v1::LocalityOpening>, Status> {
+        let mut client = self.client.clone().max_decoding_message_size(max_bytes);
+        Ok(client.open_lines(request).await?.into_inner())
+    }
 }
 
 /// A status the miner answered instead of working: what it means for the caller. (A miner that

@@ -17,6 +17,7 @@
 pub mod client;
 pub mod decoding;
 pub mod exchange;
+pub mod locality;
 pub mod outcome;
 pub mod retest;
 pub mod verify;
@@ -673,6 +674,23 @@ impl Attestor {
                         proof.record_device_walk(j, device.measured_us.div_ceil(1000).max(1));
                     }
                 }
+                if outcome.may_prove()
+                    && let Some(plan) = locality_plan(&self.config, &outcome.plan.claim.backend)
+                {
+                    let devices = walked.devices.iter().map(|d| (d.pool, d.committed)).collect();
+                    let walked_lines = locality::walk_lines(
+                        miner,
+                        &self.identity,
+                        work,
+                        commitment,
+                        &plan,
+                        devices,
+                        &mut outcome.transcript,
+                        on_event,
+                    )
+                    .await?;
+                    record_locality(outcome, walked_lines, on_event);
+                }
                 let steps = walked.draw_steps(&pool, &mut rand_chacha::ChaCha20Rng::from_seed(random32()?));
                 outcome.transcript.walk_row_checked(walked.row_checked_steps());
                 Ok(Some(Walked::V4(walked, steps)))
@@ -791,6 +809,37 @@ impl Attestor {
 
 /// A miner URL as this validator takes a new one: a scheme, a host and a port
 /// ([`client::miner_url_problem`]).
+/// The locality walk this validator asks of a miner on `backend`: where `[memory.locality]` is
+/// on, and only of the CPU backend in this release (a GPU's step and hop times are not
+/// measured yet: docs/design/locality.md 7).
+pub fn locality_plan(config: &ValidatorConfig, backend: &str) -> Option<locality::LocalityPlan> {
+    let settings = &config.memory.locality;
+    (settings.enabled && backend == "cpu").then(|| locality::LocalityPlan::from_config(settings))
+}
+
+/// What a locality walk adds to the outcome: each device's figures, nothing (a miner that
+/// cannot walk lines), or the reason it failed.
+pub fn record_locality(
+    outcome: &mut Outcome,
+    walked: locality::Walked,
+    on_event: &(dyn Fn(AttestEvent) + Send + Sync),
+) {
+    match walked {
+        Ok(Some(devices)) => {
+            if let Some(proof) = outcome.memory.as_mut() {
+                for (device, figures) in proof.devices.iter_mut().zip(devices) {
+                    device.locality = Some(figures);
+                }
+            }
+        }
+        Ok(None) => on_event(AttestEvent::Phase {
+            name: "locality",
+            detail: "the miner cannot walk lines (UNIMPLEMENTED): the verdict records no locality walk".into(),
+        }),
+        Err(reason) => outcome.fail(reason.code, reason.message),
+    }
+}
+
 fn check_url(url: &str) -> Result<(), AttestError> {
     match client::miner_url_problem(url) {
         Some(problem) => Err(AttestError::BadUrl {

@@ -5,13 +5,17 @@
 use super::Report;
 use super::stream::{StreamEnd, replay_stream};
 use crate::attest::exchange::malformed_commitment;
+use crate::attest::locality::{
+    LocalityJudge, LocalityPlan, Walked, ended_early as locality_ended_early,
+    opening_failed as locality_opening_failed, openings_timed_out as locality_openings_timed_out,
+};
 use crate::attest::outcome::Outcome;
 use crate::attest::verify::{
     Due, MemoryOpenings, StepOpenings, check_opening, check_statement, full, openings_timed_out, owed,
     received_opening, refused,
 };
-use crate::attest::walk_v4::{Roots, StatesWalk, StepChecks, walked_devices};
-use crate::attest::{late, pools_out_of_place};
+use crate::attest::walk_v4::{Roots, StatesWalk, StepChecks, WalkedDevice, walked_devices};
+use crate::attest::{late, pools_out_of_place, record_locality};
 use crate::config::Policy;
 use crate::device_identity::check_commitment_evidence;
 use crate::memory::plan_v4::{ChainPoolPlan, ExpectedWalk, plan_chain_pools};
@@ -23,6 +27,9 @@ use crate::verdict::identity::{IdentityProof, IdentityStatus};
 use crate::verdict::reason::{Reason, ReasonCode};
 use gpu_attest_proto::convert::{challenge_from_wire, commitment_from_wire, walk_request_from_wire};
 use gpu_attest_proto::evidence::evidence_from_wire;
+use gpu_attest_proto::locality::{
+    request_from_wire as locality_request_from_wire, sample_from_wire as locality_sample_from_wire,
+};
 use gpu_attest_proto::memory_v4::step_sample_from_wire;
 use gpu_attest_proto::transcript::restored_opening;
 use gpu_attest_proto::v1;
@@ -32,6 +39,7 @@ use gpu_attest_shared::inventory::HardwareClaim;
 use gpu_attest_shared::keys::PublicKey;
 use gpu_attest_shared::memory::slice_walk::SliceWalk;
 use gpu_attest_shared::opening::SampleRequest;
+use gpu_attest_shared::statement::locality::{self as locality_statement, SegmentSample};
 use gpu_attest_shared::statement::memory_v4::{self, StepSample};
 use gpu_attest_shared::statement::{Challenge, Commitment, MemoryPhase, open_request_bytes};
 use gpu_attest_shared::{Backend, Work};
@@ -675,9 +683,123 @@ impl<'a> Replay<'a> {
             "{} walk root(s) signed by the miner over this walk, each timed against its device's deadline",
             devices.len()
         ));
+        self.locality(t, commitment, &devices, report);
         let row_checked: HashSet<StepSample> = recorded.row_checked.iter().map(step_sample_from_wire).collect();
         let steps = self.drawn_steps(t, &pool, &row_checked, report);
         Some((StatesWalk::replayed(walk, devices, row_checked), steps))
+    }
+
+    /// The locality walk from its record (PROTOCOL.md 20.10), where one was asked for: each
+    /// root's signature and time, the segments asked for and each opening replayed.
+    fn locality(&mut self, t: &v1::Transcript, commitment: &Commitment, devices: &[WalkedDevice], report: &mut Report) {
+        let Some(recorded) = &t.locality else {
+            if self
+                .stated
+                .memory
+                .iter()
+                .flat_map(|m| &m.devices)
+                .any(|d| d.locality.is_some())
+            {
+                report.differ("the verdict states a locality walk the transcript does not record");
+            }
+            return;
+        };
+        if !self.outcome.may_prove() {
+            report.differ(
+                "a locality walk is recorded where the verdict had already failed and none should have been asked for",
+            );
+            return;
+        }
+        let Ok(plan) = serde_json::from_str::<LocalityPlan>(&recorded.plan_json) else {
+            return report.differ("the recorded locality plan does not decode");
+        };
+        let Some(Ok(request)) = recorded
+            .request
+            .as_ref()
+            .map(|r| locality_request_from_wire(r, commitment.work.global))
+        else {
+            return report.differ("the recorded locality request does not decode");
+        };
+        let nonce = self.work.params().nonce;
+        let signed = locality_statement::request_bytes(&request.walk, request.deadline_ms);
+        let shape = (request.walk.walkers, request.walk.generations, request.walk.steps);
+        if request.walk.nonce != nonce
+            || self.validator_key.verify(&signed, &request.signature).is_err()
+            || shape != (plan.walkers, plan.generations, plan.steps)
+        {
+            return report
+                .differ("the recorded locality request is not this challenge's plan, signed by its validator");
+        }
+        let pools = devices.iter().map(|d| (d.pool, d.committed)).collect();
+        let mut judge = LocalityJudge::new(&plan, request.walk, commitment.miner_key, self.validator_key, pools);
+        let walked = self.locality_walked(recorded, &mut judge, report);
+        if let Ok(Some(figures)) = &walked {
+            report.confirm(format!(
+                "{} locality root(s) signed and timed, {} segment(s) of {} steps replayed on their proven lines",
+                figures.len(),
+                plan.segments as usize * figures.len(),
+                plan.steps
+            ));
+        }
+        record_locality(&mut self.outcome, walked, &|_| {});
+    }
+
+    /// The locality walk's outcome, judged again from its record.
+    fn locality_walked(
+        &self,
+        recorded: &v1::RecordedLocality,
+        judge: &mut LocalityJudge,
+        report: &mut Report,
+    ) -> Walked {
+        for root in &recorded.roots {
+            judge.take_root(&root.root.clone().unwrap_or_default(), root.received_after_us)?;
+        }
+        if let Some(failure) = &recorded.failure {
+            return judge.stream_failed(&status(failure));
+        }
+        if recorded.timed_out_after_ms > 0 {
+            return Err(judge.timed_out(recorded.timed_out_after_ms));
+        }
+        judge.all_roots()?;
+        let Some(open) = &recorded.open_request else {
+            report.differ("every locality root is recorded but no open request: the walk was never checked");
+            return Ok(None);
+        };
+        let samples: Vec<SegmentSample> = open.samples.iter().map(locality_sample_from_wire).collect();
+        let signed = locality_statement::open_request_bytes(&self.work.params().nonce, &samples);
+        let signature = <[u8; 64]>::try_from(open.signature.as_slice()).unwrap_or([0; 64]);
+        let per_device = judge.plan.segments as usize;
+        let in_plan = samples.len() == per_device * judge.devices.len()
+            && samples.iter().enumerate().all(|(i, s)| {
+                s.device as usize == i / per_device
+                    && s.generation < judge.plan.generations
+                    && s.walker < judge.plan.walkers
+            });
+        if self.validator_key.verify(&signed, &signature).is_err() || !in_plan {
+            report.differ("the recorded locality open request is not the plan's segments per device, signed by this challenge's validator");
+            return Ok(None);
+        }
+        report.confirm(format!(
+            "{} locality segment(s) asked for, the plan's count per device, each of the walk",
+            samples.len()
+        ));
+        for (i, sample) in samples.iter().enumerate() {
+            use v1::recorded_locality_opening::Received as Got;
+            match recorded.openings.get(i).and_then(|o| o.received.as_ref()) {
+                Some(Got::Opening(message)) => judge.check_opening(&self.work, *sample, message)?,
+                Some(Got::Failure(failure)) => return Err(locality_opening_failed(&status(failure))),
+                Some(Got::Ended(_)) => return Err(locality_ended_early()),
+                Some(Got::TimedOut(_)) => return Err(locality_openings_timed_out()),
+                None => {
+                    report.differ(format!(
+                        "the locality openings' record stops at {i} of {} without saying why",
+                        samples.len()
+                    ));
+                    return Ok(None);
+                }
+            }
+        }
+        Ok(Some(judge.verdicts()))
     }
 
     /// The rows the validator drew for its row checks, by step.

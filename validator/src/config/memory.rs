@@ -41,6 +41,80 @@ pub struct MemoryConfig {
     pub cpu_slack: f64,
     /// The same at first contact, against the shipped table's bandwidth (0.75 of the datasheet).
     pub first_contact_slack: f64,
+    /// The locality walk (`[memory.locality]`, PROTOCOL.md 20.10): off by default.
+    pub locality: LocalityConfig,
+}
+
+/// The `[memory.locality]` table: the locality walk after version 4's walk (PROTOCOL.md 20.10),
+/// a latency-bound walk whose step and hop times a verdict records. It is a measurement in this
+/// release, not a proof: a verdict states no share of steps served from elsewhere from it
+/// (SECURITY.md, "The locality walk"), and memory stays stated per host. Off by default, and
+/// run only on miners of the CPU backend (a GPU's walk waits for its first measured figures).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct LocalityConfig {
+    pub enabled: bool,
+    /// `W`: walkers a generation, per device.
+    pub walkers: u32,
+    /// `C`: steps a walker takes in one generation (one line each).
+    pub steps: u32,
+    /// How long the walk should take at `step_ns`, in milliseconds: long enough that the
+    /// network's round trip is a small part of it.
+    pub walk_target_ms: u64,
+    /// The time a local step is expected to take on the CPU backend, nanoseconds: a dependent
+    /// load from DRAM, with its TLB miss (495-509 ns measured over a 4 GiB pool, BENCHMARKS.md).
+    pub step_ns: u64,
+    /// Deadline over the expected walk time.
+    pub slack: f64,
+    /// Segments opened per device.
+    pub segments: u32,
+}
+
+impl Default for LocalityConfig {
+    fn default() -> Self {
+        LocalityConfig {
+            enabled: false,
+            walkers: 1,
+            steps: 256,
+            walk_target_ms: 500,
+            step_ns: 600,
+            slack: 2.0,
+            segments: 16,
+        }
+    }
+}
+
+impl LocalityConfig {
+    /// Refuses settings no locality walk could run with, with the reason.
+    pub fn problem(&self) -> Option<String> {
+        use gpu_attest_shared::memory::locality::{MAX_SEGMENT_STEPS, MAX_WALKERS};
+        use gpu_attest_shared::statement::locality::MAX_SEGMENT_SAMPLES_PER_DEVICE;
+        if !(1..=MAX_WALKERS).contains(&self.walkers) {
+            return Some(format!(
+                "[memory.locality] walkers = {} must be in 1..={MAX_WALKERS}",
+                self.walkers
+            ));
+        }
+        if !(1..=MAX_SEGMENT_STEPS).contains(&self.steps) {
+            return Some(format!(
+                "[memory.locality] steps = {} must be in 1..={MAX_SEGMENT_STEPS}",
+                self.steps
+            ));
+        }
+        if self.walk_target_ms == 0 || self.step_ns == 0 {
+            return Some("[memory.locality] walk_target_ms and step_ns must be at least 1".into());
+        }
+        if !(1..=MAX_SEGMENT_SAMPLES_PER_DEVICE as u32).contains(&self.segments) {
+            return Some(format!(
+                "[memory.locality] segments = {} must be in 1..={MAX_SEGMENT_SAMPLES_PER_DEVICE}",
+                self.segments
+            ));
+        }
+        if !(self.slack.is_finite() && self.slack >= 1.0) {
+            return Some("[memory.locality] slack must be at least 1".into());
+        }
+        None
+    }
 }
 
 impl Default for MemoryConfig {
@@ -57,6 +131,7 @@ impl Default for MemoryConfig {
             slack: 1.25,
             cpu_slack: 1.5,
             first_contact_slack: 2.0,
+            locality: LocalityConfig::default(),
         }
     }
 }
@@ -77,6 +152,9 @@ impl MemoryConfig {
 
     /// Refuses settings no attestation could pass or plan with, with the reason.
     pub fn problem(&self) -> Option<String> {
+        if let Some(problem) = self.locality.problem() {
+            return Some(problem);
+        }
         if !(1..=1000).contains(&self.pool_permille) {
             return Some(format!(
                 "[memory] pool_permille = {} must be in 1..=1000",

@@ -75,6 +75,7 @@ impl MemoryPlan {
                 .pools
                 .iter()
                 .map(|p| DeviceMemory {
+                    locality: None,
                     claimed_bytes: p.memory_bytes,
                     pool_entries: p.entries,
                     proven_bytes: 0,

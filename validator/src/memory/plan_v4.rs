@@ -148,6 +148,7 @@ impl ChainPoolPlan {
                 .iter()
                 .zip(claimed)
                 .map(|(d, &claimed_bytes)| DeviceMemory {
+                    locality: None,
                     claimed_bytes,
                     pool_entries: d.pool_chains * slices_per_state,
                     proven_bytes: 0,

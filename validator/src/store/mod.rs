@@ -475,6 +475,7 @@ pub(crate) mod test_support {
             walk_checkpoint_every: 8,
             walk_samples: 64,
             devices: vec![crate::verdict::memory::DeviceMemory {
+                locality: None,
                 claimed_bytes: 1 << 20,
                 pool_entries: 15,
                 proven_bytes: 15 << 16,

@@ -102,11 +102,17 @@ struct Records {
     /// Routine reads listed so far (`ROUTINE_READS_LISTED` at most).
     routine_reads: u64,
     walk: Option<v1::RecordedWalk>,
+    locality: Option<v1::RecordedLocality>,
     open: Option<v1::RecordedOpen>,
     /// Where each distinct slice of the step openings is in `open.slices`, by its hash.
     slice_refs: std::collections::HashMap<[u8; 32], u32>,
     /// Records nothing (`[transcripts] keep = "none"`): the openings are not held twice.
     off: bool,
+}
+
+/// A status as a transcript records it.
+pub fn recorded_status(s: &Status) -> v1::RecordedStatus {
+    status(s)
 }
 
 fn status(s: &Status) -> v1::RecordedStatus {
@@ -229,6 +235,53 @@ impl Recorder {
         }
     }
 
+    /// The locality walk was asked for under `plan_json` (its plan as JSON).
+    pub fn locality_request(&mut self, sent: v1::LocalityRequest, plan_json: String) {
+        if self.0.off {
+            return;
+        }
+        self.0.locality = Some(v1::RecordedLocality {
+            plan_json,
+            request: Some(sent),
+            ..Default::default()
+        });
+    }
+
+    pub fn locality_root(&mut self, received: &v1::DeviceWalkRoot, received_after_us: u64) {
+        if let Some(locality) = self.0.locality.as_mut() {
+            locality.roots.push(v1::RecordedWalkRoot {
+                root: Some(received.clone()),
+                received_after_us,
+            });
+        }
+    }
+
+    pub fn locality_failed(&mut self, failure: &Status) {
+        if let Some(locality) = self.0.locality.as_mut() {
+            locality.failure = Some(status(failure));
+        }
+    }
+
+    pub fn locality_timed_out(&mut self, after_ms: u64) {
+        if let Some(locality) = self.0.locality.as_mut() {
+            locality.timed_out_after_ms = after_ms.max(1);
+        }
+    }
+
+    pub fn locality_open_request(&mut self, sent: &v1::OpenLinesRequest) {
+        if let Some(locality) = self.0.locality.as_mut() {
+            locality.open_request = Some(sent.clone());
+        }
+    }
+
+    pub fn locality_opening(&mut self, received: v1::recorded_locality_opening::Received) {
+        if let Some(locality) = self.0.locality.as_mut() {
+            locality.openings.push(v1::RecordedLocalityOpening {
+                received: Some(received),
+            });
+        }
+    }
+
     pub fn open_request(&mut self, sent: &v1::OpenChainsRequest) {
         if self.0.off {
             return;
@@ -310,6 +363,7 @@ impl Recorder {
             commitment: records.commitment,
             stream: records.stream,
             walk: records.walk,
+            locality: records.locality,
             open: records.open,
             miner_url: verdict.miner_url.clone(),
             evidence_json: match &records.evidence {

@@ -20,6 +20,38 @@ pub struct DeviceMemory {
     /// Absent in version 3, whose one walk the proof's fields state.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub walk: Option<DeviceWalk>,
+    /// The locality walk of this device (PROTOCOL.md 20.10), where it ran.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub locality: Option<DeviceLocality>,
+}
+
+/// One device's locality walk, as a verdict states it (PROTOCOL.md 20.10): what was walked,
+/// opened and timed. It states no share of the device's steps served from elsewhere: a miner
+/// that makes up whole generations walks the rest in pieces side by side, and the openings see
+/// that only at the share of generations made up (SECURITY.md, "The locality walk").
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct DeviceLocality {
+    /// `W`, `G` and `C`: walkers a generation, generations, steps a walker takes in one.
+    pub walkers: u32,
+    pub generations: u32,
+    pub steps: u32,
+    pub segments_opened: u32,
+    /// From sending the locality request to this device's signed root, on this validator's
+    /// clock; 0 when no root came.
+    pub measured_us: u64,
+    pub expected_us: u64,
+    pub deadline_us: u64,
+    /// `measured_us * 1000 / (G * C)`: the most a step took on average, the round trip and the
+    /// pauses between generations included.
+    pub step_ns: f64,
+}
+
+impl DeviceLocality {
+    /// The mean step time from the measured time.
+    pub fn settle(&mut self) {
+        let steps = u64::from(self.generations) * u64::from(self.steps);
+        self.step_ns = self.measured_us as f64 * 1000.0 / steps.max(1) as f64;
+    }
 }
 
 /// One device's version 4 walk, as a verdict states it.
@@ -128,6 +160,9 @@ impl MemoryProof {
     pub fn settle(&mut self, proves: bool) {
         let walk_bytes = self.walk_bytes;
         for device in &mut self.devices {
+            if let Some(locality) = device.locality.as_mut() {
+                locality.settle();
+            }
             device.proven_bytes = match device.walk.as_mut() {
                 // Version 4: what the bound shows held, never the pool asked for.
                 Some(walk) => {

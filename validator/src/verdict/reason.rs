@@ -116,6 +116,28 @@ reason_codes! {
     WalkSegmentMismatch = "walk-segment-mismatch",
     /// Version 4: an opened step's states are not at their places in the walker's tree.
     WalkStateNotCommitted = "walk-state-not-committed",
+    // The locality walk (PROTOCOL.md 20.10), where the validator asks for it.
+    /// The miner refused or failed the locality walk or its openings after accepting the
+    /// challenge (other than answering UNIMPLEMENTED: a miner that cannot walk lines gets a
+    /// verdict without the walk).
+    LocalityRefused = "locality-refused",
+    /// A device's locality root came after its deadline, or none came in time.
+    LocalityTimedOut = "locality-timed-out",
+    /// A locality root not signed by the miner over this locality walk.
+    LocalityRootSignature = "locality-root-signature",
+    /// A locality root or opening that does not decode, a root for no device or for one twice,
+    /// a walk that ended without every device's root, or an opening round that ended early.
+    MalformedLocality = "malformed-locality",
+    LocalityOpeningSignature = "locality-opening-signature",
+    /// An opened locality segment that is not the one asked for in its place.
+    LocalityOpeningForWrongRequest = "locality-opening-for-wrong-request",
+    /// A generation's end states in an opening are not the ones the locality root committed.
+    LocalityGenerationNotCommitted = "locality-generation-not-committed",
+    /// A line of an opened segment is not part of its chain's committed state.
+    LocalityLineNotCommitted = "locality-line-not-committed",
+    /// An opened segment's lines do not lead from its start to its committed end (a made-up
+    /// end state: a walker not walked, or split and walked side by side).
+    LocalitySegmentMismatch = "locality-segment-mismatch",
     // Device evidence (PROTOCOL.md 19.4).
     /// A device offers no evidence, and the validator requires it.
     IdentityNotOffered = "identity-not-offered",

@@ -54,6 +54,20 @@ def _device_walk(w) -> Dict[str, Any]:
     }
 
 
+def _device_locality(l) -> Dict[str, Any]:
+    # The locality walk (PROTOCOL.md 20.10): a measurement, no share stated.
+    return {
+        "walkers": l.walkers,
+        "generations": l.generations,
+        "steps": l.steps,
+        "segments_opened": l.segments_opened,
+        "measured_us": l.measured_us,
+        "expected_us": l.expected_us,
+        "deadline_us": l.deadline_us,
+        "step_ns": l.step_ns,
+    }
+
+
 def _memory_device(d) -> Dict[str, Any]:
     out: Dict[str, Any] = {
         "claimed_bytes": d.claimed_bytes,
@@ -62,6 +76,8 @@ def _memory_device(d) -> Dict[str, Any]:
     }
     if d.HasField("walk"):
         out["walk"] = _device_walk(d.walk)
+    if d.HasField("locality"):
+        out["locality"] = _device_locality(d.locality)
     return out
 
 

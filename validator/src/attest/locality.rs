@@ -1,0 +1,506 @@
+//! The locality walk as the validator runs it (PROTOCOL.md 20.10): after version 4's walk, a
+//! second seed, `G` generations of `W` walkers per device, each device's signed root timed on its
+//! own, then `m` segments per device drawn and each replayed on its proven lines.
+//!
+//! The rules are in [`LocalityJudge`], which the attestation applies as it reads and the audit
+//! applies to the transcript's record, so that both reach the same reasons and figures.
+
+use super::client::MinerConnection;
+use super::decoding::own_decode_failure;
+use super::{AttestError, AttestEvent, now_ms, random32};
+use crate::config::memory::LocalityConfig;
+use crate::transcript::Recorder;
+use crate::untrusted::miner_text;
+use crate::verdict::memory::DeviceLocality;
+use crate::verdict::reason::{Reason, ReasonCode};
+use gpu_attest_proto::locality::{
+    LocalityRequest, OpenLinesRequest, open_request_to_wire, opening_from_wire, request_to_wire,
+};
+use gpu_attest_proto::memory_v4::walk_root_from_wire;
+use gpu_attest_proto::v1;
+use gpu_attest_shared::Work;
+use gpu_attest_shared::digest::Digest;
+use gpu_attest_shared::keys::{KeyPair, PublicKey};
+use gpu_attest_shared::memory::chain_pool::ChainPool;
+use gpu_attest_shared::memory::locality::{LocalityCommitments, LocalityWalk, MAX_KEPT_ENDS, check_segment};
+use gpu_attest_shared::memory::slice::CHUNK_BYTES;
+use gpu_attest_shared::memory::slice_walk::DeviceCommitments;
+use gpu_attest_shared::statement::Commitment;
+use gpu_attest_shared::statement::locality::{
+    SegmentSample, open_request_bytes, opening_bytes, request_bytes, root_bytes,
+};
+use gpu_attest_shared::statement::memory_v4::WalkRoot;
+use rand_chacha::ChaCha20Rng;
+use rand_chacha::rand_core::{Rng, SeedableRng};
+use serde::{Deserialize, Serialize};
+use std::time::{Duration, Instant};
+use tonic::Code;
+
+/// The round trip and the miner's scheduling, allowed on top of the walk's own time.
+pub const ROUND_TRIP_ALLOWANCE_US: u64 = 100_000;
+
+/// What the validator fixed of a locality walk before asking for it: its shape and the figures
+/// its deadline and bound come from. Recorded in the transcript as JSON.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct LocalityPlan {
+    pub walkers: u32,
+    pub generations: u32,
+    pub steps: u32,
+    pub segments: u32,
+    pub step_ns: u64,
+    pub slack: f64,
+}
+
+impl LocalityPlan {
+    /// The walk the settings ask for: as many generations as last `walk_target_ms` at
+    /// `step_ns`, within the limit on the ends a miner keeps.
+    pub fn from_config(config: &LocalityConfig) -> Self {
+        let generation_ns = u64::from(config.steps) * config.step_ns;
+        let wanted = (config.walk_target_ms * 1_000_000).div_ceil(generation_ns.max(1));
+        let most = MAX_KEPT_ENDS / u64::from(config.walkers.max(1));
+        LocalityPlan {
+            walkers: config.walkers,
+            generations: wanted.clamp(1, most.min(u64::from(u32::MAX))) as u32,
+            steps: config.steps,
+            segments: config.segments,
+            step_ns: config.step_ns,
+            slack: config.slack,
+        }
+    }
+
+    /// `G * C * step_ns`, microseconds.
+    pub fn expected_us(&self) -> u64 {
+        (u64::from(self.generations) * u64::from(self.steps) * self.step_ns).div_ceil(1000)
+    }
+
+    /// `ceil(expected_us * slack) + ROUND_TRIP_ALLOWANCE_US`.
+    pub fn deadline_us(&self) -> u64 {
+        (self.expected_us() as f64 * self.slack).ceil() as u64 + ROUND_TRIP_ALLOWANCE_US
+    }
+
+    pub fn walk(&self, nonce: [u8; 32], seed: [u8; 32], global: Digest) -> LocalityWalk {
+        LocalityWalk {
+            nonce,
+            seed,
+            global,
+            walkers: self.walkers,
+            generations: self.generations,
+            steps: self.steps,
+        }
+    }
+
+    /// Largest opening accepted: `C` lines, each its chunk with a path, a chain's checkpoints
+    /// and proof at their largest for this challenge, and two generations' ends.
+    pub fn max_opening_bytes(&self, work: &Work) -> usize {
+        let per_line = CHUNK_BYTES + 40 * (16 + work.checkpoints_per_chain() + 20) + 64;
+        self.steps as usize * per_line + 2 * 40 * (self.walkers as usize + 24) + 4096
+    }
+
+    /// `segments` segments of every device, each `(g, w)` drawn uniformly and independently
+    /// (so that `m` openings all miss a share `f` of made-up segments with probability exactly
+    /// `(1 - f)^m`).
+    pub fn draw(&self, devices: usize, rng: &mut ChaCha20Rng) -> Vec<SegmentSample> {
+        let mut samples = Vec::with_capacity(devices * self.segments as usize);
+        for device in 0..devices as u32 {
+            for _ in 0..self.segments {
+                samples.push(SegmentSample {
+                    device,
+                    generation: (rng.next_u64() % u64::from(self.generations)) as u32,
+                    walker: (rng.next_u64() % u64::from(self.walkers)) as u32,
+                });
+            }
+        }
+        samples
+    }
+}
+
+/// The rules of a locality walk, applied to what the miner sent in the order it came.
+pub struct LocalityJudge<'a> {
+    pub plan: &'a LocalityPlan,
+    pub walk: LocalityWalk,
+    pub miner_key: PublicKey,
+    pub validator_key: PublicKey,
+    /// Each device's pool and commitments, from version 4's walk.
+    pub devices: Vec<(ChainPool, DeviceCommitments)>,
+    /// Each device's locality root and its arrival, as taken.
+    roots: Vec<Option<(Digest, u64)>>,
+}
+
+fn reason(code: ReasonCode, message: impl Into<String>) -> Reason {
+    Reason::new(code, message)
+}
+
+impl<'a> LocalityJudge<'a> {
+    pub fn new(
+        plan: &'a LocalityPlan,
+        walk: LocalityWalk,
+        miner_key: PublicKey,
+        validator_key: PublicKey,
+        devices: Vec<(ChainPool, DeviceCommitments)>,
+    ) -> Self {
+        let roots = vec![None; devices.len()];
+        LocalityJudge {
+            plan,
+            walk,
+            miner_key,
+            validator_key,
+            devices,
+            roots,
+        }
+    }
+
+    /// The stream failed with `status`: `Ok(())` for a miner that cannot walk lines
+    /// (UNIMPLEMENTED: the verdict states no locality), else the reason.
+    pub fn refused(&self, status: &tonic::Status) -> Result<(), Reason> {
+        if let Some(why) = own_decode_failure(status) {
+            return Err(reason(ReasonCode::MalformedLocality, format!("locality root: {why}")));
+        }
+        if status.code() == Code::Unimplemented {
+            return Ok(());
+        }
+        Err(reason(
+            ReasonCode::LocalityRefused,
+            format!(
+                "miner refused or failed the locality walk ({:?}): {}",
+                status.code(),
+                miner_text(status.message())
+            ),
+        ))
+    }
+
+    /// The stream of roots failed with `status`: as [`Self::refused`] before any root came,
+    /// else a failure whatever the code (a miner that cannot walk lines says so before it
+    /// sends a root, not after one).
+    pub fn stream_failed(&self, status: &tonic::Status) -> Walked {
+        match self.refused(status) {
+            Ok(()) if self.roots.iter().any(Option::is_some) => Err(reason(
+                ReasonCode::LocalityRefused,
+                "the locality walk was cut off after it began",
+            )),
+            Ok(()) => Ok(None),
+            Err(why) => Err(why),
+        }
+    }
+
+    pub fn timed_out(&self, after_ms: u64) -> Reason {
+        let missing: Vec<usize> = (0..self.roots.len()).filter(|&j| self.roots[j].is_none()).collect();
+        reason(
+            ReasonCode::LocalityTimedOut,
+            format!("no locality roots from devices {missing:?} within {after_ms} ms"),
+        )
+    }
+
+    /// One root, decoded, for a device of the challenge, signed by the miner over this walk,
+    /// the first for its device, and within its deadline.
+    pub fn take_root(&mut self, message: &v1::DeviceWalkRoot, measured_us: u64) -> Result<(), Reason> {
+        let devices = self.roots.len();
+        let (device, root, device_us, signature) = walk_root_from_wire(message)
+            .map_err(|e| reason(ReasonCode::MalformedLocality, format!("malformed locality root: {e}")))?;
+        let Some(slot) = self.roots.get_mut(device as usize) else {
+            return Err(reason(
+                ReasonCode::MalformedLocality,
+                format!("a locality root for device {device}; the challenge has {devices} devices"),
+            ));
+        };
+        let statement = WalkRoot {
+            nonce: self.walk.nonce,
+            miner_key: self.miner_key,
+            validator_key: self.validator_key,
+            walk_seed: self.walk.seed,
+            device,
+            root,
+            device_us,
+        };
+        if self.miner_key.verify(&root_bytes(&statement), &signature).is_err() {
+            return Err(reason(
+                ReasonCode::LocalityRootSignature,
+                format!("device {device}'s locality root is not signed by the miner over this locality walk"),
+            ));
+        }
+        if slot.replace((root, measured_us)).is_some() {
+            return Err(reason(
+                ReasonCode::MalformedLocality,
+                format!("two locality roots for device {device}"),
+            ));
+        }
+        let deadline_us = self.plan.deadline_us();
+        if measured_us > deadline_us {
+            return Err(reason(
+                ReasonCode::LocalityTimedOut,
+                format!(
+                    "device {device}'s locality root arrived after {:.1} ms; its deadline was {:.1} ms (expected {:.1} ms: {} generations of {} steps at {} ns)",
+                    measured_us as f64 / 1e3,
+                    deadline_us as f64 / 1e3,
+                    self.plan.expected_us() as f64 / 1e3,
+                    self.plan.generations,
+                    self.plan.steps,
+                    self.plan.step_ns
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Once the stream ended: every device's root came.
+    pub fn all_roots(&self) -> Result<(), Reason> {
+        let missing: Vec<usize> = (0..self.roots.len()).filter(|&j| self.roots[j].is_none()).collect();
+        if missing.is_empty() {
+            Ok(())
+        } else {
+            Err(reason(
+                ReasonCode::MalformedLocality,
+                format!("the locality walk ended without the roots of devices {missing:?}"),
+            ))
+        }
+    }
+
+    /// One opening read in the place of `sample`: decoded, that sample's, signed by the miner,
+    /// and replayed on its proven lines to its committed end.
+    pub fn check_opening(
+        &self,
+        work: &Work,
+        sample: SegmentSample,
+        message: &v1::LocalityOpening,
+    ) -> Result<(), Reason> {
+        let (device, opening, signature) = opening_from_wire(message).map_err(|e| {
+            reason(
+                ReasonCode::MalformedLocality,
+                format!("malformed locality opening: {e}"),
+            )
+        })?;
+        if (device, opening.generation, opening.walker) != (sample.device, sample.generation, sample.walker) {
+            return Err(reason(
+                ReasonCode::LocalityOpeningForWrongRequest,
+                format!(
+                    "an opening of device {device}, generation {}, walker {} in the place of {sample:?}",
+                    opening.generation, opening.walker
+                ),
+            ));
+        }
+        if self
+            .miner_key
+            .verify(&opening_bytes(&self.walk.nonce, device, &opening), &signature)
+            .is_err()
+        {
+            return Err(reason(
+                ReasonCode::LocalityOpeningSignature,
+                format!("the opening of {sample:?} is not signed by the miner"),
+            ));
+        }
+        let (Some((pool, committed)), Some(Some((root, _)))) =
+            (self.devices.get(device as usize), self.roots.get(device as usize))
+        else {
+            return Err(reason(
+                ReasonCode::LocalityOpeningForWrongRequest,
+                format!("an opening of device {device}, which has no locality root"),
+            ));
+        };
+        let commitments = LocalityCommitments {
+            device_root: committed.device_root,
+            device_chains: committed.device_chains,
+            locality_root: *root,
+        };
+        check_segment(work, &self.walk, pool, &commitments, &opening).map_err(|rejection| {
+            reason(
+                ReasonCode::from_name(rejection.code()),
+                format!(
+                    "device {device}, generation {}, walker {}: {rejection}",
+                    sample.generation, sample.walker
+                ),
+            )
+        })
+    }
+
+    /// What each device's walk states, once every root is in (settled by the proof).
+    pub fn verdicts(&self) -> Vec<DeviceLocality> {
+        self.roots
+            .iter()
+            .map(|root| DeviceLocality {
+                walkers: self.plan.walkers,
+                generations: self.plan.generations,
+                steps: self.plan.steps,
+                segments_opened: self.plan.segments,
+                measured_us: root.map_or(0, |(_, us)| us.max(1)),
+                expected_us: self.plan.expected_us(),
+                deadline_us: self.plan.deadline_us(),
+                step_ns: 0.0,
+            })
+            .collect()
+    }
+}
+
+/// How a locality walk ended, for the outcome: its figures per device where every root came
+/// and every opening checked; `None` where the miner cannot walk lines; the reason otherwise.
+pub type Walked = Result<Option<Vec<DeviceLocality>>, Reason>;
+
+/// Runs the locality walk over `devices` (from version 4's walk) and its openings.
+#[allow(clippy::too_many_arguments)]
+pub async fn walk_lines(
+    miner: &mut MinerConnection,
+    identity: &KeyPair,
+    work: &Work,
+    commitment: &Commitment,
+    plan: &LocalityPlan,
+    devices: Vec<(ChainPool, DeviceCommitments)>,
+    recorder: &mut Recorder,
+    on_event: &(dyn Fn(AttestEvent) + Send + Sync),
+) -> Result<Walked, AttestError> {
+    let nonce = work.params().nonce;
+    let walk = plan.walk(nonce, random32()?, commitment.work.global);
+    let deadline_us = plan.deadline_us();
+    let deadline_ms = now_ms().saturating_add(deadline_us.div_ceil(1000));
+    let request = request_to_wire(&LocalityRequest {
+        signature: identity.sign(&request_bytes(&walk, deadline_ms)),
+        walk: walk.clone(),
+        deadline_ms,
+        validator_key: identity.public_key().0,
+    });
+    recorder.locality_request(
+        request.clone(),
+        serde_json::to_string(plan).expect("a plan of numbers serialises"),
+    );
+    on_event(AttestEvent::Phase {
+        name: "locality",
+        detail: format!(
+            "{} generations of {} walker(s) x {} steps on {} device(s); deadline {:.1} ms",
+            plan.generations,
+            plan.walkers,
+            plan.steps,
+            devices.len(),
+            deadline_us as f64 / 1e3
+        ),
+    });
+    let mut judge = LocalityJudge::new(plan, walk, commitment.miner_key, identity.public_key(), devices);
+    let give_up = Duration::from_micros(deadline_us + deadline_us / 10) + Duration::from_secs(2);
+    let sent = Instant::now();
+    let until = tokio::time::Instant::from_std(sent) + give_up;
+    let mut stream = match tokio::time::timeout_at(until, miner.walk_lines(request)).await {
+        Err(_) => {
+            let after_ms = sent.elapsed().as_millis() as u64;
+            recorder.locality_timed_out(after_ms);
+            return Ok(Err(judge.timed_out(after_ms)));
+        }
+        Ok(Err(status)) => {
+            recorder.locality_failed(&status);
+            return Ok(judge.stream_failed(&status));
+        }
+        Ok(Ok(stream)) => stream,
+    };
+    loop {
+        let message = match tokio::time::timeout_at(until, stream.message()).await {
+            Err(_) => {
+                let after_ms = sent.elapsed().as_millis() as u64;
+                recorder.locality_timed_out(after_ms);
+                return Ok(Err(judge.timed_out(after_ms)));
+            }
+            Ok(Err(status)) => {
+                recorder.locality_failed(&status);
+                return Ok(judge.stream_failed(&status));
+            }
+            Ok(Ok(None)) => break,
+            Ok(Ok(Some(message))) => message,
+        };
+        let measured_us = sent.elapsed().as_micros() as u64;
+        recorder.locality_root(&message, measured_us);
+        if let Err(why) = judge.take_root(&message, measured_us) {
+            return Ok(Err(why));
+        }
+    }
+    if let Err(why) = judge.all_roots() {
+        return Ok(Err(why));
+    }
+    let samples = plan.draw(judge.devices.len(), &mut ChaCha20Rng::from_seed(random32()?));
+    let open = OpenLinesRequest {
+        nonce,
+        signature: identity.sign(&open_request_bytes(&nonce, &samples)),
+        samples: samples.clone(),
+        validator_key: identity.public_key().0,
+    };
+    let open = open_request_to_wire(&open);
+    recorder.locality_open_request(&open);
+    on_event(AttestEvent::Phase {
+        name: "locality-opening",
+        detail: format!("{} segment(s) of {} steps", samples.len(), plan.steps),
+    });
+    // The openings' budget: the walk's again, each opening walking one walker's generation.
+    let until = tokio::time::Instant::now() + give_up + Duration::from_millis(100 * samples.len() as u64);
+    let mut openings = match tokio::time::timeout_at(until, miner.open_lines(open, plan.max_opening_bytes(work))).await
+    {
+        Err(_) => {
+            recorder.locality_opening(v1::recorded_locality_opening::Received::TimedOut(true));
+            return Ok(Err(openings_timed_out()));
+        }
+        Ok(Err(status)) => {
+            recorder.locality_opening(v1::recorded_locality_opening::Received::Failure(
+                crate::transcript::record::recorded_status(&status),
+            ));
+            return Ok(Err(opening_failed(&status)));
+        }
+        Ok(Ok(stream)) => stream,
+    };
+    for sample in samples {
+        let message = match tokio::time::timeout_at(until, openings.message()).await {
+            Err(_) => {
+                recorder.locality_opening(v1::recorded_locality_opening::Received::TimedOut(true));
+                return Ok(Err(openings_timed_out()));
+            }
+            Ok(Err(status)) => {
+                recorder.locality_opening(v1::recorded_locality_opening::Received::Failure(
+                    crate::transcript::record::recorded_status(&status),
+                ));
+                return Ok(Err(opening_failed(&status)));
+            }
+            Ok(Ok(None)) => {
+                recorder.locality_opening(v1::recorded_locality_opening::Received::Ended(true));
+                return Ok(Err(ended_early()));
+            }
+            Ok(Ok(Some(message))) => message,
+        };
+        recorder.locality_opening(v1::recorded_locality_opening::Received::Opening(message.clone()));
+        if let Err(why) = judge.check_opening(work, sample, &message) {
+            return Ok(Err(why));
+        }
+    }
+    let verdicts = judge.verdicts();
+    on_event(AttestEvent::Phase {
+        name: "locality-checked",
+        detail: verdicts
+            .iter()
+            .enumerate()
+            .map(|(j, d)| format!("device {j} after {:.1} ms", d.measured_us as f64 / 1e3))
+            .collect::<Vec<_>>()
+            .join(", "),
+    });
+    Ok(Ok(Some(verdicts)))
+}
+
+/// The miner's status in place of an opening.
+pub fn opening_failed(status: &tonic::Status) -> Reason {
+    match own_decode_failure(status) {
+        Some(why) => reason(ReasonCode::MalformedLocality, format!("locality opening: {why}")),
+        None => reason(
+            ReasonCode::LocalityRefused,
+            format!(
+                "miner refused or failed the locality openings ({:?}): {}",
+                status.code(),
+                miner_text(status.message())
+            ),
+        ),
+    }
+}
+
+/// Nothing more within the openings' budget.
+pub fn openings_timed_out() -> Reason {
+    reason(
+        ReasonCode::LocalityTimedOut,
+        "the locality openings did not all come in time",
+    )
+}
+
+/// The openings' stream ended before every sample was answered.
+pub fn ended_early() -> Reason {
+    reason(
+        ReasonCode::MalformedLocality,
+        "the locality openings ended before every segment asked for",
+    )
+}
