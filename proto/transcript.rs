@@ -141,6 +141,7 @@ const TRANSCRIPT: &[(u32, Shape)] = &[
     (6, Shape::Message(RECORDED_WALK)),
     (7, Shape::Message(RECORDED_OPEN)),
     (10, Shape::Message(&[(3, Shape::Message(&[]))])),
+    (11, Shape::Message(RECORDED_LOCALITY)),
 ];
 const CHALLENGE: &[(u32, Shape)] = &[
     (1, Shape::Message(&[])),
@@ -165,6 +166,19 @@ const RECORDED_OPEN: &[(u32, Shape)] = &[
     ),
     (2, Shape::Message(&[(1, Shape::Message(CHAIN_OPENING))])),
     (5, Shape::Message(&[])),
+];
+const RECORDED_LOCALITY: &[(u32, Shape)] = &[
+    (2, Shape::Message(&[])),
+    (3, Shape::Message(&[(1, Shape::Message(&[]))])),
+    (4, Shape::Message(&[])),
+    (6, Shape::Message(&[(2, Shape::Message(&[]))])),
+    (
+        7,
+        Shape::Message(&[
+            (1, Shape::Message(&[(8, Shape::Message(&[]))])),
+            (2, Shape::Message(&[])),
+        ]),
+    ),
 ];
 const CHAIN_OPENING: &[(u32, Shape)] = &[
     (8, Shape::Message(&[(7, Shape::Message(&[]))])),
@@ -431,6 +445,27 @@ mod tests {
         .encode_to_vec();
         assert_eq!(open(&signed).unwrap_err(), TranscriptError::TooCostly);
         assert!(open(&seal(&with(1000), &key)).is_ok());
+        // So inside a locality opening's lines: short proofs in one line of one opening.
+        let locality = |proof: usize| v1::Transcript {
+            locality: Some(v1::RecordedLocality {
+                openings: vec![v1::RecordedLocalityOpening {
+                    received: Some(v1::recorded_locality_opening::Received::Opening(v1::LocalityOpening {
+                        lines: vec![v1::LineProof {
+                            chain_proof: vec![Vec::new(); proof],
+                            ..Default::default()
+                        }],
+                        ..Default::default()
+                    })),
+                }],
+                ..Default::default()
+            }),
+            ..sample()
+        };
+        assert_eq!(
+            open(&seal(&locality(too_many), &key)).unwrap_err(),
+            TranscriptError::TooCostly
+        );
+        assert!(open(&seal(&locality(1000), &key)).is_ok());
     }
 
     /// A file of many short entries (two bytes each, a few hundred once decoded) is refused on

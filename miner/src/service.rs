@@ -14,6 +14,7 @@ use gpu_attest_shared::engine::{EngineError, Execution};
 use gpu_attest_shared::evidence::DeviceEvidence;
 
 use gpu_attest_shared::keys::PublicKey;
+use gpu_attest_shared::statement::memory_v4::WalkRoot;
 use gpu_attest_shared::{BackendError, CancelToken};
 use std::pin::Pin;
 use std::sync::Arc;
@@ -201,51 +202,16 @@ impl Miner for MinerService {
         trust_connection(request.extensions());
         self.core
             .record_answer(&walk.nonce, Kind::WalkRequest, request.get_ref());
-        let (tx, rx) = mpsc::channel(EVENT_BUFFER);
-        let core = self.core.clone();
-        tokio::spawn(async move {
-            let nonce = hex::encode(walk.nonce);
-            // The walk reads the states where the devices hold them (see `walk_pool`).
-            let devices = core.running().lock_devices().await;
-            let cancel = CancelToken::new();
-            let hung_up = {
-                let (tx, cancel) = (tx.clone(), cancel.clone());
-                tokio::spawn(async move {
-                    tx.closed().await;
-                    cancel.cancel();
-                })
-            };
-            let deadline_watch = cancel_long_past(walk.deadline_ms, &cancel);
-            let (worker, worker_tx, started) = (core.clone(), tx.clone(), Instant::now());
-            let nonce_bytes = walk.nonce;
-            let walked = tokio::task::spawn_blocking(move || {
-                // Each root goes out as its device's walk ends: the validator clocks each
-                // device from the request to its own root.
-                let send = |root: crate::core::Signed<_>| {
-                    let wire = crate::wire::walk_root(&root);
-                    worker.record_answer(&nonce_bytes, Kind::WalkRoot, &wire);
-                    let _ = worker_tx.blocking_send(Ok(wire));
-                };
-                worker.walk_states(&recent, &walk, &cancel, &send)
-            })
-            .await;
-            deadline_watch.abort();
-            hung_up.abort();
-            drop(devices);
-            core.running().ended(running);
-            let failed = match walked {
-                Ok(Ok(())) => None,
-                Ok(Err(e)) => Some(Status::from(e)),
-                Err(join) => Some(Status::internal(format!("walk worker failed: {join}"))),
-            };
-            match failed {
-                None => info!(%nonce, walk_ms = started.elapsed().as_millis() as u64, "walk roots sent"),
-                Some(status) => {
-                    warn!(%nonce, error = %status.message(), "walk failed");
-                    let _ = tx.send(Err(status)).await;
-                }
-            }
-        });
+        let (nonce, deadline_ms) = (walk.nonce, walk.deadline_ms);
+        let rx = stream_roots(
+            self.core.clone(),
+            running,
+            nonce,
+            deadline_ms,
+            Kind::WalkRoot,
+            "walk",
+            move |core, cancel, send| core.walk_states(&recent, &walk, cancel, send),
+        );
         Ok(holds_connection(Response::new(Box::pin(ReceiverStream::new(rx)))))
     }
 
@@ -262,48 +228,16 @@ impl Miner for MinerService {
         trust_connection(request.extensions());
         self.core
             .record_answer(&recent.nonce, Kind::LocalityRequest, request.get_ref());
-        let (tx, rx) = mpsc::channel(EVENT_BUFFER);
-        let core = self.core.clone();
-        tokio::spawn(async move {
-            let nonce = hex::encode(recent.nonce);
-            // The walk reads the states where the devices hold them (see `walk_pool`).
-            let devices = core.running().lock_devices().await;
-            let cancel = CancelToken::new();
-            let hung_up = {
-                let (tx, cancel) = (tx.clone(), cancel.clone());
-                tokio::spawn(async move {
-                    tx.closed().await;
-                    cancel.cancel();
-                })
-            };
-            let deadline_watch = cancel_long_past(walk.deadline_ms, &cancel);
-            let (worker, worker_tx, started) = (core.clone(), tx.clone(), Instant::now());
-            let walked = tokio::task::spawn_blocking(move || {
-                let send = |root: Signed<_>| {
-                    let wire = crate::wire::walk_root(&root);
-                    worker.record_answer(&recent.nonce, Kind::LocalityRoot, &wire);
-                    let _ = worker_tx.blocking_send(Ok(wire));
-                };
-                worker.walk_lines(&recent, &walk, &cancel, &send)
-            })
-            .await;
-            deadline_watch.abort();
-            hung_up.abort();
-            drop(devices);
-            core.running().ended(running);
-            let failed = match walked {
-                Ok(Ok(())) => None,
-                Ok(Err(e)) => Some(Status::from(e)),
-                Err(join) => Some(Status::internal(format!("locality walk worker failed: {join}"))),
-            };
-            match failed {
-                None => info!(%nonce, walk_ms = started.elapsed().as_millis() as u64, "locality roots sent"),
-                Some(status) => {
-                    warn!(%nonce, error = %status.message(), "locality walk failed");
-                    let _ = tx.send(Err(status)).await;
-                }
-            }
-        });
+        let (nonce, deadline_ms) = (recent.nonce, walk.deadline_ms);
+        let rx = stream_roots(
+            self.core.clone(),
+            running,
+            nonce,
+            deadline_ms,
+            Kind::LocalityRoot,
+            "locality walk",
+            move |core, cancel, send| core.walk_lines(&recent, &walk, cancel, send),
+        );
         Ok(holds_connection(Response::new(Box::pin(ReceiverStream::new(rx)))))
     }
 
@@ -329,6 +263,68 @@ impl Miner for MinerService {
         });
         Ok(holds_connection(Response::new(Box::pin(ReceiverStream::new(rx)))))
     }
+}
+
+/// Runs a walk whose signed roots go out one per device as each device's walk ends (version 4's
+/// walk and the locality walk), on the devices, stopped when the validator hangs up or the walk
+/// runs long past its deadline; the stream ends after the last root, or with the status the walk
+/// failed with. `what` names the walk in the log.
+#[allow(clippy::too_many_arguments)]
+fn stream_roots(
+    core: Arc<MinerCore>,
+    running: crate::core::WorkRunning,
+    nonce: [u8; 32],
+    deadline_ms: u64,
+    kind: Kind,
+    what: &'static str,
+    walk: impl FnOnce(&MinerCore, &CancelToken, &(dyn Fn(Signed<WalkRoot>) + Sync)) -> Result<(), MinerError>
+    + Send
+    + 'static,
+) -> mpsc::Receiver<Result<v1::DeviceWalkRoot, Status>> {
+    let (tx, rx) = mpsc::channel(EVENT_BUFFER);
+    tokio::spawn(async move {
+        let shown = hex::encode(nonce);
+        // The walk reads the states where the devices hold them (see `walk_pool`).
+        let devices = core.running().lock_devices().await;
+        let cancel = CancelToken::new();
+        let hung_up = {
+            let (tx, cancel) = (tx.clone(), cancel.clone());
+            tokio::spawn(async move {
+                tx.closed().await;
+                cancel.cancel();
+            })
+        };
+        let deadline_watch = cancel_long_past(deadline_ms, &cancel);
+        let (worker, worker_tx, started) = (core.clone(), tx.clone(), Instant::now());
+        let walked = tokio::task::spawn_blocking(move || {
+            // Each root goes out as its device's walk ends: the validator clocks each device
+            // from the request to its own root.
+            let send = |root: Signed<WalkRoot>| {
+                let wire = crate::wire::walk_root(&root);
+                worker.record_answer(&nonce, kind, &wire);
+                let _ = worker_tx.blocking_send(Ok(wire));
+            };
+            walk(&worker, &cancel, &send)
+        })
+        .await;
+        deadline_watch.abort();
+        hung_up.abort();
+        drop(devices);
+        core.running().ended(running);
+        let failed = match walked {
+            Ok(Ok(())) => None,
+            Ok(Err(e)) => Some(Status::from(e)),
+            Err(join) => Some(Status::internal(format!("{what} worker failed: {join}"))),
+        };
+        match failed {
+            None => info!(nonce = %shown, walk_ms = started.elapsed().as_millis() as u64, "{what}: roots sent"),
+            Some(status) => {
+                warn!(nonce = %shown, error = %status.message(), "{what} failed");
+                let _ = tx.send(Err(status)).await;
+            }
+        }
+    });
+    rx
 }
 
 /// Cancels `cancel` once a walk runs well past its validator's deadline (twice the time the

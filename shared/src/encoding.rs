@@ -25,6 +25,14 @@ pub(crate) fn put_digests(out: &mut Vec<u8>, digests: &[Digest]) {
     }
 }
 
+/// A BLAKE3 path's sibling chaining values (a slice's or a chunk's), as `list(32 bytes)`.
+pub(crate) fn put_path(out: &mut Vec<u8>, path: &crate::memory::slice::SlicePath) {
+    put_u32(out, path.siblings.len());
+    for sibling in &path.siblings {
+        out.extend(sibling);
+    }
+}
+
 /// A device list as the inventory digest and the commitment statement carry it.
 pub(crate) fn put_inventory(out: &mut Vec<u8>, devices: &[DeviceInfo]) {
     put_u32(out, devices.len());

@@ -115,14 +115,22 @@ fn walk() -> LocalityWalk {
 }
 
 /// The walk again as a reader of the design would write it: each generation's walkers from the
-/// challenge's starts or the generation before's digest, one line a step.
-fn walk_by_the_book(device: &Device, walk: &LocalityWalk) -> Vec<Vec<State>> {
+/// challenge's starts or the generation before's digest, one line a step; except that a walker
+/// for which `made_up(g, w)` gives a state does not walk and commits that state as its end.
+fn walk_by_the_book(
+    device: &Device,
+    walk: &LocalityWalk,
+    made_up: &dyn Fn(u32, u32) -> Option<State>,
+) -> Vec<Vec<State>> {
     let slices = device.pool.slices();
     let mut generations: Vec<Vec<State>> = Vec::new();
     for g in 0..walk.generations {
         let previous = generations.last().map(|ends| walk.generation_digest(0, g - 1, ends));
         let ends = (0..walk.walkers)
             .map(|w| {
+                if let Some(end) = made_up(g, w) {
+                    return end;
+                }
                 let mut s = match previous {
                     None => State::start(&walk.nonce, &walk.seed, &walk.global, 0, w),
                     Some(d) => walk.next_start(0, &d, w),
@@ -139,19 +147,28 @@ fn walk_by_the_book(device: &Device, walk: &LocalityWalk) -> Vec<Vec<State>> {
     generations
 }
 
+/// A walk committed from `ends`, generation by generation, as a miner would send its root.
+fn committed(walk: &LocalityWalk, ends: Vec<Vec<State>>) -> LineWalk {
+    let digests: Vec<Digest> = ends
+        .iter()
+        .enumerate()
+        .map(|(g, e)| walk.generation_digest(0, g as u32, e))
+        .collect();
+    LineWalk {
+        walkers: walk.walkers,
+        ends: ends.concat(),
+        root: MerkleTree::new(&digests).root(),
+        digests,
+    }
+}
+
 #[test]
 fn an_honest_device_passes_every_opened_segment() {
     let device = Device::honest();
     let walk = walk();
     let walked = device.walk(&walk);
-    let by_the_book = walk_by_the_book(&device, &walk);
-    assert_eq!(walked.ends, by_the_book.concat());
-    let digests: Vec<Digest> = by_the_book
-        .iter()
-        .enumerate()
-        .map(|(g, ends)| walk.generation_digest(0, g as u32, ends))
-        .collect();
-    assert_eq!(walked.root, MerkleTree::new(&digests).root());
+    let by_the_book = committed(&walk, walk_by_the_book(&device, &walk, &|_, _| None));
+    assert_eq!(walked, by_the_book);
     for g in 0..walk.generations {
         for w in 0..walk.walkers {
             let opening = device.open(&walk, &walked, g, w);
@@ -242,37 +259,11 @@ fn every_end_of_a_generation_moves_every_start_of_the_next() {
 fn a_made_up_generation_splits_the_walk_and_fails_only_its_own_segments() {
     let device = Device::honest();
     let walk = walk();
-    let slices = device.pool.slices();
     let made_up = 2u32;
-    let mut ends: Vec<Vec<State>> = Vec::new();
-    for g in 0..walk.generations {
-        let previous = ends.last().map(|e| walk.generation_digest(0, g - 1, e));
-        let generation: Vec<State> = (0..walk.walkers)
-            .map(|w| {
-                if g == made_up {
-                    return State([9, 9, 9, u64::from(w)]);
-                }
-                let mut s = walk.start(0, w, previous.as_ref());
-                for _ in 0..walk.steps {
-                    let line = s.names(slices);
-                    s = step(&s, line.of(device.held.slice(line.slice)));
-                }
-                s
-            })
-            .collect();
-        ends.push(generation);
-    }
-    let digests: Vec<Digest> = ends
-        .iter()
-        .enumerate()
-        .map(|(g, e)| walk.generation_digest(0, g as u32, e))
-        .collect();
-    let split = LineWalk {
-        walkers: walk.walkers,
-        ends: ends.concat(),
-        root: MerkleTree::new(&digests).root(),
-        digests,
-    };
+    let ends = walk_by_the_book(&device, &walk, &|g, w| {
+        (g == made_up).then_some(State([9, 9, 9, u64::from(w)]))
+    });
+    let split = committed(&walk, ends);
     for g in 0..walk.generations {
         for w in 0..walk.walkers {
             let checked = device.check(&walk, split.root, &device.open(&walk, &split, g, w));
@@ -293,36 +284,10 @@ fn a_made_up_end_state_fails_its_segment_and_only_its_segment() {
     // Generation 2's walker 1 did not walk: its end was guessed; generations 3 and 4 were walked
     // from what it committed.
     let (faked_g, faked_w) = (2u32, 1u32);
-    let slices = device.pool.slices();
-    let mut ends: Vec<Vec<State>> = Vec::new();
-    for g in 0..walk.generations {
-        let previous = ends.last().map(|e| walk.generation_digest(0, g - 1, e));
-        let generation: Vec<State> = (0..walk.walkers)
-            .map(|w| {
-                if (g, w) == (faked_g, faked_w) {
-                    return State([1, 2, 3, 4]);
-                }
-                let mut s = walk.start(0, w, previous.as_ref());
-                for _ in 0..walk.steps {
-                    let line = s.names(slices);
-                    s = step(&s, line.of(device.held.slice(line.slice)));
-                }
-                s
-            })
-            .collect();
-        ends.push(generation);
-    }
-    let digests: Vec<Digest> = ends
-        .iter()
-        .enumerate()
-        .map(|(g, e)| walk.generation_digest(0, g as u32, e))
-        .collect();
-    let cheat = LineWalk {
-        walkers: walk.walkers,
-        ends: ends.concat(),
-        root: MerkleTree::new(&digests).root(),
-        digests,
-    };
+    let ends = walk_by_the_book(&device, &walk, &|g, w| {
+        ((g, w) == (faked_g, faked_w)).then_some(State([1, 2, 3, 4]))
+    });
+    let cheat = committed(&walk, ends);
     assert_ne!(cheat.root, honest.root);
     for g in 0..walk.generations {
         for w in 0..walk.walkers {

@@ -10,7 +10,8 @@ use crate::common;
 
 use common::locality_cheats::LocalityCheat;
 use common::pool_cheat::CheatingCpu;
-use common::v4::{v4_miner, v4_validator_config};
+use common::process::cmd;
+use common::v4::v4_validator_config;
 use common::*;
 use gpu_attest_shared::keys::KeyPair;
 use gpu_attest_validator::audit::{Finding, Report, audit};
@@ -26,7 +27,9 @@ use std::time::Duration;
 /// 100 ms of walk at the CPU's 600 ns a step: 652 generations of one walker x 256 steps.
 const GENERATIONS: u32 = 652;
 
-async fn attested(seed: u8, cheat: Option<LocalityCheat>) -> (Verdict, Vec<u8>) {
+/// Attests a miner of `seed` (with `cheat`, if any) that keeps its own record of what it
+/// answered; the verdict, its kept transcript and the miner's record's directory.
+async fn attested(seed: u8, cheat: Option<LocalityCheat>) -> (Verdict, Vec<u8>, TempDir) {
     let _alone = crate::TIMED.lock().await;
     let cpu = test_cpu(TEST_CORES as usize).claiming(TEST_CORES, 256 << 10);
     let kernel = cpu.kernel();
@@ -34,8 +37,18 @@ async fn attested(seed: u8, cheat: Option<LocalityCheat>) -> (Verdict, Vec<u8>) 
         None => Arc::new(cpu),
         Some(cheat) => Arc::new(CheatingCpu::new(cpu, cheat)),
     };
-    let miner = spawn_miner(v4_miner(seed, kernel, backend)).await;
     let dir = TempDir::new("locality");
+    let answers = gpu_attest_miner::answers::AnswerLog::open(&dir.path("answers"), 7).unwrap();
+    let core = gpu_attest_miner::MinerCore::new(
+        KeyPair::from_seed([seed; 32]),
+        [validator_key()].into_iter().collect(),
+        common::v4::speaks_4(),
+        selected(kernel, backend),
+        Duration::from_secs(60),
+        gpu_attest_miner::nonces::NonceLog::in_memory(),
+    )
+    .with_answer_log(answers);
+    let miner = spawn_miner(Arc::new(core)).await;
     let mut config = v4_validator_config(&dir, Policy::Sampled);
     config.memory.locality = LocalityConfig {
         enabled: true,
@@ -51,7 +64,7 @@ async fn attested(seed: u8, cheat: Option<LocalityCheat>) -> (Verdict, Vec<u8>) 
         .await
         .unwrap()
         .expect("every transcript kept");
-    (verdict, file)
+    (verdict, file, dir)
 }
 
 async fn audited(file: &[u8]) -> Report {
@@ -76,7 +89,7 @@ fn tampered(file: &[u8], change: impl FnOnce(&mut gpu_attest_proto::v1::Transcri
 
 #[tokio::test(flavor = "multi_thread")]
 async fn an_honest_miner_passes_and_its_verdict_records_each_devices_locality_walk() {
-    let (verdict, file) = attested(91, None).await;
+    let (verdict, file, dir) = attested(91, None).await;
     assert!(verdict.passed, "{:?}", verdict.reasons);
     let memory = verdict.memory.as_ref().unwrap();
     for (j, device) in memory.devices.iter().enumerate() {
@@ -99,6 +112,33 @@ async fn an_honest_miner_passes_and_its_verdict_records_each_devices_locality_wa
         assert!((locality.step_ns - locality.measured_us as f64 * 1000.0 / steps).abs() < 1e-6);
     }
     assert_confirmed(&audited(&file).await);
+
+    // The miner holds the transcript against its own record: the locality request, each root
+    // and each opening are the ones it received and sent.
+    let path = dir.path("verdict.transcript");
+    std::fs::write(&path, &file).unwrap();
+    let checked = cmd("miner")
+        .arg("check-transcript")
+        .arg(&path)
+        .arg("--answers")
+        .arg(dir.path("answers"))
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&checked.stdout);
+    assert_eq!(
+        checked.status.code(),
+        Some(0),
+        "{said}{}",
+        String::from_utf8_lossy(&checked.stderr)
+    );
+    assert!(said.contains("device 0's locality root, sent"), "{said}");
+    let openings = 16 * memory.devices.len();
+    assert!(
+        said.contains(&format!(
+            "{openings} locality opening(s), each the one this miner sent in its place"
+        )),
+        "{said}"
+    );
 
     // A root's time moved past its deadline: the audit finds the verdict should have failed.
     let late = tampered(&file, |t| {
@@ -149,7 +189,7 @@ async fn an_honest_miner_passes_and_its_verdict_records_each_devices_locality_wa
 /// as a walker split into pieces walked side by side must make up where each piece starts).
 #[tokio::test(flavor = "multi_thread")]
 async fn a_miner_that_makes_up_its_walkers_ends_fails_on_its_openings() {
-    let (verdict, file) = attested(92, Some(LocalityCheat::MadeUpEnds)).await;
+    let (verdict, file, _dir) = attested(92, Some(LocalityCheat::MadeUpEnds)).await;
     assert!(!verdict.passed);
     assert_failed_with(&verdict, ReasonCode::LocalitySegmentMismatch);
     assert_eq!(verdict.reasons.len(), 1, "{:?}", verdict.reasons);
@@ -166,7 +206,7 @@ async fn a_miner_that_makes_up_its_walkers_ends_fails_on_its_openings() {
 /// deadline (a second of hops against a deadline of 0.36 s).
 #[tokio::test(flavor = "multi_thread")]
 async fn a_miner_whose_lines_come_from_afar_is_late() {
-    let (verdict, file) = attested(93, Some(LocalityCheat::FromAfar(Duration::from_secs(1)))).await;
+    let (verdict, file, _dir) = attested(93, Some(LocalityCheat::FromAfar(Duration::from_secs(1)))).await;
     assert!(!verdict.passed);
     assert_failed_with(&verdict, ReasonCode::LocalityTimedOut);
     assert_confirmed(&audited(&file).await);
@@ -176,7 +216,7 @@ async fn a_miner_whose_lines_come_from_afar_is_late() {
 /// memory per host, as every verdict does, and records no locality walk.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_miner_that_cannot_walk_lines_passes_without_a_locality_walk() {
-    let (verdict, file) = attested(94, Some(LocalityCheat::NoLineWalk)).await;
+    let (verdict, file, _dir) = attested(94, Some(LocalityCheat::NoLineWalk)).await;
     assert!(verdict.passed, "{:?}", verdict.reasons);
     let memory = verdict.memory.as_ref().unwrap();
     assert!(memory.devices.iter().all(|d| d.locality.is_none()));

@@ -122,6 +122,16 @@ fn compare(t: &v1::Transcript, challenge: &v1::Challenge, record: &[Entry], repo
             }
         }
     }
+    match &t.locality {
+        Some(locality) => compare_locality(locality, record, report),
+        None => {
+            if let Some(at) = missing(Kind::LocalityRequest) {
+                report.differ(format!(
+                    "this miner received a locality request at {at}; the transcript holds no locality walk"
+                ));
+            }
+        }
+    }
     match &t.open {
         Some(open) => compare_openings(open, record, report),
         None => {
@@ -135,47 +145,116 @@ fn compare(t: &v1::Transcript, challenge: &v1::Challenge, record: &[Entry], repo
 }
 
 fn compare_walk(walk: &v1::RecordedWalk, record: &[Entry], report: &mut Comparison) {
-    let request = walk.request.clone().unwrap_or_default();
-    let Some(asked) = entries(record, Kind::WalkRequest)
-        .into_iter()
-        .find(|e| e.sha256 == digest(&request))
-    else {
-        return report.differ("the transcript's walk request is not one this miner received");
+    let request = digest(&walk.request.clone().unwrap_or_default());
+    let roots = Roots {
+        name: "walk",
+        request: (Kind::WalkRequest, request),
+        sent: Kind::WalkRoot,
+        recorded: &walk.roots,
+        timed_out_after_ms: walk.timed_out_after_ms,
     };
-    let sent = entries(record, Kind::WalkRoot);
-    for root in &walk.roots {
+    compare_roots(&roots, record, report);
+}
+
+/// A walk whose signed roots stream out one per device (version 4's walk, the locality walk),
+/// as a transcript records it and this miner's record names its messages.
+struct Roots<'a> {
+    name: &'static str,
+    request: (Kind, String),
+    sent: Kind,
+    recorded: &'a [v1::RecordedWalkRoot],
+    timed_out_after_ms: u64,
+}
+
+fn compare_roots(roots: &Roots, record: &[Entry], report: &mut Comparison) {
+    let name = roots.name;
+    let Some(asked) = entries(record, roots.request.0)
+        .into_iter()
+        .find(|e| e.sha256 == roots.request.1)
+    else {
+        return report.differ(format!(
+            "the transcript's {name} request is not one this miner received"
+        ));
+    };
+    let sent = entries(record, roots.sent);
+    for root in roots.recorded {
         let wire = root.root.clone().unwrap_or_default();
         match sent.iter().find(|e| e.sha256 == digest(&wire)) {
             Some(entry) => {
                 report.held(format!(
-                    "device {}'s walk root, sent {} ms after this miner received the walk request; the validator read it {} ms after sending it",
+                    "device {}'s {name} root, sent {} ms after this miner received the request; the validator read it {} ms after sending it",
                     wire.device,
                     entry.at_ms.saturating_sub(asked.at_ms),
                     root.received_after_us / 1000
                 ));
             }
             None => report.differ(format!(
-                "the transcript's walk root of device {} is not one this miner sent",
+                "the transcript's {name} root of device {} is not one this miner sent",
                 wire.device
             )),
         }
     }
-    let recorded: Vec<String> = walk
-        .roots
+    let recorded: Vec<String> = roots
+        .recorded
         .iter()
         .map(|r| digest(&r.root.clone().unwrap_or_default()))
         .collect();
     let left_out = sent.iter().filter(|e| !recorded.contains(&e.sha256)).count();
-    if left_out > 0 && walk.timed_out_after_ms > 0 {
+    if left_out > 0 && roots.timed_out_after_ms > 0 {
         report.held(format!(
-            "this miner sent {left_out} more walk root(s) after the validator stopped waiting ({} ms after its request)",
-            walk.timed_out_after_ms
+            "this miner sent {left_out} more {name} root(s) after the validator stopped waiting ({} ms after its request)",
+            roots.timed_out_after_ms
         ));
     } else if left_out > 0 {
         report.differ(format!(
-            "this miner sent {left_out} walk root(s) the transcript does not hold, where it records the walk's end"
+            "this miner sent {left_out} {name} root(s) the transcript does not hold, where it records the walk's end"
         ));
     }
+}
+
+/// The locality walk (PROTOCOL.md 20.10): its request and roots as a walk's, then its open
+/// request and each opening in its place.
+fn compare_locality(locality: &v1::RecordedLocality, record: &[Entry], report: &mut Comparison) {
+    let roots = Roots {
+        name: "locality",
+        request: (
+            Kind::LocalityRequest,
+            digest(&locality.request.clone().unwrap_or_default()),
+        ),
+        sent: Kind::LocalityRoot,
+        recorded: &locality.roots,
+        timed_out_after_ms: locality.timed_out_after_ms,
+    };
+    compare_roots(&roots, record, report);
+    let Some(request) = &locality.open_request else {
+        return;
+    };
+    if !entries(record, Kind::LocalityOpenRequest)
+        .into_iter()
+        .any(|e| e.sha256 == digest(request))
+    {
+        return report.differ("the transcript's locality open request is not one this miner received");
+    }
+    let sent: Vec<&str> = entries(record, Kind::LocalityOpening)
+        .iter()
+        .map(|e| e.sha256.as_str())
+        .collect();
+    let mut matched = 0;
+    for (i, recorded) in locality.openings.iter().enumerate() {
+        if let Some(v1::recorded_locality_opening::Received::Opening(opening)) = &recorded.received {
+            if sent.get(i).is_some_and(|d| *d == digest(opening)) {
+                matched += 1;
+            } else {
+                report.differ(format!(
+                    "locality opening {} of the transcript is not the one this miner sent in that place",
+                    i + 1
+                ));
+            }
+        }
+    }
+    report.held(format!(
+        "{matched} locality opening(s), each the one this miner sent in its place"
+    ));
 }
 
 fn compare_openings(open: &v1::RecordedOpen, record: &[Entry], report: &mut Comparison) {

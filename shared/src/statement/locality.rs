@@ -5,7 +5,7 @@
 
 use super::memory_v4::{WALK_ROOT_DOMAIN, WalkRoot};
 use super::redomained;
-use crate::encoding::{put_digests, put_u32};
+use crate::encoding::{put_digests, put_path, put_u32};
 use crate::memory::locality::{LocalityWalk, SegmentOpening, State};
 
 const REQUEST_DOMAIN: &[u8] = b"gpu-attest v4 locality request";
@@ -80,10 +80,7 @@ pub fn opening_bytes(nonce: &[u8; 32], device: u32, opening: &SegmentOpening) ->
     put_u32(&mut out, opening.lines.len());
     for line in &opening.lines {
         out.extend(blake3::hash(&line.chunk).as_bytes());
-        put_u32(&mut out, line.chunk_path.siblings.len());
-        for sibling in &line.chunk_path.siblings {
-            out.extend(sibling);
-        }
+        put_path(&mut out, &line.chunk_path);
         put_digests(&mut out, &line.checkpoints);
         put_digests(&mut out, &line.chain_proof.siblings);
     }

@@ -5,7 +5,7 @@
 
 use super::{OPEN_REQUEST_DOMAIN, SampleRequest, redomained};
 use crate::digest::Digest;
-use crate::encoding::{put_digests, put_u32};
+use crate::encoding::{put_digests, put_path, put_u32};
 use crate::keys::PublicKey;
 use crate::memory::slice_walk::StepOpening;
 
@@ -111,10 +111,7 @@ pub fn step_opening_bytes(nonce: &[u8; 32], device: u32, opening: &StepOpening) 
     out.extend(opening.after.0);
     put_digests(&mut out, &opening.after_proof.siblings);
     out.extend(blake3::hash(&opening.slice).as_bytes());
-    put_u32(&mut out, opening.slice_path.siblings.len());
-    for sibling in &opening.slice_path.siblings {
-        out.extend(sibling);
-    }
+    put_path(&mut out, &opening.slice_path);
     put_digests(&mut out, &opening.checkpoints);
     put_digests(&mut out, &opening.chain_proof.siblings);
     out

@@ -375,11 +375,7 @@ pub async fn walk_lines(
     let sent = Instant::now();
     let until = tokio::time::Instant::from_std(sent) + give_up;
     let mut stream = match tokio::time::timeout_at(until, miner.walk_lines(request)).await {
-        Err(_) => {
-            let after_ms = sent.elapsed().as_millis() as u64;
-            recorder.locality_timed_out(after_ms);
-            return Ok(Err(judge.timed_out(after_ms)));
-        }
+        Err(_) => return Ok(roots_timed_out(&judge, recorder, sent)),
         Ok(Err(status)) => {
             recorder.locality_failed(&status);
             return Ok(judge.stream_failed(&status));
@@ -388,11 +384,7 @@ pub async fn walk_lines(
     };
     loop {
         let message = match tokio::time::timeout_at(until, stream.message()).await {
-            Err(_) => {
-                let after_ms = sent.elapsed().as_millis() as u64;
-                recorder.locality_timed_out(after_ms);
-                return Ok(Err(judge.timed_out(after_ms)));
-            }
+            Err(_) => return Ok(roots_timed_out(&judge, recorder, sent)),
             Ok(Err(status)) => {
                 recorder.locality_failed(&status);
                 return Ok(judge.stream_failed(&status));
@@ -426,30 +418,14 @@ pub async fn walk_lines(
     let until = tokio::time::Instant::now() + give_up + Duration::from_millis(100 * samples.len() as u64);
     let mut openings = match tokio::time::timeout_at(until, miner.open_lines(open, plan.max_opening_bytes(work))).await
     {
-        Err(_) => {
-            recorder.locality_opening(v1::recorded_locality_opening::Received::TimedOut(true));
-            return Ok(Err(openings_timed_out()));
-        }
-        Ok(Err(status)) => {
-            recorder.locality_opening(v1::recorded_locality_opening::Received::Failure(
-                crate::transcript::record::recorded_status(&status),
-            ));
-            return Ok(Err(opening_failed(&status)));
-        }
+        Err(_) => return Ok(opening_not_read(recorder, None)),
+        Ok(Err(status)) => return Ok(opening_not_read(recorder, Some(&status))),
         Ok(Ok(stream)) => stream,
     };
     for sample in samples {
         let message = match tokio::time::timeout_at(until, openings.message()).await {
-            Err(_) => {
-                recorder.locality_opening(v1::recorded_locality_opening::Received::TimedOut(true));
-                return Ok(Err(openings_timed_out()));
-            }
-            Ok(Err(status)) => {
-                recorder.locality_opening(v1::recorded_locality_opening::Received::Failure(
-                    crate::transcript::record::recorded_status(&status),
-                ));
-                return Ok(Err(opening_failed(&status)));
-            }
+            Err(_) => return Ok(opening_not_read(recorder, None)),
+            Ok(Err(status)) => return Ok(opening_not_read(recorder, Some(&status))),
             Ok(Ok(None)) => {
                 recorder.locality_opening(v1::recorded_locality_opening::Received::Ended(true));
                 return Ok(Err(ended_early()));
@@ -472,6 +448,28 @@ pub async fn walk_lines(
             .join(", "),
     });
     Ok(Ok(Some(verdicts)))
+}
+
+/// Nothing more within the walk's time, recorded.
+fn roots_timed_out(judge: &LocalityJudge, recorder: &mut Recorder, sent: Instant) -> Walked {
+    let after_ms = sent.elapsed().as_millis() as u64;
+    recorder.locality_timed_out(after_ms);
+    Err(judge.timed_out(after_ms))
+}
+
+/// The miner's status (`Some`) or nothing in time (`None`) in place of an opening, recorded.
+fn opening_not_read(recorder: &mut Recorder, status: Option<&tonic::Status>) -> Walked {
+    use v1::recorded_locality_opening::Received;
+    match status {
+        Some(status) => {
+            recorder.locality_opening(Received::Failure(crate::transcript::record::recorded_status(status)));
+            Err(opening_failed(status))
+        }
+        None => {
+            recorder.locality_opening(Received::TimedOut(true));
+            Err(openings_timed_out())
+        }
+    }
 }
 
 /// The miner's status in place of an opening.
