@@ -31,8 +31,13 @@ profile=${PROFILE:-release}
 work=${SOAK_DIR:-target/soak}
 
 echo "== building the daemons and the cheating miner ($profile)" >&2
-cargo build --profile "$profile" --locked -q -p gpu-attest-miner -p gpu-attest-validator \
-    -p gpu-attest-integration-tests --bin miner --bin validator --bin cheating-miner
+if [ "$profile" = dev ]; then
+    # The test build (scripts/test-python-client.sh says why): in CI, already built.
+    cargo test --workspace --locked --no-run -q
+else
+    cargo build --profile "$profile" --locked -q -p gpu-attest-miner -p gpu-attest-validator \
+        -p gpu-attest-integration-tests --bin miner --bin validator --bin cheating-miner
+fi
 bin=target/$([ "$profile" = dev ] && echo debug || echo "$profile")
 
 rm -rf "$work"
