@@ -137,8 +137,6 @@ pub fn opening_to_wire(device: u32, o: &SegmentOpening, sig: &[u8; 64]) -> v1::L
         device,
         generation: o.generation,
         walker: o.walker,
-        previous: states_to_wire(&o.previous),
-        previous_proof: digests_to_wire(&o.previous_proof.siblings),
         ends: states_to_wire(&o.ends),
         ends_proof: digests_to_wire(&o.ends_proof.siblings),
         lines: o
@@ -191,8 +189,6 @@ pub fn opening_from_wire(o: &v1::LocalityOpening) -> Result<(u32, SegmentOpening
     let opening = SegmentOpening {
         generation: o.generation,
         walker: o.walker,
-        previous: states("previous", &o.previous)?,
-        previous_proof: proof("previous_proof", &o.previous_proof, MAX_GENERATION_PROOF)?,
         ends: states("ends", &o.ends)?,
         ends_proof: proof("ends_proof", &o.ends_proof, MAX_GENERATION_PROOF)?,
         lines,
@@ -216,8 +212,6 @@ mod tests {
         SegmentOpening {
             generation: 3,
             walker: 1,
-            previous: vec![State([1, 2, 3, 4]); 2],
-            previous_proof: proof(3),
             ends: vec![State([5, 6, 7, 8]); 2],
             ends_proof: proof(3),
             lines: vec![
@@ -287,7 +281,7 @@ mod tests {
             refused(&|o| o.lines[0].chain_proof = vec![vec![0; 32]; 21]),
             "lines.chain_proof"
         );
-        assert_eq!(refused(&|o| o.previous = vec![vec![0; 32]; 4097]), "previous");
+        assert_eq!(refused(&|o| o.ends = vec![vec![0; 32]; 4097]), "ends");
         assert_eq!(refused(&|o| o.ends[0].truncate(31)), "ends");
         assert_eq!(refused(&|o| o.ends_proof = vec![vec![0; 32]; 23]), "ends_proof");
         assert_eq!(refused(&|o| o.signature.pop().map(drop).unwrap_or(())), "signature");

@@ -160,6 +160,30 @@ pub fn verify_proof(
     }
 }
 
+impl MerkleProof {
+    /// The siblings that lie left of leaf `index`'s path in a tree of `count` leaves, lowest
+    /// first: the roots of the perfect subtrees that together hold exactly the leaves before
+    /// `index`, one for each set bit of `index`. Read from a proof of the right length (as
+    /// [`verify_proof`] checks it); a shorter proof gives what it has.
+    pub fn left_siblings(&self, index: u64, count: u64) -> Vec<Digest> {
+        let mut left = Vec::new();
+        let mut siblings = self.siblings.iter();
+        let (mut pos, mut len) = (index, count);
+        while len > 1 {
+            if pos ^ 1 < len {
+                match siblings.next() {
+                    Some(sibling) if pos % 2 == 1 => left.push(*sibling),
+                    Some(_) => {}
+                    None => break,
+                }
+            }
+            pos /= 2;
+            len = len.div_ceil(2);
+        }
+        left
+    }
+}
+
 /// The root of [`MerkleTree`] over leaves that arrive one at a time, with at most 64 nodes held:
 /// what a walker needs to commit to every one of its states without keeping them (a walk's trace
 /// is far larger than its tree's right edge).
@@ -195,6 +219,12 @@ impl MerkleFold {
 
     pub fn leaf_count(&self) -> u64 {
         self.count
+    }
+
+    /// The nodes left of the next leaf's path, lowest first: every finished subtree, which is
+    /// what [`MerkleProof::left_siblings`] reads from that leaf's proof once the tree is whole.
+    pub fn left_siblings(&self) -> Vec<Digest> {
+        self.pending.iter().rev().map(|(_, node)| *node).collect()
     }
 
     /// The root over every leaf pushed so far; [`empty_root`] if none.
@@ -251,6 +281,34 @@ mod tests {
         assert_eq!(fold.leaf_count(), 70);
         // 70 = 64 + 4 + 2: three subtrees held, not 70 leaves.
         assert_eq!(fold.pending.len(), 3);
+    }
+
+    /// Leaf `i`'s left siblings, read from its proof in a tree of any size, are the fold's
+    /// finished subtrees after `i` leaves: the roots over leaves `0 .. i`, one per set bit of
+    /// `i`, lowest first. (What the locality walk's next generation starts from.)
+    #[test]
+    fn the_left_siblings_of_a_leaf_are_the_subtrees_before_it() {
+        let l = leaves(23);
+        let mut fold = MerkleFold::new();
+        for i in 0..l.len() {
+            let left = fold.left_siblings();
+            assert_eq!(left.len(), (i as u64).count_ones() as usize, "leaf {i}");
+            // Lowest first: the lowest set bit's subtree ends just before leaf i.
+            let mut end = i;
+            for (k, node) in left.iter().enumerate() {
+                let size = 1usize << (end.trailing_zeros());
+                let subtree = MerkleTree::new(&l[end - size..end]).root();
+                assert_eq!(*node, subtree, "leaf {i}, left sibling {k}");
+                end -= size;
+            }
+            assert_eq!(end, 0, "leaf {i}: the left siblings cover every earlier leaf");
+            for count in i + 1..=l.len() {
+                let tree = MerkleTree::new(&l[..count]);
+                let proof = tree.proof(i as u64).unwrap();
+                assert_eq!(proof.left_siblings(i as u64, count as u64), left, "leaf {i} of {count}");
+            }
+            fold.push(&l[i]);
+        }
     }
 
     #[test]

@@ -1,19 +1,19 @@
 //! The locality walk (docs/design/locality.md) end to end in the engine: a device's chains
 //! committed as the chain phase commits them, its pool walked in generations, segments opened
-//! and checked. The cheaters here are the design's: a walker split into pieces walked side by
-//! side (a made-up end state), a line made up, a line from another chain, a generation's ends
-//! changed after the root was sent.
+//! and checked. The cheaters here are the design's: a walk split into pieces walked side by side
+//! (a made-up end state, a made-up generation, a made-up node of the locality tree), a line made
+//! up, a line from another chain, a generation's ends changed after the root was sent.
 
 use gpu_attest_shared::chain::leaf_hash;
 use gpu_attest_shared::digest::Digest;
 use gpu_attest_shared::matrix::Matrix;
 use gpu_attest_shared::memory::chain_pool::ChainPool;
 use gpu_attest_shared::memory::locality::{
-    LineWalk, LocalityCommitments, LocalityRejection, LocalityWalk, ShapeError, State, check_segment, open_segment,
-    step, walk_lines,
+    LineWalk, LocalityCommitments, LocalityRejection, LocalityWalk, SegmentOpening, ShapeError, State, check_segment,
+    open_segment, open_walker, step, walk_lines,
 };
 use gpu_attest_shared::memory::slice_walk::{HeldStates, SliceSource};
-use gpu_attest_shared::merkle::{MerkleProof, MerkleTree};
+use gpu_attest_shared::merkle::{MerkleProof, MerkleTree, inner_node};
 use gpu_attest_shared::params::{ChallengeParams, Work};
 use gpu_attest_shared::{CancelToken, reference};
 
@@ -81,24 +81,13 @@ impl Device {
         walk_lines(walk, &self.held, &CancelToken::new()).unwrap()
     }
 
-    fn open(
-        &self,
-        walk: &LocalityWalk,
-        walked: &LineWalk,
-        g: u32,
-        w: u32,
-    ) -> gpu_attest_shared::memory::locality::SegmentOpening {
+    fn open(&self, walk: &LocalityWalk, walked: &LineWalk, g: u32, w: u32) -> SegmentOpening {
         open_segment(walk, &self.held, walked, g, w, &self.chain_opening())
             .unwrap()
             .unwrap_or_else(|| panic!("segment ({g}, {w}) is in the walk"))
     }
 
-    fn check(
-        &self,
-        walk: &LocalityWalk,
-        root: Digest,
-        opening: &gpu_attest_shared::memory::locality::SegmentOpening,
-    ) -> Result<(), LocalityRejection> {
+    fn check(&self, walk: &LocalityWalk, root: Digest, opening: &SegmentOpening) -> Result<(), LocalityRejection> {
         check_segment(&self.work, walk, &self.pool, &self.committed(root), opening)
     }
 }
@@ -114,34 +103,53 @@ fn walk() -> LocalityWalk {
     }
 }
 
+/// The locality tree's node `index` at `level` (leaves at 0) over generation digests `digests`:
+/// the root of digests `index * 2^level ..`, as 20.3's tree builds it.
+fn node(digests: &[Digest], level: u32, index: usize) -> Digest {
+    let size = 1usize << level;
+    MerkleTree::new(&digests[index * size..((index + 1) * size).min(digests.len())]).root()
+}
+
+/// Generation `g`'s parents as a reader of the design would find them: for each set bit `k` of
+/// `g`, lowest first, node `g / 2^k - 1` at level `k` (the subtree of the `2^k` generations just
+/// before the ones already covered), or what `made_up` puts in its place.
+fn parents_by_the_book(digests: &[Digest], g: u32, made_up: &dyn Fn(u32, usize) -> Option<Digest>) -> Vec<Digest> {
+    (0..32)
+        .filter(|k| g >> k & 1 == 1)
+        .map(|k| {
+            let index = (g >> k) as usize - 1;
+            made_up(k, index).unwrap_or_else(|| node(digests, k, index))
+        })
+        .collect()
+}
+
+/// Walker `w` of generation `g` walked by the book from `parents`.
+fn walk_walker(device: &Device, walk: &LocalityWalk, g: u32, w: u32, parents: &[Digest]) -> State {
+    let slices = device.pool.slices();
+    let mut s = walk.start(0, g, w, parents);
+    for _ in 0..walk.steps {
+        let line = s.names(slices);
+        s = step(&s, line.of(device.held.slice(line.slice)));
+    }
+    s
+}
+
 /// The walk again as a reader of the design would write it: each generation's walkers from the
-/// challenge's starts or the generation before's digest, one line a step; except that a walker
-/// for which `made_up(g, w)` gives a state does not walk and commits that state as its end.
+/// nodes left of its leaf, one line a step; except that a walker for which `made_up(g, w)` gives
+/// a state does not walk and commits that state as its end.
 fn walk_by_the_book(
     device: &Device,
     walk: &LocalityWalk,
     made_up: &dyn Fn(u32, u32) -> Option<State>,
 ) -> Vec<Vec<State>> {
-    let slices = device.pool.slices();
     let mut generations: Vec<Vec<State>> = Vec::new();
+    let mut digests = Vec::new();
     for g in 0..walk.generations {
-        let previous = generations.last().map(|ends| walk.generation_digest(0, g - 1, ends));
-        let ends = (0..walk.walkers)
-            .map(|w| {
-                if let Some(end) = made_up(g, w) {
-                    return end;
-                }
-                let mut s = match previous {
-                    None => State::start(&walk.nonce, &walk.seed, &walk.global, 0, w),
-                    Some(d) => walk.next_start(0, &d, w),
-                };
-                for _ in 0..walk.steps {
-                    let line = s.names(slices);
-                    s = step(&s, line.of(device.held.slice(line.slice)));
-                }
-                s
-            })
+        let parents = parents_by_the_book(&digests, g, &|_, _| None);
+        let ends: Vec<State> = (0..walk.walkers)
+            .map(|w| made_up(g, w).unwrap_or_else(|| walk_walker(device, walk, g, w, &parents)))
             .collect();
+        digests.push(walk.generation_digest(0, g, &ends));
         generations.push(ends);
     }
     generations
@@ -203,29 +211,59 @@ fn an_honest_device_passes_every_opened_segment() {
     assert_ne!(device.walk(&other).root, walked.root);
 }
 
-/// Generation `g + 1` cannot begin before every walker of `g` has ended: each of their end
-/// states changes every start of the next. And no generation can be walked before the seed is
-/// known: the digests and the starts they give are bound to the nonce, the seed and the device.
+/// No generation can begin before every walker of every generation before it has ended: each of
+/// their end states changes every start of every later generation (the first build's starts
+/// took in the generation before alone). And no generation can be walked before the seed is
+/// known: the digests and the starts are bound to the nonce, the seed, the device, the
+/// generation and the walker.
 #[test]
-fn every_end_of_a_generation_moves_every_start_of_the_next() {
-    let walk = walk();
-    let ends: Vec<State> = (0..4).map(|i| State([i, i + 1, i + 2, i + 3])).collect();
-    let base = walk.generation_digest(2, 7, &ends);
-    for changed in 0..ends.len() {
-        let mut other = ends.clone();
-        other[changed].0[3] ^= 1;
-        let digest = walk.generation_digest(2, 7, &other);
-        assert_ne!(digest, base);
-        for w in 0..4 {
-            assert_ne!(
-                walk.next_start(2, &digest, w),
-                walk.next_start(2, &base, w),
-                "end {changed}, walker {w}"
-            );
+fn every_end_of_every_generation_moves_every_later_start() {
+    let walk = LocalityWalk {
+        generations: 11,
+        ..walk()
+    };
+    let ends = |g: u32| -> Vec<State> { (0..3u64).map(|w| State([u64::from(g), w, 1, 2])).collect() };
+    let starts = |all: &[Vec<State>]| -> Vec<Vec<State>> {
+        let digests: Vec<Digest> = all
+            .iter()
+            .enumerate()
+            .map(|(g, e)| walk.generation_digest(0, g as u32, e))
+            .collect();
+        (0..walk.generations)
+            .map(|g| {
+                let parents = parents_by_the_book(&digests, g, &|_, _| None);
+                (0..3).map(|w| walk.start(0, g, w, &parents)).collect()
+            })
+            .collect()
+    };
+    let honest: Vec<Vec<State>> = (0..walk.generations).map(ends).collect();
+    let base = starts(&honest);
+    for changed_g in 0..walk.generations {
+        for changed_w in 0..3 {
+            let mut other = honest.clone();
+            other[changed_g as usize][changed_w].0[3] ^= 1;
+            let moved = starts(&other);
+            for g in 0..walk.generations {
+                for w in 0..3 {
+                    assert_eq!(
+                        moved[g as usize][w] != base[g as usize][w],
+                        g > changed_g,
+                        "end ({changed_g}, {changed_w}) against the start of ({g}, {w})"
+                    );
+                }
+            }
         }
     }
-    assert_ne!(walk.generation_digest(3, 7, &ends), base, "the device is bound");
-    assert_ne!(walk.generation_digest(2, 8, &ends), base, "the generation is bound");
+    let all = honest.concat();
+    let digest = walk.generation_digest(2, 7, &all);
+    assert_ne!(walk.generation_digest(3, 7, &all), digest, "the device is bound");
+    assert_ne!(walk.generation_digest(2, 8, &all), digest, "the generation is bound");
+    let parents = [Digest([4; 32]), Digest([5; 32])];
+    let start = walk.start(2, 6, 1, &parents);
+    assert_ne!(walk.start(3, 6, 1, &parents), start, "the device is bound");
+    assert_ne!(walk.start(2, 5, 1, &parents), start, "the generation is bound");
+    assert_ne!(walk.start(2, 6, 0, &parents), start, "the walker is bound");
+    assert_ne!(walk.start(2, 6, 1, &parents[..1]), start, "every parent is bound");
     for other in [
         LocalityWalk {
             seed: [7; 32],
@@ -235,47 +273,111 @@ fn every_end_of_a_generation_moves_every_start_of_the_next() {
             nonce: [7; 32],
             ..walk.clone()
         },
+        LocalityWalk {
+            global: Digest([7; 32]),
+            ..walk.clone()
+        },
     ] {
-        assert_ne!(other.generation_digest(2, 7, &ends), base, "the walk is bound");
-        assert_ne!(
-            other.next_start(2, &base, 0),
-            walk.next_start(2, &base, 0),
-            "the walk is bound"
-        );
+        assert_ne!(other.start(2, 6, 1, &parents), start, "the walk is bound");
     }
     assert_ne!(
-        walk.next_start(3, &base, 0),
-        walk.next_start(2, &base, 0),
-        "the device is bound"
+        LocalityWalk {
+            seed: [7; 32],
+            ..walk.clone()
+        }
+        .generation_digest(2, 7, &all),
+        digest,
+        "the walk is bound"
     );
 }
 
-/// What this construction cannot show, and why a verdict states no share from it: a miner
-/// that makes up one whole generation's ends can walk the generations after it side by side
-/// with those before (the made-up digest is known at once), halving the walk's time, and only
-/// that generation's segments fail: 1 in G of them. Checking a chain's sequence from a few
-/// openings needs a depth-robust structure (docs/design/locality.md 2).
+/// A made-up generation (every end made up, nothing walked) saves its own time and no more: the
+/// generations after it still start from every honest generation before it, so they cannot be
+/// walked side by side with those. Its segments fail; the rest pass. (The first build, whose
+/// generations started from the one before alone, let one made-up generation split the walk in
+/// two at this cost: 1 in `G` of the segments.)
 #[test]
-fn a_made_up_generation_splits_the_walk_and_fails_only_its_own_segments() {
+fn a_made_up_generation_fails_its_own_segments_and_splits_nothing() {
     let device = Device::honest();
     let walk = walk();
     let made_up = 2u32;
     let ends = walk_by_the_book(&device, &walk, &|g, w| {
         (g == made_up).then_some(State([9, 9, 9, u64::from(w)]))
     });
-    let split = committed(&walk, ends);
+    let cheat = committed(&walk, ends);
     for g in 0..walk.generations {
         for w in 0..walk.walkers {
-            let checked = device.check(&walk, split.root, &device.open(&walk, &split, g, w));
+            let checked = device.check(&walk, cheat.root, &device.open(&walk, &cheat, g, w));
             assert_eq!(checked.is_ok(), g != made_up, "generation {g}, walker {w}: {checked:?}");
         }
     }
 }
 
-/// The cheater the generations are for: a walker split into two halves walked side by side
-/// (hiding one half's remote hops behind the other's) must commit an end it did not walk to,
-/// somewhere. The generation it made up fails its opening; the rest, walked honestly from what
-/// was committed, pass, so the openings catch such a cheat at the share of segments it made up.
+/// The split the tree is for. To walk generations 4 .. 7 side by side with 0 .. 3 a miner must
+/// know their parents before 0 .. 3 have ended, so it makes up the node over 0 .. 3 (or, what
+/// is the same to the openings, all of 0 .. 3's ends). Generations 4 .. 7, walked honestly from
+/// the made-up node, pass; every generation under the node fails, whatever its ends: a walk cut
+/// short by `k` generations fails at least `k` of them.
+#[test]
+fn a_made_up_node_splits_the_walk_and_fails_every_generation_under_it() {
+    let device = Device::honest();
+    let walk = LocalityWalk {
+        generations: 8,
+        ..walk()
+    };
+    let made_up_node = Digest([0xAB; 32]);
+    let made_up = |level: u32, index: usize| (level, index) == (2, 0);
+    let replace = |level: u32, index: usize| made_up(level, index).then_some(made_up_node);
+    // Generations 0 .. 3 walked honestly (at the same time as 4 .. 7, which do not need them).
+    let mut digests = Vec::new();
+    let mut ends = Vec::new();
+    for g in 0..walk.generations {
+        let parents = parents_by_the_book(&digests, g, &replace);
+        let walked: Vec<State> = (0..walk.walkers)
+            .map(|w| walk_walker(&device, &walk, g, w, &parents))
+            .collect();
+        digests.push(walk.generation_digest(0, g, &walked));
+        ends.push(walked);
+    }
+    let right_half = node(&digests, 2, 1);
+    let root = inner_node(&made_up_node, &right_half);
+    for g in 0..walk.generations {
+        // The proof through the made-up node, which is the only one that reaches the root.
+        let proof = MerkleProof {
+            siblings: (0..3)
+                .map(|k| {
+                    let index = (g >> k ^ 1) as usize;
+                    replace(k, index).unwrap_or_else(|| node(&digests, k, index))
+                })
+                .collect(),
+        };
+        for w in 0..walk.walkers {
+            let opening = open_walker(
+                &walk,
+                &device.held,
+                g,
+                w,
+                ends[g as usize].clone(),
+                proof.clone(),
+                &device.chain_opening(),
+            )
+            .unwrap();
+            let checked = device.check(&walk, root, &opening);
+            if g < 4 {
+                assert_eq!(
+                    checked,
+                    Err(LocalityRejection::GenerationNotCommitted { generation: g }),
+                    "generation {g} is under the made-up node"
+                );
+            } else {
+                assert_eq!(checked, Ok(()), "generation {g}, walker {w}");
+            }
+        }
+    }
+}
+
+/// A walker that did not walk (its end made up, say because its lines were far) fails its own
+/// segment and only it: the openings catch such a cheat at the share of segments made up.
 #[test]
 fn a_made_up_end_state_fails_its_segment_and_only_its_segment() {
     let device = Device::honest();
@@ -314,7 +416,7 @@ fn every_kind_of_tampering_has_its_rejection() {
     let walk = walk();
     let walked = device.walk(&walk);
     let opening = device.open(&walk, &walked, 3, 2);
-    let check = |o: &gpu_attest_shared::memory::locality::SegmentOpening| device.check(&walk, walked.root, o);
+    let check = |o: &SegmentOpening| device.check(&walk, walked.root, o);
     assert_eq!(check(&opening), Ok(()));
 
     let mut line = opening.clone();
@@ -345,11 +447,11 @@ fn every_kind_of_tampering_has_its_rejection() {
     );
     assert_eq!(rejected.code(), "leaf-not-committed");
 
-    let mut previous = opening.clone();
-    previous.previous[0].0[0] ^= 1;
+    let mut sibling = opening.clone();
+    sibling.ends_proof.siblings[0].0[0] ^= 1;
     assert_eq!(
-        check(&previous),
-        Err(LocalityRejection::GenerationNotCommitted { generation: 2 })
+        check(&sibling),
+        Err(LocalityRejection::GenerationNotCommitted { generation: 3 })
     );
     let mut ends = opening.clone();
     ends.ends[2].0[1] ^= 1;
@@ -382,10 +484,14 @@ fn every_kind_of_tampering_has_its_rejection() {
         check(&outside).unwrap_err().code(),
         "locality-opening-for-wrong-request"
     );
-    // The first generation starts from the challenge: an opening of it cannot bring its own
-    // start, and one that brings ends of a "generation before" is not read for a start.
+    // The first generation has no parents: its proof's siblings all lie right of its path.
     let first = device.open(&walk, &walked, 0, 0);
-    assert!(first.previous.is_empty());
+    assert!(
+        first
+            .ends_proof
+            .left_siblings(0, u64::from(walk.generations))
+            .is_empty()
+    );
     assert_eq!(check(&first), Ok(()));
 }
 

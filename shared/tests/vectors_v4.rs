@@ -263,7 +263,8 @@ fn version_4_statement_vectors() {
 }
 
 /// PROTOCOL.md 20.10: the locality walk over 20.6's pool with the same walk seed as its seed,
-/// `W = 2`, `G = 3`, `C = 8`, and one opened segment that checks; and the request's bytes at
+/// `W = 2`, `G = 3`, `C = 8`, the parents of generations 1 and 2 (a leaf node and an inner
+/// node), and one opened segment that checks; and the request's bytes at
 /// deadline 1 700 000 095 000 signed by 13.7's validator.
 #[test]
 fn locality_vectors() {
@@ -272,6 +273,8 @@ fn locality_vectors() {
         LocalityCommitments, LocalityWalk, State, check_segment, open_segment, step, walk_lines,
     };
     use gpu_attest_shared::statement::locality::request_bytes;
+
+    use gpu_attest_shared::merkle::{leaf_node, root_of};
 
     let VectorWalk { work, exec, held, .. } = vector_walk();
     let walk = LocalityWalk {
@@ -283,7 +286,7 @@ fn locality_vectors() {
         steps: 8,
     };
     let walked = walk_lines(&walk, &held, &CancelToken::new()).unwrap();
-    let start = walk.start(0, 0, None);
+    let start = walk.start(0, 0, 0, &[]);
     let line = start.names(held.pool().slices());
     let first = step(&start, line.of(held.slice(line.slice)));
     let leaves: Vec<Digest> = exec.chains.iter().map(|c| c.leaf()).collect();
@@ -306,9 +309,22 @@ fn locality_vectors() {
         ("e_{0,0}", hex_state(&walked.ends[0])),
         ("e_{0,1}", hex_state(&walked.ends[1])),
         ("D_0", walked.digests[0].to_hex()),
+        ("D_1", walked.digests[1].to_hex()),
+        (
+            "generation 1's parent (leaf node of D_0)",
+            leaf_node(&walked.digests[0]).to_hex(),
+        ),
         (
             "generation 1's walker 1 starts at",
-            hex_state(&walk.start(0, 1, Some(&walked.digests[0]))),
+            hex_state(&walk.start(0, 1, 1, &[leaf_node(&walked.digests[0])])),
+        ),
+        (
+            "generation 2's parent (the node over D_0, D_1)",
+            root_of(&walked.digests[..2]).to_hex(),
+        ),
+        (
+            "generation 2's walker 0 starts at",
+            hex_state(&walk.start(0, 2, 0, &[root_of(&walked.digests[..2])])),
         ),
         ("locality root", walked.root.to_hex()),
         ("locality request (bytes)", hex::encode(&request)),

@@ -194,6 +194,9 @@ fn memory_to_wire(m: &MemoryProof) -> v1::MemoryVerdict {
                     expected_us: l.expected_us,
                     deadline_us: l.deadline_us,
                     step_ns: l.step_ns,
+                    hop_ns: l.hop_ns,
+                    sequential_at_least: l.sequential_at_least,
+                    hop_share_at_most: l.hop_share_at_most,
                 }),
             })
             .collect(),
@@ -271,6 +274,9 @@ fn memory_from_wire(m: &v1::MemoryVerdict) -> MemoryProof {
                     expected_us: l.expected_us,
                     deadline_us: l.deadline_us,
                     step_ns: l.step_ns,
+                    hop_ns: l.hop_ns,
+                    sequential_at_least: l.sequential_at_least,
+                    hop_share_at_most: l.hop_share_at_most,
                 }),
             })
             .collect(),

@@ -110,6 +110,15 @@ async fn an_honest_miner_passes_and_its_verdict_records_each_devices_locality_wa
         assert!(0 < locality.measured_us && locality.measured_us <= locality.deadline_us);
         let steps = f64::from(GENERATIONS) * 256.0;
         assert!((locality.step_ns - locality.measured_us as f64 * 1000.0 / steps).abs() < 1e-6);
+        // The bound: 16 openings show 0.01^(1/16) = 75% of the walk in order, and within the
+        // measured time at most this share of that order's steps could have crossed 8 us hops.
+        assert_eq!(locality.hop_ns, 8_000);
+        assert!((locality.sequential_at_least - 0.749_894).abs() < 1e-6);
+        let bound = locality.measured_us as f64 * 1000.0 / (locality.sequential_at_least * steps * 8_000.0);
+        let stated = locality.hop_share_at_most.expect("a pass states its bound");
+        assert!((stated - bound.min(1.0)).abs() < 1e-9, "{stated} against {bound}");
+        // Within the deadline (2 x 600 ns a step, plus 100 ms) the bound says something.
+        assert!(stated < 0.5, "{stated}");
     }
     assert_confirmed(&audited(&file).await);
 
@@ -209,6 +218,14 @@ async fn a_miner_whose_lines_come_from_afar_is_late() {
     let (verdict, file, _dir) = attested(93, Some(LocalityCheat::FromAfar(Duration::from_secs(1)))).await;
     assert!(!verdict.passed);
     assert_failed_with(&verdict, ReasonCode::LocalityTimedOut);
+    let memory = verdict.memory.as_ref().unwrap();
+    assert!(
+        memory
+            .devices
+            .iter()
+            .all(|d| d.locality.as_ref().is_none_or(|l| l.hop_share_at_most.is_none())),
+        "a failed verdict states no hop bound"
+    );
     assert_confirmed(&audited(&file).await);
 }
 

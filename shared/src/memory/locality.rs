@@ -1,16 +1,18 @@
 //! The locality walk (docs/design/locality.md): a latency-bound walk over a device's version 4
-//! pool, one 256-byte line a step, run in generations so that its sequence can be checked from a
-//! few openings.
+//! pool, one 256-byte line a step, run in generations whose order a few openings can check.
 //!
 //! - [`step`]: one step. Why a cheap mix and not a hash: the step must cost one memory latency, so
 //!   that a line served from elsewhere (a peer device, host memory, another process or host)
 //!   costs a hop the clock sees. Every word of the line goes through the bijection [`mix64`]
 //!   keyed by the state, so the next line is known only once the whole line has been read.
-//! - [`LocalityWalk`], [`walk_lines`]: `W` walkers a generation, each `C` steps; generation
-//!   `g + 1` starts from the digest of every end state of generation `g`, so no walker of it can
-//!   begin before all of generation `g` has ended. That is what makes the walk sequential as a
-//!   whole: a walker split into pieces walked side by side (which would hide a remote hop behind
-//!   another piece's) needs a made-up end state, and every opened segment checks its end.
+//! - [`LocalityWalk`], [`walk_lines`]: `W` walkers a generation, each `C` steps. The generations'
+//!   digests are the leaves of the locality tree (20.3's Merkle tree), and generation `g` starts
+//!   from the nodes left of its leaf's path: the roots of the subtrees that hold every generation
+//!   before it. This is Cohen and Pietrzak's depth-robust tree (proofs of sequential work): to
+//!   begin generation `g` early a miner must make up one of those nodes, and then every
+//!   generation under it fails its opening, so a walk cut short by `k` generations fails at
+//!   least `k` of them. (Starting each generation from the one before alone, as a first build
+//!   did, let one made-up generation split the walk in two at a cost of 1 in `G`.)
 //! - [`open_segment`], [`check_segment`]: one walker of one generation opened, its `C` lines each
 //!   proven against the pool as a 1 KiB BLAKE3 chunk (20.2's construction one level down), and
 //!   replayed from the start the generation before it gives to the end the miner committed.
@@ -21,7 +23,7 @@ use super::slice_walk::{SliceSource, pool_state};
 use crate::chain::leaf_hash;
 use crate::digest::Digest;
 use crate::failure::{BackendError, CancelToken};
-use crate::merkle::{MerkleProof, MerkleTree, verify_proof};
+use crate::merkle::{MerkleFold, MerkleProof, MerkleTree, verify_proof};
 use crate::params::Work;
 use rayon::prelude::*;
 use thiserror::Error;
@@ -32,11 +34,11 @@ pub const LINE_BYTES: usize = 256;
 pub const LINES_PER_SLICE: u64 = 65536 / LINE_BYTES as u64;
 
 const START_CONTEXT: &[u8] = b"gpu-attest v4 locality start";
-const NEXT_CONTEXT: &[u8] = b"gpu-attest v4 locality next";
-const GENERATION_CONTEXT: &[u8] = b"gpu-attest v4 locality generation";
+const TREE_START_CONTEXT: &[u8] = b"gpu-attest v4 locality tree start";
+const LEAF_CONTEXT: &[u8] = b"gpu-attest v4 locality leaf";
 
-/// Most walkers a generation: the ends of one generation are hashed into the next's starts and
-/// sent whole in every opening (32 bytes each).
+/// Most walkers a generation: a generation's ends are hashed into its leaf and sent whole in
+/// every opening (32 bytes each).
 pub const MAX_WALKERS: u32 = 4096;
 /// Most steps a walker takes in one generation: an opened segment carries one line proof a step.
 pub const MAX_SEGMENT_STEPS: u32 = 1024;
@@ -49,7 +51,8 @@ pub struct State(pub [u64; 4]);
 
 impl State {
     /// `blake3("gpu-attest v4 locality start" || nonce || seed || G || le32(j) || le32(w))`,
-    /// read as four little-endian words.
+    /// read as four little-endian words: a walker's start outside the locality tree (the
+    /// latency example and the GPU probe time walks from it).
     pub fn start(nonce: &[u8; 32], seed: &[u8; 32], global: &Digest, device: u32, walker: u32) -> Self {
         let mut h = blake3::Hasher::new();
         h.update(START_CONTEXT);
@@ -247,22 +250,33 @@ impl LocalityWalk {
         u64::from(self.generations) * u64::from(self.steps)
     }
 
-    /// Walker `w`'s first state in generation `g` of device `j`: [`State::start`] for the first
-    /// generation, else [`Self::next_start`] from the digest of the generation before.
-    pub fn start(&self, device: u32, walker: u32, previous: Option<&Digest>) -> State {
-        match previous {
-            None => State::start(&self.nonce, &self.seed, &self.global, device, walker),
-            Some(digest) => self.next_start(device, digest, walker),
+    /// Walker `w`'s first state in generation `g` of device `j`: `blake3("gpu-attest v4
+    /// locality tree start" || nonce || seed || G || le32(j) || le32(g) || le32(w) || p_1 || ..
+    /// || p_k)` as four words, where `p_1 .. p_k` are the nodes left of leaf `g`'s path in the
+    /// locality tree, lowest first ([`MerkleProof::left_siblings`]; none for `g = 0`). They
+    /// hold every generation before `g`, so none of `g`'s walkers can start before all of those
+    /// have ended, unless a node is made up.
+    pub fn start(&self, device: u32, generation: u32, walker: u32, parents: &[Digest]) -> State {
+        let mut h = blake3::Hasher::new();
+        h.update(TREE_START_CONTEXT);
+        h.update(&self.nonce);
+        h.update(&self.seed);
+        h.update(self.global.as_bytes());
+        h.update(&device.to_le_bytes());
+        h.update(&generation.to_le_bytes());
+        h.update(&walker.to_le_bytes());
+        for parent in parents {
+            h.update(parent.as_bytes());
         }
+        State::from_bytes(h.finalize().as_bytes())
     }
 
-    /// `D_g = blake3("gpu-attest v4 locality generation" || nonce || seed || le32(j) || le32(g)
-    /// || e_{g,0} || .. || e_{g,W-1})`: every end state of generation `g`, in walker order, bound
-    /// to this walk (so that no generation can be walked before the seed is known). It is the
-    /// leaf `g` of the device's locality root, and what generation `g + 1` starts from.
+    /// `D_g = blake3("gpu-attest v4 locality leaf" || nonce || seed || le32(j) || le32(g) ||
+    /// e_{g,0} || .. || e_{g,W-1})`: every end state of generation `g`, in walker order, bound
+    /// to this walk. It is leaf `g` of the device's locality tree.
     pub fn generation_digest(&self, device: u32, generation: u32, ends: &[State]) -> Digest {
         let mut h = blake3::Hasher::new();
-        h.update(GENERATION_CONTEXT);
+        h.update(LEAF_CONTEXT);
         h.update(&self.nonce);
         h.update(&self.seed);
         h.update(&device.to_le_bytes());
@@ -271,19 +285,6 @@ impl LocalityWalk {
             h.update(&end.to_bytes());
         }
         h.finalize().into()
-    }
-
-    /// `s_{g+1,w,0} = blake3("gpu-attest v4 locality next" || nonce || seed || le32(j) || D_g ||
-    /// le32(w))` as four words.
-    pub fn next_start(&self, device: u32, previous: &Digest, walker: u32) -> State {
-        let mut h = blake3::Hasher::new();
-        h.update(NEXT_CONTEXT);
-        h.update(&self.nonce);
-        h.update(&self.seed);
-        h.update(&device.to_le_bytes());
-        h.update(previous.as_bytes());
-        h.update(&walker.to_le_bytes());
-        State::from_bytes(h.finalize().as_bytes())
     }
 }
 
@@ -297,7 +298,8 @@ fn walk_segment<'a>(mut state: State, steps: u32, pool_slices: u64, slices: impl
 }
 
 /// One device's locality walk as the miner keeps it for the openings: every end state,
-/// generation by generation (`W` each), each generation's digest, and the root over them.
+/// generation by generation (`W` each), each generation's digest, and the locality tree's root
+/// over them.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct LineWalk {
     pub walkers: u32,
@@ -325,17 +327,24 @@ pub fn walk_lines(
     let (device, slices) = (pool.device, pool.slices());
     let mut ends = Vec::with_capacity(walk.walkers as usize * walk.generations as usize);
     let mut digests = Vec::with_capacity(walk.generations as usize);
+    // The tree as it grows: its finished subtrees are the next generation's parents.
+    let mut tree = MerkleFold::new();
     for g in 0..walk.generations {
         cancel.check()?;
-        let previous = digests.last();
+        let parents = tree.left_siblings();
         let walked: Vec<State> = (0..walk.walkers)
             .into_par_iter()
-            .map(|w| walk_segment(walk.start(device, w, previous), walk.steps, slices, |e| source.slice(e)))
+            .map(|w| {
+                let start = walk.start(device, g, w, &parents);
+                walk_segment(start, walk.steps, slices, |e| source.slice(e))
+            })
             .collect();
-        digests.push(walk.generation_digest(device, g, &walked));
+        let digest = walk.generation_digest(device, g, &walked);
+        tree.push(&digest);
+        digests.push(digest);
         ends.extend(walked);
     }
-    let root = MerkleTree::new(&digests).root();
+    let root = tree.root();
     Ok(LineWalk {
         walkers: walk.walkers,
         ends,
@@ -355,15 +364,13 @@ pub struct LineProof {
     pub chain_proof: MerkleProof,
 }
 
-/// Walker `walker` of generation `generation` opened: the ends of the generation before (from
-/// which its start follows; none for the first), the ends of its own generation (among them its
-/// own end), each generation's place in the locality root, and the line of every step.
+/// Walker `walker` of generation `generation` opened: the ends of its generation (among them its
+/// own end), the generation's proof in the locality tree (whose left siblings give its start),
+/// and the line of every step.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SegmentOpening {
     pub generation: u32,
     pub walker: u32,
-    pub previous: Vec<State>,
-    pub previous_proof: MerkleProof,
     pub ends: Vec<State>,
     pub ends_proof: MerkleProof,
     pub lines: Vec<LineProof>,
@@ -387,17 +394,26 @@ pub fn open_segment(
     let (Some(ends), Some(ends_proof)) = (walked.generation(generation), tree.proof(u64::from(generation))) else {
         return Ok(None);
     };
-    let (previous, previous_proof) = match generation.checked_sub(1) {
-        None => (Vec::new(), MerkleProof::default()),
-        Some(p) => match (walked.generation(p), tree.proof(u64::from(p))) {
-            (Some(ends), Some(proof)) => (ends.to_vec(), proof),
-            _ => return Ok(None),
-        },
-    };
+    open_walker(walk, source, generation, walker, ends.to_vec(), ends_proof, chain).map(Some)
+}
+
+/// Walker `walker` of generation `generation` opened under `ends_proof`, its generation's proof
+/// in the locality tree: walked again from the start the proof's left siblings give, each line
+/// with its proofs. [`open_segment`] brings the miner's own tree; a cheater may bring a proof
+/// through a node it made up, which is what the tests of this walk's order do.
+pub fn open_walker(
+    walk: &LocalityWalk,
+    source: &dyn SliceSource,
+    generation: u32,
+    walker: u32,
+    ends: Vec<State>,
+    ends_proof: MerkleProof,
+    chain: &dyn Fn(u64) -> (Vec<Digest>, MerkleProof),
+) -> Result<SegmentOpening, BackendError> {
     let pool = source.pool();
     let slices = pool.slices();
-    let previous_digest = generation.checked_sub(1).and_then(|p| walked.digests.get(p as usize));
-    let mut state = walk.start(pool.device, walker, previous_digest);
+    let parents = ends_proof.left_siblings(u64::from(generation), u64::from(walk.generations));
+    let mut state = walk.start(pool.device, generation, walker, &parents);
     // The line's chain's whole state is gathered to cut the chunk's path, and kept while the
     // next line is of the same chain: one state held at a time, however large the pool.
     let mut held: Option<(u64, Vec<u8>)> = None;
@@ -423,15 +439,13 @@ pub fn open_segment(
         });
         state = step(&state, line.of(source.slice(line.slice)));
     }
-    Ok(Some(SegmentOpening {
+    Ok(SegmentOpening {
         generation,
         walker,
-        previous,
-        previous_proof,
-        ends: ends.to_vec(),
+        ends,
         ends_proof,
         lines,
-    }))
+    })
 }
 
 /// Lines in a 1 KiB chunk.
@@ -483,9 +497,9 @@ impl LocalityRejection {
     }
 }
 
-/// Checks one opened segment of `pool`'s device: both generations' ends against the locality
+/// Checks one opened segment of `pool`'s device: its generation's ends against the locality
 /// root, each line against its chain's committed state, and the replay from the start the
-/// generation before gives (or the challenge, for the first) to the walker's committed end.
+/// proof's left siblings give to the walker's committed end.
 pub fn check_segment(
     work: &Work,
     walk: &LocalityWalk,
@@ -501,30 +515,22 @@ pub fn check_segment(
         });
     }
     let generations = u64::from(walk.generations);
-    let in_root = |generation: u32, ends: &[State], proof: &MerkleProof| {
-        if ends.len() != walk.walkers as usize {
-            return Err(LocalityRejection::WrongWalkerCount {
-                generation,
-                got: ends.len(),
-                want: walk.walkers,
-            });
-        }
-        let digest = walk.generation_digest(pool.device, generation, ends);
-        verify_proof(
-            &committed.locality_root,
-            &digest,
-            u64::from(generation),
-            generations,
-            proof,
-        )
-        .map_err(|_| LocalityRejection::GenerationNotCommitted { generation })?;
-        Ok(digest)
-    };
-    let previous = match g.checked_sub(1) {
-        None => None,
-        Some(p) => Some(in_root(p, &opening.previous, &opening.previous_proof)?),
-    };
-    in_root(g, &opening.ends, &opening.ends_proof)?;
+    if opening.ends.len() != walk.walkers as usize {
+        return Err(LocalityRejection::WrongWalkerCount {
+            generation: g,
+            got: opening.ends.len(),
+            want: walk.walkers,
+        });
+    }
+    let digest = walk.generation_digest(pool.device, g, &opening.ends);
+    verify_proof(
+        &committed.locality_root,
+        &digest,
+        u64::from(g),
+        generations,
+        &opening.ends_proof,
+    )
+    .map_err(|_| LocalityRejection::GenerationNotCommitted { generation: g })?;
     if opening.lines.len() != walk.steps as usize {
         return Err(LocalityRejection::WrongLineCount {
             got: opening.lines.len(),
@@ -532,7 +538,8 @@ pub fn check_segment(
         });
     }
     let slices = pool.slices();
-    let mut state = walk.start(pool.device, w, previous.as_ref());
+    let parents = opening.ends_proof.left_siblings(u64::from(g), generations);
+    let mut state = walk.start(pool.device, g, w, &parents);
     for (i, proof) in opening.lines.iter().enumerate() {
         let line = state.names(slices);
         let (chain, q) = pool.locate(line.slice);

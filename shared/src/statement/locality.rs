@@ -11,7 +11,7 @@ use crate::memory::locality::{LocalityWalk, SegmentOpening, State};
 const REQUEST_DOMAIN: &[u8] = b"gpu-attest v4 locality request";
 const ROOT_DOMAIN: &[u8] = b"gpu-attest v4 locality root";
 const OPEN_REQUEST_DOMAIN: &[u8] = b"gpu-attest v4 locality open request";
-const OPENING_DOMAIN: &[u8] = b"gpu-attest v4 locality opening";
+const OPENING_DOMAIN: &[u8] = b"gpu-attest v4 locality tree opening";
 
 /// Most segments one locality open request may ask for of one device.
 pub const MAX_SEGMENT_SAMPLES_PER_DEVICE: usize = 256;
@@ -63,8 +63,8 @@ fn put_states(out: &mut Vec<u8>, states: &[State]) {
     }
 }
 
-/// `"gpu-attest v4 locality opening" || nonce || le32(j) || le32(g) || le32(w) ||
-/// list(e_{g-1,*}) || list(its proof) || list(e_{g,*}) || list(its proof) || list(line)`, a
+/// `"gpu-attest v4 locality tree opening" || nonce || le32(j) || le32(g) || le32(w) ||
+/// list(e_{g,*}) || list(its proof) || list(line)`, a
 /// line being `blake3(chunk) || list(chunk path) || list(checkpoints) || list(chain leaf
 /// proof)`. Chunks enter by their plain BLAKE3 hash, so the signed bytes stay small.
 pub fn opening_bytes(nonce: &[u8; 32], device: u32, opening: &SegmentOpening) -> Vec<u8> {
@@ -73,8 +73,6 @@ pub fn opening_bytes(nonce: &[u8; 32], device: u32, opening: &SegmentOpening) ->
     out.extend(device.to_le_bytes());
     out.extend(opening.generation.to_le_bytes());
     out.extend(opening.walker.to_le_bytes());
-    put_states(&mut out, &opening.previous);
-    put_digests(&mut out, &opening.previous_proof.siblings);
     put_states(&mut out, &opening.ends);
     put_digests(&mut out, &opening.ends_proof.siblings);
     put_u32(&mut out, opening.lines.len());
@@ -168,10 +166,6 @@ mod tests {
         let opening = SegmentOpening {
             generation: 2,
             walker: 1,
-            previous: vec![State([1, 2, 3, 4]); 2],
-            previous_proof: MerkleProof {
-                siblings: vec![Digest([5; 32])],
-            },
             ends: vec![State([5, 6, 7, 8]); 2],
             ends_proof: MerkleProof {
                 siblings: vec![Digest([6; 32])],
@@ -187,12 +181,6 @@ mod tests {
         changes.push(o);
         let mut o = opening.clone();
         o.walker = 0;
-        changes.push(o);
-        let mut o = opening.clone();
-        o.previous[1].0[0] = 9;
-        changes.push(o);
-        let mut o = opening.clone();
-        o.previous_proof.siblings.clear();
         changes.push(o);
         let mut o = opening.clone();
         o.ends[0].0[3] = 9;

@@ -49,6 +49,9 @@ pub struct LocalityPlan {
     pub segments: u32,
     pub step_ns: u64,
     pub slack: f64,
+    /// The hop the verdict's bound speaks of; 0 in plans recorded before it had one.
+    #[serde(default)]
+    pub hop_ns: u64,
 }
 
 impl LocalityPlan {
@@ -65,6 +68,7 @@ impl LocalityPlan {
             segments: config.segments,
             step_ns: config.step_ns,
             slack: config.slack,
+            hop_ns: config.hop_ns,
         }
     }
 
@@ -324,6 +328,9 @@ impl<'a> LocalityJudge<'a> {
                 expected_us: self.plan.expected_us(),
                 deadline_us: self.plan.deadline_us(),
                 step_ns: 0.0,
+                hop_ns: self.plan.hop_ns,
+                sequential_at_least: 0.0,
+                hop_share_at_most: None,
             })
             .collect()
     }

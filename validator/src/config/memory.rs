@@ -46,10 +46,10 @@ pub struct MemoryConfig {
 }
 
 /// The `[memory.locality]` table: the locality walk after version 4's walk (PROTOCOL.md 20.10),
-/// a latency-bound walk whose step and hop times a verdict records. It is a measurement in this
-/// release, not a proof: a verdict states no share of steps served from elsewhere from it
-/// (SECURITY.md, "The locality walk"), and memory stays stated per host. Off by default, and
-/// run only on miners of the CPU backend (a GPU's walk waits for its first measured figures).
+/// a latency-bound walk in the order of a depth-robust tree. A verdict states the largest share
+/// of the walk's steps that could have crossed a hop of `hop_ns` (SECURITY.md, "The locality
+/// walk"); memory stays stated per host. Off by default, and run only on miners of the CPU
+/// backend (a GPU's walk waits for its first measured figures).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct LocalityConfig {
@@ -62,12 +62,16 @@ pub struct LocalityConfig {
     /// network's round trip is a small part of it.
     pub walk_target_ms: u64,
     /// The time a local step is expected to take on the CPU backend, nanoseconds: a dependent
-    /// load from DRAM, with its TLB miss (495-509 ns measured over a 4 GiB pool, BENCHMARKS.md).
+    /// load from DRAM, with its TLB miss (488-509 ns measured over a 4 GiB pool, BENCHMARKS.md).
     pub step_ns: u64,
     /// Deadline over the expected walk time.
     pub slack: f64,
     /// Segments opened per device.
     pub segments: u32,
+    /// The hop the verdict's bound speaks of, nanoseconds: a line served from another process
+    /// over a pipe costs 8.9-9.3 us a step more than a local one (BENCHMARKS.md), from another
+    /// host more. The bound assumes nothing of a local step (it may take no time at all).
+    pub hop_ns: u64,
 }
 
 impl Default for LocalityConfig {
@@ -80,6 +84,7 @@ impl Default for LocalityConfig {
             step_ns: 600,
             slack: 2.0,
             segments: 16,
+            hop_ns: 8_000,
         }
     }
 }
@@ -101,8 +106,8 @@ impl LocalityConfig {
                 self.steps
             ));
         }
-        if self.walk_target_ms == 0 || self.step_ns == 0 {
-            return Some("[memory.locality] walk_target_ms and step_ns must be at least 1".into());
+        if self.walk_target_ms == 0 || self.step_ns == 0 || self.hop_ns == 0 {
+            return Some("[memory.locality] walk_target_ms, step_ns and hop_ns must be at least 1".into());
         }
         if !(1..=MAX_SEGMENT_SAMPLES_PER_DEVICE as u32).contains(&self.segments) {
             return Some(format!(

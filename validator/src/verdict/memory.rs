@@ -44,14 +44,90 @@ pub struct DeviceLocality {
     /// `measured_us * 1000 / (G * C)`: the most a step took on average, the round trip and the
     /// pauses between generations included.
     pub step_ns: f64,
+    /// The hop the bound speaks of: a step whose line lay behind it took at least this long.
+    #[serde(default)]
+    pub hop_ns: u64,
+    /// `s = 0.01^(1/m)`: unless a share `s` of the walk's (generation, walker) pairs was walked
+    /// in order from its committed start, `m` openings all pass with probability below 1%.
+    #[serde(default)]
+    pub sequential_at_least: f64,
+    /// `measured_us * 1000 / (s * G * C * hop_ns)`, at most 1: along the walk's sequence, the
+    /// largest share of steps that could each have crossed such a hop within the measured time
+    /// (PROTOCOL.md 20.10, SECURITY.md "The locality walk"). `None` when the verdict proves
+    /// nothing, and in verdicts stored before the walk was ordered by its tree.
+    #[serde(default)]
+    pub hop_share_at_most: Option<f64>,
 }
 
 impl DeviceLocality {
-    /// The mean step time from the measured time.
-    pub fn settle(&mut self) {
+    /// The mean step time and the hop bound from the measured time; the bound only where the
+    /// verdict `proves` and a root came.
+    pub fn settle(&mut self, proves: bool) {
         let steps = u64::from(self.generations) * u64::from(self.steps);
         self.step_ns = self.measured_us as f64 * 1000.0 / steps.max(1) as f64;
+        self.sequential_at_least = sequential_at_least(self.segments_opened);
+        self.hop_share_at_most = (proves && self.measured_us > 0 && self.hop_ns > 0 && steps > 0).then(|| {
+            let sequential_steps = self.sequential_at_least * steps as f64;
+            (self.measured_us as f64 * 1000.0 / (sequential_steps * self.hop_ns as f64)).min(1.0)
+        });
     }
+}
+
+#[cfg(test)]
+mod locality_tests {
+    use super::*;
+
+    fn walked(measured_us: u64) -> DeviceLocality {
+        DeviceLocality {
+            walkers: 2,
+            generations: 1000,
+            steps: 256,
+            segments_opened: 16,
+            measured_us,
+            expected_us: 0,
+            deadline_us: 0,
+            step_ns: 0.0,
+            hop_ns: 8_000,
+            sequential_at_least: 0.0,
+            hop_share_at_most: None,
+        }
+    }
+
+    /// `m` openings all pass with probability `s^m` at a share `s` walked in order: 1% at the
+    /// stated share; and the bound is the measured time spread over that share's steps at one
+    /// hop each, never above 1, and stated only by a verdict that proves.
+    #[test]
+    fn the_hop_bound_is_the_time_over_the_ordered_steps_at_one_hop_each() {
+        for m in [1, 16, 64] {
+            assert!((sequential_at_least(m).powi(m as i32) - 0.01).abs() < 1e-12, "m = {m}");
+        }
+        assert_eq!(sequential_at_least(0), 0.0);
+        let mut l = walked(256_000);
+        l.settle(true);
+        // 256 ms over 0.75 x 256,000 steps is 1.33 us a step: a sixth of an 8 us hop.
+        let want = 256_000.0 * 1000.0 / (sequential_at_least(16) * 256_000.0 * 8_000.0);
+        assert!((l.hop_share_at_most.unwrap() - want).abs() < 1e-12);
+        assert!((l.step_ns - 1000.0).abs() < 1e-9);
+        let mut slow = walked(10_000_000);
+        slow.settle(true);
+        assert_eq!(slow.hop_share_at_most, Some(1.0));
+        let mut failed = walked(256_000);
+        failed.settle(false);
+        assert_eq!(failed.hop_share_at_most, None);
+        let mut none_came = walked(0);
+        none_came.settle(true);
+        assert_eq!(none_came.hop_share_at_most, None);
+    }
+}
+
+/// The share of a locality walk's (generation, walker) pairs that `segments` uniform openings,
+/// all passing, show walked in order at 99%: `0.01^(1 / segments)`, since a walk with a smaller
+/// share passes each opening with probability below it (0.75 at 16 openings).
+pub fn sequential_at_least(segments: u32) -> f64 {
+    if segments == 0 {
+        return 0.0;
+    }
+    0.01f64.powf(1.0 / f64::from(segments))
 }
 
 /// One device's version 4 walk, as a verdict states it.
@@ -161,7 +237,7 @@ impl MemoryProof {
         let walk_bytes = self.walk_bytes;
         for device in &mut self.devices {
             if let Some(locality) = device.locality.as_mut() {
-                locality.settle();
+                locality.settle(proves);
             }
             device.proven_bytes = match device.walk.as_mut() {
                 // Version 4: what the bound shows held, never the pool asked for.

@@ -55,7 +55,8 @@ def _device_walk(w) -> Dict[str, Any]:
 
 
 def _device_locality(l) -> Dict[str, Any]:
-    # The locality walk (PROTOCOL.md 20.10): a measurement, no share stated.
+    # The locality walk (PROTOCOL.md 20.10): its figures, and the largest share of its
+    # sequence's steps that could each have crossed a hop of hop_ns (None: nothing shown).
     return {
         "walkers": l.walkers,
         "generations": l.generations,
@@ -65,6 +66,9 @@ def _device_locality(l) -> Dict[str, Any]:
         "expected_us": l.expected_us,
         "deadline_us": l.deadline_us,
         "step_ns": l.step_ns,
+        "hop_ns": l.hop_ns,
+        "sequential_at_least": l.sequential_at_least,
+        "hop_share_at_most": l.hop_share_at_most if l.HasField("hop_share_at_most") else None,
     }
 
 
