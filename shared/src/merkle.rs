@@ -129,7 +129,7 @@ pub fn verify_proof(
     if index >= count {
         return Err(ProofError::IndexOutOfRange { index, count });
     }
-    let want = proof_len(index, count);
+    let want = sibling_sides(index, count).count();
     if proof.siblings.len() != want {
         return Err(ProofError::WrongLength {
             index,
@@ -138,21 +138,17 @@ pub fn verify_proof(
             want,
         });
     }
-    let mut node = leaf_node(leaf);
-    let mut siblings = proof.siblings.iter();
-    let (mut pos, mut len) = (index, count);
-    while len > 1 {
-        if pos ^ 1 < len {
-            let sibling = siblings.next().expect("length checked");
-            node = if pos % 2 == 0 {
-                inner_node(&node, sibling)
-            } else {
+    let node = proof
+        .siblings
+        .iter()
+        .zip(sibling_sides(index, count))
+        .fold(leaf_node(leaf), |node, (sibling, left)| {
+            if left {
                 inner_node(sibling, &node)
-            };
-        }
-        pos /= 2;
-        len = len.div_ceil(2);
-    }
+            } else {
+                inner_node(&node, sibling)
+            }
+        });
     if node == *root {
         Ok(())
     } else {
@@ -166,21 +162,12 @@ impl MerkleProof {
     /// `index`, one for each set bit of `index`. Read from a proof of the right length (as
     /// [`verify_proof`] checks it); a shorter proof gives what it has.
     pub fn left_siblings(&self, index: u64, count: u64) -> Vec<Digest> {
-        let mut left = Vec::new();
-        let mut siblings = self.siblings.iter();
-        let (mut pos, mut len) = (index, count);
-        while len > 1 {
-            if pos ^ 1 < len {
-                match siblings.next() {
-                    Some(sibling) if pos % 2 == 1 => left.push(*sibling),
-                    Some(_) => {}
-                    None => break,
-                }
-            }
-            pos /= 2;
-            len = len.div_ceil(2);
-        }
-        left
+        self.siblings
+            .iter()
+            .zip(sibling_sides(index, count))
+            .filter(|(_, left)| *left)
+            .map(|(sibling, _)| *sibling)
+            .collect()
     }
 }
 
@@ -237,17 +224,21 @@ impl MerkleFold {
     }
 }
 
-/// How many siblings the proof of `index` in a tree of `count` leaves has.
-fn proof_len(index: u64, count: u64) -> usize {
-    let (mut pos, mut len, mut siblings) = (index, count, 0);
-    while len > 1 {
-        if pos ^ 1 < len {
-            siblings += 1;
+/// The levels of leaf `index`'s path in a tree of `count` leaves that have a sibling, bottom
+/// first (a promoted level has none), each as whether the sibling lies left: one item per
+/// sibling of the leaf's proof, so its length, its check and its left siblings read alike.
+fn sibling_sides(index: u64, count: u64) -> impl Iterator<Item = bool> {
+    let mut level = (index, count);
+    std::iter::from_fn(move || {
+        while level.1 > 1 {
+            let (pos, len) = level;
+            level = (pos / 2, len.div_ceil(2));
+            if pos ^ 1 < len {
+                return Some(pos % 2 == 1);
+            }
         }
-        pos /= 2;
-        len = len.div_ceil(2);
-    }
-    siblings
+        None
+    })
 }
 
 #[cfg(test)]
