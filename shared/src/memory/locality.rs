@@ -9,9 +9,11 @@
 //!   digests are the leaves of the locality tree (20.3's Merkle tree), and generation `g` starts
 //!   from the nodes left of its leaf's path: the roots of the subtrees that hold every generation
 //!   before it. This is Cohen and Pietrzak's depth-robust tree (proofs of sequential work): to
-//!   begin generation `g` early a miner must make up one of those nodes, and then every
-//!   generation under it fails its opening, so a walk cut short by `k` generations fails at
-//!   least `k` of them. (Starting each generation from the one before alone, as a first build
+//!   begin generation `g` before an earlier one has ended, a miner must commit ends it did not
+//!   walk for every generation it has not finished (a node itself cannot be made up and still
+//!   reach the root), and each of those fails its opening, so a walk cut short by `k`
+//!   generations fails at least `k` of them. (Starting each generation from the one before
+//!   alone, as a first build
 //!   did, let one made-up generation split the walk in two at a cost of 1 in `G`.)
 //! - [`open_segment`], [`check_segment`]: one walker of one generation opened, its `C` lines each
 //!   proven against the pool as a 1 KiB BLAKE3 chunk (20.2's construction one level down), and
@@ -255,7 +257,7 @@ impl LocalityWalk {
     /// || p_k)` as four words, where `p_1 .. p_k` are the nodes left of leaf `g`'s path in the
     /// locality tree, lowest first ([`MerkleProof::left_siblings`]; none for `g = 0`). They
     /// hold every generation before `g`, so none of `g`'s walkers can start before all of those
-    /// have ended, unless a node is made up.
+    /// have ended, unless their ends are made up.
     pub fn start(&self, device: u32, generation: u32, walker: u32, parents: &[Digest]) -> State {
         let mut h = blake3::Hasher::new();
         h.update(TREE_START_CONTEXT);
@@ -399,8 +401,8 @@ pub fn open_segment(
 
 /// Walker `walker` of generation `generation` opened under `ends_proof`, its generation's proof
 /// in the locality tree: walked again from the start the proof's left siblings give, each line
-/// with its proofs. [`open_segment`] brings the miner's own tree; a cheater may bring a proof
-/// through a node it made up, which is what the tests of this walk's order do.
+/// with its proofs. [`open_segment`] brings the miner's own tree; a test's cheater brings a
+/// proof through a node it made up.
 pub fn open_walker(
     walk: &LocalityWalk,
     source: &dyn SliceSource,

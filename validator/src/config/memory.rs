@@ -69,8 +69,9 @@ pub struct LocalityConfig {
     /// Segments opened per device.
     pub segments: u32,
     /// The hop the verdict's bound speaks of, nanoseconds: a line served from another process
-    /// over a pipe costs 8.9-9.3 us a step more than a local one (BENCHMARKS.md), from another
-    /// host more. The bound assumes nothing of a local step (it may take no time at all).
+    /// over a pipe costs 8.9-9.3 us a step more than a local one (BENCHMARKS.md), a round trip;
+    /// a walker that moves pays one way, and RDMA or shared memory less (SECURITY.md). The bound
+    /// assumes nothing of a local step (it may take no time at all).
     pub hop_ns: u64,
 }
 
