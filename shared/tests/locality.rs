@@ -313,11 +313,50 @@ fn a_made_up_generation_fails_its_own_segments_and_splits_nothing() {
     }
 }
 
-/// The split the tree is for. To walk generations 4 .. 7 side by side with 0 .. 3 a miner must
-/// know their parents before 0 .. 3 have ended, so it makes up the node over 0 .. 3 (or, what
-/// is the same to the openings, all of 0 .. 3's ends). Generations 4 .. 7, walked honestly from
-/// the made-up node, pass; every generation under the node fails, whatever its ends: a walk cut
-/// short by `k` generations fails at least `k` of them.
+/// How a walk is cut short in practice: to start generation `g` while earlier generations are
+/// still walking, a miner commits ends it made up for every generation it has not finished and
+/// hashes the tree honestly from them (a made-up node could not reach the signed root, below).
+/// Each unfinished generation then fails its openings, and only those: a walk cut short by `k`
+/// generations fails at least `k` of them. Cuts of one generation (3, so that 4 .. 7 start
+/// early), of a whole subtree (0 .. 3, the split in two) and of a run across subtrees (2 .. 5).
+#[test]
+fn made_up_ends_of_the_unfinished_generations_fail_each_of_them_and_only_them() {
+    let device = Device::honest();
+    let walk = LocalityWalk {
+        generations: 8,
+        ..walk()
+    };
+    for unfinished in [3..4u32, 0..4, 2..6] {
+        let ends = walk_by_the_book(&device, &walk, &|g, w| {
+            unfinished
+                .contains(&g)
+                .then_some(State([7, u64::from(g), u64::from(w), 7]))
+        });
+        let cheat = committed(&walk, ends);
+        for g in 0..walk.generations {
+            for w in 0..walk.walkers {
+                let checked = device.check(&walk, cheat.root, &device.open(&walk, &cheat, g, w));
+                if unfinished.contains(&g) {
+                    assert_eq!(
+                        checked,
+                        Err(LocalityRejection::SegmentMismatch {
+                            generation: g,
+                            walker: w
+                        }),
+                        "cut {unfinished:?}: generation {g} was not walked"
+                    );
+                } else {
+                    assert_eq!(checked, Ok(()), "cut {unfinished:?}: generation {g}, walker {w}");
+                }
+            }
+        }
+    }
+}
+
+/// The same split with the node over 0 .. 3 made up instead of their ends. Generations 4 .. 7,
+/// walked honestly from the made-up node, pass; every generation under it fails, whatever its
+/// ends, since no proof through the node reaches the root by any of them. Making up the ends
+/// (above) fails the same generations, so a cheater gains nothing by either.
 #[test]
 fn a_made_up_node_splits_the_walk_and_fails_every_generation_under_it() {
     let device = Device::honest();

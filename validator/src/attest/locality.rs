@@ -94,10 +94,11 @@ impl LocalityPlan {
     }
 
     /// Largest opening accepted: `C` lines, each its chunk with a path, a chain's checkpoints
-    /// and proof at their largest for this challenge, and two generations' ends.
+    /// and proof at their largest for this challenge, and one generation's ends with their proof
+    /// in the locality tree.
     pub fn max_opening_bytes(&self, work: &Work) -> usize {
         let per_line = CHUNK_BYTES + 40 * (16 + work.checkpoints_per_chain() + 20) + 64;
-        self.steps as usize * per_line + 2 * 40 * (self.walkers as usize + 24) + 4096
+        self.steps as usize * per_line + 40 * (self.walkers as usize + 24) + 4096
     }
 
     /// `segments` segments of every device, each `(g, w)` drawn uniformly and independently
@@ -399,7 +400,9 @@ pub async fn walk_lines(
             Ok(Ok(None)) => break,
             Ok(Ok(Some(message))) => message,
         };
-        let measured_us = sent.elapsed().as_micros() as u64;
+        // Rounded up, so that neither the hop bound (which grows with it) nor the deadline (missed
+        // by any part of a microsecond) is read in the miner's favour.
+        let measured_us = u64::try_from(sent.elapsed().as_nanos().div_ceil(1000)).unwrap_or(u64::MAX);
         recorder.locality_root(&message, measured_us);
         if let Err(why) = judge.take_root(&message, measured_us) {
             return Ok(Err(why));
