@@ -7,10 +7,14 @@ use gpu_attest_shared::keys::{KeyPair, PublicKey};
 use prost::Message;
 use sha2::{Digest, Sha256};
 
-/// The transcript format this release writes: 2 records the challenge stream (PROTOCOL.md 21.2).
-pub const FORMAT: u32 = 2;
+/// The transcript format this release writes: 3 records version 3's walk and its openings' rows,
+/// 2 the challenge stream (PROTOCOL.md 21.2).
+pub const FORMAT: u32 = 3;
 
-/// The oldest format this release reads: 1, the previous release's, without the stream.
+/// The first format that records version 3's walk: an earlier one's is taken as stated.
+pub const FORMAT_WITH_VERSION_3_WALK: u32 = 3;
+
+/// The oldest format this release reads: 1, without the stream.
 pub const OLDEST_FORMAT: u32 = 1;
 
 /// What the validator's signature covers comes after this (PROTOCOL.md 21.1).
@@ -154,7 +158,10 @@ const COMMITMENT: &[(u32, Shape)] = &[
     (11, Shape::Message(&[])),
     (12, Shape::Message(&[])),
 ];
-const RECORDED_WALK: &[(u32, Shape)] = &[(2, Shape::Message(&[(1, Shape::Message(&[]))]))];
+const RECORDED_WALK: &[(u32, Shape)] = &[
+    (2, Shape::Message(&[(1, Shape::Message(&[]))])),
+    (6, Shape::Message(&[(5, Shape::Message(&[]))])),
+];
 const RECORDED_OPEN: &[(u32, Shape)] = &[
     (
         1,
@@ -164,7 +171,10 @@ const RECORDED_OPEN: &[(u32, Shape)] = &[
             (6, Shape::Message(&[])),
         ]),
     ),
-    (2, Shape::Message(&[(1, Shape::Message(CHAIN_OPENING))])),
+    (
+        2,
+        Shape::Message(&[(1, Shape::Message(CHAIN_OPENING)), (6, Shape::Packed)]),
+    ),
     (5, Shape::Message(&[])),
 ];
 const RECORDED_LOCALITY: &[(u32, Shape)] = &[
@@ -274,6 +284,14 @@ fn check_counts(transcript: &[u8]) -> Result<(), TranscriptError> {
         for part in fields(transcript, outer)? {
             if fields(part, inner)?.len() >= MAX_ELEMENTS {
                 return Err(TranscriptError::TooMany { what });
+            }
+        }
+    }
+    // Version 3's walk statement's roots.
+    for walk in fields(transcript, 6)? {
+        for statement in fields(walk, 6)? {
+            if fields(statement, 5)?.len() >= MAX_ELEMENTS {
+                return Err(TranscriptError::TooMany { what: "walk roots" });
             }
         }
     }
@@ -396,7 +414,7 @@ mod tests {
                 }),
                 ..Default::default()
             })),
-            slice_ref: 0,
+            ..Default::default()
         };
         let with = |proof| v1::Transcript {
             open: Some(v1::RecordedOpen {
@@ -422,6 +440,18 @@ mod tests {
             ..sample()
         };
         assert_eq!(open(&seal(&packed, &key)).unwrap_err(), TranscriptError::TooCostly);
+        // So a version 3 walk opening's rows.
+        let rows = v1::Transcript {
+            open: Some(v1::RecordedOpen {
+                openings: vec![v1::RecordedOpening {
+                    walk_rows: vec![1; (MAX_DECODING_COST / 8) as usize],
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }),
+            ..sample()
+        };
+        assert_eq!(open(&seal(&rows, &key)).unwrap_err(), TranscriptError::TooCostly);
         // The open field written again and again, each time with fewer openings than a list may
         // hold: prost would join them into one list; the cost is over them all.
         let one = v1::Transcript {
@@ -492,6 +522,21 @@ mod tests {
             ..sample()
         };
         assert!(open(&seal(&fewer, &key)).unwrap().signature_valid);
+        // Version 3's walk statement's roots, one level further in.
+        let roots = v1::Transcript {
+            walk: Some(v1::RecordedWalk {
+                statement: Some(v1::WalkStatement {
+                    roots: vec![v1::WalkRoot::default(); MAX_ELEMENTS],
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }),
+            ..sample()
+        };
+        assert_eq!(
+            open(&seal(&roots, &key)).unwrap_err(),
+            TranscriptError::TooMany { what: "walk roots" }
+        );
     }
 
     #[test]

@@ -22,10 +22,12 @@ pub enum Kind {
     Challenge,
     /// Sent: the commitment.
     Commitment,
-    /// Received: a version 4 walk request.
+    /// Received: a walk request (version 3's or 4's).
     WalkRequest,
-    /// Sent: one device's walk root.
+    /// Sent: one device's walk root (version 4).
     WalkRoot,
+    /// Sent: the walk statement (version 3).
+    WalkStatement,
     /// Received: an open request this miner answered.
     OpenRequest,
     /// Sent: one opening.

@@ -166,6 +166,9 @@ impl Miner for MinerService {
                 warn!(%peer, error = %e, "walk request refused");
             })?;
         trust_connection(request.extensions());
+        self.core
+            .record_answer(&walk.nonce, Kind::WalkRequest, request.get_ref());
+        let nonce_bytes = walk.nonce;
         let nonce = hex::encode(walk.nonce);
         // The walk reads the pools where the devices hold them: it waits for the devices (a
         // challenge cannot have started since the commitment, under the hold).
@@ -188,6 +191,7 @@ impl Miner for MinerService {
             Err(join) => Err(Status::internal(format!("walk worker failed: {join}"))),
         }
         .inspect_err(|e| warn!(%nonce, error = %e.message(), "walk failed"))?;
+        self.core.record_answer(&nonce_bytes, Kind::WalkStatement, &statement);
         info!(%nonce, walk_ms = started.elapsed().as_millis() as u64, "walk statement sent");
         Ok(Response::new(statement))
     }

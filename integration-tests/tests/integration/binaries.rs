@@ -194,7 +194,7 @@ fn a_verdicts_transcript_is_exported_and_audited_with_the_binaries() {
     openings.truncate(openings.len() - 2);
     openings.push(gpu_attest_proto::v1::RecordedOpening {
         received: Some(gpu_attest_proto::v1::recorded_opening::Received::Ended(true)),
-        slice_ref: 0,
+        ..Default::default()
     });
     let ended = d.join("ended.transcript");
     std::fs::write(&ended, gpu_attest_proto::transcript::seal(&cut, &validator)).unwrap();

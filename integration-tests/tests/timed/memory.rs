@@ -17,6 +17,7 @@ use common::mangled::{Mangle, spawn_mangled};
 use common::memory_cheats::{CheatingPools, MemoryCheat, serve_entries};
 use common::*;
 use gpu_attest_miner::nonces::NonceLog;
+use gpu_attest_proto::v1;
 use gpu_attest_shared::cpu::CpuBackend;
 use gpu_attest_shared::gemm::{CpuGemm, KernelKind};
 use gpu_attest_shared::memory::params::pool_entries;
@@ -349,6 +350,120 @@ async fn a_miner_faking_walk_steps_fails_on_its_openings() {
     )
     .await;
     failed_with(&verdict, ReasonCode::WalkSegmentMismatch);
+}
+
+/// Version 3's memory phase in a transcript (PROTOCOL.md 21.2): the walk request, the statement
+/// and its time, and each walk opening's checked rows are recorded, so that `audit` judges the
+/// walk and every walk opening again. An honest pass and a cheap pool's FAIL each audit to
+/// their verdicts, with only the walk's timing from the validator's rates taken as stated; a
+/// statement's time moved past its deadline, a walk opening's byte changed, and rows dropped
+/// are each caught.
+#[tokio::test(flavor = "multi_thread")]
+async fn version_3_transcripts_audit_to_their_verdicts_and_a_changed_time_byte_or_row_is_caught() {
+    use crate::transcripts::{assert_names, attest_and_export, audited, tampered};
+    use gpu_attest_validator::audit::Finding;
+    use gpu_attest_validator::config::transcripts::KeepTranscripts;
+    for passes in [true, false] {
+        let _turn = crate::TIMED.lock().await;
+        let dir = TempDir::new("memory-transcript");
+        let cpu = cpu_claiming(TEST_MEMORY_BYTES);
+        let kernel = cpu.kernel();
+        let backend: Arc<dyn Backend> = if passes {
+            Arc::new(cpu)
+        } else {
+            Arc::new(CheatingPools::new(cpu, MemoryCheat::CheapPool))
+        };
+        let answers = gpu_attest_miner::answers::AnswerLog::open(&dir.path("answers"), 7).unwrap();
+        let core = gpu_attest_miner::MinerCore::new(
+            gpu_attest_shared::keys::KeyPair::from_seed([0x47; 32]),
+            [validator_key()].into_iter().collect(),
+            gpu_attest_integration_tests::version_3_limits(),
+            common::selected(kernel, backend),
+            Duration::from_secs(60),
+            NonceLog::in_memory(),
+        )
+        .with_answer_log(answers);
+        let miner = spawn_miner(Arc::new(core)).await;
+        let mut config = memory_config(&dir, Policy::Sampled);
+        config.transcripts.keep = KeepTranscripts::All;
+        let attestor = attestor(&config).await;
+        let (verdict, file) = attest_and_export(&attestor, &miner.url()).await;
+        assert_eq!(verdict.passed, passes, "{:?}", verdict.reasons);
+        assert_eq!(verdict.protocol_version, 3);
+        if !passes {
+            failed_with(&verdict, ReasonCode::PoolEntryMismatch);
+        }
+        let report = audited(&file).await;
+        assert_eq!(report.finding(), Finding::ConfirmedInPart, "{report}");
+        assert!(report.differs.is_empty(), "{report}");
+        assert_eq!(report.taken_as_stated.len(), 1, "{report}");
+        assert!(
+            report.taken_as_stated[0].contains("version 3's walk timing as planned"),
+            "{report}"
+        );
+        let said = report.to_string();
+        assert!(said.contains("the walk statement, signed by the miner"), "{said}");
+        assert!(said.contains("walk segment(s) with the recorded rows"), "{said}");
+        if !passes {
+            continue;
+        }
+
+        // The miner holds the transcript against its own record: the walk request and the
+        // statement are the ones it received and sent.
+        let path = dir.path("verdict.transcript");
+        std::fs::write(&path, &file).unwrap();
+        let checked = common::process::cmd("miner")
+            .arg("check-transcript")
+            .arg(&path)
+            .arg("--answers")
+            .arg(dir.path("answers"))
+            .output()
+            .unwrap();
+        let said = String::from_utf8_lossy(&checked.stdout);
+        assert_eq!(
+            checked.status.code(),
+            Some(0),
+            "{said}{}",
+            String::from_utf8_lossy(&checked.stderr)
+        );
+        assert!(said.contains("the walk statement, sent"), "{said}");
+
+        // The statement's time moved past the walk deadline: the verdict would have been late.
+        let late = tampered(&file, |t| {
+            t.walk.as_mut().unwrap().statement_after_ms += 3_600_000;
+        });
+        assert_names(&audited(&late).await, |d| d.ends_with("(late-walk)"));
+
+        // A byte of an opened entry changed: the miner's signature over the opening fails.
+        let changed = tampered(&file, |t| {
+            let open = t.open.as_mut().unwrap();
+            let walk = open
+                .openings
+                .iter_mut()
+                .find_map(|o| match &mut o.received {
+                    Some(v1::recorded_opening::Received::Opening(v1::ChainOpening { walk: Some(walk), .. })) => {
+                        Some(walk)
+                    }
+                    _ => None,
+                })
+                .expect("a walk opening");
+            walk.entries[0].entry[0] ^= 1;
+        });
+        assert_names(&audited(&changed).await, |d| d.ends_with("(walk-opening-signature)"));
+
+        // An opening's rows dropped: its check cannot be repeated.
+        let dropped = tampered(&file, |t| {
+            let open = t.open.as_mut().unwrap();
+            let rows = open
+                .openings
+                .iter_mut()
+                .map(|o| &mut o.walk_rows)
+                .find(|rows| !rows.is_empty())
+                .expect("an opening's rows");
+            rows.truncate(3);
+        });
+        assert_names(&audited(&dropped).await, |d| d.contains("records 3 rows"));
+    }
 }
 
 /// A version 3 challenge to `core`'s miner: small chains, the memory phase at 1000 permille

@@ -31,7 +31,7 @@ fn v4_config(dir: &TempDir, policy: Policy, keep: KeepTranscripts) -> ValidatorC
 }
 
 /// Attests `url` with `attestor` and returns the verdict and its kept transcript.
-async fn attest_and_export(attestor: &Attestor, url: &str) -> (Verdict, Vec<u8>) {
+pub(crate) async fn attest_and_export(attestor: &Attestor, url: &str) -> (Verdict, Vec<u8>) {
     let verdict = attestor.attest(url, &|_| {}).await.expect("a verdict");
     let transcript = attestor
         .store()
@@ -42,7 +42,7 @@ async fn attest_and_export(attestor: &Attestor, url: &str) -> (Verdict, Vec<u8>)
     (verdict, transcript)
 }
 
-async fn audited(file: &[u8]) -> Report {
+pub(crate) async fn audited(file: &[u8]) -> Report {
     audit(file, None, Arc::new(test_cpu(2)), false)
         .await
         .expect("a transcript")
@@ -273,13 +273,13 @@ async fn tampering_with_a_time_a_deadline_a_signature_or_a_byte_is_caught_and_na
 }
 
 /// Asserts that `report` names a difference `found` picks.
-fn assert_names(report: &Report, found: impl Fn(&str) -> bool) {
+pub(crate) fn assert_names(report: &Report, found: impl Fn(&str) -> bool) {
     assert!(report.differs.iter().any(|d| found(d)), "{report}");
 }
 
 /// `file` with its transcript changed by `change`, then signed again with this validator's key:
 /// what a validator that lies about its own verdict could publish.
-fn tampered(file: &[u8], change: impl FnOnce(&mut v1::Transcript)) -> Vec<u8> {
+pub(crate) fn tampered(file: &[u8], change: impl FnOnce(&mut v1::Transcript)) -> Vec<u8> {
     let mut transcript = open(file).unwrap().transcript;
     change(&mut transcript);
     seal(&transcript, &KeyPair::from_seed([VALIDATOR_SEED; 32]))

@@ -146,6 +146,9 @@ fn compare(t: &v1::Transcript, challenge: &v1::Challenge, record: &[Entry], repo
 
 fn compare_walk(walk: &v1::RecordedWalk, record: &[Entry], report: &mut Comparison) {
     let request = digest(&walk.request.clone().unwrap_or_default());
+    if let Some(statement) = &walk.statement {
+        return compare_statement(&request, statement, walk.statement_after_ms, record, report);
+    }
     let roots = Roots {
         name: "walk",
         request: (Kind::WalkRequest, request),
@@ -154,6 +157,32 @@ fn compare_walk(walk: &v1::RecordedWalk, record: &[Entry], report: &mut Comparis
         timed_out_after_ms: walk.timed_out_after_ms,
     };
     compare_roots(&roots, record, report);
+}
+
+/// Version 3's walk: one request, one signed statement.
+fn compare_statement(
+    request: &str,
+    statement: &v1::WalkStatement,
+    statement_after_ms: u64,
+    record: &[Entry],
+    report: &mut Comparison,
+) {
+    let Some(asked) = entries(record, Kind::WalkRequest)
+        .into_iter()
+        .find(|e| e.sha256 == request)
+    else {
+        return report.differ("the transcript's walk request is not one this miner received");
+    };
+    match entries(record, Kind::WalkStatement)
+        .into_iter()
+        .find(|e| e.sha256 == digest(statement))
+    {
+        Some(sent) => report.held(format!(
+            "the walk statement, sent {} ms after this miner received the request; the validator read it {statement_after_ms} ms after sending it",
+            sent.at_ms.saturating_sub(asked.at_ms)
+        )),
+        None => report.differ("the transcript's walk statement is not one this miner sent"),
+    }
 }
 
 /// A walk whose signed roots stream out one per device (version 4's walk, the locality walk),

@@ -219,7 +219,16 @@ pub async fn sampled(
         match sample {
             Due::Chain(chain) => check_opening(backend.clone(), work, commitment, chain, &wire, outcome).await?,
             Due::Walk(walk, context) => {
-                super::walk::check_opening(context, nonce, commitment, walk, &wire, outcome).await?
+                super::walk::check_opening(
+                    context,
+                    nonce,
+                    commitment,
+                    walk,
+                    &wire,
+                    super::walk::WalkRows::Draw,
+                    outcome,
+                )
+                .await?;
             }
             Due::Step(step, walked) => {
                 let row = walked.draw_row(step, &mut outcome.transcript)?;

@@ -16,7 +16,7 @@ use gpu_attest_shared::Work;
 use gpu_attest_shared::digest::Digest;
 use gpu_attest_shared::keys::KeyPair;
 use gpu_attest_shared::memory::PoolSpec;
-use gpu_attest_shared::memory::check::{check_segment, draw_rows};
+use gpu_attest_shared::memory::check::{ROWS_CHECKED_PER_ENTRY, check_segment, draw_rows};
 use gpu_attest_shared::memory::pool::entry_rows_match;
 use gpu_attest_shared::memory::walk::WalkSpec;
 use gpu_attest_shared::statement::Commitment;
@@ -104,6 +104,35 @@ impl WalkContext {
         }
         samples
     }
+
+    /// Whether `samples` could have been drawn by [`Self::draw_samples`]: as many, each device
+    /// in the draw's turn, each walker and segment within the walk, none twice. An audit reads
+    /// the samples from the recorded open request; the draw's randomness is the validator's.
+    pub fn drawable(&self, samples: &[WalkSample]) -> bool {
+        let Some((first, _, _)) = self.devices.first() else {
+            return samples.is_empty();
+        };
+        let params = first.params;
+        let devices = self.devices.len() as u32;
+        let per_device = u64::from(params.walkers) * u64::from(params.walk_segments());
+        let mut drawn = vec![0u64; devices as usize];
+        let turns: Vec<u32> = (0..self.samples)
+            .map(|i| i % devices)
+            .filter(|&device| {
+                let here = &mut drawn[device as usize];
+                *here += 1;
+                *here <= per_device
+            })
+            .collect();
+        let mut taken = HashSet::new();
+        turns.len() == samples.len()
+            && turns.iter().zip(samples).all(|(&device, s)| {
+                s.device == device
+                    && s.walker < params.walkers
+                    && s.segment < params.walk_segments()
+                    && taken.insert(*s)
+            })
+    }
 }
 
 /// Sends the walk request of the outcome's planned memory phase and waits for the statement,
@@ -156,12 +185,59 @@ async fn walk_and_check(
     });
     // The same grace as the commitment's (PROTOCOL.md 14.4) for a miner that does not stop.
     let grace = Duration::from_millis(plan.walk_deadline_ms / 10 + 2_000);
+    let sent_wire = walk_request_to_wire(&request);
+    outcome.transcript.walk_request(sent_wire.clone());
     let sent = Instant::now();
-    let answered = tokio::time::timeout(deadline + grace, miner.walk_pool(walk_request_to_wire(&request))).await;
+    let answered = tokio::time::timeout(deadline + grace, miner.walk_pool(sent_wire)).await;
     let measured_ms = sent.elapsed().as_millis() as u64;
-    let wire = match answered {
-        Ok(Ok(wire)) => wire,
+    let answer = match answered {
+        Ok(Ok(wire)) => {
+            outcome.transcript.walk_statement(&wire, measured_ms);
+            WalkAnswer::Statement(wire, measured_ms)
+        }
         Err(_) => {
+            outcome.transcript.walk_timed_out(measured_ms);
+            WalkAnswer::TimedOut(measured_ms)
+        }
+        Ok(Err(status)) => {
+            outcome.transcript.walk_failed(&status);
+            WalkAnswer::Failed(status)
+        }
+    };
+    let judged = judge_walk(work, &request, commitment, plan, answer, outcome);
+    if let Some((_, measured_ms)) = &judged {
+        on_event(AttestEvent::Phase {
+            name: "walk-received",
+            detail: format!("after {measured_ms} ms"),
+        });
+    }
+    Ok(judged)
+}
+
+/// How a version 3 walk request was answered, as the validator read it.
+pub enum WalkAnswer {
+    /// The statement, `measured_ms` after the request.
+    Statement(v1::WalkStatement, u64),
+    /// Nothing within the walk's time and its grace: read then, from sending the request.
+    TimedOut(u64),
+    /// The miner's status, or one this validator made of what it could not decode.
+    Failed(tonic::Status),
+}
+
+/// The walk's answer judged (PROTOCOL.md 18.4): the context to check openings against and the
+/// walk time, when the statement passed its checks; the outcome says what failed otherwise.
+/// An attestation judges what it just read, an audit what the transcript recorded.
+pub fn judge_walk(
+    work: &Work,
+    request: &WalkRequest,
+    commitment: &Commitment,
+    plan: &MemoryPlan,
+    answer: WalkAnswer,
+    outcome: &mut Outcome,
+) -> Option<(WalkContext, u64)> {
+    let (wire, measured_ms) = match answer {
+        WalkAnswer::Statement(wire, measured_ms) => (wire, measured_ms),
+        WalkAnswer::TimedOut(measured_ms) => {
             outcome.fail(
                 ReasonCode::WalkTimedOut,
                 format!(
@@ -169,20 +245,14 @@ async fn walk_and_check(
                     plan.walk_deadline_ms
                 ),
             );
-            return Ok(None);
+            return None;
         }
-        Ok(Err(status)) => {
+        WalkAnswer::Failed(status) => {
             walk_not_answered(&status, outcome);
-            return Ok(None);
+            return None;
         }
     };
-    let Some(context) = check_statement(work, &wire, &request, commitment, plan, outcome) else {
-        return Ok(None);
-    };
-    on_event(AttestEvent::Phase {
-        name: "walk-received",
-        detail: format!("after {measured_ms} ms"),
-    });
+    let context = check_statement(work, &wire, request, commitment, plan, outcome)?;
     if measured_ms > plan.walk_deadline_ms {
         outcome.fail(
             ReasonCode::LateWalk,
@@ -194,7 +264,7 @@ async fn walk_and_check(
             ),
         );
     }
-    Ok(Some((context, measured_ms)))
+    Some((context, measured_ms))
 }
 
 /// What the walk asks of the miner, for the attestation's event.
@@ -314,16 +384,38 @@ fn check_statement(
     })
 }
 
+/// Where a walk opening's checked rows come from (PROTOCOL.md 18.5 check 7).
+pub enum WalkRows {
+    /// Drawn now, after the opening arrived, from this validator's own randomness, and
+    /// recorded in the transcript.
+    Draw,
+    /// As a transcript recorded them, [`ROWS_CHECKED_PER_ENTRY`] an entry in the order checked:
+    /// an audit's.
+    Recorded(Vec<u32>),
+}
+
+/// How a walk opening's rows were used: every row checked, in order, and whether the rows ran
+/// out (only recorded ones can: the check then failed for want of them, not for the miner).
+pub struct RowsUsed {
+    pub rows: Vec<u32>,
+    pub ran_out: bool,
+}
+
 /// Checks one walk opening as it arrived, recording what is wrong with it (PROTOCOL.md 18.5).
-/// The rows of its entries are drawn here, after it arrived.
+/// The rows of its entries are drawn here, after it arrived, or come from a transcript.
 pub async fn check_opening(
     context: &WalkContext,
     nonce: [u8; 32],
     commitment: &Commitment,
     sample: WalkSample,
     wire: &v1::ChainOpening,
+    rows: WalkRows,
     outcome: &mut Outcome,
-) -> Result<(), AttestError> {
+) -> Result<RowsUsed, AttestError> {
+    let used = RowsUsed {
+        rows: Vec::new(),
+        ran_out: false,
+    };
     let shown = format!(
         "walk segment {} of walker {} on device {}",
         sample.segment, sample.walker, sample.device
@@ -333,7 +425,7 @@ pub async fn check_opening(
             ReasonCode::MalformedWalkOpening,
             format!("the miner sent a chain opening where {shown} was due"),
         );
-        return Ok(());
+        return Ok(used);
     };
     let (opened_nonce, opening, signature) = match walk_opening_from_wire(walk) {
         Ok(decoded) => decoded,
@@ -342,7 +434,7 @@ pub async fn check_opening(
                 ReasonCode::MalformedWalkOpening,
                 format!("malformed opening of {shown}: {e}"),
             );
-            return Ok(());
+            return Ok(used);
         }
     };
     if opened_nonce != nonce {
@@ -350,7 +442,7 @@ pub async fn check_opening(
             ReasonCode::WalkOpeningForWrongRequest,
             format!("the opening of {shown} is for another challenge"),
         );
-        return Ok(());
+        return Ok(used);
     }
     if commitment
         .miner_key
@@ -361,27 +453,57 @@ pub async fn check_opening(
             ReasonCode::WalkOpeningSignature,
             format!("the opening of {shown} is not signed by the miner"),
         );
-        return Ok(());
+        return Ok(used);
     }
     let Some((spec, pool, root)) = context.devices.get(sample.device as usize).cloned() else {
         outcome.fail(
             ReasonCode::WalkOpeningForWrongRequest,
             format!("{shown} names no device of this walk"),
         );
-        return Ok(());
+        return Ok(used);
     };
-    let rows = Mutex::new(ChaCha20Rng::from_seed(random32()?));
-    let checked = tokio::task::spawn_blocking(move || {
+    let mut source = match rows {
+        WalkRows::Draw => RowSource::Drawn(Box::new(ChaCha20Rng::from_seed(random32()?))),
+        WalkRows::Recorded(rows) => RowSource::Recorded(rows.into_iter()),
+    };
+    let (checked, used) = tokio::task::spawn_blocking(move || {
+        let used = Mutex::new(used);
+        let source = Mutex::new(&mut source);
         let is_made = |entry: u64, bytes: &[u8]| {
-            let drawn = draw_rows(&mut *rows.lock().unwrap_or_else(|p| p.into_inner()));
+            let mut used = used.lock().unwrap_or_else(|p| p.into_inner());
+            let Some(drawn) = source.lock().unwrap_or_else(|p| p.into_inner()).next_entry() else {
+                used.ran_out = true;
+                return false;
+            };
+            used.rows.extend_from_slice(&drawn);
             entry_rows_match(&pool, entry, bytes, &drawn)
         };
-        check_segment(&spec, &pool, &root, (sample.walker, sample.segment), &opening, &is_made)
+        let checked = check_segment(&spec, &pool, &root, (sample.walker, sample.segment), &opening, &is_made);
+        (checked, used.into_inner().unwrap_or_else(|p| p.into_inner()))
     })
     .await
     .map_err(|e| AttestError::Verify(e.to_string()))?;
+    outcome.transcript.walk_rows(&used.rows);
     if let Err(e) = checked {
         outcome.reasons.push(Reason::from(&e));
     }
-    Ok(())
+    Ok(used)
+}
+
+/// The rows of one entry's check at a time, drawn or as recorded.
+enum RowSource {
+    Drawn(Box<ChaCha20Rng>),
+    Recorded(std::vec::IntoIter<u32>),
+}
+
+impl RowSource {
+    fn next_entry(&mut self) -> Option<Vec<u32>> {
+        match self {
+            RowSource::Drawn(rng) => Some(draw_rows(rng.as_mut())),
+            RowSource::Recorded(rows) => {
+                let entry: Vec<u32> = rows.by_ref().take(ROWS_CHECKED_PER_ENTRY).collect();
+                (entry.len() == ROWS_CHECKED_PER_ENTRY).then_some(entry)
+            }
+        }
+    }
 }

@@ -11,13 +11,18 @@ use crate::attest::locality::{
 };
 use crate::attest::outcome::Outcome;
 use crate::attest::verify::{
-    Due, MemoryOpenings, StepOpenings, check_opening, check_statement, full, openings_timed_out, owed,
+    Due, MemoryOpenings, StepOpenings, WalkOpenings, check_opening, check_statement, full, openings_timed_out, owed,
     received_opening, refused,
+};
+use crate::attest::walk::{
+    WalkAnswer, WalkContext, WalkRows, check_opening as check_walk_opening, check_pools, judge_walk,
 };
 use crate::attest::walk_v4::{Roots, StatesWalk, StepChecks, WalkedDevice, walked_devices};
 use crate::attest::{late, pools_out_of_place, record_locality};
 use crate::config::Policy;
 use crate::device_identity::check_commitment_evidence;
+use crate::memory::MemoryPlan;
+use crate::memory::plan::planned_pools;
 use crate::memory::plan_v4::{ChainPoolPlan, ExpectedWalk, plan_chain_pools};
 use crate::planner::{MemoryPhasePlan, Plan};
 use crate::transcript::{Opened, RecordedEvidence, RecordedPlan, Recorder};
@@ -25,21 +30,25 @@ use crate::verdict::Verdict;
 use crate::verdict::class::RateSource;
 use crate::verdict::identity::{IdentityProof, IdentityStatus};
 use crate::verdict::reason::{Reason, ReasonCode};
-use gpu_attest_proto::convert::{challenge_from_wire, commitment_from_wire, walk_request_from_wire};
+use gpu_attest_proto::convert::{
+    challenge_from_wire, commitment_from_wire, walk_request_from_wire, walk_sample_from_wire,
+};
 use gpu_attest_proto::evidence::evidence_from_wire;
 use gpu_attest_proto::locality::{
     request_from_wire as locality_request_from_wire, sample_from_wire as locality_sample_from_wire,
 };
 use gpu_attest_proto::memory_v4::step_sample_from_wire;
-use gpu_attest_proto::transcript::restored_opening;
+use gpu_attest_proto::transcript::{FORMAT_WITH_VERSION_3_WALK, restored_opening};
 use gpu_attest_proto::v1;
 use gpu_attest_proto::v1::recorded_opening::Received;
 use gpu_attest_shared::evidence::TrustAnchors;
 use gpu_attest_shared::inventory::HardwareClaim;
 use gpu_attest_shared::keys::PublicKey;
+use gpu_attest_shared::memory::MemoryParams;
 use gpu_attest_shared::memory::slice_walk::SliceWalk;
 use gpu_attest_shared::opening::SampleRequest;
 use gpu_attest_shared::statement::locality::{self as locality_statement, SegmentSample};
+use gpu_attest_shared::statement::memory_v3::{self, WalkSample};
 use gpu_attest_shared::statement::memory_v4::{self, StepSample};
 use gpu_attest_shared::statement::{Challenge, Commitment, MemoryPhase, open_request_bytes};
 use gpu_attest_shared::{Backend, Work};
@@ -85,7 +94,7 @@ pub async fn replay(opened: &Opened, backend: Arc<dyn Backend>, options: Options
     let Some((challenge, validator_key)) = check_challenge(t, opened.signer, &planned, &stated, report) else {
         return;
     };
-    let Some(mut replayed) = Replay::new(&challenge, &planned, &stated, validator_key, report) else {
+    let Some(mut replayed) = Replay::new(&challenge, &planned, &stated, validator_key, t.format, report) else {
         return;
     };
     replayed.reexecute = options.reexecute;
@@ -240,6 +249,7 @@ impl<'a> Replay<'a> {
         planned: &RecordedPlan,
         stated: &'a Verdict,
         validator_key: PublicKey,
+        format: u32,
         report: &mut Report,
     ) -> Option<Self> {
         let work = match Work::new(challenge.params) {
@@ -249,15 +259,20 @@ impl<'a> Replay<'a> {
                 return None;
             }
         };
-        let pool = match &challenge.memory {
-            Some(MemoryPhase::V4(params)) => Some(sized_again(challenge, params, planned, report)?),
-            Some(MemoryPhase::V3(_)) => None,
+        let memory = match &challenge.memory {
+            Some(MemoryPhase::V4(params)) => MemoryPhasePlan::V4(sized_again(challenge, params, planned, report)?),
+            Some(MemoryPhase::V3(params)) if format >= FORMAT_WITH_VERSION_3_WALK => {
+                MemoryPhasePlan::V3(version_3_plan(params, planned, &stated.claim(), report)?)
+            }
+            // An earlier format did not record version 3's walk: its memory phase is taken as
+            // stated (`after_commitment`).
+            Some(MemoryPhase::V3(_)) => MemoryPhasePlan::Off,
             None => {
                 if planned.memory.is_some() {
                     report.differ("the plan states a memory phase the signed challenge does not have");
                     return None;
                 }
-                None
+                MemoryPhasePlan::Off
             }
         };
         let plan = Plan {
@@ -268,7 +283,7 @@ impl<'a> Replay<'a> {
             deadline_ms: planned.deadline_ms,
             finish_by_ms: planned.finish_by_ms,
             samples: planned.samples,
-            memory: pool.map_or(MemoryPhasePlan::Off, MemoryPhasePlan::V4),
+            memory,
         };
         let policy = if planned.policy == "full" {
             Policy::Full
@@ -378,11 +393,12 @@ impl<'a> Replay<'a> {
         } else if t.commitment.is_none() && self.outcome.reasons.is_empty() {
             report.differ("no commitment is recorded, and the verdict states no reason for its absence");
         }
-        let version_3 = self.stated.protocol_version == 3;
+        // A version 3 verdict of a format that did not record its walk.
+        let memory_as_stated = self.stated.protocol_version == 3 && self.outcome.plan.memory.v3().is_none();
         let mut derived = self.outcome.into_verdict(self.stated.created_at_ms);
         derived.id = self.stated.id;
         derived.first_run = self.stated.first_run.clone();
-        if version_3 {
+        if memory_as_stated {
             derived.memory = self.stated.memory.clone();
         }
         derived
@@ -434,9 +450,9 @@ impl<'a> Replay<'a> {
             self.evidence(t, challenge, commitment, report);
         }
         if self.outcome.plan.memory.protocol_version() == 2 && challenge.memory.is_some() {
-            // Version 3: its fill and segment walk are not recorded.
+            // Version 3, in a format before its walk was recorded.
             report.take_as_stated(
-                "version 3's memory phase: its walk and openings are not recorded; its reasons and figures are as stated",
+                "version 3's memory phase: this transcript's format does not record its walk and openings; its reasons and figures are as stated",
             );
             let already: Vec<ReasonCode> = self.outcome.reasons.iter().map(|r| r.code).collect();
             self.take_stated(|c| !already.contains(&c), "version 3's walk and openings", report);
@@ -446,13 +462,25 @@ impl<'a> Replay<'a> {
             self.outcome.fail(ReasonCode::PoolNotCanonical, why);
             return;
         }
+        let context = self.walk_v3(t, commitment, report);
+        let segments = match &context {
+            Some(context) => {
+                let Some(samples) = self.recorded_walk_samples(t, context, report) else {
+                    return;
+                };
+                Some(WalkOpenings { context, samples })
+            }
+            None => None,
+        };
         let walked = self.walk(t, commitment, report);
-        let memory_openings = walked.as_ref().map(|(walked, steps)| {
-            MemoryOpenings::Steps(StepOpenings {
+        let memory_openings = match (segments, &walked) {
+            (Some(segments), _) => Some(MemoryOpenings::Segments(segments)),
+            (None, Some((walked, steps))) => Some(MemoryOpenings::Steps(StepOpenings {
                 walked,
                 steps: steps.clone(),
-            })
-        });
+            })),
+            (None, None) => None,
+        };
         if self.outcome.policy == Policy::Full && !self.outcome.may_prove() {
             return self.expect_no_open(t, report);
         }
@@ -609,6 +637,86 @@ impl<'a> Replay<'a> {
         if t.open.is_some() {
             report.differ("openings are recorded where the verdict could no longer prove anything and none should have been asked for");
         }
+    }
+
+    /// Version 3's walk from its recorded request and answer (PROTOCOL.md 18.4): the request
+    /// this challenge's and signed by its validator, the answer judged as the attestation
+    /// judged it, the statement timed at `statement_after_ms`. The context to check the walk
+    /// openings against, where the statement passed; `None` under another version.
+    fn walk_v3(&mut self, t: &v1::Transcript, commitment: &Commitment, report: &mut Report) -> Option<WalkContext> {
+        let MemoryPhasePlan::V3(memory) = self.outcome.plan.memory.clone() else {
+            return None;
+        };
+        if !check_pools(commitment, &memory, &mut self.outcome) {
+            return None;
+        }
+        let Some(recorded) = &t.walk else {
+            if self.outcome.may_prove() {
+                report.differ("no walk is recorded, though the verdict could still prove its memory");
+            }
+            return None;
+        };
+        if !self.outcome.may_prove() {
+            report
+                .differ("a walk is recorded where the verdict had already failed and none should have been asked for");
+        }
+        let Some(Ok(request)) = recorded.request.as_ref().map(walk_request_from_wire) else {
+            report.differ("the recorded walk request does not decode");
+            return None;
+        };
+        let nonce = self.work.params().nonce;
+        let signed = memory_v3::walk_request_bytes(&request.nonce, &request.walk_seed, request.deadline_ms);
+        if request.nonce != nonce || self.validator_key.verify(&signed, &request.signature).is_err() {
+            report.differ("the recorded walk request is not this challenge's, signed by its validator");
+            return None;
+        }
+        let answer = match (&recorded.statement, &recorded.failure, recorded.timed_out_after_ms) {
+            (Some(statement), None, 0) => WalkAnswer::Statement(statement.clone(), recorded.statement_after_ms),
+            (None, Some(failure), 0) => WalkAnswer::Failed(status(failure)),
+            (None, None, after_ms) if after_ms >= memory.walk_deadline_ms => WalkAnswer::TimedOut(after_ms),
+            _ => {
+                report.differ(format!(
+                    "the recorded walk is answered by not exactly one of a statement, a status and a time-out read after the walk deadline ({} ms)",
+                    memory.walk_deadline_ms
+                ));
+                return None;
+            }
+        };
+        let (context, measured_ms) = judge_walk(&self.work, &request, commitment, &memory, answer, &mut self.outcome)?;
+        self.outcome
+            .memory
+            .get_or_insert_with(|| memory.planned_proof())
+            .walk_measured_ms = measured_ms;
+        report.confirm(format!(
+            "the walk statement, signed by the miner over this walk, came {measured_ms} ms after the request (walk deadline {} ms)",
+            memory.walk_deadline_ms
+        ));
+        Some(context)
+    }
+
+    /// The walk segments the recorded open request asks for: ones the validator's draw could
+    /// have made (as many as the plan's, each device in its turn, none twice). The draw's
+    /// randomness is the validator's own, so the samples themselves are taken from the request.
+    /// `None`, with the difference, where they could not have been drawn.
+    fn recorded_walk_samples(
+        &self,
+        t: &v1::Transcript,
+        context: &WalkContext,
+        report: &mut Report,
+    ) -> Option<Vec<WalkSample>> {
+        // Without an open request, `openings` says what is missing.
+        let Some(request) = t.open.as_ref().and_then(|open| open.request.as_ref()) else {
+            return Some(Vec::new());
+        };
+        let samples: Vec<WalkSample> = request.walk_samples.iter().map(walk_sample_from_wire).collect();
+        if !context.drawable(&samples) {
+            report.differ(format!(
+                "the open request's {} walk segment(s) are not a draw of the plan's: as many, each device in its turn, within the walk, none twice",
+                samples.len()
+            ));
+            return None;
+        }
+        Some(samples)
     }
 
     /// Version 4's walk from its recorded roots (PROTOCOL.md 20.8): each root's signature and
@@ -876,9 +984,10 @@ impl<'a> Replay<'a> {
         let due = owed(&samples, memory);
         let mut received = open.openings.iter();
         let mut steps = StepChecks::default();
-        let (mut chains_checked, mut steps_checked) = (0, 0);
+        let (mut chains_checked, mut walks_checked, mut steps_checked) = (0, 0, 0);
         for sample in due {
-            let next = received.next().map(|o| restored_opening(open, o));
+            let recorded = received.next();
+            let next = recorded.map(|o| restored_opening(open, o));
             let wire = match next {
                 Some(Err(why)) => {
                     report.differ(why);
@@ -920,7 +1029,23 @@ impl<'a> Replay<'a> {
                     }
                     chains_checked += 1;
                 }
-                Due::Walk(..) => {}
+                Due::Walk(walk, context) => {
+                    let rows = recorded.map_or_else(Vec::new, |o| o.walk_rows.clone());
+                    let recorded_rows = rows.len();
+                    let nonce = self.work.params().nonce;
+                    match check_walk_opening(context, nonce, commitment, walk, &wire, WalkRows::Recorded(rows), &mut self.outcome)
+                        .await
+                    {
+                        Ok(used) if used.ran_out || used.rows.len() != recorded_rows => report.differ(format!(
+                            "the transcript records {recorded_rows} rows for the opening of {sample}; checking it draws {}{}",
+                            if used.ran_out { "more" } else { "" },
+                            if used.ran_out { String::new() } else { used.rows.len().to_string() }
+                        )),
+                        Ok(_) => {}
+                        Err(e) => report.differ(format!("this machine could not check a walk opening: {e}")),
+                    }
+                    walks_checked += 1;
+                }
                 Due::Step(step, walked) => {
                     let row = rows.get(&step).copied();
                     if walked.row_checked(&step) && row.is_none() {
@@ -947,8 +1072,13 @@ impl<'a> Replay<'a> {
         if let Err(e) = steps.finish(&mut self.outcome.reasons).await {
             report.differ(format!("this machine could not check a step: {e}"));
         }
+        let walks = if walks_checked > 0 {
+            format!(", {walks_checked} walk segment(s) with the recorded rows")
+        } else {
+            String::new()
+        };
         report.confirm(format!(
-            "{chains_checked} chain opening(s) recomputed and {steps_checked} walk step(s) checked on this machine's CPU, each as received"
+            "{chains_checked} chain opening(s) recomputed{walks} and {steps_checked} walk step(s) checked on this machine's CPU, each as received"
         ));
     }
 
@@ -974,24 +1104,29 @@ impl<'a> Replay<'a> {
             })
             .collect();
         let steps: Vec<StepSample> = request.step_samples.iter().map(step_sample_from_wire).collect();
+        let walks: Vec<WalkSample> = request.walk_samples.iter().map(walk_sample_from_wire).collect();
         let nonce = self.work.params().nonce;
         let signed = match self.outcome.plan.memory {
             MemoryPhasePlan::V4(_) => memory_v4::open_request_bytes(&nonce, &samples, &steps),
-            _ => open_request_bytes(&nonce, &samples),
+            MemoryPhasePlan::V3(_) => memory_v3::open_request_bytes_v3(&nonce, &samples, &walks),
+            MemoryPhasePlan::Off => open_request_bytes(&nonce, &samples),
         };
         if request.nonce != nonce || self.validator_key.verify(&signed, &request.signature).is_err() {
             report.differ("the recorded open request is not this challenge's, signed by its validator");
             return None;
         }
-        let drawn_steps = match memory {
-            Some(MemoryOpenings::Steps(s)) => s.steps.clone(),
-            _ => Vec::new(),
+        let (drawn_walks, drawn_steps) = match memory {
+            Some(MemoryOpenings::Segments(w)) => (w.samples.clone(), Vec::new()),
+            Some(MemoryOpenings::Steps(s)) => (Vec::new(), s.steps.clone()),
+            None => (Vec::new(), Vec::new()),
         };
-        if samples.len() != chains as usize || steps != drawn_steps {
+        if samples.len() != chains as usize || steps != drawn_steps || walks != drawn_walks {
             report.differ(format!(
-                "the open request asks for {} chain samples and {} steps; the plan says {chains} and the walk {}",
+                "the open request asks for {} chain samples, {} walk segments and {} steps; the plan says {chains} and the walk {} and {}",
                 samples.len(),
+                walks.len(),
                 steps.len(),
+                drawn_walks.len(),
                 drawn_steps.len()
             ));
             return None;
@@ -1004,8 +1139,9 @@ impl<'a> Replay<'a> {
             return None;
         }
         report.confirm(format!(
-            "the open request, signed by the validator, asks for {} chain sample(s) and {} step(s)",
+            "the open request, signed by the validator, asks for {} chain sample(s), {} walk segment(s) and {} step(s)",
             samples.len(),
+            walks.len(),
             steps.len()
         ));
         Some(samples)
@@ -1015,6 +1151,77 @@ impl<'a> Replay<'a> {
 /// A recorded status as tonic's, so that it is judged as the live one was.
 fn status(recorded: &v1::RecordedStatus) -> Status {
     Status::new(tonic::Code::from(recorded.code), recorded.message.clone())
+}
+
+/// Version 3's memory phase as the plan states it (PROTOCOL.md 18.6), checked against what
+/// the audit can derive: the walk's parameters are the signed challenge's, and each device's
+/// pool is `pool_permille` of its claimed memory. Its sizing from the validator's rates and
+/// settings (the walk's expected time, deadline, openings, rate and source), which version 3's
+/// plan does not record, is the plan's. `None` (with the difference) where they disagree.
+fn version_3_plan(
+    params: &MemoryParams,
+    planned: &RecordedPlan,
+    claim: &HardwareClaim,
+    report: &mut Report,
+) -> Option<MemoryPlan> {
+    let Some(memory) = planned.memory.as_ref() else {
+        report.differ("the plan states no memory phase for a version 3 challenge");
+        return None;
+    };
+    let stated = MemoryParams {
+        pool_permille: memory.pool_permille,
+        walkers: memory.walkers,
+        walk_steps: memory.walk_steps,
+        walk_checkpoint_every: memory.walk_checkpoint_every,
+    };
+    if stated != *params {
+        report.differ("the plan's walk parameters are not the signed challenge's");
+        return None;
+    }
+    let pools = match planned_pools(claim, params.pool_permille) {
+        Ok(pools) => pools,
+        Err(e) => {
+            report.differ(format!("the claim's pools cannot be planned: {e}"));
+            return None;
+        }
+    };
+    let stated_pools: Vec<(u64, u64)> = memory
+        .devices
+        .iter()
+        .map(|d| (d.claimed_bytes, d.pool_entries))
+        .collect();
+    let derived_pools: Vec<(u64, u64)> = pools.iter().map(|p| (p.memory_bytes, p.entries)).collect();
+    let Some(source) = RateSource::parse(&memory.bandwidth_source) else {
+        report.differ(format!(
+            "the plan's walk rate source {:?} is not one",
+            memory.bandwidth_source
+        ));
+        return None;
+    };
+    if stated_pools != derived_pools || memory.walk_bytes != params.walk_bytes() {
+        report.differ("the plan's pools or walk size are not the claim's and the signed challenge's");
+        return None;
+    }
+    report.take_as_stated(format!(
+        "version 3's walk timing as planned: expected {} ms at {:.3e} bytes/s ({}), deadline {} ms, {} segments to open (from the validator's rates and settings)",
+        memory.walk_expected_ms,
+        memory.expected_walk_bytes_per_sec,
+        memory.bandwidth_source,
+        memory.walk_deadline_ms,
+        memory.walk_samples
+    ));
+    Some(MemoryPlan {
+        params: *params,
+        bytes_per_sec: vec![memory.expected_walk_bytes_per_sec; pools.len()],
+        pools,
+        source,
+        miners: memory.bandwidth_miners,
+        slack: memory.slack,
+        walk_expected_ms: memory.walk_expected_ms,
+        walk_deadline_ms: memory.walk_deadline_ms,
+        samples: memory.walk_samples,
+        fill_weight: memory.fill_weight,
+    })
 }
 
 /// Version 4's memory phase sized again (PROTOCOL.md 20.9) from the rates and settings the plan

@@ -157,7 +157,7 @@ fn walkers(claim: &HardwareClaim, config: &MemoryConfig) -> u32 {
 }
 
 /// Each device's pool: `permille` of its memory in whole entries, within the protocol's limit.
-fn planned_pools(claim: &HardwareClaim, permille: u32) -> Result<Vec<PlannedPool>, MemoryPlanError> {
+pub(crate) fn planned_pools(claim: &HardwareClaim, permille: u32) -> Result<Vec<PlannedPool>, MemoryPlanError> {
     claim
         .devices
         .iter()

@@ -212,6 +212,14 @@ impl Recorder {
         }
     }
 
+    /// Version 3's walk statement, `received_after_ms` after the request.
+    pub fn walk_statement(&mut self, received: &v1::WalkStatement, received_after_ms: u64) {
+        if let Some(walk) = self.0.walk.as_mut() {
+            walk.statement = Some(received.clone());
+            walk.statement_after_ms = received_after_ms;
+        }
+    }
+
     /// The steps drawn for a row check, with the steps to open.
     pub fn walk_row_checked(&mut self, steps: impl IntoIterator<Item = StepSample>) {
         if let Some(walk) = self.0.walk.as_mut() {
@@ -313,6 +321,7 @@ impl Recorder {
         open.openings.push(v1::RecordedOpening {
             received: Some(received),
             slice_ref,
+            walk_rows: Vec::new(),
         });
     }
 
@@ -340,6 +349,13 @@ impl Recorder {
 
     pub fn opening_timed_out(&mut self) {
         self.opened(v1::recorded_opening::Received::TimedOut(true));
+    }
+
+    /// The rows drawn for the checks of the version 3 walk opening read last, entry by entry.
+    pub fn walk_rows(&mut self, rows: &[u32]) {
+        if let Some(last) = self.0.open.as_mut().and_then(|open| open.openings.last_mut()) {
+            last.walk_rows = rows.to_vec();
+        }
     }
 
     /// The row drawn for `step`'s row check, after its opening arrived.
