@@ -68,7 +68,7 @@ cleanup() {
     rm -rf "$work"
 }
 trap cleanup EXIT
-container_of() { podman ps -q --filter label=com.docker.compose.project=gpu-attest --filter "label=com.docker.compose.service=$1" | head -1; }
+container_of() { podman ps -q --filter label=com.docker.compose.project=gpu-attest --filter "label=com.docker.compose.service=$1" | sed -n 1p; }
 fail() {
     echo "container-test: $*" >&2
     for service in validator miner prometheus; do
@@ -112,7 +112,7 @@ print(("PASS" if v[0]["passed"] else "FAIL") if v else "")' || true)
     sleep 1
 done
 [ "$verdict" = PASS ] || fail "no scheduled PASS (got '${verdict:-nothing}')"
-podman exec "$validator" gpu-attest-validator miners verdicts | head -1 >&2
+podman exec "$validator" gpu-attest-validator miners verdicts | sed -n 1p >&2
 
 say "health checks (the gRPC health service, through each image's HEALTHCHECK)"
 for container in "$validator" "$miner"; do

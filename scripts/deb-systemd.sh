@@ -99,7 +99,7 @@ case "$state" in
 running) ;;
 *) echo "deb-systemd: the container's systemd is '$state':" >&2; inside systemctl --failed --no-pager >&2 || true; exit 1 ;;
 esac
-say "systemd $(inside systemctl --version | head -1 | awk '{print $2}') is running in the container"
+say "systemd $(inside systemctl --version | awk 'NR == 1 { print $2 }') is running in the container"
 
 # Four free ports: the container shares this host's network.
 read -r validator_port miner_port validator_metrics miner_metrics < <(python3 -c '
@@ -173,7 +173,9 @@ import json, sys
 for v in json.load(sys.stdin):
     print(v["id"], "PASS" if v["passed"] else "FAIL")'
 }
-newest_id() { verdicts | head -1 | cut -d' ' -f1; }
+# awk reads to the end: `head -1` would close the pipe under the listing, whose write then
+# fails (BrokenPipeError) and, under pipefail, stops the script without a word.
+newest_id() { verdicts | awk 'NR == 1 { print $1 }'; }
 # Waits up to $2 seconds for a verdict newer than id $1, and prints it.
 next_verdict() {
     local after=$1 deadline=$((SECONDS + $2)) line

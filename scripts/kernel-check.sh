@@ -5,9 +5,21 @@
 # errors or register spills, and the same for the modules beside them (the memory walk). Then it
 # disassembles each GEMM kernel (nvdisasm, from the same registry) and prints its main loop's
 # instructions per iteration, MMA against the rest, and the walk's instructions per step
-# (scripts/sass_main_loop.py). Run from anywhere; CI runs it before the tests.
+# (scripts/sass_main_loop.py). Run from anywhere.
+#
+#   scripts/kernel-check.sh              # all of it
+#   scripts/kernel-check.sh --install    # only the tools
+#   scripts/kernel-check.sh --sass       # only the SASS counts, of cubins already kept
+#
+# CI installs the tools first, has the workspace tests (which run the same compile test, with
+# GPU_ATTEST_CUBIN_DIR set) keep the cubins, and counts them after: one compile, not two.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+mode=${1:-all}
+case "$mode" in
+all | --install | --sass) ;;
+*) echo "usage: scripts/kernel-check.sh [--install | --sass]" >&2; exit 2 ;;
+esac
 
 tools=target/cuda-tools
 cuda=$(echo "$tools"/lib/python3*/site-packages/nvidia/cu13)
@@ -21,9 +33,18 @@ if [ ! -x "$tools/bin/python" ] || [ ! -x "$cuda/bin/nvdisasm" ] || ! "$tools/bi
 fi
 [ -e "$cuda/lib/libnvrtc.so.13" ] || { echo "libnvrtc.so.13 missing under $cuda" >&2; exit 1; }
 [ -x "$cuda/bin/ptxas" ] || { echo "ptxas missing under $cuda" >&2; exit 1; }
+[ "$mode" = --install ] && exit 0
+cubins=target/kernel-check/cubins
+if [ "$mode" = --sass ]; then
+  [ -n "$(ls -A "$cubins" 2>/dev/null)" ] || {
+    echo "no cubins under $cubins: run the compile test with GPU_ATTEST_CUBIN_DIR=$PWD/$cubins first" >&2
+    exit 1
+  }
+  echo "== GEMM main loops and the walk's step: SASS instructions per iteration" >&2
+  exec python3 scripts/sass_main_loop.py "$cuda/bin/nvdisasm" "$cubins"
+fi
 
 echo "== compiling the kernels with NVRTC and ptxas" >&2
-cubins=target/kernel-check/cubins
 rm -rf "$cubins"
 LD_LIBRARY_PATH="$PWD/$cuda/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
 GPU_ATTEST_PTXAS="$PWD/$cuda/bin/ptxas" GPU_ATTEST_REQUIRE_NVRTC=1 GPU_ATTEST_CUBIN_DIR="$PWD/$cubins" \

@@ -13,14 +13,17 @@ echo "== building the daemons the client is tested against (the test build)" >&2
 cargo test --workspace --locked --no-run -q
 
 venv=target/pyclient-venv
-[ -x "$venv/bin/python" ] || python3 -m venv "$venv"
+fresh=false
+[ -x "$venv/bin/python" ] || { python3 -m venv "$venv"; fresh=true; }
 echo "== installing the client and pytest" >&2
 # setuptools never removes a module from its build folder: one left from an older tree would be
 # installed beside this tree's and could hide a missing module.
 rm -rf clients/python/build
 "$venv/bin/pip" install -q './clients/python[test]'
-# The same version number from a changed tree: reinstalled, so that the tests see this tree.
-"$venv/bin/pip" install -q --force-reinstall --no-deps ./clients/python
+# A venv of an earlier run holds the same version number from an older tree: reinstalled, so
+# that the tests see this tree (a fresh one has just installed it: each build of the package
+# sets up its build tools again, most of this step's time).
+$fresh || "$venv/bin/pip" install -q --force-reinstall --no-deps ./clients/python
 
 export GPU_ATTEST_BIN_DIR="$PWD/target/debug"
 status=0
