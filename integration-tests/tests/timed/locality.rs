@@ -10,7 +10,6 @@ use crate::common;
 
 use common::locality_cheats::LocalityCheat;
 use common::pool_cheat::CheatingCpu;
-use common::process::cmd;
 use common::v4::v4_validator_config;
 use common::*;
 use gpu_attest_shared::keys::KeyPair;
@@ -124,22 +123,7 @@ async fn an_honest_miner_passes_and_its_verdict_records_each_devices_locality_wa
 
     // The miner holds the transcript against its own record: the locality request, each root
     // and each opening are the ones it received and sent.
-    let path = dir.path("verdict.transcript");
-    std::fs::write(&path, &file).unwrap();
-    let checked = cmd("miner")
-        .arg("check-transcript")
-        .arg(&path)
-        .arg("--answers")
-        .arg(dir.path("answers"))
-        .output()
-        .unwrap();
-    let said = String::from_utf8_lossy(&checked.stdout);
-    assert_eq!(
-        checked.status.code(),
-        Some(0),
-        "{said}{}",
-        String::from_utf8_lossy(&checked.stderr)
-    );
+    let said = crate::transcripts::miner_checks(&dir, &file);
     assert!(said.contains("device 0's locality root, sent"), "{said}");
     let openings = 16 * memory.devices.len();
     assert!(

@@ -410,22 +410,7 @@ async fn version_3_transcripts_audit_to_their_verdicts_and_a_changed_time_byte_o
 
         // The miner holds the transcript against its own record: the walk request and the
         // statement are the ones it received and sent.
-        let path = dir.path("verdict.transcript");
-        std::fs::write(&path, &file).unwrap();
-        let checked = common::process::cmd("miner")
-            .arg("check-transcript")
-            .arg(&path)
-            .arg("--answers")
-            .arg(dir.path("answers"))
-            .output()
-            .unwrap();
-        let said = String::from_utf8_lossy(&checked.stdout);
-        assert_eq!(
-            checked.status.code(),
-            Some(0),
-            "{said}{}",
-            String::from_utf8_lossy(&checked.stderr)
-        );
+        let said = crate::transcripts::miner_checks(&dir, &file);
         assert!(said.contains("the walk statement, sent"), "{said}");
 
         // The statement's time moved past the walk deadline: the verdict would have been late.

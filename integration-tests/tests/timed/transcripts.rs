@@ -272,6 +272,28 @@ async fn tampering_with_a_time_a_deadline_a_signature_or_a_byte_is_caught_and_na
     }
 }
 
+/// `miner check-transcript` on `file` against the answer log under `dir/answers`: what it
+/// printed, once it has found the transcript matches (exit 0).
+pub(crate) fn miner_checks(dir: &TempDir, file: &[u8]) -> String {
+    let path = dir.path("verdict.transcript");
+    std::fs::write(&path, file).unwrap();
+    let checked = common::process::cmd("miner")
+        .arg("check-transcript")
+        .arg(&path)
+        .arg("--answers")
+        .arg(dir.path("answers"))
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&checked.stdout).into_owned();
+    assert_eq!(
+        checked.status.code(),
+        Some(0),
+        "{said}{}",
+        String::from_utf8_lossy(&checked.stderr)
+    );
+    said
+}
+
 /// Asserts that `report` names a difference `found` picks.
 pub(crate) fn assert_names(report: &Report, found: impl Fn(&str) -> bool) {
     assert!(report.differs.iter().any(|d| found(d)), "{report}");

@@ -31,7 +31,7 @@ use crate::verdict::class::RateSource;
 use crate::verdict::identity::{IdentityProof, IdentityStatus};
 use crate::verdict::reason::{Reason, ReasonCode};
 use gpu_attest_proto::convert::{
-    challenge_from_wire, commitment_from_wire, walk_request_from_wire, walk_sample_from_wire,
+    WalkRequest, challenge_from_wire, commitment_from_wire, walk_request_from_wire, walk_sample_from_wire,
 };
 use gpu_attest_proto::evidence::evidence_from_wire;
 use gpu_attest_proto::locality::{
@@ -639,17 +639,14 @@ impl<'a> Replay<'a> {
         }
     }
 
-    /// Version 3's walk from its recorded request and answer (PROTOCOL.md 18.4): the request
-    /// this challenge's and signed by its validator, the answer judged as the attestation
-    /// judged it, the statement timed at `statement_after_ms`. The context to check the walk
-    /// openings against, where the statement passed; `None` under another version.
-    fn walk_v3(&mut self, t: &v1::Transcript, commitment: &Commitment, report: &mut Report) -> Option<WalkContext> {
-        let MemoryPhasePlan::V3(memory) = self.outcome.plan.memory.clone() else {
-            return None;
-        };
-        if !check_pools(commitment, &memory, &mut self.outcome) {
-            return None;
-        }
+    /// The recorded walk and its request, where a walk was due and its request is this
+    /// challenge's, signed by its validator over `signed_bytes` (18.4's or 20.7's).
+    fn walk_request<'t>(
+        &self,
+        t: &'t v1::Transcript,
+        signed_bytes: fn(&[u8; 32], &[u8; 32], u64) -> Vec<u8>,
+        report: &mut Report,
+    ) -> Option<(&'t v1::RecordedWalk, WalkRequest)> {
         let Some(recorded) = &t.walk else {
             if self.outcome.may_prove() {
                 report.differ("no walk is recorded, though the verdict could still prove its memory");
@@ -664,12 +661,27 @@ impl<'a> Replay<'a> {
             report.differ("the recorded walk request does not decode");
             return None;
         };
-        let nonce = self.work.params().nonce;
-        let signed = memory_v3::walk_request_bytes(&request.nonce, &request.walk_seed, request.deadline_ms);
-        if request.nonce != nonce || self.validator_key.verify(&signed, &request.signature).is_err() {
+        let signed = signed_bytes(&request.nonce, &request.walk_seed, request.deadline_ms);
+        if request.nonce != self.work.params().nonce || self.validator_key.verify(&signed, &request.signature).is_err()
+        {
             report.differ("the recorded walk request is not this challenge's, signed by its validator");
             return None;
         }
+        Some((recorded, request))
+    }
+
+    /// Version 3's walk from its recorded request and answer (PROTOCOL.md 18.4): the request
+    /// this challenge's and signed by its validator, the answer judged as the attestation
+    /// judged it, the statement timed at `statement_after_ms`. The context to check the walk
+    /// openings against, where the statement passed; `None` under another version.
+    fn walk_v3(&mut self, t: &v1::Transcript, commitment: &Commitment, report: &mut Report) -> Option<WalkContext> {
+        let MemoryPhasePlan::V3(memory) = self.outcome.plan.memory.clone() else {
+            return None;
+        };
+        if !check_pools(commitment, &memory, &mut self.outcome) {
+            return None;
+        }
+        let (recorded, request) = self.walk_request(t, memory_v3::walk_request_bytes, report)?;
         let answer = match (&recorded.statement, &recorded.failure, recorded.timed_out_after_ms) {
             (Some(statement), None, 0) => WalkAnswer::Statement(statement.clone(), recorded.statement_after_ms),
             (None, Some(failure), 0) => WalkAnswer::Failed(status(failure)),
@@ -731,26 +743,8 @@ impl<'a> Replay<'a> {
         let MemoryPhasePlan::V4(pool) = self.outcome.plan.memory.clone() else {
             return None;
         };
-        let Some(recorded) = &t.walk else {
-            if self.outcome.may_prove() {
-                report.differ("no walk is recorded, though the verdict could still prove its memory");
-            }
-            return None;
-        };
-        if !self.outcome.may_prove() {
-            report
-                .differ("a walk is recorded where the verdict had already failed and none should have been asked for");
-        }
-        let Some(Ok(request)) = recorded.request.as_ref().map(walk_request_from_wire) else {
-            report.differ("the recorded walk request does not decode");
-            return None;
-        };
+        let (recorded, request) = self.walk_request(t, memory_v4::walk_request_bytes, report)?;
         let nonce = self.work.params().nonce;
-        let signed = memory_v4::walk_request_bytes(&request.nonce, &request.walk_seed, request.deadline_ms);
-        if request.nonce != nonce || self.validator_key.verify(&signed, &request.signature).is_err() {
-            report.differ("the recorded walk request is not this challenge's, signed by its validator");
-            return None;
-        }
         let walk = SliceWalk {
             nonce,
             walk_seed: request.walk_seed,
