@@ -24,7 +24,8 @@ cargo_deb_version=3.8.0
 tools=target/tools
 if ! "$tools/bin/cargo-deb" --version 2>/dev/null | grep -q "$cargo_deb_version"; then
     echo "== installing cargo-deb $cargo_deb_version" >&2
-    cargo install cargo-deb --version "$cargo_deb_version" --locked --root "$tools"
+    # A tool, not the project: built without the lint wrapper CI may have exported.
+    env -u RUSTC_WORKSPACE_WRAPPER cargo install cargo-deb --version "$cargo_deb_version" --locked --root "$tools"
 fi
 
 # Cargo's own progress, not -q: a first release build takes many minutes on two cores.
