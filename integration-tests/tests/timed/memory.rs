@@ -448,6 +448,20 @@ async fn version_3_transcripts_audit_to_their_verdicts_and_a_changed_time_byte_o
             rows.truncate(3);
         });
         assert_names(&audited(&dropped).await, |d| d.contains("records 3 rows"));
+
+        // An entry's rows made one row eight times: a check on fewer rows than the protocol's.
+        let repeated = tampered(&file, |t| {
+            let open = t.open.as_mut().unwrap();
+            let rows = open
+                .openings
+                .iter_mut()
+                .map(|o| &mut o.walk_rows)
+                .find(|rows| !rows.is_empty())
+                .expect("an opening's rows");
+            let first = rows[0];
+            rows[..8].fill(first);
+        });
+        assert_names(&audited(&repeated).await, |d| d.contains("not 8 distinct rows"));
     }
 }
 

@@ -17,6 +17,7 @@ use gpu_attest_shared::digest::Digest;
 use gpu_attest_shared::keys::KeyPair;
 use gpu_attest_shared::memory::PoolSpec;
 use gpu_attest_shared::memory::check::{ROWS_CHECKED_PER_ENTRY, check_segment, draw_rows};
+use gpu_attest_shared::memory::params::ENTRY_N;
 use gpu_attest_shared::memory::pool::entry_rows_match;
 use gpu_attest_shared::memory::walk::WalkSpec;
 use gpu_attest_shared::statement::Commitment;
@@ -394,11 +395,12 @@ pub enum WalkRows {
     Recorded(Vec<u32>),
 }
 
-/// How a walk opening's rows were used: every row checked, in order, and whether the rows ran
-/// out (only recorded ones can: the check then failed for want of them, not for the miner).
+/// How a walk opening's rows were used: every row checked, in order, and whether an entry's
+/// recorded rows were not a draw's (too few left, a row twice, or a row past the entry): the
+/// check then failed for want of rows, not for the miner.
 pub struct RowsUsed {
     pub rows: Vec<u32>,
-    pub ran_out: bool,
+    pub not_a_draw: bool,
 }
 
 /// Checks one walk opening as it arrived, recording what is wrong with it (PROTOCOL.md 18.5).
@@ -414,7 +416,7 @@ pub async fn check_opening(
 ) -> Result<RowsUsed, AttestError> {
     let used = RowsUsed {
         rows: Vec::new(),
-        ran_out: false,
+        not_a_draw: false,
     };
     let shown = format!(
         "walk segment {} of walker {} on device {}",
@@ -462,24 +464,25 @@ pub async fn check_opening(
         );
         return Ok(used);
     };
-    let mut source = match rows {
+    let source = match rows {
         WalkRows::Draw => RowSource::Drawn(Box::new(ChaCha20Rng::from_seed(random32()?))),
         WalkRows::Recorded(rows) => RowSource::Recorded(rows.into_iter()),
     };
     let (checked, used) = tokio::task::spawn_blocking(move || {
-        let used = Mutex::new(used);
-        let source = Mutex::new(&mut source);
+        // `check_segment` takes a shared closure: the rows' source and their record behind one lock.
+        let rows = Mutex::new((source, used));
         let is_made = |entry: u64, bytes: &[u8]| {
-            let mut used = used.lock().unwrap_or_else(|p| p.into_inner());
-            let Some(drawn) = source.lock().unwrap_or_else(|p| p.into_inner()).next_entry() else {
-                used.ran_out = true;
+            let mut rows = rows.lock().unwrap_or_else(|p| p.into_inner());
+            let (source, used) = &mut *rows;
+            let Some(drawn) = source.next_entry() else {
+                used.not_a_draw = true;
                 return false;
             };
             used.rows.extend_from_slice(&drawn);
             entry_rows_match(&pool, entry, bytes, &drawn)
         };
         let checked = check_segment(&spec, &pool, &root, (sample.walker, sample.segment), &opening, &is_made);
-        (checked, used.into_inner().unwrap_or_else(|p| p.into_inner()))
+        (checked, rows.into_inner().unwrap_or_else(|p| p.into_inner()).1)
     })
     .await
     .map_err(|e| AttestError::Verify(e.to_string()))?;
@@ -497,12 +500,19 @@ enum RowSource {
 }
 
 impl RowSource {
+    /// The next entry's rows; `None` where recorded ones are not what [`draw_rows`] makes
+    /// ([`ROWS_CHECKED_PER_ENTRY`] distinct rows of an entry), so that a transcript cannot have
+    /// an entry checked on fewer rows than the protocol's.
     fn next_entry(&mut self) -> Option<Vec<u32>> {
         match self {
             RowSource::Drawn(rng) => Some(draw_rows(rng.as_mut())),
             RowSource::Recorded(rows) => {
                 let entry: Vec<u32> = rows.by_ref().take(ROWS_CHECKED_PER_ENTRY).collect();
-                (entry.len() == ROWS_CHECKED_PER_ENTRY).then_some(entry)
+                let distinct: HashSet<u32> = entry.iter().copied().collect();
+                let a_draw = entry.len() == ROWS_CHECKED_PER_ENTRY
+                    && distinct.len() == entry.len()
+                    && entry.iter().all(|&row| (row as usize) < ENTRY_N);
+                a_draw.then_some(entry)
             }
         }
     }

@@ -1030,10 +1030,12 @@ impl<'a> Replay<'a> {
                     match check_walk_opening(context, nonce, commitment, walk, &wire, WalkRows::Recorded(rows), &mut self.outcome)
                         .await
                     {
-                        Ok(used) if used.ran_out || used.rows.len() != recorded_rows => report.differ(format!(
-                            "the transcript records {recorded_rows} rows for the opening of {sample}; checking it draws {}{}",
-                            if used.ran_out { "more" } else { "" },
-                            if used.ran_out { String::new() } else { used.rows.len().to_string() }
+                        Ok(used) if used.not_a_draw => report.differ(format!(
+                            "the transcript records {recorded_rows} rows for the opening of {sample}: not 8 distinct rows of an entry (0 to 255) for each entry its check takes"
+                        )),
+                        Ok(used) if used.rows.len() != recorded_rows => report.differ(format!(
+                            "the transcript records {recorded_rows} rows for the opening of {sample}; its check takes {}",
+                            used.rows.len()
                         )),
                         Ok(_) => {}
                         Err(e) => report.differ(format!("this machine could not check a walk opening: {e}")),
