@@ -101,7 +101,7 @@ async fn an_honest_version_4_pass_audits_as_confirmed_under_either_policy_and_wa
         );
         if policy == Policy::Sampled {
             // The same transcript, tampered with: one attestation serves both.
-            tampering_with_the_walk_is_caught_and_named(&file).await;
+            tampering_with_the_walk_is_caught_and_named(&file, &verdict).await;
         }
     }
 }
@@ -308,8 +308,27 @@ pub(crate) fn tampered(file: &[u8], change: impl FnOnce(&mut v1::Transcript)) ->
 }
 
 /// Every kind of tampering with a version 4 walk, on `file` (an honest pass's transcript).
-async fn tampering_with_the_walk_is_caught_and_named(file: &[u8]) {
+async fn tampering_with_the_walk_is_caught_and_named(file: &[u8], verdict: &Verdict) {
     let file = file.to_vec();
+
+    // The roots replaced by a time-out: read one millisecond before the validator gives up
+    // (the longest device deadline, a tenth of it and 2 s), it would fail a miner still inside
+    // its time, and is named; read when the validator gives up, it is judged as a time-out.
+    let longest = verdict.memory.as_ref().unwrap().devices.iter();
+    let longest = longest.map(|d| d.walk.as_ref().unwrap().deadline_ms).max().unwrap();
+    let give_up = longest + longest / 10 + 2_000;
+    let timed_out_after = |after_ms| {
+        tampered(&file, |t| {
+            let walk = t.walk.as_mut().unwrap();
+            walk.roots.clear();
+            walk.timed_out_after_ms = after_ms;
+        })
+    };
+    let early = "before the longest device deadline and its grace had passed";
+    assert_names(&audited(&timed_out_after(give_up - 1)).await, |d| d.contains(early));
+    let report = audited(&timed_out_after(give_up)).await;
+    assert!(!report.differs.iter().any(|d| d.contains(early)), "{report}");
+    assert_names(&report, |d| d.contains("walk-timed-out"));
 
     // A walk root's time moved past its device's deadline.
     let slow_walk = tampered(&file, |t| {

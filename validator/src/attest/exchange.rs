@@ -110,6 +110,14 @@ pub fn time_allowed_ms(deadline_ms: u64, finish_by_ms: u64) -> u64 {
     deadline_ms.max(finish_by_ms) + deadline_ms / 10 + 2_000
 }
 
+/// How long after a walk request the validator waits for an answer before it records that none
+/// came: the walk's deadline and the commitment's grace (PROTOCOL.md 14.4), for a miner that
+/// does not stop itself. The audit holds a recorded time-out to the same figure, so a
+/// transcript cannot fail a miner by saying it gave up sooner.
+pub fn walk_give_up(deadline: Duration) -> Duration {
+    deadline + deadline / 10 + Duration::from_secs(2)
+}
+
 impl AcceptWindow {
     /// The window from now, for a challenge with a deadline `deadline_ms` away: create it as the
     /// challenge is sent. `accept_ms` (the configuration's), but never more than a quarter of

@@ -7,6 +7,7 @@
 
 use super::client::MinerConnection;
 use super::decoding::own_decode_failure;
+use super::exchange::walk_give_up;
 use super::{AttestError, AttestEvent, now_ms, random32};
 use crate::config::memory::LocalityConfig;
 use crate::transcript::Recorder;
@@ -379,7 +380,7 @@ pub async fn walk_lines(
         ),
     });
     let mut judge = LocalityJudge::new(plan, walk, commitment.miner_key, identity.public_key(), devices);
-    let give_up = Duration::from_micros(deadline_us + deadline_us / 10) + Duration::from_secs(2);
+    let give_up = walk_give_up(Duration::from_micros(deadline_us));
     let sent = Instant::now();
     let until = tokio::time::Instant::from_std(sent) + give_up;
     let mut stream = match tokio::time::timeout_at(until, miner.walk_lines(request)).await {

@@ -5,6 +5,7 @@
 
 use super::client::MinerConnection;
 use super::decoding::own_decode_failure;
+use super::exchange::walk_give_up;
 use super::outcome::Outcome;
 use super::{AttestError, AttestEvent, now_ms, random32};
 use crate::memory::MemoryPlan;
@@ -184,12 +185,10 @@ async fn walk_and_check(
         name: "walking",
         detail: walk_planned(plan),
     });
-    // The same grace as the commitment's (PROTOCOL.md 14.4) for a miner that does not stop.
-    let grace = Duration::from_millis(plan.walk_deadline_ms / 10 + 2_000);
     let sent_wire = walk_request_to_wire(&request);
     outcome.transcript.walk_request(sent_wire.clone());
     let sent = Instant::now();
-    let answered = tokio::time::timeout(deadline + grace, miner.walk_pool(sent_wire)).await;
+    let answered = tokio::time::timeout(walk_give_up(deadline), miner.walk_pool(sent_wire)).await;
     let measured_ms = sent.elapsed().as_millis() as u64;
     let answer = match answered {
         Ok(Ok(wire)) => {

@@ -9,6 +9,7 @@
 
 use super::client::MinerConnection;
 use super::decoding::own_decode_failure;
+use super::exchange::walk_give_up;
 use super::{AttestError, AttestEvent, now_ms, random32};
 use crate::memory::plan_v4::ChainPoolPlan;
 use crate::transcript::Recorder;
@@ -98,8 +99,7 @@ pub async fn walk_states(
         walkers: plan.params.walkers,
         steps: plan.params.walk_steps,
     };
-    // The same grace as the commitment's (PROTOCOL.md 14.4), after the longest deadline.
-    let give_up = Duration::from_millis(longest + longest / 10 + 2_000);
+    let give_up = walk_give_up(Duration::from_millis(longest));
     let sent = Instant::now();
     let roots = collect_roots(
         miner,

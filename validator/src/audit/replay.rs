@@ -4,7 +4,7 @@
 
 use super::Report;
 use super::stream::{StreamEnd, replay_stream};
-use crate::attest::exchange::malformed_commitment;
+use crate::attest::exchange::{malformed_commitment, walk_give_up};
 use crate::attest::locality::{
     LocalityJudge, LocalityPlan, Walked, ended_early as locality_ended_early,
     opening_failed as locality_opening_failed, openings_timed_out as locality_openings_timed_out,
@@ -54,6 +54,7 @@ use gpu_attest_shared::statement::{Challenge, Commitment, MemoryPhase, open_requ
 use gpu_attest_shared::{Backend, Work};
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
+use std::time::Duration;
 use tonic::Status;
 
 /// Reasons the challenge stream gave (PROTOCOL.md 14.3): taken as stated from a transcript of a
@@ -682,14 +683,14 @@ impl<'a> Replay<'a> {
             return None;
         }
         let (recorded, request) = self.walk_request(t, memory_v3::walk_request_bytes, report)?;
+        let give_up_ms = whole_ms(walk_give_up(Duration::from_millis(memory.walk_deadline_ms)));
         let answer = match (&recorded.statement, &recorded.failure, recorded.timed_out_after_ms) {
             (Some(statement), None, 0) => WalkAnswer::Statement(statement.clone(), recorded.statement_after_ms),
             (None, Some(failure), 0) => WalkAnswer::Failed(status(failure)),
-            (None, None, after_ms) if after_ms >= memory.walk_deadline_ms => WalkAnswer::TimedOut(after_ms),
+            (None, None, after_ms) if after_ms >= give_up_ms => WalkAnswer::TimedOut(after_ms),
             _ => {
                 report.differ(format!(
-                    "the recorded walk is answered by not exactly one of a statement, a status and a time-out read after the walk deadline ({} ms)",
-                    memory.walk_deadline_ms
+                    "the recorded walk is answered by not exactly one of a statement, a status and a time-out read once the walk deadline and its grace had passed ({give_up_ms} ms)"
                 ));
                 return None;
             }
@@ -771,6 +772,15 @@ impl<'a> Replay<'a> {
         } else if let Some(failure) = &recorded.failure {
             roots.refused(&status(failure), reasons, &mut scratch)
         } else if recorded.timed_out_after_ms > 0 {
+            let longest = pool.devices.iter().map(|d| d.deadline_ms).max().unwrap_or(0);
+            let give_up_ms = whole_ms(walk_give_up(Duration::from_millis(longest)));
+            if recorded.timed_out_after_ms < give_up_ms {
+                report.differ(format!(
+                    "the walk is recorded as timed out after {} ms, before the longest device deadline and its grace had passed ({give_up_ms} ms)",
+                    recorded.timed_out_after_ms
+                ));
+                return None;
+            }
             roots.timed_out(recorded.timed_out_after_ms, reasons, &mut scratch)
         } else {
             roots.all(reasons)
@@ -860,6 +870,14 @@ impl<'a> Replay<'a> {
             return judge.stream_failed(&status(failure));
         }
         if recorded.timed_out_after_ms > 0 {
+            let give_up_ms = whole_ms(walk_give_up(Duration::from_micros(judge.plan.deadline_us())));
+            if recorded.timed_out_after_ms < give_up_ms {
+                report.differ(format!(
+                    "the locality walk is recorded as timed out after {} ms, before its deadline and grace had passed ({give_up_ms} ms)",
+                    recorded.timed_out_after_ms
+                ));
+                return Ok(None);
+            }
             return Err(judge.timed_out(recorded.timed_out_after_ms));
         }
         judge.all_roots()?;
@@ -1335,4 +1353,10 @@ fn shown(value: Option<&serde_json::Value>) -> String {
     } else {
         text
     }
+}
+
+/// A wait in whole milliseconds, as a transcript records it: the validator reads its clock no
+/// sooner than the wait ends, so a recorded time-out is never below this.
+fn whole_ms(wait: Duration) -> u64 {
+    u64::try_from(wait.as_millis()).unwrap_or(u64::MAX)
 }
