@@ -145,7 +145,7 @@ impl CpuGemm {
                 out[first + i * n..first + i * n + TILE_COLS].copy_from_slice(row);
             }
         });
-        debug_assert!(whole, "a product nothing stops stopped");
+        assert!(whole, "a product nothing stops stopped");
         out
     }
 
@@ -153,7 +153,7 @@ impl CpuGemm {
     /// column; the int32 product is never stored.
     pub fn step(&self, x: &Matrix, b: &PackedB, step: u32, out: &mut Matrix) {
         let whole = self.step_unless(x, b, step, out, &|| false);
-        debug_assert!(whole, "a step nothing stops stopped");
+        assert!(whole, "a step nothing stops stopped");
     }
 
     /// [`CpuGemm::step`], given up once `stop()` is true: each task asks before every panel of

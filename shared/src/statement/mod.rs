@@ -201,7 +201,10 @@ impl Commitment {
 
 /// `bytes` with its domain `old` replaced by `new`: the same fields, another statement.
 pub(crate) fn redomained(bytes: Vec<u8>, old: &[u8], new: &[u8]) -> Vec<u8> {
-    debug_assert!(bytes.starts_with(old));
+    assert!(
+        bytes.starts_with(old),
+        "a statement re-domained from a domain it does not start with"
+    );
     let mut out = new.to_vec();
     out.extend_from_slice(&bytes[old.len()..]);
     out

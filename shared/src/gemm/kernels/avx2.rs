@@ -98,9 +98,7 @@ unsafe fn pack_a_avx2(a: &[u8], n: usize, packed: &mut [u8]) {
 /// `panel` 32n packed bytes and `out` TILE_ROWS rows.
 #[target_feature(enable = "avx2")]
 pub(super) unsafe fn tile(strip: &[u8], n: usize, panel: &[u8], out: &mut [[i32; TILE_COLS]]) {
-    debug_assert!(
-        strip.len() == TILE_ROWS * n * A_ELEMENT_BYTES && panel.len() == TILE_COLS * n && out.len() == TILE_ROWS
-    );
+    assert!(strip.len() == TILE_ROWS * n * A_ELEMENT_BYTES && panel.len() == TILE_COLS * n && out.len() == TILE_ROWS);
     let quads = n / 4;
     let (a, b) = (strip.as_ptr(), panel.as_ptr());
     // partial[r][g]: row r, columns 4g..4g+4, as two i32 lanes per column.

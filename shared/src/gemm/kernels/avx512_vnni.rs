@@ -31,7 +31,7 @@ pub(super) unsafe fn tile(
     bias_correction: &[i32; TILE_COLS],
     out: &mut [[i32; TILE_COLS]],
 ) {
-    debug_assert!(rows.len() == TILE_ROWS * n && panel.len() == TILE_COLS * n && out.len() == TILE_ROWS);
+    assert!(rows.len() == TILE_ROWS * n && panel.len() == TILE_COLS * n && out.len() == TILE_ROWS);
     // SAFETY: `bias_correction` is 32 i32 = two 64-byte loads.
     let start = unsafe {
         [

@@ -24,7 +24,7 @@ pub(super) unsafe fn tile(
     bias_correction: &[i32; TILE_COLS],
     out: &mut [[i32; TILE_COLS]],
 ) {
-    debug_assert!(rows.len() == TILE_ROWS * n && panel.len() == TILE_COLS * n && out.len() == TILE_ROWS);
+    assert!(rows.len() == TILE_ROWS * n && panel.len() == TILE_COLS * n && out.len() == TILE_ROWS);
     let a = rows.as_ptr();
     let b = panel.as_ptr();
     for row_group in 0..TILE_ROWS / 4 {
