@@ -210,6 +210,9 @@ struct Product<'p> {
     /// Bytes of one row of A in the kernel's layout.
     a_row_bytes: usize,
     b: &'p PackedB,
+    /// B's panels as the kernel reads them (widened for AVX2), `panel_bytes` each.
+    b_panels: &'p [u8],
+    panel_bytes: usize,
     /// k in the engine's blocks, and k whole: a task of one strip takes the latter.
     blocked_spans: Vec<Range<usize>>,
     whole_of_k: Vec<Range<usize>>,
@@ -251,6 +254,11 @@ impl<'p> Product<'p> {
             a_bytes: a.as_bytes(),
             a_row_bytes: n * kernel.a_element_bytes(),
             b,
+            b_panels: match kernel.b_element_bytes() {
+                1 => b.panels(),
+                _ => b.widened_panels(),
+            },
+            panel_bytes: TILE_COLS * n * kernel.b_element_bytes(),
             blocked_spans: k_spans(n, gemm.k_block(n)),
             whole_of_k: k_spans(n, n),
             rows_per_task: rows_per_task(
@@ -374,7 +382,7 @@ impl<'p> Product<'p> {
             };
             let ops = TileOperands {
                 rows,
-                panel: self.b.panel(pass.panel),
+                panel: &self.b_panels[pass.panel * self.panel_bytes..][..self.panel_bytes],
                 bias_correction,
                 n,
                 k: pass.k.clone(),

@@ -4,6 +4,7 @@
 use super::TILE_COLS;
 use crate::aligned::AlignedBytes;
 use crate::matrix::Matrix;
+use std::sync::OnceLock;
 
 /// B packed once per chain (B is the same for all K steps) and reused by every product.
 pub struct PackedB {
@@ -15,6 +16,10 @@ pub struct PackedB {
     /// `-128 * sum_k B[k][j]`: where the kernels that read A biased by +128 start each column's
     /// sums, so that their tiles come out as the exact product (PROTOCOL.md "Exactness").
     bias_correction: Vec<i32>,
+    /// `panels` with every byte sign-extended to a little-endian i16, in the same order, for the
+    /// AVX2 kernel, which multiplies 16-bit lanes: built on its first use, so that only that
+    /// kernel pays for it (twice the panels' memory), once per chain instead of in every tile.
+    widened: OnceLock<AlignedBytes>,
 }
 
 impl PackedB {
@@ -48,6 +53,7 @@ impl PackedB {
             n,
             panels,
             bias_correction,
+            widened: OnceLock::new(),
         }
     }
 
@@ -55,8 +61,32 @@ impl PackedB {
         self.n
     }
 
+    /// Panel p alone.
+    #[cfg(test)]
     pub(super) fn panel(&self, p: usize) -> &[u8] {
         &self.panels.as_slice()[p * TILE_COLS * self.n..(p + 1) * TILE_COLS * self.n]
+    }
+
+    /// Every panel, panel p at `[p*32n, (p+1)*32n)`.
+    pub(super) fn panels(&self) -> &[u8] {
+        self.panels.as_slice()
+    }
+
+    /// Every panel, each byte as an i16 in its place (`2 * 32n` bytes a panel), built on the
+    /// first call.
+    pub(super) fn widened_panels(&self) -> &[u8] {
+        self.widened
+            .get_or_init(|| {
+                let bytes = self.panels.as_slice();
+                AlignedBytes::from_lines(bytes.len() * 2 / 64, |l| {
+                    let mut line = [0u8; 64];
+                    for (pair, &b) in line.chunks_exact_mut(2).zip(&bytes[l * 32..(l + 1) * 32]) {
+                        pair.copy_from_slice(&i16::from(b as i8).to_le_bytes());
+                    }
+                    line
+                })
+            })
+            .as_slice()
     }
 
     /// `-128 * column_sum(B)` over panel p's columns: `sum((a + 128) * b) - 128 * sum(b)` is
@@ -105,6 +135,21 @@ fn interleave_quad_bytewise(rows: [&[u8; 16]; 4]) -> [u8; 64] {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_widened_panels_are_the_panels_sign_extended() {
+        let n = 64;
+        let b = Matrix::from_vec(n, (0..n * n).map(|i| (i * 37 + i / 5) as i8).collect()).unwrap();
+        let packed = PackedB::new(&b);
+        let widened = packed.widened_panels();
+        assert_eq!(widened.len(), 2 * n * n);
+        for (i, &byte) in packed.panels.as_slice().iter().enumerate() {
+            let wide = i16::from_le_bytes([widened[2 * i], widened[2 * i + 1]]);
+            assert_eq!(wide, i16::from(byte as i8), "element {i}");
+        }
+        // Built once: the second call hands out the same buffer.
+        assert_eq!(packed.widened_panels().as_ptr(), widened.as_ptr());
+    }
 
     #[test]
     fn the_transpose_matches_its_definition() {

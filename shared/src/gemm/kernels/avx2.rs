@@ -13,10 +13,12 @@
 //! - A is widened to i16 once per product ([`pack_a`], O(n^2)) instead of once per tile and
 //!   column group (O(n^3 / 8)), and laid out so that one k-quad of a tile's eight rows is one
 //!   cache line: each row's four k come in as one 64-bit broadcast load.
-//! - B is still widened in the loop, two `vpmovsxbw` per eight pairs (B's packed layout is shared
-//!   with the byte kernels); that and the broadcasts are most of the distance to the limit.
-//! - k is walked in blocks of [`BLOCK_QUADS`] so that the block's B (8 KiB) and A (4 KiB) stay in
-//!   L1 while the eight 4-row x 8-column sub-tiles of the tile take their turns over it; the
+//! - B comes widened too, once per chain ([`PackedB::widened_panels`](crate::gemm::PackedB),
+//!   the byte panels sign-extended in place). Widened in the loop instead, it took two
+//!   `vpmovsxbw` per eight pairs, on the shuffle port that the `vpaddd`s share on Intel cores:
+//!   the inner loop is now the ceiling's own pairs plus loads.
+//! - k is walked in blocks of [`BLOCK_QUADS`] so that the block's B (16 KiB) and A (4 KiB) stay
+//!   in L1 while the eight 4-row x 8-column sub-tiles of the tile take their turns over it; the
 //!   partial sums wait in a small array between blocks.
 
 use crate::gemm::TILE_COLS;
@@ -27,7 +29,10 @@ pub(super) const TILE_ROWS: usize = 8;
 /// Bytes of prepared A per element of A: i16.
 pub(super) const A_ELEMENT_BYTES: usize = 2;
 
-/// k-quads per block; 64 quads of B are 8 KiB of the panel.
+/// Bytes of B's panel per element: i16 ([`PackedB::widened_panels`](crate::gemm::PackedB)).
+pub(super) const B_ELEMENT_BYTES: usize = 2;
+
+/// k-quads per block; 64 quads of B are 16 KiB of the widened panel.
 const BLOCK_QUADS: usize = 64;
 
 pub(super) fn is_available() -> bool {
@@ -89,16 +94,20 @@ unsafe fn pack_a_avx2(a: &[u8], n: usize, packed: &mut [u8]) {
 }
 
 /// One tile, TILE_ROWS rows x 32 columns. Per k-quad a 4-row x 8-column sub-tile costs two
-/// 16-byte loads of B widened to i16 (each 4 columns x 4 k), four 64-bit broadcasts of A (one
-/// row's 4 k, as i16), and eight `vpmaddwd` + `vpaddd`. An i32 lane then holds half of one
-/// column's k-quad (k 0-1 or 2-3); adjacent lanes are added once at the end.
+/// 32-byte loads of the widened B (each 4 columns x 4 k, as i16), four 64-bit broadcasts of A
+/// (one row's 4 k, as i16), and eight `vpmaddwd` + `vpaddd`. An i32 lane then holds half of
+/// one column's k-quad (k 0-1 or 2-3); adjacent lanes are added once at the end.
 ///
 /// # Safety
 /// The CPU must have AVX2; `strip` holds one strip of [`pack_a`] (TILE_ROWS * n * 2 bytes),
-/// `panel` 32n packed bytes and `out` TILE_ROWS rows.
+/// `panel` one widened panel (32n * 2 bytes) and `out` TILE_ROWS rows.
 #[target_feature(enable = "avx2")]
 pub(super) unsafe fn tile(strip: &[u8], n: usize, panel: &[u8], out: &mut [[i32; TILE_COLS]]) {
-    assert!(strip.len() == TILE_ROWS * n * A_ELEMENT_BYTES && panel.len() == TILE_COLS * n && out.len() == TILE_ROWS);
+    assert!(
+        strip.len() == TILE_ROWS * n * A_ELEMENT_BYTES
+            && panel.len() == TILE_COLS * n * B_ELEMENT_BYTES
+            && out.len() == TILE_ROWS
+    );
     let quads = n / 4;
     let (a, b) = (strip.as_ptr(), panel.as_ptr());
     // partial[r][g]: row r, columns 4g..4g+4, as two i32 lanes per column.
@@ -151,23 +160,25 @@ unsafe fn sub_tile(
 ) {
     let mut acc: [[__m256i; 2]; 4] =
         std::array::from_fn(|r| std::array::from_fn(|h| partial[row_group * 4 + r][col_group * 2 + h]));
-    for q in block {
-        // SAFETY: q < n/4 and col_group < 4 keep b + q*128 + col_group*32 + 32 within the
-        // panel's 32n bytes; q*64 + 64 <= 16n keeps A's reads within the strip's 16n bytes.
-        let (b0, b1) = unsafe {
-            let p = b.add(q * 128 + col_group * 32);
-            (
-                _mm256_cvtepi8_epi16(_mm_loadu_si128(p.cast())),
-                _mm256_cvtepi8_epi16(_mm_loadu_si128(p.add(16).cast())),
-            )
-        };
-        for (r, acc) in acc.iter_mut().enumerate() {
-            // (a0, a1, a2, a3) of this row, four times over, against (column, k 0..3).
-            // SAFETY: within the strip, as said above.
-            let a4 = unsafe { a.add(q * 64 + (row_group * 4 + r) * 8).cast::<i64>().read_unaligned() };
-            let a4 = _mm256_set1_epi64x(a4);
-            acc[0] = _mm256_add_epi32(acc[0], _mm256_madd_epi16(a4, b0));
-            acc[1] = _mm256_add_epi32(acc[1], _mm256_madd_epi16(a4, b1));
+    // Two quads an iteration, so that the loop's counter and branch cost half as much beside
+    // the vector pairs. Every block is a whole number of pairs of quads: n is a multiple of 64.
+    for first in block.step_by(2) {
+        for q in [first, first + 1] {
+            // SAFETY: q < n/4 and col_group < 4 keep b + q*256 + col_group*64 + 64 within the
+            // widened panel's 64n bytes; q*64 + 64 <= 16n keeps A's reads within the strip's
+            // 16n bytes.
+            let (b0, b1) = unsafe {
+                let p = b.add(q * 256 + col_group * 64);
+                (_mm256_loadu_si256(p.cast()), _mm256_loadu_si256(p.add(32).cast()))
+            };
+            for (r, acc) in acc.iter_mut().enumerate() {
+                // (a0, a1, a2, a3) of this row, four times over, against (column, k 0..3).
+                // SAFETY: within the strip, as said above.
+                let a4 = unsafe { a.add(q * 64 + (row_group * 4 + r) * 8).cast::<i64>().read_unaligned() };
+                let a4 = _mm256_set1_epi64x(a4);
+                acc[0] = _mm256_add_epi32(acc[0], _mm256_madd_epi16(a4, b0));
+                acc[1] = _mm256_add_epi32(acc[1], _mm256_madd_epi16(a4, b1));
+            }
         }
     }
     for (r, acc) in acc.into_iter().enumerate() {

@@ -70,7 +70,8 @@ pub(super) enum Sums<'a> {
 }
 
 /// What one tile call multiplies: `rows`, some rows of A in a kernel's layout (see
-/// [`KernelKind::prepare_a`]), and `panel`, one packed panel of B, both over the whole of k, of
+/// [`KernelKind::prepare_a`]), and `panel`, one packed panel of B (widened to i16 for the
+/// kernels whose [`KernelKind::b_element_bytes`] is 2), both over the whole of k, of
 /// size n; `bias_correction`, the panel's `-128 * column_sum(B)`, where the `vpdpbusd` kernels,
 /// which multiply *unsigned* A and so read it biased by +128, start their sums (the others
 /// ignore it); `k`, the span of k this call covers (`0..n` for one pass); and `streamed`, the
@@ -85,14 +86,16 @@ pub(super) struct TileOperands<'a> {
 }
 
 impl TileOperands<'_> {
-    /// Panics unless the operands are `tile_rows` rows of `element_bytes` per element and one
-    /// panel, over a positive multiple of 64, and `k` is whole blocks of 64 inside it: the
-    /// kernels read exactly these bytes, so every unsafe load in them rests on this check.
-    pub(super) fn check(&self, tile_rows: usize, element_bytes: usize) {
+    /// Panics unless the operands are `tile_rows` rows of the kernel's bytes per element of A
+    /// and one panel of its bytes per element of B, over a positive multiple of 64, and `k` is
+    /// whole blocks of 64 inside it: the kernels read exactly these bytes, so every unsafe load
+    /// in them rests on this check.
+    pub(super) fn check(&self, kernel: KernelKind) {
         let (n, k) = (self.n, &self.k);
         assert!(n > 0 && n.is_multiple_of(64), "n={n} is not a positive multiple of 64");
-        assert_eq!(self.rows.len(), tile_rows * n * element_bytes, "rows of A");
-        assert_eq!(self.panel.len(), TILE_COLS * n, "panel of B");
+        let a_row = n * kernel.a_element_bytes();
+        assert_eq!(self.rows.len(), kernel.tile_rows() * a_row, "rows of A");
+        assert_eq!(self.panel.len(), TILE_COLS * n * kernel.b_element_bytes(), "panel of B");
         assert!(
             k.start < k.end && k.end <= n && k.start.is_multiple_of(64) && k.end.is_multiple_of(64),
             "k span {k:?} is not whole 64-blocks of 0..{n}"
@@ -286,6 +289,16 @@ impl KernelKind {
         }
     }
 
+    /// Bytes of B's panel per element of B: 2 where the kernel takes B widened to i16
+    /// ([`PackedB::widened_panels`](super::PackedB::widened_panels)).
+    pub(super) fn b_element_bytes(self) -> usize {
+        match self {
+            #[cfg(target_arch = "x86_64")]
+            KernelKind::Avx2 => avx2::B_ELEMENT_BYTES,
+            _ => 1,
+        }
+    }
+
     /// A in the layout this kernel reads: row-major as it is, row-major biased by +128 for the
     /// `vpdpbusd` kernels, in AMX strips, or widened to i16 in strips for AVX2. Either way, the
     /// rows of tile t start at byte `t * tile_rows() * n * a_element_bytes()`. A rearranged
@@ -359,7 +372,7 @@ impl KernelKind {
         sums: Sums<'_>,
         between: &mut dyn FnMut(usize, usize),
     ) {
-        ops.check(self.tile_rows(), self.a_element_bytes());
+        ops.check(self);
         assert_eq!(sums.out_rows(), self.tile_rows());
         let one_pass = ops.whole() && matches!(sums, Sums::Fresh(_));
         assert!(

@@ -18,7 +18,7 @@ mod unit;
 pub(in crate::gemm) use peak::register_peak;
 pub(in crate::gemm) use unit::TileSession;
 
-use super::{Streamed, Sums, TileOperands};
+use super::{KernelKind, Streamed, Sums, TileOperands};
 use crate::aligned::AlignedBytes;
 use crate::gemm::TILE_COLS;
 use std::ops::Range;
@@ -208,7 +208,7 @@ fn operands<'a>(rows: &'a [u8], n: usize, panel: &'a [u8], k: Range<usize>) -> T
 }
 
 fn tile_on(unit: &mut impl TileUnit, ops: TileOperands<'_>, sums: Sums<'_>, between: &mut dyn FnMut(usize, usize)) {
-    ops.check(TILE_ROWS, 1);
+    ops.check(KernelKind::Amx);
     let TileOperands {
         rows,
         panel,
