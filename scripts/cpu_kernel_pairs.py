@@ -12,7 +12,8 @@ side by side, with their spread; the medians of each build's own TOPS and of its
 register-only ceiling (which each run measures for itself) are printed beside it.
 
 Build the two with `cargo build --release -p gpu-attest-miner` in a checkout of each commit.
-Exit status 2 when a run fails or prints no figure for a kernel and size asked for.
+Exit status 1 when a run cannot start or fails, 2 when it prints no figure for a kernel and size
+asked for.
 """
 
 import argparse
@@ -31,7 +32,10 @@ def bench(miner, kernel, sizes, seconds):
         miner, "bench", "--backend", "cpu", "--cpu-kernel", kernel,
         "--sizes", ",".join(map(str, sizes)), "--seconds", str(seconds), "--memory-mib", "0",
     ]
-    done = subprocess.run(command, capture_output=True, text=True)
+    try:
+        done = subprocess.run(command, capture_output=True, text=True)
+    except OSError as e:
+        sys.exit(f"cannot run {miner}: {e}")
     if done.returncode != 0:
         sys.exit(f"{' '.join(command)} failed ({done.returncode}):\n{done.stderr.strip()}")
     figures = {}
@@ -55,6 +59,8 @@ def main():
     parser.add_argument("--pairs", type=int, default=8)
     parser.add_argument("--seconds", type=float, default=2.0)
     args = parser.parse_args()
+    if args.pairs < 1:
+        parser.error("--pairs must be at least 1")
     sizes = [int(s) for s in args.sizes.split(",")]
     builds = {"before": args.before, "after": args.after}
 
