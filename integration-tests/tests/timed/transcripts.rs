@@ -299,6 +299,24 @@ pub(crate) fn assert_names(report: &Report, found: impl Fn(&str) -> bool) {
     assert!(report.differs.iter().any(|d| found(d)), "{report}");
 }
 
+/// `file` with a walk's answer replaced by a time-out (`time_out(transcript, after_ms)`): read
+/// one millisecond before the validator gives up (`give_up_ms`), it would fail a miner still
+/// inside its time, and the audit names it (`early`, words of the difference); read when the
+/// validator gives up, it is judged as the time-out whose reason code is `code`.
+pub(crate) async fn a_time_out_is_held_to_the_give_up(
+    file: &[u8],
+    give_up_ms: u64,
+    early: &str,
+    code: &str,
+    time_out: impl Fn(&mut v1::Transcript, u64),
+) {
+    let report = audited(&tampered(file, |t| time_out(t, give_up_ms - 1))).await;
+    assert_names(&report, |d| d.contains(early));
+    let report = audited(&tampered(file, |t| time_out(t, give_up_ms))).await;
+    assert!(!report.differs.iter().any(|d| d.contains(early)), "{report}");
+    assert_names(&report, |d| d.contains(&format!("({code})")));
+}
+
 /// `file` with its transcript changed by `change`, then signed again with this validator's key:
 /// what a validator that lies about its own verdict could publish.
 pub(crate) fn tampered(file: &[u8], change: impl FnOnce(&mut v1::Transcript)) -> Vec<u8> {
@@ -311,24 +329,22 @@ pub(crate) fn tampered(file: &[u8], change: impl FnOnce(&mut v1::Transcript)) ->
 async fn tampering_with_the_walk_is_caught_and_named(file: &[u8], verdict: &Verdict) {
     let file = file.to_vec();
 
-    // The roots replaced by a time-out: read one millisecond before the validator gives up
-    // (the longest device deadline, a tenth of it and 2 s), it would fail a miner still inside
-    // its time, and is named; read when the validator gives up, it is judged as a time-out.
+    // The roots replaced by a time-out, held to the longest device deadline, a tenth of it
+    // and 2 s.
     let longest = verdict.memory.as_ref().unwrap().devices.iter();
     let longest = longest.map(|d| d.walk.as_ref().unwrap().deadline_ms).max().unwrap();
-    let give_up = longest + longest / 10 + 2_000;
-    let timed_out_after = |after_ms| {
-        tampered(&file, |t| {
-            let walk = t.walk.as_mut().unwrap();
-            walk.roots.clear();
-            walk.timed_out_after_ms = after_ms;
-        })
-    };
     let early = "before the longest device deadline and its grace had passed";
-    assert_names(&audited(&timed_out_after(give_up - 1)).await, |d| d.contains(early));
-    let report = audited(&timed_out_after(give_up)).await;
-    assert!(!report.differs.iter().any(|d| d.contains(early)), "{report}");
-    assert_names(&report, |d| d.contains("walk-timed-out"));
+    a_time_out_is_held_to_the_give_up(
+        &file,
+        longest + longest / 10 + 2_000,
+        early,
+        "walk-timed-out",
+        |t, ms| {
+            let walk = t.walk.as_mut().unwrap();
+            (walk.roots, walk.timed_out_after_ms) = (Vec::new(), ms);
+        },
+    )
+    .await;
 
     // A walk root's time moved past its device's deadline.
     let slow_walk = tampered(&file, |t| {
