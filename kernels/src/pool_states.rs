@@ -388,11 +388,8 @@ impl StatesOnDevice<'_> {
         let root = MerkleTree::new(&walker_roots).root();
         // The root is signed and sent before the kept traces cross to the host.
         ended(root);
-        Ok(DeviceWalk {
-            walker_roots,
-            root,
-            kept: self.kept_traces(&block_starts, &block_nodes, blocks)?,
-        })
+        let kept = self.kept_traces(&block_starts, &block_nodes, blocks)?;
+        Ok(DeviceWalk::new(walker_roots, root, kept))
     }
 
     /// Steps each walk launch takes: within the launch limit, and with the launch's states

@@ -227,6 +227,7 @@ impl PoolStates for FakedWalk {
         complete_opening(
             host_slices(self.states.as_ref()),
             &walked.walker_roots,
+            walked.walker_tree(),
             walker,
             step,
             states,
@@ -239,9 +240,6 @@ impl PoolStates for FakedWalk {
 /// whole trace, and the device's tree over the walkers' roots (PROTOCOL.md 20.4).
 pub fn committed_walk(traces: &[Vec<Digest>]) -> DeviceWalk {
     let walker_roots: Vec<Digest> = traces.iter().map(|t| MerkleTree::new(t).root()).collect();
-    DeviceWalk {
-        root: MerkleTree::new(&walker_roots).root(),
-        walker_roots,
-        kept: Vec::new(),
-    }
+    let root = MerkleTree::new(&walker_roots).root();
+    DeviceWalk::new(walker_roots, root, Vec::new())
 }

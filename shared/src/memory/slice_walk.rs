@@ -19,6 +19,7 @@ use crate::matrix::Matrix;
 use crate::merkle::{MerkleProof, MerkleTree, verify_proof};
 use crate::params::Work;
 use rayon::prelude::*;
+use std::sync::OnceLock;
 use thiserror::Error;
 
 const START_CONTEXT: &[u8] = b"gpu-attest v4 walk start";
@@ -211,12 +212,41 @@ pub fn walker_states(walk: &SliceWalk, source: &dyn SliceSource, walker: u32) ->
 
 /// One device's walk: each walker's root and the device's walk root over them, and what each
 /// walker kept to open its steps ([`open_kept_step`]).
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug)]
 pub struct DeviceWalk {
     pub walker_roots: Vec<Digest>,
     pub root: Digest,
     pub kept: Vec<KeptTrace>,
+    /// The tree over `walker_roots`, built at the first opening and kept for the others: every
+    /// opening needs its walker's path in it, and a GPU's walk has thousands of walkers (8192
+    /// by default) and hundreds of openings, each of which rebuilt it.
+    walker_tree: OnceLock<MerkleTree>,
 }
+
+impl DeviceWalk {
+    pub fn new(walker_roots: Vec<Digest>, root: Digest, kept: Vec<KeptTrace>) -> Self {
+        DeviceWalk {
+            walker_roots,
+            root,
+            kept,
+            walker_tree: OnceLock::new(),
+        }
+    }
+
+    /// The tree over the walkers' roots, built once.
+    pub fn walker_tree(&self) -> &MerkleTree {
+        self.walker_tree.get_or_init(|| MerkleTree::new(&self.walker_roots))
+    }
+}
+
+/// Equal walks: the same roots and kept traces, whether or not either has built its tree yet.
+impl PartialEq for DeviceWalk {
+    fn eq(&self, other: &Self) -> bool {
+        (&self.walker_roots, &self.root, &self.kept) == (&other.walker_roots, &other.root, &other.kept)
+    }
+}
+
+impl Eq for DeviceWalk {}
 
 /// Steps a walker takes between looks at the cancel flag.
 const STEPS_PER_CANCEL_CHECK: u32 = 1024;
@@ -249,11 +279,12 @@ pub fn walk_device_until(
         })
         .collect::<Result<_, BackendError>>()?;
     let walker_roots: Vec<Digest> = kept.iter().map(KeptTrace::root).collect();
-    let root = MerkleTree::new(&walker_roots).root();
+    let walker_tree = MerkleTree::new(&walker_roots);
     Ok(DeviceWalk {
+        root: walker_tree.root(),
         walker_roots,
-        root,
         kept,
+        walker_tree: OnceLock::from(walker_tree),
     })
 }
 
@@ -307,21 +338,21 @@ impl StepStates {
 }
 
 /// The opening of step `step` of walker `walker` from its `states`: the walker's root and its
-/// proof among `walker_roots`, the slice `before` names with its path to its state's hash, and
+/// proof among `walker_roots` (whose tree is `walker_tree`), the slice `before` names with its path to its state's hash, and
 /// (from `chain`) that chain's checkpoint hashes and its leaf's proof in the device root.
 /// `Ok(None)` for a walker outside `walker_roots`; an error if the pool cannot be read.
 pub fn complete_opening<S: OpenSource + ?Sized>(
     source: &S,
     walker_roots: &[Digest],
+    walker_tree: &MerkleTree,
     walker: u32,
     step: u32,
     states: StepStates,
     chain: impl Fn(u64) -> (Vec<Digest>, MerkleProof),
 ) -> Result<Option<StepOpening>, BackendError> {
-    let (Some(&walker_root), Some(walker_proof)) = (
-        walker_roots.get(walker as usize),
-        MerkleTree::new(walker_roots).proof(u64::from(walker)),
-    ) else {
+    let (Some(&walker_root), Some(walker_proof)) =
+        (walker_roots.get(walker as usize), walker_tree.proof(u64::from(walker)))
+    else {
         return Ok(None);
     };
     let pool = source.pool();
@@ -361,7 +392,8 @@ pub fn open_step(
     }
     let states = StepStates::from_trace(&walker_states(walk, source, walker), step)?;
     // A host source reads nothing that can fail.
-    complete_opening(source, walker_roots, walker, step, states, chain)
+    let walker_tree = MerkleTree::new(walker_roots);
+    complete_opening(source, walker_roots, &walker_tree, walker, step, states, chain)
         .ok()
         .flatten()
 }
@@ -422,7 +454,15 @@ pub fn open_kept_step<S: OpenSource + ?Sized>(
         })
     })();
     match states {
-        Some(states) => complete_opening(source, &walked.walker_roots, walker, step, states, chain),
+        Some(states) => complete_opening(
+            source,
+            &walked.walker_roots,
+            walked.walker_tree(),
+            walker,
+            step,
+            states,
+            chain,
+        ),
         None => Ok(None),
     }
 }
