@@ -16,9 +16,7 @@ use gpu_attest_shared::backend::PoolStates;
 use gpu_attest_shared::chain::ChainResult;
 use gpu_attest_shared::cpu::CpuBackend;
 use gpu_attest_shared::memory::chain_pool::ChainPool;
-use gpu_attest_shared::memory::slice_walk::{
-    DeviceWalk, SliceSource, SliceWalk, StepOpening, StepStates, complete_opening, step,
-};
+use gpu_attest_shared::memory::slice_walk::{DeviceWalk, SliceSource, SliceWalk, StepOpening, StepStates, step};
 use gpu_attest_shared::memory::walk::entry_index;
 use gpu_attest_shared::merkle::{MerkleProof, MerkleTree};
 use gpu_attest_shared::{BackendError, CancelToken, Digest, Work};
@@ -224,15 +222,7 @@ impl PoolStates for FakedWalk {
         else {
             return Ok(None);
         };
-        complete_opening(
-            host_slices(self.states.as_ref()),
-            &walked.walker_roots,
-            walked.walker_tree(),
-            walker,
-            step,
-            states,
-            chain,
-        )
+        walked.complete_opening(host_slices(self.states.as_ref()), walker, step, states, chain)
     }
 }
 

@@ -447,32 +447,27 @@ async fn version_3_transcripts_audit_to_their_verdicts_and_a_changed_time_byte_o
         assert_names(&audited(&changed).await, |d| d.ends_with("(walk-opening-signature)"));
 
         // An opening's rows dropped: its check cannot be repeated.
-        let dropped = tampered(&file, |t| {
-            let open = t.open.as_mut().unwrap();
-            let rows = open
-                .openings
-                .iter_mut()
-                .map(|o| &mut o.walk_rows)
-                .find(|rows| !rows.is_empty())
-                .expect("an opening's rows");
-            rows.truncate(3);
-        });
+        let dropped = tampered(&file, |t| first_walk_rows(t).truncate(3));
         assert_names(&audited(&dropped).await, |d| d.contains("records 3 rows"));
 
         // An entry's rows made one row eight times: a check on fewer rows than the protocol's.
         let repeated = tampered(&file, |t| {
-            let open = t.open.as_mut().unwrap();
-            let rows = open
-                .openings
-                .iter_mut()
-                .map(|o| &mut o.walk_rows)
-                .find(|rows| !rows.is_empty())
-                .expect("an opening's rows");
+            let rows = first_walk_rows(t);
             let first = rows[0];
             rows[..8].fill(first);
         });
         assert_names(&audited(&repeated).await, |d| d.contains("not 8 distinct rows"));
     }
+}
+
+/// The checked rows of a transcript's first walk opening that records any.
+fn first_walk_rows(t: &mut v1::Transcript) -> &mut Vec<u32> {
+    let open = t.open.as_mut().unwrap();
+    open.openings
+        .iter_mut()
+        .map(|o| &mut o.walk_rows)
+        .find(|rows| !rows.is_empty())
+        .expect("an opening's rows")
 }
 
 /// A version 3 challenge to `core`'s miner: small chains, the memory phase at 1000 permille

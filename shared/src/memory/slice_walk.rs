@@ -234,8 +234,28 @@ impl DeviceWalk {
     }
 
     /// The tree over the walkers' roots, built once.
-    pub fn walker_tree(&self) -> &MerkleTree {
+    fn walker_tree(&self) -> &MerkleTree {
         self.walker_tree.get_or_init(|| MerkleTree::new(&self.walker_roots))
+    }
+
+    /// [`complete_opening`] of step `step` of walker `walker` of this walk, from its `states`.
+    pub fn complete_opening<S: OpenSource + ?Sized>(
+        &self,
+        source: &S,
+        walker: u32,
+        step: u32,
+        states: StepStates,
+        chain: impl Fn(u64) -> (Vec<Digest>, MerkleProof),
+    ) -> Result<Option<StepOpening>, BackendError> {
+        complete_opening(
+            source,
+            &self.walker_roots,
+            self.walker_tree(),
+            walker,
+            step,
+            states,
+            chain,
+        )
     }
 }
 
@@ -454,15 +474,7 @@ pub fn open_kept_step<S: OpenSource + ?Sized>(
         })
     })();
     match states {
-        Some(states) => complete_opening(
-            source,
-            &walked.walker_roots,
-            walked.walker_tree(),
-            walker,
-            step,
-            states,
-            chain,
-        ),
+        Some(states) => walked.complete_opening(source, walker, step, states, chain),
         None => Ok(None),
     }
 }
