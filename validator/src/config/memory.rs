@@ -68,9 +68,11 @@ pub struct LocalityConfig {
     pub slack: f64,
     /// Segments opened per device.
     pub segments: u32,
-    /// The hop the verdict's bound speaks of, nanoseconds: a line served from another process
-    /// over a pipe costs 8.9-9.3 us a step more than a local one (BENCHMARKS.md), a round trip;
-    /// a walker that moves pays one way, and RDMA or shared memory less (SECURITY.md). The bound
+    /// The hop the verdict's bound speaks of, nanoseconds. A cheater pays the cheapest crossing
+    /// to memory elsewhere: a walker that moves to its next line pays one way, 6.9-7.2 us through
+    /// the kernel here (TCP on loopback, both ends polling; a line fetched over a pipe, a round
+    /// trip, costs more), so the default sits below that, with room for a faster host. RDMA and
+    /// shared memory cost less and are not bounded by it (SECURITY.md, BENCHMARKS.md). The bound
     /// assumes nothing of a local step (it may take no time at all).
     pub hop_ns: u64,
 }
@@ -85,7 +87,7 @@ impl Default for LocalityConfig {
             step_ns: 600,
             slack: 2.0,
             segments: 16,
-            hop_ns: 8_000,
+            hop_ns: 4_000,
         }
     }
 }
