@@ -69,11 +69,12 @@ pub struct LocalityConfig {
     /// Segments opened per device.
     pub segments: u32,
     /// The hop the verdict's bound speaks of, nanoseconds. A cheater pays the cheapest crossing
-    /// to memory elsewhere: a walker that moves to its next line pays one way, 6.9-7.2 us through
-    /// the kernel here (TCP on loopback, both ends polling; a line fetched over a pipe, a round
-    /// trip, costs more), so the default sits below that, with room for a faster host. RDMA and
-    /// shared memory cost less and are not bounded by it (SECURITY.md, BENCHMARKS.md). The bound
-    /// assumes nothing of a local step (it may take no time at all).
+    /// to memory elsewhere: a walker that moves to its next line's host pays one way, and through
+    /// the kernel's TCP that is at least the loopback's 4.4-6.2 us measured here (both ends
+    /// polling; a NIC and a wire add to it between hosts), so the default sits below it. Kernel
+    /// bypass, RDMA and shared memory cost less and are not counted at the default
+    /// (SECURITY.md, BENCHMARKS.md). The bound assumes nothing of a local step (it may take no
+    /// time at all).
     pub hop_ns: u64,
 }
 
