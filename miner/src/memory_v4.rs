@@ -10,7 +10,7 @@ use crate::error::MinerError;
 use crate::memory::{HeldPools, side_by_side};
 use gpu_attest_shared::backend::PoolStates;
 use gpu_attest_shared::memory::chain_pool::{ChainPool, ChainPoolParams};
-use gpu_attest_shared::memory::locality::{LineWalk, LocalityWalk, SegmentOpening};
+use gpu_attest_shared::memory::locality::{ChunkPaths, LineWalk, LocalityWalk, SegmentOpening};
 use gpu_attest_shared::memory::slice_walk::{DeviceWalk, SliceWalk, StepOpening};
 use gpu_attest_shared::merkle::MerkleProof;
 use gpu_attest_shared::statement::DeviceInfo;
@@ -49,6 +49,8 @@ struct Walked {
 struct WalkedLines {
     walk: LocalityWalk,
     devices: Vec<LineWalk>,
+    /// What each device's openings learnt of its states, kept for the round.
+    paths: Vec<ChunkPaths>,
 }
 
 /// The memory side of a version 4 commitment: each device's kept states until they are
@@ -209,7 +211,11 @@ impl HeldChainPools {
             })
             .map_err(MinerError::Walk)?
         };
-        *self.lines.lock().unwrap_or_else(|p| p.into_inner()) = Some(Box::new(WalkedLines { walk, devices }));
+        *self.lines.lock().unwrap_or_else(|p| p.into_inner()) = Some(Box::new(WalkedLines {
+            paths: devices.iter().map(|_| ChunkPaths::default()).collect(),
+            walk,
+            devices,
+        }));
         Ok(())
     }
 
@@ -243,10 +249,10 @@ impl HeldChainPools {
         let pools = self.pools.lock();
         let pools = pools.as_ref().ok_or(MinerError::PoolsReleased)?;
         let j = sample.device as usize;
-        let (Some(pool), Some(walked)) = (pools.get(j), lines.devices.get(j)) else {
+        let (Some(pool), Some(walked), Some(paths)) = (pools.get(j), lines.devices.get(j), lines.paths.get(j)) else {
             return Err(MinerError::LocalitySampleOutOfRange(sample));
         };
-        pool.open_lines(&lines.walk, walked, sample.generation, sample.walker, chain)
+        pool.open_lines(&lines.walk, walked, (sample.generation, sample.walker), chain, paths)
             .map_err(MinerError::Walk)?
             .ok_or(MinerError::LocalitySampleOutOfRange(sample))
     }

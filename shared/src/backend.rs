@@ -13,7 +13,7 @@ use crate::memory::PoolSpec;
 use crate::memory::chain_pool::{ChainPool, ChainPoolParams};
 use crate::memory::check::{CommittedEntries, WalkOpening, open_segment};
 use crate::memory::locality::{
-    LineWalk, LocalityWalk, SegmentOpening, open_segment as open_locality_segment, walk_lines,
+    ChunkPaths, LineWalk, LocalityWalk, SegmentOpening, open_segment as open_locality_segment, walk_lines,
 };
 use crate::memory::slice_walk::{
     DeviceWalk as StateWalk, HeldStates, SliceSource, SliceWalk, StepOpening, open_kept_step, walk_device_until,
@@ -111,19 +111,20 @@ pub trait PoolStates: Send + Sync {
     }
 
     /// Opens walker `walker` of generation `generation` of `walked`, the walk
-    /// [`PoolStates::walk_lines`] made. `Ok(None)` for a segment outside the walk.
+    /// [`PoolStates::walk_lines`] made; `paths` is kept across the round's openings of this
+    /// device. `Ok(None)` for a segment outside the walk.
     fn open_lines(
         &self,
         walk: &LocalityWalk,
         walked: &LineWalk,
-        generation: u32,
-        walker: u32,
+        segment: (u32, u32),
         chain: &dyn Fn(u64) -> (Vec<Digest>, MerkleProof),
+        paths: &ChunkPaths,
     ) -> Result<Option<SegmentOpening>, BackendError> {
         let source = self.host_states().ok_or(BackendError::Unsupported {
             what: "open lines of a pool held on a device (the locality walk runs on the CPU backend in this release)",
         })?;
-        open_locality_segment(walk, source, walked, generation, walker, chain)
+        open_locality_segment(walk, source, walked, segment, chain, paths)
     }
 }
 

@@ -9,20 +9,23 @@ use gpu_attest_shared::digest::Digest;
 use gpu_attest_shared::matrix::Matrix;
 use gpu_attest_shared::memory::chain_pool::ChainPool;
 use gpu_attest_shared::memory::locality::{
-    LineWalk, LocalityCommitments, LocalityRejection, LocalityWalk, SegmentOpening, ShapeError, State, check_segment,
-    open_segment, open_walker, step, walk_lines,
+    ChunkPaths, LineWalk, LocalityCommitments, LocalityRejection, LocalityWalk, SegmentOpening, ShapeError, State,
+    check_segment, open_segment, open_walker, step, walk_lines,
 };
 use gpu_attest_shared::memory::slice_walk::{HeldStates, SliceSource};
 use gpu_attest_shared::merkle::{MerkleProof, MerkleTree, inner_node};
 use gpu_attest_shared::params::{ChallengeParams, Work};
 use gpu_attest_shared::{CancelToken, reference};
 
-/// One device at n = 512 (4 slices a state): 6 chains of 2 steps, the first 4 its pool.
+/// One device at n = 512 (4 slices a state): 6 chains of 2 steps, the first 4 its pool. Its
+/// openings share one `ChunkPaths`, as a miner's round does, so later ones cut their paths from
+/// what earlier ones kept.
 struct Device {
     work: Work,
     pool: ChainPool,
     chains: Vec<Vec<Digest>>,
     held: HeldStates,
+    paths: ChunkPaths,
 }
 
 const N: u32 = 512;
@@ -51,6 +54,7 @@ impl Device {
             pool,
             work,
             chains,
+            paths: ChunkPaths::default(),
         }
     }
 
@@ -82,7 +86,7 @@ impl Device {
     }
 
     fn open(&self, walk: &LocalityWalk, walked: &LineWalk, g: u32, w: u32) -> SegmentOpening {
-        open_segment(walk, &self.held, walked, g, w, &self.chain_opening())
+        open_segment(walk, &self.held, walked, (g, w), &self.chain_opening(), &self.paths)
             .unwrap()
             .unwrap_or_else(|| panic!("segment ({g}, {w}) is in the walk"))
     }
@@ -191,17 +195,24 @@ fn an_honest_device_passes_every_opened_segment() {
             &walk,
             &device.held,
             &walked,
-            walk.generations,
-            0,
-            &device.chain_opening()
+            (walk.generations, 0),
+            &device.chain_opening(),
+            &device.paths
         )
         .unwrap()
         .is_none()
     );
     assert!(
-        open_segment(&walk, &device.held, &walked, 0, walk.walkers, &device.chain_opening())
-            .unwrap()
-            .is_none()
+        open_segment(
+            &walk,
+            &device.held,
+            &walked,
+            (0, walk.walkers),
+            &device.chain_opening(),
+            &device.paths
+        )
+        .unwrap()
+        .is_none()
     );
     // Another seed walks elsewhere.
     let other = LocalityWalk {
@@ -394,11 +405,10 @@ fn a_made_up_node_splits_the_walk_and_fails_every_generation_under_it() {
             let opening = open_walker(
                 &walk,
                 &device.held,
-                g,
-                w,
-                ends[g as usize].clone(),
-                proof.clone(),
+                (g, w),
+                (ends[g as usize].clone(), proof.clone()),
                 &device.chain_opening(),
+                &device.paths,
             )
             .unwrap();
             let checked = device.check(&walk, root, &opening);

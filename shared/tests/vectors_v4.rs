@@ -270,7 +270,7 @@ fn version_4_statement_vectors() {
 fn locality_vectors() {
     use gpu_attest_shared::keys::KeyPair;
     use gpu_attest_shared::memory::locality::{
-        LocalityCommitments, LocalityWalk, State, check_segment, open_segment, step, walk_lines,
+        ChunkPaths, LocalityCommitments, LocalityWalk, State, check_segment, open_segment, step, walk_lines,
     };
     use gpu_attest_shared::statement::locality::request_bytes;
 
@@ -292,7 +292,9 @@ fn locality_vectors() {
     let leaves: Vec<Digest> = exec.chains.iter().map(|c| c.leaf()).collect();
     let tree = MerkleTree::new(&leaves);
     let chain = |i: u64| (exec.chains[i as usize].checkpoints.clone(), tree.proof(i).unwrap());
-    let opening = open_segment(&walk, &held, &walked, 1, 1, &chain).unwrap().unwrap();
+    let opening = open_segment(&walk, &held, &walked, (1, 1), &chain, &ChunkPaths::default())
+        .unwrap()
+        .unwrap();
     let committed = LocalityCommitments {
         device_root: exec.commitment.devices[0].root,
         device_chains: 3,

@@ -20,14 +20,16 @@
 //!   replayed from the start the generation before it gives to the end the miner committed.
 
 use super::chain_pool::ChainPool;
-use super::slice::{CHUNK_BYTES, CHUNKS_PER_SLICE, SliceError, SlicePath, chunk_path, verify_chunk};
-use super::slice_walk::{SliceSource, pool_state};
+use super::slice::{CHUNK_BYTES, CHUNKS_PER_SLICE, SliceError, SlicePath, StateSlices, verify_chunk};
+use super::slice_walk::SliceSource;
 use crate::chain::leaf_hash;
 use crate::digest::Digest;
 use crate::failure::{BackendError, CancelToken};
 use crate::merkle::{MerkleFold, MerkleProof, MerkleTree, verify_proof};
 use crate::params::Work;
 use rayon::prelude::*;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 use thiserror::Error;
 
 /// The bytes a step reads: one line.
@@ -366,6 +368,58 @@ pub struct LineProof {
     pub chain_proof: MerkleProof,
 }
 
+/// The slice chaining values of every state a device's locality openings have touched, kept for
+/// the whole opening round: a line's chunk path then costs its own slice's hashing, not its
+/// whole state's (a state is 4 MiB at n = 2048, and a round opens thousands of lines).
+#[derive(Debug, Default)]
+pub struct ChunkPaths {
+    by_chain: Mutex<HashMap<u64, Arc<StateSlices>>>,
+}
+
+impl ChunkPaths {
+    /// Chunk `chunk` of slice `e` of `source`'s pool, with its path to its state's hash.
+    fn chunk_and_path(
+        &self,
+        source: &dyn SliceSource,
+        e: u64,
+        chunk_in_slice: u64,
+    ) -> Result<(Vec<u8>, SlicePath), BackendError> {
+        let pool = source.pool();
+        let (chain, q) = pool.locate(e);
+        let broken = |e: SliceError| BackendError::Device {
+            device: pool.device,
+            detail: format!("a pool state that is not whole slices: {e}"),
+        };
+        let known = self
+            .by_chain
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&chain)
+            .cloned();
+        let state = match known {
+            Some(state) => state,
+            None => {
+                let first = e - q;
+                let state =
+                    Arc::new(StateSlices::new(pool.slices_per_state(), |r| source.slice(first + r)).map_err(broken)?);
+                self.by_chain
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .insert(chain, state.clone());
+                state
+            }
+        };
+        let slice = source.slice(e);
+        let path = state
+            .chunk_path(slice, q * CHUNKS_PER_SLICE + chunk_in_slice)
+            .map_err(broken)?;
+        Ok((
+            slice[chunk_in_slice as usize * CHUNK_BYTES..][..CHUNK_BYTES].to_vec(),
+            path,
+        ))
+    }
+}
+
 /// Walker `walker` of generation `generation` opened: the ends of its generation (among them its
 /// own end), the generation's proof in the locality tree (whose left siblings give its start),
 /// and the line of every step.
@@ -380,14 +434,15 @@ pub struct SegmentOpening {
 
 /// Opens walker `walker` of generation `generation` of `walked` by walking it again from its
 /// start. `chain(i)` gives chain `i`'s checkpoint hashes and its leaf's proof in the device
-/// root, as the miner kept them from the chains. `Ok(None)` for a segment outside the walk.
+/// root, as the miner kept them from the chains; `paths` keeps what the round's openings learnt
+/// of the device's states. `Ok(None)` for a segment outside the walk.
 pub fn open_segment(
     walk: &LocalityWalk,
     source: &dyn SliceSource,
     walked: &LineWalk,
-    generation: u32,
-    walker: u32,
+    (generation, walker): (u32, u32),
     chain: &dyn Fn(u64) -> (Vec<Digest>, MerkleProof),
+    paths: &ChunkPaths,
 ) -> Result<Option<SegmentOpening>, BackendError> {
     if walker >= walk.walkers || generation >= walk.generations || walked.walkers != walk.walkers {
         return Ok(None);
@@ -396,7 +451,15 @@ pub fn open_segment(
     let (Some(ends), Some(ends_proof)) = (walked.generation(generation), tree.proof(u64::from(generation))) else {
         return Ok(None);
     };
-    open_walker(walk, source, generation, walker, ends.to_vec(), ends_proof, chain).map(Some)
+    open_walker(
+        walk,
+        source,
+        (generation, walker),
+        (ends.to_vec(), ends_proof),
+        chain,
+        paths,
+    )
+    .map(Some)
 }
 
 /// Walker `walker` of generation `generation` opened under `ends_proof`, its generation's proof
@@ -406,35 +469,22 @@ pub fn open_segment(
 pub fn open_walker(
     walk: &LocalityWalk,
     source: &dyn SliceSource,
-    generation: u32,
-    walker: u32,
-    ends: Vec<State>,
-    ends_proof: MerkleProof,
+    (generation, walker): (u32, u32),
+    (ends, ends_proof): (Vec<State>, MerkleProof),
     chain: &dyn Fn(u64) -> (Vec<Digest>, MerkleProof),
+    paths: &ChunkPaths,
 ) -> Result<SegmentOpening, BackendError> {
     let pool = source.pool();
     let slices = pool.slices();
     let parents = ends_proof.left_siblings(u64::from(generation), u64::from(walk.generations));
     let mut state = walk.start(pool.device, generation, walker, &parents);
-    // The line's chain's whole state is gathered to cut the chunk's path, and kept while the
-    // next line is of the same chain: one state held at a time, however large the pool.
-    let mut held: Option<(u64, Vec<u8>)> = None;
     let mut lines = Vec::with_capacity(walk.steps as usize);
     for _ in 0..walk.steps {
         let line = state.names(slices);
-        let (chain_index, q) = pool.locate(line.slice);
-        if held.as_ref().is_none_or(|(i, _)| *i != chain_index) {
-            held = Some((chain_index, pool_state(source, chain_index)));
-        }
-        let whole = &held.as_ref().expect("just gathered").1;
-        let chunk = q * CHUNKS_PER_SLICE + u64::from(line.line) / LINES_PER_CHUNK;
-        let chunk_path = chunk_path(whole, chunk).map_err(|e| BackendError::Device {
-            device: pool.device,
-            detail: format!("a pool state that is not whole slices: {e}"),
-        })?;
-        let (checkpoints, chain_proof) = chain(chain_index);
+        let (chunk, chunk_path) = paths.chunk_and_path(source, line.slice, u64::from(line.line) / LINES_PER_CHUNK)?;
+        let (checkpoints, chain_proof) = chain(pool.locate(line.slice).0);
         lines.push(LineProof {
-            chunk: whole[chunk as usize * CHUNK_BYTES..][..CHUNK_BYTES].to_vec(),
+            chunk,
             chunk_path,
             checkpoints,
             chain_proof,

@@ -99,13 +99,15 @@ fn subtree(bytes: &[u8], offset: u64) -> ChainingValue {
     hasher.finalize_non_root()
 }
 
-/// The path of slice `slice` of `state`, made from the state itself (the miner's side).
+/// The path of slice `slice` of `state`, cut from the whole state: the plain construction, which
+/// [`StateSlices`] (what the miner uses) is tested against.
 pub fn slice_path(state: &[u8], slice: u64) -> Result<SlicePath, SliceError> {
     unit_path(state, SLICE_BYTES as u64, slice)
 }
 
 /// The path of chunk `chunk` (1 KiB, the chunk index within the whole state) of `state`: a
-/// locality line's proof (docs/design/locality.md 2).
+/// locality line's proof (docs/design/locality.md 2), cut from the whole state, the plain
+/// construction [`StateSlices`] is tested against.
 pub fn chunk_path(state: &[u8], chunk: u64) -> Result<SlicePath, SliceError> {
     unit_path(state, CHUNK_BYTES as u64, chunk)
 }
@@ -120,6 +122,97 @@ fn unit_path(state: &[u8], unit_bytes: u64, index: u64) -> Result<SlicePath, Sli
         .collect();
     siblings.reverse();
     Ok(SlicePath { siblings })
+}
+
+/// A state's slices by their chaining values: every sibling above a slice is a run of whole
+/// slices (each slice is a complete subtree, above), so once these are known a slice's path
+/// costs a few merges and a chunk's the hashing within its own slice, not the whole state. The
+/// miner keeps one per state a locality opening round touches, and makes one, from the slices
+/// where they lie, for each version 4 step it opens.
+#[derive(Clone, Debug)]
+pub struct StateSlices {
+    /// Each slice's chaining value, in order; empty for a state of one slice, whose slice is the
+    /// whole message.
+    cvs: Vec<ChainingValue>,
+    state_bytes: u64,
+}
+
+impl StateSlices {
+    /// From a state's `count` slices, `slice(q)` giving slice `q`'s 65536 bytes; each hashed on
+    /// the calling thread's rayon pool.
+    pub fn new<'a>(count: u64, slice: impl Fn(u64) -> &'a [u8] + Sync) -> Result<Self, SliceError> {
+        use rayon::prelude::*;
+        let state_bytes = count * SLICE_BYTES as u64;
+        levels(state_bytes, SLICE_BYTES as u64, 0)?;
+        let cvs = if count == 1 {
+            Vec::new()
+        } else {
+            (0..count)
+                .into_par_iter()
+                .map(|q| {
+                    let bytes = slice(q);
+                    (bytes.len() == SLICE_BYTES)
+                        .then(|| subtree(bytes, q * SLICE_BYTES as u64))
+                        .ok_or(SliceError::WrongLength(bytes.len()))
+                })
+                .collect::<Result<_, _>>()?
+        };
+        Ok(StateSlices { cvs, state_bytes })
+    }
+
+    /// The path of chunk `chunk` (the chunk index within the whole state), `slice` being the
+    /// bytes of the slice that holds it: what [`chunk_path`] cuts from the whole state.
+    pub fn chunk_path(&self, slice: &[u8], chunk: u64) -> Result<SlicePath, SliceError> {
+        if slice.len() != SLICE_BYTES {
+            return Err(SliceError::WrongLength(slice.len()));
+        }
+        let slice_start = chunk / CHUNKS_PER_SLICE * SLICE_BYTES as u64;
+        let mut siblings: Vec<ChainingValue> = levels(self.state_bytes, CHUNK_BYTES as u64, chunk)?
+            .iter()
+            .map(|level| {
+                let (start, len) = (level.sibling_start, level.sibling_len);
+                if len >= SLICE_BYTES as u64 {
+                    self.run(start / SLICE_BYTES as u64, len / SLICE_BYTES as u64)
+                } else {
+                    // Below the slice's own node, so within the slice.
+                    let within = (start - slice_start) as usize;
+                    subtree(&slice[within..within + len as usize], start)
+                }
+            })
+            .collect();
+        siblings.reverse();
+        Ok(SlicePath { siblings })
+    }
+
+    /// The path of slice `slice`: what [`slice_path`] cuts from the whole state, made of the
+    /// other slices' chaining values alone.
+    pub fn slice_path(&self, slice: u64) -> Result<SlicePath, SliceError> {
+        let mut siblings: Vec<ChainingValue> = levels(self.state_bytes, SLICE_BYTES as u64, slice)?
+            .iter()
+            .map(|level| {
+                self.run(
+                    level.sibling_start / SLICE_BYTES as u64,
+                    level.sibling_len / SLICE_BYTES as u64,
+                )
+            })
+            .collect();
+        siblings.reverse();
+        Ok(SlicePath { siblings })
+    }
+
+    /// The chaining value of the subtree over `count` slices from `first`: split as BLAKE3
+    /// splits, the left part the largest power of two of slices below `count`.
+    fn run(&self, first: u64, count: u64) -> ChainingValue {
+        if count == 1 {
+            return self.cvs[first as usize];
+        }
+        let left = left_subtree_len(count * SLICE_BYTES as u64) / SLICE_BYTES as u64;
+        merge_subtrees_non_root(
+            &self.run(first, left),
+            &self.run(first + left, count - left),
+            Mode::Hash,
+        )
+    }
 }
 
 /// Checks that `bytes` are slice `slice` of a state of `state_bytes` bytes whose BLAKE3 hash is
@@ -222,6 +315,54 @@ mod tests {
                     .unwrap_or_else(|e| panic!("n = {n}, slice {slice}: {e}"));
             }
         }
+    }
+
+    /// A chunk's path from its slice and the state's slice chaining values is the path cut from
+    /// the whole state, at every size a state takes (9 slices at n = 768) and at chunks on every
+    /// edge, and so is every slice's; a slice of the wrong length is refused.
+    #[test]
+    fn chunk_paths_from_slice_chaining_values_are_the_whole_states() {
+        for n in [256, 512, 768, 1024, 2048] {
+            let state = random_state(n);
+            let slices = (state.len() / SLICE_BYTES) as u64;
+            let kept = StateSlices::new(slices, |q| slice_of(&state, q)).unwrap();
+            let count = state.len() as u64 / CHUNK_BYTES as u64;
+            for chunk in [
+                0,
+                1,
+                62,
+                63,
+                64,
+                65,
+                count / 2 - 1,
+                count / 2,
+                count / 2 + 5,
+                count - 64,
+                count - 1,
+            ]
+            .into_iter()
+            .filter(|&c| c < count)
+            {
+                let slice = slice_of(&state, chunk / CHUNKS_PER_SLICE);
+                assert_eq!(
+                    kept.chunk_path(slice, chunk).unwrap(),
+                    chunk_path(&state, chunk).unwrap(),
+                    "n = {n}, chunk {chunk}"
+                );
+            }
+            for slice in 0..slices {
+                assert_eq!(
+                    kept.slice_path(slice).unwrap(),
+                    slice_path(&state, slice).unwrap(),
+                    "n = {n}, slice {slice}"
+                );
+            }
+            assert!(kept.slice_path(slices).is_err());
+            assert_eq!(kept.chunk_path(&state[..100], 0), Err(SliceError::WrongLength(100)));
+            assert!(kept.chunk_path(slice_of(&state, 0), count).is_err());
+        }
+        assert!(StateSlices::new(2, |_| &[0u8; 100][..]).is_err());
+        assert!(StateSlices::new(0, |_| &[][..]).is_err());
     }
 
     /// Every chunk proves against the state's hash, a path six levels longer than its slice's;

@@ -10,7 +10,7 @@
 //! slice `s_t` names against its chain's committed state, and the step between them.
 
 use super::chain_pool::{ChainPool, StateRows};
-use super::slice::{SLICE_BYTES, SliceError, SlicePath, slice_path, verify_slice};
+use super::slice::{SLICE_BYTES, SliceError, SlicePath, StateSlices, verify_slice};
 use super::walk::{entry_index, step_under};
 use crate::chain::leaf_hash;
 use crate::digest::Digest;
@@ -120,12 +120,16 @@ impl<S: SliceSource + ?Sized> OpenSource for S {
 
     fn slice_and_path(&self, e: u64) -> Result<(Vec<u8>, SlicePath), BackendError> {
         let pool = SliceSource::pool(self);
-        let (chain, q) = pool.locate(e);
-        // The path is cut from the whole state, which the source holds.
-        let path = slice_path(&pool_state(self, chain), q).map_err(|e| BackendError::Device {
-            device: pool.device,
-            detail: format!("a pool state that is not whole slices: {e}"),
-        })?;
+        let q = pool.locate(e).1;
+        // The path is made from the state's slices where the source holds them, each hashed
+        // once, in parallel: no copy of the whole state.
+        let first = e - q;
+        let path = StateSlices::new(pool.slices_per_state(), |r| self.slice(first + r))
+            .and_then(|state| state.slice_path(q))
+            .map_err(|e| BackendError::Device {
+                device: pool.device,
+                detail: format!("a pool state that is not whole slices: {e}"),
+            })?;
         Ok((self.slice(e).to_vec(), path))
     }
 }
@@ -477,15 +481,6 @@ pub fn open_kept_step<S: OpenSource + ?Sized>(
         Some(states) => walked.complete_opening(source, walker, step, states, chain),
         None => Ok(None),
     }
-}
-
-/// The whole final state of `chain`, gathered from its slices.
-pub(crate) fn pool_state<S: SliceSource + ?Sized>(source: &S, chain: u64) -> Vec<u8> {
-    let pool = source.pool();
-    let first = (chain - pool.first_chain) * pool.slices_per_state();
-    (first..first + pool.slices_per_state())
-        .flat_map(|e| source.slice(e).iter().copied())
-        .collect()
 }
 
 /// What the validator holds of one device when it checks an opening.
