@@ -40,11 +40,13 @@ fn line_of(pool: &[u8], line: Line) -> &[u8; LINE_BYTES] {
     line.of(&pool[line.slice as usize * SLICE..][..SLICE])
 }
 
-/// Serves lines of the pool: reads a slice (8 bytes) and a line (4 bytes), answers its 256.
+/// Serves lines of the pool: reads a slice (8 bytes) and a line (4 bytes), answers its 256 on
+/// standard error, which Rust leaves unbuffered: standard output is line-buffered, and would
+/// split every answer holding a newline byte into two writes, waking the reader twice.
 fn serve(mib: usize) {
     let pool = fill(mib);
     let mut input = BufReader::new(std::io::stdin().lock());
-    let mut output = std::io::stdout().lock();
+    let mut output = std::io::stderr().lock();
     // Ready: no walk's clock may include this process filling its pool.
     if output.write_all(&[1]).and_then(|()| output.flush()).is_err() {
         return;
@@ -187,8 +189,8 @@ struct OtherSide {
     process: std::process::Child,
 }
 
-/// The ways across measured, each the cheapest of its kind the kernel offers a cheater: a pipe
-/// (blocking reads), and a Unix socket and TCP on loopback, each with both ends polling.
+/// The ways across measured: a pipe with blocking reads, and a Unix socket and TCP on loopback
+/// with both ends polling (the cheaper way to wait, a cheater's choice).
 const TRANSPORTS: [&str; 3] = ["pipe", "unix", "tcp"];
 
 /// Starts the other side of a split at `across_per_1024` over `transport`, once it has filled
@@ -207,13 +209,14 @@ fn other_side(transport: &str, mib: usize, across_per_1024: u64) -> OtherSide {
     };
     let mut side = match transport {
         "pipe" => {
+            // The other side answers on standard error (see `serve`).
             let mut process = args("-")
                 .stdin(Stdio::piped())
-                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
                 .spawn()
                 .expect("it starts");
             let to = Box::new(BufWriter::new(process.stdin.take().expect("piped")));
-            let from = Box::new(process.stdout.take().expect("piped"));
+            let from = Box::new(process.stderr.take().expect("piped"));
             OtherSide { to, from, process }
         }
         "unix" => {
@@ -254,7 +257,7 @@ fn other_side(transport: &str, mib: usize, across_per_1024: u64) -> OtherSide {
 fn serve_other_side(transport: &str, args: &[String]) {
     let (mib, across) = (args[0].parse().expect("POOL_MIB"), args[1].parse().expect("SHARE"));
     match transport {
-        "pipe" => serve_migrations(mib, across, std::io::stdin().lock(), std::io::stdout().lock()),
+        "pipe" => serve_migrations(mib, across, std::io::stdin().lock(), std::io::stderr().lock()),
         "unix" => {
             let stream = UnixStream::connect(&args[2]).expect("the walking side listens");
             stream.set_nonblocking(true).expect("non-blocking");
@@ -327,11 +330,11 @@ fn main() {
     let mut server = Command::new(std::env::current_exe().unwrap())
         .args(["serve", &mib.to_string()])
         .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
         .spawn()
         .expect("the serving process starts");
     let mut to_server = BufWriter::new(server.stdin.take().unwrap());
-    let mut from_server = server.stdout.take().unwrap();
+    let mut from_server = server.stderr.take().unwrap();
     from_server
         .read_exact(&mut [0])
         .expect("the serving process fills its pool");

@@ -69,12 +69,12 @@ pub struct LocalityConfig {
     /// Segments opened per device.
     pub segments: u32,
     /// The hop the verdict's bound speaks of, nanoseconds. A cheater pays the cheapest crossing
-    /// to memory elsewhere: a walker that moves to its next line's host pays one way, and through
-    /// the kernel's TCP that is at least the loopback's 4.4-6.2 us measured here (both ends
-    /// polling; a NIC and a wire add to it between hosts), so the default sits below it. Kernel
-    /// bypass, RDMA and shared memory cost less and are not counted at the default
-    /// (SECURITY.md, BENCHMARKS.md). The bound assumes nothing of a local step (it may take no
-    /// time at all).
+    /// to memory elsewhere: a walker that moves to its next line's host pays one way. Over the
+    /// kernel's TCP that measured 4.4-7.7 us on loopback alone (both ends polling, on a guest
+    /// whose speed drifts by up to 2x between days); between hosts two NICs and a wire add to
+    /// it. The default sits below every such figure. Kernel bypass, RDMA and shared memory cost
+    /// less and are not counted at the default (SECURITY.md, BENCHMARKS.md). The bound assumes
+    /// nothing of a local step (it may take no time at all).
     pub hop_ns: u64,
 }
 
@@ -88,7 +88,7 @@ impl Default for LocalityConfig {
             step_ns: 600,
             slack: 2.0,
             segments: 16,
-            hop_ns: 4_000,
+            hop_ns: 3_000,
         }
     }
 }
