@@ -227,12 +227,7 @@ fn other_side(transport: &str, mib: usize, across_per_1024: u64) -> OtherSide {
             let (stream, _) = listener.accept().expect("the other side connects");
             let _ = std::fs::remove_file(&path);
             stream.set_nonblocking(true).expect("non-blocking");
-            let to = Box::new(stream.try_clone().expect("a second handle"));
-            OtherSide {
-                to,
-                from: Box::new(stream),
-                process,
-            }
+            socket_side(stream, UnixStream::try_clone, process)
         }
         _ => {
             let listener = TcpListener::bind("127.0.0.1:0").expect("a loopback port");
@@ -241,16 +236,25 @@ fn other_side(transport: &str, mib: usize, across_per_1024: u64) -> OtherSide {
             let (stream, _) = listener.accept().expect("the other side connects");
             stream.set_nodelay(true).expect("nodelay");
             stream.set_nonblocking(true).expect("non-blocking");
-            let to = Box::new(stream.try_clone().expect("a second handle"));
-            OtherSide {
-                to,
-                from: Box::new(stream),
-                process,
-            }
+            socket_side(stream, TcpStream::try_clone, process)
         }
     };
     read_polling(&mut side.from, &mut [0]).expect("the other side fills its pool");
     side
+}
+
+/// A connected socket as the other side: one handle to send on, one to read from.
+fn socket_side<S: Read + Write + 'static>(
+    stream: S,
+    clone: fn(&S) -> std::io::Result<S>,
+    process: std::process::Child,
+) -> OtherSide {
+    let to = Box::new(clone(&stream).expect("a second handle"));
+    OtherSide {
+        to,
+        from: Box::new(stream),
+        process,
+    }
 }
 
 /// The other side's `main`: connects back over `transport` and serves walkers.
