@@ -122,6 +122,17 @@ impl LocalityConfig {
         if !(self.slack.is_finite() && self.slack >= 1.0) {
             return Some("[memory.locality] slack must be at least 1".into());
         }
+        // The bound spreads the measured time over the ordered share of the steps at one hop
+        // each (PROTOCOL.md 20.10): with a hop no longer than the expected local step over
+        // that share, a walk at the expected rate states 1, and so would every walk.
+        let ordered = 0.01f64.powf(1.0 / f64::from(self.segments));
+        let useless_below = (self.step_ns as f64 / ordered) as u64;
+        if self.hop_ns <= useless_below {
+            return Some(format!(
+                "[memory.locality] hop_ns = {} is no longer than a local step ({} ns) over the share of the walk {} openings show in order ({ordered:.2}): every walk would state that all its steps could have crossed a hop, which says nothing. Set hop_ns above {useless_below} (the default 3000 counts a walker moved over the kernel's TCP, SECURITY.md)",
+                self.hop_ns, self.step_ns, self.segments
+            ));
+        }
         None
     }
 }
@@ -196,5 +207,29 @@ impl MemoryConfig {
             }
         }
         None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// At the defaults (600 ns a step, 16 openings: 75% in order) a hop of 800 ns or less
+    /// makes a walk at the expected rate state 1 (600 / 0.7499 = 800.1 ns); the error names the
+    /// setting and the bound it must pass.
+    #[test]
+    fn a_hop_no_longer_than_the_ordered_local_step_is_refused() {
+        assert_eq!(LocalityConfig::default().problem(), None);
+        let at = |hop_ns| LocalityConfig {
+            hop_ns,
+            ..LocalityConfig::default()
+        };
+        let refused = at(800).problem().expect("refused");
+        assert!(
+            refused.contains("hop_ns = 800") && refused.contains("above 800"),
+            "{refused}"
+        );
+        assert!(at(1).problem().is_some());
+        assert_eq!(at(801).problem(), None);
     }
 }
