@@ -124,12 +124,13 @@ impl LocalityConfig {
         }
         // The bound spreads the measured time over the ordered share of the steps at one hop
         // each (PROTOCOL.md 20.10): with a hop no longer than the expected local step over
-        // that share, a walk at the expected rate states 1, and so would every walk.
+        // that share, a walk at the expected rate or slower states 1. Only a walk that is on
+        // is held to it.
         let ordered = 0.01f64.powf(1.0 / f64::from(self.segments));
         let useless_below = (self.step_ns as f64 / ordered) as u64;
-        if self.hop_ns <= useless_below {
+        if self.enabled && self.hop_ns <= useless_below {
             return Some(format!(
-                "[memory.locality] hop_ns = {} is no longer than a local step ({} ns) over the share of the walk {} openings show in order ({ordered:.2}): every walk would state that all its steps could have crossed a hop, which says nothing. Set hop_ns above {useless_below} (the default 3000 counts a walker moved over the kernel's TCP, SECURITY.md)",
+                "[memory.locality] hop_ns = {} is no longer than the expected local step ({} ns) over the share of the walk {} openings show in order ({ordered:.2}): a walk at that step or slower would state that all its steps could have crossed a hop, which says nothing. Set hop_ns above {useless_below} (the default 3000 counts a walker moved over the kernel's TCP, SECURITY.md)",
                 self.hop_ns, self.step_ns, self.segments
             ));
         }
@@ -216,14 +217,21 @@ mod tests {
 
     /// At the defaults (600 ns a step, 16 openings: 75% in order) a hop of 800 ns or less
     /// makes a walk at the expected rate state 1 (600 / 0.7499 = 800.1 ns); the error names the
-    /// setting and the bound it must pass.
+    /// setting and the bound it must pass. A walk that is off is not held to it.
     #[test]
     fn a_hop_no_longer_than_the_ordered_local_step_is_refused() {
         assert_eq!(LocalityConfig::default().problem(), None);
         let at = |hop_ns| LocalityConfig {
+            enabled: true,
             hop_ns,
             ..LocalityConfig::default()
         };
+        assert_eq!(at(3_000).problem(), None);
+        let off = LocalityConfig {
+            enabled: false,
+            ..at(800)
+        };
+        assert_eq!(off.problem(), None);
         let refused = at(800).problem().expect("refused");
         assert!(
             refused.contains("hop_ns = 800") && refused.contains("above 800"),
