@@ -113,12 +113,22 @@ pub fn chunk_path(state: &[u8], chunk: u64) -> Result<SlicePath, SliceError> {
 }
 
 fn unit_path(state: &[u8], unit_bytes: u64, index: u64) -> Result<SlicePath, SliceError> {
-    let mut siblings: Vec<ChainingValue> = levels(state.len() as u64, unit_bytes, index)?
+    path_of(state.len() as u64, unit_bytes, index, |start, len| {
+        subtree(&state[start as usize..(start + len) as usize], start)
+    })
+}
+
+/// The path of unit `index` (of `unit_bytes`) in a state of `state_bytes`, bottom first, each
+/// sibling subtree's chaining value from `sibling(start, len)`.
+fn path_of(
+    state_bytes: u64,
+    unit_bytes: u64,
+    index: u64,
+    mut sibling: impl FnMut(u64, u64) -> ChainingValue,
+) -> Result<SlicePath, SliceError> {
+    let mut siblings: Vec<ChainingValue> = levels(state_bytes, unit_bytes, index)?
         .iter()
-        .map(|level| {
-            let (start, len) = (level.sibling_start as usize, level.sibling_len as usize);
-            subtree(&state[start..start + len], level.sibling_start)
-        })
+        .map(|level| sibling(level.sibling_start, level.sibling_len))
         .collect();
     siblings.reverse();
     Ok(SlicePath { siblings })
@@ -167,37 +177,28 @@ impl StateSlices {
             return Err(SliceError::WrongLength(slice.len()));
         }
         let slice_start = chunk / CHUNKS_PER_SLICE * SLICE_BYTES as u64;
-        let mut siblings: Vec<ChainingValue> = levels(self.state_bytes, CHUNK_BYTES as u64, chunk)?
-            .iter()
-            .map(|level| {
-                let (start, len) = (level.sibling_start, level.sibling_len);
-                if len >= SLICE_BYTES as u64 {
-                    self.run(start / SLICE_BYTES as u64, len / SLICE_BYTES as u64)
-                } else {
-                    // Below the slice's own node, so within the slice.
-                    let within = (start - slice_start) as usize;
-                    subtree(&slice[within..within + len as usize], start)
-                }
-            })
-            .collect();
-        siblings.reverse();
-        Ok(SlicePath { siblings })
+        path_of(self.state_bytes, CHUNK_BYTES as u64, chunk, |start, len| {
+            if len >= SLICE_BYTES as u64 {
+                self.slices(start, len)
+            } else {
+                // Below the slice's own node, so within the slice.
+                let within = (start - slice_start) as usize;
+                subtree(&slice[within..within + len as usize], start)
+            }
+        })
     }
 
     /// The path of slice `slice`: what [`slice_path`] cuts from the whole state, made of the
     /// other slices' chaining values alone.
     pub fn slice_path(&self, slice: u64) -> Result<SlicePath, SliceError> {
-        let mut siblings: Vec<ChainingValue> = levels(self.state_bytes, SLICE_BYTES as u64, slice)?
-            .iter()
-            .map(|level| {
-                self.run(
-                    level.sibling_start / SLICE_BYTES as u64,
-                    level.sibling_len / SLICE_BYTES as u64,
-                )
-            })
-            .collect();
-        siblings.reverse();
-        Ok(SlicePath { siblings })
+        path_of(self.state_bytes, SLICE_BYTES as u64, slice, |start, len| {
+            self.slices(start, len)
+        })
+    }
+
+    /// The chaining value of the subtree of whole slices `len` bytes long from byte `start`.
+    fn slices(&self, start: u64, len: u64) -> ChainingValue {
+        self.run(start / SLICE_BYTES as u64, len / SLICE_BYTES as u64)
     }
 
     /// The chaining value of the subtree over `count` slices from `first`: split as BLAKE3
