@@ -49,6 +49,17 @@ pub const MAX_SEGMENT_STEPS: u32 = 1024;
 /// Most end states a miner keeps for one device's walk (`W * G`): 128 MiB of them.
 pub const MAX_KEPT_ENDS: u64 = 1 << 22;
 
+/// The share of a locality walk's (generation, walker) pairs that `segments` uniform openings,
+/// all passing, show walked in order at 99%: `0.01^(1 / segments)`, since a walk with a smaller
+/// share passes each opening with probability below it (0.75 at 16 openings). The hop bound
+/// (PROTOCOL.md 20.10) spreads the measured time over this share of the steps; 0 for no openings.
+pub fn ordered_share_at_least(segments: u32) -> f64 {
+    if segments == 0 {
+        return 0.0;
+    }
+    0.01f64.powf(1.0 / f64::from(segments))
+}
+
 /// A walker's state: four 64-bit words (32 bytes, little-endian words when written as bytes).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct State(pub [u64; 4]);

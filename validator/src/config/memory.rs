@@ -126,9 +126,7 @@ impl LocalityConfig {
         // each (PROTOCOL.md 20.10): with a hop no longer than the expected local step over
         // that share, a walk at the expected rate or slower states 1. Only a walk that is on
         // is held to it.
-        // `0.01^(1/m)`, the verdict's `sequential_at_least`, written again here: the config
-        // stands below the verdict (the validator's floors), so it cannot import it.
-        let ordered = 0.01f64.powf(1.0 / f64::from(self.segments));
+        let ordered = gpu_attest_shared::memory::locality::ordered_share_at_least(self.segments);
         let useless_below = (self.step_ns as f64 / ordered) as u64;
         if self.enabled && self.hop_ns <= useless_below {
             return Some(format!(

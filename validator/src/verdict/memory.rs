@@ -2,6 +2,7 @@
 //! and proven, and for the walk its size, its times on this validator's clock, and the bandwidth
 //! it proved beside the one expected.
 
+use gpu_attest_shared::memory::locality::ordered_share_at_least;
 use serde::{Deserialize, Serialize};
 
 /// One device's memory, as a verdict states it.
@@ -65,7 +66,7 @@ impl DeviceLocality {
     pub fn settle(&mut self, proves: bool) {
         let steps = u64::from(self.generations) * u64::from(self.steps);
         self.step_ns = self.measured_us as f64 * 1000.0 / steps.max(1) as f64;
-        self.sequential_at_least = sequential_at_least(self.segments_opened);
+        self.sequential_at_least = ordered_share_at_least(self.segments_opened);
         self.hop_share_at_most = (proves && self.measured_us > 0 && self.hop_ns > 0 && steps > 0).then(|| {
             let sequential_steps = self.sequential_at_least * steps as f64;
             (self.measured_us as f64 * 1000.0 / (sequential_steps * self.hop_ns as f64)).min(1.0)
@@ -99,13 +100,16 @@ mod locality_tests {
     #[test]
     fn the_hop_bound_is_the_time_over_the_ordered_steps_at_one_hop_each() {
         for m in [1, 16, 64] {
-            assert!((sequential_at_least(m).powi(m as i32) - 0.01).abs() < 1e-12, "m = {m}");
+            assert!(
+                (ordered_share_at_least(m).powi(m as i32) - 0.01).abs() < 1e-12,
+                "m = {m}"
+            );
         }
-        assert_eq!(sequential_at_least(0), 0.0);
+        assert_eq!(ordered_share_at_least(0), 0.0);
         let mut l = walked(256_000);
         l.settle(true);
         // 256 ms over 0.75 x 256,000 steps is 1.33 us a step: a sixth of an 8 us hop.
-        let want = 256_000.0 * 1000.0 / (sequential_at_least(16) * 256_000.0 * 8_000.0);
+        let want = 256_000.0 * 1000.0 / (ordered_share_at_least(16) * 256_000.0 * 8_000.0);
         assert!((l.hop_share_at_most.unwrap() - want).abs() < 1e-12);
         assert!((l.step_ns - 1000.0).abs() < 1e-9);
         let mut slow = walked(10_000_000);
@@ -118,16 +122,6 @@ mod locality_tests {
         none_came.settle(true);
         assert_eq!(none_came.hop_share_at_most, None);
     }
-}
-
-/// The share of a locality walk's (generation, walker) pairs that `segments` uniform openings,
-/// all passing, show walked in order at 99%: `0.01^(1 / segments)`, since a walk with a smaller
-/// share passes each opening with probability below it (0.75 at 16 openings).
-pub fn sequential_at_least(segments: u32) -> f64 {
-    if segments == 0 {
-        return 0.0;
-    }
-    0.01f64.powf(1.0 / f64::from(segments))
 }
 
 /// One device's version 4 walk, as a verdict states it.
