@@ -15,7 +15,10 @@ else: address arithmetic, predicates, loop control). The "other" column is the o
 For `walk-<arch>.cubin` (kernels/cuda/walk.cu) it prints the step loop instead: one iteration is one
 walker's step, 64 KiB read by the block's 128 threads. Per thread, the global loads (16 bytes
 each: 32 make a thread's 512 bytes), dp4a, shuffles and barriers of a step; and the BLAKE3 loop
-nested in it, one iteration a 64-byte block (five a step), which only the hashing lanes run.
+nested in it, one iteration a 64-byte block (five a step), which only the hashing lanes run. And
+the locality walk's step (kernels/cuda/locality.cu, in the same cubin): a warp's lanes each load 8
+bytes of one line, then mix, fold by shuffles and chain; a step costs one memory latency plus this
+loop's dependent instructions.
 """
 import pathlib
 import re
@@ -116,6 +119,36 @@ def walk_report(cubins, nvdisasm):
     print(" loop, which runs once per 64-byte BLAKE3 block, five a step, in the hashing lanes only)")
 
 
+def locality_report(cubins, nvdisasm):
+    walks = sorted(cubins.glob("walk-*.cubin"))
+    if not walks:
+        return
+    print()
+    print("locality walk: per lane, per step (one iteration of locality_walk's loop; a warp reads one 256-byte line):")
+    print(f"{'arch':<8} {'loop':>5} {'steps':>6} {'SHFL':>5} {'CALL':>5} {'other':>6}")
+    for cubin in walks:
+        arch = cubin.stem.split("-", 1)[1]
+        sass = subprocess.run([nvdisasm, "-c", str(cubin)], capture_output=True, text=True, check=True).stdout
+        bodies, _ = loops(function_lines(sass, "locality_walk"))
+        # The step loop: the one that loads (the 64-bit remainder's own loop, where it is inlined,
+        # loads nothing).
+        steps = [b for b in bodies if any(o.startswith("LDG") for o in b)]
+        if not steps:
+            print(f"sm_{arch:<5} no loop found")
+            continue
+        ops = min(steps, key=len)
+        # A lane loads once a step, so the loads count the steps the compiler unrolled into one
+        # iteration; the other columns are per step.
+        count = lambda prefix: sum(o.startswith(prefix) for o in ops)
+        per = count("LDG")
+        known = count("LDG") + count("SHFL") + count("CALL")
+        print(f"sm_{arch:<5} {len(ops):>5} {per:>6} {count('SHFL') / per:>5.0f} {count('CALL') / per:>5.0f} "
+              f"{(len(ops) - known) / per:>6.0f}")
+    print("(loop: static instructions of one iteration, `steps` steps unrolled; the rest per step. CALL:")
+    print(" the 64-bit remainder naming the slice, which ptxas calls rather than inlines; a step's")
+    print(" instructions wait on its load and each on the one before, so they add to the memory latency)")
+
+
 def main():
     nvdisasm, cubins = sys.argv[1], pathlib.Path(sys.argv[2])
     columns = ["mma", "smem load", "global/async copy", "barrier/wait", "other"]
@@ -131,6 +164,7 @@ def main():
         ratio = counts["other"] / counts["mma"] if counts["mma"] else float("nan")
         print(f"{kernel:<8} sm_{arch:<5} {K_PER_ITERATION[kernel]:>4} {len(loop):>5} " + " ".join(f"{counts[c]:>17}" for c in columns) + f"  {ratio:9.2f}")
     walk_report(cubins, nvdisasm)
+    locality_report(cubins, nvdisasm)
 
 
 if __name__ == "__main__":

@@ -265,6 +265,20 @@ impl CudaBackend {
             .clone()
     }
 
+    /// Runs the locality walk and its openings on every device against the CPU's
+    /// (`DeviceRuntime::check_locality`), and says why a device failed. A failure turns off only
+    /// that walk on the device (its pools then answer that they cannot walk lines); the outcome
+    /// is kept with the device's runtime, and one reopened after a fault runs it again before
+    /// its first locality walk.
+    pub fn check_locality(&self) -> Result<(), String> {
+        (0..self.device_count()).try_for_each(|device| {
+            self.on_device(device, |d| Ok(d.check_locality()))
+                .map_err(|e| e.to_string())
+                .and_then(|checked| checked)
+                .map_err(|why| format!("device {device}: {why}"))
+        })
+    }
+
     /// Makes device `device`'s context unusable, as a kernel fault would: the GPU tests use it
     /// to check that a faulted device recovers. Not for production use.
     #[doc(hidden)]
@@ -307,6 +321,7 @@ fn open_device(
         options.slots(),
     )?;
     device.host_hashing = options.host_hashing;
+    device.locality_walk = options.locality_walk;
     Ok(device)
 }
 

@@ -14,8 +14,8 @@ use super::kernels::GpuKernel;
 use super::raw;
 use super::raw::launch::{
     Blake3Chunks, Blake3ChunksArgs, Blake3Parents, Blake3ParentsArgs, Chacha8Generate, GemmMix, GemmMixArgs,
-    GemmMixPersistent, GemmMixPersistentArgs, GenerateArgs, MixI32, TransposeArgs, TransposeI8, UNMAPPED_ADDRESS,
-    WalkBlocks, WalkRoots, WalkSteps,
+    GemmMixPersistent, GemmMixPersistentArgs, GenerateArgs, LocalityGeneration, LocalityStarts, LocalityWalk, MixI32,
+    TransposeArgs, TransposeI8, UNMAPPED_ADDRESS, WalkBlocks, WalkRoots, WalkSteps,
 };
 use super::tma::OperandMap;
 use cudarc::driver::{
@@ -34,6 +34,13 @@ pub struct WalkFunctions {
     pub(crate) steps: WalkSteps,
     pub(crate) blocks: WalkBlocks,
     pub(crate) roots: WalkRoots,
+    pub(crate) locality_starts: LocalityStarts,
+    pub(crate) locality_walk: LocalityWalk,
+    pub(crate) locality_generation: LocalityGeneration,
+    /// blake3.cu's, from the walk's module: a locality opening hashes a state's slices where
+    /// the state lies.
+    pub(crate) blake3_chunks: Blake3Chunks,
+    pub(crate) blake3_parents: Blake3Parents,
 }
 
 pub struct DeviceRuntime {
@@ -54,10 +61,16 @@ pub struct DeviceRuntime {
     blake3_parents: Blake3Parents,
     /// Hash checkpoints on the host instead of the device (`CudaOptions::host_hashing`).
     pub host_hashing: bool,
+    /// Walk lines when asked (`CudaOptions::locality_walk`).
+    pub locality_walk: bool,
     /// The slots its GPU is opened as (`CudaOptions::slots_per_gpu`), which share its memory.
     memory_share: u64,
     /// The memory walk's kernel, once a pool or the bench has needed it (`DeviceRuntime::walker`).
     pub(crate) walk_functions: std::sync::OnceLock<WalkFunctions>,
+    /// The outcome of the locality walk's self-check on this runtime, once run
+    /// (`DeviceRuntime::check_locality`); shared with the pools kept here, which run it on
+    /// their first locality walk if nothing has yet.
+    pub(crate) locality_checked: Arc<std::sync::OnceLock<Result<(), String>>>,
     /// Cleared when this runtime is dropped: a pool made on it (`super::pool`) outlives it only
     /// when the device faulted and is being reset, which frees the pool's memory with the context.
     pub(crate) open: Arc<std::sync::atomic::AtomicBool>,
@@ -195,8 +208,10 @@ impl DeviceRuntime {
             blake3_chunks: Blake3Chunks::load(&loaded).map_err(driver)?,
             blake3_parents: Blake3Parents::load(&loaded).map_err(driver)?,
             host_hashing: false,
+            locality_walk: false,
             memory_share: u64::from(slots.max(1)),
             walk_functions: std::sync::OnceLock::new(),
+            locality_checked: Arc::default(),
             open: Arc::new(std::sync::atomic::AtomicBool::new(true)),
             module,
             gpu,
@@ -428,8 +443,9 @@ impl DeviceRuntime {
             shared_mem_bytes: 0,
         };
         // scratch_a holds count * chunks * 8 words.
+        let matrices = data.slice(0..data.len());
         let args = Blake3ChunksArgs {
-            data,
+            data: &matrices,
             matrix_bytes: bytes,
             cvs: &mut *scratch_a,
         };

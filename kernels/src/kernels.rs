@@ -25,6 +25,7 @@ const MIX: &str = include_str!("../cuda/mix.cu");
 const BLAKE3: &str = include_str!("../cuda/blake3.cu");
 const WALK: &str = include_str!("../cuda/walk.cu");
 const WALK_TREE: &str = include_str!("../cuda/walk_tree.cu");
+const LOCALITY: &str = include_str!("../cuda/locality.cu");
 
 /// Entry points every module exports. Each entry point's parameters are written out a second
 /// time, as the argument struct of its launch type in `raw/launch.rs`: a change to a kernel's
@@ -43,14 +44,21 @@ pub const WALK_FN: &str = "walk_steps";
 /// states folded to its node, then each walker's blocks to its root.
 pub const WALK_BLOCKS_FN: &str = "walk_blocks";
 pub const WALK_ROOTS_FN: &str = "walk_roots";
+/// Version 4's locality walk (PROTOCOL.md 20.10), in [`AuxModule::Walk`]: per generation the
+/// walkers' starts from the locality tree, one warp a walker over the pool's lines, then the
+/// generation's digest pushed onto the tree (`kernels/cuda/locality.cu`).
+pub const LOCALITY_STARTS_FN: &str = "locality_starts";
+pub const LOCALITY_WALK_FN: &str = "locality_walk";
+pub const LOCALITY_GENERATION_FN: &str = "locality_generation";
 
 /// A module that holds no GEMM kernel: compiled on its own, never a device's GEMM kernel (that is
 /// [`GpuKernel`]), and compile-checked beside them (tests/cuda_kernels_compile.rs).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum AuxModule {
     /// The walk over a device's pool (`kernels/cuda/walk.cu`): one block per walker, each step a
-    /// 64 KiB entry read with dp4a, then the step's BLAKE3; and version 4's walker trees over
-    /// its states (`kernels/cuda/walk_tree.cu`).
+    /// 64 KiB entry read with dp4a, then the step's BLAKE3; version 4's walker trees over its
+    /// states (`kernels/cuda/walk_tree.cu`); and its locality walk over the pool's 256-byte lines
+    /// (`kernels/cuda/locality.cu`).
     Walk,
 }
 
@@ -71,12 +79,19 @@ impl AuxModule {
     /// The entry points the host launches.
     pub fn entry_points(self) -> &'static [&'static str] {
         match self {
-            AuxModule::Walk => &[WALK_FN, WALK_BLOCKS_FN, WALK_ROOTS_FN],
+            AuxModule::Walk => &[
+                WALK_FN,
+                WALK_BLOCKS_FN,
+                WALK_ROOTS_FN,
+                LOCALITY_STARTS_FN,
+                LOCALITY_WALK_FN,
+                LOCALITY_GENERATION_FN,
+            ],
         }
     }
 
-    /// Threads per block of its entry points (their `__launch_bounds__`): `WALK_THREADS`, and
-    /// `TREE_THREADS` for the trees.
+    /// Threads per block of its entry points (their `__launch_bounds__`): `WALK_THREADS`,
+    /// `TREE_THREADS` for the trees and `LOC_THREADS` for the locality walk.
     pub fn block_threads(self) -> u32 {
         match self {
             AuxModule::Walk => 128,
@@ -86,8 +101,9 @@ impl AuxModule {
     /// The complete CUDA source of the module.
     pub fn module_source(self) -> String {
         let parts: &[&str] = match self {
-            // The walk hashes with blake3.cu's compression function.
-            AuxModule::Walk => &[COMMON, BLAKE3, WALK, WALK_TREE],
+            // The walks hash with blake3.cu's compression function; the locality walk's tree is
+            // walk_tree.cu's.
+            AuxModule::Walk => &[COMMON, BLAKE3, WALK, WALK_TREE, LOCALITY],
         };
         parts.join("\n")
     }

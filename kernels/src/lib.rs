@@ -36,11 +36,13 @@ pub mod device;
 pub mod driver;
 pub mod evidence;
 pub mod kernels;
+pub mod locality;
 pub mod options;
 mod pipeline;
 pub mod plan;
 pub mod pool;
 pub mod pool_states;
+pub mod states;
 // The driver, NVRTC and cuBLASLt calls cudarc leaves unsafe, device buffers that start
 // undefined, and the kernel launches: each behind a safe function or type.
 #[allow(unsafe_code)]

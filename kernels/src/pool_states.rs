@@ -13,15 +13,16 @@
 //! An opening walks the blocks it needs again on the device (one walker, at most 63 steps a
 //! block) and copies back the one state whose slice it opens, to cut the slice's path.
 
-use super::device::{DeviceRuntime, backend_error, free_after_sync};
-use super::raw::device_memory::alloc_uninit;
+use super::device::{DeviceRuntime, free_after_sync};
+use super::states::{StateWalkLimits, StatesOnDevice};
 use super::walk::{DeviceWalker, TREE_BLOCK_STATES, tree_blocks};
 use super::words::{digest_from_words, key_words};
-use cudarc::driver::{CudaEvent, CudaSlice, CudaStream, sys};
+use cudarc::driver::{CudaEvent, CudaSlice, CudaStream};
 use gpu_attest_shared::backend::{BackendError, CancelToken, PoolStates};
 use gpu_attest_shared::digest::Digest;
 use gpu_attest_shared::matrix::Matrix;
 use gpu_attest_shared::memory::chain_pool::ChainPool;
+use gpu_attest_shared::memory::locality::{ChunkPaths, LineWalk, LocalityWalk, SegmentOpening};
 use gpu_attest_shared::memory::slice::{SLICE_BYTES, SlicePath, slice_path};
 use gpu_attest_shared::memory::slice_walk::{
     DeviceWalk, HeldStates, KeptTrace, OpenSource, SliceWalk, StepOpening, open_kept_step, walk_device,
@@ -30,27 +31,6 @@ use gpu_attest_shared::merkle::{MerkleProof, MerkleTree};
 use std::collections::VecDeque;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-
-/// How a version 4 walk is cut into launches on the device.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct StateWalkLimits {
-    /// Most bytes one launch reads, `W * steps * 65536` (as version 3's walk: short of a display
-    /// GPU's watchdog, and a cancel is seen within two launches).
-    pub launch_bytes: u64,
-    /// Most device memory one launch's states take (`W * steps * 32` bytes), and at most a
-    /// quarter of what is free beside the pool: small, since the pool leaves little (4% of the
-    /// claim, PROTOCOL.md 20.9), and enough for launches of 128 steps at 8192 walkers.
-    pub states_bytes: u64,
-}
-
-impl Default for StateWalkLimits {
-    fn default() -> Self {
-        StateWalkLimits {
-            launch_bytes: 1 << 38,
-            states_bytes: 32 << 20,
-        }
-    }
-}
 
 /// Most steps in one launch, whatever the walkers (few walkers walk slowly).
 const MAX_STEPS_PER_LAUNCH: u32 = 4096;
@@ -96,6 +76,10 @@ pub struct CudaPoolStates {
     limits: StateWalkLimits,
     /// Whether the runtime the states were made on is still the device's (as `CudaPool`'s).
     runtime_open: Arc<AtomicBool>,
+    /// The locality walk's self-check on that runtime (`DeviceRuntime::check_locality`).
+    locality_checked: Arc<std::sync::OnceLock<Result<(), String>>>,
+    /// Whether the miner walks lines on its GPUs (`CudaOptions::locality_walk`).
+    locality_walk: bool,
 }
 
 /// Device memory a walk of `walkers` walkers and `walk_steps` steps takes beside the states:
@@ -160,6 +144,8 @@ impl DeviceRuntime {
             walker,
             limits: StateWalkLimits::default(),
             runtime_open: Arc::clone(&self.open),
+            locality_checked: Arc::clone(&self.locality_checked),
+            locality_walk: self.locality_walk,
         })
     }
 }
@@ -260,49 +246,7 @@ impl CudaPoolStates {
     }
 }
 
-/// States of 64 KiB slices side by side in one device buffer, walked and opened on its stream
-/// (after anything queued there before): a version 4 pool's, or `miner bench`'s walk over a
-/// filled buffer.
-pub struct StatesOnDevice<'a> {
-    pub stream: &'a Arc<CudaStream>,
-    pub walker: &'a DeviceWalker,
-    /// Slice `e` at byte `e * 65536`.
-    pub states: &'a CudaSlice<i8>,
-    pub pool: ChainPool,
-    pub limits: StateWalkLimits,
-}
-
 impl StatesOnDevice<'_> {
-    fn err(&self, e: cudarc::driver::DriverError) -> BackendError {
-        backend_error(self.pool.device, e)
-    }
-
-    fn device_error(&self, detail: String) -> BackendError {
-        BackendError::Device {
-            device: self.pool.device,
-            detail,
-        }
-    }
-
-    fn alloc_words(&self, len: usize) -> Result<CudaSlice<u32>, BackendError> {
-        // Undefined contents are enough: every buffer of this module is written before it is
-        // read (uploads, the walk's states and the tree kernels' outputs), as each use below says.
-        alloc_uninit::<u32>(self.stream, len).map_err(|e| self.err(e))
-    }
-
-    fn download_words(&self, src: &CudaSlice<u32>) -> Result<Vec<u32>, BackendError> {
-        let mut words = vec![0u32; src.len()];
-        self.stream.memcpy_dtoh(src, &mut words).map_err(|e| self.err(e))?;
-        self.stream.synchronize().map_err(|e| self.err(e))?;
-        Ok(words)
-    }
-
-    fn mark(&self) -> Result<CudaEvent, BackendError> {
-        self.stream
-            .record_event(Some(sys::CUevent_flags::CU_EVENT_DISABLE_TIMING))
-            .map_err(|e| self.err(e))
-    }
-
     /// Refuses a walk the kernels cannot take over this pool, in words.
     fn check_walk(&self, walk: &SliceWalk) -> Result<(), BackendError> {
         let fits = (1..=gpu_attest_shared::memory::params::MAX_WALKERS).contains(&walk.walkers)
@@ -455,6 +399,39 @@ impl PoolStates for CudaPoolStates {
         chain: &dyn Fn(u64) -> (Vec<Digest>, MerkleProof),
     ) -> Result<Option<StepOpening>, BackendError> {
         open_kept_step(walk, &self.on_device()?, walked, walker, step, chain)
+    }
+
+    /// On the device (`crate::locality`), where the miner walks lines on its GPUs and the
+    /// locality walk has passed its self-check on this runtime (run here if it has not yet).
+    /// Otherwise [`BackendError::Unsupported`]: the miner answers that it cannot walk lines, and
+    /// the verdict states no locality bound, as for a miner of an earlier release.
+    fn walk_lines(&self, walk: &LocalityWalk, cancel: &CancelToken) -> Result<LineWalk, BackendError> {
+        if !self.locality_walk {
+            return Err(BackendError::Unsupported {
+                what: "walk lines on a GPU unless the miner's gpu_locality_walk is on (off until a GPU run has measured the walk's step)",
+            });
+        }
+        let states = self.on_device()?;
+        let checked = self
+            .locality_checked
+            .get_or_init(|| crate::locality::self_check(states.stream, states.walker, self.pool.device));
+        if checked.is_err() {
+            return Err(BackendError::Unsupported {
+                what: "walk lines on this GPU: its locality walk did not match the CPU's in the self-check (the miner's start-up notes and `miner bench` say how)",
+            });
+        }
+        states.walk_lines(walk, cancel)
+    }
+
+    fn open_lines(
+        &self,
+        walk: &LocalityWalk,
+        walked: &LineWalk,
+        segment: (u32, u32),
+        chain: &dyn Fn(u64) -> (Vec<Digest>, MerkleProof),
+        paths: &ChunkPaths,
+    ) -> Result<Option<SegmentOpening>, BackendError> {
+        self.on_device()?.open_lines(walk, walked, segment, chain, paths)
     }
 }
 

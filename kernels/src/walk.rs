@@ -6,7 +6,10 @@
 use super::compile::{compile_aux_ptx, supported_archs, target_arch};
 use super::device::{DeviceRuntime, WalkFunctions, backend_error};
 use super::kernels::AuxModule;
-use super::raw::launch::{WalkBlocks, WalkBlocksArgs, WalkRoots, WalkRootsArgs, WalkSteps, WalkStepsArgs};
+use super::raw::launch::{
+    Blake3Chunks, Blake3Parents, LocalityGeneration, LocalityStarts, LocalityWalk, WalkBlocks, WalkBlocksArgs,
+    WalkRoots, WalkRootsArgs, WalkSteps, WalkStepsArgs,
+};
 // A state is a digest as the kernel holds it: eight little-endian words, as a ChaCha8 key is.
 use cudarc::driver::{CudaSlice, CudaStream, CudaView, CudaViewMut, LaunchConfig};
 use cudarc::nvrtc::Ptx;
@@ -16,9 +19,9 @@ use gpu_attest_shared::memory::ENTRY_BYTES;
 /// The walk kernels, loaded into one device's context.
 #[derive(Clone)]
 pub struct DeviceWalker {
-    functions: WalkFunctions,
+    pub(crate) functions: WalkFunctions,
     /// The device's partition index, for errors.
-    device: u32,
+    pub(crate) device: u32,
 }
 
 /// Compiles the walk module for the newest architecture NVRTC knows at or below the device's
@@ -46,6 +49,11 @@ fn load_walk_functions(rt: &DeviceRuntime) -> Result<WalkFunctions, BackendError
         steps: WalkSteps::load(&module).map_err(|e| rt.err(e))?,
         blocks: WalkBlocks::load(&module).map_err(|e| rt.err(e))?,
         roots: WalkRoots::load(&module).map_err(|e| rt.err(e))?,
+        locality_starts: LocalityStarts::load(&module).map_err(|e| rt.err(e))?,
+        locality_walk: LocalityWalk::load(&module).map_err(|e| rt.err(e))?,
+        locality_generation: LocalityGeneration::load(&module).map_err(|e| rt.err(e))?,
+        blake3_chunks: Blake3Chunks::load(&module).map_err(|e| rt.err(e))?,
+        blake3_parents: Blake3Parents::load(&module).map_err(|e| rt.err(e))?,
     })
 }
 

@@ -2,17 +2,19 @@
 //! under version 3 and under version 4 (the same bytes as states, every state in its walker's
 //! tree, timed to the walk root), against the device's own copy bandwidth; and small walks on
 //! the device and on the CPU, compared state by state (version 3's over two launches, so that
-//! a walk carried across launches is checked too; version 4's by its self-check).
+//! a walk carried across launches is checked too; version 4's by its self-check); and the
+//! locality walk's time a step over the same bytes, with its self-check.
 
 use super::device::DeviceRuntime;
 use super::pool::CudaPool;
-use super::pool_states::{StateWalkLimits, StatesOnDevice};
+use super::states::{StateWalkLimits, StatesOnDevice};
 use super::walk::DeviceWalker;
 use super::words::key_words;
 use cudarc::driver::CudaSlice;
 use gpu_attest_shared::backend::{BackendError, CancelToken};
 use gpu_attest_shared::digest::Digest;
 use gpu_attest_shared::memory::chain_pool::{ChainPool, MAX_WALK_STEPS};
+use gpu_attest_shared::memory::locality::LocalityWalk;
 use gpu_attest_shared::memory::pool::PoolBytes;
 use gpu_attest_shared::memory::slice_walk::SliceWalk;
 use gpu_attest_shared::memory::walk::{WalkSpec, walk_all};
@@ -59,7 +61,23 @@ pub struct WalkBench {
     pub v4_matches_cpu: bool,
     /// Why version 4's walk did not run, where it did not; version 3's figures stand.
     pub walk_v4_error: Option<String>,
+    /// Whether the locality walk and its openings on the device gave the CPU's
+    /// (`DeviceRuntime::check_locality`).
+    pub locality_matches_cpu: bool,
+    /// The locality walk over the same bytes as states (PROTOCOL.md 20.10), timed as a
+    /// validator times it, to the last generation's digest back on the host, over its `G * C`
+    /// steps: with one walker (a memory latency and the step's instructions a step) and with
+    /// [`LOCALITY_LOADED_WALKERS`] side by side (whether the latency holds under load). 0 where
+    /// it did not run (`locality_error`).
+    pub locality_step_ns: f64,
+    pub locality_loaded_step_ns: f64,
+    pub locality_error: Option<String>,
 }
+
+/// Walkers of the locality walk's loaded timing: a few warps an SM on the largest GPUs.
+pub const LOCALITY_LOADED_WALKERS: u32 = 1024;
+/// Steps a locality walker takes in one generation in the bench: the validator's default `C`.
+const LOCALITY_BENCH_STEPS: u32 = 256;
 
 /// Most steps a timed launch takes: a launch stays well under a second on the largest GPUs
 /// (8192 walkers x 4096 steps x 64 KiB is 2.2 TB, 0.7 s at 3.35 TB/s), short of a display
@@ -129,6 +147,13 @@ pub fn bench_walk(
             Err(e) => (false, 0, 0.0, Some(e.to_string())),
         };
 
+    // The locality walk over the same bytes; an error leaves the other figures standing.
+    let (locality_matches_cpu, locality_step_ns, locality_loaded_step_ns, locality_error) =
+        match bench_locality(rt, &walker, pool, entries) {
+            Ok((matches, one, loaded)) => (matches, one, loaded, None),
+            Err(e) => (false, 0.0, 0.0, Some(e.to_string())),
+        };
+
     drop(filled);
     let copy_bytes_per_sec = copy_rate(rt, len, budget)?;
     Ok(WalkBench {
@@ -150,7 +175,54 @@ pub fn bench_walk(
         walk_v4_share_of_walk: walk_v4_bytes_per_sec / walk_bytes_per_sec,
         v4_matches_cpu,
         walk_v4_error,
+        locality_matches_cpu,
+        locality_step_ns,
+        locality_loaded_step_ns,
+        locality_error,
     })
+}
+
+/// `miner bench`'s locality walk on `rt`'s device over `pool`'s `entries` slices as states at
+/// n = 256 (see [`WalkBench::locality_step_ns`]): whether it matches the CPU's, and the best of
+/// two walks' time a step with one walker and with [`LOCALITY_LOADED_WALKERS`].
+fn bench_locality(
+    rt: &DeviceRuntime,
+    walker: &DeviceWalker,
+    pool: &CudaSlice<i8>,
+    entries: u64,
+) -> Result<(bool, f64, f64), BackendError> {
+    let matches_cpu = rt.check_locality().is_ok();
+    let on_device = StatesOnDevice {
+        stream: &rt.stream,
+        walker,
+        states: pool,
+        pool: ChainPool {
+            device: rt.index,
+            first_chain: 0,
+            chains: entries,
+            n: 256,
+        },
+        limits: StateWalkLimits::default(),
+    };
+    let step_ns = |walkers: u32, generations: u32| -> Result<f64, BackendError> {
+        let walk = LocalityWalk {
+            nonce: [7; 32],
+            seed: [8; 32],
+            global: Digest::default(),
+            walkers,
+            generations,
+            steps: LOCALITY_BENCH_STEPS,
+        };
+        let mut best = f64::MAX;
+        for _ in 0..2 {
+            let started = std::time::Instant::now();
+            on_device.walk_lines(&walk, &CancelToken::new())?;
+            best = best.min(started.elapsed().as_secs_f64());
+        }
+        Ok(best * 1e9 / (f64::from(generations) * f64::from(LOCALITY_BENCH_STEPS)))
+    };
+    // About 0.1 s each at a microsecond a step.
+    Ok((matches_cpu, step_ns(1, 400)?, step_ns(LOCALITY_LOADED_WALKERS, 400)?))
 }
 
 /// A real pool of `entries`, filled as a challenge's is (its fill is the memory phase's

@@ -18,6 +18,7 @@ use gpu_attest_shared::gemm::CpuGemm;
 use gpu_attest_shared::matrix::generate_a;
 use gpu_attest_shared::memory::chain_pool::ChainPoolParams;
 use gpu_attest_shared::memory::check::{CommittedEntries, check_segment};
+use gpu_attest_shared::memory::locality::{ChunkPaths, LocalityWalk};
 use gpu_attest_shared::memory::pool::{HostPool, PoolBytes, entry_rows_match, make_entry};
 use gpu_attest_shared::memory::slice_walk::{
     DeviceCommitments, DeviceWalk as StateWalk, SliceWalk, StepOpening, check_step,
@@ -466,6 +467,79 @@ fn open_and_check_v4(
     check_step(work, walk, &pool, &committed, &opening, &rows)
         .unwrap_or_else(|e| panic!("step {step} of walker {walker}: {e}"));
     opening
+}
+
+/// Version 4's locality walk on the GPU against the CPU, bit for bit, over pools kept by the
+/// chains at n = 256 (one slice a state), 512 (four) and 2048 (64): every end state, generation
+/// digest and the root, for 70 walkers (a leaf message of three chunks) over six generations,
+/// and three openings, whose chunk paths come from slices hashed on the device where a state has
+/// several. Run after the backend's self-checks, the locality walk's among them; and refused
+/// (UNIMPLEMENTED, as a miner that cannot walk lines answers) where the miner has not turned it on.
+#[test]
+#[ignore = "needs a CUDA GPU: run with --ignored on a GPU host (scripts/gpu-check.sh does)"]
+fn a_gpu_locality_walk_and_its_openings_are_the_cpus() {
+    let gpus = gpus();
+    let cpu = CpuBackend::new(0, None).unwrap();
+    let cancel = CancelToken::new();
+    for gpu in &gpus {
+        let cuda = CudaBackend::new(&CudaOptions {
+            ordinals: Some(vec![gpu.ordinal]),
+            locality_walk: true,
+            ..CudaOptions::default()
+        })
+        .unwrap();
+        cuda.check_chain_pools().expect("the version 4 self-check");
+        cuda.check_locality().expect("the locality walk's self-check");
+        for (tag, (n, m, pool_chains)) in [(256u32, 6u64, 4u64), (512, 3, 2), (2048, 2, 2)]
+            .into_iter()
+            .enumerate()
+        {
+            let work = work(n, m, 2, 1, 90 + tag as u8);
+            let want = execute_with_pools(&cpu, &work, &[pool_chains], &|_| {}, &cancel).unwrap();
+            let got = execute_with_pools(&cuda, &work, &[pool_chains], &|_| {}, &cancel).unwrap();
+            let walk = LocalityWalk {
+                nonce: [tag as u8; 32],
+                seed: [9; 32],
+                global: want.execution.commitment.global,
+                walkers: 70,
+                generations: 6,
+                steps: 40,
+            };
+            let walked = got.pools[0].walk_lines(&walk, &cancel).unwrap();
+            let cpu_walked = want.pools[0].walk_lines(&walk, &cancel).unwrap();
+            assert_eq!(walked, cpu_walked, "n = {n}: the locality walk");
+            let no_chain = |_: u64| (Vec::new(), gpu_attest_shared::merkle::MerkleProof::default());
+            let (gpu_paths, cpu_paths) = (ChunkPaths::default(), ChunkPaths::default());
+            for segment in [(0, 0), (5, 69), (3, 17)] {
+                let opened = got.pools[0]
+                    .open_lines(&walk, &walked, segment, &no_chain, &gpu_paths)
+                    .unwrap();
+                let expected = want.pools[0]
+                    .open_lines(&walk, &cpu_walked, segment, &no_chain, &cpu_paths)
+                    .unwrap();
+                assert!(opened.is_some(), "n = {n}: segment {segment:?} opened");
+                assert_eq!(opened, expected, "n = {n}: the opening of segment {segment:?}");
+            }
+        }
+        let off = backend_on(gpu);
+        let work = work(256, 4, 2, 1, 99);
+        let kept = execute_with_pools(&off, &work, &[2], &|_| {}, &cancel).unwrap();
+        let walk = LocalityWalk {
+            nonce: [99; 32],
+            seed: [9; 32],
+            global: kept.execution.commitment.global,
+            walkers: 1,
+            generations: 1,
+            steps: 1,
+        };
+        assert!(
+            matches!(
+                kept.pools[0].walk_lines(&walk, &cancel),
+                Err(gpu_attest_shared::backend::BackendError::Unsupported { .. })
+            ),
+            "a GPU walks lines only where the miner turned it on"
+        );
+    }
 }
 
 /// Version 4 on the GPU against the CPU, bit for bit: the commitment of chains whose first

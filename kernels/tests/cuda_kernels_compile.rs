@@ -170,6 +170,16 @@ fn every_aux_module_compiles_for_every_target_architecture() {
                         ptx.contains("shfl.sync.bfly.b32"),
                         "the walk reduces rows with shuffles"
                     );
+                    // The locality walk: each lane loads its 8 bytes of the line past L1, and
+                    // the lanes' words meet by shuffles (idx: the four folds to every lane).
+                    assert!(
+                        ptx.contains("ld.global.cg.u64"),
+                        "the locality walk loads 8 bytes a lane with __ldcg"
+                    );
+                    assert!(
+                        ptx.contains("shfl.sync.idx.b32"),
+                        "the locality walk hands its folds to every lane with shuffles"
+                    );
                 }
             }
             if let Some(ptxas) = &ptxas {

@@ -16,15 +16,17 @@ mod common;
 use gpu_attest_kernels::GpuKernel;
 use gpu_attest_kernels::kernels::AuxModule;
 use gpu_attest_kernels::tma::OperandMap;
-use gpu_attest_shared::Digest;
 use gpu_attest_shared::gemm::naive;
 use gpu_attest_shared::matrix::{Matrix, generate};
 use gpu_attest_shared::memory::ENTRY_BYTES;
 use gpu_attest_shared::memory::chain_pool::ChainPool;
+use gpu_attest_shared::memory::locality::{LocalityWalk, State, walk_lines};
 use gpu_attest_shared::memory::slice::SLICE_BYTES;
 use gpu_attest_shared::memory::slice_walk::{HeldStates, KEPT_EVERY, KeptTrace, SliceWalk, walk_device};
 use gpu_attest_shared::memory::walk::{entry_index, step};
+use gpu_attest_shared::merkle::MerkleTree;
 use gpu_attest_shared::mix::mix;
+use gpu_attest_shared::{CancelToken, Digest};
 use rand_chacha::ChaCha8Rng;
 use rand_chacha::rand_core::{Rng, SeedableRng};
 use std::hash::{Hash, Hasher};
@@ -74,6 +76,7 @@ static inline int __dp4a(int a, int b, int c) {
 }
 
 template <class T> static inline T __ldg(const T* p) { return *p; }
+template <class T> static inline T __ldcg(const T* p) { return *p; }
 
 // __shfl_xor_sync over a whole warp (the walk's row reduction): every lane posts its value, then
 // reads its partner's. Every lane of the warp must call it, as the full mask requires; a partial
@@ -685,6 +688,7 @@ int main(int argc, char** argv) {
         printf("multicast %d %d %d %d\n", PP_BM, PP_BN, PP_THREADS, PP_SMEM_BYTES);
         printf("walk %d\n", WALK_THREADS);
         printf("tree %d\n", TREE_THREADS);
+        printf("locality %d\n", LOC_THREADS);
     } else if (mode == "walk") {  // walk P WALKERS FIRST_STEP STEPS EVERY VERSION < pool, then WALKERS + 1 states
         // One block past the walkers, and a state slot past theirs that it must not touch.
         u64 entries = strtoull(argv[2], 0, 10);
@@ -741,6 +745,37 @@ int main(int argc, char** argv) {
         fwrite(block_starts.data(), 4, block_starts.size(), stdout);
         fwrite(block_nodes.data(), 4, block_nodes.size(), stdout);
         fwrite(roots.data(), 4, roots.size(), stdout);
+    } else if (mode == "locality") {  // locality P W G C DEVICE < pool, then the key (nonce, seed, G: 96 bytes)
+        // A device's locality walk as the host drives it: per generation the starts, the walk and
+        // the generation's digest with its push onto the tree's edge. Writes every end state
+        // (G x W), then every digest, then the edge, each with a slot past it no thread may touch.
+        u64 slices = strtoull(argv[2], 0, 10);
+        u32 walkers = (u32)strtoul(argv[3], 0, 10), generations = (u32)strtoul(argv[4], 0, 10);
+        u32 steps = (u32)strtoul(argv[5], 0, 10), device = (u32)strtoul(argv[6], 0, 10);
+        const size_t pool_bytes = slices * 65536;
+        u64* pool = (u64*)aligned_alloc(256, pool_bytes);
+        memcpy(pool, in.data(), pool_bytes);
+        std::vector<u32> key(24);
+        memcpy(key.data(), in.data() + pool_bytes, 96);
+        std::vector<u64> starts(((size_t)walkers + 1) * 4, 0xA5A5A5A5A5A5A5A5ull);
+        std::vector<u64> ends(((size_t)generations * walkers + 1) * 4, 0xA5A5A5A5A5A5A5A5ull);
+        std::vector<u32> digests(((size_t)generations + 1) * 8, 0xA5A5A5A5u);
+        std::vector<u32> edge((LOC_EDGE_LEVELS + 1) * 8, 0xA5A5A5A5u);
+        for (u32 g = 0; g < generations; ++g) {
+            u64* ends_g = ends.data() + (size_t)g * walkers * 4;
+            launch((walkers + LOC_THREADS - 1) / LOC_THREADS, 1, LOC_THREADS,
+                   [&] { locality_starts(key.data(), device, g, walkers, edge.data(), starts.data()); });
+            launch_threads((walkers + LOC_WARPS - 1) / LOC_WARPS, 1, 1, LOC_THREADS, 1,
+                           [&] { locality_walk(pool, slices, starts.data(), walkers, steps, ends_g); });
+            launch_threads(1, 1, 1, LOC_THREADS, 1, [&] {
+                locality_generation(key.data(), device, g, walkers, ends_g, digests.data(), edge.data());
+            });
+        }
+        free(pool);
+        fwrite(ends.data(), 8, ends.size(), stdout);
+        fwrite(digests.data(), 4, digests.size(), stdout);
+        fwrite(starts.data() + (size_t)walkers * 4, 8, 4, stdout);
+        fwrite(edge.data() + LOC_EDGE_LEVELS * 8, 4, 8, stdout);
     } else if (mode == "mix") {  // mix STEP N < int32 values, whole n x n matrices
         u32 step = (u32)strtoul(argv[2], 0, 10);
         u32 n = (u32)strtoul(argv[3], 0, 10);
@@ -803,6 +838,7 @@ fn build_harness(name: &str, mutations: &[Mutation]) -> Option<PathBuf> {
         read("gemm_pingpong.cu"),
         read("walk.cu"),
         read("walk_tree.cu"),
+        read("locality.cu"),
         HARNESS.to_string(),
     ]
     .join("\n");
@@ -1582,6 +1618,152 @@ fn mutants_of_the_v4_walk_and_its_trees_fail_in_the_emulation() {
         assert!(
             kept != want.kept || roots != want.walker_roots,
             "mutant {name} gave the CPU's trees"
+        );
+    }
+}
+
+/// One device's locality walk as the emulated kernels make it (locality.cu, driven as the
+/// harness's `locality` mode drives it): every end state, generation by generation, and every
+/// generation digest. `None` when the harness aborted.
+fn device_locality(harness: &Path, pool: &[u8], walk: &LocalityWalk, device: u32) -> Option<(Vec<State>, Vec<Digest>)> {
+    let slices = pool.len() / SLICE_BYTES;
+    let mut input = pool.to_vec();
+    input.extend_from_slice(&walk.nonce);
+    input.extend_from_slice(&walk.seed);
+    input.extend_from_slice(walk.global.as_bytes());
+    let args = [
+        "locality".to_string(),
+        slices.to_string(),
+        walk.walkers.to_string(),
+        walk.generations.to_string(),
+        walk.steps.to_string(),
+        device.to_string(),
+    ];
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let out = run_binary(harness, &args, &input, &[]);
+    if !out.status.success() {
+        println!("locality failed: {}", String::from_utf8_lossy(&out.stderr).trim());
+        return None;
+    }
+    let ends_count = (walk.walkers * walk.generations) as usize;
+    let digests_count = walk.generations as usize;
+    assert_eq!(out.stdout.len(), 32 * (ends_count + 1 + digests_count + 1 + 2));
+    let (ends, rest) = out.stdout.split_at(32 * (ends_count + 1));
+    let (digests, rest) = rest.split_at(32 * (digests_count + 1));
+    let untouched = [0xA5; 32];
+    assert_eq!(ends[32 * ends_count..], untouched, "an end past the last walker's");
+    assert_eq!(
+        digests[32 * digests_count..],
+        untouched,
+        "a digest past the last generation's"
+    );
+    assert_eq!(rest[..32], untouched, "a start past the last walker's");
+    assert_eq!(rest[32..], untouched, "a node past the tree's edge");
+    let ends = ends[..32 * ends_count]
+        .chunks_exact(32)
+        .map(|c| State::from_bytes(c.try_into().unwrap()))
+        .collect();
+    let digests = digests[..32 * digests_count]
+        .chunks_exact(32)
+        .map(|c| Digest::from_slice(c).unwrap())
+        .collect();
+    Some((ends, digests))
+}
+
+fn locality_walk_of(walkers: u32, generations: u32, steps: u32) -> LocalityWalk {
+    LocalityWalk {
+        nonce: [7; 32],
+        seed: [8; 32],
+        global: Digest::hash(b"the locality walk's global root"),
+        walkers,
+        generations,
+        steps,
+    }
+}
+
+/// The locality walk on the device against `locality::walk_lines`, every end and every
+/// generation digest bit for bit, and the root over the digests: one walker (a leaf message of
+/// one chunk), and 70 (three chunks, the third promoted a level), over 11 generations, whose
+/// starts take one to three of the tree's nodes, on device 3.
+#[test]
+fn device_locality_walk_matches_walk_lines() {
+    let Some(harness) = harness() else {
+        return;
+    };
+    let shapes = String::from_utf8(run(&["shapes"], &[])).unwrap();
+    assert!(
+        shapes
+            .lines()
+            .any(|l| l == format!("locality {}", AuxModule::Walk.block_threads())),
+        "LOC_THREADS in locality.cu is not AuxModule::Walk.block_threads():\n{shapes}"
+    );
+    let (pool, _) = v4_pool(5);
+    let held = locality_pool(&pool, 3);
+    for (walkers, generations, steps) in [(1u32, 11u32, 9u32), (70, 3, 4)] {
+        let walk = locality_walk_of(walkers, generations, steps);
+        let want = walk_lines(&walk, &held, &CancelToken::new()).unwrap();
+        let (ends, digests) = device_locality(harness, &pool, &walk, 3).expect("the walk ran");
+        assert_eq!(digests, want.digests, "W = {walkers}: the generation digests");
+        assert_eq!(ends, want.ends, "W = {walkers}: the end states");
+        assert_eq!(MerkleTree::new(&digests).root(), want.root, "W = {walkers}: the root");
+    }
+}
+
+/// The pool of v4_pool's bytes as device `device`'s states.
+fn locality_pool(pool: &[u8], device: u32) -> HeldStates {
+    let states = pool
+        .chunks(SLICE_BYTES)
+        .map(|s| Matrix::from_vec(256, bytemuck::cast_slice::<u8, i8>(s).to_vec()).unwrap())
+        .collect();
+    let chains = ChainPool::new(device, 0, (pool.len() / SLICE_BYTES) as u64, 256).unwrap();
+    HeldStates::new(chains, states).unwrap()
+}
+
+/// Mutants the test above must catch, one a kernel: a walk whose fold leaves out the lanes 16
+/// apart, starts that take none of the tree's nodes, and a digest whose chunks are all hashed at
+/// counter 0.
+#[test]
+fn mutants_of_the_locality_walk_fail_in_the_emulation() {
+    if harness().is_none() {
+        return;
+    }
+    let (pool, _) = v4_pool(5);
+    let held = locality_pool(&pool, 0);
+    let walk = locality_walk_of(70, 3, 4);
+    let want = walk_lines(&walk, &held, &CancelToken::new()).unwrap();
+    let mutants = [
+        (
+            "locality-fold-without-lanes-16-apart",
+            Mutation {
+                file: "locality.cu",
+                from: "x ^= ga_loc_shfl_xor(x, 16);",
+                to: "",
+            },
+        ),
+        (
+            "locality-starts-without-parents",
+            Mutation {
+                file: "locality.cu",
+                from: "(generation >> level) & 1u",
+                to: "(generation >> level) & 0u",
+            },
+        ),
+        (
+            "locality-chunks-at-counter-0",
+            Mutation {
+                file: "locality.cu",
+                from: "ga_b3_compress(cv, block, c,",
+                to: "ga_b3_compress(cv, block, 0,",
+            },
+        ),
+    ];
+    for (name, mutation) in mutants {
+        let binary = build_harness(name, &[mutation]).unwrap();
+        let (ends, digests) = device_locality(&binary, &pool, &walk, 0)
+            .unwrap_or_else(|| panic!("mutant {name} aborted: it should compute, wrongly"));
+        assert!(
+            ends != want.ends || digests != want.digests,
+            "mutant {name} gave the CPU's walk"
         );
     }
 }

@@ -111,6 +111,9 @@ fn start_checked_cuda(config: &MinerConfig, detection: &Detection) -> Result<Sel
     // passed, the backend keeps no chain pools and the miner says 3 (2 where its GPUs hold no
     // pools), which a validator of this release attests for compute only or refuses.
     let chain_pools = config.limits.protocol_4.then(|| backend.check_chain_pools());
+    // The locality walk only where it is turned on and version 4's pools are kept: its outcome
+    // stays with each device, whose pools then walk lines or answer that they cannot.
+    let locality = (config.gpu_locality_walk && matches!(chain_pools, Some(Ok(())))).then(|| backend.check_locality());
     let mut selected = cuda_selection(backend);
     selected.notes.extend(checks.iter().map(|c| format!("self-check: {c}")));
     match chain_pools {
@@ -119,6 +122,15 @@ fn start_checked_cuda(config: &MinerConfig, detection: &Detection) -> Result<Sel
             .push("self-check: the version 4 walk matches the CPU's on every GPU".into()),
         Some(Err(why)) => selected.notes.push(format!(
             "self-check: {why}; this miner says protocol version 3, whose memory phase validators of this release refuse: report this line with `miner info`'s output"
+        )),
+        None => {}
+    }
+    match locality {
+        Some(Ok(())) => selected
+            .notes
+            .push("self-check: the locality walk and its openings match the CPU's on every GPU".into()),
+        Some(Err(why)) => selected.notes.push(format!(
+            "self-check: the locality walk failed, {why}; this miner answers locality requests that it cannot walk lines (its verdicts state no locality bound): report this line with `miner info`'s output"
         )),
         None => {}
     }

@@ -113,6 +113,9 @@ pub struct MinerConfig {
     pub gpu_devices: Vec<u32>,
     /// Hash checkpoints on the host instead of the GPU (slower; a fallback).
     pub gpu_hash_on_host: bool,
+    /// Walk lines on the GPUs when a validator asks for the locality walk (PROTOCOL.md 20.10).
+    /// Off until a GPU run has measured the walk's step: validators time it by the CPU's.
+    pub gpu_locality_walk: bool,
     /// The test mode of `--gpu-slots` (each GPU opened as this many slots): a flag only, never
     /// read from a config file, so that no deployed miner runs in it unawares.
     #[serde(skip)]
@@ -188,6 +191,7 @@ impl Default for MinerConfig {
             gpu_kernel: GpuKernelChoice::Auto,
             gpu_devices: Vec::new(),
             gpu_hash_on_host: false,
+            gpu_locality_walk: false,
             gpu_slots: 1,
             kernel_cache_dir: None,
             cpu_threads: 0,
@@ -221,6 +225,7 @@ impl MinerConfig {
             },
             cache_dir: self.kernel_cache_dir.clone().or_else(default_cache_dir),
             host_hashing: self.gpu_hash_on_host,
+            locality_walk: self.gpu_locality_walk,
             slots_per_gpu: self.gpu_slots,
         }
     }

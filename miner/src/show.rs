@@ -283,6 +283,23 @@ fn print_walks(w: &WalkBench) {
             "NOT the CPU's trees and openings"
         }
     );
+    match &w.locality_error {
+        Some(e) => println!("locality walk, device {} ({}): did not run: {e}", w.device, w.name),
+        None => println!(
+            "locality walk, device {} ({}): {:.0} ns a step with one walker, {:.0} ns with {} side by side, \
+             to the last generation's digest on the host; {}",
+            w.device,
+            w.name,
+            w.locality_step_ns,
+            w.locality_loaded_step_ns,
+            gpu_attest_kernels::walk_bench::LOCALITY_LOADED_WALKERS,
+            if w.locality_matches_cpu {
+                "the CPU's walk and openings, every one"
+            } else {
+                "NOT the CPU's walk and openings"
+            }
+        ),
+    }
 }
 
 /// Whether the GPU bench passed: every kernel timed, both walks run, and each device's walks
@@ -297,7 +314,13 @@ fn gpu_bench_verdict(kernel_errors: &[String], walk_error: Option<String>, memor
     if let Some(e) = memory.iter().find_map(|w| w.walk_v4_error.as_ref()) {
         return Err(format!("the version 4 walk did not run: {e}"));
     }
-    if memory.iter().any(|w| !w.matches_cpu || !w.v4_matches_cpu) {
+    if let Some(e) = memory.iter().find_map(|w| w.locality_error.as_ref()) {
+        return Err(format!("the locality walk did not run: {e}"));
+    }
+    if memory
+        .iter()
+        .any(|w| !w.matches_cpu || !w.v4_matches_cpu || !w.locality_matches_cpu)
+    {
         return Err("the device walk differs from the CPU walk: report this with `miner info`".into());
     }
     Ok(())

@@ -105,7 +105,7 @@ pub trait PoolStates: Send + Sync {
     /// A pool held on a device that has no line walk of its own says so ([`BackendError::Unsupported`]).
     fn walk_lines(&self, walk: &LocalityWalk, cancel: &CancelToken) -> Result<LineWalk, BackendError> {
         let source = self.host_states().ok_or(BackendError::Unsupported {
-            what: "walk lines of a pool held on a device (the locality walk runs on the CPU backend in this release)",
+            what: "walk lines of a pool held on a device without a line walk of its own",
         })?;
         walk_lines(walk, source, cancel)
     }
@@ -122,7 +122,7 @@ pub trait PoolStates: Send + Sync {
         paths: &ChunkPaths,
     ) -> Result<Option<SegmentOpening>, BackendError> {
         let source = self.host_states().ok_or(BackendError::Unsupported {
-            what: "open lines of a pool held on a device (the locality walk runs on the CPU backend in this release)",
+            what: "open lines of a pool held on a device without a line walk of its own",
         })?;
         open_locality_segment(walk, source, walked, segment, chain, paths)
     }

@@ -10,8 +10,9 @@ use gpu_attest_shared::matrix::Matrix;
 use gpu_attest_shared::memory::chain_pool::ChainPool;
 use gpu_attest_shared::memory::locality::{
     ChunkPaths, LineWalk, LocalityCommitments, LocalityRejection, LocalityWalk, SegmentOpening, ShapeError, State,
-    check_segment, open_segment, open_walker, step, walk_lines,
+    check_segment, open_segment, open_walker, segment_start, step, walk_lines,
 };
+use gpu_attest_shared::memory::slice::{SLICE_BYTES, StateSlices};
 use gpu_attest_shared::memory::slice_walk::{HeldStates, SliceSource};
 use gpu_attest_shared::merkle::{MerkleProof, MerkleTree, inner_node};
 use gpu_attest_shared::params::{ChallengeParams, Work};
@@ -593,4 +594,79 @@ fn a_cancelled_walk_stops() {
     let cancel = CancelToken::new();
     cancel.cancel();
     assert!(walk_lines(&walk(), &device.held, &cancel).is_err());
+}
+
+/// The slices a segment's walk reads, and nothing else of the pool: what a GPU miner copies back
+/// to open a segment (kernels/src/locality.rs), with the states' slices known by their chaining
+/// values alone.
+struct LineSlices {
+    pool: ChainPool,
+    slices: std::collections::HashMap<u64, Vec<u8>>,
+}
+
+impl SliceSource for LineSlices {
+    fn pool(&self) -> &ChainPool {
+        &self.pool
+    }
+
+    fn slice(&self, e: u64) -> &[u8] {
+        self.slices
+            .get(&e)
+            .unwrap_or_else(|| panic!("slice {e} was not among the segment's lines"))
+    }
+}
+
+/// Slice `q` of a state as BLAKE3 chains it within the state: a complete subtree at its offset.
+fn slice_cv(state: &[u8], q: usize) -> [u8; 32] {
+    use blake3::hazmat::HasherExt;
+    let mut hasher = blake3::Hasher::new();
+    hasher.set_input_offset((q * SLICE_BYTES) as u64);
+    hasher.update(&state[q * SLICE_BYTES..(q + 1) * SLICE_BYTES]);
+    hasher.finalize_non_root()
+}
+
+/// An opening made from the segment's own slices, each touched state known by its slices'
+/// chaining values (`ChunkPaths::keep_state`, `StateSlices::from_cvs`), is the opening made
+/// from the whole pool, bit for bit; and a state's chaining values are refused in the wrong number.
+#[test]
+fn an_opening_from_its_own_slices_and_the_states_chaining_values_is_the_whole_pools() {
+    let device = Device::honest();
+    let walk = walk();
+    let walked = device.walk(&walk);
+    let per_state = device.pool.slices_per_state();
+    let cvs_of = |chain: u64| -> Vec<[u8; 32]> {
+        let state = device.held.state(chain).as_bytes();
+        (0..per_state as usize).map(|q| slice_cv(state, q)).collect()
+    };
+    let paths = ChunkPaths::default();
+    for (g, w) in [
+        (0, 0),
+        (walk.generations - 1, walk.walkers - 1),
+        (walk.generations / 2, 1),
+    ] {
+        let mut state = segment_start(&walk, &walked, device.pool.device, (g, w)).unwrap();
+        let mut lines = LineSlices {
+            pool: device.pool,
+            slices: Default::default(),
+        };
+        for _ in 0..walk.steps {
+            let line = state.names(device.pool.slices());
+            let slice = device.held.slice(line.slice);
+            lines.slices.insert(line.slice, slice.to_vec());
+            state = step(&state, line.of(slice));
+            let (chain, _) = device.pool.locate(line.slice);
+            paths
+                .keep_state(chain, || Ok(StateSlices::from_cvs(per_state, cvs_of(chain)).unwrap()))
+                .unwrap();
+        }
+        let from_lines = open_segment(&walk, &lines, &walked, (g, w), &device.chain_opening(), &paths)
+            .unwrap()
+            .unwrap();
+        assert_eq!(from_lines, device.open(&walk, &walked, g, w), "segment ({g}, {w})");
+        device.check(&walk, walked.root, &from_lines).unwrap();
+    }
+    assert!(segment_start(&walk, &walked, 0, (walk.generations, 0)).is_none());
+    assert!(StateSlices::from_cvs(per_state, cvs_of(0)[1..].to_vec()).is_err());
+    assert!(StateSlices::from_cvs(1, Vec::new()).is_ok());
+    assert!(StateSlices::from_cvs(1, cvs_of(0)[..1].to_vec()).is_err());
 }

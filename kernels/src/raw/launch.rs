@@ -17,8 +17,8 @@
 
 use super::tensor_map::TensorMap;
 use crate::kernels::{
-    BLAKE3_CHUNKS_FN, BLAKE3_PARENTS_FN, GENERATE_FN, GpuKernel, MIX_FN, TRANSPOSE_FN, WALK_BLOCKS_FN, WALK_FN,
-    WALK_ROOTS_FN,
+    BLAKE3_CHUNKS_FN, BLAKE3_PARENTS_FN, GENERATE_FN, GpuKernel, LOCALITY_GENERATION_FN, LOCALITY_STARTS_FN,
+    LOCALITY_WALK_FN, MIX_FN, TRANSPOSE_FN, WALK_BLOCKS_FN, WALK_FN, WALK_ROOTS_FN,
 };
 use cudarc::driver::{
     CudaFunction, CudaModule, CudaSlice, CudaStream, CudaView, CudaViewMut, DriverError, LaunchConfig, PushKernelArg,
@@ -265,8 +265,8 @@ impl MixI32 {
 pub(crate) struct Blake3Chunks(CudaFunction);
 
 pub(crate) struct Blake3ChunksArgs<'a> {
-    /// The matrices' bytes (`i8`, read as `u8`).
-    pub data: &'a CudaSlice<i8>,
+    /// The matrices' bytes (`i8`, read as `u8`), from the first matrix hashed.
+    pub data: &'a CudaView<'a, i8>,
     pub matrix_bytes: u64,
     pub cvs: &'a mut CudaSlice<u32>,
 }
@@ -494,6 +494,161 @@ impl WalkRoots {
         launch.arg(block_nodes).arg(&blocks).arg(&walkers).arg(roots);
         // SAFETY: `self` is walk_roots, and the arguments are its parameters in order and size:
         // a device pointer, two u32s, a device pointer.
+        unsafe { launch.launch(cfg) }.map(|_| ())
+    }
+}
+
+/// `locality_starts(const u32* key, u32 device, u32 generation, u32 walkers, const u32* edge,
+/// u64* starts)` (`kernels/cuda/locality.cu`).
+#[derive(Clone)]
+pub(crate) struct LocalityStarts(CudaFunction);
+
+pub(crate) struct LocalityStartsArgs<'a> {
+    pub key: &'a CudaSlice<u32>,
+    pub device: u32,
+    pub generation: u32,
+    pub walkers: u32,
+    pub edge: &'a CudaSlice<u32>,
+    pub starts: &'a mut CudaSlice<u64>,
+}
+
+impl LocalityStarts {
+    pub(crate) fn load(module: &Arc<CudaModule>) -> Result<Self, DriverError> {
+        module.load_function(LOCALITY_STARTS_FN).map(Self)
+    }
+
+    /// Queues every walker's start of one generation, a thread a walker (threads past them
+    /// return): the caller keeps `key` 24 words, `edge` 8 words a level (32 levels) and `starts`
+    /// 4 words a walker (`crate::locality::LocalityKernels::launch_starts` asserts them).
+    pub(crate) fn launch(
+        &self,
+        stream: &CudaStream,
+        cfg: LaunchConfig,
+        args: LocalityStartsArgs<'_>,
+    ) -> Result<(), DriverError> {
+        let LocalityStartsArgs {
+            key,
+            device,
+            generation,
+            walkers,
+            edge,
+            starts,
+        } = args;
+        let mut launch = stream.launch_builder(&self.0);
+        launch
+            .arg(key)
+            .arg(&device)
+            .arg(&generation)
+            .arg(&walkers)
+            .arg(edge)
+            .arg(starts);
+        // SAFETY: `self` is locality_starts, and the arguments are its parameters in order and
+        // size: a device pointer, three u32s, two device pointers.
+        unsafe { launch.launch(cfg) }.map(|_| ())
+    }
+}
+
+/// `locality_walk(const u64* pool, u64 pool_slices, const u64* starts, u32 walkers, u32 steps,
+/// u64* ends)` (`kernels/cuda/locality.cu`).
+#[derive(Clone)]
+pub(crate) struct LocalityWalk(CudaFunction);
+
+pub(crate) struct LocalityWalkArgs<'a, 'v> {
+    pub pool: &'a CudaSlice<i8>,
+    pub pool_slices: u64,
+    pub starts: &'a CudaSlice<u64>,
+    pub walkers: u32,
+    pub steps: u32,
+    pub ends: &'a mut CudaViewMut<'v, u64>,
+}
+
+impl LocalityWalk {
+    pub(crate) fn load(module: &Arc<CudaModule>) -> Result<Self, DriverError> {
+        module.load_function(LOCALITY_WALK_FN).map(Self)
+    }
+
+    /// Queues `steps` steps of every walker, a warp a walker (warps past them return): the
+    /// caller keeps `pool` at least `pool_slices` slices of 65536 bytes (the kernel reads slice
+    /// `s mod pool_slices`), and `starts` and `ends` 4 words a walker
+    /// (`crate::locality::LocalityKernels::launch_walk` asserts them).
+    pub(crate) fn launch(
+        &self,
+        stream: &CudaStream,
+        cfg: LaunchConfig,
+        args: LocalityWalkArgs<'_, '_>,
+    ) -> Result<(), DriverError> {
+        let LocalityWalkArgs {
+            pool,
+            pool_slices,
+            starts,
+            walkers,
+            steps,
+            ends,
+        } = args;
+        let mut launch = stream.launch_builder(&self.0);
+        launch
+            .arg(pool)
+            .arg(&pool_slices)
+            .arg(starts)
+            .arg(&walkers)
+            .arg(&steps)
+            .arg(ends);
+        // SAFETY: `self` is locality_walk, and the arguments are its parameters in order and
+        // size: a device pointer, a u64, a device pointer, two u32s, a device pointer.
+        unsafe { launch.launch(cfg) }.map(|_| ())
+    }
+}
+
+/// `locality_generation(const u32* key, u32 device, u32 generation, u32 walkers,
+/// const u64* ends, u32* digests, u32* edge)` (`kernels/cuda/locality.cu`).
+#[derive(Clone)]
+pub(crate) struct LocalityGeneration(CudaFunction);
+
+pub(crate) struct LocalityGenerationArgs<'a, 'v> {
+    pub key: &'a CudaSlice<u32>,
+    pub device: u32,
+    pub generation: u32,
+    pub walkers: u32,
+    pub ends: &'a CudaView<'v, u64>,
+    pub digests: &'a mut CudaSlice<u32>,
+    pub edge: &'a mut CudaSlice<u32>,
+}
+
+impl LocalityGeneration {
+    pub(crate) fn load(module: &Arc<CudaModule>) -> Result<Self, DriverError> {
+        module.load_function(LOCALITY_GENERATION_FN).map(Self)
+    }
+
+    /// Queues one generation's digest and its push onto the tree's edge, on one block: the
+    /// caller keeps `key` 24 words, `ends` 4 words a walker, `digests` 8 words a generation up
+    /// to this one, and `edge` 8 words a level (32 levels)
+    /// (`crate::locality::LocalityKernels::launch_generation` asserts them).
+    pub(crate) fn launch(
+        &self,
+        stream: &CudaStream,
+        cfg: LaunchConfig,
+        args: LocalityGenerationArgs<'_, '_>,
+    ) -> Result<(), DriverError> {
+        let LocalityGenerationArgs {
+            key,
+            device,
+            generation,
+            walkers,
+            ends,
+            digests,
+            edge,
+        } = args;
+        let mut launch = stream.launch_builder(&self.0);
+        launch
+            .arg(key)
+            .arg(&device)
+            .arg(&generation)
+            .arg(&walkers)
+            .arg(ends)
+            .arg(digests)
+            .arg(edge);
+        // SAFETY: `self` is locality_generation, and the arguments are its parameters in order
+        // and size: a device pointer, three u32s, three device pointers.
         unsafe { launch.launch(cfg) }.map(|_| ())
     }
 }

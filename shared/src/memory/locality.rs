@@ -431,6 +431,49 @@ impl ChunkPaths {
     }
 }
 
+impl ChunkPaths {
+    /// Makes state `chain`'s slices known from `slices` where they are not yet: for a pool
+    /// whose states stay on a device, which hashes a state's slices there and hands over their
+    /// chaining values rather than the state (`StateSlices::from_cvs`). An opening of such a
+    /// pool then reads from its source only the slices its lines lie in.
+    pub fn keep_state(
+        &self,
+        chain: u64,
+        slices: impl FnOnce() -> Result<StateSlices, BackendError>,
+    ) -> Result<(), BackendError> {
+        let known = self
+            .by_chain
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .contains_key(&chain);
+        if !known {
+            let state = Arc::new(slices()?);
+            self.by_chain
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .insert(chain, state);
+        }
+        Ok(())
+    }
+}
+
+/// Where walker `walker` of generation `generation` of `walked` starts: from the nodes its
+/// generation's proof in the locality tree has on its left, as an opening walks it again.
+/// `None` for a segment outside the walk.
+pub fn segment_start(
+    walk: &LocalityWalk,
+    walked: &LineWalk,
+    device: u32,
+    (generation, walker): (u32, u32),
+) -> Option<State> {
+    if walker >= walk.walkers || generation >= walk.generations || walked.walkers != walk.walkers {
+        return None;
+    }
+    let proof = MerkleTree::new(&walked.digests).proof(u64::from(generation))?;
+    let parents = proof.left_siblings(u64::from(generation), u64::from(walk.generations));
+    Some(walk.start(device, generation, walker, &parents))
+}
+
 /// Walker `walker` of generation `generation` opened: the ends of its generation (among them its
 /// own end), the generation's proof in the locality tree (whose left siblings give its start),
 /// and the line of every step.

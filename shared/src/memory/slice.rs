@@ -42,6 +42,8 @@ pub enum SliceError {
     PathLength { slice: u64, got: usize, want: usize },
     #[error("slice or chunk {slice} and its path do not hash to the committed state")]
     Mismatch { slice: u64 },
+    #[error("{got} slice chaining values for a state that has {want}")]
+    WrongCount { got: u64, want: u64 },
 }
 
 /// One level of a slice's path: where the sibling subtree lies and on which side.
@@ -167,6 +169,22 @@ impl StateSlices {
                 })
                 .collect::<Result<_, _>>()?
         };
+        Ok(StateSlices { cvs, state_bytes })
+    }
+
+    /// From the chaining values of a state's `count` slices, in order, where they were hashed
+    /// elsewhere (on the device that holds the state); none for a state of one slice. Refused
+    /// where their number is not the state's.
+    pub fn from_cvs(count: u64, cvs: Vec<ChainingValue>) -> Result<Self, SliceError> {
+        let state_bytes = count * SLICE_BYTES as u64;
+        levels(state_bytes, SLICE_BYTES as u64, 0)?;
+        let want = if count == 1 { 0 } else { count };
+        if cvs.len() as u64 != want {
+            return Err(SliceError::WrongCount {
+                got: cvs.len() as u64,
+                want,
+            });
+        }
         Ok(StateSlices { cvs, state_bytes })
     }
 
