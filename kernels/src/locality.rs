@@ -414,24 +414,9 @@ pub(crate) fn self_check(
     walker: &DeviceWalker,
     device: u32,
 ) -> Result<(), String> {
-    use gpu_attest_shared::matrix::Matrix;
     use gpu_attest_shared::memory::locality::walk_lines;
-    use gpu_attest_shared::memory::slice_walk::HeldStates;
-    const N: usize = 512;
-    const STATES: u64 = 3;
-    let pool = ChainPool::new(device, 0, STATES, N).map_err(|e| e.to_string())?;
-    let mut bytes = vec![0u8; STATES as usize * N * N];
-    for (i, b) in bytes.iter_mut().enumerate() {
-        // Any bytes do; these reach every value and differ from slice to slice.
-        *b = (i as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15).rotate_right(29) as u8;
-    }
-    bytes[..N * N].fill(0x80);
-    bytes[N * N..2 * N * N].fill(0x7F);
-    let matrices = bytes
-        .chunks(N * N)
-        .map(|s| Matrix::from_bytes(N, s).expect("a 512 x 512 state"))
-        .collect();
-    let held = HeldStates::new(pool, matrices).expect("one state per chain");
+    let pool = ChainPool::new(device, 0, 3, 512).map_err(|e| e.to_string())?;
+    let (bytes, held) = super::states::self_check_states(pool);
     let failed = |e: BackendError| format!("the self-check could not run: {e}");
     let mut states = alloc_uninit::<i8>(stream, bytes.len()).map_err(|e| failed(backend_error(device, e)))?;
     stream

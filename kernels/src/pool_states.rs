@@ -14,18 +14,17 @@
 //! block) and copies back the one state whose slice it opens, to cut the slice's path.
 
 use super::device::{DeviceRuntime, free_after_sync};
-use super::states::{StateWalkLimits, StatesOnDevice};
+use super::states::{StateWalkLimits, StatesOnDevice, self_check_states};
 use super::walk::{DeviceWalker, TREE_BLOCK_STATES, tree_blocks};
 use super::words::{digest_from_words, key_words};
 use cudarc::driver::{CudaEvent, CudaSlice, CudaStream};
 use gpu_attest_shared::backend::{BackendError, CancelToken, PoolStates};
 use gpu_attest_shared::digest::Digest;
-use gpu_attest_shared::matrix::Matrix;
 use gpu_attest_shared::memory::chain_pool::ChainPool;
 use gpu_attest_shared::memory::locality::{ChunkPaths, LineWalk, LocalityWalk, SegmentOpening};
 use gpu_attest_shared::memory::slice::{SLICE_BYTES, SlicePath, slice_path};
 use gpu_attest_shared::memory::slice_walk::{
-    DeviceWalk, HeldStates, KeptTrace, OpenSource, SliceWalk, StepOpening, open_kept_step, walk_device,
+    DeviceWalk, KeptTrace, OpenSource, SliceWalk, StepOpening, open_kept_step, walk_device,
 };
 use gpu_attest_shared::merkle::{MerkleProof, MerkleTree};
 use std::collections::VecDeque;
@@ -163,18 +162,7 @@ impl DeviceRuntime {
             device: self.index,
             detail: e.to_string(),
         })?;
-        let mut bytes = vec![0u8; SLICES * SLICE_BYTES];
-        for (i, b) in bytes.iter_mut().enumerate() {
-            // Any bytes do; these reach every value and differ from slice to slice.
-            *b = (i as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15).rotate_right(29) as u8;
-        }
-        bytes[..SLICE_BYTES].fill(0x80);
-        bytes[SLICE_BYTES..2 * SLICE_BYTES].fill(0x7F);
-        let matrices = bytes
-            .chunks(SLICE_BYTES)
-            .map(|s| Matrix::from_bytes(256, s).expect("a 256 x 256 state"))
-            .collect();
-        let held = HeldStates::new(pool, matrices).expect("one state per chain");
+        let (bytes, held) = self_check_states(pool);
         let mut device = self.pool_states(pool)?.with_walk_limits(StateWalkLimits {
             launch_bytes: 1 << 38,
             states_bytes: 300 * 128 * 32,

@@ -8,7 +8,9 @@ use super::raw::device_memory::alloc_uninit;
 use super::walk::DeviceWalker;
 use cudarc::driver::{CudaEvent, CudaSlice, CudaStream, sys};
 use gpu_attest_shared::backend::BackendError;
+use gpu_attest_shared::matrix::Matrix;
 use gpu_attest_shared::memory::chain_pool::ChainPool;
+use gpu_attest_shared::memory::slice_walk::HeldStates;
 use std::sync::Arc;
 
 /// How a version 4 walk is cut into launches on the device.
@@ -74,4 +76,23 @@ impl StatesOnDevice<'_> {
             .record_event(Some(sys::CUevent_flags::CU_EVENT_DISABLE_TIMING))
             .map_err(|e| self.err(e))
     }
+}
+
+/// A self-check's pool of `pool.chains` states of `pool.n`: the first all -128 and the second all
+/// 127 (the int8 extremes), the rest bytes that reach every value and differ from slice to
+/// slice; as bytes for the device and as the CPU's states.
+pub(crate) fn self_check_states(pool: ChainPool) -> (Vec<u8>, HeldStates) {
+    let state = pool.n * pool.n;
+    let mut bytes = vec![0u8; pool.chains as usize * state];
+    for (i, b) in bytes.iter_mut().enumerate() {
+        *b = (i as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15).rotate_right(29) as u8;
+    }
+    bytes[..state].fill(0x80);
+    bytes[state..2 * state].fill(0x7F);
+    let matrices = bytes
+        .chunks(state)
+        .map(|s| Matrix::from_bytes(pool.n, s).expect("whole states"))
+        .collect();
+    let held = HeldStates::new(pool, matrices).expect("one state per chain");
+    (bytes, held)
 }

@@ -192,18 +192,7 @@ fn bench_locality(
     entries: u64,
 ) -> Result<(bool, f64, f64), BackendError> {
     let matches_cpu = rt.check_locality().is_ok();
-    let on_device = StatesOnDevice {
-        stream: &rt.stream,
-        walker,
-        states: pool,
-        pool: ChainPool {
-            device: rt.index,
-            first_chain: 0,
-            chains: entries,
-            n: 256,
-        },
-        limits: StateWalkLimits::default(),
-    };
+    let on_device = bench_states(rt, walker, pool, entries);
     let step_ns = |walkers: u32, generations: u32| -> Result<f64, BackendError> {
         let walk = LocalityWalk {
             nonce: [7; 32],
@@ -294,18 +283,7 @@ fn bench_walk_v4(
     budget: Duration,
 ) -> Result<(bool, u32, f64), BackendError> {
     let v4_matches_cpu = rt.v4_walk_matches_cpu()?;
-    let on_device = StatesOnDevice {
-        stream: &rt.stream,
-        walker,
-        states: pool,
-        pool: ChainPool {
-            device: rt.index,
-            first_chain: 0,
-            chains: entries,
-            n: 256,
-        },
-        limits: StateWalkLimits::default(),
-    };
+    let on_device = bench_states(rt, walker, pool, entries);
     let walk_v4_steps = (v3_bytes_per_sec * budget.as_secs_f64() / (f64::from(walkers) * ENTRY_BYTES as f64))
         .clamp(64.0, f64::from(MAX_WALK_STEPS)) as u32;
     let v4_walk = SliceWalk {
@@ -395,4 +373,26 @@ fn matches_cpu(rt: &DeviceRuntime, walker: &DeviceWalker) -> Result<bool, Backen
             launch[at..at + 8] == key_words(&trace[q + 1].0)
         })
     }))
+}
+
+/// The bench's filled pool as `entries` states of n = 256 (one slice each), for the walks of
+/// version 4 that read it so.
+fn bench_states<'a>(
+    rt: &'a DeviceRuntime,
+    walker: &'a DeviceWalker,
+    pool: &'a CudaSlice<i8>,
+    entries: u64,
+) -> StatesOnDevice<'a> {
+    StatesOnDevice {
+        stream: &rt.stream,
+        walker,
+        states: pool,
+        pool: ChainPool {
+            device: rt.index,
+            first_chain: 0,
+            chains: entries,
+            n: 256,
+        },
+        limits: StateWalkLimits::default(),
+    }
 }
