@@ -401,25 +401,10 @@ impl ChunkPaths {
             device: pool.device,
             detail: format!("a pool state that is not whole slices: {e}"),
         };
-        let known = self
-            .by_chain
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(&chain)
-            .cloned();
-        let state = match known {
-            Some(state) => state,
-            None => {
-                let first = e - q;
-                let state =
-                    Arc::new(StateSlices::new(pool.slices_per_state(), |r| source.slice(first + r)).map_err(broken)?);
-                self.by_chain
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .insert(chain, state.clone());
-                state
-            }
-        };
+        let first = e - q;
+        let state = self.state(chain, || {
+            StateSlices::new(pool.slices_per_state(), |r| source.slice(first + r)).map_err(broken)
+        })?;
         let slice = source.slice(e);
         let path = state
             .chunk_path(slice, q * CHUNKS_PER_SLICE + chunk_in_slice)
@@ -429,9 +414,7 @@ impl ChunkPaths {
             path,
         ))
     }
-}
 
-impl ChunkPaths {
     /// Makes state `chain`'s slices known from `slices` where they are not yet: for a pool
     /// whose states stay on a device, which hashes a state's slices there and hands over their
     /// chaining values rather than the state (`StateSlices::from_cvs`). An opening of such a
@@ -441,19 +424,30 @@ impl ChunkPaths {
         chain: u64,
         slices: impl FnOnce() -> Result<StateSlices, BackendError>,
     ) -> Result<(), BackendError> {
+        self.state(chain, slices).map(|_| ())
+    }
+
+    /// State `chain`'s slices as kept, made by `slices` and kept the first time they are asked.
+    fn state(
+        &self,
+        chain: u64,
+        slices: impl FnOnce() -> Result<StateSlices, BackendError>,
+    ) -> Result<Arc<StateSlices>, BackendError> {
         let known = self
             .by_chain
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .contains_key(&chain);
-        if !known {
-            let state = Arc::new(slices()?);
-            self.by_chain
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .insert(chain, state);
+            .get(&chain)
+            .cloned();
+        if let Some(state) = known {
+            return Ok(state);
         }
-        Ok(())
+        let state = Arc::new(slices()?);
+        self.by_chain
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(chain, state.clone());
+        Ok(state)
     }
 }
 
@@ -466,12 +460,23 @@ pub fn segment_start(
     device: u32,
     (generation, walker): (u32, u32),
 ) -> Option<State> {
+    let (_, proof) = generation_proof(walk, walked, (generation, walker))?;
+    let parents = proof.left_siblings(u64::from(generation), u64::from(walk.generations));
+    Some(walk.start(device, generation, walker, &parents))
+}
+
+/// The ends of generation `generation` of `walked` and its proof in the locality tree, where
+/// walker `walker` of it is in the walk.
+fn generation_proof<'a>(
+    walk: &LocalityWalk,
+    walked: &'a LineWalk,
+    (generation, walker): (u32, u32),
+) -> Option<(&'a [State], MerkleProof)> {
     if walker >= walk.walkers || generation >= walk.generations || walked.walkers != walk.walkers {
         return None;
     }
     let proof = MerkleTree::new(&walked.digests).proof(u64::from(generation))?;
-    let parents = proof.left_siblings(u64::from(generation), u64::from(walk.generations));
-    Some(walk.start(device, generation, walker, &parents))
+    Some((walked.generation(generation)?, proof))
 }
 
 /// Walker `walker` of generation `generation` opened: the ends of its generation (among them its
@@ -498,11 +503,7 @@ pub fn open_segment(
     chain: &dyn Fn(u64) -> (Vec<Digest>, MerkleProof),
     paths: &ChunkPaths,
 ) -> Result<Option<SegmentOpening>, BackendError> {
-    if walker >= walk.walkers || generation >= walk.generations || walked.walkers != walk.walkers {
-        return Ok(None);
-    }
-    let tree = MerkleTree::new(&walked.digests);
-    let (Some(ends), Some(ends_proof)) = (walked.generation(generation), tree.proof(u64::from(generation))) else {
+    let Some((ends, ends_proof)) = generation_proof(walk, walked, (generation, walker)) else {
         return Ok(None);
     };
     open_walker(
