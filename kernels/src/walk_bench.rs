@@ -66,10 +66,12 @@ pub struct WalkBench {
     pub locality_matches_cpu: bool,
     /// The locality walk over the same bytes as states (PROTOCOL.md 20.10), timed as a
     /// validator times it, to the last generation's digest back on the host, over its `G * C`
-    /// steps: with one walker (a memory latency and the step's instructions a step) and with
-    /// [`LOCALITY_LOADED_WALKERS`] side by side (whether the latency holds under load). 0 where
-    /// it did not run (`locality_error`).
+    /// steps: with one walker (a memory latency and the step's instructions a step), with one
+    /// walker an SM (the walk a validator asks of this device: its `gpu_step_ns` figure), and
+    /// with [`LOCALITY_LOADED_WALKERS`] side by side (whether the latency holds under load). 0
+    /// where it did not run (`locality_error`).
     pub locality_step_ns: f64,
+    pub locality_per_sm_step_ns: f64,
     pub locality_loaded_step_ns: f64,
     pub locality_error: Option<String>,
 }
@@ -148,10 +150,10 @@ pub fn bench_walk(
         };
 
     // The locality walk over the same bytes; an error leaves the other figures standing.
-    let (locality_matches_cpu, locality_step_ns, locality_loaded_step_ns, locality_error) =
+    let (locality_matches_cpu, [locality_step_ns, locality_per_sm_step_ns, locality_loaded_step_ns], locality_error) =
         match bench_locality(rt, &walker, pool, entries) {
-            Ok((matches, one, loaded)) => (matches, one, loaded, None),
-            Err(e) => (false, 0.0, 0.0, Some(e.to_string())),
+            Ok((matches, steps)) => (matches, steps, None),
+            Err(e) => (false, [0.0; 3], Some(e.to_string())),
         };
 
     drop(filled);
@@ -177,6 +179,7 @@ pub fn bench_walk(
         walk_v4_error,
         locality_matches_cpu,
         locality_step_ns,
+        locality_per_sm_step_ns,
         locality_loaded_step_ns,
         locality_error,
     })
@@ -184,13 +187,13 @@ pub fn bench_walk(
 
 /// `miner bench`'s locality walk on `rt`'s device over `pool`'s `entries` slices as states at
 /// n = 256 (see [`WalkBench::locality_step_ns`]): whether it matches the CPU's, and the best of
-/// two walks' time a step with one walker and with [`LOCALITY_LOADED_WALKERS`].
+/// two walks' time a step with one walker, one an SM and [`LOCALITY_LOADED_WALKERS`].
 fn bench_locality(
     rt: &DeviceRuntime,
     walker: &DeviceWalker,
     pool: &CudaSlice<i8>,
     entries: u64,
-) -> Result<(bool, f64, f64), BackendError> {
+) -> Result<(bool, [f64; 3]), BackendError> {
     let matches_cpu = rt.check_locality().is_ok();
     let on_device = bench_states(rt, walker, pool, entries);
     let step_ns = |walkers: u32, generations: u32| -> Result<f64, BackendError> {
@@ -211,7 +214,18 @@ fn bench_locality(
         Ok(best * 1e9 / (f64::from(generations) * f64::from(LOCALITY_BENCH_STEPS)))
     };
     // About 0.1 s each at a microsecond a step.
-    Ok((matches_cpu, step_ns(1, 400)?, step_ns(LOCALITY_LOADED_WALKERS, 400)?))
+    let per_sm = rt
+        .gpu
+        .sm_count
+        .clamp(1, gpu_attest_shared::memory::locality::MAX_WALKERS);
+    Ok((
+        matches_cpu,
+        [
+            step_ns(1, 400)?,
+            step_ns(per_sm, 400)?,
+            step_ns(LOCALITY_LOADED_WALKERS, 400)?,
+        ],
+    ))
 }
 
 /// A real pool of `entries`, filled as a challenge's is (its fill is the memory phase's

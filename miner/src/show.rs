@@ -286,11 +286,13 @@ fn print_walks(w: &WalkBench) {
     match &w.locality_error {
         Some(e) => println!("locality walk, device {} ({}): did not run: {e}", w.device, w.name),
         None => println!(
-            "locality walk, device {} ({}): {:.0} ns a step with one walker, {:.0} ns with {} side by side, \
-             to the last generation's digest on the host; {}",
+            "locality walk, device {} ({}): {:.0} ns a step with one walker, {:.0} ns with one an SM \
+             (a validator's gpu_step_ns), {:.0} ns with {} side by side, to the last generation's digest \
+             on the host; {}",
             w.device,
             w.name,
             w.locality_step_ns,
+            w.locality_per_sm_step_ns,
             w.locality_loaded_step_ns,
             gpu_attest_kernels::walk_bench::LOCALITY_LOADED_WALKERS,
             if w.locality_matches_cpu {

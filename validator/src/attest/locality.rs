@@ -21,9 +21,13 @@ use gpu_attest_proto::memory_v4::walk_root_from_wire;
 use gpu_attest_proto::v1;
 use gpu_attest_shared::Work;
 use gpu_attest_shared::digest::Digest;
+use gpu_attest_shared::inventory::HardwareClaim;
 use gpu_attest_shared::keys::{KeyPair, PublicKey};
+use gpu_attest_shared::memory::bound::model_for_device;
 use gpu_attest_shared::memory::chain_pool::ChainPool;
-use gpu_attest_shared::memory::locality::{LocalityCommitments, LocalityWalk, MAX_KEPT_ENDS, check_segment};
+use gpu_attest_shared::memory::locality::{
+    LocalityCommitments, LocalityWalk, MAX_KEPT_ENDS, MAX_WALKERS, check_segment,
+};
 use gpu_attest_shared::memory::slice::CHUNK_BYTES;
 use gpu_attest_shared::memory::slice_walk::DeviceCommitments;
 use gpu_attest_shared::statement::Commitment;
@@ -55,19 +59,70 @@ pub struct LocalityPlan {
     pub hop_ns: u64,
 }
 
+/// Whether this validator asks a miner for the locality walk, from its settings and the
+/// miner's claim.
+#[derive(Clone, Debug, PartialEq)]
+pub enum LocalityAsk {
+    /// `[memory.locality]` is off.
+    Off,
+    Asked(LocalityPlan),
+    /// The walk is on, but this miner is not asked for it: why, for the attestation's events.
+    NotAsked(String),
+}
+
+/// The locality walk `config` asks of a miner claiming `claim`: on the CPU backend `config`'s
+/// own walkers and `step_ns`; on GPUs one walker an SM (design: the walkers then do not slow
+/// each other) timed by the slowest claimed class's measured step, where every claimed class
+/// has one in `gpu_step_ns`. The claimed SM count only sizes the walk: the bound rests on the
+/// measured time alone, so a claim of fewer SMs cannot make it state less.
+pub fn locality_ask(config: &LocalityConfig, claim: &HardwareClaim) -> LocalityAsk {
+    if !config.enabled {
+        return LocalityAsk::Off;
+    }
+    match claim.backend.as_str() {
+        "cpu" => LocalityAsk::Asked(LocalityPlan::new(config, config.walkers, config.step_ns)),
+        "cuda" if !claim.devices.is_empty() => {
+            let mut step_ns = 0;
+            for device in &claim.devices {
+                let model = model_for_device(&device.name, device.memory_bytes);
+                match model.and_then(|m| config.gpu_step_ns.get(m.name)) {
+                    Some(&ns) => step_ns = step_ns.max(ns),
+                    None => {
+                        let class = model.map_or_else(
+                            || "a GPU outside the shipped model table".to_string(),
+                            |m| format!("model {:?}", m.name),
+                        );
+                        return LocalityAsk::NotAsked(format!(
+                            "no measured locality step for device {} ({}, {class}) in [memory.locality.gpu_step_ns]",
+                            device.index,
+                            miner_text(&device.name)
+                        ));
+                    }
+                }
+            }
+            let walkers = claim.devices.iter().map(|d| d.sm_count).min().unwrap_or(1);
+            LocalityAsk::Asked(LocalityPlan::new(config, walkers.clamp(1, MAX_WALKERS), step_ns))
+        }
+        backend => LocalityAsk::NotAsked(format!(
+            "the locality walk is not asked of the {} backend",
+            miner_text(backend)
+        )),
+    }
+}
+
 impl LocalityPlan {
-    /// The walk the settings ask for: as many generations as last `walk_target_ms` at
-    /// `step_ns`, within the limit on the ends a miner keeps.
-    pub fn from_config(config: &LocalityConfig) -> Self {
-        let generation_ns = u64::from(config.steps) * config.step_ns;
+    /// The walk the settings ask for of `walkers` walkers at `step_ns` a step: as many
+    /// generations as last `walk_target_ms`, within the limit on the ends a miner keeps.
+    pub fn new(config: &LocalityConfig, walkers: u32, step_ns: u64) -> Self {
+        let generation_ns = u64::from(config.steps) * step_ns;
         let wanted = (config.walk_target_ms * 1_000_000).div_ceil(generation_ns.max(1));
-        let most = MAX_KEPT_ENDS / u64::from(config.walkers.max(1));
+        let most = MAX_KEPT_ENDS / u64::from(walkers.max(1));
         LocalityPlan {
-            walkers: config.walkers,
+            walkers,
             generations: wanted.clamp(1, most.min(u64::from(u32::MAX))) as u32,
             steps: config.steps,
             segments: config.segments,
-            step_ns: config.step_ns,
+            step_ns,
             slack: config.slack,
             hop_ns: config.hop_ns,
         }
@@ -512,4 +567,155 @@ pub fn ended_early() -> Reason {
         ReasonCode::MalformedLocality,
         "the locality openings ended before every segment asked for",
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use gpu_attest_shared::device::DeviceInfo;
+
+    fn gpu(index: u32, name: &str, memory_gib: u64, sm_count: u32) -> DeviceInfo {
+        DeviceInfo {
+            index,
+            name: name.into(),
+            uuid: format!("GPU-{index:08}"),
+            memory_bytes: memory_gib << 30,
+            sm_count,
+            compute_capability: (9, 0),
+            pci_bus_id: format!("00000000:{:02X}:00.0", index + 0x18),
+            driver_version: "570.86.15".into(),
+        }
+    }
+
+    fn claim(backend: &str, devices: Vec<DeviceInfo>) -> HardwareClaim {
+        HardwareClaim {
+            backend: backend.into(),
+            kernel: "tiled".into(),
+            devices,
+        }
+    }
+
+    fn on(gpu_step_ns: &[(&str, u64)]) -> LocalityConfig {
+        LocalityConfig {
+            enabled: true,
+            gpu_step_ns: gpu_step_ns.iter().map(|&(m, ns)| (m.to_string(), ns)).collect(),
+            ..LocalityConfig::default()
+        }
+    }
+
+    fn asked(ask: LocalityAsk) -> LocalityPlan {
+        match ask {
+            LocalityAsk::Asked(plan) => plan,
+            other => panic!("not asked: {other:?}"),
+        }
+    }
+
+    fn not_asked(ask: LocalityAsk) -> String {
+        match ask {
+            LocalityAsk::NotAsked(why) => why,
+            other => panic!("expected NotAsked, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_walk_that_is_off_is_asked_of_no_one() {
+        let off = LocalityConfig {
+            gpu_step_ns: on(&[("H100 SXM", 700)]).gpu_step_ns,
+            ..LocalityConfig::default()
+        };
+        let cpu = claim("cpu", vec![gpu(0, "cpu: AMD EPYC", 1, 2)]);
+        let h100 = claim("cuda", vec![gpu(0, "NVIDIA H100 80GB HBM3", 80, 132)]);
+        assert_eq!(locality_ask(&off, &cpu), LocalityAsk::Off);
+        assert_eq!(locality_ask(&off, &h100), LocalityAsk::Off);
+    }
+
+    /// A CPU miner walks the settings' walkers at the CPU's step: 500 ms at 256 steps of 600 ns
+    /// a generation is 3,256 generations (rounded up).
+    #[test]
+    fn a_cpu_miner_is_asked_at_the_settings_walkers_and_step() {
+        let plan = asked(locality_ask(
+            &on(&[]),
+            &claim("cpu", vec![gpu(0, "cpu: AMD EPYC", 1, 2)]),
+        ));
+        assert_eq!((plan.walkers, plan.step_ns, plan.steps), (1, 600, 256));
+        assert_eq!(plan.generations, 500_000_000u64.div_ceil(256 * 600) as u32);
+        assert_eq!(plan.generations, 3256);
+    }
+
+    /// A GPU miner whose every class has a measured step walks one walker an SM (the fewest any
+    /// claimed device has), timed by the slowest class's step.
+    #[test]
+    fn a_gpu_miner_is_asked_only_where_every_class_has_a_measured_step() {
+        let settings = on(&[("H100 SXM", 700), ("H200", 650)]);
+        let h100 = asked(locality_ask(
+            &settings,
+            &claim("cuda", vec![gpu(0, "NVIDIA H100 80GB HBM3", 80, 132)]),
+        ));
+        assert_eq!((h100.walkers, h100.step_ns), (132, 700));
+        assert_eq!(h100.generations, 2791, "500 ms at 256 x 700 ns a generation");
+        assert_eq!(h100.expected_us(), 2791 * 256 * 700 / 1000 + 1);
+
+        let mixed = asked(locality_ask(
+            &settings,
+            &claim(
+                "cuda",
+                vec![
+                    gpu(0, "NVIDIA H200", 141, 132),
+                    gpu(1, "NVIDIA H100 80GB HBM3", 80, 114),
+                ],
+            ),
+        ));
+        assert_eq!((mixed.walkers, mixed.step_ns), (114, 700));
+
+        let missing = not_asked(locality_ask(
+            &on(&[("H200", 650)]),
+            &claim(
+                "cuda",
+                vec![
+                    gpu(0, "NVIDIA H200", 141, 132),
+                    gpu(1, "NVIDIA H100 80GB HBM3", 80, 132),
+                ],
+            ),
+        ));
+        assert!(
+            missing.contains("device 1") && missing.contains("\"H100 SXM\"") && missing.contains("gpu_step_ns"),
+            "{missing}"
+        );
+        let unknown = not_asked(locality_ask(
+            &settings,
+            &claim("cuda", vec![gpu(0, "NVIDIA B200", 180, 148)]),
+        ));
+        assert!(unknown.contains("outside the shipped model table"), "{unknown}");
+        let no_devices = not_asked(locality_ask(&settings, &claim("cuda", Vec::new())));
+        assert!(no_devices.contains("cuda"), "{no_devices}");
+        let other = not_asked(locality_ask(
+            &settings,
+            &claim("rocm", vec![gpu(0, "AMD MI300X", 192, 304)]),
+        ));
+        assert!(other.contains("rocm"), "{other}");
+    }
+
+    /// A claim of more SMs than a generation may hold walkers walks the most it may, and its
+    /// generations stay within the ends a miner keeps.
+    #[test]
+    fn a_gpu_walk_stays_within_the_walker_and_kept_end_limits() {
+        let settings = LocalityConfig {
+            walk_target_ms: 60_000,
+            ..on(&[("H100 SXM", 1)])
+        };
+        let plan = asked(locality_ask(
+            &settings,
+            &claim("cuda", vec![gpu(0, "NVIDIA H100 80GB HBM3", 80, 50_000)]),
+        ));
+        assert_eq!(plan.walkers, MAX_WALKERS);
+        assert_eq!(u64::from(plan.generations), MAX_KEPT_ENDS / u64::from(MAX_WALKERS));
+        let none = asked(locality_ask(
+            &settings,
+            &claim("cuda", vec![gpu(0, "NVIDIA H100 80GB HBM3", 80, 0)]),
+        ));
+        assert_eq!(none.walkers, 1);
+        plan.walk([0; 32], [0; 32], Digest::default())
+            .check_shape()
+            .expect("a walk a miner takes");
+    }
 }

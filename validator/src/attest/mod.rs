@@ -45,6 +45,7 @@ use gpu_attest_shared::keys::{KeyPair, PublicKey};
 use gpu_attest_shared::statement::memory_v4::StepSample;
 use gpu_attest_shared::statement::{Challenge, Commitment};
 use gpu_attest_shared::{Backend, Work};
+use locality::LocalityAsk;
 use outcome::Outcome;
 use rand_chacha::rand_core::SeedableRng;
 use std::sync::Arc;
@@ -674,8 +675,19 @@ impl Attestor {
                         proof.record_device_walk(j, device.measured_us.div_ceil(1000).max(1));
                     }
                 }
+                let ask = match locality::locality_ask(&self.config.memory.locality, &outcome.plan.claim) {
+                    LocalityAsk::NotAsked(why) => {
+                        on_event(AttestEvent::Phase {
+                            name: "locality",
+                            detail: format!("not asked: {why}"),
+                        });
+                        None
+                    }
+                    LocalityAsk::Off => None,
+                    LocalityAsk::Asked(plan) => Some(plan),
+                };
                 if outcome.may_prove()
-                    && let Some(plan) = locality_plan(&self.config, &outcome.plan.claim.backend)
+                    && let Some(plan) = ask
                 {
                     let devices = walked.devices.iter().map(|d| (d.pool, d.committed)).collect();
                     let walked_lines = locality::walk_lines(
@@ -807,16 +819,6 @@ impl Attestor {
     }
 }
 
-/// A miner URL as this validator takes a new one: a scheme, a host and a port
-/// ([`client::miner_url_problem`]).
-/// The locality walk this validator asks of a miner on `backend`: where `[memory.locality]` is
-/// on, and only of the CPU backend in this release (a GPU's step and hop times are not
-/// measured yet: docs/design/locality.md 7).
-pub fn locality_plan(config: &ValidatorConfig, backend: &str) -> Option<locality::LocalityPlan> {
-    let settings = &config.memory.locality;
-    (settings.enabled && backend == "cpu").then(|| locality::LocalityPlan::from_config(settings))
-}
-
 /// What a locality walk adds to the outcome: each device's figures, nothing (a miner that
 /// cannot walk lines), or the reason it failed.
 pub fn record_locality(
@@ -840,6 +842,8 @@ pub fn record_locality(
     }
 }
 
+/// A miner URL as this validator takes a new one: a scheme, a host and a port
+/// ([`client::miner_url_problem`]).
 fn check_url(url: &str) -> Result<(), AttestError> {
     match client::miner_url_problem(url) {
         Some(problem) => Err(AttestError::BadUrl {

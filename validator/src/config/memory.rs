@@ -1,6 +1,7 @@
 //! The `[memory]` section of the validator's configuration.
 
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -48,8 +49,9 @@ pub struct MemoryConfig {
 /// The `[memory.locality]` table: the locality walk after version 4's walk (PROTOCOL.md 20.10),
 /// a latency-bound walk in the order of a depth-robust tree. A verdict states the largest share
 /// of the walk's steps that could have crossed a hop of `hop_ns` (SECURITY.md, "The locality
-/// walk"); memory stays stated per host. Off by default, and run only on miners of the CPU
-/// backend (a GPU's walk waits for its first measured figures).
+/// walk"); memory stays stated per host. Off by default. Asked of every CPU miner, and of a GPU
+/// miner only where each of its devices' classes has a measured step in `gpu_step_ns` (none
+/// does by default: no GPU's step is measured in this release).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct LocalityConfig {
@@ -76,6 +78,13 @@ pub struct LocalityConfig {
     /// less and are not counted at the default (SECURITY.md, BENCHMARKS.md). The bound assumes
     /// nothing of a local step (it may take no time at all).
     pub hop_ns: u64,
+    /// A GPU class's local step, nanoseconds, at one walker an SM (the walkers a GPU miner is
+    /// asked for), as `miner bench` reports it on that class, keyed by the model's name in the
+    /// shipped table ("H100 SXM", "RTX 4090": what a version 4 verdict's `bound_as` says of a
+    /// device of a known model; the error for an unknown name lists them). A GPU miner is asked
+    /// for the walk only where every claimed device's class has a figure here, and its deadline
+    /// is timed by the slowest of them. Empty by default.
+    pub gpu_step_ns: BTreeMap<String, u64>,
 }
 
 impl Default for LocalityConfig {
@@ -89,6 +98,7 @@ impl Default for LocalityConfig {
             slack: 2.0,
             segments: 16,
             hop_ns: 3_000,
+            gpu_step_ns: BTreeMap::new(),
         }
     }
 }
@@ -113,6 +123,24 @@ impl LocalityConfig {
         if self.walk_target_ms == 0 || self.step_ns == 0 || self.hop_ns == 0 {
             return Some("[memory.locality] walk_target_ms, step_ns and hop_ns must be at least 1".into());
         }
+        for (model, &step_ns) in &self.gpu_step_ns {
+            if gpu_attest_shared::memory::bound::model(model).is_none() {
+                let known: Vec<&str> = gpu_attest_shared::memory::bound::MODELS
+                    .iter()
+                    .chain(gpu_attest_shared::memory::bound::OTHER_MODELS)
+                    .map(|m| m.name)
+                    .collect();
+                return Some(format!(
+                    "[memory.locality.gpu_step_ns] names {model:?}, which is no model of the shipped table; use one of: {}",
+                    known.join(", ")
+                ));
+            }
+            if step_ns == 0 {
+                return Some(format!(
+                    "[memory.locality.gpu_step_ns] {model:?} = 0 must be at least 1"
+                ));
+            }
+        }
         if !(1..=MAX_SEGMENT_SAMPLES_PER_DEVICE as u32).contains(&self.segments) {
             return Some(format!(
                 "[memory.locality] segments = {} must be in 1..={MAX_SEGMENT_SAMPLES_PER_DEVICE}",
@@ -127,11 +155,18 @@ impl LocalityConfig {
         // that share, a walk at the expected rate or slower states 1. Only a walk that is on
         // is held to it.
         let ordered = gpu_attest_shared::memory::locality::ordered_share_at_least(self.segments);
-        let useless_below = (self.step_ns as f64 / ordered) as u64;
+        // Every step a walk may be timed by: the CPU's and each GPU class's.
+        let (slowest_name, slowest_step_ns) = self.gpu_step_ns.iter().map(|(model, &ns)| (model.as_str(), ns)).fold(
+            ("the CPU's step_ns", self.step_ns),
+            |slowest, step| {
+                if step.1 > slowest.1 { step } else { slowest }
+            },
+        );
+        let useless_below = (slowest_step_ns as f64 / ordered) as u64;
         if self.enabled && self.hop_ns <= useless_below {
             return Some(format!(
-                "[memory.locality] hop_ns = {} is no longer than the expected local step ({} ns) over the share of the walk {} openings show in order ({ordered:.2}): a walk at that step or slower would state that all its steps could have crossed a hop, which says nothing. Set hop_ns above {useless_below} (the default 3000 counts a walker moved over the kernel's TCP, SECURITY.md)",
-                self.hop_ns, self.step_ns, self.segments
+                "[memory.locality] hop_ns = {} is no longer than the expected local step ({slowest_step_ns} ns, {slowest_name}) over the share of the walk {} openings show in order ({ordered:.2}): a walk at that step or slower would state that all its steps could have crossed a hop, which says nothing. Set hop_ns above {useless_below} (the default 3000 counts a walker moved over the kernel's TCP, SECURITY.md)",
+                self.hop_ns, self.segments
             ));
         }
         None
@@ -239,5 +274,35 @@ mod tests {
         );
         assert!(at(1).problem().is_some());
         assert_eq!(at(801).problem(), None);
+    }
+
+    /// A GPU class's step is keyed by a model of the shipped table and is at least 1 ns; the
+    /// hop is held to the slowest step a walk may be timed by, which the error names.
+    #[test]
+    fn a_gpu_step_names_a_known_model_and_holds_the_hop_above_it() {
+        let with = |steps: &[(&str, u64)]| LocalityConfig {
+            enabled: true,
+            gpu_step_ns: steps.iter().map(|&(m, ns)| (m.to_string(), ns)).collect(),
+            ..LocalityConfig::default()
+        };
+        assert_eq!(with(&[("H100 SXM", 700), ("RTX 4090", 900)]).problem(), None);
+        let unknown = with(&[("H100", 700)]).problem().expect("refused");
+        assert!(
+            unknown.contains("\"H100\"") && unknown.contains("H100 SXM") && unknown.contains("RTX 4090"),
+            "{unknown}"
+        );
+        assert!(
+            with(&[("H200", 0)])
+                .problem()
+                .expect("refused")
+                .contains("\"H200\" = 0")
+        );
+        // 2,400 ns over the 0.7499 shown in order is 3,200 ns: the default 3 us hop says nothing.
+        let slow = with(&[("H200", 650), ("RTX 4090", 2_400)]).problem().expect("refused");
+        assert!(
+            slow.contains("2400 ns, RTX 4090") && slow.contains("above 3200"),
+            "{slow}"
+        );
+        assert_eq!(with(&[("RTX 4090", 2_200)]).problem(), None);
     }
 }

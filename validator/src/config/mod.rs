@@ -558,4 +558,25 @@ mod tests {
         assert_eq!(c.challenge.cpu_n, 128);
         assert_eq!(c.challenge.iterations, ChallengeConfig::default().iterations);
     }
+
+    /// The guide's way of giving GPU models a locality step: a table under `[memory.locality]`,
+    /// read with the rest of the walk's defaults, written back the same, and checked.
+    #[test]
+    fn gpu_locality_steps_read_from_their_own_table() {
+        let text = "[memory.locality]\nenabled = true\n[memory.locality.gpu_step_ns]\n\"H100 SXM\" = 700\nH200 = 650\n";
+        let c: ValidatorConfig = toml::from_str(text).unwrap();
+        let steps: Vec<(&str, u64)> = c
+            .memory
+            .locality
+            .gpu_step_ns
+            .iter()
+            .map(|(m, &ns)| (m.as_str(), ns))
+            .collect();
+        assert_eq!(steps, [("H100 SXM", 700), ("H200", 650)]);
+        assert_eq!(c.memory.locality.step_ns, 600);
+        c.validate().unwrap();
+        assert_eq!(toml::from_str::<ValidatorConfig>(&c.to_toml()).unwrap(), c);
+        let typo: ValidatorConfig = toml::from_str(&text.replace("H200", "\"H 200\"")).unwrap();
+        assert!(typo.validate().unwrap_err().to_string().contains("\"H 200\""));
+    }
 }
