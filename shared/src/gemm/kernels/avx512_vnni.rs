@@ -4,10 +4,12 @@
 //! starts its sums at `-128 * column_sum(B)`, which makes the tile exact (PROTOCOL.md
 //! "Exactness").
 
+use super::VnniStart;
 use crate::gemm::TILE_COLS;
 use std::arch::x86_64::*;
+use std::ops::Range;
 
-pub(super) const TILE_ROWS: usize = 8;
+pub(super) const TILE_ROWS: usize = super::vnni_pack::STRIP_ROWS;
 
 pub(super) fn is_available() -> bool {
     is_x86_feature_detected!("avx512f")
@@ -15,36 +17,46 @@ pub(super) fn is_available() -> bool {
         && is_x86_feature_detected!("avx512vnni")
 }
 
-/// Sixteen accumulators (8 rows x 2 registers of 16 columns) live in registers for the whole
-/// k loop; each k-quad costs two loads of B, eight 4-byte broadcasts of A and 16 `vpdpbusd`.
-/// The accumulators start at `bias_correction` rather than zero, so the bias costs nothing
-/// after the loop.
+/// Sixteen accumulators (8 rows x 2 registers of 16 columns) live in registers for the k span;
+/// each k-quad costs two loads of B, eight 4-byte broadcasts of A and 16 `vpdpbusd`. The
+/// accumulators start at `bias_correction` on the first block rather than zero, so the bias
+/// costs nothing after the loop.
 ///
 /// # Safety
-/// The CPU must have AVX-512F/BW/VNNI; `rows` holds TILE_ROWS rows of n biased bytes, `panel`
-/// 32n packed bytes and `out` TILE_ROWS rows.
+/// The CPU must have AVX-512F/BW/VNNI; `rows` holds one strip of TILE_ROWS rows of n biased
+/// bytes in `vnni_pack`'s layout, `panel`
+/// 32n packed bytes, `out` (and a carry) TILE_ROWS rows, and `k` whole quads within `0..n`.
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
 pub(super) unsafe fn tile(
     rows: &[u8],
     n: usize,
     panel: &[u8],
-    bias_correction: &[i32; TILE_COLS],
+    k: Range<usize>,
+    start: VnniStart<'_>,
     out: &mut [[i32; TILE_COLS]],
 ) {
     assert!(rows.len() == TILE_ROWS * n && panel.len() == TILE_COLS * n && out.len() == TILE_ROWS);
-    // SAFETY: `bias_correction` is 32 i32 = two 64-byte loads.
-    let start = unsafe {
+    assert!(k.start.is_multiple_of(4) && k.end.is_multiple_of(4) && k.end <= n);
+    // SAFETY: each row is 32 i32 = two 64-byte loads.
+    let load = |row: &[i32; TILE_COLS]| unsafe {
         [
-            _mm512_loadu_si512(bias_correction.as_ptr().cast()),
-            _mm512_loadu_si512(bias_correction.as_ptr().add(16).cast()),
+            _mm512_loadu_si512(row.as_ptr().cast()),
+            _mm512_loadu_si512(row.as_ptr().add(16).cast()),
         ]
     };
-    let mut acc = [start; TILE_ROWS];
+    let mut acc = match start {
+        VnniStart::Bias(bias_correction) => [load(bias_correction); TILE_ROWS],
+        VnniStart::Out => std::array::from_fn(|r| load(&out[r])),
+        VnniStart::Carry(carry) => {
+            assert_eq!(carry.len(), TILE_ROWS);
+            std::array::from_fn(|r| load(&carry[r]))
+        }
+    };
     let a = rows.as_ptr();
     let b = panel.as_ptr();
-    for q in 0..n / 4 {
+    for q in k.start / 4..k.end / 4 {
         // SAFETY (all loads): q < n/4, so b + q*128 + 128 <= b + 32n = panel's end, and
-        // a + r*n + 4q + 4 <= a + 8n = rows' end.
+        // a + q*32 + r*4 + 4 <= a + 8n = the strip's end.
         let (b0, b1) = unsafe {
             (
                 _mm512_loadu_si512(b.add(q * 128).cast()),
@@ -52,7 +64,7 @@ pub(super) unsafe fn tile(
             )
         };
         for (r, acc) in acc.iter_mut().enumerate() {
-            let a4 = unsafe { a.add(r * n + 4 * q).cast::<i32>().read_unaligned() };
+            let a4 = unsafe { a.add(q * 32 + r * 4).cast::<i32>().read_unaligned() };
             let a4 = _mm512_set1_epi32(a4);
             acc[0] = _mm512_dpbusd_epi32(acc[0], a4, b0);
             acc[1] = _mm512_dpbusd_epi32(acc[1], a4, b1);

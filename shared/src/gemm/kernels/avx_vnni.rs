@@ -2,63 +2,74 @@
 //! AVX-512 (Intel Alder Lake and later clients, Sierra Forest). Biased A, and sums that start at
 //! the bias correction, as in the AVX-512 kernel.
 
+use super::VnniStart;
 use crate::gemm::TILE_COLS;
 use std::arch::x86_64::*;
+use std::ops::Range;
 
-pub(super) const TILE_ROWS: usize = 8;
+pub(super) const TILE_ROWS: usize = super::vnni_pack::STRIP_ROWS;
 
 pub(super) fn is_available() -> bool {
     is_x86_feature_detected!("avx2") && is_x86_feature_detected!("avxvnni")
 }
 
 /// Sixteen 256-bit registers allow a 4-row x 16-column sub-tile (8 accumulators, 2 of B, one
-/// broadcast); the 8x32 tile is four of them, each over the whole k range.
+/// broadcast); the 8x32 tile is four of them, each over the k span.
 ///
 /// # Safety
-/// The CPU must have AVX2 and AVX-VNNI; lengths as in the AVX-512 kernel.
+/// The CPU must have AVX2 and AVX-VNNI; lengths and `k` as in the AVX-512 kernel.
 #[target_feature(enable = "avx2,avxvnni")]
 pub(super) unsafe fn tile(
     rows: &[u8],
     n: usize,
     panel: &[u8],
-    bias_correction: &[i32; TILE_COLS],
+    k: Range<usize>,
+    start: VnniStart<'_>,
     out: &mut [[i32; TILE_COLS]],
 ) {
     assert!(rows.len() == TILE_ROWS * n && panel.len() == TILE_COLS * n && out.len() == TILE_ROWS);
+    assert!(k.start.is_multiple_of(4) && k.end.is_multiple_of(4) && k.end <= n);
+    if let VnniStart::Carry(carry) = start {
+        assert_eq!(carry.len(), TILE_ROWS);
+    }
     let a = rows.as_ptr();
     let b = panel.as_ptr();
     for row_group in 0..TILE_ROWS / 4 {
         for col_group in 0..TILE_COLS / 16 {
             // SAFETY: AVX2 and AVX-VNNI are present (this function's own contract); the groups
             // are within the tile, and the lengths are as `tile` was given them.
-            unsafe { sub_tile(a, n, b, bias_correction, (row_group, col_group), out) };
+            unsafe { sub_tile(a, b, k.clone(), &start, (row_group, col_group), out) };
         }
     }
 }
 
-/// One 4-row x 16-column sub-tile over the whole k range: sums that start at the bias
-/// correction, the `vpdpbusd` of every k-quad, then stored to `out`.
+/// One 4-row x 16-column sub-tile over the k span: sums that start where `start` says, the
+/// `vpdpbusd` of every k-quad, then stored to `out`.
 ///
 /// # Safety
-/// The CPU must have AVX2 and AVX-VNNI; `a`, `n`, `b` and `out` as [`tile`] has them,
-/// `row_group < TILE_ROWS / 4` and `col_group < TILE_COLS / 16`.
+/// The CPU must have AVX2 and AVX-VNNI; `a`, `b`, `k`, `start` and `out` as [`tile`] has
+/// them (A in `vnni_pack`'s strip), `row_group < TILE_ROWS / 4` and `col_group < TILE_COLS / 16`.
 #[target_feature(enable = "avx2,avxvnni")]
 #[inline]
 unsafe fn sub_tile(
     a: *const u8,
-    n: usize,
     b: *const u8,
-    bias_correction: &[i32; TILE_COLS],
+    k: Range<usize>,
+    start: &VnniStart<'_>,
     (row_group, col_group): (usize, usize),
     out: &mut [[i32; TILE_COLS]],
 ) {
-    // SAFETY: col_group < 2, so the two 8-lane loads stay within the 32 i32.
-    let start = unsafe {
-        let c = bias_correction.as_ptr().add(col_group * 16);
+    // SAFETY: col_group < 2, so the two 8-lane loads stay within a row's 32 i32.
+    let load = |row: &[i32; TILE_COLS]| unsafe {
+        let c = row.as_ptr().add(col_group * 16);
         [_mm256_loadu_si256(c.cast()), _mm256_loadu_si256(c.add(8).cast())]
     };
-    let mut acc = [start; 4];
-    for q in 0..n / 4 {
+    let mut acc: [[__m256i; 2]; 4] = match start {
+        VnniStart::Bias(bias_correction) => [load(bias_correction); 4],
+        VnniStart::Out => std::array::from_fn(|r| load(&out[row_group * 4 + r])),
+        VnniStart::Carry(carry) => std::array::from_fn(|r| load(&carry[row_group * 4 + r])),
+    };
+    for q in k.start / 4..k.end / 4 {
         // SAFETY: q < n/4 and col_group < 2 keep b + q*128 + col_group*64 + 64 within the
         // panel's 32n bytes; row_group*4 + r < 8 keeps A's reads within 8n bytes.
         let (b0, b1) = unsafe {
@@ -67,8 +78,8 @@ unsafe fn sub_tile(
         };
         for (r, acc) in acc.iter_mut().enumerate() {
             let row = row_group * 4 + r;
-            // SAFETY: within A's 8n bytes, as said above.
-            let a4 = unsafe { a.add(row * n + 4 * q).cast::<i32>().read_unaligned() };
+            // SAFETY: within the strip's 8n bytes, as said above.
+            let a4 = unsafe { a.add(q * 32 + row * 4).cast::<i32>().read_unaligned() };
             let a4 = _mm256_set1_epi32(a4);
             acc[0] = _mm256_dpbusd_avx_epi32(acc[0], a4, b0);
             acc[1] = _mm256_dpbusd_avx_epi32(acc[1], a4, b1);

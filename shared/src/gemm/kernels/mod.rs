@@ -16,6 +16,8 @@ mod avx512_vnni;
 #[cfg(target_arch = "x86_64")]
 mod avx_vnni;
 mod portable;
+#[cfg(target_arch = "x86_64")]
+mod vnni_pack;
 
 use super::TILE_COLS;
 use crate::aligned::AlignedBytes;
@@ -108,7 +110,27 @@ impl TileOperands<'_> {
     }
 }
 
+/// Where a `vpdpbusd` tile's accumulators start: at the panel's bias correction (the first or
+/// only block of k: the correction is of the whole of k, so it is added once), at the sums
+/// already in the output (a middle block), or at carried sums (the last block).
+#[cfg(target_arch = "x86_64")]
+pub(super) enum VnniStart<'a> {
+    Bias(&'a [i32; TILE_COLS]),
+    Out,
+    Carry(&'a [[i32; TILE_COLS]]),
+}
+
 impl<'a> Sums<'a> {
+    /// A `vpdpbusd` tile's start and its output, for a panel of `bias_correction`.
+    #[cfg(target_arch = "x86_64")]
+    pub(super) fn vnni(self, bias_correction: &'a [i32; TILE_COLS]) -> (VnniStart<'a>, &'a mut [[i32; TILE_COLS]]) {
+        match self {
+            Sums::Fresh(out) => (VnniStart::Bias(bias_correction), out),
+            Sums::Add(out) => (VnniStart::Out, out),
+            Sums::Carried { carry, out } => (VnniStart::Carry(carry), out),
+        }
+    }
+
     /// The rows the result goes to.
     pub(super) fn out_rows(&self) -> usize {
         match self {
@@ -299,13 +321,15 @@ impl KernelKind {
         }
     }
 
-    /// A in the layout this kernel reads: row-major as it is, row-major biased by +128 for the
-    /// `vpdpbusd` kernels, in AMX strips, or widened to i16 in strips for AVX2. Either way, the
+    /// A in the layout this kernel reads: row-major as it is, biased by +128 in strips of k-quads
+    /// for the `vpdpbusd` kernels (`vnni_pack`), in AMX strips, or widened to i16 in strips for
+    /// AVX2. Either way, the
     /// rows of tile t start at byte `t * tile_rows() * n * a_element_bytes()`. A rearranged
     /// copy is built in `scratch`, whose memory the caller keeps from one product to the next.
     pub(super) fn prepare_a<'a>(self, a: &'a [u8], n: usize, scratch: &'a mut AlignedBytes) -> &'a [u8] {
         match self {
-            KernelKind::Avx512Vnni | KernelKind::AvxVnni => biased(a, scratch.reuse(a.len())),
+            #[cfg(target_arch = "x86_64")]
+            KernelKind::Avx512Vnni | KernelKind::AvxVnni => vnni_pack::pack_a_into(a, n, scratch.reuse(a.len())),
             #[cfg(target_arch = "x86_64")]
             KernelKind::Amx => amx::pack_a_into(a, n, scratch.reuse(a.len())),
             #[cfg(target_arch = "x86_64")]
@@ -315,11 +339,10 @@ impl KernelKind {
         scratch.as_slice()
     }
 
-    /// Whether `tile` takes a span of k and carried sums. The others take the
-    /// whole of k at once: the `vpdpbusd` kernels read A in place, where a span of k is not one
-    /// piece of memory, and the AVX2 kernel blocks k inside its own loop.
+    /// Whether `tile` takes a span of k and carried sums. The AVX2 kernel takes the whole of k
+    /// at once: it blocks k inside its own loop.
     pub fn takes_k_blocks(self) -> bool {
-        matches!(self, KernelKind::Amx | KernelKind::Portable)
+        !matches!(self, KernelKind::Avx2)
     }
 
     /// Whether the kernel acts on `TileOperands::streamed`: AMX, whose tile loads have a T1
@@ -401,11 +424,15 @@ impl KernelKind {
             }
             (KernelKind::Portable, sums) => portable::tile(&ops, sums.start()),
             #[cfg(target_arch = "x86_64")]
-            (KernelKind::Avx512Vnni, Sums::Fresh(out)) => unsafe {
-                avx512_vnni::tile(rows, n, panel, bias_correction, out)
-            },
+            (KernelKind::Avx512Vnni, sums) => {
+                let (start, out) = sums.vnni(bias_correction);
+                unsafe { avx512_vnni::tile(rows, n, panel, ops.k.clone(), start, out) }
+            }
             #[cfg(target_arch = "x86_64")]
-            (KernelKind::AvxVnni, Sums::Fresh(out)) => unsafe { avx_vnni::tile(rows, n, panel, bias_correction, out) },
+            (KernelKind::AvxVnni, sums) => {
+                let (start, out) = sums.vnni(bias_correction);
+                unsafe { avx_vnni::tile(rows, n, panel, ops.k.clone(), start, out) }
+            }
             #[cfg(target_arch = "x86_64")]
             (KernelKind::Avx2, Sums::Fresh(out)) => unsafe { avx2::tile(rows, n, panel, out) },
             _ => unreachable!("checked above: only the kernels that take k in blocks get carried sums"),
@@ -505,21 +532,6 @@ fn time_ceiling(iterations: u64, ops_per_round: f64, run: impl FnOnce(&[u8; 128]
 pub(super) struct KernelThread {
     #[cfg(target_arch = "x86_64")]
     amx: Option<amx::TileSession>,
-}
-
-/// A with every byte's top bit flipped, `(a + 128) as u8`: the unsigned operand the `vpdpbusd`
-/// kernels read, row-major as A is. It is rebuilt for every product, so it goes a cache line at
-/// a time, which the compiler turns into vector xors (byte by byte, with its bounds checks, it
-/// cost a tenth of a step at n = 1024 on a Zen 5).
-fn biased(a: &[u8], out: &mut [u8]) {
-    assert!(
-        a.len().is_multiple_of(64) && out.len() == a.len(),
-        "A is whole cache lines (n is a multiple of 64), and so is its biased copy"
-    );
-    for (dst, src) in out.chunks_exact_mut(64).zip(a.chunks_exact(64)) {
-        let line: &[u8; 64] = src.try_into().expect("64 bytes");
-        dst.copy_from_slice(&line.map(|v| v ^ 0x80));
-    }
 }
 
 /// The `cpu_kernel` setting of both daemons: `auto` (the fastest this CPU runs) or a kernel's
