@@ -73,8 +73,9 @@ pub enum LocalityAsk {
 /// The locality walk `config` asks of a miner claiming `claim`: on the CPU backend `config`'s
 /// own walkers and `step_ns`; on GPUs one walker an SM (design: the walkers then do not slow
 /// each other) timed by the slowest claimed class's measured step, where every claimed class
-/// has one in `gpu_step_ns`. The claimed SM count only sizes the walk: the bound rests on the
-/// measured time alone, so a claim of fewer SMs cannot make it state less.
+/// has one in `gpu_step_ns`. The claimed SM count only sizes the walk: the bound holds for any
+/// number of walkers (it rests on the measured time and the ordered steps of each), so a claim
+/// of other SM counts cannot make it false.
 pub fn locality_ask(config: &LocalityConfig, claim: &HardwareClaim) -> LocalityAsk {
     if !config.enabled {
         return LocalityAsk::Off;
