@@ -70,12 +70,41 @@ pub enum LocalityAsk {
     NotAsked(String),
 }
 
+/// SMs of each GPU model of the shipped table (`gpu_attest_shared::memory::bound`), from the
+/// datasheets: a GPU walk's walkers, one an SM. Taken from the model rather than the claim, whose
+/// SM count the miner writes: with fewer walkers than the step was measured at a walk runs
+/// faster than its deadline assumes, and with more its generations are capped, shortening it.
+const MODEL_SMS: &[(&str, u32)] = &[
+    ("H100 SXM", 132),
+    ("H200", 132),
+    ("A100 80GB SXM", 108),
+    ("RTX 4090", 128),
+    ("GH200 96 GB", 132),
+    ("GH200 144 GB", 132),
+    ("H100 PCIe", 114),
+    ("H100 NVL", 132),
+    ("A100 40GB SXM", 108),
+    ("A100 80GB PCIe", 108),
+    ("A100 40GB PCIe", 108),
+    ("L40S", 142),
+    ("L40", 142),
+    ("L4", 58),
+    ("A10", 72),
+    ("RTX 3090", 82),
+    ("RTX 6000 Ada", 142),
+];
+
+/// The datasheet SM count of the shipped table's model `name`.
+fn model_sms(name: &str) -> Option<u32> {
+    MODEL_SMS.iter().find(|(model, _)| *model == name).map(|&(_, sms)| sms)
+}
+
 /// The locality walk `config` asks of a miner claiming `claim`: on the CPU backend `config`'s
-/// own walkers and `step_ns`; on GPUs one walker an SM (design: the walkers then do not slow
-/// each other) timed by the slowest claimed class's measured step, where every claimed class
-/// has one in `gpu_step_ns`. The claimed SM count only sizes the walk: the bound holds for any
-/// number of walkers (it rests on the measured time and the ordered steps of each), so a claim
-/// of other SM counts cannot make it false.
+/// own walkers and `step_ns`; on GPUs one walker an SM of the claimed models' datasheets (the
+/// fewest among them; design: the walkers then do not slow each other, and `miner bench`
+/// measures the step so), timed by the slowest claimed model's step, where every claimed model
+/// has one in `gpu_step_ns`. The bound holds for any number of walkers (it rests on the measured
+/// time and the ordered steps of each); the deadline is what the walkers and the step set.
 pub fn locality_ask(config: &LocalityConfig, claim: &HardwareClaim) -> LocalityAsk {
     if !config.enabled {
         return LocalityAsk::Off;
@@ -83,11 +112,15 @@ pub fn locality_ask(config: &LocalityConfig, claim: &HardwareClaim) -> LocalityA
     match claim.backend.as_str() {
         "cpu" => LocalityAsk::Asked(LocalityPlan::new(config, config.walkers, config.step_ns)),
         "cuda" if !claim.devices.is_empty() => {
-            let mut step_ns = 0;
+            let (mut step_ns, mut walkers) = (0, MAX_WALKERS);
             for device in &claim.devices {
                 let model = model_for_device(&device.name, device.memory_bytes);
-                match model.and_then(|m| config.gpu_step_ns.get(m.name)) {
-                    Some(&ns) => step_ns = step_ns.max(ns),
+                let measured = model.and_then(|m| Some((config.gpu_step_ns.get(m.name)?, model_sms(m.name)?)));
+                match measured {
+                    Some((&ns, sms)) => {
+                        step_ns = step_ns.max(ns);
+                        walkers = walkers.min(sms);
+                    }
                     None => {
                         let class = model.map_or_else(
                             || "a GPU outside the shipped model table".to_string(),
@@ -101,7 +134,6 @@ pub fn locality_ask(config: &LocalityConfig, claim: &HardwareClaim) -> LocalityA
                     }
                 }
             }
-            let walkers = claim.devices.iter().map(|d| d.sm_count).min().unwrap_or(1);
             LocalityAsk::Asked(LocalityPlan::new(config, walkers.clamp(1, MAX_WALKERS), step_ns))
         }
         backend => LocalityAsk::NotAsked(format!(
@@ -643,16 +675,23 @@ mod tests {
         assert_eq!(plan.generations, 3256);
     }
 
-    /// A GPU miner whose every class has a measured step walks one walker an SM (the fewest any
-    /// claimed device has), timed by the slowest class's step.
+    /// A GPU miner whose every model has a measured step walks one walker an SM of its models'
+    /// datasheets (the fewest among them), timed by the slowest model's step. The SM count the
+    /// miner claims plays no part.
     #[test]
     fn a_gpu_miner_is_asked_only_where_every_class_has_a_measured_step() {
-        let settings = on(&[("H100 SXM", 700), ("H200", 650)]);
+        let settings = on(&[("H100 SXM", 700), ("H200", 650), ("H100 PCIe", 720)]);
+        for claimed_sms in [132, 0, 1, 50_000] {
+            let h100 = asked(locality_ask(
+                &settings,
+                &claim("cuda", vec![gpu(0, "NVIDIA H100 80GB HBM3", 80, claimed_sms)]),
+            ));
+            assert_eq!((h100.walkers, h100.step_ns), (132, 700), "claiming {claimed_sms} SMs");
+        }
         let h100 = asked(locality_ask(
             &settings,
             &claim("cuda", vec![gpu(0, "NVIDIA H100 80GB HBM3", 80, 132)]),
         ));
-        assert_eq!((h100.walkers, h100.step_ns), (132, 700));
         assert_eq!(h100.generations, 2791, "500 ms at 256 x 700 ns a generation");
         assert_eq!(h100.expected_us(), 2791 * 256 * 700 / 1000 + 1);
 
@@ -660,13 +699,14 @@ mod tests {
             &settings,
             &claim(
                 "cuda",
-                vec![
-                    gpu(0, "NVIDIA H200", 141, 132),
-                    gpu(1, "NVIDIA H100 80GB HBM3", 80, 114),
-                ],
+                vec![gpu(0, "NVIDIA H200", 141, 132), gpu(1, "NVIDIA H100 PCIe", 80, 132)],
             ),
         ));
-        assert_eq!((mixed.walkers, mixed.step_ns), (114, 700));
+        assert_eq!(
+            (mixed.walkers, mixed.step_ns),
+            (114, 720),
+            "the PCIe part's 114 SMs and step"
+        );
 
         let missing = not_asked(locality_ask(
             &on(&[("H200", 650)]),
@@ -696,25 +736,28 @@ mod tests {
         assert!(other.contains("rocm"), "{other}");
     }
 
-    /// A claim of more SMs than a generation may hold walkers walks the most it may, and its
-    /// generations stay within the ends a miner keeps.
+    /// Every model of the shipped table has its datasheet SM count here, so that a step set for
+    /// any of them can be asked; and a long walk stays within the ends a miner keeps.
     #[test]
-    fn a_gpu_walk_stays_within_the_walker_and_kept_end_limits() {
+    fn every_shipped_model_has_an_sm_count_and_walks_stay_within_the_kept_ends() {
+        use gpu_attest_shared::memory::bound::{MODELS, OTHER_MODELS};
+        for model in MODELS.iter().chain(OTHER_MODELS) {
+            let sms = model_sms(model.name).unwrap_or_else(|| panic!("no SM count for {}", model.name));
+            assert!((1..=MAX_WALKERS).contains(&sms), "{}", model.name);
+        }
+        assert_eq!(
+            MODEL_SMS.len(),
+            MODELS.len() + OTHER_MODELS.len(),
+            "an SM count of no shipped model"
+        );
         let settings = LocalityConfig {
-            walk_target_ms: 60_000,
-            ..on(&[("H100 SXM", 1)])
+            walk_target_ms: 600_000,
+            ..on(&[("RTX 6000 Ada", 1)])
         };
-        let plan = asked(locality_ask(
-            &settings,
-            &claim("cuda", vec![gpu(0, "NVIDIA H100 80GB HBM3", 80, 50_000)]),
-        ));
-        assert_eq!(plan.walkers, MAX_WALKERS);
-        assert_eq!(u64::from(plan.generations), MAX_KEPT_ENDS / u64::from(MAX_WALKERS));
-        let none = asked(locality_ask(
-            &settings,
-            &claim("cuda", vec![gpu(0, "NVIDIA H100 80GB HBM3", 80, 0)]),
-        ));
-        assert_eq!(none.walkers, 1);
+        let ada = claim("cuda", vec![gpu(0, "NVIDIA RTX 6000 Ada Generation", 48, 142)]);
+        let plan = asked(locality_ask(&settings, &ada));
+        assert_eq!(plan.walkers, 142);
+        assert_eq!(u64::from(plan.generations), MAX_KEPT_ENDS / 142);
         plan.walk([0; 32], [0; 32], Digest::default())
             .check_shape()
             .expect("a walk a miner takes");

@@ -675,7 +675,12 @@ impl Attestor {
                         proof.record_device_walk(j, device.measured_us.div_ceil(1000).max(1));
                     }
                 }
-                let ask = match locality::locality_ask(&self.config.memory.locality, &outcome.plan.claim) {
+                // A verdict that can no longer prove anything is not asked, nor told why not.
+                let ask = match outcome.may_prove() {
+                    true => locality::locality_ask(&self.config.memory.locality, &outcome.plan.claim),
+                    false => LocalityAsk::Off,
+                };
+                let ask = match ask {
                     LocalityAsk::NotAsked(why) => {
                         on_event(AttestEvent::Phase {
                             name: "locality",
@@ -686,9 +691,7 @@ impl Attestor {
                     LocalityAsk::Off => None,
                     LocalityAsk::Asked(plan) => Some(plan),
                 };
-                if outcome.may_prove()
-                    && let Some(plan) = ask
-                {
+                if let Some(plan) = ask {
                     let devices = walked.devices.iter().map(|d| (d.pool, d.committed)).collect();
                     let walked_lines = locality::walk_lines(
                         miner,

@@ -103,6 +103,14 @@ impl Default for LocalityConfig {
     }
 }
 
+/// The longest walk a validator may aim for: ten minutes.
+const MAX_WALK_TARGET_MS: u64 = 600_000;
+/// The slowest local step a validator may expect, nanoseconds: a millisecond, a thousand times a
+/// DRAM load's latency.
+const MAX_STEP_NS: u64 = 1_000_000;
+/// The longest hop a verdict may speak of, nanoseconds: a second.
+const MAX_HOP_NS: u64 = 1_000_000_000;
+
 impl LocalityConfig {
     /// Refuses settings no locality walk could run with, with the reason.
     pub fn problem(&self) -> Option<String> {
@@ -123,6 +131,14 @@ impl LocalityConfig {
         if self.walk_target_ms == 0 || self.step_ns == 0 || self.hop_ns == 0 {
             return Some("[memory.locality] walk_target_ms, step_ns and hop_ns must be at least 1".into());
         }
+        // Upper limits far past any real walk, so that the plan's products (steps x step,
+        // generations x steps x step) cannot overflow.
+        if self.walk_target_ms > MAX_WALK_TARGET_MS || self.step_ns > MAX_STEP_NS || self.hop_ns > MAX_HOP_NS {
+            return Some(format!(
+                "[memory.locality] walk_target_ms (at most {MAX_WALK_TARGET_MS}), step_ns (at most {MAX_STEP_NS}) and hop_ns (at most {MAX_HOP_NS}) are past any walk: walk_target_ms = {}, step_ns = {}, hop_ns = {}",
+                self.walk_target_ms, self.step_ns, self.hop_ns
+            ));
+        }
         for (model, &step_ns) in &self.gpu_step_ns {
             if gpu_attest_shared::memory::bound::model(model).is_none() {
                 let known: Vec<&str> = gpu_attest_shared::memory::bound::MODELS
@@ -135,9 +151,9 @@ impl LocalityConfig {
                     known.join(", ")
                 ));
             }
-            if step_ns == 0 {
+            if !(1..=MAX_STEP_NS).contains(&step_ns) {
                 return Some(format!(
-                    "[memory.locality.gpu_step_ns] {model:?} = 0 must be at least 1"
+                    "[memory.locality.gpu_step_ns] {model:?} = {step_ns} must be in 1..={MAX_STEP_NS}"
                 ));
             }
         }
@@ -297,6 +313,25 @@ mod tests {
                 .expect("refused")
                 .contains("\"H200\" = 0")
         );
+        // Past any walk: the plan's products could overflow.
+        let huge = with(&[("H200", 1 << 56)]).problem().expect("refused");
+        assert!(huge.contains("must be in 1..=1000000"), "{huge}");
+        for too_much in [
+            LocalityConfig {
+                step_ns: MAX_STEP_NS + 1,
+                ..with(&[])
+            },
+            LocalityConfig {
+                walk_target_ms: MAX_WALK_TARGET_MS + 1,
+                ..with(&[])
+            },
+            LocalityConfig {
+                hop_ns: MAX_HOP_NS + 1,
+                ..with(&[])
+            },
+        ] {
+            assert!(too_much.problem().expect("refused").contains("past any walk"));
+        }
         // 2,400 ns over the 0.7499 shown in order is 3,200 ns: the default 3 us hop says nothing.
         let slow = with(&[("H200", 650), ("RTX 4090", 2_400)]).problem().expect("refused");
         assert!(
