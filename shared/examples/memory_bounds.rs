@@ -2,7 +2,7 @@
 //! arithmetic in `gpu_attest_shared::memory::bound`, so that each figure can be checked.
 
 use gpu_attest_shared::memory::bound::{
-    CPU, DeviceModel, HostPool, MODELS, OTHER_MODELS, Sources, UNKNOWN_GPU, VERSION_4, sized_sources,
+    CPU, DeviceModel, HostPool, MODELS, Sources, UNKNOWN_GPU, VERSION_4, models, sized_sources,
 };
 
 fn main() {
@@ -110,7 +110,7 @@ fn hosts(d: &gpu_attest_shared::memory::bound::Design) {
     println!("slash what each device's `walk.held_at_least` states (every source on its pool alone):");
     println!("| device | clock (steps, rows) | d = 1 | d = 2 | d = 4 | d = 8 | d = 16 |");
     println!("|---|---|---|---|---|---|---|");
-    let models: Vec<&DeviceModel> = MODELS.iter().chain(OTHER_MODELS).chain([&UNKNOWN_GPU, &CPU]).collect();
+    let models: Vec<&DeviceModel> = models().chain([&UNKNOWN_GPU, &CPU]).collect();
     let caught = |clock, steps, rows| d.proven(clock, steps, rows).shortfall_caught;
     for model in models {
         let clocks = [

@@ -25,6 +25,9 @@ pub struct DeviceModel {
     pub peer_link: Option<f64>,
     /// NVLink-C2C to a Grace CPU's memory, one direction, bytes a second.
     pub c2c: Option<f64>,
+    /// Streaming multiprocessors (datasheet): the locality walk's walkers on this model, one an
+    /// SM. 0 for the stand-ins ([`UNKNOWN_GPU`], [`CPU`]), which no walk is sized by.
+    pub sms: u32,
 }
 
 const GB: f64 = 1e9;
@@ -42,6 +45,7 @@ pub const MODELS: &[DeviceModel] = &[
         host_link: PCIE_GEN5_X16,
         peer_link: Some(450.0 * GB),
         c2c: None,
+        sms: 132,
     },
     DeviceModel {
         name: "H200",
@@ -50,6 +54,7 @@ pub const MODELS: &[DeviceModel] = &[
         host_link: PCIE_GEN5_X16,
         peer_link: Some(450.0 * GB),
         c2c: None,
+        sms: 132,
     },
     DeviceModel {
         name: "A100 80GB SXM",
@@ -58,6 +63,7 @@ pub const MODELS: &[DeviceModel] = &[
         host_link: PCIE_GEN4_X16,
         peer_link: Some(300.0 * GB),
         c2c: None,
+        sms: 108,
     },
     DeviceModel {
         name: "RTX 4090",
@@ -66,6 +72,7 @@ pub const MODELS: &[DeviceModel] = &[
         host_link: PCIE_GEN4_X16,
         peer_link: None,
         c2c: None,
+        sms: 128,
     },
     DeviceModel {
         name: "GH200 96 GB",
@@ -74,6 +81,7 @@ pub const MODELS: &[DeviceModel] = &[
         host_link: 0.0,
         peer_link: Some(450.0 * GB),
         c2c: Some(450.0 * GB),
+        sms: 132,
     },
     DeviceModel {
         name: "GH200 144 GB",
@@ -82,6 +90,7 @@ pub const MODELS: &[DeviceModel] = &[
         host_link: 0.0,
         peer_link: Some(450.0 * GB),
         c2c: Some(450.0 * GB),
+        sms: 132,
     },
 ];
 
@@ -96,6 +105,7 @@ pub const OTHER_MODELS: &[DeviceModel] = &[
         host_link: PCIE_GEN5_X16,
         peer_link: Some(300.0 * GB),
         c2c: None,
+        sms: 114,
     },
     DeviceModel {
         name: "H100 NVL",
@@ -104,6 +114,7 @@ pub const OTHER_MODELS: &[DeviceModel] = &[
         host_link: PCIE_GEN5_X16,
         peer_link: Some(300.0 * GB),
         c2c: None,
+        sms: 132,
     },
     DeviceModel {
         name: "A100 40GB SXM",
@@ -112,6 +123,7 @@ pub const OTHER_MODELS: &[DeviceModel] = &[
         host_link: PCIE_GEN4_X16,
         peer_link: Some(300.0 * GB),
         c2c: None,
+        sms: 108,
     },
     DeviceModel {
         name: "A100 80GB PCIe",
@@ -120,6 +132,7 @@ pub const OTHER_MODELS: &[DeviceModel] = &[
         host_link: PCIE_GEN4_X16,
         peer_link: Some(300.0 * GB),
         c2c: None,
+        sms: 108,
     },
     DeviceModel {
         name: "A100 40GB PCIe",
@@ -128,6 +141,7 @@ pub const OTHER_MODELS: &[DeviceModel] = &[
         host_link: PCIE_GEN4_X16,
         peer_link: Some(300.0 * GB),
         c2c: None,
+        sms: 108,
     },
     DeviceModel {
         name: "L40S",
@@ -136,6 +150,7 @@ pub const OTHER_MODELS: &[DeviceModel] = &[
         host_link: PCIE_GEN4_X16,
         peer_link: None,
         c2c: None,
+        sms: 142,
     },
     DeviceModel {
         name: "L40",
@@ -144,6 +159,7 @@ pub const OTHER_MODELS: &[DeviceModel] = &[
         host_link: PCIE_GEN4_X16,
         peer_link: None,
         c2c: None,
+        sms: 142,
     },
     DeviceModel {
         name: "L4",
@@ -152,6 +168,7 @@ pub const OTHER_MODELS: &[DeviceModel] = &[
         host_link: PCIE_GEN4_X16,
         peer_link: None,
         c2c: None,
+        sms: 58,
     },
     DeviceModel {
         name: "A10",
@@ -160,6 +177,7 @@ pub const OTHER_MODELS: &[DeviceModel] = &[
         host_link: PCIE_GEN4_X16,
         peer_link: None,
         c2c: None,
+        sms: 72,
     },
     DeviceModel {
         name: "RTX 3090",
@@ -168,6 +186,7 @@ pub const OTHER_MODELS: &[DeviceModel] = &[
         host_link: PCIE_GEN4_X16,
         peer_link: Some(56.25 * GB),
         c2c: None,
+        sms: 82,
     },
     DeviceModel {
         name: "RTX 6000 Ada",
@@ -176,6 +195,7 @@ pub const OTHER_MODELS: &[DeviceModel] = &[
         host_link: PCIE_GEN4_X16,
         peer_link: None,
         c2c: None,
+        sms: 142,
     },
 ];
 
@@ -189,6 +209,7 @@ pub const UNKNOWN_GPU: DeviceModel = DeviceModel {
     host_link: 450.0 * GB,
     peer_link: None,
     c2c: None,
+    sms: 0,
 };
 
 /// What a CPU device is taken to be: its pool sits in host memory, and a cheater serves what it
@@ -202,11 +223,17 @@ pub const CPU: DeviceModel = DeviceModel {
     host_link: 50.0 * GB,
     peer_link: None,
     c2c: None,
+    sms: 0,
 };
+
+/// Every model of [`MODELS`] and [`OTHER_MODELS`]: the shipped table.
+pub fn models() -> impl Iterator<Item = &'static DeviceModel> {
+    MODELS.iter().chain(OTHER_MODELS)
+}
 
 /// The model named `name` in [`MODELS`] or [`OTHER_MODELS`].
 pub fn model(name: &str) -> Option<&'static DeviceModel> {
-    MODELS.iter().chain(OTHER_MODELS).find(|m| m.name == name)
+    models().find(|m| m.name == name)
 }
 
 /// Whether `model` is one of the design's table ([`MODELS`]), whose counts size openings; the

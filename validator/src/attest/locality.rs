@@ -70,41 +70,15 @@ pub enum LocalityAsk {
     NotAsked(String),
 }
 
-/// SMs of each GPU model of the shipped table (`gpu_attest_shared::memory::bound`), from the
-/// datasheets: a GPU walk's walkers, one an SM. Taken from the model rather than the claim, whose
-/// SM count the miner writes: with fewer walkers than the step was measured at a walk runs
-/// faster than its deadline assumes, and with more its generations are capped, shortening it.
-const MODEL_SMS: &[(&str, u32)] = &[
-    ("H100 SXM", 132),
-    ("H200", 132),
-    ("A100 80GB SXM", 108),
-    ("RTX 4090", 128),
-    ("GH200 96 GB", 132),
-    ("GH200 144 GB", 132),
-    ("H100 PCIe", 114),
-    ("H100 NVL", 132),
-    ("A100 40GB SXM", 108),
-    ("A100 80GB PCIe", 108),
-    ("A100 40GB PCIe", 108),
-    ("L40S", 142),
-    ("L40", 142),
-    ("L4", 58),
-    ("A10", 72),
-    ("RTX 3090", 82),
-    ("RTX 6000 Ada", 142),
-];
-
-/// The datasheet SM count of the shipped table's model `name`.
-fn model_sms(name: &str) -> Option<u32> {
-    MODEL_SMS.iter().find(|(model, _)| *model == name).map(|&(_, sms)| sms)
-}
-
 /// The locality walk `config` asks of a miner claiming `claim`: on the CPU backend `config`'s
 /// own walkers and `step_ns`; on GPUs one walker an SM of the claimed models' datasheets (the
 /// fewest among them; design: the walkers then do not slow each other, and `miner bench`
 /// measures the step so), timed by the slowest claimed model's step, where every claimed model
-/// has one in `gpu_step_ns`. The bound holds for any number of walkers (it rests on the measured
-/// time and the ordered steps of each); the deadline is what the walkers and the step set.
+/// has one in `gpu_step_ns`. The SMs are the model's, not the claim's: with fewer walkers than
+/// the step was measured at a walk runs faster than its deadline assumes, and with more its
+/// generations are capped, shortening it. The bound holds for any number of walkers (it rests on
+/// the measured time and the ordered steps of each); the deadline is what the walkers and the
+/// step set.
 pub fn locality_ask(config: &LocalityConfig, claim: &HardwareClaim) -> LocalityAsk {
     if !config.enabled {
         return LocalityAsk::Off;
@@ -115,8 +89,7 @@ pub fn locality_ask(config: &LocalityConfig, claim: &HardwareClaim) -> LocalityA
             let (mut step_ns, mut walkers) = (0, MAX_WALKERS);
             for device in &claim.devices {
                 let model = model_for_device(&device.name, device.memory_bytes);
-                let measured = model.and_then(|m| Some((config.gpu_step_ns.get(m.name)?, model_sms(m.name)?)));
-                match measured {
+                match model.and_then(|m| Some((config.gpu_step_ns.get(m.name)?, m.sms))) {
                     Some((&ns, sms)) => {
                         step_ns = step_ns.max(ns);
                         walkers = walkers.min(sms);
@@ -736,20 +709,13 @@ mod tests {
         assert!(other.contains("rocm"), "{other}");
     }
 
-    /// Every model of the shipped table has its datasheet SM count here, so that a step set for
-    /// any of them can be asked; and a long walk stays within the ends a miner keeps.
+    /// Every model of the shipped table has its datasheet SM count, so that a step set for any of
+    /// them can be asked; and a long walk stays within the ends a miner keeps.
     #[test]
     fn every_shipped_model_has_an_sm_count_and_walks_stay_within_the_kept_ends() {
-        use gpu_attest_shared::memory::bound::{MODELS, OTHER_MODELS};
-        for model in MODELS.iter().chain(OTHER_MODELS) {
-            let sms = model_sms(model.name).unwrap_or_else(|| panic!("no SM count for {}", model.name));
-            assert!((1..=MAX_WALKERS).contains(&sms), "{}", model.name);
+        for model in gpu_attest_shared::memory::bound::models() {
+            assert!((1..=MAX_WALKERS).contains(&model.sms), "{}", model.name);
         }
-        assert_eq!(
-            MODEL_SMS.len(),
-            MODELS.len() + OTHER_MODELS.len(),
-            "an SM count of no shipped model"
-        );
         let settings = LocalityConfig {
             walk_target_ms: 600_000,
             ..on(&[("RTX 6000 Ada", 1)])

@@ -141,11 +141,7 @@ impl LocalityConfig {
         }
         for (model, &step_ns) in &self.gpu_step_ns {
             if gpu_attest_shared::memory::bound::model(model).is_none() {
-                let known: Vec<&str> = gpu_attest_shared::memory::bound::MODELS
-                    .iter()
-                    .chain(gpu_attest_shared::memory::bound::OTHER_MODELS)
-                    .map(|m| m.name)
-                    .collect();
+                let known: Vec<&str> = gpu_attest_shared::memory::bound::models().map(|m| m.name).collect();
                 return Some(format!(
                     "[memory.locality.gpu_step_ns] names {model:?}, which is no model of the shipped table; use one of: {}",
                     known.join(", ")
