@@ -387,13 +387,16 @@ impl KernelKind {
     ///
     /// `between(i, count)` is called for i = 0..count, at points where side work (the previous
     /// tile's epilogue) costs least: between AMX's k-steps, whose tile unit leaves the vector
-    /// units idle; once after the tile for the vector kernels, which keep them busy.
+    /// units idle; once after the tile for the vector kernels, which keep them busy. Inlined,
+    /// with `between` generic, so that the AMX kernel's k-step loop and the side work it offers
+    /// slots to compile into one loop in the driver (`amx::tile` says what that bought).
+    #[inline(always)]
     pub(super) fn tile(
         self,
         thread: &KernelThread,
         ops: TileOperands<'_>,
         sums: Sums<'_>,
-        between: &mut dyn FnMut(usize, usize),
+        between: &mut impl FnMut(usize, usize),
     ) {
         ops.check(self);
         assert_eq!(sums.out_rows(), self.tile_rows());
