@@ -237,16 +237,27 @@ fn tile_on(unit: &mut impl TileUnit, ops: TileOperands<'_>, sums: Sums<'_>, betw
             out.try_into().expect("the sums are 32 rows")
         }
     };
-    let steps = (k.end - k.start) / 64;
-    for (i, step) in (k.start / 64..k.end / 64).enumerate() {
-        // One k-block of the strip is 32 rows x 64 bytes, and 64 k of the panel is 16 k-quads
-        // of 128 bytes: both 2 KiB.
-        let a = rows[step * 2048..][..2048].try_into().expect("2 KiB");
-        let b = panel[step * 2048..][..2048].try_into().expect("2 KiB");
-        unit.step(a, b, streamed);
-        between(i, steps);
+    // One k-block of the strip is 32 rows x 64 bytes, and 64 k of the panel is 16 k-quads of
+    // 128 bytes: both 2 KiB, so the span is the same byte range of each.
+    let span = k.start / 64 * 2048..k.end / 64 * 2048;
+    let (a, b) = (&rows[span.clone()], &panel[span]);
+    // One loop per form of the loads, so that the step's form is not chosen again every step.
+    match streamed {
+        Streamed::Neither => k_steps(unit, a, b, Streamed::Neither, between),
+        Streamed::A => k_steps(unit, a, b, Streamed::A, between),
+        Streamed::B => k_steps(unit, a, b, Streamed::B, between),
     }
     unit.store_sums(out);
+}
+
+/// The k-steps over `a` and `b` (whole steps of 2 KiB each), `between` after each.
+#[inline(always)]
+fn k_steps(unit: &mut impl TileUnit, a: &[u8], b: &[u8], streamed: Streamed, between: &mut impl FnMut(usize, usize)) {
+    let steps = a.len() / 2048;
+    for (i, (a, b)) in a.chunks_exact(2048).zip(b.chunks_exact(2048)).enumerate() {
+        unit.step(a.try_into().expect("2 KiB"), b.try_into().expect("2 KiB"), streamed);
+        between(i, steps);
+    }
 }
 
 /// The kernel's schedule on an emulator of the AMX instructions it uses, so that it is checked
