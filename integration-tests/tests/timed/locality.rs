@@ -194,6 +194,22 @@ async fn an_honest_miner_passes_and_its_verdict_records_each_devices_locality_wa
         open.samples.push(open.samples[0]);
     });
     assert_ne!(audited(&more).await.finding(), Finding::Confirmed);
+    // A plan no validator of this software makes (a slack below 1: a deadline short of the
+    // expected walk), sealed by the validator all the same: the audit says so.
+    let short = tampered(&file, |t| {
+        let locality = t.locality.as_mut().unwrap();
+        let mut plan: LocalityPlan = serde_json::from_str(&locality.plan_json).unwrap();
+        plan.slack = 0.5;
+        locality.plan_json = serde_json::to_string(&plan).unwrap();
+    });
+    let report = audited(&short).await;
+    assert!(
+        report
+            .differs
+            .iter()
+            .any(|d| d.contains("is not one this software makes for the claim") && d.contains("slack (0.5")),
+        "{report}"
+    );
 }
 
 /// The cheater the generations are for: one whose walkers did not walk (their ends made up,

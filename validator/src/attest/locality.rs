@@ -86,14 +86,11 @@ pub fn locality_ask(config: &LocalityConfig, claim: &HardwareClaim) -> LocalityA
     match claim.backend.as_str() {
         "cpu" => LocalityAsk::Asked(LocalityPlan::new(config, config.walkers, config.step_ns)),
         "cuda" if !claim.devices.is_empty() => {
-            let (mut step_ns, mut walkers) = (0, MAX_WALKERS);
+            let mut step_ns = 0;
             for device in &claim.devices {
                 let model = model_for_device(&device.name, device.memory_bytes);
-                match model.and_then(|m| Some((config.gpu_step_ns.get(m.name)?, m.sms))) {
-                    Some((&ns, sms)) => {
-                        step_ns = step_ns.max(ns);
-                        walkers = walkers.min(sms);
-                    }
+                match model.and_then(|m| config.gpu_step_ns.get(m.name)) {
+                    Some(&ns) => step_ns = step_ns.max(ns),
                     None => {
                         let class = model.map_or_else(
                             || "a GPU outside the shipped model table".to_string(),
@@ -107,7 +104,11 @@ pub fn locality_ask(config: &LocalityConfig, claim: &HardwareClaim) -> LocalityA
                     }
                 }
             }
-            LocalityAsk::Asked(LocalityPlan::new(config, walkers.clamp(1, MAX_WALKERS), step_ns))
+            match datasheet_walkers(claim) {
+                Some(walkers) => LocalityAsk::Asked(LocalityPlan::new(config, walkers, step_ns)),
+                // Not reached while every shipped model has its SM count (a test holds that).
+                None => LocalityAsk::NotAsked("a claimed GPU's model has no SM count in the shipped table".into()),
+            }
         }
         backend => LocalityAsk::NotAsked(format!(
             "the locality walk is not asked of the {} backend",
@@ -116,7 +117,84 @@ pub fn locality_ask(config: &LocalityConfig, claim: &HardwareClaim) -> LocalityA
     }
 }
 
+/// The walkers of a GPU walk: one an SM of the claimed models' datasheets, the fewest among
+/// them. None where a claimed device's model is not in the shipped table (or has no SM count).
+fn datasheet_walkers(claim: &HardwareClaim) -> Option<u32> {
+    let mut walkers = MAX_WALKERS;
+    for device in &claim.devices {
+        let sms = model_for_device(&device.name, device.memory_bytes)?.sms;
+        if sms == 0 {
+            return None;
+        }
+        walkers = walkers.min(sms);
+    }
+    Some(walkers.clamp(1, MAX_WALKERS))
+}
+
 impl LocalityPlan {
+    /// Why this plan is not one [`locality_ask`] makes for `claim` under settings that
+    /// [`LocalityConfig::problem`] accepts; None where it is. The audit holds a recorded plan
+    /// to it: the step, the slack, the walk's length and the hop are the validator's to set
+    /// within those limits (an auditor cannot see its settings), but a GPU walk's walkers are
+    /// the claimed models' datasheet SMs, a walk is not asked of other backends, and the
+    /// generations stay within the kept-end limit and the longest walk a validator may aim for.
+    pub fn problem_for(&self, claim: &HardwareClaim) -> Option<String> {
+        use crate::config::memory::{MAX_HOP_NS, MAX_STEP_NS, MAX_WALK_TARGET_MS};
+        use gpu_attest_shared::memory::locality::MAX_SEGMENT_STEPS;
+        use gpu_attest_shared::statement::locality::MAX_SEGMENT_SAMPLES_PER_DEVICE;
+        let ends = u64::from(self.walkers) * u64::from(self.generations);
+        if !(1..=MAX_WALKERS).contains(&self.walkers)
+            || !(1..=MAX_SEGMENT_STEPS).contains(&self.steps)
+            || self.generations == 0
+            || ends > MAX_KEPT_ENDS
+        {
+            return Some(format!(
+                "its shape ({} walkers, {} generations of {} steps) is outside this release's limits",
+                self.walkers, self.generations, self.steps
+            ));
+        }
+        if !(1..=MAX_SEGMENT_SAMPLES_PER_DEVICE as u32).contains(&self.segments) {
+            return Some(format!(
+                "{} segments a device is outside 1..={MAX_SEGMENT_SAMPLES_PER_DEVICE}",
+                self.segments
+            ));
+        }
+        // A hop of 0 is what plans recorded before the bound had one say.
+        if !(1..=MAX_STEP_NS).contains(&self.step_ns)
+            || self.hop_ns > MAX_HOP_NS
+            || !(self.slack.is_finite() && self.slack >= 1.0)
+        {
+            return Some(format!(
+                "its step ({} ns, at most {MAX_STEP_NS}), hop ({} ns, at most {MAX_HOP_NS}) or slack ({}, at least 1) is one no validator may set",
+                self.step_ns, self.hop_ns, self.slack
+            ));
+        }
+        // `new` takes the fewest generations that last the walk target; one generation more
+        // than the longest target allows is no validator's.
+        let generation_ns = u64::from(self.steps) * self.step_ns;
+        let most = (MAX_WALK_TARGET_MS * 1_000_000).div_ceil(generation_ns);
+        if u64::from(self.generations) > most {
+            return Some(format!(
+                "{} generations of {generation_ns} ns walk past the longest walk a validator may aim for ({MAX_WALK_TARGET_MS} ms)",
+                self.generations
+            ));
+        }
+        match claim.backend.as_str() {
+            "cpu" => None,
+            "cuda" => match datasheet_walkers(claim) {
+                Some(walkers) if walkers == self.walkers => None,
+                Some(walkers) => Some(format!(
+                    "it walks {} walkers a GPU where the claimed models' datasheets give {walkers} (one an SM, the fewest among them)",
+                    self.walkers
+                )),
+                None => {
+                    Some("a claimed GPU's model has no SM count in the shipped table, so no walk is asked of it".into())
+                }
+            },
+            backend => Some(format!("no walk is asked of the {} backend", miner_text(backend))),
+        }
+    }
+
     /// The walk the settings ask for of `walkers` walkers at `step_ns` a step: as many
     /// generations as last `walk_target_ms`, within the limit on the ends a miner keeps.
     pub fn new(config: &LocalityConfig, walkers: u32, step_ns: u64) -> Self {
@@ -727,5 +805,92 @@ mod tests {
         plan.walk([0; 32], [0; 32], Digest::default())
             .check_shape()
             .expect("a walk a miner takes");
+    }
+    /// Every plan the ask makes, at the settings' extremes, is one the audit accepts for the
+    /// claim it was made for.
+    #[test]
+    fn every_plan_the_ask_makes_is_one_the_audit_accepts() {
+        let cpu = claim("cpu", vec![gpu(0, "cpu: AMD EPYC", 1, 2)]);
+        let h100 = claim("cuda", vec![gpu(0, "NVIDIA H100 80GB HBM3", 80, 132)]);
+        let mixed = claim(
+            "cuda",
+            vec![
+                gpu(0, "NVIDIA H100 80GB HBM3", 80, 132),
+                gpu(1, "NVIDIA GeForce RTX 4090", 24, 128),
+            ],
+        );
+        let steps = [("H100 SXM", 700), ("RTX 4090", 900)];
+        let configs = [
+            on(&steps),
+            LocalityConfig {
+                walkers: MAX_WALKERS,
+                walk_target_ms: crate::config::memory::MAX_WALK_TARGET_MS,
+                step_ns: 1,
+                ..on(&[("H100 SXM", 1), ("RTX 4090", 1)])
+            },
+            LocalityConfig {
+                walk_target_ms: 1,
+                step_ns: crate::config::memory::MAX_STEP_NS,
+                hop_ns: crate::config::memory::MAX_HOP_NS,
+                slack: 1.0,
+                ..on(&[("H100 SXM", 1_000_000), ("RTX 4090", 1_000_000)])
+            },
+        ];
+        for config in &configs {
+            assert_eq!(config.problem(), None);
+            for claim in [&cpu, &h100, &mixed] {
+                let plan = asked(locality_ask(config, claim));
+                assert_eq!(plan.problem_for(claim), None, "{plan:?} for {}", claim.backend);
+            }
+        }
+    }
+
+    /// A recorded plan no validator of this software makes for the claim is refused, each
+    /// with its reason: a GPU walk of other walkers than the datasheets give, a shape or a
+    /// setting outside the limits, and a walk asked of a backend that is never asked.
+    #[test]
+    fn the_audit_refuses_plans_no_validator_makes() {
+        let h100 = claim("cuda", vec![gpu(0, "NVIDIA H100 80GB HBM3", 80, 132)]);
+        let plan = asked(locality_ask(&on(&[("H100 SXM", 700)]), &h100));
+        let refused = |change: &dyn Fn(&mut LocalityPlan), claim: &HardwareClaim| {
+            let mut changed = plan.clone();
+            change(&mut changed);
+            changed
+                .problem_for(claim)
+                .unwrap_or_else(|| panic!("{changed:?} accepted"))
+        };
+        let why = refused(&|p| p.walkers = 1, &h100);
+        assert!(why.contains("1 walkers a GPU") && why.contains("give 132"), "{why}");
+        assert!(refused(&|p| p.walkers = 133, &h100).contains("give 132"));
+        assert!(refused(&|p| p.generations = 0, &h100).contains("limits"));
+        assert!(refused(&|p| p.generations = u32::MAX, &h100).contains("limits"));
+        assert!(refused(&|p| p.steps = 0, &h100).contains("limits"));
+        assert!(refused(&|p| p.segments = 0, &h100).contains("segments"));
+        assert!(refused(&|p| p.step_ns = 0, &h100).contains("no validator may set"));
+        assert!(refused(&|p| p.slack = 0.5, &h100).contains("no validator may set"));
+        assert!(refused(&|p| p.slack = f64::NAN, &h100).contains("no validator may set"));
+        assert!(refused(&|p| p.hop_ns = u64::MAX, &h100).contains("no validator may set"));
+        // Within the kept-end limit, but longer than any walk target allows at its step (at
+        // 1 ms a step a generation of 256 steps takes 256 ms: 2,344 of them last ten minutes).
+        let why = refused(
+            &|p| {
+                (p.step_ns, p.generations) = (1_000_000, 2_345);
+            },
+            &h100,
+        );
+        assert!(why.contains("longest walk"), "{why}");
+        // The same plan for claims it is never made for.
+        let unknown = claim("cuda", vec![gpu(0, "NVIDIA L20", 48, 92)]);
+        assert!(refused(&|_| {}, &unknown).contains("no SM count"));
+        assert!(refused(&|_| {}, &claim("rocm", vec![])).contains("rocm"));
+        // A plan recorded before the bound had a hop says 0, and is still accepted.
+        let mut old = plan.clone();
+        old.hop_ns = 0;
+        assert_eq!(old.problem_for(&h100), None);
+        // The CPU's walkers are the settings', which the audit cannot see: any in range.
+        let cpu = claim("cpu", vec![gpu(0, "cpu: AMD EPYC", 1, 2)]);
+        let mut cpu_plan = asked(locality_ask(&on(&[]), &cpu));
+        cpu_plan.walkers = 7;
+        assert_eq!(cpu_plan.problem_for(&cpu), None);
     }
 }

@@ -825,6 +825,15 @@ impl<'a> Replay<'a> {
         let Ok(plan) = serde_json::from_str::<LocalityPlan>(&recorded.plan_json) else {
             return report.differ("the recorded locality plan does not decode");
         };
+        if let Some(why) = plan.problem_for(&self.outcome.plan.claim) {
+            return report.differ(format!(
+                "the recorded locality plan is not one this software makes for the claim: {why}"
+            ));
+        }
+        report.confirm(format!(
+            "the locality plan is one this software makes for the claim: {} walker(s), {} generation(s) of {} steps, within its limits",
+            plan.walkers, plan.generations, plan.steps
+        ));
         let Some(Ok(request)) = recorded
             .request
             .as_ref()

@@ -104,12 +104,12 @@ impl Default for LocalityConfig {
 }
 
 /// The longest walk a validator may aim for: ten minutes.
-const MAX_WALK_TARGET_MS: u64 = 600_000;
+pub(crate) const MAX_WALK_TARGET_MS: u64 = 600_000;
 /// The slowest local step a validator may expect, nanoseconds: a millisecond, a thousand times a
 /// DRAM load's latency.
-const MAX_STEP_NS: u64 = 1_000_000;
+pub(crate) const MAX_STEP_NS: u64 = 1_000_000;
 /// The longest hop a verdict may speak of, nanoseconds: a second.
-const MAX_HOP_NS: u64 = 1_000_000_000;
+pub(crate) const MAX_HOP_NS: u64 = 1_000_000_000;
 
 impl LocalityConfig {
     /// Refuses settings no locality walk could run with, with the reason.
