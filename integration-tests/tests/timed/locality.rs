@@ -207,7 +207,7 @@ async fn an_honest_miner_passes_and_its_verdict_records_each_devices_locality_wa
         report
             .differs
             .iter()
-            .any(|d| d.contains("is not one this software makes for the claim") && d.contains("slack (0.5")),
+            .any(|d| d.contains("is outside what this software may make for the claim") && d.contains("slack (0.5")),
         "{report}"
     );
 }

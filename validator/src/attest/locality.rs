@@ -132,15 +132,17 @@ fn datasheet_walkers(claim: &HardwareClaim) -> Option<u32> {
 }
 
 impl LocalityPlan {
-    /// Why this plan is not one [`locality_ask`] makes for `claim` under settings that
-    /// [`LocalityConfig::problem`] accepts; None where it is. The audit holds a recorded plan
-    /// to it: the step, the slack, the walk's length and the hop are the validator's to set
-    /// within those limits (an auditor cannot see its settings), but a GPU walk's walkers are
-    /// the claimed models' datasheet SMs, a walk is not asked of other backends, and the
-    /// generations stay within the kept-end limit and the longest walk a validator may aim for.
+    /// Why this plan is outside what [`locality_ask`] may make for `claim` under settings that
+    /// [`LocalityConfig::problem`] accepts; None where it is within it. The audit holds a
+    /// recorded plan to it: the step, the slack, the walk's length and the hop are the
+    /// validator's to set within those limits (an auditor cannot see its settings, so this
+    /// checks the limits, not the settings), but a GPU walk's walkers are the claimed models'
+    /// datasheet SMs, a walk is not asked of other backends, and the generations are what a walk
+    /// target of 1 ms to ten minutes makes at the plan's step, within the kept-end limit.
     pub fn problem_for(&self, claim: &HardwareClaim) -> Option<String> {
-        use crate::config::memory::{MAX_HOP_NS, MAX_STEP_NS, MAX_WALK_TARGET_MS};
+        use crate::config::memory::{MAX_HOP_NS, MAX_LOCALITY_SLACK, MAX_STEP_NS, MAX_WALK_TARGET_MS};
         use gpu_attest_shared::memory::locality::MAX_SEGMENT_STEPS;
+        use gpu_attest_shared::memory::locality::ordered_share_at_least;
         use gpu_attest_shared::statement::locality::MAX_SEGMENT_SAMPLES_PER_DEVICE;
         let ends = u64::from(self.walkers) * u64::from(self.generations);
         if !(1..=MAX_WALKERS).contains(&self.walkers)
@@ -162,34 +164,48 @@ impl LocalityPlan {
         // A hop of 0 is what plans recorded before the bound had one say.
         if !(1..=MAX_STEP_NS).contains(&self.step_ns)
             || self.hop_ns > MAX_HOP_NS
-            || !(self.slack.is_finite() && self.slack >= 1.0)
+            || !(self.slack.is_finite() && (1.0..=MAX_LOCALITY_SLACK).contains(&self.slack))
         {
             return Some(format!(
-                "its step ({} ns, at most {MAX_STEP_NS}), hop ({} ns, at most {MAX_HOP_NS}) or slack ({}, at least 1) is one no validator may set",
+                "its step ({} ns, 1 to {MAX_STEP_NS}), hop ({} ns, at most {MAX_HOP_NS}) or slack ({}, 1 to {MAX_LOCALITY_SLACK}) is one no validator may set",
                 self.step_ns, self.hop_ns, self.slack
             ));
         }
-        // `new` takes the fewest generations that last the walk target; one generation more
-        // than the longest target allows is no validator's.
+        // The settings refuse a hop no longer than their slowest step over the ordered share
+        // (a bound that would say nothing); the plan's step is one of theirs.
+        let useless_below = (self.step_ns as f64 / ordered_share_at_least(self.segments)) as u64;
+        if self.hop_ns != 0 && self.hop_ns <= useless_below {
+            return Some(format!(
+                "its hop ({} ns) is no longer than its step over the ordered share ({useless_below} ns), which no validator's settings allow",
+                self.hop_ns
+            ));
+        }
+        // `new` takes the fewest generations that last the walk target (1 ms to ten minutes),
+        // within the kept-end limit.
         let generation_ns = u64::from(self.steps) * self.step_ns;
         let most = (MAX_WALK_TARGET_MS * 1_000_000).div_ceil(generation_ns);
-        if u64::from(self.generations) > most {
+        let least = 1_000_000u64
+            .div_ceil(generation_ns)
+            .min(MAX_KEPT_ENDS / u64::from(self.walkers));
+        if !(least..=most).contains(&u64::from(self.generations)) {
             return Some(format!(
-                "{} generations of {generation_ns} ns walk past the longest walk a validator may aim for ({MAX_WALK_TARGET_MS} ms)",
+                "{} generations of {generation_ns} ns are outside what a walk target of 1 ms to {MAX_WALK_TARGET_MS} ms makes ({least} to {most})",
                 self.generations
             ));
         }
         match claim.backend.as_str() {
             "cpu" => None,
+            "cuda" if claim.devices.is_empty() => Some("no walk is asked of a GPU miner that claims no device".into()),
             "cuda" => match datasheet_walkers(claim) {
                 Some(walkers) if walkers == self.walkers => None,
                 Some(walkers) => Some(format!(
                     "it walks {} walkers a GPU where the claimed models' datasheets give {walkers} (one an SM, the fewest among them)",
                     self.walkers
                 )),
-                None => {
-                    Some("a claimed GPU's model has no SM count in the shipped table, so no walk is asked of it".into())
-                }
+                None => Some(
+                    "a claimed GPU's model is not in the shipped table (or has no SM count there), so no walk is asked of it"
+                        .into(),
+                ),
             },
             backend => Some(format!("no walk is asked of the {} backend", miner_text(backend))),
         }
@@ -219,7 +235,8 @@ impl LocalityPlan {
 
     /// `ceil(expected_us * slack) + ROUND_TRIP_ALLOWANCE_US`.
     pub fn deadline_us(&self) -> u64 {
-        (self.expected_us() as f64 * self.slack).ceil() as u64 + ROUND_TRIP_ALLOWANCE_US
+        // Saturating: a plan read from a hostile transcript may carry any slack.
+        ((self.expected_us() as f64 * self.slack).ceil() as u64).saturating_add(ROUND_TRIP_ALLOWANCE_US)
     }
 
     pub fn walk(&self, nonce: [u8; 32], seed: [u8; 32], global: Digest) -> LocalityWalk {
@@ -835,6 +852,25 @@ mod tests {
                 slack: 1.0,
                 ..on(&[("H100 SXM", 1_000_000), ("RTX 4090", 1_000_000)])
             },
+            // The longest segments at the slowest step for ten minutes: G at the limit (586).
+            LocalityConfig {
+                steps: 1024,
+                step_ns: crate::config::memory::MAX_STEP_NS,
+                walk_target_ms: crate::config::memory::MAX_WALK_TARGET_MS,
+                hop_ns: crate::config::memory::MAX_HOP_NS,
+                segments: 256,
+                slack: crate::config::memory::MAX_LOCALITY_SLACK,
+                ..on(&[("H100 SXM", 1_000_000), ("RTX 4090", 1_000_000)])
+            },
+            // One-step segments at 1 ns for ten minutes: G at the kept-end limit, one segment.
+            LocalityConfig {
+                steps: 1,
+                step_ns: 1,
+                walk_target_ms: crate::config::memory::MAX_WALK_TARGET_MS,
+                hop_ns: 100_000,
+                segments: 1,
+                ..on(&[("H100 SXM", 1), ("RTX 4090", 1)])
+            },
         ];
         for config in &configs {
             assert_eq!(config.problem(), None);
@@ -874,15 +910,48 @@ mod tests {
         // 1 ms a step a generation of 256 steps takes 256 ms: 2,344 of them last ten minutes).
         let why = refused(
             &|p| {
-                (p.step_ns, p.generations) = (1_000_000, 2_345);
+                (p.step_ns, p.hop_ns, p.generations) = (1_000_000, 2_000_000, 2_345);
             },
             &h100,
         );
-        assert!(why.contains("longest walk"), "{why}");
+        assert!(
+            why.contains("outside what a walk target") && why.contains("to 2344"),
+            "{why}"
+        );
+        // Shorter than a walk target of 1 ms at its step: 6 generations of 179.2 us at least.
+        let why = refused(&|p| p.generations = 5, &h100);
+        assert!(why.contains("(6 to "), "{why}");
+        // A hop no longer than the step over the ordered share (700 / 0.75 = 933 ns).
+        let why = refused(&|p| p.hop_ns = 933, &h100);
+        assert!(why.contains("no longer than its step"), "{why}");
+        assert_eq!(
+            LocalityPlan {
+                hop_ns: 934,
+                ..plan.clone()
+            }
+            .problem_for(&h100),
+            None
+        );
+        // A slack past the settings' limit (which keeps the deadline's arithmetic in range).
+        assert!(refused(&|p| p.slack = 1e300, &h100).contains("no validator may set"));
+        let loose = LocalityConfig {
+            slack: 1000.5,
+            ..on(&[])
+        };
+        assert!(loose.problem().is_some_and(|why| why.contains("at most 1000")));
+        assert_eq!(
+            LocalityPlan {
+                slack: 1e300,
+                ..plan.clone()
+            }
+            .deadline_us(),
+            u64::MAX
+        );
         // The same plan for claims it is never made for.
         let unknown = claim("cuda", vec![gpu(0, "NVIDIA L20", 48, 92)]);
-        assert!(refused(&|_| {}, &unknown).contains("no SM count"));
+        assert!(refused(&|_| {}, &unknown).contains("not in the shipped table"));
         assert!(refused(&|_| {}, &claim("rocm", vec![])).contains("rocm"));
+        assert!(refused(&|_| {}, &claim("cuda", vec![])).contains("claims no device"));
         // A plan recorded before the bound had a hop says 0, and is still accepted.
         let mut old = plan.clone();
         old.hop_ns = 0;

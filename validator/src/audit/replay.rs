@@ -827,11 +827,11 @@ impl<'a> Replay<'a> {
         };
         if let Some(why) = plan.problem_for(&self.outcome.plan.claim) {
             return report.differ(format!(
-                "the recorded locality plan is not one this software makes for the claim: {why}"
+                "the recorded locality plan is outside what this software may make for the claim: {why}"
             ));
         }
         report.confirm(format!(
-            "the locality plan is one this software makes for the claim: {} walker(s), {} generation(s) of {} steps, within its limits",
+            "the locality plan is within what this software may make for the claim: {} walker(s), {} generation(s) of {} steps",
             plan.walkers, plan.generations, plan.steps
         ));
         let Some(Ok(request)) = recorded

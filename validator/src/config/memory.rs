@@ -110,6 +110,9 @@ pub(crate) const MAX_WALK_TARGET_MS: u64 = 600_000;
 pub(crate) const MAX_STEP_NS: u64 = 1_000_000;
 /// The longest hop a verdict may speak of, nanoseconds: a second.
 pub(crate) const MAX_HOP_NS: u64 = 1_000_000_000;
+/// The loosest deadline over the expected walk: a thousand times it. Without a limit the
+/// deadline's arithmetic could overflow.
+pub(crate) const MAX_LOCALITY_SLACK: f64 = 1000.0;
 
 impl LocalityConfig {
     /// Refuses settings no locality walk could run with, with the reason.
@@ -159,8 +162,11 @@ impl LocalityConfig {
                 self.segments
             ));
         }
-        if !(self.slack.is_finite() && self.slack >= 1.0) {
-            return Some("[memory.locality] slack must be at least 1".into());
+        if !(self.slack.is_finite() && (1.0..=MAX_LOCALITY_SLACK).contains(&self.slack)) {
+            return Some(format!(
+                "[memory.locality] slack = {} must be at least 1 and at most {MAX_LOCALITY_SLACK}",
+                self.slack
+            ));
         }
         // The bound spreads the measured time over the ordered share of the steps at one hop
         // each (PROTOCOL.md 20.10): with a hop no longer than the expected local step over
