@@ -141,8 +141,7 @@ impl LocalityPlan {
     /// target of 1 ms to ten minutes makes at the plan's step, within the kept-end limit.
     pub fn problem_for(&self, claim: &HardwareClaim) -> Option<String> {
         use crate::config::memory::{MAX_HOP_NS, MAX_LOCALITY_SLACK, MAX_STEP_NS, MAX_WALK_TARGET_MS};
-        use gpu_attest_shared::memory::locality::MAX_SEGMENT_STEPS;
-        use gpu_attest_shared::memory::locality::ordered_share_at_least;
+        use gpu_attest_shared::memory::locality::{MAX_SEGMENT_STEPS, ordered_share_at_least};
         use gpu_attest_shared::statement::locality::MAX_SEGMENT_SAMPLES_PER_DEVICE;
         let ends = u64::from(self.walkers) * u64::from(self.generations);
         if !(1..=MAX_WALKERS).contains(&self.walkers)
