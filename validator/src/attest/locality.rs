@@ -140,19 +140,13 @@ impl LocalityPlan {
     /// datasheet SMs, a walk is not asked of other backends, and the generations are what a walk
     /// target of 1 ms to ten minutes makes at the plan's step, within the kept-end limit.
     pub fn problem_for(&self, claim: &HardwareClaim) -> Option<String> {
-        use crate::config::memory::{MAX_HOP_NS, MAX_LOCALITY_SLACK, MAX_STEP_NS, MAX_WALK_TARGET_MS};
-        use gpu_attest_shared::memory::locality::{MAX_SEGMENT_STEPS, ordered_share_at_least};
+        use crate::config::memory::{
+            MAX_HOP_NS, MAX_LOCALITY_SLACK, MAX_STEP_NS, MAX_WALK_TARGET_MS, locality_slack_allowed, useless_hop_below,
+        };
         use gpu_attest_shared::statement::locality::MAX_SEGMENT_SAMPLES_PER_DEVICE;
-        let ends = u64::from(self.walkers) * u64::from(self.generations);
-        if !(1..=MAX_WALKERS).contains(&self.walkers)
-            || !(1..=MAX_SEGMENT_STEPS).contains(&self.steps)
-            || self.generations == 0
-            || ends > MAX_KEPT_ENDS
-        {
-            return Some(format!(
-                "its shape ({} walkers, {} generations of {} steps) is outside this release's limits",
-                self.walkers, self.generations, self.steps
-            ));
+        // The limits a miner holds a walk's shape to (PROTOCOL.md 20.10), whatever it is seeded with.
+        if let Err(e) = self.walk([0; 32], [0; 32], Digest::default()).check_shape() {
+            return Some(format!("its shape is outside this release's limits: {e}"));
         }
         if !(1..=MAX_SEGMENT_SAMPLES_PER_DEVICE as u32).contains(&self.segments) {
             return Some(format!(
@@ -161,9 +155,7 @@ impl LocalityPlan {
             ));
         }
         // A hop of 0 is what plans recorded before the bound had one say.
-        if !(1..=MAX_STEP_NS).contains(&self.step_ns)
-            || self.hop_ns > MAX_HOP_NS
-            || !(self.slack.is_finite() && (1.0..=MAX_LOCALITY_SLACK).contains(&self.slack))
+        if !(1..=MAX_STEP_NS).contains(&self.step_ns) || self.hop_ns > MAX_HOP_NS || !locality_slack_allowed(self.slack)
         {
             return Some(format!(
                 "its step ({} ns, 1 to {MAX_STEP_NS}), hop ({} ns, at most {MAX_HOP_NS}) or slack ({}, 1 to {MAX_LOCALITY_SLACK}) is one no validator may set",
@@ -172,7 +164,7 @@ impl LocalityPlan {
         }
         // The settings refuse a hop no longer than their slowest step over the ordered share
         // (a bound that would say nothing); the plan's step is one of theirs.
-        let useless_below = (self.step_ns as f64 / ordered_share_at_least(self.segments)) as u64;
+        let useless_below = useless_hop_below(self.step_ns, self.segments);
         if self.hop_ns != 0 && self.hop_ns <= useless_below {
             return Some(format!(
                 "its hop ({} ns) is no longer than its step over the ordered share ({useless_below} ns), which no validator's settings allow",

@@ -114,6 +114,19 @@ pub(crate) const MAX_HOP_NS: u64 = 1_000_000_000;
 /// deadline's arithmetic could overflow.
 pub(crate) const MAX_LOCALITY_SLACK: f64 = 1000.0;
 
+/// Whether `slack` is one a locality walk may be timed with: 1 to [`MAX_LOCALITY_SLACK`].
+pub(crate) fn locality_slack_allowed(slack: f64) -> bool {
+    slack.is_finite() && (1.0..=MAX_LOCALITY_SLACK).contains(&slack)
+}
+
+/// The longest hop that says nothing over a walk at `step_ns` with `segments` openings: the
+/// bound spreads the measured time over the ordered share of the steps at one hop each
+/// (PROTOCOL.md 20.10), so with a hop no longer than the step over that share a walk at the
+/// expected rate or slower states 1.
+pub(crate) fn useless_hop_below(step_ns: u64, segments: u32) -> u64 {
+    (step_ns as f64 / gpu_attest_shared::memory::locality::ordered_share_at_least(segments)) as u64
+}
+
 impl LocalityConfig {
     /// Refuses settings no locality walk could run with, with the reason.
     pub fn problem(&self) -> Option<String> {
@@ -162,16 +175,14 @@ impl LocalityConfig {
                 self.segments
             ));
         }
-        if !(self.slack.is_finite() && (1.0..=MAX_LOCALITY_SLACK).contains(&self.slack)) {
+        if !locality_slack_allowed(self.slack) {
             return Some(format!(
                 "[memory.locality] slack = {} must be at least 1 and at most {MAX_LOCALITY_SLACK}",
                 self.slack
             ));
         }
-        // The bound spreads the measured time over the ordered share of the steps at one hop
-        // each (PROTOCOL.md 20.10): with a hop no longer than the expected local step over
-        // that share, a walk at the expected rate or slower states 1. Only a walk that is on
-        // is held to it.
+        // A hop that says nothing ([`useless_hop_below`]) is refused; only a walk that is on is
+        // held to it.
         let ordered = gpu_attest_shared::memory::locality::ordered_share_at_least(self.segments);
         // Every step a walk may be timed by: the CPU's and each GPU class's.
         let (slowest_name, slowest_step_ns) = self.gpu_step_ns.iter().map(|(model, &ns)| (model.as_str(), ns)).fold(
@@ -180,7 +191,7 @@ impl LocalityConfig {
                 if step.1 > slowest.1 { step } else { slowest }
             },
         );
-        let useless_below = (slowest_step_ns as f64 / ordered) as u64;
+        let useless_below = useless_hop_below(slowest_step_ns, self.segments);
         if self.enabled && self.hop_ns <= useless_below {
             return Some(format!(
                 "[memory.locality] hop_ns = {} is no longer than the expected local step ({slowest_step_ns} ns, {slowest_name}) over the share of the walk {} openings show in order ({ordered:.2}): a walk at that step or slower would state that all its steps could have crossed a hop, which says nothing. Set hop_ns above {useless_below} (the default 3000 counts a walker moved over the kernel's TCP, SECURITY.md)",
