@@ -114,7 +114,9 @@ pub struct MinerConfig {
     /// Hash checkpoints on the host instead of the GPU (slower; a fallback).
     pub gpu_hash_on_host: bool,
     /// Walk lines on the GPUs when a validator asks for the locality walk (PROTOCOL.md 20.10).
-    /// Off until a GPU run has measured the walk's step: validators time it by the CPU's.
+    /// Off until a GPU has run it through a whole attestation: it is bit-exact on an H200 and
+    /// validators time it by the model's measured step (`gpu_step_ns`), but it has not yet run
+    /// beside a pool's states that fill the GPU.
     pub gpu_locality_walk: bool,
     /// The test mode of `--gpu-slots` (each GPU opened as this many slots): a flag only, never
     /// read from a config file, so that no deployed miner runs in it unawares.

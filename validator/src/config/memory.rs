@@ -50,8 +50,8 @@ pub struct MemoryConfig {
 /// a latency-bound walk in the order of a depth-robust tree. A verdict states the largest share
 /// of the walk's steps that could have crossed a hop of `hop_ns` (SECURITY.md, "The locality
 /// walk"); memory stays stated per host. Off by default. Asked of every CPU miner, and of a GPU
-/// miner only where each of its devices' classes has a measured step in `gpu_step_ns` (none
-/// does by default: no GPU's step is measured in this release).
+/// miner only where each of its devices' classes has a measured step in `gpu_step_ns` (the
+/// H200's ships, measured on one: BENCHMARKS.md).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct LocalityConfig {
@@ -83,7 +83,8 @@ pub struct LocalityConfig {
     /// shipped table ("H100 SXM", "RTX 4090": what a version 4 verdict's `bound_as` says of a
     /// device of a known model; the error for an unknown name lists them). A GPU miner is asked
     /// for the walk only where every claimed device's class has a figure here, and its deadline
-    /// is timed by the slowest of them. Empty by default.
+    /// is timed by the slowest of them. Ships [`SHIPPED_GPU_STEP_NS`]; a table in the
+    /// configuration replaces it whole, so one that adds a model keeps the shipped lines too.
     pub gpu_step_ns: BTreeMap<String, u64>,
 }
 
@@ -98,10 +99,20 @@ impl Default for LocalityConfig {
             slack: 2.0,
             segments: 16,
             hop_ns: 3_000,
-            gpu_step_ns: BTreeMap::new(),
+            gpu_step_ns: SHIPPED_GPU_STEP_NS
+                .iter()
+                .map(|&(model, ns)| (model.to_string(), ns))
+                .collect(),
         }
     }
 }
+
+/// The GPU models whose locality step was measured, nanoseconds at one walker an SM, to the last
+/// generation's digest on the host (`miner bench --backend cuda`'s "with one an SM"):
+/// - H200: 1134 ns over a pool of 128232 MiB (2026-11-29; 639 ns with one walker, 1452 with 1024).
+///
+/// A model missing here is not asked for the walk until its operator measures it.
+pub const SHIPPED_GPU_STEP_NS: &[(&str, u64)] = &[("H200", 1134)];
 
 /// The longest walk a validator may aim for: ten minutes.
 pub(crate) const MAX_WALK_TARGET_MS: u64 = 600_000;
@@ -279,15 +290,16 @@ impl MemoryConfig {
 mod tests {
     use super::*;
 
-    /// At the defaults (600 ns a step, 16 openings: 75% in order) a hop of 800 ns or less
-    /// makes a walk at the expected rate state 1 (600 / 0.7499 = 800.1 ns); the error names the
-    /// setting and the bound it must pass. A walk that is off is not held to it.
+    /// At the CPU's default step (600 ns, 16 openings: 75% in order) and no GPU step, a hop of
+    /// 800 ns or less makes a walk at the expected rate state 1 (600 / 0.7499 = 800.1 ns); the
+    /// error names the setting and the bound it must pass. A walk that is off is not held to it.
     #[test]
     fn a_hop_no_longer_than_the_ordered_local_step_is_refused() {
         assert_eq!(LocalityConfig::default().problem(), None);
         let at = |hop_ns| LocalityConfig {
             enabled: true,
             hop_ns,
+            gpu_step_ns: BTreeMap::new(),
             ..LocalityConfig::default()
         };
         assert_eq!(at(3_000).problem(), None);
@@ -303,6 +315,24 @@ mod tests {
         );
         assert!(at(1).problem().is_some());
         assert_eq!(at(801).problem(), None);
+    }
+
+    /// The shipped steps name models of the bound's table, and the defaults with the walk turned
+    /// on are accepted: the default hop says something over the slowest shipped step.
+    #[test]
+    fn the_shipped_gpu_steps_are_known_models_and_the_defaults_turned_on_are_accepted() {
+        let shipped = LocalityConfig::default();
+        assert_eq!(shipped.gpu_step_ns.get("H200"), Some(&1134));
+        for (model, _) in SHIPPED_GPU_STEP_NS {
+            assert!(gpu_attest_shared::memory::bound::model(model).is_some(), "{model}");
+        }
+        let on = LocalityConfig {
+            enabled: true,
+            ..shipped
+        };
+        assert_eq!(on.problem(), None);
+        let slowest = SHIPPED_GPU_STEP_NS.iter().map(|&(_, ns)| ns).max().unwrap_or(0);
+        assert!(on.hop_ns > useless_hop_below(slowest, on.segments));
     }
 
     /// A GPU class's step is keyed by a model of the shipped table and is at least 1 ns; the
