@@ -19,7 +19,9 @@
 #   5b. on Hopper, one more with the miner on each opt-in TMA kernel;
 #   5c. one of protocol version 4 (the miner's default): the pool chains' final states kept, walked and
 #      opened on the GPUs, the verdict stating version 4 and each device's walk;
-#   5d. one with each GPU opened as two slots (a test mode: contexts, streams and host threads
+#   5d. one of version 4 with the locality walk on the GPUs, its transcript kept, exported and
+#      audited offline (the transcript's size, the audit's time);
+#   5e. one with each GPU opened as two slots (a test mode: contexts, streams and host threads
 #      of their own, as separate GPUs), compute only;
 #   6. the host's CPU: every CPU kernel it runs against the oracle (GPU hosts are where AMX is
 #      found), the memory phase's bandwidths on its memory,
@@ -31,7 +33,7 @@
 # new GPU fails its step instead of hanging the check, and the steps after it still run.
 # STEPS picks steps by name for a short lease (default: all): selftest gpu-tests kernel-compile
 # bench memory-walk device-evidence kernel-choice nsight-compute attestation attestation-kernels
-# attestation-v4 attestation-two-slots host-cpu; kernel-choice needs bench. GPU_TESTS_FILTER
+# attestation-v4 attestation-locality attestation-two-slots host-cpu; kernel-choice needs bench. GPU_TESTS_FILTER
 # passes a name filter to the GPU tests (e.g. `v4` or `slot`).
 # Prints a summary and exits non-zero if any step failed. Logs go to $OUT (or target/gpu-check),
 # and everything a bug report needs is gathered into one file there, report.txt. On a machine
@@ -366,6 +368,73 @@ miner_down
 record attestation-v4 $v4_status
 fi
 
+# The locality walk on the GPUs through a whole version 4 attestation (PROTOCOL.md 20.10): the
+# miner with `gpu_locality_walk` on, the validator with `[memory.locality]` on and its shipped
+# `gpu_step_ns` (a GPU model without one is not asked: the step then fails, saying so). The
+# verdict keeps its transcript (PROTOCOL.md 21), exported and audited offline here: a GPU
+# verdict's transcript size and the audit's time at the default challenge.
+if want attestation-locality; then
+echo "== attestation: version 4 with the locality walk on the GPUs; its transcript kept and audited"
+printf 'gpu_locality_walk = true\n' >"$work/miner-locality.toml"
+cat >"$work/validator-locality.toml" <<EOF
+key_file = "$work/validator.key"
+database = "$work/validator-locality.db"
+backend = "cpu"
+policy = "sampled"
+
+[challenge]
+target_seconds = ${TARGET_SECONDS:-10}
+
+[memory.locality]
+enabled = true
+
+[transcripts]
+keep = "all"
+EOF
+miner_up "$out/miner-locality.log" --backend cuda --config "$work/miner-locality.toml"
+if [ -n "$address" ]; then
+  limit "$bin/validator" attest --config "$work/validator-locality.toml" --miner "http://$address" --json \
+    >"$out/attestation-locality.json" 2>"$out/attestation-locality.log"
+  locality_status=$?
+  grep -iE "locality|self-check" "$out/miner-locality.log" | head -n 20
+  id=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["id"])' "$out/attestation-locality.json" 2>/dev/null)
+  if [ -n "$id" ] && "$bin/validator" verdicts --database "$work/validator-locality.db" export --out "$out/transcript.bin" "$id" \
+       >>"$out/attestation-locality.log" 2>&1; then
+    start=$(date +%s%N)
+    limit "$bin/validator" audit "$out/transcript.bin" --validator-key "$validator_key" >"$out/audit.log" 2>&1
+    audit_status=$?
+    echo "transcript of verdict $id: $(stat -c %s "$out/transcript.bin") bytes; audit exit $audit_status after $((($(date +%s%N) - start) / 1000000)) ms on $(nproc) cores" |
+      tee -a "$out/audit.log"
+    [ "$audit_status" -eq 0 ] || locality_status=1
+  else
+    echo "no transcript exported (verdict id: ${id:-none}):"; tail -n 5 "$out/attestation-locality.log"
+    locality_status=1
+  fi
+  python3 - "$out/attestation-locality.json" <<'PY' | tee "$out/attestation-locality-walk.log" || locality_status=1
+import json, sys
+v = json.load(open(sys.argv[1]))
+print(f"verdict: passed={v.get('passed')} protocol_version={v.get('protocol_version')} reasons={v.get('reasons')}")
+walked = 0
+for j, d in enumerate((v.get("memory") or {}).get("devices") or []):
+    loc = d.get("locality")
+    if not loc:
+        print(f"device {j}: no locality walk recorded")
+        continue
+    walked += 1
+    print(f"device {j}: locality walk W={loc.get('walkers')} G={loc.get('generations')} C={loc.get('steps')}, "
+          f"{loc.get('measured_us')} us measured against {loc.get('expected_us')} expected (deadline {loc.get('deadline_us')}); "
+          f"{loc.get('step_ns')} ns a step; hop_share_at_most {loc.get('hop_share_at_most')} at hop {loc.get('hop_ns')} ns; "
+          f"{loc.get('segments_opened')} segments opened")
+sys.exit(0 if v.get("passed") and walked else 1)
+PY
+else
+  echo "the miner did not start with the locality walk on:"; cat "$out/miner-locality.log"
+  locality_status=2
+fi
+miner_down
+record attestation-locality $locality_status
+fi
+
 # The test mode of two slots a GPU (issue: the multi-GPU path on real silicon): each GPU opened
 # as two slots, each with a context, streams and a host thread of its own, a device's chains
 # split over them by the canonical partition. The claim stays one device per GPU, and slots hold
@@ -427,7 +496,7 @@ echo "== summary ($(date -u +%FT%TZ))"
 printf '%s\n' "${summary[@]}" | tee "$out/summary.txt"
 for part in summary.txt info.log selftest.log gpu-tests.log kernel-compile.log bench.log fill-weight.log kernel-choice.log ncu.log walk.log evidence.log \
   host-memory.log attestation.log gpu-validator.log attestation-tma.log attestation-pingpong.log attestation-multicast.log miner-v4.log attestation-v4.log attestation-v4-walk.log attestation-v4.json \
-  miner-slots.log attestation-slots.log \
+  miner-slots.log attestation-slots.log miner-locality.log attestation-locality.log attestation-locality-walk.log audit.log \
   cpu-oracle.log host-cpu.log; do
   [ -f "$out/$part" ] && { echo "== $part"; cat "$out/$part"; echo; }
 done >"$out/report.txt"

@@ -6,13 +6,16 @@
 #      names them: char-nvidia, char-nvidia-uvm, char-nvidia-caps);
 #   2. gpu-check.sh, the steps that decide the defaults: self-check, GPU tests (the new kernels
 #      in processes of their own), kernel compile, bench with the version 4 walk over most of the
-#      GPU's memory, the kernel choice, device evidence, one version 4 attestation on each TMA
-#      kernel and one on `auto`, and a two-slot attestation (RUN1_SECONDS in all, default 360);
-#   3. gpu-spread.sh with protocol version 4 and its memory phase on (SPREAD_RUNS, default 20,
-#      at TARGET_SECONDS_SPREAD, default 5; SPREAD_SECONDS in all, default 170);
-#   4. where time is left (the lease's own clock under 540 s), the locality probe
-#      (probes/locality_probe.cu, compiled here by the host's nvcc): `t_l` and `Delta_host`,
-#      which decide docs/design/locality.md's settings.
+#      GPU's memory, the kernel choice, device evidence, one version 4 attestation on `auto`, one
+#      with the locality walk on the GPUs (its transcript kept, exported and audited), and a
+#      two-slot attestation (RUN1_SECONDS in all, default 360). Each TMA kernel's own
+#      attestation (`attestation-kernels`, about 2 minutes) is left out: two leases measured it;
+#   3. the locality probe (probes/locality_probe.cu, compiled here by the host's nvcc): `t_l`
+#      and `Delta_host` over a 16 GiB buffer, then the local walks over PROBE_BIG_GIB (default
+#      128), the span of a pool's states, to see whether the page walks cost the step;
+#   4. gpu-spread.sh with protocol version 4 and its memory phase on (SPREAD_RUNS, default 20,
+#      at TARGET_SECONDS_SPREAD, default 5), in what is left of the lease's own clock under
+#      SPREAD_UNTIL seconds (default 560).
 # Every log is packed into $OUT/gpu-lease.tar.gz (a lease returns a few files, not folders), and
 # the summaries are printed. Exit status: gpu-check's, or the spread's where it alone failed.
 #   usage: gpu-lease.sh [BIN_DIR]      (default: the folder this script is in)
@@ -30,32 +33,36 @@ echo "== NVIDIA device nodes"
 echo "== gpu-check (run 1)"
 OUT="$logs/check" STEP_TIMEOUT=${STEP_TIMEOUT:-120} BENCH_SECONDS=${BENCH_SECONDS:-1} \
   TARGET_SECONDS=${TARGET_SECONDS:-5} HOST_CPU_SWEEP_ROUNDS=0 FILL_WEIGHTS=0 \
-  STEPS=${STEPS:-"selftest gpu-tests kernel-compile bench memory-walk device-evidence kernel-choice attestation-v4 attestation-kernels attestation-two-slots"} \
+  STEPS=${STEPS:-"selftest gpu-tests kernel-compile bench memory-walk device-evidence kernel-choice attestation-v4 attestation-locality attestation-two-slots"} \
   timeout --kill-after=10 "${RUN1_SECONDS:-360}" "$bin/gpu-check.sh" "$bin"
 check_status=$?
 
-echo "== gpu-spread, protocol version 4 with its memory phase (run 2)"
-OUT="$logs/spread" MEMORY=true TARGET_SECONDS=${TARGET_SECONDS_SPREAD:-5} \
-  timeout --kill-after=10 "${SPREAD_SECONDS:-170}" "$bin/gpu-spread.sh" "${SPREAD_RUNS:-20}" "$bin"
-spread_status=$?
-# A spread cut short by its time limit still reports what it measured.
-if [ "$spread_status" -eq 124 ] && [ -s "$logs/spread/verdicts.json" ] && [ ! -s "$logs/spread/spread.txt" ]; then
-  echo "(the spread ran out of time: its summary is computed by the host from verdicts.json)"
-fi
-
 echo "== locality probe (t_l and Delta_host; docs/design/locality.md)"
-if [ "$SECONDS" -lt 540 ] && command -v nvcc >/dev/null && [ -f "$bin/locality_probe.cu" ]; then
+if command -v nvcc >/dev/null && [ -f "$bin/locality_probe.cu" ]; then
   mkdir -p "$logs/locality"
   cc=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader | head -n 1 | tr -d ' .')
   if timeout 60 nvcc -O3 -arch="sm_${cc:-90}" -o "$logs/locality/locality-probe" "$bin/locality_probe.cu" \
        >"$logs/locality/build.log" 2>&1; then
-    timeout --kill-after=5 $((575 - SECONDS)) "$logs/locality/locality-probe" 16 4 200000 2>&1 |
-      tee "$logs/locality/probe.log"
+    timeout --kill-after=5 60 "$logs/locality/locality-probe" 16 4 200000 2>&1 | tee "$logs/locality/probe.log"
+    echo "-- the same over ${PROBE_BIG_GIB:-128} GiB"
+    timeout --kill-after=5 90 "$logs/locality/locality-probe" "${PROBE_BIG_GIB:-128}" 4 200000 2>&1 |
+      tee "$logs/locality/probe-big.log"
   else
     echo "the probe did not build:"; cat "$logs/locality/build.log"
   fi
 else
-  echo "skipped: $SECONDS s used, or no nvcc on this host"
+  echo "skipped: no nvcc on this host"
+fi
+
+echo "== gpu-spread, protocol version 4 with its memory phase (run 2)"
+spread_seconds=$((${SPREAD_UNTIL:-560} - SECONDS))
+[ "$spread_seconds" -gt 30 ] || spread_seconds=30
+OUT="$logs/spread" MEMORY=true TARGET_SECONDS=${TARGET_SECONDS_SPREAD:-5} \
+  timeout --kill-after=10 "$spread_seconds" "$bin/gpu-spread.sh" "${SPREAD_RUNS:-20}" "$bin"
+spread_status=$?
+# A spread cut short by its time limit still reports what it measured.
+if [ "$spread_status" -eq 124 ] && [ -s "$logs/spread/verdicts.json" ] && [ ! -s "$logs/spread/spread.txt" ]; then
+  echo "(the spread ran out of time: its summary is computed by the host from verdicts.json)"
 fi
 
 tar -C "$logs" --exclude=kernel-cache -czf "$final/gpu-lease.tar.gz" .
