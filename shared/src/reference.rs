@@ -1,5 +1,5 @@
 //! The work function written out plainly, from PROTOCOL.md alone: a naive chain (sections 3 to
-//! 5), a naive pool entry (18.2) and a naive walk (18.3). Nothing here is fast; everything
+//! 5), a naive pool entry (18.2), a naive walk (18.3) and version 4's step (20.4). Nothing here is fast; everything
 //! here is the oracle that the CPU kernels, the CUDA kernels' host emulation and the protocol
 //! vectors are checked against.
 
@@ -45,6 +45,19 @@ pub fn pool_entry(spec: &PoolSpec, entry: u64) -> Matrix {
 
 /// One walk step, every value named as PROTOCOL.md 18.3 names it.
 pub fn walk_step(entry: &Matrix, state: &Digest, t: u32) -> Digest {
+    walk_step_under(b"gpu-attest v3 walk step", entry, state, t)
+}
+
+/// Version 4's walk step over a 64 KiB slice read as a 256 x 256 int8 matrix (PROTOCOL.md 20.4):
+/// 18.3's step under the domain `"gpu-attest v4 walk step"`.
+pub fn walk_step_v4(slice: &Matrix, state: &Digest, t: u32) -> Digest {
+    walk_step_under(b"gpu-attest v4 walk step", slice, state, t)
+}
+
+/// 18.3's step, written out: `v` from ChaCha8 keyed by the state with each byte's lowest bit
+/// set, `y = E * v` in wide integers, `z[r] = mix(y[r], t, r, 0)`, and the next state the hash
+/// of the domain, the state and `z`.
+fn walk_step_under(domain: &[u8], entry: &Matrix, state: &Digest, t: u32) -> Digest {
     assert_eq!(entry.n(), ENTRY_N);
     let mut keystream = [0u8; ENTRY_N];
     ChaCha8Rng::from_seed(state.0).fill_bytes(&mut keystream);
@@ -55,7 +68,7 @@ pub fn walk_step(entry: &Matrix, state: &Digest, t: u32) -> Digest {
         let y: i64 = (0..ENTRY_N).map(|c| i64::from(e[r * ENTRY_N + c]) * v[c]).sum();
         z.push(mix(y as i32, t, r as u32, 0) as u8);
     }
-    let mut input = b"gpu-attest v3 walk step".to_vec();
+    let mut input = domain.to_vec();
     input.extend_from_slice(state.as_bytes());
     input.extend_from_slice(&z);
     Digest::hash(&input)

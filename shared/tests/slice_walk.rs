@@ -459,3 +459,32 @@ fn rows_cut_by_a_slice_edge_are_checked_on_the_bytes_the_slice_holds() {
         assert!(seen.contains(&0) && seen.contains(&1), "the walk read slices {seen:?}");
     }
 }
+
+/// Version 4's step is the naive one written from PROTOCOL.md (18.3's step under 20.4's domain),
+/// over random slices and over the slices whose products reach the widest sums (every byte -128
+/// or 127), at step numbers from 0 to the largest: the walk's fast `matvec` paths cannot drift
+/// from the text, and a step under version 3's domain is a different state.
+#[test]
+fn the_v4_step_is_the_naive_step_of_the_protocol_text() {
+    let mut rng = ChaCha8Rng::seed_from_u64(204);
+    let mut slices: Vec<Vec<u8>> = vec![vec![0x80; 65536], vec![0x7f; 65536]];
+    for _ in 0..3 {
+        let mut bytes = vec![0u8; 65536];
+        rng.fill_bytes(&mut bytes);
+        slices.push(bytes);
+    }
+    for (i, bytes) in slices.iter().enumerate() {
+        let matrix = Matrix::from_bytes(256, bytes).expect("65536 bytes");
+        for t in [0, 1, 4095, u32::MAX] {
+            let mut state = Digest([0; 32]);
+            rng.fill_bytes(&mut state.0);
+            let fast = step(bytes, &state, t);
+            assert_eq!(fast, reference::walk_step_v4(&matrix, &state, t), "slice {i}, step {t}");
+            assert_ne!(
+                fast,
+                reference::walk_step(&matrix, &state, t),
+                "slice {i}, step {t}: the domains differ"
+            );
+        }
+    }
+}
