@@ -372,13 +372,16 @@ fi
 # miner with `gpu_locality_walk` on, the validator with `[memory.locality]` on and its shipped
 # `gpu_step_ns` (a GPU model without one is not asked: the step then fails, saying so). The
 # verdict keeps its transcript (PROTOCOL.md 21), exported and audited offline here: a GPU
-# verdict's transcript size and the audit's time at the default challenge.
+# verdict's transcript size and the audit's time at the default challenge. The database and the
+# transcript (about 100 MB at first contact) live outside $out and are deleted after: only their
+# sizes are reported, so that a lease's log bundle stays small enough to come back.
 if want attestation-locality; then
 echo "== attestation: version 4 with the locality walk on the GPUs; its transcript kept and audited"
+kept=$(mktemp -d)
 printf 'gpu_locality_walk = true\n' >"$work/miner-locality.toml"
 cat >"$work/validator-locality.toml" <<EOF
 key_file = "$work/validator.key"
-database = "$work/validator-locality.db"
+database = "$kept/validator.db"
 backend = "cpu"
 policy = "sampled"
 
@@ -398,12 +401,13 @@ if [ -n "$address" ]; then
   locality_status=$?
   grep -iE "locality|self-check" "$out/miner-locality.log" | head -n 20
   id=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["id"])' "$out/attestation-locality.json" 2>/dev/null)
-  if [ -n "$id" ] && "$bin/validator" verdicts --database "$work/validator-locality.db" export --out "$out/transcript.bin" "$id" \
+  if [ -n "$id" ] && "$bin/validator" verdicts --database "$kept/validator.db" export --out "$kept/transcript.bin" "$id" \
        >>"$out/attestation-locality.log" 2>&1; then
     start=$(date +%s%N)
-    limit "$bin/validator" audit "$out/transcript.bin" --validator-key "$validator_key" >"$out/audit.log" 2>&1
+    limit "$bin/validator" audit "$kept/transcript.bin" --validator-key "$validator_key" >"$out/audit.log" 2>&1
     audit_status=$?
-    echo "transcript of verdict $id: $(stat -c %s "$out/transcript.bin") bytes; audit exit $audit_status after $((($(date +%s%N) - start) / 1000000)) ms on $(nproc) cores" |
+    # A sampled pass audits whole (exit 0); 3 would mean a part was taken as stated.
+    echo "transcript of verdict $id: $(stat -c %s "$kept/transcript.bin") bytes (database $(stat -c %s "$kept/validator.db") bytes); audit exit $audit_status after $((($(date +%s%N) - start) / 1000000)) ms on $(nproc) cores" |
       tee -a "$out/audit.log"
     [ "$audit_status" -eq 0 ] || locality_status=1
   else
@@ -418,7 +422,8 @@ walked = 0
 for j, d in enumerate((v.get("memory") or {}).get("devices") or []):
     loc = d.get("locality")
     if not loc:
-        print(f"device {j}: no locality walk recorded")
+        print(f"device {j}: no locality walk recorded (a model without a step in [memory.locality.gpu_step_ns] is not asked: "
+              "see attestation-locality.log and the validator's events)")
         continue
     walked += 1
     print(f"device {j}: locality walk W={loc.get('walkers')} G={loc.get('generations')} C={loc.get('steps')}, "
@@ -432,6 +437,7 @@ else
   locality_status=2
 fi
 miner_down
+rm -rf "$kept"
 record attestation-locality $locality_status
 fi
 

@@ -10,12 +10,15 @@
 #      with the locality walk on the GPUs (its transcript kept, exported and audited), and a
 #      two-slot attestation (RUN1_SECONDS in all, default 360). Each TMA kernel's own
 #      attestation (`attestation-kernels`, about 2 minutes) is left out: two leases measured it;
-#   3. the locality probe (probes/locality_probe.cu, compiled here by the host's nvcc): `t_l`
-#      and `Delta_host` over a 16 GiB buffer, then the local walks over PROBE_BIG_GIB (default
-#      128), the span of a pool's states, to see whether the page walks cost the step;
+#   3. where the lease's clock allows, the locality probe (probes/locality_probe.cu, compiled
+#      here by the host's nvcc): `t_l` and `Delta_host` over a 16 GiB buffer, then the local
+#      walks over PROBE_BIG_GIB (default 128), the span of a pool's states, to see whether the
+#      page walks cost the step;
 #   4. gpu-spread.sh with protocol version 4 and its memory phase on (SPREAD_RUNS, default 20,
 #      at TARGET_SECONDS_SPREAD, default 5), in what is left of the lease's own clock under
-#      SPREAD_UNTIL seconds (default 560).
+#      SPREAD_UNTIL seconds (default 560), where a minute or more is.
+# Worst case: run 1 370 s, the probe 60 + 45 + 45 s only while the clock allows, the spread to
+# 560 s plus 10 s to stop, then the bundle: under the device's 595 s.
 # Every log is packed into $OUT/gpu-lease.tar.gz (a lease returns a few files, not folders), and
 # the summaries are printed. Exit status: gpu-check's, or the spread's where it alone failed.
 #   usage: gpu-lease.sh [BIN_DIR]      (default: the folder this script is in)
@@ -38,28 +41,37 @@ OUT="$logs/check" STEP_TIMEOUT=${STEP_TIMEOUT:-120} BENCH_SECONDS=${BENCH_SECOND
 check_status=$?
 
 echo "== locality probe (t_l and Delta_host; docs/design/locality.md)"
-if command -v nvcc >/dev/null && [ -f "$bin/locality_probe.cu" ]; then
+# Each part only where the lease's own clock leaves room for it and the log bundle after it.
+if [ "$SECONDS" -lt 470 ] && command -v nvcc >/dev/null && [ -f "$bin/locality_probe.cu" ]; then
   mkdir -p "$logs/locality"
   cc=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader | head -n 1 | tr -d ' .')
   if timeout 60 nvcc -O3 -arch="sm_${cc:-90}" -o "$logs/locality/locality-probe" "$bin/locality_probe.cu" \
        >"$logs/locality/build.log" 2>&1; then
-    timeout --kill-after=5 60 "$logs/locality/locality-probe" 16 4 200000 2>&1 | tee "$logs/locality/probe.log"
-    echo "-- the same over ${PROBE_BIG_GIB:-128} GiB"
-    timeout --kill-after=5 90 "$logs/locality/locality-probe" "${PROBE_BIG_GIB:-128}" 4 200000 2>&1 |
-      tee "$logs/locality/probe-big.log"
+    timeout --kill-after=5 40 "$logs/locality/locality-probe" 16 4 200000 2>&1 | tee "$logs/locality/probe.log"
+    if [ "$SECONDS" -lt 500 ]; then
+      echo "-- the same over ${PROBE_BIG_GIB:-128} GiB"
+      timeout --kill-after=5 40 "$logs/locality/locality-probe" "${PROBE_BIG_GIB:-128}" 4 200000 2>&1 |
+        tee "$logs/locality/probe-big.log"
+    fi
   else
     echo "the probe did not build:"; cat "$logs/locality/build.log"
   fi
 else
-  echo "skipped: no nvcc on this host"
+  echo "skipped: $SECONDS s used, or no nvcc on this host"
 fi
 
 echo "== gpu-spread, protocol version 4 with its memory phase (run 2)"
+# The spread gets what is left under SPREAD_UNTIL, and none where under a minute is (one
+# version 4 attestation takes about 26 s on an H200).
 spread_seconds=$((${SPREAD_UNTIL:-560} - SECONDS))
-[ "$spread_seconds" -gt 30 ] || spread_seconds=30
-OUT="$logs/spread" MEMORY=true TARGET_SECONDS=${TARGET_SECONDS_SPREAD:-5} \
-  timeout --kill-after=10 "$spread_seconds" "$bin/gpu-spread.sh" "${SPREAD_RUNS:-20}" "$bin"
-spread_status=$?
+if [ "$spread_seconds" -ge 60 ]; then
+  OUT="$logs/spread" MEMORY=true TARGET_SECONDS=${TARGET_SECONDS_SPREAD:-5} \
+    timeout --kill-after=10 "$spread_seconds" "$bin/gpu-spread.sh" "${SPREAD_RUNS:-20}" "$bin"
+  spread_status=$?
+else
+  echo "skipped: $SECONDS s used"
+  spread_status=0
+fi
 # A spread cut short by its time limit still reports what it measured.
 if [ "$spread_status" -eq 124 ] && [ -s "$logs/spread/verdicts.json" ] && [ ! -s "$logs/spread/spread.txt" ]; then
   echo "(the spread ran out of time: its summary is computed by the host from verdicts.json)"
