@@ -195,17 +195,29 @@ impl LocalityConfig {
         // A hop that says nothing ([`useless_hop_below`]) is refused; only a walk that is on is
         // held to it.
         let ordered = gpu_attest_shared::memory::locality::ordered_share_at_least(self.segments);
-        // Every step a walk may be timed by: the CPU's and each GPU class's.
-        let (slowest_name, slowest_step_ns) = self.gpu_step_ns.iter().map(|(model, &ns)| (model.as_str(), ns)).fold(
-            ("the CPU's step_ns", self.step_ns),
-            |slowest, step| {
-                if step.1 > slowest.1 { step } else { slowest }
-            },
-        );
+        // Every step a walk may be timed by: the CPU's and each GPU class's (the model, where
+        // the slowest is a GPU's).
+        let (slowest_model, slowest_step_ns) = self
+            .gpu_step_ns
+            .iter()
+            .map(|(model, &ns)| (Some(model.as_str()), ns))
+            .fold(
+                (None, self.step_ns),
+                |slowest, step| if step.1 > slowest.1 { step } else { slowest },
+            );
         let useless_below = useless_hop_below(slowest_step_ns, self.segments);
         if self.enabled && self.hop_ns <= useless_below {
+            let (whose, or_else) = match slowest_model {
+                None => ("the CPU's step_ns".to_string(), String::new()),
+                Some(model) => (
+                    format!("{model:?} in [memory.locality.gpu_step_ns]"),
+                    format!(
+                        ", or leave {model:?} out of [memory.locality.gpu_step_ns] (a table written there replaces the shipped one)"
+                    ),
+                ),
+            };
             return Some(format!(
-                "[memory.locality] hop_ns = {} is no longer than the expected local step ({slowest_step_ns} ns, {slowest_name}) over the share of the walk {} openings show in order ({ordered:.2}): a walk at that step or slower would state that all its steps could have crossed a hop, which says nothing. Set hop_ns above {useless_below} (the default 3000 counts a walker moved over the kernel's TCP, SECURITY.md)",
+                "[memory.locality] hop_ns = {} is no longer than the expected local step ({slowest_step_ns} ns, {whose}) over the share of the walk {} openings show in order ({ordered:.2}): a walk at that step or slower would state that all its steps could have crossed a hop, which says nothing. Set hop_ns above {useless_below} (the default 3000 counts a walker moved over the kernel's TCP, SECURITY.md){or_else}",
                 self.hop_ns, self.segments
             ));
         }
@@ -378,9 +390,18 @@ mod tests {
         // 2,400 ns over the 0.7499 shown in order is 3,200 ns: the default 3 us hop says nothing.
         let slow = with(&[("H200", 650), ("RTX 4090", 2_400)]).problem().expect("refused");
         assert!(
-            slow.contains("2400 ns, RTX 4090") && slow.contains("above 3200"),
+            slow.contains("2400 ns, \"RTX 4090\" in [memory.locality.gpu_step_ns]")
+                && slow.contains("above 3200")
+                && slow.contains("or leave \"RTX 4090\" out"),
             "{slow}"
         );
+        // The CPU's step alone: nothing to leave out.
+        let cpu = LocalityConfig {
+            hop_ns: 700,
+            ..with(&[])
+        };
+        let cpu = cpu.problem().expect("refused");
+        assert!(cpu.contains("the CPU's step_ns") && !cpu.contains("leave"), "{cpu}");
         assert_eq!(with(&[("RTX 4090", 2_200)]).problem(), None);
     }
 }
