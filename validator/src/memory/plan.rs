@@ -8,6 +8,7 @@
 //! imported and capped by the same rules; the shipped table has one row per GPU model, from its
 //! datasheet (`rates::shipped`).
 
+use super::plan_v4::{TooShort, walkers_reaching};
 use crate::config::memory::MemoryConfig;
 use crate::rates::RateBook;
 use crate::verdict::class::RateSource;
@@ -178,42 +179,6 @@ pub(crate) fn planned_pools(claim: &HardwareClaim, permille: u32) -> Result<Vec<
             })
         })
         .collect()
-}
-
-/// A walk that cannot reach half its target even with the most walkers: how many, and how long
-/// their longest walk takes.
-pub(super) struct TooShort {
-    pub walkers: u32,
-    pub reach_ms: f64,
-}
-
-/// The walkers of a walk whose longest length (`longest_bytes` a walker) reaches `target_ms` at
-/// `slowest` bytes a second, in both versions. A device whose small pool sits in a fast cache (a
-/// CPU with a few cores) walks even the longest walk of the `configured` walkers in less than
-/// the target, once its bandwidth is learned. More walkers make every step longer, so they are
-/// raised until the longest walk reaches the target: the walk keeps its length instead of the
-/// miner going unattested. A walk that cannot reach half the target is refused.
-pub(super) fn walkers_reaching(
-    configured: u32,
-    longest_bytes: f64,
-    slowest: f64,
-    target_ms: u64,
-) -> Result<u32, TooShort> {
-    let target = target_ms as f64;
-    let reach_ms = |walkers: u32| f64::from(walkers) * longest_bytes / slowest * 1000.0;
-    let walkers = if reach_ms(configured) >= target {
-        configured
-    } else {
-        let needed = (f64::from(configured) * target / reach_ms(configured)).ceil();
-        needed.clamp(f64::from(configured), f64::from(MAX_WALKERS)) as u32
-    };
-    if reach_ms(walkers) < target / 2.0 {
-        return Err(TooShort {
-            walkers,
-            reach_ms: reach_ms(walkers),
-        });
-    }
-    Ok(walkers)
 }
 
 /// Plans the memory phase for `inventory`, or `None` when this validator does not ask for it.

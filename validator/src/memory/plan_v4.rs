@@ -7,7 +7,6 @@
 //! Nothing here reads the rate book or the configuration file: the caller gives each device's
 //! expected walk rate and where it came from, so that the arithmetic is tested alone.
 
-use super::plan::{TooShort, walkers_reaching};
 use crate::verdict::class::RateSource;
 use crate::verdict::memory::{DeviceMemory, DeviceWalk, MemoryProof};
 use gpu_attest_shared::memory::bound::{self, Clocked, Design, DeviceModel, HostPool, MODELS, VERSION_4};
@@ -649,6 +648,42 @@ impl Bounds<'_> {
             self.worst.1
         ))
     }
+}
+
+/// A walk that cannot reach half its target even with the most walkers: how many, and how long
+/// their longest walk takes.
+pub(super) struct TooShort {
+    pub walkers: u32,
+    pub reach_ms: f64,
+}
+
+/// The walkers of a walk whose longest length (`longest_bytes` a walker) reaches `target_ms` at
+/// `slowest` bytes a second, in both versions (version 3's plan borrows it until it is retired). A device whose small pool sits in a fast cache (a
+/// CPU with a few cores) walks even the longest walk of the `configured` walkers in less than
+/// the target, once its bandwidth is learned. More walkers make every step longer, so they are
+/// raised until the longest walk reaches the target: the walk keeps its length instead of the
+/// miner going unattested. A walk that cannot reach half the target is refused.
+pub(super) fn walkers_reaching(
+    configured: u32,
+    longest_bytes: f64,
+    slowest: f64,
+    target_ms: u64,
+) -> Result<u32, TooShort> {
+    let target = target_ms as f64;
+    let reach_ms = |walkers: u32| f64::from(walkers) * longest_bytes / slowest * 1000.0;
+    let walkers = if reach_ms(configured) >= target {
+        configured
+    } else {
+        let needed = (f64::from(configured) * target / reach_ms(configured)).ceil();
+        needed.clamp(f64::from(configured), f64::from(MAX_WALKERS)) as u32
+    };
+    if reach_ms(walkers) < target / 2.0 {
+        return Err(TooShort {
+            walkers,
+            reach_ms: reach_ms(walkers),
+        });
+    }
+    Ok(walkers)
 }
 
 #[cfg(test)]
