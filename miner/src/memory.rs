@@ -8,6 +8,7 @@
 //! rather than answered from memory that is no longer there.
 
 use crate::error::MinerError;
+use crate::memory_v4::{HeldPools, side_by_side};
 use gpu_attest_shared::backend::ResidentPool;
 use gpu_attest_shared::memory::check::WalkOpening;
 use gpu_attest_shared::memory::walk::{DeviceWalk, WalkSpec};
@@ -15,8 +16,7 @@ use gpu_attest_shared::memory::{MemoryParams, PoolSpec};
 use gpu_attest_shared::statement::DeviceInfo;
 use gpu_attest_shared::statement::memory_v3::{PoolCommitment, WalkSample};
 use gpu_attest_shared::{Backend, BackendError, CancelToken, Digest, Work};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::Mutex;
 
 /// The pools one version 3 challenge asks for, one per device, checked against PROTOCOL.md
 /// 18.1 before the challenge is accepted.
@@ -60,16 +60,6 @@ impl PoolPlan {
     }
 }
 
-/// `work` on every device's item side by side ([`gpu_attest_shared::failure::side_by_side`]);
-/// a thread that panics counts as cancelled.
-pub(crate) fn side_by_side<T: Sync, U: Send>(
-    items: &[T],
-    cancel: &CancelToken,
-    work: impl Fn(&T) -> Result<U, BackendError> + Sync,
-) -> Result<Vec<U>, BackendError> {
-    gpu_attest_shared::failure::side_by_side(items, cancel, work, |_| BackendError::Cancelled)
-}
-
 /// What a commitment names of its pools.
 pub fn pool_commitments(pools: &[Box<dyn ResidentPool>]) -> Vec<PoolCommitment> {
     pools
@@ -86,43 +76,6 @@ pub fn pool_commitments(pools: &[Box<dyn ResidentPool>]) -> Vec<PoolCommitment> 
 struct Walked {
     specs: Vec<WalkSpec>,
     walks: Vec<DeviceWalk>,
-}
-
-/// What a commitment keeps on its devices for its memory phase (version 3's pools, version 4's
-/// kept states) until it is released, and whether its one walk has been asked for.
-pub struct HeldPools<T> {
-    pools: Mutex<Option<T>>,
-    walk_requested: AtomicBool,
-}
-
-impl<T> HeldPools<T> {
-    pub fn new(pools: T) -> Self {
-        HeldPools {
-            pools: Mutex::new(Some(pools)),
-            walk_requested: AtomicBool::new(false),
-        }
-    }
-
-    /// The pools, or `None` once released.
-    pub fn lock(&self) -> MutexGuard<'_, Option<T>> {
-        self.pools.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    /// Frees the pools (another challenge needs the memory, or the opening round is over).
-    /// Walks and openings of this commitment are refused from then on.
-    pub fn release(&self) {
-        self.lock().take();
-    }
-
-    /// Whether the pools are still held (not yet released).
-    pub fn holds(&self) -> bool {
-        self.lock().is_some()
-    }
-
-    /// Marks the commitment's one walk as asked for; `false` if it already was.
-    pub fn claim_walk(&self) -> bool {
-        !self.walk_requested.swap(true, Ordering::SeqCst)
-    }
 }
 
 /// The memory side of a version 3 commitment: its pools until they are released, whether its

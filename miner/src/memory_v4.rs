@@ -3,11 +3,11 @@
 //! the walk over them, each device's root handed over as soon as that device's walk ends, so
 //! that the validator clocks every device on its own; and the step openings.
 //!
-//! As in version 3 ([`crate::memory`]), a miner holds one commitment's pools at a time: a later
-//! challenge releases them, and a walk or opening of a released commitment is refused.
+//! A miner holds one commitment's pools at a time ([`HeldPools`], version 3's too until it is
+//! retired): a later challenge releases them, and a walk or opening of a released commitment is
+//! refused.
 
 use crate::error::MinerError;
-use crate::memory::{HeldPools, side_by_side};
 use gpu_attest_shared::backend::PoolStates;
 use gpu_attest_shared::memory::chain_pool::{ChainPool, ChainPoolParams};
 use gpu_attest_shared::memory::locality::{ChunkPaths, LineWalk, LocalityWalk, SegmentOpening};
@@ -16,10 +16,57 @@ use gpu_attest_shared::merkle::MerkleProof;
 use gpu_attest_shared::statement::DeviceInfo;
 use gpu_attest_shared::statement::locality::SegmentSample;
 use gpu_attest_shared::statement::memory_v4::StepSample;
-use gpu_attest_shared::{CancelToken, Digest};
-use std::sync::Mutex;
+use gpu_attest_shared::{BackendError, CancelToken, Digest};
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
+
+/// `work` on every device's item side by side ([`gpu_attest_shared::failure::side_by_side`]);
+/// a thread that panics counts as cancelled.
+pub(crate) fn side_by_side<T: Sync, U: Send>(
+    items: &[T],
+    cancel: &CancelToken,
+    work: impl Fn(&T) -> Result<U, BackendError> + Sync,
+) -> Result<Vec<U>, BackendError> {
+    gpu_attest_shared::failure::side_by_side(items, cancel, work, |_| BackendError::Cancelled)
+}
+
+/// What a commitment keeps on its devices for its memory phase (version 3's pools, version 4's
+/// kept states) until it is released, and whether its one walk has been asked for.
+pub struct HeldPools<T> {
+    pools: Mutex<Option<T>>,
+    walk_requested: AtomicBool,
+}
+
+impl<T> HeldPools<T> {
+    pub fn new(pools: T) -> Self {
+        HeldPools {
+            pools: Mutex::new(Some(pools)),
+            walk_requested: AtomicBool::new(false),
+        }
+    }
+
+    /// The pools, or `None` once released.
+    pub fn lock(&self) -> MutexGuard<'_, Option<T>> {
+        self.pools.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Frees the pools (another challenge needs the memory, or the opening round is over).
+    /// Walks and openings of this commitment are refused from then on.
+    pub fn release(&self) {
+        self.lock().take();
+    }
+
+    /// Whether the pools are still held (not yet released).
+    pub fn holds(&self) -> bool {
+        self.lock().is_some()
+    }
+
+    /// Marks the commitment's one walk as asked for; `false` if it already was.
+    pub fn claim_walk(&self) -> bool {
+        !self.walk_requested.swap(true, Ordering::SeqCst)
+    }
+}
 
 /// Refuses, before a challenge is accepted, a pool that is more than its device claims to
 /// hold: the engine keeps whatever it is asked to, and a validator that sized a pool past the
