@@ -13,7 +13,7 @@ use gpu_attest_shared::memory::slice_walk::{
     DeviceCommitments, HeldStates, SliceSource, SliceWalk, StepOpening, StepRejection, check_step, open_kept_step,
     open_step, step, walk_device, walk_device_until, walker_states,
 };
-use gpu_attest_shared::memory::walk::entry_index;
+use gpu_attest_shared::memory::step::entry_index;
 use gpu_attest_shared::merkle::{MerkleProof, MerkleTree};
 use gpu_attest_shared::params::{ChallengeParams, Work};
 use gpu_attest_shared::reference;

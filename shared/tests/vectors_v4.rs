@@ -117,7 +117,7 @@ fn version_4_engine_vectors() {
     let path = slice_path(states[1].as_bytes(), 3).unwrap();
     let row: Vec<u8> = state_row(&work, 1, 200).iter().map(|&v| v as u8).collect();
     assert_eq!(row, states[1].as_bytes()[200 * 512..201 * 512]);
-    let step5 = gpu_attest_shared::memory::walk::entry_index(&walker_states(&walk, &held, 1)[5], pool.slices());
+    let step5 = gpu_attest_shared::memory::step::entry_index(&walker_states(&walk, &held, 1)[5], pool.slices());
 
     // The opened step checks, as a validator would, rows drawn from every part of the slice.
     let leaves: Vec<Digest> = exec.chains.iter().map(|c| c.leaf()).collect();

@@ -18,7 +18,7 @@ use gpu_attest_shared::matrix::generate_a;
 use gpu_attest_shared::memory::chain_pool::ChainPool;
 use gpu_attest_shared::memory::slice::SLICE_BYTES;
 use gpu_attest_shared::memory::slice_walk::{DeviceWalk, SliceWalk, StepOpening, step};
-use gpu_attest_shared::memory::walk::entry_index;
+use gpu_attest_shared::memory::step::entry_index;
 use gpu_attest_shared::merkle::MerkleProof;
 use gpu_attest_shared::{Backend, BackendError, CancelToken, Digest, Work};
 use std::borrow::Cow;

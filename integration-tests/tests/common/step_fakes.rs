@@ -17,7 +17,7 @@ use gpu_attest_shared::chain::ChainResult;
 use gpu_attest_shared::cpu::CpuBackend;
 use gpu_attest_shared::memory::chain_pool::ChainPool;
 use gpu_attest_shared::memory::slice_walk::{DeviceWalk, SliceSource, SliceWalk, StepOpening, StepStates, step};
-use gpu_attest_shared::memory::walk::entry_index;
+use gpu_attest_shared::memory::step::entry_index;
 use gpu_attest_shared::merkle::{MerkleProof, MerkleTree};
 use gpu_attest_shared::{BackendError, CancelToken, Digest, Work};
 use std::sync::{Arc, Mutex};

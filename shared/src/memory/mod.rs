@@ -6,7 +6,8 @@
 //! - [`bench`](mod@bench): the memory phase's bandwidths and fill rate on the CPU, for `miner bench`.
 //! - [`pool`]: pool entries (a short chain each), the pool's Merkle root, a pool held in host
 //!   memory.
-//! - [`walk`]: the walk's start states, its step, walker traces and the walk root.
+//! - [`step`]: the walk step both versions take, under each version's domain.
+//! - [`walk`]: version 3's walk: its start states, walker traces and the walk root.
 //! - [`check`]: the validator's check of one opened walk segment.
 //! - [`chain_pool`], [`slice`], [`slice_walk`], [`bound`]: version 4's engine (PROTOCOL.md 20,
 //!   what a miner of this release speaks by default): the pool as the pool chains' final states, a 64 KiB
@@ -34,6 +35,7 @@ pub mod params;
 pub mod pool;
 pub mod slice;
 pub mod slice_walk;
+pub mod step;
 pub mod walk;
 
 pub use params::{ENTRY_BYTES, ENTRY_N, ENTRY_OPS, ENTRY_STEPS, MemoryError, MemoryParams, PoolSpec};

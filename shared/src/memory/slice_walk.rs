@@ -11,7 +11,7 @@
 
 use super::chain_pool::{ChainPool, StateRows};
 use super::slice::{SLICE_BYTES, SliceError, SlicePath, StateSlices, verify_slice};
-use super::walk::{entry_index, step_under};
+use super::step::{entry_index, step_under};
 use crate::chain::leaf_hash;
 use crate::digest::Digest;
 use crate::failure::{BackendError, CancelToken};
