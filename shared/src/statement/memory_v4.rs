@@ -34,14 +34,14 @@ pub struct StepSample {
     pub step: u32,
 }
 
-/// The validator's walk request: version 3's fields (`nonce || walk_seed ||
-/// le64(deadline_unix_ms)`) under this version's domain.
+/// The validator's walk request: `nonce || walk_seed || le64(deadline_unix_ms)` under this
+/// version's domain (version 3's fields, written out here so that they outlive it).
 pub fn walk_request_bytes(nonce: &[u8; 32], walk_seed: &[u8; 32], deadline_ms: u64) -> Vec<u8> {
-    redomained(
-        super::memory_v3::walk_request_bytes(nonce, walk_seed, deadline_ms),
-        super::memory_v3::WALK_REQUEST_DOMAIN,
-        WALK_REQUEST_DOMAIN,
-    )
+    let mut out = WALK_REQUEST_DOMAIN.to_vec();
+    out.extend(nonce);
+    out.extend(walk_seed);
+    out.extend(deadline_ms.to_le_bytes());
+    out
 }
 
 /// A device's walk root as the miner signs it once that device's walk has ended: the
@@ -184,9 +184,13 @@ mod tests {
             "a v3 request is not a v4 one"
         );
         assert!(with_step.starts_with(OPEN_REQUEST_DOMAIN_V4));
-        assert_ne!(
-            walk_request_bytes(&[1; 32], &[4; 32], 7),
-            super::super::memory_v3::walk_request_bytes(&[1; 32], &[4; 32], 7)
+        let v3_walk = super::super::memory_v3::walk_request_bytes(&[1; 32], &[4; 32], 7);
+        let v4_walk = walk_request_bytes(&[1; 32], &[4; 32], 7);
+        assert_ne!(v4_walk, v3_walk);
+        // The same fields after each version's domain.
+        assert_eq!(
+            v4_walk[WALK_REQUEST_DOMAIN.len()..],
+            v3_walk[super::super::memory_v3::WALK_REQUEST_DOMAIN.len()..]
         );
     }
 }
