@@ -84,7 +84,7 @@ pub struct LocalityConfig {
     /// device of a known model; the error for an unknown name lists them). A GPU miner is asked
     /// for the walk only where every claimed device's class has a figure here, and its deadline
     /// is timed by the slowest of them. Ships [`SHIPPED_GPU_STEP_NS`]; a table in the
-    /// configuration replaces it whole, so one that adds a model keeps the shipped lines too.
+    /// configuration replaces it whole, so one that adds a model repeats the shipped lines.
     pub gpu_step_ns: BTreeMap<String, u64>,
 }
 

@@ -578,5 +578,14 @@ mod tests {
         assert_eq!(toml::from_str::<ValidatorConfig>(&c.to_toml()).unwrap(), c);
         let typo: ValidatorConfig = toml::from_str(&text.replace("H200", "\"H 200\"")).unwrap();
         assert!(typo.validate().unwrap_err().to_string().contains("\"H 200\""));
+        // A table written here replaces the shipped one whole (the guide says so): one that names
+        // only another model leaves the H200 out, and a file without the table keeps it.
+        let other: ValidatorConfig = toml::from_str("[memory.locality.gpu_step_ns]\n\"H100 SXM\" = 700\n").unwrap();
+        assert_eq!(
+            other.memory.locality.gpu_step_ns.keys().collect::<Vec<_>>(),
+            ["H100 SXM"]
+        );
+        let none: ValidatorConfig = toml::from_str("[memory.locality]\nenabled = true\n").unwrap();
+        assert_eq!(none.memory.locality.gpu_step_ns.get("H200"), Some(&1134));
     }
 }
