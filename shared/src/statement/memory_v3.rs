@@ -39,13 +39,14 @@ pub fn open_request_bytes_v3(nonce: &[u8; 32], chains: &[SampleRequest], walks: 
     out
 }
 
-/// The validator's walk request: `nonce || walk_seed || le64(deadline_unix_ms)`.
+/// The validator's walk request: `nonce || walk_seed || le64(deadline_unix_ms)`, version 4's
+/// fields under this version's domain.
 pub fn walk_request_bytes(nonce: &[u8; 32], walk_seed: &[u8; 32], deadline_ms: u64) -> Vec<u8> {
-    let mut out = WALK_REQUEST_DOMAIN.to_vec();
-    out.extend(nonce);
-    out.extend(walk_seed);
-    out.extend(deadline_ms.to_le_bytes());
-    out
+    redomained(
+        super::memory_v4::walk_request_bytes(nonce, walk_seed, deadline_ms),
+        super::memory_v4::WALK_REQUEST_DOMAIN,
+        WALK_REQUEST_DOMAIN,
+    )
 }
 
 /// The miner's walk statement.

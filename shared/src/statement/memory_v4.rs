@@ -9,7 +9,7 @@ use crate::encoding::{put_digests, put_path, put_u32};
 use crate::keys::PublicKey;
 use crate::memory::slice_walk::StepOpening;
 
-const WALK_REQUEST_DOMAIN: &[u8] = b"gpu-attest v4 walk request";
+pub(crate) const WALK_REQUEST_DOMAIN: &[u8] = b"gpu-attest v4 walk request";
 pub(crate) const WALK_ROOT_DOMAIN: &[u8] = b"gpu-attest v4 walk root";
 const OPEN_REQUEST_DOMAIN_V4: &[u8] = b"gpu-attest v4 open request";
 const STEP_OPENING_DOMAIN: &[u8] = b"gpu-attest v4 step opening";
@@ -35,7 +35,7 @@ pub struct StepSample {
 }
 
 /// The validator's walk request: `nonce || walk_seed || le64(deadline_unix_ms)` under this
-/// version's domain (version 3's fields, written out here so that they outlive it).
+/// version's domain (version 3's request re-domains these bytes until it is retired).
 pub fn walk_request_bytes(nonce: &[u8; 32], walk_seed: &[u8; 32], deadline_ms: u64) -> Vec<u8> {
     let mut out = WALK_REQUEST_DOMAIN.to_vec();
     out.extend(nonce);
