@@ -32,10 +32,9 @@ pub struct CudaOptions {
     /// another running.
     pub slots_per_gpu: u32,
     /// Walk lines on the GPUs when a validator asks for the locality walk (PROTOCOL.md 20.10).
-    /// Off by default: until a GPU run has measured the walk's step, a validator times every
-    /// locality walk by the CPU's, so a GPU miner answers that it cannot walk lines, and its
-    /// verdict states no locality bound. Built and checked against the CPU all the same (the
-    /// self-check runs at start either way).
+    /// Off here, so that a library user opts in; the miner's `gpu_locality_walk` (on by
+    /// default) sets it. Off, a pool answers that it cannot walk lines and the verdict states no
+    /// locality bound.
     pub locality_walk: bool,
 }
 

@@ -396,7 +396,7 @@ impl PoolStates for CudaPoolStates {
     fn walk_lines(&self, walk: &LocalityWalk, cancel: &CancelToken) -> Result<LineWalk, BackendError> {
         if !self.locality_walk {
             return Err(BackendError::Unsupported {
-                what: "walk lines on a GPU unless the miner's gpu_locality_walk is on (off until a GPU has run it through a whole attestation)",
+                what: "walk lines on a GPU: the miner's gpu_locality_walk is off (on by default)",
             });
         }
         let states = self.on_device()?;
