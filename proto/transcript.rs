@@ -20,9 +20,12 @@ pub const OLDEST_FORMAT: u32 = 1;
 /// What the validator's signature covers comes after this (PROTOCOL.md 21.1).
 const DOMAIN: &[u8] = b"gpu-attest v1 transcript";
 
-/// A transcript file's largest size this release reads: a GPU verdict's at n = 2048 is about
-/// 100-125 MB, so this leaves room, and bounds what a hostile file can make a reader allocate.
-pub const MAX_TRANSCRIPT_BYTES: usize = 256 << 20;
+/// A transcript file's largest size this release reads. One H200's verdict at first contact was
+/// 165.7 MB (16 start matrices of 4 MiB and 1298 opened steps, each with its 64 KiB slice); the
+/// largest verdict at the shipped settings, 16 devices with 1649 opened steps each and 16 chain
+/// samples at n = 8192, is about 3.1 GB. So 4 GiB, which also bounds what a file can make a
+/// reader allocate.
+pub const MAX_TRANSCRIPT_BYTES: usize = 4 << 30;
 
 /// The most elements a transcript's repeated messages may hold, each list counted before the
 /// transcript is decoded: a decoded element takes up to a few hundred times the two bytes it
@@ -30,12 +33,15 @@ pub const MAX_TRANSCRIPT_BYTES: usize = 256 << 20;
 /// what a verdict holds (1024 chain samples and 16 x 1649 steps at most).
 pub const MAX_ELEMENTS: usize = 1 << 16;
 
-/// What decoding a transcript may cost beyond its own size, estimated on its bytes before it is
-/// decoded: every field at every depth costs [`FIELD_COST`] (a vector's slot, a byte string's
-/// header), a nested message [`MESSAGE_COST`] more (its struct), a packed list 8 bytes a byte.
-/// A GPU verdict's transcript comes to some 50 MB of it (its proofs' hashes and its openings);
-/// a hostile file of empty entries cannot make a reader allocate more than this.
-pub const MAX_DECODING_COST: u64 = 256 << 20;
+/// What decoding a transcript may cost, estimated on its bytes before it is decoded, beyond the
+/// file's own size: every field at every depth costs [`FIELD_COST`] (a vector's slot, a byte
+/// string's header), a nested message [`MESSAGE_COST`] more (its struct), a packed list 8 bytes
+/// a byte, and the total may reach the file's size and this much more. A verdict's transcript
+/// costs well under its size (a CPU verdict's 24.2 MB file 15.6 MB, some 9.4 KB an opened step
+/// beside the step's 64 KiB slice), while a hostile file of empty entries costs 16 to 512 times
+/// its size, so it is refused before it makes a reader allocate more than twice its size and
+/// this.
+pub const MAX_DECODING_COST: u64 = 64 << 20;
 /// The estimated cost of one decoded field.
 const FIELD_COST: u64 = 32;
 /// The estimated cost of one decoded nested message beyond its fields: the largest struct a
@@ -51,7 +57,7 @@ pub enum TranscriptError {
     #[error("the transcript's {what} hold more than {MAX_ELEMENTS} entries: not a verdict's")]
     TooMany { what: &'static str },
     #[error(
-        "the transcript's entries would take more than {} MiB to decode beyond its size: not a verdict's",
+        "the transcript's entries would take more than its own size and {} MiB to decode: not a verdict's",
         MAX_DECODING_COST >> 20
     )]
     TooCostly,
@@ -106,7 +112,8 @@ pub fn open(bytes: &[u8]) -> Result<Opened, TranscriptError> {
     }
     check_counts(&signed.transcript)?;
     let mut cost = 0;
-    decoding_cost(&signed.transcript, TRANSCRIPT, &mut cost)?;
+    let limit = MAX_DECODING_COST + signed.transcript.len() as u64;
+    decoding_cost(&signed.transcript, TRANSCRIPT, &mut cost, limit)?;
     let transcript = v1::Transcript::decode(signed.transcript.as_slice())
         .map_err(|e| TranscriptError::NotATranscript(format!("the signed part does not decode: {e}")))?;
     if !(OLDEST_FORMAT..=FORMAT).contains(&transcript.format) {
@@ -196,22 +203,21 @@ const CHAIN_OPENING: &[(u32, Shape)] = &[
 ];
 
 /// Adds to `cost` what decoding the message `buf` of shape `shape` would take, at every depth
-/// the shape names; an error where `buf` is not a protobuf message or the cost passes
-/// [`MAX_DECODING_COST`].
-fn decoding_cost(buf: &[u8], shape: &[(u32, Shape)], cost: &mut u64) -> Result<(), TranscriptError> {
+/// the shape names; an error where `buf` is not a protobuf message or the cost passes `limit`.
+fn decoding_cost(buf: &[u8], shape: &[(u32, Shape)], cost: &mut u64, limit: u64) -> Result<(), TranscriptError> {
     each_field(buf, |field, payload| {
         *cost += FIELD_COST;
         if let Some(payload) = payload {
             match shape.iter().find(|(tag, _)| *tag == field) {
                 Some((_, Shape::Message(inner))) => {
                     *cost += MESSAGE_COST;
-                    decoding_cost(payload, inner, cost)?;
+                    decoding_cost(payload, inner, cost, limit)?;
                 }
                 Some((_, Shape::Packed)) => *cost += 8 * payload.len() as u64,
                 None => {}
             }
         }
-        if *cost > MAX_DECODING_COST {
+        if *cost > limit {
             return Err(TranscriptError::TooCostly);
         }
         Ok(())
@@ -423,7 +429,9 @@ mod tests {
             }),
             ..sample()
         };
-        let too_many = (MAX_DECODING_COST / FIELD_COST) as usize;
+        // Twice the floor: the limit is the floor and the file's own size, and these entries
+        // take 2 bytes each.
+        let too_many = 2 * (MAX_DECODING_COST / FIELD_COST) as usize;
         assert_eq!(
             open(&seal(&with(too_many), &key)).unwrap_err(),
             TranscriptError::TooCostly
@@ -432,7 +440,7 @@ mod tests {
         let packed = v1::Transcript {
             challenge: Some(v1::Challenge {
                 chain_pool: Some(v1::ChainPoolParams {
-                    pool_chains: vec![1; (MAX_DECODING_COST / 8) as usize],
+                    pool_chains: vec![1; 2 * (MAX_DECODING_COST / 8) as usize],
                     ..Default::default()
                 }),
                 ..Default::default()
@@ -444,7 +452,7 @@ mod tests {
         let rows = v1::Transcript {
             open: Some(v1::RecordedOpen {
                 openings: vec![v1::RecordedOpening {
-                    walk_rows: vec![1; (MAX_DECODING_COST / 8) as usize],
+                    walk_rows: vec![1; 2 * (MAX_DECODING_COST / 8) as usize],
                     ..Default::default()
                 }],
                 ..Default::default()
@@ -463,7 +471,7 @@ mod tests {
         }
         .encode_to_vec();
         let mut repeated = sample().encode_to_vec();
-        let copies = (MAX_DECODING_COST / (60_000 * MESSAGE_COST)) as usize + 1;
+        let copies = 2 * (MAX_DECODING_COST / (60_000 * MESSAGE_COST)) as usize + 1;
         for _ in 0..copies {
             repeated.extend_from_slice(&one);
         }
@@ -496,6 +504,42 @@ mod tests {
             TranscriptError::TooCostly
         );
         assert!(open(&seal(&locality(1000), &key)).is_ok());
+    }
+
+    /// A verdict's entries cost less to decode than they take in the file (a proof's hash is 32
+    /// bytes and costed at 32), so a transcript whose cost passes the floor opens where its own
+    /// size covers it: a host of many devices at first contact writes one of GBs.
+    #[test]
+    fn a_transcript_costing_more_than_the_floor_opens_when_its_size_covers_it() {
+        let key = KeyPair::from_seed([7; 32]);
+        let hashes = (MAX_DECODING_COST / FIELD_COST) as usize + 1000;
+        let big = v1::Transcript {
+            open: Some(v1::RecordedOpen {
+                openings: vec![v1::RecordedOpening {
+                    received: Some(v1::recorded_opening::Received::Opening(v1::ChainOpening {
+                        step: Some(v1::StepOpening {
+                            walker_proof: vec![vec![0xab; 32]; hashes],
+                            ..Default::default()
+                        }),
+                        ..Default::default()
+                    })),
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }),
+            ..sample()
+        };
+        let file = seal(&big, &key);
+        let mut cost = 0;
+        let signed = v1::SignedTranscript::decode(file.as_slice()).unwrap();
+        decoding_cost(&signed.transcript, TRANSCRIPT, &mut cost, u64::MAX).unwrap();
+        assert!(
+            cost > MAX_DECODING_COST,
+            "the test's transcript costs {cost}, under the floor"
+        );
+        let opened = open(&file).unwrap();
+        assert!(opened.signature_valid);
+        assert_eq!(opened.transcript, big);
     }
 
     /// A file of many short entries (two bytes each, a few hundred once decoded) is refused on

@@ -294,6 +294,17 @@ impl Attestor {
             }
         };
         let size = sealed.len() as u64;
+        if sealed.len() > gpu_attest_proto::transcript::MAX_TRANSCRIPT_BYTES {
+            // No reader of this release would open it: keeping it would promise an audit that
+            // cannot run. (Far above what the shipped settings write; see MAX_TRANSCRIPT_BYTES.)
+            tracing::warn!(
+                verdict = verdict.id,
+                size,
+                limit = gpu_attest_proto::transcript::MAX_TRANSCRIPT_BYTES,
+                "transcript larger than `validator audit` reads: not kept (fewer `samples` or a smaller n make it smaller)"
+            );
+            return None;
+        }
         match self
             .store
             .keep_transcript(verdict.id, &sealed, config.budget_bytes(), now_ms())
