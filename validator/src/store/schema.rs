@@ -11,7 +11,10 @@
 //! first run a retest replaced (14.7); 8 verdicts keep the claimed devices' peak, which says what
 //! share of it the proven rate is; 9 verdicts keep the protocol version the planner chose to judge
 //! them under (PROTOCOL.md 16.1), rather than leaving it to be told from the memory proof; 10
-//! the verdicts' kept transcripts (PROTOCOL.md 21), a table of their own. SQLite keeps the
+//! the verdicts' kept transcripts (PROTOCOL.md 21), a table of their own; 11 a transcript's bytes
+//! in parts of at most 64 MiB (`transcript_parts`), since SQLite and PostgreSQL store no value
+//! over 1 GB and a host of many GPUs writes transcripts of several (a version 10 row keeps its
+//! bytes where they are, and reads as before). SQLite keeps the
 //! version in `PRAGMA user_version` (as it always has), PostgreSQL in the one-row table
 //! `schema_version`.
 
@@ -19,7 +22,7 @@ use super::{Dialect, Store, StoreError};
 // Every statement run with AssertSqlSafe is built here from constants, never from input.
 use sqlx::{AssertSqlSafe, Executor};
 
-pub const SCHEMA_VERSION: i64 = 10;
+pub const SCHEMA_VERSION: i64 = 11;
 
 /// `{id}`: an auto-assigned 64-bit key; `{int}`, `{real}`, `{blob}`: 64-bit integer, double,
 /// bytes. Booleans are integers 0/1 in both, so that both read them the same way.
@@ -100,6 +103,12 @@ CREATE TABLE IF NOT EXISTS transcripts (
     bytes       {blob} NOT NULL,
     size        {int} NOT NULL,
     kept_at_ms  {int} NOT NULL
+);
+CREATE TABLE IF NOT EXISTS transcript_parts (
+    verdict_id  {int} NOT NULL REFERENCES transcripts(verdict_id),
+    part        {int} NOT NULL,
+    bytes       {blob} NOT NULL,
+    PRIMARY KEY (verdict_id, part)
 )";
 
 /// What passing verdicts proved, per class: one table for compute rates and one, alike, for walk

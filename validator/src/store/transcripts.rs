@@ -1,7 +1,13 @@
 //! Kept transcripts (PROTOCOL.md 21): one per verdict at most, all of them within a byte budget
-//! that this module enforces, oldest out first.
+//! that this module enforces, oldest out first. A transcript's bytes are stored in parts
+//! (`transcript_parts`): neither SQLite nor PostgreSQL stores a value over 1 GB, and a host of
+//! many GPUs at first contact writes transcripts of several.
 
 use super::{Store, StoreError, as_i64};
+
+/// The largest part a transcript is stored in: far under both databases' 1 GB for one value, and
+/// large enough that even a 4 GiB transcript is 64 rows.
+const PART_BYTES: usize = 64 << 20;
 
 /// What keeping one transcript did.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -23,18 +29,40 @@ impl Store {
         budget: u64,
         now_ms: u64,
     ) -> Result<Kept, StoreError> {
+        self.keep_transcript_in_parts(verdict_id, bytes, budget, now_ms, PART_BYTES)
+            .await
+    }
+
+    /// [`Store::keep_transcript`] with parts of at most `part_bytes`.
+    async fn keep_transcript_in_parts(
+        &self,
+        verdict_id: u64,
+        bytes: &[u8],
+        budget: u64,
+        now_ms: u64,
+        part_bytes: usize,
+    ) -> Result<Kept, StoreError> {
         let size = bytes.len() as u64;
         if size > budget {
             return Ok(Kept::OverBudget { size });
         }
         let mut tx = self.pool.begin().await?;
+        // The row's own bytes stay empty: they hold a transcript only in rows kept before parts.
         sqlx::query("INSERT INTO transcripts (verdict_id, bytes, size, kept_at_ms) VALUES ($1, $2, $3, $4)")
             .bind(as_i64(verdict_id))
-            .bind(bytes.to_vec())
+            .bind(Vec::<u8>::new())
             .bind(as_i64(size))
             .bind(as_i64(now_ms))
             .execute(&mut *tx)
             .await?;
+        for (part, chunk) in bytes.chunks(part_bytes.max(1)).enumerate() {
+            sqlx::query("INSERT INTO transcript_parts (verdict_id, part, bytes) VALUES ($1, $2, $3)")
+                .bind(as_i64(verdict_id))
+                .bind(as_i64(part as u64))
+                .bind(chunk)
+                .execute(&mut *tx)
+                .await?;
+        }
         let mut evicted = 0;
         loop {
             // Cast, as PostgreSQL sums BIGINTs to a NUMERIC that the Any driver cannot read.
@@ -45,7 +73,15 @@ impl Store {
                 break;
             }
             // The new one fits alone, so the loop ends before it is the oldest left.
-            sqlx::query("DELETE FROM transcripts WHERE verdict_id = (SELECT MIN(verdict_id) FROM transcripts)")
+            let (oldest,): (i64,) = sqlx::query_as("SELECT MIN(verdict_id) FROM transcripts")
+                .fetch_one(&mut *tx)
+                .await?;
+            sqlx::query("DELETE FROM transcript_parts WHERE verdict_id = $1")
+                .bind(oldest)
+                .execute(&mut *tx)
+                .await?;
+            sqlx::query("DELETE FROM transcripts WHERE verdict_id = $1")
+                .bind(oldest)
                 .execute(&mut *tx)
                 .await?;
             evicted += 1;
@@ -54,13 +90,40 @@ impl Store {
         Ok(Kept::Yes { evicted })
     }
 
-    /// Verdict `verdict_id`'s kept transcript, if it has one.
+    /// Verdict `verdict_id`'s kept transcript, if it has one: its parts joined in order, or, for
+    /// a row kept before parts, the row's own bytes. Read in one transaction, so that an
+    /// eviction between the row and its parts cannot hand back part of a transcript.
     pub async fn transcript(&self, verdict_id: u64) -> Result<Option<Vec<u8>>, StoreError> {
-        let row: Option<(Vec<u8>,)> = sqlx::query_as("SELECT bytes FROM transcripts WHERE verdict_id = $1")
+        let mut tx = self.pool.begin().await?;
+        let row: Option<(Vec<u8>, i64)> = sqlx::query_as("SELECT bytes, size FROM transcripts WHERE verdict_id = $1")
             .bind(as_i64(verdict_id))
-            .fetch_optional(&self.pool)
+            .fetch_optional(&mut *tx)
             .await?;
-        Ok(row.map(|(bytes,)| bytes))
+        let Some((own, size)) = row else {
+            return Ok(None);
+        };
+        // Part by part, so that reading holds the transcript and one part, not every part twice.
+        let mut bytes = Vec::new();
+        let mut parts = 0u64;
+        while let Some((part,)) =
+            sqlx::query_as::<_, (Vec<u8>,)>("SELECT bytes FROM transcript_parts WHERE verdict_id = $1 AND part = $2")
+                .bind(as_i64(verdict_id))
+                .bind(as_i64(parts))
+                .fetch_optional(&mut *tx)
+                .await?
+        {
+            if parts == 0 {
+                let size = usize::try_from(size).unwrap_or(0);
+                bytes.reserve(size.min(gpu_attest_proto::transcript::MAX_TRANSCRIPT_BYTES));
+            }
+            bytes.extend_from_slice(&part);
+            parts += 1;
+        }
+        tx.commit().await?;
+        if parts == 0 {
+            return Ok(Some(own));
+        }
+        Ok(Some(bytes))
     }
 }
 
@@ -69,6 +132,75 @@ mod tests {
     use super::Kept;
     use crate::store::VerdictFilter;
     use crate::store::test_support::passing_verdict;
+
+    /// A transcript is stored in parts and read back whole; an evicted one takes its parts with
+    /// it; a row kept before parts (its bytes in the row itself) reads as it was, on every store.
+    #[tokio::test]
+    async fn transcripts_are_kept_in_parts_and_rows_from_before_parts_still_read() {
+        for (store, _scratch) in crate::store::test_stores("transcript-parts").await {
+            let mut ids = Vec::new();
+            for n in 1..=3u8 {
+                assert!(store.claim_nonce(&[n; 32], "http://m", 1).await.unwrap());
+                ids.push(store.insert_verdict(&passing_verdict([n; 32])).await.unwrap());
+            }
+            // A schema 10 row: the bytes in the row, no parts.
+            sqlx::query("INSERT INTO transcripts (verdict_id, bytes, size, kept_at_ms) VALUES ($1, $2, $3, $4)")
+                .bind(crate::store::as_i64(ids[0]))
+                .bind(vec![9u8; 30])
+                .bind(30i64)
+                .bind(1i64)
+                .execute(&store.pool)
+                .await
+                .unwrap();
+            assert_eq!(store.transcript(ids[0]).await.unwrap(), Some(vec![9; 30]));
+            let transcript: Vec<u8> = (0..40).collect();
+            assert_eq!(
+                store
+                    .keep_transcript_in_parts(ids[1], &transcript, 100, 2, 7)
+                    .await
+                    .unwrap(),
+                Kept::Yes { evicted: 0 }
+            );
+            let parts = |id: u64| {
+                let store = &store;
+                async move {
+                    let (count,): (i64,) =
+                        sqlx::query_as("SELECT COUNT(*) FROM transcript_parts WHERE verdict_id = $1")
+                            .bind(crate::store::as_i64(id))
+                            .fetch_one(&store.pool)
+                            .await
+                            .unwrap();
+                    count
+                }
+            };
+            assert_eq!(parts(ids[1]).await, 6, "40 bytes in parts of 7");
+            assert_eq!(store.transcript(ids[1]).await.unwrap(), Some(transcript.clone()));
+            // 30 + 40 + 40 over a budget of 100: the schema 10 row goes first.
+            assert_eq!(
+                store
+                    .keep_transcript_in_parts(ids[2], &transcript, 100, 3, 7)
+                    .await
+                    .unwrap(),
+                Kept::Yes { evicted: 1 }
+            );
+            assert_eq!(store.transcript(ids[0]).await.unwrap(), None);
+            // Over the budget again (80 + 40): the oldest with parts goes, and its parts with it.
+            assert!(store.claim_nonce(&[4; 32], "http://m", 1).await.unwrap());
+            let fourth = store.insert_verdict(&passing_verdict([4; 32])).await.unwrap();
+            assert_eq!(
+                store
+                    .keep_transcript_in_parts(fourth, &transcript, 100, 4, 64)
+                    .await
+                    .unwrap(),
+                Kept::Yes { evicted: 1 }
+            );
+            assert_eq!(store.transcript(ids[1]).await.unwrap(), None);
+            assert_eq!(parts(ids[1]).await, 0);
+            assert_eq!(parts(fourth).await, 1);
+            assert_eq!(store.transcript(ids[2]).await.unwrap(), Some(transcript.clone()));
+            assert_eq!(store.transcript(fourth).await.unwrap(), Some(transcript));
+        }
+    }
 
     /// The budget is kept oldest out, a transcript larger than all of it is not kept, and each
     /// verdict reads back with the size of the transcript it still has, on every store.
