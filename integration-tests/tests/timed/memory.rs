@@ -690,3 +690,53 @@ async fn twenty_runs_honest_and_half_pool() {
     );
     assert_eq!((passed, caught), (20, 20));
 }
+
+/// Where the committed version 3 transcript lives (audited by the `integration` target's
+/// `version_3_fixture`).
+fn version_3_fixture() -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/version-3-pass.transcript")
+}
+
+/// Today's version 3 pass, at the smallest challenge that still opens a walk segment (two chain
+/// samples, one walk sample), audits as the committed fixture does: confirmed but for version 3's
+/// walk timing. The fixture keeps the audit of old transcripts tested once this release's
+/// validator stops asking for version 3 (docs/design/retiring-version-3.md, stage 1). Rewrite
+/// it with `GPU_ATTEST_WRITE_V3_FIXTURE=1` (and commit) while version 3 still runs here.
+#[tokio::test(flavor = "multi_thread")]
+async fn todays_version_3_pass_audits_as_the_committed_fixture_does() {
+    use crate::transcripts::{attest_and_export, audited};
+    use gpu_attest_validator::audit::Finding;
+    use gpu_attest_validator::config::transcripts::KeepTranscripts;
+    let _turn = crate::TIMED.lock().await;
+    let dir = TempDir::new("version-3-fixture");
+    let cpu = cpu_claiming(TEST_MEMORY_BYTES);
+    let miner = spawn_miner(Arc::new(gpu_attest_miner::MinerCore::new(
+        gpu_attest_shared::keys::KeyPair::from_seed([0x48; 32]),
+        [validator_key()].into_iter().collect(),
+        gpu_attest_integration_tests::version_3_limits(),
+        common::selected(cpu.kernel(), Arc::new(cpu)),
+        Duration::from_secs(60),
+        NonceLog::in_memory(),
+    )))
+    .await;
+    let mut config = memory_config(&dir, Policy::Sampled);
+    config.transcripts.keep = KeepTranscripts::All;
+    (config.samples, config.min_samples, config.memory.walk_samples) = (2, 2, 1);
+    let attestor = attestor(&config).await;
+    let (verdict, file) = attest_and_export(&attestor, &miner.url()).await;
+    assert!(verdict.passed, "{:?}", verdict.reasons);
+    assert_eq!(verdict.protocol_version, 3);
+    if std::env::var_os("GPU_ATTEST_WRITE_V3_FIXTURE").is_some() {
+        std::fs::write(version_3_fixture(), &file).unwrap();
+    }
+    let committed = std::fs::read(version_3_fixture()).expect("the committed fixture");
+    for (what, bytes) in [("today's", &file), ("the fixture's", &committed)] {
+        let report = audited(bytes).await;
+        assert_eq!(report.finding(), Finding::ConfirmedInPart, "{what}: {report}");
+        assert_eq!(report.taken_as_stated.len(), 1, "{what}: {report}");
+        assert!(
+            report.taken_as_stated[0].contains("version 3's walk timing as planned"),
+            "{what}: {report}"
+        );
+    }
+}
