@@ -20,28 +20,35 @@ pub const OLDEST_FORMAT: u32 = 1;
 /// What the validator's signature covers comes after this (PROTOCOL.md 21.1).
 const DOMAIN: &[u8] = b"gpu-attest v1 transcript";
 
-/// A transcript file's largest size this release reads. One H200's verdict at first contact was
-/// 165.7 MB (16 start matrices of 4 MiB and 1298 opened steps, each with its 64 KiB slice); the
-/// largest verdict at the shipped settings, 16 devices with 1649 opened steps each and 16 chain
-/// samples at n = 8192, is about 3.1 GB. So 4 GiB, which also bounds what a file can make a
-/// reader allocate.
-pub const MAX_TRANSCRIPT_BYTES: usize = 4 << 30;
+/// A transcript file's largest size this release reads or keeps: under 2 GiB, the most that
+/// protobuf's own implementations read as one message, so that an auditor of any kind can read
+/// every file a validator keeps. One H200's verdict at first contact was 165.7 MB (16 start
+/// matrices of 4 MiB, and 1298 opened steps at about 76 KB each, most of it the 64 KiB slice the
+/// step read), so this holds a first-contact verdict of about 15 devices opened at the 1649-step
+/// cap with 16 chain samples at n = 2048; a larger one is not kept (PROTOCOL.md 21.1).
+pub const MAX_TRANSCRIPT_BYTES: usize = i32::MAX as usize;
+
+/// What a signed file holds besides its transcript's bytes, at most: the key, the signature and
+/// three fields' headers.
+const SEAL_OVERHEAD: usize = 128;
 
 /// The most elements a transcript's repeated messages may hold, each list counted before the
 /// transcript is decoded: a decoded element takes up to a few hundred times the two bytes it
-/// can be encoded in, so a hostile file of short elements is refused, not decoded. Far above
-/// what a verdict holds (1024 chain samples and 16 x 1649 steps at most).
+/// can be encoded in, so a hostile file of short elements is refused, not decoded. Far above the
+/// 1298 to 1649 steps a device opens at first contact; a verdict past it is not kept
+/// ([`seal_readable`]).
 pub const MAX_ELEMENTS: usize = 1 << 16;
 
 /// What decoding a transcript may cost, estimated on its bytes before it is decoded, beyond the
 /// file's own size: every field at every depth costs [`FIELD_COST`] (a vector's slot, a byte
 /// string's header), a nested message [`MESSAGE_COST`] more (its struct), a packed list 8 bytes
-/// a byte, and the total may reach the file's size and this much more. A verdict's transcript
-/// costs well under its size (a CPU verdict's 24.2 MB file 15.6 MB, some 9.4 KB an opened step
-/// beside the step's 64 KiB slice), while a hostile file of empty entries costs 16 to 512 times
-/// its size, so it is refused before it makes a reader allocate more than twice its size and
-/// this.
-pub const MAX_DECODING_COST: u64 = 64 << 20;
+/// a byte, and the total may reach the transcript's own size and this much more. A verdict's
+/// transcript costs under its size where its steps' slices differ (a CPU verdict's 24.2 MB file
+/// 15.6 MB, some 9.4 KB an opened step beside the step's 64 KiB slice) and about 3 KB a step
+/// over it where they repeat (each kept once), which this floor covers for some 80000 steps;
+/// a hostile file of empty entries costs 16 to 528 times its size, so it is refused before its
+/// decoded entries pass its size and this.
+pub const MAX_DECODING_COST: u64 = 256 << 20;
 /// The estimated cost of one decoded field.
 const FIELD_COST: u64 = 32;
 /// The estimated cost of one decoded nested message beyond its fields: the largest struct a
@@ -77,7 +84,38 @@ pub fn signing_bytes(transcript: &[u8]) -> Vec<u8> {
 
 /// Encodes `transcript` and signs it with `validator`: the file's bytes.
 pub fn seal(transcript: &v1::Transcript, validator: &KeyPair) -> Vec<u8> {
+    wrap(transcript.encode_to_vec(), validator)
+}
+
+/// [`seal`], where a reader of this release would open the file: within
+/// [`MAX_TRANSCRIPT_BYTES`], [`MAX_ELEMENTS`] and [`MAX_DECODING_COST`], checked on the encoded
+/// bytes as [`open`] checks them. A validator keeps only such files: one that no reader opens
+/// would promise an audit that cannot run.
+pub fn seal_readable(transcript: &v1::Transcript, validator: &KeyPair) -> Result<Vec<u8>, TranscriptError> {
     let bytes = transcript.encode_to_vec();
+    let file = bytes.len().saturating_add(SEAL_OVERHEAD);
+    if file > MAX_TRANSCRIPT_BYTES {
+        return Err(TranscriptError::TooLarge { got: file });
+    }
+    within_limits(&bytes)?;
+    Ok(wrap(bytes, validator))
+}
+
+/// The checks [`open`] makes on a transcript's bytes before decoding them: the lists' counts and
+/// the decoding's estimated cost.
+fn within_limits(transcript: &[u8]) -> Result<(), TranscriptError> {
+    within_limits_at(transcript, MAX_DECODING_COST)
+}
+
+/// [`within_limits`] with the decoding cost's floor at `floor`.
+fn within_limits_at(transcript: &[u8], floor: u64) -> Result<(), TranscriptError> {
+    check_counts(transcript)?;
+    let mut cost = 0;
+    decoding_cost(transcript, TRANSCRIPT, &mut cost, floor + transcript.len() as u64)
+}
+
+/// The signed file around a transcript's encoded bytes.
+fn wrap(bytes: Vec<u8>, validator: &KeyPair) -> Vec<u8> {
     let signature = validator.sign(&signing_bytes(&bytes));
     v1::SignedTranscript {
         validator_key: validator.public_key().0.to_vec(),
@@ -110,10 +148,7 @@ pub fn open(bytes: &[u8]) -> Result<Opened, TranscriptError> {
             "it holds no transcript (an empty file, or another kind of message)".into(),
         ));
     }
-    check_counts(&signed.transcript)?;
-    let mut cost = 0;
-    let limit = MAX_DECODING_COST + signed.transcript.len() as u64;
-    decoding_cost(&signed.transcript, TRANSCRIPT, &mut cost, limit)?;
+    within_limits(&signed.transcript)?;
     let transcript = v1::Transcript::decode(signed.transcript.as_slice())
         .map_err(|e| TranscriptError::NotATranscript(format!("the signed part does not decode: {e}")))?;
     if !(OLDEST_FORMAT..=FORMAT).contains(&transcript.format) {
@@ -429,9 +464,9 @@ mod tests {
             }),
             ..sample()
         };
-        // Twice the floor: the limit is the floor and the file's own size, and these entries
-        // take 2 bytes each.
-        let too_many = 2 * (MAX_DECODING_COST / FIELD_COST) as usize;
+        // The limit is the floor and the transcript's own size: entries of 2 bytes costing 32
+        // each pass it by a third at this count.
+        let too_many = (MAX_DECODING_COST / 24) as usize;
         assert_eq!(
             open(&seal(&with(too_many), &key)).unwrap_err(),
             TranscriptError::TooCostly
@@ -440,7 +475,7 @@ mod tests {
         let packed = v1::Transcript {
             challenge: Some(v1::Challenge {
                 chain_pool: Some(v1::ChainPoolParams {
-                    pool_chains: vec![1; 2 * (MAX_DECODING_COST / 8) as usize],
+                    pool_chains: vec![1; (MAX_DECODING_COST / 6) as usize],
                     ..Default::default()
                 }),
                 ..Default::default()
@@ -452,7 +487,7 @@ mod tests {
         let rows = v1::Transcript {
             open: Some(v1::RecordedOpen {
                 openings: vec![v1::RecordedOpening {
-                    walk_rows: vec![1; 2 * (MAX_DECODING_COST / 8) as usize],
+                    walk_rows: vec![1; (MAX_DECODING_COST / 6) as usize],
                     ..Default::default()
                 }],
                 ..Default::default()
@@ -506,40 +541,59 @@ mod tests {
         assert!(open(&seal(&locality(1000), &key)).is_ok());
     }
 
-    /// A verdict's entries cost less to decode than they take in the file (a proof's hash is 32
-    /// bytes and costed at 32), so a transcript whose cost passes the floor opens where its own
-    /// size covers it: a host of many devices at first contact writes one of GBs.
+    /// The decoding cost's limit grows with the transcript: entries that take about what they cost
+    /// (a proof's hash, 34 bytes costed at 32) pass a floor they would not pass alone, where
+    /// empty ones of the same count (2 bytes costed at 32) are refused. At a floor of 1 MiB, so
+    /// that the test need not build a transcript of the real floor's 256 MiB.
     #[test]
-    fn a_transcript_costing_more_than_the_floor_opens_when_its_size_covers_it() {
-        let key = KeyPair::from_seed([7; 32]);
-        let hashes = (MAX_DECODING_COST / FIELD_COST) as usize + 1000;
-        let big = v1::Transcript {
-            open: Some(v1::RecordedOpen {
-                openings: vec![v1::RecordedOpening {
-                    received: Some(v1::recorded_opening::Received::Opening(v1::ChainOpening {
-                        step: Some(v1::StepOpening {
-                            walker_proof: vec![vec![0xab; 32]; hashes],
+    fn the_decoding_cost_limit_is_the_floor_and_the_transcripts_own_size() {
+        let with = |hash: Vec<u8>| {
+            v1::Transcript {
+                open: Some(v1::RecordedOpen {
+                    openings: vec![v1::RecordedOpening {
+                        received: Some(v1::recorded_opening::Received::Opening(v1::ChainOpening {
+                            step: Some(v1::StepOpening {
+                                walker_proof: vec![hash; 100_000],
+                                ..Default::default()
+                            }),
                             ..Default::default()
-                        }),
+                        })),
                         ..Default::default()
-                    })),
+                    }],
                     ..Default::default()
-                }],
+                }),
+                ..sample()
+            }
+            .encode_to_vec()
+        };
+        let floor = 1 << 20;
+        let hashes = with(vec![0xab; 32]);
+        let mut cost = 0;
+        decoding_cost(&hashes, TRANSCRIPT, &mut cost, u64::MAX).unwrap();
+        assert!(cost > floor, "the test's transcript costs {cost}, under the floor");
+        assert_eq!(within_limits_at(&hashes, floor), Ok(()));
+        assert_eq!(
+            within_limits_at(&with(Vec::new()), floor),
+            Err(TranscriptError::TooCostly)
+        );
+    }
+
+    /// A transcript no reader of this release would open is not sealed by `seal_readable`.
+    #[test]
+    fn seal_readable_refuses_what_open_would_refuse() {
+        let key = KeyPair::from_seed([7; 32]);
+        assert!(open(&seal_readable(&sample(), &key).unwrap()).unwrap().signature_valid);
+        let many = v1::Transcript {
+            open: Some(v1::RecordedOpen {
+                openings: vec![v1::RecordedOpening::default(); MAX_ELEMENTS],
                 ..Default::default()
             }),
             ..sample()
         };
-        let file = seal(&big, &key);
-        let mut cost = 0;
-        let signed = v1::SignedTranscript::decode(file.as_slice()).unwrap();
-        decoding_cost(&signed.transcript, TRANSCRIPT, &mut cost, u64::MAX).unwrap();
-        assert!(
-            cost > MAX_DECODING_COST,
-            "the test's transcript costs {cost}, under the floor"
+        assert_eq!(
+            seal_readable(&many, &key).unwrap_err(),
+            TranscriptError::TooMany { what: "openings" }
         );
-        let opened = open(&file).unwrap();
-        assert!(opened.signature_valid);
-        assert_eq!(opened.transcript, big);
     }
 
     /// A file of many short entries (two bytes each, a few hundred once decoded) is refused on

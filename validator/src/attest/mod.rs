@@ -286,25 +286,28 @@ impl Attestor {
         if !config.keeps(verdict.passed) {
             return None;
         }
-        let sealed = match recorder.into_transcript(verdict, &plan) {
-            Ok(transcript) => crate::transcript::seal(&transcript, &self.identity),
+        let transcript = match recorder.into_transcript(verdict, &plan) {
+            Ok(transcript) => transcript,
             Err(e) => {
                 tracing::error!(verdict = verdict.id, error = %e, "transcript could not be written");
                 return None;
             }
         };
+        let sealed = match crate::transcript::seal_readable(&transcript, &self.identity) {
+            Ok(sealed) => sealed,
+            Err(e) => {
+                // Keeping it would promise an audit that no reader of this release can run: a
+                // host of more devices than PROTOCOL.md 21.1's limits hold at this challenge.
+                tracing::warn!(
+                    verdict = verdict.id,
+                    error = %e,
+                    "transcript not kept: `validator audit` could not read it (a host of about 15 GPUs or more opened at first contact; fewer `samples`, or the miner's class learned, make it smaller)"
+                );
+                return None;
+            }
+        };
+        drop(transcript);
         let size = sealed.len() as u64;
-        if sealed.len() > gpu_attest_proto::transcript::MAX_TRANSCRIPT_BYTES {
-            // No reader of this release would open it: keeping it would promise an audit that
-            // cannot run. (Far above what the shipped settings write; see MAX_TRANSCRIPT_BYTES.)
-            tracing::warn!(
-                verdict = verdict.id,
-                size,
-                limit = gpu_attest_proto::transcript::MAX_TRANSCRIPT_BYTES,
-                "transcript larger than `validator audit` reads: not kept (fewer `samples` or a smaller n make it smaller)"
-            );
-            return None;
-        }
         match self
             .store
             .keep_transcript(verdict.id, &sealed, config.budget_bytes(), now_ms())

@@ -9,6 +9,6 @@
 pub mod record;
 
 pub use gpu_attest_proto::transcript::{
-    FORMAT, MAX_TRANSCRIPT_BYTES, Opened, TranscriptError, open, seal, signing_bytes,
+    FORMAT, MAX_TRANSCRIPT_BYTES, Opened, TranscriptError, open, seal, seal_readable, signing_bytes,
 };
 pub use record::{RecordedEvidence, RecordedPlan, RecordedV4Settings, Recorder};
