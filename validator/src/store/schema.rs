@@ -105,7 +105,7 @@ CREATE TABLE IF NOT EXISTS transcripts (
     kept_at_ms  {int} NOT NULL
 );
 CREATE TABLE IF NOT EXISTS transcript_parts (
-    verdict_id  {int} NOT NULL REFERENCES transcripts(verdict_id),
+    verdict_id  {int} NOT NULL REFERENCES transcripts(verdict_id) ON DELETE CASCADE,
     part        {int} NOT NULL,
     bytes       {blob} NOT NULL,
     PRIMARY KEY (verdict_id, part)

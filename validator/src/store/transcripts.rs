@@ -72,10 +72,15 @@ impl Store {
             if total.max(0) as u64 <= budget {
                 break;
             }
-            // The new one fits alone, so the loop ends before it is the oldest left.
-            let (oldest,): (i64,) = sqlx::query_as("SELECT MIN(verdict_id) FROM transcripts")
-                .fetch_one(&mut *tx)
-                .await?;
+            // The oldest kept other than the new one, which fits alone: a verdict sealed slowly
+            // may be kept after a later one, and must not make room by evicting itself.
+            let (oldest,): (i64,) = sqlx::query_as(
+                "SELECT verdict_id FROM transcripts WHERE verdict_id <> $1 ORDER BY kept_at_ms, verdict_id LIMIT 1",
+            )
+            .bind(as_i64(verdict_id))
+            .fetch_one(&mut *tx)
+            .await?;
+            // The parts first, though they cascade: a database made before they did may lack it.
             sqlx::query("DELETE FROM transcript_parts WHERE verdict_id = $1")
                 .bind(oldest)
                 .execute(&mut *tx)
@@ -91,10 +96,17 @@ impl Store {
     }
 
     /// Verdict `verdict_id`'s kept transcript, if it has one: its parts joined in order, or, for
-    /// a row kept before parts, the row's own bytes. Read in one transaction, so that an
-    /// eviction between the row and its parts cannot hand back part of a transcript.
+    /// a row kept before parts, the row's own bytes. Read in one transaction that sees one state
+    /// of the store (PostgreSQL's default isolation gives each statement its own, so it is
+    /// raised), and checked against the size kept with it, so that an eviction while it is read
+    /// cannot hand back part of a transcript.
     pub async fn transcript(&self, verdict_id: u64) -> Result<Option<Vec<u8>>, StoreError> {
         let mut tx = self.pool.begin().await?;
+        if self.dialect == super::Dialect::Postgres {
+            sqlx::query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+                .execute(&mut *tx)
+                .await?;
+        }
         let row: Option<(Vec<u8>, i64)> = sqlx::query_as("SELECT bytes, size FROM transcripts WHERE verdict_id = $1")
             .bind(as_i64(verdict_id))
             .fetch_optional(&mut *tx)
@@ -120,8 +132,12 @@ impl Store {
             parts += 1;
         }
         tx.commit().await?;
-        if parts == 0 {
-            return Ok(Some(own));
+        let bytes = if parts == 0 { own } else { bytes };
+        if bytes.len() as u64 != size.max(0) as u64 {
+            return Err(StoreError::Corrupt(format!(
+                "verdict {verdict_id}'s kept transcript is {} bytes, where {size} were kept",
+                bytes.len()
+            )));
         }
         Ok(Some(bytes))
     }
@@ -199,6 +215,26 @@ mod tests {
             assert_eq!(parts(fourth).await, 1);
             assert_eq!(store.transcript(ids[2]).await.unwrap(), Some(transcript.clone()));
             assert_eq!(store.transcript(fourth).await.unwrap(), Some(transcript));
+        }
+    }
+
+    /// A verdict kept after a later one (sealed more slowly) makes room by evicting the one kept
+    /// first, never itself.
+    #[tokio::test]
+    async fn a_transcript_kept_late_does_not_evict_itself() {
+        for (store, _scratch) in crate::store::test_stores("transcript-late").await {
+            let mut ids = Vec::new();
+            for n in 1..=2u8 {
+                assert!(store.claim_nonce(&[n; 32], "http://m", 1).await.unwrap());
+                ids.push(store.insert_verdict(&passing_verdict([n; 32])).await.unwrap());
+            }
+            store.keep_transcript(ids[1], &[2; 60], 100, 1).await.unwrap();
+            assert_eq!(
+                store.keep_transcript(ids[0], &[1; 60], 100, 2).await.unwrap(),
+                Kept::Yes { evicted: 1 }
+            );
+            assert_eq!(store.transcript(ids[0]).await.unwrap(), Some(vec![1; 60]));
+            assert_eq!(store.transcript(ids[1]).await.unwrap(), None);
         }
     }
 
