@@ -47,6 +47,9 @@ pub struct ValidatorService {
     watchers: Arc<Slots>,
     /// Turns true when the server starts to stop: verdict watchers end their streams then.
     stopping: tokio::sync::watch::Receiver<bool>,
+    /// Transcripts being sent: each is held whole in memory until its stream ends (up to 2 GiB
+    /// for a host of many GPUs), so only [`TRANSCRIPT_READS`] at once.
+    transcript_reads: Arc<tokio::sync::Semaphore>,
 }
 
 impl ValidatorService {
@@ -65,6 +68,7 @@ impl ValidatorService {
             in_flight: InFlight::default(),
             watchers: Arc::new(Slots::new(MAX_WATCHERS, MAX_WATCHERS_PER_CLIENT)),
             stopping,
+            transcript_reads: Arc::new(tokio::sync::Semaphore::new(TRANSCRIPT_READS)),
         }
     }
 }
@@ -134,6 +138,10 @@ type TranscriptStream = Pin<Box<dyn Stream<Item = Result<v1::TranscriptChunk, St
 /// The largest piece of a transcript one message carries: well under any client's default
 /// message limit (4 MiB).
 const TRANSCRIPT_CHUNK_BYTES: usize = 1 << 20;
+
+/// Transcripts sent at once (GetTranscript): each is read whole from the store and held until
+/// its stream ends.
+const TRANSCRIPT_READS: usize = 2;
 
 /// How long a watcher waits for its client to take a verdict before it ends the watch: a client
 /// that stops reading does not keep a watcher's place for good.
@@ -437,14 +445,21 @@ impl Validator for ValidatorService {
         request: Request<v1::GetTranscriptRequest>,
     ) -> Result<Response<TranscriptStream>, Status> {
         let id = request.into_inner().verdict_id;
+        let Ok(reading) = self.transcript_reads.clone().try_acquire_owned() else {
+            return Err(Status::resource_exhausted(format!(
+                "{TRANSCRIPT_READS} transcripts are being sent already (each held whole while it is); ask again when one has ended"
+            )));
+        };
         let Some(bytes) = self.attestor.store().transcript(id).await? else {
             return Err(Status::not_found(format!(
                 "verdict {id} has no kept transcript: the validator keeps failing verdicts' by default ([transcripts] keep), within its budget, and none from before this release"
             )));
         };
         let total_bytes = bytes.len() as u64;
-        // Each chunk copied out as it is sent, not all of them first: a transcript is tens of MB.
+        // Each chunk copied out as it is sent, not all of them first: a transcript is tens of MB
+        // to GBs. The stream holds the read's place until it ends or is dropped.
         let chunks = (0..bytes.len()).step_by(TRANSCRIPT_CHUNK_BYTES).map(move |start| {
+            let _reading = &reading;
             let end = (start + TRANSCRIPT_CHUNK_BYTES).min(bytes.len());
             Ok(v1::TranscriptChunk {
                 data: bytes[start..end].to_vec(),
@@ -490,5 +505,52 @@ impl Validator for ValidatorService {
             verdicts: verdicts.iter().map(verdict_to_wire).collect(),
             next_page_token,
         }))
+    }
+}
+
+#[cfg(test)]
+mod transcript_reads {
+    use super::*;
+    use tokio_stream::StreamExt;
+
+    /// Each transcript sent is held whole until its stream ends, so at most TRANSCRIPT_READS are
+    /// sent at once: the next is refused with RESOURCE_EXHAUSTED until one ends, and a stream
+    /// still sends the kept bytes whole.
+    #[tokio::test]
+    async fn at_most_two_transcripts_are_sent_at_once() {
+        let (store, _scratch) = crate::store::test_stores("transcript-reads").await.remove(0);
+        assert!(store.claim_nonce(&[1; 32], "http://m", 1).await.unwrap());
+        let verdict = crate::store::test_support::passing_verdict([1; 32]);
+        let id = store.insert_verdict(&verdict).await.unwrap();
+        let kept: Vec<u8> = (0..3 * TRANSCRIPT_CHUNK_BYTES + 5).map(|i| i as u8).collect();
+        store.keep_transcript(id, &kept, 1 << 30, 1).await.unwrap();
+        let attestor = Arc::new(Attestor::new(
+            gpu_attest_shared::keys::KeyPair::from_seed([1; 32]),
+            crate::config::ValidatorConfig::default(),
+            Arc::new(gpu_attest_shared::cpu::CpuBackend::new(1, None).unwrap()),
+            false,
+            Arc::new(store),
+        ));
+        let (_stop, stopping) = tokio::sync::watch::channel(false);
+        let service = ValidatorService::new(attestor, stopping);
+        let ask = || service.get_transcript(Request::new(v1::GetTranscriptRequest { verdict_id: id }));
+        let first = ask().await.unwrap();
+        let second = ask().await.unwrap();
+        let refused = ask().await.err().expect("a third read at once is refused");
+        assert_eq!(refused.code(), Code::ResourceExhausted, "{refused:?}");
+        drop(first);
+        let third = ask().await.unwrap();
+        let mut sent = Vec::new();
+        let mut chunks = third.into_inner();
+        while let Some(chunk) = chunks.next().await {
+            let chunk = chunk.unwrap();
+            assert_eq!(chunk.total_bytes, kept.len() as u64);
+            sent.extend_from_slice(&chunk.data);
+        }
+        assert_eq!(sent, kept);
+        // The whole stream read and dropped: its place is free again.
+        drop(chunks);
+        assert!(ask().await.is_ok());
+        drop(second);
     }
 }
