@@ -83,19 +83,29 @@ pub fn read_file(path: &Path) -> Result<Vec<u8>, CommonError> {
 }
 
 /// Reads a file a command was given, of at most `max` bytes: a larger one is refused before it
-/// is read (a hostile file must not make the command allocate without bound).
+/// is read (a hostile file must not make the command allocate without bound), and reading stops
+/// past `max` whatever the file's stated size (a device or a pipe states none).
 pub fn read_file_at_most(path: &Path, max: u64) -> Result<Vec<u8>, CommonError> {
-    let size = std::fs::metadata(path)
-        .map_err(|source| file_error("reading", path, source))?
-        .len();
+    use std::io::Read;
+    let failed = |source| file_error("reading", path, source);
+    let file = std::fs::File::open(path).map_err(failed)?;
+    let size = file.metadata().map_err(failed)?.len();
+    let too_large = |size| CommonError::TooLarge {
+        path: path.to_path_buf(),
+        size,
+        max,
+    };
     if size > max {
-        return Err(CommonError::TooLarge {
-            path: path.to_path_buf(),
-            size,
-            max,
-        });
+        return Err(too_large(size));
     }
-    read_file(path)
+    let mut bytes = Vec::with_capacity(usize::try_from(size).unwrap_or(0));
+    file.take(max.saturating_add(1))
+        .read_to_end(&mut bytes)
+        .map_err(failed)?;
+    if bytes.len() as u64 > max {
+        return Err(too_large(bytes.len() as u64));
+    }
+    Ok(bytes)
 }
 
 /// Writes a new file a command was asked for, never over one that exists, and syncs it.
@@ -198,6 +208,28 @@ mod tests {
         assert!(matches!(e, DaemonCommandError::Common(CommonError::Json(_))), "{e:?}");
         assert_eq!(e.exit_status(), exit::ERROR);
         assert_eq!(DaemonCommandError::DeviceGone.exit_status(), exit::DEVICE_FAULT);
+    }
+
+    /// A file over the bound is refused on its stated size, and a source that states none (a
+    /// device such as /dev/zero) is read only to one byte past it.
+    #[test]
+    fn a_file_is_read_only_up_to_its_bound() {
+        let dir = std::env::temp_dir().join(format!("gpu-attest-read-at-most-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("ten");
+        std::fs::write(&file, [7u8; 10]).unwrap();
+        assert_eq!(read_file_at_most(&file, 10).unwrap(), vec![7; 10]);
+        assert!(matches!(
+            read_file_at_most(&file, 9),
+            Err(CommonError::TooLarge { size: 10, max: 9, .. })
+        ));
+        std::fs::remove_dir_all(&dir).unwrap();
+        if Path::new("/dev/zero").exists() {
+            assert!(matches!(
+                read_file_at_most(Path::new("/dev/zero"), 1 << 20),
+                Err(CommonError::TooLarge { size, .. }) if size == (1 << 20) + 1
+            ));
+        }
     }
 
     #[test]
