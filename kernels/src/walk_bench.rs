@@ -73,13 +73,55 @@ pub struct WalkBench {
     pub locality_step_ns: f64,
     pub locality_per_sm_step_ns: f64,
     pub locality_loaded_step_ns: f64,
+    /// One walker an SM again, in generations of [`LOCALITY_LONG_STEPS`]: with
+    /// `locality_per_sm_step_ns` it splits a step's time into what every step costs and what each
+    /// generation adds once (its slowest walker, its digest and push, the next starts, three
+    /// launches; [`LocalitySplit`]).
+    pub locality_long_generation_step_ns: f64,
     pub locality_error: Option<String>,
+}
+
+/// A time a step, `T(C) = step + generation / C`, split from two walks of `C` = `short` and
+/// `long` steps a generation at `t_short` and `t_long` ns a step.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct LocalitySplit {
+    /// What every step costs, ns.
+    pub step_ns: f64,
+    /// What each generation adds once, us.
+    pub generation_us: f64,
+}
+
+impl LocalitySplit {
+    pub fn of(short: u32, t_short: f64, long: u32, t_long: f64) -> LocalitySplit {
+        let generation_ns = (t_short - t_long) / (1.0 / f64::from(short) - 1.0 / f64::from(long));
+        LocalitySplit {
+            step_ns: t_long - generation_ns / f64::from(long),
+            generation_us: generation_ns / 1e3,
+        }
+    }
+}
+
+impl WalkBench {
+    /// The locality walk's step split into what each step and each generation cost, where both
+    /// timings ran.
+    pub fn locality_split(&self) -> Option<LocalitySplit> {
+        (self.locality_per_sm_step_ns > 0.0 && self.locality_long_generation_step_ns > 0.0).then(|| {
+            LocalitySplit::of(
+                LOCALITY_BENCH_STEPS,
+                self.locality_per_sm_step_ns,
+                LOCALITY_LONG_STEPS,
+                self.locality_long_generation_step_ns,
+            )
+        })
+    }
 }
 
 /// Walkers of the locality walk's loaded timing: a few warps an SM on the largest GPUs.
 pub const LOCALITY_LOADED_WALKERS: u32 = 1024;
 /// Steps a locality walker takes in one generation in the bench: the validator's default `C`.
-const LOCALITY_BENCH_STEPS: u32 = 256;
+pub const LOCALITY_BENCH_STEPS: u32 = 256;
+/// The longer generation the bench also times, the most a walk may ask (PROTOCOL.md 20.10).
+pub const LOCALITY_LONG_STEPS: u32 = 1024;
 
 /// Most steps a timed launch takes: a launch stays well under a second on the largest GPUs
 /// (8192 walkers x 4096 steps x 64 KiB is 2.2 TB, 0.7 s at 3.35 TB/s), short of a display
@@ -150,11 +192,19 @@ pub fn bench_walk(
         };
 
     // The locality walk over the same bytes; an error leaves the other figures standing.
-    let (locality_matches_cpu, [locality_step_ns, locality_per_sm_step_ns, locality_loaded_step_ns], locality_error) =
-        match bench_locality(rt, &walker, pool, entries) {
-            Ok((matches, steps)) => (matches, steps, None),
-            Err(e) => (false, [0.0; 3], Some(e.to_string())),
-        };
+    let (
+        locality_matches_cpu,
+        [
+            locality_step_ns,
+            locality_per_sm_step_ns,
+            locality_loaded_step_ns,
+            locality_long_generation_step_ns,
+        ],
+        locality_error,
+    ) = match bench_locality(rt, &walker, pool, entries) {
+        Ok((matches, steps)) => (matches, steps, None),
+        Err(e) => (false, [0.0; 4], Some(e.to_string())),
+    };
 
     drop(filled);
     let copy_bytes_per_sec = copy_rate(rt, len, budget)?;
@@ -181,29 +231,31 @@ pub fn bench_walk(
         locality_step_ns,
         locality_per_sm_step_ns,
         locality_loaded_step_ns,
+        locality_long_generation_step_ns,
         locality_error,
     })
 }
 
 /// `miner bench`'s locality walk on `rt`'s device over `pool`'s `entries` slices as states at
 /// n = 256 (see [`WalkBench::locality_step_ns`]): whether it matches the CPU's, and the best of
-/// two walks' time a step with one walker, one an SM and [`LOCALITY_LOADED_WALKERS`].
+/// two walks' time a step with one walker, one an SM and [`LOCALITY_LOADED_WALKERS`], and one an
+/// SM in generations of [`LOCALITY_LONG_STEPS`].
 fn bench_locality(
     rt: &DeviceRuntime,
     walker: &DeviceWalker,
     pool: &CudaSlice<i8>,
     entries: u64,
-) -> Result<(bool, [f64; 3]), BackendError> {
+) -> Result<(bool, [f64; 4]), BackendError> {
     let matches_cpu = rt.check_locality().is_ok();
     let on_device = bench_states(rt, walker, pool, entries);
-    let step_ns = |walkers: u32, generations: u32| -> Result<f64, BackendError> {
+    let step_ns = |walkers: u32, generations: u32, steps: u32| -> Result<f64, BackendError> {
         let walk = LocalityWalk {
             nonce: [7; 32],
             seed: [8; 32],
             global: Digest::default(),
             walkers,
             generations,
-            steps: LOCALITY_BENCH_STEPS,
+            steps,
         };
         let mut best = f64::MAX;
         for _ in 0..2 {
@@ -211,7 +263,7 @@ fn bench_locality(
             on_device.walk_lines(&walk, &CancelToken::new())?;
             best = best.min(started.elapsed().as_secs_f64());
         }
-        Ok(best * 1e9 / (f64::from(generations) * f64::from(LOCALITY_BENCH_STEPS)))
+        Ok(best * 1e9 / (f64::from(generations) * f64::from(steps)))
     };
     // About 0.1 s each at a microsecond a step.
     let per_sm = rt
@@ -221,9 +273,11 @@ fn bench_locality(
     Ok((
         matches_cpu,
         [
-            step_ns(1, 400)?,
-            step_ns(per_sm, 400)?,
-            step_ns(LOCALITY_LOADED_WALKERS, 400)?,
+            step_ns(1, 400, LOCALITY_BENCH_STEPS)?,
+            step_ns(per_sm, 400, LOCALITY_BENCH_STEPS)?,
+            step_ns(LOCALITY_LOADED_WALKERS, 400, LOCALITY_BENCH_STEPS)?,
+            // The same steps as the walk at C = 256, in a quarter of the generations.
+            step_ns(per_sm, 100, LOCALITY_LONG_STEPS)?,
         ],
     ))
 }
@@ -408,5 +462,20 @@ fn bench_states<'a>(
             n: 256,
         },
         limits: StateWalkLimits::default(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::LocalitySplit;
+
+    /// Two walks of the same steps in generations of 256 and 1024 give back the step's own time
+    /// and the generation's (here 721 ns and 105 us, the H200's probe and its gap).
+    #[test]
+    fn a_step_splits_into_what_each_step_and_each_generation_cost() {
+        let time = |c: f64| 721.0 + 105_000.0 / c;
+        let split = LocalitySplit::of(256, time(256.0), 1024, time(1024.0));
+        assert!((split.step_ns - 721.0).abs() < 1e-6, "{split:?}");
+        assert!((split.generation_us - 105.0).abs() < 1e-9, "{split:?}");
     }
 }

@@ -302,6 +302,18 @@ fn print_walks(w: &WalkBench) {
             }
         ),
     }
+    if let Some(split) = w.locality_split() {
+        println!(
+            "locality walk, device {} ({}): {:.0} ns a step with one walker an SM in generations of {}; \
+             so {:.0} ns a step and {:.1} us a generation (its slowest walker, digest, push and starts)",
+            w.device,
+            w.name,
+            w.locality_long_generation_step_ns,
+            gpu_attest_kernels::walk_bench::LOCALITY_LONG_STEPS,
+            split.step_ns,
+            split.generation_us,
+        );
+    }
 }
 
 /// Whether the GPU bench passed: every kernel timed, both walks run, and each device's walks
