@@ -6,7 +6,7 @@
 use super::{Store, StoreError, as_i64};
 
 /// The largest part a transcript is stored in: far under both databases' 1 GB for one value, and
-/// large enough that even a 4 GiB transcript is 64 rows.
+/// large enough that the largest transcript kept (under 2 GiB) is 32 rows.
 const PART_BYTES: usize = 64 << 20;
 
 /// What keeping one transcript did.
@@ -80,7 +80,7 @@ impl Store {
             .bind(as_i64(verdict_id))
             .fetch_one(&mut *tx)
             .await?;
-            // The parts first, though they cascade: a database made before they did may lack it.
+            // The parts first, explicitly: SQLite cascades only on connections with foreign keys on.
             sqlx::query("DELETE FROM transcript_parts WHERE verdict_id = $1")
                 .bind(oldest)
                 .execute(&mut *tx)
