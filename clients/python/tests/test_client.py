@@ -117,6 +117,11 @@ def test_a_failed_verdicts_transcript_is_saved_and_audits_offline(api, cheating_
     with pytest.raises(NotFound) as none:
         api.transcript(passed.id)
     assert "keep" in none.value.message
+    # Saved as it arrives: a transfer that fails leaves no file behind.
+    missing = workdir / f"verdict-{passed.id}.transcript"
+    with pytest.raises(NotFound):
+        api.save_transcript(passed.id, missing)
+    assert not missing.exists()
 
 
 def test_a_verdicts_json_is_the_validators_own(api, honest_miner, cheating_miner, v4_miner, workdir):

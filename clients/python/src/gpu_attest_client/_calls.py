@@ -8,6 +8,7 @@ reconnects); the clients only carry its effects out. What a call does is changed
 
 from __future__ import annotations
 
+import os
 from typing import Callable, List, Optional, Union
 
 import grpc
@@ -170,10 +171,32 @@ def transcript(verdict_id: int, timeout: Optional[float]) -> Plan[bytes]:
     return data
 
 
-def save_transcript(path, data: bytes) -> None:
-    """Writes ``data`` to a new file at ``path``; an existing file is never overwritten."""
-    with open(path, "xb") as out:
-        out.write(data)
+def save_transcript(verdict_id: int, path, timeout: Optional[float]) -> Plan[int]:
+    """A verdict's kept transcript written to a new file at ``path`` as its chunks arrive (a
+    host of many GPUs writes transcripts of up to 2 GiB, which need not be held whole here), and
+    its size. An existing file is never overwritten; a transfer that fails or comes short leaves
+    no file behind."""
+    # Opened first, so that a file in the way is refused before anything is asked.
+    out = open(path, "xb")
+    total = None
+    written = 0
+    try:
+        call = yield Open("GetTranscript", pb.GetTranscriptRequest(verdict_id=verdict_id), timeout)
+        while (chunk := (yield Receive(call))) is not None:
+            total = chunk.total_bytes
+            out.write(chunk.data)
+            written += len(chunk.data)
+        if total is None or written != total:
+            raise GpuAttestError(
+                grpc.StatusCode.DATA_LOSS,
+                f"verdict {verdict_id}'s transcript came to {written} bytes of {total}: ask again",
+            )
+        out.close()
+    except BaseException:
+        out.close()
+        os.unlink(path)
+        raise
+    return written
 
 
 def _next(call, parse: Callable) -> Plan:

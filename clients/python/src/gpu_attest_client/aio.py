@@ -59,9 +59,7 @@ class AsyncClient:
         return await self._result(_calls.transcript(verdict_id, timeout))
 
     async def save_transcript(self, verdict_id: int, path, timeout: Optional[float] = 60.0) -> int:
-        data = await self.transcript(verdict_id, timeout)
-        _calls.save_transcript(path, data)
-        return len(data)
+        return await self._result(_calls.save_transcript(verdict_id, path, timeout))
 
     # The calls a caller iterates return the async generator that carries them out, rather than
     # wrapping it in one of their own: `aclose()` on what the caller holds then cancels the

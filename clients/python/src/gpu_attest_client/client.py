@@ -79,10 +79,9 @@ class Client:
     def save_transcript(self, verdict_id: int, path, timeout: Optional[float] = 60.0) -> int:
         """Writes verdict ``verdict_id``'s transcript to a new file at ``path`` (never over one
         that exists), for ``validator audit``; returns its size. A host of many GPUs writes
-        transcripts of up to 2 GiB: raise ``timeout`` for those over a slow link."""
-        data = self.transcript(verdict_id, timeout)
-        _calls.save_transcript(path, data)
-        return len(data)
+        transcripts of up to 2 GiB, written here as they arrive: raise ``timeout`` for those over
+        a slow link."""
+        return self._result(_calls.save_transcript(verdict_id, path, timeout))
 
     # Attestation.
 
