@@ -92,27 +92,41 @@ pub struct LocalitySplit {
 }
 
 impl LocalitySplit {
-    pub fn of(short: u32, t_short: f64, long: u32, t_long: f64) -> LocalitySplit {
+    /// The split, where the longer generations are clearly cheaper a step: by more than
+    /// [`SEPARABLE_SHARE`] of the shorter's time, which the best of two short walks resolves.
+    /// `None` where they are not (the generation's cost is then within the walks' noise, and a
+    /// split would print noise as a figure) or where `long` is not longer.
+    pub fn of(short: u32, t_short: f64, long: u32, t_long: f64) -> Option<LocalitySplit> {
+        // False for NaN timings too.
+        let separable = t_short - t_long > SEPARABLE_SHARE * t_short;
+        if long <= short || !separable {
+            return None;
+        }
         let generation_ns = (t_short - t_long) / (1.0 / f64::from(short) - 1.0 / f64::from(long));
-        LocalitySplit {
+        Some(LocalitySplit {
             step_ns: t_long - generation_ns / f64::from(long),
             generation_us: generation_ns / 1e3,
-        }
+        })
     }
 }
 
+/// How much cheaper a step the longer generations must be for [`LocalitySplit::of`] to split
+/// them: a few times the spread of the bench's best-of-two walks.
+const SEPARABLE_SHARE: f64 = 0.03;
+
 impl WalkBench {
     /// The locality walk's step split into what each step and each generation cost, where both
-    /// timings ran.
+    /// timings ran and differ by more than their noise.
     pub fn locality_split(&self) -> Option<LocalitySplit> {
-        (self.locality_per_sm_step_ns > 0.0 && self.locality_long_generation_step_ns > 0.0).then(|| {
-            LocalitySplit::of(
-                LOCALITY_BENCH_STEPS,
-                self.locality_per_sm_step_ns,
-                LOCALITY_LONG_STEPS,
-                self.locality_long_generation_step_ns,
-            )
-        })
+        if self.locality_per_sm_step_ns <= 0.0 || self.locality_long_generation_step_ns <= 0.0 {
+            return None;
+        }
+        LocalitySplit::of(
+            LOCALITY_BENCH_STEPS,
+            self.locality_per_sm_step_ns,
+            LOCALITY_LONG_STEPS,
+            self.locality_long_generation_step_ns,
+        )
     }
 }
 
@@ -276,8 +290,9 @@ fn bench_locality(
             step_ns(1, 400, LOCALITY_BENCH_STEPS)?,
             step_ns(per_sm, 400, LOCALITY_BENCH_STEPS)?,
             step_ns(LOCALITY_LOADED_WALKERS, 400, LOCALITY_BENCH_STEPS)?,
-            // The same steps as the walk at C = 256, in a quarter of the generations.
-            step_ns(per_sm, 100, LOCALITY_LONG_STEPS)?,
+            // The same steps as the walk at C = 256, in a quarter of the generations: only a
+            // split of the figure above, so its failure (0, and no split shown) leaves the rest.
+            step_ns(per_sm, 100, LOCALITY_LONG_STEPS).unwrap_or(0.0),
         ],
     ))
 }
@@ -474,8 +489,13 @@ mod tests {
     #[test]
     fn a_step_splits_into_what_each_step_and_each_generation_cost() {
         let time = |c: f64| 721.0 + 105_000.0 / c;
-        let split = LocalitySplit::of(256, time(256.0), 1024, time(1024.0));
+        let split = LocalitySplit::of(256, time(256.0), 1024, time(1024.0)).unwrap();
         assert!((split.step_ns - 721.0).abs() < 1e-6, "{split:?}");
         assert!((split.generation_us - 105.0).abs() < 1e-9, "{split:?}");
+        // Timings within their noise, the wrong way round, or generations no longer: no split.
+        assert_eq!(LocalitySplit::of(256, 1000.0, 1024, 990.0), None);
+        assert_eq!(LocalitySplit::of(256, 1000.0, 1024, 1010.0), None);
+        assert_eq!(LocalitySplit::of(256, 1000.0, 256, 500.0), None);
+        assert_eq!(LocalitySplit::of(256, f64::NAN, 1024, 500.0), None);
     }
 }

@@ -302,16 +302,24 @@ fn print_walks(w: &WalkBench) {
             }
         ),
     }
-    if let Some(split) = w.locality_split() {
+    if w.locality_error.is_none() {
+        let long = gpu_attest_kernels::walk_bench::LOCALITY_LONG_STEPS;
+        let split = match (w.locality_long_generation_step_ns > 0.0, w.locality_split()) {
+            (false, _) => format!("did not run in generations of {long}"),
+            (true, None) => format!(
+                "{:.0} ns a step with one walker an SM in generations of {long}: not separable from the \
+                 walks' noise",
+                w.locality_long_generation_step_ns
+            ),
+            (true, Some(split)) => format!(
+                "{:.0} ns a step with one walker an SM in generations of {long}; so {:.0} ns a step and \
+                 {:.1} us a generation (its slowest walker, digest, push and starts)",
+                w.locality_long_generation_step_ns, split.step_ns, split.generation_us
+            ),
+        };
         println!(
-            "locality walk, device {} ({}): {:.0} ns a step with one walker an SM in generations of {}; \
-             so {:.0} ns a step and {:.1} us a generation (its slowest walker, digest, push and starts)",
-            w.device,
-            w.name,
-            w.locality_long_generation_step_ns,
-            gpu_attest_kernels::walk_bench::LOCALITY_LONG_STEPS,
-            split.step_ns,
-            split.generation_us,
+            "locality walk, device {} ({}), the split (not a gpu_step_ns): {split}",
+            w.device, w.name
         );
     }
 }
