@@ -8,6 +8,7 @@ reconnects); the clients only carry its effects out. What a call does is changed
 
 from __future__ import annotations
 
+import contextlib
 import os
 from typing import Callable, List, Optional, Union
 
@@ -154,6 +155,10 @@ def _watch_verdicts(after_id: Optional[int], miner_url: str) -> Open:
     return Open("WatchVerdicts", request, None)
 
 
+# The largest transcript a validator keeps (PROTOCOL.md 21.1): 2^31 - 1 bytes.
+MAX_TRANSCRIPT_BYTES = 2**31 - 1
+
+
 def transcript(verdict_id: int, timeout: Optional[float]) -> Plan[bytes]:
     """A verdict's kept transcript (PROTOCOL.md 21), whole, from its chunks."""
     call = yield Open("GetTranscript", pb.GetTranscriptRequest(verdict_id=verdict_id), timeout)
@@ -174,8 +179,9 @@ def transcript(verdict_id: int, timeout: Optional[float]) -> Plan[bytes]:
 def save_transcript(verdict_id: int, path, timeout: Optional[float]) -> Plan[int]:
     """A verdict's kept transcript written to a new file at ``path`` as its chunks arrive (a
     host of many GPUs writes transcripts of up to 2 GiB, which need not be held whole here), and
-    its size. An existing file is never overwritten; a transfer that fails or comes short leaves
-    no file behind."""
+    its size. An existing file is never overwritten. A transfer that fails, comes short or runs
+    past what the validator stated removes its file; one cut off by a crash of this process can
+    leave a partial file, which ``validator audit`` refuses as not a whole transcript."""
     # Opened first, so that a file in the way is refused before anything is asked.
     out = open(path, "xb")
     total = None
@@ -184,8 +190,10 @@ def save_transcript(verdict_id: int, path, timeout: Optional[float]) -> Plan[int
         call = yield Open("GetTranscript", pb.GetTranscriptRequest(verdict_id=verdict_id), timeout)
         while (chunk := (yield Receive(call))) is not None:
             total = chunk.total_bytes
-            out.write(chunk.data)
             written += len(chunk.data)
+            if written > total or written > MAX_TRANSCRIPT_BYTES:
+                break
+            out.write(chunk.data)
         if total is None or written != total:
             raise GpuAttestError(
                 grpc.StatusCode.DATA_LOSS,
@@ -194,7 +202,9 @@ def save_transcript(verdict_id: int, path, timeout: Optional[float]) -> Plan[int
         out.close()
     except BaseException:
         out.close()
-        os.unlink(path)
+        # The original error stands, whatever became of the file meanwhile.
+        with contextlib.suppress(OSError):
+            os.unlink(path)
         raise
     return written
 
