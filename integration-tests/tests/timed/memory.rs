@@ -691,8 +691,8 @@ async fn twenty_runs_honest_and_half_pool() {
     assert_eq!((passed, caught), (20, 20));
 }
 
-/// Where the committed version 3 transcript lives (audited by the `integration` target's
-/// `version_3_fixture`).
+/// Where the committed version 3 transcript lives (audited here, and by the `integration` target
+/// once stage 1 of retiring version 3 removes what makes a new one).
 fn version_3_fixture() -> std::path::PathBuf {
     std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/version-3-pass.transcript")
 }
@@ -737,6 +737,15 @@ async fn todays_version_3_pass_audits_as_the_committed_fixture_does() {
         assert!(
             report.taken_as_stated[0].contains("version 3's walk timing as planned"),
             "{what}: {report}"
+        );
+        let said = report.to_string();
+        assert!(
+            said.contains("the walk statement, signed by the miner"),
+            "{what}: {said}"
+        );
+        assert!(
+            said.contains("walk segment(s) with the recorded rows"),
+            "{what}: {said}"
         );
     }
 }
