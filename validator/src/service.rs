@@ -519,9 +519,7 @@ mod transcript_reads {
     #[tokio::test]
     async fn at_most_two_transcripts_are_sent_at_once() {
         let (store, _scratch) = crate::store::test_stores("transcript-reads").await.remove(0);
-        assert!(store.claim_nonce(&[1; 32], "http://m", 1).await.unwrap());
-        let verdict = crate::store::test_support::passing_verdict([1; 32]);
-        let id = store.insert_verdict(&verdict).await.unwrap();
+        let id = crate::store::test_support::stored_passing_verdict(&store, 1).await;
         let kept: Vec<u8> = (0..3 * TRANSCRIPT_CHUNK_BYTES + 5).map(|i| i as u8).collect();
         store.keep_transcript(id, &kept, 1 << 30, 1).await.unwrap();
         let attestor = Arc::new(Attestor::new(

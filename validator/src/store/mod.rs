@@ -448,6 +448,13 @@ pub(crate) mod test_support {
         }
     }
 
+    /// [`passing_verdict`] for nonce `[nonce; 32]`, its nonce claimed and the verdict stored in
+    /// `store`: its id.
+    pub async fn stored_passing_verdict(store: &Store, nonce: u8) -> u64 {
+        assert!(store.claim_nonce(&[nonce; 32], "http://m", 1).await.unwrap());
+        store.insert_verdict(&passing_verdict([nonce; 32])).await.unwrap()
+    }
+
     /// A passing verdict of a small CPU challenge, for `nonce`.
     pub fn passing_verdict(nonce: [u8; 32]) -> Verdict {
         let params = StoredParams {

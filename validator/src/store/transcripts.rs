@@ -147,7 +147,7 @@ impl Store {
 mod tests {
     use super::Kept;
     use crate::store::VerdictFilter;
-    use crate::store::test_support::passing_verdict;
+    use crate::store::test_support::stored_passing_verdict;
 
     /// A transcript is stored in parts and read back whole; an evicted one takes its parts with
     /// it; a row kept before parts (its bytes in the row itself) reads as it was, on every store.
@@ -156,8 +156,7 @@ mod tests {
         for (store, _scratch) in crate::store::test_stores("transcript-parts").await {
             let mut ids = Vec::new();
             for n in 1..=3u8 {
-                assert!(store.claim_nonce(&[n; 32], "http://m", 1).await.unwrap());
-                ids.push(store.insert_verdict(&passing_verdict([n; 32])).await.unwrap());
+                ids.push(stored_passing_verdict(&store, n).await);
             }
             // A schema 10 row: the bytes in the row, no parts.
             sqlx::query("INSERT INTO transcripts (verdict_id, bytes, size, kept_at_ms) VALUES ($1, $2, $3, $4)")
@@ -201,8 +200,7 @@ mod tests {
             );
             assert_eq!(store.transcript(ids[0]).await.unwrap(), None);
             // Over the budget again (80 + 40): the oldest with parts goes, and its parts with it.
-            assert!(store.claim_nonce(&[4; 32], "http://m", 1).await.unwrap());
-            let fourth = store.insert_verdict(&passing_verdict([4; 32])).await.unwrap();
+            let fourth = stored_passing_verdict(&store, 4).await;
             assert_eq!(
                 store
                     .keep_transcript_in_parts(fourth, &transcript, 100, 4, 64)
@@ -225,8 +223,7 @@ mod tests {
         for (store, _scratch) in crate::store::test_stores("transcript-late").await {
             let mut ids = Vec::new();
             for n in 1..=2u8 {
-                assert!(store.claim_nonce(&[n; 32], "http://m", 1).await.unwrap());
-                ids.push(store.insert_verdict(&passing_verdict([n; 32])).await.unwrap());
+                ids.push(stored_passing_verdict(&store, n).await);
             }
             store.keep_transcript(ids[1], &[2; 60], 100, 1).await.unwrap();
             assert_eq!(
@@ -245,8 +242,7 @@ mod tests {
         for (store, _scratch) in crate::store::test_stores("transcripts").await {
             let mut ids = Vec::new();
             for n in 1..=4u8 {
-                assert!(store.claim_nonce(&[n; 32], "http://m", 1).await.unwrap());
-                ids.push(store.insert_verdict(&passing_verdict([n; 32])).await.unwrap());
+                ids.push(stored_passing_verdict(&store, n).await);
             }
             let budget = 100;
             assert_eq!(
