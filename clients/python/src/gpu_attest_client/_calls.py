@@ -159,21 +159,32 @@ def _watch_verdicts(after_id: Optional[int], miner_url: str) -> Open:
 MAX_TRANSCRIPT_BYTES = 2**31 - 1
 
 
-def transcript(verdict_id: int, timeout: Optional[float]) -> Plan[bytes]:
-    """A verdict's kept transcript (PROTOCOL.md 21), whole, from its chunks."""
+def _receive_transcript(verdict_id: int, timeout: Optional[float], take: Callable[[bytes], object]) -> Plan[int]:
+    """A verdict's kept transcript (PROTOCOL.md 21), each chunk handed to ``take`` as it
+    arrives, and its size. DATA_LOSS where the chunks come short of, or run past, the size the
+    validator stated (or the largest it keeps)."""
     call = yield Open("GetTranscript", pb.GetTranscriptRequest(verdict_id=verdict_id), timeout)
-    parts: List[bytes] = []
     total = None
+    received = 0
     while (chunk := (yield Receive(call))) is not None:
         total = chunk.total_bytes
-        parts.append(chunk.data)
-    data = b"".join(parts)
-    if total is None or len(data) != total:
+        received += len(chunk.data)
+        if received > total or received > MAX_TRANSCRIPT_BYTES:
+            break
+        take(chunk.data)
+    if total is None or received != total:
         raise GpuAttestError(
             grpc.StatusCode.DATA_LOSS,
-            f"verdict {verdict_id}'s transcript came to {len(data)} bytes of {total}: ask again",
+            f"verdict {verdict_id}'s transcript came to {received} bytes of {total}: ask again",
         )
-    return data
+    return received
+
+
+def transcript(verdict_id: int, timeout: Optional[float]) -> Plan[bytes]:
+    """A verdict's kept transcript (PROTOCOL.md 21), whole, from its chunks."""
+    parts: List[bytes] = []
+    yield from _receive_transcript(verdict_id, timeout, parts.append)
+    return b"".join(parts)
 
 
 def save_transcript(verdict_id: int, path, timeout: Optional[float]) -> Plan[int]:
@@ -184,21 +195,8 @@ def save_transcript(verdict_id: int, path, timeout: Optional[float]) -> Plan[int
     leave a partial file, which ``validator audit`` refuses as not a whole transcript."""
     # Opened first, so that a file in the way is refused before anything is asked.
     out = open(path, "xb")
-    total = None
-    written = 0
     try:
-        call = yield Open("GetTranscript", pb.GetTranscriptRequest(verdict_id=verdict_id), timeout)
-        while (chunk := (yield Receive(call))) is not None:
-            total = chunk.total_bytes
-            written += len(chunk.data)
-            if written > total or written > MAX_TRANSCRIPT_BYTES:
-                break
-            out.write(chunk.data)
-        if total is None or written != total:
-            raise GpuAttestError(
-                grpc.StatusCode.DATA_LOSS,
-                f"verdict {verdict_id}'s transcript came to {written} bytes of {total}: ask again",
-            )
+        written = yield from _receive_transcript(verdict_id, timeout, out.write)
         out.close()
     except BaseException:
         out.close()
